@@ -1,0 +1,34 @@
+# `make test` and `make bench` set everything up on a fresh clone: a .venv with gradcore in it.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+# The CPU build of PyTorch, for the side-by-side figures (skipped if it cannot be installed).
+TORCH  ?= torch==2.13.0
+
+.PHONY: test bench venv clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	@# CuPy imports without a GPU: the suite checks every xp.<name> it uses exists in CuPy.
+	$(PY) -c 'import cupy' 2>/dev/null || $(PY) -m pip install -q cupy-cuda12x \
+	  || echo 'note: CuPy could not be installed; the CuPy name check will be skipped'
+	touch $@
+
+test: venv
+	$(PY) -m pytest -q
+
+$(VENV)/.bench: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) -c 'import torch' 2>/dev/null || $(PY) -m pip install -q '$(TORCH)' \
+	  || echo 'note: PyTorch could not be installed; benchmarks run without it'
+	touch $@
+
+bench: $(VENV)/.bench
+	$(PY) -m benchmarks $(ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info

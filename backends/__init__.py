@@ -1,0 +1,109 @@
+"""Arrays and devices: which library owns an array, and where it lives. Knows nothing of autodiff."""
+import sys
+
+from .base import Backend, DeviceUnavailableError
+from .device import CPU, Device, parse_device
+from .numpy_backend import NumpyBackend
+
+__all__ = [
+    "Backend", "Device", "DeviceUnavailableError", "CPU", "parse_device", "backend_of",
+    "get_backend", "register", "backend_for_device", "is_array", "to_device", "cuda_available",
+]
+
+_by_type = {}          # type(array) -> Backend: the O(1) dispatch every op goes through
+_by_name = {}          # Backend.name -> Backend
+_by_device_type = {}   # Device.type -> Backend
+
+
+def register(backend):
+    """Make `backend` known: its arrays are then accepted everywhere. Returns it."""
+    _by_name[backend.name] = backend
+    _by_device_type[backend.device_type] = backend
+    _by_type[backend.array_type] = backend
+    return backend
+
+
+NUMPY = register(NumpyBackend())
+
+
+def get_backend(name):
+    """The backend called `name` ("numpy", "cupy", or a registered one)."""
+    backend = _by_name.get(name)
+    if backend is None:
+        if name != "cupy":
+            raise ValueError(f"no backend named {name!r}; known: {', '.join(sorted(_by_name))}")
+        from .cupy_backend import CupyBackend
+
+        backend = register(CupyBackend())
+    return backend
+
+
+def _lookup(array):
+    """Slow path of backend_of for a type not seen before; None if no backend owns it."""
+    tp = type(array)
+    if tp.__module__.partition(".")[0] == "cupy" and "cupy" in sys.modules:
+        backend = get_backend("cupy")  # seen a CuPy array: CuPy is imported already
+        if issubclass(tp, backend.array_type):
+            _by_type[tp] = backend
+            return backend
+        return None
+    for backend in list(_by_name.values()):
+        if issubclass(tp, backend.array_type):
+            _by_type[tp] = backend
+            return backend
+    namespace = getattr(tp, "__array_namespace__", None)
+    if namespace is not None:
+        from .array_api_backend import ArrayAPIBackend
+
+        try:
+            xp = array.__array_namespace__()
+        except Exception:
+            return None
+        backend = _by_name.get(xp.__name__.replace(".", "_")) or register(ArrayAPIBackend(xp, tp))
+        _by_type[tp] = backend
+        return backend
+    return None
+
+
+def backend_of(array):
+    """The Backend owning `array`, or None: a dict lookup on type(array) after the first sight."""
+    tp = type(array)
+    backend = _by_type.get(tp)
+    return backend if backend is not None else _lookup(array)
+
+
+def is_array(obj):
+    """True if some backend owns `obj`."""
+    return backend_of(obj) is not None
+
+
+def backend_for_device(device):
+    """The backend that serves `device` (a Device or a string); "cuda" imports CuPy on demand."""
+    device = parse_device(device)
+    backend = _by_device_type.get(device.type)
+    if backend is None:
+        if device.type != "cuda":
+            raise ValueError(
+                f"unknown device {device}: known device types are "
+                + ", ".join(sorted(set(_by_device_type) | {"cuda"})))
+        backend = get_backend("cupy")
+    return backend
+
+
+def to_device(array, device):
+    """`array` on `device`, on whichever backend serves it (through the host across backends)."""
+    device = parse_device(device)
+    source = backend_of(array)
+    target = backend_for_device(device)
+    if source is target:
+        return source.to_device(array, device)
+    return target.asarray(source.to_numpy(array), device=device)
+
+
+def cuda_available():
+    """True if CuPy is installed and sees at least one GPU."""
+    try:
+        get_backend("cupy")
+    except DeviceUnavailableError:
+        return False
+    return True

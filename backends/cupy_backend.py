@@ -1,0 +1,108 @@
+"""CuPy: the GPU backend. Imported only when a CuPy array or a "cuda" device is first seen."""
+import importlib
+
+from .base import Backend, DeviceUnavailableError
+from .device import Device
+
+
+def import_cupy():
+    """The cupy module, or a DeviceUnavailableError that says what is missing."""
+    try:
+        cupy = importlib.import_module("cupy")
+    except ImportError as e:
+        raise DeviceUnavailableError(
+            "a CUDA device was requested but CuPy is not installed: "
+            "pip install 'gradcore[gpu]' (or the cupy-cudaXXx wheel matching your CUDA)") from e
+    try:
+        available = cupy.cuda.is_available()
+    except Exception:  # a broken driver or runtime reads as "no GPU"
+        available = False
+    if not available:
+        raise DeviceUnavailableError(
+            f"a CUDA device was requested but no CUDA device was found (CuPy {cupy.__version__} "
+            "is installed; check nvidia-smi and CUDA_VISIBLE_DEVICES)")
+    return cupy
+
+
+class CupyBackend(Backend):
+    name = "cupy"
+    device_type = "cuda"
+    needs_device_context = True
+
+    def __init__(self):
+        cupy = import_cupy()
+        import cupyx
+
+        self.xp = cupy
+        self.array_type = cupy.ndarray
+        self._cupyx = cupyx
+        self._devices = {}  # id -> Device; cupy.cuda.Device is unhashable, so key on .id
+
+    def _device(self, id):
+        device = self._devices.get(id)
+        if device is None:
+            device = self._devices[id] = Device("cuda", id)
+        return device
+
+    def _id(self, device):
+        """The GPU index of a "cuda" Device; "cuda" alone means the current GPU."""
+        if device is None or device.index is None:
+            return self.xp.cuda.runtime.getDevice()
+        count = self.xp.cuda.runtime.getDeviceCount()
+        if not 0 <= device.index < count:
+            raise DeviceUnavailableError(
+                f"{device} does not exist: {count} CUDA device(s) found (cuda:0 to cuda:{count - 1})")
+        return device.index
+
+    def device_of(self, array):
+        return self._device(array.device.id)
+
+    def device_context(self, device):
+        return self.xp.cuda.Device(self._id(device))
+
+    def ensure_array(self, obj):
+        return obj if type(obj) is self.array_type else self.xp.asarray(obj)
+
+    def asarray(self, obj, dtype=None, device=None):
+        # CuPy creation functions take no device=: create under the device instead
+        with self.xp.cuda.Device(self._id(device)):
+            return self.xp.asarray(obj, dtype=dtype)
+
+    def zeros(self, shape, dtype, device):
+        with self.xp.cuda.Device(self._id(device)):
+            return self.xp.zeros(shape, dtype=dtype)
+
+    def to_device(self, array, device):
+        id = self._id(device)
+        if array.device.id == id:
+            return array
+        with self.xp.cuda.Device(id):
+            return self.xp.asarray(array)  # peer copy onto the current device
+
+    def to_numpy(self, array):
+        return array.get()  # numpy.asarray(cupy_array) raises by design
+
+    def scatter_add(self, target, index, values):
+        # cupyx.scatter_add takes float32/float64/int32/uint32/uint64 (and a few more) only
+        self._cupyx.scatter_add(target, index, values)
+        return target
+
+    def random_normal(self, shape, dtype, device):
+        with self.xp.cuda.Device(self._id(device)):
+            return self.xp.random.standard_normal(shape, dtype=dtype)
+
+    def random_uniform(self, shape, dtype, device):
+        with self.xp.cuda.Device(self._id(device)):
+            return self.xp.random.random_sample(shape, dtype=dtype)
+
+    def manual_seed(self, seed):
+        for id in range(self.xp.cuda.runtime.getDeviceCount()):
+            with self.xp.cuda.Device(id):
+                self.xp.random.seed(seed)
+
+    def synchronize(self, device):
+        self.xp.cuda.Device(self._id(device)).synchronize()
+
+    def memory_in_use(self, device):
+        with self.xp.cuda.Device(self._id(device)):
+            return self.xp.get_default_memory_pool().used_bytes()

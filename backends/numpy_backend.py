@@ -1,0 +1,51 @@
+"""NumPy: the CPU backend."""
+import contextlib
+
+import numpy
+
+from .base import Backend
+from .device import CPU
+
+
+class NumpyBackend(Backend):
+    name = "numpy"
+    device_type = "cpu"
+    xp = numpy
+    array_type = numpy.ndarray
+    single_device = True
+
+    def device_of(self, array):
+        return CPU
+
+    def device_context(self, device):
+        return contextlib.nullcontext()
+
+    def ensure_array(self, obj):
+        # NumPy reductions and 0-d arithmetic hand back scalars: make them 0-d arrays again.
+        return obj if type(obj) is numpy.ndarray else numpy.asarray(obj)
+
+    def asarray(self, obj, dtype=None, device=None):
+        return numpy.asarray(obj, dtype=dtype)
+
+    def zeros(self, shape, dtype, device):
+        return numpy.zeros(shape, dtype=dtype)
+
+    def to_device(self, array, device):
+        return array
+
+    def to_numpy(self, array):
+        return numpy.asarray(array)
+
+    def scatter_add(self, target, index, values):
+        numpy.add.at(target, index, values)
+        return target
+
+    def random_normal(self, shape, dtype, device):
+        # the global generator, so numpy.random.seed(n) reproduces a run as in DeZero
+        return numpy.random.randn(*shape).astype(dtype, copy=False)
+
+    def random_uniform(self, shape, dtype, device):
+        return numpy.random.rand(*shape).astype(dtype, copy=False)
+
+    def manual_seed(self, seed):
+        numpy.random.seed(seed)

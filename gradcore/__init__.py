@@ -1,0 +1,18 @@
+"""gradcore: define-by-run automatic differentiation on NumPy, CuPy or any array-API library."""
+from backends import Device, DeviceUnavailableError, cuda_available, parse_device
+
+# variable first: it binds its operators to gradcore.functions, which needs Function, which
+# needs Variable; importing in this order resolves the cycle once.
+from .variable import Parameter, Variable, as_array, as_variable  # noqa: I001
+from .function import Function
+from .engine import grad
+from .config import Config, enable_grad, is_grad_enabled, no_grad, test_mode, using_config
+from . import functions
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Variable", "Parameter", "Function", "as_variable", "as_array", "grad",
+    "Config", "using_config", "no_grad", "enable_grad", "test_mode", "is_grad_enabled",
+    "Device", "DeviceUnavailableError", "parse_device", "cuda_available", "functions",
+]

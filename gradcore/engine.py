@@ -1,0 +1,153 @@
+"""The backward walk: a heap keyed (-generation, -sequence), each Function visited once."""
+import heapq
+
+from .config import using_config
+from .variable import Variable
+
+
+def _seed(y, grad):
+    if grad is None:
+        return Variable(y.xp.ones_like(y._data), requires_grad=False)
+    if not isinstance(grad, Variable):
+        grad = Variable(grad, requires_grad=False)
+    if tuple(grad.shape) != tuple(y.shape):
+        raise ValueError(f"backward: the seed gradient has shape {tuple(grad.shape)} but the "
+                         f"output has shape {tuple(y.shape)}; pass a grad shaped like the output")
+    return grad
+
+
+def _run_hooks(x, g):
+    for hook in list(x._hooks):
+        result = hook(g)
+        if result is not None:
+            g = result if isinstance(result, Variable) else Variable(result, requires_grad=False)
+    return g
+
+
+def _check_root(y, where):
+    if not isinstance(y, Variable):
+        raise TypeError(f"{where}: expected a Variable, got {type(y).__name__}")
+    if y.creator is None and not y.requires_grad:
+        raise RuntimeError(
+            f"{where}: this Variable has no graph: it was computed under no_grad() or from inputs "
+            "that do not require grad. Compute it with grad mode on and at least one input "
+            "created with requires_grad=True")
+
+
+def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
+    """Propagate `seeds` back from `ys`. With `wanted` (id -> Variable), return their gradients
+    in a dict and leave every `.grad` alone; without, accumulate into the leaves' `.grad`."""
+    grads = {}    # id(Variable) -> its gradient so far (out of place: g = g + gx)
+    leaves = {}   # id(Variable) -> leaf Variable that received a gradient
+    captured = {}
+    heap = []
+    pushed = set()
+
+    def push(f):
+        if f not in pushed:
+            pushed.add(f)
+            heapq.heappush(heap, (-f.generation, -f.sequence, f))
+
+    for y, g in zip(ys, seeds):
+        key = id(y)
+        grads[key] = g if key not in grads else grads[key] + g
+        if y.creator is None:
+            leaves[key] = y
+        else:
+            push(y.creator)
+
+    with using_config("enable_backprop", create_graph):
+        while heap:
+            f = heapq.heappop(heap)[2]
+            gys = []
+            for i, ref in enumerate(f.outputs):
+                y = ref()
+                g = None if y is None else grads.pop(id(y), None)
+                if g is not None:
+                    if y._hooks:
+                        g = _run_hooks(y, g)
+                    if retain_grad:
+                        y.grad = g if y.grad is None else y.grad + g
+                    if wanted is not None and id(y) in wanted:
+                        captured[id(y)] = g
+                gys.append(g if g is not None else f.zeros_for_output(i))
+
+            backend = f.backend
+            if backend.needs_device_context:
+                with backend.device_context(f.device):
+                    gxs = f.backward(*gys)
+            else:
+                gxs = f.backward(*gys)
+            if gxs.__class__ is not tuple:
+                gxs = (gxs,)
+            if len(gxs) != len(f.inputs):
+                raise RuntimeError(
+                    f"{f._name()}.backward returned {len(gxs)} gradient(s) for "
+                    f"{len(f.inputs)} input(s); return one per input (None for a constant)")
+
+            for x, gx, need in zip(f.inputs, gxs, f.needs_input_grad):
+                if not need or gx is None:
+                    continue
+                if gx.__class__ is not Variable:
+                    gx = gx if isinstance(gx, Variable) else Variable(gx, requires_grad=False)
+                if gx._data.shape != x._data.shape:
+                    raise RuntimeError(
+                        f"{f._name()}.backward returned a gradient of shape {tuple(gx.shape)} "
+                        f"for an input of shape {tuple(x.shape)}")
+                key = id(x)
+                previous = grads.get(key)
+                grads[key] = gx if previous is None else previous + gx
+                if x.creator is None:
+                    leaves[key] = x
+                else:
+                    push(x.creator)
+
+        for key, x in leaves.items():
+            g = grads[key]
+            if x._hooks:
+                g = _run_hooks(x, g)
+            if wanted is not None:
+                if key in wanted:
+                    captured[key] = g
+            else:
+                x.grad = g if x.grad is None else x.grad + g
+    return captured
+
+
+def backward(y, grad=None, retain_grad=False, create_graph=False):
+    """Backpropagate from `y`, accumulating into `.grad` of the leaves (see Variable.backward)."""
+    _check_root(y, "backward")
+    _walk([y], [_seed(y, grad)], retain_grad, create_graph)
+
+
+def grad(outputs, inputs, grad_outputs=None, create_graph=False, allow_unused=False):
+    """The gradients of `outputs` with respect to `inputs`, leaving every `.grad` untouched.
+
+    `outputs` and `inputs` are Variables or sequences of them; `grad_outputs` the seeds (default:
+    ones). Returns a tuple, one gradient per input; an input the outputs do not depend on raises
+    unless `allow_unused=True`, which gives None for it.
+    """
+    outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+    inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+    if grad_outputs is None:
+        grad_outputs = [None] * len(outputs)
+    elif not isinstance(grad_outputs, (list, tuple)):
+        grad_outputs = [grad_outputs]
+    if len(grad_outputs) != len(outputs):
+        raise ValueError(f"grad: {len(grad_outputs)} grad_outputs for {len(outputs)} outputs")
+    for y in outputs:
+        _check_root(y, "grad")
+    for x in inputs:
+        if not isinstance(x, Variable):
+            raise TypeError(f"grad: inputs must be Variables, got {type(x).__name__}")
+    seeds = [_seed(y, g) for y, g in zip(outputs, grad_outputs)]
+    captured = _walk(outputs, seeds, False, create_graph, wanted={id(x): x for x in inputs})
+    result = []
+    for i, x in enumerate(inputs):
+        g = captured.get(id(x))
+        if g is None and not allow_unused:
+            raise RuntimeError(
+                f"grad: input {i} was not used to compute the outputs (or does not require grad); "
+                "pass allow_unused=True to get None for it")
+        result.append(g)
+    return tuple(result)

@@ -1,0 +1,196 @@
+"""Function: one node of the graph. __call__ unwraps, runs forward, wraps, and records."""
+import itertools
+import weakref
+
+import backends
+
+from .config import Config
+from .variable import _SCALARS, Variable
+
+_sequence = itertools.count()  # creation order: the heap's tie-break within a generation
+_new_variable = object.__new__
+
+
+def _output(data, backend, creator, generation):
+    """A Variable for a Function output, built without Variable.__init__'s checks."""
+    y = _new_variable(Variable)
+    y._data = data
+    y._backend = backend
+    y.name = None
+    y.grad = None
+    y.creator = creator
+    y.generation = generation
+    y.requires_grad = creator is not None
+    y._hooks = None
+    return y
+
+
+class Function:
+    """Subclass with `forward(*arrays)` -> array(s) and `backward(*gys)` -> gradient(s).
+
+    `forward` works on raw arrays (use `self.xp`); `backward` takes and returns Variables and is
+    written with gradcore ops, so differentiating it again (create_graph) just works.
+    """
+
+    __slots__ = ("inputs", "outputs", "generation", "sequence", "backend", "device",
+                 "needs_input_grad", "_saved", "_output_meta", "__weakref__", "__dict__")
+
+    def __call__(self, *inputs):
+        xs = []
+        backend = None
+        for x in inputs:
+            if isinstance(x, Variable):
+                if x._backend is not backend:
+                    if backend is None and x._backend is not None:
+                        backend = x._backend
+                    else:
+                        self._raise_mixed(inputs)
+                xs.append(x._data)
+            elif x.__class__ in _SCALARS:
+                xs.append(x)
+            else:  # a raw array (a constant) or something unsupported: wrap, then start again
+                return self(*[i if i.__class__ in _SCALARS else self._constant(i) for i in inputs])
+        if backend is None:
+            raise TypeError(f"{self._name()}: needs at least one Variable or array input, "
+                            f"got {', '.join(type(x).__name__ for x in inputs) or 'none'}")
+        self.backend = backend
+        if backend.single_device:
+            self.device = None
+        else:
+            self.device = self._common_device(backend, inputs)
+
+        try:
+            if backend.needs_device_context:
+                with backend.device_context(self.device):
+                    ys = self.forward(*xs)
+            else:
+                ys = self.forward(*xs)
+        except (ValueError, TypeError, IndexError) as e:
+            raise self._explain(e, inputs) from e
+
+        if ys.__class__ is not tuple:
+            ys = (ys,)
+        array_type = backend.array_type
+        creator = None
+        generation = 0
+        if Config.enable_backprop:
+            needs = tuple([isinstance(x, Variable) and x.requires_grad for x in inputs])
+            if True in needs:
+                creator = self
+                generation = max([x.generation for x in inputs if isinstance(x, Variable)])
+                self.generation = generation
+                self.sequence = next(_sequence)
+                self.inputs = inputs
+                self.needs_input_grad = needs
+                generation += 1
+        outputs = [_output(y, backend, creator, generation) if y.__class__ is array_type
+                   else self._foreign_output(y, backend, creator, generation) for y in ys]
+        if creator is not None:
+            self.outputs = tuple([weakref.ref(y) for y in outputs])
+            if len(outputs) > 1:  # to make zeros for an output that died before backward
+                self._output_meta = [(y.shape, y.dtype) for y in ys]
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def forward(self, *xs):
+        raise NotImplementedError(f"{type(self).__name__} must define forward(*xs)")
+
+    def backward(self, *gys):
+        raise NotImplementedError(f"{type(self).__name__} must define backward(*gys)")
+
+    # ---------------------------------------------------------------- helpers for authors
+    @property
+    def xp(self):
+        """The array namespace of this call's inputs (numpy, cupy, ...)."""
+        return self.backend.xp
+
+    def save_for_backward(self, *values):
+        """Keep arrays (or Variables) for backward; read them back with `saved_tensors`."""
+        self._saved = values
+
+    @property
+    def saved_tensors(self):
+        """The saved values as Variables: an input's or output's array comes back as that
+        Variable (so backward stays differentiable); any other array as a constant."""
+        known = {id(x._data): x for x in self.inputs if isinstance(x, Variable)}
+        for ref in self.outputs:
+            y = ref()
+            if y is not None:
+                known[id(y._data)] = y
+        return tuple(v if isinstance(v, Variable) or v is None or v.__class__ in _SCALARS
+                     else known.get(id(v)) or Variable(v, requires_grad=False)
+                     for v in self._saved)
+
+    @property
+    def next_functions(self):
+        """One `(creator, output_index)` per input; `(None, 0)` for a leaf or a constant."""
+        pairs = []
+        for x in self.inputs:
+            f = x.creator if isinstance(x, Variable) else None
+            index = 0
+            if f is not None:
+                index = next(i for i, ref in enumerate(f.outputs) if ref() is x)
+            pairs.append((f, index))
+        return tuple(pairs)
+
+    def zeros_for_output(self, i):
+        """A zero gradient for output `i` (used when that output is dead or got no gradient)."""
+        shape, dtype = self._output_meta[i]
+        return Variable(self.backend.zeros(shape, dtype, self.device), requires_grad=False)
+
+    def __repr__(self):
+        return f"<{type(self).__name__} generation={getattr(self, 'generation', None)}>"
+
+    # ---------------------------------------------------------------- the slow paths of __call__
+    def _name(self):
+        return type(self).__name__.lower()
+
+    def _constant(self, x):
+        if backends.backend_of(x) is None:
+            raise TypeError(
+                f"{self._name()}: unsupported input of type {type(x).__module__}."
+                f"{type(x).__qualname__}; pass a Variable, an array of a registered backend "
+                f"(numpy, cupy, array-API) or a Python int/float/bool")
+        return Variable(x, requires_grad=False)
+
+    def _raise_mixed(self, inputs):
+        variables = [x for x in inputs if isinstance(x, Variable)]
+        if any(x._data is None for x in variables):
+            raise ValueError(f"{self._name()}: an input Variable has no data (data is None)")
+        devices = []
+        for x in variables:
+            if x.device not in devices:
+                devices.append(x.device)
+        names = " and ".join(str(d) for d in devices)
+        raise TypeError(
+            f"{self._name()}: inputs are on {names} (different array libraries); "
+            f"move them to one device first, e.g. x.to('{devices[0]}')")
+
+    def _common_device(self, backend, inputs):
+        device = None
+        for x in inputs:
+            if isinstance(x, Variable):
+                d = backend.device_of(x._data)
+                if device is None:
+                    device = d
+                elif d != device:
+                    raise ValueError(
+                        f"{self._name()}: inputs are on {device} and {d}; "
+                        f"move them to one device first, e.g. x.to('{device}')")
+        return device
+
+    def _explain(self, error, inputs):
+        """The error from forward again, saying which op failed and on what shapes."""
+        shapes = [str(tuple(x.shape)) if isinstance(x, Variable) else repr(x) for x in inputs]
+        message = f"{self._name()}: {error} (inputs: {', '.join(shapes)})"
+        try:
+            return type(error)(message)
+        except Exception:
+            return ValueError(message)
+
+    def _foreign_output(self, y, backend, creator, generation):
+        other = backends.backend_of(y)
+        if other is None:
+            raise TypeError(f"{self._name()}.forward returned {type(y).__name__}, not an array")
+        if other is backend or y.__class__ is not other.array_type:
+            y = other.ensure_array(y)
+        return _output(y, other, creator, generation)

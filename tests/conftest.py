@@ -1,0 +1,75 @@
+"""The `xp` fixture: every test that takes it runs on each backend and device gradcore supports.
+
+NumPy; array-api-strict on its default device and on its fake `device1` (default-device arrays
+still convert silently to NumPy, so `device1` is what proves nothing leaks to the host); CuPy when
+a GPU is present (marked `gpu`, skipped cleanly without one).
+"""
+import numpy as np
+import pytest
+
+import array_api_strict
+import backends
+from backends.array_api_backend import ArrayAPIBackend
+
+array_api_strict.set_array_api_strict_flags(api_version="2024.12")
+STRICT = backends.register(ArrayAPIBackend(array_api_strict, array_api_strict.Array))
+DEVICE1 = backends.Device(STRICT.device_type, "device1")
+DEVICE2 = backends.Device(STRICT.device_type, "device2")
+
+
+class Case:
+    """One backend and device: `xp.asarray(...)` puts data there; other names are the namespace's."""
+
+    def __init__(self, name, backend, device):
+        self.name = name
+        self.backend = backend
+        self.device = device
+        self.namespace = backend.xp
+
+    def asarray(self, obj, dtype=None):
+        """`obj` (NumPy array, list, scalar) as an array of this case; dtype a NumPy dtype name."""
+        obj = np.asarray(obj, dtype=dtype)
+        return self.backend.asarray(obj, device=self.device)
+
+    def numpy(self, array):
+        return self.backend.to_numpy(array)
+
+    def __getattr__(self, name):
+        return getattr(self.namespace, name)
+
+    def __repr__(self):
+        return self.name
+
+
+def _cupy_case():
+    backend = backends.get_backend("cupy")
+    return Case("cupy", backend, backends.Device("cuda", 0))
+
+
+CASES = {
+    "numpy": lambda: Case("numpy", backends.NUMPY, backends.CPU),
+    "strict": lambda: Case("strict", STRICT, backends.Device(STRICT.device_type, "CPU_DEVICE")),
+    "strict-device1": lambda: Case("strict-device1", STRICT, DEVICE1),
+    "cupy": _cupy_case,
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    if backends.cuda_available():
+        return
+    skip = pytest.mark.skip(reason="needs CuPy and a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(params=[
+    "numpy", "strict", "strict-device1", pytest.param("cupy", marks=pytest.mark.gpu)])
+def xp(request):
+    return CASES[request.param]()
+
+
+@pytest.fixture(params=["numpy", "strict-device1", pytest.param("cupy", marks=pytest.mark.gpu)])
+def xp2(request):
+    """The shorter list for costlier tests: NumPy, array-api-strict device1, CuPy."""
+    return CASES[request.param]()
