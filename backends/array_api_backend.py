@@ -48,7 +48,7 @@ class ArrayAPIBackend(Backend):
         raise NotImplementedError(f"{self.name} computes where its arrays are; no context needed")
 
     def ensure_array(self, obj):
-        return obj if type(obj) is self.array_type else self.xp.asarray(obj)
+        return obj  # results are always arrays, 0-d included
 
     def asarray(self, obj, dtype=None, device=None):
         if isinstance(obj, numpy.ndarray) and obj.ndim and dtype is None:
@@ -70,6 +70,11 @@ class ArrayAPIBackend(Backend):
         if any(getattr(i, "ndim", 0) for i in index):
             raise NotImplementedError(
                 f"{self.name}: scatter_add with integer-array indices is not supported")
+        if any(i is None for i in index):
+            # the standard allows None (a new axis) when reading, not in __setitem__: a new axis
+            # only adds a size-1 axis to `values`, so drop it from the key and from `values`
+            index = tuple(i for i in index if i is not None)
+            values = self.xp.reshape(values, target[index].shape)
         target[index] = target[index] + values  # basic indices never repeat an element
         return target
 

@@ -32,7 +32,8 @@ class Backend:
         raise NotImplementedError
 
     def ensure_array(self, obj):
-        """`obj` as an array of this backend (re-wraps NumPy scalars returned by reductions)."""
+        """A scalar of this library (NumPy's reductions and 0-d ops return them) as a 0-d array;
+        anything else unchanged. Called on every op result that is not `array_type`."""
         raise NotImplementedError
 
     def asarray(self, obj, dtype=None, device=None):

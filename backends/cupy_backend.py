@@ -61,7 +61,7 @@ class CupyBackend(Backend):
         return self.xp.cuda.Device(self._id(device))
 
     def ensure_array(self, obj):
-        return obj if type(obj) is self.array_type else self.xp.asarray(obj)
+        return obj  # results are always arrays, 0-d included
 
     def asarray(self, obj, dtype=None, device=None):
         # CuPy creation functions take no device=: create under the device instead

@@ -22,7 +22,7 @@ class NumpyBackend(Backend):
 
     def ensure_array(self, obj):
         # NumPy reductions and 0-d arithmetic hand back scalars: make them 0-d arrays again.
-        return obj if type(obj) is numpy.ndarray else numpy.asarray(obj)
+        return numpy.asarray(obj) if isinstance(obj, numpy.generic) else obj
 
     def asarray(self, obj, dtype=None, device=None):
         return numpy.asarray(obj, dtype=dtype)

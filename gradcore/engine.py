@@ -13,6 +13,11 @@ def _seed(y, grad):
     if tuple(grad.shape) != tuple(y.shape):
         raise ValueError(f"backward: the seed gradient has shape {tuple(grad.shape)} but the "
                          f"output has shape {tuple(y.shape)}; pass a grad shaped like the output")
+    if grad._backend is not y._backend or grad.device != y.device:
+        raise ValueError(f"backward: the seed gradient is on {grad.device} but the output is on "
+                         f"{y.device}; move it there first, e.g. grad.to('{y.device}')")
+    if grad.dtype != y.dtype:  # the seed takes the output's dtype, as float32 stays float32
+        grad = Variable(y.xp.astype(grad._data, y.dtype), requires_grad=False)
     return grad
 
 
@@ -34,43 +39,55 @@ def _check_root(y, where):
             "created with requires_grad=True")
 
 
+def _output_grads(f, grads, retain_grad, wanted, captured):
+    """The gradients for f's outputs, after their hooks; zeros for a dead or unused output."""
+    gys = []
+    for i, ref in enumerate(f.outputs):
+        y = ref()
+        g = None if y is None else grads.pop(id(y), None)
+        if g is None:
+            gys.append(f.zeros_for_output(i))
+            continue
+        if y._hooks:
+            g = _run_hooks(y, g)
+        if retain_grad:
+            y.grad = g if y.grad is None else y.grad + g
+        if wanted is not None and id(y) in wanted:
+            captured[id(y)] = g
+        gys.append(g)
+    return gys
+
+
 def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
     """Propagate `seeds` back from `ys`. With `wanted` (id -> Variable), return their gradients
     in a dict and leave every `.grad` alone; without, accumulate into the leaves' `.grad`."""
     grads = {}    # id(Variable) -> its gradient so far (out of place: g = g + gx)
     leaves = {}   # id(Variable) -> leaf Variable that received a gradient
     captured = {}
-    heap = []
+    heap = []     # (-generation, -sequence, f): newest first; the pair is unique, f never compared
     pushed = set()
-
-    def push(f):
-        if f not in pushed:
-            pushed.add(f)
-            heapq.heappush(heap, (-f.generation, -f.sequence, f))
+    plain = not retain_grad and wanted is None
 
     for y, g in zip(ys, seeds):
         key = id(y)
         grads[key] = g if key not in grads else grads[key] + g
-        if y.creator is None:
+        f = y.creator
+        if f is None:
             leaves[key] = y
-        else:
-            push(y.creator)
+        elif f not in pushed:
+            pushed.add(f)
+            heapq.heappush(heap, (-f.generation, -f.sequence, f))
 
     with using_config("enable_backprop", create_graph):
         while heap:
             f = heapq.heappop(heap)[2]
-            gys = []
-            for i, ref in enumerate(f.outputs):
-                y = ref()
-                g = None if y is None else grads.pop(id(y), None)
-                if g is not None:
-                    if y._hooks:
-                        g = _run_hooks(y, g)
-                    if retain_grad:
-                        y.grad = g if y.grad is None else y.grad + g
-                    if wanted is not None and id(y) in wanted:
-                        captured[id(y)] = g
-                gys.append(g if g is not None else f.zeros_for_output(i))
+            outputs = f.outputs
+            if plain and len(outputs) == 1:  # the common case, kept short
+                y = outputs[0]()
+                g = grads.pop(id(y))
+                gys = (_run_hooks(y, g),) if y._hooks else (g,)
+            else:
+                gys = _output_grads(f, grads, retain_grad, wanted, captured)
 
             backend = f.backend
             if backend.needs_device_context:
@@ -80,12 +97,13 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
                 gxs = f.backward(*gys)
             if gxs.__class__ is not tuple:
                 gxs = (gxs,)
-            if len(gxs) != len(f.inputs):
+            inputs = f.inputs
+            if len(gxs) != len(inputs):
                 raise RuntimeError(
                     f"{f._name()}.backward returned {len(gxs)} gradient(s) for "
-                    f"{len(f.inputs)} input(s); return one per input (None for a constant)")
+                    f"{len(inputs)} input(s); return one per input (None for a constant)")
 
-            for x, gx, need in zip(f.inputs, gxs, f.needs_input_grad):
+            for x, gx, need in zip(inputs, gxs, f.needs_input_grad):
                 if not need or gx is None:
                     continue
                 if gx.__class__ is not Variable:
@@ -97,10 +115,12 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
                 key = id(x)
                 previous = grads.get(key)
                 grads[key] = gx if previous is None else previous + gx
-                if x.creator is None:
+                creator = x.creator
+                if creator is None:
                     leaves[key] = x
-                else:
-                    push(x.creator)
+                elif creator not in pushed:
+                    pushed.add(creator)
+                    heapq.heappush(heap, (-creator.generation, -creator.sequence, creator))
 
         for key, x in leaves.items():
             g = grads[key]

@@ -1,5 +1,6 @@
 """Function: one node of the graph. __call__ unwraps, runs forward, wraps, and records."""
 import itertools
+import re
 import weakref
 
 import backends
@@ -9,6 +10,10 @@ from .variable import _SCALARS, Variable
 
 _sequence = itertools.count()  # creation order: the heap's tie-break within a generation
 _new_variable = object.__new__
+
+
+def _snake_case(name):
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
 
 
 def _output(data, backend, creator, generation):
@@ -33,10 +38,14 @@ class Function:
     """
 
     __slots__ = ("inputs", "outputs", "generation", "sequence", "backend", "device",
-                 "needs_input_grad", "_saved", "_output_meta", "__weakref__", "__dict__")
+                 "needs_input_grad", "_output_meta", "__weakref__", "__dict__")
+    _saved = ()
+    op_name = None  # the name errors use; by default the class name in snake case
 
     def __call__(self, *inputs):
         xs = []
+        needs = []
+        generation = 0
         backend = None
         for x in inputs:
             if isinstance(x, Variable):
@@ -46,18 +55,19 @@ class Function:
                     else:
                         self._raise_mixed(inputs)
                 xs.append(x._data)
+                needs.append(x.requires_grad)
+                if x.generation > generation:
+                    generation = x.generation
             elif x.__class__ in _SCALARS:
                 xs.append(x)
+                needs.append(False)
             else:  # a raw array (a constant) or something unsupported: wrap, then start again
-                return self(*[i if i.__class__ in _SCALARS else self._constant(i) for i in inputs])
+                return self(*[self._constant(i) for i in inputs])
         if backend is None:
             raise TypeError(f"{self._name()}: needs at least one Variable or array input, "
                             f"got {', '.join(type(x).__name__ for x in inputs) or 'none'}")
         self.backend = backend
-        if backend.single_device:
-            self.device = None
-        else:
-            self.device = self._common_device(backend, inputs)
+        self.device = None if backend.single_device else self._common_device(backend, inputs)
 
         try:
             if backend.needs_device_context:
@@ -68,28 +78,41 @@ class Function:
         except (ValueError, TypeError, IndexError) as e:
             raise self._explain(e, inputs) from e
 
-        if ys.__class__ is not tuple:
-            ys = (ys,)
-        array_type = backend.array_type
         creator = None
-        generation = 0
-        if Config.enable_backprop:
-            needs = tuple([isinstance(x, Variable) and x.requires_grad for x in inputs])
-            if True in needs:
-                creator = self
-                generation = max([x.generation for x in inputs if isinstance(x, Variable)])
-                self.generation = generation
-                self.sequence = next(_sequence)
-                self.inputs = inputs
-                self.needs_input_grad = needs
-                generation += 1
-        outputs = [_output(y, backend, creator, generation) if y.__class__ is array_type
-                   else self._foreign_output(y, backend, creator, generation) for y in ys]
+        if True in needs and Config.enable_backprop:
+            creator = self
+            self.generation = generation
+            self.sequence = next(_sequence)
+            self.inputs = inputs
+            self.needs_input_grad = tuple(needs)
+            generation += 1
+
+        if ys.__class__ is not tuple:  # one output: the common case, kept short
+            if ys.__class__ is not backend.array_type:
+                ys, backend = self._wrap_output(ys, backend)
+            y = _new_variable(Variable)
+            y._data = ys
+            y._backend = backend
+            y.name = y.grad = y._hooks = None
+            y.creator = creator
+            y.generation = generation
+            if creator is None:
+                y.requires_grad = False
+            else:
+                y.requires_grad = True
+                self.outputs = (weakref.ref(y),)
+            return y
+        outputs = []
+        for y in ys:
+            b = backend
+            if y.__class__ is not b.array_type:
+                y, b = self._wrap_output(y, b)
+            outputs.append(_output(y, b, creator, generation))
         if creator is not None:
             self.outputs = tuple([weakref.ref(y) for y in outputs])
-            if len(outputs) > 1:  # to make zeros for an output that died before backward
-                self._output_meta = [(y.shape, y.dtype) for y in ys]
-        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+            # shapes and dtypes, to make zeros for an output that dies before backward
+            self._output_meta = [(y.shape, y.dtype) for y in outputs]
+        return tuple(outputs)
 
     def forward(self, *xs):
         raise NotImplementedError(f"{type(self).__name__} must define forward(*xs)")
@@ -117,7 +140,7 @@ class Function:
             if y is not None:
                 known[id(y._data)] = y
         return tuple(v if isinstance(v, Variable) or v is None or v.__class__ in _SCALARS
-                     else known.get(id(v)) or Variable(v, requires_grad=False)
+                     else known[id(v)] if id(v) in known else Variable(v, requires_grad=False)
                      for v in self._saved)
 
     @property
@@ -142,9 +165,13 @@ class Function:
 
     # ---------------------------------------------------------------- the slow paths of __call__
     def _name(self):
-        return type(self).__name__.lower()
+        """The op's name in messages: `op_name`, else the class name in snake case."""
+        return self.op_name or _snake_case(type(self).__name__)
 
     def _constant(self, x):
+        """Variables and scalars as they are; a raw array as a constant Variable."""
+        if isinstance(x, Variable) or x.__class__ in _SCALARS:
+            return x
         if backends.backend_of(x) is None:
             raise TypeError(
                 f"{self._name()}: unsupported input of type {type(x).__module__}."
@@ -187,10 +214,15 @@ class Function:
         except Exception:
             return ValueError(message)
 
-    def _foreign_output(self, y, backend, creator, generation):
-        other = backends.backend_of(y)
-        if other is None:
-            raise TypeError(f"{self._name()}.forward returned {type(y).__name__}, not an array")
-        if other is backend or y.__class__ is not other.array_type:
-            y = other.ensure_array(y)
-        return _output(y, other, creator, generation)
+    def _wrap_output(self, y, backend):
+        """(array, backend) for a forward result that is not an array of the inputs' backend:
+        a NumPy scalar from a 0-d op or a reduction, or another backend's array (to())."""
+        array = backend.ensure_array(y)
+        if array.__class__ is not backend.array_type:
+            backend = backends.backend_of(y)
+            if backend is None:
+                raise TypeError(f"{self._name()}.forward returned {type(y).__name__}, not an array")
+            array = backend.ensure_array(y)
+        if array is not y and self._saved:  # a saved scalar must come back as this output
+            self._saved = tuple(array if v is y else v for v in self._saved)
+        return array, backend

@@ -102,7 +102,9 @@ class Variable:
         return transpose(self)
 
     def __len__(self):
-        return len(self._data)
+        if not self._data.ndim:
+            raise TypeError("len() of a 0-d Variable")
+        return self._data.shape[0]
 
     def __bool__(self):
         return bool(self._data)

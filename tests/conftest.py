@@ -12,7 +12,9 @@ import backends
 from backends.array_api_backend import ArrayAPIBackend
 
 array_api_strict.set_array_api_strict_flags(api_version="2024.12")
-STRICT = backends.register(ArrayAPIBackend(array_api_strict, array_api_strict.Array))
+# array-api-strict 2.6 does not export its array class by name: take it from an instance
+STRICT_ARRAY = type(array_api_strict.asarray(0.0))
+STRICT = backends.register(ArrayAPIBackend(array_api_strict, STRICT_ARRAY))
 DEVICE1 = backends.Device(STRICT.device_type, "device1")
 DEVICE2 = backends.Device(STRICT.device_type, "device2")
 

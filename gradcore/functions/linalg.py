@@ -11,6 +11,8 @@ def _swap_last(x):
 
 
 class MatMul(Function):
+    op_name = "matmul"
+
     def forward(self, x, W):
         return self.xp.matmul(x, W)
 

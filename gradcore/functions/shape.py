@@ -80,6 +80,10 @@ class SumTo(Function):
         lead = x.ndim - len(self.shape)
         if lead < 0:
             raise ValueError(f"cannot sum shape {x.shape} to the larger shape {self.shape}")
+        if any(n != 1 and n != x.shape[lead + i] for i, n in enumerate(self.shape)):
+            # each target axis must be 1 or match: (2, 3) cannot become (3, 2)
+            raise ValueError(f"cannot sum shape {tuple(x.shape)} to shape {self.shape}: "
+                             "it does not broadcast to the input shape")
         axes = tuple(range(lead)) + tuple(
             lead + i for i, n in enumerate(self.shape) if n == 1 and x.shape[lead + i] != 1)
         y = self.xp.sum(x, axis=axes, keepdims=True)
@@ -92,9 +96,10 @@ class SumTo(Function):
 
 def sum_to(x, shape):
     """Sum x over broadcast axes so it has `shape` (the reverse of broadcast_to)."""
-    shape = _normalize_shape(shape)
+    if shape.__class__ is not tuple:
+        shape = _normalize_shape(shape)
     if x.shape == shape:
-        return as_variable(x)
+        return x if isinstance(x, Variable) else as_variable(x)
     return SumTo(shape)(x)
 
 

@@ -1,0 +1,218 @@
+"""backends: Device values, type-keyed dispatch, moves between devices, and the CUDA errors."""
+import pathlib
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import array_api_strict
+import backends
+import gradcore
+from backends import CPU, Device, DeviceUnavailableError, parse_device
+from conftest import DEVICE1, DEVICE2, STRICT
+
+
+# =============================================================================== Device values
+@pytest.mark.parametrize("text, type, index", [
+    ("cpu", "cpu", None),
+    ("cuda", "cuda", None),
+    ("cuda:0", "cuda", 0),
+    ("cuda:1", "cuda", 1),
+    ("array_api_strict:device1", "array_api_strict", "device1"),
+])
+def test_device_string_round_trip(text, type, index):
+    device = parse_device(text)
+    assert (device.type, device.index) == (type, index)
+    assert str(device) == text
+    assert parse_device(str(device)) == device
+    assert device == text and text == device  # equal to its string, both ways round
+    assert hash(device) == hash(text)
+    assert repr(device) == f"Device({text!r})"
+
+
+def test_device_equality_and_hashing():
+    assert Device("cuda", 1) == Device("cuda", "1") == "cuda:1"
+    assert Device("cuda", 1) != Device("cuda", 0)
+    assert Device("cuda") != Device("cuda", 0)  # "the current GPU" is not a fixed index
+    assert CPU != "cuda" and CPU != DEVICE1
+    assert CPU != "not a device:" and CPU != 3  # no exception, just unequal
+    table = {parse_device("cuda:1"): "gpu1", CPU: "host"}
+    assert table[Device("cuda", 1)] == "gpu1"
+    assert table["cpu"] == "host"  # a string finds the Device key
+    assert len({Device("cpu"), CPU, parse_device("cpu")}) == 1
+    assert parse_device(CPU) is CPU and parse_device(None) is CPU
+    assert DEVICE1 != DEVICE2 and DEVICE1 == "array_api_strict:device1"
+
+
+@pytest.mark.parametrize("text", ["", ":1", "cuda:", "cpu:0", "cuda:x", "cuda:-1", "gpu:"])
+def test_invalid_device_strings_raise_value_error(text):
+    with pytest.raises(ValueError, match="invalid device"):
+        parse_device(text)
+
+
+def test_invalid_device_objects():
+    with pytest.raises(TypeError, match="got int"):
+        parse_device(0)
+    with pytest.raises(ValueError, match="without ':'"):
+        Device("cuda:0")
+    with pytest.raises(TypeError, match="index"):
+        Device("cuda", 1.5)
+
+
+# =============================================================================== dispatch
+def test_backend_of_is_keyed_on_the_exact_type():
+    assert backends.backend_of(np.ones(2)) is backends.NUMPY
+    assert backends._by_type[np.ndarray] is backends.NUMPY
+
+    class Sub(np.ndarray):
+        pass
+
+    sub = np.ones(2).view(Sub)
+    assert Sub not in backends._by_type
+    assert backends.backend_of(sub) is backends.NUMPY  # first sight: the slow path fills the dict
+    assert backends._by_type[Sub] is backends.NUMPY
+
+    strict = array_api_strict.asarray([1.0], device=STRICT.native(DEVICE1))
+    assert backends.backend_of(strict) is STRICT
+    assert backends._by_type[type(strict)] is STRICT
+
+
+def test_backend_of_rejects_what_no_backend_owns():
+    for obj in (3.0, [1.0], "text", object(), None):
+        assert backends.backend_of(obj) is None
+        assert not backends.is_array(obj)
+    assert backends.is_array(np.zeros(()))
+
+
+def test_registries_and_lookups():
+    assert backends.get_backend("numpy") is backends.NUMPY
+    assert backends.get_backend(STRICT.name) is STRICT
+    assert backends.backend_for_device("cpu") is backends.NUMPY
+    assert backends.backend_for_device(DEVICE1) is STRICT
+    assert backends.backend_for_device("array_api_strict:device2") is STRICT
+    with pytest.raises(ValueError, match="no backend named 'nope'"):
+        backends.get_backend("nope")
+    with pytest.raises(ValueError, match="unknown device tpu"):
+        backends.backend_for_device("tpu")
+    with pytest.raises(DeviceUnavailableError, match="array_api_strict:nowhere does not exist"):
+        STRICT.asarray(np.ones(2), device=Device("array_api_strict", "nowhere"))
+
+
+def test_import_gradcore_does_not_import_cupy():
+    code = "import gradcore, sys; assert 'cupy' not in sys.modules, 'cupy was imported'"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+# =============================================================================== backend members
+def test_case_arrays_live_where_asked(xp):
+    a = xp.asarray([[1.0, 2.0], [3.0, 4.0]], dtype="float32")
+    assert xp.backend.device_of(a) == xp.device
+    assert backends.backend_of(a) is xp.backend
+    back = xp.numpy(a)
+    assert isinstance(back, np.ndarray) and back.dtype == np.float32
+    np.testing.assert_array_equal(back, [[1.0, 2.0], [3.0, 4.0]])
+    z = xp.backend.zeros((2, 3), a.dtype, xp.device)
+    assert xp.backend.device_of(z) == xp.device and z.dtype == a.dtype
+    np.testing.assert_array_equal(xp.numpy(z), np.zeros((2, 3)))
+
+
+def test_ensure_array_rewraps_scalars(xp):
+    a = xp.asarray([1.0, 2.0])
+    s = xp.backend.ensure_array(xp.sum(a))
+    assert backends.backend_of(s) is xp.backend and s.shape == ()
+    assert backends.NUMPY.ensure_array(np.float64(2.5)).__class__ is np.ndarray
+
+
+def test_scatter_add_basic_indices(xp):
+    target = xp.backend.zeros((3, 4), xp.asarray(0.0).dtype, xp.device)
+    values = xp.asarray(np.arange(4.0).reshape(2, 2))
+    out = xp.backend.scatter_add(target, (slice(1, None), slice(None, None, 2)), values)
+    expected = np.zeros((3, 4))
+    expected[1:, ::2] += np.arange(4.0).reshape(2, 2)
+    np.testing.assert_array_equal(xp.numpy(out), expected)
+
+
+def test_scatter_add_with_a_new_axis(xp):
+    target = xp.backend.zeros((3, 4), xp.asarray(0.0).dtype, xp.device)
+    values = xp.asarray(np.ones((4, 1)))  # what x[1, ..., None] looks like
+    out = xp.backend.scatter_add(target, (1, Ellipsis, None), values)
+    expected = np.zeros((3, 4))
+    expected[1] = 1.0
+    np.testing.assert_array_equal(xp.numpy(out), expected)
+
+
+def test_numpy_scatter_add_repeats_add_up():
+    target = np.zeros(3)
+    backends.NUMPY.scatter_add(target, np.array([0, 2, 0, 0]), np.array([1.0, 2.0, 3.0, 4.0]))
+    np.testing.assert_array_equal(target, [8.0, 0.0, 2.0])
+
+
+def test_to_device_moves_within_and_across_backends():
+    a = np.arange(3.0)
+    on1 = backends.to_device(a, DEVICE1)
+    assert backends.backend_of(on1) is STRICT and STRICT.device_of(on1) == DEVICE1
+    on2 = backends.to_device(on1, "array_api_strict:device2")
+    assert STRICT.device_of(on2) == DEVICE2
+    home = backends.to_device(on2, "cpu")
+    assert type(home) is np.ndarray
+    np.testing.assert_array_equal(home, a)
+    assert backends.to_device(a, CPU) is a  # already there: no copy
+
+
+# =============================================================================== CUDA errors
+def test_cuda_without_a_gpu_is_one_clear_error():
+    pytest.importorskip("cupy")
+    if backends.cuda_available():
+        pytest.skip("a GPU is present")
+    with pytest.raises(DeviceUnavailableError, match="no CUDA device"):
+        backends.backend_for_device("cuda")
+    x = gradcore.Variable(np.arange(3.0))
+    with pytest.raises(DeviceUnavailableError, match="no CUDA device"):
+        x.to("cuda:0")
+    with pytest.raises(DeviceUnavailableError, match="no CUDA device"):
+        x.to_gpu()
+    assert type(x.data) is np.ndarray and x.device == "cpu"  # nothing moved
+    assert gradcore.DeviceUnavailableError is DeviceUnavailableError
+    assert issubclass(DeviceUnavailableError, RuntimeError)
+
+
+def test_cuda_without_cupy_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", None)  # `import cupy` now raises ImportError
+    monkeypatch.delitem(backends._by_name, "cupy", raising=False)
+    monkeypatch.delitem(backends._by_device_type, "cuda", raising=False)
+    assert not backends.cuda_available()
+    with pytest.raises(DeviceUnavailableError, match=r"pip install 'gradcore\[gpu\]'"):
+        backends.get_backend("cupy")
+    x = gradcore.Variable(np.arange(3.0))
+    with pytest.raises(DeviceUnavailableError, match="CuPy is not installed"):
+        x.to("cuda")
+    with pytest.raises(DeviceUnavailableError, match=r"gradcore\[gpu\]"):
+        x.to_gpu()
+    assert type(x.data) is np.ndarray
+
+
+@pytest.mark.gpu
+def test_cuda_device_values_on_a_gpu():
+    cupy_backend = backends.get_backend("cupy")
+    a = cupy_backend.asarray(np.arange(3.0), device=Device("cuda", 0))
+    assert backends.backend_of(a) is cupy_backend
+    assert cupy_backend.device_of(a) == "cuda:0"
+    np.testing.assert_array_equal(cupy_backend.to_numpy(a), np.arange(3.0))
+    count = cupy_backend.xp.cuda.runtime.getDeviceCount()
+    with pytest.raises(DeviceUnavailableError, match="does not exist"):
+        cupy_backend.asarray(np.ones(2), device=Device("cuda", count))
+
+
+def test_every_xp_name_the_ops_use_exists_in_cupy():
+    """CuPy's main namespace is not all of the array API (no vecdot, no unstack): every `xp.<name>`
+    written in gradcore must exist there. CuPy imports without a GPU, so this runs in CI."""
+    cupy = pytest.importorskip("cupy")
+    root = pathlib.Path(gradcore.__file__).parent
+    names = set()
+    for path in root.rglob("*.py"):
+        names.update(re.findall(r"\bxp\.([A-Za-z_]\w*)", path.read_text()))
+    assert {"exp", "matmul", "sum"} <= names  # the scan finds the ops' calls
+    assert sorted(n for n in names if not hasattr(cupy, n)) == []

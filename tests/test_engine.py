@@ -1,0 +1,429 @@
+"""The backward walk and gradcore.grad: DeZero's examples, hooks, higher order, deep graphs."""
+import weakref
+
+import numpy as np
+import pytest
+
+import gradcore
+import gradcore.functions as F
+from conftest import DEVICE1, STRICT
+from gradcore import Function, Variable
+
+
+def var(xp, values, dtype="float64", **kwargs):
+    return Variable(xp.asarray(values, dtype=dtype), **kwargs)
+
+
+# =============================================================================== DeZero steps 11-18
+def test_same_variable_twice(xp):
+    x = var(xp, 3.0)
+    F.add(x, x).backward()
+    assert x.grad.item() == 2.0
+
+
+def test_cleargrad_between_two_backward_calls(xp):
+    x = var(xp, 3.0)
+    F.add(x, x).backward()
+    F.add(F.add(x, x), x).backward()
+    assert x.grad.item() == 5.0  # without cleargrad, gradients accumulate
+    x.cleargrad()
+    assert x.grad is None
+    F.add(F.add(x, x), x).backward()
+    assert x.grad.item() == 3.0
+
+
+def test_accumulation_is_out_of_place(xp):
+    x = var(xp, [1.0, 2.0])
+    (x * 2).backward()
+    first = x.grad
+    kept = first.numpy().copy()
+    (x * 3).backward()
+    assert x.grad is not first
+    np.testing.assert_array_equal(first.numpy(), kept)  # a gradient someone holds is not changed
+    np.testing.assert_array_equal(x.grad.numpy(), [5.0, 5.0])
+
+
+def test_diamond(xp):
+    x = var(xp, 2.0)
+    a = F.square(x)
+    y = F.add(F.square(a), F.square(a))  # 2 x^4
+    y.backward()
+    assert y.item() == 32.0
+    assert x.grad.item() == 64.0
+
+
+def test_each_function_runs_once_in_generation_order(xp):
+    calls = []
+
+    class Traced(Function):
+        def __init__(self, name):
+            self.name = name
+
+        def forward(self, x):
+            return x * 1.0
+
+        def backward(self, gy):
+            calls.append(self.name)
+            return gy
+
+    x = var(xp, 1.0)
+    a = Traced("a")(x)
+    b = Traced("b")(a)
+    c = Traced("c")(a)
+    d = Traced("d")(b)
+    y = F.add(F.add(d, c), F.add(a, b))
+    y.backward()
+    assert sorted(calls) == ["a", "b", "c", "d"]  # each once, however many consumers
+    assert calls[-1] == "a"
+    assert calls.index("d") < calls.index("b")
+    assert x.grad.item() == 4.0  # four paths: x-a-b-d, x-a-c, x-a, x-a-b
+
+
+def test_retain_grad_false_keeps_leaf_gradients_only(xp):
+    x = var(xp, 1.0)
+    t = F.square(x)
+    y = F.exp(t)
+    y.backward()
+    assert y.grad is None and t.grad is None
+    np.testing.assert_allclose(x.grad.item(), 2 * np.e, rtol=1e-14)
+
+
+def test_retain_grad_true_keeps_every_gradient(xp):
+    x = var(xp, 1.0)
+    t = F.square(x)
+    y = F.exp(t)
+    y.backward(retain_grad=True)
+    assert y.grad.item() == 1.0
+    np.testing.assert_allclose(t.grad.item(), np.e, rtol=1e-14)
+    np.testing.assert_allclose(x.grad.item(), 2 * np.e, rtol=1e-14)
+
+
+def test_no_grad_records_nothing(xp):
+    x = var(xp, [1.0, 2.0])
+    with gradcore.no_grad():
+        y = F.square(F.square(x))
+        z = x * 2 + 1
+    for v in (y, z):
+        assert v.creator is None and v.generation == 0 and v.requires_grad is False
+    np.testing.assert_array_equal(y.numpy(), [1.0, 16.0])
+    w = F.square(x)  # recording again after the block
+    assert w.creator is not None and w.generation == 1
+
+
+def test_backward_from_a_leaf(xp):
+    x = var(xp, [1.0, 2.0])
+    x.backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [1.0, 1.0])
+
+
+def test_default_seed_is_ones(xp):
+    x = var(xp, [1.0, 2.0, 3.0])
+    y = x * x
+    y.backward()  # the gradient of sum(y)
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 4.0, 6.0])
+
+
+# =============================================================================== seeds
+def test_backward_with_an_array_seed(xp):
+    x = var(xp, [1.0, 2.0, 3.0])
+    y = x * x
+    y.backward(grad=xp.asarray([1.0, 0.0, -2.0]))
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 0.0, -12.0])
+
+
+def test_backward_with_a_variable_seed(xp):
+    x = var(xp, [1.0, 2.0])
+    y = F.exp(x)
+    y.backward(grad=var(xp, [2.0, 3.0], requires_grad=False), retain_grad=True)
+    np.testing.assert_allclose(x.grad.numpy(), [2 * np.e, 3 * np.e ** 2], rtol=1e-14)
+    np.testing.assert_array_equal(y.grad.numpy(), [2.0, 3.0])
+
+
+def test_backward_with_a_wrongly_shaped_seed(xp):
+    x = var(xp, [1.0, 2.0, 3.0])
+    y = x * 2
+    for seed in (xp.asarray([1.0, 2.0]), var(xp, [[1.0, 2.0, 3.0]])):
+        with pytest.raises(ValueError, match=r"seed gradient has shape \(.*\) but the output has "
+                                             r"shape \(3,\)"):
+            y.backward(grad=seed)
+    assert x.grad is None
+
+
+def test_a_seed_on_another_device_is_rejected_before_anything_changes():
+    x = Variable(STRICT.asarray(np.array([1.0, 2.0]), device=DEVICE1))
+    y = x + 1
+    with pytest.raises((TypeError, ValueError), match="seed"):
+        y.backward(grad=np.ones(2))
+    assert x.grad is None
+
+
+def test_a_float64_seed_keeps_float32_gradients(xp):
+    x = var(xp, [1.0, 2.0], "float32")
+    y = x * 2.0
+    y.backward(grad=xp.asarray([1.0, 1.0], dtype="float64"))
+    assert x.grad.dtype == xp.float32
+
+
+# =============================================================================== hooks
+def test_hook_doubles_a_gradient_and_remove_undoes_it(xp):
+    x = var(xp, [1.0, 2.0])
+    handle = x.register_hook(lambda g: g * 2)
+    (x * 3).backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [6.0, 6.0])
+    handle.remove()
+    x.cleargrad()
+    (x * 3).backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [3.0, 3.0])
+    handle.remove()  # twice is harmless
+
+
+def test_hook_on_an_intermediate_changes_what_flows_on(xp):
+    x = var(xp, 2.0)
+    t = x * 3
+    seen = []
+    t.register_hook(lambda g: seen.append(g.item()))  # returns None: gradient unchanged
+    t.register_hook(lambda g: g * 10)
+    y = t * t
+    y.backward()
+    assert seen == [12.0]  # dy/dt = 2t = 12, seen once, with the total
+    assert x.grad.item() == 360.0  # 12 * 10 * 3
+    assert t.grad is None
+
+
+def test_hook_needs_a_callable():
+    with pytest.raises(TypeError, match="callable"):
+        Variable(1.0).register_hook(3)
+
+
+def test_hook_runs_in_grad():
+    x = Variable(np.array(2.0))
+    x.register_hook(lambda g: g + 1)
+    g, = gradcore.grad(x * 5, x)
+    assert g.item() == 6.0 and x.grad is None
+
+
+# =============================================================================== higher order
+def _poly(x):
+    return x ** 4 - 2 * x ** 2  # y'' = 12 x^2 - 4 = 44 at x = 2
+
+
+def test_second_derivative_with_backward_create_graph(xp):
+    x = var(xp, 2.0)
+    y = _poly(x)
+    y.backward(create_graph=True)
+    gx = x.grad
+    assert gx.item() == pytest.approx(24.0, rel=1e-14)  # 4 x^3 - 4 x
+    assert gx.creator is not None  # the backward pass was recorded
+    x.cleargrad()
+    gx.backward()
+    assert x.grad.item() == pytest.approx(44.0, rel=1e-14)
+
+
+def test_backward_without_create_graph_records_nothing(xp):
+    x = var(xp, 2.0)
+    _poly(x).backward()
+    assert x.grad.creator is None and x.grad.requires_grad is False
+
+
+def test_second_derivative_with_grad(xp):
+    x = var(xp, 2.0)
+    gx, = gradcore.grad(_poly(x), x, create_graph=True)
+    gxx, = gradcore.grad(gx, x)
+    assert (gx.item(), gxx.item()) == pytest.approx((24.0, 44.0), rel=1e-14)
+    assert x.grad is None
+
+
+def _tanh_derivatives(t):
+    """d^k/dx^k tanh(x), k = 1..5, as polynomials in t = tanh(x): each is p(t) * (1 - t^2),
+    because d/dx p(t) = p'(t) (1 - t^2)."""
+    s = 1 - t * t
+    return [
+        s,
+        -2 * t * s,
+        (6 * t ** 2 - 2) * s,
+        (16 * t - 24 * t ** 3) * s,
+        (120 * t ** 4 - 120 * t ** 2 + 16) * s,
+    ]
+
+
+def test_tanh_closed_forms_are_right():
+    """Check the closed forms themselves: each against a central difference of the one before,
+    and the Taylor series tanh x = x - x^3/3 + 2 x^5/15 at 0 (d3 = -2, d5 = 16)."""
+    a = np.array([-1.3, -0.4, 0.2, 0.9, 1.7])
+    h = 1e-5
+    up, down = _tanh_derivatives(np.tanh(a + h)), _tanh_derivatives(np.tanh(a - h))
+    exact = _tanh_derivatives(np.tanh(a))
+    for k in range(4):
+        np.testing.assert_allclose((up[k] - down[k]) / (2 * h), exact[k + 1], rtol=1e-7, atol=1e-8)
+    at0 = _tanh_derivatives(0.0)
+    assert at0 == [1.0, 0.0, -2.0, 0.0, 16.0]
+
+
+def test_tanh_derivatives_up_to_fifth_order(xp):
+    a = np.array([-1.3, -0.4, 0.0, 0.2, 0.9, 1.7])
+    x = var(xp, a)
+    g = F.tanh(x)
+    expected = _tanh_derivatives(np.tanh(a))
+    for k in range(5):
+        g, = gradcore.grad(g, x, create_graph=True)  # elementwise: the seed of ones gives d^k
+        np.testing.assert_allclose(g.numpy(), expected[k], rtol=1e-12, atol=1e-12,
+                                   err_msg=f"derivative {k + 1}")
+
+
+def test_tanh_derivatives_with_repeated_backward(xp):
+    x = var(xp, [0.5, -1.0])
+    y = F.tanh(x)
+    y.backward(create_graph=True)
+    for k in range(1, 4):
+        gx = x.grad
+        x.cleargrad()
+        gx.backward(create_graph=True)
+    np.testing.assert_allclose(x.grad.numpy(), _tanh_derivatives(np.tanh([0.5, -1.0]))[3],
+                               rtol=1e-12)
+
+
+def test_mixed_second_derivative(xp):
+    x, w = var(xp, 3.0), var(xp, 2.0)
+    y = x ** 2 * F.sin(w)
+    gx, = gradcore.grad(y, x, create_graph=True)  # 2 x sin w
+    gxw, = gradcore.grad(gx, w)                   # 2 x cos w
+    np.testing.assert_allclose(gxw.item(), 6 * np.cos(2.0), rtol=1e-14)
+
+
+# =============================================================================== gradcore.grad
+def test_grad_leaves_every_grad_untouched(xp):
+    x, w = var(xp, [1.0, 2.0]), var(xp, [3.0, 4.0])
+    t = x * w
+    y = F.sum(t)
+    gx, gw = gradcore.grad(y, [x, w])
+    np.testing.assert_array_equal(gx.numpy(), [3.0, 4.0])
+    np.testing.assert_array_equal(gw.numpy(), [1.0, 2.0])
+    assert x.grad is None and w.grad is None and t.grad is None and y.grad is None
+    x.grad = var(xp, [100.0, 100.0])  # an existing .grad is neither used nor changed
+    gx2, = gradcore.grad(y, x)
+    np.testing.assert_array_equal(gx2.numpy(), [3.0, 4.0])
+    np.testing.assert_array_equal(x.grad.numpy(), [100.0, 100.0])
+
+
+def test_grad_with_respect_to_an_intermediate(xp):
+    x = var(xp, 2.0)
+    t = x * 3
+    y = t * t
+    gt, gx = gradcore.grad(y, [t, x])
+    assert (gt.item(), gx.item()) == (12.0, 36.0)
+    assert t.grad is None and x.grad is None
+
+
+def test_grad_with_grad_outputs_and_several_outputs(xp):
+    x = var(xp, [1.0, 2.0])
+    y1, y2 = x * 2, x * x
+    g, = gradcore.grad([y1, y2], [x], grad_outputs=[xp.asarray([1.0, 1.0]), xp.asarray([3.0, 0.0])])
+    np.testing.assert_array_equal(g.numpy(), [2 + 3 * 2, 2 + 0])
+    g, = gradcore.grad(y2, x, grad_outputs=var(xp, [0.5, 0.5]))  # a single seed, unwrapped
+    np.testing.assert_array_equal(g.numpy(), [1.0, 2.0])
+    with pytest.raises(ValueError, match="1 grad_outputs for 2 outputs"):
+        gradcore.grad([y1, y2], x, grad_outputs=[xp.asarray([1.0, 1.0])])
+
+
+def test_grad_allow_unused(xp):
+    x, unused = var(xp, 2.0), var(xp, 5.0)
+    y = x * x
+    with pytest.raises(RuntimeError, match="input 1 was not used.*allow_unused=True"):
+        gradcore.grad(y, [x, unused])
+    gx, gu = gradcore.grad(y, [x, unused], allow_unused=True)
+    assert gx.item() == 4.0 and gu is None
+    frozen = var(xp, 1.0, requires_grad=False)
+    _, gf = gradcore.grad(y * frozen, [x, frozen], allow_unused=True)
+    assert gf is None
+
+
+def test_grad_checks_its_arguments():
+    x = Variable(np.array(1.0))
+    with pytest.raises(TypeError, match="grad: inputs must be Variables"):
+        gradcore.grad(x * 2, [x, np.array(1.0)])
+    with pytest.raises(TypeError, match="grad: expected a Variable"):
+        gradcore.grad(np.array(1.0), x)
+
+
+def test_grad_create_graph_false_gives_constants(xp):
+    x = var(xp, 2.0)
+    g, = gradcore.grad(x ** 3, x)
+    assert g.creator is None and g.item() == pytest.approx(12.0, rel=1e-14)
+
+
+# =============================================================================== multi-output
+class Split(Function):
+    """Two outputs from one input: (2x, x^2)."""
+
+    def forward(self, x):
+        return x * 2.0, x * x
+
+    def backward(self, g0, g1):
+        x, = self.inputs
+        return g0 * 2.0 + g1 * 2 * x
+
+
+def test_a_dropped_output_contributes_zeros(xp):
+    x = var(xp, [1.0, 3.0])
+    a, b = Split()(x)
+    ref = weakref.ref(b)
+    del b
+    assert ref() is None  # outputs are held weakly: the second output is really gone
+    a.backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 2.0])
+
+
+def test_an_unused_output_contributes_zeros(xp):
+    x = var(xp, [1.0, 3.0])
+    a, b = Split()(x)
+    (b * 1.0).backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 6.0])
+    assert b.creator is a.creator
+
+
+# =============================================================================== deep graphs
+N_DEEP = 100_000
+
+
+def _chain(n):
+    """x and y = x + 1 + 1 ... (n additions), with a weak reference to the first Function."""
+    x = Variable(np.array(0.0))
+    y = x + 1
+    first = weakref.ref(y.creator)
+    for _ in range(n - 1):
+        y = y + 1
+    return x, y, first
+
+
+def test_a_100k_op_chain_backward_and_free():
+    x, y, first = _chain(N_DEEP)
+    assert y.item() == N_DEEP and y.generation == N_DEEP
+    y.backward()
+    assert x.grad.item() == 1.0
+    last = weakref.ref(y.creator)
+    del y  # frees 100,000 Functions one after another: no RecursionError, no crash
+    assert last() is None and first() is None
+    assert x.grad.item() == 1.0 and x.creator is None
+
+
+def test_unchain_backward_on_a_100k_op_chain():
+    x, y, first = _chain(N_DEEP)
+    before_last = weakref.ref(y.creator.inputs[0].creator)
+    y.unchain_backward()
+    assert before_last() is None and first() is None  # everything behind y's creator is freed
+    last = y.creator
+    assert last is not None and last.inputs[0].creator is None
+    y.backward()
+    assert x.grad is None  # the way back to x is gone
+    assert last.inputs[0].grad.item() == 1.0  # y's input is now a leaf
+
+
+def test_unchain_backward_on_a_diamond(xp):
+    x = var(xp, 2.0)
+    a = F.square(x)
+    b, c = F.exp(a), F.sin(a)
+    y = b + c
+    y.unchain_backward()
+    assert y.creator is not None and b.creator is None and c.creator is None and a.creator is None
+    y.backward()
+    assert x.grad is None and b.grad.item() == 1.0 and c.grad.item() == 1.0

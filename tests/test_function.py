@@ -1,0 +1,283 @@
+"""Function: recording the graph, authoring helpers, and errors raised before anything changes."""
+import numpy as np
+import pytest
+
+import gradcore
+import gradcore.functions as F
+from conftest import DEVICE1, DEVICE2, STRICT
+from gradcore import Function, Variable
+
+
+def var(xp, values, dtype="float64", **kwargs):
+    return Variable(xp.asarray(values, dtype=dtype), **kwargs)
+
+
+class SumAndProduct(Function):
+    """Two inputs, two outputs: (a + b, a * b)."""
+
+    def forward(self, a, b):
+        return a + b, a * b
+
+    def backward(self, gs, gp):
+        a, b = self.inputs
+        return gs + gp * b, gs + gp * a
+
+
+# =============================================================================== recording
+def test_variable_length_inputs_and_outputs(xp):
+    a, b = var(xp, 2.0), var(xp, 3.0)
+    s, p = SumAndProduct()(a, b)
+    assert (s.item(), p.item()) == (5.0, 6.0)
+    assert s.creator is p.creator and isinstance(s.creator, SumAndProduct)
+    f = s.creator
+    assert f.inputs == (a, b)
+    assert [ref() for ref in f.outputs] == [s, p]
+    (s + p).backward()  # d/da (a + b + ab) = 1 + b
+    assert (a.grad.item(), b.grad.item()) == (4.0, 3.0)
+
+
+def test_generations(xp):
+    x = var(xp, 1.0)
+    a = F.square(x)
+    b = F.exp(a)
+    c = F.add(a, b)
+    assert (x.generation, a.generation, b.generation, c.generation) == (0, 1, 2, 3)
+    assert (a.creator.generation, b.creator.generation, c.creator.generation) == (0, 1, 2)
+    assert a.creator.sequence < b.creator.sequence < c.creator.sequence
+
+
+def test_is_leaf_grad_fn_and_next_functions(xp):
+    x = var(xp, 2.0)
+    t = F.square(x)
+    c = var(xp, 5.0, requires_grad=False)
+    y = t * c
+    assert x.is_leaf and c.is_leaf and not t.is_leaf and not y.is_leaf
+    assert x.grad_fn is None and t.grad_fn is t.creator and isinstance(t.grad_fn, F.Square)
+    assert y.grad_fn.next_functions == ((t.creator, 0), (None, 0))
+    assert t.grad_fn.next_functions == ((None, 0),)
+    z = y * 2  # a Python scalar is a constant as well
+    assert z.grad_fn.next_functions == ((y.creator, 0), (None, 0))
+
+
+def test_next_functions_names_the_output_index(xp):
+    s, p = SumAndProduct()(var(xp, 2.0), var(xp, 3.0))
+    z = F.add(p, s)
+    assert z.grad_fn.next_functions == ((p.creator, 1), (s.creator, 0))
+
+
+def test_nothing_is_recorded_when_no_input_requires_grad(xp):
+    x = var(xp, [1.0, 2.0], requires_grad=False)
+    y = F.exp(x) * 2
+    assert y.creator is None and y.generation == 0 and y.requires_grad is False
+    with pytest.raises(RuntimeError, match="no graph"):
+        y.backward()
+
+
+def test_a_constant_input_never_receives_a_gradient(xp):
+    x = var(xp, [1.0, 2.0])
+    c = var(xp, [3.0, 4.0], requires_grad=False)
+    y = x * c
+    assert y.creator.needs_input_grad == (True, False)
+    y.backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [3.0, 4.0])
+    assert c.grad is None
+
+
+# =============================================================================== authoring helpers
+class ScaledProduct(Function):
+    """y = k a b the PyTorch way: save_for_backward, saved_tensors, needs_input_grad."""
+
+    def __init__(self, k):
+        self.k = k
+
+    def forward(self, a, b):
+        y = self.k * a * b
+        self.save_for_backward(a, b, y, self.k)
+        return y
+
+    def backward(self, gy):
+        a, b, y, k = self.saved_tensors
+        self.seen = (a, b, y, k, self.needs_input_grad)
+        ga = gy * k * b if self.needs_input_grad[0] else None
+        gb = gy * k * a if self.needs_input_grad[1] else None
+        return ga, gb
+
+
+def test_custom_function_with_saved_tensors(xp):
+    a = var(xp, 3.0)
+    b = var(xp, 4.0, requires_grad=False)
+    f = ScaledProduct(2.0)
+    y = f(a, b)
+    assert y.item() == 24.0
+    y.backward()
+    assert a.grad.item() == 8.0 and b.grad is None
+    sa, sb, sy, k, needs = f.seen
+    assert sa is a and sb is b  # saved input arrays come back as the input Variables
+    assert isinstance(sy, Variable) and sy.item() == 24.0
+    assert k == 2.0 and needs == (True, False)
+
+
+def test_a_saved_output_comes_back_as_the_output_variable(xp):
+    a, b = var(xp, 3.0), var(xp, 4.0)
+    f = ScaledProduct(2.0)
+    y = f(a, b)
+    y.backward()
+    assert f.seen[2] is y
+
+
+def test_custom_function_is_differentiable_twice(xp):
+    a, b = var(xp, 3.0), var(xp, 4.0)
+    y = ScaledProduct(2.0)(a, b) * a  # 2 a^2 b
+    ga, = gradcore.grad(y, a, create_graph=True)  # 4 a b
+    assert ga.item() == 48.0
+    gab, = gradcore.grad(ga, b)  # 4 a
+    assert gab.item() == 12.0
+
+
+@pytest.mark.parametrize("a, b", [(0.0, 5.0), ([2.0, 3.0], [5.0, 6.0])], ids=["zero", "vector"])
+def test_saved_inputs_come_back_whatever_their_values(xp2, a, b):
+    a, b = var(xp2, a), var(xp2, b)
+    f = ScaledProduct(1.0)
+    f(a, b).backward()
+    assert f.seen[0] is a and f.seen[1] is b
+    np.testing.assert_array_equal(a.grad.numpy(), b.numpy())
+
+
+def test_a_function_without_forward_or_backward_says_so():
+    class Empty(Function):
+        pass
+
+    with pytest.raises(NotImplementedError, match="Empty must define forward"):
+        Empty()(Variable(1.0))
+
+    class NoBackward(Function):
+        def forward(self, x):
+            return x * 2
+
+    y = NoBackward()(Variable(1.0))
+    with pytest.raises(NotImplementedError, match="NoBackward must define backward"):
+        y.backward()
+
+
+def test_backward_returning_the_wrong_number_of_gradients():
+    class Bad(Function):
+        def forward(self, a, b):
+            return a + b
+
+        def backward(self, gy):
+            return gy
+
+    x = Variable(1.0)
+    with pytest.raises(RuntimeError, match="returned 1 gradient.*for 2 input"):
+        Bad()(x, Variable(2.0)).backward()
+    assert x.grad is None
+
+
+def test_backward_returning_a_wrongly_shaped_gradient():
+    class Bad(Function):
+        def forward(self, x):
+            return x * 2
+
+        def backward(self, gy):
+            return F.sum(gy)
+
+    x = Variable(np.ones(3))
+    with pytest.raises(RuntimeError, match=r"shape \(\) for an input of shape \(3,\)"):
+        Bad()(x).backward()
+    assert x.grad is None
+
+
+# =============================================================================== errors
+def _assert_untouched(*xs):
+    for x in xs:
+        assert x.grad is None and x.creator is None and x.generation == 0
+
+
+def test_inputs_on_two_devices_are_a_value_error():
+    a = Variable(STRICT.asarray(np.ones(3), device=DEVICE1))
+    b = Variable(STRICT.asarray(np.ones(3), device=DEVICE2))
+    for op in (F.add, F.mul, F.matmul):
+        with pytest.raises(ValueError) as info:
+            op(a, b)
+        message = str(info.value)
+        assert message.startswith(op.__name__ + ":")
+        assert "array_api_strict:device1" in message and "array_api_strict:device2" in message
+    _assert_untouched(a, b)
+
+
+def test_mixing_array_libraries_is_a_type_error():
+    a = Variable(STRICT.asarray(np.ones(3), device=DEVICE1))
+    b = Variable(np.ones(3))
+    with pytest.raises(TypeError, match=r"add: inputs are on array_api_strict:device1 and cpu"):
+        a + b
+    with pytest.raises(TypeError, match=r"mul: inputs are on cpu and array_api_strict:device1"):
+        b * a
+    _assert_untouched(a, b)
+
+
+def test_mixing_array_libraries_in_a_non_leaf():
+    x = Variable(np.ones(3))
+    t = x * 2
+    a = Variable(STRICT.asarray(np.ones(3), device=DEVICE1))
+    with pytest.raises(TypeError, match="sub: inputs are on"):
+        t - a
+    t.backward()  # the failed op left nothing behind: the graph is still x -> t
+    np.testing.assert_array_equal(x.grad.data, [2.0, 2.0, 2.0])
+
+
+def test_shape_mismatch_in_add_names_the_op_and_both_shapes(xp):
+    a = var(xp, np.ones(3))
+    b = var(xp, np.ones(4))
+    with pytest.raises(ValueError) as info:
+        a + b
+    message = str(info.value)
+    assert message.startswith("add:") and "(3,)" in message and "(4,)" in message
+    _assert_untouched(a, b)
+
+
+def test_shape_mismatch_in_matmul_names_the_op_and_both_shapes(xp):
+    a = var(xp, np.ones((2, 3)))
+    t = a * 1.0
+    b = var(xp, np.ones((4, 3)))
+    with pytest.raises(ValueError) as info:
+        t @ b
+    message = str(info.value)
+    assert message.startswith("matmul:") and "(2, 3)" in message and "(4, 3)" in message
+    _assert_untouched(a, b)
+    t.backward()
+    np.testing.assert_array_equal(a.grad.numpy(), np.ones((2, 3)))
+
+
+def test_unsupported_input_to_an_op():
+    x = Variable(np.ones(2))
+    with pytest.raises(TypeError, match="add: unsupported input of type builtins.str"):
+        F.add("1", x)
+    with pytest.raises(TypeError, match="needs at least one Variable or array input"):
+        F.add(1, 2)
+    _assert_untouched(x)
+
+
+def test_unsupported_second_input_is_named():
+    x = Variable(np.ones(2))
+    with pytest.raises(TypeError, match="add: unsupported input of type builtins.str"):
+        F.add(x, "1")
+
+
+def test_backward_of_a_graph_computed_under_no_grad(xp):
+    x = var(xp, [1.0, 2.0])
+    with gradcore.no_grad():
+        y = F.square(x)
+    with pytest.raises(RuntimeError, match="no graph.*no_grad"):
+        y.backward()
+    with pytest.raises(RuntimeError, match="no graph"):
+        gradcore.grad(y, x)
+    assert x.grad is None
+
+
+@pytest.mark.gpu
+def test_mixing_cpu_and_cuda_is_a_type_error():
+    a = Variable(np.ones(3))
+    b = Variable(np.ones(3)).to("cuda:0")
+    with pytest.raises(TypeError, match="add: inputs are on cpu and cuda:0"):
+        a + b
+    assert a.grad is None and a.creator is None

@@ -1,0 +1,433 @@
+"""Variable: construction, properties, operators, indexing, shape methods, dtypes and devices."""
+import numpy as np
+import pytest
+
+import gradcore
+import gradcore.functions as F
+from conftest import DEVICE1, DEVICE2, STRICT
+from gradcore import Parameter, Variable, as_array, as_variable
+
+
+def var(xp, values, dtype="float64"):
+    return Variable(xp.asarray(values, dtype=dtype))
+
+
+# =============================================================================== construction
+def test_wraps_an_array_without_copying(xp):
+    a = xp.asarray([1.0, 2.0])
+    x = Variable(a, name="x")
+    assert x.data is a
+    assert x.name == "x" and x.grad is None and x.creator is None and x.generation == 0
+    assert x.requires_grad is True and x.is_leaf
+    assert x.backend is xp.backend and x.xp is xp.namespace
+    assert Variable(a, requires_grad=False).requires_grad is False
+
+
+@pytest.mark.parametrize("data, dtype, shape", [
+    (2.5, np.float64, ()), (3, np.int64, ()), (True, np.bool_, ()),
+    ([1.0, 2.0], np.float64, (2,)), ((1, 2, 3), np.int64, (3,)),
+    ([[1.0], [2.0]], np.float64, (2, 1)),
+    (np.float32(1.5), np.float32, ()),  # a NumPy scalar becomes a 0-d array
+])
+def test_python_values_become_numpy_arrays(data, dtype, shape):
+    x = Variable(data)
+    assert type(x.data) is np.ndarray
+    assert x.dtype == dtype and x.shape == shape
+    np.testing.assert_array_equal(x.data, np.asarray(data))
+
+
+@pytest.mark.parametrize("data", [{"a": 1}, "text", {1.0, 2.0}, object(), b"bytes"])
+def test_unsupported_data_is_a_type_error_naming_the_type(data):
+    with pytest.raises(TypeError, match=type(data).__qualname__) as info:
+        Variable(data)
+    assert "registered backend" in str(info.value)  # and says what is accepted
+
+
+def test_a_variable_is_not_valid_data():
+    with pytest.raises(TypeError, match="gradcore.variable.Variable"):
+        Variable(Variable(1.0))
+
+
+def test_setting_bad_data_changes_nothing():
+    x = Variable(np.arange(3.0))
+    old = x.data
+    with pytest.raises(TypeError, match="dict"):
+        x.data = {}
+    assert x.data is old and x.backend.name == "numpy" and x.shape == (3,)
+
+
+def test_as_variable_and_as_array(xp):
+    x = var(xp, [1.0])
+    assert as_variable(x) is x
+    wrapped = as_variable(xp.asarray([1.0]))
+    assert isinstance(wrapped, Variable) and wrapped.backend is xp.backend
+    a = xp.asarray([1.0, 2.0])
+    assert as_array(a) is a
+    s = as_array(np.float64(2.0))
+    assert type(s) is np.ndarray and s.shape == () and s == 2.0
+    assert isinstance(Parameter(a), Variable)
+
+
+# =============================================================================== properties
+def test_properties(xp):
+    x = var(xp, np.arange(6.0).reshape(2, 3), "float32")
+    assert x.shape == (2, 3) and x.ndim == 2 and x.size == 6
+    assert x.dtype == xp.float32
+    assert x.device == xp.device
+    t = x.T
+    assert isinstance(t, Variable) and t.shape == (3, 2)
+    np.testing.assert_array_equal(t.numpy(), np.arange(6.0).reshape(2, 3).T)
+    n = x.numpy()
+    assert type(n) is np.ndarray and n.dtype == np.float32
+    np.testing.assert_array_equal(n, np.arange(6.0).reshape(2, 3))
+
+
+def test_len(xp):
+    assert len(var(xp, np.zeros((4, 2)))) == 4
+    assert len(var(xp, [1.0, 2.0, 3.0])) == 3
+
+
+def test_len_of_a_0d_variable_is_an_error():
+    with pytest.raises(TypeError):
+        len(Variable(1.0))
+
+
+def test_item(xp):
+    value = var(xp, 3.5).item()
+    assert value == 3.5 and type(value) is float
+    assert var(xp, [[7.0]]).item() == 7.0
+    with pytest.raises(ValueError):
+        var(xp, [1.0, 2.0]).item()
+
+
+def test_repr():
+    assert repr(Variable(np.array([1.0, 2.0]))) == "variable([1. 2.])"
+    assert repr(Variable(np.array(3.0))) == "variable(3.0)"
+    assert repr(Variable(None)) == "variable(None)"
+    # continuation lines line up under the first row
+    assert repr(Variable(np.array([[1.0, 2.0], [3.0, 4.0]]))) == (
+        "variable([[1. 2.]\n"
+        "          [3. 4.]])")
+
+
+def test_repr_names_a_device_other_than_cpu():
+    x = Variable(STRICT.asarray(np.array([1.0, 2.0]), device=DEVICE1))
+    assert repr(x) == "variable([1. 2.], device=array_api_strict:device1)"
+
+
+# =============================================================================== operators
+SCALAR_OPS = [
+    # (name, f(x), value at x, derivative at x)
+    ("x + 2", lambda x: x + 2, lambda a: a + 2, lambda a: np.ones_like(a)),
+    ("2 + x", lambda x: 2 + x, lambda a: 2 + a, lambda a: np.ones_like(a)),
+    ("x - 2", lambda x: x - 2, lambda a: a - 2, lambda a: np.ones_like(a)),
+    ("2 - x", lambda x: 2 - x, lambda a: 2 - a, lambda a: -np.ones_like(a)),
+    ("x * 3", lambda x: x * 3, lambda a: a * 3, lambda a: 3 * np.ones_like(a)),
+    ("3 * x", lambda x: 3 * x, lambda a: 3 * a, lambda a: 3 * np.ones_like(a)),
+    ("x / 2", lambda x: x / 2, lambda a: a / 2, lambda a: 0.5 * np.ones_like(a)),
+    ("2 / x", lambda x: 2 / x, lambda a: 2 / a, lambda a: -2 / a ** 2),
+    ("-x", lambda x: -x, lambda a: -a, lambda a: -np.ones_like(a)),
+    ("x ** 3", lambda x: x ** 3, lambda a: a ** 3, lambda a: 3 * a ** 2),
+    ("x ** 0.5", lambda x: x ** 0.5, np.sqrt, lambda a: 0.5 / np.sqrt(a)),
+]
+
+
+@pytest.mark.parametrize("name, f, value, derivative", SCALAR_OPS, ids=[o[0] for o in SCALAR_OPS])
+def test_operators_with_python_scalars(xp, name, f, value, derivative):
+    a = np.array([0.5, 1.0, 2.0])
+    x = var(xp, a)
+    y = f(x)
+    assert isinstance(y, Variable) and y.device == xp.device
+    np.testing.assert_allclose(y.numpy(), value(a), rtol=1e-14)
+    y.backward()
+    np.testing.assert_allclose(x.grad.numpy(), derivative(a), rtol=1e-14)
+
+
+def test_operators_between_variables(xp):
+    a, b = np.array([1.0, 2.0]), np.array([3.0, 5.0])
+    x, w = var(xp, a), var(xp, b)
+    y = (x + w) * (x - w) / w
+    y.backward()
+    np.testing.assert_allclose(y.numpy(), (a + b) * (a - b) / b, rtol=1e-14)
+    np.testing.assert_allclose(x.grad.numpy(), 2 * a / b, rtol=1e-14)  # (a^2 - b^2)/b
+    np.testing.assert_allclose(w.grad.numpy(), -a ** 2 / b ** 2 - 1, rtol=1e-14)
+
+
+def test_matmul_operator(xp):
+    A = np.arange(6.0).reshape(2, 3)
+    B = np.arange(12.0).reshape(3, 4) / 10
+    x, W = var(xp, A), var(xp, B)
+    y = x @ W
+    np.testing.assert_allclose(y.numpy(), A @ B, rtol=1e-14)
+    y.backward()
+    np.testing.assert_allclose(x.grad.numpy(), np.ones((2, 4)) @ B.T, rtol=1e-14)
+    np.testing.assert_allclose(W.grad.numpy(), A.T @ np.ones((2, 4)), rtol=1e-14)
+
+
+def test_pow_takes_a_number_only():
+    x = Variable(2.0)
+    with pytest.raises(TypeError, match="exponent must be a Python number"):
+        x ** x
+    assert x.creator is None and x.grad is None
+
+
+def test_ndarray_op_variable_reaches_the_reflected_operator():
+    """`__array_ufunc__ = None`: NumPy returns NotImplemented, so Python calls the Variable."""
+    calls = []
+
+    class Probe(Variable):
+        __slots__ = ()
+
+        def __radd__(self, other):
+            calls.append(("radd", other))
+            return "radd"
+
+        def __rmul__(self, other):
+            calls.append(("rmul", other))
+            return "rmul"
+
+        def __rmatmul__(self, other):
+            calls.append(("rmatmul", other))
+            return "rmatmul"
+
+    p = Probe(np.ones(2))
+    a = np.array([1.0, 2.0])
+    assert a + p == "radd"
+    assert a * p == "rmul"
+    assert a @ p == "rmatmul"
+    assert [c[0] for c in calls] == ["radd", "rmul", "rmatmul"]
+    assert all(c[1] is a for c in calls)
+
+
+def test_ndarray_op_variable_gives_a_variable():
+    a = np.array([1.0, 2.0])
+    x = Variable(np.array([3.0, 4.0]))
+    y = a * x + a - a / x
+    assert isinstance(y, Variable)
+    np.testing.assert_allclose(y.data, a * x.data + a - a / x.data)
+    y.backward()
+    np.testing.assert_allclose(x.grad.data, a + a / x.data ** 2)
+    z = np.ones((2, 2)) @ x
+    assert isinstance(z, Variable)
+
+
+def test_variable_op_array_treats_the_array_as_a_constant(xp):
+    c = xp.asarray([2.0, 3.0])
+    x = var(xp, [1.0, 4.0])
+    y = F.add(x * c, c)
+    np.testing.assert_array_equal(y.numpy(), [4.0, 15.0])
+    assert y.creator.next_functions[1] == (None, 0)  # the constant is a leaf of nothing
+    y.backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 3.0])
+
+
+def test_ops_on_raw_arrays_only_record_nothing(xp):
+    y = F.add(xp.asarray([1.0, 2.0]), xp.asarray([3.0, 4.0]))
+    assert isinstance(y, Variable) and y.creator is None and not y.requires_grad
+    np.testing.assert_array_equal(y.numpy(), [4.0, 6.0])
+
+
+# =============================================================================== indexing
+@pytest.mark.parametrize("index, shape", [
+    ((slice(1, None), slice(None, None, 2)), (2, 2)),
+    ((1, slice(None)), (4,)),
+    ((Ellipsis, 2), (3,)),
+    ((slice(None, None, -1), slice(0, 1)), (3, 1)),
+    ((None, 0, Ellipsis), (1, 4)),
+])
+def test_getitem_and_its_gradient(xp, index, shape):
+    a = np.arange(12.0).reshape(3, 4)
+    x = var(xp, a)
+    y = x[index]
+    assert y.shape == shape
+    np.testing.assert_array_equal(y.numpy(), a[index])
+    y.backward()
+    expected = np.zeros_like(a)
+    expected[index] = 1.0
+    np.testing.assert_array_equal(x.grad.numpy(), expected)
+    assert x.grad.device == xp.device
+
+
+def test_overlapping_slices_add_up(xp):
+    x = var(xp, [1.0, 2.0, 3.0, 4.0])
+    y = x[0:3] * x[1:4]  # x0 x1 + x1 x2 + x2 x3
+    y.backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 4.0, 6.0, 3.0])
+
+
+# =============================================================================== shape methods
+def test_reshape_method_forms(xp):
+    a = np.arange(6.0)
+    x = var(xp, a)
+    for y in (x.reshape(2, 3), x.reshape((2, 3)), x.reshape([2, 3])):
+        assert y.shape == (2, 3)
+        np.testing.assert_array_equal(y.numpy(), a.reshape(2, 3))
+    assert x.reshape(6) is x  # same shape: no op recorded
+    y = x.reshape(3, -1) * var(xp, [[1.0, 2.0]])
+    y.backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [1.0, 2.0] * 3)
+
+
+def test_transpose_method_forms(xp):
+    a = np.arange(24.0).reshape(2, 3, 4)
+    x = var(xp, a)
+    assert x.transpose().shape == (4, 3, 2) and x.transpose(None).shape == (4, 3, 2)
+    for y in (x.transpose(1, 2, 0), x.transpose((1, 2, 0)), x.transpose([1, 2, 0])):
+        np.testing.assert_array_equal(y.numpy(), a.transpose(1, 2, 0))
+    y = x.transpose(2, 0, 1) * var(xp, np.arange(4.0).reshape(4, 1, 1))
+    y.backward()
+    np.testing.assert_array_equal(x.grad.numpy(), np.broadcast_to(np.arange(4.0), (2, 3, 4)))
+
+
+def test_sum_method(xp):
+    a = np.arange(6.0).reshape(2, 3)
+    x = var(xp, a)
+    np.testing.assert_array_equal(x.sum().numpy(), a.sum())
+    np.testing.assert_array_equal(x.sum(axis=0).numpy(), a.sum(axis=0))
+    np.testing.assert_array_equal(x.sum(axis=[0, 1]).numpy(), a.sum())
+    k = x.sum(axis=1, keepdims=True)
+    assert k.shape == (2, 1)
+    (k * var(xp, [[1.0], [2.0]])).backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [[1.0] * 3, [2.0] * 3])
+    with pytest.raises(ValueError, match=r"sum: .*axis 2.*\(inputs: \(2, 3\)\)"):
+        x.sum(axis=2)
+
+
+# =============================================================================== detach, unchain
+def test_detach(xp):
+    x = var(xp, [1.0, 2.0])
+    y = x * 2
+    d = y.detach()
+    assert d.data is y.data and d.creator is None and d.requires_grad is False
+    z = d * 3
+    assert z.creator is None  # nothing requires grad: nothing recorded
+    with pytest.raises(RuntimeError, match="no graph"):
+        z.backward()
+    (y + d).backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 2.0])  # no gradient through d
+
+
+def test_unchain(xp):
+    x = var(xp, 2.0)
+    y = x * 3
+    z = y * y
+    assert not y.is_leaf
+    y.unchain()
+    assert y.is_leaf and y.creator is None
+    z.backward()
+    assert x.grad is None  # the link to x is cut
+    assert y.grad.item() == 12.0  # y is a leaf now, so it keeps its gradient
+
+
+# =============================================================================== float32
+FLOAT32_OPS = {
+    "x * 2.0": lambda x, W: x * 2.0,
+    "1 / x": lambda x, W: 1 / x,
+    "x ** 2": lambda x, W: x ** 2,
+    "x ** 0.5": lambda x, W: x ** 0.5,
+    "x - 0.5": lambda x, W: 0.5 - x + x / 3.0,
+    "sum": lambda x, W: x.sum(),
+    "sum-axis": lambda x, W: F.sum(x, axis=0),
+    "exp": lambda x, W: F.exp(x),
+    "tanh": lambda x, W: F.tanh(x),
+    "log-sin-cos": lambda x, W: F.log(x) + F.sin(x) * F.cos(x),
+    "matmul": lambda x, W: x @ W,
+    "broadcast": lambda x, W: x + W[0:2, 0:1],
+}
+
+
+@pytest.mark.parametrize("name", list(FLOAT32_OPS))
+def test_float32_stays_float32(xp, name):
+    x = var(xp, [[0.5, 1.0, 2.0], [1.5, 2.5, 3.0]], "float32")
+    W = var(xp, np.ones((3, 4)) / 4, "float32")
+    y = FLOAT32_OPS[name](x, W)
+    assert y.dtype == xp.float32
+    y.backward()
+    assert x.grad.dtype == xp.float32
+    assert W.grad is None or W.grad.dtype == xp.float32
+
+
+def test_float32_higher_order_stays_float32(xp):
+    x = var(xp, [0.5, 1.0], "float32")
+    g, = gradcore.grad(F.tanh(x) * x ** 3, x, create_graph=True)
+    gg, = gradcore.grad(g, x)
+    assert g.dtype == xp.float32 and gg.dtype == xp.float32
+
+
+# =============================================================================== devices
+def test_to_is_differentiable_from_cpu():
+    a = np.array([1.0, 2.0, 3.0])
+    x = Variable(a)
+    y = x.to(DEVICE1)
+    assert y.device == DEVICE1 and y.backend is STRICT
+    z = (y * y).sum()
+    assert z.device == DEVICE1
+    z.backward()
+    assert type(x.grad.data) is np.ndarray and x.grad.device == "cpu"
+    np.testing.assert_array_equal(x.grad.data, 2 * a)
+
+
+def test_to_is_differentiable_between_devices(xp2):
+    target = DEVICE2 if xp2.device == DEVICE1 else DEVICE1
+    a = np.array([1.0, 2.0, 3.0])
+    x = var(xp2, a)
+    assert x.to(xp2.device) is x  # already there
+    y = x.to(str(target))  # a string works as well as a Device
+    assert y.device == target
+    F.exp(y).backward()
+    assert x.grad.device == xp2.device
+    np.testing.assert_allclose(x.grad.numpy(), np.exp(a), rtol=1e-14)
+    home = y.to(xp2.device)
+    np.testing.assert_array_equal(home.numpy(), a)
+
+
+def test_to_rejects_bad_devices(xp):
+    x = var(xp, [1.0, 2.0])
+    with pytest.raises(ValueError, match="invalid device 'nonsense:'"):
+        x.to("nonsense:")
+    with pytest.raises(ValueError, match="unknown device tpu"):
+        x.to("tpu")
+    with pytest.raises(TypeError, match="got int"):
+        x.to(3)
+    assert x.device == xp.device and x.grad is None
+
+
+def test_to_cpu_moves_a_leaf_and_its_grad_in_place():
+    x = Variable(STRICT.asarray(np.array([1.0, 2.0]), device=DEVICE1))
+    (x * 3).backward()
+    assert x.grad.device == DEVICE1
+    assert x.to_cpu() is x
+    assert type(x.data) is np.ndarray and type(x.grad.data) is np.ndarray
+    assert x.device == "cpu" and x.grad.device == "cpu"
+    np.testing.assert_array_equal(x.data, [1.0, 2.0])
+    np.testing.assert_array_equal(x.grad.data, [3.0, 3.0])
+    (x * 2).backward()  # still differentiable, now on the CPU
+    np.testing.assert_array_equal(x.grad.data, [5.0, 5.0])
+
+
+def test_to_cpu_on_the_cpu_is_a_no_op():
+    a = np.ones(2)
+    x = Variable(a)
+    assert x.to_cpu() is x and x.data is a
+
+
+@pytest.mark.gpu
+def test_to_gpu_and_back():
+    a = np.array([1.0, 2.0])
+    x = Variable(a)
+    (x * 3).backward()
+    assert x.to_gpu() is x
+    assert x.device.type == "cuda" and x.grad.device.type == "cuda"
+    (x * 2).backward()
+    x.to_cpu()
+    np.testing.assert_array_equal(x.grad.data, [5.0, 5.0])
+
+
+@pytest.mark.gpu
+def test_to_cuda_is_differentiable():
+    x = Variable(np.array([1.0, 2.0]))
+    y = x.to("cuda")
+    assert y.device.type == "cuda"
+    (y * y).backward()
+    assert type(x.grad.data) is np.ndarray
+    np.testing.assert_array_equal(x.grad.data, [2.0, 4.0])
