@@ -212,31 +212,31 @@ class Variable:
 
     # ---------------------------------------------------------------- operators
     def __add__(self, other):
-        return add(self, other)
+        return Add()(self, other)
 
     def __radd__(self, other):
-        return add(other, self)
+        return Add()(other, self)
 
     def __sub__(self, other):
-        return sub(self, other)
+        return Sub()(self, other)
 
     def __rsub__(self, other):
-        return sub(other, self)
+        return Sub()(other, self)
 
     def __mul__(self, other):
-        return mul(self, other)
+        return Mul()(self, other)
 
     def __rmul__(self, other):
-        return mul(other, self)
+        return Mul()(other, self)
 
     def __truediv__(self, other):
-        return div(self, other)
+        return Div()(self, other)
 
     def __rtruediv__(self, other):
-        return div(other, self)
+        return Div()(other, self)
 
     def __neg__(self):
-        return neg(self)
+        return Neg()(self)
 
     def __pow__(self, c):
         return pow(self, c)
@@ -287,7 +287,7 @@ def as_array(x, array_module=None):
 
 # Bound at the end: the operators above call these, and they import Variable.
 from . import engine  # noqa: E402
-from .functions.math import add, div, mul, neg, pow, sub  # noqa: E402
+from .functions.math import Add, Div, Mul, Neg, Sub, pow  # noqa: E402
 from .functions.linalg import matmul  # noqa: E402
 from .functions.device import to  # noqa: E402
 from .functions.shape import get_item, reshape, transpose  # noqa: E402
