@@ -7,7 +7,7 @@ from .numpy_backend import NumpyBackend
 
 __all__ = [
     "Backend", "Device", "DeviceUnavailableError", "CPU", "parse_device", "backend_of",
-    "get_backend", "register", "backend_for_device", "is_array", "to_device", "cuda_available",
+    "get_backend", "register", "registered", "backend_for_device", "is_array", "to_device", "cuda_available",
 ]
 
 _by_type = {}          # type(array) -> Backend: the O(1) dispatch every op goes through
@@ -24,6 +24,11 @@ def register(backend):
 
 
 NUMPY = register(NumpyBackend())
+
+
+def registered():
+    """The backends known so far (NumPy, every registered one, CuPy once it is in use)."""
+    return list(_by_name.values())
 
 
 def get_backend(name):

@@ -1,9 +1,10 @@
 """Any array library with `__array_namespace__` (array-api-strict in the tests)."""
+import math
 import re
 
 import numpy
 
-from .base import Backend, DeviceUnavailableError
+from .base import Backend, DeviceUnavailableError, gather, is_advanced, normalize_key
 from .device import Device
 
 
@@ -66,16 +67,28 @@ class ArrayAPIBackend(Backend):
         return numpy.asarray(array.to_device(self.native(None)))
 
     def scatter_add(self, target, index, values):
-        index = index if isinstance(index, tuple) else (index,)
-        if any(getattr(i, "ndim", 0) for i in index):
-            raise NotImplementedError(
-                f"{self.name}: scatter_add with integer-array indices is not supported")
-        if any(i is None for i in index):
+        # NumPy-style keys as normalize_key spells them; integer arrays and masks go through flat
+        # positions and a segment sum, since the standard has no integer-array __setitem__
+        xp = self.xp
+        key = normalize_key(xp, index, target.shape)
+        if not hasattr(values, "shape"):
+            values = xp.asarray(values, dtype=target.dtype, device=target.device)
+        elif values.dtype != target.dtype:
+            values = xp.astype(values, target.dtype)
+        if not is_advanced(key):
             # the standard allows None (a new axis) when reading, not in __setitem__: a new axis
             # only adds a size-1 axis to `values`, so drop it from the key and from `values`
-            index = tuple(i for i in index if i is not None)
-            values = self.xp.reshape(values, target[index].shape)
-        target[index] = target[index] + values  # basic indices never repeat an element
+            if any(i is None for i in key):
+                values = xp.broadcast_to(values, target[key].shape)
+                key = tuple(i for i in key if i is not None)
+                values = xp.reshape(values, target[key].shape)
+            target[key] = target[key] + values  # basic indices never repeat an element
+            return target
+        size = math.prod(target.shape)
+        positions = gather(xp, xp.reshape(xp.arange(size, device=target.device), target.shape), key)
+        values = xp.broadcast_to(values, positions.shape)
+        total = _segment_sum(xp, xp.reshape(positions, (-1,)), xp.reshape(values, (-1,)), size)
+        target[...] = target + xp.reshape(total, target.shape)
         return target
 
     def random_normal(self, shape, dtype, device):
@@ -86,3 +99,28 @@ class ArrayAPIBackend(Backend):
 
     def manual_seed(self, seed):
         numpy.random.seed(seed)  # samples come from NumPy's global generator
+
+
+def _segment_sum(xp, positions, values, size):
+    """`out[j]` = the sum of `values[i]` over `positions[i] == j`, for j < size (1-d arrays).
+
+    Sort by position, then an inclusive scan within runs of equal positions (Hillis-Steele:
+    after the step with shift d, entry i holds the sum of its run's entries in (i - 2d, i]), and
+    read each run's total at its last entry. log2(n) steps of array-API calls; sums, never
+    differences, so a small run is not swamped by rounding in a big running total.
+    """
+    n = positions.shape[0]
+    if n == 0:
+        return xp.zeros((size,), dtype=values.dtype, device=values.device)
+    order = xp.argsort(positions, stable=True)
+    p = xp.take(positions, order)
+    v = xp.take(values, order)
+    d = 1
+    while d < n:
+        same_run = p[d:] == p[:-d]
+        v = xp.concat([v[:d], v[d:] + xp.where(same_run, v[:-d], xp.zeros_like(v[:-d]))])
+        d *= 2
+    j = xp.arange(size, device=values.device)
+    last = xp.maximum(xp.searchsorted(p, j, side="right") - 1, 0)  # the last entry <= j
+    total = xp.take(v, last)
+    return xp.where(xp.take(p, last) == j, total, xp.zeros_like(total))

@@ -24,6 +24,38 @@ def import_cupy():
     return cupy
 
 
+# cupyx.scatter_add with an index array needs CUDA's atomicAdd, which exists for these only
+ATOMIC_ADD_DTYPES = frozenset(["float16", "float32", "float64", "int32", "uint32", "uint64"])
+
+
+def scatter_add_converted(scatter_add, xp, target, index, values):
+    """`scatter_add` (one that takes ATOMIC_ADD_DTYPES only) for any other dtype, exactly.
+
+    Integers go through uint64: two's-complement addition wraps mod 2**64 the same way, and a
+    narrower type wraps the same way again when cast back (as np.add.at does). bool is a logical
+    or (np.add on bools); complex adds its real and imaginary parts separately.
+    """
+    values = xp.asarray(values)
+    kind = target.dtype.kind
+    if kind in "iub":
+        total = xp.zeros(target.shape, dtype=xp.uint64)
+        scatter_add(total, index, values.astype(xp.int64).astype(xp.uint64))
+        if kind == "b":
+            target |= total != 0
+        else:
+            target += total.astype(xp.int64).astype(target.dtype)
+        return target
+    if kind == "c":
+        real = xp.zeros(target.shape, dtype=target.real.dtype)
+        imag = xp.zeros(target.shape, dtype=target.real.dtype)
+        scatter_add(real, index, values.real.astype(real.dtype))
+        scatter_add(imag, index, values.imag.astype(real.dtype))
+        target += real + 1j * imag
+        return target
+    raise TypeError(f"scatter_add: CuPy cannot scatter-add {target.dtype} arrays; use one of "
+                    + ", ".join(sorted(ATOMIC_ADD_DTYPES)))
+
+
 class CupyBackend(Backend):
     name = "cupy"
     device_type = "cuda"
@@ -83,9 +115,12 @@ class CupyBackend(Backend):
         return array.get()  # numpy.asarray(cupy_array) raises by design
 
     def scatter_add(self, target, index, values):
-        # cupyx.scatter_add takes float32/float64/int32/uint32/uint64 (and a few more) only
-        self._cupyx.scatter_add(target, index, values)
-        return target
+        # out-of-range indices wrap here: callers check bounds (get_item does, in normalize_key)
+        if target.dtype.name in ATOMIC_ADD_DTYPES:
+            self._cupyx.scatter_add(target, index, values)
+            return target
+        with self.xp.cuda.Device(target.device.id):
+            return scatter_add_converted(self._cupyx.scatter_add, self.xp, target, index, values)
 
     def random_normal(self, shape, dtype, device):
         with self.xp.cuda.Device(self._id(device)):

@@ -13,6 +13,7 @@ class NumpyBackend(Backend):
     xp = numpy
     array_type = numpy.ndarray
     single_device = True
+    scalar_types = frozenset(t for t in numpy.sctypeDict.values() if issubclass(t, numpy.generic))
 
     def device_of(self, array):
         return CPU
@@ -42,10 +43,10 @@ class NumpyBackend(Backend):
 
     def random_normal(self, shape, dtype, device):
         # the global generator, so numpy.random.seed(n) reproduces a run as in DeZero
-        return numpy.random.randn(*shape).astype(dtype, copy=False)
+        return numpy.asarray(numpy.random.randn(*shape), dtype=dtype)  # randn() is a float
 
     def random_uniform(self, shape, dtype, device):
-        return numpy.random.rand(*shape).astype(dtype, copy=False)
+        return numpy.asarray(numpy.random.rand(*shape), dtype=dtype)
 
     def manual_seed(self, seed):
         numpy.random.seed(seed)

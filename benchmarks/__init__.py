@@ -8,7 +8,7 @@ import importlib
 from .common import Workload
 
 # The suite, in the order it runs and prints.
-WORKLOADS = ("chain",)
+WORKLOADS = ("chain", "mlp", "conv")
 
 
 def load(names=None):

@@ -8,6 +8,8 @@ from .function import Function
 from .engine import grad
 from .config import Config, enable_grad, is_grad_enabled, no_grad, test_mode, using_config
 from . import functions
+from .random import manual_seed
+from . import cuda, utils
 
 __version__ = "0.1.0"
 
@@ -15,4 +17,6 @@ __all__ = [
     "Variable", "Parameter", "Function", "as_variable", "as_array", "grad",
     "Config", "using_config", "no_grad", "enable_grad", "test_mode", "is_grad_enabled",
     "Device", "DeviceUnavailableError", "parse_device", "cuda_available", "functions",
+    "manual_seed",
+    "cuda", "utils",
 ]

@@ -2,6 +2,7 @@
 import heapq
 
 from .config import using_config
+from .functions.device import astype
 from .variable import Variable
 
 
@@ -39,12 +40,26 @@ def _check_root(y, where):
             "created with requires_grad=True")
 
 
+def _count_error(f, gxs):
+    return RuntimeError(f"{f._name()}.backward returned {len(gxs)} gradient(s) for "
+                        f"{len(f.inputs)} input(s); return one per input (None for a constant)")
+
+
+def _conform(f, gx, x):
+    """gx with x's dtype (as in PyTorch: float32 - a float64 constant gives a float64 result, but
+    the float32 input still gets a float32 gradient). A wrong shape is the op's bug: raise."""
+    if gx._data.shape != x._data.shape:
+        raise RuntimeError(f"{f._name()}.backward returned a gradient of shape {tuple(gx.shape)} "
+                           f"for an input of shape {tuple(x.shape)}")
+    return astype(gx, x.dtype)
+
+
 def _output_grads(f, grads, retain_grad, wanted, captured):
     """The gradients for f's outputs, after their hooks; zeros for a dead or unused output."""
     gys = []
     for i, ref in enumerate(f.outputs):
         y = ref()
-        g = None if y is None else grads.pop(id(y), None)
+        g = None if y is None else grads.pop(y, None)
         if g is None:
             gys.append(f.zeros_for_output(i))
             continue
@@ -52,28 +67,28 @@ def _output_grads(f, grads, retain_grad, wanted, captured):
             g = _run_hooks(y, g)
         if retain_grad:
             y.grad = g if y.grad is None else y.grad + g
-        if wanted is not None and id(y) in wanted:
-            captured[id(y)] = g
+        if wanted is not None and y in wanted:
+            captured[y] = g
         gys.append(g)
     return gys
 
 
 def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
-    """Propagate `seeds` back from `ys`. With `wanted` (id -> Variable), return their gradients
+    """Propagate `seeds` back from `ys`. With `wanted` (a set of Variables), return their gradients
     in a dict and leave every `.grad` alone; without, accumulate into the leaves' `.grad`."""
-    grads = {}    # id(Variable) -> its gradient so far (out of place: g = g + gx)
-    leaves = {}   # id(Variable) -> leaf Variable that received a gradient
+    # Variables hash by identity: grads maps each to its gradient so far (out of place: g = g + gx)
+    grads = {}
+    leaves = []   # leaf Variables that received a gradient, each once
     captured = {}
     heap = []     # (-generation, -sequence, f): newest first; the pair is unique, f never compared
     pushed = set()
     plain = not retain_grad and wanted is None
 
     for y, g in zip(ys, seeds):
-        key = id(y)
-        grads[key] = g if key not in grads else grads[key] + g
+        grads[y] = g if y not in grads else grads[y] + g
         f = y.creator
         if f is None:
-            leaves[key] = y
+            leaves.append(y)
         elif f not in pushed:
             pushed.add(f)
             heapq.heappush(heap, (-f.generation, -f.sequence, f))
@@ -84,7 +99,7 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
             outputs = f.outputs
             if plain and len(outputs) == 1:  # the common case, kept short
                 y = outputs[0]()
-                g = grads.pop(id(y))
+                g = grads.pop(y)
                 gys = (_run_hooks(y, g),) if y._hooks else (g,)
             else:
                 gys = _output_grads(f, grads, retain_grad, wanted, captured)
@@ -97,38 +112,34 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
                 gxs = f.backward(*gys)
             if gxs.__class__ is not tuple:
                 gxs = (gxs,)
-            inputs = f.inputs
-            if len(gxs) != len(inputs):
-                raise RuntimeError(
-                    f"{f._name()}.backward returned {len(gxs)} gradient(s) for "
-                    f"{len(inputs)} input(s); return one per input (None for a constant)")
+            if len(gxs) != len(f.inputs):
+                raise _count_error(f, gxs)
 
-            for x, gx, need in zip(inputs, gxs, f.needs_input_grad):
+            for x, gx, need in zip(f.inputs, gxs, f.needs_input_grad):
                 if not need or gx is None:
                     continue
                 if gx.__class__ is not Variable:
                     gx = gx if isinstance(gx, Variable) else Variable(gx, requires_grad=False)
-                if gx._data.shape != x._data.shape:
-                    raise RuntimeError(
-                        f"{f._name()}.backward returned a gradient of shape {tuple(gx.shape)} "
-                        f"for an input of shape {tuple(x.shape)}")
-                key = id(x)
-                previous = grads.get(key)
-                grads[key] = gx if previous is None else previous + gx
+                if gx._data.shape != x._data.shape or gx._data.dtype != x._data.dtype:
+                    gx = _conform(f, gx, x)
+                previous = grads.get(x)
+                grads[x] = gx if previous is None else previous + gx
                 creator = x.creator
                 if creator is None:
-                    leaves[key] = x
+                    leaves.append(x)
                 elif creator not in pushed:
                     pushed.add(creator)
                     heapq.heappush(heap, (-creator.generation, -creator.sequence, creator))
 
-        for key, x in leaves.items():
-            g = grads[key]
+        for x in leaves:
+            g = grads.pop(x, None)
+            if g is None:  # listed twice: its gradient is applied already
+                continue
             if x._hooks:
                 g = _run_hooks(x, g)
             if wanted is not None:
-                if key in wanted:
-                    captured[key] = g
+                if x in wanted:
+                    captured[x] = g
             else:
                 x.grad = g if x.grad is None else x.grad + g
     return captured
@@ -161,10 +172,10 @@ def grad(outputs, inputs, grad_outputs=None, create_graph=False, allow_unused=Fa
         if not isinstance(x, Variable):
             raise TypeError(f"grad: inputs must be Variables, got {type(x).__name__}")
     seeds = [_seed(y, g) for y, g in zip(outputs, grad_outputs)]
-    captured = _walk(outputs, seeds, False, create_graph, wanted={id(x): x for x in inputs})
+    captured = _walk(outputs, seeds, False, create_graph, wanted=set(inputs))
     result = []
     for i, x in enumerate(inputs):
-        g = captured.get(id(x))
+        g = captured.get(x)
         if g is None and not allow_unused:
             raise RuntimeError(
                 f"grad: input {i} was not used to compute the outputs (or does not require grad); "

@@ -37,9 +37,10 @@ class Function:
     written with gradcore ops, so differentiating it again (create_graph) just works.
     """
 
-    __slots__ = ("inputs", "outputs", "generation", "sequence", "backend", "device",
+    __slots__ = ("inputs", "outputs", "generation", "sequence", "backend",
                  "needs_input_grad", "_output_meta", "__weakref__", "__dict__")
     _saved = ()
+    device = None  # set per call for backends with several devices (NumPy has one)
     op_name = None  # the name errors use; by default the class name in snake case
 
     def __call__(self, *inputs):
@@ -50,10 +51,9 @@ class Function:
         for x in inputs:
             if isinstance(x, Variable):
                 if x._backend is not backend:
-                    if backend is None and x._backend is not None:
-                        backend = x._backend
-                    else:
+                    if backend is not None or x._backend is None:
                         self._raise_mixed(inputs)
+                    backend = x._backend
                 xs.append(x._data)
                 needs.append(x.requires_grad)
                 if x.generation > generation:
@@ -67,7 +67,8 @@ class Function:
             raise TypeError(f"{self._name()}: needs at least one Variable or array input, "
                             f"got {', '.join(type(x).__name__ for x in inputs) or 'none'}")
         self.backend = backend
-        self.device = None if backend.single_device else self._common_device(backend, inputs)
+        if not backend.single_device:
+            self.device = self._common_device(backend, inputs)
 
         try:
             if backend.needs_device_context:
@@ -79,17 +80,20 @@ class Function:
             raise self._explain(e, inputs) from e
 
         creator = None
-        if True in needs and Config.enable_backprop:
+        if True in needs and Config.enable_backprop:  # become a node of the graph
             creator = self
-            self.generation = generation
-            self.sequence = next(_sequence)
             self.inputs = inputs
             self.needs_input_grad = tuple(needs)
+            self.generation = generation
+            self.sequence = next(_sequence)
             generation += 1
 
         if ys.__class__ is not tuple:  # one output: the common case, kept short
             if ys.__class__ is not backend.array_type:
-                ys, backend = self._wrap_output(ys, backend)
+                if ys.__class__ in backend.scalar_types and not self._saved:
+                    ys = backend.xp.asarray(ys)  # NumPy's 0-d ops and reductions give scalars
+                else:
+                    ys, backend = self._wrap_output(ys, backend)
             y = _new_variable(Variable)
             y._data = ys
             y._backend = backend

@@ -150,6 +150,80 @@ def test_numpy_scatter_add_repeats_add_up():
     np.testing.assert_array_equal(target, [8.0, 0.0, 2.0])
 
 
+# keys for scatter_add into a (4, 3) target: repeated indices, integer arrays mixed with slices,
+# ints and None, masks; each is checked against np.add.at
+SCATTER_KEYS = {
+    "rows": (np.array([0, 2, 0, 0]),),
+    "rows-negative": (np.array([-1, 3, 0, -4]),),
+    "pairs": (np.array([1, 1, 3, 1]), np.array([2, 2, 0, 2])),
+    "slice-and-array": (slice(1, None), np.array([[0, 0], [2, 0]])),
+    "int-and-array": (2, np.array([1, 1, 1])),
+    "apart": (np.array([0, 0]), None, np.array([1, 1])),
+    "newaxis": (None, np.array([3, 3, 3]), Ellipsis),
+    "mask": (np.array([[True, False, True]] * 4),),
+    "mask-rows": (np.array([True, False, True, True]),),
+    "basic": (slice(None, None, 2), 1),
+}
+
+
+@pytest.mark.parametrize("name", SCATTER_KEYS)
+def test_scatter_add_with_index_arrays_adds_repeats_like_np_add_at(xp, name):
+    key = SCATTER_KEYS[name]
+    rng = np.random.default_rng(len(name))
+    start = rng.standard_normal((4, 3))
+    values = rng.standard_normal(np.zeros((4, 3))[key].shape)
+    expected = start.copy()
+    np.add.at(expected, key, values)
+    target = xp.asarray(start)
+    device_key = tuple(xp.asarray(k) if isinstance(k, np.ndarray) else k for k in key)
+    out = xp.backend.scatter_add(target, device_key, xp.asarray(values))
+    assert out is target and xp.backend.device_of(out) == xp.device
+    np.testing.assert_allclose(xp.numpy(out), expected, rtol=1e-14)
+
+
+def test_scatter_add_broadcasts_values_and_keeps_float32(xp):
+    target = xp.backend.zeros((3, 2), xp.asarray(np.float32(0)).dtype, xp.device)
+    out = xp.backend.scatter_add(target, (xp.asarray(np.array([0, 0, 2])),), xp.asarray(
+        np.array([1.0, 2.0], dtype=np.float32)))
+    assert out.dtype == xp.float32
+    np.testing.assert_array_equal(xp.numpy(out), [[2.0, 4.0], [0.0, 0.0], [1.0, 2.0]])
+
+
+def test_generic_scatter_add_does_not_lose_a_small_sum_beside_a_large_one():
+    """The segment sum adds within each run; a running total and a difference would round 1e-3
+    away next to 1e9 in float32."""
+    target = STRICT.zeros((2,), array_api_strict.float32, DEVICE1)
+    index = STRICT.asarray(np.array([0] * 1000 + [1]), device=DEVICE1)
+    values = STRICT.asarray(np.array([1e6] * 1000 + [1e-3], dtype=np.float32), device=DEVICE1)
+    STRICT.scatter_add(target, (index,), values)
+    np.testing.assert_allclose(STRICT.to_numpy(target), [1e9, 1e-3], rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int8", "uint16", "bool", "complex64", "float32"])
+def test_cupy_scatter_add_converts_dtypes_atomic_add_lacks(dtype):
+    """cupyx.scatter_add takes ATOMIC_ADD_DTYPES only; the conversion, run here on NumPy with a
+    stand-in that refuses the others, must give np.add.at's result (wrapping included)."""
+    from backends.cupy_backend import ATOMIC_ADD_DTYPES, scatter_add_converted
+
+    def atomic_only(target, index, values):
+        assert target.dtype.name in ATOMIC_ADD_DTYPES, target.dtype
+        np.add.at(target, index, values)
+
+    index = np.array([0, 0, 3, 0, 1])
+    values = np.array([100, 100, -7, 100, 0]).astype(dtype)
+    start = np.array([5, 0, 1, 2]).astype(dtype)
+    if dtype == "complex64":
+        values = values * np.complex64(1 - 2j)
+    expected = start.copy()
+    np.add.at(expected, index, values)
+    if dtype == "float32":
+        assert dtype in ATOMIC_ADD_DTYPES
+        return
+    out = scatter_add_converted(atomic_only, np, start, index, values)
+    assert out is start and out.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(out, expected)
+
+
 def test_to_device_moves_within_and_across_backends():
     a = np.arange(3.0)
     on1 = backends.to_device(a, DEVICE1)

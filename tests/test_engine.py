@@ -427,3 +427,26 @@ def test_unchain_backward_on_a_diamond(xp):
     assert y.creator is not None and b.creator is None and c.creator is None and a.creator is None
     y.backward()
     assert x.grad is None and b.grad.item() == 1.0 and c.grad.item() == 1.0
+
+
+# =============================================================================== dtypes
+def test_a_float64_constant_still_gives_a_float32_input_a_float32_gradient(xp):
+    x = var(xp, [1.0, 2.0, 3.0], "float32")
+    y = F.sum(x * xp.asarray([2.0, 3.0, 4.0], dtype="float64"))  # promotes the result to float64
+    assert y.dtype == xp.float64
+    y.backward()
+    assert x.grad.dtype == xp.float32
+    np.testing.assert_array_equal(xp.numpy(x.grad.data), [2.0, 3.0, 4.0])
+
+
+def test_astype_is_differentiable_twice_and_its_gradient_keeps_the_input_dtype(xp):
+    x = var(xp, [1.0, 2.0], "float32")
+    y = F.sum(F.astype(x, xp.float64) ** 3)
+    assert y.dtype == xp.float64
+    gx, = gradcore.grad(y, x, create_graph=True)
+    assert gx.dtype == xp.float32
+    np.testing.assert_allclose(xp.numpy(gx.data), [3.0, 12.0])
+    F.sum(gx).backward()
+    assert x.grad.dtype == xp.float32
+    np.testing.assert_allclose(xp.numpy(x.grad.data), [6.0, 12.0])
+    assert F.astype(x, xp.float32) is x  # already that dtype: no node

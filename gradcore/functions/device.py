@@ -1,4 +1,4 @@
-"""Moving between devices, differentiably."""
+"""Moving between devices and dtypes, differentiably."""
 import backends
 
 from ..function import Function
@@ -23,3 +23,24 @@ def to(x, device):
     if isinstance(x, Variable) and x.device == device:
         return x
     return ToDevice(device)(x)
+
+
+class AsType(Function):
+    op_name = "astype"
+
+    def __init__(self, dtype):
+        self.dtype = dtype
+
+    def forward(self, x):
+        return self.xp.astype(x, self.dtype)
+
+    def backward(self, gy):
+        x, = self.inputs
+        return astype(gy, x.dtype)  # the gradient keeps the input's dtype
+
+
+def astype(x, dtype):
+    """x converted to `dtype` (a dtype of x's array library); x itself if it has it already."""
+    if isinstance(x, Variable) and x.dtype == dtype:
+        return x
+    return AsType(dtype)(x)

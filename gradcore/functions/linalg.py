@@ -1,4 +1,4 @@
-"""Linear algebra: matmul (batched, broadcasting)."""
+"""Linear algebra: matmul (batched, broadcasting), linear (fused) and linear_simple."""
 from ..function import Function
 from .shape import reshape, sum_to, transpose
 
@@ -10,10 +10,18 @@ def _swap_last(x):
     return transpose(x, axes)
 
 
+# =============================================================================== matmul
 class MatMul(Function):
     op_name = "matmul"
 
     def forward(self, x, W):
+        if not x.ndim or not W.ndim:
+            raise ValueError("matmul needs inputs of at least one dimension; use mul for scalars")
+        k = W.shape[-2] if W.ndim > 1 else W.shape[0]
+        if x.shape[-1] != k:
+            raise ValueError(f"shapes {tuple(x.shape)} and {tuple(W.shape)} do not match: the "
+                             f"last axis of x ({x.shape[-1]}) must equal the "
+                             f"{'second-to-last' if W.ndim > 1 else 'only'} axis of W ({k})")
         return self.xp.matmul(x, W)
 
     def backward(self, gy):
@@ -32,3 +40,46 @@ class MatMul(Function):
 def matmul(x, W):
     """Matrix product x @ W; batched over leading axes, which broadcast."""
     return MatMul()(x, W)
+
+
+# =============================================================================== linear
+class Linear(Function):
+    op_name = "linear"
+
+    def forward(self, x, W, b=None):
+        if x.ndim != 2 or W.ndim != 2:
+            raise ValueError(f"x must be 2-d (batch, in) and W 2-d (in, out); got x "
+                             f"{tuple(x.shape)} and W {tuple(W.shape)} (reshape x, e.g. flatten)")
+        if x.shape[1] != W.shape[0]:
+            raise ValueError(f"x {tuple(x.shape)} and W {tuple(W.shape)} do not match: "
+                             f"x.shape[1] ({x.shape[1]}) must equal W.shape[0] ({W.shape[0]})")
+        y = self.xp.matmul(x, W)
+        if b is None:
+            return y
+        out = (x.shape[0], W.shape[1])
+        shape = tuple(getattr(b, "shape", ()))  # b may be a Python number
+        if len(shape) > 2 or any(n not in (1, m) for n, m in zip(shape[::-1], out[::-1])):
+            raise ValueError(f"b {shape} does not broadcast to the output {out}; "
+                             f"use shape ({W.shape[1]},)")
+        return y + b
+
+    def backward(self, gy):
+        x, W = self.inputs[:2]
+        needs = self.needs_input_grad
+        gx = matmul(gy, W.T) if needs[0] else None
+        gW = matmul(x.T, gy) if needs[1] else None
+        if len(self.inputs) == 2:
+            return gx, gW
+        b = self.inputs[2]
+        return gx, gW, sum_to(gy, b.shape) if needs[2] else None  # summed over the batch
+
+
+def linear(x, W, b=None):
+    """x @ W + b for a batch x (N, in), W (in, out), b (out,) or None; one fused op."""
+    return Linear()(x, W) if b is None else Linear()(x, W, b)
+
+
+def linear_simple(x, W, b=None):
+    """linear as a composition of matmul and add (the reference the fused op is tested against)."""
+    y = matmul(x, W)
+    return y if b is None else y + b

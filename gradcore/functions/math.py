@@ -1,4 +1,9 @@
-"""Elementwise math: arithmetic with broadcasting, pow, exp, log, trigonometry, tanh."""
+"""Elementwise math: arithmetic with broadcasting, pow, exp, log, trigonometry, tanh, sqrt, abs,
+maximum, minimum, clip, where."""
+import numbers
+
+import backends
+
 from ..function import Function
 from ..variable import Variable
 from .shape import sum_to
@@ -184,3 +189,157 @@ class Tanh(Function):
 
 def tanh(x):
     return Tanh()(x)
+
+
+# =============================================================================== sqrt and abs
+class Sqrt(Function):
+    def forward(self, x):
+        return self.xp.sqrt(x)
+
+    def backward(self, gy):
+        y = self.outputs[0]()  # d sqrt(x) = 1 / (2 sqrt(x)): reuse the output
+        return gy / (2 * y)
+
+
+def sqrt(x):
+    """Square root, elementwise."""
+    return Sqrt()(x)
+
+
+class Abs(Function):
+    def forward(self, x):
+        return self.xp.abs(x)
+
+    def backward(self, gy):
+        x, = self.inputs
+        return gy * _constant(self.xp.sign(x.data))  # the kink at 0 gets 0
+
+
+def abs(x):
+    """|x|, elementwise; the gradient at 0 is 0."""
+    return Abs()(x)
+
+
+def _constant(array):
+    """A mask or sign computed from data: a constant in the graph (no gradient flows into it)."""
+    return Variable(array, requires_grad=False)
+
+
+def _data(x):
+    return x.data if isinstance(x, Variable) else x
+
+
+# =============================================================================== maximum, minimum
+class Maximum(Function):
+    def forward(self, x0, x1):
+        return self.xp.maximum(x0, x1)
+
+    def backward(self, gy):
+        return _pick_backward(self, gy, 1)
+
+
+class Minimum(Function):
+    def forward(self, x0, x1):
+        return self.xp.minimum(x0, x1)
+
+    def backward(self, gy):
+        return _pick_backward(self, gy, -1)
+
+
+def _pick_backward(f, gy, sign):
+    """The gradient of maximum (sign 1) or minimum (sign -1): to the input picked; a tie splits
+    it half and half (both sides of the kink average to that, and the two halves sum to gy)."""
+    x0, x1 = f.inputs
+    n0, n1 = f.needs_input_grad
+    a0, a1 = _data(x0), _data(x1)
+    xp = f.xp
+    wins0 = xp.astype((a0 - a1) * sign > 0, gy.dtype)
+    ties = xp.astype(a0 == a1, gy.dtype) * 0.5
+    gx0 = sum_to(gy * _constant(wins0 + ties), x0.shape) if n0 else None
+    gx1 = sum_to(gy * _constant(1 - wins0 - ties), x1.shape) if n1 else None
+    return gx0, gx1
+
+
+def maximum(x0, x1):
+    """The larger of x0 and x1, elementwise, broadcasting. The gradient goes to the larger; a tie
+    gives each input half."""
+    return Maximum()(x0, x1)
+
+
+def minimum(x0, x1):
+    """The smaller of x0 and x1, elementwise, broadcasting. The gradient goes to the smaller; a
+    tie gives each input half."""
+    return Minimum()(x0, x1)
+
+
+# =============================================================================== clip, where
+def _python_number(name, bound):
+    """A clip bound as a Python int or float (weak: it keeps float32 float32), or None."""
+    if bound is None or type(bound) in (int, float):  # exactly: np.float64 subclasses float
+        return bound
+    if isinstance(bound, numbers.Integral) and not isinstance(bound, bool):
+        return int(bound)
+    if isinstance(bound, numbers.Real):
+        return float(bound)  # a NumPy float64 scalar would turn float32 data into float64
+    raise TypeError(f"clip: {name} must be a number or None, got {type(bound).__name__}")
+
+
+class Clip(Function):
+    def __init__(self, x_min, x_max):
+        self.x_min = _python_number("x_min", x_min)
+        self.x_max = _python_number("x_max", x_max)
+
+    def forward(self, x):
+        return self.xp.clip(x, self.x_min, self.x_max)
+
+    def backward(self, gy):
+        x, = self.inputs
+        inside = None  # bounds are inclusive, as in DeZero
+        if self.x_min is not None:
+            inside = x.data >= self.x_min
+        if self.x_max is not None:
+            below = x.data <= self.x_max
+            inside = below if inside is None else inside & below
+        return gy if inside is None else gy * _constant(self.xp.astype(inside, gy.dtype))
+
+
+def clip(x, x_min, x_max):
+    """x limited to [x_min, x_max] (numbers; None leaves that side open). The gradient passes
+    where x_min <= x <= x_max and is 0 outside."""
+    return Clip(x_min, x_max)(x)
+
+
+class Where(Function):
+    def __init__(self, condition):
+        self.condition = _data(condition)
+
+    def forward(self, x0, x1):
+        self.condition = condition = self._condition_here(self.condition, x0, x1)
+        return self.xp.where(condition, x0, x1)
+
+    def _condition_here(self, condition, x0, x1):
+        """The condition as a boolean array of this backend, on the inputs' device."""
+        backend = self.backend
+        device = backend.device_of(x0 if hasattr(x0, "shape") else x1)
+        if backends.backend_of(condition) is None:  # a list or a Python bool
+            condition = backend.asarray(condition, device=device)
+        elif backends.backend_of(condition) is not backend or backend.device_of(condition) != device:
+            condition = backends.to_device(condition, device)
+        if not self.xp.isdtype(condition.dtype, "bool"):
+            raise TypeError(f"the condition must be a boolean array, got {condition.dtype}; "
+                            "compare first, e.g. where(x > 0, x, 0.0)")
+        return condition
+
+    def backward(self, gy):
+        x0, x1 = self.inputs
+        n0, n1 = self.needs_input_grad
+        gx0 = sum_to(where(self.condition, gy, 0.0), x0.shape) if n0 else None
+        gx1 = sum_to(where(self.condition, 0.0, gy), x1.shape) if n1 else None
+        return gx0, gx1
+
+
+def where(condition, x0, x1):
+    """x0 where `condition` is True, else x1, broadcasting. `condition` is a boolean array (any
+    backend; moved to the inputs' device) or Variable, a constant; x0 and x1 are Variables,
+    arrays or Python scalars."""
+    return Where(condition)(x0, x1)

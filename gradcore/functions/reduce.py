@@ -1,40 +1,155 @@
-"""Reductions: sum."""
+"""Reductions: sum, average (mean), max, min, logsumexp."""
+import math
+
 from ..function import Function
+from ..variable import Variable
+from .math import exp
 from .shape import broadcast_to, reshape
 
 
 def _axes(axis, ndim):
-    """`axis` (None, int or tuple) as a sorted tuple of non-negative axes."""
+    """`axis` (None, int or tuple) as a sorted tuple of non-negative axes; ValueError or
+    TypeError saying what is wrong."""
     if axis is None:
         return tuple(range(ndim))
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    axes = axis if isinstance(axis, tuple) else (axis,)
     for a in axes:
+        if isinstance(a, bool) or not isinstance(a, int):
+            raise TypeError(f"axis must be None, an int or a tuple of ints, got {axis!r}")
         if not -ndim <= a < ndim:
             raise ValueError(f"axis {a} is out of range for an array of {ndim} dimension(s)")
-    return tuple(sorted(a % ndim for a in axes))
+    axes = tuple(sorted(a % ndim for a in axes))
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"repeated axis in {axis!r}")
+    return axes
 
 
+def _kept_shape(shape, axes):
+    """`shape` with the reduced `axes` as size 1: where a reduction's gradient broadcasts from."""
+    return tuple(1 if a in axes else n for a, n in enumerate(shape))
+
+
+def _as_axis(axis):
+    return tuple(axis) if isinstance(axis, list) else axis
+
+
+# =============================================================================== sum, average
 class Sum(Function):
     def __init__(self, axis=None, keepdims=False):
         self.axis = axis
         self.keepdims = keepdims
 
     def forward(self, x):
-        return self.xp.sum(x, axis=self.axis, keepdims=self.keepdims)
+        axis = self.axis if self.axis is None else _axes(self.axis, x.ndim)
+        return self.xp.sum(x, axis=axis, keepdims=self.keepdims)
 
     def backward(self, gy):
         x, = self.inputs
-        if not self.keepdims:
-            # put back the summed axes as size 1, then broadcast
-            shape = list(x.shape)
-            for a in _axes(self.axis, x.ndim):
-                shape[a] = 1
-            gy = reshape(gy, tuple(shape))
+        if not self.keepdims:  # put back the summed axes as size 1, then broadcast
+            gy = reshape(gy, _kept_shape(x.shape, _axes(self.axis, x.ndim)))
         return broadcast_to(gy, x.shape)
 
 
 def sum(x, axis=None, keepdims=False):
     """Sum of the elements over `axis` (None: all; int or tuple)."""
-    if isinstance(axis, list):
-        axis = tuple(axis)
-    return Sum(axis, keepdims)(x)
+    return Sum(_as_axis(axis), keepdims)(x)
+
+
+def average(x, axis=None, keepdims=False):
+    """Mean of the elements over `axis` (None: all; int or tuple, negatives allowed)."""
+    if not isinstance(x, Variable):
+        x = Variable(x, requires_grad=False)  # a raw array is a constant, as in every op
+    try:
+        axes = _axes(_as_axis(axis), x.ndim)
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"average: {e} (inputs: {tuple(x.shape)})") from None
+    count = math.prod(x.shape[a] for a in axes)
+    return sum(x, axes, keepdims) * (1.0 / count)  # a Python float: float32 stays float32
+
+
+def mean(x, axis=None, keepdims=False):
+    """Mean of the elements over `axis`: the same op as `average`."""
+    return average(x, axis, keepdims)
+
+
+# =============================================================================== max, min
+class Max(Function):
+    op_name = "max"
+    _pick = "max"
+
+    def __init__(self, axis=None, keepdims=False):
+        self.axis = axis
+        self.keepdims = keepdims
+
+    def forward(self, x):
+        self.axes = _axes(self.axis, x.ndim)
+        if any(x.shape[a] == 0 for a in self.axes):
+            raise ValueError(f"cannot take the {self._pick} over an empty axis")
+        return getattr(self.xp, self._pick)(x, axis=self.axes, keepdims=self.keepdims)
+
+    def backward(self, gy):
+        # to the positions that hold the extreme; ties share it equally (a valid subgradient
+        # whose parts add up to gy). The share is a constant, so the second derivative is 0.
+        x, = self.inputs
+        y = self.outputs[0]()
+        xp = self.xp
+        kept = _kept_shape(x.shape, self.axes)
+        y_data = xp.reshape(y.data if y is not None else self._recompute(x.data), kept)
+        hits = xp.astype(x.data == y_data, gy.dtype)
+        share = hits / xp.sum(hits, axis=self.axes, keepdims=True)
+        return broadcast_to(reshape(gy, kept), x.shape) * Variable(share, requires_grad=False)
+
+    def _recompute(self, x):
+        return getattr(self.xp, self._pick)(x, axis=self.axes, keepdims=True)
+
+
+class Min(Max):
+    op_name = "min"
+    _pick = "min"
+
+
+def max(x, axis=None, keepdims=False):
+    """Largest element over `axis` (None: all; int or tuple). The gradient goes to the position
+    of the maximum; tied maxima share it equally."""
+    return Max(_as_axis(axis), keepdims)(x)
+
+
+def min(x, axis=None, keepdims=False):
+    """Smallest element over `axis` (None: all; int or tuple). The gradient goes to the position
+    of the minimum; tied minima share it equally."""
+    return Min(_as_axis(axis), keepdims)(x)
+
+
+# =============================================================================== logsumexp
+class LogSumExp(Function):
+    op_name = "logsumexp"
+
+    def __init__(self, axis=1, keepdims=True):
+        self.axis = axis
+        self.keepdims = keepdims
+
+    def forward(self, x):
+        xp = self.xp
+        self.axes = _axes(self.axis, x.ndim)
+        # log sum exp(x) = m + log sum exp(x - m): no overflow for large x; a row of -inf (or
+        # +inf) would give inf - inf, so such an m is replaced by 0
+        m = xp.max(x, axis=self.axes, keepdims=True)
+        self.shift = m = xp.where(xp.isfinite(m), m, xp.zeros_like(m))
+        y = xp.log(xp.sum(xp.exp(x - m), axis=self.axes, keepdims=True)) + m
+        return y if self.keepdims else xp.reshape(y, tuple(
+            n for a, n in enumerate(x.shape) if a not in self.axes))
+
+    def backward(self, gy):
+        # d logsumexp = softmax(x), as exp(x - m) / sum(exp(x - m)) with the forward's shift m:
+        # exact in float32 for large x (exp(x - y) would carry y's rounding), and written with
+        # ops so it differentiates again (m is a constant: softmax does not depend on it)
+        x, = self.inputs
+        e = exp(x - Variable(self.shift, requires_grad=False))
+        p = e / sum(e, self.axes, keepdims=True)
+        return broadcast_to(reshape(gy, _kept_shape(x.shape, self.axes)), x.shape) * p
+
+
+def logsumexp(x, axis=1, keepdims=True):
+    """log(sum(exp(x), axis)), computed stably for large x. DeZero's default axis=1, and as in
+    DeZero the reduced axes are kept (size 1), so `x - logsumexp(x)` broadcasts."""
+    return LogSumExp(_as_axis(axis), keepdims)(x)

@@ -1,4 +1,10 @@
-"""Shape ops: reshape, transpose, broadcast_to, sum_to, get_item."""
+"""Shape ops: reshape, expand_dims, squeeze, flatten, transpose, broadcast_to, sum_to,
+concatenate, stack, split, get_item."""
+import math
+
+import backends
+from backends.base import gather, is_advanced, normalize_key
+
 from ..function import Function
 from ..variable import Variable, as_variable
 
@@ -26,6 +32,75 @@ def reshape(x, shape):
     if isinstance(x, Variable) and x.shape == shape:
         return x
     return Reshape(shape)(x)
+
+
+def _axis_in(axis, ndim, what="an array"):
+    """`axis` (an int, possibly negative) as a non-negative axis of `ndim` axes; ValueError if not."""
+    if isinstance(axis, bool) or not isinstance(axis, int):
+        raise TypeError(f"axis must be an int, got {type(axis).__name__}")
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"axis {axis} is out of range for {what} of {ndim} dimension(s)")
+    return axis % ndim
+
+
+def _axis_tuple(axis):
+    return tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
+
+
+class ExpandDims(Function):
+    def __init__(self, axis):
+        self.axis = axis
+
+    def forward(self, x):
+        axes = _axis_tuple(self.axis)
+        ndim = x.ndim + len(axes)
+        new = sorted(_axis_in(a, ndim, "the result") for a in axes)
+        if len(set(new)) != len(new):
+            raise ValueError(f"repeated axis in {self.axis}")
+        rest = iter(x.shape)
+        return self.xp.reshape(x, tuple(1 if a in new else next(rest) for a in range(ndim)))
+
+    def backward(self, gy):
+        x, = self.inputs
+        return reshape(gy, x.shape)
+
+
+def expand_dims(x, axis):
+    """x with a new size-1 axis at `axis` (an int or a tuple; axes of the result)."""
+    return ExpandDims(axis)(x)
+
+
+class Squeeze(Function):
+    def __init__(self, axis=None):
+        self.axis = axis
+
+    def forward(self, x):
+        if self.axis is None:
+            drop = {a for a, n in enumerate(x.shape) if n == 1}
+        else:
+            drop = {_axis_in(a, x.ndim) for a in _axis_tuple(self.axis)}
+            for a in sorted(drop):
+                if x.shape[a] != 1:
+                    raise ValueError(f"cannot squeeze axis {a} of size {x.shape[a]}: only "
+                                     "size-1 axes can be removed")
+        return self.xp.reshape(x, tuple(n for a, n in enumerate(x.shape) if a not in drop))
+
+    def backward(self, gy):
+        x, = self.inputs
+        return reshape(gy, x.shape)
+
+
+def squeeze(x, axis=None):
+    """x without its size-1 axes (all of them, or those in `axis`: an int or a tuple)."""
+    return Squeeze(axis)(x)
+
+
+def flatten(x):
+    """x reshaped to (N, -1): the first (batch) axis kept, the others merged into one."""
+    if x.ndim < 1:
+        raise ValueError("flatten: the input needs at least one axis (the batch axis); got a "
+                         "0-d input")
+    return reshape(x, (x.shape[0], math.prod(x.shape[1:])))
 
 
 # =============================================================================== transpose
@@ -96,11 +171,124 @@ class SumTo(Function):
 
 def sum_to(x, shape):
     """Sum x over broadcast axes so it has `shape` (the reverse of broadcast_to)."""
-    if shape.__class__ is not tuple:
-        shape = _normalize_shape(shape)
-    if x.shape == shape:
+    if x.shape == shape:  # the common case first: nothing was broadcast
         return x if isinstance(x, Variable) else as_variable(x)
+    shape = _normalize_shape(shape)
+    if x.shape == shape:
+        return as_variable(x)
     return SumTo(shape)(x)
+
+
+# =============================================================================== joining
+class Concatenate(Function):
+    def __init__(self, axis=0):
+        self.axis = axis
+
+    def forward(self, *xs):
+        _check_same_shapes(xs, self.axis, "concatenate")
+        return self.xp.concat(xs, axis=self.axis)
+
+    def backward(self, gy):
+        axis = _axis_in(self.axis, gy.ndim)
+        ends = []
+        for x in self.inputs[:-1]:
+            ends.append((ends[-1] if ends else 0) + x.shape[axis])
+        gxs = split(gy, ends, axis)
+        return tuple(g if need else None for g, need in zip(gxs, self.needs_input_grad))
+
+
+def concatenate(xs, axis=0):
+    """The arrays in `xs` joined along an existing `axis`; all other axes must match."""
+    xs = _as_sequence(xs, "concatenate")
+    return Concatenate(axis)(*xs)
+
+
+class Stack(Function):
+    def __init__(self, axis=0):
+        self.axis = axis
+
+    def forward(self, *xs):
+        _check_same_shapes(xs, None, "stack")
+        _axis_in(self.axis, xs[0].ndim + 1, "the result")
+        return self.xp.stack(xs, axis=self.axis)
+
+    def backward(self, gy):
+        gxs = split(gy, len(self.inputs), self.axis)
+        return tuple(reshape(g, x.shape) if need else None
+                     for g, x, need in zip(gxs, self.inputs, self.needs_input_grad))
+
+
+def stack(xs, axis=0):
+    """The arrays in `xs` (all of one shape) joined along a new `axis`."""
+    xs = _as_sequence(xs, "stack")
+    return Stack(axis)(*xs)
+
+
+def _as_sequence(xs, name):
+    if isinstance(xs, Variable) or backends.is_array(xs) or not isinstance(xs, (list, tuple)):
+        raise TypeError(f"{name}: expects a list or tuple of arrays, got {type(xs).__name__}")
+    if not xs:
+        raise ValueError(f"{name}: needs at least one array, got an empty {type(xs).__name__}")
+    return xs
+
+
+def _check_same_shapes(xs, axis, name):
+    """ValueError unless the inputs are arrays of one shape (except along `axis`, if given)."""
+    for x in xs:
+        if not hasattr(x, "shape"):
+            raise TypeError(f"inputs must be arrays or Variables, got {type(x).__name__}")
+    first = xs[0]
+    if axis is not None:
+        if first.ndim == 0:
+            raise ValueError("cannot join 0-d arrays along an axis; use stack")
+        axis = _axis_in(axis, first.ndim)
+    for x in xs[1:]:
+        same = x.ndim == first.ndim and all(
+            n == m or a == axis for a, (n, m) in enumerate(zip(x.shape, first.shape)))
+        if not same:
+            where = "except along the joined axis" if axis is not None else "exactly"
+            raise ValueError(f"input shapes must match {where}: got {tuple(first.shape)} and "
+                             f"{tuple(x.shape)}")
+
+
+class Split(Function):
+    def __init__(self, indices_or_sections, axis=0):
+        self.indices_or_sections = indices_or_sections
+        self.axis = axis
+
+    def forward(self, x):
+        if x.ndim == 0:
+            raise ValueError("cannot split a 0-d array")
+        axis = _axis_in(self.axis, x.ndim)
+        bounds = _split_bounds(self.indices_or_sections, x.shape[axis], axis)
+        head = (slice(None),) * axis
+        return tuple(x[head + (slice(a, b), Ellipsis)] for a, b in zip(bounds, bounds[1:]))
+
+    def backward(self, *gys):
+        return concatenate(gys, self.axis)
+
+
+def _split_bounds(indices_or_sections, n, axis):
+    """[0, i1, ..., n]: the piece boundaries, as np.split reads `indices_or_sections`."""
+    if isinstance(indices_or_sections, int) and not isinstance(indices_or_sections, bool):
+        sections = indices_or_sections
+        if sections < 1 or n % sections:
+            raise ValueError(f"axis {axis} of size {n} cannot be split into {sections} equal "
+                             "sections; pass the split points instead")
+        return [n // sections * i for i in range(sections + 1)]
+    bounds = [0]
+    for i in indices_or_sections:
+        i = min(i + n if i < 0 else i, n)
+        if i < bounds[-1]:
+            raise ValueError(f"split points must be increasing, got {list(indices_or_sections)}")
+        bounds.append(i)
+    return bounds + [n]
+
+
+def split(x, indices_or_sections, axis=0):
+    """x cut along `axis` into a tuple of pieces: N equal sections (an int) or at the given
+    points (a list of ints, as in np.split)."""
+    return Split(indices_or_sections, axis)(x)
 
 
 # =============================================================================== indexing
@@ -109,11 +297,14 @@ class GetItem(Function):
         self.slices = slices
 
     def forward(self, x):
-        return x[self.slices]
+        # NumPy's indexing rules on every backend; `key` spells out every axis (see normalize_key)
+        key = _key_on_device(self.slices, self.backend, self.backend.device_of(x))
+        self.key = key = normalize_key(self.xp, key, x.shape)
+        return gather(self.xp, x, key) if is_advanced(key) else x[key]
 
     def backward(self, gy):
         x, = self.inputs
-        return GetItemGrad(self.slices, x.shape)(gy)
+        return GetItemGrad(self.key, x.shape)(gy)
 
 
 class GetItemGrad(Function):
@@ -123,12 +314,30 @@ class GetItemGrad(Function):
 
     def forward(self, gy):
         gx = self.backend.zeros(self.in_shape, gy.dtype, self.device)
-        return self.backend.scatter_add(gx, self.slices, gy)
+        return self.backend.scatter_add(gx, self.slices, gy)  # repeated indices add up
 
     def backward(self, ggx):
         return get_item(ggx, self.slices)
 
 
+def _key_on_device(key, backend, device):
+    """`key` with lists, Variables and other backends' or devices' arrays as `backend` arrays on
+    `device` (where the indexed array lives)."""
+    out = []
+    for k in key if isinstance(key, tuple) else (key,):
+        if isinstance(k, Variable):
+            k = k.data
+        if isinstance(k, (list, tuple)):
+            k = backend.asarray(k, dtype=None if k else backend.xp.int64, device=device)
+        elif getattr(k, "ndim", 0) and (backends.backend_of(k) is not backend
+                                        or backend.device_of(k) != device):
+            k = backends.to_device(k, device)
+        out.append(k)
+    return tuple(out)
+
+
 def get_item(x, slices):
-    """x[slices] (basic slicing: ints, slices, None, Ellipsis)."""
+    """x[slices] by NumPy's rules: ints, slices, None, Ellipsis, and integer arrays (NumPy or
+    backend arrays, lists) and boolean masks, on any backend. Repeated indices add up in the
+    gradient. Out-of-bounds indices raise IndexError (also on CuPy, which would wrap them)."""
     return GetItem(slices)(x)

@@ -3,14 +3,22 @@ import numpy as np
 import pytest
 
 import gradcore.functions as F
+import test_activation
+import test_conv
 import test_linalg
+import test_loss
 import test_math
+import test_nn
 import test_reduce
 import test_shape
 from harness import directional_check
 
-TABLES = [test_math, test_shape, test_reduce, test_linalg]
-TESTED_ELSEWHERE = {"to"}  # tests/test_variable.py: moves between devices
+TABLES = [test_math, test_shape, test_reduce, test_linalg, test_conv, test_nn,
+          test_activation, test_loss]
+TESTED_ELSEWHERE = {
+    "to",       # tests/test_variable.py: moves between devices
+    "astype",   # tests/test_engine.py: gradients keep their input's dtype
+}
 
 
 def test_the_tables_cover_every_op():

@@ -1,13 +1,19 @@
-"""gradcore.functions.linalg: matmul. One row per op; tests/harness.py checks each."""
+"""gradcore.functions.linalg: matmul, linear, linear_simple. One row per op; tests/harness.py checks
+each."""
 import numpy as np
 import pytest
 
+import gradcore
 import gradcore.functions as F
-from harness import Case, check_case, ids
+from harness import Case, check_case, directional_check, ids
 
 
 def mm(a, b):
     return np.matmul(a, b)
+
+
+def affine(x, W, b=None):
+    return x @ W if b is None else x @ W + b
 
 
 # fmt: off
@@ -20,6 +26,12 @@ CASES = [
     Case("matmul-1d-both",     F.matmul,                             mm, ((3,), (3,))),
     Case("matmul-1d-batched",  F.matmul,                             mm, ((4,), (2, 4, 3))),
     Case("matmul-batched-1d",  F.matmul,                             mm, ((2, 3, 4), (4,))),
+    Case("linear",             F.linear,                             affine, ((4, 3), (3, 2), (2,))),
+    Case("linear-no-bias",     F.linear,                             affine, ((4, 3), (3, 2))),
+    Case("linear-row-bias",    F.linear,                             affine, ((4, 3), (3, 2), (1, 2))),
+    Case("linear-one-row",     F.linear,                             affine, ((1, 3), (3, 5), (5,))),
+    Case("linear_simple",      F.linear_simple,                      affine, ((4, 3), (3, 2), (2,))),
+    Case("linear_simple-no-b", F.linear_simple,                      affine, ((4, 3), (3, 2))),
 ]
 # fmt: on
 
@@ -27,3 +39,47 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=ids(CASES))
 def test_op(case, xp):
     check_case(case, xp)
+
+
+def test_linear_agrees_with_linear_simple(xp):
+    """The fused op against its composition: same value, same first and second derivatives."""
+    rng = np.random.default_rng(7)
+    arrays = [rng.standard_normal(s) for s in ((5, 4), (4, 3), (3,))]
+    xs = [gradcore.Variable(xp.asarray(a)) for a in arrays]
+    ys = [gradcore.Variable(xp.asarray(a)) for a in arrays]
+    w = xp.asarray(rng.standard_normal((5, 3)))
+    fused, simple = F.linear(*xs), F.linear_simple(*ys)
+    np.testing.assert_allclose(xp.numpy(fused.data), xp.numpy(simple.data), rtol=1e-12)
+    g_fused = gradcore.grad(fused, xs, grad_outputs=w, create_graph=True)
+    g_simple = gradcore.grad(simple, ys, grad_outputs=w, create_graph=True)
+    for a, b in zip(g_fused, g_simple):
+        np.testing.assert_allclose(xp.numpy(a.data), xp.numpy(b.data), rtol=1e-12)
+    # second order: d/dW sum(gx**2), through both
+    (h_fused,) = gradcore.grad(F.sum(g_fused[0] ** 2), [xs[1]])
+    (h_simple,) = gradcore.grad(F.sum(g_simple[0] ** 2), [ys[1]])
+    np.testing.assert_allclose(xp.numpy(h_fused.data), xp.numpy(h_simple.data), rtol=1e-12)
+
+
+def test_linear_bias_gradient_is_summed_over_the_batch(xp):
+    x = gradcore.Variable(xp.asarray(np.ones((4, 3))))
+    W = gradcore.Variable(xp.asarray(np.ones((3, 2))))
+    b = gradcore.Variable(xp.asarray(np.zeros(2)))
+    F.linear(x, W, b).backward()
+    np.testing.assert_array_equal(xp.numpy(b.grad.data), [4.0, 4.0])
+    directional_check(lambda W, b: F.linear(x, W, b), [np.ones((3, 2)), np.zeros(2)], xp,
+                      np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("op, shapes, message", [
+    (F.matmul, ((2, 3), (4, 5)), r"matmul: shapes \(2, 3\) and \(4, 5\) do not match: the last axis of x \(3\) must equal the second-to-last axis of W \(4\)"),
+    (F.matmul, ((2, 3), (4,)), r"matmul: shapes \(2, 3\) and \(4,\) do not match: .* the only axis of W \(4\)"),
+    (F.matmul, ((), (4,)), r"matmul: matmul needs inputs of at least one dimension"),
+    (F.linear, ((2, 3), (4, 5)), r"linear: x \(2, 3\) and W \(4, 5\) do not match: x.shape\[1\] \(3\) must equal W.shape\[0\] \(4\)"),
+    (F.linear, ((2, 2, 3), (3, 5)), r"linear: x must be 2-d \(batch, in\) and W 2-d \(in, out\); got x \(2, 2, 3\)"),
+    (F.linear, ((2, 3), (3, 5), (4,)), r"linear: b \(4,\) does not broadcast to the output \(2, 5\)"),
+])
+def test_linear_algebra_rejects_mismatched_shapes(xp, op, shapes, message):
+    xs = [gradcore.Variable(xp.asarray(np.ones(s))) for s in shapes]
+    with pytest.raises(ValueError, match=message):
+        op(*xs)
+    assert all(x.creator is None and x.grad is None for x in xs)

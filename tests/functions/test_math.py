@@ -1,11 +1,15 @@
-"""gradcore.functions.math: arithmetic with broadcasting, pow, exp, log, trigonometry, tanh. One row per op; tests/harness.py checks each."""
+"""gradcore.functions.math: arithmetic with broadcasting, pow, exp, log, trigonometry, tanh, sqrt,
+abs, maximum, minimum, clip, where. One row per op; tests/harness.py checks each."""
 import numpy as np
 import pytest
 
+import gradcore
 import gradcore.functions as F
 from harness import Case, check_case, ids
 
 POS = (0.5, 2.0)
+NEG = (-2.0, -0.5)
+MASK = np.array([[True, False, True], [False, False, True]])
 
 # fmt: off
 CASES = [
@@ -27,6 +31,25 @@ CASES = [
     Case("cos",                F.cos,                                np.cos, ((2, 3),)),
     Case("tanh",               F.tanh,                               np.tanh, ((2, 3),)),
     Case("0-d",                lambda x: F.tanh(x) * x,              lambda x: np.tanh(x) * x, ((),)),
+    Case("sqrt",               F.sqrt,                               np.sqrt, ((2, 3),), POS),
+    Case("sqrt-0-d",           F.sqrt,                               np.sqrt, ((),), POS),
+    # abs, maximum, minimum, clip: random data, so no sample sits on a kink or a tie
+    Case("abs",                F.abs,                                np.abs, ((2, 3),), POS),
+    Case("abs-neg",            F.abs,                                np.abs, ((2, 3),), NEG),
+    Case("abs-mixed",          lambda x: F.abs(x - 1.2),             lambda x: np.abs(x - 1.2), ((4, 5),), POS),
+    Case("maximum",            F.maximum,                            np.maximum, ((2, 3), (2, 3))),
+    Case("maximum-broadcast",  F.maximum,                            np.maximum, ((2, 1), (1, 3))),
+    Case("maximum-scalar",     lambda x: F.maximum(x, 0.0),          lambda x: np.maximum(x, 0.0), ((3, 4),)),
+    Case("maximum-0-d",        F.maximum,                            np.maximum, ((), (3,))),
+    Case("minimum",            F.minimum,                            np.minimum, ((2, 3), (3,))),
+    Case("minimum-scalar",     lambda x: F.minimum(0.5, x),          lambda x: np.minimum(0.5, x), ((3, 4),)),
+    Case("clip",               lambda x: F.clip(x, -1.0, 1.0),       lambda x: np.clip(x, -1.0, 1.0), ((4, 5),)),
+    Case("clip-open",          lambda x: F.clip(x, None, 0.5),       lambda x: np.minimum(x, 0.5), ((4, 5),)),
+    Case("clip-int-bounds",    lambda x: F.clip(x, -1, 1),           lambda x: np.clip(x, -1, 1), ((4, 5),)),
+    Case("where",              lambda a, b, c: F.where(c, a, b),     lambda a, b, c: np.where(c, a, b), ((2, 3), (2, 3)), args=(MASK,)),
+    Case("where-broadcast",    lambda a, b, c: F.where(c, a, b),     lambda a, b, c: np.where(c, a, b), ((2, 1), (3,)), args=(MASK,)),
+    Case("where-scalar",       lambda a, c: F.where(c, a, 0.0),      lambda a, c: np.where(c, a, 0.0), ((2, 3),), args=(MASK,)),
+    Case("where-scalar-first", lambda a, c: F.where(c, 1.5, a),      lambda a, c: np.where(c, 1.5, a), ((3,),), args=(MASK,)),
 ]
 # fmt: on
 
@@ -34,3 +57,66 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=ids(CASES))
 def test_op(case, xp):
     check_case(case, xp)
+
+
+# =============================================================================== special cases
+def test_maximum_and_minimum_split_a_tie(xp):
+    x0 = gradcore.Variable(xp.asarray([1.0, 2.0, 3.0]))
+    x1 = gradcore.Variable(xp.asarray([1.0, 5.0, 0.0]))
+    F.maximum(x0, x1).backward()
+    np.testing.assert_array_equal(xp.numpy(x0.grad.data), [0.5, 0.0, 1.0])
+    np.testing.assert_array_equal(xp.numpy(x1.grad.data), [0.5, 1.0, 0.0])
+    x0.cleargrad(), x1.cleargrad()
+    F.minimum(x0, x1).backward()
+    np.testing.assert_array_equal(xp.numpy(x0.grad.data), [0.5, 1.0, 0.0])
+    np.testing.assert_array_equal(xp.numpy(x1.grad.data), [0.5, 0.0, 1.0])
+
+
+def test_abs_and_clip_gradients_at_their_kinks(xp):
+    x = gradcore.Variable(xp.asarray([-2.0, -1.0, 0.0, 1.0, 2.0]))
+    F.abs(x).backward()
+    np.testing.assert_array_equal(xp.numpy(x.grad.data), [-1.0, -1.0, 0.0, 1.0, 1.0])
+    x.cleargrad()
+    F.clip(x, -1.0, 1.0).backward()  # inclusive bounds, as in DeZero
+    np.testing.assert_array_equal(xp.numpy(x.grad.data), [0.0, 1.0, 1.0, 1.0, 0.0])
+
+
+def test_clip_keeps_float32_with_numpy_scalar_bounds(xp):
+    x = gradcore.Variable(xp.asarray([-2.0, 0.25, 2.0], dtype="float32"))
+    y = F.clip(x, np.float64(-1.0), np.float64(1.0))
+    assert y.dtype == xp.float32
+    np.testing.assert_array_equal(xp.numpy(y.data), [-1.0, 0.25, 1.0])
+    with pytest.raises(TypeError, match="clip: x_max must be a number or None, got str"):
+        F.clip(x, 0.0, "1")
+
+
+def test_where_takes_a_condition_from_anywhere(xp):
+    """A NumPy mask or a Variable works on every device; the gradient is split by the mask."""
+    a = gradcore.Variable(xp.asarray([1.0, 2.0, 3.0]))
+    b = gradcore.Variable(xp.asarray([10.0, 20.0, 30.0]))
+    for condition in (np.array([True, False, True]), [True, False, True],
+                      gradcore.Variable(xp.asarray(np.array([True, False, True])))):
+        a.cleargrad(), b.cleargrad()
+        y = F.where(condition, a, b)
+        assert y.device == a.device
+        np.testing.assert_array_equal(xp.numpy(y.data), [1.0, 20.0, 3.0])
+        y.backward(grad=xp.asarray([1.0, 2.0, 3.0]))
+        np.testing.assert_array_equal(xp.numpy(a.grad.data), [1.0, 0.0, 3.0])
+        np.testing.assert_array_equal(xp.numpy(b.grad.data), [0.0, 2.0, 0.0])
+
+
+def test_where_rejects_a_non_boolean_condition(xp):
+    a = gradcore.Variable(xp.asarray([1.0, 2.0]))
+    with pytest.raises(TypeError, match=r"where: the condition must be a boolean array, got .*64"):
+        F.where(xp.asarray([1.0, 0.0]), a, 0.0)
+    with pytest.raises(ValueError, match=r"where: .*\(inputs: \(2,\), \(3,\)\)"):
+        F.where(np.array([True, False]), a, gradcore.Variable(xp.asarray([1.0, 2.0, 3.0])))
+    assert a.grad is None and a.creator is None
+
+
+def test_sqrt_second_derivative(xp):
+    x = gradcore.Variable(xp.asarray([4.0]))
+    (g,) = gradcore.grad(F.sqrt(x), [x], create_graph=True)
+    (gg,) = gradcore.grad(g, [x])
+    np.testing.assert_allclose(xp.numpy(g.data), [0.25])            # 1 / (2 sqrt 4)
+    np.testing.assert_allclose(xp.numpy(gg.data), [-1.0 / 32.0])    # -1 / (4 x^1.5)

@@ -1,9 +1,17 @@
-"""gradcore.functions.reduce: sum. One row per op; tests/harness.py checks each."""
+"""gradcore.functions.reduce: sum, average, mean, max, min, logsumexp. One row per op;
+tests/harness.py checks each."""
 import numpy as np
 import pytest
 
+import gradcore
 import gradcore.functions as F
 from harness import Case, check_case, ids
+
+
+def lse(x, axis=1, keepdims=True):
+    m = np.max(x, axis=axis, keepdims=True)
+    y = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
+    return y if keepdims else np.squeeze(y, axis)
 
 
 # fmt: off
@@ -12,6 +20,23 @@ CASES = [
     Case("sum-axis",           lambda x: F.sum(x, axis=1),           lambda x: x.sum(axis=1), ((2, 3, 4),)),
     Case("sum-neg-axis",       lambda x: F.sum(x, axis=-1),          lambda x: x.sum(axis=-1), ((2, 3),)),
     Case("sum-keepdims",       lambda x: F.sum(x, (0, 2), True),     lambda x: x.sum((0, 2), keepdims=True), ((2, 3, 4),)),
+    Case("sum-0-d",            F.sum,                                np.sum, ((),)),
+    Case("average",            F.average,                            np.mean, ((2, 3),)),
+    Case("average-axis",       lambda x: F.average(x, 1),            lambda x: x.mean(1), ((2, 3, 4),)),
+    Case("average-tuple",      lambda x: F.average(x, (0, -1), True), lambda x: x.mean((0, 2), keepdims=True), ((2, 3, 4),)),
+    Case("mean",               F.mean,                               np.mean, ((3, 4),)),
+    Case("mean-axis",          lambda x: F.mean(x, axis=-2),         lambda x: x.mean(-2), ((3, 4),)),
+    # max and min: random data, so no ties (the tie rule has its own test)
+    Case("max",                F.max,                                np.max, ((2, 3),)),
+    Case("max-axis",           lambda x: F.max(x, axis=1),           lambda x: x.max(1), ((2, 3, 4),)),
+    Case("max-keepdims",       lambda x: F.max(x, (0, -1), True),    lambda x: x.max((0, 2), keepdims=True), ((2, 3, 4),)),
+    Case("max-0-d",            F.max,                                np.max, ((),)),
+    Case("min",                F.min,                                np.min, ((2, 3),)),
+    Case("min-axis",           lambda x: F.min(x, axis=-1),          lambda x: x.min(-1), ((3, 4),)),
+    Case("logsumexp",          F.logsumexp,                          lse, ((2, 3),)),
+    Case("logsumexp-axis0",    lambda x: F.logsumexp(x, 0, False),   lambda x: lse(x, 0, False), ((3, 4),)),
+    Case("logsumexp-tuple",    lambda x: F.logsumexp(x, (0, -1)),    lambda x: lse(x, (0, 2)), ((2, 3, 4),)),
+    Case("logsumexp-large",    F.logsumexp,                          lse, ((3, 4),), (998.0, 1002.0)),
 ]
 # fmt: on
 
@@ -19,3 +44,53 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=ids(CASES))
 def test_op(case, xp):
     check_case(case, xp)
+
+
+# =============================================================================== special cases
+@pytest.mark.parametrize("op", [F.max, F.min])
+def test_max_and_min_share_the_gradient_among_ties(xp, op):
+    x = gradcore.Variable(xp.asarray([[1.0, 3.0, 3.0, 2.0], [0.0, 0.0, 0.0, 5.0]]))
+    op(x, axis=1).backward(grad=xp.asarray([2.0, 3.0]))
+    expected = ([[0, 1, 1, 0], [0, 0, 0, 3]] if op is F.max else [[2, 0, 0, 0], [1, 1, 1, 0]])
+    np.testing.assert_array_equal(xp.numpy(x.grad.data), expected)
+    assert x.grad.data.dtype == x.data.dtype
+
+
+def test_logsumexp_is_stable_for_large_and_small_inputs(xp):
+    data = np.array([[1000.0, 1000.0, 1000.0], [-1000.0, -1001.0, -np.inf]])
+    for dtype in ("float64", "float32"):
+        x = gradcore.Variable(xp.asarray(data, dtype=dtype))
+        y = F.logsumexp(x)  # DeZero's default: axis=1, reduced axis kept
+        assert y.shape == (2, 1) and y.dtype == x.dtype
+        expected = [[1000.0 + np.log(3.0)], [-1000.0 + np.log1p(np.exp(-1.0))]]
+        np.testing.assert_allclose(xp.numpy(y.data), expected, rtol=1e-6)
+        y.backward()
+        softmax = [[1 / 3, 1 / 3, 1 / 3], [1 / (1 + np.exp(-1)), 1 - 1 / (1 + np.exp(-1)), 0.0]]
+        np.testing.assert_allclose(xp.numpy(x.grad.data), softmax, rtol=1e-6)
+    row = gradcore.Variable(xp.asarray(np.full((1, 2), -np.inf)))
+    with np.errstate(divide="ignore"):  # log(0): the sum of exp(-inf) is 0
+        np.testing.assert_array_equal(xp.numpy(F.logsumexp(row).data), [[-np.inf]])
+
+
+@pytest.mark.parametrize("op, name", [
+    (lambda x, a: F.sum(x, a), "sum"), (lambda x, a: F.average(x, a), "average"),
+    (lambda x, a: F.mean(x, a), "average"), (lambda x, a: F.max(x, a), "max"),
+    (lambda x, a: F.min(x, a), "min"), (lambda x, a: F.logsumexp(x, a), "logsumexp"),
+])
+def test_reductions_reject_a_bad_axis(xp, op, name):
+    x = gradcore.Variable(xp.asarray(np.ones((2, 3))))
+    with pytest.raises(ValueError, match=rf"{name}: axis 2 is out of range for an array of 2 dimension"):
+        op(x, 2)
+    with pytest.raises(ValueError, match=rf"{name}: axis -3 is out of range"):
+        op(x, (0, -3))
+    with pytest.raises(ValueError, match=rf"{name}: repeated axis in \(1, -1\)"):
+        op(x, (1, -1))
+    with pytest.raises(TypeError, match=rf"{name}: axis must be None, an int or a tuple of ints, got 1.0"):
+        op(x, 1.0)
+    assert x.creator is None and x.grad is None
+
+
+def test_max_of_an_empty_axis_is_an_error(xp):
+    x = gradcore.Variable(xp.asarray(np.ones((2, 0))))
+    with pytest.raises(ValueError, match="max: cannot take the max over an empty axis"):
+        F.max(x, axis=1)

@@ -1,0 +1,161 @@
+"""What the training-step workloads (mlp, conv) share: one SGD step three ways, and its checks.
+
+A workload module describes its network four times over the same parameters (a dict of float32
+arrays, made on the host from a fixed seed): `gradcore_loss` (Parameters -> loss Variable),
+`floor_grads` (hand-written forward and backward on raw arrays of `xp`: loss and gradients),
+`torch_loss`, and `init`. `training_workload` turns that into the factories and the `verify` of a
+Workload. One run is one step: clear gradients, forward, backward, `p -= LR * grad` in place.
+
+Checks, outside the clock: each implementation's first step (made by its factory) must give the
+loss, the gradients and the updated parameters of the floor's arithmetic redone in float64 on the
+host; after the timed runs, the loss must have gone down (every step trains on the same batch)
+and, for gradcore and the floor, every parameter and gradient must still be float32.
+"""
+import functools
+import math
+
+import numpy
+
+import backends
+import gradcore
+
+from .common import on_device
+
+LR = 0.01
+RTOL = 2e-3  # float32 against the float64 reference, relative to the largest entry
+
+
+def host(a):
+    """A NumPy copy of a gradcore Variable, an array of any backend, or a torch tensor."""
+    if isinstance(a, gradcore.Variable):
+        a = a.data
+    if type(a).__module__.partition(".")[0] == "torch":
+        return a.detach().cpu().numpy()
+    return backends.backend_of(a).to_numpy(a)
+
+
+def _close(what, got, expected):
+    got, expected = numpy.asarray(got, dtype=numpy.float64), numpy.asarray(expected)
+    if got.shape != expected.shape:
+        raise AssertionError(f"{what}: shape {got.shape}, expected {expected.shape}")
+    error = float(numpy.max(numpy.abs(got - expected), initial=0.0))
+    scale = float(numpy.max(numpy.abs(expected), initial=0.0))
+    if not error <= RTOL * scale + 1e-6:
+        raise AssertionError(f"{what}: off by {error:.3g} (largest entry {scale:.3g})")
+
+
+def _float32(kind, arrays):
+    wrong = {name: str(a.dtype) for name, a in arrays.items() if str(a.dtype) != "float32"}
+    if wrong:
+        raise AssertionError(f"{kind}: not float32: {wrong}")
+
+
+def training_workload(init, gradcore_loss, floor_grads, torch_loss):
+    """(make_gradcore, make_floor, make_torch, verify) for a Workload.
+
+    `init()` -> (params: dict of float32 NumPy arrays, x: float32 NumPy array, t: int labels);
+    `gradcore_loss(params: dict of Parameters, x, t)` -> loss Variable;
+    `floor_grads(xp, params, x, t)` -> (loss 0-d array, dict of gradients, same keys);
+    `torch_loss(torch, params: dict of tensors, x, t)` -> loss tensor.
+    """
+
+    @functools.lru_cache(maxsize=None)
+    def reference():
+        """Loss, gradients and updated parameters of the first step, in float64 on the host."""
+        params, x, t = init()
+        params = {k: v.astype(numpy.float64) for k, v in params.items()}
+        loss, grads = floor_grads(numpy, params, x.astype(numpy.float64), t)
+        updated = {k: params[k] - LR * grads[k] for k in params}
+        return float(loss), grads, updated
+
+    def check_first_step(kind, loss, grads, params):
+        ref_loss, ref_grads, ref_updated = reference()
+        _close(f"{kind}: first-step loss", loss, ref_loss)
+        for name in ref_grads:
+            _close(f"{kind}: first-step gradient of {name}", grads[name], ref_grads[name])
+            _close(f"{kind}: {name} after the first step", params[name], ref_updated[name])
+
+    def on(device, arrays):
+        backend = backends.backend_for_device(device)
+        return {k: backend.asarray(v, device=device) for k, v in arrays.items()}
+
+    # ---------------------------------------------------------------- gradcore
+    def make_gradcore(device):
+        params, x, t = init()
+        params = {k: gradcore.Parameter(v, name=k) for k, v in on(device, params).items()}
+        data = on(device, {"x": x, "t": t})
+        x, t = data["x"], data["t"]
+
+        def step():
+            for p in params.values():
+                p.cleargrad()
+            loss = gradcore_loss(params, x, t)
+            loss.backward()
+            for p in params.values():
+                p.data -= LR * p.grad.data
+            return loss, params
+
+        loss, _ = step()
+        _float32("gradcore", {**{k: p.data for k, p in params.items()},
+                              **{f"grad {k}": p.grad.data for k, p in params.items()}})
+        check_first_step("gradcore", host(loss), {k: host(p.grad) for k, p in params.items()},
+                         {k: host(p) for k, p in params.items()})
+        return step
+
+    # ---------------------------------------------------------------- floor
+    def make_floor(device):
+        params, x, t = init()
+        params = on(device, params)
+        data = on(device, {"x": x, "t": t})
+        xp = backends.backend_for_device(device).xp
+
+        def step():
+            loss, grads = floor_grads(xp, params, data["x"], data["t"])
+            for name, g in grads.items():
+                params[name] -= LR * g
+            return loss, params, grads
+
+        loss, _, grads = on_device(device, step)()
+        _float32("floor", {**params, **{f"grad {k}": g for k, g in grads.items()}})
+        check_first_step("floor", host(loss), {k: host(g) for k, g in grads.items()},
+                         {k: host(p) for k, p in params.items()})
+        return on_device(device, step)
+
+    # ---------------------------------------------------------------- PyTorch
+    def make_torch(torch, device):
+        params, x, t = init()
+        params = {k: torch.tensor(v, device=device, requires_grad=True)
+                  for k, v in params.items()}
+        x = torch.tensor(x, device=device)
+        t = torch.tensor(t, dtype=torch.int64, device=device)
+
+        def step():
+            for p in params.values():
+                p.grad = None
+            loss = torch_loss(torch, params, x, t)
+            loss.backward()
+            with torch.no_grad():
+                for p in params.values():
+                    p.sub_(p.grad, alpha=LR)  # p -= LR * grad, in place
+            return loss, params
+
+        loss, _ = step()
+        check_first_step("torch", host(loss), {k: host(p.grad) for k, p in params.items()},
+                         {k: host(p) for k, p in params.items()})
+        return step
+
+    # ---------------------------------------------------------------- after the timed runs
+    def verify(kind, result):
+        loss, params = result[0], result[1]
+        value = float(host(loss))
+        first = reference()[0]
+        if not (math.isfinite(value) and value < first):
+            raise AssertionError(f"{kind}: the loss went from {first:.4g} to {value:.4g}; "
+                                 "training on one batch should lower it")
+        if kind == "gradcore":
+            _float32(kind, {**{k: p.data for k, p in params.items()},
+                            **{f"grad {k}": p.grad.data for k, p in params.items()}})
+        elif kind == "floor":
+            _float32(kind, {**params, **{f"grad {k}": g for k, g in result[2].items()}})
+
+    return make_gradcore, make_floor, make_torch, verify

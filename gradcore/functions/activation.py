@@ -1,0 +1,140 @@
+"""Activations: sigmoid, relu, leaky_relu, softmax, log_softmax, and their composite twins."""
+from ..function import Function
+from .math import div, exp, neg
+from .reduce import sum
+
+
+def _check_axis(axis, ndim):
+    """ValueError unless each axis in `axis` (int, tuple, or None: all) exists in an ndim-d input."""
+    if axis is None:
+        return
+    for a in (axis,) if isinstance(axis, int) else axis:
+        if not -ndim <= a < ndim:
+            raise ValueError(
+                f"axis {a} is out of range for a {ndim}-d input (the default axis=1 expects "
+                "(N, C) rows); pass axis=-1 to normalise over the last axis")
+
+
+def _axis(axis):
+    return tuple(axis) if isinstance(axis, list) else axis
+
+
+# =============================================================================== sigmoid
+class Sigmoid(Function):
+    def forward(self, x):
+        xp = self.xp
+        e = xp.exp(-xp.abs(x))  # in (0, 1]: exp never overflows, whatever the sign of x
+        d = 1 + e
+        return xp.where(x >= 0, 1 / d, e / d)
+
+    def backward(self, gy):
+        y = self.outputs[0]()  # d sigmoid = y (1 - y): reuse the output
+        return gy * y * (1 - y)
+
+
+def sigmoid(x):
+    """1 / (1 + exp(-x)), elementwise; stable for any |x|: no overflow, and outputs near 0
+    (x around -700) keep their full relative precision."""
+    return Sigmoid()(x)
+
+
+def sigmoid_simple(x):
+    """sigmoid as a plain composition of ops (the oracle for `sigmoid`; overflows for x < -709)."""
+    return 1 / (1 + exp(neg(x)))
+
+
+# =============================================================================== relu
+class ReLU(Function):
+    op_name = "relu"
+
+    def forward(self, x):
+        xp = self.xp
+        positive = x > 0
+        self.save_for_backward(xp.astype(positive, x.dtype))  # the slope: 1 where x > 0, else 0
+        return xp.where(positive, x, xp.zeros_like(x))
+
+    def backward(self, gy):
+        mask, = self.saved_tensors  # a constant: relu'' = 0 away from the kink
+        return gy * mask
+
+
+def relu(x):
+    """max(x, 0), elementwise; the gradient at 0 is 0."""
+    return ReLU()(x)
+
+
+class LeakyReLU(Function):
+    op_name = "leaky_relu"
+
+    def __init__(self, slope=0.2):
+        self.slope = slope
+
+    def forward(self, x):
+        xp = self.xp
+        factor = xp.where(x > 0, xp.ones_like(x), xp.full_like(x, self.slope))  # the slope
+        self.save_for_backward(factor)
+        return x * factor  # x * 1 is exact
+
+    def backward(self, gy):
+        factor, = self.saved_tensors
+        return gy * factor
+
+
+def leaky_relu(x, slope=0.2):
+    """x where x > 0, else slope * x, elementwise."""
+    if not isinstance(slope, (int, float)):
+        raise TypeError(f"leaky_relu: slope must be a Python number, got {type(slope).__name__}")
+    return LeakyReLU(slope)(x)
+
+
+# =============================================================================== softmax
+class Softmax(Function):
+    def __init__(self, axis=1):
+        self.axis = axis
+
+    def forward(self, x):
+        xp = self.xp
+        _check_axis(self.axis, x.ndim)
+        # shifting by the max changes nothing mathematically and keeps exp <= 1
+        y = xp.exp(x - xp.max(x, axis=self.axis, keepdims=True))
+        return y / xp.sum(y, axis=self.axis, keepdims=True)
+
+    def backward(self, gy):
+        y = self.outputs[0]()
+        # dx = y * (gy - sum(y * gy)) along the axis
+        gx = y * gy
+        return gx - y * sum(gx, axis=self.axis, keepdims=True)
+
+
+def softmax(x, axis=1):
+    """exp(x) / sum(exp(x)) along `axis` (int, tuple, or None for all axes), computed stably for
+    any magnitude (x - max(x) is exponentiated)."""
+    return Softmax(_axis(axis))(x)
+
+
+def softmax_simple(x, axis=1):
+    """softmax as a plain composition of ops (the oracle for `softmax`; overflows for x > 709)."""
+    axis = _axis(axis)
+    y = exp(x)
+    return div(y, sum(y, axis=axis, keepdims=True))
+
+
+class LogSoftmax(Function):
+    def __init__(self, axis=1):
+        self.axis = axis
+
+    def forward(self, x):
+        xp = self.xp
+        _check_axis(self.axis, x.ndim)
+        shifted = x - xp.max(x, axis=self.axis, keepdims=True)
+        return shifted - xp.log(xp.sum(xp.exp(shifted), axis=self.axis, keepdims=True))
+
+    def backward(self, gy):
+        y = self.outputs[0]()
+        # softmax = exp(y): dx = gy - softmax * sum(gy) along the axis
+        return gy - exp(y) * sum(gy, axis=self.axis, keepdims=True)
+
+
+def log_softmax(x, axis=1):
+    """log(softmax(x, axis)), computed stably (no log of 0, no overflow) for any magnitude."""
+    return LogSoftmax(_axis(axis))(x)

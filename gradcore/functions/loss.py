@@ -1,0 +1,278 @@
+"""Losses: mean squared error, softmax / sigmoid / binary cross entropy, and accuracy.
+
+Like DeZero, every loss sums over the elements and divides by N = x.shape[0] (the batch size):
+for outputs of shape (N,) or (N, 1) that is the mean over all elements.
+"""
+import contextlib
+
+import backends
+
+from ..function import Function
+from ..variable import Variable
+from .activation import sigmoid, softmax
+from .math import clip, log, sub
+from .reduce import sum
+from .shape import get_item
+
+
+def _rows(x):
+    """N, the number of samples: x.shape[0] (1 for a 0-d x)."""
+    return x.shape[0] if x.ndim else 1
+
+
+def _place(op, x):
+    """(backend, device) of x, a Variable or an array."""
+    if isinstance(x, Variable):
+        return x.backend, x.device
+    backend = backends.backend_of(x)
+    if backend is None:
+        raise TypeError(f"{op}: expected a Variable or an array, got {type(x).__name__}")
+    return backend, backend.device_of(x)
+
+
+def _on(op, t, backend, device, dtype=None):
+    """Labels or targets `t` (a Variable, an array of any backend, a list) as an array of
+    `backend` on `device` (NumPy labels go to the GPU, or wherever x lives), cast to `dtype`."""
+    if isinstance(t, Variable):
+        t = t.data
+    source = backends.backend_of(t)
+    if source is None:
+        try:
+            return backend.asarray(t, dtype=dtype, device=device)
+        except Exception:
+            raise TypeError(f"{op}: labels and targets must be arrays or lists, got "
+                            f"{type(t).__name__}") from None
+    if source is not backend or source.device_of(t) != device:
+        t = backends.to_device(t, device)
+    if dtype is not None and t.dtype != dtype:
+        t = backend.asarray(t, dtype=dtype, device=device)
+    return t
+
+
+def _float_dtype(x):
+    """x's dtype if it is a real floating one, else None."""
+    return x.dtype if x.xp.isdtype(x.dtype, "real floating") else None
+
+
+def _context(backend, device):
+    """Where to compute outside a Function: CuPy works on the current GPU, not the array's."""
+    return backend.device_context(device) if backend.needs_device_context else (
+        contextlib.nullcontext())
+
+
+def _class_labels(xp, t, n, c=None):
+    """t checked as N class indices, flattened from (N, 1) to (N,); with `c`, also checks that
+    every label is in [0, c) (before indexing: CuPy wraps out-of-range indices silently)."""
+    if not xp.isdtype(t.dtype, "integral"):
+        raise TypeError(f"labels must be integer class indices, got dtype {t.dtype}; "
+                        "convert them first, e.g. t.astype(int)")
+    if t.ndim == 2 and t.shape[1] == 1:
+        t = xp.reshape(t, (t.shape[0],))
+    if t.ndim != 1:
+        raise ValueError(f"labels must be a 1-d array of class indices, got shape "
+                         f"{tuple(t.shape)}")
+    if t.shape[0] != n:
+        raise ValueError(f"got {t.shape[0]} labels for {n} rows of x; pass one class index "
+                         "per row (t.shape[0] == x.shape[0])")
+    if c is not None and n and bool(xp.any((t < 0) | (t >= c))):
+        raise IndexError(f"labels must lie in [0, {c}) for {c} classes, got values from "
+                         f"{int(xp.min(t))} to {int(xp.max(t))}")
+    return t
+
+
+def _check_same_shape(a, b, names, op=None):
+    """ValueError unless a and b have one shape (losses do not broadcast)."""
+    sa, sb = tuple(getattr(a, "shape", ())), tuple(getattr(b, "shape", ()))
+    if sa != sb:
+        prefix = f"{op}: " if op else ""  # inside a Function, __call__ adds the op's name
+        raise ValueError(f"{prefix}{names[0]} and {names[1]} must have the same shape, got {sa} "
+                         f"and {sb}; reshape one to match (e.g. t.reshape(y.shape))")
+
+
+def _targets(op, t, x):
+    """Targets for sigmoid / binary cross entropy: on x's device, reshaped to x's shape when only
+    the number of axes differs (as DeZero does). A Variable already on x's device stays one (a
+    gradient can flow to it); anything else becomes a constant array of x's dtype."""
+    if not isinstance(x, Variable):
+        x = Variable(x, requires_grad=False)
+    if not (isinstance(t, Variable) and t.backend is x.backend and t.device == x.device):
+        t = Variable(_on(op, t, x.backend, x.device, _float_dtype(x)), requires_grad=False)
+    if t.ndim != x.ndim and t.size == x.size:
+        t = t.reshape(x.shape)
+    return t
+
+
+def _follow(op, x0, x1):
+    """A raw array (or list) beside a Variable is a constant: it follows the Variable to its
+    device and floating dtype, so NumPy targets work on a GPU and float32 stays float32."""
+    if isinstance(x0, Variable) and not isinstance(x1, Variable):
+        x1 = _on(op, x1, x0.backend, x0.device, _float_dtype(x0))
+    elif isinstance(x1, Variable) and not isinstance(x0, Variable):
+        x0 = _on(op, x0, x1.backend, x1.device, _float_dtype(x1))
+    return x0, x1
+
+
+# =============================================================================== mean squared error
+class MeanSquaredError(Function):
+    def forward(self, x0, x1):
+        _check_same_shape(x0, x1, ("x0", "x1"))
+        diff = x0 - x1
+        return self.xp.sum(diff * diff) / _rows(x0)
+
+    def backward(self, gy):
+        x0, x1 = self.inputs
+        n0, n1 = self.needs_input_grad
+        gx0 = gy * (x0 - x1) * (2 / _rows(x0))
+        return gx0 if n0 else None, -gx0 if n1 else None
+
+
+def mean_squared_error(x0, x1):
+    """sum((x0 - x1) ** 2) / N, N = x0.shape[0] (DeZero's definition): a 0-d Variable.
+    x0 and x1 must have the same shape (no broadcasting); a raw array beside a Variable follows
+    it to its device and dtype."""
+    return MeanSquaredError()(*_follow("mean_squared_error", x0, x1))
+
+
+def mean_squared_error_simple(x0, x1):
+    """mean_squared_error as a plain composition of ops (its test oracle)."""
+    x0, x1 = _follow("mean_squared_error_simple", x0, x1)
+    _check_same_shape(x0, x1, ("x0", "x1"), "mean_squared_error_simple")
+    diff = sub(x0, x1)
+    return sum(diff * diff) / _rows(diff)
+
+
+# ============================================================================ softmax cross entropy
+class SoftmaxCrossEntropy(Function):
+    def forward(self, x, t):
+        xp = self.xp
+        if x.ndim != 2:
+            raise ValueError(f"expects logits of shape (N, C), got shape {tuple(x.shape)}")
+        n, c = x.shape
+        t = _class_labels(xp, t, n, c)
+        self.save_for_backward(t)
+        # -log softmax(x)[i, t_i] = log sum_j exp(x_ij - m_i) - (x_it_i - m_i), m_i = max_j x_ij
+        shifted = x - xp.max(x, axis=1, keepdims=True)
+        log_z = xp.log(xp.sum(xp.exp(shifted), axis=1))
+        picked = xp.reshape(xp.take_along_axis(shifted, xp.reshape(t, (n, 1)), axis=1), (n,))
+        return xp.sum(log_z - picked) / n
+
+    def backward(self, gy):
+        x = self.inputs[0]
+        t, = self.saved_tensors
+        n, c = x.shape
+        xp = self.xp
+        # one-hot of t: compare t with 0..c-1, created on x's device
+        classes = self.backend.to_device(xp.arange(c, dtype=t.dtype), self.device)
+        onehot = xp.astype(xp.reshape(t.data, (n, 1)) == xp.reshape(classes, (1, c)), x.dtype)
+        return (softmax(x) - onehot) * (gy / n), None
+
+
+def softmax_cross_entropy(x, t):
+    """Mean over the N rows of -log softmax(x)[i, t_i]: x (N, C) logits, t (N,) integer labels
+    (NumPy or the backend's; moved to x's device). Stable for any logit magnitude. 0-d result."""
+    backend, device = _place("softmax_cross_entropy", x)
+    return SoftmaxCrossEntropy()(x, _on("softmax_cross_entropy", t, backend, device))
+
+
+def softmax_cross_entropy_simple(x, t):
+    """softmax_cross_entropy as a composition: softmax, clip to [1e-15, 1], log, and picking
+    log p[i, t_i] with integer-array indexing (the oracle; the fused op is stabler)."""
+    backend, device = _place("softmax_cross_entropy_simple", x)
+    t = _on("softmax_cross_entropy_simple", t, backend, device)
+    n = x.shape[0] if x.ndim == 2 else None
+    with _context(backend, device):
+        if n is None:
+            raise ValueError(f"softmax_cross_entropy_simple: expects logits of shape (N, C), got "
+                             f"shape {tuple(x.shape)}")
+        try:
+            t = _class_labels(backend.xp, t, n, x.shape[1])
+        except (TypeError, ValueError, IndexError) as e:
+            raise type(e)(f"softmax_cross_entropy_simple: {e}") from None
+        rows = backend.to_device(backend.xp.arange(n, dtype=t.dtype), device)
+    p = clip(softmax(x), 1e-15, 1.0)
+    return -sum(get_item(log(p), (rows, t))) / n
+
+
+# ============================================================================ sigmoid cross entropy
+class SigmoidCrossEntropy(Function):
+    def forward(self, x, t):
+        xp = self.xp
+        _check_same_shape(x, t, ("x", "t"))
+        if t.dtype != x.dtype:
+            t = xp.astype(t, x.dtype)  # 0/1 integer labels: float32 logits stay float32
+        self.save_for_backward(t)
+        # -(t log p + (1 - t) log(1 - p)), p = sigmoid(x), is softplus(x) - t x, and
+        # softplus(x) = max(x, 0) + log(1 + exp(-|x|)): no overflow, no log(0)
+        loss = (xp.where(x > 0, x, xp.zeros_like(x)) - t * x
+                + xp.log1p(xp.exp(-xp.abs(x))))
+        return xp.sum(loss) / _rows(x)
+
+    def backward(self, gy):
+        x, t_in = self.inputs
+        t, = self.saved_tensors  # t_in itself, or a cast constant
+        g = gy / _rows(x)
+        gx = (sigmoid(x) - t) * g if self.needs_input_grad[0] else None
+        gt = -x * g if self.needs_input_grad[1] and t is t_in else None
+        return gx, gt
+
+
+def sigmoid_cross_entropy(x, t):
+    """-sum(t log p + (1 - t) log(1 - p)) / N with p = sigmoid(x), N = x.shape[0] (DeZero's
+    definition: the mean when x is (N,) or (N, 1)). t: 0/1 (or soft) targets shaped like x, or
+    with the same elements (reshaped). Computed from the logits: stable for any magnitude."""
+    return SigmoidCrossEntropy()(x, _targets("sigmoid_cross_entropy", t, x))
+
+
+# ============================================================================= binary cross entropy
+class BinaryCrossEntropy(Function):
+    def forward(self, p, t):
+        xp = self.xp
+        _check_same_shape(p, t, ("p", "t"))
+        if t.dtype != p.dtype:
+            t = xp.astype(t, p.dtype)
+        eps = float(xp.finfo(p.dtype).eps)
+        pc = xp.clip(p, eps, 1 - eps)
+        # the slope of the clip: 1 inside [eps, 1 - eps], 0 outside
+        self.save_for_backward(t, pc, xp.astype((p >= eps) & (p <= 1 - eps), p.dtype))
+        return -xp.sum(t * xp.log(pc) + (1 - t) * xp.log1p(-pc)) / _rows(p)
+
+    def backward(self, gy):
+        p, t_in = self.inputs
+        t, pc, inside = self.saved_tensors
+        # clip(p) written with ops: equal to pc, with the derivative `inside` (for higher order)
+        q = p * inside + pc * (1 - inside)
+        g = gy / _rows(p)
+        gp = (q - t) / (q * (1 - q)) * inside * g if self.needs_input_grad[0] else None
+        gt = (log(1 - q) - log(q)) * g if self.needs_input_grad[1] and t is t_in else None
+        return gp, gt
+
+
+def binary_cross_entropy(p, t):
+    """-sum(t log p + (1 - t) log(1 - p)) / N for probabilities p, N = p.shape[0] (DeZero's
+    definition). p is clipped to [eps, 1 - eps], eps the machine epsilon of p's dtype (2.2e-16
+    for float64, 1.2e-7 for float32), so p = 0 or 1 costs at most -log(eps) (36.0 or 15.9) per
+    element instead of inf, and the gradient is 0 outside the clip, as for F.clip. (DeZero
+    clips to [1e-15, 0.999].) Prefer sigmoid_cross_entropy on logits: it needs no clip."""
+    return BinaryCrossEntropy()(p, _targets("binary_cross_entropy", t, p))
+
+
+# =============================================================================== accuracy
+def accuracy(y, t):
+    """The fraction of rows where argmax(y, axis=1) == t, as a Variable with no graph (not
+    differentiable): y (N, C) scores, t (N,) integer labels (moved to y's device)."""
+    backend, device = _place("accuracy", y)
+    data = y.data if isinstance(y, Variable) else y
+    t = _on("accuracy", t, backend, device)
+    xp = backend.xp
+    with _context(backend, device):
+        try:
+            if data.ndim != 2:
+                raise ValueError(f"expects scores of shape (N, C), got shape {tuple(data.shape)}")
+            t = _class_labels(xp, t, data.shape[0])
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"accuracy: {e}") from None
+        pred = xp.argmax(data, axis=1)
+        correct = pred == xp.astype(t, pred.dtype)
+        dtype = data.dtype if xp.isdtype(data.dtype, "real floating") else xp.float64
+        acc = xp.mean(xp.astype(correct, dtype))
+    return Variable(backend.ensure_array(acc), requires_grad=False)

@@ -1,0 +1,204 @@
+"""Layers' ops that depend on train mode or hold state: dropout, batch_norm; and embed_id."""
+import numbers
+
+import backends
+
+from ..config import Config
+from ..function import Function
+from ..variable import Variable, as_variable
+from .reduce import sum
+from .shape import reshape
+
+
+# =============================================================================== dropout
+class Dropout(Function):
+    op_name = "dropout"
+
+    def __init__(self, dropout_ratio):
+        self.ratio = dropout_ratio
+
+    def forward(self, x):
+        if not self.xp.isdtype(x.dtype, "real floating"):
+            raise TypeError(f"x must be a floating-point array, got {x.dtype}")
+        # drawn flat and reshaped: the same numbers in the same order, and 0-d x works too
+        # (NumpyBackend.random_uniform(()) gets a Python float back from numpy.random.rand())
+        u = self.xp.reshape(self.backend.random_uniform((x.size,), x.dtype, self.device), x.shape)
+        # keep each element with probability 1 - ratio, scaled so the expectation stays x
+        mask = self.xp.astype(u > self.ratio, x.dtype) * (1.0 / (1.0 - self.ratio))
+        self.save_for_backward(mask)
+        return x * mask
+
+    def backward(self, gy):
+        mask, = self.saved_tensors  # a constant: the same mask again for every order
+        return gy * mask
+
+
+def dropout(x, dropout_ratio=0.5):
+    """In train mode (`Config.train`), zero each element with probability `dropout_ratio` and
+    scale the rest by 1 / (1 - dropout_ratio); in test mode return x unchanged. The mask comes
+    from the backend's global generator (seed it with gradcore.manual_seed)."""
+    if isinstance(dropout_ratio, bool) or not isinstance(dropout_ratio, numbers.Real) or not (
+            0.0 <= dropout_ratio < 1.0):
+        raise ValueError(
+            f"dropout: dropout_ratio must be a number in [0, 1), got {dropout_ratio!r}")
+    x = as_variable(x)
+    if not Config.train:
+        return x
+    return Dropout(float(dropout_ratio))(x)
+
+
+# =============================================================================== batch_norm
+def _stat_axes(ndim):
+    """The axes batch_norm averages over: every axis but the channel axis 1."""
+    return (0,) + tuple(range(2, ndim))
+
+
+class BatchNorm(Function):
+    op_name = "batch_norm"
+
+    def __init__(self, mean, var, decay, eps, train):
+        self.running_mean, self.running_var = mean, var
+        self.decay, self.eps, self.train = decay, eps, train
+
+    def forward(self, x, gamma, beta):
+        self._check(x, gamma, beta)
+        xp = self.xp
+        axes = _stat_axes(x.ndim)
+        shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)   # per channel, broadcasting against x
+        if self.train:
+            mean = xp.mean(x, axis=axes, keepdims=True)
+            var = xp.var(x, axis=axes, keepdims=True)
+            self._update(xp.reshape(mean, (-1,)), xp.reshape(var, (-1,)), x.size // x.shape[1])
+        else:
+            mean = xp.reshape(xp.astype(self.running_mean, x.dtype), shape)
+            var = xp.reshape(xp.astype(self.running_var, x.dtype), shape)
+        x_hat = (x - mean) / xp.sqrt(var + self.eps)
+        return xp.reshape(gamma, shape) * x_hat + xp.reshape(beta, shape)
+
+    def _check(self, x, gamma, beta):
+        if x.ndim < 2:
+            raise ValueError(f"x must be (N, C) or (N, C, ...) with channels on axis 1, got shape "
+                             f"{tuple(x.shape)}")
+        C = x.shape[1]
+        for name, a in (("gamma", gamma), ("beta", beta),
+                        ("mean", self.running_mean), ("var", self.running_var)):
+            if tuple(a.shape) != (C,):
+                raise ValueError(f"{name} must have shape ({C},), one value per channel of x, "
+                                 f"got {tuple(a.shape)}")
+        for name, a in (("mean", self.running_mean), ("var", self.running_var)):
+            if backends.backend_of(a) is not self.backend or (
+                    self.device is not None and self.backend.device_of(a) != self.device):
+                raise ValueError(f"the running {name} must be an array on x's device "
+                                 f"({self.backend.device_of(x)}); move it there first")
+        if self.train and x.size == 0:
+            raise ValueError(f"x of shape {tuple(x.shape)} has no elements to take batch "
+                             "statistics from")
+
+    def _update(self, mean, var, m):
+        """running = decay * running + (1 - decay) * batch, in place, with the unbiased batch
+        variance (times m / (m - 1), m values per channel) as DeZero and Chainer do."""
+        xp, decay = self.xp, self.decay
+        rm, rv = self.running_mean, self.running_var
+        adjust = m / (m - 1) if m > 1 else 1.0
+        rm *= decay
+        rm += xp.astype(mean, rm.dtype) * (1 - decay)
+        rv *= decay
+        rv += xp.astype(var, rv.dtype) * ((1 - decay) * adjust)
+
+    def backward(self, gy):
+        x, gamma, _ = self.inputs
+        n_x, n_gamma, n_beta = self.needs_input_grad
+        axes = _stat_axes(x.ndim)
+        shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+        if self.train:  # the statistics depend on x: recompute them as a graph
+            m = x.size // x.shape[1]
+            mean = sum(x, axis=axes, keepdims=True) / m
+            xc = x - mean
+            inv_std = (sum(xc * xc, axis=axes, keepdims=True) / m + self.eps) ** -0.5
+        else:
+            mean = Variable(self.xp.reshape(self.xp.astype(self.running_mean, x.dtype), shape),
+                            requires_grad=False)
+            var = self.xp.reshape(self.xp.astype(self.running_var, x.dtype), shape)
+            inv_std = Variable(1.0 / self.xp.sqrt(var + self.eps), requires_grad=False)
+            xc = x - mean
+        x_hat = xc * inv_std
+        gbeta = sum(gy, axis=axes) if n_beta or (n_x and self.train) else None
+        ggamma = sum(gy * x_hat, axis=axes) if n_gamma or (n_x and self.train) else None
+        gx = None
+        if n_x:
+            g = gy
+            if self.train:  # minus the parts that flow through the batch mean and variance
+                g = gy - (reshape(gbeta, shape) + x_hat * reshape(ggamma, shape)) / m
+            gx = g * (reshape(gamma, shape) * inv_std)
+        return gx, ggamma if n_gamma else None, gbeta if n_beta else None
+
+
+def batch_norm(x, gamma, beta, mean, var, decay=0.9, eps=2e-5):
+    """Batch normalisation per channel (axis 1) of x (N, C) or (N, C, H, W):
+    gamma * (x - mu) / sqrt(sigma2 + eps) + beta, with gamma, beta of shape (C,).
+
+    Train mode (`Config.train`): mu, sigma2 are the batch's mean and (biased) variance over every
+    axis but 1, and the running statistics `mean`, `var` (arrays of shape (C,), or Variables whose
+    data is used) are updated in place: mean = decay * mean + (1 - decay) * mu, and likewise var
+    with the unbiased batch variance sigma2 * m / (m - 1), m = values per channel (as DeZero).
+    Test mode: mu, sigma2 are the running `mean` and `var`, which stay unchanged.
+    """
+    mean = mean.data if isinstance(mean, Variable) else mean
+    var = var.data if isinstance(var, Variable) else var
+    for name, a in (("mean", mean), ("var", var)):
+        if backends.backend_of(a) is None:
+            raise TypeError(f"batch_norm: the running {name} must be an array (it is updated in "
+                            f"place), got {type(a).__name__}")
+    return BatchNorm(mean, var, decay, eps, Config.train)(x, gamma, beta)
+
+
+# =============================================================================== embed_id
+class EmbedID(Function):
+    op_name = "embed_id"
+
+    def forward(self, x, W):
+        xp = self.xp
+        if not xp.isdtype(x.dtype, "integral"):
+            raise TypeError(f"x must hold integer ids, got {x.dtype}")
+        if W.ndim < 1:
+            raise ValueError("W must have at least one axis (the ids pick along axis 0)")
+        V = W.shape[0]
+        # checked here, as W[x] would: CuPy's take wraps out-of-range ids silently
+        if x.size and bool(xp.any((x < -V) | (x >= V))):
+            raise IndexError(f"ids must be in [-{V}, {V}) for a W of {V} rows; got ids from "
+                             f"{int(xp.min(x))} to {int(xp.max(x))}")
+        self.ids = xp.where(x < 0, x + V, x)
+        # take needs 1-d ids; array-API indexing cannot spell W[x] for a 2-d W
+        y = xp.take(W, xp.reshape(self.ids, (-1,)), axis=0)
+        return xp.reshape(y, tuple(x.shape) + tuple(W.shape[1:]))
+
+    def backward(self, gy):
+        W = self.inputs[1]
+        return None, EmbedIDGrad(W.shape)(self.ids, gy)
+
+
+class EmbedIDGrad(Function):
+    """The gradient of embed_id with respect to W: gy's rows added into the rows of a zero W
+    named by the ids (repeated ids add up). Linear in gy; its backward is embed_id again."""
+    op_name = "embed_id_grad"
+
+    def __init__(self, shape):
+        self.shape = tuple(shape)
+
+    def forward(self, ids, gy):
+        gW = self.backend.zeros(self.shape, gy.dtype, self.device)
+        rows = self.xp.reshape(gy, (-1,) + self.shape[1:])
+        return self.backend.scatter_add(gW, self.xp.reshape(ids, (-1,)), rows)
+
+    def backward(self, ggW):
+        ids = self.inputs[0]
+        return None, embed_id(ids, ggW)
+
+
+def embed_id(x, W):
+    """Rows of W (V, D) picked by the integer ids x (an array of any shape, or an int or list):
+    W[x], of shape x.shape + (D,). Repeated ids add their gradients into the same row."""
+    if isinstance(x, (int, list, tuple)) and not isinstance(x, bool):
+        W = as_variable(W)
+        x = W.backend.asarray(x, device=W.device)
+    return EmbedID()(x, W)

@@ -1,0 +1,226 @@
+"""gradcore.functions.conv: im2col, col2im, conv2d, deconv2d, pooling, average_pooling. One row per op; tests/harness.py checks each against the direct NumPy loops below."""
+import numpy as np
+import pytest
+
+import gradcore
+import gradcore.functions as F
+from gradcore.functions.conv import get_conv_outsize, get_deconv_outsize, pair
+from harness import Case, check_case, ids
+
+
+# =============================================================================== NumPy references
+def np_pad(x, pad):
+    ph, pw = pair(pad)
+    return np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+
+
+def np_im2col(x, kernel, stride=1, pad=0, to_matrix=True):
+    """col[n, c, ki, kj, i, j] = padded x[n, c, i * SH + ki, j * SW + kj], element by element."""
+    (KH, KW), (SH, SW) = pair(kernel), pair(stride)
+    xp = np_pad(x, pad)
+    N, C, H, W = xp.shape
+    OH, OW = (H - KH) // SH + 1, (W - KW) // SW + 1
+    col = np.zeros((N, C, KH, KW, OH, OW))
+    for ki in range(KH):
+        for kj in range(KW):
+            for i in range(OH):
+                for j in range(OW):
+                    col[:, :, ki, kj, i, j] = xp[:, :, i * SH + ki, j * SW + kj]
+    if to_matrix:
+        col = col.transpose(0, 4, 5, 1, 2, 3).reshape(N * OH * OW, -1)
+    return col
+
+
+def np_col2im(col, shape, kernel, stride=1, pad=0, to_matrix=True):
+    """Each window value added back at the pixel it came from (the adjoint of np_im2col)."""
+    (KH, KW), (SH, SW), (PH, PW) = pair(kernel), pair(stride), pair(pad)
+    N, C, H, W = shape
+    OH, OW = get_conv_outsize(H, KH, SH, PH), get_conv_outsize(W, KW, SW, PW)
+    if to_matrix:
+        col = col.reshape(N, OH, OW, C, KH, KW).transpose(0, 3, 4, 5, 1, 2)
+    img = np.zeros((N, C, H + 2 * PH, W + 2 * PW))
+    for ki in range(KH):
+        for kj in range(KW):
+            for i in range(OH):
+                for j in range(OW):
+                    img[:, :, i * SH + ki, j * SW + kj] += col[:, :, ki, kj, i, j]
+    return img[:, :, PH:PH + H, PW:PW + W]
+
+
+def np_conv2d(x, W, b=None, stride=1, pad=0):
+    (SH, SW) = pair(stride)
+    xp = np_pad(x, pad)
+    OC, _, KH, KW = W.shape
+    OH, OW = (xp.shape[2] - KH) // SH + 1, (xp.shape[3] - KW) // SW + 1
+    y = np.zeros((x.shape[0], OC, OH, OW))
+    for i in range(OH):
+        for j in range(OW):
+            patch = xp[:, :, i * SH:i * SH + KH, j * SW:j * SW + KW]
+            y[:, :, i, j] = np.einsum("nckl,ockl->no", patch, W)
+    return y if b is None else y + b[None, :, None, None]
+
+
+def np_deconv2d(x, W, b=None, stride=1, pad=0, outsize=None):
+    """Every input pixel spreads x[n, c, i, j] * W[c] over the output window it maps to."""
+    (SH, SW), (PH, PW) = pair(stride), pair(pad)
+    N, C, H, Wx = x.shape
+    _, OC, KH, KW = W.shape
+    if outsize is None:
+        outsize = (SH * (H - 1) + KH - 2 * PH, SW * (Wx - 1) + KW - 2 * PW)
+    OH, OW = outsize
+    y = np.zeros((N, OC, max(OH + 2 * PH, SH * (H - 1) + KH), max(OW + 2 * PW, SW * (Wx - 1) + KW)))
+    for i in range(H):
+        for j in range(Wx):
+            y[:, :, i * SH:i * SH + KH, j * SW:j * SW + KW] += np.einsum(
+                "nc,cokl->nokl", x[:, :, i, j], W)
+    y = y[:, :, PH:PH + OH, PW:PW + OW]
+    return y if b is None else y + b[None, :, None, None]
+
+
+def np_pool(x, kernel, stride=1, pad=0, reduce=np.max):
+    (KH, KW), (SH, SW) = pair(kernel), pair(stride)
+    xp = np_pad(x, pad)
+    OH, OW = (xp.shape[2] - KH) // SH + 1, (xp.shape[3] - KW) // SW + 1
+    y = np.zeros(x.shape[:2] + (OH, OW))
+    for i in range(OH):
+        for j in range(OW):
+            y[:, :, i, j] = reduce(xp[:, :, i * SH:i * SH + KH, j * SW:j * SW + KW], axis=(2, 3))
+    return y
+
+
+IMG = (2, 3, 5, 4)
+
+# fmt: off
+CASES = [
+    Case("im2col",                lambda x: F.im2col(x, 3, 1, 1),                      lambda x: np_im2col(x, 3, 1, 1), (IMG,)),
+    Case("im2col-tensor",         lambda x: F.im2col(x, (2, 3), (2, 1), (1, 0), False), lambda x: np_im2col(x, (2, 3), (2, 1), (1, 0), False), (IMG,)),
+    Case("col2im",                lambda c: F.col2im(c, IMG, 3, 2, 1),                 lambda c: np_col2im(c, IMG, 3, 2, 1), ((12, 27),)),
+    Case("col2im-tensor",         lambda c: F.col2im(c, IMG, (2, 3), (2, 1), (1, 0), False), lambda c: np_col2im(c, IMG, (2, 3), (2, 1), (1, 0), False), ((2, 3, 2, 3, 3, 2),)),
+    Case("conv2d",                lambda x, W, b: F.conv2d(x, W, b, 1, 1),             lambda x, W, b: np_conv2d(x, W, b, 1, 1), (IMG, (4, 3, 3, 3), (4,))),
+    Case("conv2d-stride",         lambda x, W: F.conv2d(x, W, stride=2),               lambda x, W: np_conv2d(x, W, stride=2), ((2, 3, 6, 5), (2, 3, 2, 3))),
+    Case("conv2d-pair",           lambda x, W, b: F.conv2d(x, W, b, (2, 1), (1, 2)),   lambda x, W, b: np_conv2d(x, W, b, (2, 1), (1, 2)), (IMG, (2, 3, 3, 2), (2,))),
+    Case("conv2d_simple",         lambda x, W, b: F.conv2d_simple(x, W, b, 2, 1),      lambda x, W, b: np_conv2d(x, W, b, 2, 1), (IMG, (4, 3, 3, 3), (4,))),
+    Case("deconv2d",              lambda x, W, b: F.deconv2d(x, W, b, 2, 1),           lambda x, W, b: np_deconv2d(x, W, b, 2, 1), ((2, 3, 3, 2), (3, 2, 3, 3), (2,))),
+    Case("deconv2d-outsize",      lambda x, W: F.deconv2d(x, W, None, 2, 1, (6, 4)),   lambda x, W: np_deconv2d(x, W, None, 2, 1, (6, 4)), ((2, 3, 3, 2), (3, 2, 3, 3))),
+    Case("deconv2d-pair",         lambda x, W: F.deconv2d(x, W, stride=(1, 2), pad=(0, 1)), lambda x, W: np_deconv2d(x, W, None, (1, 2), (0, 1)), ((1, 2, 3, 3), (2, 3, 2, 3))),
+    Case("pooling",               lambda x: F.pooling(x, 2, 2),                        lambda x: np_pool(x, 2, 2), ((2, 3, 4, 4),)),
+    Case("pooling-pad",           lambda x: F.pooling(x, 3, 2, 1),                     lambda x: np_pool(x, 3, 2, 1), (IMG,), (0.5, 2.0)),
+    Case("pooling-overlap",       lambda x: F.pooling(x, (2, 3), 1),                   lambda x: np_pool(x, (2, 3), 1), (IMG,)),
+    Case("pooling_simple",        lambda x: F.pooling_simple(x, 3, 2, 1),              lambda x: np_pool(x, 3, 2, 1), (IMG,), (0.5, 2.0)),
+    Case("average_pooling",       lambda x: F.average_pooling(x, 2, 2),                lambda x: np_pool(x, 2, 2, 0, np.mean), ((2, 3, 4, 4),)),
+    Case("average_pooling-pad",   lambda x: F.average_pooling(x, 3, 2, 1),             lambda x: np_pool(x, 3, 2, 1, np.mean), (IMG,)),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize("case", CASES, ids=ids(CASES))
+def test_op(case, xp):
+    check_case(case, xp)
+
+
+# =============================================================================== helpers
+def test_pair_and_output_sizes():
+    assert pair(3) == (3, 3) and pair((2, 1)) == (2, 1) and pair([1, 4]) == (1, 4)
+    for bad in ((1, 2, 3), 1.5, "2", True):
+        with pytest.raises(ValueError, match="int or a pair"):
+            pair(bad)
+    assert get_conv_outsize(5, 3, 2, 1) == 3
+    assert get_conv_outsize(4, 2, 2, 0) == 2
+    assert get_deconv_outsize(3, 3, 2, 1) == 5
+    assert get_deconv_outsize(3, 4, 2, 1) == 6  # inverts: conv of 6 with (4, 2, 1) gives 3
+    assert get_conv_outsize(6, 4, 2, 1) == 3
+
+
+def test_im2col_and_col2im_are_adjoint(xp):
+    """<im2col(x), c> == <x, col2im(c)>: col2im is im2col's backward, and the other way round."""
+    rng = np.random.default_rng(0)
+    x, c = rng.standard_normal(IMG), rng.standard_normal((2, 3, 2, 3, 3, 2))
+    args = ((2, 3), (2, 1), (1, 0), False)
+    col = F.im2col(xp.asarray(x), *args)
+    img = F.col2im(xp.asarray(c), IMG, *args)
+    left = np.sum(xp.numpy(col.data) * c)
+    np.testing.assert_allclose(left, np.sum(x * xp.numpy(img.data)), rtol=1e-12)
+
+
+def test_conv2d_backward_matches_conv2d_simple(xp):
+    """The fused conv2d against its composition oracle, gradients of every input included."""
+    rng = np.random.default_rng(1)
+    arrays = [rng.standard_normal(s) for s in (IMG, (4, 3, 2, 3), (4,))]
+    results = []
+    for op in (F.conv2d, F.conv2d_simple):
+        x, W, b = (gradcore.Variable(xp.asarray(a)) for a in arrays)
+        y = op(x, W, b, stride=(1, 2), pad=1)
+        (y * y).sum().backward()
+        results.append([xp.numpy(v.data) for v in (y, x.grad, W.grad, b.grad)])
+    for fused, simple in zip(*results):
+        np.testing.assert_allclose(fused, simple, rtol=1e-10, atol=1e-12)
+
+
+def test_pooling_matches_pooling_simple(xp):
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal(IMG)
+    results = []
+    for op in (F.pooling, F.pooling_simple):
+        x = gradcore.Variable(xp.asarray(a))
+        y = op(x, (2, 3), (1, 2), (1, 0))
+        (y * y).sum().backward()
+        results.append((xp.numpy(y.data), xp.numpy(x.grad.data)))
+    for fused, simple in zip(*results):
+        np.testing.assert_array_equal(fused, simple)
+
+
+def test_max_pooling_sends_the_gradient_to_the_first_maximum(xp):
+    x = gradcore.Variable(xp.asarray(np.array([[[[1.0, 3.0], [3.0, 0.0]]]])))
+    y = F.pooling(x, 2)
+    y.backward()
+    np.testing.assert_array_equal(xp.numpy(y.data), [[[[3.0]]]])
+    np.testing.assert_array_equal(xp.numpy(x.grad.data), [[[[0.0, 1.0], [0.0, 0.0]]]])
+
+
+def test_conv2d_without_grad_records_nothing(xp):
+    x = gradcore.Variable(xp.asarray(np.ones(IMG)))
+    W = gradcore.Variable(xp.asarray(np.ones((2, 3, 3, 3))))
+    with gradcore.no_grad():
+        y = F.conv2d(x, W, pad=1)
+    assert y.creator is None
+    np.testing.assert_array_equal(xp.numpy(y.data)[0, 0, 1:-1, 1:-1], 27.0)  # interior: 3*3*3 ones
+
+
+# =============================================================================== errors
+def _v(xp, shape):
+    return gradcore.Variable(xp.asarray(np.ones(shape)))
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda xp: F.conv2d(_v(xp, IMG), _v(xp, (4, 2, 3, 3))),
+     r"conv2d: x has 3 channels but W \(4, 2, 3, 3\) expects 2"),
+    (lambda xp: F.conv2d(_v(xp, (3, 5, 4)), _v(xp, (4, 3, 3, 3))),
+     r"conv2d: x must be 4-D \(N, C, H, W\), got 3-D shape \(3, 5, 4\); add a batch axis"),
+    (lambda xp: F.conv2d(_v(xp, IMG), _v(xp, (4, 3, 6, 3))),
+     r"conv2d: the kernel \(6, 3\) is larger than the padded input \(5, 4\)"),
+    (lambda xp: F.conv2d(_v(xp, IMG), _v(xp, (4, 3, 3))),
+     r"conv2d: W must be 4-D"),
+    (lambda xp: F.conv2d(_v(xp, IMG), _v(xp, (4, 3, 3, 3)), _v(xp, (3,))),
+     r"conv2d: b must have shape \(4,\)"),
+    (lambda xp: F.deconv2d(_v(xp, IMG), _v(xp, (2, 4, 3, 3))),
+     r"deconv2d: x has 3 channels but W \(2, 4, 3, 3\) expects 2"),
+    (lambda xp: F.deconv2d(_v(xp, IMG), _v(xp, (3, 4, 3, 3)), stride=2, outsize=(20, 20)),
+     r"deconv2d: an output of size \(20, 20\) does not give back the input size \(5, 4\)"),
+    (lambda xp: F.pooling(_v(xp, (2, 3, 2, 2)), 3),
+     r"pooling: the kernel \(3, 3\) is larger than the padded input \(2, 2\)"),
+    (lambda xp: F.pooling(_v(xp, IMG), 2, stride=0),
+     r"pooling: need kernel_size >= 1, stride >= 1 and pad >= 0"),
+    (lambda xp: F.im2col(_v(xp, (5, 4)), 2),
+     r"im2col: x must be 4-D"),
+    (lambda xp: F.average_pooling(_v(xp, IMG), (2, 2, 2)),
+     r"average_pooling: kernel_size, stride and pad must each be an int or a pair"),
+    (lambda xp: F.col2im(_v(xp, (12, 27)), IMG[1:], 3, 2, 1),
+     r"col2im: input_shape must be 4-D \(N, C, H, W\), got 3-D shape \(3, 5, 4\)$"),
+    (lambda xp: F.deconv2d(_v(xp, IMG), _v(xp, (3, 4, 3, 3)), outsize=(1, 2, 3)),
+     r"deconv2d: outsize must be None, an int or a pair of ints, got \(1, 2, 3\)"),
+    (lambda xp: F.col2im(_v(xp, (12, 26)), IMG, 3, 2, 1),
+     r"col2im: col has shape \(12, 26\) but an image of shape \(2, 3, 5, 4\) .* needs \(12, 27\)"),
+])
+def test_misuse_names_the_op(xp, call, message):
+    with pytest.raises(ValueError, match=message):
+        call(xp)

@@ -1,0 +1,258 @@
+"""gradcore.functions.loss: mean squared error, softmax / sigmoid / binary cross entropy, accuracy.
+One row per op; tests/harness.py checks each. Then: fused ops against compositions, large logits,
+the clip, labels and their errors."""
+import numpy as np
+import pytest
+
+import gradcore
+import gradcore.functions as F
+from harness import Case, check_case, ids
+
+LABELS = np.array([0, 2, 1, 2])
+BINARY = np.array([1.0, 0.0, 0.0, 1.0, 1.0])
+SOFT = np.array([[0.2, 0.9], [1.0, 0.0], [0.5, 0.3]])
+PROB = (0.05, 0.95)
+
+
+def np_mse(x0, x1):
+    return np.sum((x0 - x1) ** 2) / (len(x0) if x0.ndim else 1)
+
+
+def np_sce(x, t):
+    t = t.reshape(-1)
+    log_p = x - x.max(1, keepdims=True)
+    log_p = log_p - np.log(np.exp(log_p).sum(1, keepdims=True))
+    return -log_p[np.arange(len(x)), t].mean()
+
+
+def np_sigmoid_ce(x, t):
+    p, t = 1 / (1 + np.exp(-x)), t.reshape(x.shape)
+    return -np.sum(t * np.log(p) + (1 - t) * np.log(1 - p)) / len(x)
+
+
+def np_bce(p, t):
+    t = t.reshape(p.shape)
+    return -np.sum(t * np.log(p) + (1 - t) * np.log(1 - p)) / len(p)
+
+
+def np_accuracy(y, t):
+    return np.mean(y.argmax(axis=1) == t)
+
+
+# fmt: off
+CASES = [
+    Case("mean_squared_error",                F.mean_squared_error,            np_mse, ((4, 1), (4, 1))),
+    Case("mean_squared_error-rows",           F.mean_squared_error,            np_mse, ((5, 3), (5, 3))),
+    Case("mean_squared_error-0-d",            F.mean_squared_error,            np_mse, ((), ())),
+    Case("mean_squared_error-const",          F.mean_squared_error,            np_mse, ((4, 2),), args=(np.arange(8.0).reshape(4, 2) / 4,)),
+    Case("mean_squared_error_simple",         F.mean_squared_error_simple,     np_mse, ((5, 3), (5, 3))),
+    Case("softmax_cross_entropy",             F.softmax_cross_entropy,         np_sce, ((4, 3),), args=(LABELS,)),
+    Case("softmax_cross_entropy-int32",       F.softmax_cross_entropy,         np_sce, ((4, 3),), args=(LABELS.astype(np.int32),)),
+    Case("softmax_cross_entropy-column",      F.softmax_cross_entropy,         np_sce, ((4, 3),), args=(LABELS[:, None],)),
+    Case("softmax_cross_entropy-wide",        F.softmax_cross_entropy,         np_sce, ((4, 3),), (-40.0, 40.0), args=(LABELS,)),
+    Case("softmax_cross_entropy_simple",      F.softmax_cross_entropy_simple,  np_sce, ((4, 3),), args=(LABELS,)),
+    Case("sigmoid_cross_entropy",             F.sigmoid_cross_entropy,         np_sigmoid_ce, ((5,),), args=(BINARY,)),
+    Case("sigmoid_cross_entropy-column",      F.sigmoid_cross_entropy,         np_sigmoid_ce, ((5, 1),), args=(BINARY.astype(np.int64),)),
+    Case("sigmoid_cross_entropy-soft",        F.sigmoid_cross_entropy,         np_sigmoid_ce, ((3, 2),), (-8.0, 8.0), args=(SOFT,)),
+    Case("binary_cross_entropy",              F.binary_cross_entropy,          np_bce, ((5,),), PROB, args=(BINARY,)),
+    Case("binary_cross_entropy-column",       F.binary_cross_entropy,          np_bce, ((5, 1),), PROB, args=(BINARY.astype(np.int32),)),
+    Case("binary_cross_entropy-soft",         F.binary_cross_entropy,          np_bce, ((3, 2),), PROB, args=(SOFT,)),
+    # accuracy has no graph: + 0 * sum(y) gives the harness one (a zero gradient) to run its checks
+    Case("accuracy",                          lambda y, t: F.accuracy(y, t) + F.sum(y) * 0.0,
+         np_accuracy, ((6, 4),), args=(np.array([0, 1, 2, 3, 0, 1]),)),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize("case", CASES, ids=ids(CASES))
+def test_op(case, xp):
+    check_case(case, xp)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_accuracy_is_a_variable_with_no_graph(xp, dtype):
+    y = np.random.default_rng(0).uniform(-2, 2, size=(6, 4))
+    t = np.array([0, 1, 2, 3, 0, 1])
+    acc = F.accuracy(gradcore.Variable(xp.asarray(y, dtype=dtype)), xp.asarray(t))
+    assert acc.shape == () and acc.dtype == getattr(xp, dtype) and acc.device == xp.device
+    assert acc.creator is None and not acc.requires_grad
+    np.testing.assert_allclose(xp.numpy(acc.data), np_accuracy(y, t), rtol=1e-7)
+
+
+# =============================================================================== fused vs composed
+def derivatives(f, xs, xp, seed=0):
+    """f(*xs), its gradients, and the gradients of <those gradients, u>: lists of NumPy arrays."""
+    rng = np.random.default_rng(seed)
+    vs = [gradcore.Variable(xp.asarray(x)) for x in xs]
+    y = f(*vs)
+    gs = gradcore.grad(y, vs, create_graph=True)
+    total = F.sum(vs[0] * 0.0)
+    for g, x in zip(gs, xs):
+        total = total + F.sum(g * xp.asarray(rng.standard_normal(x.shape)))
+    hs = gradcore.grad(total, vs)
+    return [xp.numpy(y.data)] + [xp.numpy(g.data) for g in gs] + [xp.numpy(h.data) for h in hs]
+
+
+def constant_like(t, x):
+    """NumPy targets as a constant on x's device (the compositions below use plain operators)."""
+    return F.to(gradcore.Variable(t, requires_grad=False), x.device)
+
+
+def dezero_sigmoid_ce(x, t):
+    """DeZero's composition (clip to [1e-15, 1], which moderate inputs never reach)."""
+    t = constant_like(t, x)
+    p = F.sigmoid_simple(x)
+    return -F.sum(t * F.log(p) + (1 - t) * F.log(1 - p)) / len(x)
+
+
+def dezero_bce(p, t):
+    t = constant_like(t, p)
+    return -F.sum(t * F.log(p) + (1 - t) * F.log(1 - p)) / len(p)
+
+
+@pytest.mark.parametrize("fused, composed, make", [
+    (F.mean_squared_error, F.mean_squared_error_simple,
+     lambda r: [r.normal(size=(4, 3)), r.normal(size=(4, 3))]),
+    (lambda x: F.softmax_cross_entropy(x, LABELS),
+     lambda x: F.softmax_cross_entropy_simple(x, LABELS),
+     lambda r: [r.uniform(-3, 3, size=(4, 3))]),
+    (lambda x: F.sigmoid_cross_entropy(x, BINARY), lambda x: dezero_sigmoid_ce(x, BINARY),
+     lambda r: [r.uniform(-3, 3, size=5)]),
+    (lambda p: F.binary_cross_entropy(p, SOFT), lambda p: dezero_bce(p, SOFT),
+     lambda r: [r.uniform(0.1, 0.9, size=(3, 2))]),
+], ids=["mean_squared_error", "softmax_cross_entropy", "sigmoid_cross_entropy",
+        "binary_cross_entropy"])
+def test_fused_loss_agrees_with_its_composition(xp2, fused, composed, make):
+    xs = make(np.random.default_rng(2))
+    for a, b in zip(derivatives(fused, xs, xp2), derivatives(composed, xs, xp2)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
+def test_a_target_variable_gets_a_gradient(xp):
+    x = gradcore.Variable(xp.asarray([0.5, -1.0]))
+    t = gradcore.Variable(xp.asarray([0.25, 1.0]))
+    F.sigmoid_cross_entropy(x, t).backward()
+    np.testing.assert_allclose(xp.numpy(t.grad.data), [-0.25, 0.5])  # -x / N
+    p = gradcore.Variable(xp.asarray([0.5, 0.8]))
+    t.cleargrad()
+    F.binary_cross_entropy(p, t).backward()
+    np.testing.assert_allclose(xp.numpy(t.grad.data), [0.0, -np.log(4.0) / 2], atol=1e-15)
+
+
+# =========================================================================== large logits, the clip
+@pytest.mark.filterwarnings("error")  # no overflow, no log(0), no 0 * inf
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_cross_entropies_are_stable_for_large_logits(xp, dtype):
+    raw = np.array([[1000.0, -1000.0], [-1000.0, 1000.0], [999.0, 1000.0]])
+    x = gradcore.Variable(xp.asarray(raw, dtype=dtype))
+    loss = F.softmax_cross_entropy(x, np.array([1, 1, 0]))
+    loss.backward()
+    e1 = np.exp(-1.0)
+    # -log p: 2000, 0, 1 + log(1 + e^-1); gradient (softmax - onehot) / 3
+    np.testing.assert_allclose(xp.numpy(loss.data), (2000 + 1 + np.log1p(e1)) / 3, rtol=1e-6)
+    np.testing.assert_allclose(xp.numpy(x.grad.data), np.array(
+        [[1, -1], [0, 0], [-1 / (1 + e1), 1 / (1 + e1)]]) / 3, rtol=1e-6, atol=1e-7)
+    assert loss.dtype == x.dtype and x.grad.dtype == x.dtype
+
+    z = gradcore.Variable(xp.asarray([1000.0, -1000.0, 1000.0, 0.0], dtype=dtype))
+    loss = F.sigmoid_cross_entropy(z, np.array([0, 1, 1, 1]))
+    loss.backward()
+    np.testing.assert_allclose(xp.numpy(loss.data), (2000 + np.log(2.0)) / 4, rtol=1e-6)
+    np.testing.assert_allclose(xp.numpy(z.grad.data), [0.25, -0.25, 0.0, -0.125], rtol=1e-6)
+    assert loss.dtype == z.dtype and z.grad.dtype == z.dtype
+
+
+@pytest.mark.filterwarnings("error")
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_binary_cross_entropy_clips_to_the_dtype_epsilon(xp, dtype):
+    eps = np.finfo(dtype).eps
+    p = gradcore.Variable(xp.asarray([0.0, 1.0, 1.0, 0.5, 0.75], dtype=dtype))
+    loss = F.binary_cross_entropy(p, np.array([1, 0, 1, 1, 0]))
+    loss.backward()
+    # 0 and 1 are clipped to eps and 1 - eps: finite, and no gradient flows through the clip
+    expected = -2 * np.log(eps) - np.log1p(-eps) + np.log(2.0) - np.log(0.25)
+    np.testing.assert_allclose(xp.numpy(loss.data), expected / 5, rtol=1e-6)
+    np.testing.assert_allclose(xp.numpy(p.grad.data), [0.0, 0.0, 0.0, -0.4, 0.8], rtol=1e-6)
+    assert loss.dtype == p.dtype and p.grad.dtype == p.dtype
+
+
+# =============================================================================== labels
+def test_numpy_labels_follow_x_to_its_device(xp):
+    x = gradcore.Variable(xp.asarray(np.array([[2.0, 1.0, 0.1], [0.3, 0.2, 3.0]])))
+    expected = np_sce(np.array([[2.0, 1.0, 0.1], [0.3, 0.2, 3.0]]), np.array([0, 1]))
+    for t in (np.array([0, 1]), xp.asarray(np.array([0, 1])), [0, 1],
+              gradcore.Variable(np.array([0, 1])), np.array([[0], [1]])):
+        loss = F.softmax_cross_entropy(x, t)
+        assert loss.device == x.device
+        np.testing.assert_allclose(xp.numpy(loss.data), expected, rtol=1e-14)
+        np.testing.assert_allclose(xp.numpy(F.accuracy(x, t).data), 0.5)
+    binary = F.sigmoid_cross_entropy(x, np.ones((2, 3), dtype=np.int8))
+    assert binary.device == x.device
+
+
+def test_accuracy_matches_dezero_example(xp):
+    y = np.array([[0.2, 0.8, 0.0], [0.1, 0.9, 0.0], [0.8, 0.1, 0.1]])
+    acc = F.accuracy(gradcore.Variable(xp.asarray(y)), np.array([1, 2, 0]))
+    np.testing.assert_allclose(xp.numpy(acc.data), 2 / 3)
+    acc = F.accuracy(xp.asarray(y), xp.asarray(np.array([1, 1, 0])))  # raw arrays too
+    assert isinstance(acc, gradcore.Variable) and acc.item() == 1.0
+
+
+# =============================================================================== errors
+X = np.array([[1.0, 2.0, 3.0], [0.5, 0.1, 0.2]])  # N = 2 rows, C = 3 classes
+
+
+@pytest.mark.parametrize("op", [F.softmax_cross_entropy, F.softmax_cross_entropy_simple])
+@pytest.mark.parametrize("t, error, message", [
+    (np.array([0, 1, 2]), ValueError, r"got 3 labels for 2 rows of x"),
+    (np.array([0.0, 1.0]), TypeError, r"labels must be integer class indices, "
+                                      r"got dtype \S*float64"),
+    (np.array([True, False]), TypeError, r"labels must be integer class indices"),
+    (np.array([0, 3]), IndexError, r"labels must lie in \[0, 3\) for 3 classes, got values from 0 "
+                                   r"to 3"),
+    (np.array([-1, 2]), IndexError, r"labels must lie in \[0, 3\) .* from -1 to 2"),
+    (np.array([[0, 1], [1, 0]]), ValueError, r"labels must be a 1-d array of class indices"),
+], ids=["length", "float", "bool", "too-large", "negative", "2-d"])
+def test_softmax_cross_entropy_rejects_bad_labels(xp, op, t, error, message):
+    x = gradcore.Variable(xp.asarray(X))
+    with pytest.raises(error, match=rf"^{op.__name__}: {message}"):
+        op(x, t)
+    assert x.grad is None
+
+
+def test_softmax_cross_entropy_needs_2d_logits(xp):
+    x = gradcore.Variable(xp.asarray(np.ones(3)))
+    with pytest.raises(ValueError, match=r"softmax_cross_entropy: expects logits of shape "
+                                         r"\(N, C\), got shape \(3,\)"):
+        F.softmax_cross_entropy(x, np.array([0]))
+
+
+@pytest.mark.parametrize("op, a, b", [
+    (F.mean_squared_error, "x0", "x1"),
+    (F.mean_squared_error_simple, "x0", "x1"),
+    (F.sigmoid_cross_entropy, "x", "t"),
+    (F.binary_cross_entropy, "p", "t"),
+])
+def test_losses_reject_shape_mismatch(xp, op, a, b):
+    x0 = gradcore.Variable(xp.asarray(np.full((3, 2), 0.5)))
+    x1 = gradcore.Variable(xp.asarray(np.full((2, 3), 0.5)))
+    with pytest.raises(ValueError, match=rf"^{op.__name__}: {a} and {b} must have the same shape, "
+                                         r"got \(3, 2\) and \(2, 3\)"):
+        op(x0, x1)
+    assert x0.grad is None and x1.grad is None
+
+
+def test_mean_squared_error_does_not_broadcast(xp):
+    x0 = gradcore.Variable(xp.asarray(np.ones((4, 1))))
+    with pytest.raises(ValueError, match=r"mean_squared_error: .*got \(4, 1\) and \(4,\)"):
+        F.mean_squared_error(x0, xp.asarray(np.ones(4)))
+
+
+@pytest.mark.parametrize("y, t, error, message", [
+    (np.ones(3), np.array([0]), ValueError, r"expects scores of shape \(N, C\), got shape \(3,\)"),
+    (X, np.array([0, 1, 2]), ValueError, r"got 3 labels for 2 rows of x"),
+    (X, np.array([0.0, 1.0]), TypeError, r"labels must be integer class indices"),
+])
+def test_accuracy_errors(xp, y, t, error, message):
+    with pytest.raises(error, match=rf"^accuracy: {message}"):
+        F.accuracy(gradcore.Variable(xp.asarray(y)), t)

@@ -1,0 +1,301 @@
+"""gradcore.functions.nn: dropout, batch_norm, embed_id; and gradcore.manual_seed. One row per op; tests/harness.py checks each."""
+import numpy as np
+import pytest
+
+import gradcore
+import gradcore.functions as F
+from harness import Case, check_case, ids
+
+
+# =============================================================================== NumPy references
+def _stat_shape(x):
+    return (0,) + tuple(range(2, x.ndim)), (1, x.shape[1]) + (1,) * (x.ndim - 2)
+
+
+def np_batch_norm(x, gamma, beta, mean=None, var=None, eps=2e-5):
+    """Train mode (no mean/var): the batch's statistics per channel; test mode: the given ones."""
+    axes, shape = _stat_shape(x)
+    if mean is None:
+        mean, var = x.mean(axis=axes), x.var(axis=axes)
+    return (gamma.reshape(shape) * (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps)
+            + beta.reshape(shape))
+
+
+def np_dropout(x, ratio, seed):
+    """DeZero's dropout after np.random.seed(seed)."""
+    np.random.seed(seed)
+    mask = np.random.rand(*x.shape) > ratio
+    return x * mask / (1.0 - ratio)
+
+
+# =============================================================================== row helpers
+def bn_train(x, gamma, beta):
+    """batch_norm in train mode with fresh running statistics (updated in place, then dropped)."""
+    C = x.shape[1]
+    mean = x.backend.zeros((C,), x.dtype, x.device)
+    var = x.backend.zeros((C,), x.dtype, x.device) + 1.0
+    return F.batch_norm(x, gamma, beta, mean, var)
+
+
+def bn_test(x, gamma, beta, mean, var):
+    with gradcore.test_mode():
+        return F.batch_norm(x, gamma, beta, mean, var)
+
+
+def dropout_seeded(x, ratio=0.3, seed=7):
+    gradcore.manual_seed(seed)  # the same mask on every call: forward is deterministic
+    return F.dropout(x, ratio)
+
+
+def dropout_test(x):
+    with gradcore.test_mode():
+        return F.dropout(x) * 1.0  # a graph node, so the row also checks that backward reaches x
+
+
+MEAN3, VAR3 = np.array([0.5, -1.0, 0.25]), np.array([0.5, 2.0, 1.5])
+IDS = np.array([[1, 3, 1], [0, 1, 4]])  # 1 three times: its row's gradient adds up
+
+# fmt: off
+CASES = [
+    Case("dropout",             dropout_seeded,                    lambda x: np_dropout(x, 0.3, 7), ((4, 5),)),
+    Case("dropout-0-d",         lambda x: dropout_seeded(x, 0.5, 1), lambda x: np_dropout(x, 0.5, 1), ((),)),
+    Case("dropout-test",        dropout_test,                      lambda x: x, ((2, 3),)),
+    Case("batch_norm",          bn_train,                          np_batch_norm, ((5, 3), (3,), (3,))),
+    Case("batch_norm-4d",       bn_train,                          np_batch_norm, ((2, 3, 2, 3), (3,), (3,))),
+    Case("batch_norm-3d",       bn_train,                          np_batch_norm, ((3, 2, 4), (2,), (2,))),
+    Case("batch_norm-test",     bn_test,                           np_batch_norm, ((4, 3), (3,), (3,)), args=(MEAN3, VAR3)),
+    Case("batch_norm-test-4d",  bn_test,                           np_batch_norm, ((2, 3, 2, 2), (3,), (3,)), args=(MEAN3, VAR3)),
+    Case("embed_id",            lambda W, x: F.embed_id(x, W),     lambda W, x: W[x], ((5, 3),), args=(IDS,)),
+]
+# fmt: on
+
+
+@pytest.mark.parametrize("case", CASES, ids=ids(CASES))
+def test_op(case, xp):
+    check_case(case, xp)
+
+
+# =============================================================================== dropout
+def test_dropout_train_mode_zeroes_and_scales(xp):
+    gradcore.manual_seed(0)
+    x = gradcore.Variable(xp.asarray(np.ones((100, 100))))
+    y = F.dropout(x, 0.2)
+    values = xp.numpy(y.data)
+    kept = values != 0
+    assert 0.75 < kept.mean() < 0.85
+    np.testing.assert_allclose(values[kept], 1.25)  # 1 / (1 - 0.2)
+    y.backward()
+    np.testing.assert_array_equal(xp.numpy(x.grad.data), values)  # gy * mask, gy = ones
+
+
+def test_dropout_test_mode_returns_x(xp):
+    x = gradcore.Variable(xp.asarray(np.arange(6.0)))
+    with gradcore.test_mode():
+        assert F.dropout(x, 0.9) is x
+    raw = xp.asarray(np.arange(3.0))
+    with gradcore.test_mode():
+        y = F.dropout(raw)
+    assert isinstance(y, gradcore.Variable) and y.data is raw
+
+
+@pytest.mark.parametrize("xp_name", ["numpy", "strict-device1"])
+def test_dropout_masks_repeat_after_manual_seed_and_np_random_seed(xp_name):
+    from conftest import CASES as BACKENDS
+
+    xp = BACKENDS[xp_name]()
+    x = gradcore.Variable(xp.asarray(np.ones((6, 7)), dtype="float32"))
+
+    def mask():
+        return xp.numpy(F.dropout(x).data)
+
+    gradcore.manual_seed(42)
+    first = mask()
+    second = mask()
+    gradcore.manual_seed(42)
+    again = mask()
+    np.random.seed(42)  # NumPy's global generator: a DeZero program's seeding works unchanged
+    dezero = mask()
+    assert first.dtype == np.float32
+    assert not np.array_equal(first, second)  # the generator moves on
+    np.testing.assert_array_equal(first, again)
+    np.testing.assert_array_equal(first, dezero)
+    np.random.seed(42)
+    np.testing.assert_array_equal(first, (np.random.rand(6, 7) > 0.5) * 2.0)
+
+
+@pytest.mark.parametrize("ratio", [-0.1, 1.0, 1.5, "0.5", True])
+def test_dropout_rejects_bad_ratios(ratio):
+    with pytest.raises(ValueError, match=r"dropout: dropout_ratio must be a number in \[0, 1\)"):
+        F.dropout(gradcore.Variable(np.ones(3)), ratio)
+
+
+def test_dropout_takes_numpy_scalar_ratios():
+    x = gradcore.Variable(np.ones(4, dtype=np.float32))
+    gradcore.manual_seed(0)
+    y = F.dropout(x, np.float32(0.25))
+    assert y.dtype == np.float32
+    assert set(np.unique(y.data)) <= {0.0, np.float32(1 / 0.75)}
+
+
+def test_dropout_rejects_integer_input():
+    with pytest.raises(TypeError, match="dropout: x must be a floating-point array, got int64"):
+        F.dropout(gradcore.Variable(np.arange(3)))
+
+
+def test_manual_seed_rejects_bad_seeds():
+    for seed in (-1, 2 ** 32, 1.5, "3", None):
+        with pytest.raises(ValueError, match="manual_seed: the seed must be an int"):
+            gradcore.manual_seed(seed)
+
+
+# =============================================================================== batch_norm
+@pytest.mark.parametrize("shape", [(6, 3), (2, 3, 4, 5)])
+def test_batch_norm_updates_the_running_statistics_in_place(xp, shape):
+    rng = np.random.default_rng(0)
+    x = rng.normal(1.0, 2.0, shape)
+    gamma, beta = rng.uniform(0.5, 1.5, 3), rng.uniform(-1, 1, 3)
+    mean0, var0 = np.array([0.1, 0.2, 0.3]), np.array([1.0, 1.5, 2.0])
+    mean, var = xp.asarray(mean0.copy()), xp.asarray(var0.copy())
+    y = F.batch_norm(gradcore.Variable(xp.asarray(x)), xp.asarray(gamma), xp.asarray(beta),
+                     mean, var, decay=0.8)
+
+    axes, _ = _stat_shape(x)
+    m = x.size // 3
+    np.testing.assert_allclose(xp.numpy(mean), 0.8 * mean0 + 0.2 * x.mean(axis=axes), rtol=1e-12)
+    # the running variance takes the unbiased batch variance (divided by m - 1), as DeZero
+    np.testing.assert_allclose(xp.numpy(var), 0.8 * var0 + 0.2 * x.var(axis=axes, ddof=1),
+                               rtol=1e-12)
+    assert m > 1 and not np.allclose(x.var(axis=axes, ddof=1), x.var(axis=axes))
+    np.testing.assert_allclose(xp.numpy(y.data), np_batch_norm(x, gamma, beta), rtol=1e-12)
+
+
+def test_batch_norm_test_mode_uses_and_keeps_the_running_statistics(xp):
+    rng = np.random.default_rng(1)
+    x, gamma, beta = rng.standard_normal((4, 3)), rng.uniform(0.5, 1.5, 3), np.zeros(3)
+    mean, var = xp.asarray(MEAN3.copy()), xp.asarray(VAR3.copy())
+    with gradcore.test_mode():
+        y = F.batch_norm(xp.asarray(x), xp.asarray(gamma), xp.asarray(beta), mean, var)
+    np.testing.assert_array_equal(xp.numpy(mean), MEAN3)
+    np.testing.assert_array_equal(xp.numpy(var), VAR3)
+    np.testing.assert_allclose(xp.numpy(y.data), np_batch_norm(x, gamma, beta, MEAN3, VAR3),
+                               rtol=1e-12)
+
+
+def test_batch_norm_train_then_test_mode(xp):
+    """Many steps on one batch: the running mean approaches the batch mean; test mode then
+    normalises with it."""
+    x = np.array([[1.0, 10.0], [3.0, 20.0], [5.0, 30.0]])
+    mean, var = xp.asarray(np.zeros(2)), xp.asarray(np.ones(2))
+    gamma = gradcore.Variable(xp.asarray(np.ones(2)))
+    beta = gradcore.Variable(xp.asarray(np.zeros(2)))
+    for _ in range(200):
+        F.batch_norm(xp.asarray(x), gamma, beta, mean, var, decay=0.9)
+    np.testing.assert_allclose(xp.numpy(mean), [3.0, 20.0], rtol=1e-8)
+    np.testing.assert_allclose(xp.numpy(var), [4.0, 100.0], rtol=1e-8)  # unbiased: /(m - 1)
+    with gradcore.test_mode():
+        y = F.batch_norm(xp.asarray(x), gamma, beta, mean, var)
+    expected = (x - [3.0, 20.0]) / np.sqrt(np.array([4.0, 100.0]) + 2e-5)
+    np.testing.assert_allclose(xp.numpy(y.data), expected, rtol=1e-7, atol=1e-7)
+
+
+def test_batch_norm_running_statistics_as_variables_and_in_another_dtype(xp):
+    """Variables' data is updated in place; float32 x keeps float64 running statistics float64."""
+    x = xp.asarray(np.array([[0.0, 1.0], [2.0, 5.0]]), dtype="float32")
+    mean = gradcore.Variable(xp.asarray(np.zeros(2)), requires_grad=False)
+    var = gradcore.Variable(xp.asarray(np.ones(2)), requires_grad=False)
+    gamma = gradcore.Variable(xp.asarray(np.ones(2), dtype="float32"))
+    y = F.batch_norm(x, gamma, xp.asarray(np.zeros(2), dtype="float32"), mean, var, decay=0.5)
+    assert y.dtype == xp.float32 and mean.dtype == xp.float64
+    np.testing.assert_allclose(xp.numpy(mean.data), [0.5, 1.5])
+    np.testing.assert_allclose(xp.numpy(var.data), [0.5 + 0.5 * 2.0, 0.5 + 0.5 * 8.0])
+    np.testing.assert_allclose(xp.numpy(y.data), [[-1.0, -1.0], [1.0, 1.0]], rtol=1e-4)
+
+
+def test_batch_norm_gradients_sum_to_zero_over_the_batch(xp):
+    """In train mode the output is invariant to shifting a channel: d/dx sums to 0 per channel."""
+    rng = np.random.default_rng(2)
+    x = gradcore.Variable(xp.asarray(rng.standard_normal((2, 3, 4, 4))))
+    gamma = gradcore.Variable(xp.asarray(np.ones(3)))
+    beta = gradcore.Variable(xp.asarray(np.zeros(3)))
+    y = F.batch_norm(x, gamma, beta, xp.asarray(np.zeros(3)), xp.asarray(np.ones(3)))
+    (y * xp.asarray(rng.standard_normal(y.shape))).sum().backward()
+    np.testing.assert_allclose(xp.numpy(x.grad.data).sum(axis=(0, 2, 3)), 0.0, atol=1e-12)
+    assert gamma.grad.shape == (3,) and beta.grad.shape == (3,)
+
+
+@pytest.mark.parametrize("args, error, message", [
+    (((4,), (4,), (4,), (4,), (4,)), ValueError,
+     r"batch_norm: x must be \(N, C\) or \(N, C, \.\.\.\) with channels on axis 1, got "
+     r"shape \(4,\)"),
+    (((4, 3), (2,), (3,), (3,), (3,)), ValueError, r"batch_norm: gamma must have shape \(3,\)"),
+    (((4, 3), (3,), (3,), (3,), (4,)), ValueError, r"batch_norm: var must have shape \(3,\)"),
+    (((0, 3), (3,), (3,), (3,), (3,)), ValueError, r"batch_norm: x of shape \(0, 3\) has no elements"),
+])
+def test_batch_norm_misuse_changes_nothing(xp, args, error, message):
+    arrays = [xp.asarray(np.ones(s)) for s in args]
+    before = [xp.numpy(a).copy() for a in arrays[3:]]
+    with pytest.raises(error, match=message):
+        F.batch_norm(gradcore.Variable(arrays[0]), *arrays[1:])
+    for a, b in zip(arrays[3:], before):
+        np.testing.assert_array_equal(xp.numpy(a), b)
+
+
+def test_batch_norm_needs_arrays_for_the_running_statistics():
+    with pytest.raises(TypeError, match="batch_norm: the running mean must be an array"):
+        F.batch_norm(np.ones((2, 3)), np.ones(3), np.zeros(3), [0.0, 0.0, 0.0], np.ones(3))
+
+
+def test_batch_norm_running_statistics_on_another_device():
+    from conftest import CASES as BACKENDS
+
+    xp = BACKENDS["strict-device1"]()
+    with pytest.raises(ValueError, match="batch_norm: the running mean must be an array on x's"):
+        F.batch_norm(xp.asarray(np.ones((2, 3))), xp.asarray(np.ones(3)), xp.asarray(np.zeros(3)),
+                     np.zeros(3), np.ones(3))
+
+
+# =============================================================================== embed_id
+def test_embed_id_accumulates_repeated_ids(xp):
+    W = gradcore.Variable(xp.asarray(np.arange(12.0).reshape(4, 3)))
+    x = xp.asarray(np.array([[1, 1], [3, 1]]))
+    y = F.embed_id(x, W)
+    assert y.shape == (2, 2, 3)
+    np.testing.assert_array_equal(xp.numpy(y.data)[1, 0], [9.0, 10.0, 11.0])
+    y.backward()
+    np.testing.assert_array_equal(xp.numpy(W.grad.data), [[0.0] * 3, [3.0] * 3, [0.0] * 3,
+                                                          [1.0] * 3])
+
+
+def test_embed_id_takes_negative_ids_and_python_ids(xp):
+    W = gradcore.Variable(xp.asarray(np.arange(12.0).reshape(4, 3)))
+    np.testing.assert_array_equal(xp.numpy(F.embed_id(xp.asarray(np.array([-1, 0])), W).data),
+                                  [[9.0, 10.0, 11.0], [0.0, 1.0, 2.0]])
+    np.testing.assert_array_equal(xp.numpy(F.embed_id(2, W).data), [6.0, 7.0, 8.0])
+    y = F.embed_id([3, -1], W)
+    y.backward()
+    np.testing.assert_array_equal(xp.numpy(W.grad.data)[3], [2.0, 2.0, 2.0])
+
+
+@pytest.mark.parametrize("ids, error, message", [
+    (np.array([0, 4]), IndexError,
+     r"embed_id: ids must be in \[-4, 4\) for a W of 4 rows; got ids from 0 to 4"),
+    (np.array([-5, 1]), IndexError, r"embed_id: ids must be in \[-4, 4\)"),
+    (np.array([0.0, 1.0]), TypeError, r"embed_id: x must hold integer ids, got .*float64"),
+])
+def test_embed_id_rejects_bad_ids(xp, ids, error, message):
+    W = gradcore.Variable(xp.asarray(np.ones((4, 3))))
+    with pytest.raises(error, match=message):
+        F.embed_id(xp.asarray(ids), W)
+
+
+def test_manual_seed_with_cupy_imported_but_no_gpu_seeds_numpy():
+    cupy = pytest.importorskip("cupy")
+    gradcore.manual_seed(5)  # with a GPU this seeds CuPy too; without one it must not fail
+    first = np.random.rand(3)
+    gradcore.manual_seed(5)
+    np.testing.assert_array_equal(np.random.rand(3), first)
+    if gradcore.cuda_available():
+        gradcore.manual_seed(5)
+        a = cupy.random.random_sample(3)
+        gradcore.manual_seed(5)
+        np.testing.assert_array_equal(cupy.random.random_sample(3).get(), a.get())
