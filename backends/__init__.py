@@ -15,8 +15,15 @@ _by_name = {}          # Backend.name -> Backend
 _by_device_type = {}   # Device.type -> Backend
 
 
+# Read on every op. As instance attributes CPython 3.11 specialises the reads; class attributes
+# read through an instance take the slow generic lookup.
+_HOT_ATTRIBUTES = ("xp", "array_type", "scalar_types", "single_device", "needs_device_context")
+
+
 def register(backend):
     """Make `backend` known: its arrays are then accepted everywhere. Returns it."""
+    for name in _HOT_ATTRIBUTES:
+        setattr(backend, name, getattr(backend, name))
     _by_name[backend.name] = backend
     _by_device_type[backend.device_type] = backend
     _by_type[backend.array_type] = backend

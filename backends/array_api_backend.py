@@ -4,7 +4,7 @@ import re
 
 import numpy
 
-from .base import Backend, DeviceUnavailableError, gather, is_advanced, normalize_key
+from .base import Backend, DeviceUnavailableError, flat_positions, is_advanced, normalize_key
 from .device import Device
 
 
@@ -85,7 +85,7 @@ class ArrayAPIBackend(Backend):
             target[key] = target[key] + values  # basic indices never repeat an element
             return target
         size = math.prod(target.shape)
-        positions = gather(xp, xp.reshape(xp.arange(size, device=target.device), target.shape), key)
+        positions = flat_positions(xp, target.shape, key, target.device)
         values = xp.broadcast_to(values, positions.shape)
         total = _segment_sum(xp, xp.reshape(positions, (-1,)), xp.reshape(values, (-1,)), size)
         target[...] = target + xp.reshape(total, target.shape)

@@ -116,6 +116,8 @@ class CupyBackend(Backend):
 
     def scatter_add(self, target, index, values):
         # out-of-range indices wrap here: callers check bounds (get_item does, in normalize_key)
+        if isinstance(index, tuple):
+            index = tuple(index)  # a NormalizedKey is a tuple subclass: hand CuPy a plain one
         if target.dtype.name in ATOMIC_ADD_DTYPES:
             self._cupyx.scatter_add(target, index, values)
             return target

@@ -1,31 +1,46 @@
-"""Grad mode and train mode, per thread."""
+"""Grad mode and train mode, per thread (context variables: per asyncio task too)."""
 import contextlib
-import threading
+import contextvars
+
+# A new thread starts from the defaults: no_grad() in one thread never reaches another.
+_settings = {
+    "enable_backprop": contextvars.ContextVar("gradcore.enable_backprop", default=True),
+    "train": contextvars.ContextVar("gradcore.train", default=True),
+}
 
 
-class _Config(threading.local):
-    """Per-thread switches. `enable_backprop`: record graphs. `train`: dropout/batch-norm train mode."""
+class _Config:
+    """The switches, DeZero-style: `Config.enable_backprop` (record graphs) and `Config.train`
+    (dropout and batch norm in train mode). Reading or assigning them acts on this thread only."""
 
-    def __init__(self):
-        self.enable_backprop = True
-        self.train = True
+    __slots__ = ()
+
+    enable_backprop = property(lambda self: _settings["enable_backprop"].get(),
+                               lambda self, value: _settings["enable_backprop"].set(bool(value)))
+    train = property(lambda self: _settings["train"].get(),
+                     lambda self, value: _settings["train"].set(bool(value)))
+
+    def __repr__(self):
+        return f"Config(enable_backprop={self.enable_backprop}, train={self.train})"
 
 
-# DeZero spells it `Config.enable_backprop`; here each thread sees its own values.
 Config = _Config()
+
+# True if ops record graphs in this thread. A bound C method: the hot path reads it with no frame.
+is_grad_enabled = _settings["enable_backprop"].get
 
 
 @contextlib.contextmanager
 def using_config(name, value):
     """Set `Config.<name>` to `value` in this thread for the duration of the block."""
-    if name not in ("enable_backprop", "train"):
+    setting = _settings.get(name)
+    if setting is None:
         raise AttributeError(f"Config has no setting {name!r}; it has 'enable_backprop' and 'train'")
-    old = getattr(Config, name)
-    setattr(Config, name, value)
+    token = setting.set(value)
     try:
         yield
     finally:
-        setattr(Config, name, old)
+        setting.reset(token)
 
 
 def no_grad():
@@ -41,8 +56,3 @@ def enable_grad():
 def test_mode():
     """Block in which `Config.train` is False (dropout off, batch norm uses running statistics)."""
     return using_config("train", False)
-
-
-def is_grad_enabled():
-    """True if ops record graphs in this thread."""
-    return Config.enable_backprop

@@ -93,23 +93,20 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
             pushed.add(f)
             heapq.heappush(heap, (-f.generation, -f.sequence, f))
 
+    heappush, heappop = heapq.heappush, heapq.heappop
     with using_config("enable_backprop", create_graph):
         while heap:
-            f = heapq.heappop(heap)[2]
+            f = heappop(heap)[2]
             outputs = f.outputs
-            if plain and len(outputs) == 1:  # the common case, kept short
+            if f.backend.needs_device_context:
+                with f.backend.device_context(f.device):
+                    gxs = f.backward(*_output_grads(f, grads, retain_grad, wanted, captured))
+            elif plain and len(outputs) == 1:  # the common case, kept short
                 y = outputs[0]()
                 g = grads.pop(y)
-                gys = (_run_hooks(y, g),) if y._hooks else (g,)
+                gxs = f.backward(_run_hooks(y, g) if y._hooks else g)
             else:
-                gys = _output_grads(f, grads, retain_grad, wanted, captured)
-
-            backend = f.backend
-            if backend.needs_device_context:
-                with backend.device_context(f.device):
-                    gxs = f.backward(*gys)
-            else:
-                gxs = f.backward(*gys)
+                gxs = f.backward(*_output_grads(f, grads, retain_grad, wanted, captured))
             if gxs.__class__ is not tuple:
                 gxs = (gxs,)
             if len(gxs) != len(f.inputs):
@@ -129,7 +126,7 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
                     leaves.append(x)
                 elif creator not in pushed:
                     pushed.add(creator)
-                    heapq.heappush(heap, (-creator.generation, -creator.sequence, creator))
+                    heappush(heap, (-creator.generation, -creator.sequence, creator))
 
         for x in leaves:
             g = grads.pop(x, None)

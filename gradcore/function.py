@@ -5,11 +5,13 @@ import weakref
 
 import backends
 
-from .config import Config
+from .config import is_grad_enabled
 from .variable import _SCALARS, Variable
 
 _sequence = itertools.count()  # creation order: the heap's tie-break within a generation
 _new_variable = object.__new__
+_weakref = weakref.ref
+_needs_cache = {}  # needs_input_grad tuples, interned
 
 
 def _snake_case(name):
@@ -37,9 +39,8 @@ class Function:
     written with gradcore ops, so differentiating it again (create_graph) just works.
     """
 
-    __slots__ = ("inputs", "outputs", "generation", "sequence", "backend",
+    __slots__ = ("inputs", "outputs", "generation", "sequence", "backend", "_saved",
                  "needs_input_grad", "_output_meta", "__weakref__", "__dict__")
-    _saved = ()
     device = None  # set per call for backends with several devices (NumPy has one)
     op_name = None  # the name errors use; by default the class name in snake case
 
@@ -67,6 +68,7 @@ class Function:
             raise TypeError(f"{self._name()}: needs at least one Variable or array input, "
                             f"got {', '.join(type(x).__name__ for x in inputs) or 'none'}")
         self.backend = backend
+        self._saved = ()
         if not backend.single_device:
             self.device = self._common_device(backend, inputs)
 
@@ -74,16 +76,21 @@ class Function:
             if backend.needs_device_context:
                 with backend.device_context(self.device):
                     ys = self.forward(*xs)
+            elif len(xs) == 1:  # plain calls: CPython's f(*args) costs about twice as much
+                ys = self.forward(xs[0])
+            elif len(xs) == 2:
+                ys = self.forward(xs[0], xs[1])
             else:
                 ys = self.forward(*xs)
         except (ValueError, TypeError, IndexError) as e:
             raise self._explain(e, inputs) from e
 
         creator = None
-        if True in needs and Config.enable_backprop:  # become a node of the graph
+        if True in needs and is_grad_enabled():  # become a node of the graph
             creator = self
             self.inputs = inputs
-            self.needs_input_grad = tuple(needs)
+            needs = tuple(needs)  # shared copies: one long-lived object less per node
+            self.needs_input_grad = _needs_cache.setdefault(needs, needs)
             self.generation = generation
             self.sequence = next(_sequence)
             generation += 1
@@ -104,7 +111,7 @@ class Function:
                 y.requires_grad = False
             else:
                 y.requires_grad = True
-                self.outputs = (weakref.ref(y),)
+                self.outputs = (_weakref(y),)
             return y
         outputs = []
         for y in ys:

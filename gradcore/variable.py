@@ -1,4 +1,5 @@
 """Variable (a node holding an array and its gradient), Parameter, as_variable, as_array."""
+import operator
 import weakref
 
 import numpy
@@ -56,21 +57,11 @@ class Variable:
     def data(self, value):
         self._data, self._backend = _check_data(value)
 
-    @property
-    def shape(self):
-        return self._data.shape
-
-    @property
-    def ndim(self):
-        return self._data.ndim
-
-    @property
-    def size(self):
-        return self._data.size
-
-    @property
-    def dtype(self):
-        return self._data.dtype
+    # attrgetter runs in C: these are read in every backward, so no Python frame per access
+    shape = property(operator.attrgetter("_data.shape"), doc="The shape of `data`.")
+    ndim = property(operator.attrgetter("_data.ndim"), doc="The number of axes of `data`.")
+    size = property(operator.attrgetter("_data.size"), doc="The number of elements of `data`.")
+    dtype = property(operator.attrgetter("_data.dtype"), doc="The dtype of `data`.")
 
     @property
     def backend(self):

@@ -323,7 +323,8 @@ class Where(Function):
         device = backend.device_of(x0 if hasattr(x0, "shape") else x1)
         if backends.backend_of(condition) is None:  # a list or a Python bool
             condition = backend.asarray(condition, device=device)
-        elif backends.backend_of(condition) is not backend or backend.device_of(condition) != device:
+        elif (backends.backend_of(condition) is not backend
+              or backend.device_of(condition) != device):
             condition = backends.to_device(condition, device)
         if not self.xp.isdtype(condition.dtype, "bool"):
             raise TypeError(f"the condition must be a boolean array, got {condition.dtype}; "

@@ -75,7 +75,6 @@ def mean(x, axis=None, keepdims=False):
 # =============================================================================== max, min
 class Max(Function):
     op_name = "max"
-    _pick = "max"
 
     def __init__(self, axis=None, keepdims=False):
         self.axis = axis
@@ -84,8 +83,11 @@ class Max(Function):
     def forward(self, x):
         self.axes = _axes(self.axis, x.ndim)
         if any(x.shape[a] == 0 for a in self.axes):
-            raise ValueError(f"cannot take the {self._pick} over an empty axis")
-        return getattr(self.xp, self._pick)(x, axis=self.axes, keepdims=self.keepdims)
+            raise ValueError(f"cannot take the {self.op_name} over an empty axis")
+        return self._extreme(x, self.keepdims)
+
+    def _extreme(self, x, keepdims):
+        return self.xp.max(x, axis=self.axes, keepdims=keepdims)
 
     def backward(self, gy):
         # to the positions that hold the extreme; ties share it equally (a valid subgradient
@@ -94,18 +96,17 @@ class Max(Function):
         y = self.outputs[0]()
         xp = self.xp
         kept = _kept_shape(x.shape, self.axes)
-        y_data = xp.reshape(y.data if y is not None else self._recompute(x.data), kept)
+        y_data = xp.reshape(self._extreme(x.data, True) if y is None else y.data, kept)
         hits = xp.astype(x.data == y_data, gy.dtype)
         share = hits / xp.sum(hits, axis=self.axes, keepdims=True)
         return broadcast_to(reshape(gy, kept), x.shape) * Variable(share, requires_grad=False)
 
-    def _recompute(self, x):
-        return getattr(self.xp, self._pick)(x, axis=self.axes, keepdims=True)
-
 
 class Min(Max):
     op_name = "min"
-    _pick = "min"
+
+    def _extreme(self, x, keepdims):
+        return self.xp.min(x, axis=self.axes, keepdims=keepdims)
 
 
 def max(x, axis=None, keepdims=False):

@@ -3,7 +3,7 @@ concatenate, stack, split, get_item."""
 import math
 
 import backends
-from backends.base import gather, is_advanced, normalize_key
+from backends.base import NormalizedKey, gather, is_advanced, normalize_key
 
 from ..function import Function
 from ..variable import Variable, as_variable
@@ -35,7 +35,7 @@ def reshape(x, shape):
 
 
 def _axis_in(axis, ndim, what="an array"):
-    """`axis` (an int, possibly negative) as a non-negative axis of `ndim` axes; ValueError if not."""
+    """`axis` (an int, may be negative) as a non-negative axis of `ndim` axes; else ValueError."""
     if isinstance(axis, bool) or not isinstance(axis, int):
         raise TypeError(f"axis must be an int, got {type(axis).__name__}")
     if not -ndim <= axis < ndim:
@@ -300,7 +300,7 @@ class GetItem(Function):
         # NumPy's indexing rules on every backend; `key` spells out every axis (see normalize_key)
         key = _key_on_device(self.slices, self.backend, self.backend.device_of(x))
         self.key = key = normalize_key(self.xp, key, x.shape)
-        return gather(self.xp, x, key) if is_advanced(key) else x[key]
+        return gather(self.xp, x, key) if is_advanced(key) else x[tuple(key)]
 
     def backward(self, gy):
         x, = self.inputs
@@ -323,6 +323,8 @@ class GetItemGrad(Function):
 def _key_on_device(key, backend, device):
     """`key` with lists, Variables and other backends' or devices' arrays as `backend` arrays on
     `device` (where the indexed array lives)."""
+    if key.__class__ is NormalizedKey:  # from a forward on this device (double backward)
+        return key
     out = []
     for k in key if isinstance(key, tuple) else (key,):
         if isinstance(k, Variable):

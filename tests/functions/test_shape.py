@@ -181,6 +181,8 @@ def test_get_item_with_an_empty_index(xp):
     (1.5, TypeError, r"get_item: indices must be ints, slices, None, Ellipsis, .*got 1.5"),
     (np.array([True, False]), IndexError, r"get_item: a boolean index of shape \(2,\) does not match the shape \(3,\)"),
     ((0, 0, 0), IndexError, r"get_item: too many indices: 3 for an array of 2 dimension"),
+    (([0, 1], [0, 1, 2]), IndexError, r"get_item: index arrays could not be broadcast together, shapes \(2,\) and \(3,\)"),
+    ((Ellipsis, 0, Ellipsis), IndexError, r"get_item: an index can only have a single ellipsis"),
 ])
 def test_get_item_rejects_bad_indices_on_every_backend(xp, index, error, message):
     """CuPy would wrap an out-of-range index silently: get_item checks bounds itself."""

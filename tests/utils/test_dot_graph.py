@@ -1,4 +1,4 @@
-"""gradcore.utils.get_dot_graph and plot_dot_graph: DOT text, rendering, and the missing-`dot` error."""
+"""gradcore.utils.get_dot_graph and plot_dot_graph: the DOT text, rendering, a missing `dot`."""
 import re
 import shutil
 
@@ -100,7 +100,8 @@ def test_plot_without_dot_says_how_to_install_it(tmp_path, monkeypatch):
     monkeypatch.setattr(dot_module.shutil, "which", lambda name: None)
     _, _, y = small_graph()
     target = tmp_path / "graph.png"
-    with pytest.raises(RuntimeError, match=r"`dot` was not found on PATH.*apt-get install graphviz"):
+    message = r"`dot` was not found on PATH.*apt-get install graphviz"
+    with pytest.raises(RuntimeError, match=message):
         plot_dot_graph(y, to_file=str(target))
     assert list(tmp_path.iterdir()) == []  # nothing written
 
