@@ -4,7 +4,8 @@ import re
 
 import numpy
 
-from .base import Backend, DeviceUnavailableError, flat_positions, is_advanced, normalize_key
+from .base import Backend, DeviceUnavailableError
+from .indexing import flat_positions, is_advanced, normalize_key
 from .device import Device
 
 

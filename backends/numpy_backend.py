@@ -3,7 +3,8 @@ import contextlib
 
 import numpy
 
-from .base import Backend, flat_positions, is_advanced, normalize_key
+from .base import Backend
+from .indexing import flat_positions, is_advanced, normalize_key
 from .device import CPU
 
 

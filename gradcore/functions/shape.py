@@ -3,7 +3,7 @@ concatenate, stack, split, get_item."""
 import math
 
 import backends
-from backends.base import NormalizedKey, gather, is_advanced, normalize_key
+from backends.indexing import NormalizedKey, gather, is_advanced, normalize_key
 
 from ..function import Function
 from ..variable import Variable, as_variable
