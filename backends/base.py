@@ -81,3 +81,16 @@ class Backend:
 
     def __repr__(self):
         return f"<{type(self).__name__} {self.name!r}>"
+
+    # A backend is a registry entry, not data: copies of a Variable share it, and a pickled one
+    # finds it again by name (so deepcopy and pickle of Variables and models work).
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce__(self):
+        from . import get_backend
+
+        return get_backend, (self.name,)

@@ -10,6 +10,12 @@ from .config import Config, enable_grad, is_grad_enabled, no_grad, test_mode, us
 from . import functions
 from .random import manual_seed
 from . import cuda, utils
+from . import layers, models, nn
+from .nn import Layer, Model, Module
+from . import optim, optimizers
+from . import dataloaders, datasets, transforms
+from .dataloaders import DataLoader
+from .datasets import Dataset
 
 __version__ = "0.1.0"
 
@@ -19,4 +25,7 @@ __all__ = [
     "Device", "DeviceUnavailableError", "parse_device", "cuda_available", "functions",
     "manual_seed",
     "cuda", "utils",
+    "nn", "layers", "models", "Module", "Layer", "Model",
+    "optim", "optimizers",
+    "datasets", "dataloaders", "transforms", "Dataset", "DataLoader",
 ]

@@ -431,3 +431,14 @@ def test_to_cuda_is_differentiable():
     (y * y).backward()
     assert type(x.grad.data) is np.ndarray
     np.testing.assert_array_equal(x.grad.data, [2.0, 4.0])
+
+
+def test_deepcopy_and_pickle_keep_the_backend(xp):
+    import copy
+    import pickle
+
+    x = Variable(xp.asarray([1.0, 2.0]), name="x")
+    for y in (copy.deepcopy(x), pickle.loads(pickle.dumps(x))):
+        assert y is not x and y.backend is x.backend and y.name == "x"
+        assert y.device == x.device
+        np.testing.assert_array_equal(xp.numpy(y.data), [1.0, 2.0])

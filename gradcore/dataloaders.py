@@ -1,0 +1,177 @@
+"""Mini-batches (DeZero's `dezero.dataloaders`): DataLoader and SeqDataLoader yield (x, t) batches
+of a dataset as arrays on a device: NumPy on the CPU by default, CuPy on "cuda", or any
+registered backend's device. Examples are gathered on the host and each batch is moved once."""
+import math
+
+import numpy as np
+
+import backends
+
+from .datasets import Dataset, _identity
+
+__all__ = ["DataLoader", "SeqDataLoader"]
+
+
+def _checked_device(owner, device, gpu=False):
+    """`device` as a Device that exists here (errors say so now, not at the first batch)."""
+    if gpu:  # DeZero's gpu=True
+        if device is not None and backends.parse_device(device).type != "cuda":
+            raise ValueError(f"{owner}: gpu=True asks for 'cuda' but device={device!r}; pass one "
+                             "of them")
+        device = "cuda" if device is None else device
+    try:
+        device = backends.parse_device(device)
+        backend = backends.backend_for_device(device)
+        backend.asarray(np.zeros(0, np.float32), device=device)  # a device the backend lacks
+    except (TypeError, ValueError, backends.DeviceUnavailableError) as e:
+        raise type(e)(f"{owner}: {e}") from None
+    return device
+
+
+def _stack(owner, values, what):
+    """The examples' x (or t) values as one NumPy array with a leading batch axis."""
+    try:
+        return np.stack([np.asarray(v) for v in values])
+    except (TypeError, ValueError) as e:
+        shapes = sorted({np.shape(v) for v in values})
+        raise ValueError(f"{owner}: cannot stack the {what} of a batch into one array ({e}); "
+                         f"the dataset's examples must be host arrays or numbers of one shape"
+                         + (f", got shapes {shapes}" if len(shapes) > 1 else "")) from None
+
+
+def _gather(owner, dataset, index):
+    """The examples at `index` (a NumPy integer array) as host arrays (x, t); t is None when
+    the dataset has no labels."""
+    if (isinstance(dataset, Dataset) and type(dataset).__getitem__ is Dataset.__getitem__
+            and dataset.transform is _identity and dataset.target_transform is _identity
+            and isinstance(dataset.data, np.ndarray)
+            and (dataset.label is None or isinstance(dataset.label, np.ndarray))):
+        # no transforms: one fancy index instead of len(index) calls to __getitem__
+        return dataset.data[index], None if dataset.label is None else dataset.label[index]
+    xs, ts = [], []
+    for i in index.tolist():
+        example = dataset[i]
+        if not isinstance(example, tuple) or len(example) != 2:
+            raise TypeError(f"{owner}: dataset[{i}] must be an (x, t) pair (t None when there "
+                            f"is no label), got {type(example).__name__}")
+        xs.append(example[0])
+        ts.append(example[1])
+    unlabelled = [t is None for t in ts]
+    if any(unlabelled) and not all(unlabelled):
+        raise ValueError(f"{owner}: some examples of a batch have a label and some have None")
+    return _stack(owner, xs, "inputs"), None if all(unlabelled) else _stack(owner, ts, "labels")
+
+
+class DataLoader:
+    """Iterate over `dataset` in mini-batches: each step yields (x, t), x of shape
+    (batch_size, ...) and t of shape (batch_size, ...) (None for an unlabelled dataset), as
+    arrays on `device` ("cpu" by default, "cuda", "cuda:1", "array_api_strict:device1", a Device).
+
+    DeZero's protocol: the loader is its own iterator; `max_iter` batches make an epoch, the
+    last one partial when batch_size does not divide len(dataset); at the end of an epoch it
+    calls `reset()` (iteration = 0, a new order) and stops, so the next `for` loop is the next
+    epoch. With shuffle=True the order is np.random.permutation (NumPy's global generator):
+    np.random.seed(n) before building the loader reproduces every epoch.
+
+    `dataset` is anything with `len()` and `dataset[i] -> (x, t)` holding host data (NumPy
+    arrays or numbers). `gpu=True` is DeZero's spelling of device="cuda".
+    """
+
+    def __init__(self, dataset, batch_size, shuffle=True, device=None, *, gpu=False):
+        name = type(self).__name__
+        if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
+            raise TypeError(f"{name}: dataset must support len() and dataset[i] -> (x, t) (a "
+                            f"gradcore Dataset, for one), got {type(dataset).__name__}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
+                or batch_size < 1:
+            raise ValueError(f"{name}: batch_size must be a positive int, got {batch_size!r}")
+        if not isinstance(shuffle, (bool, np.bool_)):
+            raise TypeError(f"{name}: shuffle must be True or False, got {shuffle!r}")
+        self._device = _checked_device(name, device, gpu)
+        self.dataset = dataset
+        self.batch_size = int(batch_size)
+        self.shuffle = bool(shuffle)
+        self.data_size = len(dataset)
+        self.max_iter = math.ceil(self.data_size / self.batch_size)
+        self.reset()
+
+    @property
+    def device(self):
+        """The Device batches are put on."""
+        return self._device
+
+    @property
+    def gpu(self):
+        """True when batches go to a GPU (DeZero's flag)."""
+        return self._device.type == "cuda"
+
+    def reset(self):
+        """Start a new epoch: iteration 0 and a new order (a permutation when shuffling)."""
+        self.iteration = 0
+        if self.shuffle:
+            self.index = np.random.permutation(self.data_size)
+        else:
+            self.index = np.arange(self.data_size)
+
+    def __iter__(self):
+        return self
+
+    def __len__(self):
+        return self.max_iter
+
+    def _batch_index(self):
+        i, n = self.iteration, self.batch_size
+        return self.index[i * n:(i + 1) * n]
+
+    def __next__(self):
+        if self.iteration >= self.max_iter:
+            self.reset()
+            raise StopIteration
+        x, t = _gather(type(self).__name__, self.dataset, self._batch_index())
+        x = backends.to_device(x, self._device)
+        if t is not None:
+            t = backends.to_device(t, self._device)
+        self.iteration += 1
+        return x, t
+
+    def next(self):
+        """The next batch (DeZero's name for next(loader))."""
+        return self.__next__()
+
+    def to(self, device):
+        """Put the following batches on `device`; returns self."""
+        self._device = _checked_device(type(self).__name__, device)
+        return self
+
+    def to_cpu(self):
+        """Put the following batches on the CPU (NumPy); returns self."""
+        return self.to("cpu")
+
+    def to_gpu(self, device=None):
+        """Put the following batches on a GPU ("cuda" = the current one); returns self."""
+        return self.to("cuda" if device is None else device)
+
+    def __repr__(self):
+        return (f"{type(self).__name__}({self.dataset!r}, batch_size={self.batch_size}, "
+                f"shuffle={self.shuffle}, device={self._device})")
+
+
+class SeqDataLoader(DataLoader):
+    """Batches of a time series for truncated BPTT: batch_size parallel streams, stream k
+    starting at k * (len(dataset) // batch_size); step i yields the example i of every stream.
+    Never shuffles. x and t have shape (batch_size, ...).
+    """
+
+    def __init__(self, dataset, batch_size, device=None, *, gpu=False):
+        super().__init__(dataset, batch_size, shuffle=False, device=device, gpu=gpu)
+        if self.batch_size > self.data_size:
+            raise ValueError(f"SeqDataLoader: batch_size ({self.batch_size}) is the number of "
+                             f"parallel streams and cannot exceed the {self.data_size} examples")
+
+    def _batch_index(self):
+        jump = self.data_size // self.batch_size
+        return (np.arange(self.batch_size) * jump + self.iteration) % self.data_size
+
+    def __repr__(self):
+        return (f"SeqDataLoader({self.dataset!r}, batch_size={self.batch_size}, "
+                f"device={self._device})")

@@ -1,0 +1,254 @@
+"""Datasets (DeZero's `dezero.datasets`): the Dataset base, generated sets that need no download
+(Spiral, SinCurve, Shapes) and MNIST read from a local .npz file.
+
+Datasets hold host data: NumPy arrays made or read here. A DataLoader moves each batch to the
+device it is asked for. Generated sets draw from their own seeded generators, never from NumPy's
+global one, so building a dataset does not disturb np.random.seed reproducibility elsewhere.
+"""
+import operator
+import os
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from .transforms import Compose, Flatten, Normalize, ToFloat
+
+__all__ = ["Dataset", "Spiral", "get_spiral", "SinCurve", "Shapes", "MNIST"]
+
+
+def _identity(x):
+    return x
+
+
+class Dataset:
+    """A list of examples: `dataset[i]` is `(transform(data[i]), target_transform(label[i]))`,
+    or `(x, None)` when the set has no labels; `len(dataset)` is the number of examples.
+
+    Subclasses write `prepare()`, which sets `self.data` (examples along axis 0) and
+    `self.label` (or leaves it None); it runs at the end of `__init__` and may read `self.train`.
+    """
+
+    def __init__(self, train=True, transform=None, target_transform=None):
+        name = type(self).__name__
+        if not isinstance(train, (bool, np.bool_)):
+            raise TypeError(f"{name}: train must be True or False, got {train!r} (pass "
+                            "transforms by keyword: transform=...)")
+        for what, f in (("transform", transform), ("target_transform", target_transform)):
+            if f is not None and not callable(f):
+                raise TypeError(f"{name}: {what} must be callable or None, got "
+                                f"{type(f).__name__}")
+        self.train = bool(train)
+        self.transform = _identity if transform is None else transform
+        self.target_transform = _identity if target_transform is None else target_transform
+        self.data = None
+        self.label = None
+        self.prepare()
+
+    def prepare(self):
+        """Set `self.data` and `self.label`. The base class holds nothing."""
+
+    def __getitem__(self, index):
+        try:
+            index = operator.index(index)
+        except TypeError:
+            raise TypeError(f"{type(self).__name__}: an index is an int, got "
+                            f"{type(index).__name__}; use a DataLoader for batches") from None
+        n = len(self)
+        if not -n <= index < n:
+            raise IndexError(f"{type(self).__name__}: index {index} is out of range for "
+                             f"{n} examples")
+        x = self.transform(self.data[index])
+        if self.label is None:
+            return x, None
+        return x, self.target_transform(self.label[index])
+
+    def __len__(self):
+        if self.data is None:
+            raise TypeError(f"{type(self).__name__} has no data: its prepare() must set "
+                            "self.data (or the class must define __len__ and __getitem__)")
+        return len(self.data)
+
+    def __repr__(self):
+        split = "train" if self.train else "test"
+        try:
+            size = f"{len(self)} examples"
+        except TypeError:
+            size = "no data"
+        return f"{type(self).__name__}({split}, {size})"
+
+
+# =============================================================================== generated sets
+def get_spiral(train=True):
+    """DeZero's spiral: 3 classes of 100 points each winding out from the origin, shuffled.
+
+    Returns x (300, 2) float32 and t (300,) int64. Point i of class j sits at radius
+    r = i / 100 and angle 4j + 4r + 0.2 * noise. The train and test sets use DeZero's seeds
+    (1984 and 2020) in a generator of their own, so the points are DeZero's and the global
+    NumPy generator is left alone.
+    """
+    rng = np.random.RandomState(1984 if train else 2020)
+    num_data, num_class = 100, 3
+    rate = np.arange(num_data) / num_data
+    noise = rng.randn(num_class, num_data)  # drawn class by class, point by point, as DeZero
+    theta = np.arange(num_class)[:, None] * 4.0 + 4.0 * rate + noise * 0.2
+    x = np.stack([rate * np.sin(theta), rate * np.cos(theta)], axis=-1)
+    x = x.reshape(num_class * num_data, 2).astype(np.float32)
+    t = np.repeat(np.arange(num_class, dtype=np.int64), num_data)
+    order = rng.permutation(num_class * num_data)
+    return x[order], t[order]
+
+
+class Spiral(Dataset):
+    """The spiral of `get_spiral`: data (300, 2) float32, label (300,) int64 in {0, 1, 2}."""
+
+    def prepare(self):
+        self.data, self.label = get_spiral(self.train)
+
+
+class SinCurve(Dataset):
+    """A time series: 1000 samples of sin over one period plus uniform noise in [-0.05, 0.05]
+    (the test set: cos, without noise). Example i is (y[i],), its label the next value
+    (y[i+1],): data and label (999, 1) float32. The noise is seeded: the same every time."""
+
+    num_data = 1000
+
+    def prepare(self):
+        x = np.linspace(0, 2 * np.pi, self.num_data)
+        if self.train:
+            noise = np.random.RandomState(0).uniform(-0.05, 0.05, size=x.shape)
+            y = np.sin(x) + noise
+        else:
+            y = np.cos(x)
+        y = y.astype(np.float32)
+        self.data = y[:-1, None]
+        self.label = y[1:, None]
+
+
+class Shapes(Dataset):
+    """Small noisy images of four shapes, for conv nets: data (N, 1, size, size) float32,
+    label (N,) int64; N = 4 * num_per_class, shuffled.
+
+    Classes (see `Shapes.labels()`): 0 horizontal bar, 1 vertical bar, 2 square outline,
+    3 cross. Each image draws its shape's length, thickness, position and brightness at random,
+    then adds Gaussian noise of standard deviation `noise`. Deterministic for a given `seed`;
+    seed=None means 0 for the train set and 1 for the test set.
+    """
+
+    num_class = 4
+
+    def __init__(self, train=True, transform=None, target_transform=None, size=16,
+                 num_per_class=100, noise=0.2, seed=None):
+        for name, value, low in (("size", size, 8), ("num_per_class", num_per_class, 1)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+                raise ValueError(f"Shapes: {name} must be an int >= {low}, got {value!r}")
+        if not (isinstance(noise, (int, float, np.floating)) and 0 <= noise < float("inf")):
+            raise ValueError(f"Shapes: noise must be a number >= 0, got {noise!r}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))
+                                 or seed < 0):
+            raise ValueError(f"Shapes: seed must be None or an int >= 0, got {seed!r}")
+        self.size = int(size)
+        self.num_per_class = int(num_per_class)
+        self.noise = float(noise)
+        self.seed = (0 if train else 1) if seed is None else int(seed)
+        super().__init__(train, transform, target_transform)
+
+    @staticmethod
+    def labels():
+        """Class index -> name."""
+        return {0: "horizontal bar", 1: "vertical bar", 2: "square", 3: "cross"}
+
+    def prepare(self):
+        rng = np.random.default_rng(self.seed)
+        n, s = self.num_per_class, self.size
+        images = np.zeros((self.num_class * n, 1, s, s), dtype=np.float32)
+        label = np.repeat(np.arange(self.num_class, dtype=np.int64), n)
+        for image, c in zip(images[:, 0], label):
+            image[...] = _draw(rng, int(c), s) * rng.uniform(0.7, 1.0)
+        images += rng.normal(0.0, self.noise, size=images.shape).astype(np.float32)
+        order = rng.permutation(len(label))
+        self.data, self.label = images[order], label[order]
+
+
+def _draw(rng, c, s):
+    """One s x s image of class c: 1 on the shape, 0 elsewhere."""
+    image = np.zeros((s, s), dtype=np.float32)
+    if c in (0, 1):  # a bar: long in one direction, 1-2 pixels thick in the other
+        length = rng.integers(s // 2, s - 1)
+        width = rng.integers(1, 3)
+        r = rng.integers(0, s - width + 1)
+        start = rng.integers(0, s - length + 1)
+        image[r:r + width, start:start + length] = 1.0
+        return image if c == 0 else image.T
+    if c == 2:  # a square outline, one pixel thick
+        side = rng.integers(s // 3 + 1, 3 * s // 4 + 1)
+        r, col = rng.integers(0, s - side + 1, size=2)
+        image[r:r + side, col:col + side] = 1.0
+        image[r + 1:r + side - 1, col + 1:col + side - 1] = 0.0
+        return image
+    # a cross: a horizontal and a vertical arm through one centre
+    arm = rng.integers(s // 4, s // 2 - 1)
+    cr, cc = rng.integers(arm, s - arm, size=2)
+    width = rng.integers(1, 3)
+    image[cr:cr + width, cc - arm:cc + arm + 1] = 1.0
+    image[cr - arm:cr + arm + 1, cc:cc + width] = 1.0
+    return image
+
+
+# =============================================================================== MNIST
+def _default_mnist_path():
+    root = os.environ.get("GRADCORE_DATA") or Path.home() / ".gradcore"
+    return Path(root) / "mnist.npz"
+
+
+class MNIST(Dataset):
+    """MNIST from a local .npz file holding x_train, y_train, x_test, y_test (the layout of the
+    common `mnist.npz`: images (N, 28, 28) uint8, labels (N,) integers). Nothing is downloaded.
+
+    data (N, 1, 28, 28) uint8 and label (N,) int64; the default transform, as in DeZero,
+    flattens each image and scales it to float32 in [0, 1]. `path` defaults to
+    $GRADCORE_DATA/mnist.npz, else ~/.gradcore/mnist.npz.
+    """
+
+    def __init__(self, train=True, transform=Compose([Flatten(), ToFloat(), Normalize(0.0, 255.0)]),
+                 target_transform=None, path=None):
+        self.path = _default_mnist_path() if path is None else Path(path)
+        super().__init__(train, transform, target_transform)
+
+    @staticmethod
+    def labels():
+        """Class index -> name."""
+        return {i: str(i) for i in range(10)}
+
+    def prepare(self):
+        path = self.path
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"MNIST: no file at {path}. gradcore downloads nothing: put an mnist.npz with the "
+                f"arrays x_train, y_train, x_test, y_test there (or set GRADCORE_DATA to its "
+                f"folder), or pass MNIST(path=...)")
+        kx, ky = ("x_train", "y_train") if self.train else ("x_test", "y_test")
+        try:
+            f = np.load(path, allow_pickle=False)  # a data file never runs code
+        except (OSError, ValueError, zipfile.BadZipFile) as e:
+            raise ValueError(f"MNIST: {path} is not a readable .npz file ({e})") from None
+        if not isinstance(f, np.lib.npyio.NpzFile):
+            raise ValueError(f"MNIST: {path} holds one array, not an .npz archive of x_train, "
+                             "y_train, x_test, y_test")
+        with f:
+            missing = [k for k in (kx, ky) if k not in f.files]
+            if missing:
+                raise ValueError(f"MNIST: {path} has no {' or '.join(missing)}; it holds "
+                                 f"{', '.join(f.files) or 'nothing'}")
+            try:
+                x, y = f[kx], f[ky]
+            except (OSError, ValueError, zipfile.BadZipFile) as e:
+                raise ValueError(f"MNIST: cannot read {kx} and {ky} from {path} ({e})") from None
+        if x.ndim not in (3, 4) or (x.ndim == 4 and x.shape[1] != 1):
+            raise ValueError(f"MNIST: {kx} in {path} must have shape (N, H, W) or (N, 1, H, W), "
+                             f"got {x.shape}")
+        if y.ndim != 1 or len(y) != len(x) or not np.issubdtype(y.dtype, np.integer):
+            raise ValueError(f"MNIST: {ky} in {path} must be {len(x)} integer labels (one per "
+                             f"image of {kx}), got shape {y.shape} and dtype {y.dtype}")
+        self.data = x.reshape(len(x), 1, x.shape[-2], x.shape[-1])
+        self.label = y.astype(np.int64)

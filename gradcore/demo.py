@@ -1,0 +1,374 @@
+"""`python -m gradcore.demo`: train an MLP on the spiral (or, with --task conv, a small conv net on
+synthetic images) on any device, with a progress bar, and draw the result.
+
+    python -m gradcore.demo                            # spiral MLP on the best device here
+    python -m gradcore.demo --device array_api_strict:device1 --no-plot
+    python -m gradcore.demo --task conv --out /tmp/demo
+
+The PNGs (decision boundary and loss curve; for conv, loss curve and test predictions) need
+matplotlib: pip install 'gradcore[demo]'. Everything else needs only gradcore.
+"""
+import argparse
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+import backends
+
+from . import functions as F
+from .config import no_grad, test_mode
+from .dataloaders import DataLoader
+from .datasets import Shapes, Spiral
+from .nn import MLP, Conv2d, Linear, Module
+from .optim import Adam
+from .random import manual_seed
+
+__all__ = ["main", "train_spiral", "train_conv", "resolve_device", "ProgressBar", "DemoError"]
+
+SPIRAL_DEFAULTS = {"epochs": 100, "batch_size": 30, "lr": 0.01, "hidden": 30}
+CONV_DEFAULTS = {"epochs": 10, "batch_size": 32, "lr": 0.005, "num_per_class": 200}
+
+
+class DemoError(Exception):
+    """A problem the user can fix (a missing package, a device that is not there)."""
+
+
+# =============================================================================== devices
+def best_device():
+    """"cuda" when CuPy sees a GPU, else "cpu"."""
+    return "cuda" if backends.cuda_available() else "cpu"
+
+
+def _register_array_api_strict():
+    try:
+        import array_api_strict
+    except ImportError:
+        raise DemoError("array_api_strict devices need the array-api-strict package, which is "
+                        "not installed: pip install array-api-strict") from None
+    from backends.array_api_backend import ArrayAPIBackend
+
+    array_api_strict.set_array_api_strict_flags(api_version="2024.12")
+    array_type = type(array_api_strict.asarray(0.0))  # not exported by name
+    backends.register(ArrayAPIBackend(array_api_strict, array_type))
+
+
+def resolve_device(device):
+    """`device` ("cpu", "cuda", "cuda:1", "array_api_strict:device1", a Device, or None for the
+    best one here) as a Device that exists. array-api-strict is registered when asked for."""
+    if device is None:
+        device = best_device()
+    try:
+        device = backends.parse_device(device)
+        try:
+            backend = backends.backend_for_device(device)
+        except ValueError:
+            if device.type != "array_api_strict":
+                raise
+            _register_array_api_strict()
+            backend = backends.backend_for_device(device)
+        backend.asarray(np.zeros(0, np.float32), device=device)  # a device the backend lacks
+    except (TypeError, ValueError, backends.DeviceUnavailableError) as e:
+        raise DemoError(f"--device {device}: {e}") from None
+    return device
+
+
+def _require_matplotlib():
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise DemoError("the demo draws its PNGs with matplotlib, which is not installed: "
+                        "pip install 'gradcore[demo]' (or pip install matplotlib), or run with "
+                        "--no-plot") from None
+
+
+# =============================================================================== progress
+class ProgressBar:
+    """A one-line text bar (epoch, bar, loss, seconds) on `stream` (stderr by default). On a
+    terminal the line is redrawn each epoch; elsewhere (a log file) about ten lines are written."""
+
+    def __init__(self, total, stream=None, width=30):
+        self.total = total
+        self.stream = sys.stderr if stream is None else stream
+        self.width = width
+        self.start = time.perf_counter()
+        isatty = getattr(self.stream, "isatty", None)
+        self.interactive = bool(isatty and isatty())
+
+    def update(self, epoch, loss):
+        """Show that `epoch` (1-based) ended with mean loss `loss`."""
+        last = epoch == self.total
+        step = max(1, self.total // 10)
+        if not self.interactive and not (epoch == 1 or last or epoch % step == 0):
+            return
+        filled = self.width * epoch // self.total
+        digits = len(str(self.total))
+        bar = "#" * filled + "." * (self.width - filled)
+        line = (f"epoch {epoch:>{digits}}/{self.total} [{bar}]"
+                f" loss {loss:.4f}  {time.perf_counter() - self.start:.1f}s")
+        if self.interactive:
+            self.stream.write("\r" + line + ("\n" if last else ""))
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+
+# =============================================================================== training
+def _fit(model, loader, epochs, lr, progress):
+    """Train with Adam and softmax cross entropy; the mean loss of each epoch."""
+    optimizer = Adam(lr=lr).setup(model)
+    bar = ProgressBar(epochs, progress) if progress is not False else None
+    history = []
+    for epoch in range(1, epochs + 1):
+        total = 0.0  # summed on the device (gradcore ops: CuPy's device context is kept)
+        for x, t in loader:
+            loss = F.softmax_cross_entropy(model(x), t)
+            model.cleargrads()
+            loss.backward()
+            optimizer.update()
+            total = total + loss.detach() * t.shape[0]
+        history.append(total.item() / loader.data_size)  # one host read per epoch
+        if bar is not None:
+            bar.update(epoch, history[-1])
+    return history
+
+
+def _predict(model, x, batch_size=4096):
+    """Class scores of `x` (host array) as a host array, in test mode, without a graph."""
+    scores = []
+    with no_grad(), test_mode():
+        for i in range(0, len(x), batch_size):
+            xb = backends.to_device(x[i:i + batch_size], _model_device(model))
+            scores.append(model(xb).numpy())
+    return np.concatenate(scores)
+
+
+def _model_device(model):
+    """The device of the model's first parameter."""
+    for p in model.parameters():
+        if p.data is not None:
+            return p.device
+    return backends.CPU
+
+
+def _accuracy(model, dataset):
+    """The model's accuracy on the whole of `dataset`."""
+    device = _model_device(model)
+    x, t = backends.to_device(dataset.data, device), backends.to_device(dataset.label, device)
+    with no_grad(), test_mode():
+        return F.accuracy(model(x), t).item()
+
+
+def train_spiral(device=None, epochs=SPIRAL_DEFAULTS["epochs"],
+                 batch_size=SPIRAL_DEFAULTS["batch_size"], lr=SPIRAL_DEFAULTS["lr"],
+                 hidden=SPIRAL_DEFAULTS["hidden"], seed=0, out=None, progress=None):
+    """Train MLP((hidden, hidden, 3), relu) on the spiral with Adam on `device`.
+
+    Returns a dict: task, device, examples, epochs, seconds, loss (per epoch), accuracy (train),
+    test_accuracy, model, and files (the PNGs written to the folder `out`; none when out is
+    None). `progress`: a stream for the progress bar (stderr when None; False for none).
+    """
+    device = resolve_device(device)
+    if out is not None:
+        _require_matplotlib()
+    manual_seed(seed)  # the initial weights and the shuffling
+    train, test = Spiral(train=True), Spiral(train=False)
+    model = MLP((hidden, hidden, 3), activation=F.relu)
+    loader = DataLoader(train, batch_size, device=device)
+    start = time.perf_counter()
+    history = _fit(model, loader, epochs, lr, progress)
+    seconds = time.perf_counter() - start
+    result = {"task": "spiral", "device": device, "examples": len(train), "epochs": epochs,
+              "seconds": seconds, "loss": history, "accuracy": _accuracy(model, train),
+              "test_accuracy": _accuracy(model, test), "model": model, "files": []}
+    if out is not None:
+        result["files"] = _plot_spiral(model, train, result, out)
+    return result
+
+
+class ConvNet(Module):
+    """Two 3x3 conv + relu + 2x2 max-pool stages, then a linear classifier."""
+
+    def __init__(self, num_class, channels=(8, 16)):
+        super().__init__()
+        self.conv1 = Conv2d(channels[0], kernel_size=3, pad=1)
+        self.conv2 = Conv2d(channels[1], kernel_size=3, pad=1)
+        self.fc = Linear(num_class)
+
+    def forward(self, x):
+        x = F.pooling(F.relu(self.conv1(x)), 2, stride=2)
+        x = F.pooling(F.relu(self.conv2(x)), 2, stride=2)
+        return self.fc(F.reshape(x, (x.shape[0], -1)))
+
+
+def train_conv(device=None, epochs=CONV_DEFAULTS["epochs"], batch_size=CONV_DEFAULTS["batch_size"],
+               lr=CONV_DEFAULTS["lr"], num_per_class=CONV_DEFAULTS["num_per_class"], seed=0,
+               out=None, progress=None):
+    """Train ConvNet on Shapes (1x16x16 images, 4 classes) with Adam on `device`.
+
+    Returns a dict as train_spiral does; files are a loss curve and a grid of test predictions.
+    """
+    device = resolve_device(device)
+    if out is not None:
+        _require_matplotlib()
+    manual_seed(seed)
+    train = Shapes(train=True, num_per_class=num_per_class)
+    test = Shapes(train=False, num_per_class=max(1, num_per_class // 2))
+    model = ConvNet(Shapes.num_class)
+    loader = DataLoader(train, batch_size, device=device)
+    start = time.perf_counter()
+    history = _fit(model, loader, epochs, lr, progress)
+    seconds = time.perf_counter() - start
+    result = {"task": "conv", "device": device, "examples": len(train), "epochs": epochs,
+              "seconds": seconds, "loss": history, "accuracy": _accuracy(model, train),
+              "test_accuracy": _accuracy(model, test), "model": model, "files": []}
+    if out is not None:
+        result["files"] = _plot_conv(model, test, result, out)
+    return result
+
+
+# =============================================================================== pictures
+CLASS_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728")
+
+
+def _figure(size):
+    from matplotlib.figure import Figure  # no pyplot: no global state, no display needed
+
+    return Figure(figsize=size, dpi=100, layout="constrained")
+
+
+def _save(fig, out, name):
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, name)
+    fig.savefig(path)
+    return path
+
+
+def _loss_figure(result, out, name):
+    fig = _figure((6, 4))
+    ax = fig.add_subplot()
+    epochs = np.arange(1, len(result["loss"]) + 1)
+    ax.plot(epochs, result["loss"], color=CLASS_COLORS[0])
+    ax.set_yscale("log")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("mean training loss (softmax cross entropy)")
+    ax.set_title(f"{result['task']}: loss per epoch on {result['device']}")
+    ax.grid(True, which="both", alpha=0.3)
+    return _save(fig, out, name)
+
+
+def _plot_spiral(model, train, result, out):
+    from matplotlib.colors import ListedColormap
+
+    n = 300
+    grid = np.linspace(-1.1, 1.1, n, dtype=np.float32)
+    gx, gy = np.meshgrid(grid, grid)
+    points = np.stack([gx.ravel(), gy.ravel()], axis=1)
+    region = _predict(model, points).argmax(axis=1).reshape(n, n)
+
+    fig = _figure((6, 6))
+    ax = fig.add_subplot()
+    ax.contourf(gx, gy, region, levels=[-0.5, 0.5, 1.5, 2.5], alpha=0.3,
+                cmap=ListedColormap(CLASS_COLORS[:3]))
+    for c, marker in zip(range(3), "oxs"):
+        points = train.data[train.label == c]
+        ax.scatter(points[:, 0], points[:, 1], s=18, marker=marker, color=CLASS_COLORS[c],
+                   label=f"class {c}")
+    ax.set_aspect("equal")
+    ax.set_xlim(-1.1, 1.1)
+    ax.set_ylim(-1.1, 1.1)
+    ax.legend(loc="upper right")
+    ax.set_title(f"spiral: decision boundary, train accuracy {result['accuracy']:.1%}")
+    return [_save(fig, out, "spiral_boundary.png"), _loss_figure(result, out, "spiral_loss.png")]
+
+
+def _plot_conv(model, test, result, out):
+    count = 16
+    scores = _predict(model, test.data[:count])
+    names = Shapes.labels()
+    fig = _figure((7, 7.5))
+    for k in range(count):
+        ax = fig.add_subplot(4, 4, k + 1)
+        ax.imshow(test.data[k, 0], cmap="gray")
+        guess, truth = int(scores[k].argmax()), int(test.label[k])
+        title = names[guess] if guess == truth else f"{names[guess]}\n(is {names[truth]})"
+        ax.set_title(title, fontsize=9, color="black" if guess == truth else "red")
+        ax.axis("off")
+    fig.suptitle(f"Shapes test set: predicted class (red: wrong), test accuracy "
+                 f"{result['test_accuracy']:.1%}")
+    return [_loss_figure(result, out, "conv_loss.png"), _save(fig, out, "conv_predictions.png")]
+
+
+# =============================================================================== command line
+def _positive(kind):
+    """An argparse type: a positive (finite) int or float."""
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not value > 0 or not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a positive {kind.__name__}, got {text!r}")
+        return value
+    return parse
+
+
+def _seed(text):
+    """An argparse type: a seed for manual_seed."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value < 2 ** 32:
+        raise argparse.ArgumentTypeError(f"must be an int in [0, 2**32), got {text!r}")
+    return value
+
+
+def _parser():
+    p = argparse.ArgumentParser(
+        prog="python -m gradcore.demo",
+        description="Train a small network with gradcore on any device and draw the result.")
+    p.add_argument("--task", choices=("spiral", "conv"), default="spiral",
+                   help="spiral: an MLP on 3 interleaved spirals (default); conv: a small conv "
+                        "net on 16x16 images of bars, squares and crosses")
+    p.add_argument("--device", default=None,
+                   help="cpu, cuda, cuda:N, array_api_strict:device1, ... (default: cuda when a "
+                        "GPU is present, else cpu)")
+    p.add_argument("--epochs", type=_positive(int), help="default: 100 (spiral), 10 (conv)")
+    p.add_argument("--batch-size", type=_positive(int), help="default: 30 (spiral), 32 (conv)")
+    p.add_argument("--lr", type=_positive(float), help="Adam's step size; default: 0.01 "
+                   "(spiral), 0.005 (conv)")
+    p.add_argument("--seed", type=_seed, default=0, help="seeds the weights and the shuffling")
+    p.add_argument("--out", default=os.path.join(".", "demo_out"),
+                   help="folder for the PNGs (default: ./demo_out)")
+    p.add_argument("--no-plot", action="store_true", help="write no PNGs (needs no matplotlib)")
+    return p
+
+
+def main(argv=None):
+    """The command line; returns the exit status (0, or 2 for a problem the user can fix)."""
+    args = _parser().parse_args(argv)
+    defaults = SPIRAL_DEFAULTS if args.task == "spiral" else CONV_DEFAULTS
+    options = {name: getattr(args, name) if getattr(args, name) is not None else defaults[name]
+               for name in ("epochs", "batch_size", "lr")}
+    train = train_spiral if args.task == "spiral" else train_conv
+    try:
+        result = train(device=args.device, seed=args.seed,
+                       out=None if args.no_plot else args.out, **options)
+    except DemoError as e:
+        print(f"gradcore.demo: error: {e}", file=sys.stderr)
+        return 2
+    what = (f"MLP (2-30-30-3, relu) on {result['examples']} spiral points" if args.task == "spiral"
+            else f"conv net on {result['examples']} Shapes images (1x16x16, 4 classes)")
+    print(f"{what}: {result['epochs']} epochs on {result['device']} in {result['seconds']:.1f}s")
+    print(f"final loss {result['loss'][-1]:.4f}, train accuracy {result['accuracy']:.1%}, "
+          f"test accuracy {result['test_accuracy']:.1%}")
+    for path in result["files"]:
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

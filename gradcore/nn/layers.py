@@ -1,0 +1,421 @@
+"""Layers (DeZero's names and defaults): Linear, Conv2d, Deconv2d, BatchNorm, Dropout, EmbedID,
+activations, and the containers Sequential and MLP."""
+import numbers
+
+import numpy
+
+import backends
+
+from .. import functions as F
+from ..functions.conv import pair
+from ..variable import Parameter, as_variable
+from .module import Module, _context, _float_name
+
+
+# =============================================================================== helpers
+def _size(value, what, where):
+    """`value` as a positive int, or a ValueError/TypeError naming `what` in `where`."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{where}: {what} must be a positive int, got {value!r}")
+    if value < 1:
+        raise ValueError(f"{where}: {what} must be a positive int, got {value}")
+    return int(value)
+
+
+def _optional_size(value, what, where):
+    return None if value is None else _size(value, what, where)
+
+
+def _numpy_dtype(dtype, where):
+    """A floating dtype as the NumPy dtype of the same name (the layers' `dtype` attribute)."""
+    return numpy.dtype(_float_name(dtype, where))
+
+
+def _normal(backend, device, shape, dtype, scale):
+    """randn(*shape) * scale from the backend's global generator (numpy.random.seed reproduces
+    a NumPy run), on `device` in `dtype`."""
+    with _context(backend, device):
+        w = backend.random_normal(shape, dtype, device)
+        return w if scale == 1.0 else w * scale
+
+
+def _placement(x, fallback, where):
+    """(backend, device, dtype) for parameters created at the first call on input `x`: x's
+    backend and device, and x's dtype when it is floating (else `fallback`, a NumPy dtype)."""
+    x = as_variable(x)
+    if x.data is None:
+        raise ValueError(f"{where}: the input has no data (data is None)")
+    backend, xp = x.backend, x.xp
+    dtype = x.dtype if xp.isdtype(x.dtype, "real floating") else getattr(xp, fallback.name)
+    return backend, x.device, dtype
+
+
+def _eager():
+    """Where eagerly created parameters live: NumPy on the CPU (move them with Module.to)."""
+    return backends.NUMPY, backends.CPU
+
+
+# =============================================================================== linear
+class Linear(Module):
+    """A fully connected layer: y = x @ W + b for x (N, in_size), W (in_size, out_size),
+    b (out_size,).
+
+    `Linear(out_size)` (DeZero) learns in_size from the first input, and creates W and b then on
+    that input's device in its (floating) dtype; `Linear(in_size, out_size)` or
+    `Linear(out_size, in_size=...)` creates them now, on the CPU in `dtype`. W is drawn as
+    randn(in_size, out_size) * sqrt(1 / in_size) (seed with numpy.random.seed or
+    gradcore.manual_seed), b is zeros. `nobias=True` leaves b out (b is None).
+    """
+
+    def __init__(self, *sizes, out_size=None, nobias=False, dtype=numpy.float32, in_size=None):
+        super().__init__()
+        where = "Linear"
+        if len(sizes) > 2:
+            raise TypeError(f"{where} takes out_size, or in_size and out_size; got {len(sizes)} "
+                            "positional arguments (pass nobias and dtype by keyword)")
+        if len(sizes) == 2:
+            if isinstance(sizes[1], bool):
+                raise TypeError(f"{where}({sizes[0]!r}, {sizes[1]!r}): pass nobias by keyword "
+                                "(Linear(out_size, nobias=True))")
+            if in_size is not None or out_size is not None:
+                raise TypeError(f"{where}(in_size, out_size) got in_size or out_size by keyword "
+                                "as well; give each once")
+            in_size, out_size = sizes
+        elif len(sizes) == 1:
+            if out_size is not None:
+                raise TypeError(f"{where}: out_size given twice (positionally and by keyword)")
+            out_size = sizes[0]
+        elif out_size is None:
+            raise TypeError(f"{where} needs out_size: Linear(out_size) or "
+                            "Linear(in_size, out_size)")
+        if not isinstance(nobias, (bool, numpy.bool_)):
+            raise TypeError(f"{where}: nobias must be True or False, got {nobias!r}")
+        self.in_size = _optional_size(in_size, "in_size", where)
+        self.out_size = _size(out_size, "out_size", where)
+        self.nobias = bool(nobias)
+        self.dtype = _numpy_dtype(dtype, where)
+        self.W = Parameter(None, name="W")
+        self.b = None if self.nobias else Parameter(None, name="b")
+        if self.in_size is not None:
+            self._initialize(*_eager(), self.dtype, self.in_size)
+
+    def _initialize(self, backend, device, dtype, in_size):
+        """Fill W and b where they have no data yet (lazy creation, or a partial load)."""
+        self.in_size = in_size
+        if self.W.data is None:
+            self.W.data = _normal(backend, device, (in_size, self.out_size), dtype,
+                                  (1.0 / in_size) ** 0.5)
+        if self.b is not None and self.b.data is None:
+            self.b.data = backend.zeros((self.out_size,), dtype, device)
+
+    def _lazy_init(self, x, in_size=None):
+        """Create the missing parameters on input `x`'s device (in_size from x unless given)."""
+        if in_size is None:
+            if self.W.data is not None:
+                in_size = self.W.shape[0]
+            else:
+                shape = tuple(getattr(x, "shape", ()))
+                if len(shape) != 2:
+                    raise ValueError(f"Linear: x must be 2-d (batch, in_size), got shape {shape}; "
+                                     "flatten it first (e.g. F.reshape(x, (len(x), -1)))")
+                in_size = shape[1]
+        self._initialize(*_placement(x, self.dtype, "Linear"), in_size)
+
+    def forward(self, x):
+        if self.W.data is None or (self.b is not None and self.b.data is None):
+            self._lazy_init(x)
+        return F.linear(x, self.W, self.b)
+
+    def extra_repr(self):
+        return f"in_size={self.in_size}, out_size={self.out_size}, nobias={self.nobias}"
+
+
+# =============================================================================== convolution
+class _ConvBase(Module):
+    """Shared by Conv2d and Deconv2d: sizes, W and b, lazy in_channels."""
+
+    _name = None
+    _in_axis = None  # the axis of W that runs over the input channels
+
+    def __init__(self, out_channels, kernel_size, stride=1, pad=0, nobias=False,
+                 dtype=numpy.float32, in_channels=None):
+        super().__init__()
+        where = self._name
+        self.out_channels = _size(out_channels, "out_channels", where)
+        self.in_channels = _optional_size(in_channels, "in_channels", where)
+        for name, value, low in (("kernel_size", kernel_size, 1), ("stride", stride, 1),
+                                 ("pad", pad, 0)):
+            try:
+                ok = min(pair(value)) >= low
+            except ValueError:
+                ok = False
+            if not ok:
+                raise ValueError(f"{where}: {name} must be an int >= {low} or a pair of them, "
+                                 f"got {value!r}")
+        self.kernel_size, self.stride, self.pad = kernel_size, stride, pad
+        if not isinstance(nobias, (bool, numpy.bool_)):
+            raise TypeError(f"{where}: nobias must be True or False, got {nobias!r}")
+        self.nobias = bool(nobias)
+        self.dtype = _numpy_dtype(dtype, where)
+        self.W = Parameter(None, name="W")
+        self.b = None if self.nobias else Parameter(None, name="b")
+        if self.in_channels is not None:
+            self._initialize(*_eager(), self.dtype, self.in_channels)
+
+    def _w_shape(self, C):
+        raise NotImplementedError
+
+    def _initialize(self, backend, device, dtype, C):
+        self.in_channels = C
+        KH, KW = pair(self.kernel_size)
+        if self.W.data is None:
+            self.W.data = _normal(backend, device, self._w_shape(C), dtype,
+                                  (1.0 / (C * KH * KW)) ** 0.5)
+        if self.b is not None and self.b.data is None:
+            self.b.data = backend.zeros((self.out_channels,), dtype, device)
+
+    def _prepare(self, x):
+        if self.W.data is None or (self.b is not None and self.b.data is None):
+            if self.W.data is not None:
+                C = self.W.shape[self._in_axis]
+            else:
+                shape = tuple(getattr(x, "shape", ()))
+                if len(shape) != 4:
+                    raise ValueError(f"{self._name}: x must be 4-d (N, C, H, W), got shape "
+                                     f"{shape}")
+                C = shape[1]
+            self._initialize(*_placement(x, self.dtype, self._name), C)
+
+    def extra_repr(self):
+        return (f"in_channels={self.in_channels}, out_channels={self.out_channels}, "
+                f"kernel_size={self.kernel_size}, stride={self.stride}, pad={self.pad}, "
+                f"nobias={self.nobias}")
+
+
+class Conv2d(_ConvBase):
+    """2-D convolution: x (N, C, H, W) -> (N, out_channels, OH, OW), with W (out_channels, C,
+    KH, KW) drawn as randn * sqrt(1 / (C * KH * KW)) and b zeros (out_channels,).
+
+    `in_channels=None` (the default, as DeZero) learns C from the first input and creates W and
+    b then on its device; otherwise they are created now on the CPU in `dtype`.
+    """
+
+    _name = "Conv2d"
+    _in_axis = 1
+
+    def _w_shape(self, C):
+        return (self.out_channels, C) + pair(self.kernel_size)
+
+    def forward(self, x):
+        self._prepare(x)
+        return F.conv2d(x, self.W, self.b, self.stride, self.pad)
+
+
+class Deconv2d(_ConvBase):
+    """2-D transposed convolution: x (N, C, H, W) -> (N, out_channels, OH, OW), with W (C,
+    out_channels, KH, KW) drawn as randn * sqrt(1 / (C * KH * KW)) and b zeros; same arguments
+    and lazy in_channels as Conv2d."""
+
+    _name = "Deconv2d"
+    _in_axis = 0
+
+    def _w_shape(self, C):
+        return (C, self.out_channels) + pair(self.kernel_size)
+
+    def forward(self, x):
+        self._prepare(x)
+        return F.deconv2d(x, self.W, self.b, self.stride, self.pad)
+
+
+# =============================================================================== normalisation
+class BatchNorm(Module):
+    """Batch normalisation over axis 1 of x (N, C) or (N, C, H, W) (F.batch_norm).
+
+    gamma (ones) and beta (zeros) are parameters; the running statistics avg_mean (zeros) and
+    avg_var (ones) are buffers (saved and moved, not trained). All four are created at the first
+    call, shaped (C,) on the input's device in its dtype. In train mode the batch statistics are
+    used and the running ones updated (decay); in eval / test mode the running ones are used.
+    """
+
+    def __init__(self, decay=0.9, eps=2e-5):
+        super().__init__()
+        for name, value in (("decay", decay), ("eps", eps)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise TypeError(f"BatchNorm: {name} must be a number, got {value!r}")
+        if not 0.0 <= decay < 1.0 or eps <= 0:
+            raise ValueError(f"BatchNorm: need 0 <= decay < 1 and eps > 0, got decay={decay}, "
+                             f"eps={eps}")
+        self.decay, self.eps = float(decay), float(eps)
+        self.register_buffer("avg_mean")
+        self.register_buffer("avg_var")
+        self.gamma = Parameter(None, name="gamma")
+        self.beta = Parameter(None, name="beta")
+
+    def forward(self, x):
+        if any(v.data is None for v in (self.avg_mean, self.avg_var, self.gamma, self.beta)):
+            shape = tuple(getattr(x, "shape", ()))
+            if len(shape) < 2:
+                raise ValueError(f"BatchNorm: x must be (N, C) or (N, C, ...) with channels on "
+                                 f"axis 1, got shape {shape}")
+            backend, device, dtype = _placement(x, numpy.dtype(numpy.float32), "BatchNorm")
+            C = shape[1]
+            with _context(backend, device):
+                for v, fill in ((self.avg_mean, 0.0), (self.avg_var, 1.0),
+                                (self.gamma, 1.0), (self.beta, 0.0)):
+                    if v.data is None:
+                        zeros = backend.zeros((C,), dtype, device)
+                        v.data = zeros + fill if fill else zeros
+        return F.batch_norm(x, self.gamma, self.beta, self.avg_mean, self.avg_var,
+                            self.decay, self.eps)
+
+    def extra_repr(self):
+        C = None if self.gamma.data is None else self.gamma.shape[0]
+        return f"channels={C}, decay={self.decay}, eps={self.eps}"
+
+
+class Dropout(Module):
+    """F.dropout(x, dropout_ratio) in train mode, x unchanged in eval / test mode."""
+
+    def __init__(self, dropout_ratio=0.5):
+        super().__init__()
+        if isinstance(dropout_ratio, bool) or not isinstance(dropout_ratio, numbers.Real) or not (
+                0.0 <= dropout_ratio < 1.0):
+            raise ValueError(f"Dropout: dropout_ratio must be a number in [0, 1), "
+                             f"got {dropout_ratio!r}")
+        self.dropout_ratio = float(dropout_ratio)
+
+    def forward(self, x):
+        return F.dropout(x, self.dropout_ratio)
+
+    def extra_repr(self):
+        return f"dropout_ratio={self.dropout_ratio}"
+
+
+# =============================================================================== embedding
+class EmbedID(Module):
+    """A lookup table: integer ids x (any shape) -> rows of W (in_size, out_size), shaped
+    x.shape + (out_size,). W is randn(in_size, out_size), created on the CPU in `dtype`
+    (DeZero keeps float64; float32 here like the other layers)."""
+
+    def __init__(self, in_size, out_size, dtype=numpy.float32):
+        super().__init__()
+        self.in_size = _size(in_size, "in_size", "EmbedID")
+        self.out_size = _size(out_size, "out_size", "EmbedID")
+        self.dtype = _numpy_dtype(dtype, "EmbedID")
+        self.W = Parameter(_normal(*_eager(), (self.in_size, self.out_size), self.dtype, 1.0),
+                           name="W")
+
+    def forward(self, x):
+        return F.embed_id(x, self.W)
+
+    def extra_repr(self):
+        return f"in_size={self.in_size}, out_size={self.out_size}"
+
+
+Embedding = EmbedID  # PyTorch's name
+
+
+# =============================================================================== activations
+class ReLU(Module):
+    """F.relu as a module."""
+
+    def forward(self, x):
+        return F.relu(x)
+
+
+class Sigmoid(Module):
+    """F.sigmoid as a module."""
+
+    def forward(self, x):
+        return F.sigmoid(x)
+
+
+class Tanh(Module):
+    """F.tanh as a module."""
+
+    def forward(self, x):
+        return F.tanh(x)
+
+
+# =============================================================================== containers
+class Sequential(Module):
+    """Layers called one after another: Sequential(Linear(10), ReLU(), Linear(1))(x).
+
+    Module layers are registered as "0", "1", ... (so parameters are named "0.W"); plain
+    callables (e.g. F.relu) may sit between them. Indexable (an int gives a layer, a slice a new
+    Sequential of the same layers), len() and iteration; `append` adds a layer.
+    """
+
+    def __init__(self, *layers):
+        super().__init__()
+        self._layers = []
+        for layer in layers:
+            self.append(layer)
+
+    def append(self, layer):
+        if not callable(layer):
+            raise TypeError(f"Sequential: a layer must be a Module or a callable, got "
+                            f"{type(layer).__name__}")
+        if isinstance(layer, Module):
+            setattr(self, str(len(self._layers)), layer)
+        self._layers.append(layer)
+        return self
+
+    def forward(self, x):
+        for layer in self._layers:
+            x = layer(x)
+        return x
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return Sequential(*self._layers[index])
+        try:
+            return self._layers[index]
+        except IndexError:
+            raise IndexError(f"Sequential index {index} is out of range for "
+                             f"{len(self._layers)} layers") from None
+
+    def __len__(self):
+        return len(self._layers)
+
+    def __iter__(self):
+        return iter(self._layers)
+
+    def __repr__(self):
+        if not self._layers:
+            return "Sequential()"
+        lines = [f"({i}): " + repr(layer).replace("\n", "\n  ")
+                 for i, layer in enumerate(self._layers)]
+        return "Sequential(\n  " + "\n  ".join(lines) + "\n)"
+
+
+class MLP(Module):
+    """DeZero's multi-layer perceptron: one lazy Linear per entry of `fc_output_sizes`
+    (attributes l0, l1, ...), with `activation` between them and none after the last."""
+
+    def __init__(self, fc_output_sizes, activation=F.sigmoid):
+        super().__init__()
+        try:
+            sizes = list(fc_output_sizes)
+        except TypeError:
+            raise TypeError(f"MLP: fc_output_sizes must be a sequence of ints, e.g. (10, 1), got "
+                            f"{fc_output_sizes!r}") from None
+        if not sizes:
+            raise ValueError("MLP: fc_output_sizes is empty; give at least one layer size")
+        if not callable(activation):
+            raise TypeError(f"MLP: activation must be callable, got {type(activation).__name__}")
+        self.activation = activation
+        self.layers = []
+        for i, size in enumerate(sizes):
+            layer = Linear(_size(size, f"fc_output_sizes[{i}]", "MLP"))
+            setattr(self, f"l{i}", layer)
+            self.layers.append(layer)
+
+    def forward(self, x):
+        for layer in self.layers[:-1]:
+            x = self.activation(layer(x))
+        return self.layers[-1](x)
+
+
+__all__ = ["Linear", "Conv2d", "Deconv2d", "BatchNorm", "Dropout", "EmbedID", "Embedding",
+           "ReLU", "Sigmoid", "Tanh", "Sequential", "MLP"]

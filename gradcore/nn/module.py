@@ -1,0 +1,532 @@
+"""Module: parameters, buffers and sub-modules registered by assignment; modes, hooks, devices,
+state dicts and .npz checkpoints."""
+import collections
+import collections.abc
+import contextlib
+import itertools
+import os
+import zipfile
+
+import numpy
+
+import backends
+
+from ..config import test_mode
+from ..utils import plot_dot_graph
+from ..variable import Parameter, Variable
+
+FORMAT_KEY = "__gradcore__"  # the entry that marks an .npz file as a gradcore checkpoint
+FORMAT_VERSION = 1
+
+_PARAMETER, _BUFFER, _MODULE = "parameter", "buffer", "module"
+_FLOAT_NAMES = ("float16", "float32", "float64")
+# attributes Module.__init__ sets: reading one that is missing means __init__ never ran
+_INTERNALS = frozenset({"_registered", "_forward_pre_hooks", "_forward_hooks", "training",
+                        "_device", "_dtype"})
+_hook_ids = itertools.count()
+
+
+class IncompatibleKeys(collections.namedtuple("IncompatibleKeys",
+                                              ["missing_keys", "unexpected_keys"])):
+    """What `load_state_dict(strict=False)` skipped: names the model has that the state lacked,
+    and names the state has that the model lacks."""
+
+
+class RemovableHandle:
+    """Returned by the `register_*_hook` methods; `remove()` unregisters the hook (twice is
+    harmless)."""
+
+    __slots__ = ("_hooks", "_id")
+
+    def __init__(self, hooks, hook_id):
+        self._hooks = hooks
+        self._id = hook_id
+
+    def remove(self):
+        self._hooks.pop(self._id, None)
+
+
+class Module:
+    """A layer or a model (DeZero's `Layer` and `Model` are this class).
+
+    Assigning a `Parameter` or a `Module` to an attribute registers it, in assignment order:
+    reassigning keeps its position, assigning None keeps the name registered (a lazy slot),
+    `del` unregisters it. Buffers (state that is saved and moved but not trained, such as
+    BatchNorm's running mean) are registered with `register_buffer`.
+
+    Train mode: each module has a `training` flag (`train()` / `eval()` set it on the whole
+    subtree). A module in eval mode runs its forward under `gradcore.test_mode()`, so everything
+    inside it (sub-modules, and functional ops such as `F.dropout` called in its forward) runs in
+    test mode. A module in train mode follows `Config.train`: `with gradcore.test_mode():` still
+    puts a training model into test mode, as in DeZero. A sub-module switched back to train mode
+    inside an eval-mode parent therefore still runs in test mode when called through the parent.
+    """
+
+    def __init__(self):
+        set_ = object.__setattr__
+        set_(self, "_registered", {})         # name -> "parameter" | "buffer" | "module"
+        set_(self, "_forward_pre_hooks", {})  # id -> hook(module, inputs)
+        set_(self, "_forward_hooks", {})      # id -> hook(module, inputs, output)
+        set_(self, "training", True)
+        set_(self, "_device", None)  # where the last .to() put it: for loading into lazy slots
+        set_(self, "_dtype", None)
+
+    # ---------------------------------------------------------------- registration
+    def __setattr__(self, name, value):
+        registered = self.__dict__.get("_registered")
+        if isinstance(value, (Parameter, Module)):
+            if registered is None:
+                raise AttributeError(
+                    f"cannot assign {type(value).__name__} {name!r} before Module.__init__() ran: "
+                    f"call super().__init__() at the start of {type(self).__name__}.__init__")
+            if registered.get(name) != _BUFFER:
+                registered[name] = _MODULE if isinstance(value, Module) else _PARAMETER
+        elif registered is not None and name in registered and value is not None:
+            kind = registered[name]
+            if kind == _BUFFER:
+                if not isinstance(value, Variable):
+                    raise TypeError(
+                        f"cannot assign a {type(value).__name__} to {type(self).__name__}.{name}, "
+                        f"a buffer: assign a Variable or None, or set .{name}.data to new values")
+            else:
+                raise TypeError(
+                    f"cannot assign a {type(value).__name__} to {type(self).__name__}.{name}, "
+                    f"which holds a {kind}: assign a Parameter or a Module (or None), set "
+                    f".{name}.data to change a parameter's values, or `del` the attribute first")
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name):
+        object.__delattr__(self, name)
+        registered = self.__dict__.get("_registered")
+        if registered is not None:
+            registered.pop(name, None)
+
+    def __getattr__(self, name):
+        # only reached when normal lookup fails
+        if name in _INTERNALS:
+            raise AttributeError(
+                f"{type(self).__name__} has no attribute {name!r}: its __init__ did not call "
+                "super().__init__(); call it first")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def register_buffer(self, name, data=None):
+        """Register `data` (an array, a Variable, or None for a lazy one) as the buffer `name`:
+        state that state_dict saves and `to()` moves, but that is not a parameter. Stored as a
+        Variable with requires_grad=False (reachable as `self.<name>`, its array as `.data`)."""
+        if "_registered" not in self.__dict__:
+            raise AttributeError(
+                f"register_buffer({name!r}) before Module.__init__() ran: call "
+                f"super().__init__() at the start of {type(self).__name__}.__init__")
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"register_buffer: the name must be an identifier, got {name!r}")
+        if self._registered.get(name, _BUFFER) != _BUFFER or (
+                name not in self._registered and hasattr(self, name)):
+            raise KeyError(f"register_buffer: {type(self).__name__} already has an attribute "
+                           f"{name!r}; pick another name")
+        value = data if isinstance(data, Variable) else Variable(data, name=name,
+                                                                 requires_grad=False)
+        self._registered[name] = _BUFFER
+        object.__setattr__(self, name, value)
+        return value
+
+    # ---------------------------------------------------------------- traversal
+    def named_modules(self, prefix=""):
+        """(name, module) for this module ("") and every sub-module ("l1", "block.fc"), depth
+        first in assignment order; a module reachable twice comes once, under its first name."""
+        seen = set()
+        stack = [(prefix, self)]
+        while stack:
+            name, module = stack.pop()
+            if id(module) in seen:
+                continue
+            seen.add(id(module))
+            yield name, module
+            children = [((name + "." if name else "") + attr, value)
+                        for attr, value in module._child_items()]
+            stack.extend(reversed(children))
+
+    def modules(self):
+        """This module and every sub-module (see named_modules)."""
+        for _, module in self.named_modules():
+            yield module
+
+    def named_children(self):
+        """(name, module) for the direct sub-modules, in assignment order."""
+        seen = set()
+        for name, module in self._child_items():
+            if id(module) not in seen:
+                seen.add(id(module))
+                yield name, module
+
+    def children(self):
+        """The direct sub-modules, in assignment order."""
+        for _, module in self.named_children():
+            yield module
+
+    def _child_items(self):
+        return [(name, self.__dict__[name]) for name, kind in self._registered.items()
+                if kind == _MODULE and self.__dict__.get(name) is not None]
+
+    def _entries(self):
+        """(qualified name, owner, kind, Variable) for each parameter and buffer, in assignment
+        order through the sub-modules (depth first); shared ones once, under their first name."""
+        seen_modules = {id(self)}
+        seen = set()
+        stack = [("", self, iter(list(self._registered.items())))]
+        while stack:
+            prefix, owner, items = stack[-1]
+            for attr, kind in items:
+                value = owner.__dict__.get(attr)
+                if value is None:
+                    continue
+                if kind == _MODULE:
+                    if id(value) not in seen_modules:
+                        seen_modules.add(id(value))
+                        stack.append((prefix + attr + ".", value,
+                                      iter(list(value._registered.items()))))
+                        break
+                elif id(value) not in seen:
+                    seen.add(id(value))
+                    yield prefix + attr, owner, kind, value
+            else:
+                stack.pop()
+
+    def named_parameters(self):
+        """(name, Parameter) for every parameter, "l1.W" style, in assignment order through the
+        sub-modules; lazy ones (data still None) included."""
+        for name, _, kind, value in self._entries():
+            if kind == _PARAMETER:
+                yield name, value
+
+    def parameters(self):
+        """Every Parameter (see named_parameters)."""
+        for _, p in self.named_parameters():
+            yield p
+
+    params = parameters  # DeZero's name
+
+    def named_buffers(self):
+        """(name, Variable) for every buffer, "bn.avg_mean" style."""
+        for name, _, kind, value in self._entries():
+            if kind == _BUFFER:
+                yield name, value
+
+    def buffers(self):
+        """Every buffer Variable (see named_buffers)."""
+        for _, b in self.named_buffers():
+            yield b
+
+    def zero_grad(self):
+        """Forget every parameter's gradient (sets `.grad` to None)."""
+        for p in self.parameters():
+            p.cleargrad()
+
+    cleargrads = zero_grad  # DeZero's name
+
+    # ---------------------------------------------------------------- modes
+    def train(self, mode=True):
+        """Set the `training` flag of this module and every sub-module; returns self."""
+        if not isinstance(mode, bool):
+            raise TypeError(f"train(mode): mode must be True or False, got {mode!r}")
+        for module in self.modules():
+            object.__setattr__(module, "training", mode)
+        return self
+
+    def eval(self):
+        """train(False): forward runs under test_mode (see the class docstring); returns self."""
+        return self.train(False)
+
+    # ---------------------------------------------------------------- calling
+    def __call__(self, *inputs, **kwargs):
+        if self._forward_pre_hooks:
+            for hook in list(self._forward_pre_hooks.values()):
+                result = hook(self, inputs)
+                if result is not None:
+                    inputs = result if isinstance(result, tuple) else (result,)
+        if self.training:
+            y = self.forward(*inputs, **kwargs)
+        else:
+            with test_mode():
+                y = self.forward(*inputs, **kwargs)
+        if self._forward_hooks:
+            for hook in list(self._forward_hooks.values()):
+                result = hook(self, inputs, y)
+                if result is not None:
+                    y = result
+        return y
+
+    def forward(self, *inputs):
+        raise NotImplementedError(f"{type(self).__name__} must define forward(self, *inputs)")
+
+    def register_forward_pre_hook(self, hook):
+        """Call `hook(module, inputs)` before each forward; a returned value (a tuple, or one
+        input) replaces the inputs. Returns a handle whose `remove()` unregisters it."""
+        return self._add_hook(self._forward_pre_hooks, hook, "register_forward_pre_hook")
+
+    def register_forward_hook(self, hook):
+        """Call `hook(module, inputs, output)` after each forward; a returned value other than
+        None replaces the output. Returns a handle whose `remove()` unregisters it."""
+        return self._add_hook(self._forward_hooks, hook, "register_forward_hook")
+
+    def _add_hook(self, hooks, hook, where):
+        if not callable(hook):
+            raise TypeError(f"{where} expects a callable, got {type(hook).__name__}")
+        hook_id = next(_hook_ids)
+        hooks[hook_id] = hook
+        return RemovableHandle(hooks, hook_id)
+
+    # ---------------------------------------------------------------- devices and dtypes
+    def to(self, device=None, dtype=None):
+        """Move every parameter (with its gradient) and buffer to `device` ("cpu", "cuda:1",
+        "array_api_strict:device1", a Device) and/or cast the floating-point ones to `dtype`
+        (a floating dtype or its name, e.g. numpy.float64 or "float64"), in place; returns self.
+        Lazy parameters created later follow their first input instead."""
+        if device is not None:
+            device = backends.parse_device(device)
+            backends.backend_for_device(device)  # an unknown or unavailable device fails here
+        name = None if dtype is None else _float_name(dtype, "Module.to")
+        moves = []  # everything is computed first: a failure leaves the model as it was
+        for v in self._variables():
+            for target in (v, v.grad):
+                if target is not None and target.data is not None:
+                    moves.append((target, _converted(target.data, device, name)))
+        for target, data in moves:
+            target.data = data
+        for module in self.modules():
+            if device is not None:
+                object.__setattr__(module, "_device", device)
+            if name is not None:
+                object.__setattr__(module, "_dtype", name)
+        return self
+
+    def to_cpu(self):
+        """DeZero's name for to("cpu"); returns self."""
+        return self.to("cpu")
+
+    def to_gpu(self, device=None):
+        """DeZero's name for to("cuda") (the current GPU, or `device`); returns self."""
+        return self.to("cuda" if device is None else device)
+
+    def _variables(self):
+        return [value for _, _, _, value in self._entries()]
+
+    # ---------------------------------------------------------------- state
+    def state_dict(self):
+        """An ordered dict name -> array of every parameter and buffer ("l1.W", "bn.avg_mean"),
+        the arrays themselves (not copies), on their devices. Raises ValueError if a lazy
+        parameter has no data yet."""
+        state = collections.OrderedDict()
+        lazy = []
+        for name, _, _, v in self._entries():
+            if v.data is None:
+                lazy.append(name)
+            else:
+                state[name] = v.data
+        if lazy:
+            raise ValueError(
+                f"state_dict: {', '.join(lazy)} not initialised yet (lazy layers learn their "
+                "input size at the first call): run one forward pass first")
+        return state
+
+    def load_state_dict(self, state, strict=True):
+        """Copy the arrays of `state` (a mapping name -> array of any backend, Variable, or
+        anything numpy.asarray takes) into the parameters and buffers, each converted to that
+        parameter's own device and dtype. A lazy parameter (no data yet) takes the array's shape,
+        on the device given to the last `to()` (else the CPU).
+
+        `strict`: names missing from `state` or not in the model are errors; with strict=False
+        they are skipped and returned as IncompatibleKeys(missing_keys, unexpected_keys).
+        Errors (all of them listed in one ValueError) are raised before anything changes.
+        """
+        if not isinstance(state, collections.abc.Mapping):
+            raise TypeError(f"load_state_dict expects a mapping name -> array (e.g. from "
+                            f"state_dict()), got {type(state).__name__}")
+        entries = [(name, owner, v) for name, owner, _, v in self._entries()]
+        names = {name for name, _, _ in entries}
+        missing = [name for name, _, _ in entries if name not in state]
+        unexpected = [name for name in state if name not in names]
+        problems = []
+        if strict and missing:
+            problems.append(f"missing from the state: {', '.join(missing)}")
+        if strict and unexpected:
+            problems.append(f"not in the model: {', '.join(map(str, unexpected))}")
+        hosts = []
+        for name, owner, v in entries:
+            if name not in state:
+                continue
+            try:
+                host = _host_array(state[name])
+            except (TypeError, ValueError) as e:
+                problems.append(f"{name}: {e}")
+                continue
+            if v.data is not None and tuple(host.shape) != tuple(v.shape):
+                problems.append(f"{name}: shape {tuple(host.shape)} in the state, "
+                                f"{tuple(v.shape)} in the model")
+            hosts.append((v, owner, host))
+        if problems:
+            raise ValueError(f"load_state_dict into {type(self).__name__}: "
+                             + "; ".join(problems) + ". Nothing was loaded.")
+        new = []
+        for v, owner, host in hosts:
+            if v.data is not None:
+                new.append((v, _placed(host, v.backend, v.device, v.dtype)))
+            else:
+                device = owner._device or backends.CPU
+                backend = backends.backend_for_device(device)
+                name = owner._dtype or host.dtype.name
+                new.append((v, _placed(host, backend, device, getattr(backend.xp, name))))
+        for v, data in new:
+            v.data = data
+        return IncompatibleKeys(missing, unexpected)
+
+    def save(self, path):
+        """Write every parameter and buffer to the .npz file `path` (".npz" is appended if
+        missing) through the host, whatever device the model is on; the model stays where it
+        is. No pickle: arrays only, plus a format marker entry. Returns the path written."""
+        arrays = {name: _to_host(a) for name, a in self.state_dict().items()}
+        if FORMAT_KEY in arrays:
+            raise ValueError(f"save: a parameter is named {FORMAT_KEY!r}, the name reserved for "
+                             "the checkpoint marker; rename it")
+        arrays[FORMAT_KEY] = numpy.asarray(FORMAT_VERSION)
+        path = os.fspath(path)
+        if not path.endswith(".npz"):
+            path += ".npz"
+        partial = path + ".partial"  # written in full, then renamed over the old file
+        try:
+            with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+                for name, a in arrays.items():
+                    with archive.open(name + ".npy", "w", force_zip64=True) as f:
+                        numpy.lib.format.write_array(f, a, allow_pickle=False)
+            os.replace(partial, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(partial)
+        return path
+
+    def load(self, path, strict=True):
+        """Load a checkpoint written by `save` (".npz" is tried too if `path` does not exist):
+        each array goes to its parameter's device and dtype. Never unpickles: a file that is not
+        a gradcore checkpoint, or one holding object arrays, is refused with a ValueError; so is
+        one whose names or shapes do not match (see load_state_dict). The model is left unchanged
+        on any error. Returns load_state_dict's IncompatibleKeys."""
+        return self.load_state_dict(read_checkpoint(path), strict=strict)
+
+    save_weights = save  # DeZero's names
+    load_weights = load
+
+    # ---------------------------------------------------------------- drawing and printing
+    def plot(self, *inputs, to_file="model.png"):
+        """Run one forward on `inputs` and draw its graph into `to_file` with
+        gradcore.utils.plot_dot_graph (needs Graphviz's `dot` unless to_file ends in .dot)."""
+        y = self(*inputs)
+        return plot_dot_graph(list(y) if isinstance(y, tuple) else y, verbose=True,
+                              to_file=to_file)
+
+    def extra_repr(self):
+        """The text inside this module's parentheses in repr (layers describe their sizes)."""
+        return ""
+
+    def __repr__(self):
+        children = list(self.named_children())
+        extra = self.extra_repr()
+        if not children:
+            return f"{type(self).__name__}({extra})"
+        lines = [extra] if extra else []
+        lines += [f"({name}): " + repr(m).replace("\n", "\n  ") for name, m in children]
+        return type(self).__name__ + "(\n  " + "\n  ".join(lines) + "\n)"
+
+
+# =============================================================================== helpers
+def _float_name(dtype, where):
+    """The name of a floating dtype given as a NumPy dtype, a name, or a namespace's dtype."""
+    try:
+        name = numpy.dtype(dtype).name
+    except TypeError:
+        name = str(dtype).rpartition(".")[2]  # array_api_strict.float32 and the like
+    if name not in _FLOAT_NAMES:
+        raise ValueError(f"{where}: dtype must be a floating dtype ({', '.join(_FLOAT_NAMES)}), "
+                         f"got {dtype!r}")
+    return name
+
+
+def _converted(data, device, dtype_name):
+    """`data` on `device` (None: where it is) with floating dtype `dtype_name` (None: as it is)."""
+    if device is not None:
+        data = backends.to_device(data, device)
+    if dtype_name is not None:
+        backend = backends.backend_of(data)
+        xp = backend.xp
+        if xp.isdtype(data.dtype, "real floating"):
+            with _context(backend, backend.device_of(data)):
+                data = xp.astype(data, getattr(xp, dtype_name))
+    return data
+
+
+def _context(backend, device):
+    """Where `backend` computes on `device` (CuPy computes on the current GPU)."""
+    if backend.needs_device_context:
+        return backend.device_context(device)
+    return contextlib.nullcontext()
+
+
+def _to_host(array):
+    return backends.backend_of(array).to_numpy(array)
+
+
+def _host_array(value):
+    """A state entry as a NumPy array of numbers (ValueError/TypeError otherwise)."""
+    if isinstance(value, Variable):
+        value = value.data
+    backend = backends.backend_of(value)
+    host = backend.to_numpy(value) if backend is not None else numpy.asarray(value)
+    if host.dtype.kind not in "biufc":
+        raise TypeError(f"holds {host.dtype} values, not numbers")
+    return host
+
+
+def _placed(host, backend, device, dtype):
+    """A fresh copy of the NumPy array `host` on `device` of `backend` with `dtype`: never shared
+    with the state it came from (parameters are updated in place)."""
+    return backend.asarray(numpy.array(host, copy=True), dtype=dtype, device=device)
+
+
+def read_checkpoint(path):
+    """The arrays of a checkpoint written by Module.save, as a dict name -> NumPy array.
+    ValueError (before anything is unpickled: nothing is) for anything else."""
+    path = os.fspath(path)
+    if not os.path.exists(path) and os.path.exists(path + ".npz"):
+        path += ".npz"
+    try:
+        npz = numpy.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+        raise ValueError(f"{path} is not a gradcore checkpoint: NumPy cannot read it as an .npz "
+                         f"file without pickle ({e}); write checkpoints with Module.save") from e
+    if not isinstance(npz, numpy.lib.npyio.NpzFile):
+        raise ValueError(f"{path} is not a gradcore checkpoint: it holds a single array (.npy), "
+                         "not an .npz archive; write checkpoints with Module.save")
+    with npz:
+        if FORMAT_KEY not in npz.files:
+            raise ValueError(
+                f"{path} is not a gradcore checkpoint: it has no {FORMAT_KEY!r} entry (its "
+                f"entries: {', '.join(npz.files) or 'none'}); write checkpoints with Module.save, "
+                "or read plain arrays with numpy.load and pass them to load_state_dict")
+        state = {}
+        for name in npz.files:
+            try:
+                state[name] = npz[name]
+            except ValueError as e:
+                raise ValueError(
+                    f"{path}: entry {name!r} cannot be read without pickle ({e}); gradcore never "
+                    "unpickles (loading a file must not run code), so this file is refused") from e
+        version = state.pop(FORMAT_KEY)
+        if version.shape != () or version.dtype.kind not in "iu":
+            raise ValueError(f"{path}: the {FORMAT_KEY!r} entry is not a format version number")
+        if int(version) > FORMAT_VERSION:
+            raise ValueError(f"{path} is a version {int(version)} gradcore checkpoint; this "
+                             f"gradcore reads up to version {FORMAT_VERSION}: upgrade gradcore")
+        for name, a in state.items():
+            if a.dtype.kind not in "biufc":
+                raise ValueError(f"{path}: entry {name!r} holds {a.dtype} values, not numbers")
+        return state

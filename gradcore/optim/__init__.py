@@ -1,0 +1,16 @@
+"""Optimizers (DeZero's names and defaults, PyTorch's call style too) and optimizer hooks.
+
+    optimizer = Adam(alpha=1e-3).setup(model)      # DeZero: then backward, optimizer.update()
+    optimizer = Adam(model.parameters(), lr=1e-3)  # PyTorch: zero_grad(), backward, step()
+
+A number (or nothing) first means hyperparameters; anything else first is what to optimize.
+"""
+from .adagrad import AdaDelta, AdaGrad
+from .adam import Adam, AdamW
+from .optimizer import ClipGrad, FreezeParam, Optimizer, ParamState, WeightDecay
+from .sgd import SGD, MomentumSGD
+
+__all__ = [
+    "Optimizer", "SGD", "MomentumSGD", "AdaGrad", "AdaDelta", "Adam", "AdamW",
+    "WeightDecay", "ClipGrad", "FreezeParam", "ParamState",
+]

@@ -1,0 +1,82 @@
+"""Adam and AdamW."""
+import math
+
+from .optimizer import Optimizer, grad_array, set_data
+
+
+class Adam(Optimizer):
+    """Adam, in DeZero's form:
+    m <- m + (1 - beta1) * (grad - m);  v <- v + (1 - beta2) * (grad**2 - v)
+    param <- param - lr * m / (sqrt(v) + eps),  lr = alpha * sqrt(1 - beta2**t) / (1 - beta1**t)
+
+    `Adam(alpha=0.001, beta1=0.9, beta2=0.999, eps=1e-8)`, optionally after the parameters (see
+    Optimizer). PyTorch's keywords work too: `lr=` sets alpha, `betas=(beta1, beta2)`. `t` counts
+    the updates made. State per parameter: "m", "v".
+    """
+
+    defaults = {"alpha": 0.001, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8}
+    aliases = {"lr": "alpha"}
+    state_names = ("m", "v")
+    counters = ("t",)
+
+    def __init__(self, *args, betas=None, **kwargs):
+        if betas is not None:
+            where = type(self).__name__
+            if "beta1" in kwargs or "beta2" in kwargs:
+                raise TypeError(f"{where}: pass either betas=(beta1, beta2) or beta1=/beta2=, "
+                                "not both")
+            try:
+                kwargs["beta1"], kwargs["beta2"] = betas
+            except (TypeError, ValueError):
+                raise TypeError(f"{where}: betas must be a pair (beta1, beta2), got "
+                                f"{betas!r}") from None
+        super().__init__(*args, **kwargs)
+
+    @property
+    def lr(self):
+        """The bias-corrected step size of update t (before the first update: of the first)."""
+        t = max(self.t, 1)
+        beta1, beta2 = float(self.beta1), float(self.beta2)
+        return float(self.alpha) * math.sqrt(1 - beta2 ** t) / (1 - beta1 ** t)
+
+    @lr.setter
+    def lr(self, value):
+        raise AttributeError(f"{type(self).__name__}.lr is the bias-corrected step size, computed "
+                             "from alpha and t; set alpha instead (lr= in the constructor sets "
+                             "alpha)")
+
+    def update(self):
+        params = self._ready()  # checked before t moves
+        self.t += 1
+        self._apply(params)
+
+    def update_one(self, param):
+        self._adam_step(param, param.data)
+
+    def _adam_step(self, param, p):
+        xp = param.xp
+        beta1, beta2 = float(self.beta1), float(self.beta2)
+        g = grad_array(param)
+        state = self.param_state(param)
+        m, v = state["m"], state["v"]
+        m += (1 - beta1) * (g - m)
+        v += (1 - beta2) * (g * g - v)
+        state["m"], state["v"] = m, v
+        p -= self.lr * m / (xp.sqrt(v) + float(self.eps))
+        set_data(param, p)
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay: param <- param * (1 - alpha * weight_decay) before the
+    Adam step (Loshchilov & Hutter; PyTorch's AdamW, default weight_decay=0.01).
+
+    `AdamW(alpha=0.001, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01)`, optionally after
+    the parameters; `lr=` and `betas=` as for Adam.
+    """
+
+    defaults = {**Adam.defaults, "weight_decay": 0.01}
+
+    def update_one(self, param):
+        p = param.data
+        p *= 1 - float(self.alpha) * float(self.weight_decay)
+        self._adam_step(param, p)

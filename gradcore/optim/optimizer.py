@@ -1,0 +1,579 @@
+"""Optimizer (the base: target, hooks, per-parameter state, both call styles) and its hooks."""
+import contextlib
+import math
+import numbers
+import weakref
+from collections.abc import Iterable, Mapping
+
+import backends
+
+from ..config import enable_grad
+from ..variable import Variable
+
+# Allowed values of the hyperparameters gradcore's optimizers share: name -> (low, high, is high
+# itself allowed). A name not listed (a user subclass's own) only has to be a finite real number.
+_RANGES = {
+    "lr": (0.0, math.inf, False),
+    "alpha": (0.0, math.inf, False),
+    "momentum": (0.0, math.inf, False),
+    "rho": (0.0, 1.0, True),
+    "beta1": (0.0, 1.0, False),
+    "beta2": (0.0, 1.0, False),
+    "eps": (0.0, math.inf, False),
+    "weight_decay": (0.0, math.inf, False),
+    "max_norm": (0.0, math.inf, False),
+}
+
+
+def _is_number(x):
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def checked_hyperparameter(where, name, value, rule=None):
+    """`value` as a Python float (so no NumPy float64 scalar upcasts float32 updates), after
+    checking it is a real number in the range that `rule` (default: `name`) allows; TypeError /
+    ValueError otherwise."""
+    if not _is_number(value):
+        raise TypeError(f"{where}: {name} must be a real number, got {type(value).__name__} "
+                        f"{value!r}")
+    value = float(value)
+    low, high, high_ok = _RANGES.get(rule or name, (-math.inf, math.inf, False))
+    if not (math.isfinite(value) and low <= value and (value < high or high_ok and value == high)):
+        bound = f"<= {high:g}" if high_ok else f"< {high:g}" if math.isfinite(high) else ""
+        wanted = f"a finite number >= {low:g}" if math.isfinite(low) else "a finite number"
+        raise ValueError(f"{where}: {name} must be {wanted}{' and ' + bound if bound else ''}, "
+                         f"got {value!r}")
+    return value
+
+
+# =============================================================================== helpers
+def on_device(param):
+    """A context in which array work on `param`'s arrays runs on its device (CuPy computes on the
+    current GPU, not the array's); a no-op for the other backends."""
+    backend = param.backend
+    return backend.device_context(param.device) if backend.needs_device_context else (
+        contextlib.nullcontext())
+
+
+def grad_array(param):
+    """`param.grad`'s array, in `param`'s dtype."""
+    g = param.grad.data
+    return g if g.dtype == param.dtype else param.xp.astype(g, param.dtype)
+
+
+def set_data(param, data):
+    """Store an updated array in `param`: nothing to do when the update ran in place (NumPy, CuPy,
+    array-api-strict keep the same array object), an assignment for immutable arrays."""
+    if data is not param.data:
+        param.data = data
+
+
+def _copy(array):
+    backend = backends.backend_of(array)
+    if backend.needs_device_context:
+        with backend.device_context(backend.device_of(array)):
+            return backend.xp.asarray(array, copy=True)
+    return backend.xp.asarray(array, copy=True)
+
+
+def _describe(param):
+    """'parameter (W, shape (3, 4))' for error messages."""
+    name = f"{param.name}, " if param.name else ""
+    shape = None if param.data is None else tuple(param.shape)
+    return f"parameter ({name}shape {shape})"
+
+
+def _unique_params(items, where):
+    """`items` as a list of Variables without repeats (a parameter shared by two layers is updated
+    once); TypeError for anything that is not a Variable."""
+    seen = set()  # ids of the items, which `items` keeps alive for the duration
+    params = []
+    for position, p in enumerate(items):
+        if not isinstance(p, Variable):
+            hint = (" (parameter groups, dicts of options per group, are not supported: use one "
+                    "optimizer per group)") if isinstance(p, Mapping) else ""
+            raise TypeError(f"{where}: the parameters must be Variables/Parameters; item "
+                            f"{position} is a {type(p).__name__}{hint}")
+        if id(p) not in seen:
+            seen.add(id(p))
+            params.append(p)
+    return params
+
+
+def _as_target(obj, where):
+    """What `setup` stores: an object with `parameters()` (or DeZero's `params()`) as it is, so
+    parameters it gains later are optimized too; one Variable or an iterable of them as a list."""
+    if isinstance(obj, Variable):
+        return [obj]
+    if callable(getattr(obj, "parameters", None)) or callable(getattr(obj, "params", None)):
+        return obj
+    if backends.is_array(obj) or isinstance(obj, (str, bytes, Mapping)) or not isinstance(
+            obj, Iterable):
+        raise TypeError(f"{where}: expected the parameters to optimize: a model (an object with a "
+                        f"parameters() method), a Variable, or an iterable of Variables; got "
+                        f"{type(obj).__name__}. To set a hyperparameter positionally, pass a "
+                        "number")
+    params = _unique_params(list(obj), where)
+    if not params:
+        raise ValueError(f"{where}: got an empty list of parameters (a generator such as "
+                         "model.parameters() that was already consumed?); pass the model itself "
+                         "or a fresh model.parameters()")
+    return params
+
+
+# ============================================================================ per-parameter state
+class ParamState:
+    """A mapping from parameter to its state (a dict of arrays), keyed by identity.
+
+    Parameters are held weakly: a parameter that is garbage-collected takes its state with it,
+    and its id can never be confused with a newer object's. Keys are never compared with `==`
+    (an array-like Variable may one day compare elementwise).
+    """
+
+    __slots__ = ("_entries",)
+
+    def __init__(self):
+        self._entries = {}  # id(param) -> (weakref to param, state)
+
+    def _forget(self, ref, key):
+        entry = self._entries.get(key)
+        if entry is not None and entry[0] is ref:
+            del self._entries[key]
+
+    def get(self, param, default=None):
+        entry = self._entries.get(id(param))
+        return entry[1] if entry is not None and entry[0]() is param else default
+
+    def __getitem__(self, param):
+        state = self.get(param, self)
+        if state is self:
+            raise KeyError(f"no optimizer state for {_describe(param)}")
+        return state
+
+    def __setitem__(self, param, state):
+        key = id(param)
+        entries = self._entries
+        ref = weakref.ref(param, lambda ref: ParamState._forget(self, ref, key))
+        entries[key] = (ref, state)
+
+    def __delitem__(self, param):
+        self[param]  # KeyError if absent
+        del self._entries[id(param)]
+
+    def pop(self, param, *default):
+        state = self.get(param, self)
+        if state is self:
+            if default:
+                return default[0]
+            raise KeyError(f"no optimizer state for {_describe(param)}")
+        del self._entries[id(param)]
+        return state
+
+    def __contains__(self, param):
+        return self.get(param, self) is not self
+
+    def __len__(self):
+        return sum(1 for ref, _ in self._entries.values() if ref() is not None)
+
+    def __iter__(self):
+        return iter(self.keys())
+
+    def keys(self):
+        return [p for p in (ref() for ref, _ in list(self._entries.values())) if p is not None]
+
+    def items(self):
+        out = []
+        for ref, state in list(self._entries.values()):
+            p = ref()
+            if p is not None:
+                out.append((p, state))
+        return out
+
+    def clear(self):
+        self._entries.clear()
+
+    def __repr__(self):
+        return f"<ParamState of {len(self)} parameter(s)>"
+
+
+# =============================================================================== Optimizer
+class Optimizer:
+    """Base class: updates the parameters of a target from their gradients.
+
+    Two ways to call it, told apart by the first positional argument:
+
+    - a number, or nothing (DeZero): the hyperparameters, positionally in DeZero's order or by
+      keyword; then `setup(model)` and `update()` after each backward.
+    - anything else (PyTorch): the parameters to optimize (a model with `parameters()`, one
+      Variable, or an iterable of Variables), then the hyperparameters as above; then
+      `zero_grad()`, backward, `step()`.
+
+    `lr=` works for every optimizer (Adam's `lr=` sets `alpha`). Parameters whose grad is None are
+    skipped. Updates run in place on the parameter's own array (no graph is recorded), and each
+    parameter's state lives on its device, following it when it moves.
+
+    A subclass lists its hyperparameters in `defaults` and its per-parameter arrays in
+    `state_names`, and writes `update_one(param)`; a DeZero-style subclass that sets its own
+    attributes in `__init__` and keeps its own state works too.
+    """
+
+    defaults = {}         # hyperparameter -> default, in DeZero's positional order
+    aliases = {}          # another keyword (PyTorch's) -> the hyperparameter it sets
+    state_names = ()      # per-parameter arrays, zeros like the parameter at its first update
+    counters = ()         # integer attributes saved with the state (Adam's step count t)
+
+    def __init__(self, *args, **kwargs):
+        where = type(self).__name__
+        target = None
+        if args and not _is_number(args[0]):
+            target, args = _as_target(args[0], where), args[1:]
+        values = self._bind(args, kwargs)
+        self.target = target
+        self.hooks = []
+        self.state = ParamState()
+        for name, value in values.items():
+            setattr(self, name, value)
+        for name in self.counters:
+            setattr(self, name, 0)
+
+    def _bind(self, args, kwargs):
+        """The hyperparameters from positional `args` and keyword `kwargs`, checked."""
+        where = type(self).__name__
+        names = list(self.defaults)
+        if len(args) > len(names):
+            given = ", ".join(type(a).__name__ for a in args)
+            raise TypeError(
+                f"{where} takes at most {len(names)} hyperparameter(s) positionally "
+                f"({', '.join(names) or 'none'}), got {len(args)} ({given}); the parameters to "
+                f"optimize come first, if at all: {where}(model.parameters(), ...)")
+        values = dict(self.defaults)
+        given = {}
+        for name, value in zip(names, args):
+            given[name] = value
+        for key, value in kwargs.items():
+            name = self.aliases.get(key, key)
+            if name not in values:
+                hint = ""
+                if key == "weight_decay":
+                    hint = ("; for L2 weight decay use optimizer.add_hook(WeightDecay(rate)), "
+                            "or AdamW")
+                elif key == "momentum":
+                    hint = "; use MomentumSGD for momentum"
+                accepted = names + [a for a in self.aliases if a not in names]
+                raise TypeError(f"{where} got an unexpected keyword argument {key!r}; it accepts "
+                                f"{', '.join(accepted) or 'none'}{hint}")
+            if name in given:
+                raise TypeError(f"{where} got {name!r} twice"
+                                + (f" (as {key!r}, its alias)" if key != name else ""))
+            given[name] = value
+        for name, value in given.items():
+            values[name] = checked_hyperparameter(where, name, value)
+        return values
+
+    @property
+    def hyperparameters(self):
+        """The current hyperparameters, name -> value."""
+        return {name: getattr(self, name) for name in self.defaults}
+
+    def __repr__(self):
+        args = ", ".join(f"{k}={v!r}" for k, v in self.hyperparameters.items())
+        return f"{type(self).__name__}({args})"
+
+    # ---------------------------------------------------------------- target and hooks
+    def setup(self, target):
+        """Optimize `target`: a model (an object with `parameters()`, or DeZero's `params()`), one
+        Variable or an iterable of Variables. Returns self."""
+        self.target = _as_target(target, f"{type(self).__name__}.setup")
+        return self
+
+    def add_hook(self, f):
+        """Call `f(params)` before each update, with the parameters that have a gradient
+        (WeightDecay, ClipGrad, FreezeParam, or any callable)."""
+        if not callable(f):
+            raise TypeError(f"add_hook expects a callable taking the list of parameters, got "
+                            f"{type(f).__name__}")
+        self.hooks.append(f)
+
+    def _parameters(self):
+        """Every parameter of the target, once each, in order."""
+        target = self.target
+        if target is None:
+            where = type(self).__name__
+            raise RuntimeError(f"{where}: nothing to optimize: call setup(model) first, or pass "
+                               f"the parameters, as in {where}(model.parameters(), ...)")
+        if isinstance(target, list):
+            return target
+        get = getattr(target, "parameters", None)
+        if not callable(get):
+            get = target.params
+        return _unique_params(get(), f"{type(self).__name__}: {type(target).__name__}.parameters()")
+
+    # ---------------------------------------------------------------- steps
+    def update(self):
+        """One step (DeZero's name): the hooks, then `update_one` on every parameter that has a
+        gradient."""
+        self._apply(self._ready())
+
+    def step(self, closure=None):
+        """One step (PyTorch's name). `closure`, if given, recomputes the loss (grad mode on)
+        before the step and its value is returned."""
+        loss = None
+        if closure is not None:
+            with enable_grad():
+                loss = closure()
+        self.update()
+        return loss
+
+    def zero_grad(self):
+        """Forget every parameter's gradient (grad = None, so it is skipped until its next
+        backward)."""
+        for p in self._parameters():
+            p.grad = None
+
+    def update_one(self, param):
+        """Update `param.data` in place from `param.grad` (subclasses write this)."""
+        raise NotImplementedError(f"{type(self).__name__} must define update_one(param)")
+
+    def _ready(self):
+        """The parameters that have a gradient, checked before anything changes."""
+        params = [p for p in self._parameters() if p.grad is not None]
+        for p in params:
+            self._check(p)
+        return params
+
+    def _apply(self, params):
+        for hook in self.hooks:
+            hook(params)
+        for p in params:
+            if p.grad is None:  # a hook dropped it (FreezeParam)
+                continue
+            if p.backend.needs_device_context:
+                with p.backend.device_context(p.device):
+                    self.update_one(p)
+            else:
+                self.update_one(p)
+
+    def _check(self, p):
+        where = type(self).__name__
+        g = p.grad
+        if not isinstance(g, Variable):
+            raise TypeError(f"{where}: the grad of {_describe(p)} is a {type(g).__name__}; "
+                            "gradients are Variables (as backward leaves them)")
+        if p.data is None or g.data is None:
+            raise ValueError(f"{where}: {_describe(p)} has a gradient but no data" if p.data is None
+                             else f"{where}: the grad of {_describe(p)} has no data (grad.data is "
+                             "None); set grad to None instead")
+        if g.shape != p.shape:
+            raise ValueError(f"{where}: the grad of {_describe(p)} has shape {tuple(g.shape)}; "
+                             "it must have the parameter's shape")
+        if g.backend is not p.backend or (not p.backend.single_device and g.device != p.device):
+            raise ValueError(f"{where}: {_describe(p)} is on {p.device} but its grad is on "
+                             f"{g.device}; move both together (param.to_gpu()/to_cpu() move "
+                             "the grad too) or call zero_grad() after moving the model")
+        state = self.state.get(p)
+        if state:
+            for name, a in state.items():
+                if a.shape != p.shape:
+                    raise ValueError(
+                        f"{where}: {_describe(p)} changed shape since its state {name!r} was "
+                        f"made (shape {tuple(a.shape)}); drop the old state with "
+                        "`del optimizer.state[param]`")
+
+    def param_state(self, param):
+        """The state arrays of `param` (a dict name -> array, see `state_names`): zeros on the
+        parameter's device at its first update; moved (and cast) to follow the parameter when it
+        has moved to another device since (e.g. model.to(device))."""
+        state = self.state.get(param)
+        if state is None:
+            backend, device = param.backend, param.device
+            shape, dtype = param.shape, param.dtype
+            state = {name: backend.zeros(shape, dtype, device) for name in self.state_names}
+            self.state[param] = state
+        elif state:
+            a = next(iter(state.values()))
+            backend = backends.backend_of(a)
+            if (backend is not param.backend or a.dtype != param.dtype
+                    or not backend.single_device and backend.device_of(a) != param.device):
+                for name, a in state.items():
+                    state[name] = _on_param(a, param)
+        return state
+
+    # ---------------------------------------------------------------- saving and loading
+    def state_dict(self):
+        """Hyperparameters and per-parameter state (copies), PyTorch-style:
+        {"type", "hyperparameters", "counters", "shapes", "state": {position: {name: array}}},
+        where a position is the parameter's index in the target's parameter order."""
+        params = self._parameters()
+        state = {}
+        for position, p in enumerate(params):
+            s = self.state.get(p)
+            if s:
+                state[position] = {name: _copy(a) for name, a in s.items()}
+        return {
+            "type": type(self).__name__,
+            "hyperparameters": self.hyperparameters,
+            "counters": {name: int(getattr(self, name)) for name in self.counters},
+            "shapes": [None if p.data is None else tuple(p.shape) for p in params],
+            "state": state,
+        }
+
+    def load_state_dict(self, state_dict):
+        """Restore what `state_dict()` returned (arrays may be on any backend or device; they
+        are copied onto each parameter's device and dtype). Everything is checked first: the
+        optimizer type, the hyperparameter and state names, the number of parameters and each
+        shape; on a mismatch nothing changes."""
+        where = f"{type(self).__name__}.load_state_dict"
+        keys = ("type", "hyperparameters", "counters", "shapes", "state")
+        if not isinstance(state_dict, Mapping) or any(k not in state_dict for k in keys):
+            raise TypeError(f"{where}: expected a dict from optimizer.state_dict() with keys "
+                            f"{', '.join(keys)}; got {type(state_dict).__name__}"
+                            + (f" with keys {sorted(map(str, state_dict))}"
+                               if isinstance(state_dict, Mapping) else ""))
+        kind = state_dict["type"]
+        if kind != type(self).__name__:
+            raise ValueError(f"{where}: this state_dict is from a {kind} optimizer; load it into "
+                             f"a {kind}")
+        hyper = dict(state_dict["hyperparameters"])
+        _same_names(where, "hyperparameters", hyper, self.defaults)
+        hyper = {name: checked_hyperparameter(where, name, v) for name, v in hyper.items()}
+        counters = dict(state_dict["counters"])
+        _same_names(where, "counters", counters, self.counters)
+        for name, value in counters.items():
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{where}: counter {name} must be an integer >= 0, got {value!r}")
+
+        params = self._parameters()
+        shapes = list(state_dict["shapes"])
+        if len(shapes) != len(params):
+            raise ValueError(f"{where}: the state_dict is for {len(shapes)} parameter(s), this "
+                             f"optimizer has {len(params)}; load it into an optimizer of the same "
+                             "model")
+        for position, (p, shape) in enumerate(zip(params, shapes)):
+            current = None if p.data is None else tuple(p.shape)
+            shape = None if shape is None else tuple(shape)
+            if shape != current:
+                hint = (" (not initialized yet: run one forward pass first)"
+                        if current is None else "")
+                raise ValueError(f"{where}: parameter {position} has shape {shape} in the "
+                                 f"state_dict but {current} here{hint}")
+        state = state_dict["state"]
+        if not isinstance(state, Mapping):
+            raise TypeError(f"{where}: 'state' must be a dict position -> dict of arrays, got "
+                            f"{type(state).__name__}")
+        loaded = []
+        for position, arrays in state.items():
+            if not isinstance(position, numbers.Integral) or not 0 <= position < len(params):
+                raise ValueError(f"{where}: state key {position!r} is not a parameter position "
+                                 f"(0 to {len(params) - 1})")
+            p = params[position]
+            if not isinstance(arrays, Mapping):
+                raise TypeError(f"{where}: the state of parameter {position} must be a dict "
+                                f"name -> array, got {type(arrays).__name__}")
+            _same_names(where, f"state names of parameter {position}", arrays, self.state_names)
+            for name, a in arrays.items():
+                if not backends.is_array(a):
+                    raise TypeError(f"{where}: state {name!r} of parameter {position} is a "
+                                    f"{type(a).__name__}, not an array")
+                if tuple(a.shape) != tuple(p.shape):
+                    raise ValueError(f"{where}: state {name!r} of parameter {position} has "
+                                     f"shape {tuple(a.shape)}, the parameter {tuple(p.shape)}")
+            loaded.append((p, arrays))
+
+        new_state = ParamState()
+        for p, arrays in loaded:  # copies on the parameter's device and dtype
+            new_state[p] = {name: _on_param(a, p, copy=True) for name, a in arrays.items()}
+        for name, value in hyper.items():
+            setattr(self, name, value)
+        for name, value in counters.items():
+            setattr(self, name, int(value))
+        self.state = new_state
+
+
+def _on_param(array, param, copy=False):
+    """`array` on `param`'s device, in its dtype; a new array if `copy`."""
+    moved = backends.to_device(array, param.device)
+    if moved.dtype != param.dtype:
+        with on_device(param):
+            return param.xp.astype(moved, param.dtype)  # astype copies
+    return _copy(moved) if copy else moved
+
+
+def _same_names(where, what, given, expected):
+    extra = sorted(set(map(str, given)) - set(expected))
+    missing = [n for n in expected if n not in given]
+    if extra or missing:
+        raise ValueError(f"{where}: {what} do not match this optimizer: "
+                         + "; ".join(filter(None, [
+                             f"unexpected {', '.join(extra)}" if extra else "",
+                             f"missing {', '.join(missing)}" if missing else ""])))
+
+
+# =============================================================================== hooks
+class WeightDecay:
+    """Hook: L2 regularisation, grad <- grad + rate * param (DeZero's WeightDecay)."""
+
+    def __init__(self, rate):
+        self.rate = checked_hyperparameter("WeightDecay", "rate", rate, rule="weight_decay")
+
+    def __call__(self, params):
+        rate = float(self.rate)
+        for p in params:
+            with on_device(p):
+                # a new grad Variable: the old one may be shared (backward of x + y hands both
+                # inputs the same gradient), so it is never changed in place
+                p.grad = Variable(grad_array(p) + rate * p.data, requires_grad=False)
+
+    def __repr__(self):
+        return f"WeightDecay({self.rate!r})"
+
+
+class ClipGrad:
+    """Hook: scale all gradients together so their global L2 norm is at most `max_norm`
+    (DeZero's ClipGrad)."""
+
+    def __init__(self, max_norm):
+        self.max_norm = checked_hyperparameter("ClipGrad", "max_norm", max_norm)
+
+    def __call__(self, params):
+        totals = {}  # device -> sum of squares there: one device-to-host read per device
+        for p in params:
+            with on_device(p):
+                g = grad_array(p)
+                s = p.xp.sum(g * g)
+            key = (p.backend, p.device)
+            totals[key] = s if key not in totals else totals[key] + s
+        norm = math.sqrt(sum(float(s) for s in totals.values()))
+        rate = float(self.max_norm) / (norm + 1e-6)
+        if rate < 1:
+            for p in params:
+                with on_device(p):
+                    p.grad = Variable(grad_array(p) * rate, requires_grad=False)
+
+    def __repr__(self):
+        return f"ClipGrad({self.max_norm!r})"
+
+
+class FreezeParam:
+    """Hook: the given layers (anything with `parameters()` or `params()`) and parameters are not
+    updated; their gradients are dropped before each update (DeZero's FreezeParam)."""
+
+    def __init__(self, *layers):
+        items = []
+        for position, layer in enumerate(layers):
+            if isinstance(layer, Variable):
+                items.append(layer)
+                continue
+            get = getattr(layer, "parameters", None)
+            get = get if callable(get) else getattr(layer, "params", None)
+            if not callable(get):
+                raise TypeError(f"FreezeParam: argument {position} is a {type(layer).__name__}; "
+                                "pass layers/models (with parameters()) or Parameters")
+            items.extend(get())
+        self.freeze_params = _unique_params(items, "FreezeParam")
+
+    def __call__(self, params):
+        for p in self.freeze_params:
+            p.grad = None
+
+    def __repr__(self):
+        return f"FreezeParam(<{len(self.freeze_params)} parameter(s)>)"

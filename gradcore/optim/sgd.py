@@ -1,0 +1,38 @@
+"""SGD and MomentumSGD."""
+from .optimizer import Optimizer, grad_array, set_data
+
+
+class SGD(Optimizer):
+    """Plain gradient descent: param <- param - lr * grad.
+
+    `SGD(lr=0.01).setup(model)` (DeZero) or `SGD(model.parameters(), lr=0.01)` (PyTorch).
+    """
+
+    defaults = {"lr": 0.01}
+
+    def update_one(self, param):
+        p = param.data
+        p -= float(self.lr) * grad_array(param)
+        set_data(param, p)
+
+
+class MomentumSGD(Optimizer):
+    """Gradient descent with momentum (DeZero's form):
+    v <- momentum * v - lr * grad;  param <- param + v.
+
+    `MomentumSGD(lr=0.01, momentum=0.9)`, optionally after the parameters (see Optimizer).
+    State per parameter: "v".
+    """
+
+    defaults = {"lr": 0.01, "momentum": 0.9}
+    state_names = ("v",)
+
+    def update_one(self, param):
+        state = self.param_state(param)
+        v = state["v"]
+        v *= float(self.momentum)
+        v -= float(self.lr) * grad_array(param)
+        state["v"] = v
+        p = param.data
+        p += v
+        set_data(param, p)

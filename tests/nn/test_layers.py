@@ -1,0 +1,262 @@
+"""Layers: forward shapes and values, lazy creation (device, dtype, seed), a gradient check of
+each on a tiny instance (input and every parameter) on NumPy and array-api-strict device1."""
+import numpy as np
+import pytest
+
+import gradcore
+import gradcore.functions as F
+import gradcore.nn as nn
+from conftest import DEVICE1, STRICT
+from layer_check import check_module
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(0)
+
+
+def _seeded_dropout(m, x):
+    gradcore.manual_seed(3)  # the same mask for backward and both central-difference points
+    return m(x)
+
+
+def _rnn_two_steps(m, x):
+    m.reset_state()
+    m(x)
+    return m(x * 0.5)
+
+
+# name, module factory, input shape (or integer ids), run
+GRAD_CASES = [
+    ("linear", lambda: nn.Linear(3), (2, 4), None),
+    ("linear-eager-nobias", lambda: nn.Linear(4, 3, nobias=True), (2, 4), None),
+    ("conv2d", lambda: nn.Conv2d(2, 3, stride=2, pad=1), (2, 2, 5, 5), None),
+    ("deconv2d", lambda: nn.Deconv2d(2, (2, 3), stride=2, pad=1), (1, 2, 3, 3), None),
+    ("batchnorm-2d", lambda: nn.BatchNorm(), (5, 3), None),
+    ("batchnorm-4d", lambda: nn.BatchNorm(), (3, 2, 2, 2), None),
+    ("batchnorm-eval", lambda: nn.BatchNorm().eval(), (4, 3), None),
+    ("dropout", lambda: nn.Dropout(0.3), (3, 4), _seeded_dropout),
+    ("embed_id", lambda: nn.EmbedID(5, 3), np.array([[0, 4, 4], [2, 0, 1]]), None),
+    ("relu", lambda: nn.ReLU(), (3, 4), None),
+    ("sigmoid", lambda: nn.Sigmoid(), (3, 4), None),
+    ("tanh", lambda: nn.Tanh(), (3, 4), None),
+    ("sequential", lambda: nn.Sequential(nn.Linear(3), nn.Tanh(), F.relu, nn.Linear(2)),
+     (4, 3), None),
+    ("mlp", lambda: nn.MLP((4, 3, 2)), (5, 3), None),
+    ("rnn", lambda: nn.RNN(3), (2, 4), _rnn_two_steps),
+    ("lstm", lambda: nn.LSTM(3), (2, 4), _rnn_two_steps),
+]
+
+
+@pytest.mark.parametrize("name, make, shape, run", GRAD_CASES, ids=[c[0] for c in GRAD_CASES])
+def test_gradient_check(xp2, rng, name, make, shape, run):
+    x = shape if isinstance(shape, np.ndarray) else rng.uniform(-2.0, 2.0, size=shape)
+    if name == "relu":
+        x = np.where(np.abs(x) < 0.1, 0.5, x)  # away from the kink
+    np.random.seed(1)
+    check_module(make(), x, xp2, rng, run)
+
+
+SHAPE_CASES = [
+    (lambda: nn.Linear(5), (4, 3), (4, 5)),
+    (lambda: nn.Linear(3, 5), (4, 3), (4, 5)),
+    (lambda: nn.Linear(out_size=5, in_size=3), (4, 3), (4, 5)),
+    (lambda: nn.Conv2d(4, 3), (2, 1, 6, 6), (2, 4, 4, 4)),
+    (lambda: nn.Conv2d(4, 3, stride=2, pad=1, in_channels=1), (2, 1, 6, 6), (2, 4, 3, 3)),
+    (lambda: nn.Conv2d(4, (1, 3)), (2, 3, 5, 6), (2, 4, 5, 4)),
+    (lambda: nn.Deconv2d(4, 3), (2, 1, 4, 4), (2, 4, 6, 6)),
+    (lambda: nn.Deconv2d(4, 4, stride=2, pad=1), (2, 3, 4, 4), (2, 4, 8, 8)),
+    (lambda: nn.BatchNorm(), (4, 3, 2, 2), (4, 3, 2, 2)),
+    (lambda: nn.Dropout(), (4, 3), (4, 3)),
+    (lambda: nn.RNN(6), (4, 3), (4, 6)),
+    (lambda: nn.LSTM(6, in_size=3), (4, 3), (4, 6)),
+    (lambda: nn.MLP((7, 2)), (4, 3), (4, 2)),
+]
+
+
+@pytest.mark.parametrize("make, x_shape, y_shape", SHAPE_CASES)
+def test_forward_shapes_and_dtype(xp2, make, x_shape, y_shape):
+    layer = make().to(xp2.device)
+    y = layer(xp2.asarray(np.ones(x_shape, dtype=np.float32)))
+    assert y.shape == y_shape and y.dtype == xp2.float32 and y.device == xp2.device
+    for name, p in layer.named_parameters():
+        assert p.device == xp2.device and p.dtype == xp2.float32, name
+
+
+def test_embedding_forward(xp2):
+    emb = nn.Embedding(10, 4).to(xp2.device)
+    ids = xp2.asarray(np.array([[1, 9], [1, 0]]))
+    y = emb(ids)
+    assert y.shape == (2, 2, 4) and y.device == xp2.device and y.dtype == xp2.float32
+    W = xp2.numpy(emb.W.data)
+    np.testing.assert_array_equal(xp2.numpy(y.data), W[[[1, 9], [1, 0]]])
+    assert nn.EmbedID is nn.Embedding and emb.W.shape == (10, 4)
+
+
+def test_linear_values():
+    lin = nn.Linear(2, 3)
+    lin.W.data[...] = np.arange(6.0).reshape(2, 3)
+    lin.b.data[...] = [1.0, 2.0, 3.0]
+    y = lin(np.array([[1.0, -1.0]], dtype=np.float32))
+    np.testing.assert_array_equal(y.data, [[-2.0, -1.0, 0.0]])
+    assert nn.Linear(2, 3, nobias=True).b is None
+    assert [n for n, _ in nn.Linear(2, 3, nobias=True).named_parameters()] == ["W"]
+
+
+# =============================================================================== lazy creation
+def test_linear_lazy_init_reproduces_with_numpy_seed():
+    np.random.seed(42)
+    expected = np.random.randn(3, 4) * np.sqrt(1 / 3)  # DeZero: randn(in, out) * sqrt(1 / in)
+    np.random.seed(42)
+    lin = nn.Linear(4)
+    assert lin.W.data is None and lin.in_size is None
+    lin(np.zeros((2, 3), dtype=np.float32))
+    assert lin.in_size == 3 and lin.W.dtype == np.float32
+    np.testing.assert_allclose(lin.W.data, expected, rtol=1e-6)
+    np.testing.assert_array_equal(lin.b.data, np.zeros(4))
+
+    gradcore.manual_seed(42)  # the same generator; and on device1 the same numbers
+    lazy = nn.Linear(4)
+    lazy(STRICT.asarray(np.zeros((2, 3), np.float32), device=DEVICE1))
+    assert lazy.W.device == DEVICE1 and lazy.b.device == DEVICE1
+    np.testing.assert_array_equal(lazy.W.numpy(), lin.W.data)
+
+    np.random.seed(42)
+    eager = nn.Linear(3, 4)  # drawn at construction, the same way
+    np.testing.assert_array_equal(eager.W.data, lin.W.data)
+
+
+def test_lazy_parameters_take_the_input_dtype():
+    lin = nn.Linear(2)
+    lin(np.ones((1, 3)))  # float64 input: float64 parameters
+    assert lin.W.dtype == np.float64 and lin.b.dtype == np.float64
+    lin = nn.Linear(2, dtype=np.float64)
+    lin(np.ones((1, 3), dtype=np.int64))  # integer input: the layer's dtype
+    assert lin.W.dtype == np.float64
+    conv = nn.Conv2d(2, 1)
+    conv(STRICT.asarray(np.ones((1, 3, 2, 2), np.float32), device=DEVICE1))
+    assert conv.W.shape == (2, 3, 1, 1) and conv.W.device == DEVICE1 and conv.in_channels == 3
+    bn = nn.BatchNorm()
+    bn(STRICT.asarray(np.ones((2, 3)), device=DEVICE1))
+    for v in (bn.gamma, bn.beta, bn.avg_mean, bn.avg_var):
+        assert v.device == DEVICE1 and v.dtype == STRICT.xp.float64 and v.shape == (3,)
+
+
+def test_conv_init_scale():
+    np.random.seed(0)
+    expected = np.random.randn(4, 2, 3, 3) * np.sqrt(1 / (2 * 3 * 3))
+    np.random.seed(0)
+    conv = nn.Conv2d(4, 3, in_channels=2)
+    np.testing.assert_allclose(conv.W.data, expected, rtol=1e-6)
+    np.random.seed(0)
+    deconv = nn.Deconv2d(4, 3, in_channels=2)
+    assert deconv.W.shape == (2, 4, 3, 3)
+
+
+# =============================================================================== modes
+def test_dropout_train_and_eval(xp2):
+    drop = nn.Dropout(0.25).to(xp2.device)
+    x = xp2.asarray(np.ones((400,)))
+    y = xp2.numpy(drop(x).data)
+    assert set(np.unique(y)) == {0.0, 1.0 / 0.75}
+    assert 0.1 < np.mean(y == 0.0) < 0.4
+    drop.eval()
+    assert drop(x).data is x  # unchanged
+
+
+def test_batchnorm_eval_uses_running_statistics(xp2):
+    bn = nn.BatchNorm()
+    x = np.random.default_rng(1).normal(2.0, 3.0, size=(16, 2))
+    bn(xp2.asarray(x))
+    mean, var = xp2.numpy(bn.avg_mean.data), xp2.numpy(bn.avg_var.data)
+    np.testing.assert_allclose(mean, 0.1 * x.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(var, 0.9 + 0.1 * x.var(axis=0, ddof=1), rtol=1e-12)
+    bn.eval()
+    y = xp2.numpy(bn(xp2.asarray(x)).data)
+    np.testing.assert_allclose(y, (x - mean) / np.sqrt(var + 2e-5), rtol=1e-12)
+    np.testing.assert_array_equal(xp2.numpy(bn.avg_mean.data), mean)  # no update in eval
+
+
+# =============================================================================== containers
+def test_sequential_indexing_len_and_names():
+    seq = nn.Sequential(nn.Linear(2, 3), F.relu, nn.Linear(3, 1))
+    assert len(seq) == 3 and seq[1] is F.relu and seq[-1] is seq[2]
+    assert [n for n, _ in seq.named_parameters()] == ["0.W", "0.b", "2.W", "2.b"]
+    head = seq[:2]
+    assert isinstance(head, nn.Sequential) and head[0] is seq[0] and len(head) == 2
+    assert list(seq) == [seq[0], F.relu, seq[2]]
+    assert seq(np.ones((4, 2), np.float32)).shape == (4, 1)
+    with pytest.raises(IndexError, match="out of range for 3 layers"):
+        seq[3]
+    with pytest.raises(TypeError, match="Module or a callable"):
+        nn.Sequential(nn.Linear(2), 3)
+    assert nn.Sequential()(5.0) == 5.0
+
+
+def test_mlp_is_dezero_shaped():
+    mlp = nn.MLP((10, 1))
+    assert mlp.activation is F.sigmoid and mlp.layers == [mlp.l0, mlp.l1]
+    x = np.random.default_rng(0).standard_normal((3, 2))
+    y = mlp(x)
+    expected = F.sigmoid(x @ mlp.l0.W.data + mlp.l0.b.data).data @ mlp.l1.W.data + mlp.l1.b.data
+    np.testing.assert_allclose(y.data, expected, rtol=1e-12)
+    relu_mlp = nn.MLP([3, 2], activation=F.relu)
+    assert relu_mlp(x).shape == (3, 2)
+
+
+# =============================================================================== bad arguments
+@pytest.mark.parametrize("make, error, match", [
+    (lambda: nn.Linear(), TypeError, "needs out_size"),
+    (lambda: nn.Linear(0), ValueError, "out_size must be a positive int"),
+    (lambda: nn.Linear(2.5), TypeError, "out_size must be a positive int"),
+    (lambda: nn.Linear(3, True), TypeError, "pass nobias by keyword"),
+    (lambda: nn.Linear(3, 4, in_size=3), TypeError, "give each once"),
+    (lambda: nn.Linear(3, out_size=4), TypeError, "out_size given twice"),
+    (lambda: nn.Linear(3, 4, 5), TypeError, "3 positional arguments"),
+    (lambda: nn.Linear(3, nobias="yes"), TypeError, "nobias must be True or False"),
+    (lambda: nn.Linear(3, dtype=np.int32), ValueError, "floating dtype"),
+    (lambda: nn.Conv2d(3, 0), ValueError, "kernel_size must be an int >= 1"),
+    (lambda: nn.Conv2d(3, 2, pad=-1), ValueError, "pad must be an int >= 0"),
+    (lambda: nn.Deconv2d(3, 2, stride=(1, 2, 3)), ValueError, "stride must be"),
+    (lambda: nn.Dropout(1.0), ValueError, r"dropout_ratio must be a number in \[0, 1\)"),
+    (lambda: nn.BatchNorm(decay=1.5), ValueError, "0 <= decay < 1"),
+    (lambda: nn.EmbedID(0, 3), ValueError, "in_size must be a positive int"),
+    (lambda: nn.RNN(0), ValueError, "hidden_size must be a positive int"),
+    (lambda: nn.LSTM(3, in_size="4"), TypeError, "in_size must be a positive int"),
+    (lambda: nn.MLP(()), ValueError, "fc_output_sizes is empty"),
+    (lambda: nn.MLP(5), TypeError, "sequence of ints"),
+    (lambda: nn.MLP((5,), activation=3), TypeError, "activation must be callable"),
+])
+def test_bad_arguments(make, error, match):
+    with pytest.raises(error, match=match):
+        make()
+
+
+def test_bad_first_inputs_leave_lazy_layers_unset():
+    lin = nn.Linear(3)
+    with pytest.raises(ValueError, match=r"x must be 2-d \(batch, in_size\), got shape \(4,\)"):
+        lin(np.ones(4))
+    assert lin.W.data is None and lin.b.data is None
+    conv = nn.Conv2d(2, 3)
+    with pytest.raises(ValueError, match=r"x must be 4-d \(N, C, H, W\)"):
+        conv(np.ones((2, 3)))
+    assert conv.W.data is None
+    bn = nn.BatchNorm()
+    with pytest.raises(ValueError, match="channels on axis 1"):
+        bn(np.ones(3))
+    assert bn.gamma.data is None
+    lin = nn.Linear(3, 2)
+    with pytest.raises(ValueError, match=r"linear: x \(1, 4\) and W \(3, 2\) do not match"):
+        lin(np.ones((1, 4), np.float32))
+
+
+def test_a_partial_load_into_a_lazy_layer_is_completed_by_the_first_call():
+    for layer, W, x_shape, y_shape in (
+            (nn.Conv2d(4, 3), np.ones((4, 2, 3, 3)), (1, 2, 5, 5), (1, 4, 3, 3)),
+            (nn.Deconv2d(4, 3), np.ones((2, 4, 3, 3)), (1, 2, 3, 3), (1, 4, 5, 5)),
+            (nn.Linear(4), np.ones((2, 4)), (3, 2), (3, 4))):
+        result = layer.load_state_dict({"W": W}, strict=False)
+        assert result.missing_keys == ["b"]
+        y = layer(np.ones(x_shape))
+        assert y.shape == y_shape and layer.b.shape == (4,)
+        np.testing.assert_array_equal(layer.W.data, W)

@@ -1,0 +1,385 @@
+"""gradcore.nn.Module: registration and order, traversal, modes, hooks, devices, aliases."""
+import numpy as np
+import pytest
+
+import gradcore
+import gradcore.functions as F
+import gradcore.nn as nn
+from conftest import DEVICE1, DEVICE2, STRICT
+from gradcore import Parameter, Variable
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(2, 3)
+        self.scale = Parameter(np.ones(3))
+
+    def forward(self, x):
+        return self.fc(x) * self.scale
+
+
+class Net(nn.Module):
+    """Parameters and modules interleaved, one lazy layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.z = Parameter(np.zeros(1), name="z")
+        self.block = Block()
+        self.a = Parameter(np.zeros(2), name="a")
+        self.head = nn.Linear(1)  # lazy
+
+    def forward(self, x):
+        return self.head(self.block(x))
+
+
+def names(module):
+    return [name for name, _ in module.named_parameters()]
+
+
+# =============================================================================== registration
+def test_parameters_in_assignment_order_through_nested_modules():
+    net = Net()
+    assert names(net) == ["z", "block.fc.W", "block.fc.b", "block.scale", "a", "head.W", "head.b"]
+    params = list(net.parameters())
+    assert params[0] is net.z and params[1] is net.block.fc.W and params[-2] is net.head.W
+    assert all(isinstance(p, Parameter) for p in params)
+    assert net.head.W.data is None  # lazy: listed before it has data
+    net(np.ones((4, 2)))
+    assert names(net)[-2:] == ["head.W", "head.b"] and net.head.W.shape == (3, 1)
+
+
+def test_order_does_not_depend_on_names():
+    class M(nn.Module):
+        def __init__(self, order):
+            super().__init__()
+            for name in order:
+                setattr(self, name, Parameter(np.zeros(1)))
+
+    order = ["zeta", "alpha", "mu", "b", "W", "x0"]
+    assert names(M(order)) == order
+    assert names(M(order[::-1])) == order[::-1]
+
+
+def test_reassign_keeps_position_delete_unregisters_none_keeps_registered():
+    net = Net()
+    net.z = Parameter(np.ones(1))             # reassigned: same place
+    assert names(net)[0] == "z" and net.z.data[0] == 1
+    net.block = None                          # None keeps the slot (lazy, as DeZero)
+    assert names(net) == ["z", "a", "head.W", "head.b"]
+    assert list(net.children()) == [net.head]
+    net.block = Block()                       # filled again: back in its old place
+    assert names(net)[:3] == ["z", "block.fc.W", "block.fc.b"]
+    del net.a
+    assert "a" not in names(net) and not hasattr(net, "a")
+    net.a = Parameter(np.zeros(2))            # a new registration goes last
+    assert names(net)[-1] == "a"
+
+
+def test_a_registered_name_refuses_other_values():
+    net = Net()
+    before = net.z
+    with pytest.raises(TypeError, match=r"Net\.z.*holds a parameter.*\.z\.data"):
+        net.z = np.ones(1)
+    with pytest.raises(TypeError, match="holds a module"):
+        net.block = Variable(np.ones(1))
+    assert net.z is before and names(net)[0] == "z"
+    net.z = Block()  # a Parameter may become a Module and keep its place
+    assert names(net)[:3] == ["z.fc.W", "z.fc.b", "z.scale"]
+
+
+def test_plain_attributes_are_not_registered():
+    m = nn.Module()
+    m.v = Variable(np.ones(2))      # a Variable that is not a Parameter
+    m.arr = np.ones(2)
+    m.layers = [nn.Linear(2, 2)]    # a list is not searched (DeZero's models.MLP keeps one)
+    assert list(m.parameters()) == [] and list(m.children()) == []
+
+
+def test_forgetting_super_init_is_explained():
+    class Bad(nn.Module):
+        def __init__(self):
+            self.W = Parameter(np.ones(1))
+
+    with pytest.raises(AttributeError, match=r"super\(\).__init__\(\)"):
+        Bad()
+
+    class Quiet(nn.Module):
+        def __init__(self):
+            self.k = 3
+
+        def forward(self, x):
+            return x
+
+    with pytest.raises(AttributeError, match=r"super\(\).__init__\(\)"):
+        Quiet()(1.0)
+
+
+def test_shared_parameters_and_modules_come_once():
+    shared = nn.Linear(2, 2)
+    m = nn.Module()
+    m.first = shared
+    m.second = shared
+    m.p = shared.W
+    assert names(m) == ["first.W", "first.b"]
+    assert [n for n, _ in m.named_modules()] == ["", "first"]
+    assert list(m.children()) == [shared]
+
+
+def test_named_modules_children_modules():
+    net = Net()
+    assert [n for n, _ in net.named_modules()] == ["", "block", "block.fc", "head"]
+    assert list(net.modules()) == [net, net.block, net.block.fc, net.head]
+    assert [n for n, _ in net.named_children()] == ["block", "head"]
+    assert list(net.children()) == [net.block, net.head]
+
+
+def test_a_module_containing_itself_does_not_loop():
+    m = nn.Linear(2, 2)
+    outer = nn.Module()
+    outer.inner = m
+    m.parent = outer
+    assert names(outer) == ["inner.W", "inner.b"]
+    assert len(list(outer.modules())) == 2
+
+
+def test_zero_grad_and_cleargrads():
+    net = Net()
+    F.sum(net(np.ones((4, 2)))).backward()
+    assert sum(p.grad is not None for p in net.parameters()) == 5  # all but z and a (unused)
+    net.zero_grad()
+    assert all(p.grad is None for p in net.parameters())
+    F.sum(net(np.ones((4, 2)))).backward()
+    net.cleargrads()
+    assert all(p.grad is None for p in net.parameters())
+
+
+def test_aliases():
+    import gradcore.layers as L
+    import gradcore.models as models
+
+    assert nn.Layer is nn.Module and nn.Model is nn.Module and gradcore.Model is nn.Module
+    assert gradcore.Layer is nn.Module and L.Layer is nn.Module and models.Model is nn.Module
+    assert L.Linear is nn.Linear and L.EmbedID is nn.Embedding and L.Parameter is Parameter
+    assert models.MLP is nn.MLP and nn.Parameter is Parameter
+    lin = nn.Linear(2, 2)
+    assert list(lin.params()) == [lin.W, lin.b]
+
+
+def test_repr():
+    text = repr(nn.Sequential(nn.Linear(3), nn.ReLU()))
+    assert text == ("Sequential(\n  (0): Linear(in_size=None, out_size=3, nobias=False)\n"
+                    "  (1): ReLU()\n)")
+    assert repr(Block()).startswith("Block(\n  (fc): Linear(in_size=2, out_size=3")
+
+
+def test_forward_must_be_defined():
+    with pytest.raises(NotImplementedError, match="must define forward"):
+        nn.Module()(1.0)
+
+
+# =============================================================================== modes
+def test_train_eval_set_the_flag_on_the_whole_tree():
+    net = Net()
+    assert all(m.training for m in net.modules())
+    assert net.eval() is net
+    assert not any(m.training for m in net.modules())
+    net.train()
+    assert all(m.training for m in net.modules())
+    with pytest.raises(TypeError, match="True or False"):
+        net.train("no")
+
+
+def test_dropout_follows_the_module_mode_and_config():
+    drop = nn.Dropout(0.5)
+    x = np.ones((200,))
+    y = drop(x).data
+    assert set(np.unique(y)) == {0.0, 2.0}  # train: dropped or scaled by 1 / (1 - 0.5)
+    drop.eval()
+    np.testing.assert_array_equal(drop(x).data, x)
+    drop.train()
+    with gradcore.test_mode():  # the global switch still wins over a training module
+        np.testing.assert_array_equal(drop(x).data, x)
+    assert set(np.unique(drop(x).data)) == {0.0, 2.0}
+
+
+def test_eval_reaches_functional_ops_inside_forward():
+    class M(nn.Module):
+        def forward(self, x):
+            return F.dropout(x, 0.5)  # DeZero models call F.dropout directly
+
+    m = M().eval()
+    x = np.ones(50)
+    np.testing.assert_array_equal(m(x).data, x)
+    assert gradcore.Config.train  # only for the duration of the forward
+
+
+def test_batchnorm_train_and_eval():
+    bn = nn.BatchNorm()
+    rng = np.random.default_rng(0)
+    x = rng.normal(3.0, 2.0, size=(8, 2))
+    y = bn(x).data
+    np.testing.assert_allclose(y.mean(axis=0), 0.0, atol=1e-12)  # batch statistics
+    mean = bn.avg_mean.data.copy()
+    np.testing.assert_allclose(mean, 0.1 * x.mean(axis=0))  # running mean: decay 0.9 from 0
+    bn.eval()
+    y = bn(x).data  # running statistics, and no update
+    expected = (x - mean) / np.sqrt(bn.avg_var.data + 2e-5)
+    np.testing.assert_allclose(y, expected)
+    np.testing.assert_array_equal(bn.avg_mean.data, mean)
+
+
+# =============================================================================== hooks
+def test_forward_hooks_fire_replace_and_remove():
+    lin = nn.Linear(2, 2)
+    calls = []
+    pre = lin.register_forward_pre_hook(lambda m, inputs: calls.append(("pre", m, len(inputs))))
+    post = lin.register_forward_hook(lambda m, inputs, y: calls.append(("post", m, y.shape)))
+    x = np.ones((3, 2))
+    lin(x)
+    assert calls == [("pre", lin, 1), ("post", lin, (3, 2))]
+
+    replace = lin.register_forward_hook(lambda m, inputs, y: y * 0.0 + 7.0)
+    np.testing.assert_array_equal(lin(x).data, np.full((3, 2), 7.0))
+    replace.remove()
+    replace.remove()  # twice is harmless
+    assert not np.allclose(lin(x).data, 7.0)
+
+    pre.remove()
+    post.remove()
+    calls.clear()
+    lin(x)
+    assert calls == []
+
+
+def test_pre_hook_can_replace_the_inputs():
+    lin = nn.Linear(2, 2)
+    lin.register_forward_pre_hook(lambda m, inputs: inputs[0] * 0.0)  # one value: one input
+    np.testing.assert_array_equal(lin(np.ones((1, 2))).data, lin.b.data[None])
+    with pytest.raises(TypeError, match="callable"):
+        lin.register_forward_hook("not a function")
+
+
+def test_hook_output_replacement_keeps_the_graph():
+    lin = nn.Linear(2, 1)
+    lin.register_forward_hook(lambda m, inputs, y: y * 2.0)
+    F.sum(lin(np.ones((1, 2)))).backward()
+    np.testing.assert_array_equal(lin.b.grad.data, [2.0])
+
+
+# =============================================================================== devices and dtypes
+def test_to_moves_parameters_gradients_and_buffers_and_back():
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm(), nn.Linear(4, 2))
+    x = np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32)
+    F.sum(model(x)).backward()
+    values = {n: np.array(a) for n, a in model.state_dict().items()}
+    grads = {n: np.array(p.grad.data) for n, p in model.named_parameters()}
+
+    assert model.to(DEVICE1) is model
+    for name, v in list(model.named_parameters()) + list(model.named_buffers()):
+        assert v.device == DEVICE1, name
+        np.testing.assert_array_equal(v.numpy(), values[name])
+    for name, p in model.named_parameters():
+        assert p.grad.device == DEVICE1
+        np.testing.assert_array_equal(p.grad.numpy(), grads[name])
+    y = model.eval()(STRICT.asarray(x, device=DEVICE1))  # eval: the running stats stay
+    assert y.device == DEVICE1
+
+    model.to("cpu")
+    for name, v in list(model.named_parameters()) + list(model.named_buffers()):
+        assert isinstance(v.data, np.ndarray)
+        np.testing.assert_array_equal(v.data, values[name])
+    assert all(isinstance(p.grad.data, np.ndarray) for p in model.parameters())
+    assert model.to_cpu() is model
+
+
+def test_to_dtype_and_device_together():
+    lin = nn.Linear(2, 3)
+    F.sum(lin(np.ones((1, 2), dtype=np.float32))).backward()
+    lin.to(str(DEVICE1), dtype=np.float64)
+    assert lin.W.device == DEVICE1 and lin.W.dtype == STRICT.xp.float64
+    assert lin.W.grad.dtype == STRICT.xp.float64
+    lin.to(dtype="float32")
+    assert lin.W.dtype == STRICT.xp.float32 and lin.W.device == DEVICE1
+
+
+def test_bad_to_raises_and_changes_nothing():
+    lin = nn.Linear(2, 3)
+    W = lin.W.data
+    with pytest.raises(ValueError, match="floating dtype"):
+        lin.to(dtype=np.int32)
+    with pytest.raises(ValueError, match="unknown device"):
+        lin.to("tpu:0")
+    with pytest.raises(gradcore.DeviceUnavailableError, match="does not exist"):
+        lin.to(f"{STRICT.device_type}:device9")
+    assert lin.W.data is W
+
+
+def test_lazy_layers_are_created_on_the_input_device():
+    net = Net().to(DEVICE2)  # eager parameters move; the lazy head follows its first input
+    y = net(STRICT.asarray(np.ones((2, 2)), device=DEVICE2))
+    assert y.device == DEVICE2 and net.head.W.device == DEVICE2
+
+
+def test_plot_writes_the_graph(tmp_path):
+    net = Net()
+    out = net.plot(np.ones((2, 2)), to_file=str(tmp_path / "net.dot"))
+    text = (tmp_path / "net.dot").read_text()
+    assert out.endswith("net.dot") and text.startswith("digraph g {")
+    assert '"Linear"' in text and '"W: (2, 3) float32"' in text  # block.fc.W
+
+
+def test_module_device_checks_come_from_the_ops():
+    lin = nn.Linear(2, 2).to(DEVICE1)
+    with pytest.raises(ValueError, match="linear: inputs are on"):
+        lin(STRICT.asarray(np.ones((1, 2)), device=DEVICE2))
+
+
+def test_to_gpu_without_a_gpu_says_so_and_changes_nothing():
+    if gradcore.cuda_available():
+        pytest.skip("a GPU is present")
+    lin = nn.Linear(2, 3)
+    W = lin.W.data
+    with pytest.raises(gradcore.DeviceUnavailableError):
+        lin.to_gpu()
+    assert lin.W.data is W
+
+
+# =============================================================================== buffers
+class Counter(nn.Module):
+    """A module with a buffer of its own."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = Parameter(np.ones(2))
+        self.register_buffer("count", np.zeros(1))
+
+    def forward(self, x):
+        self.count.data += 1
+        return x * self.w
+
+
+def test_buffers_are_saved_and_moved_but_not_parameters():
+    m = Counter()
+    m(np.ones(2))
+    assert [n for n, _ in m.named_parameters()] == ["w"]
+    assert [n for n, _ in m.named_buffers()] == ["count"]
+    assert m.count.requires_grad is False
+    assert list(m.state_dict()) == ["w", "count"] and m.state_dict()["count"][0] == 1.0
+    m.to(DEVICE1)
+    assert m.count.device == DEVICE1
+    m.load_state_dict({"w": Variable(np.full(2, 3.0)), "count": np.array([7.0])})
+    assert m.count.device == DEVICE1 and m.count.numpy()[0] == 7.0
+    np.testing.assert_array_equal(m.w.numpy(), [3.0, 3.0])
+
+
+def test_bad_buffers():
+    m = Counter()
+    with pytest.raises(TypeError, match=r"Counter\.count, a buffer: assign a Variable or None"):
+        m.count = np.zeros(1)
+    with pytest.raises(KeyError, match="already has an attribute 'w'"):
+        m.register_buffer("w", np.zeros(1))
+    with pytest.raises(ValueError, match="must be an identifier"):
+        m.register_buffer("a.b", np.zeros(1))
+    m.count = None  # a lazy buffer: kept registered, skipped until it has a value
+    assert list(m.named_buffers()) == []

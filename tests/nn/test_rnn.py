@@ -1,0 +1,101 @@
+"""RNN and LSTM: values against NumPy, state carried across calls, reset_state, lazy devices,
+truncated backprop."""
+import numpy as np
+
+import gradcore.functions as F
+import gradcore.nn as nn
+
+
+def _np(xp, v):
+    return None if v is None else xp.numpy(v.data)
+
+
+def np_rnn_step(rnn, xp, x, h):
+    W, b = _np(xp, rnn.x2h.W), _np(xp, rnn.x2h.b)
+    y = x @ W + b
+    if h is not None:
+        y = y + h @ _np(xp, rnn.h2h.W)
+    return np.tanh(y)
+
+
+def np_lstm_step(lstm, xp, x, h, c):
+    def pre(x2, h2):
+        y = x @ _np(xp, x2.W) + _np(xp, x2.b)
+        return y if h is None else y + h @ _np(xp, h2.W)
+
+    def sigmoid(a):
+        return 1 / (1 + np.exp(-a))
+
+    f = sigmoid(pre(lstm.x2f, lstm.h2f))
+    i = sigmoid(pre(lstm.x2i, lstm.h2i))
+    o = sigmoid(pre(lstm.x2o, lstm.h2o))
+    u = np.tanh(pre(lstm.x2u, lstm.h2u))
+    c = i * u if c is None else f * c + i * u
+    return o * np.tanh(c), c
+
+
+def test_rnn_state_carries_and_resets(xp2):
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal((2, 3)) for _ in range(3)]
+    rnn = nn.RNN(4)
+    h = None
+    outputs = []
+    for x in xs:
+        y = rnn(xp2.asarray(x))
+        assert y.device == xp2.device and y.shape == (2, 4)
+        h = np_rnn_step(rnn, xp2, x, h)
+        np.testing.assert_allclose(xp2.numpy(y.data), h, rtol=1e-12)
+        outputs.append(h)
+    assert rnn.h is y
+    # every parameter exists, on the input's device, after the first call
+    assert all(p.data is not None and p.device == xp2.device for p in rnn.parameters())
+    assert [n for n, _ in rnn.named_parameters()] == ["x2h.W", "x2h.b", "h2h.W"]
+
+    rnn.reset_state()
+    assert rnn.h is None
+    y = rnn(xp2.asarray(xs[0]))
+    np.testing.assert_allclose(xp2.numpy(y.data), outputs[0], rtol=1e-12)
+    assert not np.allclose(outputs[0], outputs[1])
+
+
+def test_lstm_state_carries_and_resets(xp2):
+    rng = np.random.default_rng(1)
+    xs = [rng.standard_normal((2, 3)) for _ in range(3)]
+    lstm = nn.LSTM(4)
+    h = c = None
+    first = None
+    for x in xs:
+        y = lstm(xp2.asarray(x))
+        assert y.device == xp2.device and y.shape == (2, 4)
+        h, c = np_lstm_step(lstm, xp2, x, h, c)
+        np.testing.assert_allclose(xp2.numpy(y.data), h, rtol=1e-12)
+        np.testing.assert_allclose(xp2.numpy(lstm.c.data), c, rtol=1e-12)
+        first = h if first is None else first
+    assert len(list(lstm.parameters())) == 12  # 4 x2* (W, b) and 4 h2* (W)
+    assert all(p.device == xp2.device for p in lstm.parameters())
+
+    lstm.reset_state()
+    assert lstm.h is None and lstm.c is None
+    np.testing.assert_allclose(xp2.numpy(lstm(xp2.asarray(xs[0])).data), first, rtol=1e-12)
+
+
+def test_eager_sizes_create_everything_on_the_cpu():
+    rnn = nn.RNN(4, in_size=3)
+    assert rnn.x2h.W.shape == (3, 4) and rnn.h2h.W.shape == (4, 4) and rnn.h2h.b is None
+    lstm = nn.LSTM(4, in_size=3)
+    assert lstm.x2u.W.shape == (3, 4) and lstm.h2o.W.shape == (4, 4)
+    assert all(isinstance(p.data, np.ndarray) for p in lstm.parameters())
+
+
+def test_truncated_backprop_through_the_state():
+    rnn = nn.RNN(3, in_size=2)
+    x = np.ones((1, 2))
+    loss = F.sum(rnn(x)) + F.sum(rnn(x))
+    loss.backward()
+    assert rnn.h2h.W.grad is not None  # the second step went through h
+    loss.unchain_backward()  # cut the graph behind: the state stays, without its history
+    rnn.cleargrads()
+    h3 = rnn(x)
+    F.sum(h3).backward()
+    # only the last step contributes: dW = x^T (1 - h3^2), nothing from the earlier steps
+    np.testing.assert_allclose(rnn.x2h.W.grad.data, x.T @ (1 - h3.data ** 2), rtol=1e-6)

@@ -1,0 +1,203 @@
+"""Constructing optimizers: DeZero's defaults and names, both call styles, targets, misuse."""
+import math
+
+import numpy as np
+import pytest
+
+import gradcore
+import gradcore.optim as optim
+from gradcore.optim import SGD, AdaDelta, AdaGrad, Adam, AdamW, MomentumSGD, Optimizer
+
+
+def param(values=(1.0, -2.0)):
+    return gradcore.Parameter(np.array(values))
+
+
+def with_grad(p, values):
+    p.grad = gradcore.Variable(np.array(values), requires_grad=False)
+    return p
+
+
+class Model:
+    """PyTorch-style: parameters()."""
+
+    def __init__(self):
+        self.W, self.b = param(), param([0.5])
+
+    def parameters(self):
+        yield self.W
+        yield self.b
+
+
+class DezeroLayer:
+    """DeZero-style: params() only; a parameter may be added after setup."""
+
+    def __init__(self):
+        self.ps = [param()]
+
+    def params(self):
+        yield from self.ps
+
+
+def test_dezero_defaults_and_attribute_names():
+    assert SGD().lr == 0.01
+    m = MomentumSGD()
+    assert (m.lr, m.momentum) == (0.01, 0.9)
+    a = AdaGrad()
+    assert (a.lr, a.eps) == (0.001, 1e-8)
+    d = AdaDelta()
+    assert (d.rho, d.eps, d.lr) == (0.95, 1e-6, 1.0)
+    adam = Adam()
+    assert (adam.alpha, adam.beta1, adam.beta2, adam.eps, adam.t) == (0.001, 0.9, 0.999, 1e-8, 0)
+    w = AdamW()
+    assert (w.alpha, w.weight_decay) == (0.001, 0.01)
+    for o in (SGD(), adam):
+        assert o.target is None and o.hooks == []
+    assert repr(m) == "MomentumSGD(lr=0.01, momentum=0.9)"
+
+
+def test_dezero_positional_hyperparameters():
+    m = MomentumSGD(0.1, 0.8)
+    assert (m.lr, m.momentum) == (0.1, 0.8)
+    assert AdaDelta(0.9).rho == 0.9
+    a = Adam(0.01, 0.5, 0.6, 1e-3)
+    assert (a.alpha, a.beta1, a.beta2, a.eps) == (0.01, 0.5, 0.6, 1e-3)
+    assert SGD(np.float32(0.5)).lr == 0.5 and type(SGD(np.float32(0.5)).lr) is float
+
+
+def test_pytorch_style_parameters_first():
+    model = Model()
+    assert SGD(model.parameters(), lr=0.1).target == [model.W, model.b]
+    assert SGD(model, 0.1).target is model
+    assert SGD(model.W).target == [model.W]
+    assert MomentumSGD(model.parameters(), 0.2, 0.5).momentum == 0.5
+    adam = Adam(model.parameters(), lr=0.01, betas=(0.8, 0.9), eps=1e-6)
+    assert (adam.alpha, adam.beta1, adam.beta2, adam.eps) == (0.01, 0.8, 0.9, 1e-6)
+    assert AdamW(model.parameters(), 3e-4, weight_decay=0.1).alpha == 3e-4
+    assert AdaDelta([model.W], lr=0.5).lr == 0.5
+
+
+def test_setup_returns_self_and_accepts_models_and_iterables():
+    model = Model()
+    optimizer = SGD(lr=1.0)
+    assert optimizer.setup(model) is optimizer and optimizer.target is model
+    with_grad(model.W, [1.0, 1.0])
+    optimizer.update()
+    np.testing.assert_array_equal(model.W.data, [0.0, -3.0])
+    assert SGD().setup(p for p in [model.W]).target == [model.W]
+
+
+def test_a_model_is_asked_for_its_parameters_at_every_update():
+    layer = DezeroLayer()
+    optimizer = SGD(lr=1.0).setup(layer)
+    layer.ps.append(with_grad(param([5.0]), [1.0]))  # e.g. a lazily created weight
+    optimizer.update()
+    np.testing.assert_array_equal(layer.ps[1].data, [4.0])
+
+
+def test_a_shared_parameter_is_updated_once():
+    W = with_grad(param(), [1.0, 1.0])
+    optimizer = SGD([W, W], lr=1.0)
+    assert optimizer.target == [W]
+    optimizer.step()
+    np.testing.assert_array_equal(W.data, [0.0, -3.0])
+
+
+def test_adam_lr_is_the_bias_corrected_step_size():
+    W = param()
+    adam = Adam(alpha=0.1, beta1=0.5, beta2=0.75).setup([W])
+    assert adam.lr == pytest.approx(0.1 * math.sqrt(1 - 0.75) / (1 - 0.5))  # of the first update
+    with_grad(W, [1.0, 1.0])
+    adam.update()
+    adam.update()
+    assert adam.t == 2
+    assert adam.lr == pytest.approx(0.1 * math.sqrt(1 - 0.75 ** 2) / (1 - 0.5 ** 2))
+    with pytest.raises(AttributeError, match="set alpha instead"):
+        adam.lr = 0.1
+
+
+def test_zero_grad_and_step_with_a_closure():
+    model = Model()
+    optimizer = SGD(model.parameters(), lr=0.5)
+
+    def closure():
+        optimizer.zero_grad()
+        loss = gradcore.functions.sum(model.W ** 2)
+        loss.backward()
+        return loss
+
+    loss = optimizer.step(closure)
+    assert loss.item() == 5.0
+    np.testing.assert_array_equal(model.W.data, [0.0, 0.0])  # W - 0.5 * 2W
+    assert model.b.grad is None
+    optimizer.zero_grad()
+    assert model.W.grad is None
+
+
+def test_a_dezero_style_subclass_works():
+    class Halve(Optimizer):
+        def __init__(self, lr=0.5):
+            super().__init__()
+            self.lr = lr
+
+        def update_one(self, param):
+            param.data -= self.lr * param.grad.data
+
+    W = with_grad(param(), [2.0, 2.0])
+    Halve().setup([W]).update()
+    np.testing.assert_array_equal(W.data, [0.0, -3.0])
+    with pytest.raises(NotImplementedError, match="must define update_one"):
+        Optimizer([W]).update()
+
+
+def test_the_dezero_module_name_and_the_package_exports():
+    from gradcore.optimizers import Adam as DezeroAdam
+    from gradcore.optimizers import ClipGrad, FreezeParam, WeightDecay
+
+    assert DezeroAdam is Adam
+    assert (WeightDecay, ClipGrad, FreezeParam) == (optim.WeightDecay, optim.ClipGrad,
+                                                    optim.FreezeParam)
+    assert gradcore.optim is optim
+    assert {"optim", "optimizers"} <= set(gradcore.__all__)
+    for name in gradcore.optimizers.__all__:
+        assert getattr(gradcore.optimizers, name) is getattr(optim, name)
+
+
+@pytest.mark.parametrize("make, error, message", [
+    (lambda: SGD(lr=0.1, momentum=0.9),
+     TypeError, "unexpected keyword argument 'momentum'.*MomentumSGD"),
+    (lambda: Adam(weight_decay=0.1), TypeError, r"WeightDecay\(rate\)\), or AdamW"),
+    (lambda: Adam(0.1, lr=0.2), TypeError, "got 'alpha' twice \\(as 'lr', its alias\\)"),
+    (lambda: Adam(betas=(0.9, 0.99), beta1=0.9), TypeError, "either betas"),
+    (lambda: Adam(betas=0.9), TypeError, r"betas must be a pair"),
+    (lambda: SGD(0.1, 0.2),
+     TypeError, r"SGD takes at most 1 hyperparameter\(s\) positionally \(lr\)"),
+    (lambda: SGD(0.1, [param()]), TypeError, "the parameters to optimize come first"),
+    (lambda: SGD(lr=-0.1), ValueError, "SGD: lr must be a finite number >= 0, got -0.1"),
+    (lambda: SGD(lr=math.nan), ValueError, "lr must be a finite number"),
+    (lambda: Adam(beta1=1.0), ValueError, "beta1 must be a finite number >= 0 and < 1"),
+    (lambda: AdaDelta(rho=1.5), ValueError, "rho must be a finite number >= 0 and <= 1"),
+    (lambda: SGD(lr="0.1"), TypeError, "lr must be a real number, got str"),
+    (lambda: SGD([]), ValueError, "empty list of parameters"),
+    (lambda: SGD([param(), np.zeros(2)]), TypeError, "item 1 is a ndarray"),
+    (lambda: SGD([{"params": [param()], "lr": 0.1}]), TypeError, "parameter groups"),
+    (lambda: SGD(np.zeros(2)), TypeError, "expected the parameters to optimize.*got ndarray"),
+    (lambda: SGD(True), TypeError, "expected the parameters to optimize.*got bool"),
+    (lambda: SGD().setup("model"), TypeError, "SGD.setup: expected the parameters"),
+])
+def test_misuse_is_explained(make, error, message):
+    with pytest.raises(error, match=message):
+        make()
+
+
+def test_update_checks_come_before_any_change():
+    with pytest.raises(RuntimeError, match=r"call setup\(model\) first"):
+        SGD().update()
+    W = with_grad(param(), [1.0, 1.0, 1.0])
+    adam = Adam([W])
+    with pytest.raises(ValueError, match=r"has shape \(3,\); it must have the parameter's shape"):
+        adam.update()
+    assert adam.t == 0 and W not in adam.state
+    W.grad = np.ones(2)
+    with pytest.raises(TypeError, match="the grad of parameter .* is a ndarray"):
+        adam.update()

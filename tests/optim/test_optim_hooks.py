@@ -1,0 +1,139 @@
+"""Optimizer hooks: WeightDecay, ClipGrad, FreezeParam, and hooks in general."""
+import numpy as np
+import pytest
+
+import gradcore
+from conftest import CASES
+from gradcore.optim import SGD, Adam, ClipGrad, FreezeParam, MomentumSGD, WeightDecay
+
+
+def param(xp, values):
+    return gradcore.Parameter(xp.asarray(values))
+
+
+def give_grad(p, xp, values):
+    p.grad = gradcore.Variable(xp.asarray(values), requires_grad=False)
+    return p.grad
+
+
+def test_weight_decay_adds_rate_times_param_to_the_gradient(xp2):
+    W = param(xp2, [1.0, -2.0])
+    g = give_grad(W, xp2, [0.5, -1.0])
+    optimizer = SGD(lr=0.5).setup([W])
+    optimizer.add_hook(WeightDecay(0.1))
+    optimizer.update()
+    # grad + 0.1 * W = [0.6, -1.2];  W - 0.5 * [0.6, -1.2] = [0.7, -1.4]
+    np.testing.assert_allclose(xp2.numpy(W.grad.data), [0.6, -1.2], rtol=1e-12)
+    np.testing.assert_allclose(xp2.numpy(W.data), [0.7, -1.4], rtol=1e-12)
+    np.testing.assert_array_equal(xp2.numpy(g.data), [0.5, -1.0])  # the old grad untouched
+
+
+def test_weight_decay_leaves_a_shared_gradient_alone():
+    # backward of a + b may hand both inputs one gradient object: decaying a's must not change b's
+    a = gradcore.Parameter(np.array([1.0, 2.0]))
+    b = gradcore.Parameter(np.array([3.0, 4.0]))
+    shared = gradcore.Variable(np.array([1.0, 1.0]), requires_grad=False)
+    a.grad = b.grad = shared
+    optimizer = SGD([a], lr=1.0)
+    optimizer.add_hook(WeightDecay(0.5))
+    optimizer.step()
+    np.testing.assert_array_equal(a.data, [1.0 - 1.5, 2.0 - 2.0])
+    np.testing.assert_array_equal(b.grad.data, [1.0, 1.0])
+
+
+def test_clip_grad_scales_all_gradients_to_max_norm(xp2):
+    W, b = param(xp2, [0.0, 0.0]), param(xp2, [0.0, 0.0])
+    give_grad(W, xp2, [3.0, 0.0])
+    give_grad(b, xp2, [0.0, 4.0])  # global norm 5
+    optimizer = SGD([W, b], lr=1.0)
+    optimizer.add_hook(ClipGrad(1.0))
+    optimizer.step()
+    rate = 1.0 / (5.0 + 1e-6)  # DeZero's max_norm / (norm + 1e-6)
+    np.testing.assert_allclose(xp2.numpy(W.grad.data), [3.0 * rate, 0.0], rtol=1e-12)
+    np.testing.assert_allclose(xp2.numpy(b.grad.data), [0.0, 4.0 * rate], rtol=1e-12)
+    np.testing.assert_allclose(xp2.numpy(W.data), [-3.0 * rate, 0.0], rtol=1e-12)
+    np.testing.assert_allclose(xp2.numpy(b.data), [0.0, -4.0 * rate], rtol=1e-12)
+
+
+def test_clip_grad_leaves_small_gradients_alone(xp2):
+    W = param(xp2, [0.0, 0.0])
+    g = give_grad(W, xp2, [3.0, 4.0])
+    optimizer = SGD([W], lr=1.0)
+    optimizer.add_hook(ClipGrad(10.0))
+    optimizer.step()
+    assert W.grad is g
+    np.testing.assert_array_equal(xp2.numpy(W.data), [-3.0, -4.0])
+
+
+def test_clip_grad_norm_spans_devices():
+    device1 = CASES["strict-device1"]()
+    cpu = CASES["numpy"]()
+    W, b = param(cpu, [0.0]), param(device1, [0.0])
+    give_grad(W, cpu, [3.0])
+    give_grad(b, device1, [4.0])
+    optimizer = SGD([W, b], lr=1.0)
+    optimizer.add_hook(ClipGrad(2.5))  # norm 5 -> half
+    optimizer.step()
+    np.testing.assert_allclose(W.data, [-1.5], rtol=1e-6)
+    np.testing.assert_allclose(device1.numpy(b.data), [-2.0], rtol=1e-6)
+    assert b.device == device1.device
+
+
+def test_clip_grad_keeps_float32(xp2):
+    W = gradcore.Parameter(xp2.asarray([0.0, 0.0], "float32"))
+    W.grad = gradcore.Variable(xp2.asarray([30.0, 40.0], "float32"), requires_grad=False)
+    optimizer = SGD([W], lr=1.0)
+    optimizer.add_hook(ClipGrad(np.float64(1.0)))
+    optimizer.add_hook(WeightDecay(np.float64(0.1)))
+    optimizer.step()
+    assert W.grad.dtype == xp2.float32 and W.dtype == xp2.float32
+
+
+class Layer:
+    def __init__(self, xp, values):
+        self.W = param(xp, values)
+
+    def parameters(self):
+        yield self.W
+
+
+@pytest.mark.parametrize("cls", [SGD, MomentumSGD, Adam])
+def test_freeze_param_leaves_frozen_parameters_unchanged(xp2, cls):
+    frozen_layer = Layer(xp2, [1.0, 2.0])
+    frozen = param(xp2, [3.0])
+    free = param(xp2, [4.0])
+    optimizer = cls([frozen_layer.W, frozen, free], lr=0.1)
+    optimizer.add_hook(FreezeParam(frozen_layer, frozen))
+    for _ in range(2):
+        for p, g in ((frozen_layer.W, [1.0, 1.0]), (frozen, [1.0]), (free, [1.0])):
+            give_grad(p, xp2, g)
+        optimizer.step()
+    np.testing.assert_array_equal(xp2.numpy(frozen_layer.W.data), [1.0, 2.0])
+    np.testing.assert_array_equal(xp2.numpy(frozen.data), [3.0])
+    assert xp2.numpy(free.data)[0] < 4.0
+    assert frozen not in optimizer.state  # no state made for a frozen parameter
+
+
+def test_hooks_run_in_order_on_the_parameters_that_have_a_gradient(xp2):
+    W, b = param(xp2, [1.0]), param(xp2, [2.0])
+    give_grad(W, xp2, [10.0])
+    seen = []
+    optimizer = SGD([W, b], lr=1.0)
+    optimizer.add_hook(lambda params: seen.append(("first", list(params))))
+    optimizer.add_hook(WeightDecay(1.0))   # grad 10 + 1 = 11
+    optimizer.add_hook(ClipGrad(1.1))      # scaled to ~1.1
+    optimizer.step()
+    assert seen == [("first", [W])]
+    np.testing.assert_allclose(xp2.numpy(W.data), [1.0 - 11.0 * 1.1 / (11.0 + 1e-6)], rtol=1e-12)
+    assert optimizer.hooks[1].rate == 1.0
+
+
+def test_hook_arguments_are_checked():
+    with pytest.raises(TypeError, match="add_hook expects a callable"):
+        SGD().add_hook(0.1)
+    with pytest.raises(ValueError, match="WeightDecay: rate must be a finite number >= 0"):
+        WeightDecay(-1.0)
+    with pytest.raises(ValueError, match="ClipGrad: max_norm must be a finite number >= 0"):
+        ClipGrad(-1.0)
+    with pytest.raises(TypeError, match="FreezeParam: argument 0 is a float"):
+        FreezeParam(1.0)

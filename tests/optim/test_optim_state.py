@@ -1,0 +1,234 @@
+"""Per-parameter state: identity-keyed, on the parameter's device (following it when it moves),
+saved and restored with state_dict / load_state_dict."""
+import gc
+
+import numpy as np
+import pytest
+
+import backends
+import gradcore
+from conftest import CASES, DEVICE1, DEVICE2
+from gradcore.optim import SGD, AdaDelta, AdaGrad, Adam, AdamW, MomentumSGD, ParamState
+
+STATEFUL = [
+    (MomentumSGD, {"lr": 0.1}, ("v",)),
+    (AdaGrad, {"lr": 0.1}, ("h",)),
+    (AdaDelta, {"eps": 1e-2}, ("msg", "msdx")),
+    (Adam, {"lr": 0.1}, ("m", "v")),
+    (AdamW, {"lr": 0.1, "weight_decay": 0.1}, ("m", "v")),
+]
+IDS = [row[0].__name__ for row in STATEFUL]
+ALL = [(SGD, {"lr": 0.1})] + [row[:2] for row in STATEFUL]
+NUMPY = CASES["numpy"]()
+GRADS = ([0.5, -1.0], [1.0, 2.0], [-0.25, 0.75], [2.0, -0.5])
+
+
+def device_of(array):
+    return backends.backend_of(array).device_of(array)
+
+
+def set_grad(p, values):
+    """A gradient on p's device."""
+    data = backends.to_device(np.asarray(values), p.device)
+    p.grad = gradcore.Variable(data, requires_grad=False)
+
+
+def move(p, device):
+    """What Module.to(device) does to a parameter: data and grad move, the Parameter stays."""
+    p.data = backends.to_device(p.data, device)
+    if p.grad is not None:
+        p.grad = gradcore.Variable(backends.to_device(p.grad.data, device), requires_grad=False)
+
+
+@pytest.mark.parametrize("cls, hyper, names", STATEFUL, ids=IDS)
+def test_state_is_made_on_the_parameter_device_and_follows_it(cls, hyper, names):
+    reference = gradcore.Parameter(np.array([1.0, -2.0]))
+    optimizer = cls([reference], **hyper)
+    for g in GRADS[:3]:
+        set_grad(reference, g)
+        optimizer.step()
+
+    W = gradcore.Parameter(np.array([1.0, -2.0]))
+    optimizer = cls([W], **hyper)
+    set_grad(W, GRADS[0])
+    optimizer.step()
+    assert sorted(optimizer.state[W]) == sorted(names)
+    assert all(type(a) is np.ndarray for a in optimizer.state[W].values())
+    for device, g in ((DEVICE1, GRADS[1]), (DEVICE2, GRADS[2])):  # NumPy -> device1 -> device2
+        move(W, device)
+        data = W.data
+        set_grad(W, g)
+        optimizer.step()
+        assert W.data is data and W.device == device
+        assert all(device_of(a) == device for a in optimizer.state[W].values())
+    np.testing.assert_allclose(W.numpy(), reference.data, rtol=1e-12)
+
+
+def test_state_follows_a_dtype_change():
+    W = gradcore.Parameter(np.array([1.0, -2.0]))
+    optimizer = Adam([W])
+    set_grad(W, GRADS[0])
+    optimizer.step()
+    W.data = W.data.astype(np.float32)
+    W.grad = gradcore.Variable(np.array(GRADS[1], np.float32), requires_grad=False)
+    optimizer.step()
+    assert W.dtype == np.float32
+    assert all(a.dtype == np.float32 for a in optimizer.state[W].values())
+
+
+def test_state_is_keyed_by_identity_and_held_weakly():
+    a = gradcore.Parameter(np.array([1.0, 2.0]))
+    b = gradcore.Parameter(np.array([1.0, 2.0]))  # equal data, another parameter
+    optimizer = MomentumSGD([a, b], lr=0.1)
+    set_grad(a, [1.0, 1.0])
+    set_grad(b, [-1.0, -1.0])
+    optimizer.step()
+    np.testing.assert_array_equal(optimizer.state[a]["v"], [-0.1, -0.1])
+    np.testing.assert_array_equal(optimizer.state[b]["v"], [0.1, 0.1])
+    assert len(optimizer.state) == 2 and set(map(id, optimizer.state)) == {id(a), id(b)}
+
+    state = ParamState()
+    p = gradcore.Parameter(np.zeros(2))
+    state[p] = {"v": np.ones(2)}
+    assert p in state and len(state) == 1
+    del p
+    gc.collect()
+    assert len(state) == 0 and state.items() == []
+    with pytest.raises(KeyError, match="no optimizer state"):
+        state[gradcore.Parameter(np.zeros(1))]
+
+
+def test_a_parameter_that_changed_shape_is_refused_before_anything_changes():
+    W = gradcore.Parameter(np.array([1.0, -2.0]))
+    optimizer = Adam([W])
+    set_grad(W, GRADS[0])
+    optimizer.step()
+    W.data = np.zeros(3)
+    set_grad(W, [1.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match=r"changed shape since its state 'm' was made"):
+        optimizer.step()
+    assert optimizer.t == 1
+    np.testing.assert_array_equal(W.data, np.zeros(3))
+    del optimizer.state[W]
+    optimizer.step()
+    assert optimizer.state[W]["m"].shape == (3,)
+
+
+def test_a_gradient_on_another_device_is_refused():
+    W = gradcore.Parameter(np.array([1.0, -2.0]))
+    W.grad = gradcore.Variable(backends.to_device(np.array([1.0, 1.0]), DEVICE1))
+    with pytest.raises(ValueError, match=r"is on cpu but its grad is on array_api_strict:device1"):
+        SGD([W]).step()
+    np.testing.assert_array_equal(W.data, [1.0, -2.0])
+
+
+# ---------------------------------------------------------------------------- state_dict
+def params_on(xp):
+    return [gradcore.Parameter(xp.asarray([1.0, -2.0])), gradcore.Parameter(xp.asarray([[0.5]]))]
+
+
+def run(optimizer, params, xp, steps):
+    for g in steps:
+        set_grad(params[0], g)
+        set_grad(params[1], [[g[0] * g[1]]])
+        optimizer.step()
+
+
+@pytest.mark.parametrize("cls, hyper", ALL, ids=["SGD"] + IDS)
+def test_state_dict_round_trip_reproduces_the_next_step_exactly(xp2, cls, hyper):
+    first = params_on(xp2)
+    optimizer = cls(first, **hyper)
+    run(optimizer, first, xp2, GRADS[:2])
+    saved = optimizer.state_dict()
+    snapshot = {i: {k: xp2.numpy(a).copy() for k, a in s.items()}
+                for i, s in saved["state"].items()}
+
+    second = [gradcore.Parameter(xp2.asarray(xp2.numpy(p.data))) for p in first]
+    restored = cls(second)  # other hyperparameters: the state_dict brings them back
+    restored.load_state_dict(saved)
+    assert restored.hyperparameters == optimizer.hyperparameters
+    if cls in (Adam, AdamW):
+        assert restored.t == optimizer.t == 2
+    for extra in GRADS[2:]:
+        run(optimizer, first, xp2, [extra])
+        run(restored, second, xp2, [extra])
+        for a, b in zip(first, second):
+            np.testing.assert_array_equal(xp2.numpy(a.data), xp2.numpy(b.data))
+            assert b.device == xp2.device
+    for i, s in saved["state"].items():  # state_dict holds copies: later steps leave it alone
+        for k, a in s.items():
+            np.testing.assert_array_equal(xp2.numpy(a), snapshot[i][k])
+
+
+def test_state_dict_layout():
+    params = params_on(NUMPY)
+    optimizer = Adam(params, lr=0.1)
+    run(optimizer, params, NUMPY, GRADS[:1])
+    saved = optimizer.state_dict()
+    assert saved["type"] == "Adam"
+    assert saved["hyperparameters"] == {"alpha": 0.1, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8}
+    assert saved["counters"] == {"t": 1}
+    assert saved["shapes"] == [(2,), (1, 1)]
+    assert sorted(saved["state"]) == [0, 1] and sorted(saved["state"][0]) == ["m", "v"]
+    np.testing.assert_allclose(saved["state"][0]["m"], [0.05, -0.1], rtol=1e-12)
+
+
+def test_host_state_loads_onto_the_parameters_device():
+    host = params_on(NUMPY)
+    optimizer = Adam(host, lr=0.1)
+    run(optimizer, host, NUMPY, GRADS[:2])
+    saved = optimizer.state_dict()
+
+    device1 = [gradcore.Parameter(backends.to_device(p.data, DEVICE1)) for p in host]
+    restored = Adam(device1)
+    restored.load_state_dict(saved)
+    for p in device1:
+        assert all(device_of(a) == DEVICE1 for a in restored.state[p].values())
+    run(optimizer, host, NUMPY, GRADS[2:3])
+    run(restored, device1, NUMPY, GRADS[2:3])
+    for a, b in zip(host, device1):
+        np.testing.assert_array_equal(a.data, b.numpy())
+
+
+def loaded_state():
+    params = params_on(NUMPY)
+    optimizer = Adam(params, lr=0.1)
+    run(optimizer, params, NUMPY, GRADS[:1])
+    return params, optimizer
+
+
+@pytest.mark.parametrize("change, error, message", [
+    (lambda d: d.update(type="SGD"), ValueError, "this state_dict is from a SGD optimizer"),
+    (lambda d: d.pop("state"), TypeError, "expected a dict from optimizer.state_dict"),
+    (lambda d: d.update(shapes=[(2,)]),
+     ValueError, r"the state_dict is for 1 parameter\(s\), this optimizer has 2"),
+    (lambda d: d.update(shapes=[(3,), (1, 1)]),
+     ValueError, r"parameter 0 has shape \(3,\) in the state_dict but \(2,\) here"),
+    (lambda d: d["state"][0].update(v=np.zeros(3)),
+     ValueError, r"state 'v' of parameter 0 has shape \(3,\), the parameter \(2,\)"),
+    (lambda d: d["state"][0].update(w=np.zeros(2)),
+     ValueError, "state names of parameter 0 do not match this optimizer: unexpected w"),
+    (lambda d: d["state"][1].pop("v"), ValueError, "missing v"),
+    (lambda d: d["state"].update({5: {}}), ValueError, r"state key 5 is not a parameter position"),
+    (lambda d: d["state"][0].update(m=[0.0, 0.0]), TypeError, "state 'm' of parameter 0 is a list"),
+    (lambda d: d["hyperparameters"].update(beta1=1.0),
+     ValueError, "beta1 must be a finite number >= 0 and < 1"),
+    (lambda d: d["hyperparameters"].pop("eps"), ValueError, "hyperparameters do not match"),
+    (lambda d: d["counters"].update(t=-1), ValueError, "counter t must be an integer >= 0"),
+])
+def test_loading_checks_everything_before_changing_anything(change, error, message):
+    params, optimizer = loaded_state()
+    saved = optimizer.state_dict()
+    change(saved)
+    target = Adam(params, lr=0.5)
+    target.t = 7
+    target.state[params[0]] = before = {"m": np.ones(2), "v": np.ones(2)}
+    with pytest.raises(error, match=message):
+        target.load_state_dict(saved)
+    assert target.alpha == 0.5 and target.t == 7
+    assert target.state[params[0]] is before and params[1] not in target.state
+
+
+def test_loading_a_non_dict_says_what_is_expected():
+    with pytest.raises(TypeError, match="expected a dict from optimizer.state_dict.*got list"):
+        SGD(params_on(NUMPY)).load_state_dict([1, 2])

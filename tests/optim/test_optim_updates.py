@@ -1,0 +1,186 @@
+"""Each optimizer's update rule: two steps computed by hand, convergence on a convex loss,
+both call styles, in-place updates that record no graph, float32 kept."""
+import numpy as np
+import pytest
+
+import gradcore
+import gradcore.functions as F
+from gradcore.optim import SGD, AdaDelta, AdaGrad, Adam, AdamW, MomentumSGD
+
+W0 = [1.0, -2.0]
+G1 = [0.5, -1.0]  # the gradient given at the first step
+G2 = [1.0, 2.0]   # and at the second
+
+# (optimizer, hyperparameters, W after step 1, W after step 2), each worked out from the formula
+HAND = [
+    # W <- W - lr * g
+    (SGD, {"lr": 0.1}, [0.95, -1.9], [0.85, -2.1]),
+    # v1 = -0.1 * g1 = [-0.05, 0.1];  v2 = 0.9 * v1 - 0.1 * g2 = [-0.145, -0.11];  W += v
+    (MomentumSGD, {"lr": 0.1, "momentum": 0.9}, [0.95, -1.9], [0.805, -2.01]),
+    # h1 = g1**2 = [0.25, 1]: W1 = W0 - 0.1 * g1 / (sqrt(h1) + 0.5) = [1 - 0.05/1, -2 + 0.1/1.5]
+    # h2 = [1.25, 5]:         W2 = W1 - 0.1 * g2 / (sqrt(h2) + 0.5)
+    #                            = [0.95 - 0.1/1.6180339887, -1.93333 - 0.2/2.7360679775]
+    (AdaGrad, {"lr": 0.1, "eps": 0.5}, [0.95, -1.9333333333333333],
+     [0.8881966011250104, -2.006430932385956]),
+    # msg1 = 0.5 * g1**2 = [0.125, 0.5]; dx1 = sqrt(0.25 / (msg1 + 0.25)) * g1
+    #      = [sqrt(2/3) * 0.5, -sqrt(1/3)] = [0.4082482905, -0.5773502692]; W1 = W0 - 0.5 * dx1
+    # msdx1 = 0.5 * dx1**2 = [1/12, 1/6]; msg2 = 0.5 * msg1 + 0.5 * g2**2 = [0.5625, 2.25]
+    # dx2 = sqrt((msdx1 + 0.25) / (msg2 + 0.25)) * g2 = [sqrt((1/3) / 0.8125), 2 * sqrt(1/6)]
+    #     = [0.6405126152, 0.8164965809];  W2 = W1 - 0.5 * dx2
+    (AdaDelta, {"rho": 0.5, "eps": 0.25, "lr": 0.5}, [0.7958758547680684, -1.7113248654051871],
+     [0.4756195471578942, -2.11957315586905]),
+    # m1 = 0.5 * g1 = [0.25, -0.5], v1 = 0.25 * g1**2 = [0.0625, 0.25]
+    # lr1 = 0.1 * sqrt(1 - 0.75) / (1 - 0.5) = 0.1; W1 = W0 - 0.1 * m1 / (sqrt(v1) + 1e-8)
+    # m2 = m1 + 0.5 * (g2 - m1) = [0.625, 0.75], v2 = v1 + 0.25 * (g2**2 - v1) = [0.296875, 1.1875]
+    # lr2 = 0.1 * sqrt(1 - 0.75**2) / (1 - 0.5**2) = 0.0881917104
+    # W2 = W1 - lr2 * m2 / (sqrt(v2) + 1e-8)
+    (Adam, {"alpha": 0.1, "beta1": 0.5, "beta2": 0.75, "eps": 1e-8},
+     [0.9000000039999998, -1.900000002], [0.7988371760788534, -1.9606976993096883]),
+    # as Adam, each step first W *= 1 - 0.1 * 0.5:  W1 = 0.95 * W0 - 0.1 * m1 / (sqrt(v1) + 1e-8)
+    (AdamW, {"alpha": 0.1, "beta1": 0.5, "beta2": 0.75, "eps": 1e-8, "weight_decay": 0.5},
+     [0.8500000039999998, -1.800000002], [0.7063371758788534, -1.7706976992096881]),
+]
+
+
+def constant(xp, values, dtype="float64"):
+    return gradcore.Variable(xp.asarray(values, dtype), requires_grad=False)
+
+
+@pytest.mark.parametrize("cls, hyper, w1, w2", HAND, ids=[row[0].__name__ for row in HAND])
+def test_first_two_steps_match_the_formula(xp2, cls, hyper, w1, w2):
+    W = gradcore.Parameter(xp2.asarray(W0))
+    optimizer = cls(**hyper).setup([W])
+    for g, expected in ((G1, w1), (G2, w2)):
+        W.grad = constant(xp2, g)
+        optimizer.update()
+        np.testing.assert_allclose(xp2.numpy(W.data), expected, rtol=1e-12)
+        assert W.device == xp2.device
+
+
+CONVEX = [  # hyperparameters that bring sum((W - T)**2) down within 60 steps
+    (SGD, {"lr": 0.1}),
+    (MomentumSGD, {"lr": 0.05}),
+    (AdaGrad, {"lr": 0.5}),
+    (AdaDelta, {"eps": 1e-2}),
+    (Adam, {"alpha": 0.1}),
+    (AdamW, {"alpha": 0.1}),
+]
+
+
+@pytest.mark.parametrize("cls, hyper", CONVEX, ids=[row[0].__name__ for row in CONVEX])
+def test_a_convex_loss_goes_down(xp2, cls, hyper):
+    target = xp2.asarray([[1.0, -2.0, 3.0], [0.5, 0.0, -1.5]])
+    W = gradcore.Parameter(xp2.asarray(np.zeros((2, 3))))
+    optimizer = cls([W], **hyper)
+    losses = []
+    for _ in range(60):
+        loss = F.sum((W - target) ** 2)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss.item()))
+    assert losses[-1] < 0.05 * losses[0]
+    assert W.device == xp2.device
+
+
+class TwoParams:
+    """A stand-in for a model: anything with parameters()."""
+
+    def __init__(self, xp):
+        self.W = gradcore.Parameter(xp.asarray([[0.5, -1.0], [2.0, 0.25]]))
+        self.b = gradcore.Parameter(xp.asarray([0.1, -0.3]))
+
+    def parameters(self):
+        yield self.W
+        yield self.b
+
+    def loss(self, x):
+        return F.sum((F.matmul(x, self.W) + self.b) ** 2)
+
+
+@pytest.mark.parametrize("cls, hyper", CONVEX, ids=[row[0].__name__ for row in CONVEX])
+def test_dezero_and_pytorch_styles_give_the_same_steps(xp2, cls, hyper):
+    x = xp2.asarray([[1.0, 2.0], [-1.0, 0.5]])
+    dezero, pytorch = TwoParams(xp2), TwoParams(xp2)
+    first = cls(**hyper)  # DeZero: hyperparameters, setup(model), cleargrads, backward, update
+    first.setup(dezero)
+    if cls in (Adam, AdamW):  # PyTorch's name for Adam's alpha
+        hyper = {("lr" if k == "alpha" else k): v for k, v in hyper.items()}
+    second = cls(pytorch.parameters(), **hyper)
+    for _ in range(3):
+        for p in dezero.parameters():
+            p.cleargrad()
+        dezero.loss(x).backward()
+        first.update()
+        second.zero_grad()
+        pytorch.loss(x).backward()
+        second.step()
+    for a, b in zip(dezero.parameters(), pytorch.parameters()):
+        np.testing.assert_array_equal(xp2.numpy(a.data), xp2.numpy(b.data))
+    assert xp2.numpy(dezero.W.data)[0, 0] != 0.5  # it did move
+
+
+ALL = [row[:2] for row in HAND]
+
+
+@pytest.mark.parametrize("cls, hyper", ALL, ids=[row[0].__name__ for row in ALL])
+def test_updates_run_in_place_and_record_no_graph(xp2, cls, hyper, monkeypatch):
+    W = gradcore.Parameter(xp2.asarray(W0))
+    optimizer = cls([W], **hyper)
+    before = W.data
+    calls = []
+    original = gradcore.Function.__call__
+
+    def counting(self, *inputs):
+        calls.append(type(self).__name__)
+        return original(self, *inputs)
+
+    monkeypatch.setattr(gradcore.Function, "__call__", counting)
+    W.grad = grad = constant(xp2, G1)
+    with gradcore.enable_grad():
+        optimizer.step()
+        optimizer.step()
+    assert calls == []             # no Function ran: nothing recorded
+    assert W.creator is None and W.is_leaf
+    assert W.grad is grad          # the gradient is left as it was
+    np.testing.assert_array_equal(xp2.numpy(grad.data), G1)
+    assert W.data is before        # the same array object, updated in place
+    assert not np.array_equal(xp2.numpy(W.data), W0)
+
+
+@pytest.mark.parametrize("cls, hyper", ALL, ids=[row[0].__name__ for row in ALL])
+def test_float32_stays_float32(xp2, cls, hyper):
+    # NumPy float64 scalars as hyperparameters must not upcast float32 updates (NEP 50)
+    hyper = {k: np.float64(v) for k, v in hyper.items()}
+    W = gradcore.Parameter(xp2.asarray(W0, "float32"))
+    optimizer = cls([W], **hyper)
+    for g in (G1, G2):
+        W.grad = constant(xp2, g, "float32")
+        optimizer.step()
+    assert W.dtype == xp2.float32
+    for array in optimizer.state.get(W, {}).values():
+        assert array.dtype == xp2.float32
+    float64 = gradcore.Parameter(xp2.asarray(W0))  # the same steps in float64, as a reference
+    reference = cls([float64], **hyper)
+    for g in (G1, G2):
+        float64.grad = constant(xp2, g)
+        reference.step()
+    np.testing.assert_allclose(xp2.numpy(W.data), xp2.numpy(float64.data), rtol=1e-5)
+
+
+def test_a_float64_gradient_is_applied_in_the_parameter_dtype(xp2):
+    W = gradcore.Parameter(xp2.asarray(W0, "float32"))
+    W.grad = constant(xp2, G1, "float64")
+    Adam([W]).step()
+    assert W.dtype == xp2.float32
+
+
+def test_parameters_without_a_gradient_are_skipped(xp2):
+    W = gradcore.Parameter(xp2.asarray(W0))
+    b = gradcore.Parameter(xp2.asarray([3.0]))
+    optimizer = Adam([W, b], lr=0.1)
+    W.grad = constant(xp2, G1)
+    optimizer.step()
+    np.testing.assert_array_equal(xp2.numpy(b.data), [3.0])
+    assert b not in optimizer.state and W in optimizer.state
+    assert optimizer.t == 1

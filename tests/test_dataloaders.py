@@ -1,0 +1,233 @@
+"""gradcore.dataloaders: DataLoader and SeqDataLoader batches, order, shuffling, devices."""
+import numpy as np
+import pytest
+
+import backends
+import gradcore
+from conftest import DEVICE1, STRICT
+from gradcore.dataloaders import DataLoader, SeqDataLoader
+from gradcore.datasets import Dataset, SinCurve, Spiral
+
+
+class Counting(Dataset):
+    """Example i is (i, i + 100) as float32 / int64: batches show which examples they hold."""
+
+    def __init__(self, n, **kwargs):
+        self.n = n
+        super().__init__(**kwargs)
+
+    def prepare(self):
+        self.data = np.arange(self.n, dtype=np.float32)
+        self.label = np.arange(self.n, dtype=np.int64) + 100
+
+
+def epoch(loader):
+    return [(np.asarray(x), None if t is None else np.asarray(t)) for x, t in loader]
+
+
+# =============================================================================== batches
+def test_batches_in_order_with_a_partial_last_batch():
+    loader = DataLoader(Counting(10), batch_size=4, shuffle=False)
+    assert loader.max_iter == len(loader) == 3 and loader.data_size == 10
+    batches = epoch(loader)
+    assert [x.tolist() for x, _ in batches] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert [t.tolist() for _, t in batches] == [[100, 101, 102, 103], [104, 105, 106, 107],
+                                                 [108, 109]]
+    assert batches[0][0].dtype == np.float32 and batches[0][1].dtype == np.int64
+    assert loader.iteration == 0  # the epoch's end reset it: the next loop is a new epoch
+    assert [x.tolist() for x, _ in epoch(loader)] == [x.tolist() for x, _ in batches]
+
+
+def test_dezero_iteration_protocol():
+    loader = DataLoader(Counting(5), batch_size=2, shuffle=False)
+    assert iter(loader) is loader
+    x, t = loader.next()
+    assert x.tolist() == [0, 1] and loader.iteration == 1
+    assert next(loader)[0].tolist() == [2, 3]
+    assert next(loader)[0].tolist() == [4]
+    with pytest.raises(StopIteration):
+        next(loader)
+    assert loader.iteration == 0
+    loader.next()
+    loader.reset()
+    assert loader.iteration == 0 and next(loader)[0].tolist() == [0, 1]
+
+
+def test_spiral_batches():
+    loader = DataLoader(Spiral(), batch_size=32)
+    batches = epoch(loader)
+    assert len(batches) == 10
+    assert [len(x) for x, _ in batches] == [32] * 9 + [12]
+    assert batches[0][0].shape == (32, 2) and batches[0][0].dtype == np.float32
+    assert batches[0][1].shape == (32,) and batches[0][1].dtype == np.int64
+    assert isinstance(batches[0][0], np.ndarray)  # the default device is the CPU: NumPy
+    assert loader.device == "cpu" and loader.gpu is False
+
+
+# =============================================================================== shuffling
+def test_shuffle_is_np_random_permutation():
+    np.random.seed(3)
+    expected = np.random.permutation(10)
+    np.random.seed(3)
+    loader = DataLoader(Counting(10), batch_size=4)
+    np.testing.assert_array_equal(loader.index, expected)
+    xs = np.concatenate([x for x, _ in epoch(loader)])
+    np.testing.assert_array_equal(xs, expected)  # every example once, in that order
+
+
+def test_shuffle_reproduces_with_np_random_seed():
+    def two_epochs():
+        np.random.seed(0)
+        loader = DataLoader(Counting(20), batch_size=6)
+        return [np.concatenate([x for x, _ in epoch(loader)]) for _ in range(2)]
+
+    first, second = two_epochs()
+    np.testing.assert_array_equal(np.sort(first), np.arange(20))
+    assert not np.array_equal(first, second)  # each epoch draws a new order
+    again = two_epochs()
+    np.testing.assert_array_equal(again[0], first)
+    np.testing.assert_array_equal(again[1], second)
+
+
+def test_shuffled_labels_stay_with_their_examples():
+    np.random.seed(1)
+    for x, t in DataLoader(Counting(50), batch_size=16):
+        np.testing.assert_array_equal(t, x.astype(np.int64) + 100)
+
+
+# =============================================================================== devices
+def test_batches_on_the_requested_device(xp2):
+    ds = Counting(7)
+    loader = DataLoader(ds, batch_size=3, shuffle=False, device=xp2.device)
+    assert loader.device == xp2.device
+    batches = list(loader)
+    assert len(batches) == 3
+    for x, t in batches:
+        for a in (x, t):
+            assert backends.backend_of(a) is xp2.backend
+            assert xp2.backend.device_of(a) == xp2.device
+    x, t = batches[2]
+    assert x.dtype == xp2.float32 and t.dtype == xp2.int64
+    np.testing.assert_array_equal(xp2.numpy(x), [6.0])
+    np.testing.assert_array_equal(xp2.numpy(t), [106])
+
+
+def test_device_strings_and_moves():
+    loader = DataLoader(Counting(4), batch_size=2, shuffle=False, device=str(DEVICE1))
+    x, _ = next(loader)
+    assert STRICT.device_of(x) == DEVICE1
+    assert loader.to_cpu() is loader and loader.device == "cpu"
+    x, t = next(loader)  # the move applies from the next batch on
+    assert isinstance(x, np.ndarray) and isinstance(t, np.ndarray) and x.tolist() == [2.0, 3.0]
+    assert loader.to(DEVICE1) is loader
+    x, t = next(DataLoader(Counting(4), 2, device=DEVICE1))
+    assert STRICT.device_of(x) == DEVICE1 and STRICT.device_of(t) == DEVICE1
+
+
+def test_bad_devices_are_refused_up_front():
+    with pytest.raises(ValueError, match=r"DataLoader: unknown device nowhere:1"):
+        DataLoader(Counting(4), 2, device="nowhere:1")
+    with pytest.raises(backends.DeviceUnavailableError,
+                       match=r"DataLoader: array_api_strict:device9 does not exist"):
+        DataLoader(Counting(4), 2, device="array_api_strict:device9")
+    with pytest.raises(TypeError, match=r"DataLoader: a device is a gradcore Device or a string"):
+        DataLoader(Counting(4), 2, device=0)
+    with pytest.raises(ValueError, match=r"gpu=True asks for 'cuda' but device='cpu'"):
+        DataLoader(Counting(4), 2, device="cpu", gpu=True)
+    loader = DataLoader(Counting(4), 2, device=DEVICE1)
+    with pytest.raises(ValueError, match="unknown device"):
+        loader.to("nowhere:1")
+    assert loader.device == DEVICE1  # unchanged by the failed move
+
+
+@pytest.mark.skipif(gradcore.cuda_available(), reason="a GPU is present")
+def test_cuda_without_a_gpu_says_so():
+    with pytest.raises(backends.DeviceUnavailableError, match=r"DataLoader: .*CUDA"):
+        DataLoader(Counting(4), 2, gpu=True)
+    loader = DataLoader(Counting(4), 2)
+    with pytest.raises(backends.DeviceUnavailableError, match=r"DataLoader: .*CUDA"):
+        loader.to_gpu()
+    assert loader.device == "cpu"
+
+
+@pytest.mark.gpu
+def test_cuda_batches():
+    loader = DataLoader(Counting(4), 2, shuffle=False).to_gpu()
+    x, t = next(loader)
+    assert loader.gpu and type(x).__module__.startswith("cupy")
+    assert x.get().tolist() == [0.0, 1.0] and t.get().tolist() == [100, 101]
+
+
+# =============================================================================== datasets
+def test_transforms_run_per_example():
+    ds = Counting(6, transform=lambda x: np.array([x, -x]), target_transform=lambda t: t - 100)
+    x, t = next(DataLoader(ds, batch_size=4, shuffle=False))
+    np.testing.assert_array_equal(x, [[0, 0], [1, -1], [2, -2], [3, -3]])
+    assert x.dtype == np.float32
+    np.testing.assert_array_equal(t, [0, 1, 2, 3])
+
+
+def test_any_sequence_of_pairs_and_unlabelled_sets():
+    pairs = [(np.full(2, i, np.float32), i % 2) for i in range(5)]
+    x, t = next(DataLoader(pairs, batch_size=5, shuffle=False))
+    assert x.shape == (5, 2) and t.tolist() == [0, 1, 0, 1, 0]
+
+    class Unlabelled(Dataset):
+        def prepare(self):
+            self.data = np.ones((3, 2), np.float32)
+
+    x, t = next(DataLoader(Unlabelled(), batch_size=2))
+    assert x.shape == (2, 2) and t is None
+
+
+def test_bad_datasets_and_arguments():
+    with pytest.raises(TypeError, match=r"DataLoader: dataset must support len\(\)"):
+        DataLoader(5, 2)
+    for bad in (0, -1, 2.0, True, "4"):
+        with pytest.raises(ValueError, match=r"batch_size must be a positive int"):
+            DataLoader(Counting(4), bad)
+    with pytest.raises(TypeError, match=r"shuffle must be True or False"):
+        DataLoader(Counting(4), 2, shuffle="yes")
+    with pytest.raises(TypeError, match=r"dataset\[0\] must be an \(x, t\) pair"):
+        next(DataLoader([1, 2], 2, shuffle=False))
+    ragged = [(np.zeros(2), 0), (np.zeros(3), 1)]
+    with pytest.raises(ValueError, match=r"cannot stack the inputs of a batch.*shapes"):
+        next(DataLoader(ragged, 2, shuffle=False))
+    with pytest.raises(ValueError, match=r"some examples of a batch have a label and some"):
+        next(DataLoader([(1.0, 1), (2.0, None)], 2, shuffle=False))
+
+
+# =============================================================================== SeqDataLoader
+def test_seq_loader_streams():
+    loader = SeqDataLoader(Counting(10), batch_size=3)
+    assert loader.max_iter == 4 and loader.shuffle is False
+    batches = epoch(loader)
+    # three streams starting at 0, 3 and 6 (jump 10 // 3), one step each batch
+    assert [x.tolist() for x, _ in batches] == [[0, 3, 6], [1, 4, 7], [2, 5, 8], [3, 6, 9]]
+    assert [t.tolist() for _, t in batches][0] == [100, 103, 106]
+    assert loader.iteration == 0
+
+
+def test_seq_loader_follows_sin_curve():
+    ds = SinCurve()
+    loader = SeqDataLoader(ds, batch_size=4)
+    jump = 999 // 4
+    assert loader.max_iter == 250
+    for i, (x, t) in enumerate(loader):
+        assert x.shape == t.shape == (4, 1)
+        positions = (np.arange(4) * jump + i) % 999
+        np.testing.assert_array_equal(x, ds.data[positions])
+        np.testing.assert_array_equal(t, ds.label[positions])
+    assert i == 249 and positions.tolist() == [249, 498, 747, 996]
+
+
+def test_seq_loader_device(xp2):
+    loader = SeqDataLoader(Counting(6), batch_size=2, device=xp2.device)
+    x, t = next(loader)
+    assert xp2.backend.device_of(x) == xp2.device and xp2.backend.device_of(t) == xp2.device
+    np.testing.assert_array_equal(xp2.numpy(x), [0, 3])
+
+
+def test_seq_loader_needs_enough_examples():
+    with pytest.raises(ValueError, match=r"batch_size \(7\) is the number of parallel streams"):
+        SeqDataLoader(Counting(6), batch_size=7)

@@ -1,0 +1,234 @@
+"""gradcore.datasets: the Dataset base, Spiral, SinCurve, Shapes, and MNIST from a local .npz."""
+import numpy as np
+import pytest
+
+import gradcore
+from gradcore.datasets import MNIST, Dataset, Shapes, SinCurve, Spiral, get_spiral
+
+
+# =============================================================================== Dataset base
+class Squares(Dataset):
+    def prepare(self):
+        self.data = np.arange(5, dtype=np.float32)
+        self.label = self.data ** 2 if self.train else None
+
+
+def test_dataset_applies_its_transforms_per_example():
+    ds = Squares(transform=lambda x: x + 1, target_transform=lambda t: -t)
+    assert len(ds) == 5 and ds.train is True
+    assert ds[2] == (3.0, -4.0)
+    assert ds[-1] == (5.0, -16.0)  # negative indices count from the end
+    assert gradcore.Dataset is Dataset
+
+
+def test_dataset_without_labels_gives_none():
+    x, t = Squares(train=False)[3]
+    assert x == 3.0 and t is None
+
+
+def test_dataset_index_errors():
+    ds = Squares()
+    with pytest.raises(TypeError, match=r"Squares: an index is an int, got slice"):
+        ds[1:3]
+    with pytest.raises(IndexError, match=r"Squares: index 5 is out of range for 5 examples"):
+        ds[5]
+    with pytest.raises(IndexError, match="index -6"):
+        ds[-6]
+    assert ds[np.int64(1)] == (1.0, 1.0)  # NumPy integers are indices too
+
+
+def test_dataset_argument_errors():
+    with pytest.raises(TypeError, match=r"Squares: train must be True or False.*transform="):
+        Squares(lambda x: x)  # a transform passed where train goes
+    with pytest.raises(TypeError, match=r"Squares: target_transform must be callable"):
+        Squares(target_transform=3)
+
+
+def test_dataset_whose_prepare_sets_nothing():
+    ds = Dataset()
+    with pytest.raises(TypeError, match=r"Dataset has no data: its prepare\(\) must set self.data"):
+        len(ds)
+    assert repr(ds) == "Dataset(train, no data)"
+
+
+# =============================================================================== Spiral
+def dezero_style_spiral(seed):
+    """The spiral built point by point from the global generator, as DeZero's get_spiral does."""
+    np.random.seed(seed)
+    x = np.zeros((300, 2), dtype=np.float32)
+    t = np.zeros(300, dtype=np.int64)
+    for j in range(3):
+        for i in range(100):
+            rate = i / 100
+            theta = j * 4.0 + 4.0 * rate + np.random.randn() * 0.2
+            x[100 * j + i] = [rate * np.sin(theta), rate * np.cos(theta)]
+            t[100 * j + i] = j
+    order = np.random.permutation(300)
+    return x[order], t[order]
+
+
+@pytest.mark.parametrize("train, seed", [(True, 1984), (False, 2020)])
+def test_spiral_is_dezeros_spiral(train, seed):
+    x, t = get_spiral(train)
+    x_ref, t_ref = dezero_style_spiral(seed)
+    np.testing.assert_array_equal(x, x_ref)
+    np.testing.assert_array_equal(t, t_ref)
+
+
+def test_spiral_shapes_dtypes_labels():
+    ds = Spiral()
+    assert ds.data.shape == (300, 2) and ds.data.dtype == np.float32
+    assert ds.label.shape == (300,) and ds.label.dtype == np.int64
+    np.testing.assert_array_equal(np.bincount(ds.label), [100, 100, 100])
+    # radius i/100 for the i-th point of every class
+    radius = np.linalg.norm(ds.data.astype(np.float64), axis=1)
+    for c in range(3):
+        np.testing.assert_allclose(np.sort(radius[ds.label == c]), np.arange(100) / 100, atol=1e-6)
+    x, t = ds[0]
+    assert x.shape == (2,) and t == ds.label[0]
+
+
+def test_spiral_is_deterministic_and_leaves_the_global_generator_alone():
+    np.random.seed(7)
+    expected = np.random.rand(3)
+    np.random.seed(7)
+    a, b = Spiral(), Spiral()
+    np.testing.assert_array_equal(np.random.rand(3), expected)
+    np.testing.assert_array_equal(a.data, b.data)
+    test = Spiral(train=False)
+    assert not np.array_equal(a.data, test.data)
+    assert repr(test) == "Spiral(test, 300 examples)"
+
+
+# =============================================================================== SinCurve
+def test_sin_curve():
+    train, test = SinCurve(), SinCurve(train=False)
+    for ds in (train, test):
+        assert ds.data.shape == ds.label.shape == (999, 1)
+        assert ds.data.dtype == ds.label.dtype == np.float32
+        np.testing.assert_array_equal(ds.label[:-1], ds.data[1:])  # the label is the next value
+    x = np.linspace(0, 2 * np.pi, 1000)
+    noise = train.data[:, 0] - np.sin(x[:-1])
+    assert np.abs(noise).max() <= 0.05 + 1e-6 and noise.std() > 0.02
+    np.testing.assert_allclose(test.data[:, 0], np.cos(x[:-1]), atol=1e-6)
+    np.testing.assert_array_equal(SinCurve().data, train.data)  # the noise is seeded
+
+
+# =============================================================================== Shapes
+def test_shapes_shapes_dtypes_labels():
+    ds = Shapes()
+    assert ds.data.shape == (400, 1, 16, 16) and ds.data.dtype == np.float32
+    assert ds.label.shape == (400,) and ds.label.dtype == np.int64
+    np.testing.assert_array_equal(np.bincount(ds.label), [100] * 4)
+    assert Shapes.labels()[3] == "cross"
+    big = Shapes(train=False, size=32, num_per_class=3)
+    assert big.data.shape == (12, 1, 32, 32)
+
+
+def test_shapes_are_deterministic_per_seed():
+    a, b = Shapes(num_per_class=5), Shapes(num_per_class=5)
+    np.testing.assert_array_equal(a.data, b.data)
+    np.testing.assert_array_equal(a.label, b.label)
+    assert not np.array_equal(a.data, Shapes(train=False, num_per_class=5).data)
+    assert not np.array_equal(a.data, Shapes(num_per_class=5, seed=5).data)
+    np.testing.assert_array_equal(Shapes(train=False, num_per_class=5).data,
+                                  Shapes(num_per_class=5, seed=1).data)
+
+
+def test_shapes_draw_their_class():
+    ds = Shapes(num_per_class=20, noise=0.0)
+    for image, c in zip(ds.data[:, 0], ds.label):
+        on = image > 0
+        rows, cols = np.nonzero(on.any(axis=1))[0], np.nonzero(on.any(axis=0))[0]
+        assert 0.7 <= image[on].min() and image.max() <= 1.0  # one brightness per image
+        solid = on[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1].all()
+        if c == 0:    # horizontal bar: a solid 1-2 rows, at least half the width
+            assert solid and len(rows) <= 2 and len(cols) >= 8
+        elif c == 1:  # vertical bar
+            assert solid and len(cols) <= 2 and len(rows) >= 8
+        elif c == 2:  # square outline: the box's border lit, its inside dark
+            r0, r1, c0, c1 = rows[0], rows[-1], cols[0], cols[-1]
+            assert r1 - r0 == c1 - c0
+            assert on[r0, c0:c1 + 1].all() and on[r1, c0:c1 + 1].all()
+            assert on[r0:r1 + 1, c0].all() and on[r0:r1 + 1, c1].all()
+            assert not on[r0 + 1:r1, c0 + 1:c1].any()
+        else:         # cross: a full row and a full column of its box lit, the corners dark
+            r0, r1, c0, c1 = rows[0], rows[-1], cols[0], cols[-1]
+            assert on[:, c0:c1 + 1].all(axis=1).any() and on[r0:r1 + 1].all(axis=0).any()
+            assert not (on[r0, c0] or on[r0, c1] or on[r1, c0] or on[r1, c1])
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"size": 4}, r"size must be an int >= 8, got 4"),
+    ({"num_per_class": 0}, r"num_per_class must be an int >= 1"),
+    ({"noise": -1.0}, r"noise must be a number >= 0"),
+    ({"seed": "a"}, r"seed must be None or an int >= 0"),
+])
+def test_shapes_argument_errors(kwargs, match):
+    with pytest.raises(ValueError, match="Shapes: " + match):
+        Shapes(**kwargs)
+
+
+# =============================================================================== MNIST
+def write_mnist(path, n_train=5, n_test=3):
+    rng = np.random.default_rng(0)
+    arrays = {
+        "x_train": rng.integers(0, 256, (n_train, 28, 28), dtype=np.uint8),
+        "y_train": np.arange(n_train, dtype=np.uint8) % 10,
+        "x_test": rng.integers(0, 256, (n_test, 28, 28), dtype=np.uint8),
+        "y_test": np.array([7, 2, 1][:n_test], dtype=np.uint8),
+    }
+    np.savez(path, **arrays)
+    return arrays
+
+
+def test_mnist_reads_a_local_npz(tmp_path):
+    arrays = write_mnist(tmp_path / "mnist.npz")
+    train = MNIST(path=tmp_path / "mnist.npz")
+    assert train.data.shape == (5, 1, 28, 28) and train.data.dtype == np.uint8
+    assert train.label.dtype == np.int64
+    np.testing.assert_array_equal(train.label, [0, 1, 2, 3, 4])
+    x, t = train[1]  # DeZero's default transform: flattened, float32, in [0, 1]
+    assert x.shape == (784,) and x.dtype == np.float32 and t == 1
+    np.testing.assert_allclose(x, arrays["x_train"][1].reshape(-1) / 255.0, rtol=1e-6)
+
+    test = MNIST(train=False, transform=None, path=str(tmp_path / "mnist.npz"))
+    assert len(test) == 3
+    x, t = test[0]
+    np.testing.assert_array_equal(x[0], arrays["x_test"][0])
+    assert t == 7
+    assert MNIST.labels()[7] == "7"
+
+
+def test_mnist_default_path_from_gradcore_data(tmp_path, monkeypatch):
+    write_mnist(tmp_path / "mnist.npz")
+    monkeypatch.setenv("GRADCORE_DATA", str(tmp_path))
+    assert len(MNIST()) == 5
+
+
+def test_mnist_missing_file_says_where_to_put_it(tmp_path):
+    path = tmp_path / "nowhere" / "mnist.npz"
+    with pytest.raises(FileNotFoundError) as info:
+        MNIST(path=path)
+    message = str(info.value)
+    assert f"no file at {path}" in message and "downloads nothing" in message
+    assert "x_train, y_train, x_test, y_test" in message and "MNIST(path=...)" in message
+
+
+def test_mnist_bad_files(tmp_path):
+    np.savez(tmp_path / "partial.npz", x_train=np.zeros((2, 28, 28), np.uint8))
+    with pytest.raises(ValueError, match=r"partial.npz has no y_train; it holds x_train"):
+        MNIST(path=tmp_path / "partial.npz")
+    (tmp_path / "text.npz").write_text("not an archive")
+    with pytest.raises(ValueError, match=r"text.npz is not a readable .npz file"):
+        MNIST(path=tmp_path / "text.npz")
+    np.save(tmp_path / "one.npy", np.zeros(3))
+    with pytest.raises(ValueError, match=r"holds one array, not an .npz archive"):
+        MNIST(path=tmp_path / "one.npy")
+    np.savez(tmp_path / "objects.npz", x_train=np.array([None, 1], dtype=object), y_train=[1, 2])
+    with pytest.raises(ValueError, match=r"cannot read x_train and y_train"):  # no pickle, ever
+        MNIST(path=tmp_path / "objects.npz")
+    np.savez(tmp_path / "labels.npz", x_train=np.zeros((2, 28, 28), np.uint8),
+             y_train=np.zeros(3, np.int64))
+    with pytest.raises(ValueError, match=r"y_train .* must be 2 integer labels"):
+        MNIST(path=tmp_path / "labels.npz")

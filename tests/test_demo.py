@@ -1,0 +1,146 @@
+"""gradcore.demo: the spiral MLP and the Shapes conv net learn on every device; the command line,
+its PNGs, its progress bar and its errors."""
+import io
+import subprocess
+import sys
+
+import pytest
+
+import backends
+import gradcore
+from conftest import DEVICE1
+from gradcore import demo
+
+
+# =============================================================================== training
+def test_spiral_reaches_95_percent(xp2):
+    result = demo.train_spiral(device=xp2.device, epochs=30, progress=False)
+    assert result["accuracy"] > 0.95 and result["test_accuracy"] > 0.93
+    assert len(result["loss"]) == 30 and result["loss"][-1] < result["loss"][0] / 5
+    assert result["device"] == xp2.device and result["files"] == []
+    for p in result["model"].parameters():
+        assert p.backend is xp2.backend and p.device == xp2.device
+
+
+def test_spiral_runs_repeat_with_the_seed():
+    a = demo.train_spiral(device="cpu", epochs=3, progress=False)
+    b = demo.train_spiral(device="cpu", epochs=3, progress=False)
+    assert a["loss"] == b["loss"]
+    c = demo.train_spiral(device="cpu", epochs=3, seed=1, progress=False)
+    assert c["loss"] != a["loss"]
+
+
+def test_conv_net_learns_the_shapes(xp2):
+    result = demo.train_conv(device=xp2.device, epochs=8, lr=0.01, num_per_class=80,
+                             progress=False)
+    assert result["examples"] == 320
+    assert result["accuracy"] > 0.95 and result["test_accuracy"] > 0.9
+    assert result["loss"][-1] < result["loss"][0] / 2
+
+
+# =============================================================================== command line
+def test_main_writes_the_pngs(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    assert demo.main(["--epochs", "2", "--device", "cpu", "--out", str(tmp_path)]) == 0
+    assert demo.main(["--task", "conv", "--epochs", "1", "--device", "cpu",
+                      "--out", str(tmp_path)]) == 0
+    names = ["spiral_boundary.png", "spiral_loss.png", "conv_loss.png", "conv_predictions.png"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)
+    for name in names:
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    out, err = capsys.readouterr()
+    assert "MLP (2-30-30-3, relu) on 300 spiral points: 2 epochs on cpu" in out
+    assert "conv net on 800 Shapes images" in out
+    assert f"wrote {tmp_path / 'spiral_boundary.png'}" in out
+    assert "epoch 2/2 [" in err and "epoch 1/1 [" in err
+
+
+def test_missing_matplotlib_is_named_before_training(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now fails
+    assert demo.main(["--device", "cpu", "--out", str(tmp_path / "out")]) == 2
+    out, err = capsys.readouterr()
+    assert "matplotlib, which is not installed: pip install 'gradcore[demo]'" in err
+    assert "--no-plot" in err and "Traceback" not in err
+    assert "epoch" not in err and out == ""  # nothing was trained
+    assert not (tmp_path / "out").exists()
+    assert demo.main(["--device", "cpu", "--epochs", "1", "--no-plot"]) == 0
+
+
+def test_bad_devices_are_reported(capsys):
+    assert demo.main(["--device", "nowhere:1", "--no-plot"]) == 2
+    assert "gradcore.demo: error: --device nowhere:1: unknown device" in capsys.readouterr().err
+    assert demo.main(["--device", "array_api_strict:device9", "--no-plot"]) == 2
+    assert "array_api_strict:device9 does not exist" in capsys.readouterr().err
+    assert demo.resolve_device("array_api_strict:device1") == DEVICE1
+
+
+@pytest.mark.skipif(gradcore.cuda_available(), reason="a GPU is present")
+def test_cuda_without_a_gpu(capsys):
+    assert demo.resolve_device(None) == "cpu"  # the best device here
+    assert demo.main(["--device", "cuda", "--no-plot"]) == 2
+    err = capsys.readouterr().err
+    assert "--device cuda:" in err and "CUDA" in err and "Traceback" not in err
+
+
+def test_missing_array_api_strict_is_named(monkeypatch):
+    monkeypatch.setitem(sys.modules, "array_api_strict", None)
+    with pytest.raises(demo.DemoError, match=r"pip install array-api-strict"):
+        demo._register_array_api_strict()
+
+
+def test_bad_arguments_exit_with_usage(capsys):
+    with pytest.raises(SystemExit) as info:
+        demo.main(["--epochs", "0"])
+    assert info.value.code == 2
+    assert "--epochs: must be a positive int, got '0'" in capsys.readouterr().err
+    for args, message in ((["--lr", "nan"], "--lr: must be a positive float, got 'nan'"),
+                          (["--epochs", "x"], "--epochs: must be a positive int, got 'x'"),
+                          (["--seed", "-1"], "--seed: must be an int in [0, 2**32), got '-1'")):
+        with pytest.raises(SystemExit):
+            demo.main(args)
+        assert message in capsys.readouterr().err
+
+
+def test_command_registers_array_api_strict_itself(tmp_path):
+    # a fresh process, where nothing has registered array-api-strict yet
+    run = subprocess.run(
+        [sys.executable, "-m", "gradcore.demo", "--device", "array_api_strict:device1",
+         "--epochs", "10", "--no-plot"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "10 epochs on array_api_strict:device1" in run.stdout
+    accuracy = float(run.stdout.split("train accuracy ")[1].split("%")[0])
+    assert accuracy > 95
+    assert "epoch 10/10 [##############################] loss" in run.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+# =============================================================================== progress bar
+def test_progress_bar_in_a_log_writes_about_ten_lines():
+    stream = io.StringIO()
+    bar = demo.ProgressBar(100, stream, width=10)
+    for epoch in range(1, 101):
+        bar.update(epoch, 1.0 / epoch)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 11
+    assert lines[0].startswith("epoch   1/100 [..........] loss 1.0000")
+    assert lines[5].startswith("epoch  50/100 [#####.....] loss 0.0200")
+    assert lines[-1].startswith("epoch 100/100 [##########] loss 0.0100")
+
+
+def test_progress_bar_on_a_terminal_redraws_one_line():
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    stream = Terminal()
+    bar = demo.ProgressBar(3, stream, width=3)
+    for epoch in (1, 2, 3):
+        bar.update(epoch, 0.5)
+    text = stream.getvalue()
+    assert text.count("\r") == 3 and text.endswith("\n") and text.count("\n") == 1
+    assert "\repoch 2/3 [##.] loss 0.5000" in text
+
+
+def test_best_device():
+    assert demo.best_device() == ("cuda" if backends.cuda_available() else "cpu")
