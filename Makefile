@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 # The CPU build of PyTorch, for the side-by-side figures (skipped if it cannot be installed).
 TORCH  ?= torch==2.13.0
 
-.PHONY: test bench venv clean
+.PHONY: test bench demo venv clean
 
 venv: $(VENV)/.installed
 
@@ -29,6 +29,14 @@ $(VENV)/.bench: $(VENV)/.installed
 
 bench: $(VENV)/.bench
 	$(PY) -m benchmarks $(ARGS)
+
+# matplotlib draws the demo's PNGs (the `demo` extra); ARGS="--task conv --device cpu" etc.
+$(VENV)/.demo: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[demo]'
+	touch $@
+
+demo: $(VENV)/.demo
+	$(PY) -m gradcore.demo $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
