@@ -1,20 +1,26 @@
-"""`python -m benchmarks [--device cpu|cuda|auto] [--only NAME ...] [--repeat N] [--warmup N]`:
-run the suite, print a table, write benchmarks/results/DEVICE.json."""
+"""`python -m benchmarks [--device cpu|cuda|auto] [--only NAME ...] [--repeat N] [--warmup N]
+[--threads N]`: run the suite, print a table, write benchmarks/results/DEVICE.json and .png and
+benchmarks/RESULTS.md. `--profile NAME`: cProfile of gradcore's run of one workload instead.
+`--write-results`: only regenerate RESULTS.md and the charts from the JSON files."""
 import argparse
+import cProfile
 import datetime
-import json
 import os
+import pstats
 import shlex
 import sys
 
 import backends
 
 from . import WORKLOADS, load
-from .common import KINDS, machine_info, per_unit, resolve_device, run_workload
+from .common import (KINDS, Progress, load_average, machine_info, prepare, resolve_device,
+                     run_workload, thread_environment, threads_pinned, time_once)
+from .memory import measure
+from .report import print_table, write_all, write_json
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-HEADERS = {"gradcore": "gradcore", "floor": "floor", "torch": "PyTorch"}
-LIBRARIES = {"numpy": "NumPy", "cupy": "CuPy"}
+DEFAULT_REPEAT = 20
+DEFAULT_WARMUP = 3
+MEMORY_WEIGHT = 10  # one memory child counts as this many timing rounds in the progress bar
 
 
 def parse_args(argv):
@@ -24,12 +30,25 @@ def parse_args(argv):
     parser.add_argument("--device", default="auto", metavar="{cpu,cuda,auto}",
                         help="where to run (also cuda:N); auto = cuda if a GPU is usable, else cpu")
     parser.add_argument("--only", nargs="+", metavar="NAME", choices=WORKLOADS,
-                        help=f"run only these workloads (of: {', '.join(WORKLOADS)})")
-    parser.add_argument("--repeat", type=_positive, default=20, metavar="N",
-                        help="timed runs per figure; the median is reported (default 20)")
-    parser.add_argument("--warmup", type=_count, default=3, metavar="N",
-                        help="untimed runs before timing (default 3)")
+                        help=f"run only these workloads (of: {', '.join(WORKLOADS)}); the others "
+                             "keep their last figures in the JSON")
+    parser.add_argument("--repeat", type=_positive, metavar="N",
+                        help=f"timed runs per figure, the median is reported (default "
+                             f"{DEFAULT_REPEAT}; 5 for deep)")
+    parser.add_argument("--warmup", type=_count, metavar="N",
+                        help=f"untimed runs before timing (default {DEFAULT_WARMUP}; 1 for deep)")
+    parser.add_argument("--threads", type=_positive, default=1, metavar="N",
+                        help="threads for the BLAS under NumPy and for PyTorch, the same for both "
+                             "(default 1: spinning BLAS threads on a busy machine swamp the "
+                             "figures)")
+    parser.add_argument("--profile", metavar="NAME", choices=WORKLOADS,
+                        help="print the top of a cProfile of gradcore's run of NAME; no figures")
+    parser.add_argument("--write-results", action="store_true",
+                        help="only regenerate benchmarks/RESULTS.md and the charts from "
+                             "benchmarks/results/*.json; run nothing")
     args = parser.parse_args(argv)
+    if args.write_results:
+        return args
     if args.device != "auto":
         try:
             kind = backends.parse_device(args.device).type
@@ -58,58 +77,6 @@ def _count(text):
     return value
 
 
-def progress(message):
-    print(f"[bench] {message}", file=sys.stderr, flush=True)
-
-
-def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    args = parse_args(argv)
-    device = args.device
-    progress(f"running on device {device}")
-    info = machine_info(device)
-    records = {}
-    workloads = load(args.only)
-    for i, workload in enumerate(workloads, 1):
-        progress(f"workload {i}/{len(workloads)}: {workload.name}")
-        records[workload.name] = run_workload(workload, device, args.repeat, args.warmup, progress)
-    report = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": shlex.join(["python", "-m", "benchmarks", *argv]),
-        "python_executable": sys.executable,
-        "device": str(device),
-        "floor_library": backends.backend_for_device(device).name,
-        "settings": {"repeat": args.repeat, "warmup": args.warmup,
-                     "statistic": "median of the timed runs",
-                     "clock": "time.perf_counter, device synchronized before each reading",
-                     "gc": "enabled; gc.collect() before each timed run"},
-        "machine": info,
-        "workloads": records,
-    }
-    path = write_json(report, device)
-    print_table(report, _micro())
-    print(f"\nresults: {os.path.relpath(path)}")
-    failed = [f"{name}/{kind}" for name, record in records.items()
-              for kind, entry in {**record["results"], **record["references"]}.items()
-              if entry["status"] == "error"]
-    if failed:
-        progress(f"FAILED: {', '.join(failed)} (see the notes)")
-    return 1 if failed else 0
-
-
-# ================================================================================ output
-def write_json(report, device):
-    """The report as results/<device>.json (cpu.json, cuda.json, cuda1.json), written atomically."""
-    os.makedirs(RESULTS, exist_ok=True)
-    name = device.type if device.index in (None, 0) else f"{device.type}{device.index}"
-    path = os.path.join(RESULTS, f"{name}.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump(report, f, indent=2)
-        f.write("\n")
-    os.replace(path + ".tmp", path)
-    return path
-
-
 def _micro():
     """"µs" if the terminal can print it, else "us"."""
     try:
@@ -119,74 +86,129 @@ def _micro():
         return "us"
 
 
-def _number(value):
-    """Three significant digits, no trailing dot: 7.99, 0.673, 11.9, 125."""
-    return f"{value:#.3g}".rstrip(".")
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    if args.write_results:
+        for path in write_all():
+            print(f"wrote {os.path.relpath(path)}")
+        return 0
+    if not threads_pinned(args.threads):
+        # The BLAS reads its thread count once, when NumPy loads: start again with it set.
+        os.execve(sys.executable, [sys.executable, "-m", "benchmarks", *argv],
+                  thread_environment(args.threads))
+    if args.profile:
+        return profile(args)
+    return run_suite(args, argv)
 
 
-def print_table(report, micro):
-    info = report["machine"]
-    library = LIBRARIES.get(report["floor_library"], report["floor_library"])
-    settings = report["settings"]
-    where = info["gpu"] if report["device"].startswith("cuda") else info["cpu"]
-    print(f"gradcore benchmarks on device {report['device']} ({where}; "
-          f"{info['usable_cpus']} CPU(s) usable); median of {settings['repeat']} timed runs "
-          f"after {settings['warmup']} warm-up runs")
-    print(f"floor = hand-written {library}, no autodiff; the implementations take turns, one run "
-          "each per round; n/a = not run (see notes)\n")
-
-    rows = [["workload", *(HEADERS[kind] for kind in KINDS), "gradcore/PyTorch", "gradcore/floor"]]
-    notes = []
-    for name, record in report["workloads"].items():
-        unit = f"{micro if record['time_unit'] == 'us' else record['time_unit']}/{record['unit']}"
-        row = [name]
-        for kind in KINDS:
-            entry = record["results"][kind]
-            value = per_unit(entry, record)
-            if value is not None:
-                row.append(f"{_number(value)} {unit}")
-            else:
-                row.append("FAILED" if entry["status"] == "error" else "n/a")
-        for key in ("gradcore/torch", "gradcore/floor"):
-            ratio = record["ratios"][key]
-            row.append("n/a" if ratio is None else f"{_number(ratio)}x")
-        rows.append(row)
-        notes.extend(_notes(name, record, unit, library))
-
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for i, row in enumerate(rows):
-        cells = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]
-        print("  ".join(cells).rstrip())
-        if i == 0:
-            print("  ".join("-" * w for w in widths))
-    print("\nnotes:")
-    for line in notes:
-        print(line)
+# ================================================================================ the suite
+def _runs(workload, args):
+    repeat = args.repeat or workload.repeat or DEFAULT_REPEAT
+    warmup = args.warmup if args.warmup is not None else (
+        workload.warmup if workload.warmup is not None else DEFAULT_WARMUP)
+    return repeat, warmup
 
 
-def _notes(name, record, unit, library):
-    """The lines under the table that say what a row measured."""
-    lines = [f"  {name}: {record['summary']}",
-             f"    ops: {record['convention']}"]
-    if record["floor_label"]:
-        lines.append(f"    floor: {library}, {record['floor_label']}")
-    torch = record["results"]["torch"]
-    if torch["status"] == "ok":
-        threads = torch["torch_threads"]
-        lines.append(f"    PyTorch: on {torch['torch_device']}, "
-                     f"{threads} thread{'s' if threads != 1 else ''} (torch.set_num_threads)")
-    for kind, entry in record["results"].items():
-        if entry["status"] in ("skipped", "none"):
-            lines.append(f"    {HEADERS[kind]}: n/a: {entry['reason']}")
-        elif entry["status"] == "error":
-            lines.append(f"    {HEADERS[kind]}: FAILED: {entry['error']}")
-    for key, entry in record["references"].items():
-        if entry["status"] == "ok":
-            figure = _number(per_unit(entry, record))
-            lines.append(f"    reference, {entry['label']}: {figure} {unit}")
-        elif entry["status"] == "error":
-            lines.append(f"    reference {key}: FAILED: {entry['error']}")
-    return lines
+def run_suite(args, argv):
+    device = args.device
+    workloads = load(args.only)
+    plan = sum((sum(_runs(w, args)) if w.timed else 0) + (len(KINDS) * MEMORY_WEIGHT
+                                                          if w.memory else 0)
+               for w in workloads)
+    progress = Progress(plan)
+    progress.say(f"running {len(workloads)} workload(s) on device {device}, "
+                 f"{args.threads} thread(s) for BLAS and PyTorch")
+    info = machine_info(device, args.threads)
+    command = shlex.join(["python", "-m", "benchmarks", *argv])
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    records = {}
+    try:
+        for i, workload in enumerate(workloads, 1):
+            progress.say(f"workload {i}/{len(workloads)}: {workload.name}")
+            records[workload.name] = run_one(workload, device, args, command, started, info,
+                                             progress)
+    finally:
+        progress.close()
+
+    report = {
+        "date": started,
+        "command": command,
+        "python_executable": sys.executable,
+        "device": str(device),
+        "floor_library": backends.backend_for_device(device).name,
+        "machine": info,
+        "workloads": records,
+    }
+    path = write_json(report)
+    print_table(report, _micro())
+    written = write_all()
+    print(f"\nresults: {', '.join(os.path.relpath(p) for p in [path, *written])}")
+    failed = [f"{name}/{kind}" for name, record in records.items()
+              for section in (record.get("results", {}), record.get("references", {}),
+                              record.get("memory", {}).get("results", {}))
+              for kind, entry in section.items() if entry["status"] == "error"]
+    if failed:
+        print(f"FAILED: {', '.join(failed)} (see the notes)", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def run_one(workload, device, args, command, started, info, progress):
+    """The JSON record of one workload: what it is, its times, its memory, its target."""
+    repeat, warmup = _runs(workload, args)
+    record = {
+        "name": workload.name,
+        "run_started": started,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": command,
+        "git": info["git"],
+        "settings": {"repeat": repeat, "warmup": warmup, "threads": args.threads,
+                     "statistic": "median of the timed runs",
+                     "clock": "time.perf_counter, device synchronized before each reading",
+                     "gc": "enabled; gc.collect() before each timed run",
+                     "order": "implementations take turns, one run each per round"},
+        "summary": workload.summary,
+        "count": workload.count,
+        "unit": workload.unit,
+        "convention": workload.convention,
+        "time_unit": workload.time_unit,
+        "floor_label": workload.floor_label,
+        "timed": workload.timed,
+        "load_average_at_start": load_average(),
+    }
+    if workload.timed:
+        record.update(run_workload(workload, device, repeat, warmup, args.threads, progress))
+    if workload.memory is not None:
+        progress.say(f"{workload.name}: memory, one fresh process per implementation")
+        record["memory"] = measure(workload, device, args.threads, progress)
+    record["load_average_at_end"] = load_average()
+    if workload.target is not None:
+        measured, met = workload.target.check(record)
+        record["target"] = {"text": workload.target.text, "measured": measured, "met": met,
+                            "row": workload.target.row}
+    return record
+
+
+# ================================================================================ --profile
+def profile(args, lines=15):
+    """cProfile of gradcore's run of one workload (after warm-up), top `lines` by own time."""
+    workload = load([args.profile])[0]
+    repeat, warmup = _runs(workload, args)
+    contender = prepare(workload, "gradcore", workload.gradcore, args.device, args.threads, [])
+    for _ in range(warmup):
+        time_once(contender.run, contender.sync)
+    profiler = cProfile.Profile()
+    runs = min(repeat, 5)
+    profiler.enable()
+    for _ in range(runs):
+        contender.run()
+    contender.sync()
+    profiler.disable()
+    print(f"cProfile of gradcore's {workload.name} on {args.device}: {runs} run(s) after "
+          f"{warmup} warm-up; {workload.summary}")
+    stats = pstats.Stats(profiler, stream=sys.stdout)
+    stats.sort_stats("tottime").print_stats(lines)
+    return 0
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import numpy
 import backends
 import gradcore
 
-from .common import Unavailable, Workload, on_device
+from .common import Unavailable, Workload, on_device, ratio_target
 
 STEPS = 2000
 OPS = 2 * STEPS  # each * and each + is one op, for every implementation
@@ -113,8 +113,8 @@ WORKLOAD = Workload(
     floor_label=("the forward arithmetic alone, results kept as 0-d arrays as gradcore keeps "
                  "them (no autodiff, no backward)"),
     torch=make_torch,
-    torch_threads=1,
     verify=verify,
     references=(("numpy_scalars", "the literal NumPy loop, forward only, which runs on "
                  "numpy.float64 scalars after the first op", make_numpy_scalars),),
+    target=ratio_target("<= 0.6x PyTorch, time per op", "gradcore/torch", 0.6),
 )

@@ -19,11 +19,40 @@ import gradcore
 # Seconds -> the unit a figure is shown in.
 SCALES = {"ns": 1e9, "us": 1e6, "ms": 1e3, "s": 1.0}
 KINDS = ("gradcore", "floor", "torch")  # the three columns, in table order
+# The variables that fix the thread count of the BLAS under NumPy and of PyTorch's OpenMP pool.
+# They only act before those libraries load, so the suite sets them and starts itself again.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+MIB = 1024 * 1024
 
 
 class Unavailable(Exception):
     """Raised by a factory that cannot run here (no PyTorch, no CUDA in PyTorch, CPU-only...):
     the column shows n/a and the reason goes into the notes and the JSON."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Memory:
+    """A memory figure of a workload, measured in a fresh process per implementation (memory.py).
+
+    `probe(run, meter)` runs there: `run` is what the workload's factory returned, `meter` a
+    memory.Meter; it returns (figures, result): a dict of numbers (MiB) and the value `verify`
+    checks. `rows` says which figures the table shows: (label, key, ratios make sense).
+    """
+
+    summary: str
+    probe: Callable
+    rows: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """A goal from the issue: `text` says it ("<= 0.6x PyTorch"); `check(record)` returns
+    (what was measured, True/False, or None when it could not be measured here). `row`: which
+    of the workload's table rows it is about (0: the time; then the memory rows in order)."""
+
+    text: str
+    check: Callable
+    row: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,10 +73,29 @@ class Workload:
     floor: Optional[Callable] = None      # floor(device) -> run: by hand in NumPy/CuPy, no autodiff
     floor_label: str = ""                 # what the floor computes
     torch: Optional[Callable] = None      # torch(torch_module, torch_device) -> run
-    torch_threads: Optional[int] = 1      # torch.set_num_threads on CPU (None: PyTorch's default)
     verify: Optional[Callable] = None     # verify(kind, result): AssertionError if result is wrong
     references: tuple = ()                # more (key, label, factory(device)) figures, as notes
     time_unit: str = "us"                 # a key of SCALES
+    timed: bool = True                    # False: only the memory figure (leak)
+    repeat: Optional[int] = None          # timed runs if --repeat is not given (None: the default)
+    warmup: Optional[int] = None          # warm-up runs if --warmup is not given (None: default)
+    memory: Optional[Memory] = None       # a memory figure, measured in subprocesses
+    target: Optional[Target] = None       # the issue's goal for this workload
+
+
+def ratio_target(text, key, limit, row=0):
+    """A Target met when the ratio `key` of the record ("gradcore/torch", "gradcore/floor",
+    "memory gradcore/torch") is at most `limit`."""
+
+    def check(record):
+        source = record.get("memory", {}).get("ratios", {}) if key.startswith("memory ") \
+            else record.get("ratios", {})
+        ratio = source.get(key.removeprefix("memory "))
+        if ratio is None:
+            return "n/a", None
+        return f"{ratio:.3g}x", ratio <= limit
+
+    return Target(text, check, row)
 
 
 # ================================================================================== devices
@@ -80,6 +128,21 @@ def on_device(device, fn, *args):
         with backend.device_context(device):
             return fn(*args)
     return run
+
+
+def to_device(device, array):
+    """A NumPy array copied onto `device` (made once, outside the clock)."""
+    return backends.backend_for_device(device).asarray(array, device=device)
+
+
+def thread_environment(threads):
+    """os.environ with the BLAS and OpenMP thread counts set to `threads`."""
+    return {**os.environ, **{name: str(threads) for name in THREAD_VARIABLES}}
+
+
+def threads_pinned(threads):
+    """True if this process started with every THREAD_VARIABLES set to `threads`."""
+    return all(os.environ.get(name) == str(threads) for name in THREAD_VARIABLES)
 
 
 # ================================================================================== timing
@@ -116,6 +179,64 @@ def torch_device(torch, device):
     raise Unavailable(f"PyTorch does not run on {device}")
 
 
+# ================================================================================== progress
+class Progress:
+    """A text progress bar on stderr: `[bench] [#######.............]  35%  wide: round 8/23`.
+
+    On a terminal the bar is redrawn in place and messages print above it; elsewhere (a log, CI)
+    only the messages print, one line each, with the percentage done.
+    """
+
+    WIDTH = 24
+
+    def __init__(self, total, stream=None):
+        self.total = max(total, 1)
+        self.done = 0
+        self.stream = stream or sys.stderr
+        self.live = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.label = ""
+        self.shown = 0  # characters of the bar on screen
+        self.start = time.perf_counter()
+
+    def _percent(self):
+        return min(100, round(100 * self.done / self.total))
+
+    def _draw(self):
+        filled = self.WIDTH * min(self.done, self.total) // self.total
+        minutes, seconds = divmod(int(time.perf_counter() - self.start), 60)
+        line = (f"[bench] [{'#' * filled}{'.' * (self.WIDTH - filled)}] "
+                f"{self._percent():3d}% {minutes}:{seconds:02d}  {self.label}")
+        self.stream.write("\r" + line.ljust(self.shown))
+        self.stream.flush()
+        self.shown = len(line)
+
+    def _clear(self):
+        if self.shown:
+            self.stream.write("\r" + " " * self.shown + "\r")
+            self.shown = 0
+
+    def advance(self, label, steps=1):
+        """Count `steps` units of work as done; `label` says what is running now."""
+        self.done += steps
+        self.label = label
+        if self.live:
+            self._draw()
+
+    def say(self, message):
+        """A line of its own (what starts, what failed), above the bar."""
+        if self.live:
+            self._clear()
+            print(f"[bench] {message}", file=self.stream, flush=True)
+            self._draw()
+        else:
+            print(f"[bench] {self._percent():3d}% {message}", file=self.stream, flush=True)
+
+    def close(self):
+        if self.live:
+            self._clear()
+            self.stream.flush()
+
+
 # ================================================================================== the runner
 @dataclasses.dataclass
 class Contender:
@@ -130,33 +251,44 @@ class Contender:
     error: Optional[str] = None
 
 
-def run_workload(workload, device, repeat, warmup, progress=None):
+def candidates(workload):
+    """(key, factory) for every implementation: the three columns, then the references."""
+    pairs = [(kind, getattr(workload, kind)) for kind in KINDS]
+    return pairs + [(key, factory) for key, _, factory in workload.references]
+
+
+def missing(key):
+    """The entry of an implementation the workload does not have."""
+    what = "no hand-written floor" if key == "floor" else f"no {key} version"
+    return {"status": "none", "reason": f"{what} of this workload"}
+
+
+def run_workload(workload, device, repeat, warmup, threads, progress):
     """Time every implementation of `workload` on `device`; returns the JSON-ready record.
 
     The implementations take turns, one run each per round (`warmup` untimed rounds, then
     `repeat` timed ones), so a change in the machine's load hits all of them alike.
     """
-    say = progress or (lambda message: None)
     entries = {}
     contenders = []
     undo = []  # put back what preparing changed (PyTorch's thread count)
     try:
-        candidates = [(kind, getattr(workload, kind)) for kind in KINDS]
-        candidates += [(key, factory) for key, _, factory in workload.references]
-        for key, factory in candidates:
+        for key, factory in candidates(workload):
             if factory is None:
-                missing = "no hand-written floor" if key == "floor" else f"no {key} version"
-                entries[key] = {"status": "none", "reason": f"{missing} of this workload"}
+                entries[key] = missing(key)
                 continue
             try:
-                contenders.append(_prepare(workload, key, factory, device, undo))
+                contenders.append(prepare(workload, key, factory, device, threads, undo))
             except Unavailable as e:
                 entries[key] = {"status": "skipped", "reason": str(e)}
             except Exception as e:  # report it, go on with the others
-                entries[key] = {"status": "error", "error": f"{type(e).__name__}: {e}"}
-        say(f"{workload.name}: {', '.join(c.key for c in contenders)} in turn, "
-            f"{warmup} warm-up + {repeat} timed runs each")
-        for round in range(warmup + repeat):
+                error = f"{type(e).__name__}: {e}"
+                entries[key] = {"status": "error", "error": error}
+                progress.say(f"{workload.name}/{key} FAILED while preparing: {error}")
+        progress.say(f"{workload.name}: timing {', '.join(c.key for c in contenders)} in turn, "
+                     f"{warmup} warm-up + {repeat} timed runs each")
+        rounds = warmup + repeat
+        for round in range(rounds):
             for c in contenders:
                 if c.error is not None:
                     continue
@@ -167,6 +299,7 @@ def run_workload(workload, device, repeat, warmup, progress=None):
                     continue
                 if round >= warmup:
                     c.samples.append(seconds)
+            progress.advance(f"{workload.name}: round {round + 1}/{rounds}")
     finally:
         for action in reversed(undo):
             action()
@@ -174,33 +307,27 @@ def run_workload(workload, device, repeat, warmup, progress=None):
         entries[c.key] = _entry(workload, c, warmup)
 
     labels = {key: label for key, label, _ in workload.references}
-    record = {
-        "summary": workload.summary,
-        "count": workload.count,
-        "unit": workload.unit,
-        "convention": workload.convention,
-        "time_unit": workload.time_unit,
-        "floor_label": workload.floor_label,
-        "results": {kind: entries[kind] for kind in KINDS},
+    results = {kind: entries[kind] for kind in KINDS}
+    return {
+        "results": results,
         "references": {key: {**entries[key], "label": label} for key, label in labels.items()},
+        "ratios": {
+            "gradcore/torch": _ratio(results["gradcore"], results["torch"]),
+            "gradcore/floor": _ratio(results["gradcore"], results["floor"]),
+        },
     }
-    results = record["results"]
-    record["ratios"] = {
-        "gradcore/torch": _ratio(results["gradcore"], results["torch"]),
-        "gradcore/floor": _ratio(results["gradcore"], results["floor"]),
-    }
-    return record
 
 
-def _prepare(workload, key, factory, device, undo):
-    """A Contender for one implementation (its factory runs here, outside the clock)."""
+def prepare(workload, key, factory, device, threads, undo):
+    """A Contender for one implementation (its factory runs here, outside the clock). PyTorch
+    gets `threads` intra-op threads on the CPU; `undo` receives what puts that back."""
     if key != "torch":
         return Contender(key, factory(device), lambda: synchronize(device), {})
     torch = import_torch()
     where = torch_device(torch, device)
-    if where == "cpu" and workload.torch_threads is not None:
-        undo.append(lambda threads=torch.get_num_threads(): torch.set_num_threads(threads))
-        torch.set_num_threads(workload.torch_threads)
+    if where == "cpu":
+        undo.append(lambda previous=torch.get_num_threads(): torch.set_num_threads(previous))
+        torch.set_num_threads(threads)
     sync = (lambda: torch.cuda.synchronize(where)) if where != "cpu" else (lambda: None)
     facts = {"torch_device": where, "torch_threads": torch.get_num_threads()}
     return Contender(key, factory(torch, where), sync, facts)
@@ -243,25 +370,28 @@ def _ratio(numerator, denominator):
 
 
 # ================================================================================== machine info
-def machine_info(device):
+def machine_info(device, threads):
     """What the figures depend on: processor, GPU, versions, thread settings, git commit."""
-    info = {
+    return {
         "device": str(device),
         "cpu": _cpu_model(),
         "logical_cpus": os.cpu_count(),
         "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "load_average_1_5_15_min": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "virtual_machine": _hypervisor(),
+        "load_average_1_5_15_min": load_average(),
         "gpu": _gpu_name(device),
         "platform": platform.platform(),
         "versions": _versions(),
-        "threads": _threads(),
+        "threads": _threads(threads),
         "env": {name: os.environ.get(name) for name in (
-            "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-            "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES")},
+            *THREAD_VARIABLES, "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "CUDA_VISIBLE_DEVICES")},
         "numpy_blas": _numpy_blas(),
         "git": _git(),
     }
-    return info
+
+
+def load_average():
+    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
 
 
 def _cpu_model():
@@ -274,6 +404,19 @@ def _cpu_model():
     except OSError:
         pass
     return platform.processor() or None
+
+
+def _hypervisor():
+    """True if the CPU flags say a hypervisor runs this machine (a VM), None if unknown."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "flags":
+                    return "hypervisor" in value.split()
+    except OSError:
+        pass
+    return None
 
 
 def _gpu_name(device):
@@ -300,20 +443,23 @@ def _versions():
         "numpy": numpy.__version__,
         "cupy": _version("cupy"),  # imports without a GPU
         "torch": _version("torch"),
+        "matplotlib": _version("matplotlib"),
     }
 
 
-def _threads():
-    """PyTorch's default thread counts (before a workload changes them)."""
-    threads = {}
+def _threads(threads):
+    """The thread counts in force: the suite's, and what PyTorch reports under it."""
+    info = {"suite": threads,
+            "blas_and_openmp": "set by " + ", ".join(f"{name}={threads}"
+                                                     for name in THREAD_VARIABLES)}
     if "torch" in sys.modules or importlib.util.find_spec("torch") is not None:
         try:
             torch = import_torch()
-            threads["torch_intra_op_default"] = torch.get_num_threads()
-            threads["torch_inter_op_default"] = torch.get_num_interop_threads()
+            info["torch_intra_op"] = torch.get_num_threads()
+            info["torch_inter_op"] = torch.get_num_interop_threads()
         except Unavailable:
             pass
-    return threads
+    return info
 
 
 def _numpy_blas():
@@ -332,7 +478,8 @@ def _git():
         return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
                               timeout=10, check=True).stdout.strip()
 
-    try:
-        return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
+    try:  # --no-optional-locks: status must not rewrite the index of a tree others work in
+        dirty = bool(git("--no-optional-locks", "status", "--porcelain"))
+        return {"commit": git("rev-parse", "HEAD"), "dirty": dirty}
     except Exception:
         return None

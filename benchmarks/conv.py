@@ -179,7 +179,6 @@ WORKLOAD = Workload(
                  "filters, max pooling as the maximum of four strided views, backward written "
                  "out (no gradient for the input), in-place update"),
     torch=make_torch,
-    torch_threads=None,
     verify=verify,
     time_unit="ms",
 )

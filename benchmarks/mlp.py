@@ -8,7 +8,7 @@ import numpy
 
 import gradcore.functions as F
 
-from .common import Workload
+from .common import Workload, ratio_target
 from .training import LR, training_workload
 
 SIZES = (784, 1000, 1000, 10)
@@ -98,7 +98,7 @@ WORKLOAD = Workload(
     floor_label=("the same step by hand in float32: forward, backward written out (no gradient "
                  "for the input), in-place update"),
     torch=make_torch,
-    torch_threads=None,  # PyTorch's default thread count, recorded in the notes
     verify=verify,
     time_unit="ms",
+    target=ratio_target("<= 1.15x the floor (NumPy on a CPU)", "gradcore/floor", 1.15),
 )

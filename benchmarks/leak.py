@@ -1,0 +1,130 @@
+"""leak: `square(square(square(x)))` and its backward on 100,000 floats, 2,000 times over.
+
+Each iteration builds a fresh graph from a fresh leaf and drops it. If anything kept a graph
+alive (a reference cycle the collector is slow to find, a global cache, a gradient holding its
+graph), the peak memory would climb with the number of iterations. So the figure is the growth
+of the peak over the warm-up's after 200 and after 2,000 iterations, each implementation in a
+fresh process (benchmarks/memory.py): without a leak the two are the same.
+"""
+import numpy
+
+import backends
+import gradcore
+import gradcore.functions as F
+
+from .common import Memory, Target, Workload, on_device, to_device
+from .training import host
+
+SIZE = 100_000
+WARMUP = 20
+SHORT, LONG = 200, 2000
+SEED = 0
+TOLERANCE_MIB = 1.0  # how much more growth 2,000 iterations may show than 200: < 600 B each
+
+
+def _x():
+    return numpy.random.default_rng(SEED).uniform(-1.0, 1.0, SIZE)
+
+
+# ================================================================================ one iteration
+def leak_gradcore(x0):
+    """gradcore: a fresh leaf, y = square(square(square(x))), y.backward(); x's grad (8 x**7)."""
+    x = gradcore.Variable(x0)
+    y = F.square(F.square(F.square(x)))
+    y.backward()
+    return x.grad.data
+
+
+def leak_floor(xp, x):
+    """By hand: the three squares, then the chain rule back (seed ones), no autodiff."""
+    a = x * x
+    b = a * a
+    c = b * b
+    gy = xp.ones_like(c)
+    gb = gy * (2 * b)
+    ga = gb * (2 * a)
+    return ga * (2 * x)
+
+
+def leak_torch(torch, x0):
+    x = x0.detach().requires_grad_()
+    y = torch.square(torch.square(torch.square(x)))
+    y.backward(torch.ones_like(y))
+    return x.grad
+
+
+# ================================================================================ factories
+def make_gradcore(device):
+    x0 = to_device(device, _x())
+    return lambda: leak_gradcore(x0)
+
+
+def make_floor(device):
+    x = to_device(device, _x())
+    return on_device(device, leak_floor, backends.backend_for_device(device).xp, x)
+
+
+def make_torch(torch, device):
+    x0 = torch.tensor(_x(), device=device)
+    return lambda: leak_torch(torch, x0)
+
+
+def verify(kind, result):
+    x = _x()
+    want = 8 * x ** 7
+    got = host(result)
+    error = float(numpy.max(numpy.abs(got - want))) if got.shape == want.shape else numpy.inf
+    if not error <= 1e-12 * float(numpy.max(numpy.abs(want))):
+        raise AssertionError(f"leak/{kind}: gradient off by {error:.3g}")
+
+
+# ================================================================================ memory
+def probe(run, meter):
+    """WARMUP iterations, the baseline, then LONG more, reading the peak after SHORT and LONG."""
+    for _ in range(WARMUP):
+        run()
+    meter.start(reset=False)  # the warm-up's peak is the baseline: one iteration's arrays in it
+    figures = {"warmup_iterations": WARMUP}
+    for i in range(1, LONG + 1):
+        result = run()
+        if i == SHORT:
+            figures["growth_200_mib"] = meter.peak_mib()
+    figures["growth_2000_mib"] = meter.peak_mib()
+    return figures, result
+
+
+def _independent(record):
+    """Met if gradcore's peak grew by at most TOLERANCE_MIB more over 2,000 iterations than
+    over 200."""
+    entry = record.get("memory", {}).get("results", {}).get("gradcore", {})
+    if entry.get("status") != "ok":
+        return "n/a", None
+    short, long = entry["growth_200_mib"], entry["growth_2000_mib"]
+    measured = f"+{short:.2f} MiB after {SHORT:,}, +{long:.2f} MiB after {LONG:,} iterations"
+    return measured, long - short <= TOLERANCE_MIB
+
+
+WORKLOAD = Workload(
+    name="leak",
+    summary=(f"{LONG:,} iterations of square(square(square(x))) and backward on {SIZE:,} "
+             "float64, each from a fresh leaf"),
+    count=1,
+    unit="iteration",
+    convention="memory only: the peak's growth over the warm-up, not a time",
+    gradcore=make_gradcore,
+    floor=make_floor,
+    floor_label="the same arithmetic by hand, forward and chain rule (no autodiff)",
+    torch=make_torch,
+    verify=verify,
+    timed=False,
+    memory=Memory(
+        summary=(f"growth of the peak memory after {SHORT:,} and after {LONG:,} iterations, "
+                 f"over the peak after {WARMUP} warm-up iterations, in a fresh process per "
+                 f"implementation; one array is {SIZE * 8 / 2 ** 20:.2f} MiB"),
+        probe=probe,
+        rows=((f"leak, {SHORT:,} iterations", "growth_200_mib", False),
+              (f"leak, {LONG:,} iterations", "growth_2000_mib", False)),
+    ),
+    target=Target(f"peak growth independent of the loop count (200 vs 2,000: "
+                  f"within {TOLERANCE_MIB:g} MiB)", _independent, row=1),
+)

@@ -1,0 +1,209 @@
+"""Memory figures: each implementation measured alone, in a fresh Python process of its own.
+
+A process's peak memory only ever grows, and importing PyTorch alone adds some 250 MiB to it, so
+the parent (`measure`) starts one child per implementation: `python -m benchmarks.memory NAME
+KIND DEVICE THREADS`. The child builds the implementation with the workload's factory, hands it
+to the workload's `Memory.probe` with a Meter, checks the result with `verify`, and prints its
+figures as one JSON line. Every figure is a difference from the child's own baseline (imports and
+inputs done), so what the libraries cost to import never counts.
+
+On Linux the CPU peak is VmHWM from /proc/self/status, not getrusage's ru_maxrss: Linux carries
+ru_maxrss across exec, so a child that subprocess starts (vfork + exec) reports its parent's
+peak, and after the timed runs every child would start above anything it does itself. VmHWM
+belongs to the child's own address space, and writing 5 to /proc/self/clear_refs lowers it to
+the current resident set, so a baseline is what the process holds, not what its imports once
+peaked at. Elsewhere (macOS) ru_maxrss is the fallback.
+"""
+import json
+import os
+import resource
+import subprocess
+import sys
+import traceback
+
+from . import load
+from .common import (KINDS, MIB, Unavailable, import_torch, missing, prepare, resolve_device,
+                     thread_environment)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TIMEOUT_S = 600
+
+
+class Meter:
+    """The peak memory a workload reaches, in MiB above the baseline taken by `start()`.
+
+    CPU: the process's peak resident set (VmHWM; ru_maxrss without /proc). GPU: for CuPy (gradcore and the floor),
+    every allocation of the default memory pool goes through a counting allocator, so the peak
+    is of bytes in use, not of bytes the pool keeps; for PyTorch, torch.cuda's peak statistics
+    (max_memory_allocated), the same quantity.
+    """
+
+    def __init__(self, kind, device):
+        self.kind = kind
+        self.device = device
+        self.baseline = 0
+        if device.type == "cpu":
+            if _vm_hwm() is not None:
+                self.source = ("VmHWM of /proc/self/status (peak resident set), reset by "
+                               "/proc/self/clear_refs at the baseline")
+                self._peak = _vm_hwm
+            else:
+                self.source = "ru_maxrss (peak resident set of the process)"
+                self._peak = _max_rss
+        elif kind == "torch":
+            self.torch = import_torch()
+            self.source = "torch.cuda.max_memory_allocated"
+            self._peak = lambda: self.torch.cuda.max_memory_allocated(device.index)
+        else:
+            import cupy  # this child runs on a GPU: CuPy is there
+
+            self.source = "CuPy memory pool: peak of used_bytes(), every allocation counted"
+            self._pool = cupy.get_default_memory_pool()
+            self._highest = self._pool.used_bytes()
+            cupy.cuda.set_allocator(self._counting_malloc)
+            self._peak = lambda: self._highest
+
+    def _counting_malloc(self, size):
+        memory = self._pool.malloc(size)
+        used = self._pool.used_bytes()
+        if used > self._highest:
+            self._highest = used
+        return memory
+
+    def start(self, reset=True):
+        """Take the baseline: figures from now on are peaks above it. With `reset`, the baseline
+        is the memory in use now; without, the peak so far (a warm-up's included)."""
+        if self.device.type == "cuda":
+            if self.kind == "torch":
+                cuda = self.torch.cuda
+                cuda.synchronize(self.device.index)
+                if reset:
+                    cuda.reset_peak_memory_stats(self.device.index)
+                self.baseline = (cuda.memory_allocated if reset else
+                                 cuda.max_memory_allocated)(self.device.index)
+            else:
+                if reset:
+                    self._highest = self._pool.used_bytes()
+                self.baseline = self._highest
+        else:
+            if reset:
+                _reset_hwm()
+            self.baseline = self._peak()
+
+    def peak_mib(self):
+        """The highest memory use since `start()`, less the baseline, in MiB."""
+        return (self._peak() - self.baseline) / MIB
+
+    def facts(self):
+        return {"meter": self.source, "baseline_mib": self.baseline / MIB}
+
+
+def _vm_hwm():
+    """The peak resident set of this process's address space in bytes; None without /proc."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _reset_hwm():
+    """Lower VmHWM to the current resident set (Linux 4.0+); harmless where it cannot."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def _max_rss():
+    """The process's peak resident set in bytes (Linux reports KiB, macOS bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
+# ================================================================================== the parent
+def measure(workload, device, threads, progress):
+    """The memory record of `workload`: one child process per implementation, one at a time."""
+    results = {}
+    for kind in KINDS:
+        if getattr(workload, kind) is None:
+            results[kind] = missing(kind)
+        else:
+            progress.advance(f"{workload.name}: memory of {kind}, in a process of its own", 0)
+            results[kind] = _child_result(workload, kind, device, threads)
+            if results[kind]["status"] == "error":
+                progress.say(f"{workload.name}/{kind} memory FAILED: {results[kind]['error']}")
+        progress.advance(f"{workload.name}: memory of {kind} done")
+    rows = [{"label": label, "key": key, "ratios": with_ratios}
+            for label, key, with_ratios in workload.memory.rows]
+    headline = rows[0]  # the figure a target reads ("memory gradcore/torch")
+    ratios = {}
+    if headline["ratios"]:
+        ratios = {f"gradcore/{other}": _ratio(results, other, headline["key"])
+                  for other in ("torch", "floor")}
+    return {"summary": workload.memory.summary, "unit": "MiB", "rows": rows,
+            "results": results, "ratios": ratios}
+
+
+def _ratio(results, other, key):
+    mine, theirs = results["gradcore"], results[other]
+    if mine["status"] != "ok" or theirs["status"] != "ok" or theirs[key] <= 0:
+        return None
+    return mine[key] / theirs[key]
+
+
+def _child_result(workload, kind, device, threads):
+    env = thread_environment(threads)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
+    command = [sys.executable, "-m", "benchmarks.memory", workload.name, kind, str(device),
+               str(threads)]
+    try:
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return {"status": "error", "error": f"the child process ran past {TIMEOUT_S} s"}
+    lines = done.stdout.strip().splitlines()
+    if done.returncode == 0 and lines:
+        try:
+            return json.loads(lines[-1])
+        except ValueError:
+            pass
+    last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+    return {"status": "error", "error": f"child exited with {done.returncode}: {last}"}
+
+
+# ================================================================================== the child
+def child(argv):
+    """Measure one implementation of one workload; print its figures as one JSON line."""
+    name, kind, device_name, threads = argv
+    workload = load([name])[0]
+    device = resolve_device(device_name)
+    undo = []
+    try:
+        contender = prepare(workload, kind, getattr(workload, kind), device, int(threads), undo)
+    except Unavailable as e:
+        print(json.dumps({"status": "skipped", "reason": str(e)}))
+        return 0
+    meter = Meter(kind, device)
+    figures, result = workload.memory.probe(contender.run, meter)
+    contender.sync()
+    if workload.verify is not None:
+        try:
+            workload.verify(kind, result)
+        except AssertionError as e:
+            print(json.dumps({"status": "error", "error": f"wrong result: {e}"}))
+            return 0
+    print(json.dumps({"status": "ok", **figures, **meter.facts(), **contender.facts}))
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(child(sys.argv[1:]))
+    except Exception:
+        traceback.print_exc()
+        sys.exit(1)
