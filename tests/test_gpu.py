@@ -1,0 +1,89 @@
+"""CuPy on a real GPU: the cross-device rules, moving models and optimizers, checkpoints across
+devices, and the demo. Marked `gpu`: skipped cleanly without CuPy and a CUDA device (the rest of
+the suite runs on CuPy through the `xp` fixture as well)."""
+import numpy as np
+import pytest
+
+import backends
+import gradcore
+import gradcore.functions as F
+from gradcore import Variable, nn, optim
+
+pytestmark = pytest.mark.gpu
+
+
+def _device(array):
+    return backends.backend_of(array).device_of(array)
+
+
+def test_numpy_and_cupy_inputs_give_the_clear_error():
+    x = Variable(np.ones(2))
+    y = Variable(np.ones(2)).to("cuda")
+    with pytest.raises(TypeError, match=r"add: inputs are on cpu and cuda:0"):
+        x + y
+    assert x.creator is None and x.grad is None
+
+
+def test_to_cuda_and_back_carries_gradients_across():
+    x = Variable(np.array([1.0, 2.0, 3.0]))
+    on_gpu = x.to("cuda")
+    assert on_gpu.device == "cuda:0" and on_gpu.backend.name == "cupy"
+    back = (on_gpu ** 2).to("cpu")
+    assert back.device == "cpu" and type(back.data) is np.ndarray
+    F.sum(back * 3.0).backward()
+    assert x.grad.device == "cpu"
+    np.testing.assert_allclose(x.grad.data, 6.0 * np.array([1.0, 2.0, 3.0]))
+
+
+def test_to_gpu_and_to_cpu_move_a_leaf_in_place_with_its_grad():
+    x = Variable(np.array([1.0, 2.0]))
+    (x * x).sum().backward()
+    x.to_gpu()
+    assert x.device == "cuda:0" and x.grad.device == "cuda:0"
+    x.to_cpu()
+    assert x.device == "cpu" and type(x.grad.data) is np.ndarray
+    np.testing.assert_allclose(x.grad.data, [2.0, 4.0])
+
+
+def test_module_to_cuda_moves_parameters_gradients_and_optimizer_state():
+    np.random.seed(0)
+    model = nn.Linear(3, 2)
+    opt = optim.MomentumSGD(lr=0.1).setup(model)
+    x, t = np.random.randn(4, 3).astype(np.float32), np.random.randn(4, 2).astype(np.float32)
+    loss = F.mean_squared_error(model(x), t)
+    model.cleargrads()
+    loss.backward()
+    opt.update()  # the momentum state is made on the CPU
+    model.to("cuda")
+    for p in model.parameters():
+        assert p.device == "cuda:0" and p.grad.device == "cuda:0"
+    x_gpu, t_gpu = backends.to_device(x, "cuda"), backends.to_device(t, "cuda")
+    model.cleargrads()
+    F.mean_squared_error(model(x_gpu), t_gpu).backward()
+    opt.update()  # the state follows its parameter
+    for p in model.parameters():
+        for array in opt.state.get(p).values():
+            assert _device(array) == "cuda:0"
+
+
+def test_save_on_gpu_and_load_on_cpu_round_trips(tmp_path):
+    np.random.seed(1)
+    model = nn.Linear(3, 2).to("cuda")
+    path = tmp_path / "model.npz"
+    model.save(path)
+    assert all(p.device == "cuda:0" for p in model.parameters())  # saving left it there
+    clone = nn.Linear(3, 2)
+    clone.load(path)
+    for p, q in zip(model.parameters(), clone.parameters()):
+        assert q.device == "cpu"
+        np.testing.assert_array_equal(q.data, p.numpy())
+
+
+def test_the_demo_trains_on_cuda_as_on_cpu():
+    from gradcore import demo
+
+    on_cpu = demo.train_spiral(device="cpu", epochs=30, progress=False)
+    on_gpu = demo.train_spiral(device="cuda", epochs=30, progress=False)
+    assert on_gpu["device"] == "cuda" or str(on_gpu["device"]).startswith("cuda")
+    assert on_gpu["accuracy"] > 0.95
+    assert abs(on_gpu["accuracy"] - on_cpu["accuracy"]) < 0.03
