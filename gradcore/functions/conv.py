@@ -1,6 +1,6 @@
 """Convolution and pooling on (N, C, H, W) arrays: im2col/col2im, conv2d, deconv2d, pooling."""
+from ..config import is_grad_enabled
 from ..function import Function
-from ..variable import Variable
 from .linalg import matmul
 from .reduce import max, sum
 from .shape import reshape, transpose
@@ -58,34 +58,51 @@ def _outsize(shape, kernel, stride, pad):
             get_conv_outsize(W, kernel[1], stride[1], pad[1]))
 
 
+def _pad(f, x, pad):
+    """x (N, C, H, W) inside a border of `pad` (height, width) zeros; x itself when pad is 0."""
+    (PH, PW), (N, C, H, W) = pad, x.shape
+    if not (PH or PW):
+        return x
+    padded = f.backend.zeros((N, C, H + 2 * PH, W + 2 * PW), x.dtype, f.device)
+    padded[:, :, PH:PH + H, PW:PW + W] = x
+    return padded
+
+
+def _offsets(kernel, stride, outsize):
+    """One (i, j, index) per kernel offset, row-major: `index` picks, from a padded image, the
+    pixel at offset (i, j) of every window, rows i, i + SH, ..., i + SH*(OH-1): a basic (strided)
+    index, so reading it is a view and `+=` through it works in place on every backend."""
+    (KH, KW), (SH, SW), (OH, OW) = kernel, stride, outsize
+    return [(i, j, (slice(None), slice(None), slice(i, i + SH * (OH - 1) + 1, SH),
+                    slice(j, j + SW * (OW - 1) + 1, SW)))
+            for i in range(KH) for j in range(KW)]
+
+
+def _offset_views(f, x, kernel, stride, pad, outsize):
+    """Per kernel offset, row-major, the view (N, C, OH, OW) of padded x that it sees."""
+    x = _pad(f, x, pad)
+    return [x[index] for _, _, index in _offsets(kernel, stride, outsize)]
+
+
 def _windows(f, x, kernel, stride, pad):
     """The kernel windows of x (N, C, H, W) as an array (N, C, KH, KW, OH, OW)."""
-    xp = f.xp
-    OH, OW = _outsize(x.shape, kernel, stride, pad)
-    N, C, H, W = x.shape
-    (KH, KW), (SH, SW), (PH, PW) = kernel, stride, pad
-    if PH or PW:
-        padded = f.backend.zeros((N, C, H + 2 * PH, W + 2 * PW), x.dtype, f.device)
-        padded[:, :, PH:PH + H, PW:PW + W] = x
-        x = padded
-    # window offset (i, j) sees rows i, i + SH, ..., i + SH*(OH-1): one strided slice each
-    cols = [x[:, :, i:i + SH * (OH - 1) + 1:SH, j:j + SW * (OW - 1) + 1:SW]
-            for i in range(KH) for j in range(KW)]
-    return xp.reshape(xp.stack(cols, axis=2), (N, C, KH, KW, OH, OW))
+    outsize = _outsize(x.shape, kernel, stride, pad)
+    N, C = x.shape[:2]
+    x = _pad(f, x, pad)
+    col = f.backend.zeros((N, C) + kernel + outsize, x.dtype, f.device)
+    for i, j, index in _offsets(kernel, stride, outsize):
+        col[:, :, i, j, ...] = x[index]
+    return col
 
 
 def _overlap_add(f, col, shape, kernel, stride, pad):
     """The adjoint of _windows: each window of col (N, C, KH, KW, OH, OW) added back into an
     image of `shape` (N, C, H, W); overlapping windows add up, the padding is cut away."""
     N, C, H, W = shape
-    (KH, KW), (SH, SW), (PH, PW) = kernel, stride, pad
-    OH, OW = col.shape[4:]
+    (PH, PW), outsize = pad, tuple(col.shape[4:])
     img = f.backend.zeros((N, C, H + 2 * PH, W + 2 * PW), col.dtype, f.device)
-    for i in range(KH):
-        for j in range(KW):
-            window = (slice(None), slice(None), slice(i, i + SH * (OH - 1) + 1, SH),
-                      slice(j, j + SW * (OW - 1) + 1, SW))
-            img[window] = img[window] + col[:, :, i, j, ...]
+    for i, j, index in _offsets(kernel, stride, outsize):
+        img[index] += col[:, :, i, j, ...]
     return img[:, :, PH:PH + H, PW:PW + W] if PH or PW else img
 
 
@@ -178,9 +195,13 @@ class Conv2d(Function):
         OH, OW = col.shape[4:]
         # (OC, C*KH*KW) @ (N, C*KH*KW, OH*OW): both reshapes are free, the result is NCHW as is
         K = C * KH * KW
-        y = xp.matmul(xp.reshape(W, (OC, K)), xp.reshape(col, (N, K, OH * OW)))
-        if b is not None:
+        col = xp.reshape(col, (N, K, OH * OW))
+        y = xp.matmul(xp.reshape(W, (OC, K)), col)
+        if b is not None and b.dtype == y.dtype:
+            y += xp.reshape(b, (OC, 1))  # y is new: adding in place saves a copy
+        elif b is not None:
             y = y + xp.reshape(b, (OC, 1))
+        self.col = col  # W's gradient needs these windows again: kept (KH*KW times x's size)
         return xp.reshape(y, (N, OC, OH, OW))
 
     def backward(self, gy):
@@ -190,7 +211,8 @@ class Conv2d(Function):
         if needs[0]:
             gx = deconv2d(gy, W, None, self.stride, self.pad, outsize=x.shape[2:])
         if needs[1]:
-            gW = Conv2dGradW(W.shape[2:], self.stride, self.pad)(x, gy)
+            gW = Conv2dGradW(W.shape[2:], self.stride, self.pad, self.col)(x, gy)
+        self.col = None  # used once: a second backward (retained graph) rebuilds them
         if len(needs) == 3 and needs[2]:
             gb = sum(gy, axis=(0, 2, 3))
         return (gx, gW, gb)[:len(needs)]
@@ -208,14 +230,17 @@ class Conv2dGradW(Function):
     """The gradient of conv2d with respect to W, as a function of (x, gy): twice differentiable."""
     op_name = "conv2d_grad_w"
 
-    def __init__(self, kernel, stride, pad):
+    def __init__(self, kernel, stride, pad, col=None):
         self.kernel, self.stride, self.pad = tuple(kernel), stride, pad
+        self.col = col  # x's windows (N, C*KH*KW, OH*OW) when the caller has them
 
     def forward(self, x, gy):
         xp = self.xp
         N, C, OC = x.shape[0], x.shape[1], gy.shape[1]
-        col = _windows(self, x, self.kernel, self.stride, self.pad)   # (N, C, KH, KW, OH, OW)
-        P = col.shape[4] * col.shape[5]
+        P = gy.shape[2] * gy.shape[3]
+        col, self.col = self.col, None
+        if col is None:
+            col = _windows(self, x, self.kernel, self.stride, self.pad)  # (N, C, KH, KW, OH, OW)
         col = xp.reshape(col, (N, C * self.kernel[0] * self.kernel[1], P))
         # sum over n of gy[n] (OC, P) @ col[n].T (P, C*KH*KW)
         gW = xp.sum(xp.matmul(xp.reshape(gy, (N, OC, P)), xp.permute_dims(col, (0, 2, 1))), axis=0)
@@ -309,28 +334,92 @@ class Pooling(Function):
         self.kernel, self.stride, self.pad = kernel, stride, pad
 
     def forward(self, x):
-        col = _windows(self, x, self.kernel, self.stride, self.pad)
-        N, C, KH, KW, OH, OW = col.shape
-        col = self.xp.reshape(col, (N, C, KH * KW, OH, OW))
-        self.index = self.xp.argmax(col, axis=2)  # the first maximum gets the gradient
-        return self.xp.max(col, axis=2)
+        xp = self.xp
+        outsize = _outsize(x.shape, self.kernel, self.stride, self.pad)
+        # a running maximum over the kernel offsets, each a strided view: no copy of the windows
+        views = _offset_views(self, x, self.kernel, self.stride, self.pad, outsize)
+        y = xp.maximum(views[0], views[min(1, len(views) - 1)])  # new even for a 1x1 kernel
+        for view in views[2:]:
+            y = xp.maximum(y, view)
+        # where backward will send the gradient: found now, while x is still in the CPU's cache
+        # (not under no_grad(), which needs no backward)
+        self.masks = _first_maximum(xp, views, y) if is_grad_enabled() else None
+        return y
 
     def backward(self, gy):
         x, = self.inputs
-        (KH, KW), (N, C, OH, OW) = self.kernel, gy.shape
-        offsets = self.backend.asarray(list(range(KH * KW)), device=self.device)
-        mask = self.xp.reshape(self.index, (N, C, 1, OH, OW)) == self.xp.reshape(
-            offsets, (1, 1, KH * KW, 1, 1))
-        mask = Variable(self.xp.reshape(self.xp.astype(mask, gy.dtype), (N, C, KH, KW, OH, OW)),
-                        requires_grad=False)
-        gcol = mask * reshape(gy, (N, C, 1, 1, OH, OW))
-        return col2im(gcol, x.shape, self.kernel, self.stride, self.pad, to_matrix=False)
+        masks = [self.xp.astype(mask, gy.dtype) for mask in self.masks]
+        return PoolingGrad(x.shape, self.kernel, self.stride, self.pad, masks)(gy)
 
 
 def pooling(x, kernel_size, stride=1, pad=0):
     """Max pooling: the largest value of each window of x (N, C, H, W) -> (N, C, OH, OW).
     Padding counts as zeros (DeZero's convention)."""
     return Pooling(*_params("pooling", kernel_size, stride, pad))(x)
+
+
+def _first_maximum(xp, views, y):
+    """Per view (one per kernel offset), a boolean array like y: True where that offset holds
+    the first maximum y of its window (the one argmax picks). A window whose maximum is NaN has
+    no True: it passes no gradient (telling NaNs apart would double the cost)."""
+    masks, taken = [], None
+    for n, view in enumerate(views, 1):
+        hit = view == y
+        if taken is None:
+            mask = taken = hit
+        else:
+            mask = xp.logical_and(hit, xp.logical_not(taken))
+            if n < len(views):
+                taken = xp.logical_or(taken, mask)
+        masks.append(mask)
+    return masks
+
+
+class PoolingGrad(Function):
+    """Max pooling's backward, gy (N, C, OH, OW) -> gx (N, C, H, W): each gy value goes to the
+    pixel of its window that `masks` (one 0/1 array per kernel offset) marks; linear in gy."""
+    op_name = "pooling_grad"
+
+    def __init__(self, input_shape, kernel, stride, pad, masks):
+        self.input_shape, self.kernel, self.stride, self.pad = input_shape, kernel, stride, pad
+        self.masks = masks
+
+    def forward(self, gy):
+        N, C, H, W = self.input_shape
+        (KH, KW), (SH, SW), (PH, PW) = self.kernel, self.stride, self.pad
+        gx = self.backend.zeros((N, C, H + 2 * PH, W + 2 * PW), gy.dtype, self.device)
+        overlap = SH < KH or SW < KW  # else each pixel is in one window at most: assign
+        for (_, _, index), mask in zip(_offsets(self.kernel, self.stride, gy.shape[2:]),
+                                       self.masks):
+            if overlap:
+                gx[index] += gy * mask
+            else:
+                gx[index] = gy * mask
+        return gx[:, :, PH:PH + H, PW:PW + W] if PH or PW else gx
+
+    def backward(self, ggx):
+        return PoolingSelect(self.kernel, self.stride, self.pad, self.masks)(ggx)
+
+
+class PoolingSelect(Function):
+    """x (N, C, H, W) -> (N, C, OH, OW): the pixel of each window that `masks` marks (max
+    pooling with the choice of pixels fixed); the adjoint of PoolingGrad."""
+    op_name = "pooling_select"
+
+    def __init__(self, kernel, stride, pad, masks):
+        self.kernel, self.stride, self.pad, self.masks = kernel, stride, pad, masks
+
+    def forward(self, x):
+        y = None
+        views = _offset_views(self, x, self.kernel, self.stride, self.pad,
+                              tuple(self.masks[0].shape[2:]))
+        for view, mask in zip(views, self.masks):
+            y = view * mask if y is None else y + view * mask
+        return y
+
+    def backward(self, gy):
+        x, = self.inputs
+        return PoolingGrad(x.shape, self.kernel, self.stride, self.pad, self.masks)(gy)
 
 
 def pooling_simple(x, kernel_size, stride=1, pad=0):

@@ -177,6 +177,95 @@ def test_max_pooling_sends_the_gradient_to_the_first_maximum(xp):
     np.testing.assert_array_equal(xp.numpy(x.grad.data), [[[[0.0, 1.0], [0.0, 0.0]]]])
 
 
+def np_first_max_grad(x, kernel, stride, pad):
+    """d sum(max pooling)/dx by loops: each window's first maximum (NumPy argmax) gets a 1."""
+    (KH, KW), (SH, SW), (PH, PW) = pair(kernel), pair(stride), pair(pad)
+    xp = np_pad(x, pad)
+    g = np.zeros_like(xp)
+    for i in range((xp.shape[2] - KH) // SH + 1):
+        for j in range((xp.shape[3] - KW) // SW + 1):
+            for n in range(x.shape[0]):
+                for c in range(x.shape[1]):
+                    k = np.argmax(xp[n, c, i * SH:i * SH + KH, j * SW:j * SW + KW])
+                    g[n, c, i * SH + k // KW, j * SW + k % KW] += 1
+    return g[:, :, PH:PH + x.shape[2], PW:PW + x.shape[3]]
+
+
+@pytest.mark.parametrize("kernel, stride, pad", [(2, 2, 0), (3, 1, 1), ((2, 3), (1, 2), (1, 0))])
+def test_max_pooling_ties_go_to_the_first_maximum_in_every_window(xp, kernel, stride, pad):
+    """Small integers: many ties, in overlapping windows and against the zero padding too."""
+    a = np.random.default_rng(4).integers(-1, 2, size=(2, 3, 6, 5)).astype(np.float64)
+    x = gradcore.Variable(xp.asarray(a))
+    y = F.pooling(x, kernel, stride, pad)
+    y.backward()
+    np.testing.assert_array_equal(xp.numpy(y.data), np_pool(a, kernel, stride, pad))
+    np.testing.assert_array_equal(xp.numpy(x.grad.data), np_first_max_grad(a, kernel, stride, pad))
+
+
+def test_max_pooling_double_backward_keeps_the_choice_of_pixels(xp):
+    """gx = pooling_grad(gy) is linear in gy; its gradient with respect to gy picks, from each
+    window, the pixel that got the gradient (the first maximum), whatever the values there."""
+    a = np.array([[[[1.0, 3.0, 0.0], [3.0, 2.0, 5.0], [0.0, 5.0, 4.0]]]])
+    x = gradcore.Variable(xp.asarray(a))
+    gy = gradcore.Variable(xp.asarray(np.array([[[[1.0, 2.0], [3.0, 4.0]]]])))
+    y = F.pooling(x, 2, 1)
+    gx, = gradcore.grad(y, [x], grad_outputs=gy, create_graph=True)
+    np.testing.assert_array_equal(xp.numpy(gx.data), [[[[0, 1, 0], [0, 0, 6], [0, 3, 0]]]])
+    r = gradcore.Variable(xp.asarray(np.arange(9.0).reshape(1, 1, 3, 3)), requires_grad=False)
+    (gx * r).sum().backward()
+    np.testing.assert_array_equal(xp.numpy(gy.grad.data), [[[[1.0, 5.0], [7.0, 5.0]]]])
+
+
+def test_max_pooling_nan_window_passes_no_gradient(xp):
+    x = gradcore.Variable(xp.asarray(np.array([[[[1.0, np.nan, 2.0, 0.0]]]])))
+    y = F.pooling(x, (1, 2), (1, 2))
+    y.backward()
+    out = xp.numpy(y.data)
+    assert np.isnan(out[0, 0, 0, 0]) and out[0, 0, 0, 1] == 2.0
+    np.testing.assert_array_equal(xp.numpy(x.grad.data), [[[[0.0, 0.0, 1.0, 0.0]]]])
+
+
+def test_pooling_without_grad_records_nothing(xp):
+    a = np.random.default_rng(5).standard_normal(IMG)
+    x = gradcore.Variable(xp.asarray(a))
+    with gradcore.no_grad():
+        y = F.pooling(x, 2, 1, 1)
+    assert y.creator is None
+    np.testing.assert_array_equal(xp.numpy(y.data), np_pool(a, 2, 1, 1))
+
+
+def test_pooling_with_a_1x1_kernel_returns_a_new_array(xp):
+    x = gradcore.Variable(xp.asarray(np.arange(4.0).reshape(1, 1, 2, 2)))
+    y = F.pooling(x, 1)
+    y.data += 10.0
+    np.testing.assert_array_equal(xp.numpy(x.data), [[[[0.0, 1.0], [2.0, 3.0]]]])
+
+
+def test_conv2d_backward_twice_gives_the_same_gradients(xp):
+    """conv2d keeps its windows of x for W's gradient and frees them after the first backward:
+    a second walk over the same graph rebuilds them."""
+    rng = np.random.default_rng(6)
+    x, W, b = (gradcore.Variable(xp.asarray(rng.standard_normal(s)))
+               for s in (IMG, (4, 3, 3, 3), (4,)))
+    y = (F.conv2d(x, W, b, stride=(2, 1), pad=1) ** 2).sum()
+    y.backward()
+    first = [xp.numpy(v.grad.data) for v in (x, W, b)]
+    y.backward()
+    for v, g in zip((x, W, b), first):
+        np.testing.assert_allclose(xp.numpy(v.grad.data), 2 * g, rtol=1e-12, atol=1e-12)
+
+
+def test_conv2d_bias_of_another_dtype_promotes(xp):
+    """The bias is added in place only when its dtype is the result's: a float64 bias on float32
+    data gives float64, as x @ W + b would."""
+    x = gradcore.Variable(xp.asarray(np.ones(IMG), dtype="float32"))
+    W = gradcore.Variable(xp.asarray(np.ones((2, 3, 1, 1)), dtype="float32"))
+    b = gradcore.Variable(xp.asarray(np.array([0.5, 1e-9])))
+    y = F.conv2d(x, W, b)
+    assert y.dtype == xp.float64
+    np.testing.assert_array_equal(xp.numpy(y.data)[0, :, 0, 0], [3.5, 3.0 + 1e-9])
+
+
 def test_conv2d_without_grad_records_nothing(xp):
     x = gradcore.Variable(xp.asarray(np.ones(IMG)))
     W = gradcore.Variable(xp.asarray(np.ones((2, 3, 3, 3))))
