@@ -161,6 +161,17 @@ def _accuracy(model, dataset):
         return F.accuracy(model(x), t).item()
 
 
+def _train(task, model, train, test, device, epochs, batch_size, lr, progress):
+    """Fit `model` on `train` and measure it: the result dict of train_spiral / train_conv."""
+    loader = DataLoader(train, batch_size, device=device)
+    start = time.perf_counter()
+    history = _fit(model, loader, epochs, lr, progress)
+    seconds = time.perf_counter() - start
+    return {"task": task, "device": device, "examples": len(train), "epochs": epochs,
+            "seconds": seconds, "loss": history, "accuracy": _accuracy(model, train),
+            "test_accuracy": _accuracy(model, test), "model": model, "files": []}
+
+
 def train_spiral(device=None, epochs=SPIRAL_DEFAULTS["epochs"],
                  batch_size=SPIRAL_DEFAULTS["batch_size"], lr=SPIRAL_DEFAULTS["lr"],
                  hidden=SPIRAL_DEFAULTS["hidden"], seed=0, out=None, progress=None):
@@ -176,13 +187,7 @@ def train_spiral(device=None, epochs=SPIRAL_DEFAULTS["epochs"],
     manual_seed(seed)  # the initial weights and the shuffling
     train, test = Spiral(train=True), Spiral(train=False)
     model = MLP((hidden, hidden, 3), activation=F.relu)
-    loader = DataLoader(train, batch_size, device=device)
-    start = time.perf_counter()
-    history = _fit(model, loader, epochs, lr, progress)
-    seconds = time.perf_counter() - start
-    result = {"task": "spiral", "device": device, "examples": len(train), "epochs": epochs,
-              "seconds": seconds, "loss": history, "accuracy": _accuracy(model, train),
-              "test_accuracy": _accuracy(model, test), "model": model, "files": []}
+    result = _train("spiral", model, train, test, device, epochs, batch_size, lr, progress)
     if out is not None:
         result["files"] = _plot_spiral(model, train, result, out)
     return result
@@ -217,13 +222,7 @@ def train_conv(device=None, epochs=CONV_DEFAULTS["epochs"], batch_size=CONV_DEFA
     train = Shapes(train=True, num_per_class=num_per_class)
     test = Shapes(train=False, num_per_class=max(1, num_per_class // 2))
     model = ConvNet(Shapes.num_class)
-    loader = DataLoader(train, batch_size, device=device)
-    start = time.perf_counter()
-    history = _fit(model, loader, epochs, lr, progress)
-    seconds = time.perf_counter() - start
-    result = {"task": "conv", "device": device, "examples": len(train), "epochs": epochs,
-              "seconds": seconds, "loss": history, "accuracy": _accuracy(model, train),
-              "test_accuracy": _accuracy(model, test), "model": model, "files": []}
+    result = _train("conv", model, train, test, device, epochs, batch_size, lr, progress)
     if out is not None:
         result["files"] = _plot_conv(model, test, result, out)
     return result
