@@ -46,9 +46,6 @@ class ArrayAPIBackend(Backend):
                 f"{device} does not exist; {self.name} has: "
                 + ", ".join(str(d) for d in self._to_native)) from None
 
-    def device_context(self, device):
-        raise NotImplementedError(f"{self.name} computes where its arrays are; no context needed")
-
     def ensure_array(self, obj):
         return obj  # results are always arrays, 0-d included
 

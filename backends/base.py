@@ -1,4 +1,5 @@
 """The Backend contract: everything gradcore needs from an array library, written down once."""
+import contextlib
 
 
 class DeviceUnavailableError(RuntimeError):
@@ -29,8 +30,9 @@ class Backend:
         raise NotImplementedError
 
     def device_context(self, device):
-        """A context manager under which computation happens on `device`."""
-        raise NotImplementedError
+        """A context manager under which computation happens on `device`. A no-op unless
+        `needs_device_context` (CuPy computes on the current GPU, not the array's)."""
+        return contextlib.nullcontext()
 
     def ensure_array(self, obj):
         """A scalar of this library (NumPy's reductions and 0-d ops return them) as a 0-d array;

@@ -1,6 +1,4 @@
 """NumPy: the CPU backend."""
-import contextlib
-
 import numpy
 
 from .base import Backend
@@ -18,9 +16,6 @@ class NumpyBackend(Backend):
 
     def device_of(self, array):
         return CPU
-
-    def device_context(self, device):
-        return contextlib.nullcontext()
 
     def ensure_array(self, obj):
         # NumPy reductions and 0-d arithmetic hand back scalars: make them 0-d arrays again.

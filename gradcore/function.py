@@ -73,7 +73,7 @@ class Function:
             self.device = self._common_device(backend, inputs)
 
         try:
-            if backend.needs_device_context:
+            if backend.needs_device_context:  # the flag spares NumPy a no-op context per op
                 with backend.device_context(self.device):
                     ys = self.forward(*xs)
             elif len(xs) == 1:  # plain calls: CPython's f(*args) costs about twice as much

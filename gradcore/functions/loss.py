@@ -3,8 +3,6 @@
 Like DeZero, every loss sums over the elements and divides by N = x.shape[0] (the batch size):
 for outputs of shape (N,) or (N, 1) that is the mean over all elements.
 """
-import contextlib
-
 import backends
 
 from ..function import Function
@@ -52,12 +50,6 @@ def _on(op, t, backend, device, dtype=None):
 def _float_dtype(x):
     """x's dtype if it is a real floating one, else None."""
     return x.dtype if x.xp.isdtype(x.dtype, "real floating") else None
-
-
-def _context(backend, device):
-    """Where to compute outside a Function: CuPy works on the current GPU, not the array's."""
-    return backend.device_context(device) if backend.needs_device_context else (
-        contextlib.nullcontext())
 
 
 def _class_labels(xp, t, n, c=None):
@@ -180,7 +172,7 @@ def softmax_cross_entropy_simple(x, t):
     backend, device = _place("softmax_cross_entropy_simple", x)
     t = _on("softmax_cross_entropy_simple", t, backend, device)
     n = x.shape[0] if x.ndim == 2 else None
-    with _context(backend, device):
+    with backend.device_context(device):
         if n is None:
             raise ValueError(f"softmax_cross_entropy_simple: expects logits of shape (N, C), got "
                              f"shape {tuple(x.shape)}")
@@ -264,7 +256,7 @@ def accuracy(y, t):
     data = y.data if isinstance(y, Variable) else y
     t = _on("accuracy", t, backend, device)
     xp = backend.xp
-    with _context(backend, device):
+    with backend.device_context(device):
         try:
             if data.ndim != 2:
                 raise ValueError(f"expects scores of shape (N, C), got shape {tuple(data.shape)}")

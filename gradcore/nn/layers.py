@@ -9,7 +9,7 @@ import backends
 from .. import functions as F
 from ..functions.conv import pair
 from ..variable import Parameter, as_variable
-from .module import Module, _context, _float_name
+from .module import Module, _float_name
 
 
 # =============================================================================== helpers
@@ -34,7 +34,7 @@ def _numpy_dtype(dtype, where):
 def _normal(backend, device, shape, dtype, scale):
     """randn(*shape) * scale from the backend's global generator (numpy.random.seed reproduces
     a NumPy run), on `device` in `dtype`."""
-    with _context(backend, device):
+    with backend.device_context(device):
         w = backend.random_normal(shape, dtype, device)
         return w if scale == 1.0 else w * scale
 
@@ -259,7 +259,7 @@ class BatchNorm(Module):
                                  f"axis 1, got shape {shape}")
             backend, device, dtype = _placement(x, numpy.dtype(numpy.float32), "BatchNorm")
             C = shape[1]
-            with _context(backend, device):
+            with backend.device_context(device):
                 for v, fill in ((self.avg_mean, 0.0), (self.avg_var, 1.0),
                                 (self.gamma, 1.0), (self.beta, 0.0)):
                     if v.data is None:

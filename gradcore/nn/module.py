@@ -457,16 +457,9 @@ def _converted(data, device, dtype_name):
         backend = backends.backend_of(data)
         xp = backend.xp
         if xp.isdtype(data.dtype, "real floating"):
-            with _context(backend, backend.device_of(data)):
+            with backend.device_context(backend.device_of(data)):
                 data = xp.astype(data, getattr(xp, dtype_name))
     return data
-
-
-def _context(backend, device):
-    """Where `backend` computes on `device` (CuPy computes on the current GPU)."""
-    if backend.needs_device_context:
-        return backend.device_context(device)
-    return contextlib.nullcontext()
 
 
 def _to_host(array):

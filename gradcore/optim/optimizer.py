@@ -1,5 +1,4 @@
 """Optimizer (the base: target, hooks, per-parameter state, both call styles) and its hooks."""
-import contextlib
 import math
 import numbers
 import weakref
@@ -47,14 +46,6 @@ def checked_hyperparameter(where, name, value, rule=None):
 
 
 # =============================================================================== helpers
-def on_device(param):
-    """A context in which array work on `param`'s arrays runs on its device (CuPy computes on the
-    current GPU, not the array's); a no-op for the other backends."""
-    backend = param.backend
-    return backend.device_context(param.device) if backend.needs_device_context else (
-        contextlib.nullcontext())
-
-
 def grad_array(param):
     """`param.grad`'s array, in `param`'s dtype."""
     g = param.grad.data
@@ -70,10 +61,8 @@ def set_data(param, data):
 
 def _copy(array):
     backend = backends.backend_of(array)
-    if backend.needs_device_context:
-        with backend.device_context(backend.device_of(array)):
-            return backend.xp.asarray(array, copy=True)
-    return backend.xp.asarray(array, copy=True)
+    with backend.device_context(backend.device_of(array)):
+        return backend.xp.asarray(array, copy=True)
 
 
 def _describe(param):
@@ -347,10 +336,7 @@ class Optimizer:
         for p in params:
             if p.grad is None:  # a hook dropped it (FreezeParam)
                 continue
-            if p.backend.needs_device_context:
-                with p.backend.device_context(p.device):
-                    self.update_one(p)
-            else:
+            with p.backend.device_context(p.device):
                 self.update_one(p)
 
     def _check(self, p):
@@ -493,7 +479,7 @@ def _on_param(array, param, copy=False):
     """`array` on `param`'s device, in its dtype; a new array if `copy`."""
     moved = backends.to_device(array, param.device)
     if moved.dtype != param.dtype:
-        with on_device(param):
+        with param.backend.device_context(param.device):
             return param.xp.astype(moved, param.dtype)  # astype copies
     return _copy(moved) if copy else moved
 
@@ -518,7 +504,7 @@ class WeightDecay:
     def __call__(self, params):
         rate = float(self.rate)
         for p in params:
-            with on_device(p):
+            with p.backend.device_context(p.device):
                 # a new grad Variable: the old one may be shared (backward of x + y hands both
                 # inputs the same gradient), so it is never changed in place
                 p.grad = Variable(grad_array(p) + rate * p.data, requires_grad=False)
@@ -537,7 +523,7 @@ class ClipGrad:
     def __call__(self, params):
         totals = {}  # device -> sum of squares there: one device-to-host read per device
         for p in params:
-            with on_device(p):
+            with p.backend.device_context(p.device):
                 g = grad_array(p)
                 s = p.xp.sum(g * g)
             key = (p.backend, p.device)
@@ -546,7 +532,7 @@ class ClipGrad:
         rate = float(self.max_norm) / (norm + 1e-6)
         if rate < 1:
             for p in params:
-                with on_device(p):
+                with p.backend.device_context(p.device):
                     p.grad = Variable(grad_array(p) * rate, requires_grad=False)
 
     def __repr__(self):

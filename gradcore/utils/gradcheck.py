@@ -1,5 +1,4 @@
 """Gradient checks: a central-difference gradient, and backward compared against it."""
-import contextlib
 import itertools
 
 import numpy
@@ -23,13 +22,6 @@ def _call(f, x, backend, args, kwargs):
     return y
 
 
-def _on_device(backend, device):
-    """The context to compute on `device` in (CuPy computes on the current GPU)."""
-    if backend.needs_device_context:
-        return backend.device_context(device)
-    return contextlib.nullcontext()
-
-
 def numerical_grad(f, x, *args, **kwargs):
     """d sum(f(x, *args, **kwargs)) / dx by central differences, one element of x at a time.
 
@@ -47,7 +39,7 @@ def numerical_grad(f, x, *args, **kwargs):
         raise TypeError(f"numerical_grad: x has dtype {data.dtype}; a gradient needs a real "
                         "floating dtype (cast x to float64 first)")
     device = backend.device_of(data)
-    with _on_device(backend, device):
+    with backend.device_context(device):
         work = xp.astype(data, data.dtype, copy=True)  # the perturbed copy f sees
         grad = backend.zeros(data.shape, data.dtype, device)
         for index in itertools.product(*[range(n) for n in data.shape]):
@@ -73,7 +65,7 @@ def gradient_check(f, x, *args, rtol=1e-4, atol=1e-5, **kwargs):
     if x.data is None:
         raise ValueError("gradient_check: x has no data")
     xp = x.xp
-    with _on_device(x.backend, x.device):
+    with x.backend.device_context(x.device):
         x64 = Variable(xp.astype(x.data, xp.float64, copy=True))
     expected = numerical_grad(f, x64, *args, **kwargs)
     y = f(x64, *args, **kwargs)
