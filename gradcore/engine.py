@@ -120,11 +120,14 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
                 if gx._data.shape != x._data.shape or gx._data.dtype != x._data.dtype:
                     gx = _conform(f, gx, x)
                 previous = grads.get(x)
-                grads[x] = gx if previous is None else previous + gx
+                if previous is not None:  # x was reached before: its creator is queued already
+                    grads[x] = previous + gx
+                    continue
+                grads[x] = gx
                 creator = x.creator
                 if creator is None:
                     leaves.append(x)
-                elif creator not in pushed:
+                elif creator not in pushed:  # several outputs of one Function reach it
                     pushed.add(creator)
                     heappush(heap, (-creator.generation, -creator.sequence, creator))
 

@@ -45,8 +45,8 @@ class Function:
     op_name = None  # the name errors use; by default the class name in snake case
 
     def __call__(self, *inputs):
-        xs = []
-        needs = []
+        xs = []     # what forward gets: each Variable's array, Python scalars as they are
+        needs = []  # which inputs require grad
         generation = 0
         backend = None
         for x in inputs:
@@ -94,25 +94,31 @@ class Function:
             self.generation = generation
             self.sequence = next(_sequence)
             generation += 1
+        else:
+            generation = 0
 
-        if ys.__class__ is not tuple:  # one output: the common case, kept short
-            if ys.__class__ is not backend.array_type:
-                if ys.__class__ in backend.scalar_types and not self._saved:
-                    ys = backend.xp.asarray(ys)  # NumPy's 0-d ops and reductions give scalars
-                else:
-                    ys, backend = self._wrap_output(ys, backend)
-            y = _new_variable(Variable)
-            y._data = ys
-            y._backend = backend
-            y.name = y.grad = y._hooks = None
-            y.creator = creator
-            y.generation = generation
-            if creator is None:
-                y.requires_grad = False
+        if ys.__class__ is not backend.array_type:
+            if ys.__class__ in backend.scalar_types and not self._saved:
+                ys = backend.xp.asarray(ys)  # NumPy's 0-d ops and reductions give scalars
+            elif ys.__class__ is tuple:
+                return self._wrap_outputs(ys, backend, creator, generation)
             else:
-                y.requires_grad = True
-                self.outputs = (_weakref(y),)
-            return y
+                ys, backend = self._wrap_output(ys, backend)
+        y = _new_variable(Variable)  # one output, the common case: Variable.__init__'s checks
+        y._data = ys                 # are not needed for a forward result
+        y._backend = backend
+        y.name = y.grad = y._hooks = None
+        y.creator = creator
+        y.generation = generation
+        if creator is None:
+            y.requires_grad = False
+        else:
+            y.requires_grad = True
+            self.outputs = (_weakref(y),)
+        return y
+
+    def _wrap_outputs(self, ys, backend, creator, generation):
+        """Variables for the outputs of a forward that returned a tuple."""
         outputs = []
         for y in ys:
             b = backend
@@ -120,7 +126,7 @@ class Function:
                 y, b = self._wrap_output(y, b)
             outputs.append(_output(y, b, creator, generation))
         if creator is not None:
-            self.outputs = tuple([weakref.ref(y) for y in outputs])
+            self.outputs = tuple([_weakref(y) for y in outputs])
             # shapes and dtypes, to make zeros for an output that dies before backward
             self._output_meta = [(y.shape, y.dtype) for y in outputs]
         return tuple(outputs)
