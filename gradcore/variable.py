@@ -7,7 +7,7 @@ import numpy
 import backends
 from backends import backend_of
 
-_SCALARS = (int, float, bool)
+_SCALARS = frozenset((int, float, bool))  # `x.__class__ in _SCALARS`: a hash lookup, no comparisons
 
 
 def _check_data(data):
