@@ -98,8 +98,9 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
         while heap:
             f = heappop(heap)[2]
             outputs = f.outputs
-            if f.backend.needs_device_context:
-                with f.backend.device_context(f.device):
+            backend = f.backend
+            if backend.needs_device_context:
+                with backend.device_context(f.device):
                     gxs = f.backward(*_output_grads(f, grads, retain_grad, wanted, captured))
             elif plain and len(outputs) == 1:  # the common case, kept short
                 y = outputs[0]()
@@ -109,10 +110,11 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
                 gxs = f.backward(*_output_grads(f, grads, retain_grad, wanted, captured))
             if gxs.__class__ is not tuple:
                 gxs = (gxs,)
-            if len(gxs) != len(f.inputs):
+            inputs = f.inputs
+            if len(gxs) != len(inputs):
                 raise _count_error(f, gxs)
 
-            for x, gx, need in zip(f.inputs, gxs, f.needs_input_grad):
+            for x, gx, need in zip(inputs, gxs, f.needs_input_grad):
                 if not need or gx is None:
                     continue
                 if gx.__class__ is not Variable:

@@ -39,8 +39,9 @@ class Function:
     written with gradcore ops, so differentiating it again (create_graph) just works.
     """
 
-    __slots__ = ("inputs", "outputs", "generation", "sequence", "backend", "_saved",
+    __slots__ = ("inputs", "outputs", "generation", "sequence", "backend",
                  "needs_input_grad", "_output_meta", "__weakref__", "__dict__")
+    _saved = ()  # save_for_backward's values; read per call only when NumPy returns a scalar
     device = None  # set per call for backends with several devices (NumPy has one)
     op_name = None  # the name errors use; by default the class name in snake case
 
@@ -68,7 +69,6 @@ class Function:
             raise TypeError(f"{self._name()}: needs at least one Variable or array input, "
                             f"got {', '.join(type(x).__name__ for x in inputs) or 'none'}")
         self.backend = backend
-        self._saved = ()
         if not backend.single_device:
             self.device = self._common_device(backend, inputs)
 
