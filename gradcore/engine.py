@@ -82,7 +82,6 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
     captured = {}
     heap = []     # (-generation, -sequence, f): newest first; the pair is unique, f never compared
     pushed = set()
-    plain = not retain_grad and wanted is None
 
     for y, g in zip(ys, seeds):
         grads[y] = g if y not in grads else grads[y] + g
@@ -102,10 +101,14 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
             if backend.needs_device_context:
                 with backend.device_context(f.device):
                     gxs = f.backward(*_output_grads(f, grads, retain_grad, wanted, captured))
-            elif plain and len(outputs) == 1:  # the common case, kept short
+            elif not retain_grad and len(outputs) == 1:  # the common case, kept short
                 y = outputs[0]()
                 g = grads.pop(y)
-                gxs = f.backward(_run_hooks(y, g) if y._hooks else g)
+                if y._hooks:
+                    g = _run_hooks(y, g)
+                if wanted is not None and y in wanted:
+                    captured[y] = g
+                gxs = f.backward(g)
             else:
                 gxs = f.backward(*_output_grads(f, grads, retain_grad, wanted, captured))
             if gxs.__class__ is not tuple:

@@ -30,6 +30,8 @@ CASES = [
     Case("sin",                F.sin,                                np.sin, ((2, 3),)),
     Case("cos",                F.cos,                                np.cos, ((2, 3),)),
     Case("tanh",               F.tanh,                               np.tanh, ((2, 3),)),
+    Case("tanh_grad",          F.tanh_grad,                          lambda y, gy: gy * (1 - y * y), ((2, 3), (2, 3))),
+    Case("tanh_grad-broadcast", F.tanh_grad,                         lambda y, gy: gy * (1 - y * y), ((2, 3), (3,))),
     Case("0-d",                lambda x: F.tanh(x) * x,              lambda x: np.tanh(x) * x, ((),)),
     Case("sqrt",               F.sqrt,                               np.sqrt, ((2, 3),), POS),
     Case("sqrt-0-d",           F.sqrt,                               np.sqrt, ((),), POS),
