@@ -6,7 +6,7 @@ from .linalg import Linear, MatMul, linear, linear_simple, matmul
 from .math import (Abs, Add, Clip, Cos, Div, Exp, Log, Maximum, Minimum, Mul, Neg, Pow, Sin, Sqrt,
                    Square, Sub, Tanh, Where, abs, add, clip, cos, div, exp, log, maximum, minimum,
                    mul, neg, pow, sin, sqrt, square, sub, tanh, where)
-from .math import TanhGrad, tanh_grad
+from .math import SinGrad, TanhGrad, sin_grad, tanh_grad
 from .reduce import LogSumExp, Max, Min, Sum, average, logsumexp, max, mean, min, sum
 from .shape import (BroadcastTo, Concatenate, ExpandDims, GetItem, GetItemGrad, Reshape, Split,
                     Squeeze, Stack, SumTo, Transpose, broadcast_to, concatenate, expand_dims,
@@ -37,7 +37,7 @@ __all__ = [
     "flatten", "concatenate", "stack", "split",
     "sum", "average", "mean", "max", "min", "logsumexp", "matmul", "linear", "linear_simple", "to",
     "Add", "Sub", "Mul", "Div", "Neg", "Pow", "Square", "Exp", "Log", "Sin", "Cos", "Tanh",
-    "tanh_grad", "TanhGrad",
+    "tanh_grad", "TanhGrad", "sin_grad", "SinGrad",
     "Sqrt", "Abs", "Maximum", "Minimum", "Clip", "Where",
     "Reshape", "Transpose", "BroadcastTo", "SumTo", "GetItem", "GetItemGrad", "ExpandDims",
     "Squeeze", "Concatenate", "Stack", "Split",

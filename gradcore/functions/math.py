@@ -158,11 +158,32 @@ class Sin(Function):
 
     def backward(self, gy):
         x, = self.inputs
-        return gy * cos(x)
+        return SinGrad()(x, gy)
 
 
 def sin(x):
     return Sin()(x)
+
+
+class SinGrad(Function):
+    """gy * cos(x): sin's backward as one node instead of two (cos, then a product)."""
+
+    op_name = "sin_grad"
+
+    def forward(self, x, gy):
+        return gy * self.xp.cos(x)
+
+    def backward(self, ggx):
+        x, gy = self.inputs
+        n_x, n_gy = self.needs_input_grad
+        gx0 = sum_to(ggx * gy * -sin(x), x.shape) if n_x else None
+        gx1 = sum_to(ggx * cos(x), gy.shape) if n_gy else None
+        return gx0, gx1
+
+
+def sin_grad(x, gy):
+    """gy * cos(x): the gradient of sin."""
+    return SinGrad()(x, gy)
 
 
 class Cos(Function):

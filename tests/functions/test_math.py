@@ -28,6 +28,8 @@ CASES = [
     Case("exp",                F.exp,                                np.exp, ((2, 3),)),
     Case("log",                F.log,                                np.log, ((2, 3),), POS),
     Case("sin",                F.sin,                                np.sin, ((2, 3),)),
+    Case("sin_grad",           F.sin_grad,                           lambda x, gy: gy * np.cos(x), ((2, 3), (2, 3))),
+    Case("sin_grad-broadcast", F.sin_grad,                           lambda x, gy: gy * np.cos(x), ((3,), (2, 3))),
     Case("cos",                F.cos,                                np.cos, ((2, 3),)),
     Case("tanh",               F.tanh,                               np.tanh, ((2, 3),)),
     Case("tanh_grad",          F.tanh_grad,                          lambda y, gy: gy * (1 - y * y), ((2, 3), (2, 3))),
