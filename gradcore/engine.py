@@ -51,7 +51,7 @@ def _conform(f, gx, x):
     if gx._data.shape != x._data.shape:
         raise RuntimeError(f"{f._name()}.backward returned a gradient of shape {tuple(gx.shape)} "
                            f"for an input of shape {tuple(x.shape)}")
-    return astype(gx, x.dtype)
+    return astype(gx, x.dtype)  # gx itself when the dtypes are equal
 
 
 def _output_grads(f, grads, retain_grad, wanted, captured):
@@ -122,7 +122,8 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
                     continue
                 if gx.__class__ is not Variable:
                     gx = gx if isinstance(gx, Variable) else Variable(gx, requires_grad=False)
-                if gx._data.shape != x._data.shape or gx._data.dtype != x._data.dtype:
+                # `is not`: NumPy's and CuPy's built-in dtypes are singletons; _conform compares
+                if gx._data.shape != x._data.shape or gx._data.dtype is not x._data.dtype:
                     gx = _conform(f, gx, x)
                 previous = grads.get(x)
                 if previous is not None:  # x was reached before: its creator is queued already
