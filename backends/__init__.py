@@ -7,7 +7,7 @@ from .numpy_backend import NumpyBackend
 
 __all__ = [
     "Backend", "Device", "DeviceUnavailableError", "CPU", "parse_device", "backend_of",
-    "get_backend", "register", "registered", "backend_for_device", "is_array", "to_device", "cuda_available",
+    "get_backend", "register", "registered", "asarray_on", "backend_for_device", "is_array", "to_device", "cuda_available",
 ]
 
 _by_type = {}          # type(array) -> Backend: the O(1) dispatch every op goes through
@@ -110,6 +110,21 @@ def to_device(array, device):
     if source is target:
         return source.to_device(array, device)
     return target.asarray(source.to_numpy(array), device=device)
+
+
+def asarray_on(obj, device, dtype=None):
+    """`obj` (an array of any backend, a list, a scalar) as an array on `device`, cast to `dtype`
+    when given: the constants an op takes (labels, masks, indices) go where its inputs live."""
+    device = parse_device(device)
+    target = backend_for_device(device)
+    source = backend_of(obj)
+    if source is None:
+        return target.asarray(obj, dtype=dtype, device=device)
+    if source is not target or not source.single_device and source.device_of(obj) != device:
+        obj = to_device(obj, device)
+    if dtype is not None and obj.dtype != dtype:
+        obj = target.asarray(obj, dtype=dtype, device=device)
+    return obj
 
 
 def cuda_available():

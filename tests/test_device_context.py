@@ -53,8 +53,6 @@ def ctx_backend(monkeypatch):
     monkeypatch.setitem(backends._by_name, backend.name, backend)
     monkeypatch.setitem(backends._by_device_type, backend.device_type, backend)
     monkeypatch.setitem(backends._by_type, backend.array_type, backend)
-    for name in backends._HOT_ATTRIBUTES:
-        setattr(backend, name, getattr(backend, name))
     return backend
 
 

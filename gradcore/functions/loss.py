@@ -28,23 +28,18 @@ def _place(op, x):
     return backend, backend.device_of(x)
 
 
-def _on(op, t, backend, device, dtype=None):
-    """Labels or targets `t` (a Variable, an array of any backend, a list) as an array of
-    `backend` on `device` (NumPy labels go to the GPU, or wherever x lives), cast to `dtype`."""
+def _on(op, t, device, dtype=None):
+    """Labels or targets `t` (a Variable, an array of any backend, a list) as an array on
+    `device` (NumPy labels go to the GPU, or wherever x lives), cast to `dtype`."""
     if isinstance(t, Variable):
         t = t.data
-    source = backends.backend_of(t)
-    if source is None:
-        try:
-            return backend.asarray(t, dtype=dtype, device=device)
-        except Exception:
-            raise TypeError(f"{op}: labels and targets must be arrays or lists, got "
-                            f"{type(t).__name__}") from None
-    if source is not backend or source.device_of(t) != device:
-        t = backends.to_device(t, device)
-    if dtype is not None and t.dtype != dtype:
-        t = backend.asarray(t, dtype=dtype, device=device)
-    return t
+    try:
+        return backends.asarray_on(t, device, dtype)
+    except (TypeError, ValueError):
+        if backends.backend_of(t) is not None:
+            raise
+        raise TypeError(f"{op}: labels and targets must be arrays or lists, got "
+                        f"{type(t).__name__}") from None
 
 
 def _float_dtype(x):
@@ -88,7 +83,7 @@ def _targets(op, t, x):
     if not isinstance(x, Variable):
         x = Variable(x, requires_grad=False)
     if not (isinstance(t, Variable) and t.backend is x.backend and t.device == x.device):
-        t = Variable(_on(op, t, x.backend, x.device, _float_dtype(x)), requires_grad=False)
+        t = Variable(_on(op, t, x.device, _float_dtype(x)), requires_grad=False)
     if t.ndim != x.ndim and t.size == x.size:
         t = t.reshape(x.shape)
     return t
@@ -98,9 +93,9 @@ def _follow(op, x0, x1):
     """A raw array (or list) beside a Variable is a constant: it follows the Variable to its
     device and floating dtype, so NumPy targets work on a GPU and float32 stays float32."""
     if isinstance(x0, Variable) and not isinstance(x1, Variable):
-        x1 = _on(op, x1, x0.backend, x0.device, _float_dtype(x0))
+        x1 = _on(op, x1, x0.device, _float_dtype(x0))
     elif isinstance(x1, Variable) and not isinstance(x0, Variable):
-        x0 = _on(op, x0, x1.backend, x1.device, _float_dtype(x1))
+        x0 = _on(op, x0, x1.device, _float_dtype(x1))
     return x0, x1
 
 
@@ -162,15 +157,15 @@ class SoftmaxCrossEntropy(Function):
 def softmax_cross_entropy(x, t):
     """Mean over the N rows of -log softmax(x)[i, t_i]: x (N, C) logits, t (N,) integer labels
     (NumPy or the backend's; moved to x's device). Stable for any logit magnitude. 0-d result."""
-    backend, device = _place("softmax_cross_entropy", x)
-    return SoftmaxCrossEntropy()(x, _on("softmax_cross_entropy", t, backend, device))
+    _, device = _place("softmax_cross_entropy", x)
+    return SoftmaxCrossEntropy()(x, _on("softmax_cross_entropy", t, device))
 
 
 def softmax_cross_entropy_simple(x, t):
     """softmax_cross_entropy as a composition: softmax, clip to [1e-15, 1], log, and picking
     log p[i, t_i] with integer-array indexing (the oracle; the fused op is stabler)."""
     backend, device = _place("softmax_cross_entropy_simple", x)
-    t = _on("softmax_cross_entropy_simple", t, backend, device)
+    t = _on("softmax_cross_entropy_simple", t, device)
     n = x.shape[0] if x.ndim == 2 else None
     with backend.device_context(device):
         if n is None:
@@ -254,7 +249,7 @@ def accuracy(y, t):
     differentiable): y (N, C) scores, t (N,) integer labels (moved to y's device)."""
     backend, device = _place("accuracy", y)
     data = y.data if isinstance(y, Variable) else y
-    t = _on("accuracy", t, backend, device)
+    t = _on("accuracy", t, device)
     xp = backend.xp
     with backend.device_context(device):
         try:

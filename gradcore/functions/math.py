@@ -362,13 +362,8 @@ class Where(Function):
 
     def _condition_here(self, condition, x0, x1):
         """The condition as a boolean array of this backend, on the inputs' device."""
-        backend = self.backend
-        device = backend.device_of(x0 if hasattr(x0, "shape") else x1)
-        if backends.backend_of(condition) is None:  # a list or a Python bool
-            condition = backend.asarray(condition, device=device)
-        elif (backends.backend_of(condition) is not backend
-              or backend.device_of(condition) != device):
-            condition = backends.to_device(condition, device)
+        device = self.backend.device_of(x0 if hasattr(x0, "shape") else x1)
+        condition = backends.asarray_on(condition, device)  # a list, a bool, any array
         if not self.xp.isdtype(condition.dtype, "bool"):
             raise TypeError(f"the condition must be a boolean array, got {condition.dtype}; "
                             "compare first, e.g. where(x > 0, x, 0.0)")

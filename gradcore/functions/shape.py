@@ -331,9 +331,8 @@ def _key_on_device(key, backend, device):
             k = k.data
         if isinstance(k, (list, tuple)):
             k = backend.asarray(k, dtype=None if k else backend.xp.int64, device=device)
-        elif getattr(k, "ndim", 0) and (backends.backend_of(k) is not backend
-                                        or backend.device_of(k) != device):
-            k = backends.to_device(k, device)
+        elif getattr(k, "ndim", 0):
+            k = backends.asarray_on(k, device)
         out.append(k)
     return tuple(out)
 
