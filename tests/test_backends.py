@@ -299,3 +299,13 @@ def test_every_xp_name_the_ops_use_exists_in_cupy():
         names.update(re.findall(r"\bxp\.([A-Za-z_]\w*)", path.read_text()))
     assert {"exp", "matmul", "sum"} <= names  # the scan finds the ops' calls
     assert sorted(n for n in names if not hasattr(cupy, n)) == []
+
+
+def test_asarray_on_puts_lists_and_other_devices_arrays_on_the_device():
+    on1 = backends.asarray_on([1, 2, 3], DEVICE1)
+    assert backends.backend_of(on1) is STRICT and STRICT.device_of(on1) == DEVICE1
+    moved = backends.asarray_on(np.array([1.0, 2.0]), DEVICE1, dtype=STRICT.xp.float32)
+    assert STRICT.device_of(moved) == DEVICE1 and moved.dtype == STRICT.xp.float32
+    a = np.arange(3)
+    assert backends.asarray_on(a, "cpu") is a  # already there: no copy
+    np.testing.assert_array_equal(backends.asarray_on(on1, "cpu"), [1, 2, 3])
