@@ -24,6 +24,8 @@ def register(backend):
     """Make `backend` known: its arrays are then accepted everywhere. Returns it."""
     for name in _HOT_ATTRIBUTES:
         setattr(backend, name, getattr(backend, name))
+    # one device and no device context: Function.__call__'s unrolled path
+    backend.plain = backend.single_device and not backend.needs_device_context
     _by_name[backend.name] = backend
     _by_device_type[backend.device_type] = backend
     _by_type[backend.array_type] = backend

@@ -20,6 +20,7 @@ class Backend:
     scalar_types = frozenset()  # types of the scalars its ops may return instead of 0-d arrays
     single_device = False # True when every array lives on one device: device checks are skipped
     needs_device_context = False  # True when computing needs `device_context` (CuPy)
+    plain = False         # single_device and not needs_device_context: set by backends.register
 
     def owns(self, array):
         """True if `array` is one of this backend's arrays."""

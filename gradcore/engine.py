@@ -1,8 +1,11 @@
 """The backward walk: a heap keyed (-generation, -sequence), each Function visited once."""
 import heapq
+import weakref
 
 from .config import using_config
 from .functions.device import astype
+from .functions.shape import sum_to
+from .function import _output
 from .variable import Variable
 
 
@@ -46,11 +49,17 @@ def _count_error(f, gxs):
 
 
 def _conform(f, gx, x):
-    """gx with x's dtype (as in PyTorch: float32 - a float64 constant gives a float64 result, but
-    the float32 input still gets a float32 gradient). A wrong shape is the op's bug: raise."""
-    if gx._data.shape != x._data.shape:
-        raise RuntimeError(f"{f._name()}.backward returned a gradient of shape {tuple(gx.shape)} "
-                           f"for an input of shape {tuple(x.shape)}")
+    """gx shaped and typed like x. A gradient of x broadcast to a larger shape (the backward of a
+    broadcasting op) is summed back to x's shape, as PyTorch's engine does; any other shape is the
+    op's bug: raise. The dtype becomes x's (float32 - a float64 constant gives a float64 result,
+    but the float32 input still gets a float32 gradient)."""
+    shape, target = x._data.shape, gx._data.shape
+    if target != shape:
+        if len(shape) > len(target) or any(
+                n != 1 and n != m for n, m in zip(reversed(shape), reversed(target))):
+            raise RuntimeError(f"{f._name()}.backward returned a gradient of shape {tuple(target)} "
+                               f"for an input of shape {tuple(shape)}")
+        gx = sum_to(gx, shape)
     return astype(gx, x.dtype)  # gx itself when the dtypes are equal
 
 
@@ -93,24 +102,20 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
             heapq.heappush(heap, (-f.generation, -f.sequence, f))
 
     heappush, heappop = heapq.heappush, heapq.heappop
+    plain = not retain_grad and wanted is None  # no gradient kept but the leaves'
     with using_config("enable_backprop", create_graph):
         while heap:
             f = heappop(heap)[2]
-            outputs = f.outputs
+            out = f._outputs  # one output: its weak reference; several: a tuple of them
             backend = f.backend
-            if backend.needs_device_context:
-                with backend.device_context(f.device):
-                    gxs = f.backward(*_output_grads(f, grads, retain_grad, wanted, captured))
-            elif not retain_grad and len(outputs) == 1:  # the common case, kept short
-                y = outputs[0]()
-                g = grads.pop(y)
-                if y._hooks:
-                    g = _run_hooks(y, g)
-                if wanted is not None and y in wanted:
-                    captured[y] = g
-                gxs = f.backward(g)
+            if plain and out.__class__ is weakref.ref and not backend.needs_device_context:
+                y = out()  # the common case, kept short
+                gy = grads.pop(y)
+                gxs = f.backward(_run_hooks(y, gy) if y._hooks else gy)
             else:
-                gxs = f.backward(*_output_grads(f, grads, retain_grad, wanted, captured))
+                gys = _output_grads(f, grads, retain_grad, wanted, captured)
+                with backend.device_context(f.device):
+                    gxs = f.backward(*gys)
             if gxs.__class__ is not tuple:
                 gxs = (gxs,)
             inputs = f.inputs
@@ -118,7 +123,7 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
                 raise _count_error(f, gxs)
 
             for x, gx, need in zip(inputs, gxs, f.needs_input_grad):
-                if not need or gx is None:
+                if gx is None or not need:
                     continue
                 if gx.__class__ is not Variable:
                     gx = gx if isinstance(gx, Variable) else Variable(gx, requires_grad=False)
@@ -127,12 +132,17 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
                     gx = _conform(f, gx, x)
                 previous = grads.get(x)
                 if previous is not None:  # x was reached before: its creator is queued already
-                    grads[x] = previous + gx
+                    if create_graph or not x._backend.plain:
+                        grads[x] = previous + gx  # recorded; CuPy adds under the device context
+                    else:  # nothing to record: the arrays' sum, with no Function around it
+                        grads[x] = _output(previous._data + gx._data, x._backend, None, 0)
                     continue
                 grads[x] = gx
                 creator = x.creator
                 if creator is None:
                     leaves.append(x)
+                elif creator._outputs.__class__ is weakref.ref:  # one output: reached once
+                    heappush(heap, (-creator.generation, -creator.sequence, creator))
                 elif creator not in pushed:  # several outputs of one Function reach it
                     pushed.add(creator)
                     heappush(heap, (-creator.generation, -creator.sequence, creator))

@@ -1,6 +1,7 @@
 """Function: one node of the graph. __call__ unwraps, runs forward, wraps, and records."""
 import itertools
 import re
+import types
 import weakref
 
 import backends
@@ -11,7 +12,11 @@ from .variable import _SCALARS, Variable
 _sequence = itertools.count()  # creation order: the heap's tie-break within a generation
 _new_variable = object.__new__
 _weakref = weakref.ref
-_needs_cache = {}  # needs_input_grad tuples, interned
+_NEEDS = {}  # needs_input_grad tuples, interned: one long-lived object less per node
+_NEEDS1 = ((False,), (True,))  # indexed by requires_grad
+_NEEDS2 = (((False, False), (False, True)), ((True, False), (True, True)))
+_NO_INPUT = object()  # __call__'s default for x0 and x1: fewer inputs were given
+_saves = 0  # save_for_backward calls so far: __call__ looks at saved values only if this moved
 
 
 def _snake_case(name):
@@ -32,101 +37,225 @@ def _output(data, backend, creator, generation):
     return y
 
 
+class _SavedOutput:
+    """A saved value that is output `index` of its Function: saved_tensors gives the output
+    Variable while it lives, else `array` as a constant."""
+
+    __slots__ = ("index", "array")
+
+    def __init__(self, index, array):
+        self.index = index
+        self.array = array
+
+
 class Function:
     """Subclass with `forward(*arrays)` -> array(s) and `backward(*gys)` -> gradient(s).
 
     `forward` works on raw arrays (use `self.xp`); `backward` takes and returns Variables and is
-    written with gradcore ops, so differentiating it again (create_graph) just works.
+    written with gradcore ops, so differentiating it again (create_graph) just works. A gradient
+    may come back broadcast (the shape of the op's result): the engine sums it to the input's.
+
+    On NumPy, a 0-d input reaches forward as a NumPy scalar and a scalar result is kept as it is
+    (NumPy's arithmetic on scalars is several times faster than on 0-d arrays); Variable.data
+    still hands out a 0-d array.
     """
 
-    __slots__ = ("inputs", "outputs", "generation", "sequence", "backend",
+    __slots__ = ("inputs", "_outputs", "generation", "sequence", "backend",
                  "needs_input_grad", "_output_meta", "__weakref__", "__dict__")
-    _saved = ()  # save_for_backward's values; read per call only when NumPy returns a scalar
+    _saved = ()  # save_for_backward's values, resolved by __call__ (see _resolve_saved)
     device = None  # set per call for backends with several devices (NumPy has one)
     op_name = None  # the name errors use; by default the class name in snake case
 
-    def __call__(self, *inputs):
-        xs = []     # what forward gets: each Variable's array, Python scalars as they are
-        needs = []  # which inputs require grad
-        generation = 0
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if getattr(cls.__call__, "_template", False):
+            # A copy of __call__'s code per subclass: CPython specialises attribute access per
+            # code object and type, and one copy shared by Mul, Add, ... sees a new type each call
+            call = Function.__call__
+            copy = types.FunctionType(call.__code__.replace(), call.__globals__, call.__name__,
+                                      call.__defaults__)
+            copy.__qualname__, copy.__doc__ = f"{cls.__qualname__}.__call__", call.__doc__
+            copy._template = True
+            cls.__call__ = copy
+
+    def __call__(self, x0=_NO_INPUT, x1=_NO_INPUT, *more):
+        """Run forward on the inputs' arrays; record this call in the graph if grad mode is on
+        and an input requires grad. Inputs: Variables, arrays (constants), Python scalars."""
+        # The common case in line: one or two inputs, Variables or a Variable and a Python
+        # scalar, on a backend with one device and no device context (NumPy). The rest: _call.
+        c0 = x0.__class__
+        if c0 is Variable:
+            backend = x0._backend
+        elif c0 in _SCALARS and x1.__class__ is Variable:  # 2 - x
+            backend = x1._backend
+        else:
+            backend = None
+        if backend is None or not backend.plain or more:
+            return self._call((x0, x1, *more) if x1 is not _NO_INPUT else
+                              (x0,) if x0 is not _NO_INPUT else ())
+        saves = _saves
+        if c0 is Variable:
+            d0 = x0._data
+            if backend.scalar_types and d0.ndim == 0 and d0.__class__ is backend.array_type:
+                d0 = d0[()]  # NumPy's arithmetic on scalars is ~4x faster than on 0-d arrays
+            r0 = x0.requires_grad
+            generation = x0.generation if r0 else -1  # -1: no input requires grad
+        else:
+            d0 = x0
+            r0 = False
+            generation = -1
+        if x1 is _NO_INPUT:
+            r1 = None
+        elif x1.__class__ is Variable and x1._backend is backend:
+            d1 = x1._data
+            if backend.scalar_types and d1.ndim == 0 and d1.__class__ is backend.array_type:
+                d1 = d1[()]
+            r1 = x1.requires_grad
+            if r1 and x1.generation > generation:
+                generation = x1.generation
+        elif x1.__class__ in _SCALARS and c0 is Variable:
+            d1 = x1
+            r1 = False
+        else:  # an array (a constant), a Parameter, another backend
+            return self._call((x0, x1))
+
+        self.backend = backend
+        try:
+            ys = self.forward(d0) if r1 is None else self.forward(d0, d1)
+        except (ValueError, TypeError, IndexError) as e:
+            raise self._explain(e, (x0,) if r1 is None else (x0, x1)) from e
+        if _saves != saves:  # forward called save_for_backward (here or in another thread)
+            self._resolve_saved((x0,) if r1 is None else (x0, x1),
+                                (d0,) if r1 is None else (d0, d1), ys)
+        # A NumPy scalar (from 0-d arithmetic or a reduction) is kept as it is: Variable.data
+        # makes it a 0-d array when it is read, and the next op computes on it as a scalar
+        if ys.__class__ is not backend.array_type and ys.__class__ not in backend.scalar_types:
+            return self._finish(ys, backend, (x0,) if r1 is None else (x0, x1),
+                                _NEEDS1[r0] if r1 is None else _NEEDS2[r0][r1], generation)
+
+        # _finish in line, for one output: a call here would cost 4% of a small op
+        y = _new_variable(Variable)  # Variable.__init__'s checks are not needed for a result
+        y._data = ys
+        y._backend = backend
+        y.name = y.grad = y._hooks = None
+        if generation >= 0 and is_grad_enabled():  # become a node of the graph
+            if r1 is None:
+                self.inputs = (x0,)
+                self.needs_input_grad = _NEEDS1[r0]
+            else:
+                self.inputs = (x0, x1)
+                self.needs_input_grad = _NEEDS2[r0][r1]
+            self.generation = generation
+            self.sequence = next(_sequence)
+            self._outputs = _weakref(y)  # a bare reference: one tracked object less per node
+            y.creator = self
+            y.generation = generation + 1
+            y.requires_grad = True
+        else:
+            y.creator = None
+            y.generation = 0
+            y.requires_grad = False
+        return y
+
+    __call__._template = True
+
+    def _call(self, inputs):
+        """__call__ for any inputs on any backend; raw arrays become constants."""
+        saves = _saves
+        xs = []
+        needs = []
+        generation = -1
         backend = None
         for x in inputs:
             if isinstance(x, Variable):
+                data = x._data
                 if x._backend is not backend:
-                    if backend is not None or x._backend is None:
+                    if backend is not None or data is None:
                         self._raise_mixed(inputs)
                     backend = x._backend
-                xs.append(x._data)
+                if backend.scalar_types and data.ndim == 0 and data.__class__ is backend.array_type:
+                    data = data[()]
+                xs.append(data)
                 needs.append(x.requires_grad)
-                if x.generation > generation:
+                if x.requires_grad and x.generation > generation:
                     generation = x.generation
             elif x.__class__ in _SCALARS:
                 xs.append(x)
                 needs.append(False)
-            else:  # a raw array (a constant) or something unsupported: wrap, then start again
-                return self(*[self._constant(i) for i in inputs])
+            else:  # a raw array (a constant) or something unsupported
+                return self._call(tuple([self._constant(x) for x in inputs]))
         if backend is None:
             raise TypeError(f"{self._name()}: needs at least one Variable or array input, "
                             f"got {', '.join(type(x).__name__ for x in inputs) or 'none'}")
-        self.backend = backend
         if not backend.single_device:
             self.device = self._common_device(backend, inputs)
-
+        needs = tuple(needs)
+        self.backend = backend
         try:
-            if backend.needs_device_context:  # the flag spares NumPy a no-op context per op
+            if backend.needs_device_context:  # the flag spares NumPy a no-op context
                 with backend.device_context(self.device):
                     ys = self.forward(*xs)
-            elif len(xs) == 1:  # plain calls: CPython's f(*args) costs about twice as much
-                ys = self.forward(xs[0])
-            elif len(xs) == 2:
-                ys = self.forward(xs[0], xs[1])
             else:
                 ys = self.forward(*xs)
         except (ValueError, TypeError, IndexError) as e:
             raise self._explain(e, inputs) from e
+        if _saves != saves:
+            self._resolve_saved(inputs, xs, ys)
+        return self._finish(ys, backend, inputs, _NEEDS.setdefault(needs, needs), generation)
 
+    def _finish(self, ys, backend, inputs, needs, generation):
+        """The output Variable(s) for forward's result `ys`; the node recorded if generation >= 0
+        (an input requires grad) and grad mode is on."""
+        if ys.__class__ is tuple:
+            return self._wrap_outputs(ys, backend, inputs, needs, generation)
+        if ys.__class__ is not backend.array_type and ys.__class__ not in backend.scalar_types:
+            ys, backend = self._wrap_output(ys, backend)
         creator = None
-        if True in needs and is_grad_enabled():  # become a node of the graph
-            creator = self
-            self.inputs = inputs
-            needs = tuple(needs)  # shared copies: one long-lived object less per node
-            self.needs_input_grad = _needs_cache.setdefault(needs, needs)
-            self.generation = generation
-            self.sequence = next(_sequence)
+        if generation >= 0 and is_grad_enabled():
+            creator = self._record(inputs, needs, generation)
+        y = _output(ys, backend, creator, generation + 1 if creator is not None else 0)
+        if creator is not None:
+            self._outputs = _weakref(y)
+        return y
+
+    def _record(self, inputs, needs, generation):
+        """Become a node of the graph; returns self."""
+        self.inputs = inputs
+        self.needs_input_grad = needs
+        self.generation = generation
+        self.sequence = next(_sequence)
+        return self
+
+    def _resolve_saved(self, inputs, xs, ys):
+        """Saved values that are an input's array (as forward got it) become that input Variable,
+        and one that is an output (ys, or an element of a tuple ys) a _SavedOutput: resolved now,
+        while identities hold, so saved_tensors can hand back Variables that stay differentiable."""
+        by_id = {}
+        if ys.__class__ is tuple:
+            by_id.update((id(y), _SavedOutput(i, y)) for i, y in enumerate(ys))
+        else:
+            by_id[id(ys)] = _SavedOutput(0, ys)
+        for x, a in zip(inputs, xs):
+            if isinstance(x, Variable):
+                by_id[id(x._data)] = by_id[id(a)] = x
+        self._saved = tuple(by_id.get(id(v), v) for v in self._saved)
+
+    def _wrap_outputs(self, ys, backend, inputs, needs, generation):
+        """Variables for the outputs of a forward that returned a tuple."""
+        creator = None
+        if generation >= 0 and is_grad_enabled():
+            creator = self._record(inputs, needs, generation)
             generation += 1
         else:
             generation = 0
-
-        if ys.__class__ is not backend.array_type:
-            if ys.__class__ in backend.scalar_types and not self._saved:
-                ys = backend.xp.asarray(ys)  # NumPy's 0-d ops and reductions give scalars
-            elif ys.__class__ is tuple:
-                return self._wrap_outputs(ys, backend, creator, generation)
-            else:
-                ys, backend = self._wrap_output(ys, backend)
-        y = _new_variable(Variable)  # one output, the common case: Variable.__init__'s checks
-        y._data = ys                 # are not needed for a forward result
-        y._backend = backend
-        y.name = y.grad = y._hooks = None
-        y.creator = creator
-        y.generation = generation
-        if creator is None:
-            y.requires_grad = False
-        else:
-            y.requires_grad = True
-            self.outputs = (_weakref(y),)
-        return y
-
-    def _wrap_outputs(self, ys, backend, creator, generation):
-        """Variables for the outputs of a forward that returned a tuple."""
         outputs = []
         for y in ys:
             b = backend
-            if y.__class__ is not b.array_type:
+            if y.__class__ is not b.array_type and y.__class__ not in b.scalar_types:
                 y, b = self._wrap_output(y, b)
             outputs.append(_output(y, b, creator, generation))
         if creator is not None:
-            self.outputs = tuple([_weakref(y) for y in outputs])
+            self._outputs = tuple([_weakref(y) for y in outputs])
             # shapes and dtypes, to make zeros for an output that dies before backward
             self._output_meta = [(y.shape, y.dtype) for y in outputs]
         return tuple(outputs)
@@ -145,20 +274,30 @@ class Function:
 
     def save_for_backward(self, *values):
         """Keep arrays (or Variables) for backward; read them back with `saved_tensors`."""
+        global _saves
+        _saves += 1
         self._saved = values
+
+    @property
+    def outputs(self):
+        """The outputs as weak references, one per output: `self.outputs[0]()` is the Variable
+        (None once it is gone)."""
+        outputs = self._outputs
+        return (outputs,) if outputs.__class__ is _weakref else outputs
 
     @property
     def saved_tensors(self):
         """The saved values as Variables: an input's or output's array comes back as that
         Variable (so backward stays differentiable); any other array as a constant."""
-        known = {id(x._data): x for x in self.inputs if isinstance(x, Variable)}
-        for ref in self.outputs:
-            y = ref()
-            if y is not None:
-                known[id(y._data)] = y
-        return tuple(v if isinstance(v, Variable) or v is None or v.__class__ in _SCALARS
-                     else known[id(v)] if id(v) in known else Variable(v, requires_grad=False)
-                     for v in self._saved)
+        values = []
+        for v in self._saved:
+            if v.__class__ is _SavedOutput:
+                y = self.outputs[v.index]()
+                v = Variable(v.array, requires_grad=False) if y is None else y
+            elif not (isinstance(v, Variable) or v is None or v.__class__ in _SCALARS):
+                v = Variable(v, requires_grad=False)
+            values.append(v)
+        return tuple(values)
 
     @property
     def next_functions(self):
@@ -240,6 +379,4 @@ class Function:
             if backend is None:
                 raise TypeError(f"{self._name()}.forward returned {type(y).__name__}, not an array")
             array = backend.ensure_array(y)
-        if array is not y and self._saved:  # a saved scalar must come back as this output
-            self._saved = tuple(array if v is y else v for v in self._saved)
         return array, backend

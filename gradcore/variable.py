@@ -51,7 +51,12 @@ class Variable:
     # ---------------------------------------------------------------- data and its properties
     @property
     def data(self):
-        return self._data
+        """The array. An op result that NumPy computed as a scalar (0-d arithmetic, reductions)
+        is stored as that scalar, ops being faster on it; read here, it becomes a 0-d array."""
+        data = self._data
+        if data is not None and data.__class__ is not self._backend.array_type:
+            data = self._data = self._backend.ensure_array(data)
+        return data
 
     @data.setter
     def data(self, value):

@@ -43,6 +43,20 @@ def test_accumulation_is_out_of_place(xp):
     np.testing.assert_array_equal(x.grad.numpy(), [5.0, 5.0])
 
 
+def test_accumulation_leaves_each_gradient_it_was_given_alone(xp):
+    # x gets three gradients; the engine sums them into new arrays, never into one of them
+    x = var(xp, [1.0, 2.0])
+    seen = []
+    a, b, c = x * 1.0, x * 2.0, x * 3.0
+    for v in (a, b, c):
+        v.register_hook(lambda g: seen.append((g, g.numpy().copy())))
+    (a + b + c).backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [6.0, 6.0])
+    assert len(seen) == 3
+    for g, kept in seen:
+        np.testing.assert_array_equal(g.numpy(), kept)
+
+
 def test_diamond(xp):
     x = var(xp, 2.0)
     a = F.square(x)

@@ -125,6 +125,17 @@ def test_a_saved_output_comes_back_as_the_output_variable(xp):
     assert f.seen[2] is y
 
 
+def test_saved_values_survive_reading_data_first(xp):
+    # On NumPy a 0-d result is kept as a NumPy scalar until .data makes it an array; what
+    # forward saved must still come back as the input and output Variables after that
+    a, b = var(xp, 3.0), var(xp, 4.0)
+    f = ScaledProduct(2.0)
+    y = f(a, b)
+    assert y.data.shape == () and a.data.shape == ()
+    y.backward()
+    assert f.seen[0] is a and f.seen[2] is y
+
+
 def test_custom_function_is_differentiable_twice(xp):
     a, b = var(xp, 3.0), var(xp, 4.0)
     y = ScaledProduct(2.0)(a, b) * a  # 2 a^2 b
@@ -185,6 +196,83 @@ def test_backward_returning_a_wrongly_shaped_gradient():
     with pytest.raises(RuntimeError, match=r"shape \(\) for an input of shape \(3,\)"):
         Bad()(x).backward()
     assert x.grad is None
+
+
+def test_a_broadcast_gradient_is_summed_back_to_its_input_shape(xp):
+    class Spread(Function):
+        """y = x0 + x1 for x0 of shape (3,) and x1 of shape (2, 3), backward left unreduced."""
+
+        def forward(self, x0, x1):
+            return x0 + x1
+
+        def backward(self, gy):
+            return gy, gy  # (2, 3) for both: the engine sums x0's over the broadcast axis
+
+    a = var(xp, [1.0, 2.0, 3.0])
+    b = var(xp, [[1.0, 1.0, 1.0], [2.0, 2.0, 2.0]])
+    y = Spread()(a, b)
+    (y * y).backward()  # d/da sum((a + b)^2) = 2 sum_i (a + b_i)
+    np.testing.assert_allclose(a.grad.numpy(), [2 * (2 + 3), 2 * (3 + 4), 2 * (4 + 5)])
+    np.testing.assert_allclose(b.grad.numpy(), 2 * (b.numpy() + a.numpy()))
+    ga, = gradcore.grad(F.sum(y * y), a, create_graph=True)  # the reduction is recorded too
+    gaa, = gradcore.grad(F.sum(ga), a)  # 2 for each of the two rows
+    np.testing.assert_allclose(gaa.numpy(), [4.0, 4.0, 4.0])
+
+
+def test_a_gradient_that_does_not_broadcast_to_the_input_is_an_error():
+    class Bad(Function):
+        def forward(self, x):
+            return x * 2
+
+        def backward(self, gy):
+            return F.concatenate([gy, gy])  # (6,) for an input of (3,)
+
+    x = Variable(np.ones(3))
+    with pytest.raises(RuntimeError, match=r"bad.backward returned a gradient of shape \(6,\) "
+                                           r"for an input of shape \(3,\)"):
+        Bad()(x).backward()
+    assert x.grad is None
+
+
+# =============================================================================== __call__
+def test_each_function_class_runs_its_own_copy_of_call():
+    class Twice(Function):
+        def forward(self, x):
+            return x * 2
+
+        def backward(self, gy):
+            return gy * 2
+
+    class Thrice(Twice):
+        def forward(self, x):
+            return x * 3
+
+    class Own(Function):
+        def __call__(self, *inputs):
+            return "own"
+
+    class OwnChild(Own):
+        pass
+
+    calls = {F.Mul.__call__, F.Add.__call__, Twice.__call__, Thrice.__call__, Function.__call__}
+    assert len(calls) == 5
+    assert Twice.__call__.__code__ is not Function.__call__.__code__
+    assert Twice.__call__.__code__.co_code == Function.__call__.__code__.co_code
+    assert Own()(1.0) == "own" and OwnChild()(1.0) == "own"  # an author's __call__ is kept
+    x = Variable(np.array(2.0))
+    y = Thrice()(Twice()(x))
+    y.backward()
+    assert (y.item(), x.grad.item()) == (12.0, 4.0)
+
+
+def test_call_with_the_wrong_number_of_inputs_names_the_op(xp):
+    x = var(xp, [1.0, 2.0])
+    with pytest.raises(TypeError, match="mul: .*forward.* missing 1 required positional"):
+        F.Mul()(x)
+    with pytest.raises(TypeError, match="sin: .*forward.* takes 2 positional arguments"):
+        F.Sin()(x, x)
+    with pytest.raises(TypeError, match="exp: needs at least one Variable or array input, got none"):
+        F.Exp()()
 
 
 # =============================================================================== errors

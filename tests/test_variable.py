@@ -82,6 +82,26 @@ def test_properties(xp):
     np.testing.assert_array_equal(n, np.arange(6.0).reshape(2, 3))
 
 
+def test_a_0d_result_reads_back_as_an_array_that_stays_put(xp):
+    x = var(xp, 2.0)
+    y = x * 3.0 + 1.0  # NumPy computes this on scalars
+    d = y.data
+    assert type(d) is type(x.data) and d.shape == () and float(d) == 7.0
+    assert y.data is d  # the same array every time: writes through it stay
+    d[...] = 5.0
+    assert y.item() == 5.0
+    y.backward()
+    assert type(x.grad.data) is type(x.data) and x.grad.item() == 3.0
+
+
+def test_a_0d_float32_result_stays_float32(xp):
+    x = var(xp, 2.0, dtype="float32")
+    y = F.exp(x * 0.5) - 1
+    assert y.dtype == xp.float32 and y.data.dtype == xp.float32
+    y.backward()
+    assert x.grad.dtype == xp.float32
+
+
 def test_len(xp):
     assert len(var(xp, np.zeros((4, 2)))) == 4
     assert len(var(xp, [1.0, 2.0, 3.0])) == 3

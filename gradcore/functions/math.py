@@ -6,7 +6,6 @@ import backends
 
 from ..function import Function
 from ..variable import Variable
-from .shape import sum_to
 
 
 # =============================================================================== arithmetic
@@ -15,9 +14,7 @@ class Add(Function):
         return x0 + x1
 
     def backward(self, gy):
-        x0, x1 = self.inputs
-        n0, n1 = self.needs_input_grad
-        return sum_to(gy, x0.shape) if n0 else None, sum_to(gy, x1.shape) if n1 else None
+        return gy, gy  # the engine sums a broadcast gradient back to its input's shape
 
 
 def add(x0, x1):
@@ -30,9 +27,7 @@ class Sub(Function):
         return x0 - x1
 
     def backward(self, gy):
-        x0, x1 = self.inputs
-        n0, n1 = self.needs_input_grad
-        return sum_to(gy, x0.shape) if n0 else None, sum_to(-gy, x1.shape) if n1 else None
+        return gy, -gy if self.needs_input_grad[1] else None
 
 
 def sub(x0, x1):
@@ -47,9 +42,7 @@ class Mul(Function):
     def backward(self, gy):
         x0, x1 = self.inputs
         n0, n1 = self.needs_input_grad
-        gx0 = sum_to(gy * x1, x0.shape) if n0 else None
-        gx1 = sum_to(gy * x0, x1.shape) if n1 else None
-        return gx0, gx1
+        return gy * x1 if n0 else None, gy * x0 if n1 else None
 
 
 def mul(x0, x1):
@@ -64,9 +57,7 @@ class Div(Function):
     def backward(self, gy):
         x0, x1 = self.inputs
         n0, n1 = self.needs_input_grad
-        gx0 = sum_to(gy / x1, x0.shape) if n0 else None
-        gx1 = sum_to(-gy * x0 / (x1 * x1), x1.shape) if n1 else None
-        return gx0, gx1
+        return gy / x1 if n0 else None, -gy * x0 / (x1 * x1) if n1 else None
 
 
 def div(x0, x1):
@@ -176,9 +167,7 @@ class SinGrad(Function):
     def backward(self, ggx):
         x, gy = self.inputs
         n_x, n_gy = self.needs_input_grad
-        gx0 = sum_to(ggx * gy * -sin(x), x.shape) if n_x else None
-        gx1 = sum_to(ggx * cos(x), gy.shape) if n_gy else None
-        return gx0, gx1
+        return ggx * gy * -sin(x) if n_x else None, ggx * cos(x) if n_gy else None
 
 
 def sin_grad(x, gy):
@@ -224,9 +213,7 @@ class TanhGrad(Function):
     def backward(self, ggx):
         y, gy = self.inputs
         n_y, n_gy = self.needs_input_grad
-        gx0 = sum_to(ggx * gy * (-2 * y), y.shape) if n_y else None
-        gx1 = sum_to(ggx * (1 - y * y), gy.shape) if n_gy else None
-        return gx0, gx1
+        return ggx * gy * (-2 * y) if n_y else None, ggx * (1 - y * y) if n_gy else None
 
 
 def tanh_grad(y, gy):
@@ -298,8 +285,8 @@ def _pick_backward(f, gy, sign):
     xp = f.xp
     wins0 = xp.astype((a0 - a1) * sign > 0, gy.dtype)
     ties = xp.astype(a0 == a1, gy.dtype) * 0.5
-    gx0 = sum_to(gy * _constant(wins0 + ties), x0.shape) if n0 else None
-    gx1 = sum_to(gy * _constant(1 - wins0 - ties), x1.shape) if n1 else None
+    gx0 = gy * _constant(wins0 + ties) if n0 else None
+    gx1 = gy * _constant(1 - wins0 - ties) if n1 else None
     return gx0, gx1
 
 
@@ -372,8 +359,8 @@ class Where(Function):
     def backward(self, gy):
         x0, x1 = self.inputs
         n0, n1 = self.needs_input_grad
-        gx0 = sum_to(where(self.condition, gy, 0.0), x0.shape) if n0 else None
-        gx1 = sum_to(where(self.condition, 0.0, gy), x1.shape) if n1 else None
+        gx0 = where(self.condition, gy, 0.0) if n0 else None
+        gx1 = where(self.condition, 0.0, gy) if n1 else None
         return gx0, gx1
 
 
