@@ -103,9 +103,13 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
 
     heappush, heappop = heapq.heappush, heapq.heappop
     plain = not retain_grad and wanted is None  # no gradient kept but the leaves'
+    following = None  # the Function that outranks all in the heap, if one was queued so
     with using_config("enable_backprop", create_graph):
-        while heap:
-            f = heappop(heap)[2]
+        while following is not None or heap:
+            if following is not None:
+                f, following = following, None
+            else:
+                f = heappop(heap)[2]
             out = f._outputs  # one output: its weak reference; several: a tuple of them
             backend = f.backend
             if plain and out.__class__ is weakref.ref and not backend.needs_device_context:
@@ -141,11 +145,26 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
                 creator = x.creator
                 if creator is None:
                     leaves.append(x)
-                elif creator._outputs.__class__ is weakref.ref:  # one output: reached once
-                    heappush(heap, (-creator.generation, -creator.sequence, creator))
-                elif creator not in pushed:  # several outputs of one Function reach it
+                    continue
+                if creator._outputs.__class__ is not weakref.ref:  # several outputs reach it
+                    if creator in pushed:
+                        continue
                     pushed.add(creator)
-                    heappush(heap, (-creator.generation, -creator.sequence, creator))
+                # `following` runs next if it outranks the heap's top: a chain, or the spine of
+                # a wide graph, then never goes through the heap
+                if following is None and not heap:
+                    following = creator
+                    continue
+                key = (-creator.generation, -creator.sequence, creator)
+                if following is None:
+                    if key < heap[0]:
+                        following = creator
+                        continue
+                else:
+                    other = (-following.generation, -following.sequence, following)
+                    if key < other:
+                        following, key = creator, other
+                heappush(heap, key)
 
         for x in leaves:
             g = grads.pop(x, None)

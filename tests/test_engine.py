@@ -93,6 +93,32 @@ def test_each_function_runs_once_in_generation_order(xp):
     assert x.grad.item() == 4.0  # four paths: x-a-b-d, x-a-c, x-a, x-a-b
 
 
+@pytest.mark.parametrize("first", ["low", "high"])
+def test_a_function_queued_first_waits_for_a_higher_generation(xp, first):
+    # y = a + b with b computed from a: whichever input the add lists first, b's Function must
+    # run before a's, or a's gradient would miss the path through b
+    calls = []
+
+    class Scale(Function):
+        def __init__(self, name, k):
+            self.name, self.k = name, k
+
+        def forward(self, x):
+            return x * self.k
+
+        def backward(self, gy):
+            calls.append(self.name)
+            return gy * self.k
+
+    x = var(xp, 1.0)
+    a = Scale("a", 2.0)(x)
+    b = Scale("b", 3.0)(a)
+    y = F.add(a, b) if first == "low" else F.add(b, a)
+    y.backward()
+    assert calls == ["b", "a"]
+    assert x.grad.item() == 8.0  # 2 + 3 * 2
+
+
 def test_retain_grad_false_keeps_leaf_gradients_only(xp):
     x = var(xp, 1.0)
     t = F.square(x)
