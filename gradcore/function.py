@@ -71,7 +71,7 @@ class Function:
         if getattr(cls.__call__, "_template", False):  # Function's __call__, not an author's
             # A copy of __call__'s code per subclass: CPython specialises attribute access per
             # code object and type, and one copy shared by Mul, Add, ... sees a new type each call
-            # (measured: 1,100 instructions per op of `chain`)
+            # (measured: 1,044 of 25,290 instructions per op of `chain`)
             call = Function.__call__
             copy = types.FunctionType(call.__code__.replace(), call.__globals__, call.__name__,
                                       call.__defaults__)
