@@ -37,7 +37,8 @@ class Backend:
 
     def ensure_array(self, obj):
         """A scalar of this library (NumPy's reductions and 0-d ops return them) as a 0-d array;
-        anything else unchanged. Called on every op result that is not `array_type`."""
+        anything else unchanged. gradcore keeps such scalars inside the graph and calls this when
+        one is handed out (Variable.data) or comes in (Variable(data))."""
         raise NotImplementedError
 
     def asarray(self, obj, dtype=None, device=None):

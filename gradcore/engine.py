@@ -102,7 +102,7 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
             heapq.heappush(heap, (-f.generation, -f.sequence, f))
 
     heappush, heappop = heapq.heappush, heapq.heappop
-    plain = not retain_grad and wanted is None  # no gradient kept but the leaves'
+    leaves_only = not retain_grad and wanted is None  # no gradient kept but the leaves'
     following = None  # the Function that outranks all in the heap, if one was queued so
     with using_config("enable_backprop", create_graph):
         while following is not None or heap:
@@ -112,7 +112,7 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
                 f = heappop(heap)[2]
             out = f._outputs  # one output: its weak reference; several: a tuple of them
             backend = f.backend
-            if plain and out.__class__ is weakref.ref and not backend.needs_device_context:
+            if leaves_only and out.__class__ is weakref.ref and not backend.needs_device_context:
                 y = out()  # the common case, kept short
                 gy = grads.pop(y)
                 gxs = f.backward(_run_hooks(y, gy) if y._hooks else gy)

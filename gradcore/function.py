@@ -210,7 +210,7 @@ class Function:
         if ys.__class__ is tuple:
             return self._wrap_outputs(ys, backend, inputs, needs, generation)
         if ys.__class__ is not backend.array_type and ys.__class__ not in backend.scalar_types:
-            ys, backend = self._wrap_output(ys, backend)
+            ys, backend = self._wrap_output(ys)
         creator = None
         if generation >= 0 and is_grad_enabled():
             creator = self._record(inputs, needs, generation)
@@ -253,7 +253,7 @@ class Function:
         for y in ys:
             b = backend
             if y.__class__ is not b.array_type and y.__class__ not in b.scalar_types:
-                y, b = self._wrap_output(y, b)
+                y, b = self._wrap_output(y)
             outputs.append(_output(y, b, creator, generation))
         if creator is not None:
             self._outputs = tuple([_weakref(y) for y in outputs])
@@ -371,13 +371,10 @@ class Function:
         except Exception:
             return ValueError(message)
 
-    def _wrap_output(self, y, backend):
-        """(array, backend) for a forward result that is not an array of the inputs' backend:
-        a NumPy scalar from a 0-d op or a reduction, or another backend's array (to())."""
-        array = backend.ensure_array(y)
-        if array.__class__ is not backend.array_type:
-            backend = backends.backend_of(y)
-            if backend is None:
-                raise TypeError(f"{self._name()}.forward returned {type(y).__name__}, not an array")
-            array = backend.ensure_array(y)
-        return array, backend
+    def _wrap_output(self, y):
+        """(array, backend) for a forward result that is neither an array nor a scalar of the
+        inputs' backend: another backend's array (to())."""
+        backend = backends.backend_of(y)
+        if backend is None:
+            raise TypeError(f"{self._name()}.forward returned {type(y).__name__}, not an array")
+        return backend.ensure_array(y), backend
