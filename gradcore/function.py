@@ -97,7 +97,7 @@ class Function:
         saves = _saves
         if c0 is Variable:
             d0 = x0._data
-            if backend.scalar_types and d0.ndim == 0 and d0.__class__ is backend.array_type:
+            if d0.ndim == 0 and d0.__class__ is backend.array_type and backend.scalar_types:
                 d0 = d0[()]  # NumPy's arithmetic on scalars is ~4x faster than on 0-d arrays
             r0 = x0.requires_grad
             generation = x0.generation if r0 else -1  # -1: no input requires grad
@@ -109,7 +109,7 @@ class Function:
             r1 = None
         elif x1.__class__ is Variable and x1._backend is backend:
             d1 = x1._data
-            if backend.scalar_types and d1.ndim == 0 and d1.__class__ is backend.array_type:
+            if d1.ndim == 0 and d1.__class__ is backend.array_type and backend.scalar_types:
                 d1 = d1[()]
             r1 = x1.requires_grad
             if r1 and x1.generation > generation:

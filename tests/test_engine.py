@@ -57,6 +57,28 @@ def test_accumulation_leaves_each_gradient_it_was_given_alone(xp):
         np.testing.assert_array_equal(g.numpy(), kept)
 
 
+def test_a_sum_added_to_in_place_is_the_engines_own(xp):
+    # x gets one gradient object four times (Add hands gy to both inputs, Pass hands it on): the
+    # engine may add in place only into a sum it made itself, never into what a backward returned
+    returned = []
+
+    class Pass(Function):
+        def forward(self, x):
+            return x
+
+        def backward(self, gy):
+            returned.append((gy, gy.numpy().copy()))
+            return gy
+
+    x = var(xp, [1.0, 2.0])
+    (Pass()(x) + Pass()(x) + Pass()(x) + Pass()(x)).backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [4.0, 4.0])
+    assert len(returned) == 4
+    for g, kept in returned:
+        np.testing.assert_array_equal(g.numpy(), kept)
+        assert x.grad is not g
+
+
 def test_diamond(xp):
     x = var(xp, 2.0)
     a = F.square(x)
