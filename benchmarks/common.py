@@ -135,6 +135,25 @@ def to_device(device, array):
     return backends.backend_for_device(device).asarray(array, device=device)
 
 
+def one_input(make_input, run_gradcore, run_floor, run_torch):
+    """The factories (make_gradcore, make_floor, make_torch) of a workload whose implementations
+    each take one array, `make_input()` (NumPy, on the host), copied to the device outside the
+    clock: run_gradcore(array), run_floor(xp, array), run_torch(torch, tensor). PyTorch gets the
+    array's dtype."""
+    def make_gradcore(device):
+        x0 = to_device(device, make_input())
+        return lambda: run_gradcore(x0)
+
+    def make_floor(device):
+        x0 = to_device(device, make_input())
+        return on_device(device, run_floor, backends.backend_for_device(device).xp, x0)
+
+    def make_torch(torch, device):
+        x0 = torch.tensor(make_input(), device=device)
+        return lambda: run_torch(torch, x0)
+    return make_gradcore, make_floor, make_torch
+
+
 def thread_environment(threads):
     """os.environ with the BLAS and OpenMP thread counts set to `threads`."""
     return {**os.environ, **{name: str(threads) for name in THREAD_VARIABLES}}

@@ -7,11 +7,10 @@ in the peak, measured in a fresh process per implementation (benchmarks/memory.p
 """
 import numpy
 
-import backends
 import gradcore
 import gradcore.functions as F
 
-from .common import Memory, Workload, on_device, ratio_target, to_device
+from .common import Memory, Workload, one_input, ratio_target
 from .training import host
 
 DEPTH = 100
@@ -71,19 +70,7 @@ def deep_torch(torch, x0):
 
 
 # ================================================================================ factories
-def make_gradcore(device):
-    x0 = to_device(device, _x())
-    return lambda: deep_gradcore(x0)
-
-
-def make_floor(device):
-    x = to_device(device, _x())
-    return on_device(device, deep_floor, backends.backend_for_device(device).xp, x)
-
-
-def make_torch(torch, device):
-    x0 = torch.tensor(_x(), device=device)
-    return lambda: deep_torch(torch, x0)
+make_gradcore, make_floor, make_torch = one_input(_x, deep_gradcore, deep_floor, deep_torch)
 
 
 def verify(kind, result):

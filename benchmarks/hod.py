@@ -8,11 +8,10 @@ the closed-form derivatives: d^k tanh / dx^k is a polynomial in t = tanh(x).
 import numpy
 from numpy.polynomial import Polynomial
 
-import backends
 import gradcore
 import gradcore.functions as F
 
-from .common import Workload, on_device, ratio_target, to_device
+from .common import Workload, one_input, ratio_target, to_device
 from .training import host
 
 ORDER = 6
@@ -97,24 +96,12 @@ def hod_torch(torch, x0):
 
 
 # ================================================================================ factories
-def make_gradcore(device):
-    x0 = to_device(device, _x())
-    return lambda: hod_gradcore(x0)
+make_gradcore, make_floor, make_torch = one_input(_x, hod_gradcore, hod_floor, hod_torch)
 
 
 def make_gradcore_backward(device):
     x0 = to_device(device, _x())
     return lambda: hod_gradcore_backward(x0)
-
-
-def make_floor(device):
-    x = to_device(device, _x())
-    return on_device(device, hod_floor, backends.backend_for_device(device).xp, x)
-
-
-def make_torch(torch, device):
-    x0 = torch.tensor(_x(), dtype=torch.float64, device=device)
-    return lambda: hod_torch(torch, x0)
 
 
 def verify(kind, result):

@@ -8,11 +8,10 @@ fresh process (benchmarks/memory.py): without a leak the two are the same.
 """
 import numpy
 
-import backends
 import gradcore
 import gradcore.functions as F
 
-from .common import Memory, Target, Workload, on_device, to_device
+from .common import Memory, Target, Workload, one_input
 from .training import host
 
 SIZE = 100_000
@@ -54,19 +53,7 @@ def leak_torch(torch, x0):
 
 
 # ================================================================================ factories
-def make_gradcore(device):
-    x0 = to_device(device, _x())
-    return lambda: leak_gradcore(x0)
-
-
-def make_floor(device):
-    x = to_device(device, _x())
-    return on_device(device, leak_floor, backends.backend_for_device(device).xp, x)
-
-
-def make_torch(torch, device):
-    x0 = torch.tensor(_x(), device=device)
-    return lambda: leak_torch(torch, x0)
+make_gradcore, make_floor, make_torch = one_input(_x, leak_gradcore, leak_floor, leak_torch)
 
 
 def verify(kind, result):

@@ -12,7 +12,7 @@ import backends
 import gradcore
 import gradcore.functions as F
 
-from .common import Workload, on_device, ratio_target, to_device
+from .common import Workload, on_device, one_input, ratio_target, to_device
 from .training import host
 
 BRANCHES = 1000
@@ -76,25 +76,13 @@ def wide_torch(torch, x0):
 
 
 # ================================================================================ factories
-def make_gradcore(device):
-    x0 = to_device(device, _x())
-    return lambda: wide_gradcore(x0)
-
-
-def make_floor(device):
-    x = to_device(device, _x())
-    return on_device(device, wide_floor, backends.backend_for_device(device).xp, x)
+make_gradcore, make_floor, make_torch = one_input(_x, wide_gradcore, wide_floor, wide_torch)
 
 
 def make_vectorised(device):
     x = to_device(device, _x())
     i = to_device(device, numpy.arange(1, BRANCHES + 1, dtype=numpy.float64)[:, None])
     return on_device(device, wide_vectorised, backends.backend_for_device(device).xp, x, i)
-
-
-def make_torch(torch, device):
-    x0 = torch.tensor(_x(), dtype=torch.float64, device=device)
-    return lambda: wide_torch(torch, x0)
 
 
 def verify(kind, result):

@@ -1,0 +1,38 @@
+"""The benchmark suite's implementations: each builds on the CPU, runs once and passes its own
+`verify`, so a workload that rots (a renamed op, a changed factory) fails here, not in `make bench`."""
+import numpy as np
+import pytest
+
+import benchmarks
+from benchmarks.common import candidates, resolve_device, torch_device
+
+ROWS = [(workload.name, key) for workload in benchmarks.load()
+        for key, factory in candidates(workload) if factory is not None]
+
+
+@pytest.mark.parametrize("name, key", ROWS, ids=[f"{name}-{key}" for name, key in ROWS])
+def test_each_implementation_runs_and_passes_verify(name, key):
+    workload, = benchmarks.load([name])
+    factory = dict(candidates(workload))[key]
+    if key == "torch":
+        factory = _torch_factory(factory)
+    result = factory(resolve_device("cpu"))()
+    workload.verify(key, result)
+
+
+def _torch_factory(factory):
+    torch = pytest.importorskip("torch")
+    return lambda device: factory(torch, torch_device(torch, device))
+
+
+def test_verify_rejects_a_wrong_gradient():
+    workload, = benchmarks.load(["wide"])
+    result = workload.gradcore(resolve_device("cpu"))()
+    workload.verify("gradcore", result)
+    with pytest.raises(AssertionError, match="wide/gradcore: gradient off"):
+        workload.verify("gradcore", np.asarray(result) * 1.001)
+
+
+def test_every_workload_has_a_verify_and_a_floor():
+    for workload in benchmarks.load():
+        assert workload.verify is not None and workload.floor is not None, workload.name
