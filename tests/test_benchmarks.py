@@ -36,3 +36,10 @@ def test_verify_rejects_a_wrong_gradient():
 def test_every_workload_has_a_verify_and_a_floor():
     for workload in benchmarks.load():
         assert workload.verify is not None and workload.floor is not None, workload.name
+
+
+@pytest.mark.parametrize("raw", [False, True], ids=["ops", "raw"])
+def test_the_stripped_engine_gets_wides_gradient(raw):
+    from benchmarks import stripped, wide
+    wide.verify("stripped", stripped.wide_stripped(wide._x(), raw))
+    assert stripped.Op.grad_mode  # the walk turned grad mode back on
