@@ -102,7 +102,7 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
             pushed.add(f)
             heapq.heappush(heap, (-f.generation, -f.sequence, f))
 
-    heappush, heappop = heapq.heappush, heapq.heappop
+    heappush, heappop, ref = heapq.heappush, heapq.heappop, weakref.ref
     leaves_only = not retain_grad and wanted is None  # no gradient kept but the leaves'
     following = None  # the Function that outranks all in the heap, if one was queued so
     with using_config("enable_backprop", create_graph):
@@ -113,7 +113,7 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
                 f = heappop(heap)[2]
             out = f._outputs  # one output: its weak reference; several: a tuple of them
             backend = f.backend
-            if leaves_only and out.__class__ is weakref.ref and not backend.needs_device_context:
+            if leaves_only and out.__class__ is ref and not backend.needs_device_context:
                 y = out()  # the common case, kept short
                 gy = grads.pop(y)
                 gxs = f.backward(_run_hooks(y, gy) if y._hooks else gy)
@@ -150,7 +150,7 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
                 if creator is None:
                     leaves.append(x)
                     continue
-                if creator._outputs.__class__ is not weakref.ref:  # several outputs reach it
+                if creator._outputs.__class__ is not ref:  # several outputs reach it
                     if creator in pushed:
                         continue
                     pushed.add(creator)
