@@ -26,6 +26,17 @@ def number(value):
     return f"{value:#.3g}".rstrip(".")
 
 
+def reference_figure(entry, record):
+    """"label: figure unit/count", and the ratio to PyTorch's figure of the same run if it has one
+    (the implementations took turns, so the ratio is as fair as the table's)."""
+    unit = "µs" if record["time_unit"] == "us" else record["time_unit"]
+    text = f"{entry['label']}: {number(per_unit(entry, record))} {unit}/{record['unit']}"
+    torch = record["results"].get("torch", {})
+    if torch.get("status") == "ok":
+        text += f" ({entry['median_s_per_run'] / torch['median_s_per_run']:.3f}x PyTorch)"
+    return text
+
+
 def rows(record, micro="µs"):
     """The table rows of one workload record: its time if it was timed, then its memory figures.
 
@@ -147,9 +158,7 @@ def _notes(record, library):
                 lines.append(f"    {prefix}{HEADERS[kind]}: FAILED: {entry['error']}")
     for key, entry in record.get("references", {}).items():
         if entry["status"] == "ok":
-            unit = "µs" if record["time_unit"] == "us" else record["time_unit"]
-            lines.append(f"    reference, {entry['label']}: "
-                         f"{number(per_unit(entry, record))} {unit}/{record['unit']}")
+            lines.append(f"    reference, {reference_figure(entry, record)}")
         elif entry["status"] == "error":
             lines.append(f"    reference {key}: FAILED: {entry['error']}")
     return lines
@@ -301,9 +310,7 @@ def _device_section(relpath, report):
             line += f" Memory: {record['memory']['summary']}."
         for key, entry in record.get("references", {}).items():
             if entry["status"] == "ok":
-                unit = "µs" if record["time_unit"] == "us" else record["time_unit"]
-                line += (f" Reference, {entry['label']}: "
-                         f"{number(per_unit(entry, record))} {unit}/{record['unit']}.")
+                line += f" Reference, {reference_figure(entry, record)}."
         out.append(line)
     out.append("")
     return out

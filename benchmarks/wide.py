@@ -12,7 +12,8 @@ import backends
 import gradcore
 import gradcore.functions as F
 
-from .common import Workload, on_device, one_input, ratio_target, to_device
+from .common import Unavailable, Workload, on_device, one_input, ratio_target, to_device
+from .stripped import wide_stripped
 from .training import host
 
 BRANCHES = 1000
@@ -85,6 +86,13 @@ def make_vectorised(device):
     return on_device(device, wide_vectorised, backends.backend_for_device(device).xp, x, i)
 
 
+def make_stripped(device):
+    if device.type != "cpu":
+        raise Unavailable("NumPy only: the stripped engine has no backends")
+    x0 = _x()
+    return lambda: wide_stripped(x0, BRANCHES)
+
+
 def verify(kind, result):
     """The gradient (and, for the floors, the sum) against the float64 closed form."""
     total, gx = expected()
@@ -114,6 +122,9 @@ WORKLOAD = Workload(
     torch=make_torch,
     verify=verify,
     references=(("vectorised", "forward and backward as three (1000, 16) array ops each way, "
-                 "no Python loop", make_vectorised),),
+                 "no Python loop", make_vectorised),
+                ("stripped", "the bare design: an engine with a Function per op, weakly held "
+                 "outputs, the heap walk and backward in its own ops, but no backends, checks or "
+                 "hooks (benchmarks/stripped.py)", make_stripped)),
     target=ratio_target("<= 0.6x PyTorch", "gradcore/torch", 0.6),
 )

@@ -41,5 +41,5 @@ def test_every_workload_has_a_verify_and_a_floor():
 @pytest.mark.parametrize("raw", [False, True], ids=["ops", "raw"])
 def test_the_stripped_engine_gets_wides_gradient(raw):
     from benchmarks import stripped, wide
-    wide.verify("stripped", stripped.wide_stripped(wide._x(), raw))
+    wide.verify("stripped", stripped.wide_stripped(wide._x(), wide.BRANCHES, raw))
     assert stripped.Op.grad_mode  # the walk turned grad mode back on
