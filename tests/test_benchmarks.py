@@ -1,5 +1,10 @@
 """The benchmark suite's implementations: each builds on the CPU, runs once and passes its own
 `verify`, so a workload that rots (a renamed op, a changed factory) fails here, not in `make bench`."""
+import json
+import pathlib
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -43,3 +48,17 @@ def test_the_stripped_engine_gets_wides_gradient(raw):
     from benchmarks import stripped, wide
     wide.verify("stripped", stripped.wide_stripped(wide._x(), wide.BRANCHES, raw))
     assert stripped.Op.grad_mode  # the walk turned grad mode back on
+
+
+@pytest.mark.parametrize("freeze", [0, 1])
+def test_the_collector_script_measures_in_a_child_process(freeze):
+    child = subprocess.run([sys.executable, "-m", "benchmarks.collector", "--runs", "2",
+                            "--child", "0", str(freeze)], capture_output=True, text=True,
+                           cwd=pathlib.Path(__file__).parent.parent)
+    assert child.returncode == 0, child.stderr
+    figures = json.loads(child.stdout)
+    assert figures["mean_ms"] > 0 and figures["median_ms"] > 0
+    if freeze:  # gc.freeze() leaves the passes nothing of start-up to walk
+        assert figures["tracked"] == 0
+    else:  # NumPy and gradcore alone: thousands of objects
+        assert figures["tracked"] > 5_000
