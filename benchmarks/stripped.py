@@ -10,8 +10,9 @@ on arrays instead (no Function per backward op: no create_graph possible).
     python -m benchmarks.stripped [--repeat N]
 
 times gradcore, the stripped engine (both ways) and PyTorch on wide, taking turns, with the
-garbage collector on as in the suite and off for the run, and prints medians and ratios.
-Not part of `make bench`: it is an experiment, not a library.
+garbage collector on as in the suite and off for the run, and prints medians and ratios. `make
+bench` shows the stripped engine's figure as a reference under wide. An experiment, not a library:
+gradcore never imports it.
 """
 import argparse
 import gc
