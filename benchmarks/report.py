@@ -27,8 +27,8 @@ def number(value):
 
 
 def reference_figure(entry, record):
-    """"label: figure unit/count", and the ratio to PyTorch's figure of the same run if it has one
-    (the implementations took turns, so the ratio is as fair as the table's)."""
+    """A reference's line: its label, its figure per unit, and its ratio to PyTorch's figure of
+    the same run when there is one (the implementations took turns: as fair as the table's)."""
     unit = "µs" if record["time_unit"] == "us" else record["time_unit"]
     text = f"{entry['label']}: {number(per_unit(entry, record))} {unit}/{record['unit']}"
     torch = record["results"].get("torch", {})

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 import benchmarks
+from benchmarks import stripped, wide
 from benchmarks.common import candidates, resolve_device, torch_device
+from benchmarks.report import reference_figure
 
 ROWS = [(workload.name, key) for workload in benchmarks.load()
         for key, factory in candidates(workload) if factory is not None]
@@ -31,11 +33,10 @@ def _torch_factory(factory):
 
 
 def test_verify_rejects_a_wrong_gradient():
-    workload, = benchmarks.load(["wide"])
-    result = workload.gradcore(resolve_device("cpu"))()
-    workload.verify("gradcore", result)
+    result = wide.make_gradcore(resolve_device("cpu"))()
+    wide.verify("gradcore", result)
     with pytest.raises(AssertionError, match="wide/gradcore: gradient off"):
-        workload.verify("gradcore", np.asarray(result) * 1.001)
+        wide.verify("gradcore", np.asarray(result) * 1.001)
 
 
 def test_every_workload_has_a_verify_and_a_floor():
@@ -45,7 +46,6 @@ def test_every_workload_has_a_verify_and_a_floor():
 
 @pytest.mark.parametrize("raw", [False, True], ids=["ops", "raw"])
 def test_the_stripped_engine_gets_wides_gradient(raw):
-    from benchmarks import stripped, wide
     wide.verify("stripped", stripped.wide_stripped(wide._x(), wide.BRANCHES, raw))
     assert stripped.Op.grad_mode  # the walk turned grad mode back on
 
@@ -62,3 +62,13 @@ def test_the_collector_script_measures_in_a_child_process(freeze):
         assert figures["tracked"] == 0
     else:  # NumPy and gradcore alone: thousands of objects
         assert figures["tracked"] > 5_000
+
+
+def test_a_reference_line_gives_its_ratio_to_pytorch_when_pytorch_ran():
+    record = {"time_unit": "us", "unit": "branch",
+              "results": {"torch": {"status": "ok", "median_s_per_run": 0.020}}}
+    entry = {"status": "ok", "label": "the bare design", "median_us_per_branch": 13.0,
+             "median_s_per_run": 0.013}
+    assert reference_figure(entry, record) == "the bare design: 13.0 µs/branch (0.650x PyTorch)"
+    record["results"]["torch"] = {"status": "skipped", "reason": "no PyTorch"}
+    assert reference_figure(entry, record) == "the bare design: 13.0 µs/branch"
