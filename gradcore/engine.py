@@ -154,14 +154,19 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
                     if creator in pushed:
                         continue
                     pushed.add(creator)
-                # `following` runs next if it outranks the heap's top: a chain, or the spine of
-                # a wide graph, then never goes through the heap
+                # `following` runs next, bypassing the heap, when nothing queued can still add to
+                # its outputs' gradients (a chain, the spine or the branches of a wide graph)
                 if following is None and not heap:
                     following = creator
                     continue
                 key = (-creator.generation, -creator.sequence, creator)
                 if following is None:
-                    if key < heap[0]:
+                    # It runs next if it outranks the heap's top, and also if that top is one
+                    # generation above it but began before it: whatever adds to creator's outputs
+                    # has a higher generation and a later sequence, and the top has the highest
+                    # generation queued and, of those, the latest sequence
+                    top = heap[0]
+                    if key < top or (top[0] == key[0] - 1 and top[1] > key[1]):
                         following = creator
                         continue
                 else:

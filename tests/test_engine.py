@@ -141,6 +141,47 @@ def test_a_function_queued_first_waits_for_a_higher_generation(xp, first):
     assert x.grad.item() == 8.0  # 2 + 3 * 2
 
 
+class Scale(Function):
+    """x * k, its backward logged by name in `calls`."""
+
+    def __init__(self, name, k, calls):
+        self.name, self.k, self.calls = name, k, calls
+
+    def forward(self, x):
+        return x * self.k
+
+    def backward(self, gy):
+        self.calls.append(self.name)
+        return gy * self.k
+
+
+def test_a_branch_runs_as_soon_as_nothing_queued_can_add_to_it(xp):
+    # y = t1 + t2 + t3, t_i = out_i(in_i(x)): once out_i has run, in_i's gradient is complete
+    # (what is still queued began before in_i or is lower), so in_i runs next, not after every out
+    calls = []
+    x = var(xp, 1.0)
+    y = None
+    for i in (1, 2, 3):
+        t = Scale(f"out{i}", 1.0, calls)(Scale(f"in{i}", float(i), calls)(x))
+        y = t if y is None else y + t
+    y.backward()
+    assert calls == ["out3", "in3", "out2", "in2", "out1", "in1"]
+    assert x.grad.item() == 6.0
+
+
+def test_a_function_waits_for_a_later_consumer_of_the_same_generation(xp):
+    # a = c(x) feeds t (queued) and f (run first: same generation, begun later); when f hands a
+    # its gradient, c must still wait for t's share
+    calls = []
+    x = var(xp, 1.0)
+    a = Scale("c", 2.0, calls)(x)
+    t = Scale("t", 3.0, calls)(a)
+    f = Scale("f", 5.0, calls)(a)
+    (t + f).backward()
+    assert calls == ["f", "t", "c"]
+    assert x.grad.item() == 16.0  # 2 * (3 + 5)
+
+
 def test_retain_grad_false_keeps_leaf_gradients_only(xp):
     x = var(xp, 1.0)
     t = F.square(x)
