@@ -104,7 +104,9 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
 
     heappush, heappop, ref = heapq.heappush, heapq.heappop, weakref.ref
     leaves_only = not retain_grad and wanted is None  # no gradient kept but the leaves'
-    following = None  # the Function that outranks all in the heap, if one was queued so
+    # A Function nothing queued can still add to (it outranks the heap's top, or see below) runs
+    # next without going through the heap: `following`
+    following = None
     with using_config("enable_backprop", create_graph):
         while following is not None or heap:
             if following is not None:
@@ -169,7 +171,7 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
                     if key < top or (top[0] == key[0] - 1 and top[1] > key[1]):
                         following = creator
                         continue
-                else:
+                else:  # two are done: the higher ranked runs next, the other waits in the heap
                     other = (-following.generation, -following.sequence, following)
                     if key < other:
                         following, key = creator, other
