@@ -91,7 +91,10 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
     captured = {}
     heap = []     # (-generation, -sequence, f): newest first; the pair is unique, f never compared
     pushed = set()
-    sums = set()  # gradient Variables the walk made by summing: nobody else holds them
+    # x -> the sum the walk made for x's gradient: it is x's alone until x's creator takes it
+    # (then a backward may hand it on, say to both inputs of an add), so later gradients of x
+    # may be added into it in place
+    sums = {}
 
     for y, g in zip(ys, seeds):
         grads[y] = g if y not in grads else grads[y] + g
@@ -141,11 +144,10 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
                 if previous is not None:  # x was reached before: its creator is queued already
                     if create_graph or not x._backend.plain:
                         grads[x] = previous + gx  # recorded; CuPy adds under the device context
-                    elif previous in sums:  # the engine's own sum, seen by no one yet: add in place
+                    elif sums.get(x) is previous:  # made here for x, seen by no one: in place
                         previous._data += gx._data  # (a NumPy scalar gives a new one: kept too)
                     else:  # nothing to record: the arrays' sum, with no Function around it
-                        grads[x] = total = _output(previous._data + gx._data, x._backend, None, 0)
-                        sums.add(total)
+                        grads[x] = sums[x] = _output(previous._data + gx._data, x._backend, None, 0)
                     continue
                 grads[x] = gx
                 creator = x.creator

@@ -14,6 +14,20 @@ def var(xp, values, dtype="float64", **kwargs):
     return Variable(xp.asarray(values, dtype=dtype), **kwargs)
 
 
+class Scale(Function):
+    """x * k, its backward logged by name in `calls`."""
+
+    def __init__(self, name, k, calls):
+        self.name, self.k, self.calls = name, k, calls
+
+    def forward(self, x):
+        return x * self.k
+
+    def backward(self, gy):
+        self.calls.append(self.name)
+        return gy * self.k
+
+
 # =============================================================================== DeZero steps 11-18
 def test_same_variable_twice(xp):
     x = var(xp, 3.0)
@@ -79,6 +93,19 @@ def test_a_sum_added_to_in_place_is_the_engines_own(xp):
         assert x.grad is not g
 
 
+def test_a_sum_handed_on_by_a_backward_is_not_added_to_in_place(xp):
+    # v gets two gradients, summed by the engine; add's backward hands that one sum to p and q
+    # alike; p then gets a third gradient, from r, which must not change q's
+    calls = []
+    x = var(xp, 1.0)
+    p = Scale("p", 2.0, calls)(x)
+    q = Scale("q", 3.0, calls)(x)
+    r = Scale("r", 5.0, calls)(p)  # made before v: it runs after add's backward
+    v = p + q
+    (v + v + r).backward()
+    assert x.grad.item() == 20.0  # y = 2 (2x + 3x) + 5 (2x)
+
+
 def test_diamond(xp):
     x = var(xp, 2.0)
     a = F.square(x)
@@ -120,39 +147,13 @@ def test_a_function_queued_first_waits_for_a_higher_generation(xp, first):
     # y = a + b with b computed from a: whichever input the add lists first, b's Function must
     # run before a's, or a's gradient would miss the path through b
     calls = []
-
-    class Scale(Function):
-        def __init__(self, name, k):
-            self.name, self.k = name, k
-
-        def forward(self, x):
-            return x * self.k
-
-        def backward(self, gy):
-            calls.append(self.name)
-            return gy * self.k
-
     x = var(xp, 1.0)
-    a = Scale("a", 2.0)(x)
-    b = Scale("b", 3.0)(a)
+    a = Scale("a", 2.0, calls)(x)
+    b = Scale("b", 3.0, calls)(a)
     y = F.add(a, b) if first == "low" else F.add(b, a)
     y.backward()
     assert calls == ["b", "a"]
     assert x.grad.item() == 8.0  # 2 + 3 * 2
-
-
-class Scale(Function):
-    """x * k, its backward logged by name in `calls`."""
-
-    def __init__(self, name, k, calls):
-        self.name, self.k, self.calls = name, k, calls
-
-    def forward(self, x):
-        return x * self.k
-
-    def backward(self, gy):
-        self.calls.append(self.name)
-        return gy * self.k
 
 
 def test_a_branch_runs_as_soon_as_nothing_queued_can_add_to_it(xp):
@@ -180,6 +181,42 @@ def test_a_function_waits_for_a_later_consumer_of_the_same_generation(xp):
     (t + f).backward()
     assert calls == ["f", "t", "c"]
     assert x.grad.item() == 16.0  # 2 * (3 + 5)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_graphs_match_forward_mode_derivatives(xp, seed):
+    # Random graphs of scale, add, mul and a two-output split (one output sometimes dropped),
+    # each node also carrying its derivatives by forward mode: whatever order the walk picks,
+    # and whichever Functions it runs early, every leaf's gradient must come out the same
+    rng = np.random.default_rng(seed)
+    calls = []
+    leaves = [var(xp, v) for v in rng.uniform(0.5, 1.2, size=2)]
+    nodes = [(x, float(x.item()), np.eye(2)[i]) for i, x in enumerate(leaves)]  # (v, value, d)
+    for _ in range(25):
+        kind = rng.choice(["scale", "add", "mul", "split"])
+        (u, uv, ud), (w, wv, wd) = (nodes[i] for i in rng.integers(len(nodes), size=2))
+        if kind == "scale":
+            k = float(rng.uniform(-1.2, 1.2))
+            nodes.append((Scale("s", k, calls)(u), k * uv, k * ud))
+        elif kind == "mul" and abs(uv * wv) < 1e6:
+            nodes.append((u * w, uv * wv, uv * wd + wv * ud))
+        elif kind == "split":
+            first, second = Split()(u)
+            nodes.append((first, 2 * uv, 2 * ud))
+            if rng.random() < 0.7:  # else the second output dies here: it contributes zeros
+                nodes.append((second, uv * uv, 2 * uv * ud))
+            del second
+        else:
+            nodes.append((u + w, uv + wv, ud + wd))
+    picked = [nodes[-1]] + [nodes[i] for i in rng.choice(len(nodes), size=3)]
+    y, value, derivative = picked[0]
+    for v, vv, vd in picked[1:]:
+        y, value, derivative = y + v, value + vv, derivative + vd
+    y.backward()
+    assert y.item() == pytest.approx(value, rel=1e-12)
+    for x, expected in zip(leaves, derivative):
+        got = 0.0 if x.grad is None else x.grad.item()
+        assert got == pytest.approx(expected, rel=1e-9, abs=1e-12)
 
 
 def test_retain_grad_false_keeps_leaf_gradients_only(xp):
