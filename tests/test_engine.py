@@ -183,11 +183,12 @@ def test_a_function_waits_for_a_later_consumer_of_the_same_generation(xp):
     assert x.grad.item() == 16.0  # 2 * (3 + 5)
 
 
-@pytest.mark.parametrize("seed", range(40))
-def test_random_graphs_match_forward_mode_derivatives(xp, seed):
+@pytest.mark.parametrize("mode", ["backward", "grad", "create_graph"])
+@pytest.mark.parametrize("seed", range(30))
+def test_random_graphs_match_forward_mode_derivatives(xp, seed, mode):
     # Random graphs of scale, add, mul and a two-output split (one output sometimes dropped),
     # each node also carrying its derivatives by forward mode: whatever order the walk picks,
-    # and whichever Functions it runs early, every leaf's gradient must come out the same
+    # whichever Functions it runs early and however it sums, every leaf's gradient must agree
     rng = np.random.default_rng(seed)
     calls = []
     leaves = [var(xp, v) for v in rng.uniform(0.5, 1.2, size=2)]
@@ -212,10 +213,15 @@ def test_random_graphs_match_forward_mode_derivatives(xp, seed):
     y, value, derivative = picked[0]
     for v, vv, vd in picked[1:]:
         y, value, derivative = y + v, value + vv, derivative + vd
-    y.backward()
+    if mode == "grad":
+        grads = gradcore.grad(y, leaves, allow_unused=True)
+        assert all(x.grad is None for x in leaves)
+    else:
+        y.backward(create_graph=mode == "create_graph")
+        grads = [x.grad for x in leaves]
     assert y.item() == pytest.approx(value, rel=1e-12)
-    for x, expected in zip(leaves, derivative):
-        got = 0.0 if x.grad is None else x.grad.item()
+    for g, expected in zip(grads, derivative):
+        got = 0.0 if g is None else g.item()
         assert got == pytest.approx(expected, rel=1e-9, abs=1e-12)
 
 
