@@ -213,6 +213,10 @@ def test_random_graphs_match_forward_mode_derivatives(xp, seed, mode):
     y, value, derivative = picked[0]
     for v, vv, vd in picked[1:]:
         y, value, derivative = y + v, value + vv, derivative + vd
+    seen = []  # every gradient a hook was handed, with its value then: none may change later
+    for v, _, _ in nodes:
+        if rng.random() < 0.3:
+            v.register_hook(lambda g: seen.append((g, g.numpy().copy())))
     if mode == "grad":
         grads = gradcore.grad(y, leaves, allow_unused=True)
         assert all(x.grad is None for x in leaves)
@@ -223,6 +227,8 @@ def test_random_graphs_match_forward_mode_derivatives(xp, seed, mode):
     for g, expected in zip(grads, derivative):
         got = 0.0 if g is None else g.item()
         assert got == pytest.approx(expected, rel=1e-9, abs=1e-12)
+    for g, kept in seen:
+        np.testing.assert_array_equal(g.numpy(), kept)
 
 
 def test_retain_grad_false_keeps_leaf_gradients_only(xp):
