@@ -331,8 +331,8 @@ def run_workload(workload, device, repeat, warmup, threads, progress):
         "results": results,
         "references": {key: {**entries[key], "label": label} for key, label in labels.items()},
         "ratios": {
-            "gradcore/torch": _ratio(results["gradcore"], results["torch"]),
-            "gradcore/floor": _ratio(results["gradcore"], results["floor"]),
+            "gradcore/torch": median_ratio(results["gradcore"], results["torch"]),
+            "gradcore/floor": median_ratio(results["gradcore"], results["floor"]),
         },
     }
 
@@ -382,7 +382,8 @@ def per_unit(entry, workload_record):
     return entry[f"median_{workload_record['time_unit']}_per_{workload_record['unit']}"]
 
 
-def _ratio(numerator, denominator):
+def median_ratio(numerator, denominator):
+    """The ratio of two result entries' median run times, or None unless both ran."""
     if numerator.get("status") != "ok" or denominator.get("status") != "ok":
         return None
     return numerator["median_s_per_run"] / denominator["median_s_per_run"]

@@ -7,7 +7,7 @@ import math
 import os
 
 from . import WORKLOADS
-from .common import KINDS, per_unit
+from .common import KINDS, median_ratio, per_unit
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
@@ -31,9 +31,9 @@ def reference_figure(entry, record):
     the same run when there is one (the implementations took turns: as fair as the table's)."""
     unit = "µs" if record["time_unit"] == "us" else record["time_unit"]
     text = f"{entry['label']}: {number(per_unit(entry, record))} {unit}/{record['unit']}"
-    torch = record["results"].get("torch", {})
-    if torch.get("status") == "ok":
-        text += f" ({entry['median_s_per_run'] / torch['median_s_per_run']:.3f}x PyTorch)"
+    ratio = median_ratio(entry, record["results"].get("torch", {}))
+    if ratio is not None:
+        text += f" ({ratio:.3f}x PyTorch)"
     return text
 
 
