@@ -13,11 +13,13 @@ imported, with and without gc.freeze() after start-up) and prints the mean and m
 run, and how many full passes ran and how long they took.
 """
 import argparse
+import gc
 import json
 import statistics
-import subprocess
-import sys
 import time
+
+from . import wide
+from .common import resolve_device, run_child
 
 SETTINGS = (("numpy only", False, False), ("numpy only, gc.freeze()", False, True),
             ("PyTorch imported", True, False), ("PyTorch imported, gc.freeze()", True, True))
@@ -25,11 +27,8 @@ SETTINGS = (("numpy only", False, False), ("numpy only, gc.freeze()", False, Tru
 
 def measure(runs, with_torch, freeze):
     """In this process: time `runs` runs of wide's gradcore loop; a dict of figures."""
-    import gc
     if with_torch:
         import torch  # noqa: F401  (its objects are what the full passes walk)
-    from . import wide
-    from .common import resolve_device
     run = wide.make_gradcore(resolve_device("cpu"))
     run()
     if freeze:
@@ -72,15 +71,10 @@ def main(argv=None):
     print(f"wide's gradcore loop on cpu, {args.runs} runs per setting, a fresh process each")
     print(f"{'setting':32s} {'objects walked':>15s} {'mean':>9s} {'median':>9s}  full passes")
     for label, with_torch, freeze in SETTINGS:
-        child = subprocess.run(
-            [sys.executable, "-m", "benchmarks.collector", "--runs", str(args.runs),
-             "--child", str(int(with_torch)), str(int(freeze))],
-            capture_output=True, text=True)
-        if child.returncode != 0:
-            reason = (child.stderr.strip().splitlines() or ["failed"])[-1]
-            print(f"{label:32s} n/a: {reason}")
+        r = run_child("collector", ["--runs", args.runs, "--child", int(with_torch), int(freeze)])
+        if r.get("status") == "error":
+            print(f"{label:32s} n/a: {r['error']}")
             continue
-        r = json.loads(child.stdout)
         print(f"{label:32s} {r['tracked']:15,d} {r['mean_ms']:6.2f} ms {r['median_ms']:6.2f} ms"
               f"  {r['full_passes']}, {r['full_ms']:.0f} ms in all")
 

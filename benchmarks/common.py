@@ -3,6 +3,7 @@ import dataclasses
 import gc
 import importlib
 import importlib.util
+import json
 import os
 import platform
 import statistics
@@ -23,6 +24,7 @@ KINDS = ("gradcore", "floor", "torch")  # the three columns, in table order
 # They only act before those libraries load, so the suite sets them and starts itself again.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 MIB = 1024 * 1024
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 
 
 class Unavailable(Exception):
@@ -152,6 +154,27 @@ def one_input(make_input, run_gradcore, run_floor, run_torch):
         x0 = torch.tensor(make_input(), device=device)
         return lambda: run_torch(torch, x0)
     return make_gradcore, make_floor, make_torch
+
+
+def run_child(module, args, env=None, timeout=None):
+    """Run `python -m benchmarks.<module> *args` in a fresh process from the repository's root
+    and return the JSON object it printed last, or {"status": "error", "error": why}."""
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
+    command = [sys.executable, "-m", f"benchmarks.{module}", *map(str, args)]
+    try:
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"status": "error", "error": f"the child process ran past {timeout} s"}
+    lines = done.stdout.strip().splitlines()
+    if done.returncode == 0 and lines:
+        try:
+            return json.loads(lines[-1])
+        except ValueError:
+            pass
+    last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+    return {"status": "error", "error": f"child exited with {done.returncode}: {last}"}
 
 
 def thread_environment(threads):

@@ -15,17 +15,14 @@ the current resident set, so a baseline is what the process holds, not what its 
 peaked at. Elsewhere (macOS) ru_maxrss is the fallback.
 """
 import json
-import os
 import resource
-import subprocess
 import sys
 import traceback
 
 from . import load
 from .common import (KINDS, MIB, Unavailable, import_torch, missing, prepare, resolve_device,
-                     thread_environment)
+                     run_child, thread_environment)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT_S = 600
 
 
@@ -157,23 +154,8 @@ def _ratio(results, other, key):
 
 
 def _child_result(workload, kind, device, threads):
-    env = thread_environment(threads)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
-    command = [sys.executable, "-m", "benchmarks.memory", workload.name, kind, str(device),
-               str(threads)]
-    try:
-        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
-                              timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        return {"status": "error", "error": f"the child process ran past {TIMEOUT_S} s"}
-    lines = done.stdout.strip().splitlines()
-    if done.returncode == 0 and lines:
-        try:
-            return json.loads(lines[-1])
-        except ValueError:
-            pass
-    last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-    return {"status": "error", "error": f"child exited with {done.returncode}: {last}"}
+    return run_child("memory", [workload.name, kind, device, threads],
+                     env=thread_environment(threads), timeout=TIMEOUT_S)
 
 
 # ================================================================================== the child
