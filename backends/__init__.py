@@ -7,7 +7,7 @@ from .numpy_backend import NumpyBackend
 
 __all__ = [
     "Backend", "Device", "DeviceUnavailableError", "CPU", "parse_device", "backend_of",
-    "get_backend", "register", "registered", "asarray_on", "backend_for_device", "is_array", "to_device", "cuda_available",
+    "get_backend", "register", "registered", "asarray_on", "backend_for_device", "is_array", "to_device", "copy", "cuda_available",
 ]
 
 _by_type = {}          # type(array) -> Backend: the O(1) dispatch every op goes through
@@ -112,6 +112,13 @@ def to_device(array, device):
     if source is target:
         return source.to_device(array, device)
     return target.asarray(source.to_numpy(array), device=device)
+
+
+def copy(array):
+    """A new array with `array`'s values, on its device."""
+    backend = backend_of(array)
+    with backend.device_context(backend.device_of(array)):
+        return backend.xp.asarray(array, copy=True)
 
 
 def asarray_on(obj, device, dtype=None):

@@ -26,6 +26,11 @@ class Backend:
         """True if `array` is one of this backend's arrays."""
         return isinstance(array, self.array_type)
 
+    def owns_memory(self, array):
+        """True if writing into `array` can change no other array: it is writable and no view of
+        another. False when the library cannot tell (then gradcore copies where it must own)."""
+        return False
+
     def device_of(self, array):
         """The `Device` that `array` lives on."""
         raise NotImplementedError

@@ -86,6 +86,9 @@ class CupyBackend(Backend):
                 f"{device} does not exist: {count} CUDA device(s) found (cuda:0 to cuda:{count - 1})")
         return device.index
 
+    def owns_memory(self, array):
+        return array.base is None  # CuPy arrays are always writable
+
     def device_of(self, array):
         return self._device(array.device.id)
 

@@ -14,6 +14,11 @@ class NumpyBackend(Backend):
     single_device = True
     scalar_types = frozenset(t for t in numpy.sctypeDict.values() if issubclass(t, numpy.generic))
 
+    def owns_memory(self, array):
+        # a NumPy scalar (kept by the graph in place of a 0-d array) is immutable
+        return array.__class__ is not numpy.ndarray or (
+            array.base is None and array.flags.writeable)
+
     def device_of(self, array):
         return CPU
 

@@ -6,12 +6,13 @@ from backends import Device, DeviceUnavailableError, cuda_available, parse_devic
 from .variable import Parameter, Variable, as_array, as_variable  # noqa: I001
 from .function import Function
 from .engine import grad
-from .config import Config, enable_grad, is_grad_enabled, no_grad, test_mode, using_config
+from .config import (Config, detect_anomaly, enable_grad, is_anomaly_enabled, is_grad_enabled,
+                     no_grad, set_detect_anomaly, test_mode, using_config)
 from . import functions
 from .random import manual_seed
 from . import cuda, utils
 from . import layers, models, nn
-from .nn import Layer, Model, Module
+from .nn import CheckpointError, Layer, Model, Module
 from . import optim, optimizers
 from . import dataloaders, datasets, transforms
 from .dataloaders import DataLoader
@@ -22,6 +23,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Variable", "Parameter", "Function", "as_variable", "as_array", "grad",
     "Config", "using_config", "no_grad", "enable_grad", "test_mode", "is_grad_enabled",
+    "detect_anomaly", "set_detect_anomaly", "is_anomaly_enabled", "CheckpointError",
     "Device", "DeviceUnavailableError", "parse_device", "cuda_available", "functions",
     "manual_seed",
     "cuda", "utils",

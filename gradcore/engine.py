@@ -1,12 +1,21 @@
 """The backward walk: a heap keyed (-generation, -sequence), each Function visited once."""
 import heapq
+import threading
 import weakref
 
-from .config import using_config
+import backends
+
+from . import anomaly
+from .config import is_anomaly_enabled, using_config
 from .functions.device import astype
+from .functions.math import copy
 from .functions.shape import sum_to
 from .function import _output
-from .variable import Variable
+from .variable import RETAIN_GRAD, Variable, latest_write, version_at
+
+# Held while gradients are added into leaves' .grad: backward in several threads into one leaf
+# must not lose a sum (x.grad = x.grad + g reads, then writes)
+_accumulating = threading.Lock()
 
 
 def _seed(y, grad):
@@ -25,12 +34,90 @@ def _seed(y, grad):
     return grad
 
 
-def _run_hooks(x, g):
+def _describe(x):
+    """'the Variable "name" of shape (3,) and dtype float32' for messages."""
+    name = f'"{x.name}" ' if x.name else ""
+    return f"the Variable {name}of shape {tuple(x.shape)} and dtype {x.dtype}"
+
+
+def _run_hooks(x, g, shared):
+    """x's hooks on its gradient g, in order; a hook may return a replacement. A gradient a hook
+    was handed may be kept by it: its array goes into `shared`. Then retain_grad()'s store."""
+    retain = False
     for hook in list(x._hooks):
+        if hook is RETAIN_GRAD:
+            retain = True
+            continue
+        shared.add(id(g._data))
         result = hook(g)
         if result is not None:
-            g = result if isinstance(result, Variable) else Variable(result, requires_grad=False)
+            g = _hook_result(hook, x, result)
+    if retain:
+        shared.add(id(g._data))
+        x._grad = g if x._grad is None else x._grad + g
     return g
+
+
+def _hook_result(hook, x, g):
+    """What `hook` returned, as a Variable: RuntimeError unless shaped, typed, placed like x."""
+    if not isinstance(g, Variable):
+        if backends.backend_of(g) is None:
+            raise RuntimeError(f"hook {_hook_name(hook)} on {_describe(x)} returned a "
+                               f"{type(g).__name__}; return a Variable or an array, or None to "
+                               "keep the gradient")
+        g = Variable(g, requires_grad=False)
+    problems = []
+    if tuple(g.shape) != tuple(x.shape):
+        problems.append(f"shape {tuple(g.shape)}")
+    if g._backend is not x._backend or g.device != x.device:
+        problems.append(f"device {g.device}")
+    elif g.dtype != x.dtype:  # dtypes of two libraries never compare equal
+        problems.append(f"dtype {g.dtype}")
+    if problems:
+        raise RuntimeError(f"hook {_hook_name(hook)} on {_describe(x)} returned a gradient of "
+                           f"{' and '.join(problems)}; a hook must return a gradient with the "
+                           f"Variable's shape, dtype and device ({x.device}), or None")
+    return g
+
+
+def _hook_name(hook):
+    return getattr(hook, "__qualname__", None) or repr(hook)
+
+
+def _owned(g, x, shared, create_graph):
+    """g, or a copy of it, such that x.grad owns its array: not one that someone else was handed
+    (the caller's seed, another Variable's .grad, a hook), not x's own data, not a view of
+    another array or a read-only one. The sums the walk made and most ops' results pass as they
+    are; add's backward, which hands one gradient to both inputs, gets one of them copied."""
+    data = g._data
+    if id(data) in shared or data is x._data or not x._backend.owns_memory(data):
+        g = copy(g) if create_graph else Variable(backends.copy(data), requires_grad=False)
+    shared.add(id(g._data))
+    return g
+
+
+def _check_versions(f):
+    """RuntimeError if an input or output of f was written through gradcore after f was recorded
+    (backward would compute with the new values: PyTorch's "modified by an inplace operation")."""
+    roles = [(f"input {i}", x) for i, x in enumerate(f.inputs) if isinstance(x, Variable)]
+    roles += [(f"output {i}", ref()) for i, ref in enumerate(f.outputs) if ref() is not None]
+    for role, x in roles:
+        log = getattr(x, "_writes", None)
+        if log is not None and log.stamps[-1] > f.sequence:
+            then, exact = version_at(x, f.sequence)
+            name = f._name()
+            raise RuntimeError(
+                f"{name}: its {role}, {_describe(x)}, was written after {name} ran in forward: it "
+                f"is at version {x.version}, and {name} used version {'' if exact else '<= '}"
+                f"{then}. Its gradient would be computed from the new values. A .data "
+                "assignment, an optimizer step or load_state_dict between forward and backward "
+                "does this: run forward again after the change, or backward before it")
+
+
+def _reused(f):
+    return RuntimeError(f"{f._name()}: a Variable computed by this {type(f).__name__} instance "
+                        f"is not among its outputs: the instance was called again after it; "
+                        f"create one instance per call, {type(f).__name__}()(...)")
 
 
 def _check_root(y, where):
@@ -54,6 +141,9 @@ def _conform(f, gx, x):
     op's bug: raise. The dtype becomes x's (float32 - a float64 constant gives a float64 result,
     but the float32 input still gets a float32 gradient)."""
     shape, target = x._data.shape, gx._data.shape
+    if gx._backend.xp.isdtype(gx.dtype, "complex floating"):
+        raise RuntimeError(f"{f._name()}.backward returned a complex gradient for a real input of "
+                           f"dtype {x.dtype}; gradcore differentiates real numbers only")
     if target != shape:
         if len(shape) > len(target) or any(
                 n != 1 and n != m for n, m in zip(reversed(shape), reversed(target))):
@@ -63,7 +153,7 @@ def _conform(f, gx, x):
     return astype(gx, x.dtype)  # gx itself when the dtypes are equal
 
 
-def _output_grads(f, grads, retain_grad, wanted, captured):
+def _output_grads(f, grads, retain_grad, wanted, captured, shared):
     """The gradients for f's outputs, after their hooks; zeros for a dead or unused output."""
     gys = []
     for i, ref in enumerate(f.outputs):
@@ -73,9 +163,10 @@ def _output_grads(f, grads, retain_grad, wanted, captured):
             gys.append(f.zeros_for_output(i))
             continue
         if y._hooks:
-            g = _run_hooks(y, g)
+            g = _run_hooks(y, g, shared)
         if retain_grad:
-            y.grad = g if y.grad is None else y.grad + g
+            shared.add(id(g._data))
+            y._grad = g if y._grad is None else y._grad + g
         if wanted is not None and y in wanted:
             captured[y] = g
         gys.append(g)
@@ -87,6 +178,9 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
     in a dict and leave every `.grad` alone; without, accumulate into the leaves' `.grad`."""
     # Variables hash by identity: grads maps each to its gradient so far (out of place: g = g + gx)
     grads = {}
+    # ids of arrays someone outside the walk holds (seeds, hooks' arguments, retained gradients):
+    # a leaf's .grad gets a copy of such an array, never the array itself
+    shared = set()
     leaves = []   # leaf Variables that received a gradient, each once
     captured = {}
     heap = []     # (-generation, -sequence, f): newest first; the pair is unique, f never compared
@@ -97,6 +191,7 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
     sums = {}
 
     for y, g in zip(ys, seeds):
+        shared.add(id(g._data))
         grads[y] = g if y not in grads else grads[y] + g
         f = y.creator
         if f is None:
@@ -106,7 +201,10 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
             heapq.heappush(heap, (-f.generation, -f.sequence, f))
 
     heappush, heappop, ref = heapq.heappush, heapq.heappop, weakref.ref
-    leaves_only = not retain_grad and wanted is None  # no gradient kept but the leaves'
+    check_anomalies = is_anomaly_enabled()
+    # no gradient kept but the leaves', no anomaly checks: the short path below may run
+    leaves_only = not retain_grad and wanted is None and not check_anomalies
+    written = latest_write
     # A Function nothing queued can still add to (it outranks the heap's top, or see below) runs
     # next without going through the heap: `following`
     following = None
@@ -116,14 +214,21 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
                 f, following = following, None
             else:
                 f = heappop(heap)[2]
+            if f.sequence < written[0]:  # something was written since f was recorded
+                _check_versions(f)
             out = f._outputs  # one output: its weak reference; several: a tuple of them
             backend = f.backend
             if leaves_only and out.__class__ is ref and not backend.needs_device_context:
                 y = out()  # the common case, kept short
-                gy = grads.pop(y)
-                gxs = f.backward(_run_hooks(y, gy) if y._hooks else gy)
+                try:
+                    gy = grads.pop(y)
+                except KeyError:  # f's output now is another Variable than the one reaching f
+                    raise _reused(f) from None
+                gxs = f.backward(_run_hooks(y, gy, shared) if y._hooks else gy)
             else:
-                gys = _output_grads(f, grads, retain_grad, wanted, captured)
+                gys = _output_grads(f, grads, retain_grad, wanted, captured, shared)
+                if check_anomalies:
+                    anomaly.check_unchanged(f)
                 with backend.device_context(f.device):
                     gxs = f.backward(*gys)
             if gxs.__class__ is not tuple:
@@ -131,6 +236,8 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
             inputs = f.inputs
             if len(gxs) != len(inputs):
                 raise _count_error(f, gxs)
+            if check_anomalies:
+                anomaly.check_finite(f, gxs)
 
             for x, gx, need in zip(inputs, gxs, f.needs_input_grad):
                 if gx is None or not need:
@@ -179,17 +286,26 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
                         following, key = creator, other
                 heappush(heap, key)
 
+        finished = []
         for x in leaves:
             g = grads.pop(x, None)
             if g is None:  # listed twice: its gradient is applied already
                 continue
             if x._hooks:
-                g = _run_hooks(x, g)
+                g = _run_hooks(x, g, shared)
             if wanted is not None:
                 if x in wanted:
                     captured[x] = g
             else:
-                x.grad = g if x.grad is None else x.grad + g
+                finished.append((x, g))
+        if grads:  # a gradient reached a Variable whose creator did not count it as an output
+            raise _reused(next(iter(grads)).creator)
+        with _accumulating:
+            for x, g in finished:
+                old = x._grad
+                x._grad = _owned(g, x, shared, create_graph) if old is None else old + g
+        for x, g in captured.items():
+            captured[x] = _owned(g, x, shared, create_graph)
     return captured
 
 
@@ -199,12 +315,14 @@ def backward(y, grad=None, retain_grad=False, create_graph=False):
     _walk([y], [_seed(y, grad)], retain_grad, create_graph)
 
 
-def grad(outputs, inputs, grad_outputs=None, create_graph=False, allow_unused=False):
+def grad(outputs, inputs, grad_outputs=None, create_graph=False, allow_unused=False,
+         retain_graph=None):
     """The gradients of `outputs` with respect to `inputs`, leaving every `.grad` untouched.
 
     `outputs` and `inputs` are Variables or sequences of them; `grad_outputs` the seeds (default:
-    ones). Returns a tuple, one gradient per input; an input the outputs do not depend on raises
-    unless `allow_unused=True`, which gives None for it.
+    ones). Returns a tuple, one gradient per input, each owning its array; an input the outputs
+    do not depend on raises unless `allow_unused=True`, which gives None for it. `retain_graph`
+    is accepted for PyTorch code and changes nothing (backward never frees the graph).
     """
     outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
     inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]

@@ -1,18 +1,16 @@
 """Function: one node of the graph. __call__ unwraps, runs forward, wraps, and records."""
-import itertools
 import re
 import types
 import weakref
 
 import backends
 
-from .config import is_grad_enabled
-from .variable import _SCALARS, Variable
-
-_sequence = itertools.count()  # creation order: the heap's tie-break within a generation
+from . import anomaly
+from .config import recording
+from .variable import _SCALARS, Variable, sequence as _sequence
 _new_variable = object.__new__
 _weakref = weakref.ref
-_NEEDS = {}  # needs_input_grad tuples, interned: one long-lived object less per node
+_NEEDS = {}  # needs_input_grad tuples of up to 3 inputs, interned: one object less per node
 _NEEDS1 = ((False,), (True,))  # indexed by requires_grad
 _NEEDS2 = (((False, False), (False, True)), ((True, False), (True, True)))
 _NO_INPUT = object()  # __call__'s default for x0 and x1: fewer inputs were given
@@ -29,10 +27,10 @@ def _output(data, backend, creator, generation):
     y._data = data
     y._backend = backend
     y.name = None
-    y.grad = None
+    y._grad = None
     y.creator = creator
     y.generation = generation
-    y.requires_grad = creator is not None
+    y._requires_grad = creator is not None
     y._hooks = None
     return y
 
@@ -60,8 +58,11 @@ class Function:
     still hands out a 0-d array.
     """
 
-    __slots__ = ("inputs", "_outputs", "generation", "sequence", "backend",
+    __slots__ = ("inputs", "_outputs", "generation", "backend",
                  "needs_input_grad", "_output_meta", "__weakref__", "__dict__")
+    # The creation order, set when the call is recorded: the heap's tie-break within a generation.
+    # Not a slot, so that a new instance reads None: __call__ refuses an instance already recorded
+    sequence = None
     _saved = ()  # save_for_backward's values, resolved by __call__ (see _resolve_saved)
     device = None  # set per call for backends with several devices (NumPy has one)
     op_name = None  # the name errors use; by default the class name in snake case
@@ -82,6 +83,8 @@ class Function:
     def __call__(self, x0=_NO_INPUT, x1=_NO_INPUT, *more):
         """Run forward on the inputs' arrays; record this call in the graph if grad mode is on
         and an input requires grad. Inputs: Variables, arrays (constants), Python scalars."""
+        if self.sequence is not None:
+            raise self._reused()
         # The common case in line: one or two inputs, Variables or a Variable and a Python
         # scalar, on a backend with one device and no device context (NumPy). The rest: _call.
         c0 = x0.__class__
@@ -99,7 +102,7 @@ class Function:
             d0 = x0._data
             if d0.ndim == 0 and d0.__class__ is backend.array_type and backend.scalar_types:
                 d0 = d0[()]  # NumPy's arithmetic on scalars is ~4x faster than on 0-d arrays
-            r0 = x0.requires_grad
+            r0 = x0._requires_grad
             generation = x0.generation if r0 else -1  # -1: no input requires grad
         else:
             d0 = x0
@@ -111,7 +114,7 @@ class Function:
             d1 = x1._data
             if d1.ndim == 0 and d1.__class__ is backend.array_type and backend.scalar_types:
                 d1 = d1[()]
-            r1 = x1.requires_grad
+            r1 = x1._requires_grad
             if r1 and x1.generation > generation:
                 generation = x1.generation
         elif x1.__class__ in _SCALARS and c0 is Variable:
@@ -138,8 +141,8 @@ class Function:
         y = _new_variable(Variable)  # Variable.__init__'s checks are not needed for a result
         y._data = ys
         y._backend = backend
-        y.name = y.grad = y._hooks = None
-        if generation >= 0 and is_grad_enabled():  # become a node of the graph
+        y.name = y._grad = y._hooks = None
+        if generation >= 0 and (mode := recording()):  # become a node of the graph
             if r1 is None:
                 self.inputs = (x0,)
                 self.needs_input_grad = _NEEDS1[r0]
@@ -151,11 +154,13 @@ class Function:
             self._outputs = _weakref(y)  # a bare reference: one tracked object less per node
             y.creator = self
             y.generation = generation + 1
-            y.requires_grad = True
+            y._requires_grad = True
+            if mode is not True:
+                anomaly.record(self)
         else:
             y.creator = None
             y.generation = 0
-            y.requires_grad = False
+            y._requires_grad = False
         return y
 
     __call__._template = True  # __init_subclass__ copies it for each subclass that inherits it
@@ -177,8 +182,8 @@ class Function:
                 if backend.scalar_types and data.ndim == 0 and data.__class__ is backend.array_type:
                     data = data[()]
                 xs.append(data)
-                needs.append(x.requires_grad)
-                if x.requires_grad and x.generation > generation:
+                needs.append(x._requires_grad)
+                if x._requires_grad and x.generation > generation:
                     generation = x.generation
             elif x.__class__ in _SCALARS:
                 xs.append(x)
@@ -202,7 +207,9 @@ class Function:
             raise self._explain(e, inputs) from e
         if _saves != saves:
             self._resolve_saved(inputs, xs, ys)
-        return self._finish(ys, backend, inputs, _NEEDS.setdefault(needs, needs), generation)
+        if len(needs) <= 3:  # interned; longer ones (concatenate of many) are kept as they are
+            needs = _NEEDS.setdefault(needs, needs)
+        return self._finish(ys, backend, inputs, needs, generation)
 
     def _finish(self, ys, backend, inputs, needs, generation):
         """The output Variable(s) for forward's result `ys`; the node recorded if generation >= 0
@@ -212,11 +219,13 @@ class Function:
         if ys.__class__ is not backend.array_type and ys.__class__ not in backend.scalar_types:
             ys, backend = self._wrap_output(ys)
         creator = None
-        if generation >= 0 and is_grad_enabled():
+        if generation >= 0 and (mode := recording()):
             creator = self._record(inputs, needs, generation)
         y = _output(ys, backend, creator, generation + 1 if creator is not None else 0)
         if creator is not None:
             self._outputs = _weakref(y)
+            if mode is not True:
+                anomaly.record(self)
         return y
 
     def _record(self, inputs, needs, generation):
@@ -244,7 +253,7 @@ class Function:
     def _wrap_outputs(self, ys, backend, inputs, needs, generation):
         """Variables for the outputs of a forward that returned a tuple."""
         creator = None
-        if generation >= 0 and is_grad_enabled():
+        if generation >= 0 and (mode := recording()):
             creator = self._record(inputs, needs, generation)
             generation += 1
         else:
@@ -259,6 +268,8 @@ class Function:
             self._outputs = tuple([_weakref(y) for y in outputs])
             # shapes and dtypes, to make zeros for an output that dies before backward
             self._output_meta = [(y.shape, y.dtype) for y in outputs]
+            if mode is not True:
+                anomaly.record(self)
         return tuple(outputs)
 
     def forward(self, *xs):
@@ -266,6 +277,12 @@ class Function:
 
     def backward(self, *gys):
         raise NotImplementedError(f"{type(self).__name__} must define backward(*gys)")
+
+    @classmethod
+    def apply(cls, *inputs):
+        """`cls()(*inputs)`: a new instance for the call (PyTorch's spelling; an instance records
+        one call)."""
+        return cls()(*inputs)
 
     # ---------------------------------------------------------------- helpers for authors
     @property
@@ -324,6 +341,13 @@ class Function:
     def _name(self):
         """The op's name in messages: `op_name`, else the class name in snake case."""
         return self.op_name or _snake_case(type(self).__name__)
+
+    def _reused(self):
+        name = type(self).__name__
+        return RuntimeError(
+            f"{self._name()}: this {name} instance was called already, and the graph holds that "
+            f"call; a Function instance records one call: create one per call, {name}()(...), "
+            f"or use {name}.apply(...)")
 
     def _constant(self, x):
         """Variables and scalars as they are; a raw array as a constant Variable."""

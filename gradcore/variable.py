@@ -1,4 +1,7 @@
 """Variable (a node holding an array and its gradient), Parameter, as_variable, as_array."""
+import builtins
+import collections
+import itertools
 import operator
 import weakref
 
@@ -11,41 +14,128 @@ _SCALARS = frozenset((int, float, bool))  # `x.__class__ in _SCALARS`: a hash lo
 
 
 def _check_data(data):
-    """(array, backend) for what `Variable(data)` accepts; TypeError naming anything else."""
+    """(array, backend, "float" or "integral") for what `Variable(data)` accepts; TypeError
+    naming anything else."""
     if data is None:
-        return None, None
+        return None, None, "float"
     backend = backend_of(data)
     if backend is None:
         if isinstance(data, (*_SCALARS, list, tuple)):
-            return numpy.asarray(data), backends.NUMPY
+            data = numpy.asarray(data)
+            return data, backends.NUMPY, _dtype_kind(backends.NUMPY, data.dtype)
         raise TypeError(
             f"Variable data must be an array of a registered backend (numpy.ndarray, cupy.ndarray, "
             f"an __array_namespace__ array), a Python scalar, a list or a tuple; got "
             f"{type(data).__module__}.{type(data).__qualname__}")
     if type(data) is not backend.array_type:
         data = backend.ensure_array(data)  # NumPy scalars become 0-d arrays
-    return data, backend
+    return data, backend, _dtype_kind(backend, data.dtype)
+
+
+# backend -> {dtype: "float" or "integral" (bool and integers)}, filled on first sight. Per backend:
+# array-api-strict's dtypes hash like NumPy's and warn when compared with them
+_KINDS = {}
+
+
+def _dtype_kind(backend, dtype):
+    """"float" or "integral" for the dtypes a Variable may hold; TypeError for any other."""
+    kinds = _KINDS.get(backend)
+    if kinds is None:
+        kinds = _KINDS[backend] = {}
+    kind = kinds.get(dtype)
+    if kind is None:
+        isdtype = backend.xp.isdtype
+        if isdtype(dtype, "complex floating"):
+            raise TypeError(
+                f"Variable: {dtype} data is not supported: gradcore differentiates real numbers "
+                "only (a complex gradient needs a convention no op here implements); hold the real "
+                "and imaginary parts in two float Variables")
+        if isdtype(dtype, "real floating"):
+            kind = "float"
+        elif isdtype(dtype, "integral") or isdtype(dtype, "bool"):
+            kind = "integral"
+        else:
+            raise TypeError(f"Variable: {dtype} data is not numbers; a Variable holds bool, "
+                            "integer or floating-point arrays")
+        kinds[dtype] = kind
+    return kind
+
+
+def _cannot_require_grad(dtype):
+    return TypeError(
+        f"only floating-point Variables can require grad, and this one holds {dtype} data (its "
+        "gradient would be truncated to integers); cast it to a float dtype first, e.g. "
+        "Variable(x.astype(numpy.float32)), or pass requires_grad=False")
+
+
+# One clock orders both the Functions (their `sequence`, taken when recorded) and the writes to
+# Variables: a Function recorded before a write to one of its inputs has a smaller number.
+sequence = itertools.count()
+# The stamp of the latest write to any Variable: backward checks a Function's inputs only if it
+# was recorded before that (in a loop of forward, backward, update: never).
+latest_write = [-1]
+_KEPT_STAMPS = 64  # stamps kept per Variable: enough to tell every version a live graph saw
+
+
+class _WriteLog:
+    """A Variable's writes: how many (its version) and the stamps of the latest ones."""
+
+    __slots__ = ("count", "stamps")
+
+    def __init__(self):
+        self.count = 0
+        self.stamps = collections.deque(maxlen=_KEPT_STAMPS)
+
+
+def note_write(x):
+    """Count a write to `x.data` by gradcore (the data setter, optimizers, in-place moves): bumps
+    `x.version`, so backward through a graph recorded before it refuses to run."""
+    log = getattr(x, "_writes", None)
+    if log is None:
+        log = x._writes = _WriteLog()
+    log.count += 1
+    log.stamps.append(stamp := next(sequence))
+    latest_write[0] = stamp
+
+
+def version_at(x, stamp):
+    """(x's version just before `stamp`, True if exact; False: at most that, older writes being
+    forgotten)."""
+    log = getattr(x, "_writes", None)
+    if log is None:
+        return 0, True
+    later = builtins.sum(1 for s in log.stamps if s > stamp)
+    exact = later < len(log.stamps) or log.count == len(log.stamps)
+    return log.count - later, exact
 
 
 class Variable:
     """An array in the graph: `data`, its `grad` (a Variable or None) and its `creator` Function.
 
-    `requires_grad=True` (the default, as in DeZero) makes backward fill `grad`; raw arrays passed
-    straight into an op are constants and never receive one.
+    `requires_grad` (by default True for floating-point data, as in DeZero, and False for bool
+    and integer data, which cannot carry a gradient) makes backward fill `grad`; raw arrays
+    passed straight into an op are constants and never receive one. `version` counts the writes
+    to `data` through gradcore; backward refuses a graph whose inputs were written after it was
+    recorded.
     """
 
-    __slots__ = ("_data", "_backend", "name", "grad", "creator", "generation", "requires_grad",
-                 "_hooks", "__weakref__")
+    # _writes is left unset until the first write (a _WriteLog): nothing to store per op result
+    __slots__ = ("_data", "_backend", "name", "_grad", "creator", "generation", "_requires_grad",
+                 "_hooks", "_writes", "__weakref__")
     __array_priority__ = 200
     __array_ufunc__ = None  # `ndarray <op> Variable` defers to the Variable's reflected operator
 
-    def __init__(self, data, name=None, requires_grad=True):
-        self._data, self._backend = _check_data(data)
+    def __init__(self, data, name=None, requires_grad=None):
+        self._data, self._backend, kind = _check_data(data)
         self.name = name
-        self.grad = None
+        self._grad = None
         self.creator = None
         self.generation = 0
-        self.requires_grad = requires_grad
+        if requires_grad is None:
+            requires_grad = kind == "float"
+        elif requires_grad and kind != "float":
+            raise _cannot_require_grad(self._data.dtype)
+        self._requires_grad = bool(requires_grad)
         self._hooks = None
 
     # ---------------------------------------------------------------- data and its properties
@@ -60,7 +150,52 @@ class Variable:
 
     @data.setter
     def data(self, value):
-        self._data, self._backend = _check_data(value)
+        data, backend, kind = _check_data(value)
+        if self._requires_grad and kind != "float":
+            raise _cannot_require_grad(data.dtype)
+        self._data, self._backend = data, backend
+        note_write(self)
+
+    @property
+    def version(self):
+        """How many times gradcore wrote `data` (the setter, optimizer updates, loading, in-place
+        moves). A direct write into the array (`x.data[...] = 0`) is not counted: anomaly mode
+        (gradcore.detect_anomaly) catches those."""
+        log = getattr(self, "_writes", None)
+        return 0 if log is None else log.count
+
+    _version = version  # PyTorch's name
+
+    def _set_grad(self, value):
+        if value is not None:
+            value = _checked_grad(self, value)
+        self._grad = value
+
+    grad = property(operator.attrgetter("_grad"), _set_grad, doc=(
+        "The gradient (a Variable shaped, typed and placed like `data`), or None."))
+
+    def _set_requires_grad(self, value):
+        value = bool(value)
+        if value == self._requires_grad:
+            return
+        if self.creator is not None:
+            raise RuntimeError(
+                f"requires_grad can only be changed on a leaf Variable; this one was computed by "
+                f"{self.creator._name()}. For a Variable cut from the graph use detach() (a new "
+                "leaf sharing the data) or unchain()")
+        if value and self._data is not None and _dtype_kind(self._backend,
+                                                            self._data.dtype) != "float":
+            raise _cannot_require_grad(self._data.dtype)
+        self._requires_grad = value
+
+    requires_grad = property(operator.attrgetter("_requires_grad"), _set_requires_grad, doc=(
+        "True if backward computes a gradient for this Variable. Only a leaf's can be changed, "
+        "and only a floating-point Variable can require grad."))
+
+    def requires_grad_(self, requires_grad=True):
+        """Set `requires_grad` (PyTorch's spelling); returns self."""
+        self.requires_grad = requires_grad
+        return self
 
     # attrgetter runs in C: these are read in every backward, so no Python frame per access
     shape = property(operator.attrgetter("_data.shape"), doc="The shape of `data`.")
@@ -105,6 +240,20 @@ class Variable:
     def __bool__(self):
         return bool(self._data)
 
+    def __float__(self):
+        return float(self._one_value("float"))
+
+    def __int__(self):
+        return int(self._one_value("int"))
+
+    def _one_value(self, where):
+        if self._data is None or self.size != 1:
+            shape = None if self._data is None else tuple(self.shape)
+            raise TypeError(f"{where}() needs a Variable holding one value; this one has shape "
+                            f"{shape}: pick an element first, e.g. {where}(x[0]), or use "
+                            "x.numpy()")
+        return self.item()
+
     def __repr__(self):
         if self._data is None:
             return "variable(None)"
@@ -123,18 +272,34 @@ class Variable:
         return self._backend.to_numpy(self._data)
 
     # ---------------------------------------------------------------- graph
-    def backward(self, grad=None, retain_grad=False, create_graph=False):
+    def backward(self, grad=None, retain_grad=False, create_graph=False, retain_graph=None):
         """Fill `.grad` of the leaves this Variable depends on.
 
         `grad` is the seed (array or Variable shaped like this one); by default ones, i.e. the
-        gradient of `sum(self)`. `retain_grad` keeps gradients of intermediate Variables too;
-        `create_graph` records the backward pass so gradients can be differentiated again.
+        gradient of `sum(self)`. `retain_grad` keeps gradients of intermediate Variables too
+        (`x.retain_grad()` keeps one's); `create_graph` records the backward pass so gradients
+        can be differentiated again. `retain_graph` is accepted for PyTorch code and changes
+        nothing: backward never frees the graph, which lives as long as a Variable refers to it,
+        so backward may run through it again.
         """
         engine.backward(self, grad, retain_grad, create_graph)
 
     def cleargrad(self):
         """Forget the accumulated gradient (DeZero's name; PyTorch zeroes `grad` instead)."""
-        self.grad = None
+        self._grad = None
+
+    def retain_grad(self):
+        """Keep this Variable's gradient in `.grad` at each backward although it is not a leaf
+        (leaves keep theirs anyway); it is stored after this Variable's hooks ran."""
+        if self.creator is not None and not self.retains_grad:
+            if self._hooks is None:
+                self._hooks = []
+            self._hooks.append(RETAIN_GRAD)
+
+    @property
+    def retains_grad(self):
+        """True if retain_grad() was called on this non-leaf Variable."""
+        return self._hooks is not None and RETAIN_GRAD in self._hooks
 
     def unchain(self):
         """Cut the link to the creator: this Variable becomes a leaf."""
@@ -245,6 +410,40 @@ class Variable:
 
     def __getitem__(self, slices):
         return get_item(self, slices)
+
+
+def _checked_grad(x, g):
+    """`g` (a Variable or an array) as x's gradient: ValueError unless it has x's shape, dtype
+    and device; TypeError for anything else."""
+    if not isinstance(g, Variable):
+        if backend_of(g) is None:
+            raise TypeError(f"grad must be a Variable, an array or None, got {type(g).__name__}")
+        g = Variable(g, requires_grad=False)
+    if x._data is None or g._data is None:
+        return g
+    problems = []
+    if tuple(g.shape) != tuple(x.shape):
+        problems.append(f"shape {tuple(g.shape)}, not {tuple(x.shape)}")
+    if g._backend is not x._backend or g.device != x.device:
+        problems.append(f"device {g.device}, not {x.device}")
+    elif g.dtype != x.dtype:  # dtypes of two libraries never compare equal
+        problems.append(f"dtype {g.dtype}, not {x.dtype}")
+    if problems:
+        raise ValueError(f"grad: a gradient must match its Variable's shape, dtype and device; this "
+                         f"one has {' and '.join(problems)}")
+    return g
+
+
+class _RetainGrad:
+    """The marker retain_grad() puts among a Variable's hooks."""
+
+    __slots__ = ()
+
+    def __repr__(self):
+        return "RETAIN_GRAD"
+
+
+RETAIN_GRAD = _RetainGrad()
 
 
 class Parameter(Variable):

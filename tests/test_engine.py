@@ -590,3 +590,133 @@ def test_astype_is_differentiable_twice_and_its_gradient_keeps_the_input_dtype(x
     assert x.grad.dtype == xp.float32
     np.testing.assert_allclose(xp.numpy(x.grad.data), [6.0, 12.0])
     assert F.astype(x, xp.float32) is x  # already that dtype: no node
+
+
+# =============================================================================== gradient ownership
+def test_leaves_never_share_a_gradient_array(xp):
+    """add's backward hands one gradient to both inputs: each leaf still owns its own."""
+    x, z = var(xp, [1.0, 2.0]), var(xp, [3.0, 4.0])
+    (x + z).backward()
+    assert x.grad is not z.grad and x.grad.data is not z.grad.data
+    x.grad.data *= 0.5  # DeZero-style hooks edit .grad in place
+    np.testing.assert_array_equal(x.grad.numpy(), [0.5, 0.5])
+    np.testing.assert_array_equal(z.grad.numpy(), [1.0, 1.0])
+
+
+def test_the_callers_seed_never_becomes_a_gradient(xp):
+    x, z = var(xp, [1.0, 2.0]), var(xp, [3.0, 4.0])
+    seed = xp.asarray([1.0, 2.0], dtype="float64")
+    (x + z).backward(seed)
+    assert x.grad.data is not seed and z.grad.data is not seed
+    x.grad.data *= 0.5
+    z.grad.data *= 3.0
+    np.testing.assert_array_equal(xp.numpy(seed), [1.0, 2.0])
+    np.testing.assert_array_equal(x.grad.numpy(), [0.5, 1.0])
+    leaf = var(xp, [1.0, 2.0])
+    leaf.backward(seed)  # the root is the leaf itself
+    assert leaf.grad.data is not seed
+
+
+def test_a_gradient_that_is_a_view_or_read_only_is_copied():
+    """sum's backward broadcasts (a read-only view in NumPy); reshape's gives a view of the
+    gradient another leaf holds."""
+    x = Variable(np.ones((2, 3)))
+    F.sum(x).backward()
+    assert x.grad.data.flags.writeable and x.grad.data.base is None
+    x.grad.data *= 2.0
+    np.testing.assert_array_equal(x.grad.data, np.full((2, 3), 2.0))
+    a, b = Variable(np.ones(6)), Variable(np.ones((2, 3)))
+    (F.reshape(a, (2, 3)) + b).backward()
+    assert not np.shares_memory(a.grad.data, b.grad.data)
+
+
+def test_a_gradient_a_hook_was_handed_stays_as_the_hook_saw_it(xp):
+    seen = []
+    x, z = var(xp, [1.0, 2.0]), var(xp, [3.0, 4.0])
+    h = x * 1.0
+    h.register_hook(lambda g: seen.append(g))
+    (h + z).backward()
+    x.grad.data *= 0.0
+    z.grad.data *= 0.0
+    np.testing.assert_array_equal(seen[0].numpy(), [1.0, 1.0])
+
+
+def test_grad_returns_gradients_that_own_their_arrays(xp):
+    x, z = var(xp, [1.0, 2.0]), var(xp, [3.0, 4.0])
+    gx, gz = gradcore.grad(x + z, [x, z])
+    assert gx.data is not gz.data
+    gx.data *= 0.5
+    np.testing.assert_array_equal(gz.numpy(), [1.0, 1.0])
+
+
+def test_owned_gradients_under_create_graph_stay_differentiable(xp):
+    x, z = var(xp, [1.0, 2.0]), var(xp, [3.0, 4.0])
+    (x * z + z).backward(create_graph=True)
+    assert x.grad.creator is not None and x.grad.data is not z.grad.data
+    gz, = gradcore.grad(x.grad.sum(), z)  # d/dz of dy/dx = z: ones
+    np.testing.assert_array_equal(gz.numpy(), [1.0, 1.0])
+
+
+def test_accumulation_into_a_shared_leaf_is_atomic_across_threads():
+    """Eight threads, each 3,000 backward passes into one leaf: not one sum may be lost."""
+    import threading
+
+    x = Variable(np.array([1.0, 2.0]))
+
+    def work():
+        for _ in range(3000):
+            (x * 2.0).sum().backward()
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    np.testing.assert_array_equal(x.grad.data, [48000.0, 48000.0])
+
+
+# =============================================================================== hooks are checked
+@pytest.mark.parametrize("result, problem", [
+    (lambda xp, g: var(xp, [1.0, 2.0, 3.0]), r"shape \(3,\)"),
+    (lambda xp, g: var(xp, [1.0, 2.0], dtype="float32"), "dtype .*float32"),
+    (lambda xp, g: "ten", "returned a str"),
+])
+def test_a_hook_returning_a_wrong_gradient_is_named(xp, result, problem):
+    def my_hook(g):
+        return result(xp, g)
+
+    x = Variable(xp.asarray([1.0, 2.0], dtype="float64"), name="weights")
+    x.register_hook(my_hook)
+    with pytest.raises(RuntimeError, match=r'hook .*my_hook on the Variable "weights" of shape '
+                                           r"\(2,\).*" + problem):
+        (x * 2.0).sum().backward()
+    assert x.grad is None
+
+
+def test_a_hook_returning_a_gradient_on_another_device_is_named():
+    x = Variable(np.array([1.0, 2.0]))
+    x.register_hook(lambda g: g.to(DEVICE1))
+    with pytest.raises(RuntimeError, match="returned a gradient of device array_api_strict:device1"):
+        (x * 2.0).sum().backward()
+
+
+def test_a_hook_on_an_intermediate_is_checked_too(xp):
+    x = var(xp, [1.0, 2.0])
+    h = x * 3.0
+    h.register_hook(lambda g: var(xp, [[1.0, 2.0]]))  # would have been broadcast and summed
+    with pytest.raises(RuntimeError, match=r"returned a gradient of shape \(1, 2\)"):
+        (h * h).sum().backward()
+
+
+def test_a_function_called_twice_before_backward_is_refused_at_backward(xp):
+    """An instance reused anyway (here by deleting the mark __call__ checks) is caught by the walk,
+    which names the op instead of failing with a KeyError or silently dropping a gradient."""
+    x = var(xp, [1.0, 2.0])
+    f = F.Square()
+    a = f(x)
+    del f.sequence  # as if the instance had never been recorded: a second call goes through
+    b = f(x * 2.0)
+    with pytest.raises(RuntimeError, match="square: a Variable computed by this Square instance"):
+        a.sum().backward()
+    with pytest.raises(RuntimeError, match="square: a Variable computed by this Square instance"):
+        (a + b).sum().backward()

@@ -369,3 +369,46 @@ def test_mixing_cpu_and_cuda_is_a_type_error():
     with pytest.raises(TypeError, match="add: inputs are on cpu and cuda:0"):
         a + b
     assert a.grad is None and a.creator is None
+
+
+# =============================================================================== one call per instance
+def test_a_recorded_function_instance_refuses_a_second_call(xp):
+    x = Variable(xp.asarray([1.0, 2.0]))
+    square = F.Square()
+    y = square(x)
+    with pytest.raises(RuntimeError, match=r"square: this Square instance was called already.*"
+                                           r"Square\(\)\(...\), or use Square.apply"):
+        square(y)
+    with pytest.raises(RuntimeError, match="called already"):
+        with gradcore.no_grad():  # would still overwrite what backward reads
+            square(x)
+    y.sum().backward()  # the first call's node is intact
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 4.0])
+
+
+def test_an_instance_called_without_recording_may_be_called_again(xp):
+    x = Variable(xp.asarray([1.0, 2.0]))
+    square = F.Square()
+    with gradcore.no_grad():
+        square(x)
+    y = square(x)  # nothing was recorded by the first call
+    y.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 4.0])
+
+
+def test_apply_makes_one_instance_per_call(xp):
+    x = Variable(xp.asarray([3.0]))
+    y = F.Square.apply(F.Square.apply(x))
+    assert isinstance(y.creator, F.Square) and y.creator is not y.creator.inputs[0].creator
+    y.backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [108.0])  # d x^4 = 4 x^3
+
+
+def test_the_interned_needs_input_grad_table_stays_bounded():
+    from gradcore import function
+
+    before = len(function._NEEDS)
+    for n in range(4, 40):
+        xs = [Variable(np.ones(1), requires_grad=bool(i % 3)) for i in range(n)]
+        F.concatenate(xs).sum().backward()
+    assert len(function._NEEDS) <= max(before, 2 + 4 + 8)

@@ -462,3 +462,171 @@ def test_deepcopy_and_pickle_keep_the_backend(xp):
         assert y is not x and y.backend is x.backend and y.name == "x"
         assert y.device == x.device
         np.testing.assert_array_equal(xp.numpy(y.data), [1.0, 2.0])
+
+
+# =============================================================================== dtypes
+@pytest.mark.parametrize("dtype", ["int64", "int32", "uint8", "bool"])
+def test_integer_and_bool_variables_do_not_require_grad(xp, dtype):
+    x = Variable(xp.asarray([1, 0, 1], dtype=dtype))
+    assert not x.requires_grad
+    assert F.exp(F.astype(x, xp.float64)).creator is None  # no input requires grad: no node
+    with pytest.raises(TypeError, match=f"holds (array_api_strict.)?{dtype} data .*cast it to a "
+                                        "float dtype first"):
+        Variable(xp.asarray([1, 2], dtype=dtype), requires_grad=True)
+    with pytest.raises(TypeError, match="cast it to a float dtype first"):
+        x.requires_grad = True
+
+
+def test_integer_data_gives_no_truncated_gradient():
+    """exp of [1 2 3] gave [2 7 20] and x * 0.5 zeros: such a graph is now refused as having
+    nothing to differentiate."""
+    x = Variable(np.array([1, 2, 3]))
+    with pytest.raises(RuntimeError, match="no graph"):
+        F.exp(x).backward()
+
+
+def test_python_ints_make_a_constant_and_floats_a_leaf():
+    assert not Variable(3).requires_grad and not Variable([1, 2]).requires_grad
+    assert Variable(3.0).requires_grad and Variable([1.0, 2]).requires_grad
+
+
+def test_float_data_cannot_be_replaced_by_integers_while_requiring_grad():
+    x = Variable(np.array([1.0, 2.0]))
+    with pytest.raises(TypeError, match="holds int64 data"):
+        x.data = np.array([1, 2])
+    np.testing.assert_array_equal(x.data, [1.0, 2.0])
+    assert x.version == 0
+    x.requires_grad = False
+    x.data = np.array([1, 2])  # a constant may hold anything numeric
+
+
+@pytest.mark.parametrize("data, dtype", [
+    (np.array(["a", "b"]), "<U1"),
+    (np.array([object(), None]), "object"),
+    (np.array(["2026-01-01"], dtype="datetime64[D]"), r"datetime64\[D\]"),
+    (np.array([(1, 2.0)], dtype="i4,f8"), r"\[\('f0'"),
+    (["a", "b"], "<U1"),
+])
+def test_non_numeric_data_is_refused_naming_its_dtype(data, dtype):
+    with pytest.raises(TypeError, match=f"Variable: {dtype}.* data is not numbers"):
+        Variable(data)
+    x = Variable(np.array([1.0]))
+    with pytest.raises(TypeError, match="data is not numbers"):
+        x.data = data
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+def test_complex_data_is_refused(xp, dtype):
+    with pytest.raises(TypeError, match=f"{dtype} data is not supported: gradcore differentiates "
+                                        "real numbers only"):
+        Variable(xp.asarray([1 + 2j], dtype=dtype))
+    with pytest.raises(TypeError, match="not supported"):
+        Variable(xp.asarray([1.0, 2.0])) * xp.asarray([1j, 1j], dtype=dtype)  # a constant too
+
+
+def test_a_complex_gradient_for_a_real_input_is_an_error():
+    class Complexify(gradcore.Function):  # an op's result is not checked: it may be complex
+        def forward(self, x):
+            return x + 1j
+
+    class Twice(gradcore.Function):
+        def forward(self, x):
+            return x * 2.0
+
+        def backward(self, gy):
+            return Complexify()(gy) * 2.0  # a bug: a complex gradient for a real input
+
+    x = Variable(np.array([1.0, 2.0]))
+    with pytest.raises(RuntimeError, match="twice.backward returned a complex gradient for a real "
+                                           "input of dtype float64"):
+        Twice()(x).backward()
+    with pytest.raises(TypeError, match="complex128 data is not supported"):
+        (x * 1.0).backward(np.array([1j, 1j]))  # a complex seed
+
+
+# =============================================================================== small holes
+def test_requires_grad_of_a_non_leaf_cannot_change(xp):
+    x = Variable(xp.asarray([1.0, 2.0]))
+    y = x * 2.0
+    with pytest.raises(RuntimeError, match="requires_grad can only be changed on a leaf.*"
+                                           "computed by mul.*detach"):
+        y.requires_grad = False
+    y.requires_grad = True  # no change: allowed
+    assert y.requires_grad and y.creator is not None
+    y.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 2.0])
+
+
+def test_a_leaf_can_stop_requiring_grad(xp):
+    x = Variable(xp.asarray([1.0, 2.0]))
+    assert x.requires_grad_(False) is x and not x.requires_grad
+    assert (x * 2.0).creator is None
+    x.requires_grad_()
+    assert x.requires_grad
+
+
+@pytest.mark.parametrize("bad, problem", [
+    (lambda xp: xp.asarray([1.0, 2.0, 3.0]), r"shape \(3,\), not \(2,\)"),
+    (lambda xp: xp.asarray([1.0, 2.0], dtype="float32"), "dtype .*float32, not .*float64"),
+    (lambda xp: Variable(xp.asarray([[1.0, 2.0]])), r"shape \(1, 2\), not \(2,\)"),
+])
+def test_assigning_a_wrong_gradient_is_refused(xp, bad, problem):
+    x = Variable(xp.asarray([1.0, 2.0]))
+    with pytest.raises(ValueError, match=problem):
+        x.grad = bad(xp)
+    assert x.grad is None
+
+
+def test_assigning_a_gradient_on_another_device_or_of_another_type_is_refused():
+    x = Variable(np.array([1.0, 2.0]))
+    with pytest.raises(ValueError, match="device array_api_strict:device1, not cpu"):
+        x.grad = Variable(np.array([1.0, 2.0])).to(DEVICE1)
+    with pytest.raises(TypeError, match="grad must be a Variable, an array or None, got str"):
+        x.grad = "zero"
+    x.grad = np.array([3.0, 4.0])  # an array becomes a constant Variable
+    assert isinstance(x.grad, Variable) and not x.grad.requires_grad
+
+
+# =============================================================================== PyTorch spellings
+def test_retain_grad_keeps_one_intermediate_gradient(xp):
+    x = Variable(xp.asarray([1.0, 2.0]))
+    h = x * 3.0
+    k = h * 1.0
+    h.retain_grad()
+    assert h.retains_grad and not k.retains_grad
+    (k * k).sum().backward()
+    np.testing.assert_array_equal(h.grad.numpy(), [6.0, 12.0])
+    assert k.grad is None
+    h.retain_grad()  # twice is once
+    (k * k).sum().backward()
+    np.testing.assert_array_equal(h.grad.numpy(), [12.0, 24.0])  # accumulates like a leaf's
+    x.retain_grad()  # a leaf keeps its gradient anyway
+    assert not x.retains_grad
+
+
+def test_retain_grad_stores_the_gradient_after_hooks(xp):
+    x = Variable(xp.asarray([1.0, 2.0]))
+    h = x * 1.0
+    h.retain_grad()
+    h.register_hook(lambda g: g * 10.0)
+    h.sum().backward()
+    np.testing.assert_array_equal(h.grad.numpy(), [10.0, 10.0])
+
+
+def test_retain_graph_is_accepted_and_the_graph_stays_usable(xp):
+    x = Variable(xp.asarray([1.0, 2.0]))
+    y = (x * x).sum()
+    y.backward(retain_graph=False)
+    y.backward(retain_graph=True)
+    np.testing.assert_array_equal(x.grad.numpy(), [4.0, 8.0])
+    g, = gradcore.grad(y, x, retain_graph=True)
+    np.testing.assert_array_equal(g.numpy(), [2.0, 4.0])
+
+
+def test_float_and_int_of_one_element(xp):
+    assert float(Variable(xp.asarray([2.5]))) == 2.5
+    assert int(Variable(xp.asarray(3.7))) == 3
+    assert int(Variable(xp.asarray([[7]], dtype="int64"))) == 7
+    with pytest.raises(TypeError, match=r"float\(\) needs a Variable holding one value; this one "
+                                        r"has shape \(2,\)"):
+        float(Variable(xp.asarray([1.0, 2.0])))

@@ -3,8 +3,8 @@ layers DeZero has, under its names, plus Sequential and activation modules."""
 from ..variable import Parameter
 from .layers import (MLP, BatchNorm, Conv2d, Deconv2d, Dropout, EmbedID, Embedding, Linear, ReLU,
                      Sequential, Sigmoid, Tanh)
-from .module import (FORMAT_KEY, FORMAT_VERSION, IncompatibleKeys, Module, RemovableHandle,
-                     read_checkpoint)
+from .module import (FORMAT_KEY, FORMAT_VERSION, CheckpointError, IncompatibleKeys, Module,
+                     RemovableHandle, read_checkpoint)
 from .rnn import LSTM, RNN
 
 Layer = Module  # DeZero's names: one class
@@ -12,7 +12,7 @@ Model = Module
 
 __all__ = [
     "Module", "Layer", "Model", "Parameter", "RemovableHandle", "IncompatibleKeys",
-    "read_checkpoint", "FORMAT_KEY", "FORMAT_VERSION",
+    "read_checkpoint", "CheckpointError", "FORMAT_KEY", "FORMAT_VERSION",
     "Linear", "Conv2d", "Deconv2d", "BatchNorm", "Dropout", "EmbedID", "Embedding",
     "RNN", "LSTM", "ReLU", "Sigmoid", "Tanh", "Sequential", "MLP",
 ]

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 import backends
 
 from ..config import enable_grad
-from ..variable import Variable
+from ..variable import Variable, note_write
 
 # Allowed values of the hyperparameters gradcore's optimizers share: name -> (low, high, is high
 # itself allowed). A name not listed (a user subclass's own) only has to be a finite real number.
@@ -57,12 +57,6 @@ def set_data(param, data):
     array-api-strict keep the same array object), an assignment for immutable arrays."""
     if data is not param.data:
         param.data = data
-
-
-def _copy(array):
-    backend = backends.backend_of(array)
-    with backend.device_context(backend.device_of(array)):
-        return backend.xp.asarray(array, copy=True)
 
 
 def _describe(param):
@@ -336,8 +330,11 @@ class Optimizer:
         for p in params:
             if p.grad is None:  # a hook dropped it (FreezeParam)
                 continue
+            version = p.version
             with p.backend.device_context(p.device):
                 self.update_one(p)
+            if p.version == version:  # updated in place, not through the data setter: count it
+                note_write(p)
 
     def _check(self, p):
         where = type(self).__name__
@@ -394,7 +391,7 @@ class Optimizer:
         for position, p in enumerate(params):
             s = self.state.get(p)
             if s:
-                state[position] = {name: _copy(a) for name, a in s.items()}
+                state[position] = {name: backends.copy(a) for name, a in s.items()}
         return {
             "type": type(self).__name__,
             "hyperparameters": self.hyperparameters,
@@ -481,7 +478,7 @@ def _on_param(array, param, copy=False):
     if moved.dtype != param.dtype:
         with param.backend.device_context(param.device):
             return param.xp.astype(moved, param.dtype)  # astype copies
-    return _copy(moved) if copy else moved
+    return backends.copy(moved) if copy else moved
 
 
 def _same_names(where, what, given, expected):

@@ -21,6 +21,8 @@ CASES = [
     Case("div",                F.div,                                np.divide, ((2, 3), (2, 3)), POS),
     Case("div-broadcast",      F.div,                                np.divide, ((2, 3), (1, 3)), POS),
     Case("neg",                F.neg,                                np.negative, ((2, 3),)),
+    Case("copy",               F.copy,                               np.copy, ((2, 3),)),
+    Case("copy-0-d",           F.copy,                               np.copy, ((),)),
     Case("pow-3",              lambda x: F.pow(x, 3),                lambda x: x ** 3, ((2, 3),)),
     Case("pow-half",           lambda x: F.pow(x, 0.5),              np.sqrt, ((4,),), POS),
     Case("pow-neg",            lambda x: F.pow(x, -2),               lambda x: x ** -2.0, ((4,),), POS),

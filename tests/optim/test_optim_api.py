@@ -193,11 +193,12 @@ def test_misuse_is_explained(make, error, message):
 def test_update_checks_come_before_any_change():
     with pytest.raises(RuntimeError, match=r"call setup\(model\) first"):
         SGD().update()
-    W = with_grad(param(), [1.0, 1.0, 1.0])
+    W = with_grad(param(), [1.0, 1.0])
+    W.data = np.array([1.0, -2.0, 3.0])  # the parameter changed shape after its gradient was made
     adam = Adam([W])
-    with pytest.raises(ValueError, match=r"has shape \(3,\); it must have the parameter's shape"):
+    with pytest.raises(ValueError, match=r"has shape \(2,\); it must have the parameter's shape"):
         adam.update()
     assert adam.t == 0 and W not in adam.state
-    W.grad = np.ones(2)
+    W._grad = np.ones(3)  # past the grad setter, which would make it a Variable
     with pytest.raises(TypeError, match="the grad of parameter .* is a ndarray"):
         adam.update()

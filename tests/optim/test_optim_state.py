@@ -116,7 +116,10 @@ def test_a_parameter_that_changed_shape_is_refused_before_anything_changes():
 
 def test_a_gradient_on_another_device_is_refused():
     W = gradcore.Parameter(np.array([1.0, -2.0]))
-    W.grad = gradcore.Variable(backends.to_device(np.array([1.0, 1.0]), DEVICE1))
+    with pytest.raises(ValueError, match=r"device array_api_strict:device1, not cpu"):
+        W.grad = gradcore.Variable(backends.to_device(np.array([1.0, 1.0]), DEVICE1))
+    W.grad = gradcore.Variable(np.array([1.0, 1.0]))
+    W.grad.data = backends.to_device(W.grad.data, DEVICE1)  # the gradient moved on its own
     with pytest.raises(ValueError, match=r"is on cpu but its grad is on array_api_strict:device1"):
         SGD([W]).step()
     np.testing.assert_array_equal(W.data, [1.0, -2.0])

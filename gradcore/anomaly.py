@@ -1,0 +1,89 @@
+"""Anomaly mode: what a Function records at forward while it is on, and what backward checks."""
+import hashlib
+import os
+import traceback
+
+import numpy
+
+import backends
+
+from .variable import Variable
+
+_HERE = (os.path.join("gradcore", "function.py"), os.path.join("gradcore", "anomaly.py"))
+
+
+class _Record:
+    """Where a Function was called, and fingerprints of the arrays its backward reads."""
+
+    __slots__ = ("stack", "fingerprints")
+
+    def __init__(self, stack, fingerprints):
+        self.stack = stack
+        self.fingerprints = fingerprints
+
+
+def record(f):
+    """At forward, in anomaly mode: keep the call's stack and fingerprint what f's backward reads."""
+    stack = traceback.extract_stack()
+    while stack and stack[-1].filename.endswith(_HERE):  # __call__ and this function
+        stack.pop()
+    f._anomaly = _Record(stack, [(what, _fingerprint(a)) for what, a in _read_by_backward(f)])
+
+
+def _read_by_backward(f):
+    """(description, array) for each array f's backward may read: inputs, outputs, saved values."""
+    for i, x in enumerate(f.inputs):
+        if isinstance(x, Variable):
+            yield f"input {i}", x._data
+    for i, ref in enumerate(f.outputs):
+        y = ref()
+        if y is not None:
+            yield f"output {i}", y._data
+    for i, v in enumerate(f._saved):
+        if backends.backend_of(v) is not None and not isinstance(v, numpy.generic):
+            yield f"saved value {i}", v
+
+
+def _fingerprint(array):
+    host = numpy.ascontiguousarray(backends.backend_of(array).to_numpy(array))
+    return host.shape, host.dtype.str, hashlib.blake2b(host.view(numpy.uint8), digest_size=16).digest()
+
+
+def where_created(f):
+    """The stack of f's forward call as text, or how to get it."""
+    record = getattr(f, "_anomaly", None)
+    if record is None:
+        return (f"(run the forward pass inside gradcore.detect_anomaly() as well to see where "
+                f"{f._name()} was called)")
+    return f"{f._name()} was called at:\n" + "".join(traceback.format_list(record.stack))
+
+
+def check_unchanged(f):
+    """Before f's backward: RuntimeError if an array it reads changed since forward."""
+    record = getattr(f, "_anomaly", None)
+    if record is None:
+        return
+    now = dict((what, _fingerprint(a)) for what, a in _read_by_backward(f))
+    for what, fingerprint in record.fingerprints:
+        if what in now and now[what] != fingerprint:
+            raise RuntimeError(
+                f"anomaly: {f._name()}: its {what} changed after {f._name()} ran in forward, so "
+                f"its gradient would be computed from other values (a direct write such as "
+                f"x.data[...] = 0, which the version counter cannot see). Write into a copy "
+                f"instead, or run forward again after the change. {where_created(f)}")
+
+
+def check_finite(f, gxs):
+    """After f's backward: RuntimeError if a gradient it returned holds NaN or infinity."""
+    for i, gx in enumerate(gxs):
+        if gx is None:
+            continue
+        data = gx._data if isinstance(gx, Variable) else gx
+        backend = backends.backend_of(data)
+        xp = backend.xp
+        with backend.device_context(backend.device_of(data)):
+            finite = bool(xp.all(xp.isfinite(xp.asarray(data))))
+        if not finite:
+            raise RuntimeError(
+                f"anomaly: {f._name()}.backward returned a gradient holding NaN or infinity for "
+                f"input {i}. {where_created(f)}")

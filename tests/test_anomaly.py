@@ -1,0 +1,122 @@
+"""Anomaly mode: NaN and infinite gradients named with the forward call's stack, arrays changed
+behind gradcore's back, the switches, and nothing recorded while it is off."""
+import threading
+
+import numpy as np
+import pytest
+
+import gradcore
+import gradcore.functions as F
+from gradcore import Variable
+
+
+def test_a_nan_gradient_names_the_op_and_where_it_was_called(xp):
+    x = Variable(xp.asarray([0.0, 1.0]))
+    with gradcore.detect_anomaly():
+        y = F.sqrt(x)  # the gradient 1 / (2 sqrt(x)) is infinite at 0
+        with pytest.raises(RuntimeError, match=r"(?s)anomaly: sqrt.backward returned a gradient "
+                                               r"holding NaN or infinity for input 0\. sqrt was "
+                                               r"called at:.*test_anomaly.py.*y = F.sqrt\(x\)"):
+            y.sum().backward()
+    assert x.grad is None
+
+
+def test_without_anomaly_mode_the_same_gradient_goes_through(xp):
+    x = Variable(xp.asarray([0.0, 1.0]))
+    with np.errstate(divide="ignore"):
+        F.sqrt(x).sum().backward()
+    assert np.isinf(x.grad.numpy()[0])
+
+
+def test_an_op_recorded_outside_anomaly_mode_says_how_to_see_where(xp):
+    x = Variable(xp.asarray([0.0, 1.0]))
+    y = F.sqrt(x)
+    with gradcore.detect_anomaly():
+        with pytest.raises(RuntimeError, match=r"run the forward pass inside "
+                                               r"gradcore.detect_anomaly\(\) as well"):
+            y.sum().backward()
+
+
+@pytest.mark.parametrize("what, write", [
+    ("input 0", lambda x, y: x.data.__setitem__(0, 7.0)),
+    ("output 0", lambda x, y: y.data.__setitem__(1, 7.0)),
+])
+def test_a_direct_write_into_an_array_backward_reads_is_caught(what, write):
+    """x.data[...] = v writes into the array: the version counter cannot see it, a fingerprint
+    taken at forward does."""
+    x = Variable(np.array([1.0, 2.0]))
+    with gradcore.detect_anomaly():
+        y = F.exp(x)  # exp's backward reads its output
+        write(x, y)
+        assert x.version == 0 and y.version == 0
+        with pytest.raises(RuntimeError, match=f"anomaly: exp: its {what} changed after exp ran "
+                                               "in forward"):
+            y.backward()
+
+
+def test_a_saved_array_written_into_is_caught():
+    class Scale(gradcore.Function):
+        def forward(self, x):
+            self.factor = self.xp.full_like(x, 3.0)
+            self.save_for_backward(self.factor)
+            return x * self.factor
+
+        def backward(self, gy):
+            factor, = self.saved_tensors
+            return gy * factor
+
+    x = Variable(np.array([1.0, 2.0]))
+    with gradcore.detect_anomaly():
+        f = Scale()
+        y = f(x)
+        f.factor[0] = 0.0
+        with pytest.raises(RuntimeError, match="its saved value 0 changed"):
+            y.sum().backward()
+
+
+def test_an_unchanged_graph_passes_in_anomaly_mode(xp):
+    x = Variable(xp.asarray([1.0, 2.0]))
+    with gradcore.detect_anomaly():
+        y = (F.tanh(x) * x).sum()
+        y.backward(create_graph=True)
+        gx = x.grad
+        x.cleargrad()
+        gx.sum().backward()
+    t = np.tanh([1.0, 2.0])
+    np.testing.assert_allclose(x.grad.numpy(), 2 * (1 - t * t) * (1 - t * np.array([1.0, 2.0])),
+                               rtol=1e-12)
+
+
+def test_the_switches():
+    recording = gradcore.config.recording
+    assert not gradcore.is_anomaly_enabled() and recording() is True
+
+    @gradcore.detect_anomaly()
+    def inside():
+        return gradcore.is_anomaly_enabled(), recording()
+
+    assert inside() == (True, gradcore.config.ANOMALY)
+    assert not gradcore.is_anomaly_enabled() and recording() is True
+    gradcore.set_detect_anomaly(True)
+    try:
+        with gradcore.no_grad():
+            assert recording() is False and gradcore.is_anomaly_enabled()
+        assert recording() == gradcore.config.ANOMALY
+        with gradcore.detect_anomaly(False):
+            assert recording() is True
+        seen = []
+        thread = threading.Thread(target=lambda: seen.append(gradcore.is_anomaly_enabled()))
+        thread.start()
+        thread.join()
+        assert seen == [False]  # per thread
+    finally:
+        gradcore.set_detect_anomaly(False)
+    assert recording() is True
+
+
+def test_nothing_is_recorded_while_it_is_off():
+    y = F.exp(Variable(np.array([1.0])))
+    assert "_anomaly" not in vars(y.creator)
+    with gradcore.detect_anomaly():
+        y = F.exp(Variable(np.array([1.0])))
+    assert "_anomaly" in vars(y.creator)

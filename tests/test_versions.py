@@ -1,0 +1,172 @@
+"""Version counters: every write gradcore makes to a Variable's data is counted, and backward
+refuses a graph whose inputs or outputs were written after it was recorded."""
+import numpy as np
+import pytest
+
+import gradcore
+import gradcore.functions as F
+from conftest import DEVICE1
+from gradcore import Parameter, Variable, nn, optim
+
+MODIFIED = r"was written after {op} ran in forward: it is at version {now}, and {op} used version {then}"
+
+
+def var(xp, values):
+    return Variable(xp.asarray(values, dtype="float64"))
+
+
+def test_a_new_variable_is_at_version_0(xp):
+    x = var(xp, [1.0, 2.0])
+    assert x.version == 0 and x._version == 0
+    assert (x * 2).version == 0
+
+
+def test_a_data_assignment_after_forward_is_refused_at_backward(xp):
+    x = var(xp, [1.0, 2.0])
+    y = (x * x).sum()
+    x.data = xp.asarray([5.0, 5.0])
+    assert x.version == 1
+    with pytest.raises(RuntimeError, match="mul: its input 0, .*" + MODIFIED.format(
+            op="mul", now=1, then=0)):
+        y.backward()
+    assert x.grad is None
+
+
+def test_the_message_gives_the_version_the_op_used(xp):
+    x = var(xp, [1.0, 2.0])
+    x.data = xp.asarray([1.0, 3.0])
+    x.data = xp.asarray([1.0, 4.0])
+    y = F.exp(x)
+    x.data = xp.asarray([0.0, 0.0])
+    with pytest.raises(RuntimeError, match=MODIFIED.format(op="exp", now=3, then=2)):
+        y.backward()
+
+
+def test_an_output_written_after_forward_is_refused(xp):
+    x = var(xp, [1.0, 2.0])
+    y = F.exp(x)  # exp's backward reads its output
+    y.data = xp.asarray([0.0, 0.0])
+    with pytest.raises(RuntimeError, match="exp: its output 0, .*" + MODIFIED.format(
+            op="exp", now=1, then=0)):
+        y.backward()
+
+
+def test_writes_before_forward_and_after_backward_are_fine(xp):
+    x = var(xp, [1.0, 2.0])
+    x.data = xp.asarray([3.0, 4.0])
+    y = (x * x).sum()
+    y.backward()
+    x.data = xp.asarray([0.0, 0.0])
+    np.testing.assert_array_equal(x.grad.numpy(), [6.0, 8.0])
+
+
+def test_a_write_to_a_variable_outside_the_graph_changes_nothing(xp):
+    x, other = var(xp, [1.0, 2.0]), var(xp, [1.0])
+    y = (x * x).sum()
+    other.data = xp.asarray([9.0])
+    y.backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 4.0])
+
+
+def test_in_place_moves_count_as_writes():
+    x = Variable(np.array([1.0, 2.0]))
+    y = (x * x).sum()
+    x.to_cpu()  # DeZero's in-place move: data is assigned again
+    assert x.version == 1
+    with pytest.raises(RuntimeError, match="mul: its input 0"):
+        y.backward()
+
+
+def test_a_grad_setter_write_is_not_a_data_write(xp):
+    x = var(xp, [1.0, 2.0])
+    y = (x * x).sum()
+    x.grad = var(xp, [0.0, 0.0])
+    assert x.version == 0
+    y.backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 4.0])
+
+
+OPTIMIZERS = [optim.SGD, optim.MomentumSGD, optim.AdaGrad, optim.AdaDelta, optim.Adam, optim.AdamW]
+
+
+@pytest.mark.parametrize("cls", OPTIMIZERS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("style", ["step", "update"])
+def test_an_optimizer_step_between_forward_and_backward_is_refused(xp2, cls, style):
+    W = Parameter(xp2.asarray([1.0, -2.0], dtype="float64"))
+    loss = (W * W).sum()
+    W.grad = Variable(xp2.asarray([1.0, 1.0], dtype="float64"))
+    if style == "step":
+        cls([W]).step()
+    else:
+        cls().setup([W]).update()
+    assert W.version == 1
+    with pytest.raises(RuntimeError, match=MODIFIED.format(op="mul", now=1, then=0)):
+        loss.backward()
+
+
+class Updater(optim.Optimizer):
+    """A DeZero-style optimizer of a user's that writes into the array itself."""
+
+    defaults = {"lr": 0.1}
+
+    def update_one(self, param):
+        param.data[...] -= self.lr * param.grad.data  # no .data assignment: the base class counts
+
+
+def test_an_optimizer_that_writes_in_place_is_counted_once():
+    W = Parameter(np.array([1.0, -2.0]))
+    W.grad = np.array([1.0, 1.0])
+    Updater([W]).step()
+    assert W.version == 1
+    optim.SGD([W]).step()  # gradcore's own: one write per update too
+    assert W.version == 2
+
+
+def test_the_gan_bug_is_caught():
+    """Generator and discriminator: a discriminator step, then backward through the generator's
+    loss built before it, would silently use the updated discriminator."""
+    np.random.seed(0)
+    generator, discriminator = nn.Linear(4, in_size=3), nn.Linear(1, in_size=4)
+    d_optimizer = optim.SGD(discriminator.parameters(), lr=0.1)
+    fake = generator(Variable(np.random.randn(8, 3)))
+    d_loss = F.sum(discriminator(fake.detach()))
+    g_loss = -F.sum(discriminator(fake))  # through the same discriminator weights
+    d_loss.backward()
+    before = discriminator.W.version  # 1: the layer wrote its initial values
+    d_optimizer.step()
+    with pytest.raises(RuntimeError, match=r'linear: its input 1, the Variable "W" .* '
+                                           + MODIFIED.format(op="linear", now=before + 1,
+                                                             then=before)):
+        g_loss.backward()
+
+
+def test_load_state_dict_counts_as_a_write(xp):
+    model = nn.Linear(2, in_size=3)
+    model.to(xp.device)
+    y = F.sum(model(Variable(xp.asarray(np.ones((1, 3)), dtype="float32"))))
+    before = model.W.version, model.b.version
+    model.load_state_dict(model.state_dict())
+    assert (model.W.version, model.b.version) == (before[0] + 1, before[1] + 1)
+    with pytest.raises(RuntimeError, match=MODIFIED.format(op="linear", now=before[0] + 1,
+                                                           then=before[0])):
+        y.backward()
+
+
+def test_module_to_counts_as_a_write():
+    model = nn.Linear(2, in_size=3)
+    y = F.sum(model(Variable(np.ones((1, 3), np.float32))))
+    before = model.W.version
+    model.to(DEVICE1)
+    assert model.W.version == before + 1
+    with pytest.raises(RuntimeError, match=MODIFIED.format(op="linear", now=before + 1,
+                                                           then=before)):
+        y.backward()
+
+
+def test_create_graph_and_grad_check_versions_too(xp):
+    x = var(xp, [1.0, 2.0])
+    y = (x * x * x).sum()
+    gx, = gradcore.grad(y, x, create_graph=True)
+    x.data = xp.asarray([0.0, 0.0])
+    with pytest.raises(RuntimeError, match="mul: its input"):
+        gradcore.grad(gx.sum(), x)
