@@ -93,6 +93,8 @@ class Softmax(Function):
     def forward(self, x):
         xp = self.xp
         _check_axis(self.axis, x.ndim)
+        if x.size == 0:  # nothing to normalise, and the max below would raise (no identity)
+            return xp.empty_like(x)
         # shifting by the max changes nothing mathematically and keeps exp <= 1
         y = xp.exp(x - xp.max(x, axis=self.axis, keepdims=True))
         return y / xp.sum(y, axis=self.axis, keepdims=True)
@@ -124,6 +126,8 @@ class LogSoftmax(Function):
     def forward(self, x):
         xp = self.xp
         _check_axis(self.axis, x.ndim)
+        if x.size == 0:  # as in softmax: an empty result of x's shape
+            return xp.empty_like(x)
         shifted = x - xp.max(x, axis=self.axis, keepdims=True)
         return shifted - xp.log(xp.sum(xp.exp(shifted), axis=self.axis, keepdims=True))
 

@@ -56,7 +56,8 @@ def sum(x, axis=None, keepdims=False):
 
 
 def average(x, axis=None, keepdims=False):
-    """Mean of the elements over `axis` (None: all; int or tuple, negatives allowed)."""
+    """Mean of the elements over `axis` (None: all; int or tuple, negatives allowed); nan over an
+    empty axis, as in NumPy."""
     if not isinstance(x, Variable):
         x = Variable(x, requires_grad=False)  # a raw array is a constant, as in every op
     try:
@@ -64,7 +65,9 @@ def average(x, axis=None, keepdims=False):
     except (TypeError, ValueError) as e:
         raise type(e)(f"average: {e} (inputs: {tuple(x.shape)})") from None
     count = math.prod(x.shape[a] for a in axes)
-    return sum(x, axes, keepdims) * (1.0 / count)  # a Python float: float32 stays float32
+    # a Python float: float32 stays float32. The mean of nothing is nan, as in NumPy (without its
+    # warning): the empty sum, 0, times nan; its gradient is empty (no element was averaged)
+    return sum(x, axes, keepdims) * (1.0 / count if count else math.nan)
 
 
 def mean(x, axis=None, keepdims=False):
@@ -132,11 +135,15 @@ class LogSumExp(Function):
     def forward(self, x):
         xp = self.xp
         self.axes = _axes(self.axis, x.ndim)
-        # log sum exp(x) = m + log sum exp(x - m): no overflow for large x; a row of -inf (or
-        # +inf) would give inf - inf, so such an m is replaced by 0
-        m = xp.max(x, axis=self.axes, keepdims=True)
-        self.shift = m = xp.where(xp.isfinite(m), m, xp.zeros_like(m))
-        y = xp.log(xp.sum(xp.exp(x - m), axis=self.axes, keepdims=True)) + m
+        if x.size == 0:  # max has no identity; the log of an empty sum is -inf (scipy, torch)
+            self.shift = zeros = xp.sum(x, axis=self.axes, keepdims=True)  # on x's device
+            y = xp.full_like(zeros, -math.inf)  # (empty where another axis of x is empty)
+        else:
+            # log sum exp(x) = m + log sum exp(x - m): no overflow for large x; a row of -inf (or
+            # +inf) would give inf - inf, so such an m is replaced by 0
+            m = xp.max(x, axis=self.axes, keepdims=True)
+            self.shift = m = xp.where(xp.isfinite(m), m, xp.zeros_like(m))
+            y = xp.log(xp.sum(xp.exp(x - m), axis=self.axes, keepdims=True)) + m
         return y if self.keepdims else xp.reshape(y, tuple(
             n for a, n in enumerate(x.shape) if a not in self.axes))
 
@@ -151,6 +158,7 @@ class LogSumExp(Function):
 
 
 def logsumexp(x, axis=1, keepdims=True):
-    """log(sum(exp(x), axis)), computed stably for large x. DeZero's default axis=1, and as in
-    DeZero the reduced axes are kept (size 1), so `x - logsumexp(x)` broadcasts."""
+    """log(sum(exp(x), axis)), computed stably for large x; -inf over an empty axis. DeZero's
+    default axis=1, and as in DeZero the reduced axes are kept (size 1), so `x - logsumexp(x)`
+    broadcasts."""
     return LogSumExp(_as_axis(axis), keepdims)(x)

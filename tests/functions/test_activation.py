@@ -14,13 +14,15 @@ def np_sigmoid(x):
 
 
 def np_softmax(x, axis=1):
-    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    # initial=-inf: the max over an empty axis is -inf instead of an error (an empty result)
+    e = np.exp(x - x.max(axis=axis, keepdims=True, initial=-np.inf))
     return e / e.sum(axis=axis, keepdims=True)
 
 
 def np_log_softmax(x, axis=1):
-    s = x - x.max(axis=axis, keepdims=True)
-    return s - np.log(np.exp(s).sum(axis=axis, keepdims=True))
+    s = x - x.max(axis=axis, keepdims=True, initial=-np.inf)
+    with np.errstate(divide="ignore"):  # the log of an empty axis's sum, 0 (an empty result)
+        return s - np.log(np.exp(s).sum(axis=axis, keepdims=True))
 
 
 def np_leaky_relu(x, slope=0.2):
@@ -42,11 +44,20 @@ CASES = [
     Case("softmax-last",         lambda x: F.softmax(x, axis=-1),        lambda x: np_softmax(x, -1), ((2, 3, 4),)),
     Case("softmax-axes",         lambda x: F.softmax(x, axis=(1, 2)),    lambda x: np_softmax(x, (1, 2)), ((2, 3, 2),)),
     Case("softmax-wide",         F.softmax,                              np_softmax, ((3, 4),), (-50.0, 50.0)),
+    # empty inputs: an empty result; the axis empty (3, 0), (0, 4) axis 0, all axes; or another
+    Case("softmax-empty-axis",   F.softmax,                              np_softmax, ((3, 0),)),
+    Case("softmax-empty-axis0",  lambda x: F.softmax(x, axis=0),         lambda x: np_softmax(x, 0), ((0, 4),)),
+    Case("softmax-empty-all",    lambda x: F.softmax(x, axis=None),      lambda x: np_softmax(x, None), ((2, 0, 3),)),
+    Case("softmax-empty-other",  F.softmax,                              np_softmax, ((0, 4),)),
     Case("softmax_simple",       F.softmax_simple,                       np_softmax, ((2, 3),)),
     Case("softmax_simple-axis0", lambda x: F.softmax_simple(x, axis=0),  lambda x: np_softmax(x, 0), ((3, 2),)),
     Case("log_softmax",          F.log_softmax,                          np_log_softmax, ((2, 3),)),
     Case("log_softmax-last",     lambda x: F.log_softmax(x, axis=-1),    lambda x: np_log_softmax(x, -1), ((2, 3, 4),)),
     Case("log_softmax-wide",     F.log_softmax,                          np_log_softmax, ((3, 4),), (-50.0, 50.0)),
+    Case("log_softmax-empty-axis",  F.log_softmax,                      np_log_softmax, ((3, 0),)),
+    Case("log_softmax-empty-axis0", lambda x: F.log_softmax(x, axis=0), lambda x: np_log_softmax(x, 0), ((0, 4),)),
+    Case("log_softmax-empty-all",   lambda x: F.log_softmax(x, axis=None), lambda x: np_log_softmax(x, None), ((2, 0, 3),)),
+    Case("log_softmax-empty-other", F.log_softmax,                      np_log_softmax, ((0, 4),)),
 ]
 # fmt: on
 

@@ -1,5 +1,7 @@
 """gradcore.functions.reduce: sum, average, mean, max, min, logsumexp. One row per op;
-tests/harness.py checks each."""
+tests/harness.py checks each. Then: ties, large inputs, bad axes, empty inputs."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -26,6 +28,7 @@ CASES = [
     Case("average-tuple",      lambda x: F.average(x, (0, -1), True), lambda x: x.mean((0, 2), keepdims=True), ((2, 3, 4),)),
     Case("mean",               F.mean,                               np.mean, ((3, 4),)),
     Case("mean-axis",          lambda x: F.mean(x, axis=-2),         lambda x: x.mean(-2), ((3, 4),)),
+    Case("mean-empty-other",   lambda x: F.mean(x, axis=0),          lambda x: x.mean(0), ((3, 0),)),
     # max and min: random data, so no ties (the tie rule has its own test)
     Case("max",                F.max,                                np.max, ((2, 3),)),
     Case("max-axis",           lambda x: F.max(x, axis=1),           lambda x: x.max(1), ((2, 3, 4),)),
@@ -37,6 +40,7 @@ CASES = [
     Case("logsumexp-axis0",    lambda x: F.logsumexp(x, 0, False),   lambda x: lse(x, 0, False), ((3, 4),)),
     Case("logsumexp-tuple",    lambda x: F.logsumexp(x, (0, -1)),    lambda x: lse(x, (0, 2)), ((2, 3, 4),)),
     Case("logsumexp-large",    F.logsumexp,                          lse, ((3, 4),), (998.0, 1002.0)),
+    Case("logsumexp-empty",    F.logsumexp,                          lse, ((0, 4),)),
 ]
 # fmt: on
 
@@ -90,7 +94,55 @@ def test_reductions_reject_a_bad_axis(xp, op, name):
     assert x.creator is None and x.grad is None
 
 
-def test_max_of_an_empty_axis_is_an_error(xp):
-    x = gradcore.Variable(xp.asarray(np.ones((2, 0))))
-    with pytest.raises(ValueError, match="max: cannot take the max over an empty axis"):
-        F.max(x, axis=1)
+# =============================================================================== empty inputs
+# (shape, axis, keepdims): an empty axis reduced; or (last rows) another axis empty, as a guard
+EMPTY = [((0,), None, False), ((3, 0), None, False), ((3, 0), 1, False), ((3, 0), 1, True),
+         ((0, 4), 0, False), ((0, 4), (0, 1), True), ((2, 0, 3), -2, False),
+         ((3, 0), 0, False), ((0, 4), 1, True)]
+EMPTY_IDS = ["0-all", "3x0-all", "3x0-axis1", "3x0-axis1-kept", "0x4-axis0", "0x4-both-kept",
+             "2x0x3-axis-2", "3x0-axis0-other", "0x4-axis1-other-kept"]
+
+
+@pytest.mark.filterwarnings("error")  # NumPy warns on the mean of nothing; gradcore need not
+@pytest.mark.parametrize("op", [F.mean, F.average])
+@pytest.mark.parametrize("shape, axis, keepdims", EMPTY, ids=EMPTY_IDS)
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_mean_of_nothing_is_nan_like_numpy(xp, op, shape, axis, keepdims, dtype):
+    x = gradcore.Variable(xp.asarray(np.ones(shape), dtype=dtype))
+    y = op(x, axis, keepdims)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # "Mean of empty slice"
+        expected = np.mean(np.ones(shape, dtype=dtype), axis=axis, keepdims=keepdims)
+    assert y.shape == expected.shape and y.dtype == x.dtype
+    np.testing.assert_array_equal(xp.numpy(y.data), expected)  # nan where NumPy has nan
+    y.backward()  # every input element is in an empty mean: nothing to receive
+    assert x.grad.shape == x.shape and x.grad.dtype == x.dtype and x.grad.device == x.device
+
+
+@pytest.mark.filterwarnings("error")  # no log(0) warning: -inf is the answer, not an accident
+@pytest.mark.parametrize("shape, axis, keepdims", EMPTY, ids=EMPTY_IDS)
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_logsumexp_of_nothing_is_minus_infinity(xp, shape, axis, keepdims, dtype):
+    x = gradcore.Variable(xp.asarray(np.ones(shape), dtype=dtype))
+    y = F.logsumexp(x, axis, keepdims)
+    # the log of an empty sum, as scipy.special.logsumexp and torch.logsumexp give (an input
+    # empty along another axis: an empty result)
+    expected = np.full(np.sum(np.ones(shape), axis=axis, keepdims=keepdims).shape, -np.inf)
+    assert y.shape == expected.shape and y.dtype == x.dtype
+    np.testing.assert_array_equal(xp.numpy(y.data), expected)
+    y.backward()
+    assert x.grad.shape == x.shape and x.grad.dtype == x.dtype and x.grad.device == x.device
+    gx, = gradcore.grad(F.sum(F.logsumexp(x, axis, keepdims)), x, create_graph=True)
+    F.sum(gx).backward()  # and again: the gradient of an empty softmax
+    assert gx.shape == x.shape
+
+
+@pytest.mark.parametrize("op", [F.max, F.min])
+@pytest.mark.parametrize("shape, axis", [((2, 0), 1), ((2, 0), None), ((0, 4), 0)])
+def test_max_and_min_of_an_empty_axis_are_an_error(xp, op, shape, axis):
+    name = op.__name__
+    x = gradcore.Variable(xp.asarray(np.ones(shape)))
+    with pytest.raises(ValueError, match=f"{name}: cannot take the {name} over an empty axis"):
+        op(x, axis=axis)
+    rows = gradcore.Variable(xp.asarray(np.ones((0, 4))))
+    assert op(rows, axis=1).shape == (0,)  # another axis empty: an empty result
