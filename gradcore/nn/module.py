@@ -4,8 +4,13 @@ import collections
 import collections.abc
 import contextlib
 import itertools
+import math
 import os
+import secrets
+import stat
+import struct
 import zipfile
+import zlib
 
 import numpy
 
@@ -24,6 +29,17 @@ _FLOAT_NAMES = ("float16", "float32", "float64")
 _INTERNALS = frozenset({"_registered", "_forward_pre_hooks", "_forward_hooks", "training",
                         "_device", "_dtype"})
 _hook_ids = itertools.count()
+# what reading a damaged or foreign archive raises from zipfile, zlib, struct and NumPy's .npy
+# reader (OSError: a seek to an offset a damaged directory made up); all become CheckpointError
+_DAMAGED = (zipfile.BadZipFile, zlib.error, struct.error, EOFError, OSError, ValueError, KeyError,
+            IndexError, OverflowError, NotImplementedError, RuntimeError)
+_DEFLATE_MAX_RATIO = 1032  # deflate codes a 258-byte match in 2 bits at best
+_NPY_HEADER_READERS = {(1, 0): numpy.lib.format.read_array_header_1_0,
+                       (2, 0): numpy.lib.format.read_array_header_2_0}
+
+
+class CheckpointError(ValueError):
+    """A file that is not a readable gradcore checkpoint, or one that does not match the model."""
 
 
 class IncompatibleKeys(collections.namedtuple("IncompatibleKeys",
@@ -79,8 +95,8 @@ class Module:
                 raise AttributeError(
                     f"cannot assign {type(value).__name__} {name!r} before Module.__init__() ran: "
                     f"call super().__init__() at the start of {type(self).__name__}.__init__")
-            if registered.get(name) != _BUFFER:
-                registered[name] = _MODULE if isinstance(value, Module) else _PARAMETER
+            # a new name goes last; an old one (a buffer included) keeps its place, takes this kind
+            registered[name] = _MODULE if isinstance(value, Module) else _PARAMETER
         elif registered is not None and name in registered and value is not None:
             kind = registered[name]
             if kind == _BUFFER:
@@ -336,53 +352,73 @@ class Module:
 
         `strict`: names missing from `state` or not in the model are errors; with strict=False
         they are skipped and returned as IncompatibleKeys(missing_keys, unexpected_keys).
-        Errors (all of them listed in one ValueError) are raised before anything changes.
+        Values must be real numbers that convert within their kind (float64 into float32 does,
+        floats into an integer buffer do not). Errors (all of them listed in one ValueError) are
+        raised before anything changes.
         """
         if not isinstance(state, collections.abc.Mapping):
             raise TypeError(f"load_state_dict expects a mapping name -> array (e.g. from "
                             f"state_dict()), got {type(state).__name__}")
-        entries = [(name, owner, v) for name, owner, _, v in self._entries()]
-        names = {name for name, _, _ in entries}
-        missing = [name for name, _, _ in entries if name not in state]
-        unexpected = [name for name in state if name not in names]
-        problems = []
-        if strict and missing:
-            problems.append(f"missing from the state: {', '.join(missing)}")
-        if strict and unexpected:
-            problems.append(f"not in the model: {', '.join(map(str, unexpected))}")
-        hosts = []
-        for name, owner, v in entries:
-            if name not in state:
-                continue
-            try:
-                host = _host_array(state[name])
-            except (TypeError, ValueError) as e:
-                problems.append(f"{name}: {e}")
-                continue
-            if v.data is not None and tuple(host.shape) != tuple(v.shape):
-                problems.append(f"{name}: shape {tuple(host.shape)} in the state, "
-                                f"{tuple(v.shape)} in the model")
-            hosts.append((v, owner, host))
-        if problems:
+        entries = list(self._entries())
+        hosts = {}
+        unreadable = []
+        for name, _, _, _ in entries:
+            if name in state:
+                try:
+                    hosts[name] = _host_array(state[name])
+                except (TypeError, ValueError) as e:
+                    unreadable.append(f"{name}: {e}")
+        specs = {name: (host.shape, host.dtype) for name, host in hosts.items()}
+        problems, missing, unexpected = self._compare(state, specs, strict, "the state")
+        if problems or unreadable:
             raise ValueError(f"load_state_dict into {type(self).__name__}: "
-                             + "; ".join(problems) + ". Nothing was loaded.")
-        new = []
-        for v, owner, host in hosts:
+                             + "; ".join(problems + unreadable) + ". Nothing was loaded.")
+        new = []  # every array placed first: a failure leaves the model as it was
+        for name, owner, _, v in entries:
+            if name not in hosts:
+                continue
             if v.data is not None:
-                new.append((v, _placed(host, v.backend, v.device, v.dtype)))
+                new.append((v, _placed(hosts[name], v.backend, v.device, v.dtype)))
             else:
                 device = owner._device or backends.CPU
                 backend = backends.backend_for_device(device)
-                name = owner._dtype or host.dtype.name
-                new.append((v, _placed(host, backend, device, getattr(backend.xp, name))))
+                dtype_name = owner._dtype or hosts[name].dtype.name
+                new.append((v, _placed(hosts[name], backend, device,
+                                       getattr(backend.xp, dtype_name))))
         for v, data in new:
             v.data = data
         return IncompatibleKeys(missing, unexpected)
 
+    def _compare(self, names, specs, strict, source):
+        """Check arrays against this model before any is loaded: `names` are every name `source`
+        ("the state", "the file") holds, `specs` name -> (shape, NumPy dtype) those to compare.
+        Returns (problems as phrases, missing names, unexpected names)."""
+        entries = list(self._entries())
+        known = {name for name, _, _, _ in entries}
+        missing = [name for name, _, _, _ in entries if name not in names]
+        unexpected = [name for name in names if name not in known]
+        problems = []
+        if strict and missing:
+            problems.append(f"missing from {source}: {', '.join(missing)}")
+        if strict and unexpected:
+            problems.append(f"not in the model: {', '.join(map(str, unexpected))}")
+        for name, owner, _, v in entries:
+            if name in specs:
+                problem = _mismatch(*specs[name], v, owner, source)
+                if problem:
+                    problems.append(f"{name}: {problem}")
+        return problems, missing, unexpected
+
     def save(self, path):
         """Write every parameter and buffer to the .npz file `path` (".npz" is appended if
         missing) through the host, whatever device the model is on; the model stays where it
-        is. No pickle: arrays only, plus a format marker entry. Returns the path written."""
+        is. No pickle: arrays only, plus a format marker entry. Returns the path written.
+
+        The file is replaced whole: readers and concurrent saves (threads or processes) see the
+        old checkpoint or a new one, never a mix. An existing file keeps its permissions; a
+        symlink stays a link to the file it names, which is replaced. Errors are OSErrors (a
+        folder that does not exist: FileNotFoundError naming it); the old file is then left as
+        it was, and no temporary file behind. `load` raises CheckpointError for what it reads."""
         arrays = {name: _to_host(a) for name, a in self.state_dict().items()}
         if FORMAT_KEY in arrays:
             raise ValueError(f"save: a parameter is named {FORMAT_KEY!r}, the name reserved for "
@@ -391,25 +427,29 @@ class Module:
         path = os.fspath(path)
         if not path.endswith(".npz"):
             path += ".npz"
-        partial = path + ".partial"  # written in full, then renamed over the old file
-        try:
-            with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-                for name, a in arrays.items():
-                    with archive.open(name + ".npy", "w", force_zip64=True) as f:
-                        numpy.lib.format.write_array(f, a, allow_pickle=False)
-            os.replace(partial, path)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(partial)
+        _write_atomically(path, arrays)
         return path
 
     def load(self, path, strict=True):
         """Load a checkpoint written by `save` (".npz" is tried too if `path` does not exist):
-        each array goes to its parameter's device and dtype. Never unpickles: a file that is not
-        a gradcore checkpoint, or one holding object arrays, is refused with a ValueError; so is
-        one whose names or shapes do not match (see load_state_dict). The model is left unchanged
-        on any error. Returns load_state_dict's IncompatibleKeys."""
-        return self.load_state_dict(read_checkpoint(path), strict=strict)
+        each array goes to its parameter's device and dtype. Returns load_state_dict's
+        IncompatibleKeys.
+
+        Raises CheckpointError (a ValueError) for a file that is not a readable gradcore
+        checkpoint (damaged, truncated, foreign, holding pickled objects: never unpickled) and
+        for one whose names, shapes or dtypes do not match the model (see load_state_dict);
+        these are checked from the archive's headers before any array is decompressed. A missing
+        file raises FileNotFoundError. On any error the model is left unchanged."""
+        path = _checkpoint_path(path)
+        with _open_checkpoint(path) as (archive, size):
+            headers = _read_headers(path, archive, size)
+            specs = {name: (header.shape, header.dtype) for name, header in headers.items()}
+            problems, _, _ = self._compare(headers, specs, strict, "the file")
+            if problems:
+                raise CheckpointError(f"{path} does not match {type(self).__name__}: "
+                                      + "; ".join(problems) + ". Nothing was loaded.")
+            arrays = _read_arrays(path, archive, headers)
+        return self.load_state_dict(arrays, strict=strict)
 
     save_weights = save  # DeZero's names
     load_weights = load
@@ -467,14 +507,36 @@ def _to_host(array):
 
 
 def _host_array(value):
-    """A state entry as a NumPy array of numbers (ValueError/TypeError otherwise)."""
+    """A state entry as a NumPy array (TypeError/ValueError for what NumPy cannot take)."""
     if isinstance(value, Variable):
         value = value.data
     backend = backends.backend_of(value)
-    host = backend.to_numpy(value) if backend is not None else numpy.asarray(value)
-    if host.dtype.kind not in "biufc":
-        raise TypeError(f"holds {host.dtype} values, not numbers")
-    return host
+    return backend.to_numpy(value) if backend is not None else numpy.asarray(value)
+
+
+def _numpy_dtype(dtype):
+    """The NumPy dtype of a NumPy, CuPy or array-API namespace's dtype."""
+    try:
+        return numpy.dtype(dtype)
+    except TypeError:
+        return numpy.dtype(str(dtype).rpartition(".")[2])  # array_api_strict.float32 and the like
+
+
+def _mismatch(shape, dtype, v, owner, source):
+    """Why values of `shape` and NumPy `dtype` from `source` cannot go into the Variable `v` of
+    `owner` (None if they can)."""
+    if dtype.kind not in "biuf":
+        return f"holds {dtype} values, not real numbers (bool, integer or floating point)"
+    if v.data is None:  # lazy: takes the shape it is given, and the dtype of the last to()
+        target = None if owner._dtype is None else numpy.dtype(owner._dtype)
+    else:
+        if tuple(shape) != tuple(v.shape):
+            return f"shape {tuple(shape)} in {source}, {tuple(v.shape)} in the model"
+        target = _numpy_dtype(v.dtype)
+    if target is not None and not numpy.can_cast(dtype, target, "same_kind"):
+        return (f"{dtype} in {source} does not convert to the model's {target} within its kind "
+                "(same_kind casting); convert the values first")
+    return None
 
 
 def _placed(host, backend, device, dtype):
@@ -483,43 +545,204 @@ def _placed(host, backend, device, dtype):
     return backend.asarray(numpy.array(host, copy=True), dtype=dtype, device=device)
 
 
-def read_checkpoint(path):
-    """The arrays of a checkpoint written by Module.save, as a dict name -> NumPy array.
-    ValueError (before anything is unpickled: nothing is) for anything else."""
+# =============================================================================== checkpoint files
+def _write_atomically(path, arrays):
+    """Write `arrays` (name -> NumPy array) as an .npz archive to `path`: into a new file of
+    its own beside the final one, flushed to disk, then renamed over it. A reader or another
+    save therefore sees the old file or a whole new one; the rename replaces a symlink's
+    target, not the link."""
+    final = os.path.realpath(path)
+    try:
+        mode = stat.S_IMODE(os.stat(final).st_mode)  # kept: the new file is another inode
+    except FileNotFoundError:
+        mode = None  # a new file: the mode _new_file gave it, as for any created file
+    fd, temporary = _new_file(final, path)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+                for name, a in arrays.items():
+                    with archive.open(name + ".npy", "w", force_zip64=True) as entry:
+                        numpy.lib.format.write_array(entry, a, allow_pickle=False)
+            f.flush()
+            os.fsync(f.fileno())  # on disk before the rename makes it the checkpoint
+        if mode is not None:
+            os.chmod(temporary, mode)
+        os.replace(temporary, final)
+    except BaseException:  # Ctrl-C too: never leave the temporary file behind
+        with contextlib.suppress(OSError):
+            os.remove(temporary)
+        raise
+
+
+def _new_file(final, path):
+    """(fd, name) of a new empty file beside `final`, named after it, that no other save uses
+    (O_EXCL); created with mode 0o666, which the umask reduces as for any new file. An error
+    names the folder (`path`: the name the caller gave)."""
+    folder, base = os.path.split(final)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    while True:
+        name = os.path.join(folder, f".{base}.{secrets.token_hex(8)}.tmp")
+        try:
+            return os.open(name, flags, 0o666), name
+        except FileExistsError:
+            continue  # 64 random bits taken: draw again
+        except OSError as e:
+            if isinstance(e, FileNotFoundError):
+                reason = f"the folder {folder} does not exist; create it first (os.makedirs)"
+            else:
+                reason = f"cannot create a file in the folder {folder} ({e.strerror})"
+            raise type(e)(e.errno, f"save: cannot write {path}: {reason}") from None
+
+
+def _checkpoint_path(path):
+    """`path` as a string, with ".npz" appended when only that file exists."""
     path = os.fspath(path)
     if not os.path.exists(path) and os.path.exists(path + ".npz"):
         path += ".npz"
+    return path
+
+
+_Header = collections.namedtuple("_Header", ["info", "shape", "dtype"])
+
+
+@contextlib.contextmanager
+def _open_checkpoint(path):
+    """(zipfile.ZipFile, file size) of the checkpoint `path`: its zip directory read, nothing
+    decompressed. FileNotFoundError if it is missing; CheckpointError if it is no zip archive."""
+    with open(path, "rb") as f:
+        if f.read(6) == b"\x93NUMPY":
+            raise CheckpointError(
+                f"{path} is not a gradcore checkpoint: it holds a single array (.npy), not an "
+                ".npz archive; write checkpoints with Module.save")
+        try:
+            f.seek(0)
+            archive = zipfile.ZipFile(f)
+        except _DAMAGED as e:
+            raise CheckpointError(
+                f"{path} is not a gradcore checkpoint: it is not a readable .npz (zip) archive, "
+                f"or it is truncated or damaged ({_described(e)}); write checkpoints with "
+                "Module.save") from e
+        with archive:
+            yield archive, os.fstat(f.fileno()).st_size
+
+
+def _described(error):
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+
+
+def _read_headers(path, archive, file_size):
+    """name -> _Header of every array in the checkpoint, from the zip directory and each entry's
+    .npy header (a few bytes decompressed per entry); the format marker is checked first (its
+    value read) and left out. CheckpointError for anything a checkpoint cannot hold."""
+    infos = archive.infolist()
+    marker = FORMAT_KEY + ".npy"
+    if marker not in [info.filename for info in infos]:
+        names = [info.filename.removesuffix(".npy") for info in infos]
+        raise CheckpointError(
+            f"{path} is not a gradcore checkpoint: it has no {FORMAT_KEY!r} entry (its entries: "
+            f"{', '.join(names) or 'none'}); write checkpoints with Module.save, or read plain "
+            "arrays with numpy.load and pass them to load_state_dict")
+    headers = {}
+    for info in sorted(infos, key=lambda info: info.filename != marker):  # the marker first
+        if not info.filename.endswith(".npy"):
+            raise CheckpointError(f"{path}: entry {info.filename!r} is not an .npy array; a "
+                                  "gradcore checkpoint holds .npy arrays only")
+        name = info.filename.removesuffix(".npy")
+        if name in headers:
+            raise CheckpointError(f"{path}: entry {name!r} appears twice; the file is damaged or "
+                                  "was not written by Module.save")
+        headers[name] = _read_header(path, archive, info, file_size)
+        if name == FORMAT_KEY:
+            _check_marker(path, archive, headers[name])
+    del headers[FORMAT_KEY]
+    return headers
+
+
+def _read_header(path, archive, info, file_size):
+    """The _Header of one entry, its sizes checked before it is opened (so that a small file
+    cannot declare gigabytes) and after its .npy header is read (so that they agree)."""
+    where = f"{path}: entry {info.filename.removesuffix('.npy')!r}"
+    if info.flag_bits & 0x1:
+        raise CheckpointError(f"{where} is encrypted; gradcore checkpoints never are")
+    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        raise CheckpointError(
+            f"{where} uses zip compression method {info.compress_type}; checkpoints are stored "
+            "or deflated (as Module.save and numpy.savez write them)")
+    if info.header_offset + info.compress_size > file_size:
+        raise CheckpointError(f"{where} declares {info.compress_size} compressed bytes, past the "
+                              "end of the file: the file is truncated or damaged")
+    ratio = 1 if info.compress_type == zipfile.ZIP_STORED else _DEFLATE_MAX_RATIO
+    if info.file_size > info.compress_size * ratio:
+        raise CheckpointError(
+            f"{where} declares {info.file_size} bytes, more than its {info.compress_size} "
+            "compressed bytes can hold: the file is damaged or forged")
     try:
-        npz = numpy.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
-        raise ValueError(f"{path} is not a gradcore checkpoint: NumPy cannot read it as an .npz "
-                         f"file without pickle ({e}); write checkpoints with Module.save") from e
-    if not isinstance(npz, numpy.lib.npyio.NpzFile):
-        raise ValueError(f"{path} is not a gradcore checkpoint: it holds a single array (.npy), "
-                         "not an .npz archive; write checkpoints with Module.save")
-    with npz:
-        if FORMAT_KEY not in npz.files:
-            raise ValueError(
-                f"{path} is not a gradcore checkpoint: it has no {FORMAT_KEY!r} entry (its "
-                f"entries: {', '.join(npz.files) or 'none'}); write checkpoints with Module.save, "
-                "or read plain arrays with numpy.load and pass them to load_state_dict")
-        state = {}
-        for name in npz.files:
-            try:
-                state[name] = npz[name]
-            except ValueError as e:
-                raise ValueError(
-                    f"{path}: entry {name!r} cannot be read without pickle ({e}); gradcore never "
-                    "unpickles (loading a file must not run code), so this file is refused") from e
-        version = state.pop(FORMAT_KEY)
-        if version.shape != () or version.dtype.kind not in "iu":
-            raise ValueError(f"{path}: the {FORMAT_KEY!r} entry is not a format version number")
-        if int(version) > FORMAT_VERSION:
-            raise ValueError(f"{path} is a version {int(version)} gradcore checkpoint; this "
-                             f"gradcore reads up to version {FORMAT_VERSION}: upgrade gradcore")
-        for name, a in state.items():
-            if a.dtype.kind not in "biufc":
-                raise ValueError(f"{path}: entry {name!r} holds {a.dtype} values, not numbers")
-        return state
+        with archive.open(info) as f:
+            version = numpy.lib.format.read_magic(f)
+            if version not in _NPY_HEADER_READERS:
+                raise ValueError(f".npy format version {version} (gradcore writes 1.0)")
+            shape, _, dtype = _NPY_HEADER_READERS[version](f)
+            header_size = f.tell()
+    except _DAMAGED as e:
+        raise CheckpointError(f"{where}: its .npy header cannot be read ({_described(e)}); the "
+                              "file is damaged or is not a gradcore checkpoint") from e
+    if dtype.hasobject:
+        raise CheckpointError(
+            f"{where} holds {dtype} values, which cannot be read without pickle; gradcore never "
+            "unpickles (loading a file must not run code), so this file is refused")
+    if dtype.kind not in "biuf":
+        raise CheckpointError(f"{where} holds {dtype} values, not real numbers (bool, integer "
+                              "or floating point)")
+    if any(n < 0 for n in shape):
+        raise CheckpointError(f"{where}: its .npy header declares the shape {shape}; the file "
+                              "is damaged")
+    size = header_size + math.prod(shape) * dtype.itemsize
+    if info.file_size != size:
+        raise CheckpointError(
+            f"{where}: its .npy header describes {shape} {dtype} values ({size} bytes with the "
+            f"header) but the zip directory declares {info.file_size} bytes; the file is "
+            "damaged or forged")
+    return _Header(info, shape, dtype)
+
+
+def _check_marker(path, archive, header):
+    """Read the format version (a checked, tiny entry); CheckpointError unless this gradcore
+    reads it."""
+    version = None
+    if header.shape == () and header.dtype.kind in "iu":
+        try:
+            with archive.open(header.info) as f:
+                version = int(numpy.lib.format.read_array(f, allow_pickle=False))
+        except _DAMAGED as e:
+            raise CheckpointError(f"{path}: the {FORMAT_KEY!r} entry is damaged "
+                                  f"({_described(e)})") from e
+    if version is None or version < 1:
+        raise CheckpointError(f"{path}: the {FORMAT_KEY!r} entry is not a format version number; "
+                              "the file is damaged or was not written by Module.save")
+    if version > FORMAT_VERSION:
+        raise CheckpointError(f"{path} is a version {version} gradcore checkpoint; this gradcore "
+                              f"reads up to version {FORMAT_VERSION}: upgrade gradcore")
+
+
+def _read_arrays(path, archive, headers):
+    """name -> NumPy array of every entry in `headers` (checked by _read_headers); every one is
+    read, its CRC checked, before any is returned."""
+    arrays = {}
+    for name, header in headers.items():
+        try:
+            with archive.open(header.info) as f:
+                arrays[name] = numpy.lib.format.read_array(f, allow_pickle=False)
+        except _DAMAGED as e:
+            raise CheckpointError(f"{path}: entry {name!r}: its data is damaged "
+                                  f"({_described(e)}); nothing was loaded") from e
+    return arrays
+
+
+def read_checkpoint(path):
+    """The arrays of a checkpoint written by Module.save (".npz" is tried too if `path` does not
+    exist), as a dict name -> NumPy array. Raises CheckpointError (a ValueError) for a file that
+    is not a readable gradcore checkpoint, with every header checked before any array is
+    decompressed; nothing is ever unpickled. A missing file raises FileNotFoundError."""
+    path = _checkpoint_path(path)
+    with _open_checkpoint(path) as (archive, size):
+        return _read_arrays(path, archive, _read_headers(path, archive, size))

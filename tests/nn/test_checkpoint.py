@@ -1,8 +1,20 @@
 """state_dict / load_state_dict and .npz checkpoints (save / load): round trips across devices,
 and every bad file refused with the model left as it was."""
+import io
+import os
+import stat
+import struct
+import subprocess
+import sys
+import threading
+import tracemalloc
+import warnings
+import zipfile
+
 import numpy as np
 import pytest
 
+import gradcore
 import gradcore.functions as F
 import gradcore.nn as nn
 from conftest import DEVICE1, STRICT
@@ -130,7 +142,7 @@ def test_missing_extra_and_misshapen_keys_are_listed_and_nothing_changes():
     with pytest.raises(ValueError, match=r"fc\.W: shape \(7, 2\) in the state, \(18, 2\) in the"):
         model.load_state_dict(wrong)
     text = dict(good, **{"conv.b": np.array(["a", "b", "c"])})
-    with pytest.raises(ValueError, match=r"conv\.b: holds <U1 values, not numbers"):
+    with pytest.raises(ValueError, match=r"conv\.b: holds <U1 values, not real numbers"):
         model.load_state_dict(text)
     with pytest.raises(TypeError, match="mapping"):
         model.load_state_dict([("conv.W", 1)])
@@ -149,38 +161,101 @@ def test_strict_false_skips_and_reports():
         model.load_state_dict({"conv.b": np.ones(9)}, strict=False)
 
 
-def test_file_errors_leave_the_model_unchanged(tmp_path):
+# =============================================================================== mismatches
+def npy_bytes(a):
+    """The .npy file of the array `a`, as bytes (object arrays pickled, as NumPy would)."""
+    buffer = io.BytesIO()
+    np.lib.format.write_array(buffer, np.asanyarray(a), allow_pickle=True)
+    return buffer.getvalue()
+
+
+def write_zip(path, entries, compression=zipfile.ZIP_STORED):
+    """A zip archive at `path` holding `entries`, (name, bytes or an array stored as .npy)
+    pairs, in their order; a name given twice is written twice."""
+    with warnings.catch_warnings(), zipfile.ZipFile(path, "w", compression=compression) as zf:
+        warnings.simplefilter("ignore")  # zipfile warns about a duplicate name
+        for name, value in entries:
+            zf.writestr(name, value if isinstance(value, bytes) else npy_bytes(value))
+
+
+def checkpoint_entries(model, **replaced):
+    """The (name, array) entries a checkpoint of `model` holds, "conv.W.npy" style, with
+    `replaced` (name -> array, or None to drop the entry; "__gradcore__" is the marker)."""
+    entries = {name: np.asarray(a) for name, a in model.state_dict().items()}
+    entries["__gradcore__"] = np.asarray(1)
+    entries.update(replaced)
+    return [(name + ".npy", a) for name, a in entries.items() if a is not None]
+
+
+class Stepper(nn.Module):
+    """A float32 parameter and an integer buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(np.ones(2, np.float32))
+        self.register_buffer("steps", np.zeros((), np.int64))
+
+
+def test_a_file_that_does_not_match_the_model_is_refused_and_nothing_changes(tmp_path):
     model = built(0)
     before = snapshot(model)
-    model.save(tmp_path / "good.npz")
-    state = dict(np.load(tmp_path / "good.npz"))
-
-    np.savez(tmp_path / "plain.npz", **{k: v for k, v in state.items() if k != "__gradcore__"})
-    with pytest.raises(ValueError, match=r"not a gradcore checkpoint: it has no '__gradcore__'"):
-        model.load(tmp_path / "plain.npz")
-
-    (tmp_path / "text.npz").write_text("hello, not an archive")
-    with pytest.raises(ValueError, match="not a gradcore checkpoint: NumPy cannot read it"):
-        model.load(tmp_path / "text.npz")
-
-    np.save(tmp_path / "single.npy", np.ones(3))
-    with pytest.raises(ValueError, match=r"single array \(\.npy\)"):
-        model.load(tmp_path / "single.npy")
-
-    np.savez(tmp_path / "future.npz", **dict(state, __gradcore__=np.asarray(99)))
-    with pytest.raises(ValueError, match="version 99 gradcore checkpoint.*upgrade"):
-        model.load(tmp_path / "future.npz")
-
-    np.savez(tmp_path / "short.npz", **{k: v for k, v in state.items() if k != "bn.beta"})
-    with pytest.raises(ValueError, match=r"missing from the state: bn\.beta"):
-        model.load(tmp_path / "short.npz")
-
-    np.savez(tmp_path / "shape.npz", **dict(state, **{"conv.W": np.ones((1, 1, 1, 1))}))
-    with pytest.raises(ValueError, match=r"conv\.W: shape \(1, 1, 1, 1\)"):
-        model.load(tmp_path / "shape.npz")
-
-    with pytest.raises(FileNotFoundError):
+    cases = [
+        ({"bn.beta": None}, r"missing from the file: bn\.beta"),
+        ({"fc.V": np.ones(2)}, r"not in the model: fc\.V"),
+        ({"conv.W": np.ones((1, 1, 1, 1), np.float32)},
+         r"conv\.W: shape \(1, 1, 1, 1\) in the file, \(2, 1, 3, 3\) in the model"),
+    ]
+    for replaced, match in cases:
+        path = tmp_path / "bad.npz"
+        write_zip(path, checkpoint_entries(model, **replaced), zipfile.ZIP_DEFLATED)
+        with pytest.raises(nn.CheckpointError, match=match) as error:
+            model.load(path)
+        assert str(error.value).startswith(f"{path} does not match ConvNet: ")
+        assert str(error.value).endswith("Nothing was loaded.")
+    with pytest.raises(FileNotFoundError):  # not corruption: the error for a missing file
         model.load(tmp_path / "absent.npz")
+    assert_same(snapshot(model), before)
+
+
+def test_dtypes_convert_within_their_kind_only(tmp_path):
+    model = Stepper()
+    write_zip(tmp_path / "wider.npz", [("w.npy", np.full(2, 3.0)),  # float64 into float32
+                                       ("steps.npy", np.asarray(7, np.int32)),
+                                       ("__gradcore__.npy", np.asarray(1))])
+    model.load(tmp_path / "wider.npz")
+    assert model.w.dtype == np.float32 and model.steps.dtype == np.int64
+    assert model.w.data.tolist() == [3.0, 3.0] and model.steps.data == 7
+
+    write_zip(tmp_path / "float_steps.npz", [("w.npy", np.zeros(2)),
+                                             ("steps.npy", np.asarray(7.5)),
+                                             ("__gradcore__.npy", np.asarray(1))])
+    with pytest.raises(nn.CheckpointError,
+                       match=r"steps: float64 in the file does not convert to the model's int64"):
+        model.load(tmp_path / "float_steps.npz")
+    with pytest.raises(ValueError, match=r"steps: float64 in the state does not convert"):
+        model.load_state_dict({"w": np.zeros(2), "steps": np.asarray(7.5)})
+    assert model.w.data.tolist() == [3.0, 3.0] and model.steps.data == 7
+
+
+def test_names_shapes_and_dtypes_are_checked_before_any_data_is_read(tmp_path, monkeypatch):
+    model = built(0)
+    before = snapshot(model)
+    read = []
+    read_array = np.lib.format.read_array
+
+    def recording(f, *args, **kwargs):
+        read.append(f.name)
+        return read_array(f, *args, **kwargs)
+
+    monkeypatch.setattr(np.lib.format, "read_array", recording)
+    for replaced in ({"conv.W": np.ones((1, 1, 1, 1), np.float32)}, {"bn.beta": None},
+                     {"fc.V": np.ones(2)}, {"conv.b": np.zeros(3, np.complex64)}):
+        path = tmp_path / "bad.npz"
+        write_zip(path, checkpoint_entries(model, **replaced), zipfile.ZIP_DEFLATED)
+        read.clear()
+        with pytest.raises(nn.CheckpointError):
+            model.load(path)
+        assert set(read) <= {"__gradcore__.npy"}, read  # the marker (a few bytes), nothing else
     assert_same(snapshot(model), before)
 
 
@@ -209,7 +284,7 @@ def test_a_pickle_bearing_npz_is_refused_without_unpickling(tmp_path):
     np.savez(tmp_path / "extra_pickle.npz", **dict(state, __gradcore__=np.asarray(1),
                                                    payload=objects))
     for name in ("pickled.npz", "extra_pickle.npz"):
-        with pytest.raises(ValueError, match="cannot be read without pickle.*refused"):
+        with pytest.raises(nn.CheckpointError, match="cannot be read without pickle.*refused"):
             model.load(tmp_path / name)
     assert UNPICKLED == []
     assert_same(snapshot(model), before)
@@ -222,3 +297,377 @@ def test_save_replaces_a_file_whole(tmp_path):
     model.save(path)
     assert sorted(np.load(path).files) == sorted(["__gradcore__"] + list(model.state_dict()))
     assert [p.name for p in tmp_path.iterdir()] == ["m.npz"]  # no partial file left behind
+
+
+# =============================================================================== damaged files
+HUGE = 400_000_000  # float64 values: 3.2 GB, declared by a file of a few kilobytes
+
+
+def huge_npy():
+    """An .npy header declaring HUGE float64 values, followed by 16 bytes of them."""
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        buffer, {"descr": "<f8", "fortran_order": False, "shape": (HUGE,)})
+    return buffer.getvalue() + bytes(16)
+
+
+def data_span(path, entry):
+    """(offset, size) of the compressed bytes of `entry` in the zip file `path`."""
+    with zipfile.ZipFile(path) as zf:
+        info = zf.getinfo(entry)
+    local = path.read_bytes()[info.header_offset:info.header_offset + 30]
+    name_size, extra_size = struct.unpack("<HH", local[26:30])
+    return info.header_offset + 30 + name_size + extra_size, info.compress_size
+
+
+def flip_byte(path, entry, at=0.5):
+    """Invert one byte of `entry`'s compressed data, `at` (a fraction) of the way through it."""
+    offset, size = data_span(path, entry)
+    raw = bytearray(path.read_bytes())
+    raw[offset + int(size * at)] ^= 0xFF
+    path.write_bytes(bytes(raw))
+
+
+def declare_size(path, entry, size):
+    """Rewrite the uncompressed size that the zip headers (local and central) declare for
+    `entry`, as a forged file would (no zip64 fields: archives written by write_zip)."""
+    with zipfile.ZipFile(path) as zf:
+        info = zf.getinfo(entry)
+    raw = bytearray(path.read_bytes())
+    raw[info.header_offset + 22:info.header_offset + 26] = struct.pack("<I", size)
+    name = entry.encode()
+    record = raw.find(b"PK\x01\x02")
+    while raw[record + 46:record + 46 + len(name)] != name:
+        record = raw.find(b"PK\x01\x02", record + 1)
+        assert record != -1
+    raw[record + 24:record + 28] = struct.pack("<I", size)
+    path.write_bytes(bytes(raw))
+
+
+def cut(keep):
+    """A maker writing the good checkpoint cut to `keep(size)` bytes."""
+    return lambda path, good, model: path.write_bytes(good.read_bytes()[:keep(good.stat().st_size)])
+
+
+def entries_with(compression=zipfile.ZIP_STORED, **replaced):
+    """A maker writing the model's checkpoint with entries replaced (see checkpoint_entries)."""
+    return lambda path, good, model: write_zip(path, checkpoint_entries(model, **replaced),
+                                               compression)
+
+
+def raw_entries(*extra, **replaced):
+    """A maker like entries_with, plus `extra` (name, bytes) entries."""
+    return lambda path, good, model: write_zip(
+        path, checkpoint_entries(model, **replaced) + list(extra))
+
+
+def forged_size(compression):
+    """A maker: fc.W's .npy header declares HUGE values, and so do the zip headers."""
+    def make(path, good, model):
+        entries_with(compression, **{"fc.W": None})(path, good, model)
+        with zipfile.ZipFile(path, "a", compression=compression) as zf:
+            zf.writestr("fc.W.npy", huge_npy())
+        declare_size(path, "fc.W.npy", len(huge_npy()) - 16 + HUGE * 8)
+    return make
+
+
+def flipped(path, good, model):
+    path.write_bytes(good.read_bytes())
+    flip_byte(path, "conv.W.npy")
+
+
+def bad_npy(shape, data):
+    """.npy bytes whose header says float32 `shape`, followed by `data`."""
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        buffer, {"descr": "<f4", "fortran_order": False, "shape": shape})
+    return buffer.getvalue() + data
+
+
+NOT_A_ZIP = r"not a gradcore checkpoint: it is not a readable \.npz \(zip\) archive"
+DAMAGED = [  # (id, maker(path, good, model), what the message says)
+    ("random-bytes", lambda p, g, m: p.write_bytes(np.random.default_rng(0).bytes(3000)),
+     NOT_A_ZIP),
+    ("empty", lambda p, g, m: p.write_bytes(b""), NOT_A_ZIP),
+    ("text", lambda p, g, m: p.write_text("hello, not an archive"), NOT_A_ZIP),
+    ("npy", lambda p, g, m: p.write_bytes(npy_bytes(np.ones(3))), r"single array \(\.npy\)"),
+    ("cut-to-a-quarter", cut(lambda n: n // 4), NOT_A_ZIP),
+    ("cut-in-half", cut(lambda n: n // 2), NOT_A_ZIP),
+    ("cut-10-bytes-short", cut(lambda n: n - 10), NOT_A_ZIP),
+    ("cut-1-byte-short", cut(lambda n: n - 1), NOT_A_ZIP),
+    ("flipped-byte", flipped, r"entry 'conv\.W'.*damaged"),
+    ("not-npy", raw_entries(("conv.W", b"raw bytes"), **{"conv.W": None}),
+     r"entry 'conv\.W' is not an \.npy array"),
+    ("object-array", entries_with(**{"conv.b": np.array([1, "x", None], dtype=object)}),
+     r"entry 'conv\.b' holds object values, which cannot be read without pickle.*refused"),
+    ("no-marker", entries_with(__gradcore__=None),
+     r"not a gradcore checkpoint: it has no '__gradcore__' entry \(its entries: conv\.W, "),
+    ("future-version", entries_with(__gradcore__=np.asarray(99)),
+     r"version 99 gradcore checkpoint.*upgrade gradcore"),
+    ("version-0", entries_with(__gradcore__=np.asarray(0)), "not a format version number"),
+    ("float-marker", entries_with(__gradcore__=np.asarray(1.0)), "not a format version number"),
+    ("marker-shape", entries_with(__gradcore__=np.asarray([1])), "not a format version number"),
+    ("complex", entries_with(**{"conv.b": np.zeros(3, np.complex128)}),
+     r"entry 'conv\.b' holds complex128 values, not real numbers"),
+    ("strings", entries_with(**{"conv.b": np.array(["a", "b", "c"])}),
+     r"entry 'conv\.b' holds <U1 values, not real numbers"),
+    ("structured", entries_with(**{"conv.b": np.zeros(3, [("x", "f4"), ("y", "i4")])}),
+     r"entry 'conv\.b' holds .* values, not real numbers"),
+    ("duplicate", raw_entries(("conv.b.npy", npy_bytes(np.zeros(3, np.float32)))),
+     r"entry 'conv\.b' appears twice"),
+    ("extra-bytes", raw_entries(("conv.b.npy", bad_npy((3,), bytes(16))), **{"conv.b": None}),
+     r"entry 'conv\.b': its \.npy header describes \(3,\) float32 values .*declares"),
+    ("missing-bytes", raw_entries(("conv.b.npy", bad_npy((3,), bytes(8))), **{"conv.b": None}),
+     r"entry 'conv\.b': its \.npy header describes \(3,\) float32 values .*declares"),
+    ("negative-shape", raw_entries(("conv.b.npy", bad_npy((-1, -3), bytes(12))),
+                                   **{"conv.b": None}),
+     r"entry 'conv\.b': its \.npy header declares the shape \(-1, -3\)"),
+    ("npy-version-9", raw_entries(("conv.b.npy", b"\x93NUMPY\x09\x00" + bytes(120)),
+                                  **{"conv.b": None}),
+     r"entry 'conv\.b': its \.npy header cannot be read"),
+    ("not-npy-data", raw_entries(("conv.b.npy", b"PK\x03\x04 not an array at all"),
+                                 **{"conv.b": None}),
+     r"entry 'conv\.b': its \.npy header cannot be read"),
+    ("bzip2", entries_with(zipfile.ZIP_BZIP2), "compression method 12"),
+    ("huge-header", raw_entries(("fc.W.npy", huge_npy()), **{"fc.W": None}),
+     r"entry 'fc\.W': its \.npy header describes \(400000000,\) float64 values"),
+    ("huge-stored", forged_size(zipfile.ZIP_STORED), r"entry 'fc\.W'.*declares 3200000128 bytes"),
+    ("huge-deflated", forged_size(zipfile.ZIP_DEFLATED),
+     r"entry 'fc\.W'.*declares 3200000128 bytes"),
+]
+
+
+@pytest.mark.parametrize("make, match", [case[1:] for case in DAMAGED],
+                         ids=[case[0] for case in DAMAGED])
+def test_a_damaged_or_foreign_file_raises_checkpoint_error(tmp_path, make, match):
+    model = built(0)
+    before = snapshot(model)
+    good = tmp_path / "good.npz"
+    model.save(good)
+    path = tmp_path / "bad.npz"
+    make(path, good, model)
+    tracemalloc.start()
+    try:
+        for load in (model.load, nn.read_checkpoint):  # with a model and without
+            with pytest.raises(nn.CheckpointError, match=match) as error:
+                load(path)
+            assert str(path) in str(error.value)
+            assert "allow_pickle" not in str(error.value)  # NumPy's advice is not ours to give
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 50e6  # the huge declarations were refused, not allocated
+    assert_same(snapshot(model), before)
+
+
+class Wide(nn.Module):
+    """A small parameter, then a large one (its compressed data spans many zip blocks)."""
+
+    def __init__(self, seed):
+        super().__init__()
+        rng = np.random.default_rng(seed)
+        self.a = nn.Parameter(rng.standard_normal(3))
+        self.b = nn.Parameter(rng.standard_normal(20_000))
+
+
+def test_damaged_data_in_the_last_entry_leaves_every_parameter_as_it_was(tmp_path, monkeypatch):
+    path = tmp_path / "m.npz"
+    Wide(0).save(path)
+    flip_byte(path, "b.npy", at=0.9)  # past its header: the headers read fine
+    model = Wide(1)
+    before = snapshot(model)
+    read = []
+    read_array = np.lib.format.read_array
+
+    def recording(f, *args, **kwargs):
+        read.append(f.name)
+        return read_array(f, *args, **kwargs)
+
+    monkeypatch.setattr(np.lib.format, "read_array", recording)
+    with pytest.raises(nn.CheckpointError, match=r"entry 'b': its data is damaged"):
+        model.load(path)
+    assert "a.npy" in read and read[-1] == "b.npy"  # `a` was read: the failure came after it
+    assert_same(snapshot(model), before)
+
+
+def test_every_flipped_byte_and_every_cut_is_refused_or_loads_whole(tmp_path):
+    source = nn.Linear(2, 1)  # a small checkpoint: every byte of it is tried
+    good = tmp_path / "good.npz"
+    source.save(good)
+    raw = good.read_bytes()
+    expected = snapshot(source)
+    model = nn.Linear(2, 1)
+    before = snapshot(model)
+    path = tmp_path / "bad.npz"
+    variants = [raw[:n] for n in range(len(raw))]
+    variants += [raw[:i] + bytes([raw[i] ^ 0xFF]) + raw[i + 1:] for i in range(len(raw))]
+    loaded = 0
+    for data in variants:
+        path.write_bytes(data)
+        try:
+            model.load(path)
+        except nn.CheckpointError:
+            assert_same(snapshot(model), before)
+            continue
+        assert_same(snapshot(model), expected)  # a byte nothing reads (a date, an attribute)
+        model.load_state_dict(before)
+        loaded += 1
+    assert loaded < len(raw) // 2  # most flips are caught (about a third load: zip metadata)
+
+
+# =============================================================================== saving
+def saver(seed):
+    """A model holding 20,000 random float64 values (its save takes a few milliseconds)."""
+    model = nn.Module()
+    model.w = nn.Parameter(np.random.default_rng(seed).standard_normal(20_000))
+    return model
+
+
+WRITER = """
+import sys
+import numpy as np
+import gradcore.nn as nn
+path, seed, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+model = nn.Module()
+model.w = nn.Parameter(np.random.default_rng(seed).standard_normal(20_000))
+print("ready", flush=True)
+sys.stdin.readline()  # every writer starts at once
+for _ in range(rounds):
+    model.save(path)
+"""
+
+
+def read_until(path, expected, done):
+    """Load `path` into a fresh model until `done()`; each time, its values must be one of the
+    `expected` arrays. Returns the number of loads."""
+    reader = saver(3)
+    loads = 0
+    while not done():
+        reader.load(path)
+        assert any(np.array_equal(reader.w.data, w) for w in expected), "a mixed checkpoint"
+        loads += 1
+    return loads
+
+
+def test_concurrent_saves_from_threads_never_leave_a_broken_file(tmp_path):
+    path = tmp_path / "m.npz"
+    models = [saver(1), saver(2)]
+    expected = [m.w.data for m in models]
+    models[0].save(path)
+    barrier = threading.Barrier(2)
+    errors = []
+
+    def save_rounds(model):
+        try:
+            for _ in range(50):
+                barrier.wait()  # both saves of a round start together
+                model.save(path)
+        except BaseException as e:  # reported below, from the test's thread
+            errors.append(e)
+            barrier.abort()
+
+    writers = [threading.Thread(target=save_rounds, args=(m,)) for m in models]
+    for w in writers:
+        w.start()
+    try:
+        loads = read_until(path, expected, lambda: not any(w.is_alive() for w in writers))
+    finally:
+        for w in writers:
+            w.join()
+    assert errors == []
+    assert loads > 0
+    assert os.listdir(tmp_path) == ["m.npz"]  # no temporary file left behind
+
+
+def test_concurrent_saves_from_processes_never_leave_a_broken_file(tmp_path):
+    path = tmp_path / "m.npz"
+    expected = [saver(1).w.data, saver(2).w.data]
+    saver(1).save(path)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(gradcore.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(seed), "50"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, cwd=root, env=env)
+               for seed in (1, 2)]
+    try:
+        for w in writers:
+            assert w.stdout.readline() == "ready\n", w.communicate()[1]
+        for w in writers:
+            w.stdin.write("go\n")
+            w.stdin.flush()
+        loads = read_until(path, expected, lambda: all(w.poll() is not None for w in writers))
+        for w in writers:
+            _, err = w.communicate(timeout=60)
+            assert w.returncode == 0, err
+    finally:
+        for w in writers:
+            if w.poll() is None:
+                w.kill()
+                w.communicate()
+    assert loads > 0
+    assert os.listdir(tmp_path) == ["m.npz"]
+
+
+def test_save_keeps_the_mode_of_the_file_it_replaces(tmp_path):
+    model = built(0)
+    path = tmp_path / "m.npz"
+    model.save(path)
+    created = tmp_path / "created"
+    created.touch()  # the mode a new file gets here (0o666 less the umask)
+    assert stat.S_IMODE(path.stat().st_mode) == stat.S_IMODE(created.stat().st_mode)
+    for mode in (0o640, 0o600, 0o664):
+        path.chmod(mode)
+        model.save(path)
+        assert stat.S_IMODE(path.stat().st_mode) == mode
+
+
+def test_save_through_a_symlink_replaces_its_target(tmp_path):
+    (tmp_path / "store").mkdir()
+    target = tmp_path / "store" / "real.npz"
+    built(0).save(target)
+    link = tmp_path / "link.npz"
+    link.symlink_to(os.path.join("store", "real.npz"))  # relative, as links often are
+    other = built(1)
+    assert other.save(link) == str(link)
+    assert link.is_symlink() and os.readlink(link) == os.path.join("store", "real.npz")
+    assert_same(nn.read_checkpoint(target), snapshot(other))
+    assert sorted(os.listdir(tmp_path)) == ["link.npz", "store"]
+    assert os.listdir(tmp_path / "store") == ["real.npz"]  # written beside the target
+
+
+def test_a_failed_save_keeps_the_old_file_and_removes_its_temporary_file(tmp_path, monkeypatch):
+    path = tmp_path / "m.npz"
+    built(0).save(path)
+    old = path.read_bytes()
+    calls = []
+    write_array = np.lib.format.write_array
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # not only Exceptions: Ctrl-C mid-save too
+        return write_array(*args, **kwargs)
+
+    def disk_full(fd):
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(np.lib.format, "write_array", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            built(1).save(path)
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "fsync", disk_full)
+        with pytest.raises(OSError, match="No space left"):
+            built(1).save(path)
+    assert path.read_bytes() == old
+    assert os.listdir(tmp_path) == ["m.npz"]
+
+
+def test_saving_into_a_missing_folder_names_the_folder(tmp_path):
+    folder = tmp_path / "not" / "there"
+    with pytest.raises(FileNotFoundError) as error:
+        built(0).save(folder / "m.npz")
+    message = str(error.value)
+    assert f"the folder {folder} does not exist" in message
+    assert ".partial" not in message and ".tmp" not in message
+    assert not (tmp_path / "not").exists()

@@ -383,3 +383,18 @@ def test_bad_buffers():
         m.register_buffer("a.b", np.zeros(1))
     m.count = None  # a lazy buffer: kept registered, skipped until it has a value
     assert list(m.named_buffers()) == []
+
+
+def test_a_parameter_or_module_assigned_over_a_buffer_takes_its_place_and_its_kind():
+    m = Counter()
+    m.register_buffer("steps", np.zeros(1))
+    m.count = Parameter(np.ones(1))  # a buffer becomes a parameter, where it was
+    assert [n for n, _ in m.named_parameters()] == ["w", "count"]
+    assert [n for n, _ in m.named_buffers()] == ["steps"]
+    assert list(m.state_dict()) == ["w", "count", "steps"]
+    m.steps = Variable(np.ones(1))  # a plain Variable replaces a buffer: still a buffer
+    assert [n for n, _ in m.named_buffers()] == ["steps"] and m.steps.data[0] == 1.0
+    m.steps = nn.Linear(1, 1)
+    assert list(m.named_buffers()) == [] and list(m.named_children()) == [("steps", m.steps)]
+    with pytest.raises(TypeError, match="holds a parameter"):
+        m.count = Variable(np.ones(1))  # a parameter now: a plain Variable is refused
