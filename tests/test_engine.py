@@ -650,10 +650,12 @@ def test_grad_returns_gradients_that_own_their_arrays(xp):
 
 
 def test_owned_gradients_under_create_graph_stay_differentiable(xp):
-    x, z = var(xp, [1.0, 2.0]), var(xp, [3.0, 4.0])
-    (x * z + z).backward(create_graph=True)
-    assert x.grad.creator is not None and x.grad.data is not z.grad.data
-    gz, = gradcore.grad(x.grad.sum(), z)  # d/dz of dy/dx = z: ones
+    x, w, z = var(xp, [1.0, 2.0]), var(xp, [5.0, 6.0]), var(xp, [3.0, 4.0])
+    ((x + w) * z).sum().backward(create_graph=True)  # add hands z to both x and w
+    assert x.grad.creator is not None and x.grad.data is not w.grad.data
+    x.grad.data *= 0.0
+    np.testing.assert_array_equal(w.grad.numpy(), [3.0, 4.0])
+    gz, = gradcore.grad(w.grad.sum(), z)  # d/dz of dy/dw = z: ones
     np.testing.assert_array_equal(gz.numpy(), [1.0, 1.0])
 
 
