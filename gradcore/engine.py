@@ -84,16 +84,24 @@ def _hook_name(hook):
     return getattr(hook, "__qualname__", None) or repr(hook)
 
 
-def _owned(g, x, shared, create_graph):
-    """g, or a copy of it, such that x.grad owns its array: not one that someone else was handed
-    (the caller's seed, another Variable's .grad, a hook), not x's own data, not a view of
-    another array or a read-only one. The sums the walk made and most ops' results pass as they
-    are; add's backward, which hands one gradient to both inputs, gets one of them copied."""
-    data = g._data
-    if id(data) in shared or data is x._data or not x._backend.owns_memory(data):
-        g = copy(g) if create_graph else Variable(backends.copy(data), requires_grad=False)
-    shared.add(id(g._data))
-    return g
+def _owned(finished, shared, create_graph):
+    """(x, g) pairs with each g replaced, where needed, by a copy that x.grad can own: not an array
+    someone else was handed (the caller's seed, a hook's argument, a retained .grad) or that goes
+    to two Variables here (add's backward hands one gradient to both inputs: each gets a copy, so
+    neither depends on the other's), not x's own data, not a view or a read-only array. The sums
+    the walk made and most ops' results pass as they are."""
+    seen = set()
+    for _, g in finished:
+        if id(g._data) in seen:
+            shared.add(id(g._data))
+        seen.add(id(g._data))
+    owned = []
+    for x, g in finished:
+        data = g._data
+        if id(data) in shared or data is x._data or not x._backend.owns_memory(data):
+            g = copy(g) if create_graph else Variable(backends.copy(data), requires_grad=False)
+        owned.append((x, g))
+    return owned
 
 
 def _check_versions(f):
@@ -300,12 +308,12 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
                 finished.append((x, g))
         if grads:  # a gradient reached a Variable whose creator did not count it as an output
             raise _reused(next(iter(grads)).creator)
-        with _accumulating:
+        if wanted is not None:
+            return dict(_owned(captured.items(), shared, create_graph))
+        finished = _owned(finished, shared, create_graph)
+        with _accumulating:  # the sums only: nothing here calls back into user code
             for x, g in finished:
-                old = x._grad
-                x._grad = _owned(g, x, shared, create_graph) if old is None else old + g
-        for x, g in captured.items():
-            captured[x] = _owned(g, x, shared, create_graph)
+                x._grad = g if x._grad is None else x._grad + g
     return captured
 
 
