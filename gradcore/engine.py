@@ -11,7 +11,8 @@ from .functions.device import astype
 from .functions.math import copy
 from .functions.shape import sum_to
 from .function import _output
-from .variable import RETAIN_GRAD, Variable, latest_write, version_at
+from .variable import (RETAIN_GRAD, Variable, dtype_kind, gradient_mismatch, latest_write,
+                       version_at)
 
 # Held while gradients are added into leaves' .grad: backward in several threads into one leaf
 # must not lose a sum (x.grad = x.grad + g reads, then writes)
@@ -66,17 +67,11 @@ def _hook_result(hook, x, g):
                                f"{type(g).__name__}; return a Variable or an array, or None to "
                                "keep the gradient")
         g = Variable(g, requires_grad=False)
-    problems = []
-    if tuple(g.shape) != tuple(x.shape):
-        problems.append(f"shape {tuple(g.shape)}")
-    if g._backend is not x._backend or g.device != x.device:
-        problems.append(f"device {g.device}")
-    elif g.dtype != x.dtype:  # dtypes of two libraries never compare equal
-        problems.append(f"dtype {g.dtype}")
+    problems = gradient_mismatch(x, g)
     if problems:
         raise RuntimeError(f"hook {_hook_name(hook)} on {_describe(x)} returned a gradient of "
-                           f"{' and '.join(problems)}; a hook must return a gradient with the "
-                           f"Variable's shape, dtype and device ({x.device}), or None")
+                           f"{problems}; a hook must return a gradient with the Variable's shape, "
+                           f"dtype and device, or None")
     return g
 
 
@@ -149,7 +144,7 @@ def _conform(f, gx, x):
     op's bug: raise. The dtype becomes x's (float32 - a float64 constant gives a float64 result,
     but the float32 input still gets a float32 gradient)."""
     shape, target = x._data.shape, gx._data.shape
-    if gx._backend.xp.isdtype(gx.dtype, "complex floating"):
+    if dtype_kind(gx._backend, gx.dtype) == "complex":
         raise RuntimeError(f"{f._name()}.backward returned a complex gradient for a real input of "
                            f"dtype {x.dtype}; gradcore differentiates real numbers only")
     if target != shape:

@@ -22,14 +22,25 @@ def _check_data(data):
     if backend is None:
         if isinstance(data, (*_SCALARS, list, tuple)):
             data = numpy.asarray(data)
-            return data, backends.NUMPY, _dtype_kind(backends.NUMPY, data.dtype)
+            return data, backends.NUMPY, _numeric_kind(backends.NUMPY, data.dtype)
         raise TypeError(
             f"Variable data must be an array of a registered backend (numpy.ndarray, cupy.ndarray, "
             f"an __array_namespace__ array), a Python scalar, a list or a tuple; got "
             f"{type(data).__module__}.{type(data).__qualname__}")
     if type(data) is not backend.array_type:
         data = backend.ensure_array(data)  # NumPy scalars become 0-d arrays
-    return data, backend, _dtype_kind(backend, data.dtype)
+    return data, backend, _numeric_kind(backend, data.dtype)
+
+
+def _numeric_kind(backend, dtype):
+    """dtype_kind, for the dtypes a Variable may hold: TypeError for complex ones."""
+    kind = dtype_kind(backend, dtype)
+    if kind == "complex":
+        raise TypeError(
+            f"Variable: {dtype} data is not supported: gradcore differentiates real numbers only "
+            "(a complex gradient needs a convention no op here implements); hold the real and "
+            "imaginary parts in two float Variables")
+    return kind
 
 
 # backend -> {dtype: "float" or "integral" (bool and integers)}, filled on first sight. Per backend:
@@ -37,8 +48,9 @@ def _check_data(data):
 _KINDS = {}
 
 
-def _dtype_kind(backend, dtype):
-    """"float" or "integral" for the dtypes a Variable may hold; TypeError for any other."""
+def dtype_kind(backend, dtype):
+    """"float", "integral" (bool and integers) or "complex" for a dtype of `backend`; TypeError
+    for anything that is not numbers."""
     kinds = _KINDS.get(backend)
     if kinds is None:
         kinds = _KINDS[backend] = {}
@@ -46,11 +58,8 @@ def _dtype_kind(backend, dtype):
     if kind is None:
         isdtype = backend.xp.isdtype
         if isdtype(dtype, "complex floating"):
-            raise TypeError(
-                f"Variable: {dtype} data is not supported: gradcore differentiates real numbers "
-                "only (a complex gradient needs a convention no op here implements); hold the real "
-                "and imaginary parts in two float Variables")
-        if isdtype(dtype, "real floating"):
+            kind = "complex"
+        elif isdtype(dtype, "real floating"):
             kind = "float"
         elif isdtype(dtype, "integral") or isdtype(dtype, "bool"):
             kind = "integral"
@@ -183,8 +192,8 @@ class Variable:
                 f"requires_grad can only be changed on a leaf Variable; this one was computed by "
                 f"{self.creator._name()}. For a Variable cut from the graph use detach() (a new "
                 "leaf sharing the data) or unchain()")
-        if value and self._data is not None and _dtype_kind(self._backend,
-                                                            self._data.dtype) != "float":
+        if value and self._data is not None and dtype_kind(self._backend,
+                                                           self._data.dtype) != "float":
             raise _cannot_require_grad(self._data.dtype)
         self._requires_grad = value
 
@@ -419,8 +428,17 @@ def _checked_grad(x, g):
         if backend_of(g) is None:
             raise TypeError(f"grad must be a Variable, an array or None, got {type(g).__name__}")
         g = Variable(g, requires_grad=False)
+    problems = gradient_mismatch(x, g)
+    if problems:
+        raise ValueError(f"grad: a gradient must match its Variable's shape, dtype and device; this "
+                         f"one has {problems}")
+    return g
+
+
+def gradient_mismatch(x, g):
+    """What keeps the Variable g from being x's gradient ("shape (3,), not (2,)"), or ""."""
     if x._data is None or g._data is None:
-        return g
+        return ""
     problems = []
     if tuple(g.shape) != tuple(x.shape):
         problems.append(f"shape {tuple(g.shape)}, not {tuple(x.shape)}")
@@ -428,10 +446,7 @@ def _checked_grad(x, g):
         problems.append(f"device {g.device}, not {x.device}")
     elif g.dtype != x.dtype:  # dtypes of two libraries never compare equal
         problems.append(f"dtype {g.dtype}, not {x.dtype}")
-    if problems:
-        raise ValueError(f"grad: a gradient must match its Variable's shape, dtype and device; this "
-                         f"one has {' and '.join(problems)}")
-    return g
+    return " and ".join(problems)
 
 
 class _RetainGrad:

@@ -237,17 +237,23 @@ def test_dtypes_convert_within_their_kind_only(tmp_path):
     assert model.w.data.tolist() == [3.0, 3.0] and model.steps.data == 7
 
 
-def test_names_shapes_and_dtypes_are_checked_before_any_data_is_read(tmp_path, monkeypatch):
-    model = built(0)
-    before = snapshot(model)
-    read = []
+@pytest.fixture
+def read(monkeypatch):
+    """The names of the .npy entries whose data NumPy reads, in order."""
+    names = []
     read_array = np.lib.format.read_array
 
     def recording(f, *args, **kwargs):
-        read.append(f.name)
+        names.append(f.name)
         return read_array(f, *args, **kwargs)
 
     monkeypatch.setattr(np.lib.format, "read_array", recording)
+    return names
+
+
+def test_names_shapes_and_dtypes_are_checked_before_any_data_is_read(tmp_path, read):
+    model = built(0)
+    before = snapshot(model)
     for replaced in ({"conv.W": np.ones((1, 1, 1, 1), np.float32)}, {"bn.beta": None},
                      {"fc.V": np.ones(2)}, {"conv.b": np.zeros(3, np.complex64)}):
         path = tmp_path / "bad.npz"
@@ -470,20 +476,12 @@ class Wide(nn.Module):
         self.b = nn.Parameter(rng.standard_normal(20_000))
 
 
-def test_damaged_data_in_the_last_entry_leaves_every_parameter_as_it_was(tmp_path, monkeypatch):
+def test_damaged_data_in_the_last_entry_leaves_every_parameter_as_it_was(tmp_path, read):
     path = tmp_path / "m.npz"
     Wide(0).save(path)
     flip_byte(path, "b.npy", at=0.9)  # past its header: the headers read fine
     model = Wide(1)
     before = snapshot(model)
-    read = []
-    read_array = np.lib.format.read_array
-
-    def recording(f, *args, **kwargs):
-        read.append(f.name)
-        return read_array(f, *args, **kwargs)
-
-    monkeypatch.setattr(np.lib.format, "read_array", recording)
     with pytest.raises(nn.CheckpointError, match=r"entry 'b': its data is damaged"):
         model.load(path)
     assert "a.npy" in read and read[-1] == "b.npy"  # `a` was read: the failure came after it
