@@ -150,7 +150,7 @@ class Function:
                 self.inputs = (x0, x1)
                 self.needs_input_grad = _NEEDS2[r0][r1]
             self.generation = generation
-            self.sequence = next(_sequence)
+            self.sequence = y._sequence = next(_sequence)
             self._outputs = _weakref(y)  # a bare reference: one tracked object less per node
             y.creator = self
             y.generation = generation + 1
@@ -223,6 +223,7 @@ class Function:
             creator = self._record(inputs, needs, generation)
         y = _output(ys, backend, creator, generation + 1 if creator is not None else 0)
         if creator is not None:
+            y._sequence = self.sequence
             self._outputs = _weakref(y)
             if mode is not True:
                 anomaly.record(self)

@@ -128,9 +128,10 @@ class Variable:
     recorded.
     """
 
-    # _writes is left unset until the first write (a _WriteLog): nothing to store per op result
+    # _writes is left unset until the first write (a _WriteLog): nothing to store per op result.
+    # _sequence, set on a recorded op's result only, is its creator's sequence (see the walk)
     __slots__ = ("_data", "_backend", "name", "_grad", "creator", "generation", "_requires_grad",
-                 "_hooks", "_writes", "__weakref__")
+                 "_hooks", "_writes", "_sequence", "__weakref__")
     __array_priority__ = 200
     __array_ufunc__ = None  # `ndarray <op> Variable` defers to the Variable's reflected operator
 
