@@ -16,7 +16,8 @@ _by_device_type = {}   # Device.type -> Backend
 
 
 # Read on every op. As instance attributes CPython 3.11 specialises the reads; class attributes
-# read through an instance take the slow generic lookup.
+# read through an instance take the slow generic lookup (callgrind: 4.3% of the instructions per
+# op of a chain of small NumPy ops, 1.6% of a wide graph's).
 _HOT_ATTRIBUTES = ("xp", "array_type", "scalar_types", "single_device", "needs_device_context")
 
 

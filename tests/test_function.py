@@ -402,13 +402,3 @@ def test_apply_makes_one_instance_per_call(xp):
     assert isinstance(y.creator, F.Square) and y.creator is not y.creator.inputs[0].creator
     y.backward()
     np.testing.assert_array_equal(x.grad.numpy(), [108.0])  # d x^4 = 4 x^3
-
-
-def test_the_interned_needs_input_grad_table_stays_bounded():
-    from gradcore import function
-
-    before = len(function._NEEDS)
-    for n in range(4, 40):
-        xs = [Variable(np.ones(1), requires_grad=bool(i % 3)) for i in range(n)]
-        F.concatenate(xs).sum().backward()
-    assert len(function._NEEDS) <= max(before, 2 + 4 + 8)
