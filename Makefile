@@ -27,6 +27,8 @@ $(VENV)/.bench: $(VENV)/.installed
 	  || echo 'note: PyTorch could not be installed; benchmarks run without it'
 	touch $@
 
+# Results go to benchmarks/results/local/ (ignored by git); ARGS="--only chain --repeat 3",
+# ARGS=--publish to update the committed benchmarks/RESULTS.md and benchmarks/results/.
 bench: $(VENV)/.bench
 	$(PY) -m benchmarks $(ARGS)
 

@@ -1,7 +1,9 @@
 """`python -m benchmarks [--device cpu|cuda|auto] [--only NAME ...] [--repeat N] [--warmup N]
-[--threads N]`: run the suite, print a table, write benchmarks/results/DEVICE.json and .png and
-benchmarks/RESULTS.md. `--profile NAME`: cProfile of gradcore's run of one workload instead.
-`--write-results`: only regenerate RESULTS.md and the charts from the JSON files."""
+[--threads N] [--out DIR | --publish]`: run the suite, print a table, write DEVICE.json, DEVICE.png
+and RESULTS.md to benchmarks/results/local/ (ignored by git), to DIR, or with --publish to the
+committed benchmarks/results/ and benchmarks/RESULTS.md. `--write-results`: only regenerate the
+markdown and charts of that destination from its JSON files. `--profile NAME`: cProfile of
+gradcore's run of one workload instead."""
 import argparse
 import cProfile
 import datetime
@@ -16,7 +18,7 @@ from . import WORKLOADS, load
 from .common import (KINDS, Progress, load_average, machine_info, prepare, resolve_device,
                      run_workload, thread_environment, threads_pinned, time_once)
 from .memory import measure
-from .report import print_table, write_all, write_json
+from .report import LOCAL, PUBLISHED, PUBLISHED_MD, print_table, write_all, write_json
 
 DEFAULT_REPEAT = 20
 DEFAULT_WARMUP = 3
@@ -31,21 +33,28 @@ def parse_args(argv):
                         help="where to run (also cuda:N); auto = cuda if a GPU is usable, else cpu")
     parser.add_argument("--only", nargs="+", metavar="NAME", choices=WORKLOADS,
                         help=f"run only these workloads (of: {', '.join(WORKLOADS)}); the others "
-                             "keep their last figures in the JSON")
-    parser.add_argument("--repeat", type=_positive, metavar="N",
+                             "keep their last figures in the destination's JSON")
+    parser.add_argument("--repeat", type=_at_least(1), metavar="N",
                         help=f"timed runs per figure, the median is reported (default "
                              f"{DEFAULT_REPEAT}; 5 for deep)")
-    parser.add_argument("--warmup", type=_count, metavar="N",
+    parser.add_argument("--warmup", type=_at_least(0), metavar="N",
                         help=f"untimed runs before timing (default {DEFAULT_WARMUP}; 1 for deep)")
-    parser.add_argument("--threads", type=_positive, default=1, metavar="N",
+    parser.add_argument("--threads", type=_at_least(1), default=1, metavar="N",
                         help="threads for the BLAS under NumPy and for PyTorch, the same for both "
                              "(default 1: spinning BLAS threads on a busy machine swamp the "
                              "figures)")
     parser.add_argument("--profile", metavar="NAME", choices=WORKLOADS,
                         help="print the top of a cProfile of gradcore's run of NAME; no figures")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--out", metavar="DIR", default=LOCAL,
+                       help="write DIR/DEVICE.json, DIR/DEVICE.png and DIR/RESULTS.md (default "
+                            "benchmarks/results/local, which git ignores)")
+    where.add_argument("--publish", action="store_true",
+                       help="write the committed figures instead: benchmarks/results/DEVICE.json "
+                            "and .png, and benchmarks/RESULTS.md")
     parser.add_argument("--write-results", action="store_true",
-                        help="only regenerate benchmarks/RESULTS.md and the charts from "
-                             "benchmarks/results/*.json; run nothing")
+                        help="run nothing: regenerate RESULTS.md and the charts of the "
+                             "destination (--out's, or --publish's) from its JSON files")
     args = parser.parse_args(argv)
     if args.write_results:
         return args
@@ -63,18 +72,27 @@ def parse_args(argv):
     return args
 
 
-def _positive(text):
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def _at_least(minimum):
+    """An argparse type: an integer of at least `minimum`."""
+    def parse(text):
+        value = int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+    return parse
 
 
-def _count(text):
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
+def destination(args):
+    """(the folder of DEVICE.json and DEVICE.png, the path of RESULTS.md) that `args` write."""
+    if args.publish:
+        return PUBLISHED, PUBLISHED_MD
+    return args.out, os.path.join(args.out, "RESULTS.md")
+
+
+def _shown(path):
+    """`path` as the user would type it: relative when under the working directory."""
+    relative = os.path.relpath(path)
+    return path if relative.startswith(os.pardir) else relative
 
 
 def _micro():
@@ -90,8 +108,9 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     if args.write_results:
-        for path in write_all():
-            print(f"wrote {os.path.relpath(path)}")
+        written = write_all(*destination(args))
+        print("\n".join(f"wrote {_shown(path)}" for path in written)
+              or f"nothing to regenerate: no JSON file in {_shown(destination(args)[0])}")
         return 0
     if not threads_pinned(args.threads):
         # The BLAS reads its thread count once, when NumPy loads: start again with it set.
@@ -140,10 +159,12 @@ def run_suite(args, argv):
         "machine": info,
         "workloads": records,
     }
-    path = write_json(report)
+    folder, markdown = destination(args)
+    path = write_json(report, folder)
     print_table(report, _micro())
-    written = write_all()
-    print(f"\nresults: {', '.join(os.path.relpath(p) for p in [path, *written])}")
+    written = write_all(folder, markdown)
+    hint = "" if args.publish else " (not the committed figures: --publish writes those)"
+    print(f"\nwritten{hint}:\n  " + "\n  ".join(_shown(p) for p in [path, *written]))
     failed = [f"{name}/{kind}" for name, record in records.items()
               for section in (record.get("results", {}), record.get("references", {}),
                               record.get("memory", {}).get("results", {}))

@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -48,7 +49,7 @@ class Memory:
 
 @dataclasses.dataclass(frozen=True)
 class Target:
-    """A goal from the issue: `text` says it ("<= 0.6x PyTorch"); `check(record)` returns
+    """A goal the workload is held to: `text` says it ("<= 0.6x PyTorch"); `check(record)` returns
     (what was measured, True/False, or None when it could not be measured here). `row`: which
     of the workload's table rows it is about (0: the time; then the memory rows in order)."""
 
@@ -82,7 +83,7 @@ class Workload:
     repeat: Optional[int] = None          # timed runs if --repeat is not given (None: the default)
     warmup: Optional[int] = None          # warm-up runs if --warmup is not given (None: default)
     memory: Optional[Memory] = None       # a memory figure, measured in subprocesses
-    target: Optional[Target] = None       # the issue's goal for this workload
+    target: Optional[Target] = None       # its goal, shown beside its figures
 
 
 def ratio_target(text, key, limit, row=0):
@@ -222,32 +223,41 @@ def torch_device(torch, device):
 
 
 # ================================================================================== progress
-class Progress:
-    """A text progress bar on stderr: `[bench] [#######.............]  35%  wide: round 8/23`.
+def progress_line(done, total, elapsed, label, bar=24):
+    """`[bench] [######..................]  25%  0:30, ~1:30 left  wide: round 8/23`: `done` of
+    `total` units of work after `elapsed` seconds, the time left extrapolated from the pace so
+    far. bar=0 leaves out the bar (a log's plain lines)."""
+    fraction = min(done / total, 1.0) if total > 0 else 1.0
+    left = f"~{_clock(elapsed * (1 - fraction) / fraction)}" if fraction else "?"
+    filled = round(bar * fraction)
+    drawn = f"[{'#' * filled}{'.' * (bar - filled)}] " if bar else ""
+    return f"[bench] {drawn}{fraction:4.0%}  {_clock(elapsed)}, {left} left  {label}"
 
-    On a terminal the bar is redrawn in place and messages print above it; elsewhere (a log, CI)
-    only the messages print, one line each, with the percentage done.
+
+def _clock(seconds):
+    minutes, seconds = divmod(round(seconds), 60)
+    return f"{minutes}:{seconds:02d}"
+
+
+class Progress:
+    """Progress on stderr, in units of work (a timing round; a memory child counts as several).
+
+    On a terminal, a progress_line redrawn in place, messages printed above it; elsewhere (a log,
+    CI) only the messages, one plain line each with the same figures.
     """
 
-    WIDTH = 24
-
     def __init__(self, total, stream=None):
-        self.total = max(total, 1)
-        self.done = 0
+        self.total, self.done, self.label = total, 0, ""
         self.stream = stream or sys.stderr
         self.live = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.label = ""
         self.shown = 0  # characters of the bar on screen
         self.start = time.perf_counter()
 
-    def _percent(self):
-        return min(100, round(100 * self.done / self.total))
+    def _line(self, label, bar):
+        return progress_line(self.done, self.total, time.perf_counter() - self.start, label, bar)
 
     def _draw(self):
-        filled = self.WIDTH * min(self.done, self.total) // self.total
-        minutes, seconds = divmod(int(time.perf_counter() - self.start), 60)
-        line = (f"[bench] [{'#' * filled}{'.' * (self.WIDTH - filled)}] "
-                f"{self._percent():3d}% {minutes}:{seconds:02d}  {self.label}")
+        line = self._line(self.label, 24)[:shutil.get_terminal_size().columns - 1]  # no wrap
         self.stream.write("\r" + line.ljust(self.shown))
         self.stream.flush()
         self.shown = len(line)
@@ -271,7 +281,7 @@ class Progress:
             print(f"[bench] {message}", file=self.stream, flush=True)
             self._draw()
         else:
-            print(f"[bench] {self._percent():3d}% {message}", file=self.stream, flush=True)
+            print(self._line(message, 0), file=self.stream, flush=True)
 
     def close(self):
         if self.live:
@@ -415,12 +425,13 @@ def median_ratio(numerator, denominator):
 # ================================================================================== machine info
 def machine_info(device, threads):
     """What the figures depend on: processor, GPU, versions, thread settings, git commit."""
+    cpu = _cpuinfo()
     return {
         "device": str(device),
-        "cpu": _cpu_model(),
+        "cpu": _cpu_model(cpu),
         "logical_cpus": os.cpu_count(),
         "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "virtual_machine": _hypervisor(),
+        "virtual_machine": _hypervisor(cpu),
         "load_average_1_5_15_min": load_average(),
         "gpu": _gpu_name(device),
         "platform": platform.platform(),
@@ -437,29 +448,27 @@ def load_average():
     return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
 
 
-def _cpu_model():
+def _cpuinfo():
+    """/proc/cpuinfo's first processor as {key: value}; {} where there is none."""
+    info = {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 key, _, value = line.partition(":")
-                if key.strip() in ("model name", "Model", "cpu model"):
-                    return value.strip()
+                info.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return platform.processor() or None
+    return info
 
 
-def _hypervisor():
+def _cpu_model(info):
+    model = info.get("model name") or info.get("Model") or info.get("cpu model")
+    return model or platform.processor() or None
+
+
+def _hypervisor(info):
     """True if the CPU flags say a hypervisor runs this machine (a VM), None if unknown."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "flags":
-                    return "hypervisor" in value.split()
-    except OSError:
-        pass
-    return None
+    return "hypervisor" in info["flags"].split() if "flags" in info else None
 
 
 def _gpu_name(device):
@@ -515,10 +524,8 @@ def _numpy_blas():
 
 def _git():
     """The commit the code was at, and whether the tree had changes; None outside a checkout."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
     def git(*args):
-        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
                               timeout=10, check=True).stdout.strip()
 
     try:  # --no-optional-locks: status must not rewrite the index of a tree others work in

@@ -29,10 +29,10 @@ TIMEOUT_S = 600
 class Meter:
     """The peak memory a workload reaches, in MiB above the baseline taken by `start()`.
 
-    CPU: the process's peak resident set (VmHWM; ru_maxrss without /proc). GPU: for CuPy (gradcore and the floor),
-    every allocation of the default memory pool goes through a counting allocator, so the peak
-    is of bytes in use, not of bytes the pool keeps; for PyTorch, torch.cuda's peak statistics
-    (max_memory_allocated), the same quantity.
+    CPU: the process's peak resident set (VmHWM; ru_maxrss without /proc). GPU: for CuPy
+    (gradcore and the floor), every allocation of the default memory pool goes through a counting
+    allocator, so the peak is of bytes in use, not of bytes the pool keeps; for PyTorch,
+    torch.cuda's peak statistics (max_memory_allocated), the same quantity.
     """
 
     def __init__(self, kind, device):

@@ -1,17 +1,23 @@
-"""What a run leaves behind: the table on the terminal, results/<device>.json, results/<device>.png
-and benchmarks/RESULTS.md, the last three always regenerated from the JSON files."""
+"""What a run leaves behind: the table on the terminal, and in a results folder <device>.json,
+<device>.png and RESULTS.md, the last two always regenerated from the folder's JSON files.
+
+A run writes to LOCAL (benchmarks/results/local/, which git ignores) or to `--out DIR`; only
+`--publish` writes the committed figures: PUBLISHED (benchmarks/results/) and PUBLISHED_MD."""
 import datetime
 import glob
 import json
 import math
 import os
+import textwrap
 
 from . import WORKLOADS
 from .common import KINDS, median_ratio, per_unit
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-RESULTS = os.path.join(HERE, "results")
-RESULTS_MD = os.path.join(HERE, "RESULTS.md")
+PUBLISHED = os.path.join(HERE, "results")
+PUBLISHED_MD = os.path.join(HERE, "RESULTS.md")
+LOCAL = os.path.join(PUBLISHED, "local")
+WIDTH = 100  # columns of the terminal output
 HEADERS = {"gradcore": "gradcore", "floor": "floor", "torch": "PyTorch"}
 RATIOS = ("gradcore/torch", "gradcore/floor")
 RATIO_HEADERS = {"gradcore/torch": "gradcore/PyTorch", "gradcore/floor": "gradcore/floor"}
@@ -70,12 +76,8 @@ def _safe_ratio(numerator, denominator):
 
 
 def _row(label, unit, values, entries, ratios):
-    cells = {}
-    for kind in KINDS:
-        if values[kind] is not None:
-            cells[kind] = f"{number(values[kind])} {unit}"
-        else:
-            cells[kind] = "FAILED" if entries[kind]["status"] == "error" else "n/a"
+    cells = {kind: number(values[kind]) if values[kind] is not None
+             else "FAILED" if entries[kind]["status"] == "error" else "n/a" for kind in KINDS}
     return {"label": label, "unit": unit, "cells": cells, "values": values, "ratios": ratios}
 
 
@@ -90,45 +92,68 @@ def met_text(target):
     return {True: "met", False: "NOT met", None: "not measured"}[target["met"]]
 
 
+def table(records, micro="µs", targets=False):
+    """The rows of the figures' table as lists of cells, the header first; `targets` adds a
+    column saying whether each workload's target was met (markdown bold when it was not)."""
+    header = ["workload", "unit", *HEADERS.values(), *RATIO_HEADERS.values()]
+    out = [header + ["target"] if targets else header]
+    for record in records:
+        target = record.get("target")
+        for i, row in enumerate(rows(record, micro)):
+            cells = [row["label"], row["unit"], *(row["cells"][kind] for kind in KINDS),
+                     *(ratio_text(row, key) for key in RATIOS)]
+            if targets:
+                goal = ""
+                if target and i == target.get("row", 0):
+                    met = met_text(target)
+                    goal = f"{target['text'].replace('<=', '≤')}: " + (
+                        f"**{met}**" if target["met"] is False else met)
+                cells.append(goal)
+            out.append(cells)
+    return out
+
+
+def _library(report):
+    return LIBRARIES.get(report["floor_library"], report["floor_library"])
+
+
+def _threads(count):
+    return f"{count} thread{'s' if count != 1 else ''}"
+
+
 # ================================================================================ the terminal
 def print_table(report, micro):
+    """This run's figures, targets and notes, every line within WIDTH columns."""
     info = report["machine"]
-    library = LIBRARIES.get(report["floor_library"], report["floor_library"])
+    library = _library(report)
     where = info["gpu"] if report["device"].startswith("cuda") else info["cpu"]
-    threads = info["threads"]["suite"]
-    print(f"gradcore benchmarks on device {report['device']} ({where}; {info['usable_cpus']} "
-          f"CPU(s) usable; {threads} thread{'s' if threads != 1 else ''} for BLAS and PyTorch)")
-    print(f"times: median of the timed runs, the implementations taking turns; floor = "
-          f"hand-written {library}, no autodiff; n/a = not run (see notes)\n")
-
-    table = [["workload", *(HEADERS[kind] for kind in KINDS), *RATIO_HEADERS.values()]]
-    notes = []
-    for record in report["workloads"].values():
-        for row in rows(record, micro):
-            table.append([row["label"], *(row["cells"][kind] for kind in KINDS),
-                          *(ratio_text(row, key) for key in RATIOS)])
-        notes.extend(_notes(record, library))
-    _print_aligned(table)
-
-    targets = [(name, record["target"]) for name, record in report["workloads"].items()
-               if record.get("target")]
+    _say(f"gradcore benchmarks on device {report['device']} ({where}; {info['usable_cpus']} "
+         f"CPU(s) usable; {_threads(info['threads']['suite'])} for BLAS and PyTorch)")
+    _say(f"times: median of the timed runs, the implementations taking turns; floor = "
+         f"hand-written {library}, no autodiff; n/a = not run (see notes)")
+    print()
+    records = report["workloads"].values()
+    lines = table(records, micro)
+    widths = [max(map(len, column)) for column in zip(*lines)]
+    lines.insert(1, ["-" * width for width in widths])
+    for cells in lines:  # label and unit to the left, figures to the right
+        print("  ".join(cell.ljust(width) if i < 2 else cell.rjust(width)
+                        for i, (cell, width) in enumerate(zip(cells, widths))).rstrip())
+    targets = [(record["name"], record["target"]) for record in records if record.get("target")]
     if targets:
-        print("\ntargets (issue 5):")
-        _print_aligned([[f"  {name}", t["text"], t["measured"], met_text(t)]
-                        for name, t in targets], header=False)
+        print("\ntargets:")
+        for name, target in targets:
+            _say(f"  {name}: {target['text']}: {target['measured']}, {met_text(target)}")
     print("\nnotes:")
-    for line in notes:
-        print(line)
+    for record in records:
+        for line in _notes(record, library):
+            _say(line)
 
 
-def _print_aligned(table, header=True):
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    for i, row in enumerate(table):
-        cells = [row[0].ljust(widths[0])]
-        cells += [c.rjust(w) if header else c.ljust(w) for c, w in zip(row[1:], widths[1:])]
-        print("  ".join(cells).rstrip())
-        if header and i == 0:
-            print("  ".join("-" * w for w in widths))
+def _say(line):
+    """Print `line` within WIDTH columns, going on indented two more than it starts."""
+    indent = " " * (len(line) - len(line.lstrip()) + 2)
+    print(textwrap.fill(line, WIDTH, subsequent_indent=indent))
 
 
 def _notes(record, library):
@@ -142,9 +167,8 @@ def _notes(record, library):
         sections.append(("", record["results"]))
         torch = record["results"]["torch"]
         if torch["status"] == "ok":
-            threads = torch["torch_threads"]
-            lines.append(f"    PyTorch: on {torch['torch_device']}, {threads} "
-                         f"thread{'s' if threads != 1 else ''}")
+            lines.append(f"    PyTorch: on {torch['torch_device']}, "
+                         f"{_threads(torch['torch_threads'])}")
         lines.append(f"    runs: {record['settings']['warmup']} warm-up + "
                      f"{record['settings']['repeat']} timed per implementation")
     if record.get("memory"):
@@ -165,16 +189,16 @@ def _notes(record, library):
 
 
 # ================================================================================ JSON
-def json_path(device_name):
-    """results/cpu.json, results/cuda.json (GPU 0), results/cuda1.json."""
+def json_path(folder, device_name):
+    """FOLDER/cpu.json, FOLDER/cuda.json (GPU 0), FOLDER/cuda1.json."""
     name = device_name.replace(":0", "").replace(":", "")
-    return os.path.join(RESULTS, f"{name}.json")
+    return os.path.join(folder, f"{name}.json")
 
 
-def write_json(report):
-    """Write the report as results/<device>.json, atomically. Workloads this run did not measure
-    (--only) keep their figures from the file, each record with its own date and command."""
-    path = json_path(report["device"])
+def write_json(report, folder):
+    """Write the report as FOLDER/<device>.json. Workloads this run did not measure (--only) keep
+    their figures from the file there, each record with its own date and command."""
+    path = json_path(folder, report["device"])
     try:
         with open(path) as f:
             previous = json.load(f)
@@ -186,18 +210,22 @@ def write_json(report):
             if record.get("name") == name}  # an older file's records lack it: dropped
     kept.update(report["workloads"])
     report = {**report, "workloads": {name: kept[name] for name in WORKLOADS if name in kept}}
-    os.makedirs(RESULTS, exist_ok=True)
-    with open(path + ".tmp", "w") as f:
-        json.dump(report, f, indent=2)
-        f.write("\n")
-    os.replace(path + ".tmp", path)
+    os.makedirs(folder, exist_ok=True)
+    _write(path, json.dumps(report, indent=2) + "\n")
     return path
 
 
-def load_reports():
-    """Every results/*.json, the CPU first."""
+def _write(path, text):
+    """Replace the file at `path` at once: a reader never sees half of it."""
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
+def load_reports(folder):
+    """Every FOLDER/*.json, the CPU first."""
     reports = []
-    for path in sorted(glob.glob(os.path.join(RESULTS, "*.json"))):
+    for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
         try:
             with open(path) as f:
                 reports.append((path, json.load(f)))
@@ -206,10 +234,28 @@ def load_reports():
     return sorted(reports, key=lambda pair: (not pair[1].get("device") == "cpu", pair[0]))
 
 
+def write_all(folder, markdown):
+    """The results markdown (at `markdown`) and a chart per FOLDER/*.json, from those files.
+    Returns the paths written: none when there is no JSON file."""
+    reports = load_reports(folder)
+    if not reports:
+        return []
+    _write(markdown, results_md(reports, os.path.dirname(markdown)))
+    charts = [write_chart(path[:-len(".json")] + ".png", report) for path, report in reports]
+    return [markdown, *filter(None, charts)]
+
+
 # ================================================================================ RESULTS.md
 def _when(iso):
     moment = datetime.datetime.fromisoformat(iso).astimezone(datetime.timezone.utc)
     return moment.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _run(record, report):
+    """The run a record comes from: (its start, its commit's first 10 digits or "", dirty)."""
+    git = record.get("git") or {}
+    return (record.get("run_started", record.get("date", report["date"])),
+            (git.get("commit") or "")[:10], bool(git.get("dirty")))
 
 
 def _machine_line(info, device):
@@ -227,27 +273,24 @@ def _busy(record, info):
     return bool(load) and load[0] >= 0.5 * (info.get("usable_cpus") or 1)
 
 
-def write_results_md(reports):
-    """benchmarks/RESULTS.md from the JSON reports (never edited by hand)."""
+def results_md(reports, where):
+    """The text of RESULTS.md, to be saved in the folder `where`, from the JSON reports."""
     out = ["# Benchmark results", "",
-           "Generated by `python -m benchmarks` from `benchmarks/results/*.json` after every run "
-           "(`python -m benchmarks --write-results` regenerates it without running anything): "
-           "do not edit it by hand. What each workload does and how to run the suite: the "
-           "Benchmarks section of README.md.", ""]
+           "Generated by `python -m benchmarks` from the JSON files it links to "
+           "(`--write-results` regenerates it without running anything): do not edit it by "
+           "hand. Only `python -m benchmarks --publish` updates the committed copy, "
+           "benchmarks/RESULTS.md; other runs write to benchmarks/results/local/ (or `--out "
+           "DIR`). What each workload does and how to run the suite: the Benchmarks section of "
+           "README.md.", ""]
     for path, report in reports:
-        out += _device_section(os.path.relpath(path, HERE), report)
-    with open(RESULTS_MD + ".tmp", "w") as f:
-        f.write("\n".join(out).rstrip() + "\n")
-    os.replace(RESULTS_MD + ".tmp", RESULTS_MD)
-    return RESULTS_MD
+        out += _device_section(os.path.relpath(path, where), report)
+    return "\n".join(out).rstrip() + "\n"
 
 
 def _device_section(relpath, report):
     info = report["machine"]
     device = report["device"]
-    library = LIBRARIES.get(report["floor_library"], report["floor_library"])
     versions = info["versions"]
-    threads = info["threads"]["suite"]
     out = [f"## {device}: {_machine_line(info, device)}", ""]
     shared = ""
     if any(_busy(record, info) for record in report["workloads"].values()):
@@ -258,8 +301,8 @@ def _device_section(relpath, report):
                   "keeps the ratios fair, but absolute times vary from run to run.")
     out += [f"NumPy {versions['numpy']}, PyTorch {versions['torch'] or 'not installed'}, "
             f"CuPy {versions['cupy'] or 'not installed'}, Python {versions['python']}, "
-            f"BLAS {info.get('numpy_blas')}; {threads} thread{'s' if threads != 1 else ''} for "
-            f"the BLAS and for PyTorch. Floor = the same arithmetic by hand in {library}, no "
+            f"BLAS {info.get('numpy_blas')}; {_threads(info['threads']['suite'])} for the BLAS "
+            f"and for PyTorch. Floor = the same arithmetic by hand in {_library(report)}, no "
             f"autodiff. Raw figures, every sample and the machine: "
             f"[{relpath}]({relpath}); chart: [{relpath[:-5]}.png]({relpath[:-5]}.png).{shared}",
             ""]
@@ -267,16 +310,12 @@ def _device_section(relpath, report):
     # when and how each figure was taken: one line per run of the suite
     runs = {}
     for name, record in report["workloads"].items():
-        started = record.get("run_started", record.get("date", report["date"]))
-        runs.setdefault((started, record.get("command", "")), []).append((name, record))
-    for (started, command), members in runs.items():
-        names = ", ".join(name for name, _ in members)
-        git = members[0][1].get("git") or {}
-        at = ""
-        if git.get("commit"):
-            at = f" at commit {git['commit'][:10]}"
-            at += " with uncommitted changes" if git.get("dirty") else ""
-        loads = [record["load_average_at_start"][0] for _, record in members
+        runs.setdefault((*_run(record, report), record.get("command", "")), []).append(record)
+    for (started, commit, dirty, command), members in runs.items():
+        names = ", ".join(record["name"] for record in members)
+        at = f" at commit {commit}" if commit else ""
+        at += " with uncommitted changes" if commit and dirty else ""
+        loads = [record["load_average_at_start"][0] for record in members
                  if record.get("load_average_at_start")]
         load = ""
         if loads:
@@ -286,22 +325,11 @@ def _device_section(relpath, report):
         out.append(f"- {names}: taken {_when(started)} on {device} with `{command}`{at}{load}.")
     out.append("")
 
-    table = [["workload", *(HEADERS[k] for k in KINDS), *RATIO_HEADERS.values(),
-              "target (issue 5)"]]
-    for record in report["workloads"].values():
-        target = record.get("target")
-        for i, row in enumerate(rows(record)):
-            goal = ""
-            if target and i == target.get("row", 0):
-                met = met_text(target)
-                goal = f"{target['text'].replace('<=', '≤')}: " + (
-                    f"**{met}**" if target["met"] is False else met)
-            table.append([row["label"], *(row["cells"][k] for k in KINDS),
-                          *(ratio_text(row, key) for key in RATIOS), goal])
-    out += _markdown_table(table, "l" + "r" * (len(table[0]) - 2) + "l")
-
-    out.append("What each row measures:")
-    out.append("")
+    lines = table(report["workloads"].values(), targets=True)
+    out.append("| " + " | ".join(lines[0]) + " |")
+    out.append("|---|---|" + "---:|" * (len(lines[0]) - 3) + "---|")
+    out += ["| " + " | ".join(cells) + " |" for cells in lines[1:]]
+    out += ["", "What each row measures:", ""]
     for name, record in report["workloads"].items():
         line = f"- **{name}**: {record['summary']}. Counted: {record['convention']}."
         if record["floor_label"]:
@@ -316,17 +344,33 @@ def _device_section(relpath, report):
     return out
 
 
-def _markdown_table(table, align):
-    rule = ["---:" if a == "r" else "---" for a in align]
-    lines = ["| " + " | ".join(table[0]) + " |", "|" + "|".join(rule) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in table[1:]]
-    return lines + [""]
-
-
 # ================================================================================ the chart
+def chart_panels(report):
+    """(row, title) for each panel of the chart, and the set of runs the panels come from. A
+    title names its row and its ratio to PyTorch and, when the panels come from several runs
+    (after --only), the date and commit of its own run."""
+    runs = {_run(record, report) for record in report["workloads"].values()}
+    panels = []
+    for record in report["workloads"].values():
+        for row in rows(record):
+            title = row["label"]
+            if row["ratios"] and row["ratios"].get("gradcore/torch") is not None:
+                title += f"  ({number(row['ratios']['gradcore/torch'])}x PyTorch)"
+            if len(runs) > 1:
+                title += "\n" + _run_label(_run(record, report))
+            panels.append((row, title))
+    return panels, runs
+
+
+def _run_label(run):
+    started, commit, dirty = run
+    commit = f", commit {commit}" + (" (modified)" if dirty else "") if commit else ""
+    return _when(started) + commit
+
+
 def write_chart(path, report):
-    """results/<device>.png: one panel per table row, a bar per implementation. Returns the path,
-    or None (and says why) without matplotlib."""
+    """<device>.png: one panel per table row, a bar per implementation. Returns the path, or
+    None (and says why) without matplotlib."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -334,27 +378,23 @@ def write_chart(path, report):
     except ImportError:
         print("note: matplotlib is not installed (pip install -e '.[bench]'): no chart")
         return None
-    panels = [row for record in report["workloads"].values() for row in rows(record)]
+    panels, runs = chart_panels(report)
     if not panels:
         return None
     columns = min(4, math.ceil(len(panels) ** 0.5))
     lines = -(-len(panels) // columns)
-    figure, axes = plt.subplots(lines, columns, figsize=(3.4 * columns, 2.9 * lines),
+    figure, axes = plt.subplots(lines, columns, figsize=(3.4 * columns, 3.0 * lines),
                                 squeeze=False)
     colours = {"gradcore": "#1f77b4", "floor": "#7f7f7f", "torch": "#ff7f0e"}
-    library = LIBRARIES.get(report["floor_library"], report["floor_library"])
-    labels = {"gradcore": "gradcore", "floor": f"floor\n({library})", "torch": "PyTorch"}
-    for ax, row in zip(axes.flat, panels):
+    labels = {"gradcore": "gradcore", "floor": f"floor\n({_library(report)})", "torch": "PyTorch"}
+    for ax, (row, title) in zip(axes.flat, panels):
         kinds = [k for k in KINDS if row["values"][k] is not None]
         heights = [row["values"][k] for k in kinds]
         bars = ax.bar([labels[k] for k in kinds], heights, color=[colours[k] for k in kinds])
         for bar, value in zip(bars, heights):
             ax.annotate(number(value), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                         ha="center", va="bottom", fontsize=8)
-        title = row["label"]
-        if row["ratios"] and row["ratios"].get("gradcore/torch") is not None:
-            title += f"  ({number(row['ratios']['gradcore/torch'])}x PyTorch)"
-        ax.set_title(title, fontsize=9)
+        ax.set_title(title, fontsize=9 if len(runs) == 1 else 8)
         ax.set_ylabel(row["unit"], fontsize=8)
         ax.tick_params(labelsize=8)
         ax.margins(y=0.2)
@@ -362,20 +402,10 @@ def write_chart(path, report):
         ax.axis("off")
     info = report["machine"]
     where = info["gpu"] if report["device"].startswith("cuda") else info["cpu"]
-    figure.suptitle(f"gradcore benchmarks, {report['device']} ({where}), {_when(report['date'])}"
-                    "; lower is better", fontsize=10)
+    when = _run_label(*runs) if len(runs) == 1 else f"{len(runs)} runs (each panel says which)"
+    figure.suptitle(f"gradcore benchmarks, {report['device']} ({where}), {when}; lower is better",
+                    fontsize=10)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return path
-
-
-def write_all():
-    """RESULTS.md and every chart, from the JSON files. Returns the paths written."""
-    reports = load_reports()
-    written = [write_results_md(reports)]
-    for path, report in reports:
-        chart = write_chart(path[:-len(".json")] + ".png", report)
-        if chart:
-            written.append(chart)
-    return written

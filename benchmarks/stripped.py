@@ -207,7 +207,8 @@ def main(argv=None):
         print(f"  {label}:")
         for key, samples in times.items():
             samples = samples[3:]
-            line = f"    {key:24s} {statistics.median(samples) * 1e3 / wide.BRANCHES * 1e3:7.2f} µs/branch"
+            per_branch = statistics.median(samples) / wide.BRANCHES * 1e6
+            line = f"    {key:24s} {per_branch:7.2f} µs/branch"
             if "torch" in times and key != "torch":
                 ratios = [a / b for a, b in zip(samples, times["torch"][3:])]
                 line += f"   {statistics.median(ratios):.3f}x PyTorch"
