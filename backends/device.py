@@ -13,7 +13,7 @@ class Device:
     def __init__(self, type, index=None):
         if not isinstance(type, str) or not type or ":" in type:
             raise ValueError(f"Device type must be a non-empty string without ':', got {type!r}")
-        if isinstance(index, str) and index.isdigit():
+        if isinstance(index, str) and index.isascii() and index.isdigit():  # "²".isdigit() too
             index = int(index)
         if index is not None and not isinstance(index, (int, str)):
             raise TypeError(f"Device index must be an int, a str or None, got {index!r}")
@@ -54,8 +54,9 @@ def parse_device(device):
         if kind and (not sep or index):
             if kind == "cpu" and sep:
                 raise ValueError(f"invalid device {device!r}: 'cpu' takes no index")
-            if kind == "cuda" and sep and not index.isdigit():
-                raise ValueError(f"invalid device {device!r}: a GPU index is a number, as in 'cuda:1'")
+            if kind == "cuda" and sep and not (index.isascii() and index.isdigit()):
+                raise ValueError(f"invalid device {device!r}: a GPU index is a non-negative "
+                                 f"integer, as in 'cuda:1'")
             return CPU if kind == "cpu" and not sep else Device(kind, index or None)
         raise ValueError(
             f"invalid device {device!r}: expected 'cpu', 'cuda', 'cuda:N' or 'BACKEND:NAME'")

@@ -276,6 +276,8 @@ def _plot_spiral(model, train, result, out):
         ax.scatter(points[:, 0], points[:, 1], s=18, marker=marker, color=CLASS_COLORS[c],
                    label=f"class {c}")
     ax.set_aspect("equal")
+    ax.set_xlabel("x1")  # a spiral point's two coordinates: data[:, 0] and data[:, 1]
+    ax.set_ylabel("x2")
     ax.set_xlim(-1.1, 1.1)
     ax.set_ylim(-1.1, 1.1)
     ax.legend(loc="upper right")
@@ -331,7 +333,8 @@ def _parser():
         description="Train a small network with gradcore on any device and draw the result.")
     p.add_argument("--task", choices=("spiral", "conv"), default="spiral",
                    help="spiral: an MLP on 3 interleaved spirals (default); conv: a small conv "
-                        "net on 16x16 images of bars, squares and crosses")
+                        "net on noisy 16x16 images of 4 shapes: horizontal bar, vertical bar, "
+                        "square (outline) and cross")
     p.add_argument("--device", default=None,
                    help="cpu, cuda, cuda:N, array_api_strict:device1, ... (default: cuda when a "
                         "GPU is present, else cpu)")

@@ -52,6 +52,13 @@ def test_invalid_device_strings_raise_value_error(text):
         parse_device(text)
 
 
+@pytest.mark.parametrize("text", ["cuda:-1", "cuda:x", "cuda:1.5", "cuda:²"])
+def test_a_gpu_index_must_be_a_non_negative_integer(text):
+    message = f"invalid device '{text}': a GPU index is a non-negative integer, as in 'cuda:1'"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        parse_device(text)
+
+
 def test_invalid_device_objects():
     with pytest.raises(TypeError, match="got int"):
         parse_device(0)

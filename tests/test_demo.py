@@ -10,6 +10,7 @@ import backends
 import gradcore
 from conftest import DEVICE1
 from gradcore import demo
+from gradcore.datasets import Shapes
 
 
 # =============================================================================== training
@@ -53,6 +54,24 @@ def test_main_writes_the_pngs(tmp_path, capsys):
     assert "conv net on 800 Shapes images" in out
     assert f"wrote {tmp_path / 'spiral_boundary.png'}" in out
     assert "epoch 2/2 [" in err and "epoch 1/1 [" in err
+
+
+def test_spiral_boundary_names_its_axes(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    figures = {}  # the figures by file name, never drawn
+    monkeypatch.setattr(demo, "_save", lambda fig, out, name: figures.setdefault(name, fig))
+    demo.train_spiral(device="cpu", epochs=1, out=str(tmp_path), progress=False)
+    ax, = figures["spiral_boundary.png"].axes
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("x1", "x2")
+
+
+def test_help_names_the_four_shapes(capsys):
+    with pytest.raises(SystemExit) as info:
+        demo.main(["--help"])
+    assert info.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines anywhere
+    for name in Shapes.labels().values():
+        assert name in text
 
 
 def test_missing_matplotlib_is_named_before_training(tmp_path, capsys, monkeypatch):
