@@ -255,6 +255,8 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
                 # `is not`: NumPy's and CuPy's built-in dtypes are singletons; _conform compares
                 if gx._data.shape != x._data.shape or gx._data.dtype is not x._data.dtype:
                     gx = _conform(f, gx, x)
+                # Accumulate. grads[x] is x's gradient so far; a sum in sums[x] was made here for x
+                # and nobody else has seen it while it is grads[x], so it may take more in place
                 previous = grads.get(x)
                 if previous is not None:  # x was reached before: its creator is queued already
                     if create_graph or not x._backend.plain:
@@ -264,6 +266,9 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
                     else:  # nothing to record: the arrays' sum, with no Function around it
                         grads[x] = sums[x] = _output(previous._data + gx._data, x._backend, None, 0)
                     continue
+                # Schedule x's creator. The heap pops the highest (generation, sequence): whatever can
+                # still add to a Function's outputs has a higher generation, or the same and began
+                # later, so a popped Function's gradients are complete
                 grads[x] = gx
                 creator = x.creator
                 if creator is None:
@@ -294,26 +299,30 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
                         following, key = creator, other
                 heappush(heap, key)
 
-        finished = []
-        for x in leaves:
-            g = grads.pop(x, None)
-            if g is None:  # listed twice: its gradient is applied already
-                continue
-            if x._hooks:
-                g = _run_hooks(x, g, shared)
-            if wanted is not None:
-                if x in wanted:
-                    captured[x] = g
-            else:
-                finished.append((x, g))
-        if grads:  # a gradient reached a Variable whose creator did not count it as an output
-            raise _reused(next(iter(grads)).creator)
-        if wanted is not None:
-            return dict(_owned(captured.items(), shared, create_graph))
-        finished = _owned(finished, shared, create_graph)
-        with _accumulating:  # the sums only: nothing here calls back into user code
-            for x, g in finished:
-                x._grad = g if x._grad is None else x._grad + g
+        return _finish(leaves, grads, wanted, captured, shared, create_graph)
+
+
+def _finish(leaves, grads, wanted, captured, shared, create_graph):
+    """The leaves' gradients, after their hooks: returned (with `wanted`: those and the captured
+    ones) or added into `.grad`, each owning its array."""
+    finished = []
+    for x in leaves:
+        g = grads.pop(x, None)
+        if g is None:  # listed twice: its gradient is applied already
+            continue
+        if x._hooks:
+            g = _run_hooks(x, g, shared)
+        if wanted is None:
+            finished.append((x, g))
+        elif x in wanted:
+            captured[x] = g
+    if grads:  # a gradient reached a Variable whose creator did not count it as an output
+        raise _reused(next(iter(grads)).creator)
+    if wanted is not None:
+        return dict(_owned(captured.items(), shared, create_graph))
+    with _accumulating:  # the sums only: nothing here calls back into user code
+        for x, g in _owned(finished, shared, create_graph):
+            x._grad = g if x._grad is None else x._grad + g
     return captured
 
 
