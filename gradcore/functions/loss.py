@@ -13,12 +13,12 @@ from .reduce import sum
 from .shape import get_item
 
 
-def _rows(x):
+def _batch_size(x):
     """N, the number of samples: x.shape[0] (1 for a 0-d x)."""
     return x.shape[0] if x.ndim else 1
 
 
-def _place(op, x):
+def _backend_and_device(op, x):
     """(backend, device) of x, a Variable or an array."""
     if isinstance(x, Variable):
         return x.backend, x.device
@@ -28,7 +28,7 @@ def _place(op, x):
     return backend, backend.device_of(x)
 
 
-def _on(op, t, device, dtype=None):
+def _labels_on_device(op, t, device, dtype=None):
     """Labels or targets `t` (a Variable, an array of any backend, a list) as an array on
     `device` (NumPy labels go to the GPU, or wherever x lives), cast to `dtype`."""
     if isinstance(t, Variable):
@@ -67,7 +67,7 @@ def _class_labels(xp, t, n, c=None):
     return t
 
 
-def _check_same_shape(a, b, names, op=None):
+def _check_loss_operand_shapes(a, b, names, op=None):
     """ValueError unless a and b have one shape (losses do not broadcast)."""
     sa, sb = tuple(getattr(a, "shape", ())), tuple(getattr(b, "shape", ()))
     if sa != sb:
@@ -76,40 +76,40 @@ def _check_same_shape(a, b, names, op=None):
                          f"and {sb}; reshape one to match (e.g. t.reshape(y.shape))")
 
 
-def _targets(op, t, x):
+def _targets_like(op, t, x):
     """Targets for sigmoid / binary cross entropy: on x's device, reshaped to x's shape when only
     the number of axes differs (as DeZero does). A Variable already on x's device stays one (a
     gradient can flow to it); anything else becomes a constant array of x's dtype."""
     if not isinstance(x, Variable):
         x = Variable(x, requires_grad=False)
     if not (isinstance(t, Variable) and t.backend is x.backend and t.device == x.device):
-        t = Variable(_on(op, t, x.device, _float_dtype(x)), requires_grad=False)
+        t = Variable(_labels_on_device(op, t, x.device, _float_dtype(x)), requires_grad=False)
     if t.ndim != x.ndim and t.size == x.size:
         t = t.reshape(x.shape)
     return t
 
 
-def _follow(op, x0, x1):
+def _move_array_to_variable(op, x0, x1):
     """A raw array (or list) beside a Variable is a constant: it follows the Variable to its
     device and floating dtype, so NumPy targets work on a GPU and float32 stays float32."""
     if isinstance(x0, Variable) and not isinstance(x1, Variable):
-        x1 = _on(op, x1, x0.device, _float_dtype(x0))
+        x1 = _labels_on_device(op, x1, x0.device, _float_dtype(x0))
     elif isinstance(x1, Variable) and not isinstance(x0, Variable):
-        x0 = _on(op, x0, x1.device, _float_dtype(x1))
+        x0 = _labels_on_device(op, x0, x1.device, _float_dtype(x1))
     return x0, x1
 
 
 # =============================================================================== mean squared error
 class MeanSquaredError(Function):
     def forward(self, x0, x1):
-        _check_same_shape(x0, x1, ("x0", "x1"))
+        _check_loss_operand_shapes(x0, x1, ("x0", "x1"))
         diff = x0 - x1
-        return self.xp.sum(diff * diff) / _rows(x0)
+        return self.xp.sum(diff * diff) / _batch_size(x0)
 
     def backward(self, gy):
         x0, x1 = self.inputs
         n0, n1 = self.needs_input_grad
-        gx0 = gy * (x0 - x1) * (2 / _rows(x0))
+        gx0 = gy * (x0 - x1) * (2 / _batch_size(x0))
         return gx0 if n0 else None, -gx0 if n1 else None
 
 
@@ -117,15 +117,15 @@ def mean_squared_error(x0, x1):
     """sum((x0 - x1) ** 2) / N, N = x0.shape[0] (DeZero's definition): a 0-d Variable.
     x0 and x1 must have the same shape (no broadcasting); a raw array beside a Variable follows
     it to its device and dtype."""
-    return MeanSquaredError()(*_follow("mean_squared_error", x0, x1))
+    return MeanSquaredError()(*_move_array_to_variable("mean_squared_error", x0, x1))
 
 
 def mean_squared_error_simple(x0, x1):
     """mean_squared_error as a plain composition of ops (its test oracle)."""
-    x0, x1 = _follow("mean_squared_error_simple", x0, x1)
-    _check_same_shape(x0, x1, ("x0", "x1"), "mean_squared_error_simple")
+    x0, x1 = _move_array_to_variable("mean_squared_error_simple", x0, x1)
+    _check_loss_operand_shapes(x0, x1, ("x0", "x1"), "mean_squared_error_simple")
     diff = sub(x0, x1)
-    return sum(diff * diff) / _rows(diff)
+    return sum(diff * diff) / _batch_size(diff)
 
 
 # ============================================================================ softmax cross entropy
@@ -157,15 +157,15 @@ class SoftmaxCrossEntropy(Function):
 def softmax_cross_entropy(x, t):
     """Mean over the N rows of -log softmax(x)[i, t_i]: x (N, C) logits, t (N,) integer labels
     (NumPy or the backend's; moved to x's device). Stable for any logit magnitude. 0-d result."""
-    _, device = _place("softmax_cross_entropy", x)
-    return SoftmaxCrossEntropy()(x, _on("softmax_cross_entropy", t, device))
+    _, device = _backend_and_device("softmax_cross_entropy", x)
+    return SoftmaxCrossEntropy()(x, _labels_on_device("softmax_cross_entropy", t, device))
 
 
 def softmax_cross_entropy_simple(x, t):
     """softmax_cross_entropy as a composition: softmax, clip to [1e-15, 1], log, and picking
     log p[i, t_i] with integer-array indexing (the oracle; the fused op is stabler)."""
-    backend, device = _place("softmax_cross_entropy_simple", x)
-    t = _on("softmax_cross_entropy_simple", t, device)
+    backend, device = _backend_and_device("softmax_cross_entropy_simple", x)
+    t = _labels_on_device("softmax_cross_entropy_simple", t, device)
     n = x.shape[0] if x.ndim == 2 else None
     with backend.device_context(device):
         if n is None:
@@ -184,7 +184,7 @@ def softmax_cross_entropy_simple(x, t):
 class SigmoidCrossEntropy(Function):
     def forward(self, x, t):
         xp = self.xp
-        _check_same_shape(x, t, ("x", "t"))
+        _check_loss_operand_shapes(x, t, ("x", "t"))
         if t.dtype != x.dtype:
             t = xp.astype(t, x.dtype)  # 0/1 integer labels: float32 logits stay float32
         self.save_for_backward(t)
@@ -192,12 +192,12 @@ class SigmoidCrossEntropy(Function):
         # softplus(x) = max(x, 0) + log(1 + exp(-|x|)): no overflow, no log(0)
         loss = (xp.where(x > 0, x, xp.zeros_like(x)) - t * x
                 + xp.log1p(xp.exp(-xp.abs(x))))
-        return xp.sum(loss) / _rows(x)
+        return xp.sum(loss) / _batch_size(x)
 
     def backward(self, gy):
         x, t_in = self.inputs
         t, = self.saved_tensors  # t_in itself, or a cast constant
-        g = gy / _rows(x)
+        g = gy / _batch_size(x)
         gx = (sigmoid(x) - t) * g if self.needs_input_grad[0] else None
         gt = -x * g if self.needs_input_grad[1] and t is t_in else None
         return gx, gt
@@ -207,28 +207,28 @@ def sigmoid_cross_entropy(x, t):
     """-sum(t log p + (1 - t) log(1 - p)) / N with p = sigmoid(x), N = x.shape[0] (DeZero's
     definition: the mean when x is (N,) or (N, 1)). t: 0/1 (or soft) targets shaped like x, or
     with the same elements (reshaped). Computed from the logits: stable for any magnitude."""
-    return SigmoidCrossEntropy()(x, _targets("sigmoid_cross_entropy", t, x))
+    return SigmoidCrossEntropy()(x, _targets_like("sigmoid_cross_entropy", t, x))
 
 
 # ============================================================================= binary cross entropy
 class BinaryCrossEntropy(Function):
     def forward(self, p, t):
         xp = self.xp
-        _check_same_shape(p, t, ("p", "t"))
+        _check_loss_operand_shapes(p, t, ("p", "t"))
         if t.dtype != p.dtype:
             t = xp.astype(t, p.dtype)
         eps = float(xp.finfo(p.dtype).eps)
         pc = xp.clip(p, eps, 1 - eps)
         # the slope of the clip: 1 inside [eps, 1 - eps], 0 outside
         self.save_for_backward(t, pc, xp.astype((p >= eps) & (p <= 1 - eps), p.dtype))
-        return -xp.sum(t * xp.log(pc) + (1 - t) * xp.log1p(-pc)) / _rows(p)
+        return -xp.sum(t * xp.log(pc) + (1 - t) * xp.log1p(-pc)) / _batch_size(p)
 
     def backward(self, gy):
         p, t_in = self.inputs
         t, pc, inside = self.saved_tensors
         # clip(p) written with ops: equal to pc, with the derivative `inside` (for higher order)
         q = p * inside + pc * (1 - inside)
-        g = gy / _rows(p)
+        g = gy / _batch_size(p)
         gp = (q - t) / (q * (1 - q)) * inside * g if self.needs_input_grad[0] else None
         gt = (log(1 - q) - log(q)) * g if self.needs_input_grad[1] and t is t_in else None
         return gp, gt
@@ -240,16 +240,16 @@ def binary_cross_entropy(p, t):
     for float64, 1.2e-7 for float32), so p = 0 or 1 costs at most -log(eps) (36.0 or 15.9) per
     element instead of inf, and the gradient is 0 outside the clip, as for F.clip. (DeZero
     clips to [1e-15, 0.999].) Prefer sigmoid_cross_entropy on logits: it needs no clip."""
-    return BinaryCrossEntropy()(p, _targets("binary_cross_entropy", t, p))
+    return BinaryCrossEntropy()(p, _targets_like("binary_cross_entropy", t, p))
 
 
 # =============================================================================== accuracy
 def accuracy(y, t):
     """The fraction of rows where argmax(y, axis=1) == t, as a Variable with no graph (not
     differentiable): y (N, C) scores, t (N,) integer labels (moved to y's device)."""
-    backend, device = _place("accuracy", y)
+    backend, device = _backend_and_device("accuracy", y)
     data = y.data if isinstance(y, Variable) else y
-    t = _on("accuracy", t, device)
+    t = _labels_on_device("accuracy", t, device)
     xp = backend.xp
     with backend.device_context(device):
         try:

@@ -23,6 +23,7 @@ def _size(value, what, where):
 
 
 def _optional_size(value, what, where):
+    """None, or `value` checked by _size."""
     return None if value is None else _size(value, what, where)
 
 
@@ -50,12 +51,47 @@ def _placement(x, fallback, where):
     return backend, x.device, dtype
 
 
-def _eager():
-    """Where eagerly created parameters live: NumPy on the CPU (move them with Module.to)."""
+def _numpy_on_cpu():
+    """(backend, device) of eagerly created parameters: NumPy on the CPU (move them with
+    Module.to)."""
     return backends.NUMPY, backends.CPU
 
 
+def _declare_weight_and_bias(layer, nobias, dtype, where):
+    """Check and set layer.nobias and layer.dtype, and give the layer W and (unless nobias) b
+    as Parameters with no data yet: its _initialize fills them."""
+    if not isinstance(nobias, (bool, numpy.bool_)):
+        raise TypeError(f"{where}: nobias must be True or False, got {nobias!r}")
+    layer.nobias = bool(nobias)
+    layer.dtype = _numpy_dtype(dtype, where)
+    layer.W = Parameter(None, name="W")
+    layer.b = None if layer.nobias else Parameter(None, name="b")
+
+
 # =============================================================================== linear
+def _linear_sizes(sizes, in_size, out_size):
+    """(in_size, out_size) from Linear's positional `sizes` (out_size, or in_size and out_size)
+    and its keywords, each given once; in_size None when it is to be learnt from the input."""
+    if len(sizes) > 2:
+        raise TypeError(f"Linear takes out_size, or in_size and out_size; got {len(sizes)} "
+                        "positional arguments (pass nobias and dtype by keyword)")
+    if len(sizes) == 2:
+        if isinstance(sizes[1], bool):
+            raise TypeError(f"Linear({sizes[0]!r}, {sizes[1]!r}): pass nobias by keyword "
+                            "(Linear(out_size, nobias=True))")
+        if in_size is not None or out_size is not None:
+            raise TypeError("Linear(in_size, out_size) got in_size or out_size by keyword "
+                            "as well; give each once")
+        in_size, out_size = sizes
+    elif len(sizes) == 1:
+        if out_size is not None:
+            raise TypeError("Linear: out_size given twice (positionally and by keyword)")
+        out_size = sizes[0]
+    elif out_size is None:
+        raise TypeError("Linear needs out_size: Linear(out_size) or Linear(in_size, out_size)")
+    return _optional_size(in_size, "in_size", "Linear"), _size(out_size, "out_size", "Linear")
+
+
 class Linear(Module):
     """A fully connected layer: y = x @ W + b for x (N, in_size), W (in_size, out_size),
     b (out_size,).
@@ -69,35 +105,10 @@ class Linear(Module):
 
     def __init__(self, *sizes, out_size=None, nobias=False, dtype=numpy.float32, in_size=None):
         super().__init__()
-        where = "Linear"
-        if len(sizes) > 2:
-            raise TypeError(f"{where} takes out_size, or in_size and out_size; got {len(sizes)} "
-                            "positional arguments (pass nobias and dtype by keyword)")
-        if len(sizes) == 2:
-            if isinstance(sizes[1], bool):
-                raise TypeError(f"{where}({sizes[0]!r}, {sizes[1]!r}): pass nobias by keyword "
-                                "(Linear(out_size, nobias=True))")
-            if in_size is not None or out_size is not None:
-                raise TypeError(f"{where}(in_size, out_size) got in_size or out_size by keyword "
-                                "as well; give each once")
-            in_size, out_size = sizes
-        elif len(sizes) == 1:
-            if out_size is not None:
-                raise TypeError(f"{where}: out_size given twice (positionally and by keyword)")
-            out_size = sizes[0]
-        elif out_size is None:
-            raise TypeError(f"{where} needs out_size: Linear(out_size) or "
-                            "Linear(in_size, out_size)")
-        if not isinstance(nobias, (bool, numpy.bool_)):
-            raise TypeError(f"{where}: nobias must be True or False, got {nobias!r}")
-        self.in_size = _optional_size(in_size, "in_size", where)
-        self.out_size = _size(out_size, "out_size", where)
-        self.nobias = bool(nobias)
-        self.dtype = _numpy_dtype(dtype, where)
-        self.W = Parameter(None, name="W")
-        self.b = None if self.nobias else Parameter(None, name="b")
+        self.in_size, self.out_size = _linear_sizes(sizes, in_size, out_size)
+        _declare_weight_and_bias(self, nobias, dtype, "Linear")
         if self.in_size is not None:
-            self._initialize(*_eager(), self.dtype, self.in_size)
+            self._initialize(*_numpy_on_cpu(), self.dtype, self.in_size)
 
     def _initialize(self, backend, device, dtype, in_size):
         """Fill W and b where they have no data yet (lazy creation, or a partial load)."""
@@ -153,14 +164,9 @@ class _ConvBase(Module):
                 raise ValueError(f"{where}: {name} must be an int >= {low} or a pair of them, "
                                  f"got {value!r}")
         self.kernel_size, self.stride, self.pad = kernel_size, stride, pad
-        if not isinstance(nobias, (bool, numpy.bool_)):
-            raise TypeError(f"{where}: nobias must be True or False, got {nobias!r}")
-        self.nobias = bool(nobias)
-        self.dtype = _numpy_dtype(dtype, where)
-        self.W = Parameter(None, name="W")
-        self.b = None if self.nobias else Parameter(None, name="b")
+        _declare_weight_and_bias(self, nobias, dtype, where)
         if self.in_channels is not None:
-            self._initialize(*_eager(), self.dtype, self.in_channels)
+            self._initialize(*_numpy_on_cpu(), self.dtype, self.in_channels)
 
     def _w_shape(self, C):
         raise NotImplementedError
@@ -302,8 +308,8 @@ class EmbedID(Module):
         self.in_size = _size(in_size, "in_size", "EmbedID")
         self.out_size = _size(out_size, "out_size", "EmbedID")
         self.dtype = _numpy_dtype(dtype, "EmbedID")
-        self.W = Parameter(_normal(*_eager(), (self.in_size, self.out_size), self.dtype, 1.0),
-                           name="W")
+        W = _normal(*_numpy_on_cpu(), (self.in_size, self.out_size), self.dtype, 1.0)
+        self.W = Parameter(W, name="W")
 
     def forward(self, x):
         return F.embed_id(x, self.W)

@@ -218,6 +218,7 @@ def test_mlp_is_dezero_shaped():
     (lambda: nn.Conv2d(3, 0), ValueError, "kernel_size must be an int >= 1"),
     (lambda: nn.Conv2d(3, 2, pad=-1), ValueError, "pad must be an int >= 0"),
     (lambda: nn.Deconv2d(3, 2, stride=(1, 2, 3)), ValueError, "stride must be"),
+    (lambda: nn.Deconv2d(3, 2, nobias=1), TypeError, "Deconv2d: nobias must be True or False"),
     (lambda: nn.Dropout(1.0), ValueError, r"dropout_ratio must be a number in \[0, 1\)"),
     (lambda: nn.BatchNorm(decay=1.5), ValueError, "0 <= decay < 1"),
     (lambda: nn.EmbedID(0, 3), ValueError, "in_size must be a positive int"),
