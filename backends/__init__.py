@@ -10,14 +10,14 @@ __all__ = [
     "get_backend", "register", "registered", "asarray_on", "backend_for_device", "is_array", "to_device", "copy", "cuda_available",
 ]
 
-_by_type = {}          # type(array) -> Backend: the O(1) dispatch every op goes through
+_by_type = {}          # type(array) -> Backend: backend_of's O(1) lookup
 _by_name = {}          # Backend.name -> Backend
 _by_device_type = {}   # Device.type -> Backend
 
 
-# Read on every op. As instance attributes CPython 3.11 specialises the reads; class attributes
-# read through an instance take the slow generic lookup (callgrind: 4.3% of the instructions per
-# op of a chain of small NumPy ops, 1.6% of a wide graph's).
+# Read on every call that dispatches on an array. As instance attributes CPython 3.11 specialises
+# the reads; class attributes read through an instance take the slow generic lookup (callgrind:
+# 4.3% of the instructions of a chain of small NumPy calls, 1.6% of a wide one's).
 _HOT_ATTRIBUTES = ("xp", "array_type", "scalar_types", "single_device", "needs_device_context")
 
 
@@ -25,7 +25,7 @@ def register(backend):
     """Make `backend` known: its arrays are then accepted everywhere. Returns it."""
     for name in _HOT_ATTRIBUTES:
         setattr(backend, name, getattr(backend, name))
-    # one device and no device context: Function.__call__'s unrolled path
+    # one device and no device context needed
     backend.plain = backend.single_device and not backend.needs_device_context
     _by_name[backend.name] = backend
     _by_device_type[backend.device_type] = backend
@@ -124,7 +124,7 @@ def copy(array):
 
 def asarray_on(obj, device, dtype=None):
     """`obj` (an array of any backend, a list, a scalar) as an array on `device`, cast to `dtype`
-    when given: the constants an op takes (labels, masks, indices) go where its inputs live."""
+    when given: constants (labels, masks, indices) go where the arrays they go with live."""
     device = parse_device(device)
     target = backend_for_device(device)
     source = backend_of(obj)

@@ -5,7 +5,7 @@ import re
 import numpy
 
 from .base import Backend, DeviceUnavailableError
-from .indexing import flat_positions, is_advanced, normalize_key
+from .indexing import flat_positions, is_advanced
 from .device import Device
 
 
@@ -36,7 +36,7 @@ class ArrayAPIBackend(Backend):
         return self._from_native[array.device]
 
     def native(self, device):
-        """The library's own device object for a gradcore `Device` (None: the default device)."""
+        """The library's own device object for a `Device` (None: the default device)."""
         if device is None or device.index is None:
             return self._to_native[self._default]
         try:
@@ -64,11 +64,10 @@ class ArrayAPIBackend(Backend):
         # array-api-strict refuses to hand a non-default-device array to NumPy: move it first
         return numpy.asarray(array.to_device(self.native(None)))
 
-    def scatter_add(self, target, index, values):
-        # NumPy-style keys as normalize_key spells them; integer arrays and masks go through flat
-        # positions and a segment sum, since the standard has no integer-array __setitem__
+    def add_at(self, target, key, values):
+        # index arrays (masks are ones by now) go through flat positions and a segment sum, since
+        # the standard has no integer-array __setitem__
         xp = self.xp
-        key = normalize_key(xp, index, target.shape)
         if not hasattr(values, "shape"):
             values = xp.asarray(values, dtype=target.dtype, device=target.device)
         elif values.dtype != target.dtype:

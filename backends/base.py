@@ -1,5 +1,7 @@
-"""The Backend contract: everything gradcore needs from an array library, written down once."""
+"""The Backend contract: what is asked of an array library, written down once."""
 import contextlib
+
+from . import indexing
 
 
 class DeviceUnavailableError(RuntimeError):
@@ -7,20 +9,19 @@ class DeviceUnavailableError(RuntimeError):
 
 
 class Backend:
-    """One array library. Subclasses fill in every member below; ops only ever use these.
+    """One array library. Subclasses fill in every member below; callers use only these.
 
-    A backend knows nothing of autodiff. `gradcore` reaches it through `backend_of(array)`
-    (cached on each Variable) and `backend_for_device(device)`.
+    Found through `backend_of(array)` and `backend_for_device(device)`.
     """
 
     name = None           # registry key: "numpy", "cupy", or the namespace's module name
     device_type = None    # the `type` of the Devices it serves: "cpu", "cuda", ...
-    xp = None             # the array-API namespace ops call: numpy, cupy, array_api_strict, ...
-    array_type = None     # the exact type of its arrays (the fast path checks `type(y) is array_type`)
-    scalar_types = frozenset()  # types of the scalars its ops may return instead of 0-d arrays
-    single_device = False # True when every array lives on one device: device checks are skipped
+    xp = None             # the array-API namespace: numpy, cupy, array_api_strict, ...
+    array_type = None     # the exact type of its arrays (`type(a) is array_type` is the quick test)
+    scalar_types = frozenset()  # types of scalars its functions may return in place of 0-d arrays
+    single_device = False # True when all its arrays live on one device
     needs_device_context = False  # True when computing needs `device_context` (CuPy)
-    plain = False         # single_device and not needs_device_context: set by backends.register
+    plain = False         # one device and no device context needed: set by backends.register
 
     def owns(self, array):
         """True if `array` is one of this backend's arrays."""
@@ -28,7 +29,7 @@ class Backend:
 
     def owns_memory(self, array):
         """True if writing into `array` can change no other array: it is writable and no view of
-        another. False when the library cannot tell (then gradcore copies where it must own)."""
+        another. False when the library cannot tell (a caller that must own it then copies)."""
         return False
 
     def device_of(self, array):
@@ -41,9 +42,8 @@ class Backend:
         return contextlib.nullcontext()
 
     def ensure_array(self, obj):
-        """A scalar of this library (NumPy's reductions and 0-d ops return them) as a 0-d array;
-        anything else unchanged. gradcore keeps such scalars inside the graph and calls this when
-        one is handed out (Variable.data) or comes in (Variable(data))."""
+        """A scalar of this library (NumPy's reductions and 0-d arithmetic return them) as a 0-d
+        array; anything else unchanged."""
         raise NotImplementedError
 
     def asarray(self, obj, dtype=None, device=None):
@@ -62,11 +62,27 @@ class Backend:
         """`array` as a NumPy array on the host."""
         raise NotImplementedError
 
+    def normalize_key(self, index, shape):
+        """`index` by NumPy's rules (ints, slices, None, Ellipsis, integer arrays, boolean masks;
+        arrays on the indexed array's device) checked against `shape`: an opaque key for
+        `get_item` and `scatter_add`. IndexError out of bounds (CuPy alone would wrap), TypeError
+        for what is no index. A key it returned comes back as it is (checked once)."""
+        return indexing.normalize_key(self.xp, index, shape)
+
+    def get_item(self, array, key):
+        """`array[key]` by NumPy's rules, for a key from `normalize_key` (shaped for `array`)."""
+        if indexing.is_advanced(key):
+            return indexing.gather(self.xp, array, key)
+        return array[tuple(key)]
+
     def scatter_add(self, target, index, values):
         """Add `values` into `target[index]` in place, repeated indices adding up (np.add.at);
-        returns `target`. `index` follows NumPy's rules (ints, slices, None, Ellipsis, integer
-        arrays, boolean masks; arrays on `target`'s device). Bounds are the caller's to check
-        (CuPy wraps out-of-range indices); `normalize_key` does it."""
+        returns `target`. `index` is a key from `normalize_key` or anything it takes."""
+        return self.add_at(target, tuple(self.normalize_key(index, target.shape)), values)
+
+    def add_at(self, target, key, values):
+        """`scatter_add` for a checked key: a plain tuple naming every axis of `target` with
+        non-negative ints, slices, None and int64 index arrays (Ellipsis only if it covers none)."""
         raise NotImplementedError
 
     def random_normal(self, shape, dtype, device):
@@ -91,8 +107,8 @@ class Backend:
     def __repr__(self):
         return f"<{type(self).__name__} {self.name!r}>"
 
-    # A backend is a registry entry, not data: copies of a Variable share it, and a pickled one
-    # finds it again by name (so deepcopy and pickle of Variables and models work).
+    # A backend is a registry entry, not data: copies of an object that holds one share it, and a
+    # pickled one finds it again by name (so deepcopy and pickle of such objects work).
     def __copy__(self):
         return self
 

@@ -117,15 +117,12 @@ class CupyBackend(Backend):
     def to_numpy(self, array):
         return array.get()  # numpy.asarray(cupy_array) raises by design
 
-    def scatter_add(self, target, index, values):
-        # out-of-range indices wrap here: callers check bounds (get_item does, in normalize_key)
-        if isinstance(index, tuple):
-            index = tuple(index)  # a NormalizedKey is a tuple subclass: hand CuPy a plain one
+    def add_at(self, target, key, values):
         if target.dtype.name in ATOMIC_ADD_DTYPES:
-            self._cupyx.scatter_add(target, index, values)
+            self._cupyx.scatter_add(target, key, values)
             return target
         with self.xp.cuda.Device(target.device.id):
-            return scatter_add_converted(self._cupyx.scatter_add, self.xp, target, index, values)
+            return scatter_add_converted(self._cupyx.scatter_add, self.xp, target, key, values)
 
     def random_normal(self, shape, dtype, device):
         with self.xp.cuda.Device(self._id(device)):

@@ -1,11 +1,11 @@
-"""Indexing by NumPy's rules with array-API calls only: the keys of get_item and scatter_add."""
+"""Indexing by NumPy's rules with array-API calls only: the keys of reading and scatter_add."""
 import math
 import operator
 
 # =============================================================================== NumPy-style keys
-# gradcore indexes by NumPy's rules (integer arrays, boolean masks, mixed with slices and None);
-# the array API promises only basic indices, all-integer keys and `take`. These helpers give
-# NumPy's result from array-API calls alone, for get_item's forward and for scatter_add.
+# NumPy's indexing rules (integer arrays, boolean masks, mixed with slices and None) on any
+# backend; the array API promises only basic indices, all-integer keys and `take`. These helpers
+# give NumPy's result from array-API calls alone, for reading an item and for scatter_add.
 _REST = object()  # the axes a key without an ellipsis leaves unnamed, at its end
 
 
@@ -17,7 +17,7 @@ def normalize_key(xp, key, shape):
     it covers (`nonzero`). Index arrays must already be `xp` arrays on the indexed array's device.
     Raises IndexError (out of bounds, too many indices, a mask of the wrong shape) or TypeError
     (an index that is not an int, slice, None, Ellipsis, or integer/boolean array). A key it
-    returned comes back as it is (the checks are not paid twice, e.g. in backward).
+    returned comes back as it is (the checks are not paid twice for a key used again).
     """
     if key.__class__ is NormalizedKey:
         return key

@@ -2,7 +2,7 @@
 import numpy
 
 from .base import Backend
-from .indexing import flat_positions, is_advanced, normalize_key
+from .indexing import flat_positions, is_advanced
 from .device import CPU
 
 
@@ -15,7 +15,7 @@ class NumpyBackend(Backend):
     scalar_types = frozenset(t for t in numpy.sctypeDict.values() if issubclass(t, numpy.generic))
 
     def owns_memory(self, array):
-        # a NumPy scalar (kept by the graph in place of a 0-d array) is immutable
+        # a NumPy scalar (which callers may keep in place of a 0-d array) is immutable
         return array.__class__ is not numpy.ndarray or (
             array.base is None and array.flags.writeable)
 
@@ -38,8 +38,7 @@ class NumpyBackend(Backend):
     def to_numpy(self, array):
         return numpy.asarray(array)
 
-    def scatter_add(self, target, index, values):
-        key = normalize_key(numpy, index, target.shape)
+    def add_at(self, target, key, values):
         if not is_advanced(key):
             target[key] += values  # basic indices never repeat an element
         elif target.flags.c_contiguous and any(k.__class__ is slice for k in key):

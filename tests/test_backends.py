@@ -188,6 +188,23 @@ def test_scatter_add_with_index_arrays_adds_repeats_like_np_add_at(xp, name):
     np.testing.assert_allclose(xp.numpy(out), expected, rtol=1e-14)
 
 
+@pytest.mark.parametrize("name", SCATTER_KEYS)
+def test_get_item_with_a_normalized_key_reads_like_numpy(xp, name):
+    key = SCATTER_KEYS[name]
+    start = np.arange(12.0).reshape(4, 3)
+    device_key = tuple(xp.asarray(k) if isinstance(k, np.ndarray) else k for k in key)
+    checked = xp.backend.normalize_key(device_key, start.shape)
+    assert xp.backend.normalize_key(checked, start.shape) is checked  # checked once
+    np.testing.assert_array_equal(xp.numpy(xp.backend.get_item(xp.asarray(start), checked)),
+                                  start[key])
+
+
+def test_scatter_add_checks_bounds(xp):
+    target = xp.backend.zeros((3,), xp.asarray(0.0).dtype, xp.device)
+    with pytest.raises(IndexError, match="index 3 is out of bounds for axis 0 with size 3"):
+        xp.backend.scatter_add(target, (xp.asarray(np.array([0, 3])),), xp.asarray(1.0))
+
+
 def test_scatter_add_broadcasts_values_and_keeps_float32(xp):
     target = xp.backend.zeros((3, 2), xp.asarray(np.float32(0)).dtype, xp.device)
     out = xp.backend.scatter_add(target, (xp.asarray(np.array([0, 0, 2])),), xp.asarray(

@@ -2,21 +2,13 @@
 from ..function import Function
 from .math import div, exp, neg
 from .reduce import sum
+from .shape import normalize_axis
 
 
-def _check_axis(axis, ndim):
-    """ValueError unless each axis in `axis` (int, tuple, or None: all) exists in an ndim-d input."""
-    if axis is None:
-        return
-    for a in (axis,) if isinstance(axis, int) else axis:
-        if not -ndim <= a < ndim:
-            raise ValueError(
-                f"axis {a} is out of range for a {ndim}-d input (the default axis=1 expects "
-                "(N, C) rows); pass axis=-1 to normalise over the last axis")
-
-
-def _axis(axis):
-    return tuple(axis) if isinstance(axis, list) else axis
+# how softmax and log_softmax name their input when an axis is out of range, and the hint after
+_INPUT = "a {}-d input"
+_AXIS_HINT = (" (the default axis=1 expects (N, C) rows); pass axis=-1 to normalise over the "
+              "last axis")
 
 
 # =============================================================================== sigmoid
@@ -92,29 +84,28 @@ class Softmax(Function):
 
     def forward(self, x):
         xp = self.xp
-        _check_axis(self.axis, x.ndim)
+        self.axes = axes = normalize_axis(self.axis, x.ndim, _INPUT, _AXIS_HINT)
         if x.size == 0:  # nothing to normalise, and the max below would raise (no identity)
             return xp.empty_like(x)
         # shifting by the max changes nothing mathematically and keeps exp <= 1
-        y = xp.exp(x - xp.max(x, axis=self.axis, keepdims=True))
-        return y / xp.sum(y, axis=self.axis, keepdims=True)
+        y = xp.exp(x - xp.max(x, axis=axes, keepdims=True))
+        return y / xp.sum(y, axis=axes, keepdims=True)
 
     def backward(self, gy):
         y = self.outputs[0]()
         # dx = y * (gy - sum(y * gy)) along the axis
         gx = y * gy
-        return gx - y * sum(gx, axis=self.axis, keepdims=True)
+        return gx - y * sum(gx, axis=self.axes, keepdims=True)
 
 
 def softmax(x, axis=1):
     """exp(x) / sum(exp(x)) along `axis` (int, tuple, or None for all axes), computed stably for
     any magnitude (x - max(x) is exponentiated)."""
-    return Softmax(_axis(axis))(x)
+    return Softmax(axis)(x)
 
 
 def softmax_simple(x, axis=1):
     """softmax as a plain composition of ops (the oracle for `softmax`; overflows for x > 709)."""
-    axis = _axis(axis)
     y = exp(x)
     return div(y, sum(y, axis=axis, keepdims=True))
 
@@ -125,18 +116,18 @@ class LogSoftmax(Function):
 
     def forward(self, x):
         xp = self.xp
-        _check_axis(self.axis, x.ndim)
+        self.axes = axes = normalize_axis(self.axis, x.ndim, _INPUT, _AXIS_HINT)
         if x.size == 0:  # as in softmax: an empty result of x's shape
             return xp.empty_like(x)
-        shifted = x - xp.max(x, axis=self.axis, keepdims=True)
-        return shifted - xp.log(xp.sum(xp.exp(shifted), axis=self.axis, keepdims=True))
+        shifted = x - xp.max(x, axis=axes, keepdims=True)
+        return shifted - xp.log(xp.sum(xp.exp(shifted), axis=axes, keepdims=True))
 
     def backward(self, gy):
         y = self.outputs[0]()
         # softmax = exp(y): dx = gy - softmax * sum(gy) along the axis
-        return gy - exp(y) * sum(gy, axis=self.axis, keepdims=True)
+        return gy - exp(y) * sum(gy, axis=self.axes, keepdims=True)
 
 
 def log_softmax(x, axis=1):
     """log(softmax(x, axis)), computed stably (no log of 0, no overflow) for any magnitude."""
-    return LogSoftmax(_axis(axis))(x)
+    return LogSoftmax(axis)(x)

@@ -58,12 +58,13 @@ def _outsize(shape, kernel, stride, pad):
             get_conv_outsize(W, kernel[1], stride[1], pad[1]))
 
 
-def _pad(f, x, pad):
-    """x (N, C, H, W) inside a border of `pad` (height, width) zeros; x itself when pad is 0."""
+def _pad(backend, device, x, pad):
+    """x (N, C, H, W) inside a border of `pad` (height, width) zeros, on `device` (where x
+    lives); x itself when pad is 0."""
     (PH, PW), (N, C, H, W) = pad, x.shape
     if not (PH or PW):
         return x
-    padded = f.backend.zeros((N, C, H + 2 * PH, W + 2 * PW), x.dtype, f.device)
+    padded = backend.zeros((N, C, H + 2 * PH, W + 2 * PW), x.dtype, device)
     padded[:, :, PH:PH + H, PW:PW + W] = x
     return padded
 
@@ -78,29 +79,29 @@ def _offsets(kernel, stride, outsize):
             for i in range(KH) for j in range(KW)]
 
 
-def _offset_views(f, x, kernel, stride, pad, outsize):
+def _offset_views(backend, device, x, kernel, stride, pad, outsize):
     """Per kernel offset, row-major, the view (N, C, OH, OW) of padded x that it sees."""
-    x = _pad(f, x, pad)
+    x = _pad(backend, device, x, pad)
     return [x[index] for _, _, index in _offsets(kernel, stride, outsize)]
 
 
-def _windows(f, x, kernel, stride, pad):
+def _windows(backend, device, x, kernel, stride, pad):
     """The kernel windows of x (N, C, H, W) as an array (N, C, KH, KW, OH, OW)."""
     outsize = _outsize(x.shape, kernel, stride, pad)
     N, C = x.shape[:2]
-    x = _pad(f, x, pad)
-    col = f.backend.zeros((N, C) + kernel + outsize, x.dtype, f.device)
+    x = _pad(backend, device, x, pad)
+    col = backend.zeros((N, C) + kernel + outsize, x.dtype, device)
     for i, j, index in _offsets(kernel, stride, outsize):
         col[:, :, i, j, ...] = x[index]
     return col
 
 
-def _overlap_add(f, col, shape, kernel, stride, pad):
+def _overlap_add(backend, device, col, shape, kernel, stride, pad):
     """The adjoint of _windows: each window of col (N, C, KH, KW, OH, OW) added back into an
     image of `shape` (N, C, H, W); overlapping windows add up, the padding is cut away."""
     N, C, H, W = shape
     (PH, PW), outsize = pad, tuple(col.shape[4:])
-    img = f.backend.zeros((N, C, H + 2 * PH, W + 2 * PW), col.dtype, f.device)
+    img = backend.zeros((N, C, H + 2 * PH, W + 2 * PW), col.dtype, device)
     for i, j, index in _offsets(kernel, stride, outsize):
         img[index] += col[:, :, i, j, ...]
     return img[:, :, PH:PH + H, PW:PW + W] if PH or PW else img
@@ -108,14 +109,12 @@ def _overlap_add(f, col, shape, kernel, stride, pad):
 
 # =============================================================================== im2col / col2im
 class Im2col(Function):
-    op_name = "im2col"
-
     def __init__(self, kernel_size, stride, pad, to_matrix):
         self.kernel, self.stride, self.pad = kernel_size, stride, pad
         self.to_matrix = to_matrix
 
     def forward(self, x):
-        col = _windows(self, x, self.kernel, self.stride, self.pad)
+        col = _windows(self.backend, self.device, x, self.kernel, self.stride, self.pad)
         if self.to_matrix:
             N, C, KH, KW, OH, OW = col.shape
             col = self.xp.permute_dims(col, (0, 4, 5, 1, 2, 3))
@@ -134,8 +133,6 @@ def im2col(x, kernel_size, stride=1, pad=0, to_matrix=True):
 
 
 class Col2im(Function):
-    op_name = "col2im"
-
     def __init__(self, input_shape, kernel_size, stride, pad, to_matrix):
         self.input_shape = input_shape
         self.kernel, self.stride, self.pad = kernel_size, stride, pad
@@ -153,7 +150,8 @@ class Col2im(Function):
         if self.to_matrix:
             col = self.xp.reshape(col, (N, OH, OW, C, KH, KW))
             col = self.xp.permute_dims(col, (0, 3, 4, 5, 1, 2))
-        return _overlap_add(self, col, self.input_shape, self.kernel, self.stride, self.pad)
+        return _overlap_add(self.backend, self.device, col, self.input_shape, self.kernel,
+                            self.stride, self.pad)
 
     def backward(self, gy):
         return im2col(gy, self.kernel, self.stride, self.pad, self.to_matrix)
@@ -181,8 +179,6 @@ def _check_conv(x, W, b, x_channels, w_channels, what):
 
 
 class Conv2d(Function):
-    op_name = "conv2d"
-
     def __init__(self, stride, pad):
         self.stride, self.pad = stride, pad
 
@@ -191,7 +187,8 @@ class Conv2d(Function):
         _check_conv(x, W, b, 1, 0, "(OC, C, KH, KW)")
         xp = self.xp
         N, (OC, C, KH, KW) = x.shape[0], W.shape
-        col = _windows(self, x, (KH, KW), self.stride, self.pad)   # (N, C, KH, KW, OH, OW)
+        # (N, C, KH, KW, OH, OW)
+        col = _windows(self.backend, self.device, x, (KH, KW), self.stride, self.pad)
         OH, OW = col.shape[4:]
         # (OC, C*KH*KW) @ (N, C*KH*KW, OH*OW): both reshapes are free, the result is NCHW as is
         K = C * KH * KW
@@ -228,7 +225,6 @@ def conv2d(x, W, b=None, stride=1, pad=0):
 
 class Conv2dGradW(Function):
     """The gradient of conv2d with respect to W, as a function of (x, gy): twice differentiable."""
-    op_name = "conv2d_grad_w"
 
     def __init__(self, kernel, stride, pad, col=None):
         self.kernel, self.stride, self.pad = tuple(kernel), stride, pad
@@ -240,7 +236,8 @@ class Conv2dGradW(Function):
         P = gy.shape[2] * gy.shape[3]
         col, self.col = self.col, None
         if col is None:
-            col = _windows(self, x, self.kernel, self.stride, self.pad)  # (N, C, KH, KW, OH, OW)
+            # (N, C, KH, KW, OH, OW)
+            col = _windows(self.backend, self.device, x, self.kernel, self.stride, self.pad)
         col = xp.reshape(col, (N, C * self.kernel[0] * self.kernel[1], P))
         # sum over n of gy[n] (OC, P) @ col[n].T (P, C*KH*KW)
         gW = xp.sum(xp.matmul(xp.reshape(gy, (N, OC, P)), xp.permute_dims(col, (0, 2, 1))), axis=0)
@@ -254,8 +251,6 @@ class Conv2dGradW(Function):
 
 
 class Deconv2d(Function):
-    op_name = "deconv2d"
-
     def __init__(self, stride, pad, outsize):
         self.stride, self.pad, self.outsize = stride, pad, outsize
 
@@ -280,7 +275,8 @@ class Deconv2d(Function):
         gcol = xp.matmul(xp.permute_dims(xp.reshape(W, (C, OC * KH * KW)), (1, 0)),
                          xp.reshape(x, (N, C, H * Wx)))
         gcol = xp.reshape(gcol, (N, OC, KH, KW, H, Wx))
-        y = _overlap_add(self, gcol, (N, OC) + out, (KH, KW), self.stride, self.pad)
+        y = _overlap_add(self.backend, self.device, gcol, (N, OC) + out, (KH, KW), self.stride,
+                         self.pad)
         if b is not None:
             y = y + xp.reshape(b, (1, OC, 1, 1))
         return y
@@ -328,8 +324,6 @@ def conv2d_simple(x, W, b=None, stride=1, pad=0):
 
 # =============================================================================== pooling
 class Pooling(Function):
-    op_name = "pooling"
-
     def __init__(self, kernel, stride, pad):
         self.kernel, self.stride, self.pad = kernel, stride, pad
 
@@ -337,7 +331,8 @@ class Pooling(Function):
         xp = self.xp
         outsize = _outsize(x.shape, self.kernel, self.stride, self.pad)
         # a running maximum over the kernel offsets, each a strided view: no copy of the windows
-        views = _offset_views(self, x, self.kernel, self.stride, self.pad, outsize)
+        views = _offset_views(self.backend, self.device, x, self.kernel, self.stride, self.pad,
+                              outsize)
         y = xp.maximum(views[0], views[min(1, len(views) - 1)])  # new even for a 1x1 kernel
         for view in views[2:]:
             y = xp.maximum(y, view)
@@ -378,7 +373,6 @@ def _first_maximum(xp, views, y):
 class PoolingGrad(Function):
     """Max pooling's backward, gy (N, C, OH, OW) -> gx (N, C, H, W): each gy value goes to the
     pixel of its window that `masks` (one 0/1 array per kernel offset) marks; linear in gy."""
-    op_name = "pooling_grad"
 
     def __init__(self, input_shape, kernel, stride, pad, masks):
         self.input_shape, self.kernel, self.stride, self.pad = input_shape, kernel, stride, pad
@@ -404,14 +398,13 @@ class PoolingGrad(Function):
 class PoolingSelect(Function):
     """x (N, C, H, W) -> (N, C, OH, OW): the pixel of each window that `masks` marks (max
     pooling with the choice of pixels fixed); the adjoint of PoolingGrad."""
-    op_name = "pooling_select"
 
     def __init__(self, kernel, stride, pad, masks):
         self.kernel, self.stride, self.pad, self.masks = kernel, stride, pad, masks
 
     def forward(self, x):
         y = None
-        views = _offset_views(self, x, self.kernel, self.stride, self.pad,
+        views = _offset_views(self.backend, self.device, x, self.kernel, self.stride, self.pad,
                               tuple(self.masks[0].shape[2:]))
         for view, mask in zip(views, self.masks):
             y = view * mask if y is None else y + view * mask

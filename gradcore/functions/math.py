@@ -172,8 +172,6 @@ def sin(x):
 class SinGrad(Function):
     """gy * cos(x): sin's backward as one node instead of two (cos, then a product)."""
 
-    op_name = "sin_grad"
-
     def forward(self, x, gy):
         return gy * self.xp.cos(x)
 
@@ -217,8 +215,6 @@ def tanh(x):
 class TanhGrad(Function):
     """gy * (1 - y**2): tanh's backward as one node, so each order of create_graph records one
     Function here instead of three (the composite stays as the test oracle)."""
-
-    op_name = "tanh_grad"
 
     def forward(self, y, gy):
         return gy * (1 - y * y)

@@ -4,33 +4,12 @@ import math
 from ..function import Function
 from ..variable import Variable
 from .math import exp
-from .shape import broadcast_to, reshape
-
-
-def _axes(axis, ndim):
-    """`axis` (None, int or tuple) as a sorted tuple of non-negative axes; ValueError or
-    TypeError saying what is wrong."""
-    if axis is None:
-        return tuple(range(ndim))
-    axes = axis if isinstance(axis, tuple) else (axis,)
-    for a in axes:
-        if isinstance(a, bool) or not isinstance(a, int):
-            raise TypeError(f"axis must be None, an int or a tuple of ints, got {axis!r}")
-        if not -ndim <= a < ndim:
-            raise ValueError(f"axis {a} is out of range for an array of {ndim} dimension(s)")
-    axes = tuple(sorted(a % ndim for a in axes))
-    if len(set(axes)) != len(axes):
-        raise ValueError(f"repeated axis in {axis!r}")
-    return axes
+from .shape import broadcast_to, normalize_axis, reshape
 
 
 def _kept_shape(shape, axes):
     """`shape` with the reduced `axes` as size 1: where a reduction's gradient broadcasts from."""
     return tuple(1 if a in axes else n for a, n in enumerate(shape))
-
-
-def _as_axis(axis):
-    return tuple(axis) if isinstance(axis, list) else axis
 
 
 # =============================================================================== sum, average
@@ -40,19 +19,19 @@ class Sum(Function):
         self.keepdims = keepdims
 
     def forward(self, x):
-        axis = self.axis if self.axis is None else _axes(self.axis, x.ndim)
+        axis = self.axis if self.axis is None else normalize_axis(self.axis, x.ndim)
         return self.xp.sum(x, axis=axis, keepdims=self.keepdims)
 
     def backward(self, gy):
         x, = self.inputs
         if not self.keepdims:  # put back the summed axes as size 1, then broadcast
-            gy = reshape(gy, _kept_shape(x.shape, _axes(self.axis, x.ndim)))
+            gy = reshape(gy, _kept_shape(x.shape, normalize_axis(self.axis, x.ndim)))
         return broadcast_to(gy, x.shape)
 
 
 def sum(x, axis=None, keepdims=False):
     """Sum of the elements over `axis` (None: all; int or tuple)."""
-    return Sum(_as_axis(axis), keepdims)(x)
+    return Sum(axis, keepdims)(x)
 
 
 def average(x, axis=None, keepdims=False):
@@ -61,7 +40,7 @@ def average(x, axis=None, keepdims=False):
     if not isinstance(x, Variable):
         x = Variable(x, requires_grad=False)  # a raw array is a constant, as in every op
     try:
-        axes = _axes(_as_axis(axis), x.ndim)
+        axes = normalize_axis(axis, x.ndim)
     except (TypeError, ValueError) as e:
         raise type(e)(f"average: {e} (inputs: {tuple(x.shape)})") from None
     count = math.prod(x.shape[a] for a in axes)
@@ -77,16 +56,14 @@ def mean(x, axis=None, keepdims=False):
 
 # =============================================================================== max, min
 class Max(Function):
-    op_name = "max"
-
     def __init__(self, axis=None, keepdims=False):
         self.axis = axis
         self.keepdims = keepdims
 
     def forward(self, x):
-        self.axes = _axes(self.axis, x.ndim)
+        self.axes = normalize_axis(self.axis, x.ndim)
         if any(x.shape[a] == 0 for a in self.axes):
-            raise ValueError(f"cannot take the {self.op_name} over an empty axis")
+            raise ValueError(f"cannot take the {self._name()} over an empty axis")
         return self._extreme(x, self.keepdims)
 
     def _extreme(self, x, keepdims):
@@ -106,8 +83,6 @@ class Max(Function):
 
 
 class Min(Max):
-    op_name = "min"
-
     def _extreme(self, x, keepdims):
         return self.xp.min(x, axis=self.axes, keepdims=keepdims)
 
@@ -115,13 +90,13 @@ class Min(Max):
 def max(x, axis=None, keepdims=False):
     """Largest element over `axis` (None: all; int or tuple). The gradient goes to the position
     of the maximum; tied maxima share it equally."""
-    return Max(_as_axis(axis), keepdims)(x)
+    return Max(axis, keepdims)(x)
 
 
 def min(x, axis=None, keepdims=False):
     """Smallest element over `axis` (None: all; int or tuple). The gradient goes to the position
     of the minimum; tied minima share it equally."""
-    return Min(_as_axis(axis), keepdims)(x)
+    return Min(axis, keepdims)(x)
 
 
 # =============================================================================== logsumexp
@@ -134,7 +109,7 @@ class LogSumExp(Function):
 
     def forward(self, x):
         xp = self.xp
-        self.axes = _axes(self.axis, x.ndim)
+        self.axes = normalize_axis(self.axis, x.ndim)
         if x.size == 0:  # max has no identity; the log of an empty sum is -inf (scipy, torch)
             self.shift = zeros = xp.sum(x, axis=self.axes, keepdims=True)  # on x's device
             y = xp.full_like(zeros, -math.inf)  # (empty where another axis of x is empty)
@@ -161,4 +136,4 @@ def logsumexp(x, axis=1, keepdims=True):
     """log(sum(exp(x), axis)), computed stably for large x; -inf over an empty axis. DeZero's
     default axis=1, and as in DeZero the reduced axes are kept (size 1), so `x - logsumexp(x)`
     broadcasts."""
-    return LogSumExp(_as_axis(axis), keepdims)(x)
+    return LogSumExp(axis, keepdims)(x)

@@ -3,7 +3,6 @@ concatenate, stack, split, get_item."""
 import math
 
 import backends
-from backends.indexing import NormalizedKey, gather, is_advanced, normalize_key
 
 from ..function import Function
 from ..variable import Variable, as_variable
@@ -34,17 +33,28 @@ def reshape(x, shape):
     return Reshape(shape)(x)
 
 
-def _axis_in(axis, ndim, what="an array"):
-    """`axis` (an int, may be negative) as a non-negative axis of `ndim` axes; else ValueError."""
-    if isinstance(axis, bool) or not isinstance(axis, int):
+def normalize_axis(axis, ndim, array="an array of {} dimension(s)", hint="", single=False):
+    """`axis` (None: all; an int; a tuple or list of ints; negatives count from the end) as a
+    sorted tuple of distinct non-negative axes of an `ndim`-d array; with `single`, `axis` must
+    be one int. Else TypeError or ValueError: `array` names the array in the out-of-range
+    message (`{}`: ndim), and `hint` ends it."""
+    if single and (isinstance(axis, bool) or not isinstance(axis, int)):
         raise TypeError(f"axis must be an int, got {type(axis).__name__}")
-    if not -ndim <= axis < ndim:
-        raise ValueError(f"axis {axis} is out of range for {what} of {ndim} dimension(s)")
-    return axis % ndim
+    if axis is None:
+        return tuple(range(ndim))
+    axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
+    for a in axes:
+        if isinstance(a, bool) or not isinstance(a, int):
+            raise TypeError(f"axis must be None, an int or a tuple of ints, got {axis!r}")
+        if not -ndim <= a < ndim:
+            raise ValueError(f"axis {a} is out of range for {array.format(ndim)}{hint}")
+    axes = tuple(sorted(a % ndim for a in axes))
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"repeated axis in {axis!r}")
+    return axes
 
 
-def _axis_tuple(axis):
-    return tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
+_RESULT = "the result of {} dimension(s)"  # an axis of the output: expand_dims, stack
 
 
 class ExpandDims(Function):
@@ -52,11 +62,9 @@ class ExpandDims(Function):
         self.axis = axis
 
     def forward(self, x):
-        axes = _axis_tuple(self.axis)
-        ndim = x.ndim + len(axes)
-        new = sorted(_axis_in(a, ndim, "the result") for a in axes)
-        if len(set(new)) != len(new):
-            raise ValueError(f"repeated axis in {self.axis}")
+        many = isinstance(self.axis, (tuple, list))
+        ndim = x.ndim + (len(self.axis) if many else 1)
+        new = normalize_axis(self.axis, ndim, _RESULT, single=not many)
         rest = iter(x.shape)
         return self.xp.reshape(x, tuple(1 if a in new else next(rest) for a in range(ndim)))
 
@@ -78,8 +86,8 @@ class Squeeze(Function):
         if self.axis is None:
             drop = {a for a, n in enumerate(x.shape) if n == 1}
         else:
-            drop = {_axis_in(a, x.ndim) for a in _axis_tuple(self.axis)}
-            for a in sorted(drop):
+            drop = normalize_axis(self.axis, x.ndim)
+            for a in drop:
                 if x.shape[a] != 1:
                     raise ValueError(f"cannot squeeze axis {a} of size {x.shape[a]}: only "
                                      "size-1 axes can be removed")
@@ -189,7 +197,7 @@ class Concatenate(Function):
         return self.xp.concat(xs, axis=self.axis)
 
     def backward(self, gy):
-        axis = _axis_in(self.axis, gy.ndim)
+        axis, = normalize_axis(self.axis, gy.ndim, single=True)
         ends = []
         for x in self.inputs[:-1]:
             ends.append((ends[-1] if ends else 0) + x.shape[axis])
@@ -209,7 +217,7 @@ class Stack(Function):
 
     def forward(self, *xs):
         _check_same_shapes(xs, None, "stack")
-        _axis_in(self.axis, xs[0].ndim + 1, "the result")
+        normalize_axis(self.axis, xs[0].ndim + 1, _RESULT, single=True)
         return self.xp.stack(xs, axis=self.axis)
 
     def backward(self, gy):
@@ -241,7 +249,7 @@ def _check_same_shapes(xs, axis, name):
     if axis is not None:
         if first.ndim == 0:
             raise ValueError("cannot join 0-d arrays along an axis; use stack")
-        axis = _axis_in(axis, first.ndim)
+        axis, = normalize_axis(axis, first.ndim, single=True)
     for x in xs[1:]:
         same = x.ndim == first.ndim and all(
             n == m or a == axis for a, (n, m) in enumerate(zip(x.shape, first.shape)))
@@ -259,7 +267,7 @@ class Split(Function):
     def forward(self, x):
         if x.ndim == 0:
             raise ValueError("cannot split a 0-d array")
-        axis = _axis_in(self.axis, x.ndim)
+        axis, = normalize_axis(self.axis, x.ndim, single=True)
         bounds = _split_bounds(self.indices_or_sections, x.shape[axis], axis)
         head = (slice(None),) * axis
         return tuple(x[head + (slice(a, b), Ellipsis)] for a, b in zip(bounds, bounds[1:]))
@@ -293,14 +301,15 @@ def split(x, indices_or_sections, axis=0):
 
 # =============================================================================== indexing
 class GetItem(Function):
-    def __init__(self, slices):
+    def __init__(self, slices, key=None):
         self.slices = slices
+        self.key = key  # `slices` as the backend's checked key, once known
 
     def forward(self, x):
-        # NumPy's indexing rules on every backend; `key` spells out every axis (see normalize_key)
-        key = _key_on_device(self.slices, self.backend, self.backend.device_of(x))
-        self.key = key = normalize_key(self.xp, key, x.shape)
-        return gather(self.xp, x, key) if is_advanced(key) else x[tuple(key)]
+        if self.key is None:  # NumPy's indexing rules on every backend
+            index = _index_on_device(self.slices, self.backend, self.backend.device_of(x))
+            self.key = self.backend.normalize_key(index, x.shape)
+        return self.backend.get_item(x, self.key)
 
     def backward(self, gy):
         x, = self.inputs
@@ -308,23 +317,21 @@ class GetItem(Function):
 
 
 class GetItemGrad(Function):
-    def __init__(self, slices, in_shape):
-        self.slices = slices
+    def __init__(self, key, in_shape):
+        self.key = key  # a key from the forward's backend.normalize_key
         self.in_shape = in_shape
 
     def forward(self, gy):
         gx = self.backend.zeros(self.in_shape, gy.dtype, self.device)
-        return self.backend.scatter_add(gx, self.slices, gy)  # repeated indices add up
+        return self.backend.scatter_add(gx, self.key, gy)  # repeated indices add up
 
     def backward(self, ggx):
-        return get_item(ggx, self.slices)
+        return GetItem(self.key, key=self.key)(ggx)  # checked already, for this shape and device
 
 
-def _key_on_device(key, backend, device):
+def _index_on_device(key, backend, device):
     """`key` with lists, Variables and other backends' or devices' arrays as `backend` arrays on
     `device` (where the indexed array lives)."""
-    if key.__class__ is NormalizedKey:  # from a forward on this device (double backward)
-        return key
     out = []
     for k in key if isinstance(key, tuple) else (key,):
         if isinstance(k, Variable):
