@@ -7,7 +7,9 @@ A number (or nothing) first means hyperparameters; anything else first is what t
 """
 from .adagrad import AdaDelta, AdaGrad
 from .adam import Adam, AdamW
-from .optimizer import ClipGrad, FreezeParam, Optimizer, ParamState, WeightDecay
+from .hooks import ClipGrad, FreezeParam, WeightDecay
+from .optimizer import Optimizer
+from .param_state import ParamState
 from .sgd import SGD, MomentumSGD
 
 __all__ = [

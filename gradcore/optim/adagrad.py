@@ -1,5 +1,6 @@
 """AdaGrad and AdaDelta: per-element step sizes from accumulated squared gradients."""
-from .optimizer import Optimizer, grad_array, set_data
+from .optimizer import Optimizer
+from .params import grad_array, set_data
 
 
 class AdaGrad(Optimizer):

@@ -1,7 +1,8 @@
 """Adam and AdamW."""
 import math
 
-from .optimizer import Optimizer, grad_array, set_data
+from .optimizer import Optimizer
+from .params import grad_array, set_data
 
 
 class Adam(Optimizer):

@@ -1,185 +1,21 @@
-"""Optimizer (the base: target, hooks, per-parameter state, both call styles) and its hooks."""
-import math
+"""Optimizer: the base class (target, hooks, per-parameter state, both call styles, saving)."""
 import numbers
-import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 import backends
 
 from ..config import enable_grad
 from ..variable import Variable, note_write
+from .hooks import ClipGrad, FreezeParam, WeightDecay
+from .hyperparameters import _is_number, checked_hyperparameter
+from .param_state import ParamState
+from .params import _as_target, _describe, _unique_params, grad_array, set_data
 
-# Allowed values of the hyperparameters gradcore's optimizers share: name -> (low, high, is high
-# itself allowed). A name not listed (a user subclass's own) only has to be a finite real number.
-_RANGES = {
-    "lr": (0.0, math.inf, False),
-    "alpha": (0.0, math.inf, False),
-    "momentum": (0.0, math.inf, False),
-    "rho": (0.0, 1.0, True),
-    "beta1": (0.0, 1.0, False),
-    "beta2": (0.0, 1.0, False),
-    "eps": (0.0, math.inf, False),
-    "weight_decay": (0.0, math.inf, False),
-    "max_norm": (0.0, math.inf, False),
-}
+# Importable from here too, as before the hooks and helpers had modules of their own.
+__all__ = ["Optimizer", "ParamState", "WeightDecay", "ClipGrad", "FreezeParam",
+           "checked_hyperparameter", "grad_array", "set_data"]
 
 
-def _is_number(x):
-    return isinstance(x, numbers.Real) and not isinstance(x, bool)
-
-
-def checked_hyperparameter(where, name, value, rule=None):
-    """`value` as a Python float (so no NumPy float64 scalar upcasts float32 updates), after
-    checking it is a real number in the range that `rule` (default: `name`) allows; TypeError /
-    ValueError otherwise."""
-    if not _is_number(value):
-        raise TypeError(f"{where}: {name} must be a real number, got {type(value).__name__} "
-                        f"{value!r}")
-    value = float(value)
-    low, high, high_ok = _RANGES.get(rule or name, (-math.inf, math.inf, False))
-    if not (math.isfinite(value) and low <= value and (value < high or high_ok and value == high)):
-        bound = f"<= {high:g}" if high_ok else f"< {high:g}" if math.isfinite(high) else ""
-        wanted = f"a finite number >= {low:g}" if math.isfinite(low) else "a finite number"
-        raise ValueError(f"{where}: {name} must be {wanted}{' and ' + bound if bound else ''}, "
-                         f"got {value!r}")
-    return value
-
-
-# =============================================================================== helpers
-def grad_array(param):
-    """`param.grad`'s array, in `param`'s dtype."""
-    g = param.grad.data
-    return g if g.dtype == param.dtype else param.xp.astype(g, param.dtype)
-
-
-def set_data(param, data):
-    """Store an updated array in `param`: nothing to do when the update ran in place (NumPy, CuPy,
-    array-api-strict keep the same array object), an assignment for immutable arrays."""
-    if data is not param.data:
-        param.data = data
-
-
-def _describe(param):
-    """'parameter (W, shape (3, 4))' for error messages."""
-    name = f"{param.name}, " if param.name else ""
-    shape = None if param.data is None else tuple(param.shape)
-    return f"parameter ({name}shape {shape})"
-
-
-def _unique_params(items, where):
-    """`items` as a list of Variables without repeats (a parameter shared by two layers is updated
-    once); TypeError for anything that is not a Variable."""
-    seen = set()  # ids of the items, which `items` keeps alive for the duration
-    params = []
-    for position, p in enumerate(items):
-        if not isinstance(p, Variable):
-            hint = (" (parameter groups, dicts of options per group, are not supported: use one "
-                    "optimizer per group)") if isinstance(p, Mapping) else ""
-            raise TypeError(f"{where}: the parameters must be Variables/Parameters; item "
-                            f"{position} is a {type(p).__name__}{hint}")
-        if id(p) not in seen:
-            seen.add(id(p))
-            params.append(p)
-    return params
-
-
-def _as_target(obj, where):
-    """What `setup` stores: an object with `parameters()` (or DeZero's `params()`) as it is, so
-    parameters it gains later are optimized too; one Variable or an iterable of them as a list."""
-    if isinstance(obj, Variable):
-        return [obj]
-    if callable(getattr(obj, "parameters", None)) or callable(getattr(obj, "params", None)):
-        return obj
-    if backends.is_array(obj) or isinstance(obj, (str, bytes, Mapping)) or not isinstance(
-            obj, Iterable):
-        raise TypeError(f"{where}: expected the parameters to optimize: a model (an object with a "
-                        f"parameters() method), a Variable, or an iterable of Variables; got "
-                        f"{type(obj).__name__}. To set a hyperparameter positionally, pass a "
-                        "number")
-    params = _unique_params(list(obj), where)
-    if not params:
-        raise ValueError(f"{where}: got an empty list of parameters (a generator such as "
-                         "model.parameters() that was already consumed?); pass the model itself "
-                         "or a fresh model.parameters()")
-    return params
-
-
-# ============================================================================ per-parameter state
-class ParamState:
-    """A mapping from parameter to its state (a dict of arrays), keyed by identity.
-
-    Parameters are held weakly: a parameter that is garbage-collected takes its state with it,
-    and its id can never be confused with a newer object's. Keys are never compared with `==`
-    (an array-like Variable may one day compare elementwise).
-    """
-
-    __slots__ = ("_entries",)
-
-    def __init__(self):
-        self._entries = {}  # id(param) -> (weakref to param, state)
-
-    def _forget(self, ref, key):
-        entry = self._entries.get(key)
-        if entry is not None and entry[0] is ref:
-            del self._entries[key]
-
-    def get(self, param, default=None):
-        entry = self._entries.get(id(param))
-        return entry[1] if entry is not None and entry[0]() is param else default
-
-    def __getitem__(self, param):
-        state = self.get(param, self)
-        if state is self:
-            raise KeyError(f"no optimizer state for {_describe(param)}")
-        return state
-
-    def __setitem__(self, param, state):
-        key = id(param)
-        entries = self._entries
-        ref = weakref.ref(param, lambda ref: ParamState._forget(self, ref, key))
-        entries[key] = (ref, state)
-
-    def __delitem__(self, param):
-        self[param]  # KeyError if absent
-        del self._entries[id(param)]
-
-    def pop(self, param, *default):
-        state = self.get(param, self)
-        if state is self:
-            if default:
-                return default[0]
-            raise KeyError(f"no optimizer state for {_describe(param)}")
-        del self._entries[id(param)]
-        return state
-
-    def __contains__(self, param):
-        return self.get(param, self) is not self
-
-    def __len__(self):
-        return sum(1 for ref, _ in self._entries.values() if ref() is not None)
-
-    def __iter__(self):
-        return iter(self.keys())
-
-    def keys(self):
-        return [p for p in (ref() for ref, _ in list(self._entries.values())) if p is not None]
-
-    def items(self):
-        out = []
-        for ref, state in list(self._entries.values()):
-            p = ref()
-            if p is not None:
-                out.append((p, state))
-        return out
-
-    def clear(self):
-        self._entries.clear()
-
-    def __repr__(self):
-        return f"<ParamState of {len(self)} parameter(s)>"
-
-
-# =============================================================================== Optimizer
 class Optimizer:
     """Base class: updates the parameters of a target from their gradients.
 
@@ -406,61 +242,12 @@ class Optimizer:
         optimizer type, the hyperparameter and state names, the number of parameters and each
         shape; on a mismatch nothing changes."""
         where = f"{type(self).__name__}.load_state_dict"
-        keys = ("type", "hyperparameters", "counters", "shapes", "state")
-        if not isinstance(state_dict, Mapping) or any(k not in state_dict for k in keys):
-            raise TypeError(f"{where}: expected a dict from optimizer.state_dict() with keys "
-                            f"{', '.join(keys)}; got {type(state_dict).__name__}"
-                            + (f" with keys {sorted(map(str, state_dict))}"
-                               if isinstance(state_dict, Mapping) else ""))
-        kind = state_dict["type"]
-        if kind != type(self).__name__:
-            raise ValueError(f"{where}: this state_dict is from a {kind} optimizer; load it into "
-                             f"a {kind}")
-        hyper = dict(state_dict["hyperparameters"])
-        _same_names(where, "hyperparameters", hyper, self.defaults)
-        hyper = {name: checked_hyperparameter(where, name, v) for name, v in hyper.items()}
-        counters = dict(state_dict["counters"])
-        _same_names(where, "counters", counters, self.counters)
-        for name, value in counters.items():
-            if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"{where}: counter {name} must be an integer >= 0, got {value!r}")
-
+        _check_format(where, state_dict, type(self).__name__)
+        hyper = _checked_hyperparameters(where, state_dict["hyperparameters"], self.defaults)
+        counters = _checked_counters(where, state_dict["counters"], self.counters)
         params = self._parameters()
-        shapes = list(state_dict["shapes"])
-        if len(shapes) != len(params):
-            raise ValueError(f"{where}: the state_dict is for {len(shapes)} parameter(s), this "
-                             f"optimizer has {len(params)}; load it into an optimizer of the same "
-                             "model")
-        for position, (p, shape) in enumerate(zip(params, shapes)):
-            current = None if p.data is None else tuple(p.shape)
-            shape = None if shape is None else tuple(shape)
-            if shape != current:
-                hint = (" (not initialized yet: run one forward pass first)"
-                        if current is None else "")
-                raise ValueError(f"{where}: parameter {position} has shape {shape} in the "
-                                 f"state_dict but {current} here{hint}")
-        state = state_dict["state"]
-        if not isinstance(state, Mapping):
-            raise TypeError(f"{where}: 'state' must be a dict position -> dict of arrays, got "
-                            f"{type(state).__name__}")
-        loaded = []
-        for position, arrays in state.items():
-            if not isinstance(position, numbers.Integral) or not 0 <= position < len(params):
-                raise ValueError(f"{where}: state key {position!r} is not a parameter position "
-                                 f"(0 to {len(params) - 1})")
-            p = params[position]
-            if not isinstance(arrays, Mapping):
-                raise TypeError(f"{where}: the state of parameter {position} must be a dict "
-                                f"name -> array, got {type(arrays).__name__}")
-            _same_names(where, f"state names of parameter {position}", arrays, self.state_names)
-            for name, a in arrays.items():
-                if not backends.is_array(a):
-                    raise TypeError(f"{where}: state {name!r} of parameter {position} is a "
-                                    f"{type(a).__name__}, not an array")
-                if tuple(a.shape) != tuple(p.shape):
-                    raise ValueError(f"{where}: state {name!r} of parameter {position} has "
-                                     f"shape {tuple(a.shape)}, the parameter {tuple(p.shape)}")
-            loaded.append((p, arrays))
+        _check_shapes(where, state_dict["shapes"], params)
+        loaded = _checked_state(where, state_dict["state"], params, self.state_names)
 
         new_state = ParamState()
         for p, arrays in loaded:  # copies on the parameter's device and dtype
@@ -481,7 +268,85 @@ def _on_param(array, param, copy=False):
     return backends.copy(moved) if copy else moved
 
 
+# ================================================== load_state_dict's checks, in the order it runs
+def _check_format(where, state_dict, kind_here):
+    """TypeError unless `state_dict` is a dict with state_dict()'s keys; ValueError if it is
+    from another type of optimizer."""
+    keys = ("type", "hyperparameters", "counters", "shapes", "state")
+    if not isinstance(state_dict, Mapping) or any(k not in state_dict for k in keys):
+        raise TypeError(f"{where}: expected a dict from optimizer.state_dict() with keys "
+                        f"{', '.join(keys)}; got {type(state_dict).__name__}"
+                        + (f" with keys {sorted(map(str, state_dict))}"
+                           if isinstance(state_dict, Mapping) else ""))
+    kind = state_dict["type"]
+    if kind != kind_here:
+        raise ValueError(f"{where}: this state_dict is from a {kind} optimizer; load it into "
+                         f"a {kind}")
+
+
+def _checked_hyperparameters(where, given, defaults):
+    """The saved hyperparameters as floats, once their names are those in `defaults`."""
+    hyper = dict(given)
+    _same_names(where, "hyperparameters", hyper, defaults)
+    return {name: checked_hyperparameter(where, name, v) for name, v in hyper.items()}
+
+
+def _checked_counters(where, given, names):
+    """The saved counters, once their names are `names` and each is an integer >= 0."""
+    counters = dict(given)
+    _same_names(where, "counters", counters, names)
+    for name, value in counters.items():
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"{where}: counter {name} must be an integer >= 0, got {value!r}")
+    return counters
+
+
+def _check_shapes(where, saved, params):
+    """ValueError unless `saved` has one shape per parameter, each the parameter's own."""
+    shapes = list(saved)
+    if len(shapes) != len(params):
+        raise ValueError(f"{where}: the state_dict is for {len(shapes)} parameter(s), this "
+                         f"optimizer has {len(params)}; load it into an optimizer of the same "
+                         "model")
+    for position, (p, shape) in enumerate(zip(params, shapes)):
+        current = None if p.data is None else tuple(p.shape)
+        shape = None if shape is None else tuple(shape)
+        if shape != current:
+            hint = (" (not initialized yet: run one forward pass first)"
+                    if current is None else "")
+            raise ValueError(f"{where}: parameter {position} has shape {shape} in the "
+                             f"state_dict but {current} here{hint}")
+
+
+def _checked_state(where, state, params, state_names):
+    """[(parameter, its saved arrays)], once each position, state name, array and shape is
+    checked."""
+    if not isinstance(state, Mapping):
+        raise TypeError(f"{where}: 'state' must be a dict position -> dict of arrays, got "
+                        f"{type(state).__name__}")
+    loaded = []
+    for position, arrays in state.items():
+        if not isinstance(position, numbers.Integral) or not 0 <= position < len(params):
+            raise ValueError(f"{where}: state key {position!r} is not a parameter position "
+                             f"(0 to {len(params) - 1})")
+        p = params[position]
+        if not isinstance(arrays, Mapping):
+            raise TypeError(f"{where}: the state of parameter {position} must be a dict "
+                            f"name -> array, got {type(arrays).__name__}")
+        _same_names(where, f"state names of parameter {position}", arrays, state_names)
+        for name, a in arrays.items():
+            if not backends.is_array(a):
+                raise TypeError(f"{where}: state {name!r} of parameter {position} is a "
+                                f"{type(a).__name__}, not an array")
+            if tuple(a.shape) != tuple(p.shape):
+                raise ValueError(f"{where}: state {name!r} of parameter {position} has "
+                                 f"shape {tuple(a.shape)}, the parameter {tuple(p.shape)}")
+        loaded.append((p, arrays))
+    return loaded
+
+
 def _same_names(where, what, given, expected):
+    """ValueError unless the names in `given` are those in `expected`."""
     extra = sorted(set(map(str, given)) - set(expected))
     missing = [n for n in expected if n not in given]
     if extra or missing:
@@ -489,74 +354,3 @@ def _same_names(where, what, given, expected):
                          + "; ".join(filter(None, [
                              f"unexpected {', '.join(extra)}" if extra else "",
                              f"missing {', '.join(missing)}" if missing else ""])))
-
-
-# =============================================================================== hooks
-class WeightDecay:
-    """Hook: L2 regularisation, grad <- grad + rate * param (DeZero's WeightDecay)."""
-
-    def __init__(self, rate):
-        self.rate = checked_hyperparameter("WeightDecay", "rate", rate, rule="weight_decay")
-
-    def __call__(self, params):
-        rate = float(self.rate)
-        for p in params:
-            with p.backend.device_context(p.device):
-                # a new grad Variable: the old one may be shared (backward of x + y hands both
-                # inputs the same gradient), so it is never changed in place
-                p.grad = Variable(grad_array(p) + rate * p.data, requires_grad=False)
-
-    def __repr__(self):
-        return f"WeightDecay({self.rate!r})"
-
-
-class ClipGrad:
-    """Hook: scale all gradients together so their global L2 norm is at most `max_norm`
-    (DeZero's ClipGrad)."""
-
-    def __init__(self, max_norm):
-        self.max_norm = checked_hyperparameter("ClipGrad", "max_norm", max_norm)
-
-    def __call__(self, params):
-        totals = {}  # device -> sum of squares there: one device-to-host read per device
-        for p in params:
-            with p.backend.device_context(p.device):
-                g = grad_array(p)
-                s = p.xp.sum(g * g)
-            key = (p.backend, p.device)
-            totals[key] = s if key not in totals else totals[key] + s
-        norm = math.sqrt(sum(float(s) for s in totals.values()))
-        rate = float(self.max_norm) / (norm + 1e-6)
-        if rate < 1:
-            for p in params:
-                with p.backend.device_context(p.device):
-                    p.grad = Variable(grad_array(p) * rate, requires_grad=False)
-
-    def __repr__(self):
-        return f"ClipGrad({self.max_norm!r})"
-
-
-class FreezeParam:
-    """Hook: the given layers (anything with `parameters()` or `params()`) and parameters are not
-    updated; their gradients are dropped before each update (DeZero's FreezeParam)."""
-
-    def __init__(self, *layers):
-        items = []
-        for position, layer in enumerate(layers):
-            if isinstance(layer, Variable):
-                items.append(layer)
-                continue
-            get = getattr(layer, "parameters", None)
-            get = get if callable(get) else getattr(layer, "params", None)
-            if not callable(get):
-                raise TypeError(f"FreezeParam: argument {position} is a {type(layer).__name__}; "
-                                "pass layers/models (with parameters()) or Parameters")
-            items.extend(get())
-        self.freeze_params = _unique_params(items, "FreezeParam")
-
-    def __call__(self, params):
-        for p in self.freeze_params:
-            p.grad = None
-
-    def __repr__(self):
-        return f"FreezeParam(<{len(self.freeze_params)} parameter(s)>)"

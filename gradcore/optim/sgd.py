@@ -1,5 +1,6 @@
 """SGD and MomentumSGD."""
-from .optimizer import Optimizer, grad_array, set_data
+from .optimizer import Optimizer
+from .params import grad_array, set_data
 
 
 class SGD(Optimizer):

@@ -1,0 +1,38 @@
+"""Checking hyperparameters: each must be a finite real number in its allowed range."""
+import math
+import numbers
+
+# Allowed values of the hyperparameters gradcore's optimizers share: name -> (low, high, is high
+# itself allowed). A name not listed (a user subclass's own) only has to be a finite real number.
+_RANGES = {
+    "lr": (0.0, math.inf, False),
+    "alpha": (0.0, math.inf, False),
+    "momentum": (0.0, math.inf, False),
+    "rho": (0.0, 1.0, True),
+    "beta1": (0.0, 1.0, False),
+    "beta2": (0.0, 1.0, False),
+    "eps": (0.0, math.inf, False),
+    "weight_decay": (0.0, math.inf, False),
+    "max_norm": (0.0, math.inf, False),
+}
+
+
+def _is_number(x):
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def checked_hyperparameter(where, name, value, rule=None):
+    """`value` as a Python float (so no NumPy float64 scalar upcasts float32 updates), after
+    checking it is a real number in the range that `rule` (default: `name`) allows; TypeError /
+    ValueError otherwise."""
+    if not _is_number(value):
+        raise TypeError(f"{where}: {name} must be a real number, got {type(value).__name__} "
+                        f"{value!r}")
+    value = float(value)
+    low, high, high_ok = _RANGES.get(rule or name, (-math.inf, math.inf, False))
+    if not (math.isfinite(value) and low <= value and (value < high or high_ok and value == high)):
+        bound = f"<= {high:g}" if high_ok else f"< {high:g}" if math.isfinite(high) else ""
+        wanted = f"a finite number >= {low:g}" if math.isfinite(low) else "a finite number"
+        raise ValueError(f"{where}: {name} must be {wanted}{' and ' + bound if bound else ''}, "
+                         f"got {value!r}")
+    return value

@@ -1,0 +1,78 @@
+"""ParamState: an optimizer's per-parameter state, keyed by parameter identity and held weakly."""
+import weakref
+
+from .params import _describe
+
+
+class ParamState:
+    """A mapping from parameter to its state (a dict of arrays), keyed by identity.
+
+    Parameters are held weakly: a parameter that is garbage-collected takes its state with it,
+    and its id can never be confused with a newer object's. Keys are never compared with `==`
+    (an array-like Variable may one day compare elementwise).
+    """
+
+    __slots__ = ("_entries",)
+
+    def __init__(self):
+        self._entries = {}  # id(param) -> (weakref to param, state)
+
+    def _forget(self, ref, key):
+        entry = self._entries.get(key)
+        if entry is not None and entry[0] is ref:
+            del self._entries[key]
+
+    def get(self, param, default=None):
+        entry = self._entries.get(id(param))
+        return entry[1] if entry is not None and entry[0]() is param else default
+
+    def __getitem__(self, param):
+        state = self.get(param, self)
+        if state is self:
+            raise KeyError(f"no optimizer state for {_describe(param)}")
+        return state
+
+    def __setitem__(self, param, state):
+        key = id(param)
+        entries = self._entries
+        ref = weakref.ref(param, lambda ref: ParamState._forget(self, ref, key))
+        entries[key] = (ref, state)
+
+    def __delitem__(self, param):
+        self[param]  # KeyError if absent
+        del self._entries[id(param)]
+
+    def pop(self, param, *default):
+        state = self.get(param, self)
+        if state is self:
+            if default:
+                return default[0]
+            raise KeyError(f"no optimizer state for {_describe(param)}")
+        del self._entries[id(param)]
+        return state
+
+    def __contains__(self, param):
+        return self.get(param, self) is not self
+
+    def __len__(self):
+        return sum(1 for ref, _ in self._entries.values() if ref() is not None)
+
+    def __iter__(self):
+        return iter(self.keys())
+
+    def keys(self):
+        return [p for p in (ref() for ref, _ in list(self._entries.values())) if p is not None]
+
+    def items(self):
+        out = []
+        for ref, state in list(self._entries.values()):
+            p = ref()
+            if p is not None:
+                out.append((p, state))
+        return out
+
+    def clear(self):
+        self._entries.clear()
+
+    def __repr__(self):
+        return f"<ParamState of {len(self)} parameter(s)>"

@@ -1,0 +1,64 @@
+"""Parameter helpers: gradient and data arrays, a description for errors, what to optimize."""
+from collections.abc import Iterable, Mapping
+
+import backends
+
+from ..variable import Variable
+
+
+def grad_array(param):
+    """`param.grad`'s array, in `param`'s dtype."""
+    g = param.grad.data
+    return g if g.dtype == param.dtype else param.xp.astype(g, param.dtype)
+
+
+def set_data(param, data):
+    """Store an updated array in `param`: nothing to do when the update ran in place (NumPy, CuPy,
+    array-api-strict keep the same array object), an assignment for immutable arrays."""
+    if data is not param.data:
+        param.data = data
+
+
+def _describe(param):
+    """'parameter (W, shape (3, 4))' for error messages."""
+    name = f"{param.name}, " if param.name else ""
+    shape = None if param.data is None else tuple(param.shape)
+    return f"parameter ({name}shape {shape})"
+
+
+def _unique_params(items, where):
+    """`items` as a list of Variables without repeats (a parameter shared by two layers is updated
+    once); TypeError for anything that is not a Variable."""
+    seen = set()  # ids of the items, which `items` keeps alive for the duration
+    params = []
+    for position, p in enumerate(items):
+        if not isinstance(p, Variable):
+            hint = (" (parameter groups, dicts of options per group, are not supported: use one "
+                    "optimizer per group)") if isinstance(p, Mapping) else ""
+            raise TypeError(f"{where}: the parameters must be Variables/Parameters; item "
+                            f"{position} is a {type(p).__name__}{hint}")
+        if id(p) not in seen:
+            seen.add(id(p))
+            params.append(p)
+    return params
+
+
+def _as_target(obj, where):
+    """What `setup` stores: an object with `parameters()` (or DeZero's `params()`) as it is, so
+    parameters it gains later are optimized too; one Variable or an iterable of them as a list."""
+    if isinstance(obj, Variable):
+        return [obj]
+    if callable(getattr(obj, "parameters", None)) or callable(getattr(obj, "params", None)):
+        return obj
+    if backends.is_array(obj) or isinstance(obj, (str, bytes, Mapping)) or not isinstance(
+            obj, Iterable):
+        raise TypeError(f"{where}: expected the parameters to optimize: a model (an object with a "
+                        f"parameters() method), a Variable, or an iterable of Variables; got "
+                        f"{type(obj).__name__}. To set a hyperparameter positionally, pass a "
+                        "number")
+    params = _unique_params(list(obj), where)
+    if not params:
+        raise ValueError(f"{where}: got an empty list of parameters (a generator such as "
+                         "model.parameters() that was already consumed?); pass the model itself "
+                         "or a fresh model.parameters()")
+    return params
