@@ -1,10 +1,10 @@
 """Modules and layers (`import gradcore.nn as nn`): Module (DeZero's Layer and Model) and the
 layers DeZero has, under its names, plus Sequential and activation modules."""
 from ..variable import Parameter
+from .checkpoint import FORMAT_KEY, FORMAT_VERSION, CheckpointError, read_checkpoint
 from .layers import (MLP, BatchNorm, Conv2d, Deconv2d, Dropout, EmbedID, Embedding, Linear, ReLU,
                      Sequential, Sigmoid, Tanh)
-from .module import (FORMAT_KEY, FORMAT_VERSION, CheckpointError, IncompatibleKeys, Module,
-                     RemovableHandle, read_checkpoint)
+from .module import IncompatibleKeys, Module, RemovableHandle
 from .rnn import LSTM, RNN
 
 Layer = Module  # DeZero's names: one class

@@ -1,0 +1,228 @@
+"""Checkpoint files: the atomic .npz save, and reading and checking archives (never unpickling)."""
+import collections
+import contextlib
+import math
+import os
+import secrets
+import stat
+import struct
+import zipfile
+import zlib
+
+import numpy
+
+FORMAT_KEY = "__gradcore__"  # the entry that marks an .npz file as a gradcore checkpoint
+FORMAT_VERSION = 1
+# what reading a damaged or foreign archive raises from zipfile, zlib, struct and NumPy's .npy
+# reader (OSError: a seek to an offset a damaged directory made up); all become CheckpointError
+_DAMAGED = (zipfile.BadZipFile, zlib.error, struct.error, EOFError, OSError, ValueError, KeyError,
+            IndexError, OverflowError, NotImplementedError, RuntimeError)
+_DEFLATE_MAX_RATIO = 1032  # deflate codes a 258-byte match in 2 bits at best
+_NPY_HEADER_READERS = {(1, 0): numpy.lib.format.read_array_header_1_0,
+                       (2, 0): numpy.lib.format.read_array_header_2_0}
+
+
+class CheckpointError(ValueError):
+    """A file that is not a readable gradcore checkpoint, or one that does not match the model."""
+
+
+def _write_atomically(path, arrays):
+    """Write `arrays` (name -> NumPy array) as an .npz archive to `path`: into a new file of
+    its own beside the final one, flushed to disk, then renamed over it. A reader or another
+    save therefore sees the old file or a whole new one; the rename replaces a symlink's
+    target, not the link."""
+    final = os.path.realpath(path)
+    try:
+        mode = stat.S_IMODE(os.stat(final).st_mode)  # kept: the new file is another inode
+    except FileNotFoundError:
+        mode = None  # a new file: the mode _new_file gave it, as for any created file
+    fd, temporary = _new_file(final, path)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+                for name, a in arrays.items():
+                    with archive.open(name + ".npy", "w", force_zip64=True) as entry:
+                        numpy.lib.format.write_array(entry, a, allow_pickle=False)
+            f.flush()
+            os.fsync(f.fileno())  # on disk before the rename makes it the checkpoint
+        if mode is not None:
+            os.chmod(temporary, mode)
+        os.replace(temporary, final)
+    except BaseException:  # Ctrl-C too: never leave the temporary file behind
+        with contextlib.suppress(OSError):
+            os.remove(temporary)
+        raise
+
+
+def _new_file(final, path):
+    """(fd, name) of a new empty file beside `final`, named after it, that no other save uses
+    (O_EXCL); created with mode 0o666, which the umask reduces as for any new file. An error
+    names the folder (`path`: the name the caller gave)."""
+    folder, base = os.path.split(final)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    while True:
+        name = os.path.join(folder, f".{base}.{secrets.token_hex(8)}.tmp")
+        try:
+            return os.open(name, flags, 0o666), name
+        except FileExistsError:
+            continue  # 64 random bits taken: draw again
+        except OSError as e:
+            if isinstance(e, FileNotFoundError):
+                reason = f"the folder {folder} does not exist; create it first (os.makedirs)"
+            else:
+                reason = f"cannot create a file in the folder {folder} ({e.strerror})"
+            raise type(e)(e.errno, f"save: cannot write {path}: {reason}") from None
+
+
+def _checkpoint_path(path):
+    """`path` as a string, with ".npz" appended when only that file exists."""
+    path = os.fspath(path)
+    if not os.path.exists(path) and os.path.exists(path + ".npz"):
+        path += ".npz"
+    return path
+
+
+_Header = collections.namedtuple("_Header", ["info", "shape", "dtype"])
+
+
+@contextlib.contextmanager
+def _open_checkpoint(path):
+    """(zipfile.ZipFile, file size) of the checkpoint `path`: its zip directory read, nothing
+    decompressed. FileNotFoundError if it is missing; CheckpointError if it is no zip archive."""
+    with open(path, "rb") as f:
+        if f.read(6) == b"\x93NUMPY":
+            raise CheckpointError(
+                f"{path} is not a gradcore checkpoint: it holds a single array (.npy), not an "
+                ".npz archive; write checkpoints with Module.save")
+        try:
+            f.seek(0)
+            archive = zipfile.ZipFile(f)
+        except _DAMAGED as e:
+            raise CheckpointError(
+                f"{path} is not a gradcore checkpoint: it is not a readable .npz (zip) archive, "
+                f"or it is truncated or damaged ({_described(e)}); write checkpoints with "
+                "Module.save") from e
+        with archive:
+            yield archive, os.fstat(f.fileno()).st_size
+
+
+def _described(error):
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+
+
+def _read_headers(path, archive, file_size):
+    """name -> _Header of every array in the checkpoint, from the zip directory and each entry's
+    .npy header (a few bytes decompressed per entry); the format marker is checked first (its
+    value read) and left out. CheckpointError for anything a checkpoint cannot hold."""
+    infos = archive.infolist()
+    marker = FORMAT_KEY + ".npy"
+    if marker not in [info.filename for info in infos]:
+        names = [info.filename.removesuffix(".npy") for info in infos]
+        raise CheckpointError(
+            f"{path} is not a gradcore checkpoint: it has no {FORMAT_KEY!r} entry (its entries: "
+            f"{', '.join(names) or 'none'}); write checkpoints with Module.save, or read plain "
+            "arrays with numpy.load and pass them to load_state_dict")
+    headers = {}
+    for info in sorted(infos, key=lambda info: info.filename != marker):  # the marker first
+        if not info.filename.endswith(".npy"):
+            raise CheckpointError(f"{path}: entry {info.filename!r} is not an .npy array; a "
+                                  "gradcore checkpoint holds .npy arrays only")
+        name = info.filename.removesuffix(".npy")
+        if name in headers:
+            raise CheckpointError(f"{path}: entry {name!r} appears twice; the file is damaged or "
+                                  "was not written by Module.save")
+        headers[name] = _read_header(path, archive, info, file_size)
+        if name == FORMAT_KEY:
+            _check_marker(path, archive, headers[name])
+    del headers[FORMAT_KEY]
+    return headers
+
+
+def _read_header(path, archive, info, file_size):
+    """The _Header of one entry, its sizes checked before it is opened (so that a small file
+    cannot declare gigabytes) and after its .npy header is read (so that they agree)."""
+    where = f"{path}: entry {info.filename.removesuffix('.npy')!r}"
+    if info.flag_bits & 0x1:
+        raise CheckpointError(f"{where} is encrypted; gradcore checkpoints never are")
+    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        raise CheckpointError(
+            f"{where} uses zip compression method {info.compress_type}; checkpoints are stored "
+            "or deflated (as Module.save and numpy.savez write them)")
+    if info.header_offset + info.compress_size > file_size:
+        raise CheckpointError(f"{where} declares {info.compress_size} compressed bytes, past the "
+                              "end of the file: the file is truncated or damaged")
+    ratio = 1 if info.compress_type == zipfile.ZIP_STORED else _DEFLATE_MAX_RATIO
+    if info.file_size > info.compress_size * ratio:
+        raise CheckpointError(
+            f"{where} declares {info.file_size} bytes, more than its {info.compress_size} "
+            "compressed bytes can hold: the file is damaged or forged")
+    try:
+        with archive.open(info) as f:
+            version = numpy.lib.format.read_magic(f)
+            if version not in _NPY_HEADER_READERS:
+                raise ValueError(f".npy format version {version} (gradcore writes 1.0)")
+            shape, _, dtype = _NPY_HEADER_READERS[version](f)
+            header_size = f.tell()
+    except _DAMAGED as e:
+        raise CheckpointError(f"{where}: its .npy header cannot be read ({_described(e)}); the "
+                              "file is damaged or is not a gradcore checkpoint") from e
+    if dtype.hasobject:
+        raise CheckpointError(
+            f"{where} holds {dtype} values, which cannot be read without pickle; gradcore never "
+            "unpickles (loading a file must not run code), so this file is refused")
+    if dtype.kind not in "biuf":
+        raise CheckpointError(f"{where} holds {dtype} values, not real numbers (bool, integer "
+                              "or floating point)")
+    if any(n < 0 for n in shape):
+        raise CheckpointError(f"{where}: its .npy header declares the shape {shape}; the file "
+                              "is damaged")
+    size = header_size + math.prod(shape) * dtype.itemsize
+    if info.file_size != size:
+        raise CheckpointError(
+            f"{where}: its .npy header describes {shape} {dtype} values ({size} bytes with the "
+            f"header) but the zip directory declares {info.file_size} bytes; the file is "
+            "damaged or forged")
+    return _Header(info, shape, dtype)
+
+
+def _check_marker(path, archive, header):
+    """Read the format version (a checked, tiny entry); CheckpointError unless this gradcore
+    reads it."""
+    version = None
+    if header.shape == () and header.dtype.kind in "iu":
+        try:
+            with archive.open(header.info) as f:
+                version = int(numpy.lib.format.read_array(f, allow_pickle=False))
+        except _DAMAGED as e:
+            raise CheckpointError(f"{path}: the {FORMAT_KEY!r} entry is damaged "
+                                  f"({_described(e)})") from e
+    if version is None or version < 1:
+        raise CheckpointError(f"{path}: the {FORMAT_KEY!r} entry is not a format version number; "
+                              "the file is damaged or was not written by Module.save")
+    if version > FORMAT_VERSION:
+        raise CheckpointError(f"{path} is a version {version} gradcore checkpoint; this gradcore "
+                              f"reads up to version {FORMAT_VERSION}: upgrade gradcore")
+
+
+def _read_arrays(path, archive, headers):
+    """name -> NumPy array of every entry in `headers` (checked by _read_headers); every one is
+    read, its CRC checked, before any is returned."""
+    arrays = {}
+    for name, header in headers.items():
+        try:
+            with archive.open(header.info) as f:
+                arrays[name] = numpy.lib.format.read_array(f, allow_pickle=False)
+        except _DAMAGED as e:
+            raise CheckpointError(f"{path}: entry {name!r}: its data is damaged "
+                                  f"({_described(e)}); nothing was loaded") from e
+    return arrays
+
+
+def read_checkpoint(path):
+    """The arrays of a checkpoint written by Module.save (".npz" is tried too if `path` does not
+    exist), as a dict name -> NumPy array. Raises CheckpointError (a ValueError) for a file that
+    is not a readable gradcore checkpoint, with every header checked before any array is
+    decompressed; nothing is ever unpickled. A missing file raises FileNotFoundError."""
+    path = _checkpoint_path(path)
+    with _open_checkpoint(path) as (archive, size):
+        return _read_arrays(path, archive, _read_headers(path, archive, size))
