@@ -6,7 +6,6 @@ import operator
 # NumPy's indexing rules (integer arrays, boolean masks, mixed with slices and None) on any
 # backend; the array API promises only basic indices, all-integer keys and `take`. These helpers
 # give NumPy's result from array-API calls alone, for reading an item and for scatter_add.
-_REST = object()  # the axes a key without an ellipsis leaves unnamed, at its end
 
 
 def normalize_key(xp, key, shape):

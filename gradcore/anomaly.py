@@ -32,13 +32,8 @@ def record(f):
 
 def _read_by_backward(f):
     """(description, array) for each array f's backward may read: inputs, outputs, saved values."""
-    for i, x in enumerate(f.inputs):
-        if isinstance(x, Variable):
-            yield f"input {i}", x._data
-    for i, ref in enumerate(f.outputs):
-        y = ref()
-        if y is not None:
-            yield f"output {i}", y._data
+    for role, x in f._variables_read():
+        yield role, x._data
     for i, v in enumerate(f._saved):
         if backends.backend_of(v) is not None and not isinstance(v, numpy.generic):
             yield f"saved value {i}", v

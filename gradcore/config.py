@@ -47,9 +47,9 @@ class _Config:
     __slots__ = ()
 
     enable_backprop = property(lambda self: is_grad_enabled(),
-                               lambda self, value: _set_grad(value) and None)
+                               lambda self, value: _set_grad(value))
     train = property(lambda self: _train.get(),
-                     lambda self, value: _train.set(bool(value)) and None)
+                     lambda self, value: _train.set(bool(value)))
 
     def __repr__(self):
         return f"Config(enable_backprop={self.enable_backprop}, train={self.train})"

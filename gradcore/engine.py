@@ -102,9 +102,7 @@ def _owned(finished, shared, create_graph):
 def _check_versions(f):
     """RuntimeError if an input or output of f was written through gradcore after f was recorded
     (backward would compute with the new values: PyTorch's "modified by an inplace operation")."""
-    roles = [(f"input {i}", x) for i, x in enumerate(f.inputs) if isinstance(x, Variable)]
-    roles += [(f"output {i}", ref()) for i, ref in enumerate(f.outputs) if ref() is not None]
-    for role, x in roles:
+    for role, x in f._variables_read():
         log = getattr(x, "_writes", None)
         if log is not None and log.stamps[-1] > f.sequence:
             then, exact = version_at(x, f.sequence)

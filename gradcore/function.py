@@ -311,6 +311,17 @@ class Function:
             values.append(v)
         return tuple(values)
 
+    def _variables_read(self):
+        """(role, Variable) for each Variable input and each live output ("input 0", "output 1"):
+        what backward may read, and what the version and anomaly checks look at."""
+        for i, x in enumerate(self.inputs):
+            if isinstance(x, Variable):
+                yield f"input {i}", x
+        for i, ref in enumerate(self.outputs):
+            y = ref()
+            if y is not None:
+                yield f"output {i}", y
+
     @property
     def next_functions(self):
         """One `(creator, output_index)` per input; `(None, 0)` for a leaf or a constant."""
