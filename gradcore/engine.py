@@ -201,14 +201,12 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
             pushed.add(f)
             heapq.heappush(heap, (-f.generation, -f.sequence, f))
 
-    heappush, heappop, ref = heapq.heappush, heapq.heappop, weakref.ref
+    heappop, ref = heapq.heappop, weakref.ref
     check_anomalies = is_anomaly_enabled()
     # no gradient kept but the leaves', no anomaly checks: the short path below may run
     leaves_only = not retain_grad and wanted is None and not check_anomalies
     written = latest_write
-    # A Function nothing queued can still add to (it outranks the heap's top, or see below) runs
-    # next without going through the heap: `following`
-    following = None
+    following = None  # the Function to run next without the heap (see _schedule)
     with using_config("enable_backprop", create_graph):
         while following is not None or heap:
             if following is not None:
@@ -253,20 +251,10 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
                 # `is not`: NumPy's and CuPy's built-in dtypes are singletons; _conform compares
                 if gx._data.shape != x._data.shape or gx._data.dtype is not x._data.dtype:
                     gx = _conform(f, gx, x)
-                # Accumulate. grads[x] is x's gradient so far; a sum in sums[x] was made here for x
-                # and nobody else has seen it while it is grads[x], so it may take more in place
                 previous = grads.get(x)
                 if previous is not None:  # x was reached before: its creator is queued already
-                    if create_graph or not x._backend.plain:
-                        grads[x] = previous + gx  # recorded; CuPy adds under the device context
-                    elif sums.get(x) is previous:  # made here for x, seen by no one: in place
-                        previous._data += gx._data  # (a NumPy scalar gives a new one: kept too)
-                    else:  # nothing to record: the arrays' sum, with no Function around it
-                        grads[x] = sums[x] = _output(previous._data + gx._data, x._backend, None, 0)
+                    _accumulate(grads, sums, x, previous, gx, create_graph)
                     continue
-                # Schedule x's creator. The heap pops the highest (generation, sequence): whatever can
-                # still add to a Function's outputs has a higher generation, or the same and began
-                # later, so a popped Function's gradients are complete
                 grads[x] = gx
                 creator = x.creator
                 if creator is None:
@@ -276,28 +264,49 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
                     if creator in pushed:
                         continue
                     pushed.add(creator)
-                # `following` runs next, bypassing the heap, when nothing queued can still add to
-                # its outputs' gradients (a chain, the spine or the branches of a wide graph)
-                if following is None and not heap:
-                    following = creator
-                    continue
-                key = (-creator.generation, -creator.sequence, creator)
-                if following is None:
-                    # It runs next if it outranks the heap's top, and also if that top is one
-                    # generation above it but began before it: whatever adds to creator's outputs
-                    # has a higher generation and a later sequence, and the top has the highest
-                    # generation queued and, of those, the latest sequence
-                    top = heap[0]
-                    if key < top or (top[0] == key[0] - 1 and top[1] > key[1]):
-                        following = creator
-                        continue
-                else:  # two are done: the higher ranked runs next, the other waits in the heap
-                    other = (-following.generation, -following.sequence, following)
-                    if key < other:
-                        following, key = creator, other
-                heappush(heap, key)
+                following = _schedule(heap, following, creator)
 
         return _finish(leaves, grads, wanted, captured, shared, create_graph)
+
+
+def _accumulate(grads, sums, x, previous, gx, create_graph):
+    """Add gx to `previous`, x's gradient so far. Invariant: sums[x] is `previous` only while the
+    walk made that sum for x and no backward has seen it yet (x's creator has not run), so it may
+    take more in place; any other gradient may be someone else's and is added out of place."""
+    if create_graph or not x._backend.plain:
+        grads[x] = previous + gx  # recorded; CuPy adds under the device context
+    elif sums.get(x) is previous:
+        previous._data += gx._data  # (a NumPy scalar gives a new one: kept too)
+    else:  # nothing to record: the arrays' sum, with no Function around it
+        grads[x] = sums[x] = _output(previous._data + gx._data, x._backend, None, 0)
+
+
+def _schedule(heap, following, creator):
+    """Queue `creator`, whose output has just received its first gradient; return the Function
+    to run next without going through the heap, or None.
+
+    Invariant: the heap pops the highest (generation, sequence), and whatever can still add to a
+    Function's outputs has a higher generation, or the same and began later, so a popped
+    Function's gradients are complete. `following` is a Function for which that holds already:
+    nothing queued can still add to its outputs (a chain, the spine or a branch of a wide graph).
+    """
+    if following is None and not heap:
+        return creator
+    key = (-creator.generation, -creator.sequence, creator)
+    if following is None:
+        # creator runs next if it outranks the heap's top, and also if that top is one generation
+        # above it but began before it: whatever adds to creator's outputs has a higher
+        # generation and a later sequence, and the top has the highest generation queued and, of
+        # those, the latest sequence
+        top = heap[0]
+        if key < top or (top[0] == key[0] - 1 and top[1] > key[1]):
+            return creator
+    else:  # two are done: the higher ranked runs next, the other waits in the heap
+        other = (-following.generation, -following.sequence, following)
+        if key < other:
+            following, key = creator, other
+    heapq.heappush(heap, key)
+    return following
 
 
 def _finish(leaves, grads, wanted, captured, shared, create_graph):
