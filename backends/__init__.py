@@ -21,15 +21,20 @@ _by_device_type = {}   # Device.type -> Backend
 _HOT_ATTRIBUTES = ("xp", "array_type", "scalar_types", "single_device", "needs_device_context")
 
 
-def register(backend):
-    """Make `backend` known: its arrays are then accepted everywhere. Returns it."""
+def register(backend, devices=True):
+    """Make `backend` known: its arrays are then accepted everywhere. Returns it. With
+    devices=False it is found from its arrays only, not by name or device (a backend whose arrays
+    wrap another backend's, on that backend's devices)."""
     for name in _HOT_ATTRIBUTES:
         setattr(backend, name, getattr(backend, name))
     # one device and no device context needed
     backend.plain = backend.single_device and not backend.needs_device_context
-    _by_name[backend.name] = backend
-    _by_device_type[backend.device_type] = backend
+    if devices:
+        _by_name[backend.name] = backend
+        _by_device_type[backend.device_type] = backend
     _by_type[backend.array_type] = backend
+    if not devices:  # a wrapper has a class of its own for the library's scalars, if it has any
+        _by_type.update((t, backend) for t in backend.scalar_types)
     return backend
 
 
@@ -105,11 +110,18 @@ def backend_for_device(device):
     return backend
 
 
+def _serving(source, device):
+    """The backend that serves `device` for an array of `source`: `source` itself when it wraps
+    the arrays of the backend that serves it."""
+    target = backend_for_device(device)
+    return source if source is not None and source.inner is target else target
+
+
 def to_device(array, device):
     """`array` on `device`, on whichever backend serves it (through the host across backends)."""
     device = parse_device(device)
     source = backend_of(array)
-    target = backend_for_device(device)
+    target = _serving(source, device)
     if source is target:
         return source.to_device(array, device)
     return target.asarray(source.to_numpy(array), device=device)
@@ -126,8 +138,8 @@ def asarray_on(obj, device, dtype=None):
     """`obj` (an array of any backend, a list, a scalar) as an array on `device`, cast to `dtype`
     when given: constants (labels, masks, indices) go where the arrays they go with live."""
     device = parse_device(device)
-    target = backend_for_device(device)
     source = backend_of(obj)
+    target = _serving(source, device)
     if source is None:
         return target.asarray(obj, dtype=dtype, device=device)
     if source is not target or not source.single_device and source.device_of(obj) != device:

@@ -22,6 +22,7 @@ class Backend:
     single_device = False # True when all its arrays live on one device
     needs_device_context = False  # True when computing needs `device_context` (CuPy)
     plain = False         # one device and no device context needed: set by backends.register
+    inner = None          # for a backend whose arrays wrap another backend's: that backend
 
     def owns(self, array):
         """True if `array` is one of this backend's arrays."""

@@ -15,6 +15,7 @@ from . import layers, models, nn
 from .nn import CheckpointError, Layer, Model, Module
 from . import optim, optimizers
 from . import dataloaders, datasets, transforms
+from .compile import compile
 from .dataloaders import DataLoader
 from .datasets import Dataset
 
@@ -29,5 +30,5 @@ __all__ = [
     "cuda", "utils",
     "nn", "layers", "models", "Module", "Layer", "Model",
     "optim", "optimizers",
-    "datasets", "dataloaders", "transforms", "Dataset", "DataLoader",
+    "datasets", "dataloaders", "transforms", "Dataset", "DataLoader", "compile",
 ]

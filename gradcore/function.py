@@ -6,6 +6,7 @@ import weakref
 import backends
 
 from . import anomaly
+from . import variable as _variables
 from .config import recording
 from .variable import _SCALARS, Variable, sequence as _sequence
 _new_variable = object.__new__
@@ -166,6 +167,8 @@ class Function:
 
     def _call(self, inputs):
         """__call__ for any inputs on any backend; raw arrays become constants."""
+        if _variables.step_recorder is not None:  # gradcore.compile is recording a step
+            _variables.step_recorder.adopt_inputs(inputs)
         xs = []
         needs = []
         generation = -1

@@ -10,6 +10,9 @@ import numpy
 import backends
 from backends import backend_of
 
+# While gradcore.compile records a step: its Recorder (which acts in the recording thread only)
+step_recorder = None
+
 _SCALARS = frozenset((int, float, bool))  # `x.__class__ in _SCALARS`: a hash lookup, no comparisons
 
 
@@ -156,10 +159,14 @@ class Variable:
         data = self._data
         if data is not None and data.__class__ is not self._backend.array_type:
             data = self._data = self._backend.ensure_array(data)
+        if step_recorder is not None:
+            return step_recorder.read(self)
         return data
 
     @data.setter
     def data(self, value):
+        if step_recorder is not None:
+            step_recorder.writing(self, data=True)
         data, backend, kind = _check_data(value)
         if self._requires_grad and kind != "float":
             raise _cannot_require_grad(data.dtype)
@@ -177,6 +184,8 @@ class Variable:
     _version = version  # PyTorch's name
 
     def _set_grad(self, value):
+        if step_recorder is not None:
+            step_recorder.writing(self)
         if value is not None:
             value = _checked_grad(self, value)
         self._grad = value
@@ -296,6 +305,8 @@ class Variable:
 
     def cleargrad(self):
         """Forget the accumulated gradient (DeZero's name; PyTorch zeroes `grad` instead)."""
+        if step_recorder is not None:
+            step_recorder.writing(self)
         self._grad = None
 
     def retain_grad(self):

@@ -4,6 +4,9 @@ from collections.abc import Mapping
 
 import backends
 
+import functools
+
+from .. import variable as _variables
 from ..config import enable_grad
 from ..variable import Variable, note_write
 from .hooks import ClipGrad, FreezeParam, WeightDecay
@@ -14,6 +17,19 @@ from .params import _as_target, _describe, _unique_params, grad_array, set_data
 # Importable from here too, as before the hooks and helpers had modules of their own.
 __all__ = ["Optimizer", "ParamState", "WeightDecay", "ClipGrad", "FreezeParam",
            "checked_hyperparameter", "grad_array", "set_data"]
+
+
+def _eager_in_replay(method):
+    """`method` (a step) made one opaque line of a tape gradcore.compile records: it runs as
+    Python at every replay, reading the learning rate and counters as they are then."""
+    @functools.wraps(method)
+    def step(self, *args, **kwargs):
+        recorder = _variables.step_recorder
+        if recorder is not None and recorder.is_active():
+            return recorder.opaque(functools.partial(getattr(self, method.__name__), *args,
+                                                     **kwargs), ())
+        return method(self, *args, **kwargs)
+    return step
 
 
 class Optimizer:
@@ -40,6 +56,12 @@ class Optimizer:
     aliases = {}          # another keyword (PyTorch's) -> the hyperparameter it sets
     state_names = ()      # per-parameter arrays, zeros like the parameter at its first update
     counters = ()         # integer attributes saved with the state (Adam's step count t)
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for name in ("update", "step"):
+            if name in cls.__dict__:
+                setattr(cls, name, _eager_in_replay(cls.__dict__[name]))
 
     def __init__(self, *args, **kwargs):
         where = type(self).__name__
@@ -257,6 +279,12 @@ class Optimizer:
         for name, value in counters.items():
             setattr(self, name, int(value))
         self.state = new_state
+
+
+
+# the base class's own steps too (__init_subclass__ wraps the subclasses')
+Optimizer.update = _eager_in_replay(Optimizer.update)
+Optimizer.step = _eager_in_replay(Optimizer.step)
 
 
 def _on_param(array, param, copy=False):

@@ -1,0 +1,231 @@
+"""gradcore.compile: record a step once, replay it as a flat tape of array operations.
+
+    @gradcore.compile
+    def train_step(x, t):
+        loss = F.softmax_cross_entropy(model(x), t)
+        model.cleargrads()
+        loss.backward()
+        opt.update()
+        return loss
+
+The first call with arguments of new shapes, dtypes or devices runs eagerly and records every
+array operation it performs (forward, backward, anything else); later calls with arguments like
+them replay that tape: the same operations in the same order, with no Variables, Functions or
+graph walk. The optimizer's update runs as it does eagerly, so learning-rate changes and Adam's
+step count are honoured. A step that reads a traced value on the host (`float(loss)`, `.item()`,
+`bool(x)`, printing) or whose shapes depend on values stays eager for those arguments, with one
+warning naming the line. See the README's section on compile for the rules.
+"""
+import collections
+import functools
+import threading
+import warnings
+
+import backends
+
+from .. import variable as _variable
+from ..config import Config, recording
+from ..variable import Variable
+from . import trace
+from .tape import Diverged, Tape
+
+__all__ = ["compile", "Compiled"]
+
+_recording_lock = threading.Lock()  # one recording at a time: it switches the fast path off
+
+
+class Compiled:
+    """A function compiled with gradcore.compile: call it as the function; `stats()` says what
+    happened so far."""
+
+    def __init__(self, fn, cache_size=8):
+        if not callable(fn):
+            raise TypeError(f"gradcore.compile: expected a function, got {type(fn).__name__}")
+        if not isinstance(cache_size, int) or cache_size < 1:
+            raise ValueError(f"gradcore.compile: cache_size must be a positive int, got "
+                             f"{cache_size!r}")
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.cache_size = cache_size
+        self._tapes = collections.OrderedDict()  # key -> Tape, the most recently used last
+        self._eager = {}  # key -> why calls with that key run eagerly
+        self._counts = collections.Counter()
+
+    def __call__(self, *args, **kwargs):
+        if kwargs or trace.recorder() is not None:  # keywords, or inside another recording
+            self._counts["eager calls"] += 1
+            return self.fn(*args, **kwargs)
+        key = _key(args)
+        tape = self._tapes.get(key)
+        if tape is not None and tape.ready():
+            self._tapes.move_to_end(key)
+            try:
+                arrays = tape.replay(*args)
+            except Diverged:  # a check came out otherwise, before anything changed: run eagerly
+                self._counts["eager calls"] += 1
+                return self.fn(*args)
+            self._counts["replays"] += 1
+            return _results(tape.results, arrays)
+        if key in self._eager:
+            self._counts["eager calls"] += 1
+            return self.fn(*args)
+        return self._record(key, args)
+
+    def _record(self, key, args):
+        rec = trace.Recorder()
+        with _recording_lock:
+            seen = [rec.argument(i, a) if isinstance(a, Variable) or backends.is_array(a) else a
+                    for i, a in enumerate(args)]
+            _start(rec)
+            try:
+                result = self.fn(*seen)
+                template = _template(rec, result, set(map(id, args)))
+            finally:
+                _stop(rec)
+        self._counts["recordings"] += 1
+        if rec.created_state:  # weights were created (lazy layers): the next call records again
+            return _materialize(result)
+        if rec.fallback is not None:
+            reason, where = rec.fallback
+            self._eager[key] = f"{reason} at {where}"
+            self._counts["fallbacks"] += 1
+            warnings.warn(f"gradcore.compile: {self.__name__} runs eagerly for these arguments: "
+                          f"{reason} at {where}", RuntimeWarning, stacklevel=3)
+        else:
+            tape = Tape(rec, template.slots)
+            tape.results = template.shape
+            self._tapes[key] = tape
+            while len(self._tapes) > self.cache_size:
+                self._tapes.popitem(last=False)
+        return _materialize(result)
+
+    def stats(self):
+        """A dict: tapes held, ops in each, recordings, replays, eager calls, fallbacks, and
+        why each key that fell back did."""
+        return {"tapes": len(self._tapes), "ops": [t.ops for t in self._tapes.values()],
+                "recordings": self._counts["recordings"], "replays": self._counts["replays"],
+                "eager calls": self._counts["eager calls"],
+                "fallbacks": self._counts["fallbacks"], "why eager": list(self._eager.values())}
+
+    def tapes(self):
+        """The tapes held, most recently used last (each has `source` and `ops`)."""
+        return list(self._tapes.values())
+
+    def clear(self):
+        """Forget every tape and every fallback: the next call records again."""
+        self._tapes.clear()
+        self._eager.clear()
+
+
+def compile(fn=None, *, cache_size=8):
+    """Compile `fn` (a training or inference step) to replay recorded tapes; usable as
+    `@gradcore.compile` or `@gradcore.compile(cache_size=4)`. `cache_size`: how many tapes
+    (one per argument signature) are kept."""
+    if fn is None:
+        return lambda f: Compiled(f, cache_size)
+    return Compiled(fn, cache_size)
+
+
+# ------------------------------------------------------------------------------ keys
+def _key(args):
+    """What a tape depends on besides the code: each argument's kind, shape, dtype, device
+    (Python scalars by value, other objects by identity), and the grad and train switches."""
+    parts = [recording(), Config.train]
+    for a in args:
+        if isinstance(a, Variable):
+            data = a._data
+            parts.append((Variable, type(data), getattr(data, "shape", None),
+                          getattr(data, "dtype", None), a._requires_grad, _device(a._backend, data)))
+        elif a.__class__ in (int, float, bool, str, type(None)):
+            parts.append((a.__class__, a))
+        else:
+            backend = backends.backend_of(a)
+            if backend is None:
+                parts.append((type(a), id(a)))
+            else:
+                parts.append((type(a), a.shape, a.dtype, _device(backend, a)))
+    return tuple(parts)
+
+
+def _device(backend, data):
+    return None if data is None or backend.single_device else backend.device_of(data)
+
+
+# ------------------------------------------------------------------------------ recording
+def _start(rec):
+    trace._active.recorder = rec
+    _variable.step_recorder = rec
+    for backend in backends.registered():
+        backend.plain = False  # every op takes Function._call, where inputs are adopted
+
+
+def _stop(rec):
+    trace._active.recorder = None
+    _variable.step_recorder = None
+    for backend in backends.registered():
+        backend.plain = backend.single_device and not backend.needs_device_context
+    rec.release()
+
+
+class _Template:
+    """The shape of the step's result, with a slot index where a replay puts an array."""
+
+    def __init__(self):
+        self.slots = []
+        self.shape = None
+
+
+def _template(rec, result, arguments):
+    template = _Template()
+    template.shape = _shape(rec, result, template.slots, arguments)
+    return template
+
+
+def _shape(rec, value, slots, arguments):
+    if isinstance(value, trace.Traced) and value.slot is not None:
+        slots.append(value.slot)
+        return ("array", len(slots) - 1)
+    if isinstance(value, Variable):
+        entry = rec.adopted.get(id(value))
+        if (entry is None or entry.variable is not value) and isinstance(
+                value._data, trace.Traced) and value._data.slot is not None:
+            slots.append(value._data.slot)
+            return ("variable", len(slots) - 1, value.name)
+        return ("object", value)
+    kind = value.__class__
+    if kind in (tuple, list):
+        return (kind, [_shape(rec, v, slots, arguments) for v in value])
+    if kind is dict:
+        return (dict, {k: _shape(rec, v, slots, arguments) for k, v in value.items()})
+    return ("object", value)
+
+
+def _results(shape, arrays):
+    """The step's result for a replay: `shape` filled with the replayed arrays."""
+    kind = shape[0]
+    if kind == "array":
+        return arrays[shape[1]]
+    if kind == "variable":
+        return Variable(arrays[shape[1]], name=shape[2], requires_grad=False)
+    if kind == "object":
+        return shape[1]
+    if kind is dict:
+        return {k: _results(v, arrays) for k, v in shape[1].items()}
+    items = [_results(v, arrays) for v in shape[1]]
+    return items if kind is list else tuple(items)
+
+
+def _materialize(value):
+    """The recording run's result with real arrays in place of traced ones."""
+    if isinstance(value, trace.Traced):
+        return value.value
+    if isinstance(value, Variable):
+        if isinstance(value._data, trace.Traced):
+            value._data, value._backend = value._data.value, value._data.backend.inner
+        return value
+    kind = value.__class__
+    if kind in (tuple, list):
+        return kind(_materialize(v) for v in value)
+    if kind is dict:
+        return {k: _materialize(v) for k, v in value.items()}
+    return value

@@ -1,0 +1,660 @@
+"""Recording a step: traced arrays that compute as they record.
+
+While `gradcore.compile` records, the arrays inside the step are `Traced`: each wraps the real
+array (`value`) and the tape slot that holds it at replay (`slot`). Every operator on a Traced,
+every call into the array namespace (`xp`) and every Backend method that takes or makes an array
+runs at once on the real arrays, so the recording call returns exactly what eager code returns,
+and appends one line to the tape: the same call, with slots where arrays were.
+
+Arrays gradcore did not make in the step (a Parameter's data, a grad from before, a constant)
+enter through `Recorder.adopt`: the tape loads them from their Variable when it is replayed, so it
+sees their values as they are then. What a tape cannot replay (a value read on the host, a shape
+that depends on values) marks the recording as a fallback: the step then stays eager.
+"""
+import operator
+import os
+import sys
+import threading
+import types
+
+import backends
+
+from .. import variable as _variable
+
+# operator -> the Python spelling the tape's source uses
+BINARY = {
+    operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/",
+    operator.floordiv: "//", operator.mod: "%", operator.pow: "**", operator.matmul: "@",
+    operator.and_: "&", operator.or_: "|", operator.xor: "^", operator.lshift: "<<",
+    operator.rshift: ">>", operator.lt: "<", operator.le: "<=", operator.gt: ">",
+    operator.ge: ">=", operator.eq: "==", operator.ne: "!=",
+}
+IN_PLACE = {
+    operator.iadd: "+=", operator.isub: "-=", operator.imul: "*=", operator.itruediv: "/=",
+    operator.ifloordiv: "//=", operator.imod: "%=", operator.ipow: "**=", operator.imatmul: "@=",
+    operator.iand: "&=", operator.ior: "|=", operator.ixor: "^=",
+}
+UNARY = {operator.neg: "-", operator.pos: "+", operator.invert: "~", operator.abs: "abs"}
+
+# Functions whose result's shape depends on the values: a tape of fixed shapes cannot replay them
+DATA_DEPENDENT_SHAPES = frozenset((
+    "nonzero", "argwhere", "flatnonzero", "unique", "unique_all", "unique_counts",
+    "unique_inverse", "unique_values", "extract", "compress"))
+
+_active = threading.local()  # .recorder: the Recorder of this thread, while one records
+
+
+def recorder():
+    """The Recorder of the calling thread, or None."""
+    return getattr(_active, "recorder", None)
+
+
+class Fallback(Exception):
+    """Raised nowhere: the reason a recording cannot become a tape, with where it happened."""
+
+
+def _user_frame():
+    """'file:line' of the innermost frame outside gradcore and backends: where the user's code
+    asked for what the tape cannot replay."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    library = (here, os.path.join(os.path.dirname(here), "backends"))
+    frame = sys._getframe(1)
+    while frame is not None:
+        name = os.path.abspath(frame.f_code.co_filename)
+        if not name.startswith(library):
+            return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "an unknown place"
+
+
+class Ref:
+    """A slot in a line's arguments: the array the tape holds there."""
+
+    __slots__ = ("slot",)
+
+    def __init__(self, slot):
+        self.slot = slot
+
+
+class Line:
+    """One tape line. kind: "call" (out = target(*args, **kwargs)), "method" (out =
+    args[0].target(*args[1:], **kwargs)), "binary", "unary", "in_place" (args[0] op= args[1]),
+    "setitem" (args[0][args[1]] = args[2]), "load" (out = target._data), "load_grad" (out =
+    target._grad._data), "opaque" (target(*args) run eagerly), "store" (target._data = args[0]),
+    "store_grad" (target._grad = a new Variable of args[0], or None), "guard" (bool(args[0]) must
+    be `target` again, else the call runs eagerly)."""
+
+    __slots__ = ("kind", "target", "args", "kwargs", "out", "reads", "pinned")
+
+    def __init__(self, kind, target, args=(), kwargs=None, out=None):
+        self.kind, self.target, self.args, self.kwargs, self.out = kind, target, args, kwargs, out
+        self.reads, self.pinned = (), False
+
+
+def _slots(value):
+    """The slots a line argument refers to."""
+    kind = value.__class__
+    if kind is Ref:
+        yield value.slot
+    elif kind is tuple or kind is list:
+        for v in value:
+            yield from _slots(v)
+    elif kind is dict:
+        for v in value.values():
+            yield from _slots(v)
+    elif kind is slice:
+        yield from _slots((value.start, value.stop, value.step))
+
+
+def _cone(line):
+    """`line` and every line it depends on."""
+    cone, todo, seen = [], [line] if line is not None else [], set()
+    while todo:
+        line = todo.pop()
+        if id(line) not in seen:
+            seen.add(id(line))
+            cone.append(line)
+            todo.extend(line.reads)
+    return cone
+
+
+class Recorder:
+    """The tape being written, and the Variables the step touched that existed before it."""
+
+    def __init__(self):
+        self.thread = threading.get_ident()
+        self.lines = []
+        self.slots = 0
+        self.fallback = None       # (reason, 'file:line') once the step cannot be replayed
+        self.objects = {}          # id(object) -> (object, slot): non-array results (index keys)
+        self.adopted = {}          # id(Variable) -> _Adopted
+        self.arguments = []        # slots of the step's array arguments, in order
+        self.grad_owners = {}      # id(grad Variable) -> the adopted Variable it is the grad of
+        self.created_state = False  # the step created weights (lazy layers): record again
+        self.writers = {}           # slot -> the line that last wrote it
+        self.stored = False         # a store or opaque line was written
+        self.checked = 0            # lines[:checked] are guards and what they test: the start
+
+    # ------------------------------------------------------------ slots and lines
+    def new_slot(self):
+        self.slots += 1
+        return self.slots - 1
+
+    def append(self, kind, target, args=(), kwargs=None, out=None):
+        line = Line(kind, target, args, kwargs, out)
+        # what the line reads: the lines that last wrote those slots
+        line.reads = [self.writers[slot] for slot in _slots((args, kwargs))
+                      if slot in self.writers]
+        # a load after a store or an opaque call reads what they left: it stays after them
+        line.pinned = kind in ("load", "load_grad") and self.stored
+        self.lines.append(line)
+        if out is not None:
+            self.writers[out] = line
+        if (kind == "setitem" or has_side_effect(line)) and args and args[0].__class__ is Ref:
+            self.writers[args[0].slot] = line  # it changed that array in place
+        if kind in ("store", "store_grad", "opaque"):
+            self.stored = True
+
+    def guard(self, traced, value):
+        """A traced boolean decided a Python branch (a check such as labels in range): the tape
+        tests it first thing and, if it comes out otherwise, the call runs eagerly, before the
+        replay has changed anything. So the lines it depends on move to the tape's start, which
+        needs them to change nothing and read no state a line before them changes; otherwise
+        the step cannot be replayed."""
+        cone = _cone(self.writers.get(traced.slot))
+        if traced.slot is None or any(line.pinned or has_side_effect(line) for line in cone):
+            self.give_up("a traced value decided a Python branch (bool) and depends on a "
+                         "change the step made")
+            return
+        moved = set(map(id, cone))
+        rest = [line for line in self.lines[self.checked:] if id(line) not in moved]
+        head = [line for line in self.lines[self.checked:] if id(line) in moved]
+        self.lines[self.checked:] = head + [Line("guard", value, (Ref(traced.slot),),
+                                                 {"where": _user_frame()})] + rest
+        self.checked += len(head) + 1
+
+    def give_up(self, reason):
+        """The step cannot be replayed: keep the first reason and where it arose."""
+        if self.fallback is None:
+            self.fallback = (reason, _user_frame())
+
+    def template(self, value):
+        """`value` as a line argument: Ref for a Traced or a known non-array result, containers
+        element by element, anything else as the constant it is."""
+        if isinstance(value, Traced):
+            if value.slot is None:  # made before this recording (an escaped value): a constant
+                return value.value
+            return Ref(value.slot)
+        kind = value.__class__
+        if kind is tuple or kind is list:
+            items = [self.template(v) for v in value]
+            return items if kind is list else tuple(items)
+        if kind is dict:
+            return {k: self.template(v) for k, v in value.items()}
+        entry = self.objects.get(id(value))
+        if entry is not None and entry[0] is value:
+            return Ref(entry[1])
+        return value
+
+    def wrap(self, backend, result, kind, target, args, kwargs):
+        """Record `result = target(args)` as one line and give back what the step sees: Traced
+        arrays, a tuple of them, or the object itself (known by identity)."""
+        inner = backend.inner
+        if inner.owns(result) or result.__class__ in inner.scalar_types:
+            out = self.new_slot()
+            self.append(kind, target, args, kwargs, out)
+            return backend.traced(result, out)
+        if result.__class__ in (bool, int, float, complex):
+            self.give_up(f"{_describe_target(target)} gave a Python {type(result).__name__} "
+                         "computed from array values")
+            return result
+        out = self.new_slot()
+        self.append(kind, target, args, kwargs, out)
+        if result.__class__ in (tuple, list) and result and all(
+                inner.owns(r) or r.__class__ in inner.scalar_types for r in result):
+            items = []
+            for i, r in enumerate(result):
+                slot = self.new_slot()
+                self.append("binary", operator.getitem, (Ref(out), i), None, slot)
+                items.append(backend.traced(r, slot))
+            return type(result)(items)
+        self.objects[id(result)] = (result, out)
+        return result
+
+
+    # ------------------------------------------------------------ Variables from outside
+    def adopt(self, v):
+        """v's data as a Traced: loaded from v (or from the Variable whose grad v is) when the
+        tape is replayed. v keeps the Traced until `release` puts its real array back."""
+        data = v._data
+        if data is None or isinstance(data, Traced):
+            return data
+        entry = self.adopted.get(id(v))
+        if entry is not None and entry.variable is v:  # given a raw array since: a constant
+            backend = trace_backend(v._backend)
+            slot = self.new_slot()
+            self.append("constant", data, out=slot)
+        else:
+            backend = trace_backend(v._backend)
+            slot = self.new_slot()
+            owner = self.grad_owners.get(id(v))
+            if owner is not None and owner._grad is v:
+                self.append("load_grad", owner, out=slot)
+            else:
+                self.append("load", v, out=slot)
+            self.adopted[id(v)] = _Adopted(v, data, v._backend, v._grad)
+            grad = v._grad  # the grad Variable may be another object when the tape replays
+            if grad is not None and not isinstance(grad._data, Traced):
+                self.grad_owners[id(grad)] = v
+        traced = backend.traced(data, slot)
+        v._data, v._backend = traced, backend
+        return traced
+
+    def argument(self, index, value):
+        """The step's argument `index` (a Variable or an array) as the step will see it."""
+        slot = self.new_slot()
+        backend = backends.backend_of(value)
+        self.arguments.append((index, slot, backend is None))  # (.., .., a Variable)
+        if backend is not None:
+            return trace_backend(backend).traced(value, slot)
+        self.adopted[id(value)] = _Adopted(value, value._data, value._backend, value._grad, index)
+        value._data = trace_backend(value._backend).traced(value._data, slot)
+        value._backend = value._data.backend
+        return value
+
+    # ------------------------------------------------------------ what Variable and Function call
+    def is_active(self):
+        """True in the recording thread, outside an opaque call."""
+        return getattr(_active, "recorder", None) is self
+
+    def read(self, v):
+        """`v.data` while recording: its traced array (a 0-d array, not a scalar)."""
+        if not self.is_active():
+            return v._data
+        data = self.adopt(v)
+        if data is not None and data.value.__class__ in data.backend.inner.scalar_types:
+            data = v._data = data.backend.ensure_array(data)
+        return data
+
+    def adopt_inputs(self, inputs):
+        """A Function's inputs: the Variables among them traced (Function._call calls this)."""
+        if self.is_active():
+            for x in inputs:
+                if isinstance(x, _variable.Variable) and x._data is not None and not isinstance(
+                        x._data, Traced):
+                    self.adopt(x)
+
+    def writing(self, v, data=False):
+        """v's grad (or, with `data`, its data) is about to be set: remember how v was."""
+        if not self.is_active():
+            return
+        entry = self.adopted.get(id(v))
+        if entry is not None and entry.variable is v:
+            return
+        if v._data is None or isinstance(v._data, Traced):
+            if data and v._data is None:
+                self.created_state = True  # a lazily created weight: the next call differs
+            self.adopted[id(v)] = _Adopted(v, v._data, v._backend, v._grad)
+        else:
+            self.adopt(v)
+
+    def release(self):
+        """Give every adopted Variable its real arrays back, and write the lines that make a
+        replay leave them as this run did (data rebound, grad set or cleared)."""
+        for entry in self.adopted.values():
+            v = entry.variable
+            site = entry.variable if entry.argument is None else entry.argument
+            data = v._data
+            if isinstance(data, Traced):
+                if data.value is not entry.data:
+                    self.append("store", site, (self.template(data),))
+                v._data, v._backend = data.value, data.backend.inner
+            grad = v._grad
+            if grad is not entry.grad:
+                self.append("store_grad", site, (None if grad is None else self._real(grad),))
+        self.adopted = {}
+        self.grad_owners = {}
+
+    def _real(self, v):
+        """A Variable made in the step: its real array back, its slot as a line argument."""
+        data = v._data
+        if isinstance(data, Traced):
+            v._data, v._backend = data.value, data.backend.inner
+            return self.template(data)
+        return data
+
+    def opaque(self, method, args):
+        """Run `method(*args)` eagerly now and at every replay (an optimizer step: Python state
+        such as the learning rate or Adam's step count is read afresh each time)."""
+        self.release()
+        self.append("opaque", method, args)
+        _active.recorder = None
+        try:
+            return method(*args)
+        finally:
+            _active.recorder = self
+
+
+class _Adopted:
+    """A Variable the step did not create, as it was before the step touched it."""
+
+    __slots__ = ("variable", "data", "backend", "grad", "argument")
+
+    def __init__(self, variable, data, backend, grad, argument=None):
+        self.variable, self.data, self.backend, self.grad = variable, data, backend, grad
+        self.argument = argument  # the step's argument index, or None
+
+
+# Calls that change an argument in place or draw random numbers: kept even if no result needs them
+_SIDE_EFFECT_CALLS = frozenset(("scatter_add", "add_at", "random_normal", "random_uniform"))
+
+
+def has_side_effect(line):
+    """True for a line a replay must run although no result needs it."""
+    if line.kind in ("in_place", "setitem", "opaque", "store", "store_grad", "guard"):
+        return True
+    if line.kind == "call":
+        return (getattr(line.target, "__name__", "") in _SIDE_EFFECT_CALLS
+                or bool(line.kwargs and "out" in line.kwargs))
+    return False
+
+
+def _describe_target(target):
+    return getattr(target, "__name__", None) or repr(target)
+
+
+def _has_traced(value):
+    kind = value.__class__
+    if kind is tuple or kind is list:
+        return any(_has_traced(v) for v in value)
+    if kind is dict:
+        return any(_has_traced(v) for v in value.values())
+    return isinstance(value, Traced)
+
+
+def unwrap(value):
+    """The real arrays in `value` (a Traced, or containers of them)."""
+    if isinstance(value, Traced):
+        return value.value
+    kind = value.__class__
+    if kind is tuple or kind is list:
+        items = [unwrap(v) for v in value]
+        return items if kind is list else tuple(items)
+    if kind is dict:
+        return {k: unwrap(v) for k, v in value.items()}
+    return value
+
+
+def _known(rec, args, kwargs):
+    """True if an argument is traced or a recorded non-array result."""
+    if _has_traced(args) or (kwargs and _has_traced(kwargs)):
+        return True
+    objects = rec.objects
+    return any(id(a) in objects for a in args) if objects else False
+
+
+def call(backend, function, args, kwargs, kind="call"):
+    """Run `function` on the real arrays; while recording, also as a tape line. Results that are
+    arrays come back Traced."""
+    if kind == "method":  # function is the method's name; args[0] the array
+        receiver, *rest = unwrap(args)
+        result = getattr(receiver, function)(*rest, **(unwrap(kwargs) if kwargs else {}))
+    elif kwargs:
+        result = function(*unwrap(args), **unwrap(kwargs))
+    else:
+        result = function(*unwrap(args))
+    rec = recorder()
+    if rec is None:
+        return backend.traced(result, None) if backend.inner.owns(result) else result
+    if not _known(rec, args, kwargs) and not backend.inner.owns(result) and (
+            result.__class__ not in backend.inner.scalar_types):
+        return result  # nothing traced in or out: a query (isdtype, finfo, result_type)
+    name = getattr(function, "__name__", "")
+    if name in DATA_DEPENDENT_SHAPES:
+        rec.give_up(f"{name}'s result has a shape that depends on the values")
+    return rec.wrap(backend, result, kind, function, rec.template(args),
+                    rec.template(kwargs) if kwargs else None)
+
+
+# ================================================================================ Traced
+def _binary(op):
+    def method(self, other):
+        return _operate(self, op, "binary", (self, other))
+    method.__name__ = f"__{op.__name__.strip('_')}__"
+    return method
+
+
+def _reflected(op):
+    def method(self, other):
+        return _operate(self, op, "binary", (other, self))
+    method.__name__ = f"__r{op.__name__.strip('_')}__"
+    return method
+
+
+def _in_place(op):
+    def method(self, other):
+        result = op(self.value, unwrap(other))
+        rec = recorder()
+        if rec is not None and self.slot is not None:
+            rec.append("in_place", op, (Ref(self.slot), rec.template(other)), None, self.slot)
+        self.value = result
+        return self
+    method.__name__ = f"__{op.__name__.strip('_')}__"
+    return method
+
+
+def _unary(op):
+    def method(self):
+        return _operate(self, op, "unary", (self,))
+    return method
+
+
+def _operate(self, op, kind, args):
+    return call(self.backend, op, args, None, kind)
+
+
+def _host_read(name):
+    def method(self, *args, **kwargs):
+        rec = recorder()
+        if rec is not None:
+            rec.give_up(f"a traced array's value was read on the host ({name})")
+        return getattr(self.value, name)(*args, **kwargs)
+    method.__name__ = name
+    return method
+
+
+class Traced:
+    """An array inside a recorded step: the real array (`value`) and its tape slot (`slot`;
+    None for one made while nothing recorded). Subclassed once per backend it wraps."""
+
+    __slots__ = ("value", "slot", "__weakref__")
+    __array_ufunc__ = None  # `ndarray <op> Traced` defers to the reflected operator below
+    __array_priority__ = 1000
+    backend = None  # the TraceBackend of the subclass
+
+    def __init__(self, value, slot):
+        self.value = value
+        self.slot = slot
+
+    shape = property(lambda self: self.value.shape)
+    dtype = property(lambda self: self.value.dtype)
+    ndim = property(lambda self: self.value.ndim)
+    size = property(lambda self: self.value.size)
+    device = property(lambda self: self.value.device)
+    T = property(lambda self: call(self.backend, operator.attrgetter("T"), (self,), None))
+    mT = property(lambda self: call(self.backend, operator.attrgetter("mT"), (self,), None))
+
+    def __len__(self):
+        return len(self.value)
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self.value)))
+
+    def __getitem__(self, key):
+        if _is_mask(key):
+            rec = recorder()
+            if rec is not None:
+                rec.give_up("indexing with a boolean mask gives a shape that depends on values")
+        return call(self.backend, operator.getitem, (self, key), None, "binary")
+
+    def __setitem__(self, key, value):
+        operator.setitem(self.value, unwrap(key), unwrap(value))
+        rec = recorder()
+        if rec is not None and self.slot is not None:
+            rec.append("setitem", operator.setitem,
+                       (Ref(self.slot), rec.template(key), rec.template(value)))
+
+    def __getattr__(self, name):  # methods and attributes the class does not spell out
+        if name.startswith("__"):
+            raise AttributeError(name)
+        attribute = getattr(self.value, name)
+        if callable(attribute):
+            return lambda *args, **kwargs: call(self.backend, name, (self, *args), kwargs,
+                                                "method")
+        if self.backend.inner.owns(attribute):
+            return call(self.backend, operator.attrgetter(name), (self,), None)
+        return attribute
+
+    def __array_namespace__(self, api_version=None):
+        return self.backend.xp
+
+    for _op in BINARY:
+        locals()[f"__{_op.__name__.strip('_')}__"] = _binary(_op)
+        if _op not in (operator.lt, operator.le, operator.gt, operator.ge, operator.eq,
+                       operator.ne):
+            locals()[f"__r{_op.__name__.strip('_')}__"] = _reflected(_op)
+    for _op in IN_PLACE:
+        locals()[f"__{_op.__name__.strip('_')}__"] = _in_place(_op)
+    __neg__, __pos__ = _unary(operator.neg), _unary(operator.pos)
+    __invert__, __abs__ = _unary(operator.invert), _unary(operator.abs)
+    def __bool__(self):
+        value = bool(self.value)
+        rec = recorder()
+        if rec is not None:
+            rec.guard(self, value)
+        return value
+
+    for _name in ("__float__", "__int__", "__index__", "__complex__", "item",
+                  "tolist", "__array__", "__dlpack__", "__repr__", "__str__", "__format__"):
+        locals()[_name] = _host_read(_name)
+    del _op, _name
+
+    __hash__ = object.__hash__
+
+
+def _is_mask(key):
+    keys = key if key.__class__ is tuple else (key,)
+    for k in keys:
+        if isinstance(k, Traced):
+            k = k.value
+        dtype = getattr(k, "dtype", None)
+        if dtype is not None and getattr(dtype, "kind", None) == "b":
+            return True
+        if k.__class__ is list and k and all(v.__class__ is bool for v in k):
+            return True
+    return False
+
+
+# ================================================================================ the backend
+class Namespace:
+    """An array namespace whose functions record: `xp.exp(x)` on a Traced is a tape line."""
+
+    def __init__(self, backend, module):
+        self._backend = backend
+        self._module = module
+
+    def __getattr__(self, name):
+        attribute = getattr(self._module, name)
+        if isinstance(attribute, types.ModuleType):
+            wrapped = Namespace(self._backend, attribute)
+        elif callable(attribute) and not isinstance(attribute, type):
+            backend = self._backend
+
+            def wrapped(*args, **kwargs):
+                return call(backend, attribute, args, kwargs)
+            wrapped.__name__ = name
+        else:
+            wrapped = attribute  # dtypes, constants
+        setattr(self, name, wrapped)  # found once
+        return wrapped
+
+
+# Backend methods that take or make arrays: each call is a tape line
+_RECORDED = ("asarray", "zeros", "to_device", "normalize_key", "get_item", "scatter_add",
+             "add_at", "random_normal", "random_uniform")
+
+
+class TraceBackend(backends.Backend):
+    """The backend of the Traced arrays that wrap another backend's (`inner`)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.name = f"traced {inner.name}"
+        self.device_type = inner.device_type
+        # Two classes, as the inner library has arrays and scalars (NumPy's 0-d results):
+        # Function and Variable then treat a traced scalar as they treat a scalar
+        name = type(inner).__name__
+        self.array_type = type(f"TracedArray{name}", (Traced,), {"__slots__": (), "backend": self})
+        scalar_type = type(f"TracedScalar{name}", (Traced,), {"__slots__": (), "backend": self})
+        self.scalar_types = frozenset((scalar_type,)) if inner.scalar_types else frozenset()
+        self._scalar_type = scalar_type
+        self.xp = Namespace(self, inner.xp)
+        self.single_device = inner.single_device
+        self.needs_device_context = inner.needs_device_context
+        self.plain = False
+        for name in _RECORDED:
+            setattr(self, name, self._recorded(getattr(inner, name)))
+
+    def _recorded(self, method):
+        def recorded(*args, **kwargs):
+            return call(self, method, args, kwargs)
+        recorded.__name__ = method.__name__
+        return recorded
+
+    def traced(self, value, slot):
+        if value.__class__ in self.inner.scalar_types:
+            return self._scalar_type(value, slot)
+        return self.array_type(value, slot)
+
+    def owns(self, array):
+        return isinstance(array, Traced) and array.backend is self
+
+    def owns_memory(self, array):
+        return self.inner.owns_memory(array.value)
+
+    def device_of(self, array):
+        return self.inner.device_of(array.value)
+
+    def device_context(self, device):
+        return self.inner.device_context(device)
+
+    def ensure_array(self, obj):
+        if isinstance(obj, Traced) and obj.value.__class__ in self.inner.scalar_types:
+            return call(self, self.inner.ensure_array, (obj,), None)
+        return obj
+
+    def to_numpy(self, array):
+        rec = recorder()
+        if rec is not None:
+            rec.give_up("a traced array was copied to the host (to_numpy)")
+        return self.inner.to_numpy(unwrap(array))
+
+    def manual_seed(self, seed):
+        self.inner.manual_seed(seed)
+
+    def synchronize(self, device):
+        self.inner.synchronize(device)
+
+    def memory_in_use(self, device):
+        return self.inner.memory_in_use(device)
+
+
+_backends = {}  # inner Backend -> its TraceBackend
+
+
+def trace_backend(inner):
+    """The TraceBackend wrapping `inner`, made and made known to backend_of on first use."""
+    backend = _backends.get(inner)
+    if backend is None:
+        backend = _backends[inner] = backends.register(TraceBackend(inner), devices=False)
+    return backend

@@ -1,0 +1,233 @@
+"""gradcore.compile: a replayed step gives what the eager step gives, bit for bit on NumPy."""
+import warnings
+
+import numpy as np
+import pytest
+
+import gradcore
+import gradcore.functions as F
+from gradcore import nn, optim
+
+
+def chain(x0):
+    x = gradcore.Variable(x0)
+    y = x
+    for _ in range(50):
+        y = y * 1.0001 + 0.1
+    y.backward()
+    return y, x.grad
+
+
+def second_derivative(x0):
+    x = gradcore.Variable(x0)
+    y = F.tanh(x) * F.sin(x)
+    gx, = gradcore.grad(y, x, create_graph=True)
+    ggx, = gradcore.grad(gx, x)
+    return gx.data, ggx.data
+
+
+def same(a, b):
+    """True if a and b hold identical arrays (Variables compared by data), element for element."""
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, gradcore.Variable):
+        return isinstance(b, gradcore.Variable) and same(a.data, b.data)
+    return np.array_equal(np.asarray(a), np.asarray(b)) and np.asarray(a).dtype == np.asarray(
+        b).dtype
+
+
+@pytest.mark.parametrize("fn, make", [
+    (chain, lambda rng: np.asarray(rng.standard_normal())),
+    (second_derivative, lambda rng: rng.standard_normal(7)),
+])
+def test_replay_equals_eager_for_new_inputs(fn, make):
+    step = gradcore.compile(fn)
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        x0 = make(rng)
+        assert same(step(x0), fn(x0))
+    stats = step.stats()
+    assert (stats["tapes"], stats["recordings"], stats["replays"]) == (1, 1, 4)
+
+
+def _training(opt_cls, layers=(16, 3), dropout=False):
+    """A model, its optimizer and a train step; weights are made at the first call."""
+    model = nn.MLP(layers)
+    opt = opt_cls().setup(model)
+
+    def step(x, t):
+        h = model(x)
+        if dropout:
+            h = F.dropout(h, 0.3)
+        loss = F.softmax_cross_entropy(h, t)
+        model.cleargrads()
+        loss.backward()
+        opt.update()
+        return loss
+    return model, opt, step
+
+
+def _batches(count, rows=8, classes=3, seed=1):
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal((rows, 4)), rng.integers(0, classes, rows)) for _ in range(count)]
+
+
+@pytest.mark.parametrize("opt_cls", [optim.SGD, optim.MomentumSGD, optim.Adam, optim.AdamW])
+@pytest.mark.parametrize("dropout", [False, True])
+def test_training_with_replay_gives_the_eager_model(opt_cls, dropout):
+    eager_model, _, eager_step = _training(opt_cls, dropout=dropout)
+    model, _, step = _training(opt_cls, dropout=dropout)
+    compiled = gradcore.compile(step)
+    for i, (x, t) in enumerate(_batches(6)):
+        np.random.seed(100 + i)  # dropout's masks and the lazy weights draw from it
+        expected = eager_step(x, t)
+        np.random.seed(100 + i)
+        got = compiled(x, t)
+        assert isinstance(got, gradcore.Variable) and same(got, expected)
+        for p, q in zip(model.params(), eager_model.params()):
+            assert same(p.data, q.data) and same(p.grad, q.grad)
+    # the first call made the weights (lazy layers), the second recorded, the rest replayed
+    assert compiled.stats()["replays"] == 4
+
+
+def test_the_optimizer_reads_its_learning_rate_at_every_replay():
+    eager_model, eager_opt, eager_step = _training(optim.SGD)
+    model, opt, step = _training(optim.SGD)
+    compiled = gradcore.compile(step)
+    for i, (x, t) in enumerate(_batches(5)):
+        np.random.seed(i)
+        eager_step(x, t)
+        np.random.seed(i)
+        compiled(x, t)
+        eager_opt.lr = opt.lr = opt.lr / 2
+    for p, q in zip(model.params(), eager_model.params()):
+        assert same(p.data, q.data)
+    assert compiled.stats()["replays"] == 3
+
+
+def test_a_replayed_result_has_no_graph():
+    step = gradcore.compile(chain)
+    step(np.asarray(1.0))
+    y, gx = step(np.asarray(2.0))
+    assert y.creator is None and not y.requires_grad
+    with pytest.raises(RuntimeError, match="no graph"):
+        y.backward()
+
+
+def test_new_shapes_record_a_new_tape():
+    step = gradcore.compile(second_derivative)
+    for n in (3, 4, 3, 4, 5):
+        x0 = np.linspace(-1, 1, n)
+        assert same(step(x0), second_derivative(x0))
+    stats = step.stats()
+    assert (stats["tapes"], stats["recordings"], stats["replays"]) == (3, 3, 2)
+
+
+def test_the_cache_keeps_the_most_recent_tapes():
+    step = gradcore.compile(second_derivative, cache_size=2)
+    for n in (3, 4, 5, 3):
+        step(np.ones(n))
+    assert step.stats()["tapes"] == 2 and step.stats()["recordings"] == 4
+
+
+def test_a_host_read_falls_back_to_eager_with_a_warning_naming_the_line():
+    def step(x0):
+        x = gradcore.Variable(x0)
+        y = F.sum(x * x)
+        if float(y.data) > 1.0:  # a Python branch on a value: not replayable
+            y = y * 2
+        y.backward()
+        return x.grad
+
+    compiled = gradcore.compile(step)
+    with pytest.warns(RuntimeWarning, match=r"runs eagerly.*float.*test_compile.py:\d+"):
+        first = compiled(np.array([0.5, 0.5]))
+    assert same(first, step(np.array([0.5, 0.5])))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # warned once per signature
+        for x0 in (np.array([2.0, 0.0]), np.array([0.1, 0.2])):
+            assert same(compiled(x0), step(x0))  # both branches: eager each time
+    stats = compiled.stats()
+    assert (stats["fallbacks"], stats["eager calls"], stats["tapes"]) == (1, 2, 0)
+    assert "float" in stats["why eager"][0]
+
+
+@pytest.mark.parametrize("read", [
+    lambda v: v.item(), lambda v: int(v.data[0]), lambda v: v.data.tolist(), lambda v: repr(v),
+    lambda v: np.asarray(v.data), lambda v: F.sum(v).data.item()])
+def test_every_host_read_falls_back(read):
+    def step(x0):
+        x = gradcore.Variable(x0)
+        y = x * 3
+        read(y[:1])
+        return y
+
+    compiled = gradcore.compile(step)
+    with pytest.warns(RuntimeWarning, match="runs eagerly"):
+        compiled(np.ones(3))
+    assert same(compiled(np.full(3, 2.0)), step(np.full(3, 2.0)))
+    assert compiled.stats()["fallbacks"] == 1
+
+
+def test_a_shape_that_depends_on_values_falls_back():
+    def step(x0):
+        x = gradcore.Variable(x0)
+        return x.data[x.data > 0] * 2
+
+    compiled = gradcore.compile(step)
+    with pytest.warns(RuntimeWarning, match="boolean mask"):
+        compiled(np.array([1.0, -1.0, 2.0]))
+    assert same(compiled(np.array([1.0, 3.0, 2.0])), np.array([2.0, 6.0, 4.0]))
+
+
+def test_a_check_that_comes_out_otherwise_runs_the_step_eagerly():
+    # the labels' range check is a guard: labels out of range at a replay raise as eagerly
+    _, _, step = _training(optim.SGD)
+    compiled = gradcore.compile(step)
+    (x, t), = _batches(1)
+    compiled(x, t)
+    compiled(x, t)
+    assert compiled.stats()["tapes"] == 1
+    with pytest.raises(IndexError, match=r"labels must lie in \[0, 3\)"):
+        compiled(x, np.where(t == 0, 7, t))
+    stats = compiled.stats()
+    assert stats["eager calls"] == 1 and stats["replays"] == 0
+
+
+def test_grad_mode_and_train_mode_are_part_of_the_key():
+    def step(x0):
+        x = gradcore.Variable(x0)
+        return F.dropout(x * 2, 0.5)
+
+    compiled = gradcore.compile(step)
+    x0 = np.ones(6)
+    with gradcore.test_mode():
+        assert same(compiled(x0).data, x0 * 2)
+        assert same(compiled(x0).data, x0 * 2)
+    np.random.seed(3)
+    expected = step(x0)
+    np.random.seed(3)
+    assert same(compiled(x0), expected)
+    with gradcore.no_grad():
+        compiled(x0)
+    assert compiled.stats()["tapes"] == 3
+
+
+def test_the_tape_is_python_source_without_variables():
+    step = gradcore.compile(chain)
+    step(np.asarray(1.0))
+    tape, = step.tapes()
+    assert tape.source.startswith("def replay(a0")
+    assert "Variable" not in tape.source and "backward" not in tape.source
+    # 50 steps of `* 1.0001 + 0.1` forward, a product per step backward, the seed (ones_like)
+    # and two 0-d arrays made scalars (the input and the seed), as eager code does
+    assert tape.ops == 150 + 3
+
+
+def test_compile_checks_its_arguments():
+    with pytest.raises(TypeError, match="expected a function"):
+        gradcore.compile(3)
+    with pytest.raises(ValueError, match="cache_size"):
+        gradcore.compile(chain, cache_size=0)
+    decorated = gradcore.compile(cache_size=2)(chain)
+    assert decorated.cache_size == 2 and decorated.__name__ == "chain"
