@@ -16,7 +16,7 @@ import backends
 
 from . import WORKLOADS, load
 from .common import (KINDS, Progress, load_average, machine_info, prepare, resolve_device,
-                     run_workload, thread_environment, threads_pinned, time_once)
+                     run_workload, thread_environment, time_once)
 from .memory import measure
 from .report import LOCAL, PUBLISHED, PUBLISHED_MD, print_table, write_all, write_json
 
@@ -112,10 +112,10 @@ def main(argv=None):
         print("\n".join(f"wrote {_shown(path)}" for path in written)
               or f"nothing to regenerate: no JSON file in {_shown(destination(args)[0])}")
         return 0
-    if not threads_pinned(args.threads):
+    environment = thread_environment(args.threads)
+    if environment != os.environ:
         # The BLAS reads its thread count once, when NumPy loads: start again with it set.
-        os.execve(sys.executable, [sys.executable, "-m", "benchmarks", *argv],
-                  thread_environment(args.threads))
+        os.execve(sys.executable, [sys.executable, "-m", "benchmarks", *argv], environment)
     if args.profile:
         return profile(args)
     return run_suite(args, argv)
@@ -215,7 +215,7 @@ def profile(args, lines=15):
     """cProfile of gradcore's run of one workload (after warm-up), top `lines` by own time."""
     workload = load([args.profile])[0]
     repeat, warmup = _runs(workload, args)
-    contender = prepare(workload, "gradcore", workload.gradcore, args.device, args.threads, [])
+    contender = prepare("gradcore", workload.gradcore, args.device, args.threads)
     for _ in range(warmup):
         time_once(contender.run, contender.sync)
     profiler = cProfile.Profile()

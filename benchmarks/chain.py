@@ -7,10 +7,9 @@ import math
 
 import numpy
 
-import backends
 import gradcore
 
-from .common import Unavailable, Workload, on_device, ratio_target
+from .common import Unavailable, Workload, one_input, ratio_target
 
 STEPS = 2000
 OPS = 2 * STEPS  # each * and each + is one op, for every implementation
@@ -22,9 +21,8 @@ EXPECTED_GRAD = A ** STEPS
 EXPECTED_Y = A ** STEPS * X0 + B * (A ** STEPS - 1) / (A - 1)
 
 
-def _start(device):
-    """The 0-d float64 input on `device`, made once, outside the clock."""
-    return backends.backend_for_device(device).asarray(numpy.array(X0), device=device)
+def _x():
+    return numpy.array(X0)  # 0-d float64
 
 
 # ================================================================================ the workload
@@ -61,9 +59,9 @@ def chain_numpy_scalars(x0):
     return y
 
 
-def chain_torch(torch, device):
+def chain_torch(torch, x0):
     """PyTorch: the same chain from a float64 leaf with requires_grad; returns dy/dx."""
-    x = torch.tensor(X0, dtype=torch.float64, device=device, requires_grad=True)
+    x = x0.detach().requires_grad_()
     y = x
     for _ in range(STEPS):
         y = y * A + B
@@ -72,25 +70,14 @@ def chain_torch(torch, device):
 
 
 # ================================================================================ factories
-def make_gradcore(device):
-    x0 = _start(device)
-    return lambda: chain_gradcore(x0)
-
-
-def make_floor(device):
-    x0 = _start(device)
-    return on_device(device, chain_floor, backends.backend_for_device(device).xp, x0)
+make_gradcore, make_floor, make_torch = one_input(_x, chain_gradcore, chain_floor, chain_torch)
 
 
 def make_numpy_scalars(device):
     if device.type != "cpu":
         raise Unavailable("NumPy only: other array libraries keep 0-d arrays")
-    x0 = _start(device)
+    x0 = _x()
     return lambda: chain_numpy_scalars(x0)
-
-
-def make_torch(torch, device):
-    return lambda: chain_torch(torch, device)
 
 
 def verify(kind, result):

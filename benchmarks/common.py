@@ -2,7 +2,6 @@
 import dataclasses
 import gc
 import importlib
-import importlib.util
 import json
 import os
 import platform
@@ -24,7 +23,6 @@ KINDS = ("gradcore", "floor", "torch")  # the three columns, in table order
 # The variables that fix the thread count of the BLAS under NumPy and of PyTorch's OpenMP pool.
 # They only act before those libraries load, so the suite sets them and starts itself again.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-MIB = 1024 * 1024
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 
 
@@ -35,11 +33,9 @@ class Unavailable(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class Memory:
-    """A memory figure of a workload, measured in a fresh process per implementation (memory.py).
-
-    `probe(run, meter)` runs there: `run` is what the workload's factory returned, `meter` a
-    memory.Meter; it returns (figures, result): a dict of numbers (MiB) and the value `verify`
-    checks. `rows` says which figures the table shows: (label, key, ratios make sense).
+    """A memory figure, measured in a fresh process per implementation (memory.py), where
+    `probe(run, meter)` gets the factory's `run` and a memory.Meter and returns (figures: a dict of
+    MiB, the result `verify` checks). `rows`: the table's (label, figure's key, ratios make sense).
     """
 
     summary: str
@@ -60,11 +56,9 @@ class Target:
 
 @dataclasses.dataclass(frozen=True)
 class Workload:
-    """One benchmark, as each workload module declares it (`WORKLOAD = Workload(...)`).
-
-    A factory builds what a run needs (arrays on the device, closures) outside the clock and
-    returns `run`, a zero-argument callable doing one whole run; `run()` returns a value that
-    `verify` checks, so a fast but wrong implementation is caught, not reported.
+    """One benchmark, as each workload module declares it (`WORKLOAD = Workload(...)`). A factory
+    builds what a run needs outside the clock and returns `run`, which does one whole run and
+    returns a value that `verify` checks: a fast but wrong implementation is caught, not reported.
     """
 
     name: str
@@ -73,10 +67,10 @@ class Workload:
     unit: str                             # "op", "step", ...
     convention: str                       # how `count` is counted; printed under the table
     gradcore: Callable                    # gradcore(device) -> run
-    floor: Optional[Callable] = None      # floor(device) -> run: by hand in NumPy/CuPy, no autodiff
+    floor: Callable                       # floor(device) -> run: by hand in NumPy/CuPy, no autodiff
+    verify: Callable                      # verify(kind, result): AssertionError if result is wrong
     floor_label: str = ""                 # what the floor computes
     torch: Optional[Callable] = None      # torch(torch_module, torch_device) -> run
-    verify: Optional[Callable] = None     # verify(kind, result): AssertionError if result is wrong
     references: tuple = ()                # more (key, label, factory(device)) figures, as notes
     time_unit: str = "us"                 # a key of SCALES
     timed: bool = True                    # False: only the memory figure (leak)
@@ -89,15 +83,12 @@ class Workload:
 def ratio_target(text, key, limit, row=0):
     """A Target met when the ratio `key` of the record ("gradcore/torch", "gradcore/floor",
     "memory gradcore/torch") is at most `limit`."""
-
     def check(record):
-        source = record.get("memory", {}).get("ratios", {}) if key.startswith("memory ") \
-            else record.get("ratios", {})
-        ratio = source.get(key.removeprefix("memory "))
+        section = record.get("memory", {}) if key.startswith("memory ") else record
+        ratio = section.get("ratios", {}).get(key.removeprefix("memory "))
         if ratio is None:
             return "n/a", None
         return f"{ratio:.3g}x", ratio <= limit
-
     return Target(text, check, row)
 
 
@@ -113,11 +104,6 @@ def resolve_device(name):
     if device.index is None and not backend.single_device:
         device = backend.device_of(backend.zeros((), "float64", device))  # "cuda" -> "cuda:N"
     return device
-
-
-def synchronize(device):
-    """Wait until every kernel queued on `device` has finished (a no-op on the CPU)."""
-    backends.backend_for_device(device).synchronize(device)
 
 
 def on_device(device, fn, *args):
@@ -139,10 +125,9 @@ def to_device(device, array):
 
 
 def one_input(make_input, run_gradcore, run_floor, run_torch):
-    """The factories (make_gradcore, make_floor, make_torch) of a workload whose implementations
-    each take one array, `make_input()` (NumPy, on the host), copied to the device outside the
-    clock: run_gradcore(array), run_floor(xp, array), run_torch(torch, tensor). PyTorch gets the
-    array's dtype."""
+    """(make_gradcore, make_floor, make_torch) for implementations that each take one array,
+    `make_input()` copied to the device outside the clock: run_gradcore(array), run_floor(xp,
+    array), run_torch(torch, tensor of the same dtype)."""
     def make_gradcore(device):
         x0 = to_device(device, make_input())
         return lambda: run_gradcore(x0)
@@ -159,9 +144,8 @@ def one_input(make_input, run_gradcore, run_floor, run_torch):
 
 def run_child(module, args, env=None, timeout=None):
     """Run `python -m benchmarks.<module> *args` in a fresh process from the repository's root
-    and return the JSON object it printed last, or {"status": "error", "error": why}."""
-    env = dict(os.environ if env is None else env)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
+    (which puts the repository on its path) and return the JSON object it printed last, or
+    {"status": "error", "error": why}."""
     command = [sys.executable, "-m", f"benchmarks.{module}", *map(str, args)]
     try:
         done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
@@ -183,18 +167,11 @@ def thread_environment(threads):
     return {**os.environ, **{name: str(threads) for name in THREAD_VARIABLES}}
 
 
-def threads_pinned(threads):
-    """True if this process started with every THREAD_VARIABLES set to `threads`."""
-    return all(os.environ.get(name) == str(threads) for name in THREAD_VARIABLES)
-
-
 # ================================================================================== timing
 def time_once(run, sync):
-    """One timed call: (seconds, what run() returned).
-
-    It starts from a collected heap (gc.collect(); the collector stays on during the run, as in
-    real use) and an idle device: sync() is called before each reading of the clock.
-    """
+    """One timed call: (seconds, what run() returned). It starts from a collected heap (the
+    collector stays on during the run, as in real use) and an idle device: sync() is called
+    before each reading of the clock."""
     gc.collect()
     sync()
     start = time.perf_counter()
@@ -240,11 +217,9 @@ def _clock(seconds):
 
 
 class Progress:
-    """Progress on stderr, in units of work (a timing round; a memory child counts as several).
-
-    On a terminal, a progress_line redrawn in place, messages printed above it; elsewhere (a log,
-    CI) only the messages, one plain line each with the same figures.
-    """
+    """Progress on stderr, in units of work (a timing round; a memory child counts as several):
+    on a terminal, a progress_line redrawn in place, messages printed above it; elsewhere (a log,
+    CI) only the messages, one plain line each with the same figures."""
 
     def __init__(self, total, stream=None):
         self.total, self.done, self.label = total, 0, ""
@@ -284,9 +259,8 @@ class Progress:
             print(self._line(message, 0), file=self.stream, flush=True)
 
     def close(self):
-        if self.live:
-            self._clear()
-            self.stream.flush()
+        self._clear()  # nothing to clear where the bar is not drawn
+        self.stream.flush()
 
 
 # ================================================================================== the runner
@@ -310,75 +284,59 @@ def candidates(workload):
 
 
 def missing(key):
-    """The entry of an implementation the workload does not have."""
-    what = "no hand-written floor" if key == "floor" else f"no {key} version"
-    return {"status": "none", "reason": f"{what} of this workload"}
+    """The entry of an implementation the workload does not have (PyTorch's, the one optional)."""
+    return {"status": "none", "reason": f"no {key} version of this workload"}
 
 
 def run_workload(workload, device, repeat, warmup, threads, progress):
-    """Time every implementation of `workload` on `device`; returns the JSON-ready record.
-
-    The implementations take turns, one run each per round (`warmup` untimed rounds, then
-    `repeat` timed ones), so a change in the machine's load hits all of them alike.
-    """
-    entries = {}
-    contenders = []
-    undo = []  # put back what preparing changed (PyTorch's thread count)
-    try:
-        for key, factory in candidates(workload):
-            if factory is None:
-                entries[key] = missing(key)
-                continue
+    """Time every implementation of `workload` on `device`; returns the JSON-ready record. They
+    take turns, one run each per round (`warmup` untimed rounds, then `repeat` timed ones), so a
+    change in the machine's load hits all of them alike."""
+    entries, contenders = {}, []
+    for key, factory in candidates(workload):
+        if factory is None:
+            entries[key] = missing(key)
+            continue
+        try:
+            contenders.append(prepare(key, factory, device, threads))
+        except Unavailable as e:
+            entries[key] = {"status": "skipped", "reason": str(e)}
+        except Exception as e:  # report it, go on with the others
+            entries[key] = {"status": "error", "error": f"{type(e).__name__}: {e}"}
+            progress.say(f"{workload.name}/{key} FAILED while preparing: {entries[key]['error']}")
+    progress.say(f"{workload.name}: timing {', '.join(c.key for c in contenders)} in turn, "
+                 f"{warmup} warm-up + {repeat} timed runs each")
+    rounds = warmup + repeat
+    for round in range(rounds):
+        for c in [c for c in contenders if c.error is None]:
             try:
-                contenders.append(prepare(workload, key, factory, device, threads, undo))
-            except Unavailable as e:
-                entries[key] = {"status": "skipped", "reason": str(e)}
-            except Exception as e:  # report it, go on with the others
-                error = f"{type(e).__name__}: {e}"
-                entries[key] = {"status": "error", "error": error}
-                progress.say(f"{workload.name}/{key} FAILED while preparing: {error}")
-        progress.say(f"{workload.name}: timing {', '.join(c.key for c in contenders)} in turn, "
-                     f"{warmup} warm-up + {repeat} timed runs each")
-        rounds = warmup + repeat
-        for round in range(rounds):
-            for c in contenders:
-                if c.error is not None:
-                    continue
-                try:
-                    seconds, c.result = time_once(c.run, c.sync)
-                except Exception as e:
-                    c.error = f"{type(e).__name__}: {e}"
-                    continue
+                seconds, c.result = time_once(c.run, c.sync)
                 if round >= warmup:
                     c.samples.append(seconds)
-            progress.advance(f"{workload.name}: round {round + 1}/{rounds}")
-    finally:
-        for action in reversed(undo):
-            action()
+            except Exception as e:
+                c.error = f"{type(e).__name__}: {e}"
+        progress.advance(f"{workload.name}: round {round + 1}/{rounds}")
     for c in contenders:
         entries[c.key] = _entry(workload, c, warmup)
-
-    labels = {key: label for key, label, _ in workload.references}
     results = {kind: entries[kind] for kind in KINDS}
     return {
         "results": results,
-        "references": {key: {**entries[key], "label": label} for key, label in labels.items()},
-        "ratios": {
-            "gradcore/torch": median_ratio(results["gradcore"], results["torch"]),
-            "gradcore/floor": median_ratio(results["gradcore"], results["floor"]),
-        },
+        "references": {key: {**entries[key], "label": label}
+                       for key, label, _ in workload.references},
+        "ratios": gradcore_ratios({kind: measured(results[kind], "median_s_per_run")
+                                   for kind in KINDS}),
     }
 
 
-def prepare(workload, key, factory, device, threads, undo):
-    """A Contender for one implementation (its factory runs here, outside the clock). PyTorch
-    gets `threads` intra-op threads on the CPU; `undo` receives what puts that back."""
-    if key != "torch":
-        return Contender(key, factory(device), lambda: synchronize(device), {})
+def prepare(key, factory, device, threads):
+    """A Contender for one implementation, its factory run here, outside the clock. PyTorch gets
+    `threads` intra-op threads on the CPU: the count the suite pins for its whole process."""
+    if key != "torch":  # sync: wait for every kernel queued on the device (nothing on the CPU)
+        return Contender(key, factory(device),
+                         lambda: backends.backend_for_device(device).synchronize(device), {})
     torch = import_torch()
     where = torch_device(torch, device)
     if where == "cpu":
-        undo.append(lambda previous=torch.get_num_threads(): torch.set_num_threads(previous))
         torch.set_num_threads(threads)
     sync = (lambda: torch.cuda.synchronize(where)) if where != "cpu" else (lambda: None)
     facts = {"torch_device": where, "torch_threads": torch.get_num_threads()}
@@ -387,7 +345,7 @@ def prepare(workload, key, factory, device, threads, undo):
 
 def _entry(workload, contender, warmup):
     """The record of one implementation: its figures, or why there are none."""
-    if contender.error is None and workload.verify is not None:
+    if contender.error is None:
         try:
             workload.verify(contender.key, contender.result)
         except Exception as e:  # a wrong answer is reported, never timed
@@ -408,34 +366,60 @@ def _entry(workload, contender, warmup):
     }
 
 
+def measured(entry, key):
+    """The figure `key` of a result entry, or None if that implementation did not run."""
+    return entry.get(key) if entry.get("status") == "ok" else None
+
+
+def ratio(numerator, denominator):
+    """numerator / denominator, or None unless both are known and the denominator is positive."""
+    if numerator is None or denominator is None or denominator <= 0:
+        return None
+    return numerator / denominator
+
+
 def per_unit(entry, workload_record):
     """The median figure of a result entry in the workload's unit, or None if it did not run."""
-    if entry.get("status") != "ok":
-        return None
-    return entry[f"median_{workload_record['time_unit']}_per_{workload_record['unit']}"]
+    return measured(entry, f"median_{workload_record['time_unit']}_per_{workload_record['unit']}")
 
 
 def median_ratio(numerator, denominator):
     """The ratio of two result entries' median run times, or None unless both ran."""
-    if numerator.get("status") != "ok" or denominator.get("status") != "ok":
-        return None
-    return numerator["median_s_per_run"] / denominator["median_s_per_run"]
+    return ratio(measured(numerator, "median_s_per_run"),
+                 measured(denominator, "median_s_per_run"))
+
+
+def gradcore_ratios(figures):
+    """{"gradcore/torch": ..., "gradcore/floor": ...} from each kind's figure (None: unknown)."""
+    return {f"gradcore/{other}": ratio(figures["gradcore"], figures[other])
+            for other in ("torch", "floor")}
 
 
 # ================================================================================== machine info
 def machine_info(device, threads):
     """What the figures depend on: processor, GPU, versions, thread settings, git commit."""
-    cpu = _cpuinfo()
+    cpu = {}  # /proc/cpuinfo's first processor; empty where there is none
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                cpu.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    model = cpu.get("model name") or cpu.get("Model") or cpu.get("cpu model")
     return {
         "device": str(device),
-        "cpu": _cpu_model(cpu),
+        "cpu": model or platform.processor() or None,
         "logical_cpus": os.cpu_count(),
         "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "virtual_machine": _hypervisor(cpu),
+        # the CPU flags of a machine a hypervisor runs say so; None where they are unknown
+        "virtual_machine": "hypervisor" in cpu["flags"].split() if "flags" in cpu else None,
         "load_average_1_5_15_min": load_average(),
         "gpu": _gpu_name(device),
         "platform": platform.platform(),
-        "versions": _versions(),
+        "versions": {"python": platform.python_version(), "gradcore": gradcore.__version__,
+                     "numpy": numpy.__version__, "cupy": _version("cupy"),  # imports without a GPU
+                     "torch": _version("torch"), "matplotlib": _version("matplotlib")},
         "threads": _threads(threads),
         "env": {name: os.environ.get(name) for name in (
             *THREAD_VARIABLES, "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "CUDA_VISIBLE_DEVICES")},
@@ -445,30 +429,8 @@ def machine_info(device, threads):
 
 
 def load_average():
+    """The 1, 5 and 15-minute load averages, or None where the system keeps none."""
     return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
-
-
-def _cpuinfo():
-    """/proc/cpuinfo's first processor as {key: value}; {} where there is none."""
-    info = {}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                info.setdefault(key.strip(), value.strip())
-    except OSError:
-        pass
-    return info
-
-
-def _cpu_model(info):
-    model = info.get("model name") or info.get("Model") or info.get("cpu model")
-    return model or platform.processor() or None
-
-
-def _hypervisor(info):
-    """True if the CPU flags say a hypervisor runs this machine (a VM), None if unknown."""
-    return "hypervisor" in info["flags"].split() if "flags" in info else None
 
 
 def _gpu_name(device):
@@ -488,30 +450,16 @@ def _version(module):
         return None
 
 
-def _versions():
-    return {
-        "python": platform.python_version(),
-        "gradcore": gradcore.__version__,
-        "numpy": numpy.__version__,
-        "cupy": _version("cupy"),  # imports without a GPU
-        "torch": _version("torch"),
-        "matplotlib": _version("matplotlib"),
-    }
-
-
 def _threads(threads):
     """The thread counts in force: the suite's, and what PyTorch reports under it."""
-    info = {"suite": threads,
-            "blas_and_openmp": "set by " + ", ".join(f"{name}={threads}"
-                                                     for name in THREAD_VARIABLES)}
-    if "torch" in sys.modules or importlib.util.find_spec("torch") is not None:
-        try:
-            torch = import_torch()
-            info["torch_intra_op"] = torch.get_num_threads()
-            info["torch_inter_op"] = torch.get_num_interop_threads()
-        except Unavailable:
-            pass
-    return info
+    info = {"suite": threads, "blas_and_openmp": "set by " + ", ".join(
+        f"{name}={threads}" for name in THREAD_VARIABLES)}
+    try:
+        torch = import_torch()
+    except Unavailable:
+        return info
+    return {**info, "torch_intra_op": torch.get_num_threads(),
+            "torch_inter_op": torch.get_num_interop_threads()}
 
 
 def _numpy_blas():

@@ -11,7 +11,7 @@ import gradcore
 import gradcore.functions as F
 
 from .common import Memory, Workload, one_input, ratio_target
-from .training import host
+from .training import assert_close, host
 
 DEPTH = 100
 SIZE = 1_000_000
@@ -77,13 +77,10 @@ def verify(kind, result):
     """float32 kept, and the gradient against the float64 product of cosines."""
     if not _EXPECTED:
         _EXPECTED.append(expected()[1])
-    want = _EXPECTED[0]
     got = host(result)
     if str(got.dtype) != "float32":
         raise AssertionError(f"deep/{kind}: the gradient is {got.dtype}, not float32")
-    error = float(numpy.max(numpy.abs(got - want))) if got.shape == want.shape else numpy.inf
-    if not error <= RTOL * float(numpy.max(numpy.abs(want))):
-        raise AssertionError(f"deep/{kind}: gradient off by {error:.3g}")
+    assert_close(f"deep/{kind}: gradient", got, _EXPECTED[0], RTOL)
 
 
 # ================================================================================ memory

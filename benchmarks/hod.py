@@ -12,7 +12,7 @@ import gradcore
 import gradcore.functions as F
 
 from .common import Workload, one_input, ratio_target, to_device
-from .training import host
+from .training import assert_close, host
 
 ORDER = 6
 POINTS = 200
@@ -110,12 +110,7 @@ def verify(kind, result):
     if len(result) != ORDER:
         raise AssertionError(f"hod/{kind}: {len(result)} derivatives, expected {ORDER}")
     for k, (got, want) in enumerate(zip(result, expected), 1):
-        got = host(got)
-        scale = float(numpy.max(numpy.abs(want)))
-        error = float(numpy.max(numpy.abs(got - want))) if got.shape == want.shape else numpy.inf
-        if not error <= RTOL * scale:
-            raise AssertionError(f"hod/{kind}: derivative {k} off by {error:.3g} "
-                                 f"(largest value {scale:.3g})")
+        assert_close(f"hod/{kind}: derivative {k}", host(got), want, RTOL)
 
 
 WORKLOAD = Workload(

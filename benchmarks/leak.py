@@ -12,7 +12,7 @@ import gradcore
 import gradcore.functions as F
 
 from .common import Memory, Target, Workload, one_input
-from .training import host
+from .training import assert_close, host
 
 SIZE = 100_000
 WARMUP = 20
@@ -57,12 +57,7 @@ make_gradcore, make_floor, make_torch = one_input(_x, leak_gradcore, leak_floor,
 
 
 def verify(kind, result):
-    x = _x()
-    want = 8 * x ** 7
-    got = host(result)
-    error = float(numpy.max(numpy.abs(got - want))) if got.shape == want.shape else numpy.inf
-    if not error <= 1e-12 * float(numpy.max(numpy.abs(want))):
-        raise AssertionError(f"leak/{kind}: gradient off by {error:.3g}")
+    assert_close(f"leak/{kind}: gradient", host(result), 8 * _x() ** 7, 1e-12)
 
 
 # ================================================================================ memory

@@ -20,10 +20,11 @@ import sys
 import traceback
 
 from . import load
-from .common import (KINDS, MIB, Unavailable, import_torch, missing, prepare, resolve_device,
-                     run_child, thread_environment)
+from .common import (KINDS, Unavailable, gradcore_ratios, import_torch, measured, missing, prepare,
+                     resolve_device, run_child, thread_environment)
 
 TIMEOUT_S = 600
+MIB = 1024 * 1024
 
 
 class Meter:
@@ -131,31 +132,17 @@ def measure(workload, device, threads, progress):
             results[kind] = missing(kind)
         else:
             progress.advance(f"{workload.name}: memory of {kind}, in a process of its own", 0)
-            results[kind] = _child_result(workload, kind, device, threads)
+            results[kind] = run_child("memory", [workload.name, kind, device, threads],
+                                      env=thread_environment(threads), timeout=TIMEOUT_S)
             if results[kind]["status"] == "error":
                 progress.say(f"{workload.name}/{kind} memory FAILED: {results[kind]['error']}")
         progress.advance(f"{workload.name}: memory of {kind} done")
     rows = [{"label": label, "key": key, "ratios": with_ratios}
             for label, key, with_ratios in workload.memory.rows]
     headline = rows[0]  # the figure a target reads ("memory gradcore/torch")
-    ratios = {}
-    if headline["ratios"]:
-        ratios = {f"gradcore/{other}": _ratio(results, other, headline["key"])
-                  for other in ("torch", "floor")}
-    return {"summary": workload.memory.summary, "unit": "MiB", "rows": rows,
-            "results": results, "ratios": ratios}
-
-
-def _ratio(results, other, key):
-    mine, theirs = results["gradcore"], results[other]
-    if mine["status"] != "ok" or theirs["status"] != "ok" or theirs[key] <= 0:
-        return None
-    return mine[key] / theirs[key]
-
-
-def _child_result(workload, kind, device, threads):
-    return run_child("memory", [workload.name, kind, device, threads],
-                     env=thread_environment(threads), timeout=TIMEOUT_S)
+    figures = {kind: measured(results[kind], headline["key"]) for kind in KINDS}
+    return {"summary": workload.memory.summary, "unit": "MiB", "rows": rows, "results": results,
+            "ratios": gradcore_ratios(figures) if headline["ratios"] else {}}
 
 
 # ================================================================================== the child
@@ -164,21 +151,19 @@ def child(argv):
     name, kind, device_name, threads = argv
     workload = load([name])[0]
     device = resolve_device(device_name)
-    undo = []
     try:
-        contender = prepare(workload, kind, getattr(workload, kind), device, int(threads), undo)
+        contender = prepare(kind, getattr(workload, kind), device, int(threads))
     except Unavailable as e:
         print(json.dumps({"status": "skipped", "reason": str(e)}))
         return 0
     meter = Meter(kind, device)
     figures, result = workload.memory.probe(contender.run, meter)
     contender.sync()
-    if workload.verify is not None:
-        try:
-            workload.verify(kind, result)
-        except AssertionError as e:
-            print(json.dumps({"status": "error", "error": f"wrong result: {e}"}))
-            return 0
+    try:
+        workload.verify(kind, result)
+    except AssertionError as e:
+        print(json.dumps({"status": "error", "error": f"wrong result: {e}"}))
+        return 0
     print(json.dumps({"status": "ok", **figures, **meter.facts(), **contender.facts}))
     return 0
 

@@ -11,7 +11,7 @@ import os
 import textwrap
 
 from . import WORKLOADS
-from .common import KINDS, median_ratio, per_unit
+from .common import KINDS, gradcore_ratios, measured, median_ratio, per_unit
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PUBLISHED = os.path.join(HERE, "results")
@@ -19,7 +19,6 @@ PUBLISHED_MD = os.path.join(HERE, "RESULTS.md")
 LOCAL = os.path.join(PUBLISHED, "local")
 WIDTH = 100  # columns of the terminal output
 HEADERS = {"gradcore": "gradcore", "floor": "floor", "torch": "PyTorch"}
-RATIOS = ("gradcore/torch", "gradcore/floor")
 RATIO_HEADERS = {"gradcore/torch": "gradcore/PyTorch", "gradcore/floor": "gradcore/floor"}
 LIBRARIES = {"numpy": "NumPy", "cupy": "CuPy"}
 
@@ -46,8 +45,8 @@ def reference_figure(entry, record):
 def rows(record, micro="µs"):
     """The table rows of one workload record: its time if it was timed, then its memory figures.
 
-    Each row: {"label", "unit", "cells": {kind: text}, "values": {kind: float or None},
-    "ratios": {key: float or None} or None where ratios mean nothing (leak's growth)}.
+    Each row: {"label", "unit", "values": {kind: float or None}, "ratios": {key: float or None}
+    or None where ratios mean nothing (leak's growth), "cells": its line of the table as text}.
     """
     out = []
     if record.get("timed", True):
@@ -55,37 +54,21 @@ def rows(record, micro="µs"):
         values = {kind: per_unit(record["results"][kind], record) for kind in KINDS}
         out.append(_row(record["name"], f"{time_unit}/{record['unit']}", values,
                         record["results"], record["ratios"]))
-    memory = record.get("memory")
-    if memory:
-        for spec in memory["rows"]:
-            results = memory["results"]
-            values = {kind: results[kind].get(spec["key"]) if results[kind]["status"] == "ok"
-                      else None for kind in KINDS}
-            ratios = None
-            if spec["ratios"]:
-                ratios = {key: _safe_ratio(values["gradcore"], values[key.split("/")[1]])
-                          for key in RATIOS}
-            out.append(_row(spec["label"], memory["unit"], values, results, ratios))
+    memory = record.get("memory") or {"rows": ()}
+    for spec in memory["rows"]:
+        values = {kind: measured(memory["results"][kind], spec["key"]) for kind in KINDS}
+        ratios = gradcore_ratios(values) if spec["ratios"] else None
+        out.append(_row(spec["label"], memory["unit"], values, memory["results"], ratios))
     return out
 
 
-def _safe_ratio(numerator, denominator):
-    if numerator is None or denominator is None or denominator <= 0:
-        return None
-    return numerator / denominator
-
-
 def _row(label, unit, values, entries, ratios):
-    cells = {kind: number(values[kind]) if values[kind] is not None
-             else "FAILED" if entries[kind]["status"] == "error" else "n/a" for kind in KINDS}
-    return {"label": label, "unit": unit, "cells": cells, "values": values, "ratios": ratios}
-
-
-def ratio_text(row, key):
-    if row["ratios"] is None:
-        return "-"
-    ratio = row["ratios"].get(key)
-    return "n/a" if ratio is None else f"{number(ratio)}x"
+    cells = [number(values[kind]) if values[kind] is not None
+             else "FAILED" if entries[kind]["status"] == "error" else "n/a" for kind in KINDS]
+    cells += ["-" if ratios is None else "n/a" if ratios.get(key) is None
+              else f"{number(ratios[key])}x" for key in RATIO_HEADERS]
+    return {"label": label, "unit": unit, "values": values, "ratios": ratios,
+            "cells": [label, unit, *cells]}
 
 
 def met_text(target):
@@ -100,16 +83,12 @@ def table(records, micro="µs", targets=False):
     for record in records:
         target = record.get("target")
         for i, row in enumerate(rows(record, micro)):
-            cells = [row["label"], row["unit"], *(row["cells"][kind] for kind in KINDS),
-                     *(ratio_text(row, key) for key in RATIOS)]
-            if targets:
-                goal = ""
-                if target and i == target.get("row", 0):
-                    met = met_text(target)
-                    goal = f"{target['text'].replace('<=', '≤')}: " + (
-                        f"**{met}**" if target["met"] is False else met)
-                cells.append(goal)
-            out.append(cells)
+            goal = ""
+            if target and i == target.get("row", 0):
+                met = met_text(target)
+                goal = f"{target['text'].replace('<=', '≤')}: " + (
+                    f"**{met}**" if target["met"] is False else met)
+            out.append(row["cells"] + [goal] if targets else row["cells"])
     return out
 
 
@@ -158,24 +137,20 @@ def _say(line):
 
 def _notes(record, library):
     """The lines under the table that say what a workload's rows measured."""
-    name = record["name"]
-    lines = [f"  {name}: {record['summary']}", f"    counted: {record['convention']}"]
+    lines = [f"  {record['name']}: {record['summary']}", f"    counted: {record['convention']}"]
     if record["floor_label"]:
         lines.append(f"    floor: {library}, {record['floor_label']}")
-    sections = []
+    results, memory = record.get("results", {}), record.get("memory", {})
+    torch = results.get("torch", {})
+    if torch.get("status") == "ok":
+        lines.append(f"    PyTorch: on {torch['torch_device']}, {_threads(torch['torch_threads'])}")
     if record.get("timed", True):
-        sections.append(("", record["results"]))
-        torch = record["results"]["torch"]
-        if torch["status"] == "ok":
-            lines.append(f"    PyTorch: on {torch['torch_device']}, "
-                         f"{_threads(torch['torch_threads'])}")
         lines.append(f"    runs: {record['settings']['warmup']} warm-up + "
                      f"{record['settings']['repeat']} timed per implementation")
-    if record.get("memory"):
-        lines.append(f"    memory: {record['memory']['summary']}")
-        sections.append(("memory ", record["memory"]["results"]))
-    for prefix, results in sections:
-        for kind, entry in results.items():
+    if memory:
+        lines.append(f"    memory: {memory['summary']}")
+    for prefix, section in (("", results), ("memory ", memory.get("results", {}))):
+        for kind, entry in section.items():
             if entry["status"] in ("skipped", "none"):
                 lines.append(f"    {prefix}{HEADERS[kind]}: n/a: {entry['reason']}")
             elif entry["status"] == "error":
@@ -189,22 +164,13 @@ def _notes(record, library):
 
 
 # ================================================================================ JSON
-def json_path(folder, device_name):
-    """FOLDER/cpu.json, FOLDER/cuda.json (GPU 0), FOLDER/cuda1.json."""
-    name = device_name.replace(":0", "").replace(":", "")
-    return os.path.join(folder, f"{name}.json")
-
-
 def write_json(report, folder):
-    """Write the report as FOLDER/<device>.json. Workloads this run did not measure (--only) keep
-    their figures from the file there, each record with its own date and command."""
-    path = json_path(folder, report["device"])
-    try:
-        with open(path) as f:
-            previous = json.load(f)
-        if previous.get("device") != report["device"]:
-            previous = {}
-    except (OSError, ValueError):
+    """Write the report as FOLDER/<device>.json (cpu.json; cuda.json for GPU 0, cuda1.json...).
+    Workloads this run did not measure (--only) keep their figures from the file there, each
+    record with its own date and command."""
+    path = os.path.join(folder, report["device"].replace(":0", "").replace(":", "") + ".json")
+    previous = _read_json(path) or {}
+    if previous.get("device") != report["device"]:
         previous = {}
     kept = {name: record for name, record in previous.get("workloads", {}).items()
             if record.get("name") == name}  # an older file's records lack it: dropped
@@ -215,6 +181,15 @@ def write_json(report, folder):
     return path
 
 
+def _read_json(path):
+    """What the JSON file at `path` holds; None if it cannot be read or is not JSON."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
 def _write(path, text):
     """Replace the file at `path` at once: a reader never sees half of it."""
     with open(path + ".tmp", "w") as f:
@@ -222,22 +197,12 @@ def _write(path, text):
     os.replace(path + ".tmp", path)
 
 
-def load_reports(folder):
-    """Every FOLDER/*.json, the CPU first."""
-    reports = []
-    for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
-        try:
-            with open(path) as f:
-                reports.append((path, json.load(f)))
-        except (OSError, ValueError):
-            continue
-    return sorted(reports, key=lambda pair: (not pair[1].get("device") == "cpu", pair[0]))
-
-
 def write_all(folder, markdown):
     """The results markdown (at `markdown`) and a chart per FOLDER/*.json, from those files.
     Returns the paths written: none when there is no JSON file."""
-    reports = load_reports(folder)
+    reports = [(path, _read_json(path)) for path in glob.glob(os.path.join(folder, "*.json"))]
+    reports = sorted([(path, report) for path, report in reports if report is not None],
+                     key=lambda pair: (pair[1].get("device") != "cpu", pair[0]))  # the CPU first
     if not reports:
         return []
     _write(markdown, results_md(reports, os.path.dirname(markdown)))
@@ -258,21 +223,6 @@ def _run(record, report):
             (git.get("commit") or "")[:10], bool(git.get("dirty")))
 
 
-def _machine_line(info, device):
-    cpus = info.get("usable_cpus") or info.get("logical_cpus")
-    vm = " virtual machine" if info.get("virtual_machine") else ""
-    text = f"{cpus}-core{vm} ({info.get('cpu')})"
-    if device.startswith("cuda"):
-        text = f"{info.get('gpu')} on a {text}"
-    return text
-
-
-def _busy(record, info):
-    """True if the machine was loaded by other work when the record's run started."""
-    load = record.get("load_average_at_start")
-    return bool(load) and load[0] >= 0.5 * (info.get("usable_cpus") or 1)
-
-
 def results_md(reports, where):
     """The text of RESULTS.md, to be saved in the folder `where`, from the JSON reports."""
     out = ["# Benchmark results", "",
@@ -288,14 +238,20 @@ def results_md(reports, where):
 
 
 def _device_section(relpath, report):
-    info = report["machine"]
-    device = report["device"]
-    versions = info["versions"]
-    out = [f"## {device}: {_machine_line(info, device)}", ""]
+    info, device, versions = report["machine"], report["device"], report["machine"]["versions"]
+    records = report["workloads"].values()
+    cpus = info.get("usable_cpus") or info.get("logical_cpus")
+    vm = " virtual machine" if info.get("virtual_machine") else ""
+    machine = f"{cpus}-core{vm} ({info.get('cpu')})"
+    if device.startswith("cuda"):
+        machine = f"{info.get('gpu')} on a {machine}"
+    out = [f"## {device}: {machine}", ""]
+    # a load of half the usable CPUs or more as a run started: other work shared the machine
+    at_start = [record.get("load_average_at_start") for record in records]
     shared = ""
-    if any(_busy(record, info) for record in report["workloads"].values()):
-        machine = "VM" if info.get("virtual_machine") else "machine"
-        shared = (f" Figures were taken on a shared {info.get('usable_cpus')}-core {machine} "
+    if any(load and load[0] >= 0.5 * (info.get("usable_cpus") or 1) for load in at_start):
+        host = "VM" if info.get("virtual_machine") else "machine"
+        shared = (f" Figures were taken on a shared {info.get('usable_cpus')}-core {host} "
                   "while other jobs ran on it (see the load averages below), so they are noisy: "
                   "the implementations take turns run by run and each figure is a median, which "
                   "keeps the ratios fair, but absolute times vary from run to run.")
@@ -309,7 +265,7 @@ def _device_section(relpath, report):
 
     # when and how each figure was taken: one line per run of the suite
     runs = {}
-    for name, record in report["workloads"].items():
+    for record in records:
         runs.setdefault((*_run(record, report), record.get("command", "")), []).append(record)
     for (started, commit, dirty, command), members in runs.items():
         names = ", ".join(record["name"] for record in members)
@@ -323,25 +279,23 @@ def _device_section(relpath, report):
             load = f"; 1-minute load average {low:.2f}" + (f" to {high:.2f}" if high > low else "")
             load += " as its workloads started"
         out.append(f"- {names}: taken {_when(started)} on {device} with `{command}`{at}{load}.")
-    out.append("")
 
-    lines = table(report["workloads"].values(), targets=True)
-    out.append("| " + " | ".join(lines[0]) + " |")
-    out.append("|---|---|" + "---:|" * (len(lines[0]) - 3) + "---|")
-    out += ["| " + " | ".join(cells) + " |" for cells in lines[1:]]
+    header, *body = table(records, targets=True)
+    out += ["", "| " + " | ".join(header) + " |",
+            "|---|---|" + "---:|" * (len(header) - 3) + "---|"]
+    out += ["| " + " | ".join(cells) + " |" for cells in body]
     out += ["", "What each row measures:", ""]
-    for name, record in report["workloads"].items():
-        line = f"- **{name}**: {record['summary']}. Counted: {record['convention']}."
+    for record in records:
+        line = f"- **{record['name']}**: {record['summary']}. Counted: {record['convention']}."
         if record["floor_label"]:
             line += f" Floor: {record['floor_label']}."
         if record.get("memory"):
             line += f" Memory: {record['memory']['summary']}."
-        for key, entry in record.get("references", {}).items():
+        for entry in record.get("references", {}).values():
             if entry["status"] == "ok":
                 line += f" Reference, {reference_figure(entry, record)}."
         out.append(line)
-    out.append("")
-    return out
+    return out + [""]
 
 
 # ================================================================================ the chart
@@ -391,9 +345,7 @@ def write_chart(path, report):
         kinds = [k for k in KINDS if row["values"][k] is not None]
         heights = [row["values"][k] for k in kinds]
         bars = ax.bar([labels[k] for k in kinds], heights, color=[colours[k] for k in kinds])
-        for bar, value in zip(bars, heights):
-            ax.annotate(number(value), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                        ha="center", va="bottom", fontsize=8)
+        ax.bar_label(bars, labels=[number(value) for value in heights], fontsize=8)
         ax.set_title(title, fontsize=9 if len(runs) == 1 else 8)
         ax.set_ylabel(row["unit"], fontsize=8)
         ax.tick_params(labelsize=8)

@@ -1,6 +1,6 @@
 """How fast gradcore's design can run `wide` in pure Python: a measuring stick for its target.
 
-A stripped engine, just enough for wide's graph, that keeps what the design card fixes: a Function
+A stripped engine, just enough for wide's graph, that keeps what gradcore's design fixes: a Function
 object per op with forward and backward, outputs held through weak references, a walk over a heap
 keyed (-generation, -sequence), backward written with the engine's own ops. It drops everything a
 library needs on top: backends and devices, dtype and shape checks, hooks, retain_grad, saved
@@ -23,7 +23,7 @@ import weakref
 
 import numpy
 
-from .common import Unavailable, import_torch, load_average, resolve_device, time_once
+from .common import Unavailable, load_average, prepare, resolve_device, time_once
 
 _sequence = itertools.count()
 _weakref = weakref.ref
@@ -167,7 +167,6 @@ def wide_stripped(x0, branches, raw_backward=False):
     return x.grad.data
 
 
-
 def main(argv=None):
     from . import wide  # here, not above: wide imports this module for its reference row
     parser = argparse.ArgumentParser(prog="python -m benchmarks.stripped", description=__doc__,
@@ -180,9 +179,7 @@ def main(argv=None):
             "stripped": lambda: wide_stripped(x0, wide.BRANCHES),
             "stripped, raw backward": lambda: wide_stripped(x0, wide.BRANCHES, True)}
     try:
-        torch = import_torch()
-        torch.set_num_threads(1)
-        runs["torch"] = wide.make_torch(torch, "cpu")
+        runs["torch"] = prepare("torch", wide.make_torch, device, threads=1).run
     except Unavailable as e:
         print(f"no PyTorch column: {e}")
     for key, run in runs.items():

@@ -34,14 +34,16 @@ def host(a):
     return backends.backend_of(a).to_numpy(a)
 
 
-def _close(what, got, expected):
-    got, expected = numpy.asarray(got, dtype=numpy.float64), numpy.asarray(expected)
-    if got.shape != expected.shape:
-        raise AssertionError(f"{what}: shape {got.shape}, expected {expected.shape}")
-    error = float(numpy.max(numpy.abs(got - expected), initial=0.0))
-    scale = float(numpy.max(numpy.abs(expected), initial=0.0))
-    if not error <= RTOL * scale + 1e-6:
-        raise AssertionError(f"{what}: off by {error:.3g} (largest entry {scale:.3g})")
+def assert_close(what, got, want, rtol, atol=0.0):
+    """AssertionError unless `got` (NumPy, or anything numpy.asarray takes) has the shape of `want`
+    and is within rtol times want's largest entry, plus atol, of it everywhere."""
+    got, want = numpy.asarray(got, dtype=numpy.float64), numpy.asarray(want)
+    if got.shape != want.shape:
+        raise AssertionError(f"{what}: shape {got.shape}, expected {want.shape}")
+    error = float(numpy.max(numpy.abs(got - want), initial=0.0))
+    scale = float(numpy.max(numpy.abs(want), initial=0.0))
+    if not error <= rtol * scale + atol:
+        raise AssertionError(f"{what} off by {error:.3g} (largest entry {scale:.3g})")
 
 
 def _float32(kind, arrays):
@@ -68,12 +70,26 @@ def training_workload(init, gradcore_loss, floor_grads, torch_loss):
         updated = {k: params[k] - LR * grads[k] for k in params}
         return float(loss), grads, updated
 
-    def check_first_step(kind, loss, grads, params):
+    def check(kind, result, first_step):
+        """A step's `result`, (loss, params) or the floor's (loss, params, grads), on the host:
+        after the first step, against the reference; after the last, its loss below the first's.
+        gradcore's and the floor's arrays must be float32 after both."""
+        loss, params = float(host(result[0])), {k: host(p) for k, p in result[1].items()}
+        grads = result[2] if kind == "floor" else {k: p.grad for k, p in result[1].items()}
+        grads = {k: host(g) for k, g in grads.items()}
         ref_loss, ref_grads, ref_updated = reference()
-        _close(f"{kind}: first-step loss", loss, ref_loss)
-        for name in ref_grads:
-            _close(f"{kind}: first-step gradient of {name}", grads[name], ref_grads[name])
-            _close(f"{kind}: {name} after the first step", params[name], ref_updated[name])
+        if not first_step and not (math.isfinite(loss) and loss < ref_loss):
+            raise AssertionError(f"{kind}: the loss went from {ref_loss:.4g} to {loss:.4g}; "
+                                 "training on one batch should lower it")
+        if kind != "torch":
+            _float32(kind, {**params, **{f"grad {k}": g for k, g in grads.items()}})
+        if first_step:
+            assert_close(f"{kind}: first-step loss", loss, ref_loss, RTOL, 1e-6)
+            for name in ref_grads:
+                assert_close(f"{kind}: first-step gradient of {name}", grads[name],
+                             ref_grads[name], RTOL, 1e-6)
+                assert_close(f"{kind}: {name} after the first step", params[name],
+                             ref_updated[name], RTOL, 1e-6)
 
     def on(device, arrays):
         backend = backends.backend_for_device(device)
@@ -95,11 +111,7 @@ def training_workload(init, gradcore_loss, floor_grads, torch_loss):
                 p.data -= LR * p.grad.data
             return loss, params
 
-        loss, _ = step()
-        _float32("gradcore", {**{k: p.data for k, p in params.items()},
-                              **{f"grad {k}": p.grad.data for k, p in params.items()}})
-        check_first_step("gradcore", host(loss), {k: host(p.grad) for k, p in params.items()},
-                         {k: host(p) for k, p in params.items()})
+        check("gradcore", step(), first_step=True)
         return step
 
     # ---------------------------------------------------------------- floor
@@ -115,10 +127,7 @@ def training_workload(init, gradcore_loss, floor_grads, torch_loss):
                 params[name] -= LR * g
             return loss, params, grads
 
-        loss, _, grads = on_device(device, step)()
-        _float32("floor", {**params, **{f"grad {k}": g for k, g in grads.items()}})
-        check_first_step("floor", host(loss), {k: host(g) for k, g in grads.items()},
-                         {k: host(p) for k, p in params.items()})
+        check("floor", on_device(device, step)(), first_step=True)
         return on_device(device, step)
 
     # ---------------------------------------------------------------- PyTorch
@@ -139,23 +148,8 @@ def training_workload(init, gradcore_loss, floor_grads, torch_loss):
                     p.sub_(p.grad, alpha=LR)  # p -= LR * grad, in place
             return loss, params
 
-        loss, _ = step()
-        check_first_step("torch", host(loss), {k: host(p.grad) for k, p in params.items()},
-                         {k: host(p) for k, p in params.items()})
+        check("torch", step(), first_step=True)
         return step
 
-    # ---------------------------------------------------------------- after the timed runs
-    def verify(kind, result):
-        loss, params = result[0], result[1]
-        value = float(host(loss))
-        first = reference()[0]
-        if not (math.isfinite(value) and value < first):
-            raise AssertionError(f"{kind}: the loss went from {first:.4g} to {value:.4g}; "
-                                 "training on one batch should lower it")
-        if kind == "gradcore":
-            _float32(kind, {**{k: p.data for k, p in params.items()},
-                            **{f"grad {k}": p.grad.data for k, p in params.items()}})
-        elif kind == "floor":
-            _float32(kind, {**params, **{f"grad {k}": g for k, g in result[2].items()}})
-
+    verify = functools.partial(check, first_step=False)  # after the timed runs
     return make_gradcore, make_floor, make_torch, verify

@@ -14,7 +14,7 @@ import gradcore.functions as F
 
 from .common import Unavailable, Workload, on_device, one_input, ratio_target, to_device
 from .stripped import wide_stripped
-from .training import host
+from .training import assert_close, host
 
 BRANCHES = 1000
 SIZE = 16
@@ -101,10 +101,7 @@ def verify(kind, result):
         got_total = float(host(got_total))
         if not math.isclose(got_total, total, rel_tol=RTOL, abs_tol=RTOL * BRANCHES):
             raise AssertionError(f"wide/{kind}: sum {got_total!r}, expected {total!r}")
-    got = host(result)
-    error = float(numpy.max(numpy.abs(got - gx)))
-    if got.shape != gx.shape or not error <= RTOL * float(numpy.max(numpy.abs(gx))):
-        raise AssertionError(f"wide/{kind}: gradient off by {error:.3g}")
+    assert_close(f"wide/{kind}: gradient", host(result), gx, RTOL)
 
 
 WORKLOAD = Workload(
