@@ -18,6 +18,7 @@ warning naming the line. See the README's section on compile for the rules.
 """
 import collections
 import functools
+import gc
 import threading
 import warnings
 
@@ -60,7 +61,7 @@ class Compiled:
         if tape is not None and tape.ready():
             self._tapes.move_to_end(key)
             try:
-                arrays = tape.replay(*args)
+                arrays = tape.run(*args)
             except Diverged:  # a check came out otherwise, before anything changed: run eagerly
                 self._counts["eager calls"] += 1
                 return self.fn(*args)
@@ -73,6 +74,17 @@ class Compiled:
 
     def _record(self, key, args):
         rec = trace.Recorder()
+        # A recording makes many objects and frees none: the collector's passes over them would
+        # cost about as much again as the recording (measured on chain and wide), to find nothing
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._record_without_collector(key, args, rec)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _record_without_collector(self, key, args, rec):
         with _recording_lock:
             seen = [rec.argument(i, a) if isinstance(a, Variable) or backends.is_array(a) else a
                     for i, a in enumerate(args)]

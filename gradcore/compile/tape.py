@@ -1,14 +1,20 @@
 """A recorded step as a flat program: Python source, one line per array operation.
 
-`Tape` turns a Recorder's lines into the source of one function, `replay(a0, a1, ...)`, drops
-the lines no result needs, and compiles it. The source is kept (`tape.source`) so a replay can be
-read and stepped through like any Python function.
+`Tape` keeps the lines a result, a stored value or a side effect needs, and replays them. The
+first replays run them through small closures (`_interpreted`); from the third on, the tape runs
+as the source of one Python function, `replay(a0, a1, ...)`, compiled once (CPython compiles
+~7 µs per line: more than the recording itself, so a signature replayed twice never pays it).
+Each slot is released after its last use, so a replay holds no more arrays than it needs. The
+source (`tape.source`) can be read and stepped through like any Python function.
 """
 import math
 import operator
 
 from ..variable import Variable, note_write
-from .trace import BINARY, IN_PLACE, UNARY, Ref, has_side_effect
+from .trace import BINARY, IN_PLACE, UNARY, Ref, has_side_effect, slots_in
+
+INTERPRETED_REPLAYS = 2  # replays run through closures before the tape is compiled
+
 
 class Diverged(Exception):
     """A replay met a guard that came out otherwise than when it was recorded."""
@@ -26,50 +32,55 @@ def _store_grad(v, value):
 
 
 class Tape:
-    """One recorded step: `run(args)` replays it and returns the arrays its results hold."""
+    """One recorded step: `run(*args)` replays it and returns the arrays its results hold."""
 
     def __init__(self, recorder, outputs):
         self.outputs = outputs  # output slots, in the order the results template lists them
         self.guards = [line.target for line in recorder.lines if line.kind == "load_grad"]
-        lines = _needed(recorder.lines, outputs)
-        self.ops = sum(1 for line in lines if line.kind not in ("load", "load_grad", "constant",
-                                                                "store", "store_grad"))
-        self.source, namespace = _source(lines, recorder.arguments, outputs)
-        code = compile(self.source, "<gradcore.compile tape>", "exec")
-        exec(code, namespace)
-        self.replay = namespace["replay"]
+        self.lines, self.frees = _needed(recorder.lines, outputs)
+        self.arguments = recorder.arguments
+        self.ops = sum(1 for line in self.lines if line.kind not in (
+            "load", "load_grad", "constant", "store", "store_grad", "guard"))
+        self.replays = 0
+        self._run = _interpreted(self.lines, self.frees, self.arguments, outputs)
 
     def ready(self):
         """True if the Variables whose grads the tape reads have one (as when it was recorded)."""
         return all(v._grad is not None for v in self.guards)
 
+    def run(self, *args):
+        self.replays += 1
+        if self.replays == INTERPRETED_REPLAYS + 1:
+            source, namespace = _source(self.lines, self.frees, self.arguments, self.outputs)
+            exec(compile(source, "<gradcore.compile tape>", "exec"), namespace)
+            self._run = namespace["replay"]
+        return self._run(*args)
 
-def _refs(value, found):
-    kind = value.__class__
-    if kind is Ref:
-        found.add(value.slot)
-    elif kind is tuple or kind is list:
-        for v in value:
-            _refs(v, found)
-    elif kind is dict:
-        for v in value.values():
-            _refs(v, found)
-    elif kind is slice:
-        _refs((value.start, value.stop, value.step), found)
+    @property
+    def source(self):
+        """The replay as the source of a Python function."""
+        return _source(self.lines, self.frees, self.arguments, self.outputs)[0]
 
 
 def _needed(lines, outputs):
-    """The lines a result, a stored value or a side effect depends on, in order."""
+    """The lines a result, a stored value or a side effect depends on, in order, and for each
+    the slots no later line reads (outputs excepted): those a replay frees after it."""
     needed = set(outputs)
-    kept = []
+    used_later = set(outputs)
+    kept, frees = [], []
     for line in reversed(lines):
         if has_side_effect(line) or line.out in needed:
+            reads = slots_in(line.kwargs, slots_in(line.args, []))
+            needed.update(reads)
+            if line.out is not None:
+                reads.append(line.out)
+            free = [slot for slot in set(reads) if slot not in used_later]
+            used_later.update(free)
             kept.append(line)
-            _refs(line.args, needed)
-            if line.kwargs:
-                _refs(line.kwargs, needed)
+            frees.append(free)
     kept.reverse()
-    return kept
+    frees.reverse()
+    return kept, frees
 
 
 class _Writer:
@@ -116,14 +127,16 @@ class _Writer:
         return ", ".join(parts)
 
 
-def _source(lines, arguments, outputs):
+def _source(lines, frees, arguments, outputs):
     """The replay function's source, and the globals it runs with."""
     writer = _Writer()
     body = []
     for index, slot, variable in arguments:
         body.append(f"v{slot} = a{index}._data" if variable else f"v{slot} = a{index}")
-    for line in lines:
+    for line, free in zip(lines, frees):
         body.append(_statement(line, writer))
+        if free:
+            body.append("del " + ", ".join(f"v{slot}" for slot in free))
     body.append("return (" + "".join(f"v{slot}, " for slot in outputs) + ")")
     count = 1 + max((index for index, _, _ in arguments), default=-1)
     signature = "".join(f"a{i}, " for i in range(count)) + "*_"
@@ -166,3 +179,95 @@ def _statement(line, w):
         test = "not " if target else ""
         return f"if {test}{w.expression(args[0])}: raise Diverged({line.kwargs['where']!r})"
     raise AssertionError(f"unknown tape line kind {kind!r}")
+
+
+# ================================================================================ interpreted
+def _spec(template):
+    """A line's arguments for the interpreter: ((is_slot, slot or constant), ...), or a function
+    of the slot values where they nest (an index key holding arrays)."""
+    spec = []
+    for a in template:
+        kind = a.__class__
+        if kind is Ref:
+            spec.append((True, a.slot))
+        elif kind in _NESTED and slots_in(a, []):
+            return _resolver(template)
+        else:
+            spec.append((False, a))
+    return tuple(spec)
+
+
+_NESTED = (tuple, list, dict, slice)
+
+
+def _resolver(template):
+    """A function of the slot values giving what a nested line argument stands for."""
+    kind = template.__class__
+    if kind is Ref:
+        slot = template.slot
+        return lambda values: values[slot]
+    if kind in _NESTED and slots_in(template, []):
+        if kind is dict:
+            parts = {k: _resolver(v) for k, v in template.items()}
+            return lambda values: {k: part(values) for k, part in parts.items()}
+        if kind is slice:
+            part = _resolver((template.start, template.stop, template.step))
+            return lambda values: slice(*part(values))
+        parts = [_resolver(v) for v in template]
+        return lambda values: kind([part(values) for part in parts])
+    return lambda values: template
+
+
+def _interpreted(lines, frees, arguments, outputs):
+    """The replay as one loop over the lines, freeing each slot after its last use."""
+    program = []
+    for line, free in zip(lines, frees):
+        kwargs = line.kwargs
+        if kwargs and line.kind != "guard":
+            keys = tuple(kwargs)
+            kwargs = (keys, _spec(tuple(kwargs[k] for k in keys)))
+        program.append((line.kind, line.target, _spec(line.args), kwargs, line.out, free))
+
+    def replay(*args):
+        values = {}
+        for index, slot, variable in arguments:
+            values[slot] = args[index]._data if variable else args[index]
+        for kind, target, spec, kwargs, out, free in program:
+            xs = [values[v] if s else v for s, v in spec] if spec.__class__ is tuple else (
+                spec(values))
+            if kind in _CALLS:
+                if kind == "method":
+                    target = getattr(xs.pop(0), target)
+                if kwargs:
+                    keys, kspec = kwargs
+                    ks = [values[v] if s else v for s, v in kspec] if kspec.__class__ is tuple else (
+                        kspec(values))
+                    values[out] = target(*xs, **dict(zip(keys, ks)))
+                else:
+                    values[out] = target(*xs)
+            elif kind == "setitem":
+                operator.setitem(*xs)
+            elif kind == "load":
+                values[out] = (args[target] if target.__class__ is int else target)._data
+            elif kind == "load_grad":
+                values[out] = (args[target] if target.__class__ is int else target)._grad._data
+            elif kind == "constant":
+                values[out] = target
+            elif kind == "store":
+                _store(args[target] if target.__class__ is int else target, xs[0])
+            elif kind == "store_grad":
+                _store_grad(args[target] if target.__class__ is int else target, xs[0])
+            elif kind == "opaque":
+                target(*xs)
+            elif kind == "guard":
+                if bool(xs[0]) is not target:
+                    raise Diverged(kwargs["where"])
+            else:
+                raise AssertionError(f"unknown tape line kind {kind!r}")
+            for slot in free:
+                del values[slot]
+        return tuple(values[slot] for slot in outputs)
+    return replay
+
+
+_CALLS = frozenset(("call", "method", "binary", "unary", "in_place"))

@@ -84,37 +84,45 @@ class Line:
     "store_grad" (target._grad = a new Variable of args[0], or None), "guard" (bool(args[0]) must
     be `target` again, else the call runs eagerly)."""
 
-    __slots__ = ("kind", "target", "args", "kwargs", "out", "reads", "pinned")
+    __slots__ = ("kind", "target", "args", "kwargs", "out", "pinned")
 
     def __init__(self, kind, target, args=(), kwargs=None, out=None):
         self.kind, self.target, self.args, self.kwargs, self.out = kind, target, args, kwargs, out
-        self.reads, self.pinned = (), False
+        self.pinned = False
 
 
-def _slots(value):
-    """The slots a line argument refers to."""
+_NESTED = frozenset((tuple, list, dict, slice))
+
+
+def slots_in(value, found):
+    """Append to `found` the slots a line argument refers to."""
     kind = value.__class__
     if kind is Ref:
-        yield value.slot
+        found.append(value.slot)
     elif kind is tuple or kind is list:
         for v in value:
-            yield from _slots(v)
+            if v.__class__ is Ref:
+                found.append(v.slot)
+            elif v.__class__ in _NESTED:
+                slots_in(v, found)
     elif kind is dict:
-        for v in value.values():
-            yield from _slots(v)
+        slots_in(tuple(value.values()), found)
     elif kind is slice:
-        yield from _slots((value.start, value.stop, value.step))
+        slots_in((value.start, value.stop, value.step), found)
+    return found
 
 
-def _cone(line):
-    """`line` and every line it depends on."""
+def _cone(line, writers):
+    """`line` and every line it depends on, through the lines that last wrote what each reads
+    (one that wrote a slot again after the reader counts as well: a cone is never too small)."""
     cone, todo, seen = [], [line] if line is not None else [], set()
     while todo:
         line = todo.pop()
         if id(line) not in seen:
             seen.add(id(line))
             cone.append(line)
-            todo.extend(line.reads)
+            todo.extend(writers[slot] for slot in slots_in(line.kwargs, slots_in(line.args, []))
+                        if slot in writers)
     return cone
 
 
@@ -142,9 +150,6 @@ class Recorder:
 
     def append(self, kind, target, args=(), kwargs=None, out=None):
         line = Line(kind, target, args, kwargs, out)
-        # what the line reads: the lines that last wrote those slots
-        line.reads = [self.writers[slot] for slot in _slots((args, kwargs))
-                      if slot in self.writers]
         # a load after a store or an opaque call reads what they left: it stays after them
         line.pinned = kind in ("load", "load_grad") and self.stored
         self.lines.append(line)
@@ -161,7 +166,7 @@ class Recorder:
         replay has changed anything. So the lines it depends on move to the tape's start, which
         needs them to change nothing and read no state a line before them changes; otherwise
         the step cannot be replayed."""
-        cone = _cone(self.writers.get(traced.slot))
+        cone = _cone(self.writers.get(traced.slot), self.writers)
         if traced.slot is None or any(line.pinned or has_side_effect(line) for line in cone):
             self.give_up("a traced value decided a Python branch (bool) and depends on a "
                          "change the step made")
@@ -396,37 +401,58 @@ def _known(rec, args, kwargs):
 def call(backend, function, args, kwargs, kind="call"):
     """Run `function` on the real arrays; while recording, also as a tape line. Results that are
     arrays come back Traced."""
+    # The common case in one pass: flat arguments, Traced or constants, no keywords
+    real, template, traced = [], [], False
+    if not kwargs:
+        for a in args:
+            if isinstance(a, Traced):
+                real.append(a.value)
+                if a.slot is None:
+                    template.append(a.value)
+                else:
+                    template.append(Ref(a.slot))
+                    traced = True
+            elif a.__class__ in _NESTED:
+                real = None
+                break
+            else:
+                real.append(a)
+                template.append(a)
+    if real is None or kwargs:
+        real = unwrap(args)
     if kind == "method":  # function is the method's name; args[0] the array
-        receiver, *rest = unwrap(args)
+        receiver, *rest = real
         result = getattr(receiver, function)(*rest, **(unwrap(kwargs) if kwargs else {}))
     elif kwargs:
-        result = function(*unwrap(args), **unwrap(kwargs))
+        result = function(*real, **unwrap(kwargs))
     else:
-        result = function(*unwrap(args))
+        result = function(*real)
     rec = recorder()
+    inner = backend.inner
     if rec is None:
-        return backend.traced(result, None) if backend.inner.owns(result) else result
-    if not _known(rec, args, kwargs) and not backend.inner.owns(result) and (
-            result.__class__ not in backend.inner.scalar_types):
+        return backend.traced(result, None) if inner.owns(result) else result
+    if len(template) != len(args) or rec.objects:  # nested or keywords, or objects to know
+        traced = _known(rec, args, kwargs)
+        template = rec.template(args)
+    if not traced and not inner.owns(result) and result.__class__ not in inner.scalar_types:
         return result  # nothing traced in or out: a query (isdtype, finfo, result_type)
-    name = getattr(function, "__name__", "")
-    if name in DATA_DEPENDENT_SHAPES:
-        rec.give_up(f"{name}'s result has a shape that depends on the values")
-    return rec.wrap(backend, result, kind, function, rec.template(args),
+    if getattr(function, "__name__", "") in DATA_DEPENDENT_SHAPES:
+        rec.give_up(f"{function.__name__}'s result has a shape that depends on the values")
+    return rec.wrap(backend, result, kind, function, tuple(template),
                     rec.template(kwargs) if kwargs else None)
 
 
 # ================================================================================ Traced
 def _binary(op):
     def method(self, other):
-        return _operate(self, op, "binary", (self, other))
+        return call(self.backend, op, (self, other), None, "binary")
     method.__name__ = f"__{op.__name__.strip('_')}__"
     return method
 
 
 def _reflected(op):
     def method(self, other):
-        return _operate(self, op, "binary", (other, self))
+        return call(self.backend, op, (other, self), None, "binary")
     method.__name__ = f"__r{op.__name__.strip('_')}__"
     return method
 
@@ -445,12 +471,8 @@ def _in_place(op):
 
 def _unary(op):
     def method(self):
-        return _operate(self, op, "unary", (self,))
+        return call(self.backend, op, (self,), None, "unary")
     return method
-
-
-def _operate(self, op, kind, args):
-    return call(self.backend, op, args, None, kind)
 
 
 def _host_read(name):
