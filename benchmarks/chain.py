@@ -70,7 +70,8 @@ def chain_torch(torch, x0):
 
 
 # ================================================================================ factories
-make_gradcore, make_floor, make_torch = one_input(_x, chain_gradcore, chain_floor, chain_torch)
+make_gradcore, make_floor, make_torch, make_replay = one_input(
+    _x, chain_gradcore, chain_floor, chain_torch)
 
 
 def make_numpy_scalars(device):
@@ -81,8 +82,9 @@ def make_numpy_scalars(device):
 
 
 def verify(kind, result):
-    """gradcore and PyTorch must return dy/dx = 1.0001**2000; the floors, y itself."""
-    expected = EXPECTED_GRAD if kind in ("gradcore", "torch") else EXPECTED_Y
+    """gradcore (eager or replayed) and PyTorch must return dy/dx = 1.0001**2000; the floors, y
+    itself."""
+    expected = EXPECTED_GRAD if kind in ("gradcore", "replay", "torch") else EXPECTED_Y
     value = float(result)  # NumPy, CuPy (a copy to the host) or torch 0-d
     if not math.isclose(value, expected, rel_tol=1e-9):
         raise AssertionError(f"chain/{kind}: got {value!r}, expected {expected!r}")
@@ -96,6 +98,7 @@ WORKLOAD = Workload(
     convention=(f"each * and each + counts as one op: {OPS:,} ops a run, for gradcore, "
                 "the floor and PyTorch alike"),
     gradcore=make_gradcore,
+    replay=make_replay,
     floor=make_floor,
     floor_label=("the forward arithmetic alone, results kept as 0-d arrays as gradcore keeps "
                  "them (no autodiff, no backward)"),

@@ -16,10 +16,13 @@ import numpy
 
 import backends
 import gradcore
+from gradcore.compile.tape import INTERPRETED_REPLAYS
 
 # Seconds -> the unit a figure is shown in.
 SCALES = {"ns": 1e9, "us": 1e6, "ms": 1e3, "s": 1.0}
 KINDS = ("gradcore", "floor", "torch")  # the three columns, in table order
+# gradcore.compile's replay of gradcore's run: a row of its own under each workload's figures
+REPLAY = "replay"
 # The variables that fix the thread count of the BLAS under NumPy and of PyTorch's OpenMP pool.
 # They only act before those libraries load, so the suite sets them and starts itself again.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -71,6 +74,7 @@ class Workload:
     verify: Callable                      # verify(kind, result): AssertionError if result is wrong
     floor_label: str = ""                 # what the floor computes
     torch: Optional[Callable] = None      # torch(torch_module, torch_device) -> run
+    replay: Optional[Callable] = None     # replay(device) -> run: gradcore's run, compiled
     references: tuple = ()                # more (key, label, factory(device)) figures, as notes
     time_unit: str = "us"                 # a key of SCALES
     timed: bool = True                    # False: only the memory figure (leak)
@@ -139,7 +143,28 @@ def one_input(make_input, run_gradcore, run_floor, run_torch):
     def make_torch(torch, device):
         x0 = torch.tensor(make_input(), device=device)
         return lambda: run_torch(torch, x0)
-    return make_gradcore, make_floor, make_torch
+
+    def make_replay(device):
+        x0 = to_device(device, make_input())
+        return replayed(lambda: run_gradcore(x0))
+    return make_gradcore, make_floor, make_torch, make_replay
+
+
+def replayed(run):
+    """`run` compiled with gradcore.compile and run until it replays compiled Python (the first
+    call records, the next ones interpret the tape), outside the clock. The returned run has
+    `facts`: the recording's time and the tape's size."""
+    compiled = gradcore.compile(run)
+    start = time.perf_counter()
+    compiled()
+    recording = time.perf_counter() - start
+    for _ in range(INTERPRETED_REPLAYS + 1):
+        compiled()
+    stats = compiled.stats()
+    if not stats["tapes"]:
+        raise RuntimeError(f"gradcore.compile did not record a tape: {stats['why eager']}")
+    compiled.facts = {"recording_s": recording, "tape_ops": stats["ops"][0]}
+    return compiled
 
 
 def run_child(module, args, env=None, timeout=None):
@@ -278,8 +303,8 @@ class Contender:
 
 
 def candidates(workload):
-    """(key, factory) for every implementation: the three columns, then the references."""
-    pairs = [(kind, getattr(workload, kind)) for kind in KINDS]
+    """(key, factory) for every implementation: the three columns, the replay, the references."""
+    pairs = [(kind, getattr(workload, kind)) for kind in (*KINDS, REPLAY)]
     return pairs + [(key, factory) for key, _, factory in workload.references]
 
 
@@ -318,13 +343,13 @@ def run_workload(workload, device, repeat, warmup, threads, progress):
         progress.advance(f"{workload.name}: round {round + 1}/{rounds}")
     for c in contenders:
         entries[c.key] = _entry(workload, c, warmup)
-    results = {kind: entries[kind] for kind in KINDS}
+    results = {kind: entries[kind] for kind in (*KINDS, REPLAY)}
     return {
         "results": results,
         "references": {key: {**entries[key], "label": label}
                        for key, label, _ in workload.references},
         "ratios": gradcore_ratios({kind: measured(results[kind], "median_s_per_run")
-                                   for kind in KINDS}),
+                                   for kind in (*KINDS, REPLAY)}),
     }
 
 
@@ -332,8 +357,9 @@ def prepare(key, factory, device, threads):
     """A Contender for one implementation, its factory run here, outside the clock. PyTorch gets
     `threads` intra-op threads on the CPU: the count the suite pins for its whole process."""
     if key != "torch":  # sync: wait for every kernel queued on the device (nothing on the CPU)
-        return Contender(key, factory(device),
-                         lambda: backends.backend_for_device(device).synchronize(device), {})
+        run = factory(device)
+        return Contender(key, run, lambda: backends.backend_for_device(device).synchronize(device),
+                         dict(getattr(run, "facts", {})))
     torch = import_torch()
     where = torch_device(torch, device)
     if where == "cpu":
@@ -390,9 +416,10 @@ def median_ratio(numerator, denominator):
 
 
 def gradcore_ratios(figures):
-    """{"gradcore/torch": ..., "gradcore/floor": ...} from each kind's figure (None: unknown)."""
-    return {f"gradcore/{other}": ratio(figures["gradcore"], figures[other])
-            for other in ("torch", "floor")}
+    """{"gradcore/torch": ..., "gradcore/floor": ...} from each kind's figure (None: unknown),
+    and the same for "replay" when `figures` has it."""
+    return {f"{kind}/{other}": ratio(figures[kind], figures[other])
+            for kind in ("gradcore", REPLAY) if kind in figures for other in ("torch", "floor")}
 
 
 # ================================================================================== machine info

@@ -162,7 +162,7 @@ def torch_loss(torch, params, x, t):
     return nnf.cross_entropy(h @ params["W3"] + params["b3"], t)
 
 
-make_gradcore, make_floor, make_torch, verify = training_workload(
+make_gradcore, make_floor, make_torch, make_replay, verify = training_workload(
     init, gradcore_loss, floor_grads, torch_loss)
 
 WORKLOAD = Workload(
@@ -174,6 +174,7 @@ WORKLOAD = Workload(
     unit="step",
     convention="one step = clear gradients, forward, backward, update every parameter",
     gradcore=make_gradcore,
+    replay=make_replay,
     floor=make_floor,
     floor_label=("the same step by hand in float32: convolution as windows (im2col) times "
                  "filters, max pooling as the maximum of four strided views, backward written "

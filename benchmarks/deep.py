@@ -70,7 +70,8 @@ def deep_torch(torch, x0):
 
 
 # ================================================================================ factories
-make_gradcore, make_floor, make_torch = one_input(_x, deep_gradcore, deep_floor, deep_torch)
+make_gradcore, make_floor, make_torch, make_replay = one_input(
+    _x, deep_gradcore, deep_floor, deep_torch)
 
 
 def verify(kind, result):
@@ -99,6 +100,7 @@ WORKLOAD = Workload(
     unit="run",
     convention=f"one run = {DEPTH} sin forward, backward from a seed of ones",
     gradcore=make_gradcore,
+    replay=make_replay,
     floor=make_floor,
     floor_label=("the same by hand: the forward keeps every sin's input, the backward multiplies "
                  "by each cos and lets the input go (no autodiff)"),

@@ -96,7 +96,8 @@ def hod_torch(torch, x0):
 
 
 # ================================================================================ factories
-make_gradcore, make_floor, make_torch = one_input(_x, hod_gradcore, hod_floor, hod_torch)
+make_gradcore, make_floor, make_torch, make_replay = one_input(
+    _x, hod_gradcore, hod_floor, hod_torch)
 
 
 def make_gradcore_backward(device):
@@ -122,6 +123,7 @@ WORKLOAD = Workload(
     convention=(f"one run = tanh, then {ORDER} gradient calls, each recording its own backward "
                 "(gradcore.grad / torch.autograd.grad)"),
     gradcore=make_gradcore,
+    replay=make_replay,
     floor=make_floor,
     floor_label=("the closed forms: t = tanh(x), then each derivative as its polynomial in t "
                  "(Horner's rule), no autodiff"),

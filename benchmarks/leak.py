@@ -53,7 +53,7 @@ def leak_torch(torch, x0):
 
 
 # ================================================================================ factories
-make_gradcore, make_floor, make_torch = one_input(_x, leak_gradcore, leak_floor, leak_torch)
+make_gradcore, make_floor, make_torch, _ = one_input(_x, leak_gradcore, leak_floor, leak_torch)
 
 
 def verify(kind, result):

@@ -83,7 +83,7 @@ def torch_loss(torch, params, x, t):
     return torch.nn.functional.cross_entropy(y, t)
 
 
-make_gradcore, make_floor, make_torch, verify = training_workload(
+make_gradcore, make_floor, make_torch, make_replay, verify = training_workload(
     init, gradcore_loss, floor_grads, torch_loss)
 
 WORKLOAD = Workload(
@@ -94,6 +94,7 @@ WORKLOAD = Workload(
     unit="step",
     convention="one step = clear gradients, forward, backward, update every parameter",
     gradcore=make_gradcore,
+    replay=make_replay,
     floor=make_floor,
     floor_label=("the same step by hand in float32: forward, backward written out (no gradient "
                  "for the input), in-place update"),

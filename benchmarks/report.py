@@ -11,7 +11,7 @@ import os
 import textwrap
 
 from . import WORKLOADS
-from .common import KINDS, gradcore_ratios, measured, median_ratio, per_unit
+from .common import KINDS, REPLAY, gradcore_ratios, measured, median_ratio, per_unit
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PUBLISHED = os.path.join(HERE, "results")
@@ -51,9 +51,17 @@ def rows(record, micro="µs"):
     out = []
     if record.get("timed", True):
         time_unit = micro if record["time_unit"] == "us" else record["time_unit"]
+        unit = f"{time_unit}/{record['unit']}"
         values = {kind: per_unit(record["results"][kind], record) for kind in KINDS}
-        out.append(_row(record["name"], f"{time_unit}/{record['unit']}", values,
-                        record["results"], record["ratios"]))
+        out.append(_row(record["name"], unit, values, record["results"], record["ratios"]))
+        replay = record["results"].get(REPLAY, {"status": "none"})
+        if replay["status"] != "none":  # gradcore.compile's figure, under gradcore's column
+            ratios = {key.replace(REPLAY, "gradcore"): value
+                      for key, value in record["ratios"].items() if key.startswith(REPLAY)}
+            row = _row(f"  {REPLAY}", unit, {"gradcore": per_unit(replay, record)},
+                       {"gradcore": replay}, ratios)
+            row["replay"] = True
+            out.append(row)
     memory = record.get("memory") or {"rows": ()}
     for spec in memory["rows"]:
         values = {kind: measured(memory["results"][kind], spec["key"]) for kind in KINDS}
@@ -63,7 +71,10 @@ def rows(record, micro="µs"):
 
 
 def _row(label, unit, values, entries, ratios):
+    """A row of the table; a kind missing from `values` gets an empty cell."""
+    values = {kind: values.get(kind) for kind in KINDS}
     cells = [number(values[kind]) if values[kind] is not None
+             else "" if kind not in entries
              else "FAILED" if entries[kind]["status"] == "error" else "n/a" for kind in KINDS]
     cells += ["-" if ratios is None else "n/a" if ratios.get(key) is None
               else f"{number(ratios[key])}x" for key in RATIO_HEADERS]
@@ -152,9 +163,16 @@ def _notes(record, library):
     for prefix, section in (("", results), ("memory ", memory.get("results", {}))):
         for kind, entry in section.items():
             if entry["status"] in ("skipped", "none"):
-                lines.append(f"    {prefix}{HEADERS[kind]}: n/a: {entry['reason']}")
+                lines.append(f"    {prefix}{HEADERS.get(kind, kind)}: n/a: {entry['reason']}")
             elif entry["status"] == "error":
-                lines.append(f"    {prefix}{HEADERS[kind]}: FAILED: {entry['error']}")
+                lines.append(f"    {prefix}{HEADERS.get(kind, kind)}: FAILED: {entry['error']}")
+    replay = results.get(REPLAY, {})
+    if replay.get("status") == "ok":
+        eager = measured(results.get("gradcore", {}), "median_s_per_run")
+        times = f" ({replay['recording_s'] / eager:.1f}x one eager run)" if eager else ""
+        lines.append(f"    replay: gradcore.compile of gradcore's run, recorded in "
+                     f"{replay['recording_s'] * 1e3:.3g} ms{times}: a tape of "
+                     f"{replay['tape_ops']:,} ops, replayed as compiled Python")
     for key, entry in record.get("references", {}).items():
         if entry["status"] == "ok":
             lines.append(f"    reference, {reference_figure(entry, record)}")

@@ -19,7 +19,7 @@ import numpy
 import backends
 import gradcore
 
-from .common import on_device
+from .common import on_device, replayed
 
 LR = 0.01
 RTOL = 2e-3  # float32 against the float64 reference, relative to the largest entry
@@ -53,7 +53,7 @@ def _float32(kind, arrays):
 
 
 def training_workload(init, gradcore_loss, floor_grads, torch_loss):
-    """(make_gradcore, make_floor, make_torch, verify) for a Workload.
+    """(make_gradcore, make_floor, make_torch, make_replay, verify) for a Workload.
 
     `init()` -> (params: dict of float32 NumPy arrays, x: float32 NumPy array, t: int labels);
     `gradcore_loss(params: dict of Parameters, x, t)` -> loss Variable;
@@ -114,6 +114,11 @@ def training_workload(init, gradcore_loss, floor_grads, torch_loss):
         check("gradcore", step(), first_step=True)
         return step
 
+    # ---------------------------------------------------------------- gradcore, replayed
+    def make_replay(device):
+        step = make_gradcore(device)  # its first step, eager, checked
+        return replayed(step)
+
     # ---------------------------------------------------------------- floor
     def make_floor(device):
         params, x, t = init()
@@ -152,4 +157,4 @@ def training_workload(init, gradcore_loss, floor_grads, torch_loss):
         return step
 
     verify = functools.partial(check, first_step=False)  # after the timed runs
-    return make_gradcore, make_floor, make_torch, verify
+    return make_gradcore, make_floor, make_torch, make_replay, verify

@@ -77,7 +77,8 @@ def wide_torch(torch, x0):
 
 
 # ================================================================================ factories
-make_gradcore, make_floor, make_torch = one_input(_x, wide_gradcore, wide_floor, wide_torch)
+make_gradcore, make_floor, make_torch, make_replay = one_input(
+    _x, wide_gradcore, wide_floor, wide_torch)
 
 
 def make_vectorised(device):
@@ -113,6 +114,7 @@ WORKLOAD = Workload(
     convention=(f"one branch = x * i, sin, and its + into the total, forward and backward; a run "
                 f"is {BRANCHES:,} branches and the final sum"),
     gradcore=make_gradcore,
+    replay=make_replay,
     floor=make_floor,
     floor_label=("the same ops one at a time, keeping each x * i, then the gradient "
                  "sum of i * cos(x * i) one branch at a time (no autodiff)"),

@@ -19,6 +19,7 @@ import numpy as np
 import backends
 
 from . import functions as F
+from .compile import compile
 from .config import no_grad, test_mode
 from .dataloaders import DataLoader
 from .datasets import Shapes, Spiral
@@ -116,18 +117,25 @@ class ProgressBar:
 
 
 # =============================================================================== training
-def _fit(model, loader, epochs, lr, progress):
-    """Train with Adam and softmax cross entropy; the mean loss of each epoch."""
+def _fit(model, loader, epochs, lr, progress, compiled=False):
+    """Train with Adam and softmax cross entropy; the mean loss of each epoch. `compiled`: run
+    the step through gradcore.compile (recorded once per batch shape, then replayed)."""
     optimizer = Adam(lr=lr).setup(model)
     bar = ProgressBar(epochs, progress) if progress is not False else None
+
+    def step(x, t):
+        loss = F.softmax_cross_entropy(model(x), t)
+        model.cleargrads()
+        loss.backward()
+        optimizer.update()
+        return loss
+    if compiled:
+        step = compile(step)
     history = []
     for epoch in range(1, epochs + 1):
         total = 0.0  # summed on the device (gradcore ops: CuPy's device context is kept)
         for x, t in loader:
-            loss = F.softmax_cross_entropy(model(x), t)
-            model.cleargrads()
-            loss.backward()
-            optimizer.update()
+            loss = step(x, t)
             total = total + loss.detach() * t.shape[0]
         history.append(total.item() / loader.data_size)  # one host read per epoch
         if bar is not None:
@@ -161,11 +169,11 @@ def _accuracy(model, dataset):
         return F.accuracy(model(x), t).item()
 
 
-def _train(task, model, train, test, device, epochs, batch_size, lr, progress):
+def _train(task, model, train, test, device, epochs, batch_size, lr, progress, compiled):
     """Fit `model` on `train` and measure it: the result dict of train_spiral / train_conv."""
     loader = DataLoader(train, batch_size, device=device)
     start = time.perf_counter()
-    history = _fit(model, loader, epochs, lr, progress)
+    history = _fit(model, loader, epochs, lr, progress, compiled)
     seconds = time.perf_counter() - start
     return {"task": task, "device": device, "examples": len(train), "epochs": epochs,
             "seconds": seconds, "loss": history, "accuracy": _accuracy(model, train),
@@ -174,12 +182,14 @@ def _train(task, model, train, test, device, epochs, batch_size, lr, progress):
 
 def train_spiral(device=None, epochs=SPIRAL_DEFAULTS["epochs"],
                  batch_size=SPIRAL_DEFAULTS["batch_size"], lr=SPIRAL_DEFAULTS["lr"],
-                 hidden=SPIRAL_DEFAULTS["hidden"], seed=0, out=None, progress=None):
+                 hidden=SPIRAL_DEFAULTS["hidden"], seed=0, out=None, progress=None,
+                 compiled=False):
     """Train MLP((hidden, hidden, 3), relu) on the spiral with Adam on `device`.
 
     Returns a dict: task, device, examples, epochs, seconds, loss (per epoch), accuracy (train),
     test_accuracy, model, and files (the PNGs written to the folder `out`; none when out is
     None). `progress`: a stream for the progress bar (stderr when None; False for none).
+    `compiled`: replay the training step with gradcore.compile (the same figures, faster).
     """
     device = resolve_device(device)
     if out is not None:
@@ -187,7 +197,8 @@ def train_spiral(device=None, epochs=SPIRAL_DEFAULTS["epochs"],
     manual_seed(seed)  # the initial weights and the shuffling
     train, test = Spiral(train=True), Spiral(train=False)
     model = MLP((hidden, hidden, 3), activation=F.relu)
-    result = _train("spiral", model, train, test, device, epochs, batch_size, lr, progress)
+    result = _train("spiral", model, train, test, device, epochs, batch_size, lr, progress,
+                    compiled)
     if out is not None:
         result["files"] = _plot_spiral(model, train, result, out)
     return result
@@ -210,10 +221,11 @@ class ConvNet(Module):
 
 def train_conv(device=None, epochs=CONV_DEFAULTS["epochs"], batch_size=CONV_DEFAULTS["batch_size"],
                lr=CONV_DEFAULTS["lr"], num_per_class=CONV_DEFAULTS["num_per_class"], seed=0,
-               out=None, progress=None):
+               out=None, progress=None, compiled=False):
     """Train ConvNet on Shapes (1x16x16 images, 4 classes) with Adam on `device`.
 
     Returns a dict as train_spiral does; files are a loss curve and a grid of test predictions.
+    `compiled`: replay the training step with gradcore.compile.
     """
     device = resolve_device(device)
     if out is not None:
@@ -222,7 +234,8 @@ def train_conv(device=None, epochs=CONV_DEFAULTS["epochs"], batch_size=CONV_DEFA
     train = Shapes(train=True, num_per_class=num_per_class)
     test = Shapes(train=False, num_per_class=max(1, num_per_class // 2))
     model = ConvNet(Shapes.num_class)
-    result = _train("conv", model, train, test, device, epochs, batch_size, lr, progress)
+    result = _train("conv", model, train, test, device, epochs, batch_size, lr, progress,
+                    compiled)
     if out is not None:
         result["files"] = _plot_conv(model, test, result, out)
     return result
@@ -346,6 +359,8 @@ def _parser():
     p.add_argument("--out", default=os.path.join(".", "demo_out"),
                    help="folder for the PNGs (default: ./demo_out)")
     p.add_argument("--no-plot", action="store_true", help="write no PNGs (needs no matplotlib)")
+    p.add_argument("--compile", action="store_true",
+                   help="replay the training step with gradcore.compile")
     return p
 
 
@@ -357,7 +372,7 @@ def main(argv=None):
                for name in ("epochs", "batch_size", "lr")}
     train = train_spiral if args.task == "spiral" else train_conv
     try:
-        result = train(device=args.device, seed=args.seed,
+        result = train(device=args.device, seed=args.seed, compiled=args.compile,
                        out=None if args.no_plot else args.out, **options)
     except DemoError as e:
         print(f"gradcore.demo: error: {e}", file=sys.stderr)

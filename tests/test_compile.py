@@ -319,3 +319,43 @@ def test_replay_on_other_backends(xp2):
         for g, e in zip(got[1], expected[1]):
             np.testing.assert_array_equal(xp2.numpy(g.data), xp2.numpy(e.data))
     assert compiled.stats()["replays"] == 3
+
+
+@pytest.mark.parametrize("task", ["spiral", "conv"])
+def test_the_demo_trains_the_same_model_replayed(task):
+    from gradcore import demo
+    train = demo.train_spiral if task == "spiral" else demo.train_conv
+    eager = train(device="cpu", epochs=2, progress=False)
+    replayed = train(device="cpu", epochs=2, progress=False, compiled=True)
+    assert replayed["loss"] == eager["loss"]
+    for p, q in zip(replayed["model"].params(), eager["model"].params()):
+        assert same(p.data, q.data)
+
+
+@pytest.mark.parametrize("name", ["chain", "wide", "hod", "deep"])
+def test_benchmark_workloads_replay_to_the_eager_result(name):
+    import importlib
+
+    import backends
+    module = importlib.import_module(f"benchmarks.{name}")
+    eager, replayed = module.make_gradcore(backends.CPU), module.make_replay(backends.CPU)
+    assert replayed.stats()["replays"] >= 3  # past the interpreted replays: compiled source
+    for _ in range(2):
+        assert same(replayed(), eager())
+
+
+@pytest.mark.parametrize("name", ["mlp", "conv"])
+def test_benchmark_training_steps_replay_to_the_eager_model(name):
+    import importlib
+
+    import backends
+    module = importlib.import_module(f"benchmarks.{name}")
+    eager, replayed = module.make_gradcore(backends.CPU), module.make_replay(backends.CPU)
+    stats = replayed.stats()  # each factory ran a first step, eagerly; the replay's then more
+    for _ in range(stats["recordings"] + stats["replays"]):
+        eager()
+    for _ in range(2):
+        (got_loss, got), (want_loss, want) = replayed(), eager()
+        assert same(got_loss, want_loss)
+        for k in want:
+            assert same(got[k].data, want[k].data) and same(got[k].grad, want[k].grad)
