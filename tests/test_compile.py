@@ -359,3 +359,40 @@ def test_benchmark_training_steps_replay_to_the_eager_model(name):
         assert same(got_loss, want_loss)
         for k in want:
             assert same(got[k].data, want[k].data) and same(got[k].grad, want[k].grad)
+
+
+def test_check_compares_each_replay_with_the_eager_step():
+    eager_model, _, eager_step = _training(optim.Adam)
+    model, _, step = _training(optim.Adam)
+    compiled = gradcore.compile(step, check=3)
+    for i, (x, t) in enumerate(_batches(6)):
+        np.random.seed(i)
+        eager_step(x, t)
+        np.random.seed(i)
+        compiled(x, t)  # every replay agrees: no error, and the model is the eager one
+    for p, q in zip(model.params(), eager_model.params()):
+        assert same(p.data, q.data)
+    stats = compiled.stats()
+    assert (stats["checked replays"], stats["replays"]) == (3, 1)
+
+
+def test_check_catches_a_number_the_tape_froze():
+    scale = [2.0]
+
+    def step(x0):
+        x = gradcore.Variable(x0)
+        y = F.sum(x * scale[0])  # read from outside the arguments: a constant of the tape
+        y.backward()
+        return x.grad
+
+    compiled = gradcore.compile(step, check=True)
+    compiled(np.ones(3))
+    compiled(np.ones(3))
+    scale[0] = 3.0
+    with pytest.raises(gradcore.compile.ReplayMismatch, match=r"result.*largest difference 1"):
+        compiled(np.ones(3))
+
+
+def test_check_must_be_a_count():
+    with pytest.raises(ValueError, match="check must be"):
+        gradcore.compile(chain, check=-1)

@@ -28,9 +28,10 @@ from .. import variable as _variable
 from ..config import Config, recording
 from ..variable import Variable
 from . import trace
+from .check import ReplayMismatch, Snapshot, _host_tree, compare
 from .tape import Diverged, Tape
 
-__all__ = ["compile", "Compiled"]
+__all__ = ["compile", "Compiled", "ReplayMismatch"]
 
 _recording_lock = threading.Lock()  # one recording at a time: it switches the fast path off
 
@@ -39,14 +40,19 @@ class Compiled:
     """A function compiled with gradcore.compile: call it as the function; `stats()` says what
     happened so far."""
 
-    def __init__(self, fn, cache_size=8):
+    def __init__(self, fn, cache_size=8, check=False):
         if not callable(fn):
             raise TypeError(f"gradcore.compile: expected a function, got {type(fn).__name__}")
         if not isinstance(cache_size, int) or cache_size < 1:
             raise ValueError(f"gradcore.compile: cache_size must be a positive int, got "
                              f"{cache_size!r}")
+        if check is not False and check is not True and not (
+                isinstance(check, int) and check >= 0):
+            raise ValueError(f"gradcore.compile: check must be True, False or a number of "
+                             f"replays, got {check!r}")
         functools.update_wrapper(self, fn)
         self.fn = fn
+        self.check = check
         self.cache_size = cache_size
         self._tapes = collections.OrderedDict()  # key -> Tape, the most recently used last
         self._eager = {}  # key -> why calls with that key run eagerly
@@ -60,6 +66,8 @@ class Compiled:
         tape = self._tapes.get(key)
         if tape is not None and tape.ready():
             self._tapes.move_to_end(key)
+            if self.check is True or tape.replays < self.check:
+                return self._checked(tape, args)
             try:
                 arrays = tape.run(*args)
             except Diverged:  # a check came out otherwise, before anything changed: run eagerly
@@ -111,12 +119,29 @@ class Compiled:
                 self._tapes.popitem(last=False)
         return _materialize(result)
 
+    def _checked(self, tape, args):
+        """Replay, then run eagerly from the same state; ReplayMismatch unless they agree."""
+        snapshot = Snapshot(tape, args)
+        try:
+            replayed = _results(tape.results, tape.run(*args))
+        except Diverged:
+            snapshot.restore()
+            self._counts["eager calls"] += 1
+            return self.fn(*args)
+        self._counts["checked replays"] += 1
+        replayed = (_host_tree(replayed), snapshot.now())
+        snapshot.restore()
+        eager = self.fn(*args)
+        compare(self.__name__, replayed, (_host_tree(eager), snapshot.now()))
+        return eager
+
     def stats(self):
         """A dict: tapes held, ops in each, recordings, replays, eager calls, fallbacks, and
         why each key that fell back did."""
         return {"tapes": len(self._tapes), "ops": [t.ops for t in self._tapes.values()],
                 "recordings": self._counts["recordings"], "replays": self._counts["replays"],
                 "eager calls": self._counts["eager calls"],
+                "checked replays": self._counts["checked replays"],
                 "fallbacks": self._counts["fallbacks"], "why eager": list(self._eager.values())}
 
     def tapes(self):
@@ -129,13 +154,21 @@ class Compiled:
         self._eager.clear()
 
 
-def compile(fn=None, *, cache_size=8):
+def compile(fn=None, *, cache_size=8, check=False):
     """Compile `fn` (a training or inference step) to replay recorded tapes; usable as
     `@gradcore.compile` or `@gradcore.compile(cache_size=4)`. `cache_size`: how many tapes
-    (one per argument signature) are kept."""
+    (one per argument signature) are kept. `check`: N (or True for every replay) runs the first N
+    replays of each tape beside the eager step, from the same state, and raises ReplayMismatch
+    at the first difference (the eager step's results and state are kept)."""
     if fn is None:
-        return lambda f: Compiled(f, cache_size)
-    return Compiled(fn, cache_size)
+        return lambda f: Compiled(f, cache_size, check)
+    return Compiled(fn, cache_size, check)
+
+
+# `gradcore.compile` is this function (the package's name is taken by it on gradcore), so what
+# goes with it hangs on it too: gradcore.compile.ReplayMismatch
+compile.ReplayMismatch = ReplayMismatch
+compile.Compiled = Compiled
 
 
 # ------------------------------------------------------------------------------ keys

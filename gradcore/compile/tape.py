@@ -44,6 +44,22 @@ class Tape:
         self.replays = 0
         self._run = _interpreted(self.lines, self.frees, self.arguments, outputs)
 
+    def variables(self):
+        """The Variables (not the step's arguments) the tape loads from or stores into."""
+        sites = {id(line.target): line.target for line in self.lines
+                 if line.kind in ("load", "load_grad", "store", "store_grad")
+                 and line.target.__class__ is not int}
+        return list(sites.values())
+
+    def optimizers(self):
+        """The optimizers whose steps the tape runs (opaque lines of bound optimizer steps)."""
+        found = {}
+        for line in self.lines:
+            owner = getattr(getattr(line.target, "func", None), "__self__", None)
+            if line.kind == "opaque" and hasattr(owner, "state_dict"):
+                found[id(owner)] = owner
+        return list(found.values())
+
     def ready(self):
         """True if the Variables whose grads the tape reads have one (as when it was recorded)."""
         return all(v._grad is not None for v in self.guards)

@@ -1,0 +1,117 @@
+"""compile(fn, check=...): run a replay and the eager step from the same state, and compare.
+
+Everything either may change is saved first: the data and grads of the Variables the tape reads
+or writes and of the step's Variable arguments, the state of the optimizers it steps, and NumPy's
+global random generator (the one gradcore's NumPy and array-API backends draw from). The replay
+runs; its results and that state are kept; the saved state is put back; the eager step runs; the
+two must agree to the bit. The eager step's state is the one left in place.
+"""
+import copy
+
+import numpy
+
+import backends
+
+from ..variable import Variable
+
+
+class ReplayMismatch(AssertionError):
+    """A checked replay gave something other than the eager step (see compile's `check`)."""
+
+
+class Snapshot:
+    """What a step may change, saved so that it can be put back."""
+
+    def __init__(self, tape, args):
+        self.variables = list({id(v): v for v in (*tape.variables(),
+                                                  *(a for a in args if isinstance(a, Variable)))
+                               }.values())
+        self.data = [_copy(v._data) for v in self.variables]
+        self.grads = [v._grad for v in self.variables]
+        self.optimizers = tape.optimizers()
+        self.states = [copy.deepcopy(opt.state_dict()) for opt in self.optimizers]
+        self.random = numpy.random.get_state()
+
+    def restore(self):
+        for v, data, grad in zip(self.variables, self.data, self.grads):
+            v._data, v._grad = _copy(data), grad
+        for opt, state in zip(self.optimizers, self.states):
+            opt.load_state_dict(state)
+        numpy.random.set_state(self.random)
+
+    def now(self):
+        """The state as it is now, as host arrays, named for a report."""
+        state = {}
+        for i, v in enumerate(self.variables):
+            name = f"Variable {v.name or i} (shape {tuple(v.shape) if v._data is not None else ''})"
+            state[f"{name} data"] = _host(v._data)
+            state[f"{name} grad"] = None if v._grad is None else _host(v._grad._data)
+        for i, opt in enumerate(self.optimizers):
+            state[f"{type(opt).__name__} {i} state"] = _host_tree(opt.state_dict())
+        return state
+
+
+def compare(what, replayed, eager):
+    """ReplayMismatch naming the first place where `replayed` and `eager` differ."""
+    difference = _difference(_host_tree(replayed), _host_tree(eager))
+    if difference is not None:
+        where, detail = difference
+        raise ReplayMismatch(f"gradcore.compile(check=...): the replay of {what} differs from the "
+                             f"eager step at {where}: {detail}. Something the step depends on "
+                             "is not among its arguments (a Python number or array read from "
+                             "outside that changed), or an op is not replayable: pass what "
+                             "changes as an argument, or leave this step uncompiled")
+
+
+def _copy(data):
+    return None if data is None else backends.copy(data)
+
+
+def _host(data):
+    if data is None:
+        return None
+    backend = backends.backend_of(data)
+    return numpy.array(backend.to_numpy(backend.ensure_array(data)))
+
+
+def _host_tree(value):
+    if isinstance(value, Variable):
+        return _host(value._data)
+    if backends.is_array(value) or isinstance(value, numpy.generic):
+        return _host(value)
+    if isinstance(value, (tuple, list)):
+        return [_host_tree(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _host_tree(v) for k, v in value.items()}
+    return value
+
+
+def _difference(a, b, where="the result"):
+    """(where, what) for the first difference between two host trees, or None."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        if a.keys() != b.keys():
+            return where, f"keys {sorted(map(str, a))} against {sorted(map(str, b))}"
+        for k in a:
+            found = _difference(a[k], b[k], k if where == "the state" else f"{where}[{k!r}]")
+            if found:
+                return found
+        return None
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return where, f"{len(a)} items against {len(b)}"
+        for i, (x, y) in enumerate(zip(a, b)):
+            found = _difference(x, y, f"{where}[{i}]")
+            if found:
+                return found
+        return None
+    if isinstance(a, numpy.ndarray) or isinstance(b, numpy.ndarray):
+        a, b = numpy.asarray(a), numpy.asarray(b)
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return where, f"shape {a.shape} {a.dtype} against {b.shape} {b.dtype}"
+        if not numpy.array_equal(a, b, equal_nan=a.dtype.kind in "fc"):
+            gap = numpy.max(numpy.abs(a.astype(float) - b.astype(float)), initial=0.0)
+            return where, f"largest difference {gap:.3g}"
+        return None
+    if a != b and not (a is None and b is None):
+        return where, f"{a!r} against {b!r}"
+    return None
