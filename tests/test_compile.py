@@ -396,3 +396,65 @@ def test_check_catches_a_number_the_tape_froze():
 def test_check_must_be_a_count():
     with pytest.raises(ValueError, match="check must be"):
         gradcore.compile(chain, check=-1)
+
+
+def test_a_buffer_is_reused_only_where_nothing_else_sees_it():
+    def step(x0):
+        x = gradcore.Variable(x0)
+        a = x * 2.0
+        view = F.reshape(a, (3, 2))  # the same memory as a
+        b = a + 1.0  # a's last direct use; writing b into a would change the view
+        c = F.reshape(b, (3, 2)) * view
+        d = F.exp(c) * 3.0  # exp(c) is read here last and is no one else's: 3.0 * it goes there
+        y = F.sum(d * view)
+        y.backward()
+        return y, x.grad
+
+    compiled = gradcore.compile(step)
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        x0 = rng.standard_normal(6)
+        assert same(compiled(x0), step(x0))
+    source = compiled.tapes()[0].source
+    assert "out=" in source
+    add_line, = [line for line in source.splitlines() if " + 1.0" in line or "add" in line
+                 and "1.0" in line]
+    assert "out=" not in add_line
+
+
+def test_a_branch_on_a_value_after_a_change_falls_back():
+    def step(x0):
+        x = gradcore.Variable(x0)
+        y = F.dropout(x, 0.5)  # random numbers drawn: the guard cannot move before them
+        if bool(F.sum(y).data > 0):
+            y = y * 2
+        return y
+
+    compiled = gradcore.compile(step)
+    np.random.seed(0)
+    with pytest.warns(RuntimeWarning, match=r"decided a Python branch.*test_compile.py:\d+"):
+        first = compiled(np.ones(4))
+    np.random.seed(0)
+    assert same(first, step(np.ones(4)))
+    np.random.seed(1)
+    again = compiled(np.ones(4))
+    np.random.seed(1)
+    assert same(again, step(np.ones(4)))
+    assert compiled.stats()["fallbacks"] == 1
+
+
+def test_indexing_out_of_range_raises_in_a_replay_as_eagerly():
+    def step(x0, i):
+        x = gradcore.Variable(x0)
+        y = F.sum(x[i] * 2)
+        y.backward()
+        return x.grad
+
+    compiled = gradcore.compile(step)
+    for i in ([0, 2], [1, 3], [3, 3]):
+        assert same(compiled(np.arange(4.0), np.array(i)), step(np.arange(4.0), np.array(i)))
+    assert compiled.stats()["replays"] == 2
+    with pytest.raises(IndexError, match="out of bounds|out of range"):
+        step(np.arange(4.0), np.array([0, 9]))
+    with pytest.raises(IndexError, match="out of bounds|out of range"):
+        compiled(np.arange(4.0), np.array([0, 9]))

@@ -11,7 +11,7 @@ import math
 import operator
 
 from ..variable import Variable, note_write
-from .trace import BINARY, IN_PLACE, UNARY, Ref, has_side_effect, slots_in
+from .trace import BINARY, IN_PLACE, UNARY, Line, Ref, has_side_effect, slots_in
 
 INTERPRETED_REPLAYS = 2  # replays run through closures before the tape is compiled
 
@@ -37,7 +37,8 @@ class Tape:
     def __init__(self, recorder, outputs):
         self.outputs = outputs  # output slots, in the order the results template lists them
         self.guards = [line.target for line in recorder.lines if line.kind == "load_grad"]
-        self.lines, self.frees = _needed(recorder.lines, outputs)
+        lines, self.frees = _needed(recorder.lines, outputs)
+        self.lines = _reuse_buffers(lines, self.frees, set(outputs))
         self.arguments = recorder.arguments
         self.ops = sum(1 for line in self.lines if line.kind not in (
             "load", "load_grad", "constant", "store", "store_grad", "guard"))
@@ -97,6 +98,66 @@ def _needed(lines, outputs):
     kept.reverse()
     frees.reverse()
     return kept, frees
+
+
+# Operators whose ufunc can write into one of its inputs: (operator, the namespace's name)
+_UFUNCS = {operator.add: "add", operator.sub: "subtract", operator.mul: "multiply",
+           operator.truediv: "divide", operator.pow: "power", operator.neg: "negative"}
+
+
+def _ufunc(line):
+    """The ufunc `line` computes with, if it takes `out=` (NumPy's and CuPy's do); else None."""
+    if line.array is None or line.kwargs:
+        return None
+    if line.kind in ("binary", "unary"):
+        name = _UFUNCS.get(line.target)
+        function = getattr(line.array.xp, name, None) if name else None
+    elif line.kind == "call":
+        function = line.target
+    else:
+        return None
+    return function if type(function).__name__ == "ufunc" else None
+
+
+def _reuse_buffers(lines, frees, outputs):
+    """Lines rewritten to write their result into the memory of an input they read last, as
+    `multiply(a, b, out=a)`: a replay allocates less (eager code cannot know that `a` dies
+    there). The input must be an array a line made (no one else's), of the result's shape and
+    dtype, held by nothing after the line: not a result, not stored or handed to an opaque line
+    or kept in an index key, with no view of it used later."""
+    last = {}
+    for i, free in enumerate(frees):
+        for slot in free:
+            last[slot] = i
+    made, views, kept = {}, {}, set()
+    for i, line in enumerate(lines):
+        if line.array is not None and line.kind != "in_place":
+            made[line.out] = line.array
+            views.setdefault(line.array.root, []).append(line.out)
+        if line.kind in ("store", "store_grad", "opaque") or (
+                line.out is not None and line.array is None and line.kind != "in_place"):
+            kept.update(slots_in(line.kwargs, slots_in(line.args, [])))
+    rewritten = []
+    for i, line in enumerate(lines):
+        function = _ufunc(line)
+        if function is not None:
+            for slot in dict.fromkeys(slots_in(line.args, [])):
+                facts = made.get(slot)
+                if (slot in frees[i] and slot not in outputs and slot not in kept
+                        and facts is not None and facts.fresh and facts.shape == line.array.shape
+                        and facts.dtype == line.array.dtype
+                        and not any(last.get(v, len(lines)) > i
+                                    for v in views.get(facts.root, ()) if v != slot)):
+                    line = _with_out(line, function, slot)
+                    break
+        rewritten.append(line)
+    return rewritten
+
+
+def _with_out(line, function, slot):
+    new = Line("call", function, line.args, {"out": Ref(slot)}, line.out)
+    new.array = line.array
+    return new
 
 
 class _Writer:
@@ -160,41 +221,40 @@ def _source(lines, frees, arguments, outputs):
     return source, writer.namespace
 
 
+def _operation(line, w):
+    a, b = (w.expression(x) for x in (*line.args, None)[:2])
+    if line.kind == "unary":
+        return f"abs({a})" if line.target is operator.abs else f"{UNARY[line.target]}{a}"
+    if line.target is operator.getitem:
+        return f"{a}[{b}]"
+    return f"{a} {BINARY[line.target]} {b}"
+
+
+# kind -> the Python statement of a line of that kind (`w` names what the source refers to)
+_STATEMENTS = {
+    "call": lambda line, w: f"v{line.out} = {w.bind(line.target, 'f')}("
+                            f"{w.arguments(line.args, line.kwargs)})",
+    "method": lambda line, w: f"v{line.out} = {w.expression(line.args[0])}.{line.target}("
+                              f"{w.arguments(line.args[1:], line.kwargs)})",
+    "binary": lambda line, w: f"v{line.out} = {_operation(line, w)}",
+    "unary": lambda line, w: f"v{line.out} = {_operation(line, w)}",
+    "in_place": lambda line, w: f"{w.expression(line.args[0])} {IN_PLACE[line.target]} "
+                                f"{w.expression(line.args[1])}",
+    "setitem": lambda line, w: "{}[{}] = {}".format(*map(w.expression, line.args)),
+    "load": lambda line, w: f"v{line.out} = {w.site(line.target)}._data",
+    "load_grad": lambda line, w: f"v{line.out} = {w.site(line.target)}._grad._data",
+    "constant": lambda line, w: f"v{line.out} = {w.bind(line.target, 'k')}",
+    "store": lambda line, w: f"_store({w.site(line.target)}, {w.expression(line.args[0])})",
+    "store_grad": lambda line, w: f"_store_grad({w.site(line.target)}, "
+                                  f"{w.expression(line.args[0])})",
+    "opaque": lambda line, w: f"{w.bind(line.target, 'f')}({w.arguments(line.args, None)})",
+    "guard": lambda line, w: f"if {'not ' if line.target else ''}{w.expression(line.args[0])}: "
+                             f"raise Diverged({line.kwargs['where']!r})",
+}
+
+
 def _statement(line, w):
-    kind, target, args, out = line.kind, line.target, line.args, line.out
-    if kind == "call":
-        return f"v{out} = {w.bind(target, 'f')}({w.arguments(args, line.kwargs)})"
-    if kind == "method":
-        return f"v{out} = {w.expression(args[0])}.{target}({w.arguments(args[1:], line.kwargs)})"
-    if kind == "binary":
-        a, b = w.expression(args[0]), w.expression(args[1])
-        if target is operator.getitem:
-            return f"v{out} = {a}[{b}]"
-        return f"v{out} = {a} {BINARY[target]} {b}"
-    if kind == "unary":
-        symbol = UNARY[target]
-        a = w.expression(args[0])
-        return f"v{out} = abs({a})" if symbol == "abs" else f"v{out} = {symbol}{a}"
-    if kind == "in_place":
-        return f"{w.expression(args[0])} {IN_PLACE[target]} {w.expression(args[1])}"
-    if kind == "setitem":
-        return f"{w.expression(args[0])}[{w.expression(args[1])}] = {w.expression(args[2])}"
-    if kind == "load":
-        return f"v{out} = {w.site(target)}._data"
-    if kind == "load_grad":
-        return f"v{out} = {w.site(target)}._grad._data"
-    if kind == "constant":
-        return f"v{out} = {w.bind(target, 'k')}"
-    if kind == "store":
-        return f"_store({w.site(target)}, {w.expression(args[0])})"
-    if kind == "store_grad":
-        return f"_store_grad({w.site(target)}, {w.expression(args[0])})"
-    if kind == "opaque":
-        return f"{w.bind(target, 'f')}({w.arguments(args, None)})"
-    if kind == "guard":
-        test = "not " if target else ""
-        return f"if {test}{w.expression(args[0])}: raise Diverged({line.kwargs['where']!r})"
-    raise AssertionError(f"unknown tape line kind {kind!r}")
+    return _STATEMENTS[line.kind](line, w)
 
 
 # ================================================================================ interpreted

@@ -16,6 +16,7 @@ import os
 import sys
 import threading
 import types
+import weakref
 
 import backends
 
@@ -84,11 +85,22 @@ class Line:
     "store_grad" (target._grad = a new Variable of args[0], or None), "guard" (bool(args[0]) must
     be `target` again, else the call runs eagerly)."""
 
-    __slots__ = ("kind", "target", "args", "kwargs", "out", "pinned")
+    __slots__ = ("kind", "target", "args", "kwargs", "out", "pinned", "array")
 
     def __init__(self, kind, target, args=(), kwargs=None, out=None):
         self.kind, self.target, self.args, self.kwargs, self.out = kind, target, args, kwargs, out
         self.pinned = False
+        self.array = None  # an ArrayFacts when the line made an array (not a scalar)
+
+
+class ArrayFacts:
+    """What a line's array result was when it was recorded: for reusing its buffer later."""
+
+    __slots__ = ("shape", "dtype", "fresh", "root", "xp")
+
+    def __init__(self, array, fresh, root, xp):
+        self.shape, self.dtype, self.fresh, self.xp = array.shape, array.dtype, fresh, xp
+        self.root = root  # a number for the memory it is in: equal for an array and its views
 
 
 _NESTED = frozenset((tuple, list, dict, slice))
@@ -140,6 +152,9 @@ class Recorder:
         self.grad_owners = {}      # id(grad Variable) -> the adopted Variable it is the grad of
         self.created_state = False  # the step created weights (lazy layers): record again
         self.writers = {}           # slot -> the line that last wrote it
+        self.arrays = {}            # id(array) -> (its ArrayFacts, a weak reference to it)
+        self.memories = {}          # id(base array) -> (a weak reference to it, its number)
+        self.memory_count = 0
         self.stored = False         # a store or opaque line was written
         self.checked = 0            # lines[:checked] are guards and what they test: the start
 
@@ -208,6 +223,19 @@ class Recorder:
         if inner.owns(result) or result.__class__ in inner.scalar_types:
             out = self.new_slot()
             self.append(kind, target, args, kwargs, out)
+            if result.__class__ is inner.array_type:
+                # fresh: memory of its own that no other slot holds (asarray(x) may be x itself)
+                seen = self.arrays.get(id(result))
+                alias = seen is not None and seen[1]() is result
+                if alias:
+                    seen[0].fresh = False
+                try:
+                    facts = ArrayFacts(result, not alias and inner.owns_memory(result),
+                                       self._memory(result), inner.xp)
+                    self.arrays[id(result)] = (facts, weakref.ref(result))
+                except TypeError:  # an array type without weak references: never reused
+                    facts = None
+                self.lines[-1].array = facts
             return backend.traced(result, out)
         if result.__class__ in (bool, int, float, complex):
             self.give_up(f"{_describe_target(target)} gave a Python {type(result).__name__} "
@@ -226,6 +254,17 @@ class Recorder:
         self.objects[id(result)] = (result, out)
         return result
 
+
+    def _memory(self, array):
+        """A number for the memory `array` is in (its base's, for a view). Not an id: a dead
+        array's id is soon another's, and the number must tell them apart."""
+        while getattr(array, "base", None) is not None:
+            array = array.base
+        known = self.memories.get(id(array))
+        if known is None or known[0]() is not array:
+            self.memory_count += 1
+            known = self.memories[id(array)] = (weakref.ref(array), self.memory_count)
+        return known[1]
 
     # ------------------------------------------------------------ Variables from outside
     def adopt(self, v):
