@@ -106,5 +106,6 @@ WORKLOAD = Workload(
     verify=verify,
     references=(("numpy_scalars", "the literal NumPy loop, forward only, which runs on "
                  "numpy.float64 scalars after the first op", make_numpy_scalars),),
-    target=ratio_target("<= 0.6x PyTorch, time per op", "gradcore/torch", 0.6),
+    targets=(ratio_target("<= 0.6x PyTorch, time per op", "gradcore/torch", 0.6),
+             ratio_target("replay <= 0.25x PyTorch", "replay/torch", 0.25, row="replay")),
 )

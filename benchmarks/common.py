@@ -23,6 +23,8 @@ SCALES = {"ns": 1e9, "us": 1e6, "ms": 1e3, "s": 1.0}
 KINDS = ("gradcore", "floor", "torch")  # the three columns, in table order
 # gradcore.compile's replay of gradcore's run: a row of its own under each workload's figures
 REPLAY = "replay"
+# The id of a workload's time row; a memory row's id is its figure's key ("peak_mib")
+TIME_ROW = "time"
 # The variables that fix the thread count of the BLAS under NumPy and of PyTorch's OpenMP pool.
 # They only act before those libraries load, so the suite sets them and starts itself again.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -49,12 +51,18 @@ class Memory:
 @dataclasses.dataclass(frozen=True)
 class Target:
     """A goal the workload is held to: `text` says it ("<= 0.6x PyTorch"); `check(record)` returns
-    (what was measured, True/False, or None when it could not be measured here). `row`: which
-    of the workload's table rows it is about (0: the time; then the memory rows in order)."""
+    (what was measured, True/False, or None when it could not be measured here). `row`: the id of
+    the table row it is about (see `replay_row` and `Workload.row_ids`)."""
 
     text: str
     check: Callable
-    row: int = 0
+    row: str = TIME_ROW
+
+
+def replay_row(row):
+    """The id of the replay row under the row `row`: "replay" under the time row, "replay KEY"
+    under the memory row KEY."""
+    return REPLAY if row == TIME_ROW else f"{REPLAY} {row}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,19 +89,43 @@ class Workload:
     repeat: Optional[int] = None          # timed runs if --repeat is not given (None: the default)
     warmup: Optional[int] = None          # warm-up runs if --warmup is not given (None: default)
     memory: Optional[Memory] = None       # a memory figure, measured in subprocesses
-    target: Optional[Target] = None       # its goal, shown beside its figures
+    targets: tuple = ()                   # its goals (Target), each shown beside its row
+
+    def __post_init__(self):
+        unknown = [target.row for target in self.targets if target.row not in self.row_ids()]
+        if unknown:  # a mistyped row id would leave a goal off the table
+            raise ValueError(f"{self.name}: no row {', '.join(map(repr, unknown))} for a "
+                             f"target; its rows: {', '.join(self.row_ids())}")
+
+    def row_ids(self):
+        """The ids of the table rows this workload's record gets, in table order: the time
+        row and its replay row, then each memory row and, when it has ratios, its replay row."""
+        ids = []
+        if self.timed:
+            ids += [TIME_ROW, *([replay_row(TIME_ROW)] if self.replay else [])]
+        for _, key, with_ratios in self.memory.rows if self.memory else ():
+            ids += [key, *([replay_row(key)] if with_ratios and self.replay else [])]
+        return ids
 
 
-def ratio_target(text, key, limit, row=0):
-    """A Target met when the ratio `key` of the record ("gradcore/torch", "gradcore/floor",
-    "memory gradcore/torch") is at most `limit`."""
+def ratio_target(text, key, limit, row=TIME_ROW):
+    """A Target met when the ratio `key` is at most `limit`: a ratio of the times
+    ("gradcore/torch", "replay/floor") or, after "memory ", of the headline memory figure
+    ("memory gradcore/torch", "memory replay/gradcore")."""
     def check(record):
         section = record.get("memory", {}) if key.startswith("memory ") else record
         ratio = section.get("ratios", {}).get(key.removeprefix("memory "))
         if ratio is None:
             return "n/a", None
-        return f"{ratio:.3g}x", ratio <= limit
+        return f"{number(ratio)}x", ratio <= limit
     return Target(text, check, row)
+
+
+def number(value):
+    """Three significant digits, no trailing dot, no exponent: 7.99, 0.673, 11.9, 125, 1234."""
+    if abs(value) >= 1000:
+        return f"{value:.0f}"
+    return f"{value:#.3g}".rstrip(".")
 
 
 # ================================================================================== devices
@@ -416,10 +448,13 @@ def median_ratio(numerator, denominator):
 
 
 def gradcore_ratios(figures):
-    """{"gradcore/torch": ..., "gradcore/floor": ...} from each kind's figure (None: unknown),
-    and the same for "replay" when `figures` has it."""
-    return {f"{kind}/{other}": ratio(figures[kind], figures[other])
-            for kind in ("gradcore", REPLAY) if kind in figures for other in ("torch", "floor")}
+    """{"gradcore/torch": ..., "gradcore/floor": ...} from each kind's figure (None: unknown);
+    when `figures` has "replay", the same for it and "replay/gradcore"."""
+    ratios = {f"{kind}/{other}": ratio(figures[kind], figures[other])
+              for kind in ("gradcore", REPLAY) if kind in figures for other in ("torch", "floor")}
+    if REPLAY in figures:
+        ratios[f"{REPLAY}/gradcore"] = ratio(figures[REPLAY], figures["gradcore"])
+    return ratios
 
 
 # ================================================================================== machine info

@@ -9,9 +9,9 @@ import numpy
 
 import gradcore.functions as F
 
-from .common import Workload
+from .common import Workload, ratio_target
 from .mlp import softmax_cross_entropy_floor
-from .training import LR, training_workload
+from .training import LR, step_memory, training_workload
 
 BATCH = 32
 CHANNELS = (3, 16, 32)
@@ -22,6 +22,8 @@ POOL = 2
 CLASSES = 10
 SEED = 0
 FLAT = CHANNELS[-1] * (SIZE // POOL ** 2) ** 2
+PARAMETERS = (sum(c_out * c_in * KERNEL * KERNEL + c_out
+                  for c_in, c_out in zip(CHANNELS[:-1], CHANNELS[1:])) + FLAT * CLASSES + CLASSES)
 
 
 def init():
@@ -182,4 +184,8 @@ WORKLOAD = Workload(
     torch=make_torch,
     verify=verify,
     time_unit="ms",
+    memory=step_memory("conv", PARAMETERS),
+    targets=(ratio_target("replay <= 1.0x the floor", "replay/floor", 1.0, row="replay"),
+             ratio_target("replay peak memory <= gradcore's", "memory replay/gradcore", 1.0,
+                          row="replay peak_mib")),
 )

@@ -107,6 +107,6 @@ WORKLOAD = Workload(
         rows=((f"leak, {SHORT:,} iterations", "growth_200_mib", False),
               (f"leak, {LONG:,} iterations", "growth_2000_mib", False)),
     ),
-    target=Target(f"peak growth independent of the loop count (200 vs 2,000: "
-                  f"within {TOLERANCE_MIB:g} MiB)", _independent, row=1),
+    targets=(Target(f"peak growth independent of the loop count (200 vs 2,000: "
+                    f"within {TOLERANCE_MIB:g} MiB)", _independent, row="growth_2000_mib"),),
 )

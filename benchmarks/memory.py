@@ -5,23 +5,27 @@ the parent (`measure`) starts one child per implementation: `python -m benchmark
 KIND DEVICE THREADS`. The child builds the implementation with the workload's factory, hands it
 to the workload's `Memory.probe` with a Meter, checks the result with `verify`, and prints its
 figures as one JSON line. Every figure is a difference from the child's own baseline (imports and
-inputs done), so what the libraries cost to import never counts.
+inputs done), so what the libraries cost to import never counts. The replay's factory records its
+tape and replays it until it runs as compiled Python, so its figure is a steady-state replay's.
 
 On Linux the CPU peak is VmHWM from /proc/self/status, not getrusage's ru_maxrss: Linux carries
 ru_maxrss across exec, so a child that subprocess starts (vfork + exec) reports its parent's
 peak, and after the timed runs every child would start above anything it does itself. VmHWM
 belongs to the child's own address space, and writing 5 to /proc/self/clear_refs lowers it to
 the current resident set, so a baseline is what the process holds, not what its imports once
-peaked at. Elsewhere (macOS) ru_maxrss is the fallback.
+peaked at. Before that, malloc_trim returns the pages malloc keeps after frees: a run after
+warm-up runs (a replay's) would reuse them, and its peak would not rise above a baseline that
+counts them. Elsewhere (macOS) ru_maxrss is the fallback.
 """
+import ctypes
 import json
 import resource
 import sys
 import traceback
 
 from . import load
-from .common import (KINDS, Unavailable, gradcore_ratios, import_torch, measured, missing, prepare,
-                     resolve_device, run_child, thread_environment)
+from .common import (KINDS, REPLAY, Unavailable, gradcore_ratios, import_torch, measured, missing,
+                     prepare, resolve_device, run_child, thread_environment)
 
 TIMEOUT_S = 600
 MIB = 1024 * 1024
@@ -85,6 +89,7 @@ class Meter:
                 self.baseline = self._highest
         else:
             if reset:
+                _release_freed_memory()
                 _reset_hwm()
             self.baseline = self._peak()
 
@@ -108,6 +113,15 @@ def _vm_hwm():
     return None
 
 
+def _release_freed_memory():
+    """Hand back to the system what malloc keeps of freed memory (glibc's malloc_trim), so that
+    the resident set is what the process holds; harmless where there is no malloc_trim."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def _reset_hwm():
     """Lower VmHWM to the current resident set (Linux 4.0+); harmless where it cannot."""
     try:
@@ -124,10 +138,16 @@ def _max_rss():
 
 
 # ================================================================================== the parent
+def measured_kinds(workload):
+    """The implementations whose memory is measured: the three columns, and the replay when the
+    workload has one."""
+    return (*KINDS, REPLAY) if workload.replay is not None else KINDS
+
+
 def measure(workload, device, threads, progress):
     """The memory record of `workload`: one child process per implementation, one at a time."""
     results = {}
-    for kind in KINDS:
+    for kind in measured_kinds(workload):
         if getattr(workload, kind) is None:
             results[kind] = missing(kind)
         else:
@@ -140,7 +160,7 @@ def measure(workload, device, threads, progress):
     rows = [{"label": label, "key": key, "ratios": with_ratios}
             for label, key, with_ratios in workload.memory.rows]
     headline = rows[0]  # the figure a target reads ("memory gradcore/torch")
-    figures = {kind: measured(results[kind], headline["key"]) for kind in KINDS}
+    figures = {kind: measured(entry, headline["key"]) for kind, entry in results.items()}
     return {"summary": workload.memory.summary, "unit": "MiB", "rows": rows, "results": results,
             "ratios": gradcore_ratios(figures) if headline["ratios"] else {}}
 

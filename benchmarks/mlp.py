@@ -9,12 +9,13 @@ import numpy
 import gradcore.functions as F
 
 from .common import Workload, ratio_target
-from .training import LR, training_workload
+from .training import LR, step_memory, training_workload
 
 SIZES = (784, 1000, 1000, 10)
 BATCH = 128
 SEED = 0
 LAYERS = len(SIZES) - 1
+PARAMETERS = sum(fan_in * fan_out + fan_out for fan_in, fan_out in zip(SIZES[:-1], SIZES[1:]))
 
 
 def init():
@@ -101,5 +102,9 @@ WORKLOAD = Workload(
     torch=make_torch,
     verify=verify,
     time_unit="ms",
-    target=ratio_target("<= 1.15x the floor (NumPy on a CPU)", "gradcore/floor", 1.15),
+    memory=step_memory("mlp", PARAMETERS),
+    targets=(ratio_target("<= 1.15x the floor (NumPy on a CPU)", "gradcore/floor", 1.15),
+             ratio_target("replay <= 1.0x the floor", "replay/floor", 1.0, row="replay"),
+             ratio_target("replay peak memory <= gradcore's", "memory replay/gradcore", 1.0,
+                          row="replay peak_mib")),
 )

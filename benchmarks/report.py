@@ -11,7 +11,8 @@ import os
 import textwrap
 
 from . import WORKLOADS
-from .common import KINDS, REPLAY, gradcore_ratios, measured, median_ratio, per_unit
+from .common import (KINDS, REPLAY, TIME_ROW, gradcore_ratios, measured, median_ratio, number,
+                     per_unit, replay_row)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PUBLISHED = os.path.join(HERE, "results")
@@ -24,13 +25,6 @@ LIBRARIES = {"numpy": "NumPy", "cupy": "CuPy"}
 
 
 # ================================================================================ figures
-def number(value):
-    """Three significant digits, no trailing dot, no exponent: 7.99, 0.673, 11.9, 125, 1234."""
-    if abs(value) >= 1000:
-        return f"{value:.0f}"
-    return f"{value:#.3g}".rstrip(".")
-
-
 def reference_figure(entry, record):
     """A reference's line: its label, its figure per unit, and its ratio to PyTorch's figure of
     the same run when there is one (the implementations took turns: as fair as the table's)."""
@@ -43,34 +37,38 @@ def reference_figure(entry, record):
 
 
 def rows(record, micro="µs"):
-    """The table rows of one workload record: its time if it was timed, then its memory figures.
+    """The table rows of one workload record: its time if it was timed, then its memory figures,
+    each with the replay's row under it where there is one.
 
-    Each row: {"label", "unit", "values": {kind: float or None}, "ratios": {key: float or None}
-    or None where ratios mean nothing (leak's growth), "cells": its line of the table as text}.
+    Each row: {"id": "time", "replay", a memory figure's key or "replay KEY" (what a target's
+    `row` names), "label", "unit", "values": {kind: float or None}, "ratios": {key: float or
+    None} or None where ratios mean nothing (leak's growth), "cells": its line of the table,
+    "replay": whether it is a replay's row, its figure in the gradcore column}.
     """
     out = []
     if record.get("timed", True):
         time_unit = micro if record["time_unit"] == "us" else record["time_unit"]
         unit = f"{time_unit}/{record['unit']}"
         values = {kind: per_unit(record["results"][kind], record) for kind in KINDS}
-        out.append(_row(record["name"], unit, values, record["results"], record["ratios"]))
+        out.append(_row(TIME_ROW, record["name"], unit, values, record["results"],
+                        record["ratios"]))
         replay = record["results"].get(REPLAY, {"status": "none"})
-        if replay["status"] != "none":  # gradcore.compile's figure, under gradcore's column
-            ratios = {key.replace(REPLAY, "gradcore"): value
-                      for key, value in record["ratios"].items() if key.startswith(REPLAY)}
-            row = _row(f"  {REPLAY}", unit, {"gradcore": per_unit(replay, record)},
-                       {"gradcore": replay}, ratios)
-            row["replay"] = True
-            out.append(row)
-    memory = record.get("memory") or {"rows": ()}
+        if replay["status"] != "none":
+            out.append(_replay_row(TIME_ROW, unit, per_unit(replay, record), replay,
+                                   record["ratios"]))
+    memory = record.get("memory") or {"rows": (), "results": {}}
+    results = memory["results"]
     for spec in memory["rows"]:
-        values = {kind: measured(memory["results"][kind], spec["key"]) for kind in KINDS}
+        values = {kind: measured(entry, spec["key"]) for kind, entry in results.items()}
         ratios = gradcore_ratios(values) if spec["ratios"] else None
-        out.append(_row(spec["label"], memory["unit"], values, memory["results"], ratios))
+        out.append(_row(spec["key"], spec["label"], memory["unit"], values, results, ratios))
+        replay = results.get(REPLAY, {"status": "none"})
+        if ratios is not None and replay["status"] != "none":
+            out.append(_replay_row(spec["key"], memory["unit"], values[REPLAY], replay, ratios))
     return out
 
 
-def _row(label, unit, values, entries, ratios):
+def _row(row_id, label, unit, values, entries, ratios):
     """A row of the table; a kind missing from `values` gets an empty cell."""
     values = {kind: values.get(kind) for kind in KINDS}
     cells = [number(values[kind]) if values[kind] is not None
@@ -78,8 +76,39 @@ def _row(label, unit, values, entries, ratios):
              else "FAILED" if entries[kind]["status"] == "error" else "n/a" for kind in KINDS]
     cells += ["-" if ratios is None else "n/a" if ratios.get(key) is None
               else f"{number(ratios[key])}x" for key in RATIO_HEADERS]
-    return {"label": label, "unit": unit, "values": values, "ratios": ratios,
-            "cells": [label, unit, *cells]}
+    return {"id": row_id, "label": label, "unit": unit, "values": values, "ratios": ratios,
+            "cells": [label, unit, *cells], "replay": False}
+
+
+def _replay_row(under, unit, value, entry, ratios):
+    """The replay's row under the row `under`: gradcore.compile's figure in gradcore's column,
+    its ratios to PyTorch and the floor (from `ratios`, "replay/torch"...) in gradcore's."""
+    ratios = {f"gradcore/{other}": ratios.get(f"{REPLAY}/{other}") for other in ("torch", "floor")}
+    row = _row(replay_row(under), f"  {REPLAY}", unit, {"gradcore": value}, {"gradcore": entry},
+               ratios)
+    return {**row, "replay": True}
+
+
+def targets_of(record):
+    """The record's targets: a list of {"text", "measured", "met", "row": a row id}. An older
+    record has one "target" whose row is an index into the rows its table had: the time row
+    (0) if it was timed, then the memory rows."""
+    if "targets" in record:
+        return record["targets"]
+    target = record.get("target")
+    if not target:
+        return []
+    ids = ([TIME_ROW] if record.get("timed", True) else []) + [
+        spec["key"] for spec in (record.get("memory") or {}).get("rows", ())]
+    return [{**target, "row": ids[min(target.get("row", 0), len(ids) - 1)] if ids else TIME_ROW}]
+
+
+def upgraded(record):
+    """`record` with its targets as this version writes them (see `targets_of`)."""
+    if "target" not in record:
+        return record
+    return {**{key: value for key, value in record.items() if key != "target"},
+            "targets": targets_of(record)}
 
 
 def met_text(target):
@@ -88,18 +117,22 @@ def met_text(target):
 
 def table(records, micro="µs", targets=False):
     """The rows of the figures' table as lists of cells, the header first; `targets` adds a
-    column saying whether each workload's target was met (markdown bold when it was not)."""
+    column saying whether the targets of each row were met (markdown bold where one was not)."""
     header = ["workload", "unit", *HEADERS.values(), *RATIO_HEADERS.values()]
     out = [header + ["target"] if targets else header]
     for record in records:
-        target = record.get("target")
-        for i, row in enumerate(rows(record, micro)):
-            goal = ""
-            if target and i == target.get("row", 0):
-                met = met_text(target)
-                goal = f"{target['text'].replace('<=', '≤')}: " + (
-                    f"**{met}**" if target["met"] is False else met)
-            out.append(row["cells"] + [goal] if targets else row["cells"])
+        shown = rows(record, micro)
+        goals = {}
+        for target in targets_of(record) if shown else ():
+            met = met_text(target)
+            goal = f"{target['text'].replace('<=', '≤')}: " + (
+                f"**{met}**" if target["met"] is False else met)
+            # a row id the record's table lacks goes on its first row rather than nowhere
+            row = target["row"] if any(r["id"] == target["row"] for r in shown) else shown[0]["id"]
+            goals.setdefault(row, []).append(goal)
+        for row in shown:
+            out.append(row["cells"] + ["; ".join(goals.get(row["id"], []))] if targets
+                       else row["cells"])
     return out
 
 
@@ -129,7 +162,7 @@ def print_table(report, micro):
     for cells in lines:  # label and unit to the left, figures to the right
         print("  ".join(cell.ljust(width) if i < 2 else cell.rjust(width)
                         for i, (cell, width) in enumerate(zip(cells, widths))).rstrip())
-    targets = [(record["name"], record["target"]) for record in records if record.get("target")]
+    targets = [(record["name"], target) for record in records for target in targets_of(record)]
     if targets:
         print("\ntargets:")
         for name, target in targets:
@@ -190,7 +223,7 @@ def write_json(report, folder):
     previous = _read_json(path) or {}
     if previous.get("device") != report["device"]:
         previous = {}
-    kept = {name: record for name, record in previous.get("workloads", {}).items()
+    kept = {name: upgraded(record) for name, record in previous.get("workloads", {}).items()
             if record.get("name") == name}  # an older file's records lack it: dropped
     kept.update(report["workloads"])
     report = {**report, "workloads": {name: kept[name] for name in WORKLOADS if name in kept}}
@@ -325,7 +358,10 @@ def chart_panels(report):
     panels = []
     for record in report["workloads"].values():
         for row in rows(record):
-            title = row["label"]
+            if row["replay"]:  # "  replay" alone would not say whose
+                title = f"{above}, {REPLAY}"
+            else:
+                title = above = row["label"]
             if row["ratios"] and row["ratios"].get("gradcore/torch") is not None:
                 title += f"  ({number(row['ratios']['gradcore/torch'])}x PyTorch)"
             if len(runs) > 1:
@@ -362,7 +398,8 @@ def write_chart(path, report):
     for ax, (row, title) in zip(axes.flat, panels):
         kinds = [k for k in KINDS if row["values"][k] is not None]
         heights = [row["values"][k] for k in kinds]
-        bars = ax.bar([labels[k] for k in kinds], heights, color=[colours[k] for k in kinds])
+        names = {**labels, "gradcore": REPLAY} if row["replay"] else labels
+        bars = ax.bar([names[k] for k in kinds], heights, color=[colours[k] for k in kinds])
         ax.bar_label(bars, labels=[number(value) for value in heights], fontsize=8)
         ax.set_title(title, fontsize=9 if len(runs) == 1 else 8)
         ax.set_ylabel(row["unit"], fontsize=8)

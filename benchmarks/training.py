@@ -10,6 +10,9 @@ Checks, outside the clock: each implementation's first step (made by its factory
 loss, the gradients and the updated parameters of the floor's arithmetic redone in float64 on the
 host; after the timed runs, the loss must have gone down (every step trains on the same batch)
 and, for gradcore and the floor, every parameter and gradient must still be float32.
+
+Memory (`step_memory`): the peak of one step above the process's baseline, each implementation
+in a fresh process (benchmarks/memory.py), after the steps its factory takes.
 """
 import functools
 import math
@@ -19,7 +22,7 @@ import numpy
 import backends
 import gradcore
 
-from .common import on_device, replayed
+from .common import Memory, on_device, replayed
 
 LR = 0.01
 RTOL = 2e-3  # float32 against the float64 reference, relative to the largest entry
@@ -44,6 +47,26 @@ def assert_close(what, got, want, rtol, atol=0.0):
     scale = float(numpy.max(numpy.abs(want), initial=0.0))
     if not error <= rtol * scale + atol:
         raise AssertionError(f"{what} off by {error:.3g} (largest entry {scale:.3g})")
+
+
+def probe(run, meter):
+    """One step from the baseline (parameters and batch made, the factory's steps taken): its
+    peak above it."""
+    meter.start()
+    result = run()
+    return {"peak_mib": meter.peak_mib()}, result
+
+
+def step_memory(name, parameters):
+    """The Memory figure of a training workload `name` with `parameters` float32 parameters."""
+    return Memory(
+        summary=("peak memory of one step above the process's baseline (libraries imported, "
+                 "parameters and batch made, after the factory's first step and, for the replay, "
+                 "its recording and warm-up), in a fresh process per implementation; the "
+                 f"parameters are {parameters * 4 / 2 ** 20:.2f} MiB"),
+        probe=probe,
+        rows=((f"{name}, peak memory", "peak_mib", True),),
+    )
 
 
 def _float32(kind, arrays):

@@ -125,5 +125,6 @@ WORKLOAD = Workload(
                 ("stripped", "the bare design: an engine with a Function per op, weakly held "
                  "outputs, the heap walk and backward in its own ops, but no backends, checks or "
                  "hooks (benchmarks/stripped.py)", make_stripped)),
-    target=ratio_target("<= 0.6x PyTorch", "gradcore/torch", 0.6),
+    targets=(ratio_target("<= 0.6x PyTorch", "gradcore/torch", 0.6),
+             ratio_target("replay <= 0.35x PyTorch", "replay/torch", 0.35, row="replay")),
 )

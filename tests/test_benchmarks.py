@@ -1,6 +1,7 @@
 """The benchmark suite: each implementation builds on the CPU, runs once and passes its own
 `verify`, so a workload that rots (a renamed op, a changed factory) fails here, not in `make
 bench`; and what a run leaves behind (where its files go, the table, the chart, the progress)."""
+import argparse
 import io
 import json
 import pathlib
@@ -13,10 +14,13 @@ import numpy as np
 import pytest
 
 import benchmarks
-from benchmarks import stripped, wide
-from benchmarks.common import (Progress, candidates, progress_line, resolve_device,
+from benchmarks import __main__ as suite
+from benchmarks import memory, stripped, wide
+from benchmarks.common import (KINDS, REPLAY, Progress, Target, Workload, candidates,
+                               gradcore_ratios, progress_line, ratio_target, resolve_device,
                                thread_environment, torch_device)
-from benchmarks.report import LOCAL, chart_panels, print_table, reference_figure
+from benchmarks.report import (LOCAL, chart_panels, print_table, reference_figure, rows, table,
+                               targets_of, upgraded, write_all)
 
 REPO = pathlib.Path(__file__).parent.parent
 PUBLISHED_JSON = REPO / "benchmarks" / "results" / "cpu.json"
@@ -110,8 +114,10 @@ def test_a_run_writes_only_to_its_folder_and_publish_writes_the_committed_files(
                                 "benchmarks/RESULTS.md"}
     old = json.loads(PUBLISHED_JSON.read_text())["workloads"]
     new = json.loads((tmp_path / "benchmarks/results/cpu.json").read_text())["workloads"]
-    assert list(new) == list(old) and new["wide"] == old["wide"]
+    assert list(new) == list(old) and new["wide"] == upgraded(old["wide"])
+    assert "target" not in new["wide"] and new["wide"]["targets"][0]["row"] == "time"
     assert new["chain"]["run_started"] != old["chain"]["run_started"]
+    assert [target["row"] for target in new["chain"]["targets"]] == ["time", "replay"]
 
 
 def test_the_default_folder_is_ignored_by_git_and_the_published_files_are_tracked():
@@ -166,3 +172,172 @@ def test_progress_in_a_log_prints_only_the_messages_as_plain_lines():
 def test_nothing_in_benchmarks_cites_an_issue():
     for path in [*(REPO / "benchmarks").glob("*.py"), REPO / "benchmarks" / "RESULTS.md"]:
         assert not re.search(r"\bissue\b", path.read_text(), re.IGNORECASE), path
+
+
+# ============================================================================ targets and rows
+def _record(workload, times, memory_figures=None):
+    """A record of `workload` as a run writes it: `times` {kind: seconds a run}, and
+    `memory_figures` {kind: MiB} for every memory row of the implementations it names."""
+    def entry(figures):
+        return {"status": "ok", **figures} if figures is not None else {"status": "none",
+                                                                         "reason": "none"}
+
+    per_unit = f"median_{workload.time_unit}_per_{workload.unit}"
+    results = {kind: entry({per_unit: times[kind], "median_s_per_run": times[kind]}
+                           if kind in times else None) for kind in (*KINDS, REPLAY)}
+    record = {"name": workload.name, "timed": workload.timed, "time_unit": workload.time_unit,
+              "unit": workload.unit, "results": results, "ratios": gradcore_ratios(times)}
+    if workload.memory:
+        specs = [{"label": label, "key": key, "ratios": with_ratios}
+                 for label, key, with_ratios in workload.memory.rows]
+        record["memory"] = {"unit": "MiB", "rows": specs, "ratios": gradcore_ratios(memory_figures),
+                            "results": {kind: entry({spec["key"]: figure for spec in specs})
+                                        for kind, figure in memory_figures.items()}}
+    return record
+
+
+TIMES = {"gradcore": 2.0, "floor": 1.0, "torch": 4.0, REPLAY: 0.5}
+PEAKS = {"gradcore": 400.0, "floor": 390.0, "torch": 440.0, REPLAY: 380.0}
+
+
+@pytest.mark.parametrize("workload", benchmarks.load(), ids=lambda workload: workload.name)
+def test_every_target_names_a_row_the_table_gives_its_workload(workload):
+    figures = {kind: PEAKS[kind] for kind in memory.measured_kinds(workload)}
+    ids = [row["id"] for row in rows(_record(workload, TIMES, figures))]
+    assert ids == workload.row_ids() and len(set(ids)) == len(ids)
+    assert workload.targets and all(target.row in ids for target in workload.targets)
+
+
+def test_a_target_on_a_row_the_workload_lacks_is_refused():
+    with pytest.raises(ValueError, match=r"chain: no row 'peak_mib' for a target; its rows: "
+                                         r"time, replay"):
+        Workload("chain", "", 1, "op", "", gradcore=print, floor=print, verify=print,
+                 replay=print, targets=(ratio_target("t", "gradcore/torch", 1, row="peak_mib"),))
+
+
+def test_gradcore_ratios_give_the_replays_ratio_to_gradcore_too():
+    assert gradcore_ratios({"gradcore": 2.0, "floor": 1.0, "torch": 4.0}) == {
+        "gradcore/torch": 0.5, "gradcore/floor": 2.0}
+    assert gradcore_ratios({**TIMES, "torch": None}) == {
+        "gradcore/torch": None, "gradcore/floor": 2.0, "replay/torch": None,
+        "replay/floor": 0.5, "replay/gradcore": 0.25}
+
+
+def test_a_replay_memory_row_sits_under_its_memory_row_with_its_own_ratios():
+    workload, = benchmarks.load(["deep"])
+    table_rows = rows(_record(workload, TIMES, PEAKS))
+    assert [(row["id"], row["label"]) for row in table_rows] == [
+        ("time", "deep"), ("replay", "  replay"), ("peak_mib", "deep, peak memory"),
+        ("replay peak_mib", "  replay")]
+    assert table_rows[2]["cells"][2:] == ["400", "390", "440", "0.909x", "1.03x"]
+    # the replay's figure in gradcore's column, its ratios to PyTorch and the floor beside it
+    assert table_rows[3]["cells"] == ["  replay", "MiB", "380", "", "", "0.864x", "0.974x"]
+    assert table_rows[3]["replay"] and not table_rows[2]["replay"]
+    no_replay = {kind: PEAKS[kind] for kind in KINDS}
+    assert [row["id"] for row in rows(_record(workload, TIMES, no_replay))][2:] == ["peak_mib"]
+
+
+def test_memory_measures_the_replay_in_a_child_of_its_own_when_there_is_one(monkeypatch):
+    asked = []
+
+    def child(module, args, env=None, timeout=None):
+        asked.append(args[1])
+        return {"status": "ok", "peak_mib": PEAKS[args[1]]}
+
+    monkeypatch.setattr(memory, "run_child", child)
+    mlp, leak = benchmarks.load(["mlp", "leak"])
+    record = memory.measure(mlp, "cpu", 1, Progress(40, io.StringIO()))
+    assert asked == ["gradcore", "floor", "torch", REPLAY]
+    assert record["ratios"]["replay/gradcore"] == pytest.approx(0.95)
+    assert record["ratios"]["gradcore/torch"] == pytest.approx(400 / 440)
+    monkeypatch.setattr(memory, "run_child", lambda *args, **kwargs: {"status": "ok"})
+    assert REPLAY not in memory.measure(leak, "cpu", 1, Progress(30, io.StringIO()))["results"]
+
+
+def test_a_replays_memory_child_measures_a_steady_state_step():
+    """The child gets the replay after its recording and warm-up (in the factory) and still
+    sees the step's own peak: memory malloc kept from the warm-up is no part of the baseline."""
+    done = subprocess.run([sys.executable, "-m", "benchmarks.memory", "mlp", REPLAY, "cpu", "1"],
+                          cwd=REPO, env=thread_environment(1), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout.splitlines()[-1])
+    assert figures["status"] == "ok" and figures["tape_ops"] > 0
+    assert figures["peak_mib"] > 1.0  # a step's activations and gradients: several MiB
+
+
+def test_ratio_targets_read_time_and_memory_ratios():
+    workload, = benchmarks.load(["mlp"])
+    record = _record(workload, TIMES, PEAKS)
+    checks = {target.text: target.check(record)[:2] for target in workload.targets}
+    assert checks == {"<= 1.15x the floor (NumPy on a CPU)": ("2.00x", False),
+                      "replay <= 1.0x the floor": ("0.500x", True),
+                      "replay peak memory <= gradcore's": ("0.950x", True)}
+    record["memory"]["ratios"]["replay/gradcore"] = None
+    assert workload.targets[2].check(record) == ("n/a", None)
+
+
+def test_a_run_records_each_target_with_its_row(monkeypatch):
+    def builds(value):
+        return lambda device: lambda: value
+
+    workload = Workload("tiny", "a run", 1, "run", "one run", gradcore=builds(1),
+                        floor=builds(1), replay=builds(1), verify=lambda kind, result: None,
+                        targets=(ratio_target("fast", "gradcore/floor", 1e9),
+                                 ratio_target("faster", "gradcore/floor", 0.0),
+                                 Target("replayed", lambda record: ("once", True), row="replay")))
+    args = argparse.Namespace(repeat=1, warmup=0, threads=1)
+    record = suite.run_one(workload, resolve_device("cpu"), args, "python -m benchmarks",
+                           "2026-01-02T03:04:00+00:00", {"git": None},
+                           Progress(1, io.StringIO()))
+    assert [(t["text"], t["met"], t["row"]) for t in record["targets"]] == [
+        ("fast", True, "time"), ("faster", False, "time"), ("replayed", True, "replay")]
+    assert record["targets"][0]["measured"].endswith("x")
+    lines = table([record], targets=True)
+    assert lines[1][-1] == "fast: met; faster: **NOT met**"
+    assert lines[2][0] == "  replay" and lines[2][-1] == "replayed: met"
+
+
+def test_an_older_records_target_index_becomes_a_row_id():
+    report = json.loads(PUBLISHED_JSON.read_text())
+    old = report["workloads"]
+    assert old["deep"]["target"]["row"] == 1 and "targets" not in old["deep"]
+    assert [t["row"] for t in targets_of(old["chain"])] == ["time"]
+    assert [t["row"] for t in targets_of(old["deep"])] == ["peak_mib"]  # memory row 1
+    assert [t["row"] for t in targets_of(old["leak"])] == ["growth_2000_mib"]  # no time row
+    assert targets_of(old["conv"]) == []
+    assert upgraded(old["deep"])["targets"] == targets_of(old["deep"])
+    assert "target" not in upgraded(old["deep"]) and upgraded(old["conv"]) is old["conv"]
+    # a record with a replay row and the old index: the target still goes on the memory row
+    old["deep"]["results"][REPLAY] = {"status": "ok", "median_ms_per_run": 200.0,
+                                      "median_s_per_run": 0.2}
+    goals = {cells[0]: cells[-1] for cells in table(old.values(), targets=True)[1:]}
+    assert goals["deep, peak memory"] == "peak memory ≤ PyTorch's: met"
+    assert goals["  replay"] == "" and goals["deep"] == ""
+    assert goals["leak, 2,000 iterations"].endswith(": met") and goals["leak, 200 iterations"] == ""
+
+
+def test_results_md_renders_from_an_older_json_file(tmp_path):
+    shutil.copy(PUBLISHED_JSON, tmp_path / "cpu.json")
+    written = write_all(str(tmp_path), str(tmp_path / "RESULTS.md"))
+    assert str(tmp_path / "RESULTS.md") in written
+    text = (tmp_path / "RESULTS.md").read_text()
+    assert "| deep, peak memory | MiB |" in text
+    line, = [line for line in text.splitlines() if line.startswith("| deep, peak memory")]
+    assert line.endswith("| peak memory ≤ PyTorch's: met |")
+
+
+def test_the_terminal_lists_every_target_of_a_workload(capsys):
+    report = json.loads(PUBLISHED_JSON.read_text())
+    chain = report["workloads"]["chain"]
+    del chain["target"]
+    chain["targets"] = [
+        {"text": "<= 0.6x PyTorch, time per op", "measured": "0.478x", "met": True,
+         "row": "time"},
+        {"text": "replay <= 0.25x PyTorch", "measured": "n/a", "met": None, "row": "replay"}]
+    print_table(report, "µs")
+    out = capsys.readouterr().out
+    section = out.split("\ntargets:\n")[1].split("\n\n")[0].splitlines()
+    assert section[:3] == ["  chain: <= 0.6x PyTorch, time per op: 0.478x, met",
+                           "  chain: replay <= 0.25x PyTorch: n/a, not measured",
+                           "  wide: <= 0.6x PyTorch: 0.862x, NOT met"]
+    assert max(map(len, out.splitlines())) <= 100
