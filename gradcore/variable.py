@@ -185,7 +185,7 @@ class Variable:
 
     def _set_grad(self, value):
         if step_recorder is not None:
-            step_recorder.writing(self)
+            step_recorder.writing(self, clearing=value is None)
         if value is not None:
             value = _checked_grad(self, value)
         self._grad = value
@@ -306,7 +306,7 @@ class Variable:
     def cleargrad(self):
         """Forget the accumulated gradient (DeZero's name; PyTorch zeroes `grad` instead)."""
         if step_recorder is not None:
-            step_recorder.writing(self)
+            step_recorder.writing(self, clearing=True)
         self._grad = None
 
     def retain_grad(self):

@@ -155,7 +155,7 @@ class Recorder:
         self.arrays = {}            # id(array) -> (its ArrayFacts, a weak reference to it)
         self.memories = {}          # id(base array) -> (a weak reference to it, its number)
         self.memory_count = 0
-        self.stored = False         # a store or opaque line was written
+        self.stored = set()         # what store and opaque lines wrote so far: "data", "grad"
         self.checked = 0            # lines[:checked] are guards and what they test: the start
 
     # ------------------------------------------------------------ slots and lines
@@ -165,15 +165,19 @@ class Recorder:
 
     def append(self, kind, target, args=(), kwargs=None, out=None):
         line = Line(kind, target, args, kwargs, out)
-        # a load after a store or an opaque call reads what they left: it stays after them
-        line.pinned = kind in ("load", "load_grad") and self.stored
+        # a load after a store (of what it loads) or an opaque call reads what they left: it
+        # stays after them
+        line.pinned = (kind == "load" and "data" in self.stored
+                       or kind == "load_grad" and bool(self.stored))
         self.lines.append(line)
         if out is not None:
             self.writers[out] = line
         if (kind == "setitem" or has_side_effect(line)) and args and args[0].__class__ is Ref:
             self.writers[args[0].slot] = line  # it changed that array in place
-        if kind in ("store", "store_grad", "opaque"):
-            self.stored = True
+        if kind == "store_grad":
+            self.stored.add("grad")
+        elif kind in ("store", "opaque"):
+            self.stored.update(("data", "grad"))
 
     def guard(self, traced, value):
         """A traced boolean decided a Python branch (a check such as labels in range): the tape
@@ -328,19 +332,24 @@ class Recorder:
                         x._data, Traced):
                     self.adopt(x)
 
-    def writing(self, v, data=False):
-        """v's grad (or, with `data`, its data) is about to be set: remember how v was."""
+    def writing(self, v, data=False, clearing=False):
+        """v's grad (or, with `data`, its data) is about to be set: remember how v was. A grad
+        cleared (`clearing`) is cleared at this point of the replay too, as eagerly: the old
+        gradients are not held through the step (a step's worth of memory on a training step)."""
         if not self.is_active():
             return
         entry = self.adopted.get(id(v))
-        if entry is not None and entry.variable is v:
-            return
-        if v._data is None or isinstance(v._data, Traced):
-            if data and v._data is None:
-                self.created_state = True  # a lazily created weight: the next call differs
-            self.adopted[id(v)] = _Adopted(v, v._data, v._backend, v._grad)
-        else:
-            self.adopt(v)
+        if entry is None or entry.variable is not v:
+            if v._data is None or isinstance(v._data, Traced):
+                if data and v._data is None:
+                    self.created_state = True  # a lazily created weight: the next call differs
+                self.adopted[id(v)] = _Adopted(v, v._data, v._backend, v._grad)
+            else:
+                self.adopt(v)
+        if clearing and v._grad is not None:
+            entry = self.adopted[id(v)]
+            self.append("store_grad", entry.variable if entry.argument is None else
+                        entry.argument, (None,))
 
     def release(self):
         """Give every adopted Variable its real arrays back, and write the lines that make a
