@@ -14,7 +14,7 @@ import sys
 
 import backends
 
-from . import WORKLOADS, load
+from . import WORKLOADS, common, load
 from .common import (Progress, load_average, machine_info, prepare, resolve_device, run_workload,
                      thread_environment, time_once)
 from .memory import measure, measured_kinds
@@ -43,6 +43,9 @@ def parse_args(argv):
                         help="threads for the BLAS under NumPy and for PyTorch, the same for both "
                              "(default 1: spinning BLAS threads on a busy machine swamp the "
                              "figures)")
+    parser.add_argument("--torch-compile", action="store_true",
+                        help="also time torch.compile of each PyTorch run (compiling takes 7 to "
+                             "60 s per workload on a small machine); shown in the notes")
     parser.add_argument("--profile", metavar="NAME", choices=WORKLOADS,
                         help="print the top of a cProfile of gradcore's run of NAME; no figures")
     where = parser.add_mutually_exclusive_group()
@@ -132,6 +135,7 @@ def _runs(workload, args):
 def run_suite(args, argv):
     device = args.device
     workloads = load(args.only)
+    common.RUN_TORCH_COMPILE = args.torch_compile
     plan = sum((sum(_runs(w, args)) if w.timed else 0)
                + (len(measured_kinds(w)) * MEMORY_WEIGHT if w.memory else 0) for w in workloads)
     progress = Progress(plan)

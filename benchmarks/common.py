@@ -23,6 +23,10 @@ SCALES = {"ns": 1e9, "us": 1e6, "ms": 1e3, "s": 1.0}
 KINDS = ("gradcore", "floor", "torch")  # the three columns, in table order
 # gradcore.compile's replay of gradcore's run: a row of its own under each workload's figures
 REPLAY = "replay"
+# PyTorch's own compiler on PyTorch's run: a note under each workload, when --torch-compile asks
+# for it (it compiles for 7 to 60 s per workload on our 2-core VM)
+TORCH_COMPILE = "torch_compile"
+RUN_TORCH_COMPILE = False  # set by --torch-compile
 # The id of a workload's time row; a memory row's id is its figure's key ("peak_mib")
 TIME_ROW = "time"
 # The variables that fix the thread count of the BLAS under NumPy and of PyTorch's OpenMP pool.
@@ -185,7 +189,9 @@ def one_input(make_input, run_gradcore, run_floor, run_torch):
 def replayed(run):
     """`run` compiled with gradcore.compile and run until it replays compiled Python (the first
     call records, the next ones interpret the tape), outside the clock. The returned run has
-    `facts`: the recording's time and the tape's size."""
+    `facts`: the time of a recording (the process's second: the first also makes the traced
+    array classes and warms up their code) and the tape's size."""
+    gradcore.compile(run)()  # a first recording pays what only the process's first one does
     compiled = gradcore.compile(run)
     start = time.perf_counter()
     compiled()
@@ -195,7 +201,9 @@ def replayed(run):
     stats = compiled.stats()
     if not stats["tapes"]:
         raise RuntimeError(f"gradcore.compile did not record a tape: {stats['why eager']}")
-    compiled.facts = {"recording_s": recording, "tape_ops": stats["ops"][0]}
+    # calls: how many times `run` ran here (a training step advances the model each time)
+    compiled.facts = {"recording_s": recording, "tape_ops": stats["ops"][0],
+                      "calls": 2 + stats["replays"]}
     return compiled
 
 
@@ -335,9 +343,34 @@ class Contender:
 
 
 def candidates(workload):
-    """(key, factory) for every implementation: the three columns, the replay, the references."""
+    """(key, factory) for every implementation: the three columns, the replay, torch.compile of
+    the PyTorch run, the references."""
     pairs = [(kind, getattr(workload, kind)) for kind in (*KINDS, REPLAY)]
+    if workload.torch is not None:
+        pairs.append((TORCH_COMPILE, lambda torch, device: torch_compiled(
+            torch, workload.torch(torch, device))))
     return pairs + [(key, factory) for key, _, factory in workload.references]
+
+
+def torch_compiled(torch, run):
+    """`run` (PyTorch's) through torch.compile, compiled by a first call outside the clock; its
+    `facts` say how long that took. Unavailable unless --torch-compile, or if it fails here."""
+    if not RUN_TORCH_COMPILE:
+        raise Unavailable("not run: torch.compile takes 7 to 60 s per workload here; "
+                          "--torch-compile runs it")
+    compiled = torch.compile(run)
+    start = time.perf_counter()
+    try:
+        compiled()
+    except Exception as e:  # no compiler, an unsupported construct...
+        raise Unavailable(f"torch.compile failed here: {type(e).__name__}: "
+                          f"{str(e).splitlines()[0] if str(e) else ''}") from None
+    compiling = time.perf_counter() - start
+
+    def timed():
+        return compiled()
+    timed.facts = {"compile_s": compiling}
+    return timed
 
 
 def missing(key):
@@ -376,6 +409,8 @@ def run_workload(workload, device, repeat, warmup, threads, progress):
     for c in contenders:
         entries[c.key] = _entry(workload, c, warmup)
     results = {kind: entries[kind] for kind in (*KINDS, REPLAY)}
+    if TORCH_COMPILE in entries:
+        results[TORCH_COMPILE] = entries[TORCH_COMPILE]
     return {
         "results": results,
         "references": {key: {**entries[key], "label": label}
@@ -388,7 +423,7 @@ def run_workload(workload, device, repeat, warmup, threads, progress):
 def prepare(key, factory, device, threads):
     """A Contender for one implementation, its factory run here, outside the clock. PyTorch gets
     `threads` intra-op threads on the CPU: the count the suite pins for its whole process."""
-    if key != "torch":  # sync: wait for every kernel queued on the device (nothing on the CPU)
+    if key not in ("torch", TORCH_COMPILE):  # sync: wait for every kernel queued on the device
         run = factory(device)
         return Contender(key, run, lambda: backends.backend_for_device(device).synchronize(device),
                          dict(getattr(run, "facts", {})))
@@ -397,15 +432,19 @@ def prepare(key, factory, device, threads):
     if where == "cpu":
         torch.set_num_threads(threads)
     sync = (lambda: torch.cuda.synchronize(where)) if where != "cpu" else (lambda: None)
-    facts = {"torch_device": where, "torch_threads": torch.get_num_threads()}
-    return Contender(key, factory(torch, where), sync, facts)
+    run = factory(torch, where)
+    facts = {"torch_device": where, "torch_threads": torch.get_num_threads(),
+             **getattr(run, "facts", {})}
+    return Contender(key, run, sync, facts)
 
 
 def _entry(workload, contender, warmup):
     """The record of one implementation: its figures, or why there are none."""
     if contender.error is None:
         try:
-            workload.verify(contender.key, contender.result)
+            # torch.compile's run must give what PyTorch's does
+            kind = "torch" if contender.key == TORCH_COMPILE else contender.key
+            workload.verify(kind, contender.result)
         except Exception as e:  # a wrong answer is reported, never timed
             contender.error = f"wrong result: {e}"
     if contender.error is not None:

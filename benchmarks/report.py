@@ -11,8 +11,8 @@ import os
 import textwrap
 
 from . import WORKLOADS
-from .common import (KINDS, REPLAY, TIME_ROW, gradcore_ratios, measured, median_ratio, number,
-                     per_unit, replay_row)
+from .common import (KINDS, REPLAY, TIME_ROW, TORCH_COMPILE, gradcore_ratios, measured,
+                     median_ratio, number, per_unit, replay_row)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PUBLISHED = os.path.join(HERE, "results")
@@ -20,6 +20,7 @@ PUBLISHED_MD = os.path.join(HERE, "RESULTS.md")
 LOCAL = os.path.join(PUBLISHED, "local")
 WIDTH = 100  # columns of the terminal output
 HEADERS = {"gradcore": "gradcore", "floor": "floor", "torch": "PyTorch"}
+NAMES = {**HEADERS, "torch_compile": "torch.compile"}  # every implementation, for the notes
 RATIO_HEADERS = {"gradcore/torch": "gradcore/PyTorch", "gradcore/floor": "gradcore/floor"}
 LIBRARIES = {"numpy": "NumPy", "cupy": "CuPy"}
 
@@ -196,15 +197,25 @@ def _notes(record, library):
     for prefix, section in (("", results), ("memory ", memory.get("results", {}))):
         for kind, entry in section.items():
             if entry["status"] in ("skipped", "none"):
-                lines.append(f"    {prefix}{HEADERS.get(kind, kind)}: n/a: {entry['reason']}")
+                lines.append(f"    {prefix}{NAMES.get(kind, kind)}: n/a: {entry['reason']}")
             elif entry["status"] == "error":
-                lines.append(f"    {prefix}{HEADERS.get(kind, kind)}: FAILED: {entry['error']}")
+                lines.append(f"    {prefix}{NAMES.get(kind, kind)}: FAILED: {entry['error']}")
+    compiled = results.get(TORCH_COMPILE, {})
+    if compiled.get("status") == "ok":
+        unit = "µs" if record["time_unit"] == "us" else record["time_unit"]
+        text = (f"    torch.compile of the PyTorch run: {number(per_unit(compiled, record))} "
+                f"{unit}/{record['unit']}, compiled in {compiled['compile_s']:.3g} s")
+        versus = [f"{median_ratio(compiled, results.get(kind, {})):.3g}x {label}"
+                  for kind, label in (("torch", "PyTorch eager"), (REPLAY, "the replay"))
+                  if median_ratio(compiled, results.get(kind, {})) is not None]
+        lines.append(text + (f" ({', '.join(versus)})" if versus else ""))
     replay = results.get(REPLAY, {})
     if replay.get("status") == "ok":
         eager = measured(results.get("gradcore", {}), "median_s_per_run")
         times = f" ({replay['recording_s'] / eager:.1f}x one eager run)" if eager else ""
         lines.append(f"    replay: gradcore.compile of gradcore's run, recorded in "
-                     f"{replay['recording_s'] * 1e3:.3g} ms{times}: a tape of "
+                     f"{replay['recording_s'] * 1e3:.3g} ms{times}, its second recording in the "
+                     f"process (the first pays one-time set-up too): a tape of "
                      f"{replay['tape_ops']:,} ops, replayed as compiled Python")
     for key, entry in record.get("references", {}).items():
         if entry["status"] == "ok":
