@@ -203,7 +203,7 @@ def replayed(run):
         raise RuntimeError(f"gradcore.compile did not record a tape: {stats['why eager']}")
     # calls: how many times `run` ran here (a training step advances the model each time)
     compiled.facts = {"recording_s": recording, "tape_ops": stats["ops"][0],
-                      "calls": 2 + stats["replays"]}
+                      "calls": 2 + stats["replays"], "call_overhead_us": _call_overhead(run)}
     return compiled
 
 
@@ -350,6 +350,18 @@ def candidates(workload):
         pairs.append((TORCH_COMPILE, lambda torch, device: torch_compiled(
             torch, workload.torch(torch, device))))
     return pairs + [(key, factory) for key, _, factory in workload.references]
+
+
+def _call_overhead(run, calls=2000):
+    """Microseconds a compiled call costs before its first op and after its last: a step with
+    no op, compiled and replayed, its arguments and surroundings those of `run`."""
+    empty = gradcore.compile(lambda: run and None)
+    for _ in range(INTERPRETED_REPLAYS + 2):
+        empty()
+    start = time.perf_counter()
+    for _ in range(calls):
+        empty()
+    return (time.perf_counter() - start) / calls * 1e6
 
 
 def torch_compiled(torch, run):

@@ -216,7 +216,9 @@ def _notes(record, library):
         lines.append(f"    replay: gradcore.compile of gradcore's run, recorded in "
                      f"{replay['recording_s'] * 1e3:.3g} ms{times}, its second recording in the "
                      f"process (the first pays one-time set-up too): a tape of "
-                     f"{replay['tape_ops']:,} ops, replayed as compiled Python")
+                     f"{replay['tape_ops']:,} ops, replayed as compiled Python"
+                     + (f"; a call costs {replay['call_overhead_us']:.2g} µs besides its ops"
+                        if "call_overhead_us" in replay else ""))
     for key, entry in record.get("references", {}).items():
         if entry["status"] == "ok":
             lines.append(f"    reference, {reference_figure(entry, record)}")

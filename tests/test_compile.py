@@ -457,3 +457,72 @@ def test_indexing_out_of_range_raises_in_a_replay_as_eagerly():
         step(np.arange(4.0), np.array([0, 9]))
     with pytest.raises(IndexError, match="out of bounds|out of range"):
         compiled(np.arange(4.0), np.array([0, 9]))
+
+
+def test_a_model_replaced_or_changed_records_again():
+    holder = {}
+
+    def make_step():
+        model = nn.Linear(3)
+        holder["model"] = model
+
+        def step(x0):
+            y = F.sum(model(x0))
+            model.cleargrads()
+            y.backward()
+            return model.W.grad
+        return step, model
+
+    step, model = make_step()
+    compiled = gradcore.compile(step)
+    x0 = np.ones((2, 4))
+    for _ in range(3):
+        compiled(x0)
+    assert compiled.stats()["recordings"] == 2  # weights made at the first call
+    model.W = gradcore.Parameter(np.full((4, 3), 2.0))  # a new Parameter: the step reads it
+    assert same(compiled(x0), step(x0))
+    assert compiled.stats()["recordings"] == 3
+
+    scale = 2.0
+
+    def scaled(x0):
+        return gradcore.Variable(x0) * scale
+
+    compiled = gradcore.compile(scaled)
+    compiled(x0)
+    compiled(x0)
+    scale = 3.0  # rebinds the closure's cell: another key
+    assert same(compiled(x0).data, x0 * 3.0)
+
+
+def test_batch_norm_in_train_and_test_mode_replays():
+    def make():
+        model = nn.Sequential(nn.Linear(5), nn.BatchNorm(), nn.ReLU(), nn.Linear(2))
+        opt = optim.MomentumSGD(lr=0.1).setup(model)
+
+        def step(x, t):
+            loss = F.softmax_cross_entropy(model(x), t)
+            model.cleargrads()
+            loss.backward()
+            opt.update()
+            return loss
+        return model, step
+
+    (eager_model, eager_step), (model, step) = make(), make()
+    compiled = gradcore.compile(step)
+    for i, (x, t) in enumerate(_batches(5, classes=2)):
+        np.random.seed(i)  # the lazy weights draw from it
+        got = compiled(x, t)
+        np.random.seed(i)
+        assert same(got, eager_step(x, t))
+    for p, q in zip(model.params(), eager_model.params()):
+        assert same(p.data, q.data)
+    bn, eager_bn = model[1], eager_model[1]
+    assert same(bn.avg_mean.data, eager_bn.avg_mean.data) and same(bn.avg_var.data,
+                                                                   eager_bn.avg_var.data)
+    predict = gradcore.compile(lambda x: model(x))
+    x = _batches(1)[0][0]
+    with gradcore.test_mode(), gradcore.no_grad():
+        for _ in range(3):
+            assert same(predict(x), eager_model(x))
+    assert predict.stats()["replays"] == 2

@@ -26,6 +26,7 @@ import backends
 
 from .. import variable as _variable
 from ..config import Config, recording
+from ..nn.module import structure_changes
 from ..variable import Variable
 from . import trace
 from .check import ReplayMismatch, Snapshot, _host_tree, compare
@@ -62,7 +63,7 @@ class Compiled:
         if kwargs or trace.recorder() is not None:  # keywords, or inside another recording
             self._counts["eager calls"] += 1
             return self.fn(*args, **kwargs)
-        key = _key(args)
+        key = (_key(args), _surroundings(self.fn), structure_changes[0])
         tape = self._tapes.get(key)
         if tape is not None and tape.ready():
             self._tapes.move_to_end(key)
@@ -190,6 +191,26 @@ def _key(args):
             else:
                 parts.append((type(a), a.shape, a.dtype, _device(backend, a)))
     return tuple(parts)
+
+
+def _surroundings(fn):
+    """The identities of what `fn` reads from outside its arguments by name: the contents of its
+    closure cells and the globals its code names (a model rebound to another, a Python number
+    a global holds changed: another key, so a new recording). Attributes of those objects are not
+    followed (Modules count their own changes: structure_changes)."""
+    owner = getattr(fn, "__self__", None)  # a bound method: its object too
+    fn = getattr(fn, "__func__", fn)
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return id(owner)
+    names = fn.__globals__
+    cells = []
+    for cell in fn.__closure__ or ():
+        try:
+            cells.append(id(cell.cell_contents))
+        except ValueError:  # a cell not yet filled
+            cells.append(None)
+    return (id(owner), *cells, *[id(names.get(name)) for name in code.co_names])
 
 
 def _device(backend, data):

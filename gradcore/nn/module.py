@@ -21,6 +21,9 @@ _FLOAT_NAMES = ("float16", "float32", "float64")
 _INTERNALS = frozenset({"_registered", "_forward_pre_hooks", "_forward_hooks", "training",
                         "_device", "_dtype"})
 _hook_ids = itertools.count()
+# Bumped whenever a Module gains, loses or replaces a Parameter, buffer or sub-Module: a step
+# gradcore.compile recorded reads the Parameters it found then, so a change means record again
+structure_changes = [0]
 
 
 class IncompatibleKeys(collections.namedtuple("IncompatibleKeys",
@@ -78,8 +81,10 @@ class Module:
                     f"call super().__init__() at the start of {type(self).__name__}.__init__")
             # a new name goes last; an old one (a buffer included) keeps its place, takes this kind
             registered[name] = _MODULE if isinstance(value, Module) else _PARAMETER
+            structure_changes[0] += 1
         elif registered is not None and name in registered and value is not None:
             kind = registered[name]
+            structure_changes[0] += 1
             if kind == _BUFFER:
                 if not isinstance(value, Variable):
                     raise TypeError(
@@ -95,8 +100,8 @@ class Module:
     def __delattr__(self, name):
         object.__delattr__(self, name)
         registered = self.__dict__.get("_registered")
-        if registered is not None:
-            registered.pop(name, None)
+        if registered is not None and registered.pop(name, None) is not None:
+            structure_changes[0] += 1
 
     def __getattr__(self, name):
         # only reached when normal lookup fails
