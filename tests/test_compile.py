@@ -526,3 +526,54 @@ def test_batch_norm_in_train_and_test_mode_replays():
         for _ in range(3):
             assert same(predict(x), eager_model(x))
     assert predict.stats()["replays"] == 2
+
+
+class StandInFuse:
+    """Stands in for cupy.fuse on NumPy: runs the function as it is, and keeps what it fused."""
+
+    def __init__(self):
+        self.sources = []
+        self.calls = 0
+
+    def __call__(self, function):
+        def kernel(*args):
+            self.calls += 1
+            return function(*args)
+        self.sources.append(function)
+        return kernel
+
+
+def test_runs_of_elementwise_lines_are_fused_where_the_library_fuses(monkeypatch):
+    stand_in = StandInFuse()
+    monkeypatch.setattr(np, "fuse", stand_in, raising=False)  # NumPy has none: CuPy's role
+
+    def step(x0, w0):
+        x, w = gradcore.Variable(x0), gradcore.Variable(w0)
+        h = F.tanh(x * 2.0 + 1.0) * w  # a run: mul, add, tanh, mul
+        y = F.sum(h @ h.T)  # matmul breaks the run
+        y.backward()
+        return y, x.grad, w.grad
+
+    compiled = gradcore.compile(step)
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        x0, w0 = rng.standard_normal((2, 3, 3))
+        got, expected = compiled(x0, w0), step(x0, w0)
+        assert same(got[0], expected[0])
+        np.testing.assert_allclose(got[1].data, expected[1].data, rtol=1e-15)
+        np.testing.assert_allclose(got[2].data, expected[2].data, rtol=1e-15)
+    tape, = compiled.tapes()
+    kernels = [line.target.source for line in tape.lines if hasattr(line.target, "source")]
+    # forward: x * 2.0 + 1.0, tanh, * w in one kernel; backward: the gradients' products
+    assert len(kernels) == len(stand_in.sources) == 2
+    assert kernels[0].count("\n    v") == 4 and "2.0" in kernels[0] and "1.0" in kernels[0]
+    assert stand_in.calls == 4 * 2  # each replay calls both kernels
+
+
+def test_check_turns_fusion_off(monkeypatch):
+    stand_in = StandInFuse()
+    monkeypatch.setattr(np, "fuse", stand_in, raising=False)
+    compiled = gradcore.compile(chain, check=True)
+    for x in (1.0, 2.0, 3.0):
+        compiled(np.asarray(x))
+    assert stand_in.sources == [] and compiled.stats()["checked replays"] == 2

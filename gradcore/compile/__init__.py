@@ -113,7 +113,7 @@ class Compiled:
             warnings.warn(f"gradcore.compile: {self.__name__} runs eagerly for these arguments: "
                           f"{reason} at {where}", RuntimeWarning, stacklevel=3)
         else:
-            tape = Tape(rec, template.slots)
+            tape = Tape(rec, template.slots, fusing=not self.check)  # fused: not bitwise
             tape.results = template.shape
             self._tapes[key] = tape
             while len(self._tapes) > self.cache_size:

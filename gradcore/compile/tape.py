@@ -11,6 +11,7 @@ import math
 import operator
 
 from ..variable import Variable, note_write
+from .fuse import fuse
 from .trace import BINARY, IN_PLACE, UNARY, Line, Ref, has_side_effect, slots_in
 
 INTERPRETED_REPLAYS = 2  # replays run through closures before the tape is compiled
@@ -34,10 +35,12 @@ def _store_grad(v, value):
 class Tape:
     """One recorded step: `run(*args)` replays it and returns the arrays its results hold."""
 
-    def __init__(self, recorder, outputs):
+    def __init__(self, recorder, outputs, fusing=True):
         self.outputs = outputs  # output slots, in the order the results template lists them
         self.guards = [line.target for line in recorder.lines if line.kind == "load_grad"]
         lines, self.frees = _needed(recorder.lines, outputs)
+        if fusing:  # where the array library fuses (CuPy): see fuse.py
+            lines, self.frees = _needed(fuse(lines, outputs, _fused_source), outputs)
         self.lines = _reuse_buffers(lines, self.frees, set(outputs))
         self.arguments = recorder.arguments
         self.ops = sum(1 for line in self.lines if line.kind not in (
@@ -202,6 +205,16 @@ class _Writer:
         if kwargs:
             parts += [f"{k}={self.expression(v)}" for k, v in kwargs.items()]
         return ", ".join(parts)
+
+
+def _fused_source(lines, inputs, results):
+    """The source of `fused(inputs) -> results` doing `lines`, and its globals."""
+    writer = _Writer()
+    body = [_statement(line, writer) for line in lines]
+    returned = ", ".join(f"v{slot}" for slot in results)
+    source = (f"def fused({', '.join(f'v{slot}' for slot in inputs)}):\n"
+              + "".join(f"    {s}\n" for s in body) + f"    return {returned}\n")
+    return source, writer.namespace
 
 
 def _source(lines, frees, arguments, outputs):
