@@ -16,6 +16,7 @@ from .nn import CheckpointError, Layer, Model, Module
 from . import optim, optimizers
 from . import dataloaders, datasets, transforms
 from .compile import compile
+from . import func
 from .dataloaders import DataLoader
 from .datasets import Dataset
 
@@ -30,5 +31,5 @@ __all__ = [
     "cuda", "utils",
     "nn", "layers", "models", "Module", "Layer", "Model",
     "optim", "optimizers",
-    "datasets", "dataloaders", "transforms", "Dataset", "DataLoader", "compile",
+    "datasets", "dataloaders", "transforms", "Dataset", "DataLoader", "compile", "func",
 ]

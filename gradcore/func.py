@@ -1,0 +1,270 @@
+"""Functional transforms: vjp, jvp, grad, value_and_grad, jacobian, jacfwd, hessian, hvp.
+
+Each takes a function `f` of Variables or arrays and differentiates it with the engine: the
+transforms are loops around `gradcore.grad`, nothing more. Arrays in give arrays out; Variables
+in give Variables out, and where an input requires grad the results stay differentiable (the
+backward passes are recorded), so transforms compose: `jacobian(grad(f), x)` is a Hessian.
+
+    import gradcore.func as gf
+    gf.grad(lambda x: F.sum(F.sin(x)))(x)          # cos(x)
+    gf.jacobian(lambda x: x * x, x)                # diag(2x)
+    gf.hvp(f, x, v)                                # the Hessian of f at x times v
+"""
+from . import engine
+from .config import enable_grad
+from .functions.shape import reshape, stack, transpose
+from .variable import Variable
+
+__all__ = ["vjp", "jvp", "grad", "value_and_grad", "jacobian", "jacfwd", "hessian", "hvp"]
+
+
+# ================================================================================ helpers
+class _Inputs:
+    """The primals as Variables the engine can differentiate with respect to. A Variable that
+    requires grad is used as it is (an outer transform, or the caller, differentiates through
+    it); anything else becomes a new leaf that shares its array. `arrays`: True when no primal was
+    a Variable, so results go back as arrays."""
+
+    def __init__(self, primals, where):
+        if not primals:
+            raise TypeError(f"{where}: needs at least one primal (the point to differentiate at)")
+        self.arrays = not any(isinstance(p, Variable) for p in primals)
+        self.variables = tuple(p if isinstance(p, Variable) and p.requires_grad
+                               else Variable(p.data if isinstance(p, Variable) else p)
+                               for p in primals)
+        # record the backward passes when something outside may differentiate the results
+        self.create_graph = any(isinstance(p, Variable) and p.requires_grad for p in primals)
+
+    def export(self, value):
+        """`value` (a Variable, or a tuple/list of them) as the caller's kind: arrays or
+        Variables."""
+        if isinstance(value, (tuple, list)):
+            return type(value)(self.export(v) for v in value)
+        if self.arrays and isinstance(value, Variable):
+            return value.data
+        return value
+
+
+def _outputs(out, where):
+    """f's result as a flat list of Variables and a function giving that shape back."""
+    if isinstance(out, (tuple, list)):
+        flat = [_output(o, where) for o in out]
+        kind = type(out)
+        return flat, lambda values: kind(values)
+    return [_output(out, where)], lambda values: values[0]
+
+
+def _output(value, where):
+    if isinstance(value, Variable):
+        return value
+    try:
+        return Variable(value, requires_grad=False)
+    except TypeError:
+        raise TypeError(f"{where}: f must return Variables or arrays (or a tuple of them), got "
+                        f"{type(value).__name__}") from None
+
+
+def _like(x, value):
+    """`value` (an array, a Variable, a number) as a Variable shaped, typed and placed like x."""
+    if isinstance(value, Variable):
+        return value
+    if isinstance(value, (int, float)):
+        return Variable(_zeros(x) + value, requires_grad=False)
+    return Variable(value, requires_grad=False)
+
+
+def _zeros(x):
+    """An array of zeros shaped, typed and placed like the Variable x."""
+    return x._backend.zeros(x.shape, x.dtype, x.device)
+
+
+def _zeros_like(x):
+    return Variable(_zeros(x), requires_grad=False)
+
+
+def _basis(x):
+    """The identity matrix of x.size, typed and placed like x: its rows are unit vectors."""
+    backend = x._backend
+    with backend.device_context(x.device):
+        return backend.to_device(backend.xp.eye(x.size, dtype=x.dtype), x.device)
+
+
+def _gradients(outputs, inputs, cotangents, create_graph):
+    """d(outputs . cotangents)/d(inputs), a Variable per input (zeros where none flows)."""
+    pairs = [(y, c) for y, c in zip(outputs, cotangents)  # a constant output adds nothing
+             if y.creator is not None or y.requires_grad]
+    gs = [None] * len(inputs)
+    if pairs:
+        gs = engine.grad([y for y, _ in pairs], list(inputs),
+                         grad_outputs=[c for _, c in pairs], create_graph=create_graph,
+                         allow_unused=True)
+    return tuple(_zeros_like(x) if g is None else g for x, g in zip(inputs, gs))
+
+
+# ================================================================================ vjp, jvp
+def vjp(f, *primals):
+    """`(f(*primals), vjp_fn)`: vjp_fn(cotangent) gives, for each primal, the gradient of
+    sum(f(*primals) * cotangent) with respect to it (a tuple, one per primal). The cotangent is
+    shaped like f's result (a tuple of them if f returns a tuple)."""
+    inputs = _Inputs(primals, "vjp")
+    with enable_grad():
+        out = f(*inputs.variables)
+    outputs, _ = _outputs(out, "vjp")
+
+    def vjp_fn(cotangent):
+        cotangents = cotangent if isinstance(out, (tuple, list)) else (cotangent,)
+        if len(cotangents) != len(outputs):
+            raise ValueError(f"vjp_fn: {len(cotangents)} cotangents for {len(outputs)} outputs")
+        with enable_grad():
+            gs = _gradients(outputs, inputs.variables,
+                            [_like(y, c) for y, c in zip(outputs, cotangents)],
+                            inputs.create_graph)
+        return inputs.export(gs)
+    return inputs.export(out), vjp_fn
+
+
+def jvp(f, primals, tangents):
+    """`(f(*primals), J t)`: f's result and its derivative along `tangents` (one per primal).
+
+    Forward mode by two reverse passes (the double-vjp construction): the vjp u -> J^T u is linear
+    in u, so differentiating u . (J^T u)... with respect to u, seeded with t, gives J t. It costs
+    one backward pass recorded as a graph and one backward through that graph: about three times
+    f, independently of the number of outputs."""
+    primals = tuple(primals) if isinstance(primals, (tuple, list)) else (primals,)
+    tangents = tuple(tangents) if isinstance(tangents, (tuple, list)) else (tangents,)
+    if len(primals) != len(tangents):
+        raise ValueError(f"jvp: {len(tangents)} tangents for {len(primals)} primals")
+    inputs = _Inputs(primals, "jvp")
+    with enable_grad():
+        out = f(*inputs.variables)
+        outputs, rebuild = _outputs(out, "jvp")
+        dummies = [Variable(_zeros(y)) for y in outputs]
+        pullback = _gradients(outputs, inputs.variables, dummies, create_graph=True)
+        used = [(g, x, t) for g, x, t in zip(pullback, inputs.variables, tangents)
+                if g.creator is not None]
+        if not used:  # f does not depend on its inputs: the derivative is zero
+            return inputs.export(out), inputs.export(rebuild([_zeros_like(y) for y in outputs]))
+        result = engine.grad([g for g, _, _ in used], dummies,
+                             grad_outputs=[_like(x, t) for _, x, t in used],
+                             create_graph=inputs.create_graph, allow_unused=True)
+    tangent_out = [_zeros_like(y) if r is None else r for y, r in zip(outputs, result)]
+    return inputs.export(out), inputs.export(rebuild(tangent_out))
+
+
+# ================================================================================ grad
+def _check_one_number(y):
+    if getattr(y, "size", None) != 1:
+        got = f"shape {tuple(y.shape)}" if hasattr(y, "shape") else type(y).__name__
+        raise ValueError(f"grad: f must return one number (size 1) to take its gradient, got "
+                         f"{got}; reduce it first (F.sum) or use jacobian")
+
+
+def value_and_grad(f, argnums=0):
+    """A function returning `(f(*args), gradient)`: the gradient of f's (one-number) result with
+    respect to args[argnums] (a tuple of gradients when argnums is a tuple)."""
+    def value_and_gradient(*args):
+        numbers = argnums if isinstance(argnums, tuple) else (argnums,)
+        for n in numbers:
+            if not -len(args) <= n < len(args):
+                raise IndexError(f"grad: argnums {n} for a function called with {len(args)} "
+                                 "argument(s)")
+        chosen = [n % len(args) for n in numbers]
+
+        def of_chosen(*picked):
+            full = list(args)
+            for n, value in zip(chosen, picked):
+                full[n] = value
+            return f(*full)
+        y, vjp_fn = vjp(of_chosen, *[args[n] for n in chosen])
+        _check_one_number(y)
+        gs = vjp_fn(1.0)
+        return y, gs if isinstance(argnums, tuple) else gs[0]
+    return value_and_gradient
+
+
+def grad(f, argnums=0):
+    """A function returning the gradient of f's (one-number) result with respect to
+    args[argnums] (a tuple of them when argnums is a tuple). Composes: grad(grad(f))."""
+    both = value_and_grad(f, argnums)
+    return lambda *args: both(*args)[1]
+
+
+# ================================================================================ Jacobians
+def jacobian(f, x):
+    """The Jacobian of f at x by reverse mode: one backward pass per element of f's result.
+    Shaped f(x).shape + x.shape; with x a tuple of arguments, a tuple of Jacobians, one per
+    argument."""
+    primals = x if isinstance(x, tuple) else (x,)
+    out, vjp_fn = vjp(f, *primals)
+    y = out if isinstance(out, Variable) else Variable(out, requires_grad=False)
+    rows = [[] for _ in primals]
+    basis = _basis(y)
+    for i in range(y.size):
+        gs = vjp_fn(y.xp.reshape(basis[i, ...], y.shape))
+        for row, g in zip(rows, gs):
+            row.append(g if isinstance(g, Variable) else Variable(g, requires_grad=False))
+    jacobians = tuple(_stack(row, y.shape) for row in rows)
+    result = jacobians if isinstance(x, tuple) else jacobians[0]
+    return _export_like(primals, result)
+
+
+def jacfwd(f, x):
+    """The Jacobian of f at x by forward mode (jvp): one pass per element of x. Shaped
+    f(x).shape + x.shape; with x a tuple, a tuple of Jacobians. Cheaper than jacobian when x has
+    fewer elements than f's result."""
+    primals = x if isinstance(x, tuple) else (x,)
+    columns_per_input = []
+    for k, p in enumerate(primals):
+        px = p if isinstance(p, Variable) else Variable(p, requires_grad=False)
+        basis = _basis(px)
+        columns = []
+        for j in range(px.size):
+            tangents = []
+            for i, q in enumerate(primals):
+                q = q if isinstance(q, Variable) else Variable(q, requires_grad=False)
+                tangents.append(q.xp.reshape(basis[j, ...], q.shape) if i == k else _zeros(q))
+            _, column = jvp(f, primals, tangents)
+            columns.append(column if isinstance(column, Variable) else Variable(column))
+        columns_per_input.append(columns)
+    jacobians = tuple(_stack_columns(columns, p) for columns, p in zip(columns_per_input,
+                                                                       primals))
+    result = jacobians if isinstance(x, tuple) else jacobians[0]
+    return _export_like(primals, result)
+
+
+def hessian(f, x):
+    """The Hessian of f's (one-number) result at x: the Jacobian of its gradient (reverse over
+    reverse), shaped x.shape + x.shape."""
+    return jacobian(grad(f), x)
+
+
+def hvp(f, x, v):
+    """The Hessian of f at x times v, without forming the Hessian: one gradient recorded as a
+    graph, and one backward pass through it."""
+    _, vjp_fn = vjp(grad(f), x)  # the Hessian is symmetric: its vjp is its product with v
+    return vjp_fn(v)[0]
+
+
+def _stack(rows, shape):
+    """Rows (one gradient per element of a result of `shape`) as one Variable shaped
+    shape + the gradient's shape."""
+    inner = tuple(rows[0].shape)
+    return reshape(stack(rows), tuple(shape) + inner)
+
+
+def _stack_columns(columns, x):
+    """Columns (one f-shaped derivative per element of x) as one Variable shaped
+    f.shape + x.shape."""
+    outer = tuple(columns[0].shape)
+    stacked = stack(columns)  # x.size, *outer
+    flat = reshape(stacked, (len(columns), -1) if outer else (len(columns), 1))
+    shape_x = tuple(x.shape)
+    return reshape(transpose(flat), outer + shape_x)
+
+
+def _export_like(primals, result):
+    if any(isinstance(p, Variable) for p in primals):
+        return result
+    if isinstance(result, tuple):
+        return tuple(r.data for r in result)
+    return result.data

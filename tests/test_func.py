@@ -1,0 +1,196 @@
+"""gradcore.func against torch.func (when installed) and against finite differences."""
+import numpy as np
+import pytest
+
+import gradcore
+import gradcore.func as gf
+import gradcore.functions as F
+
+W = np.random.default_rng(7).uniform(-1, 1, (4, 4))
+
+
+def _ops(ns):
+    """The ops a recipe draws from, spelled in a namespace of either library."""
+    return {
+        "sin": ns["sin"], "cos": ns["cos"], "tanh": ns["tanh"],
+        "exp": lambda a: ns["exp"](a * 0.3),
+        "square": lambda a: a * a,
+        "log": lambda a: ns["log"](1 + a * a),
+        "matmul": lambda a: ns["matmul"](a, ns["W"]),
+        "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+    }
+
+
+GRADCORE = {"sin": F.sin, "cos": F.cos, "tanh": F.tanh, "exp": F.exp, "log": F.log,
+            "matmul": F.matmul, "sum": F.sum, "W": W}
+
+
+def _torch_namespace(torch):
+    return {"sin": torch.sin, "cos": torch.cos, "tanh": torch.tanh, "exp": torch.exp,
+            "log": torch.log, "matmul": torch.matmul, "sum": torch.sum,
+            "W": torch.tensor(W)}
+
+
+def recipe(seed, length=8):
+    rng = np.random.default_rng(seed)
+    steps = []
+    for i in range(length):
+        op = str(rng.choice(["sin", "cos", "tanh", "exp", "square", "log", "matmul", "add",
+                             "sub", "mul"]))
+        steps.append((op, *(int(j) for j in rng.integers(2 + i, size=2))))
+    return steps
+
+
+def function(steps, ns, vector=False):
+    """f(x, y) from a recipe in namespace `ns`: a number, or (vector=True) a (1, 4) array."""
+    ops = _ops(ns)
+
+    def f(x, y):
+        nodes = [x, y]
+        for op, i, j in steps:
+            nodes.append(ops[op](nodes[i], nodes[j]) if op in ("add", "sub", "mul")
+                         else ops[op](nodes[i]))
+        last = nodes[-1] + nodes[2] * 0.5
+        return last if vector else ns["sum"](last * nodes[len(nodes) // 2])
+    return f
+
+
+def point(seed):
+    rng = np.random.default_rng(100 + seed)
+    return rng.uniform(-1, 1, (1, 4)), rng.uniform(-1, 1, (1, 4))
+
+
+def numeric_gradient(f, x, eps=1e-6):
+    """Central differences of a number-valued f of one array."""
+    g = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        step = np.zeros_like(x)
+        step[i] = eps
+        g[i] = (float(f(x + step)) - float(f(x - step))) / (2 * eps)
+    return g
+
+
+def host(a):
+    return np.asarray(a.data if isinstance(a, gradcore.Variable) else a)
+
+
+# ================================================================================ torch.func
+@pytest.mark.parametrize("seed", range(12))
+def test_first_and_second_order_agree_with_torch_func(seed):
+    torch = pytest.importorskip("torch")
+    steps = recipe(seed)
+    f, ft = function(steps, GRADCORE), function(steps, _torch_namespace(torch))
+    fv, fvt = (function(steps, GRADCORE, vector=True),
+               function(steps, _torch_namespace(torch), vector=True))
+    x, y = point(seed)
+    xt, yt = torch.tensor(x), torch.tensor(y)
+    close = dict(rtol=1e-10, atol=1e-12)
+
+    np.testing.assert_allclose(gf.grad(f, argnums=(0, 1))(x, y)[1],
+                               torch.func.grad(ft, argnums=(0, 1))(xt, yt)[1].numpy(), **close)
+    np.testing.assert_allclose(gf.hessian(lambda a: f(a, y), x),
+                               torch.func.hessian(lambda a: ft(a, yt))(xt).numpy(), **close)
+    np.testing.assert_allclose(gf.jacobian(lambda a: fv(a, y), x),
+                               torch.func.jacrev(lambda a: fvt(a, yt))(xt).numpy(), **close)
+    np.testing.assert_allclose(gf.jacfwd(lambda a: fv(a, y), x),
+                               torch.func.jacfwd(lambda a: fvt(a, yt))(xt).numpy(), **close)
+    v = np.random.default_rng(seed).uniform(-1, 1, (1, 4))
+    _, tangent = gf.jvp(fv, (x, y), (v, v * 0.5))
+    _, tangent_t = torch.func.jvp(fvt, (xt, yt), (torch.tensor(v), torch.tensor(v * 0.5)))
+    np.testing.assert_allclose(tangent, tangent_t.numpy(), **close)
+    out, vjp_fn = gf.vjp(fv, x, y)
+    out_t, vjp_fn_t = torch.func.vjp(fvt, xt, yt)
+    np.testing.assert_allclose(out, out_t.numpy(), **close)
+    for got, want in zip(vjp_fn(v), vjp_fn_t(torch.tensor(v))):
+        np.testing.assert_allclose(got, want.numpy(), **close)
+    np.testing.assert_allclose(gf.hvp(lambda a: f(a, y), x, v),
+                               torch.func.vjp(torch.func.grad(lambda a: ft(a, yt)), xt)[1](
+                                   torch.tensor(v))[0].numpy(), **close)
+
+
+# ================================================================================ without torch
+@pytest.mark.parametrize("seed", range(6))
+def test_transforms_agree_with_finite_differences_and_each_other(seed):
+    steps = recipe(seed)
+    f, fv = function(steps, GRADCORE), function(steps, GRADCORE, vector=True)
+    x, y = point(seed)
+    of_x = lambda a: f(a, y)  # noqa: E731
+    g = gf.grad(of_x)(x)
+    np.testing.assert_allclose(g, numeric_gradient(of_x, x), rtol=1e-6, atol=1e-8)
+    value, g2 = gf.value_and_grad(of_x)(x)
+    assert float(value) == float(of_x(x)) and np.array_equal(g, g2)
+    H = gf.hessian(of_x, x)
+    assert H.shape == (1, 4, 1, 4)
+    np.testing.assert_allclose(H.reshape(4, 4), H.reshape(4, 4).T, rtol=1e-10, atol=1e-12)
+    for i in range(4):  # a Hessian row is the finite difference of the gradient
+        step = np.zeros((1, 4))
+        step[0, i] = 1e-6
+        column = (gf.grad(of_x)(x + step) - gf.grad(of_x)(x - step)) / 2e-6
+        np.testing.assert_allclose(H.reshape(4, 4)[:, i], column.reshape(4), rtol=1e-5,
+                                   atol=1e-7)
+    v = np.random.default_rng(seed).uniform(-1, 1, (1, 4))
+    np.testing.assert_allclose(gf.hvp(of_x, x, v).reshape(4), H.reshape(4, 4) @ v.reshape(4),
+                               rtol=1e-10, atol=1e-12)
+    J = gf.jacobian(lambda a: fv(a, y), x)
+    np.testing.assert_allclose(gf.jacfwd(lambda a: fv(a, y), x), J, rtol=1e-10, atol=1e-12)
+    _, tangent = gf.jvp(lambda a: fv(a, y), (x,), (v,))
+    np.testing.assert_allclose(tangent.reshape(4), J.reshape(4, 4) @ v.reshape(4),
+                               rtol=1e-10, atol=1e-12)
+    # composes: the Jacobian of the gradient is the Hessian
+    np.testing.assert_allclose(gf.jacobian(gf.grad(of_x), x), H, rtol=1e-12, atol=1e-14)
+
+
+def test_several_arguments_give_a_tuple(xp2):
+    x = xp2.asarray([[0.5, -0.2]])
+    y = xp2.asarray([[1.5, 0.3]])
+    f = lambda a, b: F.sum(a * a * b)  # noqa: E731
+    gx, gy = gf.grad(f, argnums=(0, 1))(x, y)
+    np.testing.assert_allclose(xp2.numpy(gx), [[2 * 0.5 * 1.5, 2 * -0.2 * 0.3]], rtol=1e-15)
+    np.testing.assert_allclose(xp2.numpy(gy), [[0.25, 0.04]], rtol=1e-15)
+    Jx, Jy = gf.jacobian(lambda a, b: a * b, (x, y))
+    np.testing.assert_allclose(xp2.numpy(Jx).reshape(2, 2), np.diag([1.5, 0.3]), rtol=1e-15)
+    np.testing.assert_allclose(xp2.numpy(Jy).reshape(2, 2), np.diag([0.5, -0.2]), rtol=1e-15)
+    H = gf.hessian(lambda a: F.sum(F.sin(a)), x)
+    assert backends_device(H) == xp2.device
+    np.testing.assert_allclose(xp2.numpy(H).reshape(2, 2), np.diag(-np.sin([0.5, -0.2])),
+                               rtol=1e-12)
+
+
+def backends_device(array):
+    import backends
+    backend = backends.backend_of(array)
+    return backend.device_of(array)
+
+
+def test_arrays_in_give_arrays_out_and_variables_stay_differentiable():
+    f = lambda a: F.sum(a * a * a)  # noqa: E731
+    g = gf.grad(f)(np.array([1.0, 2.0]))
+    assert isinstance(g, np.ndarray) and np.array_equal(g, [3.0, 12.0])
+    x = gradcore.Variable(np.array([1.0, 2.0]))
+    g = gf.grad(f)(x)
+    assert isinstance(g, gradcore.Variable) and g.creator is not None
+    F.sum(g).backward()  # d/dx sum(3x^2) = 6x
+    assert np.array_equal(x.grad.data, [6.0, 12.0])
+    # grad of grad of a number: d2/dx2 x^3 = 6x
+    second = gf.grad(gf.grad(lambda a: a * a * a))(gradcore.Variable(np.array(2.0)))
+    assert float(second.data) == 12.0
+
+
+def test_a_function_of_nothing_it_is_given_has_zero_derivatives():
+    zero = gf.grad(lambda a, b: F.sum(b * 2.0))(np.ones(3), np.ones(3))
+    assert np.array_equal(zero, np.zeros(3))
+    _, tangent = gf.jvp(lambda a: a * 0 + 1.0, (np.ones(2),), (np.ones(2),))
+    assert np.array_equal(tangent, np.zeros(2))
+
+
+def test_errors_say_what_to_do():
+    with pytest.raises(ValueError, match="one number.*F.sum.*jacobian"):
+        gf.grad(lambda a: a * 2)(np.ones(3))
+    with pytest.raises(IndexError, match="argnums 2"):
+        gf.grad(lambda a, b: F.sum(a), argnums=2)(np.ones(1), np.ones(1))
+    with pytest.raises(ValueError, match="1 tangents for 2 primals"):
+        gf.jvp(lambda a, b: a, (np.ones(1), np.ones(1)), (np.ones(1),))
+    with pytest.raises(TypeError, match="Variables or arrays"):
+        gf.vjp(lambda a: "text", np.ones(1))
+    with pytest.raises(TypeError, match="at least one primal"):
+        gf.vjp(lambda: 1.0)
