@@ -174,9 +174,13 @@ def _output_grads(f, grads, retain_grad, wanted, captured, shared):
     return gys
 
 
-def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
+_NOTHING = frozenset()
+
+
+def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING):
     """Propagate `seeds` back from `ys`. With `wanted` (a set of Variables), return their gradients
-    in a dict and leave every `.grad` alone; without, accumulate into the leaves' `.grad`."""
+    in a dict and leave every `.grad` alone; without, accumulate into the leaves' `.grad`. The
+    Variables in `boundary` are treated as leaves: nothing behind them is visited."""
     # Variables hash by identity: grads maps each to its gradient so far (out of place: g = g + gx)
     grads = {}
     # ids of arrays someone outside the walk holds (seeds, hooks' arguments, retained gradients):
@@ -257,14 +261,17 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None):
                     continue
                 grads[x] = gx
                 creator = x.creator
-                if creator is None:
+                if creator is None or boundary and x in boundary:
                     leaves.append(x)
                     continue
                 if creator._outputs.__class__ is not ref:  # several outputs reach it
                     if creator in pushed:
                         continue
                     pushed.add(creator)
-                following = _schedule(heap, following, creator)
+                if following is None and not heap:  # _schedule's first case, in line: a chain
+                    following = creator
+                else:
+                    following = _schedule(heap, following, creator)
 
         return _finish(leaves, grads, wanted, captured, shared, create_graph)
 
@@ -339,6 +346,13 @@ def backward(y, grad=None, retain_grad=False, create_graph=False):
     _walk([y], [_seed(y, grad)], retain_grad, create_graph)
 
 
+def grad_within(outputs, inputs, grad_outputs, create_graph):
+    """gradcore.grad (allow_unused) that visits nothing behind `inputs`: the gradients that reach
+    them from `outputs` directly, for a node that differentiates its own recomputed block
+    (gradcore.checkpoint) while the walk around it goes on from its inputs."""
+    return _grad(outputs, inputs, grad_outputs, create_graph, True, set(inputs))
+
+
 def grad(outputs, inputs, grad_outputs=None, create_graph=False, allow_unused=False,
          retain_graph=None):
     """The gradients of `outputs` with respect to `inputs`, leaving every `.grad` untouched.
@@ -348,6 +362,10 @@ def grad(outputs, inputs, grad_outputs=None, create_graph=False, allow_unused=Fa
     do not depend on raises unless `allow_unused=True`, which gives None for it. `retain_graph`
     is accepted for PyTorch code and changes nothing (backward never frees the graph).
     """
+    return _grad(outputs, inputs, grad_outputs, create_graph, allow_unused, _NOTHING)
+
+
+def _grad(outputs, inputs, grad_outputs, create_graph, allow_unused, boundary):
     outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
     inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
     if grad_outputs is None:
@@ -362,7 +380,7 @@ def grad(outputs, inputs, grad_outputs=None, create_graph=False, allow_unused=Fa
         if not isinstance(x, Variable):
             raise TypeError(f"grad: inputs must be Variables, got {type(x).__name__}")
     seeds = [_seed(y, g) for y, g in zip(outputs, grad_outputs)]
-    captured = _walk(outputs, seeds, False, create_graph, wanted=set(inputs))
+    captured = _walk(outputs, seeds, False, create_graph, set(inputs), boundary)
     result = []
     for i, x in enumerate(inputs):
         g = captured.get(x)
