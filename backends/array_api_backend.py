@@ -97,6 +97,12 @@ class ArrayAPIBackend(Backend):
     def manual_seed(self, seed):
         numpy.random.seed(seed)  # samples come from NumPy's global generator
 
+    def random_state(self, device):
+        return numpy.random.get_state()
+
+    def set_random_state(self, device, state):
+        numpy.random.set_state(state)
+
 
 def _segment_sum(xp, positions, values, size):
     """`out[j]` = the sum of `values[i]` over `positions[i] == j`, for j < size (1-d arrays).

@@ -98,6 +98,15 @@ class Backend:
         """Seed the backend's global generator(s)."""
         raise NotImplementedError
 
+    def random_state(self, device):
+        """An opaque snapshot of the global generator for `device`: `set_random_state` with it
+        makes the next draws repeat the draws made after it was taken."""
+        raise NotImplementedError
+
+    def set_random_state(self, device, state):
+        """Put back a snapshot from `random_state`."""
+        raise NotImplementedError
+
     def synchronize(self, device):
         """Block until all work queued on `device` is done (for honest timing)."""
 

@@ -137,6 +137,18 @@ class CupyBackend(Backend):
             with self.xp.cuda.Device(id):
                 self.xp.random.seed(seed)
 
+    def random_state(self, device):
+        # CuPy's generators cannot be copied: draw a seed from the device's generator and start
+        # it again from that seed, which set_random_state can do once more
+        with self.xp.cuda.Device(self._id(device)):
+            seed = int(self.xp.random.randint(0, 2 ** 31 - 1, size=()).get())
+            self.xp.random.seed(seed)
+        return seed
+
+    def set_random_state(self, device, state):
+        with self.xp.cuda.Device(self._id(device)):
+            self.xp.random.seed(state)
+
     def synchronize(self, device):
         self.xp.cuda.Device(self._id(device)).synchronize()
 

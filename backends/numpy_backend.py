@@ -60,3 +60,9 @@ class NumpyBackend(Backend):
 
     def manual_seed(self, seed):
         numpy.random.seed(seed)
+
+    def random_state(self, device):
+        return numpy.random.get_state()
+
+    def set_random_state(self, device, state):
+        numpy.random.set_state(state)

@@ -17,6 +17,7 @@ from . import optim, optimizers
 from . import dataloaders, datasets, transforms
 from .compile import compile
 from . import func
+from .recompute import checkpoint
 from .dataloaders import DataLoader
 from .datasets import Dataset
 
@@ -31,5 +32,5 @@ __all__ = [
     "cuda", "utils",
     "nn", "layers", "models", "Module", "Layer", "Model",
     "optim", "optimizers",
-    "datasets", "dataloaders", "transforms", "Dataset", "DataLoader", "compile", "func",
+    "datasets", "dataloaders", "transforms", "Dataset", "DataLoader", "compile", "func", "checkpoint",
 ]

@@ -1,0 +1,126 @@
+"""checkpoint(fn, *args): keep a block's inputs instead of its intermediate arrays, and compute
+the block again during backward (memory for compute, as torch.utils.checkpoint).
+
+The block runs once, recorded, to find every Variable from outside it that it reads (the
+Parameters of the layers it calls, say) and its results; that graph is then dropped, so the
+block's intermediate arrays are freed at once. One node stands for the whole block in the
+graph, its inputs being the block's arguments and those outside Variables. Its backward puts the
+random generator back where it was, runs the block again with recording on, from the same
+Variables, and differentiates that: random ops (dropout) draw the same numbers, gradients reach
+the outside Variables through the outer walk (gradcore.grad leaves every .grad alone, as
+without a checkpoint), and with create_graph the gradients stay differentiable.
+"""
+import backends
+
+from . import engine
+from .config import Config, enable_grad, is_grad_enabled, using_config
+from .function import Function
+from .variable import Variable, sequence
+
+__all__ = ["checkpoint"]
+
+
+def checkpoint(fn, *args):
+    """fn(*args), recorded as one node that recomputes fn during backward instead of keeping
+    its intermediate arrays. `fn` returns a Variable or a tuple of Variables; `args` may mix
+    Variables, arrays and other values (passed as they are)."""
+    where = [i for i, a in enumerate(args) if isinstance(a, Variable) or backends.is_array(a)]
+    if not where:
+        raise TypeError("checkpoint: needs at least one Variable or array among the arguments, "
+                        "the block's input")
+    first = args[where[0]]
+    backend = first.backend if isinstance(first, Variable) else backends.backend_of(first)
+    device = first.device if isinstance(first, Variable) else backend.device_of(first)
+    state = backend.random_state(device)
+    leaves = [Variable(args[i].data if isinstance(args[i], Variable) else args[i])
+              for i in where]
+    start = next(sequence)
+    with enable_grad():
+        out = fn(*_filled(args, where, leaves))
+    several = isinstance(out, tuple)
+    outputs = out if several else (out,)
+    for y in outputs:
+        if not isinstance(y, Variable):
+            raise TypeError(f"checkpoint: fn must return a Variable or a tuple of Variables, got "
+                            f"{type(y).__name__}")
+    outside = _outside_variables(outputs, leaves, start)
+    for x in outside:  # a Parameter written while the block ran: a lazily created weight
+        log = getattr(x, "_writes", None)
+        if log is not None and log.stamps and log.stamps[-1] > start:
+            raise RuntimeError(
+                f"checkpoint: the block created a weight ({_name(x)}) as it ran, drawing random "
+                "numbers that its recomputation could not draw again; create it first: call the "
+                "model once outside checkpoint, or give the layer its input size")
+    node = Checkpoint(fn, args, where, backend, device, state, Config.train,
+                      tuple(y.data for y in outputs) if several else outputs[0].data)
+    del out, outputs  # the block's graph goes: only the node's inputs stay
+    return node(*[args[i] for i in where], *outside)
+
+
+def _name(x):
+    return f"{x.name!r}, shape {tuple(x.shape)}" if x.name else f"shape {tuple(x.shape)}"
+
+
+def _filled(args, where, values):
+    """args with the array arguments (positions `where`) replaced by `values`."""
+    filled = list(args)
+    for i, v in zip(where, values):
+        filled[i] = v
+    return filled
+
+
+def _outside_variables(outputs, leaves, start):
+    """The Variables that require grad and that the block's graph reads from outside: leaves
+    other than its own arguments, and results of Functions recorded before it began."""
+    own = set(map(id, leaves))
+    found, seen = {}, set()
+    todo = [y.creator for y in outputs if y.creator is not None]
+    while todo:
+        f = todo.pop()
+        if id(f) in seen:
+            continue
+        seen.add(id(f))
+        for x in f.inputs:
+            if not isinstance(x, Variable) or id(x) in own or not x.requires_grad:
+                continue
+            if x.creator is None or x.creator.sequence < start:
+                found[id(x)] = x
+            else:
+                todo.append(x.creator)
+    return list(found.values())
+
+
+class Checkpoint(Function):
+    """The node of a checkpointed block: its forward hands on the results computed when the
+    block ran; its backward computes the block again and differentiates it."""
+
+    def __init__(self, fn, args, where, backend, device, state, train, results):
+        self.fn, self.args, self.where = fn, args, where
+        self.random, self.train = (backend, device, state), train
+        self.results = results
+
+    def forward(self, *xs):
+        results, self.results = self.results, None  # the arrays live on in the outputs only
+        return results
+
+    def backward(self, *gys):
+        arguments = self.inputs[:len(self.where)]
+        backend, device, state = self.random
+        now = backend.random_state(device)
+        backend.set_random_state(device, state)  # the block draws what it drew the first time
+        create_graph = is_grad_enabled()
+        try:
+            with enable_grad(), using_config("train", self.train):
+                out = self.fn(*_filled(self.args, self.where, arguments))
+        finally:
+            backend.set_random_state(device, now)
+        outputs = out if isinstance(out, tuple) else (out,)
+        pairs = [(y, g) for y, g in zip(outputs, gys) if y.creator is not None]
+        wanted = [x for x, need in zip(self.inputs, self.needs_input_grad) if need]
+        if not pairs or not wanted:
+            return (None,) * len(self.inputs)
+        # the gradients reaching the node's inputs from the block; the walk this backward runs
+        # in carries them on behind the inputs
+        gradients = iter(engine.grad_within([y for y, _ in pairs], wanted,
+                                            [g for _, g in pairs], create_graph))
+        return tuple(next(gradients) if need else None for need in self.needs_input_grad)
