@@ -98,3 +98,161 @@ def _head(a, count=10):
     """The first `count` values of `a`, flattened."""
     values = numpy.array2string(a.reshape(-1)[:count], precision=6, separator=", ")
     return values + (" ..." if a.size > count else "")
+
+
+# ================================================================================ gradcheck
+class GradcheckError(AssertionError):
+    """gradcheck found backward's derivative and the finite differences apart."""
+
+
+def gradcheck(fn, inputs, *, eps=1e-6, rtol=1e-5, atol=1e-8, mode="elements", seed=0,
+              dtype="float64", raise_exception=True):
+    """Check backward against central differences for `fn` (Variables -> a Variable or a tuple
+    of them) at `inputs` (an array or Variable, or a tuple of them).
+
+    mode="elements" compares every entry of every Jacobian d output / d input: a backward pass
+    per output element, two calls of fn per input element. mode="directional" compares, for a
+    random direction v of the inputs and a random weighting u of the outputs, u . J v: one
+    backward pass and two calls of fn, whatever the sizes. Computed in `dtype` (float64) on the
+    inputs' devices. On a mismatch, raises GradcheckError (or, with raise_exception=False,
+    returns False) naming the worst element: which input and index, which output and index,
+    backward's value and the finite difference.
+    """
+    if mode not in ("elements", "directional"):
+        raise ValueError(f"gradcheck: mode must be 'elements' or 'directional', got {mode!r}")
+    xs = _checked_inputs(inputs, dtype, "gradcheck")
+    outputs = _call_outputs(fn, xs)
+    if mode == "directional":
+        problem = _directional(fn, xs, outputs, eps, rtol, atol, seed)
+    else:
+        problem = _elements(fn, xs, outputs, eps, rtol, atol)
+    if problem is None:
+        return True
+    if raise_exception:
+        raise GradcheckError(problem)
+    print(problem)
+    return False
+
+
+def gradgradcheck(fn, inputs, grad_outputs=None, **options):
+    """gradcheck of the first derivative: the function (inputs, cotangents) -> the gradients of
+    sum(fn(inputs) * cotangents) with respect to the inputs, its backward recorded
+    (create_graph). `grad_outputs`: the cotangents (random if None). Options as gradcheck's."""
+    from ..engine import grad
+
+    dtype = options.get("dtype", "float64")
+    xs = _checked_inputs(inputs, dtype, "gradgradcheck")
+    outputs = _call_outputs(fn, xs)
+    if grad_outputs is None:
+        rng = numpy.random.default_rng(options.get("seed", 0))
+        grad_outputs = tuple(_on(y, rng.uniform(-1, 1, tuple(y.shape))) for y in outputs)
+    elif not isinstance(grad_outputs, tuple):
+        grad_outputs = (grad_outputs,)
+    count = len(xs)
+
+    def first_derivative(*args):
+        gs = grad(list(_call_outputs(fn, args[:count])), list(args[:count]),
+                  grad_outputs=list(args[count:]), create_graph=True, allow_unused=True)
+        return tuple(g if g is not None else args[i] * 0.0 for i, g in enumerate(gs))
+    return gradcheck(first_derivative, (*xs, *grad_outputs), **options)
+
+
+def _checked_inputs(inputs, dtype, where):
+    """The inputs as new leaf Variables in `dtype` (copies: the caller's stay as they are)."""
+    inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+    xs = []
+    for i, x in enumerate(inputs):
+        x = as_variable(x)
+        if x.data is None:
+            raise ValueError(f"{where}: input {i} has no data")
+        xp = x.xp
+        with x.backend.device_context(x.device):
+            xs.append(Variable(xp.astype(x.data, getattr(xp, dtype), copy=True)))
+    return tuple(xs)
+
+
+def _call_outputs(fn, xs):
+    out = fn(*xs)
+    outputs = out if isinstance(out, tuple) else (out,)
+    for y in outputs:
+        if not isinstance(y, Variable):
+            raise TypeError(f"gradcheck: fn must return Variables (a tuple of them for several "
+                            f"outputs), got {type(y).__qualname__}")
+    return outputs
+
+
+def _on(like, array):
+    """A NumPy array as an array shaped, typed and placed like the Variable `like`."""
+    return like.backend.asarray(numpy.asarray(array, dtype=numpy.dtype(str(like.dtype))),
+                                device=like.device)
+
+
+def _values(fn, xs):
+    """fn's outputs for the inputs `xs` (arrays), as host arrays."""
+    return [as_numpy(y.data).astype(numpy.float64) for y in _call_outputs(
+        fn, tuple(Variable(x) for x in xs))]
+
+
+def _elements(fn, xs, outputs, eps, rtol, atol):
+    """Every Jacobian entry, backward against central differences; the report, or None."""
+    from ..engine import grad
+
+    worst = None
+    for k, y in enumerate(outputs):
+        analytic = []  # one row of d y / d inputs per element of y
+        host_y = as_numpy(y.data)
+        for j in range(host_y.size):
+            seed = numpy.zeros(host_y.size)
+            seed[j] = 1.0
+            cotangents = [_on(o, seed.reshape(host_y.shape)) if o is y else _on(o, numpy.zeros(
+                tuple(o.shape))) for o in outputs]
+            gs = grad(list(outputs), list(xs), grad_outputs=cotangents, allow_unused=True)
+            analytic.append([numpy.zeros(tuple(x.shape)) if g is None else as_numpy(g.data)
+                             for x, g in zip(xs, gs)])
+        for i, x in enumerate(xs):
+            host_x = as_numpy(x.data)
+            for index in itertools.product(*[range(n) for n in host_x.shape]):
+                numeric = _difference(fn, xs, i, index, eps)[k].reshape(-1)
+                for j in range(host_y.size):
+                    got = float(analytic[j][i][index])
+                    error = abs(got - numeric[j]) - rtol * abs(numeric[j])
+                    if error > atol and (worst is None or error > worst[0]):
+                        worst = (error, i, index, k, j, got, float(numeric[j]))
+    if worst is None:
+        return None
+    _, i, index, k, j, got, numeric = worst
+    return (f"gradcheck FAILED: d output {k}[{j}] / d input {i}{list(index)}: backward gives "
+            f"{got:.10g}, central differences {numeric:.10g} (rtol={rtol}, atol={atol})")
+
+
+def _difference(fn, xs, i, index, eps):
+    """(fn(x + eps e) - fn(x - eps e)) / 2 eps per output, e the unit vector at input i, index."""
+    arrays = [as_numpy(x.data).copy() for x in xs]
+    plus, minus = [a.copy() for a in arrays], [a.copy() for a in arrays]
+    plus[i][index] += eps
+    minus[i][index] -= eps
+    on = [lambda a, x=x: _on(x, a) for x in xs]
+    up = _values(fn, [f(a) for f, a in zip(on, plus)])
+    down = _values(fn, [f(a) for f, a in zip(on, minus)])
+    return [(u - d) / (2 * eps) for u, d in zip(up, down)]
+
+
+def _directional(fn, xs, outputs, eps, rtol, atol, seed):
+    """u . J v, backward against central differences; the report, or None."""
+    from ..engine import grad
+
+    rng = numpy.random.default_rng(seed)
+    v = [rng.uniform(-1, 1, tuple(x.shape)) for x in xs]
+    u = [rng.uniform(-1, 1, tuple(y.shape)) for y in outputs]
+    gs = grad(list(outputs), list(xs), grad_outputs=[_on(y, w) for y, w in zip(outputs, u)],
+              allow_unused=True)
+    got = sum(float(numpy.sum(as_numpy(g.data) * d)) for g, d in zip(gs, v) if g is not None)
+    host = [as_numpy(x.data) for x in xs]
+    up = _values(fn, [_on(x, h + eps * d) for x, h, d in zip(xs, host, v)])
+    down = _values(fn, [_on(x, h - eps * d) for x, h, d in zip(xs, host, v)])
+    numeric = sum(float(numpy.sum((a - b) / (2 * eps) * w)) for a, b, w in zip(up, down, u))
+    if abs(got - numeric) <= atol + rtol * abs(numeric):
+        return None
+    return (f"gradcheck FAILED (directional, seed {seed}): u . J v is {got:.10g} by backward and "
+            f"{numeric:.10g} by central differences (rtol={rtol}, atol={atol}); run with "
+            "mode='elements' to find the entry")

@@ -77,5 +77,6 @@ def test_conv_size_helpers_are_reexported_for_dezero_code():
 def test_utils_names():
     assert set(utils.__all__) == {
         "numerical_grad", "gradient_check", "array_equal", "array_allclose", "sum_to",
-        "get_dot_graph", "plot_dot_graph", "get_conv_outsize", "get_deconv_outsize", "pair"}
+        "get_dot_graph", "plot_dot_graph", "get_conv_outsize", "get_deconv_outsize", "pair",
+        "gradcheck", "gradgradcheck", "GradcheckError"}
     assert all(callable(getattr(utils, name)) for name in utils.__all__)
