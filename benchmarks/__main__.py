@@ -45,7 +45,9 @@ def parse_args(argv):
                              "figures)")
     parser.add_argument("--torch-compile", action="store_true",
                         help="also time torch.compile of each PyTorch run (compiling takes 7 to "
-                             "60 s per workload on a small machine); shown in the notes")
+                             "60 s per workload on a small machine); shown in the notes. It slows "
+                             "the Python code run after it in the process: do not publish the "
+                             "other figures of such a run")
     parser.add_argument("--profile", metavar="NAME", choices=WORKLOADS,
                         help="print the top of a cProfile of gradcore's run of NAME; no figures")
     where = parser.add_mutually_exclusive_group()
