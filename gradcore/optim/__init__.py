@@ -7,6 +7,7 @@ A number (or nothing) first means hyperparameters; anything else first is what t
 """
 from .adagrad import AdaDelta, AdaGrad
 from .adam import Adam, AdamW
+from . import lr_scheduler
 from .hooks import ClipGrad, FreezeParam, WeightDecay
 from .optimizer import Optimizer
 from .param_state import ParamState
@@ -14,5 +15,5 @@ from .sgd import SGD, MomentumSGD
 
 __all__ = [
     "Optimizer", "SGD", "MomentumSGD", "AdaGrad", "AdaDelta", "Adam", "AdamW",
-    "WeightDecay", "ClipGrad", "FreezeParam", "ParamState",
+    "WeightDecay", "ClipGrad", "FreezeParam", "ParamState", "lr_scheduler",
 ]
