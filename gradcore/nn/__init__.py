@@ -6,7 +6,7 @@ from .layers import (MLP, BatchNorm, Conv2d, Deconv2d, Dropout, EmbedID, Embeddi
                      Sequential, Sigmoid, Tanh)
 from .module import IncompatibleKeys, Module, RemovableHandle
 from .rnn import LSTM, RNN
-from . import utils
+from . import init, utils
 
 Layer = Module  # DeZero's names: one class
 Model = Module
@@ -15,5 +15,5 @@ __all__ = [
     "Module", "Layer", "Model", "Parameter", "RemovableHandle", "IncompatibleKeys",
     "read_checkpoint", "CheckpointError", "FORMAT_KEY", "FORMAT_VERSION",
     "Linear", "Conv2d", "Deconv2d", "BatchNorm", "Dropout", "EmbedID", "Embedding",
-    "RNN", "LSTM", "ReLU", "Sigmoid", "Tanh", "Sequential", "MLP", "utils",
+    "RNN", "LSTM", "ReLU", "Sigmoid", "Tanh", "Sequential", "MLP", "init", "utils",
 ]

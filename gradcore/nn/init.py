@@ -1,0 +1,137 @@
+"""Initialisers, PyTorch's names: each fills a Parameter's data in place of the old (a counted
+write), on the Parameter's own backend, device and dtype, drawing from the backend's global
+generator (gradcore.manual_seed repeats them). Returns the Parameter.
+
+Fans follow gradcore's layouts: a Linear weight W is (in, out), as in DeZero (PyTorch's is
+(out, in)), so fan_in is its first axis; a convolution's W is (out channels, in channels,
+kh, kw), so fan_in = in channels * kh * kw and fan_out = out channels * kh * kw.
+"""
+import math
+
+__all__ = ["zeros_", "ones_", "constant_", "normal_", "uniform_", "xavier_uniform_",
+           "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_",
+           "calculate_gain"]
+
+
+def _data(p, where):
+    if p.data is None:
+        raise ValueError(f"{where}: the parameter has no data yet (a lazily sized layer makes it "
+                         "at its first call): call the model once, or give the layer its input "
+                         "size, then initialise")
+    return p.data
+
+
+def _fill(p, array):
+    p.data = array
+    return p
+
+
+def _draw(p, kind, where):
+    """Samples shaped, typed and placed like p, uniform in [0, 1) or standard normal."""
+    data = _data(p, where)
+    backend, device = p.backend, p.device
+    with backend.device_context(device):
+        draw = backend.random_uniform if kind == "uniform" else backend.random_normal
+        return draw(tuple(data.shape), data.dtype, device)
+
+
+def constant_(p, value):
+    """Every entry `value`."""
+    data = _data(p, "constant_")
+    with p.backend.device_context(p.device):
+        return _fill(p, p.backend.zeros(tuple(data.shape), data.dtype, p.device) + value)
+
+
+def zeros_(p):
+    return constant_(p, 0.0)
+
+
+def ones_(p):
+    return constant_(p, 1.0)
+
+
+def uniform_(p, a=0.0, b=1.0):
+    """Uniform in [a, b)."""
+    if not a < b:
+        raise ValueError(f"uniform_: needs a < b, got a={a}, b={b}")
+    return _fill(p, _draw(p, "uniform", "uniform_") * (b - a) + a)
+
+
+def normal_(p, mean=0.0, std=1.0):
+    """Normal with `mean` and `std`."""
+    if std < 0:
+        raise ValueError(f"normal_: std must be >= 0, got {std}")
+    return _fill(p, _draw(p, "normal", "normal_") * std + mean)
+
+
+def _fans(shape, where):
+    if len(shape) < 2:
+        raise ValueError(f"{where}: needs a weight of 2 or more axes to have fans, got shape "
+                         f"{tuple(shape)}")
+    if len(shape) == 2:  # Linear's (in, out)
+        return shape[0], shape[1]
+    receptive = math.prod(shape[2:])
+    return shape[1] * receptive, shape[0] * receptive
+
+
+def calculate_gain(nonlinearity, param=None):
+    """The gain PyTorch recommends for `nonlinearity`: 1 for linear and sigmoid, 5/3 for tanh,
+    sqrt(2) for relu, sqrt(2 / (1 + slope**2)) for leaky_relu (param: the slope, 0.01)."""
+    gains = {"linear": 1.0, "conv1d": 1.0, "conv2d": 1.0, "sigmoid": 1.0, "tanh": 5.0 / 3,
+             "relu": math.sqrt(2.0), "selu": 3.0 / 4}
+    if nonlinearity == "leaky_relu":
+        slope = 0.01 if param is None else float(param)
+        return math.sqrt(2.0 / (1 + slope ** 2))
+    if nonlinearity not in gains:
+        raise ValueError(f"calculate_gain: unknown nonlinearity {nonlinearity!r}; known: "
+                         f"{', '.join(sorted([*gains, 'leaky_relu']))}")
+    return gains[nonlinearity]
+
+
+def xavier_uniform_(p, gain=1.0):
+    """Glorot's uniform: bound gain * sqrt(6 / (fan_in + fan_out))."""
+    fan_in, fan_out = _fans(_data(p, "xavier_uniform_").shape, "xavier_uniform_")
+    bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
+    return uniform_(p, -bound, bound)
+
+
+def xavier_normal_(p, gain=1.0):
+    """Glorot's normal: std gain * sqrt(2 / (fan_in + fan_out))."""
+    fan_in, fan_out = _fans(_data(p, "xavier_normal_").shape, "xavier_normal_")
+    return normal_(p, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)))
+
+
+def _kaiming_std(p, a, mode, nonlinearity, where):
+    if mode not in ("fan_in", "fan_out"):
+        raise ValueError(f"{where}: mode must be 'fan_in' or 'fan_out', got {mode!r}")
+    fan_in, fan_out = _fans(_data(p, where).shape, where)
+    gain = calculate_gain(nonlinearity, a)
+    return gain / math.sqrt(fan_in if mode == "fan_in" else fan_out)
+
+
+def kaiming_uniform_(p, a=0.0, mode="fan_in", nonlinearity="leaky_relu"):
+    """He's uniform: bound sqrt(3) * gain / sqrt(fan) (gain sqrt(2) for relu and a=0)."""
+    bound = math.sqrt(3.0) * _kaiming_std(p, a, mode, nonlinearity, "kaiming_uniform_")
+    return uniform_(p, -bound, bound)
+
+
+def kaiming_normal_(p, a=0.0, mode="fan_in", nonlinearity="leaky_relu"):
+    """He's normal: std gain / sqrt(fan)."""
+    return normal_(p, 0.0, _kaiming_std(p, a, mode, nonlinearity, "kaiming_normal_"))
+
+
+def orthogonal_(p, gain=1.0):
+    """A (semi-)orthogonal matrix from the QR decomposition of a normal one, the weight seen as
+    (first axis, the rest flattened), times `gain`."""
+    data = _data(p, "orthogonal_")
+    if data.ndim < 2:
+        raise ValueError(f"orthogonal_: needs 2 or more axes, got shape {tuple(data.shape)}")
+    xp, backend, device = p.xp, p.backend, p.device
+    rows, cols = data.shape[0], math.prod(data.shape[1:])
+    with backend.device_context(device):
+        flat = backend.random_normal((max(rows, cols), min(rows, cols)), data.dtype, device)
+        q, r = xp.linalg.qr(flat)
+        q = q * xp.sign(xp.linalg.diagonal(r))  # a unique Q: the diagonal of R made positive
+        if rows < cols:
+            q = xp.matrix_transpose(q)
+        return _fill(p, xp.reshape(q * gain, tuple(data.shape)))
