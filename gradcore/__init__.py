@@ -8,7 +8,7 @@ from .function import Function
 from .engine import grad
 from .config import (Config, detect_anomaly, enable_grad, is_anomaly_enabled, is_grad_enabled,
                      no_grad, set_detect_anomaly, test_mode, using_config)
-from . import functions
+from . import functions, functions_conv
 from .random import manual_seed
 from . import cuda, utils
 from . import layers, models, nn
@@ -18,10 +18,15 @@ from . import dataloaders, datasets, transforms
 from .compile import compile
 from . import func
 from .recompute import checkpoint
-from .dataloaders import DataLoader
+from .dataloaders import DataLoader, SeqDataLoader
 from .datasets import Dataset
 
 __version__ = "0.1.0"
+
+
+def setup_variable():
+    """DeZero's set-up of Variable's operators; gradcore's Variable has them from the start, so
+    this does nothing (kept so that DeZero programs that call it run unchanged)."""
 
 __all__ = [
     "Variable", "Parameter", "Function", "as_variable", "as_array", "grad",
@@ -32,5 +37,6 @@ __all__ = [
     "cuda", "utils",
     "nn", "layers", "models", "Module", "Layer", "Model",
     "optim", "optimizers",
-    "datasets", "dataloaders", "transforms", "Dataset", "DataLoader", "compile", "func", "checkpoint",
+    "datasets", "dataloaders", "transforms", "Dataset", "DataLoader", "SeqDataLoader",
+    "setup_variable", "functions_conv", "compile", "func", "checkpoint",
 ]

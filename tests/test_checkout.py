@@ -68,3 +68,23 @@ def test_import_gradcore_from_beside_a_clone_that_is_not_installed(clone):
     assert gradcore_file == clone / "gradcore" / "__init__.py"
     assert backends_file == clone / "backends" / "__init__.py"
     assert module == "gradcore.variable" and grad == 6.0
+
+
+# Every name DeZero's package exports at its top level (dezero/__init__.py)
+DEZERO_TOP_LEVEL = (
+    "Variable", "Parameter", "Function", "using_config", "no_grad", "test_mode", "as_array",
+    "as_variable", "setup_variable", "Config", "Layer", "Model", "datasets", "dataloaders",
+    "optimizers", "functions", "functions_conv", "layers", "utils", "cuda", "transforms",
+    "DataLoader", "SeqDataLoader",
+)
+
+
+def test_every_top_level_name_of_dezero_imports_from_gradcore():
+    import gradcore
+
+    missing = [name for name in DEZERO_TOP_LEVEL if not hasattr(gradcore, name)]
+    assert missing == []
+    assert gradcore.setup_variable() is None
+    from gradcore.functions_conv import conv2d, im2col, pooling  # noqa: F401
+    from gradcore.dataloaders import SeqDataLoader
+    assert gradcore.SeqDataLoader is SeqDataLoader

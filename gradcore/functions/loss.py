@@ -3,6 +3,8 @@
 Like DeZero, every loss sums over the elements and divides by N = x.shape[0] (the batch size):
 for outputs of shape (N,) or (N, 1) that is the mean over all elements.
 """
+import warnings
+
 import backends
 
 from ..function import Function
@@ -102,22 +104,29 @@ def _move_array_to_variable(op, x0, x1):
 # =============================================================================== mean squared error
 class MeanSquaredError(Function):
     def forward(self, x0, x1):
-        _check_loss_operand_shapes(x0, x1, ("x0", "x1"))
-        diff = x0 - x1
-        return self.xp.sum(diff * diff) / _batch_size(x0)
+        diff = x0 - x1  # shapes that do not broadcast raise here, naming the op and both
+        self.n = _batch_size(diff)
+        return self.xp.sum(diff * diff) / self.n
 
     def backward(self, gy):
         x0, x1 = self.inputs
         n0, n1 = self.needs_input_grad
-        gx0 = gy * (x0 - x1) * (2 / _batch_size(x0))
+        gx0 = gy * (x0 - x1) * (2 / self.n)  # broadcast: the engine sums it back to each shape
         return gx0 if n0 else None, -gx0 if n1 else None
 
 
 def mean_squared_error(x0, x1):
-    """sum((x0 - x1) ** 2) / N, N = x0.shape[0] (DeZero's definition): a 0-d Variable.
-    x0 and x1 must have the same shape (no broadcasting); a raw array beside a Variable follows
-    it to its device and dtype."""
-    return MeanSquaredError()(*_move_array_to_variable("mean_squared_error", x0, x1))
+    """sum((x0 - x1) ** 2) / N, N the first axis of x0 - x1 (DeZero's definition): a 0-d
+    Variable. Shapes that differ but broadcast are computed as DeZero does (over the broadcast
+    difference) with PyTorch's warning, as that is rarely what was meant; a raw array beside a
+    Variable follows it to its device and dtype."""
+    x0, x1 = _move_array_to_variable("mean_squared_error", x0, x1)
+    s0, s1 = tuple(getattr(x0, "shape", ())), tuple(getattr(x1, "shape", ()))
+    if s0 != s1:
+        warnings.warn(f"mean_squared_error: x0 has shape {s0} and x1 {s1}; they broadcast to "
+                      "one shape, which is likely not what was meant: make them the same shape",
+                      UserWarning, stacklevel=2)
+    return MeanSquaredError()(x0, x1)
 
 
 def mean_squared_error_simple(x0, x1):

@@ -228,7 +228,6 @@ def test_softmax_cross_entropy_needs_2d_logits(xp):
 
 
 @pytest.mark.parametrize("op, a, b", [
-    (F.mean_squared_error, "x0", "x1"),
     (F.mean_squared_error_simple, "x0", "x1"),
     (F.sigmoid_cross_entropy, "x", "t"),
     (F.binary_cross_entropy, "p", "t"),
@@ -242,10 +241,23 @@ def test_losses_reject_shape_mismatch(xp, op, a, b):
     assert x0.grad is None and x1.grad is None
 
 
-def test_mean_squared_error_does_not_broadcast(xp):
-    x0 = gradcore.Variable(xp.asarray(np.ones((4, 1))))
-    with pytest.raises(ValueError, match=r"mean_squared_error: .*got \(4, 1\) and \(4,\)"):
-        F.mean_squared_error(x0, xp.asarray(np.ones(4)))
+def test_mean_squared_error_broadcasts_as_dezero_does_and_warns(xp):
+    # DeZero's RNN example compares a (1, 1) prediction with a (1,) target
+    a, b = np.array([[1.0], [2.0], [4.0]]), np.array([0.5, 1.0, 3.0])
+    x0, x1 = gradcore.Variable(xp.asarray(a)), gradcore.Variable(xp.asarray(b))
+    with pytest.warns(UserWarning, match=r"x0 has shape \(3, 1\) and x1 \(3,\); they broadcast"):
+        y = F.mean_squared_error(x0, x1)
+    diff = a - b  # (3, 3), as DeZero computes it: the sum over it, by its first axis
+    np.testing.assert_allclose(float(y.item()), np.sum(diff ** 2) / 3, rtol=1e-15)
+    y.backward()
+    np.testing.assert_allclose(xp.numpy(x0.grad.data), np.sum(2 * diff / 3, axis=1,
+                                                               keepdims=True), rtol=1e-14)
+    np.testing.assert_allclose(xp.numpy(x1.grad.data), -np.sum(2 * diff / 3, axis=0),
+                               rtol=1e-14)
+    with pytest.warns(UserWarning), pytest.raises(ValueError,
+                                                  match=r"^mean_squared_error: .*broadcast"):
+        F.mean_squared_error(gradcore.Variable(xp.asarray(np.ones((3, 2)))),
+                             gradcore.Variable(xp.asarray(np.ones((2, 3)))))
 
 
 @pytest.mark.parametrize("y, t, error, message", [
