@@ -6,8 +6,9 @@ from backends import Device, DeviceUnavailableError, cuda_available, parse_devic
 from .variable import Parameter, Variable, as_array, as_variable  # noqa: I001
 from .function import Function
 from .engine import grad
-from .config import (Config, detect_anomaly, enable_grad, is_anomaly_enabled, is_grad_enabled,
-                     no_grad, set_detect_anomaly, test_mode, using_config)
+from .config import (Config, detect_anomaly, enable_grad, get_default_dtype, is_anomaly_enabled,
+                     is_grad_enabled, no_grad, set_default_dtype, set_detect_anomaly, test_mode,
+                     using_config)
 from . import functions, functions_conv
 from .random import manual_seed
 from . import cuda, utils
@@ -33,7 +34,7 @@ __all__ = [
     "Config", "using_config", "no_grad", "enable_grad", "test_mode", "is_grad_enabled",
     "detect_anomaly", "set_detect_anomaly", "is_anomaly_enabled", "CheckpointError",
     "Device", "DeviceUnavailableError", "parse_device", "cuda_available", "functions",
-    "manual_seed",
+    "manual_seed", "set_default_dtype", "get_default_dtype",
     "cuda", "utils",
     "nn", "layers", "models", "Module", "Layer", "Model",
     "optim", "optimizers",

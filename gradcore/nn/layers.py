@@ -7,6 +7,7 @@ import numpy
 import backends
 
 from .. import functions as F
+from ..config import get_default_dtype
 from ..functions.conv import pair
 from ..variable import Parameter, as_variable
 from .module import Module, _float_name
@@ -28,8 +29,9 @@ def _optional_size(value, what, where):
 
 
 def _numpy_dtype(dtype, where):
-    """A floating dtype as the NumPy dtype of the same name (the layers' `dtype` attribute)."""
-    return numpy.dtype(_float_name(dtype, where))
+    """A floating dtype as the NumPy dtype of the same name (the layers' `dtype` attribute);
+    None: gradcore's default (float32 unless gradcore.set_default_dtype changed it)."""
+    return numpy.dtype(_float_name(get_default_dtype() if dtype is None else dtype, where))
 
 
 def _normal(backend, device, shape, dtype, scale):
@@ -40,15 +42,14 @@ def _normal(backend, device, shape, dtype, scale):
         return w if scale == 1.0 else w * scale
 
 
-def _placement(x, fallback, where):
+def _placement(x, dtype, where):
     """(backend, device, dtype) for parameters created at the first call on input `x`: x's
-    backend and device, and x's dtype when it is floating (else `fallback`, a NumPy dtype)."""
+    backend and device, and the layer's `dtype` (a NumPy dtype) in x's namespace: a float64
+    input meets float32 weights, as in DeZero and PyTorch, unless the layer says otherwise."""
     x = as_variable(x)
     if x.data is None:
         raise ValueError(f"{where}: the input has no data (data is None)")
-    backend, xp = x.backend, x.xp
-    dtype = x.dtype if xp.isdtype(x.dtype, "real floating") else getattr(xp, fallback.name)
-    return backend, x.device, dtype
+    return x.backend, x.device, getattr(x.xp, dtype.name)
 
 
 def _numpy_on_cpu():
@@ -97,13 +98,15 @@ class Linear(Module):
     b (out_size,).
 
     `Linear(out_size)` (DeZero) learns in_size from the first input, and creates W and b then on
-    that input's device in its (floating) dtype; `Linear(in_size, out_size)` or
-    `Linear(out_size, in_size=...)` creates them now, on the CPU in `dtype`. W is drawn as
+    that input's device in the layer's dtype; `Linear(in_size, out_size)` or
+    `Linear(out_size, in_size=...)` creates them now, on the CPU. `dtype`: float32 unless
+    gradcore.set_default_dtype says otherwise (a float64 input then gives a float64 result, as
+    NumPy computes it, and float32 gradients for W and b). W is drawn as
     randn(in_size, out_size) * sqrt(1 / in_size) (seed with numpy.random.seed or
     gradcore.manual_seed), b is zeros. `nobias=True` leaves b out (b is None).
     """
 
-    def __init__(self, *sizes, out_size=None, nobias=False, dtype=numpy.float32, in_size=None):
+    def __init__(self, *sizes, out_size=None, nobias=False, dtype=None, in_size=None):
         super().__init__()
         self.in_size, self.out_size = _linear_sizes(sizes, in_size, out_size)
         _declare_weight_and_bias(self, nobias, dtype, "Linear")
@@ -149,7 +152,7 @@ class _ConvBase(Module):
     _in_axis = None  # the axis of W that runs over the input channels
 
     def __init__(self, out_channels, kernel_size, stride=1, pad=0, nobias=False,
-                 dtype=numpy.float32, in_channels=None):
+                 dtype=None, in_channels=None):
         super().__init__()
         where = self._name
         self.out_channels = _size(out_channels, "out_channels", where)
@@ -239,12 +242,14 @@ class BatchNorm(Module):
 
     gamma (ones) and beta (zeros) are parameters; the running statistics avg_mean (zeros) and
     avg_var (ones) are buffers (saved and moved, not trained). All four are created at the first
-    call, shaped (C,) on the input's device in its dtype. In train mode the batch statistics are
+    call, shaped (C,) on the input's device in the layer's dtype (`dtype`; float32, or what
+    gradcore.set_default_dtype set). In train mode the batch statistics are
     used and the running ones updated (decay); in eval / test mode the running ones are used.
     """
 
-    def __init__(self, decay=0.9, eps=2e-5):
+    def __init__(self, decay=0.9, eps=2e-5, dtype=None):
         super().__init__()
+        self.dtype = _numpy_dtype(dtype, "BatchNorm")
         for name, value in (("decay", decay), ("eps", eps)):
             if isinstance(value, bool) or not isinstance(value, numbers.Real):
                 raise TypeError(f"BatchNorm: {name} must be a number, got {value!r}")
@@ -263,7 +268,7 @@ class BatchNorm(Module):
             if len(shape) < 2:
                 raise ValueError(f"BatchNorm: x must be (N, C) or (N, C, ...) with channels on "
                                  f"axis 1, got shape {shape}")
-            backend, device, dtype = _placement(x, numpy.dtype(numpy.float32), "BatchNorm")
+            backend, device, dtype = _placement(x, self.dtype, "BatchNorm")
             C = shape[1]
             with backend.device_context(device):
                 for v, fill in ((self.avg_mean, 0.0), (self.avg_var, 1.0),
@@ -303,7 +308,7 @@ class EmbedID(Module):
     x.shape + (out_size,). W is randn(in_size, out_size), created on the CPU in `dtype`
     (DeZero keeps float64; float32 here like the other layers)."""
 
-    def __init__(self, in_size, out_size, dtype=numpy.float32):
+    def __init__(self, in_size, out_size, dtype=None):
         super().__init__()
         self.in_size = _size(in_size, "in_size", "EmbedID")
         self.out_size = _size(out_size, "out_size", "EmbedID")
