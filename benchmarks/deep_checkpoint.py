@@ -6,12 +6,14 @@ arrays, for one more forward's worth of time. The floor is deep's (it keeps ever
 as eager autodiff does: deep shows gradcore within 2% of it), so the ratios to it read as
 "against no checkpoints". PyTorch does the same with torch.utils.checkpoint.
 """
-import backends
+import dataclasses
+
 import gradcore
 import gradcore.functions as F
 
-from .common import Memory, Workload, on_device, ratio_target, to_device
-from .deep import DEPTH, SIZE, _x, deep_floor, probe, verify
+from . import deep
+from .common import Workload, one_input, ratio_target
+from .deep import DEPTH, SIZE, _x, deep_floor, verify
 
 EVERY = 10  # layers per checkpointed block
 
@@ -47,19 +49,8 @@ def checkpointed_torch(torch, x0):
     return x.grad
 
 
-def make_gradcore(device):
-    x0 = to_device(device, _x())
-    return lambda: checkpointed_gradcore(x0)
-
-
-def make_floor(device):
-    x0 = to_device(device, _x())
-    return on_device(device, deep_floor, backends.backend_for_device(device).xp, x0)
-
-
-def make_torch(torch, device):
-    x0 = torch.tensor(_x(), device=device)
-    return lambda: checkpointed_torch(torch, x0)
+make_gradcore, make_floor, make_torch, _ = one_input(
+    _x, checkpointed_gradcore, deep_floor, checkpointed_torch)
 
 
 WORKLOAD = Workload(
@@ -78,12 +69,8 @@ WORKLOAD = Workload(
     time_unit="ms",
     repeat=5,
     warmup=1,
-    memory=Memory(
-        summary=("peak memory of one run above the process's baseline, in a fresh process per "
-                 f"implementation; one input is {SIZE * 4 / 2 ** 20:.2f} MiB"),
-        probe=probe,
-        rows=(("deep_checkpoint, peak memory", "peak_mib", True),),
-    ),
+    memory=dataclasses.replace(deep.WORKLOAD.memory,
+                               rows=(("deep_checkpoint, peak memory", "peak_mib", True),)),
     targets=(ratio_target("<= 1.5x the time without checkpoints (the floor)", "gradcore/floor",
                           1.5),
              ratio_target("peak memory <= 0.25x without checkpoints (the floor)",
