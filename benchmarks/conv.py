@@ -9,9 +9,9 @@ import numpy
 
 import gradcore.functions as F
 
-from .common import Workload, ratio_target
+from .common import Workload
 from .mlp import softmax_cross_entropy_floor
-from .training import LR, step_memory, training_workload
+from .training import LR, REPLAY_TARGETS, STEP, step_memory, training_workload
 
 BATCH = 32
 CHANNELS = (3, 16, 32)
@@ -172,9 +172,7 @@ WORKLOAD = Workload(
     summary=(f"one SGD step (lr {LR}) of conv{KERNEL}x{KERNEL}({CHANNELS[0]}->{CHANNELS[1]})-"
              f"relu-maxpool-conv({CHANNELS[1]}->{CHANNELS[2]})-relu-maxpool-linear({FLAT}->"
              f"{CLASSES}) on {BATCH}x{CHANNELS[0]}x{SIZE}x{SIZE}, float32"),
-    count=1,
-    unit="step",
-    convention="one step = clear gradients, forward, backward, update every parameter",
+    **STEP,
     gradcore=make_gradcore,
     replay=make_replay,
     floor=make_floor,
@@ -183,9 +181,6 @@ WORKLOAD = Workload(
                  "out (no gradient for the input), in-place update"),
     torch=make_torch,
     verify=verify,
-    time_unit="ms",
     memory=step_memory("conv", PARAMETERS),
-    targets=(ratio_target("replay <= 1.0x the floor", "replay/floor", 1.0, row="replay"),
-             ratio_target("replay peak memory <= gradcore's", "memory replay/gradcore", 1.0,
-                          row="replay peak_mib")),
+    targets=REPLAY_TARGETS,
 )

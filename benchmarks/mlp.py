@@ -9,7 +9,7 @@ import numpy
 import gradcore.functions as F
 
 from .common import Workload, ratio_target
-from .training import LR, step_memory, training_workload
+from .training import LR, REPLAY_TARGETS, STEP, step_memory, training_workload
 
 SIZES = (784, 1000, 1000, 10)
 BATCH = 128
@@ -91,9 +91,7 @@ WORKLOAD = Workload(
     name="mlp",
     summary=(f"one SGD step (lr {LR}) of a {'-'.join(map(str, SIZES))} relu MLP, batch {BATCH}, "
              "float32: forward, softmax cross entropy, backward, in-place update"),
-    count=1,
-    unit="step",
-    convention="one step = clear gradients, forward, backward, update every parameter",
+    **STEP,
     gradcore=make_gradcore,
     replay=make_replay,
     floor=make_floor,
@@ -101,10 +99,7 @@ WORKLOAD = Workload(
                  "for the input), in-place update"),
     torch=make_torch,
     verify=verify,
-    time_unit="ms",
     memory=step_memory("mlp", PARAMETERS),
     targets=(ratio_target("<= 1.15x the floor (NumPy on a CPU)", "gradcore/floor", 1.15),
-             ratio_target("replay <= 1.0x the floor", "replay/floor", 1.0, row="replay"),
-             ratio_target("replay peak memory <= gradcore's", "memory replay/gradcore", 1.0,
-                          row="replay peak_mib")),
+             *REPLAY_TARGETS),
 )

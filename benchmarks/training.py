@@ -22,7 +22,7 @@ import numpy
 import backends
 import gradcore
 
-from .common import Memory, on_device, replayed
+from .common import Memory, on_device, ratio_target, replayed
 
 LR = 0.01
 RTOL = 2e-3  # float32 against the float64 reference, relative to the largest entry
@@ -55,6 +55,16 @@ def probe(run, meter):
     meter.start()
     result = run()
     return {"peak_mib": meter.peak_mib()}, result
+
+
+# What every training workload's record says the same way: a step, timed in ms
+STEP = {"count": 1, "unit": "step", "time_unit": "ms",
+        "convention": "one step = clear gradients, forward, backward, update every parameter"}
+# The replay's goals on a training step: no slower than the floor, no more memory than eager
+REPLAY_TARGETS = (
+    ratio_target("replay <= 1.0x the floor", "replay/floor", 1.0, row="replay"),
+    ratio_target("replay peak memory <= gradcore's", "memory replay/gradcore", 1.0,
+                 row="replay peak_mib"))
 
 
 def step_memory(name, parameters):

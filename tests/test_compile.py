@@ -50,9 +50,10 @@ def test_replay_equals_eager_for_new_inputs(fn, make):
     assert (stats["tapes"], stats["recordings"], stats["replays"]) == (1, 1, 4)
 
 
-def _training(opt_cls, layers=(16, 3), dropout=False):
-    """A model, its optimizer and a train step; weights are made at the first call."""
-    model = nn.MLP(layers)
+def _training(opt_cls, layers=(16, 3), dropout=False, model=None):
+    """A model (an MLP of `layers` by default), its optimizer and a train step; weights are
+    made at the first call."""
+    model = nn.MLP(layers) if model is None else model
     opt = opt_cls().setup(model)
 
     def step(x, t):
@@ -498,14 +499,7 @@ def test_a_model_replaced_or_changed_records_again():
 def test_batch_norm_in_train_and_test_mode_replays():
     def make():
         model = nn.Sequential(nn.Linear(5), nn.BatchNorm(), nn.ReLU(), nn.Linear(2))
-        opt = optim.MomentumSGD(lr=0.1).setup(model)
-
-        def step(x, t):
-            loss = F.softmax_cross_entropy(model(x), t)
-            model.cleargrads()
-            loss.backward()
-            opt.update()
-            return loss
+        model, _, step = _training(optim.MomentumSGD, model=model)
         return model, step
 
     (eager_model, eager_step), (model, step) = make(), make()

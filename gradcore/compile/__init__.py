@@ -1,20 +1,14 @@
 """gradcore.compile: record a step once, replay it as a flat tape of array operations.
 
-    @gradcore.compile
-    def train_step(x, t):
-        loss = F.softmax_cross_entropy(model(x), t)
-        model.cleargrads()
-        loss.backward()
-        opt.update()
-        return loss
-
-The first call with arguments of new shapes, dtypes or devices runs eagerly and records every
-array operation it performs (forward, backward, anything else); later calls with arguments like
-them replay that tape: the same operations in the same order, with no Variables, Functions or
-graph walk. The optimizer's update runs as it does eagerly, so learning-rate changes and Adam's
-step count are honoured. A step that reads a traced value on the host (`float(loss)`, `.item()`,
-`bool(x)`, printing) or whose shapes depend on values stays eager for those arguments, with one
-warning naming the line. See the README's section on compile for the rules.
+`train_step = gradcore.compile(train_step)`, or `@gradcore.compile` on its definition (the
+README's section "Record once, replay" has a whole training loop and the rules). The first call
+with arguments of new shapes, dtypes or devices runs eagerly and records every array operation
+it performs (forward, backward, anything else); later calls with arguments like them replay
+that tape: the same operations in the same order, with no Variables, Functions or graph walk.
+The optimizer's update runs as it does eagerly, so learning-rate changes and Adam's step count
+are honoured. A step that reads a traced value on the host (`float(loss)`, `.item()`, printing)
+or whose shapes depend on values stays eager for those arguments, with one warning naming the
+line.
 """
 import collections
 import functools
