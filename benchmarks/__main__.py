@@ -14,9 +14,9 @@ import sys
 
 import backends
 
-from . import WORKLOADS, common, load
-from .common import (Progress, load_average, machine_info, prepare, resolve_device, run_workload,
-                     thread_environment, time_once)
+from . import WORKLOADS, load, torch_compiled
+from .common import (SCALES, TORCH_COMPILE, Progress, load_average, machine_info, prepare,
+                     resolve_device, run_child, run_workload, thread_environment, time_once)
 from .memory import measure, measured_kinds
 from .report import LOCAL, PUBLISHED, PUBLISHED_MD, print_table, write_all, write_json
 
@@ -43,11 +43,9 @@ def parse_args(argv):
                         help="threads for the BLAS under NumPy and for PyTorch, the same for both "
                              "(default 1: spinning BLAS threads on a busy machine swamp the "
                              "figures)")
-    parser.add_argument("--torch-compile", action="store_true",
-                        help="also time torch.compile of each PyTorch run (compiling takes 7 to "
-                             "60 s per workload on a small machine); shown in the notes. It slows "
-                             "the Python code run after it in the process: do not publish the "
-                             "other figures of such a run")
+    parser.add_argument("--no-torch-compile", action="store_true",
+                        help="skip torch.compile of each PyTorch run (timed in a process of its "
+                             "own; a cold compile takes up to a minute per workload)")
     parser.add_argument("--profile", metavar="NAME", choices=WORKLOADS,
                         help="print the top of a cProfile of gradcore's run of NAME; no figures")
     where = parser.add_mutually_exclusive_group()
@@ -137,7 +135,6 @@ def _runs(workload, args):
 def run_suite(args, argv):
     device = args.device
     workloads = load(args.only)
-    common.RUN_TORCH_COMPILE = args.torch_compile
     plan = sum((sum(_runs(w, args)) if w.timed else 0)
                + (len(measured_kinds(w)) * MEMORY_WEIGHT if w.memory else 0) for w in workloads)
     progress = Progress(plan)
@@ -179,6 +176,24 @@ def run_suite(args, argv):
     return 1 if failed else 0
 
 
+def _torch_compiled(workload, device, args, repeat, warmup, progress):
+    """torch.compile's entry for `workload`, from a process of its own (see torch_compiled.py),
+    with the figure per unit the table's other entries have."""
+    if args.no_torch_compile:
+        return {"status": "skipped", "reason": "not run: --no-torch-compile"}
+    progress.say(f"{workload.name}: torch.compile, in a process of its own (compiling can take "
+                 "a minute)")
+    entry = run_child("torch_compiled", [workload.name, device, args.threads, repeat, warmup],
+                      env=thread_environment(args.threads), timeout=torch_compiled.TIMEOUT_S)
+    if entry.get("status") == "ok":
+        scale = SCALES[workload.time_unit] / workload.count
+        entry[f"median_{workload.time_unit}_per_{workload.unit}"] = (
+            entry["median_s_per_run"] * scale)
+    elif entry.get("status") == "error":
+        progress.say(f"{workload.name}/torch.compile FAILED: {entry['error']}")
+    return entry
+
+
 def run_one(workload, device, args, command, started, info, progress):
     """The JSON record of one workload: what it is, its times, its memory, its targets."""
     repeat, warmup = _runs(workload, args)
@@ -204,6 +219,9 @@ def run_one(workload, device, args, command, started, info, progress):
     }
     if workload.timed:
         record.update(run_workload(workload, device, repeat, warmup, args.threads, progress))
+        if workload.torch is not None:
+            record["results"][TORCH_COMPILE] = _torch_compiled(workload, device, args, repeat,
+                                                               warmup, progress)
     if workload.memory is not None:
         progress.say(f"{workload.name}: memory, one fresh process per implementation")
         record["memory"] = measure(workload, device, args.threads, progress)

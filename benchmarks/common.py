@@ -23,10 +23,9 @@ SCALES = {"ns": 1e9, "us": 1e6, "ms": 1e3, "s": 1.0}
 KINDS = ("gradcore", "floor", "torch")  # the three columns, in table order
 # gradcore.compile's replay of gradcore's run: a row of its own under each workload's figures
 REPLAY = "replay"
-# PyTorch's own compiler on PyTorch's run: a note under each workload, when --torch-compile asks
-# for it (it compiles for 7 to 60 s per workload on our 2-core VM)
+# PyTorch's own compiler on PyTorch's run: a note under each workload, timed in a process of its
+# own (benchmarks/torch_compiled.py)
 TORCH_COMPILE = "torch_compile"
-RUN_TORCH_COMPILE = False  # set by --torch-compile
 # The id of a workload's time row; a memory row's id is its figure's key ("peak_mib")
 TIME_ROW = "time"
 # The variables that fix the thread count of the BLAS under NumPy and of PyTorch's OpenMP pool.
@@ -343,12 +342,9 @@ class Contender:
 
 
 def candidates(workload):
-    """(key, factory) for every implementation: the three columns, the replay, torch.compile of
-    the PyTorch run, the references."""
+    """(key, factory) for every implementation timed in the suite's process: the three columns,
+    the replay, the references."""
     pairs = [(kind, getattr(workload, kind)) for kind in (*KINDS, REPLAY)]
-    if workload.torch is not None:
-        pairs.append((TORCH_COMPILE, lambda torch, device: torch_compiled(
-            torch, workload.torch(torch, device))))
     return pairs + [(key, factory) for key, _, factory in workload.references]
 
 
@@ -366,10 +362,7 @@ def _call_overhead(run, calls=2000):
 
 def torch_compiled(torch, run):
     """`run` (PyTorch's) through torch.compile, compiled by a first call outside the clock; its
-    `facts` say how long that took. Unavailable unless --torch-compile, or if it fails here."""
-    if not RUN_TORCH_COMPILE:
-        raise Unavailable("not run: torch.compile takes 7 to 60 s per workload here; "
-                          "--torch-compile runs it")
+    `facts` say how long that took. Unavailable if it fails here."""
     compiled = torch.compile(run)
     start = time.perf_counter()
     try:
@@ -421,8 +414,6 @@ def run_workload(workload, device, repeat, warmup, threads, progress):
     for c in contenders:
         entries[c.key] = _entry(workload, c, warmup)
     results = {kind: entries[kind] for kind in (*KINDS, REPLAY)}
-    if TORCH_COMPILE in entries:
-        results[TORCH_COMPILE] = entries[TORCH_COMPILE]
     return {
         "results": results,
         "references": {key: {**entries[key], "label": label}
@@ -454,9 +445,7 @@ def _entry(workload, contender, warmup):
     """The record of one implementation: its figures, or why there are none."""
     if contender.error is None:
         try:
-            # torch.compile's run must give what PyTorch's does
-            kind = "torch" if contender.key == TORCH_COMPILE else contender.key
-            workload.verify(kind, contender.result)
+            workload.verify(contender.key, contender.result)
         except Exception as e:  # a wrong answer is reported, never timed
             contender.error = f"wrong result: {e}"
     if contender.error is not None:

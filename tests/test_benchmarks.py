@@ -15,10 +15,10 @@ import pytest
 
 import benchmarks
 from benchmarks import __main__ as suite
-from benchmarks import common, memory, stripped, wide
-from benchmarks.common import (KINDS, REPLAY, Progress, Target, Unavailable, Workload,
-                               candidates, gradcore_ratios, prepare, progress_line, ratio_target,
-                               resolve_device, thread_environment, torch_device)
+from benchmarks import memory, stripped, wide
+from benchmarks.common import (KINDS, REPLAY, Progress, Target, Workload, candidates,
+                               gradcore_ratios, progress_line, ratio_target, resolve_device,
+                               run_child, thread_environment, torch_device)
 from benchmarks.report import (LOCAL, chart_panels, print_table, reference_figure, rows, table,
                                targets_of, upgraded, write_all)
 
@@ -36,26 +36,21 @@ ROWS = [(workload.name, key) for workload in benchmarks.load()
 def test_each_implementation_runs_and_passes_verify(name, key):
     workload, = benchmarks.load([name])
     factory = dict(candidates(workload))[key]
-    if key == common.TORCH_COMPILE:  # not compiled unless asked (minutes): see the next test
-        torch = pytest.importorskip("torch")
-        with pytest.raises(Unavailable, match="--torch-compile runs it"):
-            factory(torch, "cpu")
-        return
     if key == "torch":
         factory = _torch_factory(factory)
     result = factory(resolve_device("cpu"))()
     workload.verify(key, result)
 
 
-def test_torch_compile_runs_when_asked(monkeypatch):
-    torch = pytest.importorskip("torch")
-    monkeypatch.setattr(common, "RUN_TORCH_COMPILE", True)
-    workload, = benchmarks.load(["hod"])  # the quickest to compile
-    contender = prepare(common.TORCH_COMPILE, dict(candidates(workload))[common.TORCH_COMPILE],
-                        resolve_device("cpu"), 1)
-    assert contender.facts["compile_s"] > 0 and contender.facts["torch_device"] == "cpu"
-    workload.verify("torch", contender.run())
-    assert torch.get_num_threads() == 1
+def test_torch_compile_is_timed_in_a_process_of_its_own():
+    pytest.importorskip("torch")
+    from benchmarks import torch_compiled
+    entry = run_child("torch_compiled", ["hod", "cpu", 1, 2, 1],  # the quickest to compile
+                      env=thread_environment(1), timeout=torch_compiled.TIMEOUT_S)
+    assert entry["status"] == "ok", entry
+    assert entry["compile_s"] > 0 and len(entry["samples_s_per_run"]) == 2
+    assert entry["median_s_per_run"] > 0 and entry["torch_eager_median_s_per_run"] > 0
+    assert (entry["torch_device"], entry["torch_threads"]) == ("cpu", 1)
 
 
 def _torch_factory(factory):
@@ -120,7 +115,8 @@ def test_a_run_writes_only_to_its_folder_and_publish_writes_the_committed_files(
     def run(*args):
         before = files()
         done = subprocess.run([sys.executable, "-m", "benchmarks", "--device", "cpu", "--only",
-                               "chain", "--repeat", "1", "--warmup", "0", *args],
+                               "chain", "--repeat", "1", "--warmup", "0", "--no-torch-compile",
+                               *args],
                               cwd=tmp_path, env=thread_environment(1), capture_output=True,
                               text=True)
         assert done.returncode == 0, done.stderr

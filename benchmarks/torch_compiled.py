@@ -1,0 +1,57 @@
+"""torch.compile's figure for one workload, taken in a process of its own.
+
+After torch.compile has run in a process, the Python code run there afterwards is slower (on
+our VM gradcore's eager figures came out 10-20% slower and its recordings ten times slower), so
+the suite never compiles in its own process: `python -m benchmarks.torch_compiled NAME DEVICE
+THREADS REPEAT WARMUP` builds the workload's PyTorch run twice, eager and through
+torch.compile (the first call, which compiles, outside the clock), times them in turns as the
+suite does, checks both results, and prints one JSON line: the compiled run's figures, its
+compile time, and PyTorch eager's median in the same process.
+"""
+import json
+import statistics
+import sys
+import traceback
+
+from . import load
+from .common import (TORCH_COMPILE, Unavailable, prepare, resolve_device, time_once,
+                     torch_compiled)
+
+TIMEOUT_S = 900  # a cold compile of chain or wide takes about a minute on our VM
+
+
+def child(argv):
+    name, device_name, threads, repeat, warmup = argv
+    workload = load([name])[0]
+    device = resolve_device(device_name)
+    try:
+        eager = prepare("torch", workload.torch, device, int(threads))
+        compiled = prepare(TORCH_COMPILE, lambda torch, where: torch_compiled(
+            torch, workload.torch(torch, where)), device, int(threads))
+    except Unavailable as e:
+        print(json.dumps({"status": "skipped", "reason": str(e)}))
+        return 0
+    for round in range(int(warmup) + int(repeat)):
+        for contender in (eager, compiled):
+            seconds, contender.result = time_once(contender.run, contender.sync)
+            if round >= int(warmup):
+                contender.samples.append(seconds)
+    for contender in (eager, compiled):
+        workload.verify("torch", contender.result)
+    print(json.dumps({
+        "status": "ok", "compile_s": compiled.facts["compile_s"],
+        "median_s_per_run": statistics.median(compiled.samples),
+        "samples_s_per_run": compiled.samples,
+        "torch_eager_median_s_per_run": statistics.median(eager.samples),
+        "torch_device": compiled.facts["torch_device"],
+        "torch_threads": compiled.facts["torch_threads"],
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(child(sys.argv[1:]))
+    except Exception:
+        traceback.print_exc()
+        sys.exit(1)
