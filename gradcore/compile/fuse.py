@@ -39,11 +39,13 @@ def fuse(lines, outputs, source_of):
     fused function (and a line per result it hands on). `source_of(lines, inputs, results)` writes
     the function's Python source and its globals (the tape's statement writer). New slots, for
     a function's tuple of results, are numbered after every slot `lines` uses."""
+    if not any(map(_elementwise, lines)):  # nothing to fuse (NumPy: no fuse at all)
+        return lines
     used = [line.out for line in lines if line.out is not None]
     for line in lines:
         used.extend(slots_in(line.kwargs, slots_in(line.args, [])))
     spare = iter(range(max(used, default=-1) + 1, 1 << 62))
-    read_after = _read_after(lines, outputs)
+    read_after = _last_reads(lines, outputs)
     fused, run = [], []
     for i, line in enumerate(lines):
         if _elementwise(line):
@@ -56,14 +58,15 @@ def fuse(lines, outputs, source_of):
     return fused
 
 
-def _read_after(lines, outputs):
-    """For each line index, the slots some later line (or the step's results) reads."""
-    later = set(outputs)
-    after = [None] * len(lines)
-    for i in range(len(lines) - 1, -1, -1):
-        after[i] = set(later)
-        later.update(slots_in(lines[i].kwargs, slots_in(lines[i].args, [])))
-    return after
+def _last_reads(lines, outputs):
+    """For each slot, the index of the last line that reads it (the step's results: past the
+    end): a slot is read after line i when its last read is later than i."""
+    last = {}
+    for i, line in enumerate(lines):
+        for slot in slots_in(line.kwargs, slots_in(line.args, [])):
+            last[slot] = i
+    last.update((slot, len(lines)) for slot in outputs)
+    return last
 
 
 def _fused_run(run, read_after, source_of, spare):
@@ -74,8 +77,8 @@ def _fused_run(run, read_after, source_of, spare):
     made = [line.out for line in lines]
     inputs = list(dict.fromkeys(slot for line in lines for slot in slots_in(line.args, [])
                                 if slot not in made))
-    last = run[-1][0]
-    results = [slot for slot in dict.fromkeys(made) if slot in read_after[last]]
+    end = run[-1][0]
+    results = [slot for slot in dict.fromkeys(made) if read_after.get(slot, -1) > end]
     if not results:
         return lines  # nothing of it is read later: dead lines, left for the tape to drop
     source, namespace = source_of(lines, inputs, results)
