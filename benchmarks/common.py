@@ -188,13 +188,16 @@ def one_input(make_input, run_gradcore, run_floor, run_torch):
 def replayed(run):
     """`run` compiled with gradcore.compile and run until it replays compiled Python (the first
     call records, the next ones interpret the tape), outside the clock. The returned run has
-    `facts`: the time of a recording (the process's second: the first also makes the traced
-    array classes and warms up their code) and the tape's size."""
+    `facts`: the median time of three recordings (after a first: it also makes the traced array
+    classes and warms up their code) and the tape's size."""
     gradcore.compile(run)()  # a first recording pays what only the process's first one does
-    compiled = gradcore.compile(run)
-    start = time.perf_counter()
-    compiled()
-    recording = time.perf_counter() - start
+    recordings = []
+    for _ in range(3):  # the median of three, as one sample swings with the machine's load
+        compiled = gradcore.compile(run)
+        start = time.perf_counter()
+        compiled()
+        recordings.append(time.perf_counter() - start)
+    recording = statistics.median(recordings)
     for _ in range(INTERPRETED_REPLAYS + 1):
         compiled()
     stats = compiled.stats()
@@ -202,7 +205,7 @@ def replayed(run):
         raise RuntimeError(f"gradcore.compile did not record a tape: {stats['why eager']}")
     # calls: how many times `run` ran here (a training step advances the model each time)
     compiled.facts = {"recording_s": recording, "tape_ops": stats["ops"][0],
-                      "calls": 2 + stats["replays"], "call_overhead_us": _call_overhead(run)}
+                      "calls": 4 + stats["replays"], "call_overhead_us": _call_overhead(run)}
     return compiled
 
 

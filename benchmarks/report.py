@@ -212,8 +212,8 @@ def _notes(record, library):
         eager = measured(results.get("gradcore", {}), "median_s_per_run")
         times = f" ({replay['recording_s'] / eager:.1f}x one eager run)" if eager else ""
         lines.append(f"    replay: gradcore.compile of gradcore's run, recorded in "
-                     f"{replay['recording_s'] * 1e3:.3g} ms{times}, its second recording in the "
-                     f"process (the first pays one-time set-up too): a tape of "
+                     f"{replay['recording_s'] * 1e3:.3g} ms{times} (the median of three, "
+                     f"after a first that pays one-time set-up): a tape of "
                      f"{replay['tape_ops']:,} ops, replayed as compiled Python"
                      + (f"; a call costs {replay['call_overhead_us']:.2g} µs besides its ops"
                         if "call_overhead_us" in replay else ""))
