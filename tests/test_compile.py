@@ -399,12 +399,15 @@ def test_check_must_be_a_count():
 
 
 def test_a_buffer_is_reused_only_where_nothing_else_sees_it():
+    from gradcore.compile.tape import REUSE_BYTES
+    n = REUSE_BYTES // 8 + 2  # float64 arrays big enough for reuse to pay
+
     def step(x0):
         x = gradcore.Variable(x0)
         a = x * 2.0
-        view = F.reshape(a, (3, 2))  # the same memory as a
+        view = F.reshape(a, (n // 2, 2))  # the same memory as a
         b = a + 1.0  # a's last direct use; writing b into a would change the view
-        c = F.reshape(b, (3, 2)) * view
+        c = F.reshape(b, (n // 2, 2)) * view
         d = F.exp(c) * 3.0  # exp(c) is read here last and is no one else's: 3.0 * it goes there
         y = F.sum(d * view)
         y.backward()
@@ -413,7 +416,7 @@ def test_a_buffer_is_reused_only_where_nothing_else_sees_it():
     compiled = gradcore.compile(step)
     rng = np.random.default_rng(0)
     for _ in range(5):
-        x0 = rng.standard_normal(6)
+        x0 = rng.standard_normal(n)
         assert same(compiled(x0), step(x0))
     source = compiled.tapes()[0].source
     assert "out=" in source

@@ -39,7 +39,10 @@ def fuse(lines, outputs, source_of):
     fused function (and a line per result it hands on). `source_of(lines, inputs, results)` writes
     the function's Python source and its globals (the tape's statement writer). New slots, for
     a function's tuple of results, are numbered after every slot `lines` uses."""
-    if not any(map(_elementwise, lines)):  # nothing to fuse (NumPy: no fuse at all)
+    namespaces = {id(line.array.xp): line.array.xp for line in lines if line.array is not None}
+    if not any(hasattr(xp, "fuse") for xp in namespaces.values()):
+        return lines  # nothing can fuse here (NumPy has no fuse): asked once, not per line
+    if not any(map(_elementwise, lines)):
         return lines
     used = [line.out for line in lines if line.out is not None]
     for line in lines:

@@ -40,7 +40,9 @@ class Tape:
         self.guards = [line.target for line in recorder.lines if line.kind == "load_grad"]
         lines, self.frees = _needed(recorder.lines, outputs)
         if fusing:  # where the array library fuses (CuPy): see fuse.py
-            lines, self.frees = _needed(fuse(lines, outputs, _fused_source), outputs)
+            fused = fuse(lines, outputs, _fused_source)
+            if fused is not lines:
+                lines, self.frees = _needed(fused, outputs)
         self.lines = _reuse_buffers(lines, self.frees, set(outputs))
         self.arguments = recorder.arguments
         self.ops = sum(1 for line in self.lines if line.kind not in (
@@ -122,12 +124,19 @@ def _ufunc(line):
     return function if type(function).__name__ == "ufunc" else None
 
 
+# Below this size an allocation is cheap (NumPy keeps small blocks for reuse; large ones are
+# mapped from the system afresh): reusing buffers pays above it, and the pass is skipped below
+REUSE_BYTES = 1 << 16
+
+
 def _reuse_buffers(lines, frees, outputs):
     """Lines rewritten to write their result into the memory of an input they read last, as
     `multiply(a, b, out=a)`: a replay allocates less (eager code cannot know that `a` dies
     there). The input must be an array a line made (no one else's), of the result's shape and
     dtype, held by nothing after the line: not a result, not stored or handed to an opaque line
     or kept in an index key, with no view of it used later."""
+    if not any(line.array is not None and line.array.nbytes >= REUSE_BYTES for line in lines):
+        return lines
     last = {}
     for i, free in enumerate(frees):
         for slot in free:
@@ -142,7 +151,8 @@ def _reuse_buffers(lines, frees, outputs):
             kept.update(slots_in(line.kwargs, slots_in(line.args, [])))
     rewritten = []
     for i, line in enumerate(lines):
-        function = _ufunc(line)
+        function = _ufunc(line) if line.array is not None and (
+            line.array.nbytes >= REUSE_BYTES) else None
         if function is not None:
             for slot in dict.fromkeys(slots_in(line.args, [])):
                 facts = made.get(slot)
