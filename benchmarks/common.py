@@ -10,6 +10,7 @@ import statistics
 import subprocess
 import sys
 import time
+import traceback
 from typing import Callable, Optional
 
 import numpy
@@ -227,6 +228,16 @@ def run_child(module, args, env=None, timeout=None):
             pass
     last = (done.stderr.strip().splitlines() or ["no output"])[-1]
     return {"status": "error", "error": f"child exited with {done.returncode}: {last}"}
+
+
+def child_main(child):
+    """The `__main__` of a child module: child(argv) is its exit status; a traceback and status 1
+    on an exception (run_child then reports the traceback's last line)."""
+    try:
+        sys.exit(child(sys.argv[1:]))
+    except Exception:
+        traceback.print_exc()
+        sys.exit(1)
 
 
 def thread_environment(threads):

@@ -21,11 +21,10 @@ import ctypes
 import json
 import resource
 import sys
-import traceback
 
 from . import load
-from .common import (KINDS, REPLAY, Unavailable, gradcore_ratios, import_torch, measured, missing,
-                     prepare, resolve_device, run_child, thread_environment)
+from .common import (KINDS, REPLAY, Unavailable, child_main, gradcore_ratios, import_torch,
+                     measured, missing, prepare, resolve_device, run_child, thread_environment)
 
 TIMEOUT_S = 600
 MIB = 1024 * 1024
@@ -189,8 +188,4 @@ def child(argv):
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(child(sys.argv[1:]))
-    except Exception:
-        traceback.print_exc()
-        sys.exit(1)
+    child_main(child)

@@ -10,11 +10,9 @@ compile time, and PyTorch eager's median in the same process.
 """
 import json
 import statistics
-import sys
-import traceback
 
 from . import load
-from .common import (TORCH_COMPILE, Unavailable, prepare, resolve_device, time_once,
+from .common import (TORCH_COMPILE, Unavailable, child_main, prepare, resolve_device, time_once,
                      torch_compiled)
 
 TIMEOUT_S = 900  # a cold compile of chain or wide takes about a minute on our VM
@@ -36,8 +34,12 @@ def child(argv):
             seconds, contender.result = time_once(contender.run, contender.sync)
             if round >= int(warmup):
                 contender.samples.append(seconds)
-    for contender in (eager, compiled):
-        workload.verify("torch", contender.result)
+    try:
+        for contender in (eager, compiled):
+            workload.verify("torch", contender.result)
+    except AssertionError as e:
+        print(json.dumps({"status": "error", "error": f"wrong result: {e}"}))
+        return 0
     print(json.dumps({
         "status": "ok", "compile_s": compiled.facts["compile_s"],
         "median_s_per_run": statistics.median(compiled.samples),
@@ -50,8 +52,4 @@ def child(argv):
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(child(sys.argv[1:]))
-    except Exception:
-        traceback.print_exc()
-        sys.exit(1)
+    child_main(child)
