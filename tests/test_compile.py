@@ -574,3 +574,24 @@ def test_check_turns_fusion_off(monkeypatch):
     for x in (1.0, 2.0, 3.0):
         compiled(np.asarray(x))
     assert stand_in.sources == [] and compiled.stats()["checked replays"] == 2
+
+
+@pytest.mark.parametrize("draw", [
+    lambda: np.random.rand(3), lambda: np.random.standard_normal(3),
+    lambda: np.array([__import__("random").random()] * 3)])
+def test_random_numbers_drawn_outside_gradcore_make_the_step_fall_back(draw):
+    def step(x0):
+        x = gradcore.Variable(x0)
+        y = F.dropout(x, 0.5) * gradcore.Variable(draw())  # gradcore's draw and another
+        return y
+
+    compiled = gradcore.compile(step)
+    with pytest.warns(RuntimeWarning, match="drew from (numpy.random outside gradcore|Python's "
+                                            "random module)"):
+        compiled(np.ones(3))
+    import random
+    np.random.seed(5), random.seed(5)
+    got = compiled(np.ones(3))
+    np.random.seed(5), random.seed(5)
+    assert same(got, step(np.ones(3)))  # eager each time: new numbers, as eagerly
+    assert compiled.stats()["fallbacks"] == 1

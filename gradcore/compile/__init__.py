@@ -13,6 +13,7 @@ line.
 import collections
 import functools
 import gc
+import random
 import threading
 import warnings
 
@@ -91,12 +92,14 @@ class Compiled:
         with _recording_lock:
             seen = [rec.argument(i, a) if isinstance(a, Variable) or backends.is_array(a) else a
                     for i, a in enumerate(args)]
+            generators = _Generators()
             _start(rec)
             try:
                 result = self.fn(*seen)
                 template = _template(rec, result, set(map(id, args)))
             finally:
                 _stop(rec)
+            generators.check(rec)
         self._counts["recordings"] += 1
         if rec.created_state:  # weights were created (lazy layers): the next call records again
             return _materialize(result)
@@ -185,6 +188,42 @@ def _key(args):
             else:
                 parts.append((type(a), a.shape, a.dtype, _device(backend, a)))
     return tuple(parts)
+
+
+class _Generators:
+    """The host's global random generators (NumPy's, which gradcore's NumPy and array-API
+    backends draw from, and Python's) around a recording: a draw the step made past gradcore
+    would be frozen into the tape, so it makes the recording fall back."""
+
+    def __init__(self):
+        self.numpy = backends.NUMPY.random_state(backends.CPU)
+        self.python = random.getstate()
+
+    def check(self, rec):
+        if rec.fallback is not None:
+            return
+        if random.getstate() != self.python:
+            rec.give_up("the step drew from Python's random module, which a replay would not "
+                        "draw again: draw through gradcore, or pass the numbers as arguments")
+            return
+        end = backends.NUMPY.random_state(backends.CPU)
+        backends.NUMPY.set_random_state(backends.CPU, self.numpy)
+        for line in rec.lines:  # the draws gradcore made, again, from where they started
+            name = getattr(line.target, "__name__", "")
+            owner = getattr(line.target, "__self__", None)
+            if line.kind == "call" and name in ("random_normal", "random_uniform") and getattr(
+                    owner, "xp", None) is not None and owner.device_type != "cuda":
+                line.target(*line.args)
+        if _state_key(backends.NUMPY.random_state(backends.CPU)) != _state_key(end):
+            rec.give_up("the step drew from numpy.random outside gradcore, numbers a replay "
+                        "would not draw again: draw through gradcore (F.dropout, the backends' "
+                        "generators), or pass the numbers as arguments")
+        backends.NUMPY.set_random_state(backends.CPU, end)
+
+
+def _state_key(state):
+    """NumPy's legacy generator state, comparable: (name, keys as bytes, position, ...)."""
+    return (state[0], state[1].tobytes(), *state[2:])
 
 
 def _surroundings(fn):
