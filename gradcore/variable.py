@@ -190,7 +190,12 @@ class Variable:
             value = _checked_grad(self, value)
         self._grad = value
 
-    grad = property(operator.attrgetter("_grad"), _set_grad, doc=(
+    def _get_grad(self):
+        if step_recorder is not None:  # the grad object may be another at each replay
+            step_recorder.reading_grad(self)
+        return self._grad
+
+    grad = property(_get_grad, _set_grad, doc=(
         "The gradient (a Variable shaped, typed and placed like `data`), or None."))
 
     def _set_requires_grad(self, value):

@@ -595,3 +595,23 @@ def test_random_numbers_drawn_outside_gradcore_make_the_step_fall_back(draw):
     np.random.seed(5), random.seed(5)
     assert same(got, step(np.ones(3)))  # eager each time: new numbers, as eagerly
     assert compiled.stats()["fallbacks"] == 1
+
+
+def test_a_gradient_read_before_the_step_touches_its_parameter_is_loaded_through_it():
+    def make():
+        w = gradcore.Parameter(np.array([1.0, -2.0, 0.5]))
+
+        def step(x0):
+            before = F.sum(w.grad * w.grad)  # the gradient so far, read first
+            F.sum(w * gradcore.Variable(x0)).backward()  # accumulates: a new grad Variable
+            return before, w.grad
+        return w, step
+
+    (w, step), (w2, eager) = make(), make()
+    w.grad = gradcore.Variable(np.ones(3))
+    w2.grad = gradcore.Variable(np.ones(3))
+    compiled = gradcore.compile(step)
+    for i in range(5):
+        x0 = np.full(3, float(i))
+        assert same(compiled(x0), eager(x0))
+    assert same(w.grad, w2.grad) and compiled.stats()["replays"] == 4

@@ -333,6 +333,17 @@ class Recorder:
                         x._data, Traced):
                     self.adopt(x)
 
+    def reading_grad(self, v):
+        """v.grad is read: a replay must load it through v (its grad is a new Variable after
+        every step), not from the Variable it is now."""
+        if not self.is_active() or v._grad is None or isinstance(v._data, Traced) and (
+                id(v) not in self.adopted):
+            return  # no grad, or a Variable made in the step
+        self.writing(v)
+        grad = v._grad
+        if not isinstance(grad._data, Traced):
+            self.grad_owners.setdefault(id(grad), v)
+
     def writing(self, v, data=False, clearing=False):
         """v's grad (or, with `data`, its data) is about to be set: remember how v was. A grad
         cleared (`clearing`) is cleared at this point of the replay too, as eagerly: the old
@@ -341,8 +352,10 @@ class Recorder:
             return
         entry = self.adopted.get(id(v))
         if entry is None or entry.variable is not v:
-            if v._data is None or isinstance(v._data, Traced):
-                if data and v._data is None:
+            if isinstance(v._data, Traced):
+                return  # made in the step (adopted ones have an entry): nothing outside changes
+            if v._data is None:
+                if data:
                     self.created_state = True  # a lazily created weight: the next call differs
                 self.adopted[id(v)] = _Adopted(v, v._data, v._backend, v._grad)
             else:
