@@ -1,5 +1,5 @@
 """The backward walk: a heap keyed (-generation, -sequence), each Function visited once."""
-import heapq
+from heapq import heappop, heappush
 import threading
 import weakref
 
@@ -203,9 +203,9 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING):
             leaves.append(y)
         elif f not in pushed:
             pushed.add(f)
-            heapq.heappush(heap, (-f.generation, -f.sequence, f))
+            heappush(heap, (-f.generation, -f.sequence, f))
 
-    heappop, ref = heapq.heappop, weakref.ref
+    ref = weakref.ref
     check_anomalies = is_anomaly_enabled()
     # no gradient kept but the leaves', no anomaly checks: the short path below may run
     leaves_only = not retain_grad and wanted is None and not check_anomalies
@@ -312,7 +312,7 @@ def _schedule(heap, following, creator):
         other = (-following.generation, -following.sequence, following)
         if key < other:
             following, key = creator, other
-    heapq.heappush(heap, key)
+    heappush(heap, key)
     return following
 
 
