@@ -1,4 +1,170 @@
-"""DeZero's `dezero.models` names, from gradcore.nn (`from gradcore.models import MLP, Model`)."""
-from .nn import MLP, Model, Sequential
+"""Models under DeZero's names (`from gradcore.models import VGG16, ResNet50`), with DeZero's
+MLP, Model and Sequential from gradcore.nn.
 
-__all__ = ["Model", "MLP", "Sequential"]
+VGG16 and the ResNets follow the published architectures (Simonyan & Zisserman 2014; He et al.
+2015, with the stride of a bottleneck in its 3x3 convolution, as torchvision's ResNets have it),
+so their parameter counts are the published ones: VGG16 138,357,544; ResNet18 11,689,512,
+ResNet34 21,797,672, ResNet50 25,557,032, ResNet101 44,549,160, ResNet152 60,192,808. Their
+layers size themselves from the first input (N, 3, H, W), any H and W of 32 or more. No weights
+are bundled: `model.load(path)` reads an .npz written by `model.save` (never a pickle).
+"""
+from . import functions as F
+from .nn import MLP, BatchNorm, Conv2d, Linear, Model, Module, Sequential
+
+__all__ = ["Model", "MLP", "Sequential", "VGG16", "ResNet", "ResNet18", "ResNet34", "ResNet50",
+           "ResNet101", "ResNet152"]
+
+
+def _adaptive_average_pooling(x, size):
+    """x (N, C, H, W) averaged to (N, C, size, size) for square inputs where H is a multiple of
+    `size` (average pooling) or `size` a multiple of H (each value repeated)."""
+    height = x.shape[2]
+    if x.shape[3] != height:
+        raise ValueError(f"VGG16 expects square images, got {tuple(x.shape[2:])}")
+    if height % size == 0:
+        return x if height == size else F.average_pooling(x, height // size, height // size)
+    if size % height == 0:
+        repeat = size // height
+        n, c = x.shape[:2]
+        x = F.reshape(x, (n, c, height, 1, height, 1))
+        x = F.broadcast_to(x, (n, c, height, repeat, height, repeat))
+        return F.reshape(x, (n, c, size, size))
+    raise ValueError(f"VGG16: an image of {height}x{height} pixels reaches the classifier as "
+                     f"{height}x{height}, which does not divide into {size}x{size}: use sizes "
+                     "such as 32, 224")
+
+
+class VGG16(Module):
+    """VGG16: 13 3x3 convolutions (with biases) in 5 stages each ending in 2x2 max pooling,
+    the features averaged to 7x7, then fully connected 4096, 4096 and `num_classes`, with ReLU
+    and dropout (0.5) between."""
+
+    CHANNELS = ((64, 64), (128, 128), (256, 256, 256), (512, 512, 512), (512, 512, 512))
+
+    def __init__(self, num_classes=1000):
+        super().__init__()
+        self.convs = []
+        for stage, channels in enumerate(self.CHANNELS, 1):
+            for i, out in enumerate(channels, 1):
+                conv = Conv2d(out, kernel_size=3, pad=1)
+                setattr(self, f"conv{stage}_{i}", conv)
+                self.convs.append((stage, conv))
+        self.fc6 = Linear(4096, in_size=512 * 7 * 7)
+        self.fc7 = Linear(4096, in_size=4096)
+        self.fc8 = Linear(num_classes, in_size=4096)
+
+    def forward(self, x):
+        for i, (stage, conv) in enumerate(self.convs):
+            x = F.relu(conv(x))
+            if i + 1 == len(self.convs) or self.convs[i + 1][0] != stage:
+                x = F.pooling(x, 2, 2)
+        x = _adaptive_average_pooling(x, 7)
+        x = F.reshape(x, (x.shape[0], -1))
+        x = F.dropout(F.relu(self.fc6(x)))
+        x = F.dropout(F.relu(self.fc7(x)))
+        return self.fc8(x)
+
+
+class _Basic(Module):
+    """Two 3x3 convolutions with batch norm, and the identity (or a 1x1 projection) added."""
+
+    expansion = 1
+
+    def __init__(self, in_channels, channels, stride):
+        super().__init__()
+        self.conv1 = Conv2d(channels, 3, stride, 1, nobias=True, in_channels=in_channels)
+        self.bn1 = BatchNorm()
+        self.conv2 = Conv2d(channels, 3, 1, 1, nobias=True, in_channels=channels)
+        self.bn2 = BatchNorm()
+        self.shortcut = _projection(in_channels, channels, stride)
+
+    def forward(self, x):
+        h = F.relu(self.bn1(self.conv1(x)))
+        h = self.bn2(self.conv2(h))
+        return F.relu(h + (self.shortcut(x) if self.shortcut is not None else x))
+
+
+class _Bottleneck(Module):
+    """1x1 down to `channels`, 3x3 (with the stride), 1x1 up to 4 * channels, each with batch
+    norm, and the identity (or a 1x1 projection) added."""
+
+    expansion = 4
+
+    def __init__(self, in_channels, channels, stride):
+        super().__init__()
+        out = channels * 4
+        self.conv1 = Conv2d(channels, 1, 1, 0, nobias=True, in_channels=in_channels)
+        self.bn1 = BatchNorm()
+        self.conv2 = Conv2d(channels, 3, stride, 1, nobias=True, in_channels=channels)
+        self.bn2 = BatchNorm()
+        self.conv3 = Conv2d(out, 1, 1, 0, nobias=True, in_channels=channels)
+        self.bn3 = BatchNorm()
+        self.shortcut = _projection(in_channels, out, stride)
+
+    def forward(self, x):
+        h = F.relu(self.bn1(self.conv1(x)))
+        h = F.relu(self.bn2(self.conv2(h)))
+        h = self.bn3(self.conv3(h))
+        return F.relu(h + (self.shortcut(x) if self.shortcut is not None else x))
+
+
+def _projection(in_channels, out_channels, stride):
+    """The shortcut where the shape changes: a strided 1x1 convolution and batch norm."""
+    if stride == 1 and in_channels == out_channels:
+        return None
+    return Sequential(Conv2d(out_channels, 1, stride, 0, nobias=True, in_channels=in_channels),
+                      BatchNorm())
+
+
+class ResNet(Module):
+    """A residual network of `n_layers` (18, 34, 50, 101 or 152): a 7x7 stride-2 convolution and
+    3x3 max pooling, four stages of residual blocks (64, 128, 256, 512 channels; the later
+    three halve the size), global average pooling and a fully connected layer."""
+
+    CONFIGS = {18: (_Basic, (2, 2, 2, 2)), 34: (_Basic, (3, 4, 6, 3)),
+               50: (_Bottleneck, (3, 4, 6, 3)), 101: (_Bottleneck, (3, 4, 23, 3)),
+               152: (_Bottleneck, (3, 8, 36, 3))}
+
+    def __init__(self, n_layers=152, num_classes=1000):
+        super().__init__()
+        if n_layers not in self.CONFIGS:
+            raise ValueError(f"ResNet: n_layers must be one of {sorted(self.CONFIGS)}, got "
+                             f"{n_layers!r}")
+        block, counts = self.CONFIGS[n_layers]
+        self.conv1 = Conv2d(64, 7, 2, 3, nobias=True, in_channels=3)
+        self.bn1 = BatchNorm()
+        blocks, in_channels = [], 64
+        for stage, (channels, count) in enumerate(zip((64, 128, 256, 512), counts)):
+            for i in range(count):
+                stride = 2 if stage > 0 and i == 0 else 1
+                blocks.append(block(in_channels, channels, stride))
+                in_channels = channels * block.expansion
+        self.blocks = Sequential(*blocks)
+        self.fc = Linear(num_classes, in_size=in_channels)
+
+    def forward(self, x):
+        x = F.relu(self.bn1(self.conv1(x)))
+        x = F.pooling(x, 3, 2, 1)
+        x = self.blocks(x)
+        x = F.mean(x, axis=(2, 3))  # global average pooling
+        return self.fc(x)
+
+
+def ResNet18(num_classes=1000):
+    return ResNet(18, num_classes)
+
+
+def ResNet34(num_classes=1000):
+    return ResNet(34, num_classes)
+
+
+def ResNet50(num_classes=1000):
+    return ResNet(50, num_classes)
+
+
+def ResNet101(num_classes=1000):
+    return ResNet(101, num_classes)
+
+
+def ResNet152(num_classes=1000):
+    return ResNet(152, num_classes)
