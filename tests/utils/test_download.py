@@ -1,0 +1,115 @@
+"""fetch against a real HTTP server on the loopback address: download, cache, checksums,
+mirrors, resuming."""
+import hashlib
+import http.server
+import socket
+import threading
+
+import pytest
+
+from gradcore.utils.download import DownloadError, fetch
+
+BODY = bytes(range(256)) * 400  # 100 KiB
+DIGEST = hashlib.sha256(BODY).hexdigest()
+
+
+class Server:
+    """A thread serving BODY at /file, honouring Range; `cut` bytes: the next reply stops
+    there (a broken connection). `requests` lists each request's Range header."""
+
+    def __init__(self):
+        self.requests, self.cut = [], None
+        owner = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                owner.requests.append(self.headers.get("Range"))
+                if self.path != "/file":
+                    self.send_error(404)
+                    return
+                start = 0
+                if self.headers.get("Range"):
+                    start = int(self.headers["Range"].split("=")[1].split("-")[0])
+                    self.send_response(206)
+                    self.send_header("Content-Range", f"bytes {start}-{len(BODY) - 1}/{len(BODY)}")
+                else:
+                    self.send_response(200)
+                self.send_header("Content-Length", str(len(BODY) - start))
+                self.end_headers()
+                body = BODY[start:]
+                if owner.cut is not None:
+                    body, owner.cut = body[:owner.cut], None
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server():
+    s = Server()
+    yield s
+    s.close()
+
+
+def closed_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_download_then_the_cache(server, tmp_path):
+    path = fetch("data.bin", [server.url + "/file"], DIGEST, folder=tmp_path, progress=False)
+    assert path == tmp_path / "data.bin" and path.read_bytes() == BODY
+    assert fetch("data.bin", [server.url + "/file"], DIGEST, folder=tmp_path,
+                 progress=False) == path
+    assert server.requests == [None]  # the second call did not download
+    assert [p.name for p in tmp_path.iterdir()] == ["data.bin"]
+
+
+def test_a_wrong_checksum_leaves_no_file(server, tmp_path):
+    with pytest.raises(DownloadError, match="SHA-256 is .*, not 0000"):
+        fetch("data.bin", [server.url + "/file"], "0" * 64, folder=tmp_path, progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_mirror_that_is_down_and_one_that_has_no_file(server, tmp_path):
+    urls = [f"http://127.0.0.1:{closed_port()}/file", server.url + "/missing", server.url + "/file"]
+    path = fetch("data.bin", urls, DIGEST, folder=tmp_path, progress=False)
+    assert path.read_bytes() == BODY
+
+
+def test_a_broken_download_resumes_where_it_stopped(server, tmp_path):
+    server.cut = 30_000
+    with pytest.raises(DownloadError, match="closed after|IncompleteRead|Incomplete"):
+        fetch("data.bin", [server.url + "/file"], DIGEST, folder=tmp_path, progress=False)
+    assert (tmp_path / "data.bin.part").stat().st_size == 30_000
+    path = fetch("data.bin", [server.url + "/file"], DIGEST, folder=tmp_path, progress=False)
+    assert path.read_bytes() == BODY and server.requests[-1] == "bytes=30000-"
+
+
+def test_offline_says_which_file_to_put_where(tmp_path):
+    with pytest.raises(DownloadError, match=rf"Offline, put the file at {tmp_path}.data.bin "
+                                            rf"\(SHA-256 {DIGEST}\)"):
+        fetch("data.bin", [f"http://127.0.0.1:{closed_port()}/file"], DIGEST, folder=tmp_path,
+              progress=False)
+
+
+def test_a_damaged_cached_file_is_refused(tmp_path):
+    (tmp_path / "data.bin").write_bytes(b"not it")
+    with pytest.raises(DownloadError, match="delete it"):
+        fetch("data.bin", ["http://127.0.0.1:1/file"], DIGEST, folder=tmp_path, progress=False)
+
+
+def test_the_cache_folder_follows_gradcore_data(monkeypatch, tmp_path, server):
+    monkeypatch.setenv("GRADCORE_DATA", str(tmp_path / "cache"))
+    path = fetch("data.bin", [server.url + "/file"], DIGEST, progress=False)
+    assert path == tmp_path / "cache" / "data.bin"
