@@ -1,12 +1,15 @@
 """Datasets (DeZero's `dezero.datasets`): the Dataset base, generated sets that need no download
-(Spiral, SinCurve, Shapes) and MNIST read from a local .npz file.
+(Spiral, SinCurve, Shapes) and MNIST, downloaded once from its published files (or read from a
+local .npz).
 
 Datasets hold host data: NumPy arrays made or read here. A DataLoader moves each batch to the
 device it is asked for. Generated sets draw from their own seeded generators, never from NumPy's
 global one, so building a dataset does not disturb np.random.seed reproducibility elsewhere.
 """
+import gzip
 import operator
 import os
+import struct
 import zipfile
 from pathlib import Path
 
@@ -201,18 +204,52 @@ def _default_mnist_path():
     return Path(root) / "mnist.npz"
 
 
-class MNIST(Dataset):
-    """MNIST from a local .npz file holding x_train, y_train, x_test, y_test (the layout of the
-    common `mnist.npz`: images (N, 28, 28) uint8, labels (N,) integers). Nothing is downloaded.
+def read_idx(path, magic):
+    """The array in a gzipped IDX file (MNIST's format: a big-endian header, then uint8 data);
+    `magic` 2051 for images (N, rows, cols), 2049 for labels (N,)."""
+    with gzip.open(path, "rb") as f:
+        head = f.read(8)
+        found, count = struct.unpack(">II", head) if len(head) == 8 else (None, 0)
+        if found != magic:
+            raise ValueError(f"{path} is not an IDX file of {'images' if magic == 2051 else 'labels'}"
+                             f" (its header reads {found}, expected {magic})")
+        shape = (count, *struct.unpack(">II", f.read(8))) if magic == 2051 else (count,)
+        data = np.frombuffer(f.read(), dtype=np.uint8)
+    if data.size != np.prod(shape):
+        raise ValueError(f"{path} holds {data.size} values for a shape of {shape}: cut short?")
+    return data.reshape(shape)
 
-    data (N, 1, 28, 28) uint8 and label (N,) int64; the default transform, as in DeZero,
-    flattens each image and scales it to float32 in [0, 1]. `path` defaults to
-    $GRADCORE_DATA/mnist.npz, else ~/.gradcore/mnist.npz.
+
+class MNIST(Dataset):
+    """MNIST: 28x28 handwritten digits, 60,000 for training and 10,000 for testing.
+
+    Read from a local .npz holding x_train, y_train, x_test, y_test when `path` names one, or
+    when $GRADCORE_DATA/mnist.npz (else ~/.gradcore/mnist.npz) exists; else the four original
+    IDX files are downloaded once into that folder from the first mirror that has them, each
+    checked by its SHA-256 (gradcore.utils.download.fetch: resumable, atomic; offline, the
+    error says which files to put where). data (N, 1, 28, 28) uint8 and label (N,) int64; the
+    default transform, as in DeZero, flattens each image and scales it to float32 in [0, 1].
     """
 
+    MIRRORS = ("https://ossci-datasets.s3.amazonaws.com/mnist/",
+               "https://storage.googleapis.com/cvdf-datasets/mnist/",
+               "http://yann.lecun.com/exdb/mnist/")
+    # the published files and their SHA-256
+    FILES = {
+        "train-images-idx3-ubyte.gz":
+            "440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609",
+        "train-labels-idx1-ubyte.gz":
+            "3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c",
+        "t10k-images-idx3-ubyte.gz":
+            "8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6",
+        "t10k-labels-idx1-ubyte.gz":
+            "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6",
+    }
+
     def __init__(self, train=True, transform=Compose([Flatten(), ToFloat(), Normalize(0.0, 255.0)]),
-                 target_transform=None, path=None):
-        self.path = _default_mnist_path() if path is None else Path(path)
+                 target_transform=None, path=None, progress=None):
+        self.path = Path(path) if path is not None else None
+        self.progress = progress
         super().__init__(train, transform, target_transform)
 
     @staticmethod
@@ -221,12 +258,28 @@ class MNIST(Dataset):
         return {i: str(i) for i in range(10)}
 
     def prepare(self):
-        path = self.path
+        if self.path is not None or _default_mnist_path().is_file():
+            return self._read_npz(self.path or _default_mnist_path())
+        from .utils.download import cache_folder, fetch
+
+        prefix = "train" if self.train else "t10k"
+        paths = {}
+        for kind in ("images-idx3", "labels-idx1"):
+            name = f"{prefix}-{kind}-ubyte.gz"
+            paths[kind] = fetch(name, [m + name for m in self.MIRRORS], self.FILES[name],
+                                folder=cache_folder() / "mnist", progress=self.progress)
+        x = read_idx(paths["images-idx3"], 2051)
+        y = read_idx(paths["labels-idx1"], 2049)
+        if len(x) != len(y):
+            raise ValueError(f"MNIST: {len(x)} images but {len(y)} labels")
+        self.data = x.reshape(len(x), 1, x.shape[1], x.shape[2])
+        self.label = y.astype(np.int64)
+
+    def _read_npz(self, path):
         if not path.is_file():
             raise FileNotFoundError(
-                f"MNIST: no file at {path}. gradcore downloads nothing: put an mnist.npz with the "
-                f"arrays x_train, y_train, x_test, y_test there (or set GRADCORE_DATA to its "
-                f"folder), or pass MNIST(path=...)")
+                f"MNIST: no file at {path}: pass MNIST(path=...) an mnist.npz with the arrays "
+                f"x_train, y_train, x_test, y_test, or no path to download the published files")
         kx, ky = ("x_train", "y_train") if self.train else ("x_test", "y_test")
         try:
             f = np.load(path, allow_pickle=False)  # a data file never runs code

@@ -1,4 +1,5 @@
-"""gradcore.datasets: the Dataset base, Spiral, SinCurve, Shapes, and MNIST from a local .npz."""
+"""gradcore.datasets: the Dataset base, Spiral, SinCurve, Shapes, and MNIST (a local .npz, or its
+published IDX files downloaded from a server on the loopback address)."""
 import numpy as np
 import pytest
 
@@ -211,7 +212,7 @@ def test_mnist_missing_file_says_where_to_put_it(tmp_path):
     with pytest.raises(FileNotFoundError) as info:
         MNIST(path=path)
     message = str(info.value)
-    assert f"no file at {path}" in message and "downloads nothing" in message
+    assert f"no file at {path}" in message and "download the published files" in message
     assert "x_train, y_train, x_test, y_test" in message and "MNIST(path=...)" in message
 
 
@@ -232,3 +233,74 @@ def test_mnist_bad_files(tmp_path):
              y_train=np.zeros(3, np.int64))
     with pytest.raises(ValueError, match=r"y_train .* must be 2 integer labels"):
         MNIST(path=tmp_path / "labels.npz")
+
+
+def idx_gz(path, array, magic):
+    """`array` (uint8) written as MNIST writes it: a gzipped IDX file."""
+    import gzip
+    import struct
+    with gzip.open(path, "wb") as f:
+        f.write(struct.pack(">II", magic, len(array)))
+        if magic == 2051:
+            f.write(struct.pack(">II", *array.shape[1:]))
+        f.write(array.astype(np.uint8).tobytes())
+
+
+def test_mnist_downloads_its_idx_files_once(tmp_path, monkeypatch):
+    import functools
+    import hashlib
+    import http.server
+    import threading
+
+    served = tmp_path / "served"
+    served.mkdir()
+    rng = np.random.default_rng(0)
+    images = {"train": rng.integers(0, 256, (6, 28, 28)), "t10k": rng.integers(0, 256, (3, 28, 28))}
+    files = {}
+    for prefix, x in images.items():
+        idx_gz(served / f"{prefix}-images-idx3-ubyte.gz", x, 2051)
+        idx_gz(served / f"{prefix}-labels-idx1-ubyte.gz", np.arange(len(x)) % 10, 2049)
+    for path in served.iterdir():
+        files[path.name] = hashlib.sha256(path.read_bytes()).hexdigest()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    handler.log_message = lambda *args: None
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        class ServedMNIST(MNIST):
+            MIRRORS = ("http://127.0.0.1:1/down/",  # a mirror that is down: the next one serves
+                       f"http://127.0.0.1:{httpd.server_address[1]}/")
+            FILES = files
+
+        monkeypatch.setenv("GRADCORE_DATA", str(tmp_path / "cache"))
+        train = ServedMNIST(transform=None, progress=False)
+        assert train.data.shape == (6, 1, 28, 28) and train.data.dtype == np.uint8
+        np.testing.assert_array_equal(train.data[:, 0], images["train"])
+        np.testing.assert_array_equal(train.label, np.arange(6) % 10)
+        test = ServedMNIST(train=False, progress=False)
+        assert len(test) == 3 and test[0][0].shape == (784,) and test[0][0].dtype == np.float32
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    again = ServedMNIST(transform=None, progress=False)  # the server is gone: the cache serves
+    np.testing.assert_array_equal(again.data, train.data)
+    assert sorted(p.name for p in (tmp_path / "cache" / "mnist").iterdir()) == sorted(files)
+
+
+def test_mnist_offline_names_the_files(tmp_path, monkeypatch):
+    from gradcore.utils.download import DownloadError
+
+    class Offline(MNIST):
+        MIRRORS = ("http://127.0.0.1:1/",)
+
+    monkeypatch.setenv("GRADCORE_DATA", str(tmp_path))
+    with pytest.raises(DownloadError, match=r"Offline, put the file at .*mnist.train-images-idx3"
+                                            r"-ubyte.gz \(SHA-256 440fcabf"):
+        Offline(progress=False)
+
+
+def test_a_file_that_is_not_idx_is_refused(tmp_path):
+    from gradcore.datasets import read_idx
+    idx_gz(tmp_path / "labels.gz", np.arange(3), 2049)
+    with pytest.raises(ValueError, match="not an IDX file of images"):
+        read_idx(tmp_path / "labels.gz", 2051)
