@@ -50,10 +50,6 @@ def recorder():
     return getattr(_active, "recorder", None)
 
 
-class Fallback(Exception):
-    """Raised nowhere: the reason a recording cannot become a tape, with where it happened."""
-
-
 def _user_frame():
     """'file:line' of the innermost frame outside gradcore and backends: where the user's code
     asked for what the tape cannot replay."""
