@@ -142,16 +142,16 @@ class Recorder:
         self.thread = threading.get_ident()
         self.lines = []
         self.slots = 0
-        self.fallback = None       # (reason, 'file:line') once the step cannot be replayed
-        self.objects = {}          # id(object) -> (object, slot): non-array results (index keys)
-        self.adopted = {}          # id(Variable) -> _Adopted
-        self.arguments = []        # slots of the step's array arguments, in order
-        self.grad_owners = {}      # id(grad Variable) -> the adopted Variable it is the grad of
+        self.fallback = None        # (reason, 'file:line') once the step cannot be replayed
+        self.objects = {}           # id(object) -> (object, slot): non-array results (index keys)
+        self.adopted = {}           # id(Variable) -> _Adopted
+        self.arguments = []         # (argument index, slot, is a Variable) per array argument
+        self.grad_owners = {}       # id(grad Variable) -> the adopted Variable it is the grad of
         self.created_state = False  # the step created weights (lazy layers): record again
         self.writers = {}           # slot -> the line that last wrote it
         self.arrays = {}            # id(array) -> (its ArrayFacts, a weak reference to it)
         self.memories = {}          # id(base array) -> (a weak reference to it, its number)
-        self.memory_count = 0
+        self.memory_count = 0       # the numbers given out in memories
         self.stored = set()         # what store and opaque lines wrote so far: "data", "grad"
         self.checked = 0            # lines[:checked] are guards and what they test: the start
 
