@@ -28,7 +28,7 @@ class _Inputs:
     def __init__(self, primals, where):
         if not primals:
             raise TypeError(f"{where}: needs at least one primal (the point to differentiate at)")
-        self.arrays = not any(isinstance(p, Variable) for p in primals)
+        self.arrays = _no_variable(primals)
         self.variables = tuple(p if isinstance(p, Variable) and p.requires_grad
                                else Variable(p.data if isinstance(p, Variable) else p)
                                for p in primals)
@@ -36,13 +36,21 @@ class _Inputs:
         self.create_graph = any(isinstance(p, Variable) and p.requires_grad for p in primals)
 
     def export(self, value):
-        """`value` (a Variable, or a tuple/list of them) as the caller's kind: arrays or
-        Variables."""
-        if isinstance(value, (tuple, list)):
-            return type(value)(self.export(v) for v in value)
-        if self.arrays and isinstance(value, Variable):
-            return value.data
-        return value
+        return _export(value, self.arrays)
+
+
+def _export(value, arrays):
+    """`value` (a Variable, or a tuple/list of them) as the caller's kind: arrays if `arrays`
+    (no primal was a Variable), else Variables."""
+    if isinstance(value, (tuple, list)):
+        return type(value)(_export(v, arrays) for v in value)
+    if arrays and isinstance(value, Variable):
+        return value.data
+    return value
+
+
+def _no_variable(primals):
+    return not any(isinstance(p, Variable) for p in primals)
 
 
 def _outputs(out, where):
@@ -196,16 +204,15 @@ def jacobian(f, x):
     argument."""
     primals = x if isinstance(x, tuple) else (x,)
     out, vjp_fn = vjp(f, *primals)
-    y = out if isinstance(out, Variable) else Variable(out, requires_grad=False)
+    y = _output(out, "jacobian")
     rows = [[] for _ in primals]
     basis = _basis(y)
     for i in range(y.size):
         gs = vjp_fn(y.xp.reshape(basis[i, ...], y.shape))
         for row, g in zip(rows, gs):
-            row.append(g if isinstance(g, Variable) else Variable(g, requires_grad=False))
+            row.append(_output(g, "jacobian"))
     jacobians = tuple(_stack(row, y.shape) for row in rows)
-    result = jacobians if isinstance(x, tuple) else jacobians[0]
-    return _export_like(primals, result)
+    return _export(jacobians if isinstance(x, tuple) else jacobians[0], _no_variable(primals))
 
 
 def jacfwd(f, x):
@@ -214,22 +221,19 @@ def jacfwd(f, x):
     fewer elements than f's result."""
     primals = x if isinstance(x, tuple) else (x,)
     columns_per_input = []
-    for k, p in enumerate(primals):
-        px = p if isinstance(p, Variable) else Variable(p, requires_grad=False)
+    points = [_output(p, "jacfwd") for p in primals]
+    for k, px in enumerate(points):
         basis = _basis(px)
         columns = []
         for j in range(px.size):
-            tangents = []
-            for i, q in enumerate(primals):
-                q = q if isinstance(q, Variable) else Variable(q, requires_grad=False)
-                tangents.append(q.xp.reshape(basis[j, ...], q.shape) if i == k else _zeros(q))
+            tangents = [q.xp.reshape(basis[j, ...], q.shape) if i == k else _zeros(q)
+                        for i, q in enumerate(points)]
             _, column = jvp(f, primals, tangents)
-            columns.append(column if isinstance(column, Variable) else Variable(column))
+            columns.append(_output(column, "jacfwd"))
         columns_per_input.append(columns)
     jacobians = tuple(_stack_columns(columns, p) for columns, p in zip(columns_per_input,
                                                                        primals))
-    result = jacobians if isinstance(x, tuple) else jacobians[0]
-    return _export_like(primals, result)
+    return _export(jacobians if isinstance(x, tuple) else jacobians[0], _no_variable(primals))
 
 
 def hessian(f, x):
@@ -260,11 +264,3 @@ def _stack_columns(columns, x):
     flat = reshape(stacked, (len(columns), -1) if outer else (len(columns), 1))
     shape_x = tuple(x.shape)
     return reshape(transpose(flat), outer + shape_x)
-
-
-def _export_like(primals, result):
-    if any(isinstance(p, Variable) for p in primals):
-        return result
-    if isinstance(result, tuple):
-        return tuple(r.data for r in result)
-    return result.data
