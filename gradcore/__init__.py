@@ -6,14 +6,14 @@ from backends import Device, DeviceUnavailableError, cuda_available, parse_devic
 from .variable import Parameter, Variable, as_array, as_variable  # noqa: I001
 from .function import Function
 from .engine import grad
-from .config import (Config, detect_anomaly, enable_grad, get_default_dtype, is_anomaly_enabled,
-                     is_grad_enabled, no_grad, set_default_dtype, set_detect_anomaly, test_mode,
-                     using_config)
+from .config import (Config, detect_anomaly, enable_grad, is_anomaly_enabled, is_grad_enabled,
+                     no_grad, set_detect_anomaly, test_mode, using_config)
 from . import functions, functions_conv
 from .random import manual_seed
 from . import cuda, utils
 from . import layers, models, nn
 from .nn import CheckpointError, Layer, Model, Module
+from .nn.layers import get_default_dtype, set_default_dtype
 from . import optim, optimizers
 from . import dataloaders, datasets, transforms
 from .compile import compile

@@ -119,25 +119,3 @@ class detect_anomaly(contextlib.ContextDecorator):
         _recording.reset(recording_token)
         _anomaly.reset(anomaly)
         return False
-
-
-# The dtype layers give their parameters when none is named: one setting for the process (as
-# PyTorch's), read when a layer is built
-_default_dtype = ["float32"]
-
-
-def set_default_dtype(dtype):
-    """Make `dtype` ("float16", "float32", "float64", or a NumPy dtype) the one new layers give
-    their parameters when their `dtype` is not given (float32 by default, as in DeZero)."""
-    import numpy
-
-    name = numpy.dtype(dtype).name
-    if name not in ("float16", "float32", "float64"):
-        raise ValueError(f"set_default_dtype: a floating dtype (float16, float32, float64), got "
-                         f"{dtype!r}")
-    _default_dtype[0] = name
-
-
-def get_default_dtype():
-    """The dtype new layers give their parameters when none is named ("float32" unless set)."""
-    return _default_dtype[0]

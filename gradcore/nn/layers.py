@@ -7,7 +7,6 @@ import numpy
 import backends
 
 from .. import functions as F
-from ..config import get_default_dtype
 from ..functions.conv import pair
 from ..variable import Parameter, as_variable
 from .module import Module, _float_name
@@ -28,10 +27,26 @@ def _optional_size(value, what, where):
     return None if value is None else _size(value, what, where)
 
 
+# The dtype layers give their parameters when none is named: one setting for the process (as
+# PyTorch's), read when a layer is built
+_default_dtype = ["float32"]
+
+
+def set_default_dtype(dtype):
+    """Make `dtype` ("float16", "float32", "float64", or a NumPy dtype) the one new layers give
+    their parameters when their `dtype` is not given (float32 by default, as in DeZero)."""
+    _default_dtype[0] = _float_name(dtype, "set_default_dtype")
+
+
+def get_default_dtype():
+    """The dtype new layers give their parameters when none is named ("float32" unless set)."""
+    return _default_dtype[0]
+
+
 def _numpy_dtype(dtype, where):
     """A floating dtype as the NumPy dtype of the same name (the layers' `dtype` attribute);
     None: gradcore's default (float32 unless gradcore.set_default_dtype changed it)."""
-    return numpy.dtype(_float_name(get_default_dtype() if dtype is None else dtype, where))
+    return numpy.dtype(_float_name(_default_dtype[0] if dtype is None else dtype, where))
 
 
 def _normal(backend, device, shape, dtype, scale):

@@ -1,10 +1,9 @@
 """Optimizer: the base class (target, hooks, per-parameter state, both call styles, saving)."""
+import functools
 import numbers
 from collections.abc import Mapping
 
 import backends
-
-import functools
 
 from .. import variable as _variables
 from ..config import enable_grad
