@@ -93,12 +93,13 @@ class Compiled:
             seen = [rec.argument(i, a) if isinstance(a, Variable) or backends.is_array(a) else a
                     for i, a in enumerate(args)]
             generators = _Generators()
-            _start(rec)
+            plain = _start(rec)
             try:
                 result = self.fn(*seen)
-                template = _template(rec, result, set(map(id, args)))
+                slots = []
+                shape = _shape(rec, result, slots)
             finally:
-                _stop(rec)
+                _stop(rec, plain)
             generators.check(rec)
         self._counts["recordings"] += 1
         if rec.created_state:  # weights were created (lazy layers): the next call records again
@@ -110,8 +111,8 @@ class Compiled:
             warnings.warn(f"gradcore.compile: {self.__name__} runs eagerly for these arguments: "
                           f"{reason} at {where}", RuntimeWarning, stacklevel=3)
         else:
-            tape = Tape(rec, template.slots, fusing=not self.check)  # fused: not bitwise
-            tape.results = template.shape
+            tape = Tape(rec, slots, fusing=not self.check)  # fused: not bitwise
+            tape.results = shape
             self._tapes[key] = tape
             while len(self._tapes) > self.cache_size:
                 self._tapes.popitem(last=False)
@@ -252,35 +253,27 @@ def _device(backend, data):
 
 # ------------------------------------------------------------------------------ recording
 def _start(rec):
+    """Make `rec` the recorder and send every op through Function._call, where inputs are
+    adopted; returns what _stop puts back."""
     trace._active.recorder = rec
     _variable.step_recorder = rec
-    for backend in backends.registered():
-        backend.plain = False  # every op takes Function._call, where inputs are adopted
+    plain = {backend: backend.plain for backend in backends.registered()}
+    for backend in plain:
+        backend.plain = False
+    return plain
 
 
-def _stop(rec):
+def _stop(rec, plain):
     trace._active.recorder = None
     _variable.step_recorder = None
-    for backend in backends.registered():
-        backend.plain = backend.single_device and not backend.needs_device_context
+    for backend, value in plain.items():
+        backend.plain = value
     rec.release()
 
 
-class _Template:
-    """The shape of the step's result, with a slot index where a replay puts an array."""
-
-    def __init__(self):
-        self.slots = []
-        self.shape = None
-
-
-def _template(rec, result, arguments):
-    template = _Template()
-    template.shape = _shape(rec, result, template.slots, arguments)
-    return template
-
-
-def _shape(rec, value, slots, arguments):
+def _shape(rec, value, slots):
+    """The shape of the step's result `value`, with a slot index (into `slots`, appended to)
+    where a replay puts an array."""
     if isinstance(value, trace.Traced) and value.slot is not None:
         slots.append(value.slot)
         return ("array", len(slots) - 1)
@@ -293,9 +286,9 @@ def _shape(rec, value, slots, arguments):
         return ("object", value)
     kind = value.__class__
     if kind in (tuple, list):
-        return (kind, [_shape(rec, v, slots, arguments) for v in value])
+        return (kind, [_shape(rec, v, slots) for v in value])
     if kind is dict:
-        return (dict, {k: _shape(rec, v, slots, arguments) for k, v in value.items()})
+        return (dict, {k: _shape(rec, v, slots) for k, v in value.items()})
     return ("object", value)
 
 

@@ -30,14 +30,14 @@ class Snapshot:
         self.grads = [v._grad for v in self.variables]
         self.optimizers = tape.optimizers()
         self.states = [copy.deepcopy(opt.state_dict()) for opt in self.optimizers]
-        self.random = numpy.random.get_state()
+        self.random = backends.NUMPY.random_state(backends.CPU)
 
     def restore(self):
         for v, data, grad in zip(self.variables, self.data, self.grads):
             v._data, v._grad = _copy(data), grad
         for opt, state in zip(self.optimizers, self.states):
             opt.load_state_dict(state)
-        numpy.random.set_state(self.random)
+        backends.NUMPY.set_random_state(backends.CPU, self.random)
 
     def now(self):
         """The state as it is now, as host arrays, named for a report."""
