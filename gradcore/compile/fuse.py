@@ -34,9 +34,10 @@ def _numbers_or_refs(args):
     return all(a.__class__ is Ref or a.__class__ in (int, float, bool) for a in args)
 
 
-def fuse(lines, outputs, source_of):
+def fuse(lines, last, source_of):
     """`lines` with each run of 2 or more consecutive elementwise lines replaced by one call of a
-    fused function (and a line per result it hands on). `source_of(lines, inputs, results)` writes
+    fused function (and a line per result it hands on). `last`: each slot's last use (its index
+    in `lines`; past the end for the step's results). `source_of(lines, inputs, results)` writes
     the function's Python source and its globals (the tape's statement writer). New slots, for
     a function's tuple of results, are numbered after every slot `lines` uses."""
     namespaces = {id(line.array.xp): line.array.xp for line in lines if line.array is not None}
@@ -44,35 +45,20 @@ def fuse(lines, outputs, source_of):
         return lines  # nothing can fuse here (NumPy has no fuse): asked once, not per line
     if not any(map(_elementwise, lines)):
         return lines
-    used = [line.out for line in lines if line.out is not None]
-    for line in lines:
-        used.extend(slots_in(line.kwargs, slots_in(line.args, [])))
-    spare = iter(range(max(used, default=-1) + 1, 1 << 62))
-    read_after = _last_reads(lines, outputs)
+    spare = iter(range(max(last, default=-1) + 1, 1 << 62))
     fused, run = [], []
     for i, line in enumerate(lines):
         if _elementwise(line):
             run.append((i, line))
             continue
-        fused.extend(_fused_run(run, read_after, source_of, spare))
+        fused.extend(_fused_run(run, last, source_of, spare))
         run = []
         fused.append(line)
-    fused.extend(_fused_run(run, read_after, source_of, spare))
+    fused.extend(_fused_run(run, last, source_of, spare))
     return fused
 
 
-def _last_reads(lines, outputs):
-    """For each slot, the index of the last line that reads it (the step's results: past the
-    end): a slot is read after line i when its last read is later than i."""
-    last = {}
-    for i, line in enumerate(lines):
-        for slot in slots_in(line.kwargs, slots_in(line.args, [])):
-            last[slot] = i
-    last.update((slot, len(lines)) for slot in outputs)
-    return last
-
-
-def _fused_run(run, read_after, source_of, spare):
+def _fused_run(run, last, source_of, spare):
     """The lines standing for one run: itself if too short, else the fused call."""
     if len(run) < 2:
         return [line for _, line in run]
@@ -81,7 +67,7 @@ def _fused_run(run, read_after, source_of, spare):
     inputs = list(dict.fromkeys(slot for line in lines for slot in slots_in(line.args, [])
                                 if slot not in made))
     end = run[-1][0]
-    results = [slot for slot in dict.fromkeys(made) if read_after.get(slot, -1) > end]
+    results = [slot for slot in dict.fromkeys(made) if last[slot] > end]  # read after the run
     if not results:
         return lines  # nothing of it is read later: dead lines, left for the tape to drop
     source, namespace = source_of(lines, inputs, results)

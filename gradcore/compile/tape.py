@@ -40,7 +40,7 @@ class Tape:
         self.guards = [line.target for line in recorder.lines if line.kind == "load_grad"]
         lines, self.frees = _needed(recorder.lines, outputs)
         if fusing:  # where the array library fuses (CuPy): see fuse.py
-            fused = fuse(lines, outputs, _fused_source)
+            fused = fuse(lines, _last_uses(self.frees, outputs, len(lines)), _fused_source)
             if fused is not lines:
                 lines, self.frees = _needed(fused, outputs)
         self.lines = _reuse_buffers(lines, self.frees, set(outputs))
@@ -105,6 +105,14 @@ def _needed(lines, outputs):
     return kept, frees
 
 
+def _last_uses(frees, outputs, count):
+    """Each slot's last use, from `frees` (the slots freed after each line): the index of the
+    line after which it goes; `count` (past the end) for the step's results."""
+    last = {slot: i for i, free in enumerate(frees) for slot in free}
+    last.update((slot, count) for slot in outputs)
+    return last
+
+
 # Operators whose ufunc can write into one of its inputs: (operator, the namespace's name)
 _UFUNCS = {operator.add: "add", operator.sub: "subtract", operator.mul: "multiply",
            operator.truediv: "divide", operator.pow: "power", operator.neg: "negative"}
@@ -137,10 +145,7 @@ def _reuse_buffers(lines, frees, outputs):
     or kept in an index key, with no view of it used later."""
     if not any(line.array is not None and line.array.nbytes >= REUSE_BYTES for line in lines):
         return lines
-    last = {}
-    for i, free in enumerate(frees):
-        for slot in free:
-            last[slot] = i
+    last = _last_uses(frees, outputs, len(lines))
     made, views, kept = {}, {}, set()
     for i, line in enumerate(lines):
         if line.array is not None and line.kind != "in_place":
@@ -159,7 +164,7 @@ def _reuse_buffers(lines, frees, outputs):
                 if (slot in frees[i] and slot not in outputs and slot not in kept
                         and facts is not None and facts.fresh and facts.shape == line.array.shape
                         and facts.dtype == line.array.dtype
-                        and not any(last.get(v, len(lines)) > i
+                        and not any(last[v] > i
                                     for v in views.get(facts.root, ()) if v != slot)):
                     line = _with_out(line, function, slot)
                     break
