@@ -221,7 +221,7 @@ class Recorder:
         """Record `result = target(args)` as one line and give back what the step sees: Traced
         arrays, a tuple of them, or the object itself (known by identity)."""
         inner = backend.inner
-        if inner.owns(result) or result.__class__ in inner.scalar_types:
+        if _is_array(inner, result):
             out = self.new_slot()
             self.append(kind, target, args, kwargs, out)
             if result.__class__ is inner.array_type:
@@ -245,7 +245,7 @@ class Recorder:
         out = self.new_slot()
         self.append(kind, target, args, kwargs, out)
         if result.__class__ in (tuple, list) and result and all(
-                inner.owns(r) or r.__class__ in inner.scalar_types for r in result):
+                _is_array(inner, r) for r in result):
             items = []
             for i, r in enumerate(result):
                 slot = self.new_slot()
@@ -254,7 +254,6 @@ class Recorder:
             return type(result)(items)
         self.objects[id(result)] = (result, out)
         return result
-
 
     def _memory(self, array):
         """A number for the memory `array` is in (its base's, for a view). Not an id: a dead
@@ -422,6 +421,11 @@ def has_side_effect(line):
     return False
 
 
+def _is_array(inner, value):
+    """True if `value` is an array of the backend `inner` or one of its scalars (NumPy's)."""
+    return inner.owns(value) or value.__class__ in inner.scalar_types
+
+
 def _describe_target(target):
     return getattr(target, "__name__", None) or repr(target)
 
@@ -492,7 +496,7 @@ def call(backend, function, args, kwargs, kind="call"):
     if len(template) != len(args) or rec.objects:  # nested or keywords, or objects to know
         traced = _known(rec, args, kwargs)
         template = rec.template(args)
-    if not traced and not inner.owns(result) and result.__class__ not in inner.scalar_types:
+    if not traced and not _is_array(inner, result):
         return result  # nothing traced in or out: a query (isdtype, finfo, result_type)
     if getattr(function, "__name__", "") in DATA_DEPENDENT_SHAPES:
         rec.give_up(f"{function.__name__}'s result has a shape that depends on the values")
