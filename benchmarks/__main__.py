@@ -15,8 +15,8 @@ import sys
 import backends
 
 from . import WORKLOADS, load, torch_compiled
-from .common import (SCALES, TORCH_COMPILE, Progress, load_average, machine_info, prepare,
-                     resolve_device, run_child, run_workload, thread_environment, time_once)
+from .common import (TORCH_COMPILE, Progress, load_average, machine_info, prepare, resolve_device,
+                     run_child, run_workload, thread_environment, time_once, timing_figures)
 from .memory import measure, measured_kinds
 from .report import LOCAL, PUBLISHED, PUBLISHED_MD, print_table, write_all, write_json
 
@@ -186,9 +186,7 @@ def _torch_compiled(workload, device, args, repeat, warmup, progress):
     entry = run_child("torch_compiled", [workload.name, device, args.threads, repeat, warmup],
                       env=thread_environment(args.threads), timeout=torch_compiled.TIMEOUT_S)
     if entry.get("status") == "ok":
-        scale = SCALES[workload.time_unit] / workload.count
-        entry[f"median_{workload.time_unit}_per_{workload.unit}"] = (
-            entry["median_s_per_run"] * scale)
+        entry.update(timing_figures(workload, entry["samples_s_per_run"]))
     elif entry.get("status") == "error":
         progress.say(f"{workload.name}/torch.compile FAILED: {entry['error']}")
     return entry

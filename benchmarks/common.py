@@ -464,17 +464,21 @@ def _entry(workload, contender, warmup):
             contender.error = f"wrong result: {e}"
     if contender.error is not None:
         return {"status": "error", "error": contender.error}
-    median = statistics.median(contender.samples)
+    return {"status": "ok", **timing_figures(workload, contender.samples), "warmup": warmup,
+            **contender.facts}
+
+
+def timing_figures(workload, samples):
+    """The figures of timed runs (`samples`, seconds each): median and best in the workload's
+    unit, the median run, every sample, their count."""
+    median = statistics.median(samples)
     scale = SCALES[workload.time_unit] / workload.count
     return {
-        "status": "ok",
         f"median_{workload.time_unit}_per_{workload.unit}": median * scale,
-        f"best_{workload.time_unit}_per_{workload.unit}": min(contender.samples) * scale,
+        f"best_{workload.time_unit}_per_{workload.unit}": min(samples) * scale,
         "median_s_per_run": median,
-        "samples_s_per_run": contender.samples,
-        "repeat": len(contender.samples),
-        "warmup": warmup,
-        **contender.facts,
+        "samples_s_per_run": samples,
+        "repeat": len(samples),
     }
 
 
