@@ -8,7 +8,6 @@ global one, so building a dataset does not disturb np.random.seed reproducibilit
 """
 import gzip
 import operator
-import os
 import struct
 import zipfile
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from .transforms import Compose, Flatten, Normalize, ToFloat
+from .utils.download import cache_folder, fetch
 
 __all__ = ["Dataset", "Spiral", "get_spiral", "SinCurve", "Shapes", "MNIST"]
 
@@ -200,8 +200,7 @@ def _draw(rng, c, s):
 
 # =============================================================================== MNIST
 def _default_mnist_path():
-    root = os.environ.get("GRADCORE_DATA") or Path.home() / ".gradcore"
-    return Path(root) / "mnist.npz"
+    return cache_folder() / "mnist.npz"
 
 
 def read_idx(path, magic):
@@ -260,8 +259,6 @@ class MNIST(Dataset):
     def prepare(self):
         if self.path is not None or _default_mnist_path().is_file():
             return self._read_npz(self.path or _default_mnist_path())
-        from .utils.download import cache_folder, fetch
-
         prefix = "train" if self.train else "t10k"
         paths = {}
         for kind in ("images-idx3", "labels-idx1"):
