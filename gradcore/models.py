@@ -65,7 +65,15 @@ class VGG16(Module):
         return self.fc8(x)
 
 
-class _Basic(Module):
+class _Residual(Module):
+    """A residual block: `shortcut` is None (the identity) or a 1x1 projection."""
+
+    def _joined(self, h, x):
+        """relu(h + the shortcut of x): the block's output."""
+        return F.relu(h + (x if self.shortcut is None else self.shortcut(x)))
+
+
+class _Basic(_Residual):
     """Two 3x3 convolutions with batch norm, and the identity (or a 1x1 projection) added."""
 
     expansion = 1
@@ -81,10 +89,10 @@ class _Basic(Module):
     def forward(self, x):
         h = F.relu(self.bn1(self.conv1(x)))
         h = self.bn2(self.conv2(h))
-        return F.relu(h + (self.shortcut(x) if self.shortcut is not None else x))
+        return self._joined(h, x)
 
 
-class _Bottleneck(Module):
+class _Bottleneck(_Residual):
     """1x1 down to `channels`, 3x3 (with the stride), 1x1 up to 4 * channels, each with batch
     norm, and the identity (or a 1x1 projection) added."""
 
@@ -105,7 +113,7 @@ class _Bottleneck(Module):
         h = F.relu(self.bn1(self.conv1(x)))
         h = F.relu(self.bn2(self.conv2(h)))
         h = self.bn3(self.conv3(h))
-        return F.relu(h + (self.shortcut(x) if self.shortcut is not None else x))
+        return self._joined(h, x)
 
 
 def _projection(in_channels, out_channels, stride):
