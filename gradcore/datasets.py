@@ -1,6 +1,6 @@
 """Datasets (DeZero's `dezero.datasets`): the Dataset base, generated sets that need no download
-(Spiral, SinCurve, Shapes) and MNIST, downloaded once from its published files (or read from a
-local .npz).
+(Spiral, SinCurve, Shapes), and MNIST, FashionMNIST and CIFAR10, downloaded once from their
+published files (gradcore.utils.download.fetch) and read from those files' own formats.
 
 Datasets hold host data: NumPy arrays made or read here. A DataLoader moves each batch to the
 device it is asked for. Generated sets draw from their own seeded generators, never from NumPy's
@@ -9,6 +9,7 @@ global one, so building a dataset does not disturb np.random.seed reproducibilit
 import gzip
 import operator
 import struct
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -17,7 +18,8 @@ import numpy as np
 from .transforms import Compose, Flatten, Normalize, ToFloat
 from .utils.download import cache_folder, fetch
 
-__all__ = ["Dataset", "Spiral", "get_spiral", "SinCurve", "Shapes", "MNIST"]
+__all__ = ["Dataset", "Spiral", "get_spiral", "SinCurve", "Shapes", "MNIST", "FashionMNIST",
+           "CIFAR10"]
 
 
 def _identity(x):
@@ -199,10 +201,6 @@ def _draw(rng, c, s):
 
 
 # =============================================================================== MNIST
-def _default_mnist_path():
-    return cache_folder() / "mnist.npz"
-
-
 def read_idx(path, magic):
     """The array in a gzipped IDX file (MNIST's format: a big-endian header, then uint8 data);
     `magic` 2051 for images (N, rows, cols), 2049 for labels (N,)."""
@@ -224,12 +222,13 @@ class MNIST(Dataset):
 
     Read from a local .npz holding x_train, y_train, x_test, y_test when `path` names one, or
     when $GRADCORE_DATA/mnist.npz (else ~/.gradcore/mnist.npz) exists; else the four original
-    IDX files are downloaded once into that folder from the first mirror that has them, each
-    checked by its SHA-256 (gradcore.utils.download.fetch: resumable, atomic; offline, the
+    IDX files are downloaded once into that folder's mnist/ from the first mirror that has them,
+    each checked by its SHA-256 (gradcore.utils.download.fetch: resumable, atomic; offline, the
     error says which files to put where). data (N, 1, 28, 28) uint8 and label (N,) int64; the
     default transform, as in DeZero, flattens each image and scales it to float32 in [0, 1].
     """
 
+    NAME = "mnist"  # the cache's subfolder, and the default .npz's name
     MIRRORS = ("https://ossci-datasets.s3.amazonaws.com/mnist/",
                "https://storage.googleapis.com/cvdf-datasets/mnist/",
                "http://yann.lecun.com/exdb/mnist/")
@@ -257,48 +256,142 @@ class MNIST(Dataset):
         return {i: str(i) for i in range(10)}
 
     def prepare(self):
-        if self.path is not None or _default_mnist_path().is_file():
-            return self._read_npz(self.path or _default_mnist_path())
+        default = cache_folder() / f"{self.NAME}.npz"
+        if self.path is not None or default.is_file():
+            return self._read_npz(self.path or default)
         prefix = "train" if self.train else "t10k"
         paths = {}
         for kind in ("images-idx3", "labels-idx1"):
             name = f"{prefix}-{kind}-ubyte.gz"
             paths[kind] = fetch(name, [m + name for m in self.MIRRORS], self.FILES[name],
-                                folder=cache_folder() / "mnist", progress=self.progress)
+                                folder=cache_folder() / self.NAME, progress=self.progress)
         x = read_idx(paths["images-idx3"], 2051)
         y = read_idx(paths["labels-idx1"], 2049)
         if len(x) != len(y):
-            raise ValueError(f"MNIST: {len(x)} images but {len(y)} labels")
+            raise ValueError(f"{type(self).__name__}: {len(x)} images but {len(y)} labels")
         self.data = x.reshape(len(x), 1, x.shape[1], x.shape[2])
         self.label = y.astype(np.int64)
 
     def _read_npz(self, path):
+        name = type(self).__name__
         if not path.is_file():
             raise FileNotFoundError(
-                f"MNIST: no file at {path}: pass MNIST(path=...) an mnist.npz with the arrays "
-                f"x_train, y_train, x_test, y_test, or no path to download the published files")
+                f"{name}: no file at {path}: pass {name}(path=...) a {self.NAME}.npz with the "
+                "arrays x_train, y_train, x_test, y_test, or no path to download the published "
+                "files")
         kx, ky = ("x_train", "y_train") if self.train else ("x_test", "y_test")
         try:
             f = np.load(path, allow_pickle=False)  # a data file never runs code
         except (OSError, ValueError, zipfile.BadZipFile) as e:
-            raise ValueError(f"MNIST: {path} is not a readable .npz file ({e})") from None
+            raise ValueError(f"{name}: {path} is not a readable .npz file ({e})") from None
         if not isinstance(f, np.lib.npyio.NpzFile):
-            raise ValueError(f"MNIST: {path} holds one array, not an .npz archive of x_train, "
+            raise ValueError(f"{name}: {path} holds one array, not an .npz archive of x_train, "
                              "y_train, x_test, y_test")
         with f:
             missing = [k for k in (kx, ky) if k not in f.files]
             if missing:
-                raise ValueError(f"MNIST: {path} has no {' or '.join(missing)}; it holds "
+                raise ValueError(f"{name}: {path} has no {' or '.join(missing)}; it holds "
                                  f"{', '.join(f.files) or 'nothing'}")
             try:
                 x, y = f[kx], f[ky]
             except (OSError, ValueError, zipfile.BadZipFile) as e:
-                raise ValueError(f"MNIST: cannot read {kx} and {ky} from {path} ({e})") from None
+                raise ValueError(f"{name}: cannot read {kx} and {ky} from {path} ({e})") from None
         if x.ndim not in (3, 4) or (x.ndim == 4 and x.shape[1] != 1):
-            raise ValueError(f"MNIST: {kx} in {path} must have shape (N, H, W) or (N, 1, H, W), "
+            raise ValueError(f"{name}: {kx} in {path} must have shape (N, H, W) or (N, 1, H, W), "
                              f"got {x.shape}")
         if y.ndim != 1 or len(y) != len(x) or not np.issubdtype(y.dtype, np.integer):
-            raise ValueError(f"MNIST: {ky} in {path} must be {len(x)} integer labels (one per "
+            raise ValueError(f"{name}: {ky} in {path} must be {len(x)} integer labels (one per "
                              f"image of {kx}), got shape {y.shape} and dtype {y.dtype}")
         self.data = x.reshape(len(x), 1, x.shape[-2], x.shape[-1])
         self.label = y.astype(np.int64)
+
+
+class FashionMNIST(MNIST):
+    """Fashion-MNIST (Xiao, Rasul & Vollgraf 2017): 28x28 grey images of 10 kinds of clothing,
+    60,000 for training and 10,000 for testing, in MNIST's format and shapes. Everything MNIST
+    says holds, with fashion-mnist in place of mnist (the cache's subfolder, the default .npz)."""
+
+    NAME = "fashion-mnist"
+    MIRRORS = ("http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
+               "https://raw.githubusercontent.com/zalandoresearch/fashion-mnist/master/data/"
+               "fashion/")
+    FILES = {
+        "train-images-idx3-ubyte.gz":
+            "3aede38d61863908ad78613f6a32ed271626dd12800ba2636569512369268a84",
+        "train-labels-idx1-ubyte.gz":
+            "a04f17134ac03560a47e3764e11b92fc97de4d1bfaf8ba1a3aa29af54cc90845",
+        "t10k-images-idx3-ubyte.gz":
+            "346e55b948d973a97e58d2351dde16a484bd415d4595297633bb08f03db6a073",
+        "t10k-labels-idx1-ubyte.gz":
+            "67da17c76eaffca5446c3361aaab5c3cd6d1c2608764d35dfb1850b086bf8dd5",
+    }
+
+    @staticmethod
+    def labels():
+        """Class index -> name."""
+        return dict(enumerate(("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal",
+                               "Shirt", "Sneaker", "Bag", "Ankle boot")))
+
+
+# =============================================================================== CIFAR-10
+class CIFAR10(Dataset):
+    """CIFAR-10 (Krizhevsky 2009): 32x32 colour images of 10 classes, 50,000 for training and
+    10,000 for testing.
+
+    The binary version of the published archive is downloaded once into $GRADCORE_DATA/cifar10
+    (else ~/.gradcore/cifar10), checked by its SHA-256 (resumable, atomic; offline, the error
+    says which file to put where), and its batch files are read from the archive in memory:
+    nothing is unpacked to disk, and the Python version (a pickle) is never used. data
+    (N, 3, 32, 32) uint8 and label (N,) int64; the default transform scales each image to
+    float32 in [0, 1] (DeZero's applies Normalize(0.5, 0.5) to the 0-255 values instead).
+    """
+
+    URLS = ("https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz",)
+    FILE = "cifar-10-binary.tar.gz"
+    SHA256 = "c4a38c50a1bc5f3a1c5537f2155ab9d68f9f25eb1ed8d9ddda3db29a59bca1dd"
+    TRAIN = tuple(f"cifar-10-batches-bin/data_batch_{i}.bin" for i in range(1, 6))
+    TEST = ("cifar-10-batches-bin/test_batch.bin",)
+
+    def __init__(self, train=True, transform=Compose([ToFloat(), Normalize(0.0, 255.0)]),
+                 target_transform=None, progress=None):
+        self.progress = progress
+        super().__init__(train, transform, target_transform)
+
+    @staticmethod
+    def labels():
+        """Class index -> name."""
+        return dict(enumerate(("airplane", "automobile", "bird", "cat", "deer", "dog", "frog",
+                               "horse", "ship", "truck")))
+
+    def prepare(self):
+        archive = fetch(self.FILE, self.URLS, self.SHA256, folder=cache_folder() / "cifar10",
+                        progress=self.progress)
+        self.data, self.label = read_cifar_binary(archive, self.TRAIN if self.train else self.TEST)
+
+
+def read_cifar_binary(path, members):
+    """Images (N, 3, 32, 32) uint8 and labels (N,) int64 from the batch files `members` of the
+    tar.gz archive at `path`, in that order. A record is one label byte then 3,072 pixel bytes:
+    the red, green and blue planes of 32x32 each, row by row."""
+    record = 1 + 3 * 32 * 32
+    found = {}
+    with tarfile.open(path, "r:gz") as tar:
+        for member in tar:  # one pass through the stream; only the named files are read
+            if member.name in members and member.isfile():
+                found[member.name] = tar.extractfile(member).read()
+    missing = [m for m in members if m not in found]
+    if missing:
+        raise ValueError(f"{path} has no {', '.join(missing)}: not CIFAR-10's binary archive?")
+    images, labels = [], []
+    for name in members:
+        raw = np.frombuffer(found[name], dtype=np.uint8)
+        if raw.size % record:
+            raise ValueError(f"{name} in {path} holds {raw.size} bytes, not a whole number of "
+                             f"{record}-byte records: cut short?")
+        raw = raw.reshape(-1, record)
+        if raw[:, 0].max(initial=0) > 9:
+            raise ValueError(f"{name} in {path} has a label of {raw[:, 0].max()}; CIFAR-10's "
+                             "are 0 to 9")
+        labels.append(raw[:, 0].astype(np.int64))
+        images.append(raw[:, 1:].reshape(-1, 3, 32, 32))
+    return np.concatenate(images), np.concatenate(labels)

@@ -1,9 +1,11 @@
 """`python -m gradcore.demo`: train an MLP on the spiral (or, with --task conv, a small conv net on
-synthetic images) on any device, with a progress bar, and draw the result.
+synthetic images; with --task mnist, an MLP on MNIST) on any device, with a progress bar, and draw
+the result.
 
     python -m gradcore.demo                            # spiral MLP on the best device here
     python -m gradcore.demo --device array_api_strict:device1 --no-plot
     python -m gradcore.demo --task conv --out /tmp/demo
+    python -m gradcore.demo --task mnist               # downloads MNIST once (~11 MB)
 
 The PNGs (decision boundary and loss curve; for conv, loss curve and test predictions) need
 matplotlib: pip install 'gradcore[demo]'. Everything else needs only gradcore.
@@ -22,15 +24,18 @@ from . import functions as F
 from .compile import compile
 from .config import no_grad, test_mode
 from .dataloaders import DataLoader
-from .datasets import Shapes, Spiral
+from .datasets import MNIST, Shapes, Spiral
 from .nn import MLP, Conv2d, Linear, Module
 from .optim import Adam
 from .random import manual_seed
+from .utils.download import DownloadError
 
-__all__ = ["main", "train_spiral", "train_conv", "resolve_device", "ProgressBar", "DemoError"]
+__all__ = ["main", "train_spiral", "train_conv", "train_mnist", "resolve_device", "ProgressBar",
+           "DemoError"]
 
 SPIRAL_DEFAULTS = {"epochs": 100, "batch_size": 30, "lr": 0.01, "hidden": 30}
 CONV_DEFAULTS = {"epochs": 10, "batch_size": 32, "lr": 0.005, "num_per_class": 200}
+MNIST_DEFAULTS = {"epochs": 5, "batch_size": 100, "lr": 0.001, "hidden": 256}
 
 
 class DemoError(Exception):
@@ -241,6 +246,35 @@ def train_conv(device=None, epochs=CONV_DEFAULTS["epochs"], batch_size=CONV_DEFA
     return result
 
 
+def train_mnist(device=None, epochs=MNIST_DEFAULTS["epochs"], batch_size=MNIST_DEFAULTS["batch_size"],
+                lr=MNIST_DEFAULTS["lr"], hidden=MNIST_DEFAULTS["hidden"], seed=0, out=None,
+                progress=None, compiled=False):
+    """Train MLP((hidden, hidden, 10), relu) on MNIST's 60,000 training images with Adam on
+    `device`; test accuracy on its 10,000 test images. MNIST is read from the cache folder or
+    downloaded there once (gradcore.datasets.MNIST); when it can be neither, DemoError says
+    which files to put where.
+
+    Returns a dict as train_spiral does; files are a loss curve and a grid of test predictions.
+    """
+    device = resolve_device(device)
+    if out is not None:
+        _require_matplotlib()
+    try:
+        train, test = MNIST(train=True, transform=None), MNIST(train=False, transform=None)
+    except DownloadError as e:
+        raise DemoError(f"--task mnist needs MNIST, which is not in the cache folder and could "
+                        f"not be downloaded. {e}") from None
+    for dataset in (train, test):  # flattened and scaled to [0, 1] once, not per example
+        dataset.data = dataset.data.reshape(len(dataset), -1).astype(np.float32) / 255
+    manual_seed(seed)
+    model = MLP((hidden, hidden, 10), activation=F.relu)
+    result = _train("mnist", model, train, test, device, epochs, batch_size, lr, progress,
+                    compiled)
+    if out is not None:
+        result["files"] = _plot_mnist(model, test, result, out)
+    return result
+
+
 # =============================================================================== pictures
 CLASS_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728")
 
@@ -315,6 +349,22 @@ def _plot_conv(model, test, result, out):
     return [_loss_figure(result, out, "conv_loss.png"), _save(fig, out, "conv_predictions.png")]
 
 
+def _plot_mnist(model, test, result, out):
+    count = 16
+    scores = _predict(model, test.data[:count])
+    fig = _figure((7, 7.5))
+    for k in range(count):
+        ax = fig.add_subplot(4, 4, k + 1)
+        ax.imshow(test.data[k].reshape(28, 28), cmap="gray")
+        guess, truth = int(scores[k].argmax()), int(test.label[k])
+        title = str(guess) if guess == truth else f"{guess} (is {truth})"
+        ax.set_title(title, fontsize=9, color="black" if guess == truth else "red")
+        ax.axis("off")
+    fig.suptitle(f"MNIST test set: predicted digit (red: wrong), test accuracy "
+                 f"{result['test_accuracy']:.1%}")
+    return [_loss_figure(result, out, "mnist_loss.png"), _save(fig, out, "mnist_predictions.png")]
+
+
 # =============================================================================== command line
 def _positive(kind):
     """An argparse type: a positive (finite) int or float."""
@@ -340,21 +390,31 @@ def _seed(text):
     return value
 
 
+TASKS = {  # --task: (trainer, its defaults, what it trains on what)
+    "spiral": (train_spiral, SPIRAL_DEFAULTS, "MLP (2-30-30-3, relu) on {} spiral points"),
+    "conv": (train_conv, CONV_DEFAULTS, "conv net on {} Shapes images (1x16x16, 4 classes)"),
+    "mnist": (train_mnist, MNIST_DEFAULTS, "MLP (784-256-256-10, relu) on {} MNIST images"),
+}
+
+
 def _parser():
     p = argparse.ArgumentParser(
         prog="python -m gradcore.demo",
         description="Train a small network with gradcore on any device and draw the result.")
-    p.add_argument("--task", choices=("spiral", "conv"), default="spiral",
+    p.add_argument("--task", choices=tuple(TASKS), default="spiral",
                    help="spiral: an MLP on 3 interleaved spirals (default); conv: a small conv "
                         "net on noisy 16x16 images of 4 shapes: horizontal bar, vertical bar, "
-                        "square (outline) and cross")
+                        "square (outline) and cross; mnist: an MLP (784-256-256-10) on MNIST, "
+                        "downloaded once into $GRADCORE_DATA (else ~/.gradcore)")
     p.add_argument("--device", default=None,
                    help="cpu, cuda, cuda:N, array_api_strict:device1, ... (default: cuda when a "
                         "GPU is present, else cpu)")
-    p.add_argument("--epochs", type=_positive(int), help="default: 100 (spiral), 10 (conv)")
-    p.add_argument("--batch-size", type=_positive(int), help="default: 30 (spiral), 32 (conv)")
+    p.add_argument("--epochs", type=_positive(int),
+                   help="default: 100 (spiral), 10 (conv), 5 (mnist)")
+    p.add_argument("--batch-size", type=_positive(int),
+                   help="default: 30 (spiral), 32 (conv), 100 (mnist)")
     p.add_argument("--lr", type=_positive(float), help="Adam's step size; default: 0.01 "
-                   "(spiral), 0.005 (conv)")
+                   "(spiral), 0.005 (conv), 0.001 (mnist)")
     p.add_argument("--seed", type=_seed, default=0, help="seeds the weights and the shuffling")
     p.add_argument("--out", default=os.path.join(".", "demo_out"),
                    help="folder for the PNGs (default: ./demo_out)")
@@ -367,19 +427,16 @@ def _parser():
 def main(argv=None):
     """The command line; returns the exit status (0, or 2 for a problem the user can fix)."""
     args = _parser().parse_args(argv)
-    defaults = SPIRAL_DEFAULTS if args.task == "spiral" else CONV_DEFAULTS
+    train, defaults, what = TASKS[args.task]
     options = {name: getattr(args, name) if getattr(args, name) is not None else defaults[name]
                for name in ("epochs", "batch_size", "lr")}
-    train = train_spiral if args.task == "spiral" else train_conv
     try:
         result = train(device=args.device, seed=args.seed, compiled=args.compile,
                        out=None if args.no_plot else args.out, **options)
     except DemoError as e:
         print(f"gradcore.demo: error: {e}", file=sys.stderr)
         return 2
-    what = (f"MLP (2-30-30-3, relu) on {result['examples']} spiral points" if args.task == "spiral"
-            else f"conv net on {result['examples']} Shapes images (1x16x16, 4 classes)")
-    print(f"{what}: {result['epochs']} epochs on {result['device']} in {result['seconds']:.1f}s")
+    print(f"{what.format(result['examples'])}: {result['epochs']} epochs on {result['device']} in {result['seconds']:.1f}s")
     print(f"final loss {result['loss'][-1]:.4f}, train accuracy {result['accuracy']:.1%}, "
           f"test accuracy {result['test_accuracy']:.1%}")
     for path in result["files"]:

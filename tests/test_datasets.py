@@ -1,10 +1,20 @@
-"""gradcore.datasets: the Dataset base, Spiral, SinCurve, Shapes, and MNIST (a local .npz, or its
-published IDX files downloaded from a server on the loopback address)."""
+"""gradcore.datasets: the Dataset base, Spiral, SinCurve, Shapes, MNIST (a local .npz, or its
+published IDX files), FashionMNIST and CIFAR10, their files served in the original formats from an
+HTTP server on the loopback address."""
+import contextlib
+import functools
+import hashlib
+import http.server
+import io
+import tarfile
+import threading
+
 import numpy as np
 import pytest
 
 import gradcore
-from gradcore.datasets import MNIST, Dataset, Shapes, SinCurve, Spiral, get_spiral
+from gradcore.datasets import (CIFAR10, MNIST, Dataset, FashionMNIST, Shapes, SinCurve, Spiral,
+                               get_spiral)
 
 
 # =============================================================================== Dataset base
@@ -246,56 +256,66 @@ def idx_gz(path, array, magic):
         f.write(array.astype(np.uint8).tobytes())
 
 
-def test_mnist_downloads_its_idx_files_once(tmp_path, monkeypatch):
-    import functools
-    import hashlib
-    import http.server
-    import threading
-
-    served = tmp_path / "served"
-    served.mkdir()
-    rng = np.random.default_rng(0)
-    images = {"train": rng.integers(0, 256, (6, 28, 28)), "t10k": rng.integers(0, 256, (3, 28, 28))}
-    files = {}
-    for prefix, x in images.items():
-        idx_gz(served / f"{prefix}-images-idx3-ubyte.gz", x, 2051)
-        idx_gz(served / f"{prefix}-labels-idx1-ubyte.gz", np.arange(len(x)) % 10, 2049)
-    for path in served.iterdir():
-        files[path.name] = hashlib.sha256(path.read_bytes()).hexdigest()
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+@contextlib.contextmanager
+def served(folder):
+    """The files of `folder` served over HTTP on the loopback address; yields the base URL."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
     handler.log_message = lambda *args: None
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:
-        class ServedMNIST(MNIST):
-            MIRRORS = ("http://127.0.0.1:1/down/",  # a mirror that is down: the next one serves
-                       f"http://127.0.0.1:{httpd.server_address[1]}/")
-            FILES = files
-
-        monkeypatch.setenv("GRADCORE_DATA", str(tmp_path / "cache"))
-        train = ServedMNIST(transform=None, progress=False)
-        assert train.data.shape == (6, 1, 28, 28) and train.data.dtype == np.uint8
-        np.testing.assert_array_equal(train.data[:, 0], images["train"])
-        np.testing.assert_array_equal(train.label, np.arange(6) % 10)
-        test = ServedMNIST(train=False, progress=False)
-        assert len(test) == 3 and test[0][0].shape == (784,) and test[0][0].dtype == np.float32
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/"
     finally:
         httpd.shutdown()
         httpd.server_close()
-    again = ServedMNIST(transform=None, progress=False)  # the server is gone: the cache serves
+
+
+def sha256s(folder):
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir()}
+
+
+@pytest.mark.parametrize("cls", [MNIST, FashionMNIST])
+def test_idx_sets_download_their_files_once(cls, tmp_path, monkeypatch):
+    served_folder = tmp_path / "served"
+    served_folder.mkdir()
+    rng = np.random.default_rng(0)
+    images = {"train": rng.integers(0, 256, (6, 28, 28)), "t10k": rng.integers(0, 256, (3, 28, 28))}
+    for prefix, x in images.items():
+        idx_gz(served_folder / f"{prefix}-images-idx3-ubyte.gz", x, 2051)
+        idx_gz(served_folder / f"{prefix}-labels-idx1-ubyte.gz", np.arange(len(x)) % 10, 2049)
+    files = sha256s(served_folder)
+    monkeypatch.setenv("GRADCORE_DATA", str(tmp_path / "cache"))
+    with served(served_folder) as url:
+        class Served(cls):
+            MIRRORS = ("http://127.0.0.1:1/down/", url)  # a mirror that is down: the next serves
+            FILES = files
+
+        train = Served(transform=None, progress=False)
+        assert train.data.shape == (6, 1, 28, 28) and train.data.dtype == np.uint8
+        np.testing.assert_array_equal(train.data[:, 0], images["train"])
+        np.testing.assert_array_equal(train.label, np.arange(6) % 10)
+        test = Served(train=False, progress=False)
+        assert len(test) == 3 and test[0][0].shape == (784,) and test[0][0].dtype == np.float32
+    again = Served(transform=None, progress=False)  # the server is gone: the cache serves
     np.testing.assert_array_equal(again.data, train.data)
-    assert sorted(p.name for p in (tmp_path / "cache" / "mnist").iterdir()) == sorted(files)
+    assert sorted(p.name for p in (tmp_path / "cache" / cls.NAME).iterdir()) == sorted(files)
 
 
-def test_mnist_offline_names_the_files(tmp_path, monkeypatch):
+def test_fashion_mnist_labels():
+    assert FashionMNIST.labels()[0] == "T-shirt/top" and FashionMNIST.labels()[9] == "Ankle boot"
+
+
+@pytest.mark.parametrize("cls, folder, sha", [(MNIST, "mnist", "440fcabf"),
+                                              (FashionMNIST, "fashion-mnist", "3aede38d")])
+def test_idx_sets_offline_name_the_files(cls, folder, sha, tmp_path, monkeypatch):
     from gradcore.utils.download import DownloadError
 
-    class Offline(MNIST):
+    class Offline(cls):
         MIRRORS = ("http://127.0.0.1:1/",)
 
     monkeypatch.setenv("GRADCORE_DATA", str(tmp_path))
-    with pytest.raises(DownloadError, match=r"Offline, put the file at .*mnist.train-images-idx3"
-                                            r"-ubyte.gz \(SHA-256 440fcabf"):
+    with pytest.raises(DownloadError, match=rf"Offline, put the file at .*{folder}.train-images-"
+                                            rf"idx3-ubyte.gz \(SHA-256 {sha}"):
         Offline(progress=False)
 
 
@@ -304,3 +324,89 @@ def test_a_file_that_is_not_idx_is_refused(tmp_path):
     idx_gz(tmp_path / "labels.gz", np.arange(3), 2049)
     with pytest.raises(ValueError, match="not an IDX file of images"):
         read_idx(tmp_path / "labels.gz", 2051)
+
+
+# =============================================================================== CIFAR-10
+def cifar_tar(path, batches, extra=()):
+    """A tar.gz laid out as CIFAR-10's binary archive: {member name: (images, labels)}."""
+    with tarfile.open(path, "w:gz") as tar:
+        def add(name, raw):
+            info = tarfile.TarInfo(f"cifar-10-batches-bin/{name}")
+            info.size = len(raw)
+            tar.addfile(info, io.BytesIO(raw))
+        add("batches.meta.txt", b"airplane\nautomobile\n")
+        for name, (x, t) in batches.items():
+            add(name, np.concatenate([t[:, None], x.reshape(len(x), -1)], axis=1)
+                .astype(np.uint8).tobytes())
+        for name, raw in extra:
+            add(name, raw)
+
+
+def cifar_batches(rng, sizes=(2, 3, 1, 2, 2), test=3):
+    names = [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]
+    return {name: (rng.integers(0, 256, (n, 3, 32, 32)), rng.integers(0, 10, n))
+            for name, n in zip(names, (*sizes, test))}
+
+
+def test_cifar10_downloads_and_reads_the_binary_archive(tmp_path, monkeypatch):
+    batches = cifar_batches(np.random.default_rng(0))
+    (tmp_path / "served").mkdir()
+    cifar_tar(tmp_path / "served" / CIFAR10.FILE, batches)
+    monkeypatch.setenv("GRADCORE_DATA", str(tmp_path / "cache"))
+    with served(tmp_path / "served") as url:
+        class Served(CIFAR10):
+            URLS = ("http://127.0.0.1:1/down.tar.gz", url + CIFAR10.FILE)
+            SHA256 = sha256s(tmp_path / "served")[CIFAR10.FILE]
+
+        train = Served(transform=None, progress=False)
+    assert train.data.shape == (10, 3, 32, 32) and train.data.dtype == np.uint8
+    assert train.label.dtype == np.int64
+    np.testing.assert_array_equal(train.data, np.concatenate(
+        [batches[f"data_batch_{i}.bin"][0] for i in range(1, 6)]))  # in the batches' order
+    np.testing.assert_array_equal(train.label, np.concatenate(
+        [batches[f"data_batch_{i}.bin"][1] for i in range(1, 6)]))
+    test = Served(train=False, progress=False)  # the server is gone: the cached archive serves
+    x, t = test[2]
+    assert x.shape == (3, 32, 32) and x.dtype == np.float32 and t == batches["test_batch.bin"][1][2]
+    np.testing.assert_allclose(x, batches["test_batch.bin"][0][2] / 255.0, rtol=1e-6)
+    assert CIFAR10.labels()[9] == "truck"
+
+
+def test_cifar10_record_layout_is_label_then_red_green_blue_planes(tmp_path):
+    from gradcore.datasets import read_cifar_binary
+    record = np.zeros(3073, np.uint8)
+    record[0] = 7
+    record[1 + 1024 + 5 * 32 + 9] = 200  # green plane, row 5, column 9
+    with tarfile.open(tmp_path / "a.tar.gz", "w:gz") as tar:
+        info = tarfile.TarInfo("cifar-10-batches-bin/test_batch.bin")
+        info.size = 3073
+        tar.addfile(info, io.BytesIO(record.tobytes()))
+    x, t = read_cifar_binary(tmp_path / "a.tar.gz", CIFAR10.TEST)
+    assert t.tolist() == [7] and x[0, 1, 5, 9] == 200 and x.sum() == 200
+
+
+def test_cifar10_bad_archives(tmp_path):
+    from gradcore.datasets import read_cifar_binary
+    batches = cifar_batches(np.random.default_rng(1))
+    del batches["test_batch.bin"]
+    cifar_tar(tmp_path / "no_test.tar.gz", batches)
+    with pytest.raises(ValueError, match=r"has no cifar-10-batches-bin/test_batch.bin"):
+        read_cifar_binary(tmp_path / "no_test.tar.gz", CIFAR10.TEST)
+    cifar_tar(tmp_path / "short.tar.gz", {}, extra=[("test_batch.bin", bytes(3073 + 100))])
+    with pytest.raises(ValueError, match=r"holds 3173 bytes, not a whole number of 3073-byte"):
+        read_cifar_binary(tmp_path / "short.tar.gz", CIFAR10.TEST)
+    cifar_tar(tmp_path / "label.tar.gz", {}, extra=[("test_batch.bin", bytes([12]) + bytes(3072))])
+    with pytest.raises(ValueError, match=r"has a label of 12"):
+        read_cifar_binary(tmp_path / "label.tar.gz", CIFAR10.TEST)
+
+
+def test_cifar10_offline_names_the_file(tmp_path, monkeypatch):
+    from gradcore.utils.download import DownloadError
+
+    class Offline(CIFAR10):
+        URLS = ("http://127.0.0.1:1/cifar-10-binary.tar.gz",)
+
+    monkeypatch.setenv("GRADCORE_DATA", str(tmp_path))
+    with pytest.raises(DownloadError, match=r"Offline, put the file at .*cifar10.cifar-10-binary"
+                                            r".tar.gz \(SHA-256 c4a38c50"):
+        Offline(progress=False)

@@ -4,6 +4,7 @@ import io
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import backends
@@ -37,6 +38,41 @@ def test_conv_net_learns_the_shapes(xp2):
     assert result["examples"] == 320
     assert result["accuracy"] > 0.95 and result["test_accuracy"] > 0.9
     assert result["loss"][-1] < result["loss"][0] / 2
+
+
+def digits_npz(folder, n_train=600, n_test=200):
+    """An mnist.npz of 28x28 uint8 'digits': each class a fixed random stroke pattern, each image
+    that pattern shifted by up to a pixel, dimmed and noised, so an MLP has something to learn."""
+    rng = np.random.default_rng(0)
+    patterns = (rng.random((10, 28, 28)) < 0.15) * 200.0
+    arrays = {}
+    for split, n in (("train", n_train), ("test", n_test)):
+        y = rng.integers(0, 10, n)
+        shifts = rng.integers(-1, 2, (n, 2))
+        x = np.stack([np.roll(patterns[c], tuple(s), axis=(0, 1)) for c, s in zip(y, shifts)])
+        x = x * rng.uniform(0.6, 1.0, (n, 1, 1)) + rng.normal(0, 30, x.shape)
+        arrays[f"x_{split}"] = np.clip(x, 0, 255).astype(np.uint8)
+        arrays[f"y_{split}"] = y.astype(np.uint8)
+    np.savez(folder / "mnist.npz", **arrays)
+
+
+def test_mnist_mlp_learns_from_the_cache(tmp_path, monkeypatch):
+    digits_npz(tmp_path)
+    monkeypatch.setenv("GRADCORE_DATA", str(tmp_path))
+    result = demo.train_mnist(device="cpu", epochs=8, lr=0.003, hidden=64, progress=False)
+    assert result["examples"] == 600 and result["task"] == "mnist"
+    assert result["accuracy"] > 0.95 and result["test_accuracy"] > 0.9
+    assert result["loss"][-1] < result["loss"][0] / 3
+    assert result["model"].l0.W.shape == (784, 64)
+
+
+def test_mnist_unavailable_says_which_files_to_put_where(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("GRADCORE_DATA", str(tmp_path))
+    monkeypatch.setattr(gradcore.datasets.MNIST, "MIRRORS", ("http://127.0.0.1:1/",))
+    assert demo.main(["--task", "mnist", "--no-plot"]) == 2
+    err = capsys.readouterr().err
+    assert "--task mnist needs MNIST" in err
+    assert f"put the file at {tmp_path / 'mnist' / 'train-images-idx3-ubyte.gz'}" in err
 
 
 # =============================================================================== command line
