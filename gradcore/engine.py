@@ -19,6 +19,13 @@ from .variable import (RETAIN_GRAD, Variable, dtype_kind, gradient_mismatch, lat
 _accumulating = threading.Lock()
 
 
+# leaf -> the hooks to call once a backward has added all it will to the leaf's .grad
+# (Variable.register_post_accumulate_grad_hook). Kept here, not on each Variable, so that
+# Variables without any pay nothing; a backward counts the leaves' pending ops only when some
+# leaf has hooks.
+post_accumulate_hooks = weakref.WeakKeyDictionary()
+
+
 def _seed(y, grad):
     if grad is None:
         return Variable(y.xp.ones_like(y._data), requires_grad=False)
@@ -205,6 +212,8 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING):
             pushed.add(f)
             heappush(heap, (-f.generation, -f.sequence, f))
 
+    # hooked leaf -> how many ops still to run will hand it a gradient; at 0 its .grad is final
+    pending = _pending(ys) if post_accumulate_hooks and wanted is None else None
     ref = weakref.ref
     check_anomalies = is_anomaly_enabled()
     # no gradient kept but the leaves', no anomaly checks: the short path below may run
@@ -272,6 +281,8 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING):
                     following = creator
                 else:
                     following = _schedule(heap, following, creator)
+            if pending:
+                _release(f, pending, grads, shared, create_graph)
 
         return _finish(leaves, grads, wanted, captured, shared, create_graph)
 
@@ -316,6 +327,44 @@ def _schedule(heap, following, creator):
     return following
 
 
+def _pending(ys):
+    """For each leaf with post-accumulate hooks behind `ys`: how many of the ops behind `ys`
+    take it as an input that needs a gradient (one pass over the graph)."""
+    pending = {}
+    seen = set()
+    stack = [y.creator for y in ys if y.creator is not None]
+    while stack:
+        f = stack.pop()
+        if f in seen:
+            continue
+        seen.add(f)
+        for x, need in zip(f.inputs, f.needs_input_grad):
+            if not need:
+                continue
+            if x.creator is not None:
+                stack.append(x.creator)
+            elif x in post_accumulate_hooks:
+                pending[x] = pending.get(x, 0) + 1
+    return pending
+
+
+def _release(f, pending, grads, shared, create_graph):
+    """f has run: a hooked leaf that no op still to run can add to gets its .grad now, then its
+    post-accumulate hooks run (while the walk goes on with the rest of the graph)."""
+    for x, need in zip(f.inputs, f.needs_input_grad):
+        if not need or x not in pending:
+            continue
+        pending[x] -= 1
+        if pending[x]:
+            continue
+        del pending[x]
+        g = grads.pop(x, None)
+        if g is None:  # every op gave it None: nothing was added, no hook runs
+            continue
+        _add_to_grads([(x, _run_hooks(x, g, shared) if x._hooks else g)], shared, create_graph)
+        shared.add(id(x._grad._data))  # x.grad holds it now: another leaf handed it gets a copy
+
+
 def _finish(leaves, grads, wanted, captured, shared, create_graph):
     """The leaves' gradients, after their hooks: returned (with `wanted`: those and the captured
     ones) or added into `.grad`, each owning its array."""
@@ -334,10 +383,21 @@ def _finish(leaves, grads, wanted, captured, shared, create_graph):
         raise _reused(next(iter(grads)).creator)
     if wanted is not None:
         return dict(_owned(captured.items(), shared, create_graph))
-    with _accumulating:  # the sums only: nothing here calls back into user code
-        for x, g in _owned(finished, shared, create_graph):
-            x._grad = g if x._grad is None else x._grad + g
+    _add_to_grads(finished, shared, create_graph)
     return captured
+
+
+def _add_to_grads(finished, shared, create_graph):
+    """Add each (x, g)'s g to x.grad, each owning its array; then the post-accumulate hooks of
+    those x that have some (a leaf the walk did not release earlier, such as a root)."""
+    with _accumulating:  # the sums only: nothing here calls back into user code
+        owned = _owned(finished, shared, create_graph)
+        for x, g in owned:
+            x._grad = g if x._grad is None else x._grad + g
+    if post_accumulate_hooks:
+        for x, _ in owned:
+            for hook in list(post_accumulate_hooks.get(x, ())):
+                hook(x)
 
 
 def backward(y, grad=None, retain_grad=False, create_graph=False):

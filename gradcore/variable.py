@@ -358,6 +358,23 @@ class Variable:
         self._hooks.append(hook)
         return _HookHandle(self, hook)
 
+    def register_post_accumulate_grad_hook(self, hook):
+        """Call `hook(self)` in each backward once this leaf's `.grad` holds all that backward
+        adds to it: as soon as no op still to run can add more, while backward goes on with the
+        rest of the graph (PyTorch's name; data-parallel training starts sending a gradient
+        then). Not called by gradcore.grad, which leaves `.grad` alone. Returns a handle whose
+        `.remove()` unregisters the hook. While any leaf has such a hook, each backward first
+        counts the ops behind it (one pass over the graph)."""
+        if not callable(hook):
+            raise TypeError("register_post_accumulate_grad_hook expects a callable, got "
+                            f"{type(hook).__name__}")
+        if self.creator is not None:
+            raise RuntimeError("register_post_accumulate_grad_hook: only a leaf Variable (one no "
+                               "op made, such as a Parameter) accumulates into .grad")
+        hooks = engine.post_accumulate_hooks.setdefault(self, [])
+        hooks.append(hook)
+        return _HookHandle(self, hook, hooks)
+
     # ---------------------------------------------------------------- devices
     def to(self, device):
         """This Variable on `device` ("cpu", "cuda", "cuda:1", a Device). Differentiable:
@@ -485,18 +502,27 @@ class Parameter(Variable):
 
 
 class _HookHandle:
-    """Returned by `register_hook`; `remove()` unregisters the hook (twice is harmless)."""
+    """Returned by `register_hook` and `register_post_accumulate_grad_hook`; `remove()`
+    unregisters the hook (twice is harmless)."""
 
-    __slots__ = ("_variable", "_hook")
+    __slots__ = ("_variable", "_hook", "_post")
 
-    def __init__(self, variable, hook):
+    def __init__(self, variable, hook, post=None):
         self._variable = weakref.ref(variable)
         self._hook = hook
+        self._post = post  # the list of post-accumulate hooks it is in; None: a gradient hook
 
     def remove(self):
         variable = self._variable()
-        if variable is not None and variable._hooks and self._hook in variable._hooks:
-            variable._hooks.remove(self._hook)
+        if variable is None:
+            return
+        if self._post is None:
+            if variable._hooks and self._hook in variable._hooks:
+                variable._hooks.remove(self._hook)
+        elif self._hook in self._post:
+            self._post.remove(self._hook)
+            if not self._post and engine.post_accumulate_hooks.get(variable) is self._post:
+                del engine.post_accumulate_hooks[variable]  # no hooks left: no counting pass
 
 
 def as_variable(obj):

@@ -367,6 +367,77 @@ def test_hook_runs_in_grad():
     assert g.item() == 6.0 and x.grad is None
 
 
+# =============================================================================== post-accumulate hooks
+def two_layers(xp):
+    """A small two-layer graph on parameters w1, w2; w2's ops run before w1's in backward."""
+    w1, w2 = var(xp, [[0.5, -1.0], [2.0, 0.25]]), var(xp, [[1.5], [-0.5]])
+    x = var(xp, [[1.0, 2.0], [3.0, -1.0]])
+    h = F.tanh(x @ w1)
+    return w1, w2, lambda: F.sum(h @ w2 + (h * 2) @ w2)  # w2 used twice
+
+
+def test_post_accumulate_hook_fires_once_a_leaf_is_final_before_the_walk_ends(xp):
+    w1, w2, loss = two_layers(xp)
+    loss().backward()
+    expected = {"w1": w1.grad.numpy(), "w2": w2.grad.numpy()}
+    w1.cleargrad(), w2.cleargrad()
+    seen = []
+    for name, w in (("w1", w1), ("w2", w2)):
+        w.register_post_accumulate_grad_hook(
+            lambda p, name=name: seen.append((name, p.grad.numpy(), w1.grad is None)))
+    loss().backward()
+    assert [(name, w1_pending) for name, _, w1_pending in seen] == [("w2", True), ("w1", False)]
+    for name, grad, _ in seen:  # both of w2's uses were in when its hook ran
+        np.testing.assert_array_equal(grad, expected[name])
+    loss().backward()  # a second backward: the hook sees the sum
+    np.testing.assert_array_equal(seen[-1][1], 2 * expected["w1"])
+
+
+def test_post_accumulate_hook_on_a_root_leaf_and_removal(xp):
+    x = var(xp, [1.0, 2.0])
+    calls = []
+    handle = x.register_post_accumulate_grad_hook(lambda p: calls.append(p.grad.numpy()))
+    x.backward()
+    (x * 3).backward()
+    np.testing.assert_array_equal(calls[0], [1.0, 1.0])
+    np.testing.assert_array_equal(calls[1], [4.0, 4.0])
+    handle.remove()
+    handle.remove()  # twice is harmless
+    (x * 3).backward()
+    assert len(calls) == 2 and x not in gradcore.engine.post_accumulate_hooks
+
+
+def test_post_accumulate_hook_sees_the_gradient_after_gradient_hooks_and_not_in_grad(xp):
+    x = var(xp, [1.0, -1.0])
+    x.register_hook(lambda g: g * 10)
+    calls = []
+    x.register_post_accumulate_grad_hook(lambda p: calls.append(p.grad.numpy()))
+    g, = gradcore.grad(F.sum(x * x), x)  # grad leaves .grad alone: no post-accumulate hook
+    assert calls == [] and x.grad is None
+    F.sum(x * x).backward()
+    np.testing.assert_array_equal(calls[0], [20.0, -20.0])
+
+
+def test_leaves_released_early_own_their_gradients(xp):
+    a, b = var(xp, [1.0, 2.0]), var(xp, [3.0, 4.0])
+    a.register_post_accumulate_grad_hook(lambda p: None)
+    (a + b).backward()  # add hands one gradient to both inputs
+    a.grad.data[...] = 7.0
+    np.testing.assert_array_equal(b.grad.numpy(), [1.0, 1.0])
+    b.register_post_accumulate_grad_hook(lambda p: None)
+    a.cleargrad(), b.cleargrad()
+    (a + b).backward()
+    a.grad.data[...] = 7.0
+    np.testing.assert_array_equal(b.grad.numpy(), [1.0, 1.0])
+
+
+def test_post_accumulate_hook_errors():
+    with pytest.raises(TypeError, match="callable"):
+        Variable(1.0).register_post_accumulate_grad_hook(3)
+    with pytest.raises(RuntimeError, match="only a leaf"):
+        (Variable(1.0) * 2).register_post_accumulate_grad_hook(lambda p: None)
+
+
 # =============================================================================== higher order
 def _poly(x):
     return x ** 4 - 2 * x ** 2  # y'' = 12 x^2 - 4 = 44 at x = 2
