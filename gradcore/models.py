@@ -4,15 +4,18 @@ MLP, Model and Sequential from gradcore.nn.
 VGG16 and the ResNets follow the published architectures (Simonyan & Zisserman 2014; He et al.
 2015, with the stride of a bottleneck in its 3x3 convolution, as torchvision's ResNets have it),
 so their parameter counts are the published ones: VGG16 138,357,544; ResNet18 11,689,512,
-ResNet34 21,797,672, ResNet50 25,557,032, ResNet101 44,549,160, ResNet152 60,192,808. Their
-layers size themselves from the first input (N, 3, H, W), any H and W of 32 or more. No weights
-are bundled: `model.load(path)` reads an .npz written by `model.save` (never a pickle).
+ResNet34 21,797,672, ResNet50 25,557,032, ResNet101 44,549,160, ResNet152 60,192,808; and
+SqueezeNet v1.0 and v1.1 (Iandola et al. 2016): 1,248,424 and 1,235,496. They take images
+(N, 3, H, W), any H and W of 32 or more (VGG16's and the ResNets' layers size themselves from the
+first one; SqueezeNet's are sized at construction). No weights are bundled:
+`model.load(path)` reads an .npz written by `model.save` (never a pickle), and
+`model.load(url, sha256=...)` downloads one first, into the cache folder.
 """
 from . import functions as F
 from .nn import MLP, BatchNorm, Conv2d, Linear, Model, Module, Sequential
 
 __all__ = ["Model", "MLP", "Sequential", "VGG16", "ResNet", "ResNet18", "ResNet34", "ResNet50",
-           "ResNet101", "ResNet152"]
+           "ResNet101", "ResNet152", "SqueezeNet"]
 
 
 def _adaptive_average_pooling(x, size):
@@ -176,3 +179,78 @@ def ResNet101(num_classes=1000):
 
 def ResNet152(num_classes=1000):
     return ResNet(152, num_classes)
+
+
+# =============================================================================== SqueezeNet
+class _Fire(Module):
+    """SqueezeNet's Fire module: a 1x1 `squeeze` convolution, then 1x1 and 3x3 `expand`
+    convolutions side by side, concatenated along the channels (expand1x1 + expand3x3 of them);
+    each convolution (with bias) is followed by ReLU."""
+
+    def __init__(self, in_channels, squeeze, expand1x1, expand3x3):
+        super().__init__()
+        self.squeeze = Conv2d(squeeze, 1, in_channels=in_channels)
+        self.expand1x1 = Conv2d(expand1x1, 1, in_channels=squeeze)
+        self.expand3x3 = Conv2d(expand3x3, 3, pad=1, in_channels=squeeze)
+
+    def forward(self, x):
+        x = F.relu(self.squeeze(x))
+        return F.concatenate([F.relu(self.expand1x1(x)), F.relu(self.expand3x3(x))], axis=1)
+
+
+def _max_pooling_ceil(x):
+    """3x3 stride-2 max pooling that rounds the output size up, as the published SqueezeNet
+    (Caffe; torchvision's ceil_mode=True): where the last window would run one pixel past the
+    edge, the edge row or column is repeated. A repeated pixel lies in the same window as its
+    original, so the maxima, and where their gradients go, are those of ceil-mode pooling.
+    (F.pooling itself rounds down.)"""
+    for axis in (2, 3):
+        if (x.shape[axis] - 3) % 2:  # an even size: one window short when rounding down
+            edge = x[:, :, -1:] if axis == 2 else x[:, :, :, -1:]
+            x = F.concatenate([x, edge], axis=axis)
+    return F.pooling(x, 3, 2)
+
+
+class SqueezeNet(Module):
+    """SqueezeNet (Iandola et al. 2016), `version` "1.0" or "1.1" as torchvision's squeezenet1_0
+    and squeezenet1_1: a first convolution (v1.0: 96 7x7 stride 2; v1.1: 64 3x3 stride 2) with
+    ReLU, eight Fire modules with three 3x3 stride-2 max poolings between (v1.0 after the
+    convolution and Fires 3 and 7; v1.1 after the convolution and Fires 2 and 4), then dropout
+    (0.5), a 1x1 convolution to `num_classes`, ReLU and global average pooling: (N, 3, H, W) ->
+    (N, num_classes). Pooling rounds sizes up as published (a 224x224 image ends 13x13).
+
+    Every layer is sized at construction. Initialisation is gradcore's Conv2d default (randn *
+    sqrt(1 / fan_in), zero biases), not torchvision's; parameters and shapes are the same, so its
+    weights load once converted to an .npz of these names.
+    """
+
+    # (squeeze, expand 1x1, expand 3x3) channels of each Fire
+    FIRES = ((16, 64, 64), (16, 64, 64), (32, 128, 128), (32, 128, 128), (48, 192, 192),
+             (48, 192, 192), (64, 256, 256), (64, 256, 256))
+    # version -> ((channels, kernel size) of conv1, the Fires (1-based) a max pooling follows)
+    VERSIONS = {"1.0": ((96, 7), (3, 7)), "1.1": ((64, 3), (2, 4))}
+
+    def __init__(self, num_classes=1000, version="1.0"):
+        super().__init__()
+        if version not in self.VERSIONS:
+            raise ValueError(f"SqueezeNet: version must be one of {', '.join(self.VERSIONS)} "
+                             f"(a string), got {version!r}")
+        self.version = version
+        (channels, kernel), pool_after = self.VERSIONS[version]
+        self.conv1 = Conv2d(channels, kernel, 2, in_channels=3)
+        self.pool_after = pool_after
+        fires, in_channels = [], channels
+        for squeeze, expand1x1, expand3x3 in self.FIRES:
+            fires.append(_Fire(in_channels, squeeze, expand1x1, expand3x3))
+            in_channels = expand1x1 + expand3x3
+        self.fires = Sequential(*fires)
+        self.classifier = Conv2d(num_classes, 1, in_channels=in_channels)
+
+    def forward(self, x):
+        x = _max_pooling_ceil(F.relu(self.conv1(x)))
+        for i, fire in enumerate(self.fires, 1):
+            x = fire(x)
+            if i in self.pool_after:
+                x = _max_pooling_ceil(x)
+        x = F.relu(self.classifier(F.dropout(x, 0.5)))
+        return F.mean(x, axis=(2, 3))  # global average pooling

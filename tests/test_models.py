@@ -1,19 +1,38 @@
-"""gradcore.models: each architecture's output shape and its published parameter count."""
+"""gradcore.models: each architecture's output shape and its published parameter count;
+SqueezeNet against a PyTorch build of it; loading weights from a URL, checked by SHA-256."""
+import functools
+import hashlib
+import http.server
+import threading
+
 import numpy as np
 import pytest
 
 import gradcore
+import gradcore.functions as F
+import gradcore.nn as nn
 from gradcore import models
+from gradcore.models import _max_pooling_ceil
+from gradcore.utils.download import DownloadError
 
 # Parameter counts as published (the torchvision models of the same architectures)
 PUBLISHED = {"VGG16": 138_357_544, "ResNet18": 11_689_512, "ResNet34": 21_797_672,
-             "ResNet50": 25_557_032, "ResNet101": 44_549_160, "ResNet152": 60_192_808}
+             "ResNet50": 25_557_032, "ResNet101": 44_549_160, "ResNet152": 60_192_808,
+             "SqueezeNet-1.0": 1_248_424, "SqueezeNet-1.1": 1_235_496}
+
+
+def built(name, **kwargs):
+    """models.<name>(), or models.SqueezeNet(version=...) for "SqueezeNet-<version>"."""
+    name, _, version = name.partition("-")
+    if version:
+        kwargs["version"] = version
+    return getattr(models, name)(**kwargs)
 
 
 @pytest.mark.parametrize("name", list(PUBLISHED))
 def test_forward_shape_and_the_published_parameter_count(name):
     np.random.seed(0)
-    model = getattr(models, name)()
+    model = built(name)
     x = np.random.default_rng(0).standard_normal((2, 3, 32, 32)).astype(np.float32)
     with gradcore.test_mode(), gradcore.no_grad():
         y = model(x)
@@ -48,3 +67,157 @@ def test_bad_arguments():
         models.ResNet(20)
     with pytest.raises(ValueError, match="does not divide"):
         models.VGG16()(np.zeros((1, 3, 96, 96), np.float32))
+
+
+# =============================================================================== SqueezeNet
+@pytest.mark.parametrize("version", ["1.0", "1.1"])
+def test_squeezenet_computes_what_the_pytorch_one_does(version):
+    """torchvision's squeezenet1_0 / 1_1 rebuilt from torch.nn (ceil-mode pooling) with our
+    weights: the same outputs. 64x66 images make some poolings round up in each version."""
+    torch = pytest.importorskip("torch")
+    tnn = torch.nn
+    np.random.seed(0)
+    model = models.SqueezeNet(num_classes=10, version=version)
+
+    def conv(layer, **kwargs):
+        c = tnn.Conv2d(layer.W.shape[1], layer.W.shape[0], layer.W.shape[2:], **kwargs)
+        c.weight.data = torch.from_numpy(layer.W.data.copy())
+        c.bias.data = torch.from_numpy(layer.b.data.copy())
+        return c
+
+    class Fire(tnn.Module):
+        def __init__(self, fire):
+            super().__init__()
+            self.squeeze = conv(fire.squeeze)
+            self.expand1x1 = conv(fire.expand1x1)
+            self.expand3x3 = conv(fire.expand3x3, padding=1)
+
+        def forward(self, x):
+            x = torch.relu(self.squeeze(x))
+            return torch.cat([torch.relu(self.expand1x1(x)), torch.relu(self.expand3x3(x))], 1)
+
+    def pool():
+        return tnn.MaxPool2d(3, 2, ceil_mode=True)
+
+    fires = [Fire(fire) for fire in model.fires]
+    if version == "1.0":
+        features = [conv(model.conv1, stride=2), tnn.ReLU(), pool(), *fires[:3], pool(),
+                    *fires[3:7], pool(), fires[7]]
+    else:
+        features = [conv(model.conv1, stride=2), tnn.ReLU(), pool(), *fires[:2], pool(),
+                    *fires[2:4], pool(), *fires[4:]]
+    reference = tnn.Sequential(*features, tnn.Dropout(0.5), conv(model.classifier), tnn.ReLU(),
+                               tnn.AdaptiveAvgPool2d(1), tnn.Flatten()).eval()
+    x = np.random.default_rng(0).standard_normal((2, 3, 64, 66)).astype(np.float32)
+    with gradcore.test_mode(), gradcore.no_grad():
+        y = model(x)
+    with torch.no_grad():
+        expected = reference(torch.from_numpy(x)).numpy()
+    assert y.shape == (2, 10)
+    np.testing.assert_allclose(y.data, expected, rtol=1e-4, atol=1e-6)
+
+
+def test_squeezenet_pools_round_up_as_published():
+    """A 224x224 image reaches the classifier as 13x13 in both versions (12x12 if the
+    poolings rounded down)."""
+    for version in ("1.0", "1.1"):
+        model = models.SqueezeNet(num_classes=3, version=version)
+        seen = []
+        model.classifier.register_forward_pre_hook(lambda module, inputs: seen.append(
+            inputs[0].shape))
+        with gradcore.test_mode(), gradcore.no_grad():
+            model(np.zeros((1, 3, 224, 224), np.float32))
+        assert seen == [(1, 512, 13, 13)]
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 7, 7), (2, 3, 8, 8), (1, 2, 8, 9), (1, 2, 9, 10)])
+def test_max_pooling_ceil_is_ceil_mode_pooling(shape):
+    x = np.random.default_rng(0).standard_normal(shape)
+    h, w = shape[2:]
+    oh, ow = -(-(h - 3) // 2) + 1, -(-(w - 3) // 2) + 1  # ceil((size - 3) / 2) + 1
+    expected = np.empty(shape[:2] + (oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            expected[:, :, i, j] = x[:, :, 2 * i:2 * i + 3, 2 * j:2 * j + 3].max(axis=(2, 3))
+    np.testing.assert_array_equal(_max_pooling_ceil(gradcore.Variable(x)).data, expected)
+    gradcore.utils.gradcheck(_max_pooling_ceil, x)
+
+
+def test_squeezenet_bad_version():
+    with pytest.raises(ValueError, match=r"version must be one of 1.0, 1.1 .*got 1.2"):
+        models.SqueezeNet(version=1.2)
+
+
+# =============================================================================== weights by URL
+def small_model():
+    """Conv -> BatchNorm -> relu -> Linear, every layer sized lazily at the first call."""
+    return nn.Sequential(nn.Conv2d(3, 3, pad=1), nn.BatchNorm(), F.relu, F.flatten, nn.Linear(2))
+
+
+def serve(folder):
+    """A real HTTP server on 127.0.0.1 serving `folder`, in a thread; returns it."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
+    handler.log_message = lambda *args: None
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd
+
+
+def path_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def test_load_from_a_url_checked_by_sha256_then_from_the_cache(tmp_path, monkeypatch):
+    np.random.seed(0)
+    model = small_model()
+    x = np.random.default_rng(0).standard_normal((4, 2, 3, 3)).astype(np.float32)
+    model(x)  # sizes the layers; BatchNorm's running statistics move
+    served = tmp_path / "served"
+    served.mkdir()
+    path = model.save(served / "small.npz")
+    digest = hashlib.sha256(path_bytes(path)).hexdigest()
+    monkeypatch.setenv("GRADCORE_DATA", str(tmp_path / "cache"))
+    httpd = serve(served)
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/small.npz"
+    try:
+        with pytest.raises(ValueError, match="needs sha256=.*sha256sum"):
+            small_model().load(url)
+        with pytest.raises(DownloadError, match="SHA-256"):
+            small_model().load(url, sha256="0" * 64, progress=False)
+        assert not (tmp_path / "cache" / "weights" / "small.npz").exists()
+        fresh = small_model()  # never called: its layers take their sizes from the file
+        fresh.load(url, sha256=digest.upper(), progress=False)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    expected = model.state_dict()
+    for clone in (fresh, small_model()):
+        if clone is not fresh:  # the server is gone: the cached file serves
+            clone.load_weights(url, sha256=digest, progress=False)
+        state = clone.state_dict()
+        assert list(state) == list(expected)
+        for name, value in expected.items():
+            np.testing.assert_array_equal(state[name], value)
+        with gradcore.test_mode(), gradcore.no_grad():
+            np.testing.assert_array_equal(clone(x).data, model(x).data)
+    assert (tmp_path / "cache" / "weights" / "small.npz").read_bytes() == path_bytes(path)
+    with pytest.raises(DownloadError, match="is there but its SHA-256"):
+        small_model().load(url, sha256="f" * 64, progress=False)
+
+
+def test_a_sha256_checks_a_local_file_too(tmp_path):
+    np.random.seed(0)
+    model = nn.MLP((3, 2))
+    model(np.ones((1, 4), np.float32))
+    path = model.save(tmp_path / "mlp.npz")
+    digest = hashlib.sha256(path_bytes(path)).hexdigest()
+    nn.MLP((3, 2)).load(path, sha256=digest)
+    fresh = nn.MLP((3, 2))
+    with pytest.raises(gradcore.CheckpointError, match="its SHA-256 is .* not 0000"):
+        fresh.load(path, sha256="0" * 64)
+    assert fresh.l0.W.data is None  # nothing was loaded
+    with pytest.raises(ValueError, match="64 hex digits"):
+        fresh.load(path, sha256="abc")
+    with pytest.raises(ValueError, match="names no file"):
+        fresh.load("https://example.invalid/weights/", sha256=digest)

@@ -4,6 +4,8 @@ import collections
 import collections.abc
 import itertools
 import os
+import posixpath
+import urllib.parse
 
 import numpy
 
@@ -11,6 +13,7 @@ import backends
 
 from ..config import test_mode
 from ..utils import plot_dot_graph
+from ..utils.download import cache_folder, fetch, sha256_of
 from ..variable import Parameter, Variable
 from .checkpoint import (FORMAT_KEY, FORMAT_VERSION, CheckpointError, _checkpoint_path,
                          _open_checkpoint, _read_arrays, _read_headers, _write_atomically)
@@ -416,17 +419,36 @@ class Module:
         _write_atomically(path, arrays)
         return path
 
-    def load(self, path, strict=True):
+    def load(self, path, strict=True, sha256=None, progress=None):
         """Load a checkpoint written by `save` (".npz" is tried too if `path` does not exist):
         each array goes to its parameter's device and dtype. Returns load_state_dict's
-        IncompatibleKeys.
+        IncompatibleKeys. Lazy layers not sized yet (VGG16's convolutions, BatchNorm) take the
+        shapes in the file, so a fresh model loads without a forward pass first.
+
+        `path` may be an http:// or https:// URL: the file is downloaded once (resumed if
+        broken, shown on `progress`, a stream: stderr when None, False for none) into
+        cache_folder() / "weights" / <the URL's last path component> ($GRADCORE_DATA, else
+        ~/.gradcore; see gradcore.utils.download.fetch) and loaded from there, offline later.
+        A URL needs `sha256`, the file's SHA-256 as 64 hex digits (`sha256sum file`, or
+        hashlib.sha256 of its bytes): a download, or a cached file, with another one raises
+        DownloadError (an OSError) and nothing is loaded. With a local path, `sha256` is
+        checked too; a mismatch raises CheckpointError.
 
         Raises CheckpointError (a ValueError) for a file that is not a readable gradcore
         checkpoint (damaged, truncated, foreign, holding pickled objects: never unpickled) and
         for one whose names, shapes or dtypes do not match the model (see load_state_dict);
         these are checked from the archive's headers before any array is decompressed. A missing
         file raises FileNotFoundError. On any error the model is left unchanged."""
-        path = _checkpoint_path(path)
+        sha256 = _checked_sha256(sha256)
+        if _is_url(path):
+            path = _fetched(path, sha256, progress)
+        else:
+            path = _checkpoint_path(path)
+            if sha256 is not None:
+                found = sha256_of(path)
+                if found != sha256:
+                    raise CheckpointError(f"{path}: its SHA-256 is {found}, not {sha256}: a "
+                                          "different or damaged file. Nothing was loaded.")
         with _open_checkpoint(path) as (archive, size):
             headers = _read_headers(path, archive, size)
             specs = {name: (header.shape, header.dtype) for name, header in headers.items()}
@@ -463,6 +485,36 @@ class Module:
 
 
 # =============================================================================== helpers
+def _is_url(path):
+    return isinstance(path, str) and path[:8].lower().startswith(("http://", "https://"))
+
+
+def _checked_sha256(sha256):
+    """`sha256` in lower case, checked to be 64 hex digits (None stays None)."""
+    if sha256 is None:
+        return None
+    digest = sha256.strip().lower() if isinstance(sha256, str) else None
+    if digest is None or len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
+        raise ValueError(f"load: sha256 must be a SHA-256 as 64 hex digits (`sha256sum file`), "
+                         f"got {sha256!r}")
+    return digest
+
+
+def _fetched(url, sha256, progress):
+    """The cached path of the checkpoint at `url`, downloaded if it is not there yet."""
+    if sha256 is None:
+        raise ValueError(
+            f"load({url!r}): a URL needs sha256=, the SHA-256 of the file it serves, so that a "
+            "damaged or replaced download is never loaded. Get it from whoever publishes the "
+            "file, or from a copy you trust: `sha256sum file`, or in Python "
+            "hashlib.sha256(open(file, 'rb').read()).hexdigest()")
+    name = posixpath.basename(urllib.parse.unquote(urllib.parse.urlsplit(url).path))
+    if name in ("", ".", ".."):
+        raise ValueError(f"load({url!r}): the URL names no file (its path ends with {name!r}); "
+                         "give the URL of the .npz file itself")
+    return str(fetch(name, [url], sha256, folder=cache_folder() / "weights", progress=progress))
+
+
 def _float_name(dtype, where):
     """The name of a floating dtype given as a NumPy dtype, a name, or a namespace's dtype."""
     try:
