@@ -1,0 +1,218 @@
+"""The ranks of one job: MPI through mpi4py, with a deadline and failure notices on every wait.
+
+Every collective here is started non-blocking and waited for by `Communicator.wait`, which
+polls: it returns when the requests complete, raises DistributedError when another rank has
+sent word that it failed (an exception no one caught: see `init`), and raises one when the
+deadline passes (a rank that died without word, or stopped calling the collectives). So a job
+ends with a message naming the failing rank instead of hanging.
+
+Metadata (parameter names, random generator states) travels as JSON, never as pickles.
+"""
+import json
+import sys
+import time
+
+import numpy
+
+__all__ = ["Communicator", "DistributedError", "init", "local_device"]
+
+DEFAULT_TIMEOUT = 300.0
+_FAILED = 7001  # the tag of a failure notice, on a communicator of its own
+
+
+class DistributedError(RuntimeError):
+    """A collective could not complete: another rank failed, the deadline passed, or the ranks
+    disagree (their models differ)."""
+
+    __module__ = "gradcore.distributed"  # how tracebacks name it
+
+
+def _import_mpi():
+    try:
+        from mpi4py import MPI
+    except ImportError as e:
+        raise ImportError(
+            "gradcore.distributed needs mpi4py and an MPI library: pip install 'gradcore[mpi]' "
+            "(mpi4py with MPICH, both from the package registry); then launch with "
+            f"`mpiexec -n 2 python your_script.py` ({e})") from None
+    return MPI
+
+
+class Communicator:
+    """The processes of one job (`init()` makes it): `rank` (0 to size - 1), `size`,
+    `local_rank` (rank among the processes on this machine), `backend` ("mpi" or "nccl") and
+    `timeout` (seconds any wait may take before it raises DistributedError)."""
+
+    def __init__(self, mpi_comm, timeout=DEFAULT_TIMEOUT, backend="mpi"):
+        self.MPI = _import_mpi()
+        if not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        self.timeout = float(timeout)
+        self.backend = backend
+        # gradcore's own communicators: its messages never mix with the program's own MPI
+        # traffic, and failure notices never mix with data
+        self.mpi = mpi_comm.Dup()
+        self._notices = mpi_comm.Dup()
+        self.rank = self.mpi.Get_rank()
+        self.size = self.mpi.Get_size()
+        node = self.mpi.Split_type(self.MPI.COMM_TYPE_SHARED)
+        self.local_rank = node.Get_rank()
+        self.local_size = node.Get_size()
+        node.Free()
+        self.reducer = None  # set by init: how gradient buckets are summed (MPI or NCCL)
+
+    def __repr__(self):
+        return (f"Communicator(rank={self.rank}, size={self.size}, local_rank={self.local_rank}, "
+                f"backend={self.backend!r})")
+
+    # ---------------------------------------------------------------- waiting
+    def wait(self, requests, what):
+        """Block until every request in `requests` (mpi4py Requests) completes; `what` names
+        the collective in errors. Raises DistributedError if another rank reports a failure
+        or after `timeout` seconds."""
+        test_all = self.MPI.Request.Testall
+        if test_all(requests):
+            return
+        deadline = time.monotonic() + self.timeout
+        polls = 0
+        while not test_all(requests):  # each test also moves MPI's transfers on
+            polls += 1
+            if polls % 64 == 0:  # the notices and the clock now and then, not on every poll
+                self.check_notices(what)
+                if time.monotonic() > deadline:
+                    raise DistributedError(
+                        f"rank {self.rank}: {what} did not complete within {self.timeout:g} s: "
+                        "another rank stopped taking part (it may be stuck, or it ended without "
+                        "word). Set dist.init(timeout=...) for longer steps.")
+            if polls > 20000:  # a long wait: poll less often, leaving the core to others
+                time.sleep(0.0005)
+
+    def check_notices(self, what="the job"):
+        """Raise DistributedError if another rank has sent word that it failed."""
+        status = self.MPI.Status()
+        if self._notices.Iprobe(source=self.MPI.ANY_SOURCE, tag=_FAILED, status=status):
+            source = status.Get_source()
+            size = status.Get_count(self.MPI.BYTE)
+            message = numpy.empty(size, dtype=numpy.uint8)
+            self._notices.Recv([message, self.MPI.BYTE], source=source, tag=_FAILED)
+            raise DistributedError(f"rank {source} failed ({message.tobytes().decode()}); "
+                                   f"rank {self.rank} stops in {what}")
+
+    def notify_failure(self, message, grace=2.0):
+        """Send word of this rank's failure (`message`) to every other rank, waiting at most
+        `grace` seconds for the sends to leave."""
+        data = numpy.frombuffer(f"{message}".encode(), dtype=numpy.uint8).copy()
+        requests = [self._notices.Isend([data, self.MPI.BYTE], dest=r, tag=_FAILED)
+                    for r in range(self.size) if r != self.rank]
+        deadline = time.monotonic() + grace
+        while not self.MPI.Request.Testall(requests) and time.monotonic() < deadline:
+            time.sleep(0.001)
+
+    # ---------------------------------------------------------------- collectives
+    def allreduce_start(self, buffer):
+        """Start summing the host array `buffer` over the ranks, in place; returns a request."""
+        return self.mpi.Iallreduce(self.MPI.IN_PLACE, buffer, op=self.MPI.SUM)
+
+    def broadcast(self, buffer, root=0, what="a broadcast"):
+        """`buffer` (a host array) from `root` into every rank's `buffer`, in place."""
+        self.wait([self.mpi.Ibcast(buffer, root=root)], what)
+
+    def barrier(self, what="a barrier"):
+        """Return when every rank has reached it."""
+        self.wait([self.mpi.Ibarrier()], what)
+
+    def broadcast_json(self, obj, root=0, what="a broadcast"):
+        """`obj` (JSON-able) as it is on `root`, on every rank."""
+        data = _encoded(obj) if self.rank == root else None
+        size = numpy.array([0 if data is None else data.size], dtype=numpy.int64)
+        self.broadcast(size, root, what)
+        if data is None:
+            data = numpy.empty(int(size[0]), dtype=numpy.uint8)
+        self.broadcast(data, root, what)
+        return json.loads(data.tobytes().decode())
+
+    def allgather_json(self, obj, what="an all-gather"):
+        """[obj of rank 0, obj of rank 1, ...] on every rank (obj JSON-able)."""
+        data = _encoded(obj)
+        sizes = numpy.empty(self.size, dtype=numpy.int64)
+        self.wait([self.mpi.Iallgather(numpy.array([data.size], dtype=numpy.int64), sizes)], what)
+        gathered = numpy.empty(int(sizes.sum()), dtype=numpy.uint8)
+        self.wait([self.mpi.Iallgatherv(data, [gathered, (sizes, None)])], what)
+        ends = numpy.cumsum(sizes)
+        return [json.loads(gathered[end - n:end].tobytes().decode())
+                for n, end in zip(sizes, ends)]
+
+
+def _encoded(obj):
+    return numpy.frombuffer(json.dumps(obj).encode(), dtype=numpy.uint8).copy()
+
+
+_communicators = {}
+
+
+def init(backend="mpi", timeout=DEFAULT_TIMEOUT):
+    """The Communicator of this job, made once per backend: "mpi" sums gradients with MPI on
+    the host; "nccl" with NCCL on the GPUs (CuPy's bindings; MPI still carries the rest).
+    Without mpiexec, a job of one process.
+
+    `timeout`: seconds any wait may take before it raises DistributedError. From here on, an
+    exception no one catches on this rank sends word to the others, whose next wait raises
+    DistributedError naming this rank, so no rank is left waiting for it."""
+    if backend not in ("mpi", "nccl"):
+        raise ValueError(f"dist.init: backend must be 'mpi' or 'nccl', got {backend!r}")
+    if backend in _communicators:
+        return _communicators[backend]
+    MPI = _import_mpi()
+    comm = Communicator(MPI.COMM_WORLD, timeout, backend)
+    if backend == "nccl":
+        from .nccl import NcclReducer
+        comm.reducer = NcclReducer(comm)
+    else:
+        comm.reducer = MpiReducer(comm)
+    _report_failures(comm)
+    _communicators[backend] = comm
+    return comm
+
+
+class MpiReducer:
+    """Sums gradient buckets over the ranks with MPI, on host arrays (NumPy)."""
+
+    on_device = False
+
+    def __init__(self, comm):
+        self.comm = comm
+
+    def start(self, buffer):
+        return self.comm.allreduce_start(buffer)
+
+    def progress(self, handles):
+        """Let MPI move the started sums on (it works only inside MPI calls)."""
+        if handles:
+            self.comm.MPI.Request.Testall(handles)
+
+    def wait(self, handles):
+        self.comm.wait(handles, "the gradient all-reduce")
+
+
+def _report_failures(comm):
+    """Chain sys.excepthook: an uncaught exception sends word to the other ranks first."""
+    previous = sys.excepthook
+
+    def excepthook(kind, value, traceback):
+        if comm.size > 1:
+            comm.notify_failure(f"{kind.__name__}: {value}")
+        previous(kind, value, traceback)
+
+    sys.excepthook = excepthook
+
+
+def local_device(comm=None):
+    """The device for this rank: "cuda:<local_rank modulo the GPUs here>" when CuPy sees a GPU,
+    else "cpu". Give it to `Module.to` and the DataLoader."""
+    import backends
+    if not backends.cuda_available():
+        return "cpu"
+    comm = comm if comm is not None else init()
+    import cupy
+    return f"cuda:{comm.local_rank % cupy.cuda.runtime.getDeviceCount()}"
+

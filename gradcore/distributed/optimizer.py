@@ -1,0 +1,274 @@
+"""DistributedOptimizer: each gradient replaced by its mean over the ranks, then the step.
+
+Gradients travel in flat buckets: runs of consecutive parameters (last layers first, the order
+backward finishes them) of one dtype and device, up to `bucket_size` bytes each, so a small
+parameter does not cost a message of its own. Buckets are started in the same fixed order on
+every rank, whatever order their gradients become final in, so no rank ever waits on a
+collective another has not started. With `overlap`, a bucket starts while backward goes on, as
+soon as its last parameter's gradient is final (Variable.register_post_accumulate_grad_hook).
+"""
+import hashlib
+import weakref
+
+import numpy
+
+import backends
+
+from .. import variable as _variables
+from ..config import enable_grad
+from ..optim.optimizer import _eager_in_replay
+from ..variable import Variable
+from .communicator import DistributedError
+
+__all__ = ["DistributedOptimizer", "DEFAULT_BUCKET_SIZE"]
+
+DEFAULT_BUCKET_SIZE = 4 * 2 ** 20  # bytes
+
+
+class _Bucket:
+    """Parameters summed as one flat array: their gradients one after another, then one flag per
+    parameter (1 where this rank has a gradient for it), which sum to how many ranks had one."""
+
+    def __init__(self, params):
+        self.params = params
+        self.offsets = numpy.cumsum([0] + [p.size for p in params]).tolist()
+        self.dtype = params[0].dtype
+        self.device = params[0].device
+        self.backend = params[0].backend
+        self.ready = set()  # ids of the parameters whose gradient is final in this backward
+        self.handle = None  # the reducer's handle once started
+        self.buffer = None
+
+
+class DistributedOptimizer:
+    """`optimizer` (either style: step() or DeZero's update()) whose steps first replace every
+    parameter's gradient with its mean over the ranks of `comm`; the optimizer's hooks
+    (WeightDecay, ClipGrad, ...) run after that averaging. A parameter no rank has a gradient
+    for keeps None; one that some ranks lack counts as zeros there. Every other attribute
+    (lr, state_dict, add_hook, ...) is the optimizer's.
+
+    `bucket_size`: bytes per bucket (a parameter larger than that gets one of its own).
+    `overlap`: start each bucket while backward goes on (else all at the step). The first step
+    checks that every rank holds the same parameters (a digest of each), and raises
+    DistributedError naming the ones that differ: see broadcast_parameters.
+    """
+
+    def __init__(self, optimizer, comm, bucket_size=DEFAULT_BUCKET_SIZE, overlap=True):
+        if not callable(getattr(optimizer, "update", None)):
+            raise TypeError(f"DistributedOptimizer wraps an optimizer (gradcore.optim), got "
+                            f"{type(optimizer).__name__}")
+        if isinstance(bucket_size, bool) or not isinstance(bucket_size, int) or bucket_size < 1:
+            raise ValueError(f"bucket_size must be a positive number of bytes, got "
+                             f"{bucket_size!r}")
+        self.optimizer = optimizer
+        self.comm = comm
+        self.bucket_size = bucket_size
+        self.overlap = bool(overlap)
+        self._params = []
+        self._buckets = None  # planned at the first gradients
+        self._bucket_of = {}
+        self._started = 0  # buckets started this step: they start in order
+        self._stale = False  # a gradient changed after its bucket had started
+        self._checked = False
+        self._names = None  # id(parameter) -> its name in the target, for messages
+        self._hook_handles = []
+        weakref.finalize(self, _remove_all, self._hook_handles)
+        if optimizer.target is not None:
+            self._attach()
+
+    def __getattr__(self, name):  # what is not ours is the optimizer's
+        if name == "optimizer":
+            raise AttributeError(name)
+        return getattr(self.optimizer, name)
+
+    def __repr__(self):
+        return (f"DistributedOptimizer({self.optimizer!r}, rank {self.comm.rank} of "
+                f"{self.comm.size}, bucket_size={self.bucket_size})")
+
+    def setup(self, target):
+        """DeZero's style: optimize `target`'s parameters. Returns self."""
+        self.optimizer.setup(target)
+        self._attach()
+        return self
+
+    # ---------------------------------------------------------------- steps
+    @_eager_in_replay
+    def update(self):
+        """Average the gradients over the ranks, then the optimizer's update (DeZero's name)."""
+        self.synchronize()
+        self.optimizer.update()
+
+    @_eager_in_replay
+    def step(self, closure=None):
+        """Average the gradients over the ranks, then the optimizer's step (PyTorch's name)."""
+        loss = None
+        if closure is not None:
+            with enable_grad():
+                loss = closure()
+        self.synchronize()
+        self.optimizer.update()
+        return loss
+
+    def zero_grad(self):
+        """The optimizer's zero_grad; buckets started for gradients now dropped are let go."""
+        self._abandon()
+        self.optimizer.zero_grad()
+
+    def synchronize(self):
+        """Replace every gradient with its mean over the ranks now (step and update do this)."""
+        if self._buckets is None:
+            self._plan()
+        if not self._checked:
+            self._check_same_parameters()
+            self._checked = True
+        if self._stale:  # a gradient changed after its bucket started: sum them all again
+            self._abandon()
+        while self._started < len(self._buckets):  # the rest, in the same order on every rank
+            self._start(self._buckets[self._started])
+        self.comm.reducer.wait([b.handle for b in self._buckets if b.handle is not None])
+        for bucket in self._buckets:
+            self._unpack(bucket)
+        self._started = 0
+
+    # ---------------------------------------------------------------- buckets
+    def _attach(self):
+        _remove_all(self._hook_handles)
+        self._params = list(self.optimizer._parameters())
+        self._buckets = None
+        if self.overlap:
+            ready = weakref.WeakMethod(self._ready)  # the hooks must not keep self alive
+            hook = lambda p: ready() is not None and ready()(p)  # noqa: E731
+            self._hook_handles.extend(p.register_post_accumulate_grad_hook(hook)
+                                      for p in self._params)
+
+    def _plan(self):
+        """Buckets of the parameters, last first, each of one backend, device and dtype."""
+        unsized = [self._name(p) for p in self._params if p.data is None]
+        if unsized:
+            raise DistributedError(f"DistributedOptimizer: {', '.join(unsized)} not initialised "
+                                   "yet: the first step comes after a forward and backward")
+        buckets, run, size = [], [], 0
+        for p in reversed(self._params):
+            nbytes = p.size * p.dtype.itemsize
+            if run and ((p.backend, p.device, p.dtype) != (run[0].backend, run[0].device,
+                                                            run[0].dtype)
+                        or size + nbytes > self.bucket_size):
+                buckets.append(_Bucket(run))
+                run, size = [], 0
+            run.append(p)
+            size += nbytes
+        if run:
+            buckets.append(_Bucket(run))
+        self._buckets = buckets
+        self._bucket_of = {id(p): b for b in buckets for p in b.params}
+
+    def _ready(self, p):
+        """p's gradient is final for this backward: start the buckets that are complete."""
+        recorder = _variables.step_recorder
+        if not self._checked or recorder is not None and recorder.is_active():
+            return  # the first step checks the ranks first; a recorded step sums at the step
+        bucket = self._bucket_of.get(id(p))
+        if bucket is None:
+            return
+        if bucket.handle is not None:  # a second backward before the step
+            self._stale = True
+            return
+        bucket.ready.add(id(p))
+        buckets = self._buckets
+        while self._started < len(buckets) and \
+                len(buckets[self._started].ready) == len(buckets[self._started].params):
+            self._start(buckets[self._started])
+        self.comm.reducer.progress([b.handle for b in buckets[:self._started]])
+
+    def _start(self, bucket):
+        reducer = self.comm.reducer
+        n = bucket.offsets[-1]
+        if reducer.on_device:
+            buffer = bucket.backend.xp.empty(n + len(bucket.params), dtype=bucket.dtype)
+        else:
+            buffer = numpy.empty(n + len(bucket.params), dtype=bucket.dtype)
+        for k, (p, start) in enumerate(zip(bucket.params, bucket.offsets)):
+            g = p.grad
+            if g is None:
+                buffer[start:start + p.size] = 0
+                buffer[n + k] = 0
+                continue
+            data = g.data if reducer.on_device else p.backend.to_numpy(g.data)
+            buffer[start:start + p.size] = data.reshape(-1)
+            buffer[n + k] = 1
+        bucket.buffer = buffer
+        bucket.handle = reducer.start(buffer)
+        self._started += 1
+
+    def _unpack(self, bucket):
+        buffer, n = bucket.buffer, bucket.offsets[-1]
+        buffer /= self.comm.size
+        flags = buffer[n:]
+        if not self.comm.reducer.on_device:
+            flags = flags.tolist()
+        else:
+            flags = bucket.backend.to_numpy(flags).tolist()
+        for k, (p, start) in enumerate(zip(bucket.params, bucket.offsets)):
+            if flags[k] == 0:  # no rank had a gradient for it
+                p.grad = None
+                continue
+            mean = buffer[start:start + p.size].reshape(p.shape)
+            if not self.comm.reducer.on_device:
+                mean = backends.asarray_on(mean, p.device, p.dtype)
+            p.grad = Variable(mean, requires_grad=False)
+        bucket.buffer = bucket.handle = None
+        bucket.ready.clear()
+
+    def _abandon(self):
+        """Let go of the buckets started this step (their sums are not used)."""
+        if self._buckets is None:
+            return
+        started = [b.handle for b in self._buckets if b.handle is not None]
+        if started:
+            self.comm.reducer.wait(started)
+        for bucket in self._buckets:
+            bucket.buffer = bucket.handle = None
+            bucket.ready.clear()
+        self._started = 0
+        self._stale = False
+
+    # ---------------------------------------------------------------- checks
+    def _check_same_parameters(self):
+        """Raise DistributedError on every rank if the ranks' parameters differ."""
+        mine = [[self._name(p), list(p.shape), str(p.dtype), _digest(p)] for p in self._params]
+        everyone = self.comm.allgather_json(mine, "the parameter check")
+        problems = []
+        for rank, theirs in enumerate(everyone[1:], 1):
+            if len(theirs) != len(everyone[0]):
+                problems.append(f"rank {rank} has {len(theirs)} parameters, rank 0 "
+                                f"{len(everyone[0])}")
+                continue
+            differ = [a[0] for a, b in zip(everyone[0], theirs) if a != b]
+            if differ:
+                problems.append(f"rank {rank} differs from rank 0 in {', '.join(differ[:5])}"
+                                + (f" and {len(differ) - 5} more" if len(differ) > 5 else ""))
+        if problems:
+            raise DistributedError(
+                "DistributedOptimizer: the ranks start from different parameters (" +
+                "; ".join(problems) + "): call dist.broadcast_parameters(model, comm) once the "
+                "model is built, on every rank, before training")
+
+    def _name(self, p):
+        names = self._names
+        if names is None:
+            target = self.optimizer.target
+            named = getattr(target, "named_parameters", None)
+            names = {id(v): k for k, v in named()} if callable(named) else {}
+            self._names = names
+        return names.get(id(p)) or f"parameter {self._params.index(p)}"
+
+
+def _digest(p):
+    return hashlib.blake2b(numpy.ascontiguousarray(p.numpy()).tobytes(),
+                           digest_size=8).hexdigest()
+
+
+def _remove_all(handles):
+    for handle in handles:
+        handle.remove()
+    handles.clear()

@@ -1,0 +1,90 @@
+"""broadcast_parameters: every rank starts from rank 0's model; save_on_root: one writer."""
+import numpy
+
+import backends
+
+from .communicator import DistributedError
+
+__all__ = ["broadcast_parameters", "save_on_root"]
+
+
+def broadcast_parameters(model, comm, root=0):
+    """Give every rank `root`'s parameters and buffers (BatchNorm's running statistics), after
+    checking that the ranks' models have the same names, shapes and dtypes (else
+    DistributedError on every rank, saying which differ where). Call it on every rank once the
+    model is built.
+
+    Layers not sized yet (sized at their first call) cannot be sent; instead every rank gets
+    root's state of the random generators they draw their weights from, so that they draw the
+    same weights; the first step of a DistributedOptimizer checks that they did."""
+    entries = list(model.named_parameters()) + list(model.named_buffers())
+    mine = [[name, None, None] if v.data is None else [name, list(v.shape), str(v.dtype)]
+            for name, v in entries]
+    everyone = comm.allgather_json(mine, "broadcast_parameters' check")
+    problems = _differences(everyone, root)
+    if problems:
+        raise DistributedError(f"broadcast_parameters: the ranks' models differ: "
+                               f"{'; '.join(problems)}. Build the same model on every rank.")
+    sized = [v for _, v in entries if v.data is not None]
+    for dtype in sorted({str(v.dtype) for v in sized}):
+        group = [v for v in sized if str(v.dtype) == dtype]
+        flat = numpy.concatenate([v.numpy().reshape(-1) for v in group]) if comm.rank == root \
+            else numpy.empty(sum(v.size for v in group), dtype=group[0].numpy().dtype)
+        comm.broadcast(flat, root, "broadcast_parameters")
+        start = 0
+        for v in group:
+            part = flat[start:start + v.size].reshape(v.shape)
+            v.data = backends.asarray_on(part, v.device, v.dtype)
+            start += v.size
+    if len(sized) < len(entries):
+        _share_random_states(model, comm, root)
+
+
+def _differences(everyone, root):
+    """What differs between each rank's [name, shape, dtype] list and root's."""
+    expected = {name: (shape, dtype) for name, shape, dtype in everyone[root]}
+    problems = []
+    for rank, theirs in enumerate(everyone):
+        if rank == root:
+            continue
+        found = {name: (shape, dtype) for name, shape, dtype in theirs}
+        for name in expected.keys() - found.keys():
+            problems.append(f"rank {rank} has no {name}")
+        for name in found.keys() - expected.keys():
+            problems.append(f"rank {rank} has {name}, which rank {root} has not")
+        for name in expected.keys() & found.keys():
+            (shape, dtype), (their_shape, their_dtype) = expected[name], found[name]
+            if shape is not None and their_shape is not None and shape != their_shape:
+                problems.append(f"{name} is {tuple(their_shape)} on rank {rank} but "
+                                f"{tuple(shape)} on rank {root}")
+            elif dtype != their_dtype and shape is not None and their_shape is not None:
+                problems.append(f"{name} is {their_dtype} on rank {rank} but {dtype} on "
+                                f"rank {root}")
+            elif (shape is None) != (their_shape is None):
+                problems.append(f"{name} is {'not ' if their_shape is None else ''}sized on "
+                                f"rank {rank} but {'not ' if shape is None else ''}on rank "
+                                f"{root}")
+    return sorted(problems)
+
+
+def _share_random_states(model, comm, root):
+    """Root's state of NumPy's global generator (which lazy layers draw from on the CPU and on
+    array-API devices) on every rank, and for CuPy devices the model uses, a seed from root."""
+    state = numpy.random.get_state()
+    sent = [state[0], state[1].tolist(), *state[2:]] if comm.rank == root else None
+    name, keys, *rest = comm.broadcast_json(sent, root, "broadcast_parameters")
+    numpy.random.set_state((name, numpy.asarray(keys, dtype=numpy.uint32), *rest))
+    devices = {v.device for v in model.parameters() if v.data is not None}
+    devices |= {model._device} if getattr(model, "_device", None) is not None else set()
+    for device in sorted(devices, key=str):
+        backend = backends.backend_for_device(device)
+        if backend.name == "cupy":
+            seed = comm.broadcast_json(backend.random_state(device), root, "a seed")
+            backend.set_random_state(device, seed)
+
+
+def save_on_root(model, path, comm, root=0):
+    """`model.save(path)` on rank `root` only; every rank returns once the file is written,
+    with the path written (".npz" appended if missing)."""
+    written = model.save(path) if comm.rank == root else None
+    return comm.broadcast_json(written, root, "save_on_root")
