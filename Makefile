@@ -13,6 +13,9 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
+	@# the multi-process tests run real mpiexec (MPICH's wheel); without it they are skipped
+	$(PY) -m pip install -q -e '.[mpi]' \
+	  || echo 'note: mpi4py/MPICH could not be installed; the multi-process tests will be skipped'
 	@# CuPy imports without a GPU: the suite checks every xp.<name> it uses exists in CuPy.
 	$(PY) -c 'import cupy' 2>/dev/null || $(PY) -m pip install -q cupy-cuda12x \
 	  || echo 'note: CuPy could not be installed; the CuPy name check will be skipped'

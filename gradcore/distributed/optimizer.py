@@ -5,7 +5,9 @@ backward finishes them) of one dtype and device, up to `bucket_size` bytes each,
 parameter does not cost a message of its own. Buckets are started in the same fixed order on
 every rank, whatever order their gradients become final in, so no rank ever waits on a
 collective another has not started. With `overlap`, a bucket starts while backward goes on, as
-soon as its last parameter's gradient is final (Variable.register_post_accumulate_grad_hook).
+soon as its last parameter's gradient is final (Variable.register_post_accumulate_grad_hook);
+parameters this rank had no gradient for at the last step are not waited for (if one gets a
+gradient after all, the step sums every bucket again, so the result is the same).
 """
 import hashlib
 import weakref
@@ -36,6 +38,9 @@ class _Bucket:
         self.device = params[0].device
         self.backend = params[0].backend
         self.ready = set()  # ids of the parameters whose gradient is final in this backward
+        # ids of those this rank had no gradient for at the last step: not waited for (a
+        # gradient that comes after all makes the step sum every bucket again)
+        self.idle = set()
         self.handle = None  # the reducer's handle once started
         self.buffer = None
 
@@ -175,8 +180,7 @@ class DistributedOptimizer:
             return
         bucket.ready.add(id(p))
         buckets = self._buckets
-        while self._started < len(buckets) and \
-                len(buckets[self._started].ready) == len(buckets[self._started].params):
+        while self._started < len(buckets) and _complete(buckets[self._started]):
             self._start(buckets[self._started])
         self.comm.reducer.progress([b.handle for b in buckets[:self._started]])
 
@@ -187,11 +191,13 @@ class DistributedOptimizer:
             buffer = bucket.backend.xp.empty(n + len(bucket.params), dtype=bucket.dtype)
         else:
             buffer = numpy.empty(n + len(bucket.params), dtype=bucket.dtype)
+        bucket.idle.clear()
         for k, (p, start) in enumerate(zip(bucket.params, bucket.offsets)):
             g = p.grad
             if g is None:
                 buffer[start:start + p.size] = 0
                 buffer[n + k] = 0
+                bucket.idle.add(id(p))
                 continue
             data = g.data if reducer.on_device else p.backend.to_numpy(g.data)
             buffer[start:start + p.size] = data.reshape(-1)
@@ -260,7 +266,12 @@ class DistributedOptimizer:
             named = getattr(target, "named_parameters", None)
             names = {id(v): k for k, v in named()} if callable(named) else {}
             self._names = names
-        return names.get(id(p)) or f"parameter {self._params.index(p)}"
+        return names.get(id(p)) or f"parameter {self._params.index(p)} {tuple(p.shape)}"
+
+
+def _complete(bucket):
+    """Whether every parameter of `bucket` has its gradient, or had none at the last step."""
+    return len(bucket.ready) + len(bucket.idle - bucket.ready) == len(bucket.params)
 
 
 def _digest(p):

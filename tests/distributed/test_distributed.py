@@ -1,0 +1,130 @@
+"""gradcore.distributed on real processes: each test launches `mpiexec -n K` on
+tests/distributed/worker.py (MPICH from the `mpi` extra) and checks what every rank wrote."""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("mpi4py", reason="needs the mpi extra: pip install 'gradcore[mpi]'")
+MPIEXEC = Path(sys.executable).parent / "mpiexec"
+if not MPIEXEC.exists():
+    pytest.skip(f"no mpiexec beside {sys.executable}: pip install 'gradcore[mpi]'",
+                allow_module_level=True)
+WORKER = Path(__file__).with_name("worker.py")
+
+
+def launch(scenario, tmp_path, ranks=2, timeout=60.0, expect_failure=False):
+    """Run `scenario` on `ranks` processes; the ranks' results, or (for a failure) the output."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([str(MPIEXEC), "-n", str(ranks), sys.executable, str(WORKER),
+                           scenario, str(tmp_path), str(timeout)],
+                          capture_output=True, text=True, timeout=120, env=env)
+    if expect_failure:
+        assert done.returncode != 0
+        return done.stdout + done.stderr
+    assert done.returncode == 0, done.stdout + done.stderr
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(ranks)]
+
+
+def test_ranks_know_who_they_are(tmp_path):
+    ranks = launch("shares", tmp_path, ranks=3)
+    assert [(r["rank"], r["size"]) for r in ranks] == [(0, 3), (1, 3), (2, 3)]
+    assert sorted(r["local_rank"] for r in ranks) == [0, 1, 2]  # one machine
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_shares_are_equal_and_cover_every_example(tmp_path, ranks):
+    results = launch("shares", tmp_path, ranks=ranks)
+    for kind in ("plain", "mixed"):
+        shares = [r[kind] for r in results]
+        assert len({len(s) for s in shares}) == 1  # every rank takes as many steps
+        everything = [i for s in shares for i in s]
+        assert sorted(set(everything)) == list(range(100))
+        assert len(everything) - 100 == (-100) % ranks  # the fewest made up from the start
+    assert results[0]["plain"][:3] == [0, 1, 2] and results[0]["mixed"][:3] != [0, 1, 2]
+
+
+def test_both_optimizer_styles_end_bit_identical_on_every_rank(tmp_path):
+    first, second = launch("spiral", tmp_path)
+    for style in ("step", "update"):
+        assert first[style]["digests"] == second[style]["digests"]
+        # the optimizer's hooks ran after the averaging: they saw the same gradients
+        assert first[style]["hook_saw"] == second[style]["hook_saw"]
+        assert len(first[style]["hook_saw"]) == 4 * 10  # 4 epochs of 150 / 15 batches
+        assert first[style]["share"] == 150 and first[style]["buckets"] > 1
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_ranks_train_as_one_process_on_the_union(tmp_path, ranks):
+    results = launch("equivalence", tmp_path, ranks=ranks)
+    assert all(r["digests"] == results[0]["digests"] for r in results)  # bit-identical
+    assert results[0]["share"] == 300 // ranks
+    assert results[0]["max_difference"] < 1e-5  # float32 rounding of a different sum order
+
+
+def test_buckets_overlap_and_two_backwards_give_the_same_sums(tmp_path):
+    results = launch("buckets", tmp_path)
+    for r in results:
+        reference = r["one"]["grads"]
+        for name in ("many", "no_overlap", "twice"):
+            for key, grad in r[name]["grads"].items():
+                if grad is None:
+                    assert reference[key] is None
+                else:
+                    np.testing.assert_allclose(grad, reference[key], rtol=1e-6, atol=1e-6)
+        # 48 bytes: (2.b, 2.W) and (1.b, 1.W) share one; each of the 6 others has its own
+        assert r["one"]["buckets"] == 1 and r["many"]["buckets"] == 8
+        assert r["one"]["started_in_backward"] == 0  # the first step checks the ranks first
+        assert r["many"]["started_in_second_backward"] > 0  # then buckets start in backward
+        assert r["no_overlap"]["started_in_second_backward"] == 0
+        for name in ("one", "many", "no_overlap", "twice"):  # a parameter idle last step
+            np.testing.assert_allclose(r[name]["spare_b_everyone"], [8.0, 8.0], rtol=1e-6)
+    assert results[0]["one"]["grads"] == results[1]["one"]["grads"]
+    grads = results[0]["one"]["grads"]
+    assert grads["2.W"] is None and grads["2.b"] is None  # no rank used it: no gradient
+    # only rank 0 used `spare`: its gradient is rank 0's, averaged with rank 1's zeros
+    np.testing.assert_allclose(grads["1.b"], [8 / 2, 8 / 2], rtol=1e-6)
+
+
+def test_different_models_are_named_at_broadcast_on_every_rank(tmp_path):
+    for r in launch("mismatch", tmp_path):
+        assert "0.W is (2, 4) on rank 1 but (2, 3) on rank 0" in r["error"]
+        assert "Build the same model on every rank" in r["error"]
+
+
+def test_forgetting_the_broadcast_is_caught_at_the_first_step(tmp_path):
+    for r in launch("forgot_broadcast", tmp_path):
+        assert "rank 1 differs from rank 0 in parameter 0 (2, 3)" in r["error"]
+        assert "dist.broadcast_parameters(model, comm)" in r["error"]
+
+
+def test_lazy_layers_broadcast_before_their_first_call_agree(tmp_path):
+    first, second = launch("lazy", tmp_path)
+    assert first["digests"] == second["digests"]
+
+
+def test_save_on_root_writes_once_and_every_rank_sees_it(tmp_path):
+    for r in launch("save", tmp_path):
+        assert r["path"] == str(tmp_path / "model.npz") and r["exists"] and r["same"]
+
+
+def test_a_rank_that_raises_stops_the_others_with_its_name(tmp_path):
+    start = time.monotonic()
+    output = launch("fails", tmp_path, expect_failure=True)
+    assert "ValueError: a bad batch, on purpose" in output
+    assert ("DistributedError: rank 1 failed (ValueError: a bad batch, on purpose); rank 0 "
+            "stops in the gradient all-reduce") in output
+    assert time.monotonic() - start < 30
+
+
+def test_a_rank_that_stops_taking_part_times_the_others_out(tmp_path):
+    start = time.monotonic()
+    output = launch("stuck", tmp_path, timeout=1.0, expect_failure=True)
+    assert "rank 0: the gradient all-reduce did not complete within 1 s" in output
+    assert time.monotonic() - start < 30

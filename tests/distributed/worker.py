@@ -1,0 +1,241 @@
+"""Run under `mpiexec -n K python worker.py SCENARIO OUT`: each rank runs SCENARIO and writes what
+it measured to OUT/rank<r>.json for tests/distributed/test_distributed.py to check."""
+import hashlib
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+import gradcore
+import gradcore.distributed as dist
+import gradcore.functions as F
+from gradcore import nn, optim
+from gradcore.dataloaders import DataLoader
+from gradcore.datasets import Dataset, Spiral
+
+
+def digests(model):
+    return {name: hashlib.blake2b(p.numpy().tobytes(), digest_size=8).hexdigest()
+            for name, p in model.named_parameters()}
+
+
+def train(comm, model, opt, dataset, epochs, batch_size, style="step"):
+    for _ in range(epochs):
+        for x, t in DataLoader(dataset, batch_size, shuffle=False):
+            loss = F.softmax_cross_entropy(model(x), t)
+            if style == "step":
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            else:
+                model.cleargrads()
+                loss.backward()
+                opt.update()
+    return loss
+
+
+def union_batches(dataset, size, per_rank, batch_size):
+    """The examples of every rank's i-th batch, rank by rank, for i = 0, 1, ...: one process
+    training on this order with size * batch_size per batch sees the ranks' global batches."""
+    order = []
+    for start in range(0, per_rank, batch_size):
+        for rank in range(size):
+            order.extend(range(rank * per_rank + start,
+                               rank * per_rank + min(start + batch_size, per_rank)))
+    return order
+
+
+class Subset(Dataset):
+    def __init__(self, data, label):
+        self.source = data, label
+        super().__init__()
+
+    def prepare(self):
+        self.data, self.label = self.source
+
+
+# =============================================================================== scenarios
+def spiral(comm, out):
+    """Both styles of optimizer on the spiral, with an optimizer hook."""
+    results = {}
+    for style, make in (("step", lambda m: optim.SGD(m.parameters(), lr=0.5)),
+                        ("update", lambda m: optim.MomentumSGD(lr=0.1).setup(m))):
+        gradcore.manual_seed(100 + comm.rank)  # the ranks' own weights, until the broadcast
+        model = nn.MLP((30, 3), activation=F.relu)
+        dist.broadcast_parameters(model, comm)
+        inner = make(model)
+        seen = []
+        inner.add_hook(lambda params: seen.append(
+            hashlib.blake2b(params[0].grad.numpy().tobytes()).hexdigest()))
+        opt = dist.DistributedOptimizer(inner, comm, bucket_size=256)  # several buckets
+        share = dist.scatter_dataset(Spiral(train=True), comm)
+        train(comm, model, opt, share, epochs=4, batch_size=15, style=style)
+        results[style] = {"digests": digests(model), "hook_saw": seen, "share": len(share),
+                          "buckets": len(opt._buckets)}
+    return results
+
+
+def equivalence(comm, out):
+    """K ranks vs one process on the union of the shares, the same global batches, SGD."""
+    gradcore.manual_seed(7)
+    model = nn.MLP((30, 3), activation=F.relu)
+    model(gradcore.Variable(np.zeros((1, 2), np.float32)))  # sized: the same on every rank
+    initial = {k: v.copy() for k, v in model.state_dict().items()}
+    dist.broadcast_parameters(model, comm)
+    opt = dist.DistributedOptimizer(optim.SGD(model.parameters(), lr=0.5), comm)
+    share = dist.scatter_dataset(Spiral(train=True), comm)
+    train(comm, model, opt, share, epochs=3, batch_size=10)
+    result = {"digests": digests(model), "share": len(share)}
+    if comm.rank == 0:
+        alone = nn.MLP((30, 3), activation=F.relu)
+        alone(gradcore.Variable(np.zeros((1, 2), np.float32)))
+        alone.load_state_dict(initial)
+        data = Spiral(train=True)
+        order = union_batches(data, comm.size, len(share), 10)
+        union = Subset(data.data[order], data.label[order])
+        train(comm, alone, optim.SGD(alone.parameters(), lr=0.5), union, epochs=3,
+              batch_size=10 * comm.size)
+        result["max_difference"] = max(
+            float(np.abs(a.numpy() - b.numpy()).max())
+            for a, b in zip(model.parameters(), alone.parameters()))
+    return result
+
+
+def shares(comm, out):
+    """scatter_dataset on 100 examples: equal lengths, every example somewhere."""
+    data = Subset(np.arange(100, dtype=np.float32)[:, None], np.arange(100))
+    plain = dist.scatter_dataset(data, comm)
+    mixed = dist.scatter_dataset(data, comm, shuffle=True, seed=3)
+    return {"plain": plain.label.tolist(), "mixed": mixed.label.tolist()}
+
+
+def buckets(comm, out):
+    """Bucket sizes, overlap on and off, and two backwards before a step, give the same sums;
+    a parameter without a gradient on one rank counts as zeros there; on none, stays None."""
+    results = {}
+    x = np.random.RandomState(comm.rank).randn(8, 5).astype(np.float32)
+    for name, kwargs, twice in (("one", {"bucket_size": 1 << 30}, False),
+                                ("many", {"bucket_size": 48}, False),
+                                ("no_overlap", {"overlap": False}, False),
+                                ("twice", {}, True)):
+        gradcore.manual_seed(0)
+        model = nn.Sequential(nn.Linear(6, in_size=5), nn.Linear(4, in_size=6),
+                              nn.Linear(3, in_size=4))
+        spare = nn.Linear(2, in_size=5)  # rank 0 uses it; no one uses spare2
+        spare2 = nn.Linear(2, in_size=5)
+        holder = nn.Sequential(model, spare, spare2)
+        dist.broadcast_parameters(holder, comm)
+        opt = dist.DistributedOptimizer(optim.SGD(holder.parameters(), lr=0.1), comm, **kwargs)
+        opt.zero_grad()
+        loss = F.sum(model(gradcore.Variable(x)) ** 2)
+        if comm.rank == 0:
+            loss = loss + F.sum(spare(gradcore.Variable(x)))
+        if twice:  # the same loss as two halves: buckets started by the first go stale
+            (loss * 0.5).backward()
+            started_after_first = opt._started
+            (loss * 0.5).backward()
+        else:
+            loss.backward()
+            started_after_first = opt._started
+        opt.synchronize()
+        results[name] = {
+            "grads": {k: None if p.grad is None else p.grad.numpy().tolist()
+                      for k, p in holder.named_parameters()},
+            "buckets": len(opt._buckets), "started_in_backward": started_after_first}
+        # a second step: now the hooks start buckets during backward (after the first check)
+        opt.zero_grad()
+        F.sum(model(gradcore.Variable(x)) ** 2).backward()
+        results[name]["started_in_second_backward"] = opt._started
+        opt.step()
+        # now rank 1 uses `spare` too: its bucket may have started with rank 1's zeros
+        opt.zero_grad()
+        F.sum(spare(gradcore.Variable(x))).backward()
+        opt.synchronize()
+        results[name]["spare_b_everyone"] = spare.b.grad.numpy().tolist()
+    return results
+
+
+def mismatch(comm, out):
+    """Different models on the ranks: broadcast_parameters raises on every rank."""
+    width = 3 if comm.rank == 0 else 4
+    model = nn.Sequential(nn.Linear(width, in_size=2), nn.Linear(2, in_size=width))
+    try:
+        dist.broadcast_parameters(model, comm)
+    except dist.DistributedError as e:
+        return {"error": str(e)}
+    return {"error": None}
+
+
+def forgot_broadcast(comm, out):
+    """No broadcast, different weights: the first step raises on every rank."""
+    gradcore.manual_seed(comm.rank)
+    model = nn.Linear(3, in_size=2)
+    opt = dist.DistributedOptimizer(optim.SGD(model.parameters(), lr=0.1), comm)
+    F.sum(model(gradcore.Variable(np.ones((2, 2), np.float32)))).backward()
+    try:
+        opt.step()
+    except dist.DistributedError as e:
+        return {"error": str(e)}
+    return {"error": None}
+
+
+def lazy(comm, out):
+    """A model sized at its first call, broadcast before: the ranks draw the same weights."""
+    gradcore.manual_seed(comm.rank)
+    model = nn.MLP((8, 3))
+    dist.broadcast_parameters(model, comm)
+    opt = dist.DistributedOptimizer(optim.SGD(model.parameters(), lr=0.1), comm)
+    x = np.random.RandomState(comm.rank).randn(4, 2).astype(np.float32)
+    F.sum(model(gradcore.Variable(x))).backward()
+    opt.step()  # the check at the first step passes only if the weights agree
+    return {"digests": digests(model)}
+
+
+def save(comm, out):
+    model = nn.Linear(3, in_size=2)
+    dist.broadcast_parameters(model, comm)
+    path = dist.save_on_root(model, os.path.join(out, "model"), comm)
+    exists = os.path.exists(path)  # every rank returns after the file is written
+    clone = nn.Linear(3, in_size=2)
+    clone.load(path)
+    return {"path": path, "exists": exists,
+            "same": all(np.array_equal(a.numpy(), b.numpy())
+                        for a, b in zip(model.parameters(), clone.parameters()))}
+
+
+def fails(comm, out):
+    """Rank 1 raises in its third step: the other ranks stop with an error naming it."""
+    model = nn.Linear(3, in_size=2)
+    dist.broadcast_parameters(model, comm)
+    opt = dist.DistributedOptimizer(optim.SGD(model.parameters(), lr=0.1), comm)
+    for step in range(5):
+        if step == 2 and comm.rank == 1:
+            raise ValueError("a bad batch, on purpose")
+        F.sum(model(gradcore.Variable(np.ones((2, 2), np.float32)))).backward()
+        opt.step()
+    return {}
+
+
+def stuck(comm, out):
+    """Rank 1 stops taking part for longer than the timeout: rank 0 raises at the deadline."""
+    model = nn.Linear(3, in_size=2)
+    dist.broadcast_parameters(model, comm)
+    opt = dist.DistributedOptimizer(optim.SGD(model.parameters(), lr=0.1), comm)
+    for step in range(3):
+        if step == 1 and comm.rank == 1:
+            time.sleep(3 * comm.timeout)
+        F.sum(model(gradcore.Variable(np.ones((2, 2), np.float32)))).backward()
+        opt.step()
+    return {}
+
+
+if __name__ == "__main__":
+    scenario, out = sys.argv[1], sys.argv[2]
+    timeout = float(sys.argv[3]) if len(sys.argv) > 3 else 60.0
+    comm = dist.init(timeout=timeout)
+    result = globals()[scenario](comm, out)
+    result["rank"], result["size"], result["local_rank"] = comm.rank, comm.size, comm.local_rank
+    with open(os.path.join(out, f"rank{comm.rank}.json"), "w") as f:
+        json.dump(result, f)
