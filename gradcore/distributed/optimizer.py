@@ -81,10 +81,20 @@ class DistributedOptimizer:
         if optimizer.target is not None:
             self._attach()
 
+    _own = frozenset(("optimizer", "comm", "bucket_size", "overlap", "_params", "_buckets",
+                      "_bucket_of", "_started", "_stale", "_checked", "_names", "_hook_handles",
+                      "__weakref__"))
+
     def __getattr__(self, name):  # what is not ours is the optimizer's
-        if name == "optimizer":
+        if name in DistributedOptimizer._own:
             raise AttributeError(name)
         return getattr(self.optimizer, name)
+
+    def __setattr__(self, name, value):  # opt.lr = 0.01 sets the optimizer's, as it reads
+        if name in DistributedOptimizer._own:
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self.optimizer, name, value)
 
     def __repr__(self):
         return (f"DistributedOptimizer({self.optimizer!r}, rank {self.comm.rank} of "

@@ -1,0 +1,101 @@
+"""gradcore.distributed in one process (a job of one rank, no launcher): what it promises that
+does not need several processes, and its errors."""
+import sys
+
+import numpy as np
+import pytest
+
+import gradcore
+import gradcore.distributed as dist
+import gradcore.functions as F
+from gradcore import nn, optim
+
+pytest.importorskip("mpi4py", reason="needs the mpi extra: pip install 'gradcore[mpi]'")
+
+
+@pytest.fixture(scope="module")
+def comm():
+    return dist.init()
+
+
+def test_one_process_is_a_job_of_one_rank(comm):
+    assert (comm.rank, comm.size, comm.local_rank, comm.backend) == (0, 1, 0, "mpi")
+    assert dist.init() is comm  # made once
+    assert dist.local_device(comm) == "cpu"
+    assert repr(comm) == "Communicator(rank=0, size=1, local_rank=0, backend='mpi')"
+
+
+def test_one_rank_trains_as_the_optimizer_alone(comm):
+    x = np.random.RandomState(0).randn(16, 4).astype(np.float32)
+    t = np.arange(16) % 3
+    finals = []
+    for wrap in (False, True):
+        gradcore.manual_seed(0)
+        model = nn.MLP((8, 3))
+        model(gradcore.Variable(x[:1]))
+        opt = optim.Adam(model.parameters(), lr=0.01)
+        if wrap:
+            dist.broadcast_parameters(model, comm)
+            opt = dist.DistributedOptimizer(opt, comm, bucket_size=64)
+        for _ in range(5):
+            loss = F.softmax_cross_entropy(model(gradcore.Variable(x)), t)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        finals.append([p.numpy() for p in model.parameters()])
+    for a, b in zip(*finals):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_distributed_optimizer_passes_the_rest_to_its_optimizer(comm):
+    model = nn.Linear(2, in_size=3)
+    inner = optim.SGD(model.parameters(), lr=0.25)
+    opt = dist.DistributedOptimizer(inner, comm)
+    assert opt.lr == 0.25 and opt.state_dict() == inner.state_dict()
+    opt.lr = 0.5  # a schedule written against the optimizer works on the wrapper
+    assert inner.lr == 0.5 and opt.lr == 0.5
+    scheduler = optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    scheduler.step()
+    assert inner.lr == 0.25
+    assert "DistributedOptimizer(SGD(" in repr(opt) and "rank 0 of 1" in repr(opt)
+
+
+def test_a_compiled_step_sums_at_every_replay(comm):
+    x = np.random.RandomState(1).randn(8, 3).astype(np.float32)
+    results = []
+    for compiled in (False, True):
+        gradcore.manual_seed(0)
+        model = nn.Linear(2, in_size=3)
+        opt = dist.DistributedOptimizer(optim.SGD(model.parameters(), lr=0.1), comm)
+
+        def step(x):
+            loss = F.sum(model(x) ** 2)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return loss
+        if compiled:
+            step = gradcore.compile(step)
+        losses = [step(gradcore.Variable(x)).item() for _ in range(5)]
+        results.append((losses, model.W.numpy()))
+    assert results[0][0] == results[1][0]
+    np.testing.assert_array_equal(results[0][1], results[1][1])
+
+
+def test_argument_errors(comm):
+    model = nn.Linear(2, in_size=3)
+    with pytest.raises(TypeError, match="wraps an optimizer"):
+        dist.DistributedOptimizer(model, comm)
+    with pytest.raises(ValueError, match="bucket_size must be a positive number of bytes"):
+        dist.DistributedOptimizer(optim.SGD(model.parameters()), comm, bucket_size=0)
+    with pytest.raises(ValueError, match="backend must be 'mpi' or 'nccl'"):
+        dist.init("gloo")
+    with pytest.raises(ValueError, match="the dataset is empty"):
+        dist.scatter_dataset([], comm)
+
+
+def test_without_mpi4py_the_error_says_what_to_install(monkeypatch):
+    from gradcore.distributed import communicator
+    monkeypatch.setitem(sys.modules, "mpi4py", None)
+    with pytest.raises(ImportError, match=r"pip install 'gradcore\[mpi\]'.*mpiexec -n 2"):
+        communicator._import_mpi()
