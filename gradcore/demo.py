@@ -122,10 +122,14 @@ class ProgressBar:
 
 
 # =============================================================================== training
-def _fit(model, loader, epochs, lr, progress, compiled=False):
+def _fit(model, loader, epochs, lr, progress, compiled=False, comm=None):
     """Train with Adam and softmax cross entropy; the mean loss of each epoch. `compiled`: run
-    the step through gradcore.compile (recorded once per batch shape, then replayed)."""
+    the step through gradcore.compile (recorded once per batch shape, then replayed). `comm`:
+    average the gradients over its ranks at each step (gradcore.distributed)."""
     optimizer = Adam(lr=lr).setup(model)
+    if comm is not None:
+        from .distributed import DistributedOptimizer
+        optimizer = DistributedOptimizer(optimizer, comm)
     bar = ProgressBar(epochs, progress) if progress is not False else None
 
     def step(x, t):
@@ -174,11 +178,12 @@ def _accuracy(model, dataset):
         return F.accuracy(model(x), t).item()
 
 
-def _train(task, model, train, test, device, epochs, batch_size, lr, progress, compiled):
+def _train(task, model, train, test, device, epochs, batch_size, lr, progress, compiled,
+           comm=None):
     """Fit `model` on `train` and measure it: the result dict of train_spiral / train_conv."""
     loader = DataLoader(train, batch_size, device=device)
     start = time.perf_counter()
-    history = _fit(model, loader, epochs, lr, progress, compiled)
+    history = _fit(model, loader, epochs, lr, progress, compiled, comm)
     seconds = time.perf_counter() - start
     return {"task": task, "device": device, "examples": len(train), "epochs": epochs,
             "seconds": seconds, "loss": history, "accuracy": _accuracy(model, train),
@@ -188,22 +193,39 @@ def _train(task, model, train, test, device, epochs, batch_size, lr, progress, c
 def train_spiral(device=None, epochs=SPIRAL_DEFAULTS["epochs"],
                  batch_size=SPIRAL_DEFAULTS["batch_size"], lr=SPIRAL_DEFAULTS["lr"],
                  hidden=SPIRAL_DEFAULTS["hidden"], seed=0, out=None, progress=None,
-                 compiled=False):
+                 compiled=False, distributed=False):
     """Train MLP((hidden, hidden, 3), relu) on the spiral with Adam on `device`.
 
     Returns a dict: task, device, examples, epochs, seconds, loss (per epoch), accuracy (train),
     test_accuracy, model, and files (the PNGs written to the folder `out`; none when out is
     None). `progress`: a stream for the progress bar (stderr when None; False for none).
     `compiled`: replay the training step with gradcore.compile (the same figures, faster).
+    `distributed`: one rank of a job launched by mpiexec (gradcore.distributed): each rank
+    trains on its share with batch_size / ranks examples per step, the gradients averaged over
+    the ranks; only rank 0 shows progress and writes files. The result also has rank and ranks.
     """
+    comm = None
+    if distributed:
+        from . import distributed as dist
+        comm = dist.init()
+        device = device if device is not None else dist.local_device(comm)
+        if comm.rank != 0:
+            progress, out = False, None
     device = resolve_device(device)
     if out is not None:
         _require_matplotlib()
     manual_seed(seed)  # the initial weights and the shuffling
     train, test = Spiral(train=True), Spiral(train=False)
     model = MLP((hidden, hidden, 3), activation=F.relu)
+    if comm is not None:
+        dist.broadcast_parameters(model, comm)
+        full, train = train, dist.scatter_dataset(train, comm)
+        batch_size = max(1, batch_size // comm.size)
     result = _train("spiral", model, train, test, device, epochs, batch_size, lr, progress,
-                    compiled)
+                    compiled, comm)
+    if comm is not None:  # measured on the whole set, as without ranks
+        result.update(rank=comm.rank, ranks=comm.size, accuracy=_accuracy(model, full))
+        train = full
     if out is not None:
         result["files"] = _plot_spiral(model, train, result, out)
     return result
@@ -421,6 +443,9 @@ def _parser():
     p.add_argument("--no-plot", action="store_true", help="write no PNGs (needs no matplotlib)")
     p.add_argument("--compile", action="store_true",
                    help="replay the training step with gradcore.compile")
+    p.add_argument("--distributed", action="store_true",
+                   help="spiral only, under mpiexec -n K: each rank trains on its share, the "
+                        "gradients averaged over the ranks (needs pip install 'gradcore[mpi]')")
     return p
 
 
@@ -430,12 +455,27 @@ def main(argv=None):
     train, defaults, what = TASKS[args.task]
     options = {name: getattr(args, name) if getattr(args, name) is not None else defaults[name]
                for name in ("epochs", "batch_size", "lr")}
+    if args.distributed:
+        if args.task != "spiral":
+            print("gradcore.demo: error: --distributed trains the spiral (--task spiral)",
+                  file=sys.stderr)
+            return 2
+        options["distributed"] = True
     try:
         result = train(device=args.device, seed=args.seed, compiled=args.compile,
                        out=None if args.no_plot else args.out, **options)
     except DemoError as e:
         print(f"gradcore.demo: error: {e}", file=sys.stderr)
         return 2
+    except ImportError as e:  # --distributed without mpi4py: the error says what to install
+        if not args.distributed:
+            raise
+        print(f"gradcore.demo: error: {e}", file=sys.stderr)
+        return 2
+    if result.get("rank", 0) != 0:
+        return 0  # rank 0 speaks for the job
+    if "ranks" in result:
+        what += f", on each of {result['ranks']} ranks (gradcore.distributed)"
     print(f"{what.format(result['examples'])}: {result['epochs']} epochs on {result['device']} in {result['seconds']:.1f}s")
     print(f"final loss {result['loss'][-1]:.4f}, train accuracy {result['accuracy']:.1%}, "
           f"test accuracy {result['test_accuracy']:.1%}")

@@ -143,6 +143,11 @@ def test_missing_array_api_strict_is_named(monkeypatch):
         demo._register_array_api_strict()
 
 
+def test_distributed_is_for_the_spiral(capsys):
+    assert demo.main(["--distributed", "--task", "conv", "--no-plot"]) == 2
+    assert "--distributed trains the spiral" in capsys.readouterr().err
+
+
 def test_bad_arguments_exit_with_usage(capsys):
     with pytest.raises(SystemExit) as info:
         demo.main(["--epochs", "0"])

@@ -128,3 +128,16 @@ def test_a_rank_that_stops_taking_part_times_the_others_out(tmp_path):
     output = launch("stuck", tmp_path, timeout=1.0, expect_failure=True)
     assert "rank 0: the gradient all-reduce did not complete within 1 s" in output
     assert time.monotonic() - start < 30
+
+
+def test_the_demo_trains_the_spiral_on_two_ranks(tmp_path):
+    done = subprocess.run([str(MPIEXEC), "-n", "2", sys.executable, "-m", "gradcore.demo",
+                           "--distributed", "--no-plot", "--epochs", "40"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env=dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2])))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2  # rank 0 speaks for the job
+    assert lines[0].startswith("MLP (2-30-30-3, relu) on 150 spiral points, on each of 2 ranks")
+    accuracy = float(lines[1].split("train accuracy ")[1].split("%")[0])
+    assert accuracy > 90
