@@ -305,20 +305,6 @@ def test_fashion_mnist_labels():
     assert FashionMNIST.labels()[0] == "T-shirt/top" and FashionMNIST.labels()[9] == "Ankle boot"
 
 
-@pytest.mark.parametrize("cls, folder, sha", [(MNIST, "mnist", "440fcabf"),
-                                              (FashionMNIST, "fashion-mnist", "3aede38d")])
-def test_idx_sets_offline_name_the_files(cls, folder, sha, tmp_path, monkeypatch):
-    from gradcore.utils.download import DownloadError
-
-    class Offline(cls):
-        MIRRORS = ("http://127.0.0.1:1/",)
-
-    monkeypatch.setenv("GRADCORE_DATA", str(tmp_path))
-    with pytest.raises(DownloadError, match=rf"Offline, put the file at .*{folder}.train-images-"
-                                            rf"idx3-ubyte.gz \(SHA-256 {sha}"):
-        Offline(progress=False)
-
-
 def test_a_file_that_is_not_idx_is_refused(tmp_path):
     from gradcore.datasets import read_idx
     idx_gz(tmp_path / "labels.gz", np.arange(3), 2049)
@@ -400,13 +386,14 @@ def test_cifar10_bad_archives(tmp_path):
         read_cifar_binary(tmp_path / "label.tar.gz", CIFAR10.TEST)
 
 
-def test_cifar10_offline_names_the_file(tmp_path, monkeypatch):
+@pytest.mark.parametrize("cls, urls, file, sha", [
+    (MNIST, "MIRRORS", "mnist.train-images-idx3-ubyte.gz", "440fcabf"),
+    (FashionMNIST, "MIRRORS", "fashion-mnist.train-images-idx3-ubyte.gz", "3aede38d"),
+    (CIFAR10, "URLS", "cifar10.cifar-10-binary.tar.gz", "c4a38c50")])
+def test_offline_the_error_names_the_file_to_put_where(cls, urls, file, sha, tmp_path,
+                                                       monkeypatch):
     from gradcore.utils.download import DownloadError
-
-    class Offline(CIFAR10):
-        URLS = ("http://127.0.0.1:1/cifar-10-binary.tar.gz",)
-
+    offline = type("Offline", (cls,), {urls: ("http://127.0.0.1:1/",)})
     monkeypatch.setenv("GRADCORE_DATA", str(tmp_path))
-    with pytest.raises(DownloadError, match=r"Offline, put the file at .*cifar10.cifar-10-binary"
-                                            r".tar.gz \(SHA-256 c4a38c50"):
-        Offline(progress=False)
+    with pytest.raises(DownloadError, match=rf"Offline, put the file at .*{file} \(SHA-256 {sha}"):
+        offline(progress=False)

@@ -205,29 +205,35 @@ def save(comm, out):
                         for a, b in zip(model.parameters(), clone.parameters()))}
 
 
-def fails(comm, out):
-    """Rank 1 raises in its third step: the other ranks stop with an error naming it."""
+def small_job(comm):
+    """A Linear layer, broadcast and wrapped: its training step, for the fault scenarios."""
     model = nn.Linear(3, in_size=2)
     dist.broadcast_parameters(model, comm)
     opt = dist.DistributedOptimizer(optim.SGD(model.parameters(), lr=0.1), comm)
-    for step in range(5):
-        if step == 2 and comm.rank == 1:
-            raise ValueError("a bad batch, on purpose")
+
+    def step():
         F.sum(model(gradcore.Variable(np.ones((2, 2), np.float32)))).backward()
         opt.step()
+    return step
+
+
+def fails(comm, out):
+    """Rank 1 raises in its third step: the other ranks stop with an error naming it."""
+    step = small_job(comm)
+    for i in range(5):
+        if i == 2 and comm.rank == 1:
+            raise ValueError("a bad batch, on purpose")
+        step()
     return {}
 
 
 def stuck(comm, out):
     """Rank 1 stops taking part for longer than the timeout: rank 0 raises at the deadline."""
-    model = nn.Linear(3, in_size=2)
-    dist.broadcast_parameters(model, comm)
-    opt = dist.DistributedOptimizer(optim.SGD(model.parameters(), lr=0.1), comm)
-    for step in range(3):
-        if step == 1 and comm.rank == 1:
+    step = small_job(comm)
+    for i in range(3):
+        if i == 1 and comm.rank == 1:
             time.sleep(3 * comm.timeout)
-        F.sum(model(gradcore.Variable(np.ones((2, 2), np.float32)))).backward()
-        opt.step()
+        step()
     return {}
 
 
