@@ -37,6 +37,7 @@ class _Bucket:
         self.dtype = params[0].dtype
         self.device = params[0].device
         self.backend = params[0].backend
+        self.host_dtype = numpy.dtype(f"float{8 * _itemsize(params[0])}")  # MPI's buffers
         self.ready = set()  # ids of the parameters whose gradient is final in this backward
         # ids of those this rank had no gradient for at the last step: not waited for (a
         # gradient that comes after all makes the step sum every bucket again)
@@ -164,7 +165,7 @@ class DistributedOptimizer:
                                    "yet: the first step comes after a forward and backward")
         buckets, run, size = [], [], 0
         for p in reversed(self._params):
-            nbytes = p.size * p.dtype.itemsize
+            nbytes = p.size * _itemsize(p)
             if run and ((p.backend, p.device, p.dtype) != (run[0].backend, run[0].device,
                                                             run[0].dtype)
                         or size + nbytes > self.bucket_size):
@@ -198,9 +199,10 @@ class DistributedOptimizer:
         reducer = self.comm.reducer
         n = bucket.offsets[-1]
         if reducer.on_device:
-            buffer = bucket.backend.xp.empty(n + len(bucket.params), dtype=bucket.dtype)
+            with bucket.backend.device_context(bucket.device):
+                buffer = bucket.backend.xp.empty(n + len(bucket.params), dtype=bucket.dtype)
         else:
-            buffer = numpy.empty(n + len(bucket.params), dtype=bucket.dtype)
+            buffer = numpy.empty(n + len(bucket.params), dtype=bucket.host_dtype)
         bucket.idle.clear()
         for k, (p, start) in enumerate(zip(bucket.params, bucket.offsets)):
             g = p.grad
@@ -277,6 +279,11 @@ class DistributedOptimizer:
             names = {id(v): k for k, v in named()} if callable(named) else {}
             self._names = names
         return names.get(id(p)) or f"parameter {self._params.index(p)} {tuple(p.shape)}"
+
+
+def _itemsize(p):
+    """Bytes per element of p (a floating dtype of any backend)."""
+    return p.backend.xp.finfo(p.dtype).bits // 8
 
 
 def _complete(bucket):

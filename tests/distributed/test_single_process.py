@@ -25,24 +25,26 @@ def test_one_process_is_a_job_of_one_rank(comm):
     assert repr(comm) == "Communicator(rank=0, size=1, local_rank=0, backend='mpi')"
 
 
-def test_one_rank_trains_as_the_optimizer_alone(comm):
-    x = np.random.RandomState(0).randn(16, 4).astype(np.float32)
-    t = np.arange(16) % 3
+def test_one_rank_trains_as_the_optimizer_alone(comm, xp):
+    x = gradcore.Variable(np.random.RandomState(0).randn(16, 4).astype(np.float32)).to(xp.device)
+    t = gradcore.Variable(np.arange(16) % 3).to(xp.device)
     finals = []
     for wrap in (False, True):
         gradcore.manual_seed(0)
-        model = nn.MLP((8, 3))
-        model(gradcore.Variable(x[:1]))
+        model = nn.MLP((8, 3)).to(xp.device)
+        model(x)
         opt = optim.Adam(model.parameters(), lr=0.01)
         if wrap:
             dist.broadcast_parameters(model, comm)
             opt = dist.DistributedOptimizer(opt, comm, bucket_size=64)
         for _ in range(5):
-            loss = F.softmax_cross_entropy(model(gradcore.Variable(x)), t)
+            loss = F.softmax_cross_entropy(model(x), t)
             opt.zero_grad()
             loss.backward()
             opt.step()
         finals.append([p.numpy() for p in model.parameters()])
+        assert all(p.device == xp.device and p.grad.device == xp.device
+                   for p in model.parameters())
     for a, b in zip(*finals):
         np.testing.assert_array_equal(a, b)
 
