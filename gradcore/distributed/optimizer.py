@@ -219,6 +219,13 @@ class DistributedOptimizer:
         self._started += 1
 
     def _unpack(self, bucket):
+        if self.comm.reducer.on_device:
+            with bucket.backend.device_context(bucket.device):
+                self._unpack_on(bucket)
+        else:
+            self._unpack_on(bucket)
+
+    def _unpack_on(self, bucket):
         buffer, n = bucket.buffer, bucket.offsets[-1]
         buffer /= self.comm.size
         flags = buffer[n:]
