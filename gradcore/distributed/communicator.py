@@ -75,7 +75,9 @@ class Communicator:
             return
         deadline = time.monotonic() + self.timeout
         polls = 0
-        while not test_all(requests):  # each test also moves MPI's transfers on
+        # MPI moves a transfer on only inside MPI calls: keep testing (a pause between tests
+        # would slow the transfer itself once it starts), as MPI's own blocking wait does
+        while not test_all(requests):
             polls += 1
             if polls % 64 == 0:  # the notices and the clock now and then, not on every poll
                 self.check_notices(what)
@@ -84,8 +86,8 @@ class Communicator:
                         f"rank {self.rank}: {what} did not complete within {self.timeout:g} s: "
                         "another rank stopped taking part (it may be stuck, or it ended without "
                         "word). Set dist.init(timeout=...) for longer steps.")
-            if polls > 20000:  # a long wait: poll less often, leaving the core to others
-                time.sleep(0.0005)
+                if polls > 20000:  # a long wait: let another process have the core a moment
+                    time.sleep(0)
 
     def check_notices(self, what="the job"):
         """Raise DistributedError if another rank has sent word that it failed."""

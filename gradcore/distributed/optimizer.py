@@ -10,6 +10,7 @@ parameters this rank had no gradient for at the last step are not waited for (if
 gradient after all, the step sums every bucket again, so the result is the same).
 """
 import hashlib
+import sys
 import weakref
 
 import numpy
@@ -44,6 +45,7 @@ class _Bucket:
         self.idle = set()
         self.handle = None  # the reducer's handle once started
         self.buffer = None
+        self.spare = None  # the last step's buffer, reused when nothing holds a view of it
 
 
 class DistributedOptimizer:
@@ -198,11 +200,16 @@ class DistributedOptimizer:
     def _start(self, bucket):
         reducer = self.comm.reducer
         n = bucket.offsets[-1]
-        if reducer.on_device:
-            with bucket.backend.device_context(bucket.device):
-                buffer = bucket.backend.xp.empty(n + len(bucket.params), dtype=bucket.dtype)
-        else:
-            buffer = numpy.empty(n + len(bucket.params), dtype=bucket.host_dtype)
+        buffer, bucket.spare = bucket.spare, None
+        # last step's buffer again, unless a gradient handed out then (a view of it) is still
+        # held: new multi-MB buffers every step cost page faults, and the all-reduce of a 64 MiB
+        # bucket took 2.6 ms instead of mpi4py's 1.2 ms. 2: `buffer` and getrefcount's argument
+        if buffer is None or sys.getrefcount(buffer) > 2:
+            if reducer.on_device:
+                with bucket.backend.device_context(bucket.device):
+                    buffer = bucket.backend.xp.empty(n + len(bucket.params), dtype=bucket.dtype)
+            else:
+                buffer = numpy.empty(n + len(bucket.params), dtype=bucket.host_dtype)
         bucket.idle.clear()
         for k, (p, start) in enumerate(zip(bucket.params, bucket.offsets)):
             g = p.grad
@@ -241,6 +248,7 @@ class DistributedOptimizer:
             if not self.comm.reducer.on_device:
                 mean = backends.asarray_on(mean, p.device, p.dtype)
             p.grad = Variable(mean, requires_grad=False)
+        bucket.spare = buffer
         bucket.buffer = bucket.handle = None
         bucket.ready.clear()
 

@@ -1,6 +1,7 @@
 """gradcore.distributed in one process (a job of one rank, no launcher): what it promises that
 does not need several processes, and its errors."""
 import sys
+import weakref
 
 import numpy as np
 import pytest
@@ -101,3 +102,27 @@ def test_without_mpi4py_the_error_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "mpi4py", None)
     with pytest.raises(ImportError, match=r"pip install 'gradcore\[mpi\]'.*mpiexec -n 2"):
         communicator._import_mpi()
+
+
+def test_bucket_buffers_are_reused_only_when_no_gradient_from_them_is_held(comm):
+    model = nn.Linear(2, in_size=3)
+    opt = dist.DistributedOptimizer(optim.SGD(model.parameters(), lr=0.1), comm)
+    x = gradcore.Variable(np.ones((4, 3), np.float32))
+
+    def step(scale):
+        opt.zero_grad()
+        F.sum(model(x) * scale).backward()
+        opt.step()
+    step(1.0)
+    bucket, = opt._buckets
+    held = model.W.grad  # a view of this step's buffer, kept by the program
+    kept = held.numpy().copy()
+    first = bucket.spare
+    step(2.0)
+    np.testing.assert_array_equal(held.numpy(), kept)  # not overwritten by the next step
+    assert bucket.spare is not first
+    del held
+    second = weakref.ref(bucket.spare)  # watched, not held
+    step(3.0)  # nothing holds the last step's gradients: its buffer serves again
+    assert bucket.spare is second()
+    np.testing.assert_array_equal(model.W.grad.numpy(), np.full((3, 2), 12.0))
