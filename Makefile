@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 # The CPU build of PyTorch, for the side-by-side figures (skipped if it cannot be installed).
 TORCH  ?= torch==2.13.0
 
-.PHONY: test bench demo venv clean
+.PHONY: test bench bench-distributed demo venv clean
 
 venv: $(VENV)/.installed
 
@@ -34,6 +34,11 @@ $(VENV)/.bench: $(VENV)/.installed
 # ARGS=--publish to update the committed benchmarks/RESULTS.md and benchmarks/results/.
 bench: $(VENV)/.bench
 	$(PY) -m benchmarks $(ARGS)
+
+# Data-parallel training on 2 ranks (mpiexec from the mpi extra) against mpi4py and PyTorch DDP;
+# ARGS="--quick", ARGS="--json FILE".
+bench-distributed: $(VENV)/.bench
+	$(VENV)/bin/mpiexec -n 2 $(PY) -m benchmarks.distributed $(ARGS)
 
 # matplotlib draws the demo's PNGs (the `demo` extra); ARGS="--task conv --device cpu" etc.
 $(VENV)/.demo: $(VENV)/.installed
