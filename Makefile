@@ -16,6 +16,8 @@ $(VENV)/.installed: pyproject.toml
 	@# the multi-process tests run real mpiexec (MPICH's wheel); without it they are skipped
 	$(PY) -m pip install -q -e '.[mpi]' \
 	  || echo 'note: mpi4py/MPICH could not be installed; the multi-process tests will be skipped'
+	$(PY) -m pip install -q -e '.[dask]' \
+	  || echo 'note: Dask could not be installed; the Dask tests will be skipped'
 	@# CuPy imports without a GPU: the suite checks every xp.<name> it uses exists in CuPy.
 	$(PY) -c 'import cupy' 2>/dev/null || $(PY) -m pip install -q cupy-cuda12x \
 	  || echo 'note: CuPy could not be installed; the CuPy name check will be skipped'

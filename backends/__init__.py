@@ -1,4 +1,5 @@
 """Arrays and devices: which library owns an array, and where it lives. Knows nothing of autodiff."""
+import importlib
 import sys
 
 from .base import Backend, DeviceUnavailableError
@@ -46,23 +47,28 @@ def registered():
     return list(_by_name.values())
 
 
+# backends imported the first time one of their arrays or devices is seen
+_ON_DEMAND = {"cupy": ("cupy_backend", "CupyBackend"), "dask": ("dask_backend", "DaskBackend")}
+
+
 def get_backend(name):
-    """The backend called `name` ("numpy", "cupy", or a registered one)."""
+    """The backend called `name` ("numpy", "cupy", "dask", or a registered one)."""
     backend = _by_name.get(name)
     if backend is None:
-        if name != "cupy":
-            raise ValueError(f"no backend named {name!r}; known: {', '.join(sorted(_by_name))}")
-        from .cupy_backend import CupyBackend
-
-        backend = register(CupyBackend())
+        if name not in _ON_DEMAND:
+            raise ValueError(f"no backend named {name!r}; known: "
+                             + ", ".join(sorted(set(_by_name) | set(_ON_DEMAND))))
+        module, cls = _ON_DEMAND[name]
+        backend = register(getattr(importlib.import_module(f".{module}", __name__), cls)())
     return backend
 
 
 def _lookup(array):
     """Slow path of backend_of for a type not seen before; None if no backend owns it."""
     tp = type(array)
-    if tp.__module__.partition(".")[0] == "cupy" and "cupy" in sys.modules:
-        backend = get_backend("cupy")  # seen a CuPy array: CuPy is imported already
+    library = tp.__module__.partition(".")[0]
+    if library in _ON_DEMAND and library in sys.modules:
+        backend = get_backend(library)  # seen one of its arrays: the library is imported already
         if issubclass(tp, backend.array_type):
             _by_type[tp] = backend
             return backend
@@ -98,15 +104,17 @@ def is_array(obj):
 
 
 def backend_for_device(device):
-    """The backend that serves `device` (a Device or a string); "cuda" imports CuPy on demand."""
+    """The backend that serves `device` (a Device or a string); "cuda" and "dask" import CuPy
+    and Dask on demand."""
     device = parse_device(device)
     backend = _by_device_type.get(device.type)
     if backend is None:
-        if device.type != "cuda":
+        name = "cupy" if device.type == "cuda" else device.type
+        if name not in _ON_DEMAND:
             raise ValueError(
                 f"unknown device {device}: known device types are "
-                + ", ".join(sorted(set(_by_device_type) | {"cuda"})))
-        backend = get_backend("cupy")
+                + ", ".join(sorted(set(_by_device_type) | {"cuda", "dask"})))
+        backend = get_backend(name)
     return backend
 
 

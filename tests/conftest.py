@@ -48,8 +48,15 @@ def _cupy_case():
     return Case("cupy", backend, backends.Device("cuda", 0))
 
 
+def _dask_case():
+    pytest.importorskip("dask.array", reason="needs the dask extra: pip install 'gradcore[dask]'")
+    pytest.importorskip("array_api_compat", reason="needs the dask extra")
+    return Case("dask", backends.get_backend("dask"), backends.Device("dask"))
+
+
 CASES = {
     "numpy": lambda: Case("numpy", backends.NUMPY, backends.CPU),
+    "dask": _dask_case,
     "strict": lambda: Case("strict", STRICT, backends.Device(STRICT.device_type, "CPU_DEVICE")),
     "strict-device1": lambda: Case("strict-device1", STRICT, DEVICE1),
     "cupy": _cupy_case,

@@ -1,0 +1,144 @@
+"""Dask: chunked, lazy arrays (dask.array), larger than memory, on threads or a cluster.
+Imported only when a Dask array or the "dask" device is first seen.
+
+Functions run on array_api_compat's array-API namespace for Dask. Every result is a task graph
+until computed (`dask.compute`, `.compute()`, `numpy.asarray`); one device, "dask": where the
+chunks run is the Dask scheduler's business (threads by default, or a dask.distributed Client).
+"""
+import importlib
+import math
+
+import numpy
+
+from .array_api_backend import ArrayAPIBackend
+from .base import Backend, DeviceUnavailableError
+from .device import Device
+from .indexing import flat_positions, is_advanced, normalize_key
+
+DASK = Device("dask")
+
+
+def import_dask():
+    """(dask.array, the array-API namespace for it), or an error that says what to install."""
+    try:
+        da = importlib.import_module("dask.array")
+        xp = importlib.import_module("array_api_compat.dask.array")
+    except ImportError as e:
+        raise DeviceUnavailableError(
+            f"the dask device needs Dask and array-api-compat: pip install 'gradcore[dask]' ({e})"
+        ) from None
+    return da, xp
+
+
+class Namespace:
+    """array_api_compat's namespace for Dask, with the functions it lacks and a broadcast_to
+    that chunks the axes it makes (Dask's makes each one a single chunk: a gradient broadcast
+    over 1e9 elements would be one chunk of 8 GB)."""
+
+    def __init__(self, xp, da):
+        self._xp = xp
+        self._da = da
+        self.__name__ = xp.__name__
+
+    def __getattr__(self, name):
+        value = getattr(self._xp, name)
+        setattr(self, name, value)  # found once
+        return value
+
+    def broadcast_to(self, x, shape):
+        shape = tuple(shape)
+        x = self._da.asarray(x)
+        if not math.prod(shape):
+            return self._da.broadcast_to(x, shape)  # nothing to chunk
+        lead = len(shape) - x.ndim
+        # an axis x has at full size keeps x's chunks; a new or size-1 one is chunked "auto"
+        chunks = tuple("auto" if d < lead or x.shape[d - lead] != n else x.chunks[d - lead]
+                       for d, n in enumerate(shape))
+        chunks = self._da.core.normalize_chunks(chunks, shape, dtype=x.dtype)
+        return self._da.broadcast_to(x, shape, chunks=chunks)
+
+    def take_along_axis(self, x, indices, axis=-1):
+        axis = axis % x.ndim
+        # each block holds the whole axis, so every pick stays within its block
+        x = x.rechunk({axis: -1})
+        indices = self._da.asarray(indices).rechunk(
+            {d: (-1 if d == axis else x.chunks[d]) for d in range(x.ndim)})
+        return self._da.map_blocks(numpy.take_along_axis, x, indices, axis=axis,
+                                   dtype=x.dtype, chunks=indices.chunks)
+
+
+class DaskBackend(Backend):
+    name = device_type = "dask"
+    single_device = True
+
+    def __init__(self):
+        self.da, xp = import_dask()
+        self.xp = Namespace(xp, self.da)
+        self.array_type = self.da.Array
+
+    def normalize_key(self, index, shape):
+        parts = index if isinstance(index, tuple) else (index,)
+        if any(_is_mask(k) for k in parts):
+            # where a mask is true decides the result's shape, which Dask knows only once it has
+            # computed them: the mask is computed now (NumPy's rule: a k-d mask reads as the k
+            # index arrays of its nonzero positions)
+            index = tuple(i for k in parts for i in (
+                [self.da.from_array(p) for p in numpy.nonzero(numpy.asarray(k))]
+                if _is_mask(k) else [k]))
+        return normalize_key(self.xp, index, shape)
+
+    def owns_memory(self, array):
+        return True  # a Dask array is never written in place: every change is a new graph
+
+    def device_of(self, array):
+        return DASK
+
+    def ensure_array(self, obj):
+        return obj  # results are always Dask arrays, 0-d included
+
+    def asarray(self, obj, dtype=None, device=None):
+        if isinstance(obj, self.da.Array):
+            return obj if dtype is None else obj.astype(dtype)
+        array = numpy.asarray(obj, dtype=dtype)
+        return self.da.from_array(array, chunks="auto" if array.ndim else ())
+
+    def zeros(self, shape, dtype, device):
+        return self.da.zeros(shape, dtype=dtype, chunks="auto")
+
+    def to_device(self, array, device):
+        return array
+
+    def to_numpy(self, array):
+        return numpy.asarray(array.compute())
+
+    def add_at(self, target, key, values):
+        if not is_advanced(key):
+            return ArrayAPIBackend.add_at(self, target, key, values)
+        # integer-array keys: every value goes to its flat position, summed by bincount (which
+        # adds repeated positions up), then added to the target
+        positions = flat_positions(self.xp, target.shape, key)
+        values = self.xp.broadcast_to(self.da.asarray(values), positions.shape)
+        total = self.da.bincount(self.xp.reshape(positions, (-1,)),
+                                 weights=self.xp.reshape(values, (-1,)),
+                                 minlength=math.prod(target.shape))
+        target[...] = target + self.xp.reshape(total.astype(target.dtype), target.shape)
+        return target
+
+    def random_normal(self, shape, dtype, device):
+        return self.asarray(numpy.random.randn(*shape), dtype=dtype)
+
+    def random_uniform(self, shape, dtype, device):
+        return self.asarray(numpy.random.rand(*shape), dtype=dtype)
+
+    def manual_seed(self, seed):
+        numpy.random.seed(seed)  # parameters are drawn on the host, from NumPy's generator
+
+    def random_state(self, device):
+        return numpy.random.get_state()
+
+    def set_random_state(self, device, state):
+        numpy.random.set_state(state)
+
+
+def _is_mask(k):
+    return getattr(k, "ndim", 0) > 0 and str(getattr(k, "dtype", "")) == "bool"
