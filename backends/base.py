@@ -22,6 +22,7 @@ class Backend:
     single_device = False # True when all its arrays live on one device
     needs_device_context = False  # True when computing needs `device_context` (CuPy)
     plain = False         # one device and no device context needed: set by backends.register
+    lazy = False          # results are recipes until computed (Dask): see `persist`
     inner = None          # for a backend whose arrays wrap another backend's: that backend
 
     def owns(self, array):
@@ -106,6 +107,11 @@ class Backend:
     def set_random_state(self, device, state):
         """Put back a snapshot from `random_state`."""
         raise NotImplementedError
+
+    def persist(self, arrays):
+        """`arrays` (a list) worked out now and kept so: the same values, no longer a recipe
+        that holds how they were made. Only lazy backends have anything to do."""
+        return arrays
 
     def synchronize(self, device):
         """Block until all work queued on `device` is done (for honest timing)."""

@@ -70,9 +70,11 @@ class Namespace:
 class DaskBackend(Backend):
     name = device_type = "dask"
     single_device = True
+    lazy = True
 
     def __init__(self):
         self.da, xp = import_dask()
+        self.dask = importlib.import_module("dask")
         self.xp = Namespace(xp, self.da)
         self.array_type = self.da.Array
 
@@ -86,6 +88,9 @@ class DaskBackend(Backend):
                 [self.da.from_array(p) for p in numpy.nonzero(numpy.asarray(k))]
                 if _is_mask(k) else [k]))
         return normalize_key(self.xp, index, shape)
+
+    def persist(self, arrays):
+        return list(self.dask.persist(*arrays))  # one pass for all: shared work is done once
 
     def owns_memory(self, array):
         return True  # a Dask array is never written in place: every change is a new graph

@@ -192,6 +192,24 @@ class Optimizer:
                 self.update_one(p)
             if p.version == version:  # updated in place, not through the data setter: count it
                 note_write(p)
+        lazy = [p for p in params if p.backend.lazy]
+        if lazy:  # Dask: else each step's parameters would hold the graph of every step before
+            self._persist(lazy)
+
+    def _persist(self, params):
+        """Work out the lazy parameters and their state arrays now, all in one pass (the
+        same values: not a write), so a training loop's graph does not grow step after step."""
+        backend = params[0].backend
+        states = [self.state.get(p) or {} for p in params]
+        arrays = [p.data for p in params] + [a for state in states for a in state.values()
+                                             if backend.owns(a)]
+        done = iter(backend.persist(arrays))
+        for p in params:
+            p._data = next(done)
+        for state in states:
+            for name, a in state.items():
+                if backend.owns(a):
+                    state[name] = next(done)
 
     def _check(self, p):
         where = type(self).__name__

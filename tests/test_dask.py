@@ -1,0 +1,95 @@
+"""gradcore on Dask: Variables holding chunked, lazy arrays differentiate like any other, keep
+sane chunks, train as on NumPy without growing their task graphs, and run unchanged on a
+dask.distributed cluster. (Every op of the tables on Dask: tests/functions/test_ops_on_dask.py.)"""
+import numpy as np
+import pytest
+
+import backends
+import gradcore
+import gradcore.functions as F
+from gradcore import nn, optim
+from gradcore.dataloaders import DataLoader
+from gradcore.datasets import Spiral
+
+da = pytest.importorskip("dask.array", reason="needs the dask extra: pip install 'gradcore[dask]'")
+pytest.importorskip("array_api_compat", reason="needs the dask extra")
+import dask  # noqa: E402
+
+
+def test_a_dask_variable_differentiates_lazily_with_its_chunks():
+    data = np.linspace(0.0, 3.0, 100_000)
+    x = gradcore.Variable(da.from_array(data, chunks=10_000))
+    assert x.backend.name == "dask" and x.device == "dask"
+    y = F.sum(F.sin(x) * x)
+    y.backward()
+    assert isinstance(y.data, da.Array) and isinstance(x.grad.data, da.Array)  # not computed
+    assert x.grad.data.chunks == x.data.chunks  # sum's backward did not make one chunk
+    value, grad_sum = dask.compute(y.data, x.grad.data.sum())
+    np.testing.assert_allclose(value, np.sum(np.sin(data) * data), rtol=1e-12)
+    np.testing.assert_allclose(grad_sum, np.sum(np.sin(data) + data * np.cos(data)), rtol=1e-12)
+
+
+def test_broadcasts_chunk_the_axes_they_make():
+    xp = backends.get_backend("dask").xp
+    big = xp.broadcast_to(da.ones((1, 4), chunks=(1, 2)), (10 ** 9, 4))
+    assert big.chunks[1] == (2, 2)  # an axis the input has at full size keeps its chunks
+    assert len(big.chunks[0]) > 1 and max(big.chunks[0]) * 4 * 8 <= 512 * 2 ** 20
+
+
+def test_dask_is_a_device_for_to_modules_and_loaders():
+    v = gradcore.Variable(np.arange(6.0)).to("dask")
+    assert isinstance(v.data, da.Array) and v.device == "dask"
+    model = nn.Linear(3, in_size=2).to("dask")
+    assert all(isinstance(p.data, da.Array) for p in model.parameters())
+    x, t = next(iter(DataLoader(Spiral(), 30, device="dask")))
+    assert isinstance(x, da.Array) and isinstance(t, da.Array)
+    np.testing.assert_array_equal(v.to("cpu").data, np.arange(6.0))
+
+
+def spiral_losses(device, steps, optimizer=optim.SGD, client=None):
+    """Losses of `steps` training steps of the spiral MLP on `device`, float64."""
+    previous = gradcore.get_default_dtype()
+    gradcore.set_default_dtype("float64")
+    try:
+        gradcore.manual_seed(0)
+        model = nn.Sequential(nn.Linear(10, in_size=2), nn.BatchNorm(), nn.ReLU(),
+                              nn.Linear(3, in_size=10)).to(device)
+        opt = optimizer(model.parameters(), lr=0.1)
+        losses = []
+        for _, (x, t) in zip(range(steps), DataLoader(Spiral(), 30, shuffle=False,
+                                                       device=device)):
+            loss = F.softmax_cross_entropy(model(x), t)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return losses, model, opt
+    finally:
+        gradcore.set_default_dtype(previous)
+
+
+@pytest.mark.parametrize("optimizer", [optim.SGD, optim.MomentumSGD, optim.Adam])
+def test_training_on_dask_matches_numpy_and_its_graphs_stay_small(optimizer):
+    on_numpy, reference, _ = spiral_losses("cpu", 8, optimizer)
+    on_dask, model, opt = spiral_losses("dask", 8, optimizer)
+    np.testing.assert_allclose(on_dask, on_numpy, rtol=0, atol=1e-10)
+    for p, q in zip(model.parameters(), reference.parameters()):
+        np.testing.assert_allclose(p.numpy(), q.numpy(), rtol=0, atol=1e-10)
+    # parameters and optimizer state are persisted at each step: one task each, not a history
+    assert all(len(p.data.__dask_graph__()) == 1 for p in model.parameters())
+    for state in (opt.state.get(p) or {} for p in model.parameters()):
+        assert all(len(a.__dask_graph__()) == 1 for a in state.values())
+    norm, ref_norm = model[1], reference[1]  # BatchNorm's running statistics moved on Dask too
+    np.testing.assert_allclose(norm.avg_mean.numpy(), ref_norm.avg_mean.numpy(), atol=1e-12)
+    assert not np.allclose(norm.avg_mean.numpy(), 0.0)
+
+
+def test_it_runs_unchanged_on_a_distributed_cluster():
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        on_cluster, _, _ = spiral_losses("dask", 4)
+        assert client.run(lambda: True)  # the workers were there
+    on_numpy, _, _ = spiral_losses("cpu", 4)
+    np.testing.assert_allclose(on_cluster, on_numpy, rtol=0, atol=1e-10)
