@@ -93,3 +93,24 @@ def test_it_runs_unchanged_on_a_distributed_cluster():
         assert client.run(lambda: True)  # the workers were there
     on_numpy, _, _ = spiral_losses("cpu", 4)
     np.testing.assert_allclose(on_cluster, on_numpy, rtol=0, atol=1e-10)
+
+
+def test_dask_is_imported_only_when_it_is_used():
+    import subprocess
+    import sys
+    code = ("import sys, numpy, gradcore, gradcore.functions as F\n"
+            "y = F.sum(F.sin(gradcore.Variable(numpy.ones(3))))\n"
+            "y.backward()\n"
+            "assert 'dask' not in sys.modules, 'imported without a Dask array in sight'\n"
+            "gradcore.Variable(numpy.ones(3)).to('dask')\n"
+            "assert 'dask' in sys.modules\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_without_dask_the_device_says_what_to_install(monkeypatch):
+    import sys
+    from backends import dask_backend
+    monkeypatch.setitem(sys.modules, "dask.array", None)
+    with pytest.raises(backends.DeviceUnavailableError, match=r"pip install 'gradcore\[dask\]'"):
+        dask_backend.import_dask()
