@@ -8,7 +8,7 @@ import importlib
 from .common import Workload
 
 # The suite, in the order it runs and prints.
-WORKLOADS = ("chain", "wide", "hod", "mlp", "conv", "deep", "deep_checkpoint", "leak")
+WORKLOADS = ("chain", "wide", "hod", "mlp", "conv", "deep", "deep_checkpoint", "leak", "big")
 
 
 def load(names=None):
