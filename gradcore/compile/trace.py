@@ -169,7 +169,7 @@ class Recorder:
         self.lines.append(line)
         if out is not None:
             self.writers[out] = line
-        if (kind == "setitem" or has_side_effect(line)) and args and args[0].__class__ is Ref:
+        if args and args[0].__class__ is Ref and (kind == "setitem" or has_side_effect(line)):
             self.writers[args[0].slot] = line  # it changed that array in place
         if kind == "store_grad":
             self.stored.add("grad")
