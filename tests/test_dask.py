@@ -88,9 +88,13 @@ def test_it_runs_unchanged_on_a_distributed_cluster():
     distributed = pytest.importorskip("distributed")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   dashboard_address=None) as cluster, \
-            distributed.Client(cluster) as client:
+            distributed.Client(cluster) as client, \
+            distributed.get_task_stream(client) as tasks:
         on_cluster, _, _ = spiral_losses("dask", 4)
-        assert client.run(lambda: True)  # the workers were there
+        workers = set(client.scheduler_info()["workers"])
+    # the steps' tasks ran on the cluster's two workers, not in this process
+    assert len(tasks.data) > 100 and len(workers) == 2
+    assert {task["worker"] for task in tasks.data} <= workers
     on_numpy, _, _ = spiral_losses("cpu", 4)
     np.testing.assert_allclose(on_cluster, on_numpy, rtol=0, atol=1e-10)
 
