@@ -21,7 +21,7 @@ import numpy
 import gradcore
 import gradcore.functions as F
 
-from .common import Memory, Target, Unavailable, Workload
+from .common import Memory, Target, Unavailable, Workload, proc_bytes
 
 SIZE_VARIABLE = "GRADCORE_BENCH_BIG_SIZE"
 DEFAULT_SIZE = 10_000_000
@@ -126,14 +126,7 @@ def _on_the_cpu(device):
 
 def available_bytes():
     """The memory the system can hand out without swapping (MemAvailable), or None if unknown."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024  # kB
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    return proc_bytes("/proc/meminfo", "MemAvailable")
 
 
 def floor_fits(n, available=None):

@@ -210,6 +210,19 @@ def replayed(run):
     return compiled
 
 
+def proc_bytes(path, field):
+    """`field` of a /proc file of "Field:   123 kB" lines (/proc/meminfo, /proc/self/status), in
+    bytes; None where there is no such file or field."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def run_child(module, args, env=None, timeout=None):
     """Run `python -m benchmarks.<module> *args` in a fresh process from the repository's root
     (which puts the repository on its path) and return the JSON object it printed last, or

@@ -24,7 +24,8 @@ import sys
 
 from . import load
 from .common import (KINDS, REPLAY, Unavailable, child_main, gradcore_ratios, import_torch,
-                     measured, missing, prepare, resolve_device, run_child, thread_environment)
+                     measured, missing, prepare, proc_bytes, resolve_device, run_child,
+                     thread_environment)
 
 TIMEOUT_S = 600
 MIB = 1024 * 1024
@@ -102,14 +103,7 @@ class Meter:
 
 def _vm_hwm():
     """The peak resident set of this process's address space in bytes; None without /proc."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024  # kB
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    return proc_bytes("/proc/self/status", "VmHWM")
 
 
 def _release_freed_memory():
