@@ -211,6 +211,11 @@ class DistributedOptimizer:
             else:
                 buffer = numpy.empty(n + len(bucket.params), dtype=bucket.host_dtype)
         bucket.idle.clear()
+        xp = bucket.backend.xp if reducer.on_device else numpy
+        # each rank sends its share of the mean, so the sum is the mean: one pass over the
+        # gradients instead of a copy and a division of the sums; synchronize() of the MLP's
+        # 6.85 MiB took 2.7-2.9 ms instead of 4.1-4.3 (benchmarks.distributed, 2 ranks)
+        share = 1 / self.comm.size
         for k, (p, start) in enumerate(zip(bucket.params, bucket.offsets)):
             g = p.grad
             if g is None:
@@ -219,8 +224,8 @@ class DistributedOptimizer:
                 bucket.idle.add(id(p))
                 continue
             data = g.data if reducer.on_device else p.backend.to_numpy(g.data)
-            buffer[start:start + p.size] = data.reshape(-1)
-            buffer[n + k] = 1
+            xp.multiply(data.reshape(-1), share, out=buffer[start:start + p.size])
+            buffer[n + k] = 1  # summed: how many ranks had a gradient for p
         bucket.buffer = buffer
         bucket.handle = reducer.start(buffer)
         self._started += 1
@@ -234,7 +239,6 @@ class DistributedOptimizer:
 
     def _unpack_on(self, bucket):
         buffer, n = bucket.buffer, bucket.offsets[-1]
-        buffer /= self.comm.size
         flags = buffer[n:]
         if not self.comm.reducer.on_device:
             flags = flags.tolist()
