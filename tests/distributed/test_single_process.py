@@ -126,3 +126,48 @@ def test_bucket_buffers_are_reused_only_when_no_gradient_from_them_is_held(comm)
     step(3.0)  # nothing holds the last step's gradients: its buffer serves again
     assert bucket.spare is second()
     np.testing.assert_array_equal(model.W.grad.numpy(), np.full((3, 2), 12.0))
+
+
+class _RankOfThree:
+    """The one-rank communicator posing as rank 0 of 3 whose two other ranks send the same
+    buckets: the all-reduce triples each buffer (on the host, or "on the device" as NCCL's
+    reducer sums, with the bucket's own array library)."""
+
+    size = 3
+
+    def __init__(self, comm, on_device):
+        self._comm = comm
+        self.reducer = self
+        self.on_device = on_device
+
+    def __getattr__(self, name):
+        return getattr(self._comm, name)
+
+    def start(self, buffer):
+        buffer *= 3
+        return "started"
+
+    def progress(self, handles):
+        pass
+
+    def wait(self, handles, what=None):
+        pass
+
+
+@pytest.mark.parametrize("on_device", [False, True], ids=["host", "device"])
+def test_gradients_are_averaged_and_a_gradient_no_rank_had_stays_none(comm, on_device):
+    model = nn.MLP((5, 2))
+    x = gradcore.Variable(np.random.RandomState(1).randn(4, 3).astype(np.float32))
+    model(x)
+    opt = dist.DistributedOptimizer(optim.SGD(model.parameters(), lr=0.1),
+                                    _RankOfThree(comm, on_device), bucket_size=64)
+    F.sum(model.l0(x)).backward()  # the last layer gets no gradient on any rank
+    own = {name: p.grad.numpy().copy() for name, p in model.named_parameters()
+           if p.grad is not None}
+    opt.synchronize()
+    for name, p in model.named_parameters():
+        if name in own:  # each rank sent a third of the same gradient: 2 roundings in float32
+            np.testing.assert_allclose(p.grad.numpy(), own[name], rtol=2.4e-7, atol=0)
+        else:
+            assert p.grad is None, name
+    assert sorted(own) == ["l0.W", "l0.b"]
