@@ -3,9 +3,10 @@
 `fetch(name, urls, sha256)` gives the path of `name` in the cache folder ($GRADCORE_DATA, else
 ~/.gradcore). A file already there is checked and used; else the URLs (mirrors) are tried in
 turn. A download goes to `name.part` and resumes from what a broken one left there (an HTTP
-Range request; a server that ignores it sends the whole file again); the finished file is
-checked, then renamed into place at once, so a reader never sees half of it. When every URL
-fails, the error lists why for each and says which file to put where by hand.
+Range request; a server that ignores it sends the whole file again; a resumed file that comes
+out wrong, or that the server will not resume (HTTP 416), is downloaded again whole); the
+finished file is checked, then renamed into place at once, so a reader never sees half of it.
+When every URL fails, the error lists why for each and says which file to put where by hand.
 """
 import hashlib
 import http.client
@@ -30,6 +31,7 @@ def cache_folder():
 
 
 def sha256_of(path):
+    """The SHA-256 of the file at `path`, as 64 lower-case hex digits."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -54,21 +56,45 @@ def fetch(name, urls, sha256, folder=None, progress=None, timeout=30):
     stream = sys.stderr if progress is None else progress
     failures = []
     for url in urls:
+        failure = _attempt(url, partial, sha256, stream, timeout)
+        if failure is None:
+            os.replace(partial, path)
+            return path
+        failures.append(f"{url}: {failure}")
+    tried = "".join(f"\n  {failure}" for failure in failures)
+    try:  # where the file goes under any cache folder (GRADCORE_DATA)
+        inside = f" as {path.relative_to(cache_folder()).as_posix()}"
+    except ValueError:  # a folder of the caller's own: GRADCORE_DATA does not move it
+        inside = None
+    elsewhere = f" or set GRADCORE_DATA to a folder holding it{inside}" if inside else ""
+    raise DownloadError(f"could not download {name}:{tried}\nOffline, put the file at {path} "
+                        f"(SHA-256 {sha256}){elsewhere}")
+
+
+def _attempt(url, partial, sha256, stream, timeout):
+    """Download `url` into `partial` and check it: None when `partial` is then the file, else
+    why not. A download that resumed after bytes already there and comes out wrong (those bytes
+    were from elsewhere), or that the server will not resume (HTTP 416: the bytes there are
+    all, or more than, it has), is started again from the first byte, once."""
+    for again in (False, True):
+        if again:
+            partial.unlink(missing_ok=True)
+        resumed = partial.is_file() and partial.stat().st_size > 0
         try:
             _download(url, partial, stream, timeout)
+        except urllib.error.HTTPError as e:
+            e.close()
+            if e.code == 416 and resumed:
+                continue
+            return getattr(e, "reason", None) or e
         except (OSError, http.client.HTTPException, ValueError) as e:  # the .part is kept
-            failures.append(f"{url}: {getattr(e, 'reason', None) or e}")
-            continue
+            return getattr(e, "reason", None) or e
         found = sha256_of(partial)
-        if found != sha256:
-            partial.unlink()
-            failures.append(f"{url}: the file's SHA-256 is {found}, not {sha256}")
-            continue
-        os.replace(partial, path)
-        return path
-    tried = "".join(f"\n  {failure}" for failure in failures)
-    raise DownloadError(f"could not download {name}:{tried}\nOffline, put the file at {path} "
-                        f"(SHA-256 {sha256}) or set GRADCORE_DATA to a folder holding it")
+        if found == sha256:
+            return None
+        partial.unlink()
+        if not resumed:
+            return f"the file's SHA-256 is {found}, not {sha256}"
 
 
 def _download(url, partial, stream, timeout):
