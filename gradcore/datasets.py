@@ -11,12 +11,13 @@ import operator
 import struct
 import tarfile
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
 
 from .transforms import Compose, Flatten, Normalize, ToFloat
-from .utils.download import cache_folder, fetch
+from .utils.download import DownloadError, cache_folder, fetch
 
 __all__ = ["Dataset", "Spiral", "get_spiral", "SinCurve", "Shapes", "MNIST", "FashionMNIST",
            "CIFAR10"]
@@ -204,17 +205,34 @@ def _draw(rng, c, s):
 def read_idx(path, magic):
     """The array in a gzipped IDX file (MNIST's format: a big-endian header, then uint8 data);
     `magic` 2051 for images (N, rows, cols), 2049 for labels (N,)."""
-    with gzip.open(path, "rb") as f:
-        head = f.read(8)
-        found, count = struct.unpack(">II", head) if len(head) == 8 else (None, 0)
-        if found != magic:
-            raise ValueError(f"{path} is not an IDX file of {'images' if magic == 2051 else 'labels'}"
-                             f" (its header reads {found}, expected {magic})")
-        shape = (count, *struct.unpack(">II", f.read(8))) if magic == 2051 else (count,)
-        data = np.frombuffer(f.read(), dtype=np.uint8)
+    what = "images" if magic == 2051 else "labels"
+    try:
+        with gzip.open(path, "rb") as f:
+            head = f.read(16 if magic == 2051 else 8)
+            found = struct.unpack(">I", head[:4])[0] if len(head) >= 4 else None
+            if found != magic:
+                raise ValueError(f"{path} is not an IDX file of {what} (its header reads "
+                                 f"{found}, expected {magic})")
+            if len(head) < (16 if magic == 2051 else 8):
+                raise ValueError(f"{path}: its IDX header is cut short ({len(head)} bytes)")
+            shape = struct.unpack(">III" if magic == 2051 else ">I", head[4:])
+            data = np.frombuffer(f.read(), dtype=np.uint8)
+    except (gzip.BadGzipFile, EOFError, zlib.error) as e:  # not gzip, or a stream cut short
+        raise ValueError(f"{path} is not a whole gzip file ({e}): damaged or cut short?") from None
+    if 0 in shape:
+        raise ValueError(f"{path}: its header gives a shape of {shape}: no {what}")
     if data.size != np.prod(shape):
-        raise ValueError(f"{path} holds {data.size} values for a shape of {shape}: cut short?")
+        raise ValueError(f"{path} holds {data.size} values for a shape of {shape} (its header): "
+                         f"{'cut short' if data.size < np.prod(shape) else 'too long'}")
     return data.reshape(shape)
+
+
+def _checked_labels(labels, num_classes, where):
+    """`labels` (integers) as int64, checked to lie in [0, num_classes)."""
+    if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
+        bad = labels.min() if labels.min() < 0 else labels.max()
+        raise ValueError(f"{where} has a label of {bad}; the classes are 0 to {num_classes - 1}")
+    return labels.astype(np.int64)
 
 
 class MNIST(Dataset):
@@ -263,14 +281,27 @@ class MNIST(Dataset):
         paths = {}
         for kind in ("images-idx3", "labels-idx1"):
             name = f"{prefix}-{kind}-ubyte.gz"
-            paths[kind] = fetch(name, [m + name for m in self.MIRRORS], self.FILES[name],
-                                folder=cache_folder() / self.NAME, progress=self.progress)
+            try:
+                paths[kind] = fetch(name, [m + name for m in self.MIRRORS], self.FILES[name],
+                                    folder=cache_folder() / self.NAME, progress=self.progress)
+            except DownloadError as e:
+                raise DownloadError(f"{e}\n{self._offline_help(default)}") from None
         x = read_idx(paths["images-idx3"], 2051)
         y = read_idx(paths["labels-idx1"], 2049)
         if len(x) != len(y):
             raise ValueError(f"{type(self).__name__}: {len(x)} images but {len(y)} labels")
         self.data = x.reshape(len(x), 1, x.shape[1], x.shape[2])
-        self.label = y.astype(np.int64)
+        self.label = _checked_labels(y, 10, paths["labels-idx1"])
+
+    def _offline_help(self, default):
+        """Every file this set can be read from, and where each goes."""
+        folder = cache_folder() / self.NAME
+        names = [f"{prefix}-{kind}-ubyte.gz" for prefix in ("train", "t10k")
+                 for kind in ("images-idx3", "labels-idx1")]
+        files = "".join(f"\n  {folder / name}  (SHA-256 {self.FILES[name]})" for name in names)
+        return (f"{type(self).__name__} reads these files (train-* for train=True, t10k-* for "
+                f"train=False), from {self.MIRRORS[0]} or its mirrors:{files}\nor instead one "
+                f"{default} holding the arrays x_train, y_train, x_test, y_test")
 
     def _read_npz(self, path):
         name = type(self).__name__
@@ -299,11 +330,14 @@ class MNIST(Dataset):
         if x.ndim not in (3, 4) or (x.ndim == 4 and x.shape[1] != 1):
             raise ValueError(f"{name}: {kx} in {path} must have shape (N, H, W) or (N, 1, H, W), "
                              f"got {x.shape}")
+        if x.dtype != np.uint8 or 0 in x.shape:
+            raise ValueError(f"{name}: {kx} in {path} must be images of uint8 pixels (0 to 255, "
+                             f"as published), got {len(x)} of dtype {x.dtype}")
         if y.ndim != 1 or len(y) != len(x) or not np.issubdtype(y.dtype, np.integer):
             raise ValueError(f"{name}: {ky} in {path} must be {len(x)} integer labels (one per "
                              f"image of {kx}), got shape {y.shape} and dtype {y.dtype}")
         self.data = x.reshape(len(x), 1, x.shape[-2], x.shape[-1])
-        self.label = y.astype(np.int64)
+        self.label = _checked_labels(y, 10, f"{name}: {ky} in {path}")
 
 
 class FashionMNIST(MNIST):
@@ -375,17 +409,21 @@ def read_cifar_binary(path, members):
     the red, green and blue planes of 32x32 each, row by row."""
     record = 1 + 3 * 32 * 32
     found = {}
-    with tarfile.open(path, "r:gz") as tar:
-        for member in tar:  # one pass through the stream; only the named files are read
-            if member.name in members and member.isfile():
-                found[member.name] = tar.extractfile(member).read()
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            for member in tar:  # one pass through the stream; only the named files are read
+                if member.name in members and member.isfile():
+                    found[member.name] = tar.extractfile(member).read()
+    except (tarfile.TarError, gzip.BadGzipFile, EOFError, zlib.error) as e:
+        raise ValueError(f"{path} is not a whole tar.gz archive ({e}): damaged or cut "
+                         "short?") from None
     missing = [m for m in members if m not in found]
     if missing:
         raise ValueError(f"{path} has no {', '.join(missing)}: not CIFAR-10's binary archive?")
     images, labels = [], []
     for name in members:
         raw = np.frombuffer(found[name], dtype=np.uint8)
-        if raw.size % record:
+        if raw.size == 0 or raw.size % record:
             raise ValueError(f"{name} in {path} holds {raw.size} bytes, not a whole number of "
                              f"{record}-byte records: cut short?")
         raw = raw.reshape(-1, record)

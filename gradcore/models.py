@@ -162,22 +162,27 @@ class ResNet(Module):
 
 
 def ResNet18(num_classes=1000):
+    """The 18-layer ResNet: ResNet(18, num_classes)."""
     return ResNet(18, num_classes)
 
 
 def ResNet34(num_classes=1000):
+    """The 34-layer ResNet: ResNet(34, num_classes)."""
     return ResNet(34, num_classes)
 
 
 def ResNet50(num_classes=1000):
+    """The 50-layer ResNet: ResNet(50, num_classes)."""
     return ResNet(50, num_classes)
 
 
 def ResNet101(num_classes=1000):
+    """The 101-layer ResNet: ResNet(101, num_classes)."""
     return ResNet(101, num_classes)
 
 
 def ResNet152(num_classes=1000):
+    """The 152-layer ResNet: ResNet(152, num_classes)."""
     return ResNet(152, num_classes)
 
 

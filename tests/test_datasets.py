@@ -397,3 +397,176 @@ def test_offline_the_error_names_the_file_to_put_where(cls, urls, file, sha, tmp
     monkeypatch.setenv("GRADCORE_DATA", str(tmp_path))
     with pytest.raises(DownloadError, match=rf"Offline, put the file at .*{file} \(SHA-256 {sha}"):
         offline(progress=False)
+
+
+# =============================================================================== damaged files
+def cached_mnist(cache, files):
+    """A class reading `files` {name: bytes} from the cache folder `cache` (as downloaded
+    already: their SHA-256s are the expected ones), with no mirror to fall back on."""
+    (cache / "mnist").mkdir(parents=True)
+    for name, raw in files.items():
+        (cache / "mnist" / name).write_bytes(raw)
+    return type("Cached", (MNIST,), {"MIRRORS": ("http://127.0.0.1:1/",), "FILES": {
+        name: hashlib.sha256(raw).hexdigest() for name, raw in files.items()}})
+
+
+def idx_bytes(tmp_path, array, magic):
+    idx_gz(tmp_path / "tmp.gz", array, magic)
+    raw = (tmp_path / "tmp.gz").read_bytes()
+    (tmp_path / "tmp.gz").unlink()
+    return raw
+
+
+def test_idx_labels_out_of_range_are_refused(tmp_path, monkeypatch):
+    rng = np.random.default_rng(0)
+    cls = cached_mnist(tmp_path, {
+        "train-images-idx3-ubyte.gz": idx_bytes(tmp_path, rng.integers(0, 256, (3, 28, 28)), 2051),
+        "train-labels-idx1-ubyte.gz": idx_bytes(tmp_path, np.array([1, 10, 2]), 2049)})
+    monkeypatch.setenv("GRADCORE_DATA", str(tmp_path))
+    with pytest.raises(ValueError, match=r"train-labels-idx1-ubyte.gz has a label of 10; the "
+                                         r"classes are 0 to 9"):
+        cls(progress=False)
+
+
+def test_damaged_idx_files_are_refused_naming_the_file(tmp_path):
+    import gzip
+    import struct
+
+    from gradcore.datasets import read_idx
+    cases = {  # file: (its uncompressed bytes, the message)
+        "short.gz": (struct.pack(">II", 2051, 3) + b"\0\0", r"short.gz: its IDX header is cut"),
+        "none.gz": (struct.pack(">IIII", 2051, 0, 28, 28), r"none.gz: its header gives a shape of "
+                                                          r"\(0, 28, 28\): no images"),
+        "flat.gz": (struct.pack(">IIII", 2051, 2, 0, 28), r"shape of \(2, 0, 28\): no images"),
+        "long.gz": (struct.pack(">IIII", 2051, 1, 2, 2) + bytes(5), r"holds 5 values .*too long"),
+    }
+    for name, (raw, match) in cases.items():
+        with gzip.open(tmp_path / name, "wb") as f:
+            f.write(raw)
+        with pytest.raises(ValueError, match=match):
+            read_idx(tmp_path / name, 2051)
+    idx_gz(tmp_path / "whole.gz", np.random.default_rng(0).integers(0, 256, (5, 28, 28)), 2051)
+    whole = (tmp_path / "whole.gz").read_bytes()
+    (tmp_path / "cut.gz").write_bytes(whole[:len(whole) // 2])
+    (tmp_path / "text.gz").write_text("not gzip")
+    for name in ("cut.gz", "text.gz"):
+        with pytest.raises(ValueError, match=rf"{name} is not a whole gzip file"):
+            read_idx(tmp_path / name, 2051)
+
+
+def test_npz_labels_out_of_range_and_pixels_not_uint8_are_refused(tmp_path):
+    np.savez(tmp_path / "labels.npz", x_train=np.zeros((2, 28, 28), np.uint8),
+             y_train=np.array([3, -1]))
+    with pytest.raises(ValueError, match=r"y_train in .*labels.npz has a label of -1; the classes "
+                                         r"are 0 to 9"):
+        MNIST(path=tmp_path / "labels.npz")
+    np.savez(tmp_path / "scaled.npz", x_train=np.zeros((2, 28, 28), np.float32),
+             y_train=np.array([3, 1]))
+    with pytest.raises(ValueError, match=r"x_train in .*scaled.npz must be images of uint8 "
+                                         r"pixels .* dtype float32"):
+        MNIST(path=tmp_path / "scaled.npz")  # else divided by 255 a second time, silently
+
+
+def test_cifar10_empty_or_damaged_archives_are_refused(tmp_path):
+    from gradcore.datasets import read_cifar_binary
+    cifar_tar(tmp_path / "empty.tar.gz", {}, extra=[("test_batch.bin", b"")])
+    with pytest.raises(ValueError, match=r"test_batch.bin in .*empty.tar.gz holds 0 bytes"):
+        read_cifar_binary(tmp_path / "empty.tar.gz", CIFAR10.TEST)
+    cifar_tar(tmp_path / "whole.tar.gz", cifar_batches(np.random.default_rng(2)))
+    whole = (tmp_path / "whole.tar.gz").read_bytes()
+    (tmp_path / "cut.tar.gz").write_bytes(whole[:len(whole) // 2])
+    (tmp_path / "junk.tar.gz").write_bytes(b"junk")
+    for name in ("cut.tar.gz", "junk.tar.gz"):
+        with pytest.raises(ValueError, match=rf"{name} is not a whole tar.gz archive"):
+            read_cifar_binary(tmp_path / name, CIFAR10.TEST)
+    with pytest.raises(FileNotFoundError):  # still itself, not "damaged"
+        read_cifar_binary(tmp_path / "absent.tar.gz", CIFAR10.TEST)
+
+
+# =============================================================================== offline
+def test_offline_mnist_names_every_file_and_the_npz(tmp_path, monkeypatch):
+    from gradcore.utils.download import DownloadError
+    monkeypatch.setenv("GRADCORE_DATA", str(tmp_path))
+    offline = type("Offline", (MNIST,), {"MIRRORS": ("http://127.0.0.1:1/",)})
+    with pytest.raises(DownloadError) as info:
+        offline(train=False, progress=False)
+    message = str(info.value)
+    for name, sha256 in MNIST.FILES.items():  # the test set's, and the train set's
+        assert f"{tmp_path / 'mnist' / name}  (SHA-256 {sha256})" in message
+    assert f"one {tmp_path / 'mnist.npz'} holding the arrays x_train" in message
+    # GRADCORE_DATA names the folder above mnist/, not the one holding the file
+    assert "set GRADCORE_DATA to a folder holding it as mnist/t10k-images-idx3-ubyte.gz" in message
+
+
+# =============================================================================== resuming
+class RangeServer:
+    """BODY at /file over HTTP, honouring Range as S3 does: a range starting at or past the end
+    is refused with 416."""
+
+    def __init__(self, body):
+        owner, self.requests = self, []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                start = self.headers.get("Range")
+                owner.requests.append(start)
+                start = int(start.split("=")[1].split("-")[0]) if start else 0
+                if start >= len(body):
+                    self.send_response(416)
+                    self.send_header("Content-Range", f"bytes */{len(body)}")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                self.send_response(206 if start else 200)
+                if start:
+                    self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+                self.send_header("Content-Length", str(len(body) - start))
+                self.end_headers()
+                self.wfile.write(body[start:])
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/file"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+BODY = bytes(range(250)) * 4
+
+
+@pytest.mark.parametrize("left, case", [
+    (BODY, "the whole file was left, not yet renamed: the server answers 416"),
+    (BODY * 5, "more bytes left than the file has (another file's): 416"),
+    (b"wrong start", "a resumed download comes out with another SHA-256"),
+])
+def test_a_part_file_that_cannot_resume_is_downloaded_again_whole(left, case, tmp_path):
+    from gradcore.utils.download import fetch
+    body = BODY
+    server = RangeServer(body)
+    try:
+        (tmp_path / "f.bin.part").write_bytes(left)
+        path = fetch("f.bin", [server.url], hashlib.sha256(body).hexdigest(), folder=tmp_path,
+                     progress=False)
+    finally:
+        server.close()
+    assert path.read_bytes() == body, case
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.bin"]  # no .part left
+    assert server.requests == [f"bytes={len(left)}-", None]  # tried to resume, then whole
+
+
+# =============================================================================== docstrings
+def test_public_functions_have_docstrings():
+    import inspect
+
+    from gradcore import datasets
+    from gradcore.utils import download
+    for module in (datasets, download):
+        for name, obj in vars(module).items():
+            if (not name.startswith("_") and inspect.isfunction(obj)
+                    and obj.__module__ == module.__name__):
+                assert obj.__doc__, f"{module.__name__}.{name} has no docstring"

@@ -75,6 +75,28 @@ def test_mnist_unavailable_says_which_files_to_put_where(tmp_path, monkeypatch, 
     assert f"put the file at {tmp_path / 'mnist' / 'train-images-idx3-ubyte.gz'}" in err
 
 
+def test_mnist_unreadable_is_a_message_not_a_traceback(tmp_path, monkeypatch, capsys):
+    (tmp_path / "mnist.npz").write_text("not an archive")
+    monkeypatch.setenv("GRADCORE_DATA", str(tmp_path))
+    assert demo.main(["--task", "mnist", "--no-plot"]) == 2
+    err = capsys.readouterr().err
+    assert f"--task mnist could not read MNIST: MNIST: {tmp_path / 'mnist.npz'} is not a readable" \
+        in err
+    (tmp_path / "file").write_text("")  # a cache folder that cannot be made
+    monkeypatch.setenv("GRADCORE_DATA", str(tmp_path / "file" / "data"))
+    assert demo.main(["--task", "mnist", "--no-plot"]) == 2
+    assert "--task mnist could not read MNIST: " in capsys.readouterr().err
+
+
+def test_mnist_unavailable_names_all_four_files(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("GRADCORE_DATA", str(tmp_path))
+    monkeypatch.setattr(gradcore.datasets.MNIST, "MIRRORS", ("http://127.0.0.1:1/",))
+    assert demo.main(["--task", "mnist", "--no-plot"]) == 2
+    err = capsys.readouterr().err
+    for name in gradcore.datasets.MNIST.FILES:  # fixing one file at a time needs no four runs
+        assert str(tmp_path / "mnist" / name) in err
+
+
 # =============================================================================== command line
 def test_main_writes_the_pngs(tmp_path, capsys):
     pytest.importorskip("matplotlib")

@@ -143,6 +143,14 @@ def test_max_pooling_ceil_is_ceil_mode_pooling(shape):
     gradcore.utils.gradcheck(_max_pooling_ceil, x)
 
 
+def test_public_functions_have_docstrings():
+    import inspect
+    for name in models.__all__:
+        obj = getattr(models, name)
+        if inspect.isfunction(obj) or inspect.isclass(obj):
+            assert obj.__doc__, f"gradcore.models.{name} has no docstring"
+
+
 def test_squeezenet_bad_version():
     with pytest.raises(ValueError, match=r"version must be one of 1.0, 1.1 .*got 1.2"):
         models.SqueezeNet(version=1.2)
