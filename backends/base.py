@@ -108,9 +108,16 @@ class Backend:
         """Put back a snapshot from `random_state`."""
         raise NotImplementedError
 
+    def assign(self, target, value):
+        """Every element of `target` replaced by `value`'s (broadcast, in `target`'s dtype), in
+        place: whoever holds `target` sees the new values. Returns `target`."""
+        target[...] = value
+        return target
+
     def persist(self, arrays):
         """`arrays` (a list) worked out now and kept so: the same values, no longer a recipe
-        that holds how they were made. Only lazy backends have anything to do."""
+        that holds how they were made; in the same pass, so are the arrays given to `assign`
+        since the last persist (in place). Only lazy backends have anything to do."""
         return arrays
 
     def synchronize(self, device):

@@ -7,6 +7,7 @@ chunks run is the Dask scheduler's business (threads by default, or a dask.distr
 """
 import importlib
 import math
+import weakref
 
 import numpy
 
@@ -77,6 +78,9 @@ class DaskBackend(Backend):
         self.dask = importlib.import_module("dask")
         self.xp = Namespace(xp, self.da)
         self.array_type = self.da.Array
+        # arrays written whole by `assign` since the last persist, by id (a Dask array's == is
+        # elementwise, so it cannot key a WeakSet): the next persist works them out too
+        self._assigned = weakref.WeakValueDictionary()
 
     def normalize_key(self, index, shape):
         parts = index if isinstance(index, tuple) else (index,)
@@ -89,8 +93,26 @@ class DaskBackend(Backend):
                 if _is_mask(k) else [k]))
         return normalize_key(self.xp, index, shape)
 
+    def assign(self, target, value):
+        # target[...] = value would make a graph that writes over target's own: each assign
+        # would keep every earlier one. The value's graph replaces target's instead (as Dask's
+        # __setitem__ puts its result in place), in target's chunks so its cached sizes hold
+        value = self.da.asarray(value)
+        if value.dtype != target.dtype:
+            value = value.astype(target.dtype)
+        value = self.da.broadcast_to(value, target.shape).rechunk(target.chunks)
+        _rebind(target, value)
+        self._assigned[id(target)] = target
+        return target
+
     def persist(self, arrays):
-        return list(self.dask.persist(*arrays))  # one pass for all: shared work is done once
+        assigned = list(self._assigned.values())
+        self._assigned.clear()
+        # one pass for all: shared work is done once
+        done = self.dask.persist(*arrays, *assigned)
+        for target, value in zip(assigned, done[len(arrays):]):
+            _rebind(target, value)
+        return list(done[:len(arrays)])
 
     def owns_memory(self, array):
         return True  # a Dask array is never written in place: every change is a new graph
@@ -143,6 +165,14 @@ class DaskBackend(Backend):
 
     def set_random_state(self, device, state):
         numpy.random.set_state(state)
+
+
+def _rebind(target, value):
+    """The Dask array `target` made to hold `value`'s graph (same shape and chunks), in place."""
+    target._meta = value._meta
+    target.dask = value.dask
+    target._name = value.name
+    target._chunks = value.chunks
 
 
 def _is_mask(k):

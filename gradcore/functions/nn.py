@@ -100,9 +100,10 @@ class BatchNorm(Function):
         xp, decay = self.xp, self.decay
         rm, rv = self.running_mean, self.running_var
         adjust = m / (m - 1) if m > 1 else 1.0
-        # assigned through [...]: a Dask array has no in-place arithmetic (`*=` makes a new one)
-        rm[...] = rm * decay + xp.astype(mean, rm.dtype) * (1 - decay)
-        rv[...] = rv * decay + xp.astype(var, rv.dtype) * ((1 - decay) * adjust)
+        # assigned whole: a Dask array has no in-place arithmetic (`*=` makes a new one), and
+        # an assigned lazy one is worked out by the optimizer's next step with the parameters
+        self.backend.assign(rm, rm * decay + xp.astype(mean, rm.dtype) * (1 - decay))
+        self.backend.assign(rv, rv * decay + xp.astype(var, rv.dtype) * ((1 - decay) * adjust))
 
     def backward(self, gy):
         x, gamma, _ = self.inputs
