@@ -45,14 +45,15 @@ class Communicator:
 
     def __init__(self, mpi_comm, timeout=DEFAULT_TIMEOUT, backend="mpi"):
         self.MPI = _import_mpi()
-        if not timeout > 0:
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        self.timeout = float(timeout)
+        self.timeout = _checked_timeout(timeout)
         self.backend = backend
         # gradcore's own communicators: its messages never mix with the program's own MPI
         # traffic, and failure notices never mix with data
         self.mpi = mpi_comm.Dup()
         self._notices = mpi_comm.Dup()
+        # votes apart from the data: at a vote the ranks may have started different numbers of
+        # sums on self.mpi, and MPI pairs one communicator's collectives in the order started
+        self._votes = mpi_comm.Dup()
         self.rank = self.mpi.Get_rank()
         self.size = self.mpi.Get_size()
         node = self.mpi.Split_type(self.MPI.COMM_TYPE_SHARED)
@@ -115,6 +116,13 @@ class Communicator:
         """Start summing the host array `buffer` over the ranks, in place; returns a request."""
         return self.mpi.Iallreduce(self.MPI.IN_PLACE, buffer, op=self.MPI.SUM)
 
+    def any_rank(self, flag, what="a vote"):
+        """Whether `flag` is true on at least one rank (every rank must ask, in the same
+        order); it may be asked while all-reduces started with `allreduce_start` are pending."""
+        vote = numpy.array([1 if flag else 0], dtype=numpy.int32)
+        self.wait([self._votes.Iallreduce(self.MPI.IN_PLACE, vote, op=self.MPI.MAX)], what)
+        return bool(vote[0])
+
     def broadcast(self, buffer, root=0, what="a broadcast"):
         """`buffer` (a host array) from `root` into every rank's `buffer`, in place."""
         self.wait([self.mpi.Ibcast(buffer, root=root)], what)
@@ -145,6 +153,12 @@ class Communicator:
                 for n, end in zip(sizes, ends)]
 
 
+def _checked_timeout(timeout):
+    if not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    return float(timeout)
+
+
 def _encoded(obj):
     return numpy.frombuffer(json.dumps(obj).encode(), dtype=numpy.uint8).copy()
 
@@ -152,20 +166,24 @@ def _encoded(obj):
 _communicators = {}
 
 
-def init(backend="mpi", timeout=DEFAULT_TIMEOUT):
+def init(backend="mpi", timeout=None):
     """The Communicator of this job, made once per backend: "mpi" sums gradients with MPI on
     the host; "nccl" with NCCL on the GPUs (CuPy's bindings; MPI still carries the rest).
     Without mpiexec, a job of one process.
 
-    `timeout`: seconds any wait may take before it raises DistributedError. From here on, an
-    exception no one catches on this rank sends word to the others, whose next wait raises
+    `timeout`: seconds any wait may take before it raises DistributedError (DEFAULT_TIMEOUT
+    when not given; given to a later call, it becomes the made Communicator's). From here on,
+    an exception no one catches on this rank sends word to the others, whose next wait raises
     DistributedError naming this rank, so no rank is left waiting for it."""
     if backend not in ("mpi", "nccl"):
         raise ValueError(f"dist.init: backend must be 'mpi' or 'nccl', got {backend!r}")
     if backend in _communicators:
-        return _communicators[backend]
+        comm = _communicators[backend]
+        if timeout is not None:  # e.g. local_device() made it first, with the default
+            comm.timeout = _checked_timeout(timeout)
+        return comm
     MPI = _import_mpi()
-    comm = Communicator(MPI.COMM_WORLD, timeout, backend)
+    comm = Communicator(MPI.COMM_WORLD, DEFAULT_TIMEOUT if timeout is None else timeout, backend)
     if backend == "nccl":
         from .nccl import NcclReducer
         comm.reducer = NcclReducer(comm)
@@ -185,6 +203,7 @@ class MpiReducer:
         self.comm = comm
 
     def start(self, buffer):
+        """Start summing `buffer` (a host array) over the ranks, in place; returns a request."""
         return self.comm.allreduce_start(buffer)
 
     def progress(self, handles):

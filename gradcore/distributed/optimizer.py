@@ -7,7 +7,9 @@ every rank, whatever order their gradients become final in, so no rank ever wait
 collective another has not started. With `overlap`, a bucket starts while backward goes on, as
 soon as its last parameter's gradient is final (Variable.register_post_accumulate_grad_hook);
 parameters this rank had no gradient for at the last step are not waited for (if one gets a
-gradient after all, the step sums every bucket again, so the result is the same).
+gradient after all, the step sums every bucket again, so the result is the same). Which buckets
+start in backward differs between ranks; the step makes every rank start the same ones, in the
+same order, and the ranks vote on summing again, so that every rank does or none does.
 """
 import hashlib
 import sys
@@ -44,6 +46,7 @@ class _Bucket:
         # gradient that comes after all makes the step sum every bucket again)
         self.idle = set()
         self.handle = None  # the reducer's handle once started
+        self.packed = None  # once started: each parameter's grad (Variable or None) as packed
         self.buffer = None
         self.spare = None  # the last step's buffer, reused when nothing holds a view of it
 
@@ -56,8 +59,10 @@ class DistributedOptimizer:
     (lr, state_dict, add_hook, ...) is the optimizer's.
 
     `bucket_size`: bytes per bucket (a parameter larger than that gets one of its own).
-    `overlap`: start each bucket while backward goes on (else all at the step). The first step
-    checks that every rank holds the same parameters (a digest of each), and raises
+    `overlap`: start each bucket while backward goes on (else all at the step). To change a
+    gradient between backward and the step, set `p.grad` anew (clip_grad_norm_ does) or use an
+    optimizer hook: a write into the gradient's array may come after it was sent. The first
+    step checks that every rank holds the same parameters (a digest of each), and raises
     DistributedError naming the ones that differ: see broadcast_parameters.
     """
 
@@ -79,14 +84,15 @@ class DistributedOptimizer:
         self._stale = False  # a gradient changed after its bucket had started
         self._checked = False
         self._names = None  # id(parameter) -> its name in the target, for messages
+        self._target = None  # the optimizer's target that _params were read from
         self._hook_handles = []
         weakref.finalize(self, _remove_all, self._hook_handles)
         if optimizer.target is not None:
             self._attach()
 
     _own = frozenset(("optimizer", "comm", "bucket_size", "overlap", "_params", "_buckets",
-                      "_bucket_of", "_started", "_stale", "_checked", "_names", "_hook_handles",
-                      "__weakref__"))
+                      "_bucket_of", "_started", "_stale", "_checked", "_names", "_target",
+                      "_hook_handles", "__weakref__"))
 
     def __getattr__(self, name):  # what is not ours is the optimizer's
         if name in DistributedOptimizer._own:
@@ -127,19 +133,29 @@ class DistributedOptimizer:
         self.optimizer.update()
         return loss
 
-    def zero_grad(self):
-        """The optimizer's zero_grad; buckets started for gradients now dropped are let go."""
-        self._abandon()
-        self.optimizer.zero_grad()
+    def zero_grad(self, *args, **kwargs):
+        """The optimizer's zero_grad (with its arguments); buckets started for gradients now
+        dropped are let go."""
+        if self._round_open():
+            self._abandon()
+        self.optimizer.zero_grad(*args, **kwargs)
 
     def synchronize(self):
         """Replace every gradient with its mean over the ranks now (step and update do this)."""
+        if self.optimizer.target is not self._target:  # optimizer.setup(...) since we looked
+            self._attach()
         if self._buckets is None:
             self._plan()
         if not self._checked:
             self._check_same_parameters()
             self._checked = True
-        if self._stale:  # a gradient changed after its bucket started: sum them all again
+        # a gradient changed after its bucket started (it came late, came in a second
+        # backward, or was set anew, as clip_grad_norm_ does) on some rank, perhaps not on
+        # this one: every rank sums them all again
+        stale = self._stale or self._set_after_start()
+        if self.overlap and self.comm.size > 1:
+            stale = self.comm.any_rank(stale, "the gradient all-reduce")
+        if stale:
             self._abandon()
         while self._started < len(self._buckets):  # the rest, in the same order on every rank
             self._start(self._buckets[self._started])
@@ -150,9 +166,15 @@ class DistributedOptimizer:
 
     # ---------------------------------------------------------------- buckets
     def _attach(self):
+        if self._round_open():
+            self._abandon()
         _remove_all(self._hook_handles)
+        self._target = self.optimizer.target
         self._params = list(self.optimizer._parameters())
         self._buckets = None
+        self._bucket_of = {}
+        self._checked = False  # other parameters: the ranks compare them again
+        self._names = None
         if self.overlap:
             ready = weakref.WeakMethod(self._ready)  # the hooks must not keep self alive
             hook = lambda p: ready() is not None and ready()(p)  # noqa: E731
@@ -216,8 +238,10 @@ class DistributedOptimizer:
         # gradients instead of a copy and a division of the sums; synchronize() of the MLP's
         # 6.85 MiB took 2.7-2.9 ms instead of 4.1-4.3 (benchmarks.distributed, 2 ranks)
         share = 1 / self.comm.size
+        packed = bucket.packed = []
         for k, (p, start) in enumerate(zip(bucket.params, bucket.offsets)):
             g = p.grad
+            packed.append(g)
             if g is None:
                 buffer[start:start + p.size] = 0
                 buffer[n + k] = 0
@@ -253,21 +277,33 @@ class DistributedOptimizer:
                 mean = backends.asarray_on(mean, p.device, p.dtype)
             p.grad = Variable(mean, requires_grad=False)
         bucket.spare = buffer
-        bucket.buffer = bucket.handle = None
+        bucket.buffer = bucket.handle = bucket.packed = None
         bucket.ready.clear()
 
+    def _round_open(self):
+        """Whether a backward since the last step has reached the parameters' hooks."""
+        return self._buckets is not None and bool(
+            self._started or self._stale or any(b.ready for b in self._buckets))
+
     def _abandon(self):
-        """Let go of the buckets started this step (their sums are not used)."""
-        if self._buckets is None:
-            return
-        started = [b.handle for b in self._buckets if b.handle is not None]
-        if started:
-            self.comm.reducer.wait(started)
+        """Sum the buckets not started yet, wait for all and let go of the sums (not used):
+        another rank may have started more buckets in backward than this one, and MPI pairs
+        each rank's n-th sum with the n-th of the others."""
+        while self._started < len(self._buckets):
+            self._start(self._buckets[self._started])
+        self.comm.reducer.wait([b.handle for b in self._buckets])
         for bucket in self._buckets:
-            bucket.buffer = bucket.handle = None
+            bucket.spare, bucket.buffer, bucket.handle = bucket.buffer, None, None
+            bucket.packed = None
             bucket.ready.clear()
         self._started = 0
         self._stale = False
+
+    def _set_after_start(self):
+        """Whether some parameter's gradient is another object than its started bucket holds
+        (set anew after backward: clip_grad_norm_, p.grad = ...)."""
+        return any(p.grad is not g for bucket in self._buckets[:self._started]
+                   for p, g in zip(bucket.params, bucket.packed))
 
     # ---------------------------------------------------------------- checks
     def _check_same_parameters(self):

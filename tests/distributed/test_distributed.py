@@ -92,6 +92,23 @@ def test_buckets_overlap_and_two_backwards_give_the_same_sums(tmp_path):
     np.testing.assert_allclose(grads["1.b"], [8 / 2, 8 / 2], rtol=1e-6)
 
 
+def test_buckets_started_at_different_moments_on_the_ranks_give_the_same_sums(tmp_path):
+    results = launch("uneven", tmp_path, timeout=10.0)
+    for r in results:
+        for step, (early, late) in enumerate(zip(r["overlap"]["grads"],
+                                                 r["no_overlap"]["grads"])):
+            assert early.keys() == late.keys()
+            for key in early:
+                if late[key] is None:
+                    assert early[key] is None, (step, key)
+                else:
+                    np.testing.assert_allclose(early[key], late[key], rtol=1e-6, atol=1e-6,
+                                               err_msg=f"step {step}, {key}")
+    for name in ("overlap", "no_overlap"):
+        assert results[0][name]["digests"] == results[1][name]["digests"]
+    assert results[0]["overlap"]["grads"][2]["1.b"] == [4.0, 4.0]  # rank 1's, halved
+
+
 def test_different_models_are_named_at_broadcast_on_every_rank(tmp_path):
     for r in launch("mismatch", tmp_path):
         assert "0.W is (2, 4) on rank 1 but (2, 3) on rank 0" in r["error"]

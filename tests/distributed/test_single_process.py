@@ -171,3 +171,82 @@ def test_gradients_are_averaged_and_a_gradient_no_rank_had_stays_none(comm, on_d
         else:
             assert p.grad is None, name
     assert sorted(own) == ["l0.W", "l0.b"]
+
+
+class _RankOfThreeAlone(_RankOfThree):
+    """Rank 0 of 3 whose two other ranks send no gradients: each mean is a third of rank 0's."""
+
+    def start(self, buffer):
+        return "started"
+
+
+def test_setup_after_wrapping_gives_the_parameters_to_average(comm):
+    x = gradcore.Variable(np.ones((4, 3), np.float32))
+    for wrapped_setup in (True, False):
+        model = nn.Linear(2, in_size=3)
+        inner = optim.SGD(lr=0.1)
+        opt = dist.DistributedOptimizer(inner, _RankOfThreeAlone(comm, on_device=False))
+        (opt if wrapped_setup else inner).setup(model)  # inner: DeZero's order, setup last
+        F.sum(model(x)).backward()
+        own = model.b.grad.numpy().copy()
+        opt.synchronize()
+        np.testing.assert_allclose(model.b.grad.numpy(), own / 3, rtol=1e-6)
+
+
+def test_setup_again_after_steps_plans_and_checks_the_new_parameters(comm):
+    x = gradcore.Variable(np.ones((4, 3), np.float32))
+    model = nn.Linear(2, in_size=3)
+    opt = dist.DistributedOptimizer(optim.SGD(model.parameters(), lr=0.1), comm)
+    for _ in range(2):
+        opt.zero_grad()
+        F.sum(model(x)).backward()
+        opt.step()
+    other = nn.Linear(5, in_size=3)
+    opt.setup(other)
+    assert not opt._checked  # the ranks compare the new parameters at the next step
+    for _ in range(2):
+        opt.zero_grad()
+        F.sum(other(x)).backward()  # its parameters' hooks find no bucket of the old model
+        opt.step()
+    assert opt._params == list(other.parameters()) and opt._checked
+    np.testing.assert_array_equal(other.b.grad.numpy(), np.full(5, 4.0))
+
+
+def test_zero_grad_passes_its_arguments_to_the_optimizer(comm):
+    class ZeroingSGD(optim.SGD):
+        def zero_grad(self, set_to_none=True):
+            for p in self._parameters():
+                p.grad = None if set_to_none else gradcore.Variable(np.zeros_like(p.numpy()))
+
+    model = nn.Linear(2, in_size=3)
+    opt = dist.DistributedOptimizer(ZeroingSGD(model.parameters(), lr=0.1), comm)
+    opt.zero_grad(set_to_none=False)
+    assert model.W.grad is not None and not model.W.grad.numpy().any()
+    opt.zero_grad()
+    assert model.W.grad is None
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_a_gradient_set_anew_after_backward_is_the_one_averaged(comm, overlap):
+    x = gradcore.Variable(np.ones((4, 3), np.float32))
+    model = nn.Linear(2, in_size=3)
+    opt = dist.DistributedOptimizer(optim.SGD(model.parameters(), lr=0.1),
+                                    _RankOfThree(comm, on_device=False), overlap=overlap)
+    for _ in range(3):  # from the second step on, buckets start in backward (overlap)
+        opt.zero_grad()
+        F.sum(model(x)).backward()
+        nn.utils.clip_grad_value_(model.parameters(), 0.5)  # sets each p.grad anew
+        opt.synchronize()
+        np.testing.assert_allclose(model.b.grad.numpy(), np.full(2, 0.5), rtol=1e-6)
+        opt.optimizer.update()
+
+
+def test_init_again_with_a_timeout_sets_it(comm):
+    before = comm.timeout
+    try:
+        assert dist.init(timeout=12.5) is comm and comm.timeout == 12.5
+        assert dist.init() is comm and comm.timeout == 12.5  # not given: kept
+        with pytest.raises(ValueError, match="timeout must be a positive number of seconds"):
+            dist.init(timeout=0)
+    finally:
+        comm.timeout = before

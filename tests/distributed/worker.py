@@ -157,6 +157,44 @@ def buckets(comm, out):
     return results
 
 
+def uneven(comm, out):
+    """Steps where the ranks' buckets start at different moments in backward give the sums of
+    overlap=False on every rank: a parameter that only rank 1 uses at step 2 after no rank used
+    it at step 1 (its bucket started early, with zeros, on rank 1 only); two backwards where
+    only rank 0 uses `spare` (so only rank 0 has buckets started by the first); a backward
+    dropped by zero_grad where only rank 0 started buckets."""
+    x = gradcore.Variable(np.random.RandomState(comm.rank).randn(8, 5).astype(np.float32))
+    # per step: the ranks that use `spare`, backwards before the step, whether the step is kept
+    steps = (((), 1, True), ((), 1, True), ((1,), 1, True), ((0, 1), 1, True),
+             ((0,), 2, True), ((0,), 1, False), ((0, 1), 1, True))
+    results = {}
+    for overlap in (True, False):
+        gradcore.manual_seed(0)
+        model = nn.Sequential(nn.Linear(6, in_size=5), nn.Linear(3, in_size=6))
+        spare = nn.Linear(2, in_size=5)
+        holder = nn.Sequential(model, spare)
+        dist.broadcast_parameters(holder, comm)
+        opt = dist.DistributedOptimizer(optim.SGD(holder.parameters(), lr=0.01), comm,
+                                        bucket_size=48, overlap=overlap)
+        grads = []
+        for using_spare, backwards, kept in steps:
+            opt.zero_grad()
+            loss = F.sum(model(x) ** 2)
+            if comm.rank in using_spare:
+                loss = loss + F.sum(spare(x))
+            for _ in range(backwards):
+                (loss * (1 / backwards)).backward()
+            if not kept:
+                opt.zero_grad()
+                continue
+            opt.step()
+            grads.append({k: None if p.grad is None else p.grad.numpy().tolist()
+                          for k, p in holder.named_parameters()})
+        results["overlap" if overlap else "no_overlap"] = {"grads": grads,
+                                                           "digests": digests(holder)}
+    return results
+
+
 def mismatch(comm, out):
     """Different models on the ranks: broadcast_parameters raises on every rank."""
     width = 3 if comm.rank == 0 else 4
