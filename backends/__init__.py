@@ -115,6 +115,9 @@ def backend_for_device(device):
                 f"unknown device {device}: known device types are "
                 + ", ".join(sorted(set(_by_device_type) | {"cuda", "dask"})))
         backend = get_backend(name)
+    if device.index is not None and backend.single_device:
+        raise ValueError(f"invalid device '{device}': '{device.type}' is one device and takes "
+                         f"no index; use '{device.type}'")
     return backend
 
 

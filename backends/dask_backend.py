@@ -152,13 +152,23 @@ class DaskBackend(Backend):
         return target
 
     def random_normal(self, shape, dtype, device):
-        return self.asarray(numpy.random.randn(*shape), dtype=dtype)
+        return self._random(shape, dtype, numpy.random.randn, "standard_normal")
 
     def random_uniform(self, shape, dtype, device):
-        return self.asarray(numpy.random.rand(*shape), dtype=dtype)
+        return self._random(shape, dtype, numpy.random.rand, "random_sample")
+
+    def _random(self, shape, dtype, draw_on_host, method):
+        """Up to one chunk's worth, drawn on the host from NumPy's generator: the same numbers
+        as on NumPy (weights made on either are equal). Beyond that, drawn by Dask chunk by
+        chunk when computed, from a seed drawn from NumPy's generator: memory stays bounded."""
+        limit = self.dask.utils.parse_bytes(self.dask.config.get("array.chunk-size"))
+        if math.prod(shape) * 8 <= limit:
+            return self.asarray(draw_on_host(*shape), dtype=dtype)
+        generator = self.da.random.RandomState(int(numpy.random.randint(2 ** 31)))
+        return getattr(generator, method)(shape, chunks="auto").astype(dtype)
 
     def manual_seed(self, seed):
-        numpy.random.seed(seed)  # parameters are drawn on the host, from NumPy's generator
+        numpy.random.seed(seed)  # every draw starts from NumPy's generator, on the host
 
     def random_state(self, device):
         return numpy.random.get_state()

@@ -281,6 +281,8 @@ class Variable:
     def __repr__(self):
         if self._data is None:
             return "variable(None)"
+        if self._backend.lazy:  # its recipe, not its values: printing must not compute them
+            return f"variable({self._data!r})"
         text = str(self._backend.to_numpy(self._data)).replace("\n", "\n" + " " * 9)
         device = self.device
         if device != backends.CPU:

@@ -129,3 +129,34 @@ def test_batchnorms_running_statistics_are_persisted_with_the_step():
         assert len(stat.data.__dask_graph__()) == 1
     _, reference, _ = spiral_losses("cpu", 6)
     np.testing.assert_allclose(norm.avg_var.numpy(), reference[1].avg_var.numpy(), atol=1e-12)
+
+
+def test_large_random_draws_are_made_by_dask_chunk_by_chunk():
+    dask_device = backends.backend_for_device("dask")
+    with dask.config.set({"array.chunk-size": "64KiB"}):
+        gradcore.manual_seed(0)
+        small = dask_device.random_normal((100,), "float64", None)  # NumPy's numbers
+        large = dask_device.random_uniform((100_000,), "float32", None)  # Dask's, when computed
+        gradcore.manual_seed(0)
+        np.testing.assert_array_equal(small.compute(), np.random.randn(100))
+        again = dask_device.random_uniform((100_000,), "float32", None)
+        x = gradcore.Variable(da.ones((1000, 100), chunks=(100, 100)))
+        with gradcore.using_config("train", True):
+            kept = F.dropout(x, 0.5).data
+    assert large.numblocks[0] > 1 and large.dtype == np.float32
+    values = large.compute()
+    assert 0 <= values.min() and values.max() < 1 and abs(values.mean() - 0.5) < 0.01
+    np.testing.assert_array_equal(again.compute(), values)  # manual_seed decides them too
+    assert kept.numblocks[0] > 1 and set(np.unique(kept.compute())) == {0.0, 2.0}
+
+
+def test_printing_a_dask_variable_shows_its_recipe_without_computing_it():
+    x = gradcore.Variable(da.ones(10 ** 12, chunks=10 ** 6))  # 8 TB if it were computed
+    text = repr(F.sin(x))
+    assert text.startswith("variable(dask.array<sin, shape=(1000000000000,)")
+    assert "chunksize=(1000000,)" in text
+
+
+def test_the_dask_device_takes_no_index():
+    with pytest.raises(ValueError, match=r"'dask' is one device and takes no index; use 'dask'"):
+        gradcore.Variable(np.ones(2)).to("dask:3")
