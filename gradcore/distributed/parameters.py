@@ -64,6 +64,13 @@ def _differences(everyone, root):
                 problems.append(f"{name} is {'not ' if their_shape is None else ''}sized on "
                                 f"rank {rank} but {'not ' if shape is None else ''}on rank "
                                 f"{root}")
+        # the values travel in list order: the same names in another order would swap them
+        order = [entry[0] for entry in everyone[root]]
+        their_order = [entry[0] for entry in theirs]
+        if found.keys() == expected.keys() and their_order != order:
+            at = next(i for i, (a, b) in enumerate(zip(order, their_order)) if a != b)
+            problems.append(f"rank {rank} lists {their_order[at]} where rank {root} lists "
+                            f"{order[at]} (the same names in another order)")
     return sorted(problems)
 
 

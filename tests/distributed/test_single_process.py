@@ -250,3 +250,12 @@ def test_init_again_with_a_timeout_sets_it(comm):
             dist.init(timeout=0)
     finally:
         comm.timeout = before
+
+
+def test_the_same_parameters_in_another_order_are_a_difference():
+    from gradcore.distributed.parameters import _differences
+    root = [["l0.W", [3, 4], "float32"], ["l1.W", [4, 4], "float32"], ["l2.W", [4, 4], "float32"]]
+    swapped = [root[0], root[2], root[1]]
+    assert _differences([root, list(root)], 0) == []
+    assert _differences([root, swapped], 0) == [
+        "rank 1 lists l2.W where rank 0 lists l1.W (the same names in another order)"]
