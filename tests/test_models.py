@@ -193,7 +193,7 @@ def test_load_from_a_url_checked_by_sha256_then_from_the_cache(tmp_path, monkeyp
             small_model().load(url)
         with pytest.raises(DownloadError, match="SHA-256"):
             small_model().load(url, sha256="0" * 64, progress=False)
-        assert not (tmp_path / "cache" / "weights" / "small.npz").exists()
+        assert not list((tmp_path / "cache" / "weights").rglob("small.npz*"))
         fresh = small_model()  # never called: its layers take their sizes from the file
         fresh.load(url, sha256=digest.upper(), progress=False)
     finally:
@@ -209,9 +209,36 @@ def test_load_from_a_url_checked_by_sha256_then_from_the_cache(tmp_path, monkeyp
             np.testing.assert_array_equal(state[name], value)
         with gradcore.test_mode(), gradcore.no_grad():
             np.testing.assert_array_equal(clone(x).data, model(x).data)
-    assert (tmp_path / "cache" / "weights" / "small.npz").read_bytes() == path_bytes(path)
-    with pytest.raises(DownloadError, match="is there but its SHA-256"):
+    cached = tmp_path / "cache" / "weights" / digest[:16] / "small.npz"
+    assert cached.read_bytes() == path_bytes(path)
+    with pytest.raises(DownloadError, match="could not download"):  # another file: not cached
         small_model().load(url, sha256="f" * 64, progress=False)
+    cached.write_bytes(cached.read_bytes()[:-1])  # damaged in the cache
+    with pytest.raises(DownloadError, match="is there but its SHA-256"):
+        small_model().load(url, sha256=digest, progress=False)
+
+
+def test_two_urls_ending_in_the_same_file_name_are_cached_apart(tmp_path, monkeypatch):
+    served = {}
+    for folder, seed in (("a", 0), ("b", 1)):
+        np.random.seed(seed)
+        model = nn.MLP((3, 2))
+        model(np.ones((1, 4), np.float32))
+        (tmp_path / folder).mkdir()
+        path = model.save(tmp_path / folder / "model.npz")
+        served[folder] = (model, hashlib.sha256(path_bytes(path)).hexdigest())
+    monkeypatch.setenv("GRADCORE_DATA", str(tmp_path / "cache"))
+    httpd = serve(tmp_path)
+    try:
+        for folder, (model, digest) in served.items():
+            clone = nn.MLP((3, 2))
+            clone.load(f"http://127.0.0.1:{httpd.server_address[1]}/{folder}/model.npz",
+                       sha256=digest, progress=False)
+            for a, b in zip(clone.parameters(), model.parameters()):
+                np.testing.assert_array_equal(a.data, b.data)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
 
 
 def test_a_sha256_checks_a_local_file_too(tmp_path):

@@ -427,8 +427,9 @@ class Module:
 
         `path` may be an http:// or https:// URL: the file is downloaded once (resumed if
         broken, shown on `progress`, a stream: stderr when None, False for none) into
-        cache_folder() / "weights" / <the URL's last path component> ($GRADCORE_DATA, else
-        ~/.gradcore; see gradcore.utils.download.fetch) and loaded from there, offline later.
+        cache_folder() / "weights" / <the first 16 hex digits of sha256> / <the URL's last path
+        component> ($GRADCORE_DATA, else ~/.gradcore; see gradcore.utils.download.fetch) and
+        loaded from there, offline later.
         A URL needs `sha256`, the file's SHA-256 as 64 hex digits (`sha256sum file`, or
         hashlib.sha256 of its bytes): a download, or a cached file, with another one raises
         DownloadError (an OSError) and nothing is loaded. With a local path, `sha256` is
@@ -512,7 +513,9 @@ def _fetched(url, sha256, progress):
     if name in ("", ".", ".."):
         raise ValueError(f"load({url!r}): the URL names no file (its path ends with {name!r}); "
                          "give the URL of the .npz file itself")
-    return str(fetch(name, [url], sha256, folder=cache_folder() / "weights", progress=progress))
+    # a folder per SHA-256: two URLs ending in the same file name (model.npz) never collide
+    folder = cache_folder() / "weights" / sha256[:16]
+    return str(fetch(name, [url], sha256, folder=folder, progress=progress))
 
 
 def _float_name(dtype, where):
