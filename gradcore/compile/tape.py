@@ -12,7 +12,8 @@ import operator
 
 from ..variable import Variable, note_write
 from .fuse import fuse
-from .trace import BINARY, IN_PLACE, UNARY, Line, Ref, has_side_effect, slots_in
+from .trace import (BINARY, IN_PLACE, REUSE_BYTES, UNARY, Line, Ref, has_side_effect,
+                    slots_in)
 
 INTERPRETED_REPLAYS = 2  # replays run through closures before the tape is compiled
 
@@ -136,9 +137,6 @@ def _ufunc(line):
     return function if type(function).__name__ == "ufunc" else None
 
 
-# Below this size an allocation is cheap (NumPy keeps small blocks for reuse; large ones are
-# mapped from the system afresh): reusing buffers pays above it, and the pass is skipped below
-REUSE_BYTES = 1 << 16
 
 
 def _reuse_buffers(lines, frees, outputs):

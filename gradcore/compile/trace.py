@@ -102,6 +102,10 @@ class ArrayFacts:
 
 _NESTED = frozenset((tuple, list, dict, slice))
 
+# Below this size an allocation is cheap (NumPy keeps small blocks for reuse; large ones are
+# mapped from the system afresh): the tape reuses buffers of this size or more only
+REUSE_BYTES = 1 << 16
+
 
 def slots_in(value, found):
     """Append to `found` the slots a line argument refers to."""
@@ -230,9 +234,15 @@ class Recorder:
                 alias = seen is not None and seen[1]() is result
                 if alias:
                     seen[0].fresh = False
+                fresh = not alias and inner.owns_memory(result)
+                if fresh and getattr(result, "nbytes", REUSE_BYTES) < REUSE_BYTES:
+                    # too small to lend its memory (and a view of it is never fresh): a number
+                    # of its own is all the buffer pass needs; no weak reference, no lookup
+                    self.memory_count += 1
+                    self.lines[-1].array = ArrayFacts(result, True, self.memory_count, inner.xp)
+                    return backend.traced(result, out)
                 try:
-                    facts = ArrayFacts(result, not alias and inner.owns_memory(result),
-                                       self._memory(result), inner.xp)
+                    facts = ArrayFacts(result, fresh, self._memory(result), inner.xp)
                     self.arrays[id(result)] = (facts, weakref.ref(result))
                 except TypeError:  # an array type without weak references: never reused
                     facts = None
