@@ -160,3 +160,24 @@ def test_printing_a_dask_variable_shows_its_recipe_without_computing_it():
 def test_the_dask_device_takes_no_index():
     with pytest.raises(ValueError, match=r"'dask' is one device and takes no index; use 'dask'"):
         gradcore.Variable(np.ones(2)).to("dask:3")
+
+
+def test_clip_grad_computes_a_step_once():
+    reads = []
+
+    def counted(block):
+        if block.size:  # not Dask's probe for the result's type
+            reads.append(block.shape)
+        return block
+    x = da.from_array(np.random.RandomState(0).randn(40, 3), chunks=(10, 3))
+    x = gradcore.Variable(x.map_blocks(counted, dtype=x.dtype))
+    model = nn.Linear(2, in_size=3).to("dask")
+    opt = optim.SGD(model.parameters(), lr=0.1)
+    opt.add_hook(optim.ClipGrad(1e-3))  # small: the gradients are scaled
+    loss = F.sum(model(x) ** 2)
+    loss.backward()
+    opt.step()
+    # the norm is read on the host and the parameters persisted: one pass over x for both
+    assert len(reads) == 4, reads  # its 4 blocks, once each
+    norm = np.sqrt(sum(float((p.grad.numpy() ** 2).sum()) for p in model.parameters()))
+    assert abs(norm - 1e-3) < 1e-6

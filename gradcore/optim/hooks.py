@@ -32,6 +32,11 @@ class ClipGrad:
         self.max_norm = checked_hyperparameter("ClipGrad", "max_norm", max_norm)
 
     def __call__(self, params):
+        lazy = [p for p in params if p.backend.lazy]
+        if lazy:  # Dask: reading the norm would compute the step, and the update again
+            done = lazy[0].backend.persist([grad_array(p) for p in lazy])
+            for p, g in zip(lazy, done):
+                p.grad = Variable(g, requires_grad=False)
         totals = {}  # device -> sum of squares there: one device-to-host read per device
         for p in params:
             with p.backend.device_context(p.device):
