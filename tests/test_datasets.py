@@ -498,74 +498,12 @@ def test_offline_mnist_names_every_file_and_the_npz(tmp_path, monkeypatch):
     assert "set GRADCORE_DATA to a folder holding it as mnist/t10k-images-idx3-ubyte.gz" in message
 
 
-# =============================================================================== resuming
-class RangeServer:
-    """BODY at /file over HTTP, honouring Range as S3 does: a range starting at or past the end
-    is refused with 416."""
-
-    def __init__(self, body):
-        owner, self.requests = self, []
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                start = self.headers.get("Range")
-                owner.requests.append(start)
-                start = int(start.split("=")[1].split("-")[0]) if start else 0
-                if start >= len(body):
-                    self.send_response(416)
-                    self.send_header("Content-Range", f"bytes */{len(body)}")
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                self.send_response(206 if start else 200)
-                if start:
-                    self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
-                self.send_header("Content-Length", str(len(body) - start))
-                self.end_headers()
-                self.wfile.write(body[start:])
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/file"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-BODY = bytes(range(250)) * 4
-
-
-@pytest.mark.parametrize("left, case", [
-    (BODY, "the whole file was left, not yet renamed: the server answers 416"),
-    (BODY * 5, "more bytes left than the file has (another file's): 416"),
-    (b"wrong start", "a resumed download comes out with another SHA-256"),
-])
-def test_a_part_file_that_cannot_resume_is_downloaded_again_whole(left, case, tmp_path):
-    from gradcore.utils.download import fetch
-    body = BODY
-    server = RangeServer(body)
-    try:
-        (tmp_path / "f.bin.part").write_bytes(left)
-        path = fetch("f.bin", [server.url], hashlib.sha256(body).hexdigest(), folder=tmp_path,
-                     progress=False)
-    finally:
-        server.close()
-    assert path.read_bytes() == body, case
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.bin"]  # no .part left
-    assert server.requests == [f"bytes={len(left)}-", None]  # tried to resume, then whole
-
-
 # =============================================================================== docstrings
 def test_public_functions_have_docstrings():
     import inspect
 
     from gradcore import datasets
-    from gradcore.utils import download
-    for module in (datasets, download):
+    for module in (datasets,):
         for name, obj in vars(module).items():
             if (not name.startswith("_") and inspect.isfunction(obj)
                     and obj.__module__ == module.__name__):

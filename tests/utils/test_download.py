@@ -14,8 +14,9 @@ DIGEST = hashlib.sha256(BODY).hexdigest()
 
 
 class Server:
-    """A thread serving BODY at /file, honouring Range; `cut` bytes: the next reply stops
-    there (a broken connection). `requests` lists each request's Range header."""
+    """A thread serving BODY at /file, honouring Range (416 for a range from the end on, as S3
+    answers); `cut` bytes: the next reply stops there (a broken connection). `requests` lists
+    each request's Range header."""
 
     def __init__(self):
         self.requests, self.cut = [], None
@@ -30,6 +31,12 @@ class Server:
                 start = 0
                 if self.headers.get("Range"):
                     start = int(self.headers["Range"].split("=")[1].split("-")[0])
+                    if start >= len(BODY):  # as S3 answers a range from the end or past it
+                        self.send_response(416)
+                        self.send_header("Content-Range", f"bytes */{len(BODY)}")
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
+                        return
                     self.send_response(206)
                     self.send_header("Content-Range", f"bytes {start}-{len(BODY) - 1}/{len(BODY)}")
                 else:
@@ -113,3 +120,26 @@ def test_the_cache_folder_follows_gradcore_data(monkeypatch, tmp_path, server):
     monkeypatch.setenv("GRADCORE_DATA", str(tmp_path / "cache"))
     path = fetch("data.bin", [server.url + "/file"], DIGEST, progress=False)
     assert path == tmp_path / "cache" / "data.bin"
+
+
+@pytest.mark.parametrize("left, case", [
+    (BODY, "the whole file was left, not yet renamed: the server answers 416"),
+    (BODY * 2, "more bytes left than the file has (another file's): 416"),
+    (b"wrong start", "a resumed download comes out with another SHA-256"),
+])
+def test_a_part_file_that_cannot_resume_is_downloaded_again_whole(left, case, tmp_path, server):
+    (tmp_path / "f.bin.part").write_bytes(left)
+    path = fetch("f.bin", [server.url + "/file"], DIGEST, folder=tmp_path, progress=False)
+    assert path.read_bytes() == BODY, case
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.bin"]  # no .part left
+    assert server.requests == [f"bytes={len(left)}-", None]  # tried to resume, then whole
+
+
+def test_public_functions_have_docstrings():
+    import inspect
+
+    from gradcore.utils import download
+    for name, obj in vars(download).items():
+        if (not name.startswith("_") and inspect.isfunction(obj)
+                and obj.__module__ == download.__name__):
+            assert obj.__doc__, f"download.{name} has no docstring"
