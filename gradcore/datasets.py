@@ -205,17 +205,18 @@ def _draw(rng, c, s):
 def read_idx(path, magic):
     """The array in a gzipped IDX file (MNIST's format: a big-endian header, then uint8 data);
     `magic` 2051 for images (N, rows, cols), 2049 for labels (N,)."""
-    what = "images" if magic == 2051 else "labels"
+    what, sizes = ("images", ">III") if magic == 2051 else ("labels", ">I")
+    length = 4 + struct.calcsize(sizes)  # the magic number, then the sizes
     try:
         with gzip.open(path, "rb") as f:
-            head = f.read(16 if magic == 2051 else 8)
+            head = f.read(length)
             found = struct.unpack(">I", head[:4])[0] if len(head) >= 4 else None
             if found != magic:
                 raise ValueError(f"{path} is not an IDX file of {what} (its header reads "
                                  f"{found}, expected {magic})")
-            if len(head) < (16 if magic == 2051 else 8):
+            if len(head) < length:
                 raise ValueError(f"{path}: its IDX header is cut short ({len(head)} bytes)")
-            shape = struct.unpack(">III" if magic == 2051 else ">I", head[4:])
+            shape = struct.unpack(sizes, head[4:])
             data = np.frombuffer(f.read(), dtype=np.uint8)
     except (gzip.BadGzipFile, EOFError, zlib.error) as e:  # not gzip, or a stream cut short
         raise ValueError(f"{path} is not a whole gzip file ({e}): damaged or cut short?") from None

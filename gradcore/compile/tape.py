@@ -137,8 +137,6 @@ def _ufunc(line):
     return function if type(function).__name__ == "ufunc" else None
 
 
-
-
 def _reuse_buffers(lines, frees, outputs):
     """Lines rewritten to write their result into the memory of an input they read last, as
     `multiply(a, b, out=a)`: a replay allocates less (eager code cannot know that `a` dies
