@@ -24,7 +24,7 @@ def import_cupy():
     return cupy
 
 
-# cupyx.scatter_add with an index array needs CUDA's atomicAdd, which exists for these only
+# cupy.add.at with an index array needs CUDA's atomicAdd, which exists for these only
 ATOMIC_ADD_DTYPES = frozenset(["float16", "float32", "float64", "int32", "uint32", "uint64"])
 
 
@@ -63,11 +63,8 @@ class CupyBackend(Backend):
 
     def __init__(self):
         cupy = import_cupy()
-        import cupyx
-
         self.xp = cupy
         self.array_type = cupy.ndarray
-        self._cupyx = cupyx
         self._devices = {}  # id -> Device; cupy.cuda.Device is unhashable, so key on .id
 
     def _device(self, id):
@@ -119,10 +116,10 @@ class CupyBackend(Backend):
 
     def add_at(self, target, key, values):
         if target.dtype.name in ATOMIC_ADD_DTYPES:
-            self._cupyx.scatter_add(target, key, values)
+            self.xp.add.at(target, key, values)
             return target
         with self.xp.cuda.Device(target.device.id):
-            return scatter_add_converted(self._cupyx.scatter_add, self.xp, target, key, values)
+            return scatter_add_converted(self.xp.add.at, self.xp, target, key, values)
 
     def random_normal(self, shape, dtype, device):
         with self.xp.cuda.Device(self._id(device)):

@@ -21,7 +21,7 @@ import numpy
 import gradcore
 import gradcore.functions as F
 
-from .common import Memory, Target, Unavailable, Workload, proc_bytes
+from .common import Memory, Target, Unavailable, Workload, proc_bytes, whole_number_from
 
 SIZE_VARIABLE = "GRADCORE_BENCH_BIG_SIZE"
 DEFAULT_SIZE = 10_000_000
@@ -39,17 +39,7 @@ FLOOR_ARRAYS = 3           # what NumPy's floor holds at its peak: x, sin(x) and
 def size_from(environ=os.environ):
     """N: GRADCORE_BENCH_BIG_SIZE as a whole number of at least 2 ("1e9" or "1000000000"), or
     DEFAULT_SIZE when it is not set."""
-    text = environ.get(SIZE_VARIABLE, "").strip()
-    if not text:
-        return DEFAULT_SIZE
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (value >= 2 and value.is_integer()):  # nan and inf fail too
-        raise ValueError(f"{SIZE_VARIABLE}: expected a whole number of at least 2, such as 1e9, "
-                         f"got {text!r}")
-    return int(value)
+    return whole_number_from(environ, SIZE_VARIABLE, DEFAULT_SIZE, minimum=2, example="1e9")
 
 
 # ================================================================================ the reference

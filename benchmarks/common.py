@@ -133,6 +133,22 @@ def number(value):
 
 
 # ================================================================================== devices
+def whole_number_from(environ, variable, default, minimum, example):
+    """The environment variable `variable` as a whole number of at least `minimum` ("1e9" or
+    "1000000000"), or `default` when it is not set."""
+    text = environ.get(variable, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (value >= minimum and value.is_integer()):  # nan and inf fail too
+        raise ValueError(f"{variable}: expected a whole number of at least {minimum}, such as "
+                         f"{example}, got {text!r}")
+    return int(value)
+
+
 def resolve_device(name):
     """The concrete Device to run on: "auto" is "cuda" if backends.cuda_available() else "cpu";
     "cuda" becomes the current GPU ("cuda:0"). Raises backends.DeviceUnavailableError (which says

@@ -1,18 +1,23 @@
 """mlp: one SGD step of a 784-1000-1000-10 ReLU network on a batch of 128, float32.
+GRADCORE_BENCH_MLP_BATCH sets the batch (4096 fills a GPU: `GRADCORE_BENCH_MLP_BATCH=4096
+python -m benchmarks --device cuda --only mlp`).
 
 Forward (linear, relu, linear, relu, linear, softmax cross entropy), backward, and the update
 `p -= 0.01 * grad` in place. Large matrices: the BLAS decides, so gradcore should sit close to
 the floor; what is left over is the engine's bookkeeping and any extra copy.
 """
+import os
+
 import numpy
 
 import gradcore.functions as F
 
-from .common import Workload, ratio_target
+from .common import Workload, ratio_target, whole_number_from
 from .training import LR, REPLAY_TARGETS, STEP, step_memory, training_workload
 
 SIZES = (784, 1000, 1000, 10)
-BATCH = 128
+BATCH = whole_number_from(os.environ, "GRADCORE_BENCH_MLP_BATCH", 128, minimum=1,
+                          example=4096)
 SEED = 0
 LAYERS = len(SIZES) - 1
 PARAMETERS = sum(fan_in * fan_out + fan_out for fan_in, fan_out in zip(SIZES[:-1], SIZES[1:]))

@@ -168,6 +168,8 @@ def _output_grads(f, grads, retain_grad, wanted, captured, shared):
         y = ref()
         g = None if y is None else grads.pop(y, None)
         if g is None:
+            if f._outputs.__class__ is not tuple:  # f was reached through its one output: not y
+                raise _reused(f)
             gys.append(f.zeros_for_output(i))
             continue
         if y._hooks:

@@ -225,7 +225,7 @@ def test_generic_scatter_add_does_not_lose_a_small_sum_beside_a_large_one():
 
 @pytest.mark.parametrize("dtype", ["int64", "int8", "uint16", "bool", "complex64", "float32"])
 def test_cupy_scatter_add_converts_dtypes_atomic_add_lacks(dtype):
-    """cupyx.scatter_add takes ATOMIC_ADD_DTYPES only; the conversion, run here on NumPy with a
+    """cupy.add.at takes ATOMIC_ADD_DTYPES only; the conversion, run here on NumPy with a
     stand-in that refuses the others, must give np.add.at's result (wrapping included)."""
     from backends.cupy_backend import ATOMIC_ADD_DTYPES, scatter_add_converted
 

@@ -818,3 +818,5 @@ def test_a_function_called_twice_before_backward_is_refused_at_backward(xp):
         a.sum().backward()
     with pytest.raises(RuntimeError, match="square: a Variable computed by this Square instance"):
         (a + b).sum().backward()
+    with pytest.raises(RuntimeError, match="square: a Variable computed by this Square instance"):
+        a.sum().backward(retain_grad=True)  # the walk's general path (CuPy's always)

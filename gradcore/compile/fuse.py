@@ -16,18 +16,32 @@ import operator
 
 from .trace import BINARY, UNARY, Line, Ref, slots_in
 
-# Elementwise operators cupy.fuse takes on its arguments (getitem is not elementwise)
-_OPERATORS = frozenset(BINARY) - {operator.getitem} | frozenset(UNARY)
+# Elementwise operators cupy.fuse takes on its arguments
+_OPERATORS = frozenset(BINARY) - {operator.matmul} | frozenset(UNARY)
+
+# Each distinct run is a kernel compiled at recording (0.05-0.1 s with CUDA's runtime compiler),
+# and it saves per replay a launch (a few us) and a round trip to memory per line it absorbs.
+# Below this size the launch is the cost, and a wide graph of small runs spent minutes
+# compiling (benchmarks' wide, 1,000 branches, on an H100): those runs are left as they are.
+FUSE_MIN_BYTES = 1 << 18
+
+# Fused kernels by their source, which names slots by position (v0, v1, ...): a run that
+# repeats (a layer's activation in each layer, each step's recording of it) compiles once
+_KERNELS = {}
+_KERNELS_KEPT = 512
 
 
 def _elementwise(line):
-    """True if `line` computes one array elementwise from arrays and Python numbers."""
-    if line.array is None or getattr(line.array.xp, "fuse", None) is None:
+    """True if `line` computes one array of FUSE_MIN_BYTES or more elementwise, from arrays and
+    Python numbers."""
+    facts = line.array
+    if facts is None or facts.nbytes < FUSE_MIN_BYTES or getattr(facts.xp, "fuse", None) is None:
         return False
     if line.kind in ("binary", "unary"):
         return line.target in _OPERATORS and _numbers_or_refs(line.args)
+    # a ufunc with a signature (matmul) works on whole axes, not element by element
     return (line.kind == "call" and not line.kwargs and type(line.target).__name__ == "ufunc"
-            and _numbers_or_refs(line.args))
+            and getattr(line.target, "signature", None) is None and _numbers_or_refs(line.args))
 
 
 def _numbers_or_refs(args):
@@ -49,6 +63,11 @@ def fuse(lines, last, source_of):
     fused, run = [], []
     for i, line in enumerate(lines):
         if _elementwise(line):
+            if run and line.array.shape != run[0][1].array.shape:
+                # a fused kernel has one shape, its inputs broadcast to it: every result of it
+                # has that shape, so a run holds the lines of one shape only
+                fused.extend(_fused_run(run, last, source_of, spare))
+                run = []
             run.append((i, line))
             continue
         fused.extend(_fused_run(run, last, source_of, spare))
@@ -70,10 +89,7 @@ def _fused_run(run, last, source_of, spare):
     results = [slot for slot in dict.fromkeys(made) if last[slot] > end]  # read after the run
     if not results:
         return lines  # nothing of it is read later: dead lines, left for the tape to drop
-    source, namespace = source_of(lines, inputs, results)
-    exec(compile(source, "<gradcore.compile fused run>", "exec"), namespace)
-    kernel = lines[0].array.xp.fuse(namespace["fused"])
-    kernel.source = source
+    kernel = _kernel(lines, inputs, results, source_of, lines[0].array.xp)
     args = tuple(Ref(slot) for slot in inputs)
     if len(results) == 1:
         call = Line("call", kernel, args, None, results[0])
@@ -86,3 +102,26 @@ def _fused_run(run, last, source_of, spare):
         take.array = next(line.array for line in lines if line.out == slot)
         out.append(take)
     return out
+
+
+def _kernel(lines, inputs, results, source_of, xp):
+    """The fused kernel doing `lines`: made once for each source (slots renamed by position)."""
+    position = {slot: i for i, slot in enumerate(inputs)}
+    for line in lines:
+        position.setdefault(line.out, len(position))
+    renamed = []
+    for line in lines:
+        args = tuple(Ref(position[a.slot]) if a.__class__ is Ref else a for a in line.args)
+        renamed.append(Line(line.kind, line.target, args, None, position[line.out]))
+    source, namespace = source_of(renamed, [position[s] for s in inputs],
+                                  [position[s] for s in results])
+    key = (id(xp), source, tuple(sorted((k, id(v)) for k, v in namespace.items())))
+    kernel = _KERNELS.get(key)
+    if kernel is None:
+        exec(compile(source, "<gradcore.compile fused run>", "exec"), namespace)
+        kernel = xp.fuse(namespace["fused"])
+        kernel.source = source
+        if len(_KERNELS) >= _KERNELS_KEPT:
+            del _KERNELS[next(iter(_KERNELS))]  # the oldest
+        _KERNELS[key] = kernel
+    return kernel

@@ -131,7 +131,8 @@ def orthogonal_(p, gain=1.0):
     with backend.device_context(device):
         flat = backend.random_normal((max(rows, cols), min(rows, cols)), data.dtype, device)
         q, r = xp.linalg.qr(flat)
-        q = q * xp.sign(xp.linalg.diagonal(r))  # a unique Q: the diagonal of R made positive
+        diagonal = getattr(xp.linalg, "diagonal", None) or xp.diagonal  # CuPy: no linalg.diagonal
+        q = q * xp.sign(diagonal(r))  # a unique Q: the diagonal of R made positive
         if rows < cols:
             q = xp.matrix_transpose(q)
         return _fill(p, xp.reshape(q * gain, tuple(data.shape)))

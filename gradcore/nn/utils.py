@@ -46,7 +46,7 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
         if error_if_nonfinite and not bool(xp.isfinite(total)):
             raise RuntimeError(f"clip_grad_norm_: the total norm of the gradients is "
                                f"{float(total)}; pass error_if_nonfinite=False to scale by it")
-        scale = xp.clip(max_norm / (total + 1e-6), max=1.0)
+        scale = xp.clip(max_norm / (total + 1e-6), None, 1.0)  # CuPy's clip: no max=
     for p in params:
         g = p.grad
         with g.backend.device_context(g.device):

@@ -6,6 +6,7 @@ import weakref
 import numpy as np
 import pytest
 
+import backends
 import gradcore
 import gradcore.distributed as dist
 import gradcore.functions as F
@@ -22,7 +23,7 @@ def comm():
 def test_one_process_is_a_job_of_one_rank(comm):
     assert (comm.rank, comm.size, comm.local_rank, comm.backend) == (0, 1, 0, "mpi")
     assert dist.init() is comm  # made once
-    assert dist.local_device(comm) == "cpu"
+    assert dist.local_device(comm) == ("cuda:0" if backends.cuda_available() else "cpu")
     assert repr(comm) == "Communicator(rank=0, size=1, local_rank=0, backend='mpi')"
 
 
