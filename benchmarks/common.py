@@ -94,6 +94,9 @@ class Workload:
     warmup: Optional[int] = None          # warm-up runs if --warmup is not given (None: default)
     memory: Optional[Memory] = None       # a memory figure, measured in subprocesses
     targets: tuple = ()                   # its goals (Target), each shown beside its row
+    # (bytes, how they are counted): the least memory traffic one run needs, so that a GPU run
+    # says what bandwidth each implementation reached (memory-bound workloads)
+    traffic: Optional[tuple] = None
 
     def __post_init__(self):
         unknown = [target.row for target in self.targets if target.row not in self.row_ids()]
@@ -565,6 +568,7 @@ def machine_info(device, threads):
         "virtual_machine": "hypervisor" in cpu["flags"].split() if "flags" in cpu else None,
         "load_average_1_5_15_min": load_average(),
         "gpu": _gpu_name(device),
+        "gpu_peak_bytes_per_s": _gpu_peak_bandwidth(device),
         "platform": platform.platform(),
         "versions": {"python": platform.python_version(), "gradcore": gradcore.__version__,
                      "numpy": numpy.__version__, "cupy": _version("cupy"),  # imports without a GPU
@@ -590,6 +594,16 @@ def _gpu_name(device):
     index = device.index if device.type == "cuda" else 0
     name = cupy.cuda.runtime.getDeviceProperties(index)["name"]
     return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def _gpu_peak_bandwidth(device):
+    """The GPU's memory bandwidth by its specification: two transfers a clock (DDR and HBM)
+    over the whole bus; None without a GPU."""
+    if device.type != "cuda":
+        return None
+    cupy = backends.get_backend("cupy").xp
+    properties = cupy.cuda.runtime.getDeviceProperties(device.index)
+    return 2 * properties["memoryClockRate"] * 1e3 * properties["memoryBusWidth"] / 8
 
 
 def _version(module):

@@ -106,6 +106,8 @@ WORKLOAD = Workload(
                  "by each cos and lets the input go (no autodiff)"),
     torch=make_torch,
     verify=verify,
+    traffic=(DEPTH * 5 * SIZE * 4, "each sin reads its input and writes its result; each layer "
+             "of the backward reads its input and the gradient and writes the next gradient"),
     time_unit="ms",
     repeat=5,
     warmup=1,

@@ -10,7 +10,7 @@ import math
 import os
 import textwrap
 
-from . import WORKLOADS
+from . import WORKLOADS, load
 from .common import (KINDS, REPLAY, TIME_ROW, TORCH_COMPILE, gradcore_ratios, measured,
                      median_ratio, number, per_unit, replay_row)
 
@@ -35,6 +35,30 @@ def reference_figure(entry, record):
     if ratio is not None:
         text += f" ({ratio:.3f}x PyTorch)"
     return text
+
+
+def bandwidth(record, report):
+    """On a GPU, for a workload that declares the least memory traffic of a run: the bandwidth
+    each implementation reached with it, against the GPU's peak where the run recorded it."""
+    if not report["device"].startswith("cuda") or record["name"] not in WORKLOADS:
+        return None
+    traffic = load([record["name"]])[0].traffic
+    if traffic is None:
+        return None
+    size, counted = traffic
+    reached = []
+    for kind, entry in record.get("results", {}).items():
+        seconds = measured(entry, "median_s_per_run")
+        if seconds:
+            reached.append((NAMES.get(kind, kind), size / seconds))
+    if not reached:
+        return None
+    peak = report["machine"].get("gpu_peak_bytes_per_s")
+    best = max(reached, key=lambda pair: pair[1])
+    against = (f"; the GPU's peak by its specification: {peak / 1e12:.3g} TB/s, {best[0]} at "
+               f"{best[1] / peak:.0%} of it" if peak else "; the GPU's peak: not recorded")
+    return (f"memory traffic: at least {size / 1e9:.3g} GB a run ({counted}); reached: "
+            + ", ".join(f"{name} {rate / 1e12:.3g} TB/s" for name, rate in reached) + against)
 
 
 def rows(record, micro="µs"):
@@ -170,7 +194,7 @@ def print_table(report, micro):
             _say(f"  {name}: {target['text']}: {target['measured']}, {met_text(target)}")
     print("\nnotes:")
     for record in records:
-        for line in _notes(record, library):
+        for line in _notes(record, library, report):
             _say(line)
 
 
@@ -180,7 +204,7 @@ def _say(line):
     print(textwrap.fill(line, WIDTH, subsequent_indent=indent))
 
 
-def _notes(record, library):
+def _notes(record, library, report):
     """The lines under the table that say what a workload's rows measured."""
     lines = [f"  {record['name']}: {record['summary']}", f"    counted: {record['convention']}"]
     if record["floor_label"]:
@@ -222,6 +246,9 @@ def _notes(record, library):
             lines.append(f"    reference, {reference_figure(entry, record)}")
         elif entry["status"] == "error":
             lines.append(f"    reference {key}: FAILED: {entry['error']}")
+    rates = bandwidth(record, report)
+    if rates:
+        lines.append(f"    {rates}")
     return lines
 
 
@@ -356,6 +383,9 @@ def _device_section(relpath, report):
         for entry in record.get("references", {}).values():
             if entry["status"] == "ok":
                 line += f" Reference, {reference_figure(entry, record)}."
+        rates = bandwidth(record, report)
+        if rates:
+            line += f" {rates[0].upper()}{rates[1:]}."
         out.append(line)
     return out + [""]
 

@@ -19,7 +19,7 @@ from benchmarks import memory, stripped, wide
 from benchmarks.common import (KINDS, REPLAY, Progress, Target, Unavailable, Workload,
                                candidates, gradcore_ratios, progress_line, ratio_target,
                                resolve_device, run_child, thread_environment, torch_device)
-from benchmarks.report import (LOCAL, chart_panels, print_table, reference_figure, rows, table,
+from benchmarks.report import (LOCAL, bandwidth, chart_panels, print_table, reference_figure, rows, table,
                                targets_of, upgraded, write_all)
 
 REPO = pathlib.Path(__file__).parent.parent
@@ -101,6 +101,21 @@ def test_a_reference_line_gives_its_ratio_to_pytorch_when_pytorch_ran():
     assert reference_figure(entry, record) == "the bare design: 13.0 µs/branch (0.650x PyTorch)"
     record["results"]["torch"] = {"status": "skipped", "reason": "no PyTorch"}
     assert reference_figure(entry, record) == "the bare design: 13.0 µs/branch"
+
+
+def test_a_gpu_run_of_deep_says_the_bandwidth_each_implementation_reached():
+    record = {"name": "deep", "results": {
+        "gradcore": {"status": "ok", "median_s_per_run": 0.008},
+        "replay": {"status": "ok", "median_s_per_run": 0.002},
+        "torch": {"status": "skipped", "reason": "no PyTorch"}}}
+    report = {"device": "cuda:0", "machine": {"gpu_peak_bytes_per_s": 4e12}}
+    # 100 layers, 5 passes each over 1e6 float32: 2 GB a run
+    assert bandwidth(record, report).startswith("memory traffic: at least 2 GB a run (")
+    assert bandwidth(record, report).endswith(
+        "reached: gradcore 0.25 TB/s, replay 1 TB/s; the GPU's peak by its specification: "
+        "4 TB/s, replay at 25% of it")
+    assert bandwidth(record, {"device": "cpu", "machine": {}}) is None  # the CPU's: not counted
+    assert bandwidth({**record, "name": "mlp"}, report) is None  # no traffic declared
 
 
 # ============================================================================ what a run leaves

@@ -152,7 +152,7 @@ def test_without_dask_the_workload_is_listed_and_gradcore_skipped_with_a_note(no
     assert gradcore["status"] == "skipped"
     assert "needs Dask: pip install 'gradcore[dask]'" in gradcore["reason"]
     assert record["results"]["floor"]["status"] == "ok"  # NumPy's floor still runs
-    notes = "\n".join(_notes(record, "NumPy"))
+    notes = "\n".join(_notes(record, "NumPy", {"device": "cpu", "machine": {}}))
     assert "    gradcore: n/a: needs Dask: pip install 'gradcore[dask]'" in notes
 
 
