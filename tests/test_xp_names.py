@@ -1,13 +1,19 @@
-"""Every `xp.<name>` the ops read at run time on NumPy exists in CuPy.
+"""Every `xp.<name>` the ops read at run time on NumPy exists in CuPy, and takes the keywords
+they pass it.
 
 tests/test_backends.py scans the source for `xp.<name>`; this test catches what a scan cannot see
 (`xp = self.xp; xp.foo(...)`, `getattr(xp, name)`, names reached through helpers, the engine's
 own calls). It swaps the NumPy backend's `xp` for a recording stand-in, runs every row of the op
-tables (tests/functions/test_*.py) through the whole harness, plus the utils, and checks each
-name read against the cupy module, which imports without a GPU.
+tables (tests/functions/test_*.py) through the whole harness, plus the utils, nn.init and
+gradient clipping, and checks each name read against the cupy module, which imports without a
+GPU, and each keyword passed against the CuPy function's signature where it has one (CuPy's
+`clip` has no `max=`, its `linalg` no `diagonal`: both broke on the first GPU run before this
+check looked at them).
 """
 import contextlib
 import importlib
+import inspect
+import math
 import pathlib
 import types
 
@@ -21,11 +27,23 @@ from conftest import CASES
 from harness import check_case
 
 TABLES = pathlib.Path(__file__).parent / "functions"
+# names gradcore reads with getattr(..., None) and, where a library lacks them, replaces by
+# another (nn.init.orthogonal_): each is fine if the library has the one or the other
+FALLBACKS = {"linalg.diagonal": "diagonal"}
+
+
+class NameLog(dict):
+    """name -> the labels of the runs that read it; `.keywords`: name -> {keyword: labels} for
+    the keywords passed to the functions read."""
+
+    def __init__(self):
+        super().__init__()
+        self.keywords = {}
 
 
 class RecordingNamespace:
     """Forwards attribute reads to `module` and logs each name (dotted for submodules:
-    `linalg.norm`) in `log`: name -> the labels of the runs that read it."""
+    `linalg.norm`) in `log` (a NameLog), and the keywords each function read is called with."""
 
     def __init__(self, module, log, label, prefix=""):
         self._module = module
@@ -41,7 +59,17 @@ class RecordingNamespace:
         self._log.setdefault(path, set()).add(self._label[0])
         if isinstance(value, types.ModuleType):
             return RecordingNamespace(value, self._log, self._label, path + ".")
+        if callable(value) and not isinstance(value, (type, np.ufunc)):  # a function, not a dtype
+            return self._logging_keywords(value, path)
         return value
+
+    def _logging_keywords(self, function, path):
+        def call(*args, **kwargs):
+            for keyword in kwargs:
+                labels = self._log.keywords.setdefault(path, {}).setdefault(keyword, set())
+                labels.add(self._label[0])
+            return function(*args, **kwargs)
+        return call
 
 
 @contextlib.contextmanager
@@ -51,7 +79,7 @@ def recording_numpy_xp():
     backend = backends.NUMPY
     saved = vars(backend).get("xp", None)
     own = "xp" in vars(backend)  # normally a class attribute: put it back the same way
-    log, label = {}, ["?"]
+    log, label = NameLog(), ["?"]
     backend.xp = RecordingNamespace(np, log, label)
     try:
         yield log, label
@@ -68,16 +96,40 @@ def xp_state():
 
 
 def missing_in(module, log):
-    """{dotted name: runs that read it} for every logged name `module` lacks."""
+    """{dotted name: runs that read it} for every logged name `module` lacks, and {"name(kw=)":
+    runs} for every keyword passed that `module`'s function of that name does not take."""
     missing = {}
     for path, labels in log.items():
-        target = module
-        for part in path.split("."):
-            target = getattr(target, part, None)
-            if target is None:
-                missing[path] = sorted(labels)
-                break
+        if _find(module, path) is None and (
+                path not in FALLBACKS or _find(module, FALLBACKS[path]) is None):
+            missing[path] = sorted(labels)
+    for path, keywords in getattr(log, "keywords", {}).items():
+        parameters = _parameters(_find(module, path))
+        for keyword, labels in keywords.items():
+            if parameters is not None and keyword not in parameters:
+                missing[f"{path}({keyword}=)"] = sorted(labels)
     return missing
+
+
+def _find(module, path):
+    target = module
+    for part in path.split("."):
+        target = getattr(target, part, None)
+        if target is None:
+            return None
+    return target
+
+
+def _parameters(function):
+    """The names `function` takes by keyword; None if it takes any (**kwargs) or has no
+    signature to read (a ufunc, a compiled function)."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return None
+    return {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
 
 
 def table_cases():
@@ -97,6 +149,21 @@ def run_utils():
     gradcore.utils.array_allclose(x, x.data)
 
 
+def run_nn_utils():
+    """nn.init's fills and the gradient clippers: array code outside the op tables."""
+    from gradcore.nn import init, utils
+    for fill in (init.zeros_, init.ones_, init.normal_, init.uniform_, init.xavier_uniform_,
+                 init.xavier_normal_, init.kaiming_uniform_, init.kaiming_normal_,
+                 init.orthogonal_):
+        fill(gradcore.Parameter(np.zeros((6, 4), np.float32)))
+    init.constant_(gradcore.Parameter(np.zeros(3, np.float32)), 0.5)
+    for norm_type in (2.0, 1.0, math.inf):
+        p = gradcore.Parameter(np.ones(3, np.float32))
+        p.grad = gradcore.Variable(np.full(3, 4.0, np.float32))
+        utils.clip_grad_norm_([p], 1.0, norm_type)
+    utils.clip_grad_value_([p], 0.1)
+
+
 def test_every_xp_name_read_at_run_time_exists_in_cupy(monkeypatch):
     cupy = pytest.importorskip("cupy")
     monkeypatch.syspath_prepend(str(TABLES))
@@ -113,8 +180,11 @@ def test_every_xp_name_read_at_run_time_exists_in_cupy(monkeypatch):
                 pass  # a wrong value is the table's own test's business; the names were read
         label[0] = "utils"
         run_utils()
+        label[0] = "nn.init, nn.utils"
+        run_nn_utils()
     assert xp_state() == before and backends.NUMPY.xp is np
-    assert {"sum", "matmul", "exp", "reshape", "broadcast_to", "ones_like"} <= set(log)
+    assert {"sum", "matmul", "exp", "reshape", "broadcast_to", "ones_like", "clip"} <= set(log)
+    assert "linalg.qr" in log and log.keywords
     assert missing_in(cupy, log) == {}
 
 
@@ -152,3 +222,13 @@ def test_the_namespace_is_restored_when_a_run_fails(own, monkeypatch):
             assert isinstance(backends.NUMPY.xp, RecordingNamespace)
             1 / 0
     assert xp_state() == before and backends.NUMPY.xp is np
+
+
+def test_a_keyword_the_other_library_does_not_take_is_caught():
+    log = NameLog()
+    log["clip"] = {"clip-op"}
+    log.keywords["clip"] = {"max": {"clip-op"}}
+    positional = types.SimpleNamespace(clip=lambda a, a_min, a_max, out=None: None)  # CuPy's
+    assert missing_in(positional, log) == {"clip(max=)": ["clip-op"]}
+    assert missing_in(types.SimpleNamespace(clip=lambda x, min=None, max=None: None), log) == {}
+    assert missing_in(types.SimpleNamespace(clip=lambda *args, **kwargs: None), log) == {}
