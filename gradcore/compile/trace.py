@@ -508,8 +508,9 @@ def call(backend, function, args, kwargs, kind="call"):
         template = rec.template(args)
     if not traced and not _is_array(inner, result):
         return result  # nothing traced in or out: a query (isdtype, finfo, result_type)
-    if getattr(function, "__name__", "") in DATA_DEPENDENT_SHAPES:
-        rec.give_up(f"{function.__name__}'s result has a shape that depends on the values")
+    name = function if kind == "method" else getattr(function, "__name__", "")
+    if name in DATA_DEPENDENT_SHAPES:  # the function xp.nonzero(x) or the method x.nonzero()
+        rec.give_up(f"{name}'s result has a shape that depends on the values")
     return rec.wrap(backend, result, kind, function, tuple(template),
                     rec.template(kwargs) if kwargs else None)
 
