@@ -184,7 +184,9 @@ def test_a_shape_that_depends_on_values_falls_back():
 
 @pytest.mark.parametrize("nonzero, name", [
     (lambda x: np.nonzero(x.data), "nonzero"), (lambda x: x.data.nonzero(), "nonzero"),
-    (lambda x: x.xp.where(x.data != 0), "where")], ids=["function", "method", "where"])
+    (lambda x: x.xp.where(x.data != 0), "where"),
+    (lambda x: x.xp.repeat(x.xp.arange(3), x.xp.astype(x.data != 0, x.xp.int64)), "repeat")],
+    ids=["function", "method", "where", "repeat"])
 def test_indices_that_depend_on_values_fall_back_as_a_function_or_a_method(nonzero, name):
     def step(x0):
         x = gradcore.Variable(x0)

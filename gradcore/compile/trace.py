@@ -509,8 +509,10 @@ def call(backend, function, args, kwargs, kind="call"):
     if not traced and not _is_array(inner, result):
         return result  # nothing traced in or out: a query (isdtype, finfo, result_type)
     name = function if kind == "method" else getattr(function, "__name__", "")
-    # the function xp.nonzero(x) or the method x.nonzero(); where(c) alone is nonzero(c)
-    if name in DATA_DEPENDENT_SHAPES or name == "where" and len(args) == 1 and not kwargs:
+    # the function xp.nonzero(x) or the method x.nonzero(); where(c) alone is nonzero(c);
+    # repeat(x, counts) with counts from the step
+    if (name in DATA_DEPENDENT_SHAPES or name == "where" and len(args) == 1 and not kwargs
+            or name == "repeat" and len(args) > 1 and isinstance(args[1], Traced)):
         rec.give_up(f"{name}'s result has a shape that depends on the values")
     return rec.wrap(backend, result, kind, function, tuple(template),
                     rec.template(kwargs) if kwargs else None)
