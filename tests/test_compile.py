@@ -202,6 +202,46 @@ def test_indices_that_depend_on_values_fall_back_as_a_function_or_a_method(nonze
     assert compiled.stats()["fallbacks"] == 1 and compiled.stats()["replays"] == 0
 
 
+def test_numpy_ufuncs_on_traced_arrays_are_tape_lines():
+    offsets = np.array([0.5, -1.0, 2.0])
+
+    def step(x0):
+        x = gradcore.Variable(x0)
+        y = F.sum(x * x)
+        y.backward()
+        return np.exp(x.grad.data) + offsets * y.data  # NumPy on .data, an array on the left
+
+    compiled = gradcore.compile(step)
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        x0 = rng.standard_normal(3)
+        assert same(compiled(x0), step(x0))
+    assert compiled.stats()["replays"] == 3
+
+
+@pytest.mark.parametrize("write, why", [
+    (lambda total, y: np.add(total, y, out=total), r"NumPy's add wrote into an array the tape "
+                                                    r"does not hold \(out=\)"),
+    (lambda total, y: total.__iadd__(y), r"NumPy's add wrote into an array"),  # total += y
+    (lambda total, y: np.add.at(total, (), y), r"NumPy's add.at ran on a traced array")],
+    ids=["out", "in-place", "at"])
+def test_numpy_writing_into_the_callers_array_falls_back(write, why):
+    total = np.zeros(())
+
+    def step(x0):
+        y = F.sum(gradcore.Variable(x0) * 2.0)
+        write(total, y.data)
+        return y
+
+    compiled = gradcore.compile(step)
+    with pytest.warns(RuntimeWarning, match=why):
+        compiled(np.array([1.0]))
+    for value in (2.0, 3.0):
+        compiled(np.array([value]))
+    assert total == 12.0  # 2 + 4 + 6: every call added, as eagerly
+    assert compiled.stats()["fallbacks"] == 1 and compiled.stats()["replays"] == 0
+
+
 def test_a_check_that_comes_out_otherwise_runs_the_step_eagerly():
     # the labels' range check is a guard: labels out of range at a replay raise as eagerly
     _, _, step = _training(optim.SGD)

@@ -566,9 +566,23 @@ class Traced:
     None for one made while nothing recorded). Subclassed once per backend it wraps."""
 
     __slots__ = ("value", "slot", "__weakref__")
-    __array_ufunc__ = None  # `ndarray <op> Traced` defers to the reflected operator below
     __array_priority__ = 1000
     backend = None  # the TraceBackend of the subclass
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        """A NumPy ufunc given a traced array: `np.exp(x.data)`, `ndarray * x.data`. A plain
+        call is a tape line like any other; one that writes into an array of the caller's
+        (`total += loss.data`: out=) or reduces (`np.add.reduce`) is computed on the values and
+        the step falls back to eager, which does the same."""
+        if method == "__call__" and not any(
+                not isinstance(o, Traced) for o in kwargs.get("out", ())):
+            return call(self.backend, ufunc, inputs, kwargs)
+        rec = recorder()
+        if rec is not None:
+            rec.give_up(f"NumPy's {ufunc.__name__} wrote into an array the tape does not hold "
+                        "(out=)" if method == "__call__" else
+                        f"NumPy's {ufunc.__name__}.{method} ran on a traced array")
+        return getattr(ufunc, method)(*unwrap(inputs), **unwrap(kwargs))
 
     def __init__(self, value, slot):
         self.value = value
