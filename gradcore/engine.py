@@ -56,12 +56,12 @@ def _run_hooks(x, g, shared):
         if hook is RETAIN_GRAD:
             retain = True
             continue
-        shared.add(id(g._data))
+        shared[id(g._data)] = g._data
         result = hook(g)
         if result is not None:
             g = _hook_result(hook, x, result)
     if retain:
-        shared.add(id(g._data))
+        shared[id(g._data)] = g._data
         x._grad = g if x._grad is None else x._grad + g
     return g
 
@@ -95,7 +95,7 @@ def _owned(finished, shared, create_graph):
     seen = set()
     for _, g in finished:
         if id(g._data) in seen:
-            shared.add(id(g._data))
+            shared[id(g._data)] = g._data
         seen.add(id(g._data))
     owned = []
     for x, g in finished:
@@ -175,7 +175,7 @@ def _output_grads(f, grads, retain_grad, wanted, captured, shared):
         if y._hooks:
             g = _run_hooks(y, g, shared)
         if retain_grad:
-            shared.add(id(g._data))
+            shared[id(g._data)] = g._data
             y._grad = g if y._grad is None else y._grad + g
         if wanted is not None and y in wanted:
             captured[y] = g
@@ -192,9 +192,11 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING):
     Variables in `boundary` are treated as leaves: nothing behind them is visited."""
     # Variables hash by identity: grads maps each to its gradient so far (out of place: g = g + gx)
     grads = {}
-    # ids of arrays someone outside the walk holds (seeds, hooks' arguments, retained gradients):
-    # a leaf's .grad gets a copy of such an array, never the array itself
-    shared = set()
+    # arrays someone outside the walk holds (seeds, hooks' arguments, retained gradients), by id:
+    # a leaf's .grad gets a copy of such an array, never the array itself. The arrays are kept
+    # till the walk ends so that no new array takes a dead one's id (a sum looked shared: an
+    # extra copy, and with create_graph another order of adding, varying with memory layout)
+    shared = {}
     leaves = []   # leaf Variables that received a gradient, each once
     captured = {}
     heap = []     # (-generation, -sequence, f): newest first; the pair is unique, f never compared
@@ -205,7 +207,7 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING):
     sums = {}
 
     for y, g in zip(ys, seeds):
-        shared.add(id(g._data))
+        shared[id(g._data)] = g._data
         grads[y] = g if y not in grads else grads[y] + g
         f = y.creator
         if f is None:
@@ -364,7 +366,8 @@ def _release(f, pending, grads, shared, create_graph):
         if g is None:  # every op gave it None: nothing was added, no hook runs
             continue
         _add_to_grads([(x, _run_hooks(x, g, shared) if x._hooks else g)], shared, create_graph)
-        shared.add(id(x._grad._data))  # x.grad holds it now: another leaf handed it gets a copy
+        held = x._grad._data  # x.grad holds it now: another leaf handed it gets a copy
+        shared[id(held)] = held
 
 
 def _finish(leaves, grads, wanted, captured, shared, create_graph):

@@ -39,9 +39,13 @@ def _elementwise(line):
         return False
     if line.kind in ("binary", "unary"):
         return line.target in _OPERATORS and _numbers_or_refs(line.args)
-    # a ufunc with a signature (matmul) works on whole axes, not element by element
-    return (line.kind == "call" and not line.kwargs and type(line.target).__name__ == "ufunc"
-            and getattr(line.target, "signature", None) is None and _numbers_or_refs(line.args))
+    # a ufunc with a signature (matmul) works on whole axes, not element by element; one of
+    # another library (NumPy's np.exp on CuPy arrays, which CuPy computes) is left to it
+    target = line.target
+    return (line.kind == "call" and not line.kwargs and type(target).__name__ == "ufunc"
+            and getattr(target, "signature", None) is None
+            and getattr(facts.xp, getattr(target, "__name__", ""), None) is target
+            and _numbers_or_refs(line.args))
 
 
 def _numbers_or_refs(args):
