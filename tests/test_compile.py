@@ -209,7 +209,9 @@ def test_numpy_ufuncs_on_traced_arrays_are_tape_lines():
         x = gradcore.Variable(x0)
         y = F.sum(x * x)
         y.backward()
-        return np.exp(x.grad.data) + offsets * y.data  # NumPy on .data, an array on the left
+        g = np.exp(x.grad.data) + offsets * y.data  # NumPy on .data, an array on the left
+        np.multiply(g, 3.0, out=g)  # into an array the tape holds: a line too
+        return g
 
     compiled = gradcore.compile(step)
     rng = np.random.default_rng(0)
