@@ -202,6 +202,41 @@ def test_indices_that_depend_on_values_fall_back_as_a_function_or_a_method(nonze
     assert compiled.stats()["fallbacks"] == 1 and compiled.stats()["replays"] == 0
 
 
+def test_array_methods_that_change_the_array_in_place_are_replayed():
+    def step(x0):
+        x = gradcore.Variable(x0)
+        F.sum(x * x * x).backward()
+        g = x.grad.data * 1.0
+        g.sort()  # in place; its result (None) is read by no one
+        h = x.grad.data * 1.0
+        h.fill(2.0)
+        k = x.xp.zeros_like(h)
+        x.xp.copyto(k, x.grad.data)  # a function that writes into its first argument
+        return g, h, k
+
+    compiled = gradcore.compile(step)
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        x0 = rng.standard_normal(4)
+        assert same(compiled(x0), step(x0))
+    assert compiled.stats()["replays"] == 4
+
+
+def test_an_array_method_that_returns_none_falls_back(tmp_path):
+    def step(x0):
+        x = gradcore.Variable(x0)
+        y = x * 2.0
+        y.data.tofile(tmp_path / "y.bin")  # writes the values somewhere: not a tape line
+        return y
+
+    compiled = gradcore.compile(step)
+    with pytest.warns(RuntimeWarning, match=r"tofile\(\) returned None"):
+        compiled(np.array([1.0, 2.0]))
+    compiled(np.array([3.0, 4.0]))
+    assert np.array_equal(np.fromfile(tmp_path / "y.bin"), [6.0, 8.0])  # written at every call
+    assert compiled.stats()["fallbacks"] == 1
+
+
 def test_numpy_ufuncs_on_traced_arrays_are_tape_lines():
     offsets = np.array([0.5, -1.0, 2.0])
 

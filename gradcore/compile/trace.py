@@ -419,6 +419,9 @@ class _Adopted:
 
 # Calls that change an argument in place or draw random numbers: kept even if no result needs them
 _SIDE_EFFECT_CALLS = frozenset(("scatter_add", "add_at", "random_normal", "random_uniform"))
+# Methods and functions that change their first argument in place (and return None)
+_IN_PLACE = frozenset(("sort", "partition", "fill", "put", "resize", "setfield", "setflags",
+                       "itemset", "copyto", "place", "putmask", "fill_diagonal"))
 
 
 def has_side_effect(line):
@@ -426,8 +429,11 @@ def has_side_effect(line):
     if line.kind in ("in_place", "setitem", "opaque", "store", "store_grad", "guard"):
         return True
     if line.kind == "call":
-        return (getattr(line.target, "__name__", "") in _SIDE_EFFECT_CALLS
+        name = getattr(line.target, "__name__", "")
+        return (name in _SIDE_EFFECT_CALLS or name in _IN_PLACE
                 or bool(line.kwargs and "out" in line.kwargs))
+    if line.kind == "method":
+        return line.target in _IN_PLACE
     return False
 
 
@@ -514,6 +520,9 @@ def call(backend, function, args, kwargs, kind="call"):
     if (name in DATA_DEPENDENT_SHAPES or name == "where" and len(args) == 1 and not kwargs
             or name == "repeat" and len(args) > 1 and isinstance(args[1], Traced)):
         rec.give_up(f"{name}'s result has a shape that depends on the values")
+    elif result is None and name not in _IN_PLACE:
+        rec.give_up(f"{name}() returned None: what it did is unknown to the tape (it may have "
+                    "changed an array in place, or written one somewhere)")
     return rec.wrap(backend, result, kind, function, tuple(template),
                     rec.template(kwargs) if kwargs else None)
 
