@@ -51,6 +51,17 @@ def test_replay_equals_eager_for_new_inputs(fn, make):
     assert (stats["tapes"], stats["recordings"], stats["replays"]) == (1, 1, 4)
 
 
+def replays_like_eager(step, shape, calls=5):
+    """`step` compiled and called `calls` times on new inputs of `shape` (standard normal), each
+    result identical to eager code's; the compiled step."""
+    compiled = gradcore.compile(step)
+    rng = np.random.default_rng(0)
+    for _ in range(calls):
+        x0 = rng.standard_normal(shape)
+        assert same(compiled(x0), step(x0))
+    return compiled
+
+
 def _training(opt_cls, layers=(16, 3), dropout=False, model=None):
     """A model (an MLP of `layers` by default), its optimizer and a train step; weights are
     made at the first call."""
@@ -214,12 +225,7 @@ def test_array_methods_that_change_the_array_in_place_are_replayed():
         x.xp.copyto(k, x.grad.data)  # a function that writes into its first argument
         return g, h, k
 
-    compiled = gradcore.compile(step)
-    rng = np.random.default_rng(0)
-    for _ in range(5):
-        x0 = rng.standard_normal(4)
-        assert same(compiled(x0), step(x0))
-    assert compiled.stats()["replays"] == 4
+    assert replays_like_eager(step, 4).stats()["replays"] == 4
 
 
 def test_an_array_method_that_returns_none_falls_back(tmp_path):
@@ -248,12 +254,7 @@ def test_numpy_ufuncs_on_traced_arrays_are_tape_lines():
         np.multiply(g, 3.0, out=g)  # into an array the tape holds: a line too
         return g
 
-    compiled = gradcore.compile(step)
-    rng = np.random.default_rng(0)
-    for _ in range(4):
-        x0 = rng.standard_normal(3)
-        assert same(compiled(x0), step(x0))
-    assert compiled.stats()["replays"] == 3
+    assert replays_like_eager(step, 3, calls=4).stats()["replays"] == 3
 
 
 @pytest.mark.parametrize("write, why", [
@@ -528,12 +529,7 @@ def test_a_buffer_is_reused_only_where_nothing_else_sees_it():
         y.backward()
         return y, x.grad
 
-    compiled = gradcore.compile(step)
-    rng = np.random.default_rng(0)
-    for _ in range(5):
-        x0 = rng.standard_normal(n)
-        assert same(compiled(x0), step(x0))
-    source = compiled.tapes()[0].source
+    source = replays_like_eager(step, n).tapes()[0].source
     assert "out=" in source
     add_line, = [line for line in source.splitlines() if " + 1.0" in line or "add" in line
                  and "1.0" in line]
