@@ -223,6 +223,8 @@ def test_array_methods_that_change_the_array_in_place_are_replayed():
         h.fill(2.0)
         k = x.xp.zeros_like(h)
         x.xp.copyto(k, x.grad.data)  # a function that writes into its first argument
+        h.clip(-1.0, 1.0, out=h)  # a method that writes into out=
+        x.xp.multiply(k, 2.0, k)  # a ufunc's out given by position
         return g, h, k
 
     assert replays_like_eager(step, 4).stats()["replays"] == 4

@@ -428,12 +428,12 @@ def has_side_effect(line):
     """True for a line a replay must run although no result needs it."""
     if line.kind in ("in_place", "setitem", "opaque", "store", "store_grad", "guard"):
         return True
-    if line.kind == "call":
-        name = getattr(line.target, "__name__", "")
+    if line.kind in ("call", "method"):
+        target = line.target
+        name = target if line.kind == "method" else getattr(target, "__name__", "")
         return (name in _SIDE_EFFECT_CALLS or name in _IN_PLACE
-                or bool(line.kwargs and "out" in line.kwargs))
-    if line.kind == "method":
-        return line.target in _IN_PLACE
+                or bool(line.kwargs and "out" in line.kwargs)  # writes into out=
+                or len(line.args) > getattr(target, "nin", len(line.args)))  # a ufunc's out
     return False
 
 
