@@ -230,6 +230,19 @@ def test_array_methods_that_change_the_array_in_place_are_replayed():
     assert replays_like_eager(step, 4).stats()["replays"] == 4
 
 
+def test_an_arrays_memory_reached_past_the_tape_falls_back():
+    def step(x0):
+        x = gradcore.Variable(x0)
+        g = (x * 2.0).data
+        g.flat[0] = 5.0  # a write the tape cannot see
+        return g
+
+    compiled = gradcore.compile(step)
+    with pytest.warns(RuntimeWarning, match=r"memory was reached through \.flat"):
+        compiled(np.array([1.0, 2.0]))
+    assert same(compiled(np.array([3.0, 4.0])), np.array([5.0, 8.0]))  # eager: written again
+
+
 def test_an_array_method_that_returns_none_falls_back(tmp_path):
     def step(x0):
         x = gradcore.Variable(x0)

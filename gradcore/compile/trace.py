@@ -419,6 +419,8 @@ class _Adopted:
 
 # Calls that change an argument in place or draw random numbers: kept even if no result needs them
 _SIDE_EFFECT_CALLS = frozenset(("scatter_add", "add_at", "random_normal", "random_uniform"))
+# Attributes that hand out an array's memory as something other than an array
+_MEMORY_ATTRIBUTES = frozenset(("flat", "ctypes", "data"))
 # Methods and functions that change their first argument in place (and return None)
 _IN_PLACE = frozenset(("sort", "partition", "fill", "put", "resize", "setfield", "setflags",
                        "itemset", "copyto", "place", "putmask", "fill_diagonal"))
@@ -634,6 +636,10 @@ class Traced:
                                                 "method")
         if self.backend.inner.owns(attribute):
             return call(self.backend, operator.attrgetter(name), (self,), None)
+        if name in _MEMORY_ATTRIBUTES:  # reads and writes through it would bypass the tape
+            rec = recorder()
+            if rec is not None:
+                rec.give_up(f"a traced array's memory was reached through .{name}")
         return attribute
 
     def __array_namespace__(self, api_version=None):
