@@ -423,7 +423,8 @@ _SIDE_EFFECT_CALLS = frozenset(("scatter_add", "add_at", "random_normal", "rando
 _MEMORY_ATTRIBUTES = frozenset(("flat", "ctypes", "data"))
 # Methods and functions that change their first argument in place (and return None)
 _IN_PLACE = frozenset(("sort", "partition", "fill", "put", "resize", "setfield", "setflags",
-                       "itemset", "copyto", "place", "putmask", "fill_diagonal"))
+                       "itemset", "copyto", "place", "putmask", "fill_diagonal",
+                       "put_along_axis"))
 
 
 def has_side_effect(line):
