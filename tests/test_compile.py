@@ -231,6 +231,26 @@ def test_array_methods_that_change_the_array_in_place_are_replayed():
     assert replays_like_eager(step, 4).stats()["replays"] == 4
 
 
+@pytest.mark.parametrize("layer", [lambda: nn.RNN(3, in_size=2), lambda: nn.LSTM(3, in_size=2)],
+                         ids=["RNN", "LSTM"])
+def test_a_module_keeping_state_between_calls_falls_back(layer):
+    # the hidden state is a Python attribute set in forward: a replay would not set it, so the
+    # next call would start from the recording's state instead of the last call's
+    np.random.seed(0)
+    compiled_layer = layer()
+    np.random.seed(0)
+    eager_layer = layer()
+    compiled = gradcore.compile(lambda x0: compiled_layer(gradcore.Variable(x0)))
+    rng = np.random.default_rng(0)
+    with pytest.warns(RuntimeWarning, match=r"the step set (RNN|LSTM)\.h, state a replay"):
+        x0 = rng.standard_normal((1, 2))
+        assert same(compiled(x0), eager_layer(gradcore.Variable(x0)))
+    for _ in range(3):
+        x0 = rng.standard_normal((1, 2))
+        assert same(compiled(x0), eager_layer(gradcore.Variable(x0)))
+    assert compiled.stats()["fallbacks"] == 1 and compiled.stats()["replays"] == 0
+
+
 def test_an_arrays_memory_reached_past_the_tape_falls_back():
     def step(x0):
         x = gradcore.Variable(x0)

@@ -101,6 +101,8 @@ class Compiled:
             finally:
                 _stop(rec, plain)
             generators.check(rec)
+        for module, name in rec.module_states:  # the eager calls to come read it: real arrays
+            _materialize(getattr(module, name, None))
         self._counts["recordings"] += 1
         if rec.created_state:  # weights were created (lazy layers): the next call records again
             return _materialize(result)

@@ -158,6 +158,7 @@ class Recorder:
         self.memory_count = 0       # the numbers given out in memories
         self.stored = set()         # what store and opaque lines wrote so far: "data", "grad"
         self.checked = 0            # lines[:checked] are guards and what they test: the start
+        self.module_states = []     # (module, name) of each Variable the step kept on a module
 
     # ------------------------------------------------------------ slots and lines
     def new_slot(self):
@@ -348,6 +349,14 @@ class Recorder:
         grad = v._grad
         if not isinstance(grad._data, Traced):
             self.grad_owners.setdefault(id(grad), v)
+
+    def module_state(self, module, name):
+        """The step set `module.name` to a Variable, or cleared one there (an RNN's hidden
+        state): Python state a replay does not set, so the next call would not see it."""
+        if self.is_active():
+            self.module_states.append((module, name))
+            self.give_up(f"the step set {type(module).__name__}.{name}, state a replay would not "
+                         "carry to the next call (pass such state in and return it)")
 
     def writing(self, v, data=False, clearing=False):
         """v's grad (or, with `data`, its data) is about to be set: remember how v was. A grad

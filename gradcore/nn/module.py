@@ -12,6 +12,7 @@ import numpy
 import backends
 
 from ..config import test_mode
+from .. import variable as _variables
 from ..utils import plot_dot_graph
 from ..utils.download import cache_folder, fetch, sha256_of
 from ..variable import Parameter, Variable
@@ -98,6 +99,10 @@ class Module:
                     f"cannot assign a {type(value).__name__} to {type(self).__name__}.{name}, "
                     f"which holds a {kind}: assign a Parameter or a Module (or None), set "
                     f".{name}.data to change a parameter's values, or `del` the attribute first")
+        elif _variables.step_recorder is not None and (
+                isinstance(value, Variable) or isinstance(self.__dict__.get(name), Variable)):
+            # a Variable kept on the module from one call to the next (an RNN's hidden state)
+            _variables.step_recorder.module_state(self, name)
         object.__setattr__(self, name, value)
 
     def __delattr__(self, name):
