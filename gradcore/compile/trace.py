@@ -50,6 +50,13 @@ def recorder():
     return getattr(_active, "recorder", None)
 
 
+def give_up(reason):
+    """If this thread is recording a step, the step cannot be replayed: see Recorder.give_up."""
+    rec = recorder()
+    if rec is not None:
+        rec.give_up(reason)
+
+
 def _user_frame():
     """'file:line' of the innermost frame outside gradcore and backends: where the user's code
     asked for what the tape cannot replay."""
@@ -574,9 +581,7 @@ def _unary(op):
 
 def _host_read(name):
     def method(self, *args, **kwargs):
-        rec = recorder()
-        if rec is not None:
-            rec.give_up(f"a traced array's value was read on the host ({name})")
+        give_up(f"a traced array's value was read on the host ({name})")
         return getattr(self.value, name)(*args, **kwargs)
     method.__name__ = name
     return method
@@ -598,11 +603,9 @@ class Traced:
         if method == "__call__" and not any(
                 not isinstance(o, Traced) for o in kwargs.get("out", ())):
             return call(self.backend, ufunc, inputs, kwargs)
-        rec = recorder()
-        if rec is not None:
-            rec.give_up(f"NumPy's {ufunc.__name__} wrote into an array the tape does not hold "
-                        "(out=)" if method == "__call__" else
-                        f"NumPy's {ufunc.__name__}.{method} ran on a traced array")
+        give_up(f"NumPy's {ufunc.__name__} wrote into an array the tape does not hold (out=)"
+                if method == "__call__" else
+                f"NumPy's {ufunc.__name__}.{method} ran on a traced array")
         return getattr(ufunc, method)(*unwrap(inputs), **unwrap(kwargs))
 
     def __init__(self, value, slot):
@@ -625,9 +628,7 @@ class Traced:
 
     def __getitem__(self, key):
         if _is_mask(key):
-            rec = recorder()
-            if rec is not None:
-                rec.give_up("indexing with a boolean mask gives a shape that depends on values")
+            give_up("indexing with a boolean mask gives a shape that depends on values")
         return call(self.backend, operator.getitem, (self, key), None, "binary")
 
     def __setitem__(self, key, value):
@@ -647,9 +648,7 @@ class Traced:
         if self.backend.inner.owns(attribute):
             return call(self.backend, operator.attrgetter(name), (self,), None)
         if name in _MEMORY_ATTRIBUTES:  # reads and writes through it would bypass the tape
-            rec = recorder()
-            if rec is not None:
-                rec.give_up(f"a traced array's memory was reached through .{name}")
+            give_up(f"a traced array's memory was reached through .{name}")
         return attribute
 
     def __array_namespace__(self, api_version=None):
@@ -771,9 +770,7 @@ class TraceBackend(backends.Backend):
         return obj
 
     def to_numpy(self, array):
-        rec = recorder()
-        if rec is not None:
-            rec.give_up("a traced array was copied to the host (to_numpy)")
+        give_up("a traced array was copied to the host (to_numpy)")
         return self.inner.to_numpy(unwrap(array))
 
     def manual_seed(self, seed):
