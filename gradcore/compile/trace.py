@@ -443,13 +443,18 @@ _IN_PLACE = frozenset(("sort", "partition", "fill", "put", "resize", "setfield",
                        "put_along_axis"))
 
 
+def _name(kind, target):
+    """The name of what a "call" or "method" line runs (a method line's target is its name)."""
+    return target if kind == "method" else getattr(target, "__name__", "")
+
+
 def has_side_effect(line):
     """True for a line a replay must run although no result needs it."""
     if line.kind in ("in_place", "setitem", "opaque", "store", "store_grad", "guard"):
         return True
     if line.kind in ("call", "method"):
         target = line.target
-        name = target if line.kind == "method" else getattr(target, "__name__", "")
+        name = _name(line.kind, target)
         return (name in _SIDE_EFFECT_CALLS or name in _IN_PLACE
                 or bool(line.kwargs and "out" in line.kwargs)  # writes into out=
                 or len(line.args) > getattr(target, "nin", len(line.args)))  # a ufunc's out
@@ -533,7 +538,7 @@ def call(backend, function, args, kwargs, kind="call"):
         template = rec.template(args)
     if not traced and not _is_array(inner, result):
         return result  # nothing traced in or out: a query (isdtype, finfo, result_type)
-    name = function if kind == "method" else getattr(function, "__name__", "")
+    name = _name(kind, function)
     # the function xp.nonzero(x) or the method x.nonzero(); where(c) alone is nonzero(c);
     # repeat(x, counts) with counts from the step
     if (name in DATA_DEPENDENT_SHAPES or name == "where" and len(args) == 1 and not kwargs
