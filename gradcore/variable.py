@@ -139,17 +139,12 @@ class Variable:
     __array_ufunc__ = None  # `ndarray <op> Variable` defers to the Variable's reflected operator
 
     def __init__(self, data, name=None, requires_grad=None):
-        self._data, self._backend, kind = _check_data(data)
-        self.name = name
-        self._grad = None
-        self.creator = None
-        self.generation = 0
+        data, backend, kind = _check_data(data)
         if requires_grad is None:
             requires_grad = kind == "float"
         elif requires_grad and kind != "float":
-            raise _cannot_require_grad(self._data.dtype)
-        self._requires_grad = bool(requires_grad)
-        self._hooks = None
+            raise _cannot_require_grad(data.dtype)
+        _start(self, data, backend, None, 0, bool(requires_grad), name)
 
     # ---------------------------------------------------------------- data and its properties
     @property
@@ -495,6 +490,20 @@ class _RetainGrad:
 
 
 RETAIN_GRAD = _RetainGrad()
+
+
+def _start(y, data, backend, creator=None, generation=0, requires_grad=False, name=None):
+    """Set every slot a Variable starts with; returns `y`. Variable() checks its data, then comes
+    here; an op's result, made by object.__new__(Variable), comes here directly (its array needs
+    no check). `creator` is the Function whose output it is, if that call was recorded."""
+    y._data = data
+    y._backend = backend
+    y.name = name
+    y._grad = y._hooks = None
+    y.creator = creator
+    y.generation = generation
+    y._requires_grad = requires_grad
+    return y
 
 
 class Parameter(Variable):

@@ -23,6 +23,26 @@ def test_wraps_an_array_without_copying(xp):
     assert Variable(a, requires_grad=False).requires_grad is False
 
 
+def test_every_way_of_making_a_variable_sets_its_slots(xp):
+    """Variable(), an op's result (one output or several, recorded or not) and a gradient sum
+    the walk makes all start with the same slots set."""
+    x = var(xp, [1.0, 2.0])
+    made = [x, x * 2.0, F.sum(x), *F.split(x, 2), Variable(xp.asarray(1.0), requires_grad=False)]
+    with gradcore.no_grad():
+        made.append(x * 2.0)
+    y = x * x  # x reaches y twice: the walk sums its two gradients
+    y.backward()
+    made.append(x.grad)
+    for v in made:
+        for slot in ("_data", "_backend", "name", "_grad", "creator", "generation",
+                     "_requires_grad", "_hooks"):
+            getattr(v, slot)  # AttributeError if a maker left it unset
+        assert v._backend is x._backend
+        assert v._requires_grad == (v.creator is not None or v is x)
+    assert made[1].generation == 1 and made[1].creator is not None
+    assert made[-2].creator is None and made[-2].generation == 0  # no_grad
+
+
 @pytest.mark.parametrize("data, dtype, shape", [
     (2.5, np.float64, ()), (3, np.int64, ()), (True, np.bool_, ()),
     ([1.0, 2.0], np.float64, (2,)), ((1, 2, 3), np.int64, (3,)),
