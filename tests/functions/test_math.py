@@ -78,6 +78,21 @@ def test_maximum_and_minimum_split_a_tie(xp):
     np.testing.assert_array_equal(xp.numpy(x1.grad.data), [0.5, 0.0, 1.0])
 
 
+@pytest.mark.parametrize("name", ["exp", "log", "sin", "cos", "tanh", "sqrt", "abs"])
+def test_table_ops_are_ordinary_classes(name):
+    """The one-line ops are made by a factory: still named, picklable by name and reported in
+    errors as any class-per-op Function."""
+    import pickle
+    cls = getattr(F, name.capitalize())
+    assert (cls.__name__, cls.__qualname__, cls.__module__) == (
+        name.capitalize(), name.capitalize(), "gradcore.functions.math")
+    assert pickle.loads(pickle.dumps(cls)) is cls
+    op = cls()
+    op(gradcore.Variable(np.ones(2)))
+    with pytest.raises(RuntimeError, match=rf"^{name}: this {cls.__name__} instance was called"):
+        op(gradcore.Variable(np.ones(2)))
+
+
 def test_abs_and_clip_gradients_at_their_kinks(xp):
     x = gradcore.Variable(xp.asarray([-2.0, -1.0, 0.0, 1.0, 2.0]))
     F.abs(x).backward()
