@@ -133,9 +133,10 @@ def _check_root(y, where):
         raise TypeError(f"{where}: expected a Variable, got {type(y).__name__}")
     if y.creator is None and not y.requires_grad:
         raise RuntimeError(
-            f"{where}: this Variable has no graph: it was computed under no_grad() or from inputs "
-            "that do not require grad. Compute it with grad mode on and at least one input "
-            "created with requires_grad=True")
+            f"{where}: this Variable has no graph: it was computed under no_grad(), from inputs "
+            "that do not require grad, or returned by a gradcore.compile step (whose results "
+            "hold no graph: call backward inside the step). Compute it with grad mode on and at "
+            "least one input created with requires_grad=True")
 
 
 def _count_error(f, gxs):

@@ -247,8 +247,30 @@ def test_a_module_keeping_state_between_calls_falls_back(layer):
         assert same(compiled(x0), eager_layer(gradcore.Variable(x0)))
     for _ in range(3):
         x0 = rng.standard_normal((1, 2))
-        assert same(compiled(x0), eager_layer(gradcore.Variable(x0)))
+        y_compiled, y_eager = compiled(x0), eager_layer(gradcore.Variable(x0))
+        assert same(y_compiled, y_eager)
     assert compiled.stats()["fallbacks"] == 1 and compiled.stats()["replays"] == 0
+    # backpropagation through time across all four calls, the recording call included (its
+    # graph held traced arrays: a TypeError about array libraries)
+    F.sum(y_compiled).backward()
+    F.sum(y_eager).backward()
+    for p, q in zip(compiled_layer.params(), eager_layer.params()):
+        assert p.grad is not None and same(p.grad, q.grad)
+
+
+def test_a_compiled_steps_results_hold_no_graph_from_the_first_call_on():
+    """A replay's results are plain values; the recording call's are the same, so backward
+    outside the step is refused alike on every call, saying why."""
+    np.random.seed(0)
+    layer = nn.Linear(2, in_size=3)
+    compiled = gradcore.compile(lambda x0: F.sum(layer(x0)))
+    for _ in range(3):
+        y = compiled(np.ones((4, 3)))
+        assert y.creator is None and not y.requires_grad
+        assert same(y, F.sum(layer(np.ones((4, 3)))))
+        with pytest.raises(RuntimeError, match="returned by a gradcore.compile step"):
+            y.backward()
+    assert compiled.stats()["replays"] == 2
 
 
 def test_an_arrays_memory_reached_past_the_tape_falls_back():

@@ -21,6 +21,7 @@ import backends
 
 from .. import variable as _variable
 from ..config import Config, recording
+from ..function import _SavedOutput
 from ..nn.module import structure_changes
 from ..variable import Variable
 from . import trace
@@ -101,11 +102,14 @@ class Compiled:
             finally:
                 _stop(rec, plain)
             generators.check(rec)
-        for module, name in rec.module_states:  # the eager calls to come read it: real arrays
-            _materialize(getattr(module, name, None))
         self._counts["recordings"] += 1
+        if rec.created_state or rec.fallback is not None:
+            # this call was an eager one: its graph, and the state it kept on modules (an RNN's
+            # hidden state, which the next call's graph continues), become what eager code builds
+            _make_eager([result, *(getattr(module, name, None)
+                                   for module, name in rec.module_states)])
         if rec.created_state:  # weights were created (lazy layers): the next call records again
-            return _materialize(result)
+            return result
         if rec.fallback is not None:
             reason, where = rec.fallback
             self._eager[key] = f"{reason} at {where}"
@@ -118,7 +122,8 @@ class Compiled:
             self._tapes[key] = tape
             while len(self._tapes) > self.cache_size:
                 self._tapes.popitem(last=False)
-        return _materialize(result)
+            return _materialize(result, detach=True)  # as a replay returns it: no graph
+        return result
 
     def _checked(self, tape, args):
         """Replay, then run eagerly from the same state; ReplayMismatch unless they agree."""
@@ -309,17 +314,64 @@ def _results(shape, arrays):
     return items if kind is list else tuple(items)
 
 
-def _materialize(value):
-    """The recording run's result with real arrays in place of traced ones."""
+def _materialize(value, detach=False):
+    """The recording run's result with real arrays in place of traced ones; with `detach`, the
+    Variables made in the step hold no graph, as a replay's results."""
     if isinstance(value, trace.Traced):
         return value.value
     if isinstance(value, Variable):
         if isinstance(value._data, trace.Traced):
             value._data, value._backend = value._data.value, value._data.backend.inner
+            if detach:
+                value.creator, value.generation, value._requires_grad = None, 0, False
         return value
     kind = value.__class__
     if kind in (tuple, list):
-        return kind(_materialize(v) for v in value)
+        return kind(_materialize(v, detach) for v in value)
     if kind is dict:
-        return {k: _materialize(v) for k, v in value.items()}
+        return {k: _materialize(v, detach) for k, v in value.items()}
     return value
+
+
+def _make_eager(values):
+    """Real arrays, in place of traced ones, everywhere in the graph behind `values` (Variables,
+    Functions' backends, attributes and saved values), so that backward through it later runs
+    as it would through the graph an eager call builds."""
+    stack = [v for v in _flatten(values) if isinstance(v, Variable)]
+    seen = set()
+    while stack:
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        _materialize(v)
+        f = v.creator
+        if f is None or id(f) in seen:
+            continue
+        seen.add(id(f))
+        if isinstance(f.backend, trace.TraceBackend):
+            f.backend = f.backend.inner
+        for name, attribute in vars(f).items():
+            setattr(f, name, _real_values(attribute))
+        stack.extend(x for x in f.inputs if isinstance(x, Variable))  # not Python scalars
+        stack.extend(y for y in (ref() for ref in f.outputs) if y is not None)
+
+
+def _real_values(value):
+    """A Function's attribute with real arrays in place of traced ones (in tuples, lists and
+    saved outputs too); Variables are left to _make_eager's walk."""
+    if isinstance(value, trace.Traced):
+        return value.value
+    if isinstance(value, _SavedOutput):
+        value.array = _real_values(value.array)
+    elif value.__class__ in (tuple, list):
+        return value.__class__(_real_values(v) for v in value)
+    return value
+
+
+def _flatten(value):
+    if value.__class__ in (tuple, list):
+        return [item for v in value for item in _flatten(v)]
+    if value.__class__ is dict:
+        return [item for v in value.values() for item in _flatten(v)]
+    return [value]
