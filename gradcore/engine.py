@@ -10,13 +10,13 @@ from .config import is_anomaly_enabled, using_config
 from .functions.device import astype
 from .functions.math import copy
 from .functions.shape import sum_to
-from .variable import (RETAIN_GRAD, Variable, _start, dtype_kind, gradient_mismatch,
+from .variable import (RETAIN_GRAD, Variable, _init_slots, dtype_kind, gradient_mismatch,
                        latest_write, version_at)
 
 # Held while gradients are added into leaves' .grad: backward in several threads into one leaf
 # must not lose a sum (x.grad = x.grad + g reads, then writes)
 _accumulating = threading.Lock()
-_new = object.__new__
+_new_variable = object.__new__
 
 
 # leaf -> the hooks to call once a backward has added all it will to the leaf's .grad
@@ -301,7 +301,8 @@ def _accumulate(grads, sums, x, previous, gx, create_graph):
     elif sums.get(x) is previous:
         previous._data += gx._data  # (a NumPy scalar gives a new one: kept too)
     else:  # nothing to record: the arrays' sum, with no Function around it
-        grads[x] = sums[x] = _start(_new(Variable), previous._data + gx._data, x._backend)
+        total = previous._data + gx._data
+        grads[x] = sums[x] = _init_slots(_new_variable(Variable), total, x._backend)
 
 
 def _schedule(heap, following, creator):

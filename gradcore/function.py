@@ -8,7 +8,7 @@ import backends
 from . import anomaly
 from . import variable as _variables
 from .config import recording
-from .variable import _SCALARS, Variable, _start, sequence as _sequence
+from .variable import _SCALARS, Variable, _init_slots, sequence as _sequence
 _new_variable = object.__new__
 _weakref = weakref.ref
 _NO_INPUT = object()  # __call__'s default for x0 and x1: fewer inputs were given
@@ -139,13 +139,13 @@ class Function:
                 self.inputs = (x0, x1)
                 self.needs_input_grad = (r0, r1)
             self.generation = generation
-            y = _start(_new_variable(Variable), ys, backend, self, generation + 1, True, None)
+            y = _init_slots(_new_variable(Variable), ys, backend, self, generation + 1, True, None)
             self.sequence = y._sequence = next(_sequence)
             self._outputs = _weakref(y)  # a bare reference: one tracked object less per node
             if mode is not True:
                 anomaly.record(self)
             return y
-        return _start(_new_variable(Variable), ys, backend, None, 0, False, None)
+        return _init_slots(_new_variable(Variable), ys, backend, None, 0, False, None)
 
     __call__._template = True  # __init_subclass__ copies it for each subclass that inherits it
 
@@ -201,14 +201,14 @@ class Function:
         if ys.__class__ is not backend.array_type and ys.__class__ not in backend.scalar_types:
             ys, backend = self._wrap_output(ys)
         if generation >= 0 and (mode := recording()):
-            y = _start(_new_variable(Variable), ys, backend,
+            y = _init_slots(_new_variable(Variable), ys, backend,
                        self._record(inputs, needs, generation), generation + 1, True)
             y._sequence = self.sequence
             self._outputs = _weakref(y)
             if mode is not True:
                 anomaly.record(self)
             return y
-        return _start(_new_variable(Variable), ys, backend, None, 0, False, None)
+        return _init_slots(_new_variable(Variable), ys, backend, None, 0, False, None)
 
     def _record(self, inputs, needs, generation):
         """Become a node of the graph; returns self."""
@@ -245,7 +245,7 @@ class Function:
             b = backend
             if y.__class__ is not b.array_type and y.__class__ not in b.scalar_types:
                 y, b = self._wrap_output(y)
-            outputs.append(_start(_new_variable(Variable), y, b, creator, generation,
+            outputs.append(_init_slots(_new_variable(Variable), y, b, creator, generation,
                                   creator is not None))
         if creator is not None:
             self._outputs = tuple([_weakref(y) for y in outputs])
