@@ -132,7 +132,7 @@ def _elementwise(name, gradient):
     `gradient(gy, x, y)` (x the input and y the output, as Variables)."""
 
     def forward(self, x):
-        return getattr(self.xp, name)(x)
+        return getattr(self.backend.xp, name)(x)  # self.xp, without the property's frame
 
     def backward(self, gy):
         return gradient(gy, self.inputs[0], self._outputs())
