@@ -48,14 +48,16 @@ class Function:
     """
 
     __slots__ = ("inputs", "_outputs", "generation", "backend",
-                 "needs_input_grad", "_output_meta", "__weakref__", "__dict__")
+                 "needs_input_grad", "_output_meta", "_saved", "__weakref__", "__dict__")
+    # _saved: save_for_backward's values (resolved by _resolve_saved), () set before each forward.
+    # A slot written per call reads cheaper than a class default (callgrind: chain 0.7% and wide
+    # 0.8% fewer instructions)
     # The creation order, set when the call is recorded: the heap's tie-break within a generation.
     # Not a slot, so that a new instance reads None: __call__ refuses an instance already recorded,
     # before forward can overwrite what that call's backward reads. The price, measured: ~430 of
     # the ~25,000 instructions per op of `chain` (a class default read and an instance dict per
     # node); every cheaper form tried left some second call unrefused
     sequence = None
-    _saved = ()  # save_for_backward's values, resolved by __call__ (see _resolve_saved)
     device = None  # set per call for backends with several devices (NumPy has one)
     op_name = None  # the name errors use; by default the class name in snake case
 
@@ -116,6 +118,7 @@ class Function:
             return self._call((x0, x1))
 
         self.backend = backend
+        self._saved = ()
         try:
             ys = self.forward(d0) if r1 is None else self.forward(d0, d1)
         except (ValueError, TypeError, IndexError) as e:
@@ -181,6 +184,7 @@ class Function:
         if not backend.single_device:
             self.device = self._common_device(backend, inputs)
         self.backend = backend
+        self._saved = ()
         try:
             if backend.needs_device_context:  # the flag spares NumPy a no-op context
                 with backend.device_context(self.device):
