@@ -42,6 +42,7 @@ DATA_DEPENDENT_SHAPES = frozenset((
     "nonzero", "argwhere", "flatnonzero", "unique", "unique_all", "unique_counts",
     "unique_inverse", "unique_values", "extract", "compress"))
 
+_new_traced = object.__new__
 _active = threading.local()  # .recorder: the Recorder of this thread, while one records
 
 
@@ -181,7 +182,9 @@ class Recorder:
         self.lines.append(line)
         if out is not None:
             self.writers[out] = line
-        if args and args[0].__class__ is Ref and (kind == "setitem" or has_side_effect(line)):
+        # (an operator, binary or unary, writes into no operand: `a += b` is an in_place line)
+        if args and args[0].__class__ is Ref and kind != "binary" and kind != "unary" and (
+                kind == "setitem" or has_side_effect(line)):
             self.writers[args[0].slot] = line  # it changed that array in place
         if kind == "store_grad":
             self.stored.add("grad")
@@ -233,8 +236,9 @@ class Recorder:
         """Record `result = target(args)` as one line and give back what the step sees: Traced
         arrays, a tuple of them, or the object itself (known by identity)."""
         inner = backend.inner
-        if _is_array(inner, result):
-            out = self.new_slot()
+        if result.__class__ in inner.scalar_types or inner.owns(result):  # _is_array, in line
+            out = self.slots
+            self.slots += 1
             self.append(kind, target, args, kwargs, out)
             if result.__class__ is inner.array_type:
                 # fresh: memory of its own that no other slot holds (asarray(x) may be x itself)
@@ -529,7 +533,7 @@ def call(backend, function, args, kwargs, kind="call"):
         result = function(*real, **unwrap(kwargs))
     else:
         result = function(*real)
-    rec = recorder()
+    rec = getattr(_active, "recorder", None)  # recorder(), in line: once per traced op
     inner = backend.inner
     if rec is None:
         return backend.traced(result, None) if inner.owns(result) else result
@@ -538,15 +542,16 @@ def call(backend, function, args, kwargs, kind="call"):
         template = rec.template(args)
     if not traced and not _is_array(inner, result):
         return result  # nothing traced in or out: a query (isdtype, finfo, result_type)
-    name = _name(kind, function)
-    # the function xp.nonzero(x) or the method x.nonzero(); where(c) alone is nonzero(c);
-    # repeat(x, counts) with counts from the step
-    if (name in DATA_DEPENDENT_SHAPES or name == "where" and len(args) == 1 and not kwargs
-            or name == "repeat" and len(args) > 1 and isinstance(args[1], Traced)):
-        rec.give_up(f"{name}'s result has a shape that depends on the values")
-    elif result is None and name not in _IN_PLACE:
-        rec.give_up(f"{name}() returned None: what it did is unknown to the tape (it may have "
-                    "changed an array in place, or written one somewhere)")
+    if kind != "binary" and kind != "unary":  # an operator's result is shaped by its operands
+        name = _name(kind, function)
+        # the function xp.nonzero(x) or the method x.nonzero(); where(c) alone is nonzero(c);
+        # repeat(x, counts) with counts from the step
+        if (name in DATA_DEPENDENT_SHAPES or name == "where" and len(args) == 1 and not kwargs
+                or name == "repeat" and len(args) > 1 and isinstance(args[1], Traced)):
+            rec.give_up(f"{name}'s result has a shape that depends on the values")
+        elif result is None and name not in _IN_PLACE:
+            rec.give_up(f"{name}() returned None: what it did is unknown to the tape (it may "
+                        "have changed an array in place, or written one somewhere)")
     return rec.wrap(backend, result, kind, function, tuple(template),
                     rec.template(kwargs) if kwargs else None)
 
@@ -753,9 +758,12 @@ class TraceBackend(backends.Backend):
         return recorded
 
     def traced(self, value, slot):
-        if value.__class__ in self.inner.scalar_types:
-            return self._scalar_type(value, slot)
-        return self.array_type(value, slot)
+        # Traced(value, slot) without the call of __init__: one per traced op
+        traced = _new_traced(self._scalar_type if value.__class__ in self.inner.scalar_types
+                             else self.array_type)
+        traced.value = value
+        traced.slot = slot
+        return traced
 
     def owns(self, array):
         return isinstance(array, Traced) and array.backend is self
