@@ -258,6 +258,29 @@ def test_a_module_keeping_state_between_calls_falls_back(layer):
         assert p.grad is not None and same(p.grad, q.grad)
 
 
+def test_a_fallen_back_recording_leaves_a_graph_of_real_arrays():
+    """The recording call of a step that falls back is an eager call: backward through its
+    result afterwards uses real arrays, saved ones included (leaky_relu saves its slopes)."""
+    np.random.seed(0)
+    layer = nn.Linear(3, in_size=2)
+    np.random.seed(0)
+    twin = nn.Linear(3, in_size=2)
+
+    def step(model, x0):
+        y = F.sum(F.leaky_relu(model(x0), slope=0.1) ** 2)
+        float(y)  # read on the host: the step falls back
+        return y
+
+    compiled = gradcore.compile(lambda x0: step(layer, x0))
+    x0 = np.array([[1.0, -2.0], [0.5, 3.0]])
+    with pytest.warns(RuntimeWarning, match="read on the host"):
+        y = compiled(x0)
+    y.backward()
+    step(twin, x0).backward()
+    for p, q in zip(layer.params(), twin.params()):
+        assert same(p.grad, q.grad)
+
+
 def test_a_compiled_steps_results_hold_no_graph_from_the_first_call_on():
     """A replay's results are plain values; the recording call's are the same, so backward
     outside the step is refused alike on every call, saying why."""

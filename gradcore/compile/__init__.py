@@ -351,6 +351,7 @@ def _make_eager(values):
         seen.add(id(f))
         if isinstance(f.backend, trace.TraceBackend):
             f.backend = f.backend.inner
+        f._saved = _real_values(f._saved)  # a slot: not among vars(f)
         for name, attribute in vars(f).items():
             setattr(f, name, _real_values(attribute))
         stack.extend(x for x in f.inputs if isinstance(x, Variable))  # not Python scalars
