@@ -241,18 +241,20 @@ class Recorder:
             self.slots += 1
             self.append(kind, target, args, kwargs, out)
             if result.__class__ is inner.array_type:
+                if getattr(result, "nbytes", REUSE_BYTES) < REUSE_BYTES and inner.owns_memory(
+                        result):
+                    # too small to lend its memory, and its own (a view is never fresh): a
+                    # number of its own is all the buffer pass needs; no weak reference, and no
+                    # alias lookup (small arrays are never entered in self.arrays)
+                    self.memory_count += 1
+                    self.lines[-1].array = ArrayFacts(result, True, self.memory_count, inner.xp)
+                    return backend.traced(result, out)
                 # fresh: memory of its own that no other slot holds (asarray(x) may be x itself)
                 seen = self.arrays.get(id(result))
                 alias = seen is not None and seen[1]() is result
                 if alias:
                     seen[0].fresh = False
                 fresh = not alias and inner.owns_memory(result)
-                if fresh and getattr(result, "nbytes", REUSE_BYTES) < REUSE_BYTES:
-                    # too small to lend its memory (and a view of it is never fresh): a number
-                    # of its own is all the buffer pass needs; no weak reference, no lookup
-                    self.memory_count += 1
-                    self.lines[-1].array = ArrayFacts(result, True, self.memory_count, inner.xp)
-                    return backend.traced(result, out)
                 try:
                     facts = ArrayFacts(result, fresh, self._memory(result), inner.xp)
                     self.arrays[id(result)] = (facts, weakref.ref(result))
