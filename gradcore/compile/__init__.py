@@ -217,9 +217,11 @@ class _Generators:
         end = backends.NUMPY.random_state(backends.CPU)
         backends.NUMPY.set_random_state(backends.CPU, self.numpy)
         for line in rec.lines:  # the draws gradcore made, again, from where they started
+            if line.kind != "call":
+                continue
             name = getattr(line.target, "__name__", "")
             owner = getattr(line.target, "__self__", None)
-            if line.kind == "call" and name in ("random_normal", "random_uniform") and getattr(
+            if name in ("random_normal", "random_uniform") and getattr(
                     owner, "xp", None) is not None and owner.device_type != "cuda":
                 line.target(*line.args)
         if _state_key(backends.NUMPY.random_state(backends.CPU)) != _state_key(end):
