@@ -624,11 +624,12 @@ class Traced:
         self.value = value
         self.slot = slot
 
-    shape = property(lambda self: self.value.shape)
-    dtype = property(lambda self: self.value.dtype)
-    ndim = property(lambda self: self.value.ndim)
-    size = property(lambda self: self.value.size)
-    device = property(lambda self: self.value.device)
+    # the value's, read by a C getter (no Python frame: the walk reads shape and dtype per edge)
+    shape = property(operator.attrgetter("value.shape"))
+    dtype = property(operator.attrgetter("value.dtype"))
+    ndim = property(operator.attrgetter("value.ndim"))
+    size = property(operator.attrgetter("value.size"))
+    device = property(operator.attrgetter("value.device"))
     T = property(lambda self: call(self.backend, operator.attrgetter("T"), (self,), None))
     mT = property(lambda self: call(self.backend, operator.attrgetter("mT"), (self,), None))
 
