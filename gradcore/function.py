@@ -167,7 +167,7 @@ class Function:
                     if backend is not None or data is None:
                         self._raise_mixed(inputs)
                     backend = x._backend
-                if data.__class__ is backend.array_type and data.ndim == 0:
+                if data.ndim == 0 and data.__class__ is backend.array_type:
                     data = _operand(data, backend)
                 xs.append(data)
                 needs.append(x._requires_grad)
@@ -206,7 +206,7 @@ class Function:
             ys, backend = self._wrap_output(ys)
         if generation >= 0 and (mode := recording()):
             y = _init_slots(_new_variable(Variable), ys, backend,
-                       self._record(inputs, needs, generation), generation + 1, True)
+                            self._record(inputs, needs, generation), generation + 1, True)
             y._sequence = self.sequence
             self._outputs = _weakref(y)
             if mode is not True:
@@ -250,7 +250,7 @@ class Function:
             if y.__class__ is not b.array_type and y.__class__ not in b.scalar_types:
                 y, b = self._wrap_output(y)
             outputs.append(_init_slots(_new_variable(Variable), y, b, creator, generation,
-                                  creator is not None))
+                                       creator is not None))
         if creator is not None:
             self._outputs = tuple([_weakref(y) for y in outputs])
             # shapes and dtypes, to make zeros for an output that dies before backward

@@ -337,13 +337,17 @@ def _materialize(value, detach=False):
 
 def _make_eager(values):
     """Real arrays, in place of traced ones, everywhere in the graph behind `values` (Variables,
-    Functions' backends, attributes and saved values), so that backward through it later runs
-    as it would through the graph an eager call builds."""
-    stack = [v for v in _flatten(values) if isinstance(v, Variable)]
+    in lists, tuples and dicts: Functions' backends, attributes and saved values), so that
+    backward through it later runs as it would through the graph an eager call builds."""
+    stack = list(values)
     seen = set()
     while stack:
         v = stack.pop()
-        if id(v) in seen:
+        if v.__class__ in (tuple, list):
+            stack.extend(v)
+        elif v.__class__ is dict:
+            stack.extend(v.values())
+        if not isinstance(v, Variable) or id(v) in seen:
             continue
         seen.add(id(v))
         _materialize(v)
@@ -353,28 +357,11 @@ def _make_eager(values):
         seen.add(id(f))
         if isinstance(f.backend, trace.TraceBackend):
             f.backend = f.backend.inner
-        f._saved = _real_values(f._saved)  # a slot: not among vars(f)
+        f._saved = trace.unwrap(f._saved)  # a slot: not among vars(f)
+        for saved in f._saved:
+            if saved.__class__ is _SavedOutput:
+                saved.array = trace.unwrap(saved.array)
         for name, attribute in vars(f).items():
-            setattr(f, name, _real_values(attribute))
+            setattr(f, name, trace.unwrap(attribute))
         stack.extend(x for x in f.inputs if isinstance(x, Variable))  # not Python scalars
         stack.extend(y for y in (ref() for ref in f.outputs) if y is not None)
-
-
-def _real_values(value):
-    """A Function's attribute with real arrays in place of traced ones (in tuples, lists and
-    saved outputs too); Variables are left to _make_eager's walk."""
-    if isinstance(value, trace.Traced):
-        return value.value
-    if isinstance(value, _SavedOutput):
-        value.array = _real_values(value.array)
-    elif value.__class__ in (tuple, list):
-        return value.__class__(_real_values(v) for v in value)
-    return value
-
-
-def _flatten(value):
-    if value.__class__ in (tuple, list):
-        return [item for v in value for item in _flatten(v)]
-    if value.__class__ is dict:
-        return [item for v in value.values() for item in _flatten(v)]
-    return [value]
