@@ -17,6 +17,8 @@ from .variable import (RETAIN_GRAD, Variable, _init_slots, dtype_kind, gradient_
 # must not lose a sum (x.grad = x.grad + g reads, then writes)
 _accumulating = threading.Lock()
 _new_variable = object.__new__
+# one class, one dtype and shape (): comparing two scalars' classes compares shapes and dtypes
+_NUMPY_SCALARS = backends.NUMPY.scalar_types
 
 
 # leaf -> the hooks to call once a backward has added all it will to the leaf's .grad
@@ -233,6 +235,7 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING):
                 f = heappop(heap)[2]
             out = f._outputs  # one output: its weak reference; several: a tuple of them
             backend = f.backend
+            array_type = backend.array_type
             if leaves_only and out.__class__ is ref and not backend.needs_device_context:
                 y = out()  # the common case, kept short
                 # was something written since f was recorded? y._sequence is f.sequence, read
@@ -266,8 +269,15 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING):
                     continue
                 if gx.__class__ is not Variable:
                     gx = gx if isinstance(gx, Variable) else Variable(gx, requires_grad=False)
-                # `is not`: NumPy's and CuPy's built-in dtypes are singletons; _conform compares
-                if gx._data.shape != x._data.shape or gx._data.dtype is not x._data.dtype:
+                # gx shaped and typed like x? Where both are NumPy scalars of one class, the class
+                # says so: shape and dtype are slow to read on scalars (callgrind: chain 4.6% fewer
+                # instructions per op, wide 0.7% more per branch). Else compare them (`is not`:
+                # NumPy's and CuPy's built-in dtypes are singletons; _conform compares)
+                data, x_data = gx._data, x._data
+                data_class = data.__class__
+                if (data_class is array_type or data_class is not x_data.__class__
+                        or data_class not in _NUMPY_SCALARS) and (
+                        data.shape != x_data.shape or data.dtype is not x_data.dtype):
                     gx = _conform(f, gx, x)
                 previous = grads.get(x)
                 if previous is not None:  # x was reached before: its creator is queued already

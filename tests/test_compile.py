@@ -51,6 +51,25 @@ def test_replay_equals_eager_for_new_inputs(fn, make):
     assert (stats["tapes"], stats["recordings"], stats["replays"]) == (1, 1, 4)
 
 
+def mixed_scalars(x0):
+    """float32 scalars whose gradients come back float64 (a float64 constant), then are cast."""
+    x = gradcore.Variable(x0)
+    h = x * 2.0
+    y = h * np.asarray(3.0) + h
+    y.backward(retain_grad=True)
+    return y, x.grad, h.grad
+
+
+def test_scalar_gradients_of_another_dtype_are_cast_in_a_replay_too():
+    # traced scalars share one class whatever their dtype: the walk must compare their dtypes
+    step = gradcore.compile(mixed_scalars)
+    for value in (1.5, -0.25, 4.0):
+        x0 = np.asarray(value, dtype=np.float32)
+        replayed, eager = step(x0), mixed_scalars(x0)
+        assert replayed[2].dtype == np.float32 and same(replayed, eager)
+    assert step.stats()["replays"] == 2
+
+
 def replays_like_eager(step, shape, calls=5):
     """`step` compiled and called `calls` times on new inputs of `shape` (standard normal), each
     result identical to eager code's; the compiled step."""

@@ -675,6 +675,18 @@ def test_a_float64_constant_still_gives_a_float32_input_a_float32_gradient(xp):
     np.testing.assert_array_equal(xp.numpy(x.grad.data), [2.0, 3.0, 4.0])
 
 
+def test_a_scalar_gradient_of_another_dtype_is_cast_too(xp):
+    # on NumPy h is a float32 scalar and its gradient a float64 one: the walk tells scalars'
+    # shapes and dtypes by their class, which must still see the two differ
+    x = var(xp, 1.5, "float32")
+    h = x * 2.0
+    y = h * xp.asarray(3.0, dtype="float64")
+    assert y.dtype == xp.float64
+    y.backward(retain_grad=True)
+    assert h.grad.dtype == xp.float32 and h.grad.item() == 3.0
+    assert x.grad.dtype == xp.float32 and x.grad.item() == 6.0
+
+
 def test_astype_is_differentiable_twice_and_its_gradient_keeps_the_input_dtype(xp):
     x = var(xp, [1.0, 2.0], "float32")
     y = F.sum(F.astype(x, xp.float64) ** 3)
