@@ -146,9 +146,9 @@ def _elementwise(name, gradient):
 #                   xp name  gradient: gy -> gx, from the input x or the output y
 Exp  = _elementwise("exp",  lambda gy, x, y: gy * y)                 # d exp = exp: reuse y
 Log  = _elementwise("log",  lambda gy, x, y: gy / x)
-Sin  = _elementwise("sin",  lambda gy, x, y: sin_grad(x, gy))        # gy * cos(x), one node
+Sin  = _elementwise("sin",  lambda gy, x, y: SinGrad()(x, gy))       # gy * cos(x), one node
 Cos  = _elementwise("cos",  lambda gy, x, y: gy * -sin(x))
-Tanh = _elementwise("tanh", lambda gy, x, y: tanh_grad(y, gy))       # gy * (1 - y**2)
+Tanh = _elementwise("tanh", lambda gy, x, y: TanhGrad()(y, gy))      # gy * (1 - y**2)
 Sqrt = _elementwise("sqrt", lambda gy, x, y: gy / (2 * y))           # 1 / (2 sqrt(x))
 Abs  = _elementwise("abs",  lambda gy, x, y: gy * _constant(x.xp.sign(x.data)))  # 0 at the kink
 # fmt: on
@@ -193,7 +193,7 @@ class SinGrad(Function):
     """gy * cos(x): sin's backward as one node instead of two (cos, then a product)."""
 
     def forward(self, x, gy):
-        return gy * self.xp.cos(x)
+        return gy * self.backend.xp.cos(x)  # self.xp, without the property's frame
 
     def backward(self, ggx):
         x, gy = self.inputs
