@@ -142,13 +142,13 @@ class Function:
                 self.inputs = (x0, x1)
                 self.needs_input_grad = (r0, r1)
             self.generation = generation
-            y = _init_slots(_new_variable(Variable), ys, backend, self, generation + 1, True, None)
+            y = _init_slots(_new_variable(Variable), ys, backend, self, generation + 1, True)
             self.sequence = y._sequence = next(_sequence)
             self._outputs = _weakref(y)  # a bare reference: one tracked object less per node
             if mode is not True:
                 anomaly.record(self)
             return y
-        return _init_slots(_new_variable(Variable), ys, backend, None, 0, False, None)
+        return _init_slots(_new_variable(Variable), ys, backend, None, 0, False)
 
     __call__._template = True  # __init_subclass__ copies it for each subclass that inherits it
 
@@ -212,7 +212,7 @@ class Function:
             if mode is not True:
                 anomaly.record(self)
             return y
-        return _init_slots(_new_variable(Variable), ys, backend, None, 0, False, None)
+        return _init_slots(_new_variable(Variable), ys, backend, None, 0, False)
 
     def _record(self, inputs, needs, generation):
         """Become a node of the graph; returns self."""

@@ -144,7 +144,8 @@ class Variable:
             requires_grad = kind == "float"
         elif requires_grad and kind != "float":
             raise _cannot_require_grad(data.dtype)
-        _init_slots(self, data, backend, None, 0, bool(requires_grad), name)
+        _init_slots(self, data, backend, None, 0, bool(requires_grad))
+        self.name = name
 
     # ---------------------------------------------------------------- data and its properties
     @property
@@ -492,14 +493,13 @@ class _RetainGrad:
 RETAIN_GRAD = _RetainGrad()
 
 
-def _init_slots(y, data, backend, creator=None, generation=0, requires_grad=False, name=None):
+def _init_slots(y, data, backend, creator=None, generation=0, requires_grad=False):
     """Set every slot a Variable starts with; returns `y`. Variable() checks its data, then comes
     here; an op's result, made by object.__new__(Variable), comes here directly (its array needs
     no check). `creator` is the Function whose output it is, if that call was recorded."""
     y._data = data
     y._backend = backend
-    y.name = name
-    y._grad = y._hooks = None
+    y.name = y._grad = y._hooks = None
     y.creator = creator
     y.generation = generation
     y._requires_grad = requires_grad
