@@ -39,7 +39,7 @@ class Tape:
     def __init__(self, recorder, outputs, fusing=True):
         self.outputs = outputs  # output slots, in the order the results template lists them
         self.guards = [line.target for line in recorder.lines if line.kind == "load_grad"]
-        lines, self.frees = _needed(recorder.lines, outputs)
+        lines, self.frees = _needed(_uncast_masks(recorder.lines, set(outputs)), outputs)
         if fusing:  # where the array library fuses (CuPy): see fuse.py
             fused = fuse(lines, _last_uses(self.frees, outputs, len(lines)), _fused_source)
             if fused is not lines:
@@ -170,6 +170,98 @@ def _reuse_buffers(lines, frees, outputs):
                     break
         rewritten.append(line)
     return rewritten
+
+
+def _uncast_masks(lines, outputs):
+    """Lines where a bool array is cast to a float dtype only to be multiplied by an array of that
+    dtype (relu's and max pooling's backward: the array API mixes no bool with float) multiply by
+    the bool array itself instead: a NumPy or CuPy ufunc converts it as it goes, to the same
+    result bit for bit, and the replay writes no float copy of the mask (conv: ~3% of a step).
+    Only where the cast's result has no other reader and nothing writes into the mask's memory
+    between the cast and the product."""
+    for line in lines:  # a loop, not any(...): the common case, no cast, costs least so
+        if line.kind == "call" and getattr(line.target, "__name__", None) == "astype":
+            break
+    else:
+        return lines
+    made = {line.out: line for line in lines if line.array is not None}
+    readers = {}
+    for line in lines:
+        for slot in slots_in(line.kwargs, slots_in(line.args, [])):
+            readers[slot] = readers.get(slot, 0) + 1
+    casts = {}  # slot of a cast's result -> (the cast line, its position)
+    dropped, kept = set(), []
+    for i, line in enumerate(lines):
+        if _is_mask_cast(line, made) and readers.get(line.out) == 1 and line.out not in outputs:
+            casts[line.out] = (line, i)
+        product = _uncast(line, i, made, casts, lines)
+        if product is not None:
+            dropped.add(id(casts.pop(_slot_of(product[1]))[0]))
+            line = product[0]
+        kept.append(line)
+    return [line for line in kept if id(line) not in dropped] if dropped else lines
+
+
+def _slot_of(value):
+    return value.slot if value.__class__ is Ref else None
+
+
+def _is_mask_cast(line, made):
+    """True for `xp.astype(mask, dtype)` of a bool array a line made, to a floating dtype, in a
+    library whose multiply is a ufunc (NumPy, CuPy: they take bool and float operands)."""
+    if line.kind != "call" or line.kwargs or len(line.args) != 2 or line.array is None:
+        return False
+    xp = line.array.xp
+    if getattr(line.target, "__name__", None) != "astype" or type(
+            getattr(xp, "multiply", None)).__name__ != "ufunc":
+        return False
+    mask = made.get(_slot_of(line.args[0]))
+    return (mask is not None and xp.isdtype(mask.array.dtype, "bool")
+            and xp.isdtype(line.array.dtype, "real floating"))
+
+
+def _uncast(line, index, made, casts, lines):
+    """(line rewritten to multiply by the mask itself, the argument it replaced) if `line`
+    multiplies a waiting cast of a mask by an array of the cast's dtype; else None."""
+    function = _ufunc(line)
+    if function is None or function.__name__ != "multiply" or len(line.args) != 2:
+        return None
+    for i in (0, 1):
+        entry = casts.get(_slot_of(line.args[i]))
+        other = made.get(_slot_of(line.args[1 - i]))
+        if entry is None or other is None:
+            continue
+        cast, start = entry
+        if not other.array.dtype == line.array.dtype == cast.array.dtype:
+            continue
+        mask = cast.args[0]
+        root = made[mask.slot].array.root
+        if any(_may_write(between, made, root) for between in lines[start + 1:index]):
+            continue
+        args = list(line.args)
+        args[i] = mask
+        new = Line(line.kind, line.target, tuple(args), line.kwargs, line.out)
+        new.array = line.array
+        return new, line.args[i]
+    return None
+
+
+def _may_write(line, made, root):
+    """True if `line` may write into the memory numbered `root` (a mask's)."""
+    if not has_side_effect(line):
+        return False
+    if line.kind in ("opaque", "store", "store_grad"):
+        return True
+    targets = []
+    if line.args:
+        targets.append(_slot_of(line.args[0]))
+    if line.kwargs and "out" in line.kwargs:
+        targets.append(_slot_of(line.kwargs["out"]))
+    for slot in targets:
+        maker = made.get(slot)
+        if slot is not None and (maker is None or maker.array.root == root):
+            return True
+    return False
 
 
 def _with_out(line, function, slot):
