@@ -914,3 +914,33 @@ class _HalfTimesWideMask(gradcore.Function):
 def test_a_mask_cast_wider_than_the_other_factor_is_kept():
     step = replays_like_eager(lambda x0: _HalfTimesWideMask()(gradcore.Variable(x0)), (64,))
     assert len(_casts(step)) == 2
+
+
+# ============================================================================ products into views
+class _Scatter(gradcore.Function):
+    """zeros(8), then z[key] = x[:n] * x[:n] for a key of `mode`; returns z."""
+
+    def __init__(self, mode):
+        self.mode = mode
+
+    def forward(self, x):
+        xp = self.xp
+        z = xp.zeros(8, dtype=xp.float32 if self.mode == "other dtype" else x.dtype)
+        if self.mode == "view":
+            z[1::2] = x[:4] * x[:4]
+        elif self.mode == "broadcast":
+            z[2:6] = x[:1] * x[:1]
+        elif self.mode == "other dtype":
+            z[1::2] = x[:4] * x[:4]
+        else:  # a constant array index: z[index] would be a copy, not a view
+            z[np.asarray([0, 3, 5])] = x[:3] * x[:3]
+        return z
+
+
+@pytest.mark.parametrize("mode, setitems", [
+    ("view", 0), ("broadcast", 1), ("other dtype", 1), ("array index", 1)])
+def test_a_product_copied_into_a_view_is_written_there_only_where_that_is_the_same(mode,
+                                                                                  setitems):
+    step = replays_like_eager(lambda x0: _Scatter(mode)(gradcore.Variable(x0)), (8,))
+    tape, = step.tapes()
+    assert sum(line.kind == "setitem" for line in tape.lines) == setitems

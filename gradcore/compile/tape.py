@@ -12,8 +12,8 @@ import operator
 
 from ..variable import Variable, note_write
 from .fuse import fuse
-from .trace import (BINARY, IN_PLACE, REUSE_BYTES, UNARY, Line, Ref, has_side_effect,
-                    slots_in)
+from .trace import (BINARY, IN_PLACE, REUSE_BYTES, UNARY, ArrayFacts, Line, Ref,
+                    has_side_effect, slots_in)
 
 INTERPRETED_REPLAYS = 2  # replays run through closures before the tape is compiled
 
@@ -39,7 +39,8 @@ class Tape:
     def __init__(self, recorder, outputs, fusing=True):
         self.outputs = outputs  # output slots, in the order the results template lists them
         self.guards = [line.target for line in recorder.lines if line.kind == "load_grad"]
-        lines, self.frees = _needed(_uncast_masks(recorder.lines, set(outputs)), outputs)
+        lines = _into_views(_uncast_masks(recorder.lines, set(outputs)), set(outputs))
+        lines, self.frees = _needed(lines, outputs)
         if fusing:  # where the array library fuses (CuPy): see fuse.py
             fused = fuse(lines, _last_uses(self.frees, outputs, len(lines)), _fused_source)
             if fused is not lines:
@@ -262,6 +263,61 @@ def _may_write(line, made, root):
         if slot is not None and (maker is None or maker.array.root == root):
             return True
     return False
+
+
+def _into_views(lines, outputs):
+    """A ufunc's result that the next line only copies into a view of another array
+    (`z[key] = a * b`: max pooling's backward filling its strided windows) is written there
+    directly, `multiply(a, b, out=z[key])`: the replay makes no array in between and copies
+    nothing (conv: ~2% of a step). Only for a basic index (slices, integers: a view), a result of
+    the view's shape and of z's dtype, read by nothing else."""
+    readers = None
+    rewritten, skip, changed = [], False, False
+    for i, line in enumerate(lines):
+        if skip:
+            skip = False
+            continue
+        after = lines[i + 1] if i + 1 < len(lines) else None
+        if (after is not None and after.kind == "setitem" and line.out is not None
+                and _slot_of(after.args[2]) == line.out and line.array is not None
+                and line.out not in outputs and _ufunc(line) is not None):
+            if readers is None:
+                readers = {}
+                for other in lines:
+                    for slot in slots_in(other.kwargs, slots_in(other.args, [])):
+                        readers[slot] = readers.get(slot, 0) + 1
+            view = _view_of(lines, i, after, readers)
+            if view is not None:
+                rewritten += view
+                skip = changed = True
+                continue
+        rewritten.append(line)
+    return rewritten if changed else lines
+
+
+def _view_of(lines, index, setitem, readers):
+    """[the view line, the ufunc line writing into it] for lines[index] and the setitem after it,
+    or None where that would change what the step computes."""
+    line = lines[index]
+    target, key = setitem.args[0], setitem.args[1]
+    if readers.get(line.out) != 1 or target.__class__ is not Ref or slots_in(key, []):
+        return None
+    if not all(k is Ellipsis or k is None or k.__class__ in (int, slice)
+               for k in (key if key.__class__ is tuple else (key,))):
+        return None  # an array index would make getitem a copy
+    maker = next((other for other in reversed(lines[:index]) if other.out == target.slot), None)
+    if maker is None or maker.array is None or maker.array.dtype != line.array.dtype:
+        return None
+    xp = line.array.xp
+    # the view as an array of the target's shape that takes no memory gives it
+    probe = xp.broadcast_to(xp.empty((), dtype=maker.array.dtype), maker.array.shape)[key]
+    if probe.shape != line.array.shape:
+        return None  # the setitem broadcasts the result: keep it
+    view = Line("binary", operator.getitem, (target, key), None, line.out)
+    view.array = ArrayFacts(probe, False, maker.array.root, xp)  # a view: the target's memory
+    into = _with_out(line, _ufunc(line), line.out)
+    into.array = None  # its memory is the target's: never lent to another line's result
+    return [view, into]
 
 
 def _with_out(line, function, slot):
