@@ -57,6 +57,9 @@ class ArrayAPIBackend(Backend):
     def zeros(self, shape, dtype, device):
         return self.xp.zeros(shape, dtype=dtype, device=self.native(device))
 
+    def empty(self, shape, dtype, device):
+        return self.xp.empty(shape, dtype=dtype, device=self.native(device))
+
     def to_device(self, array, device):
         return array.to_device(self.native(device))
 

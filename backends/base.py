@@ -56,6 +56,11 @@ class Backend:
         """A new array of zeros on `device`."""
         raise NotImplementedError
 
+    def empty(self, shape, dtype, device):
+        """A new array on `device` whose elements are whatever its memory held: for a buffer
+        every element of which is written before it is read. By default zeros."""
+        return self.zeros(shape, dtype, device)
+
     def to_device(self, array, device):
         """`array` (one of ours) moved to `device` (one of ours)."""
         raise NotImplementedError

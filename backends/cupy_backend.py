@@ -104,6 +104,10 @@ class CupyBackend(Backend):
         with self.xp.cuda.Device(self._id(device)):
             return self.xp.zeros(shape, dtype=dtype)
 
+    def empty(self, shape, dtype, device):
+        with self.xp.cuda.Device(self._id(device)):
+            return self.xp.empty(shape, dtype=dtype)
+
     def to_device(self, array, device):
         id = self._id(device)
         if array.device.id == id:

@@ -32,6 +32,9 @@ class NumpyBackend(Backend):
     def zeros(self, shape, dtype, device):
         return numpy.zeros(shape, dtype=dtype)
 
+    def empty(self, shape, dtype, device):
+        return numpy.empty(shape, dtype=dtype)
+
     def to_device(self, array, device):
         return array
 

@@ -124,6 +124,8 @@ def test_case_arrays_live_where_asked(xp):
     z = xp.backend.zeros((2, 3), a.dtype, xp.device)
     assert xp.backend.device_of(z) == xp.device and z.dtype == a.dtype
     np.testing.assert_array_equal(xp.numpy(z), np.zeros((2, 3)))
+    e = xp.backend.empty((2, 3), a.dtype, xp.device)
+    assert xp.backend.device_of(e) == xp.device and e.dtype == a.dtype and e.shape == (2, 3)
 
 
 def test_ensure_array_rewraps_scalars(xp):

@@ -729,8 +729,8 @@ class Namespace:
 
 
 # Backend methods that take or make arrays: each call is a tape line
-_RECORDED = ("asarray", "zeros", "to_device", "normalize_key", "get_item", "scatter_add",
-             "add_at", "random_normal", "random_uniform")
+_RECORDED = ("asarray", "zeros", "empty", "to_device", "normalize_key", "get_item",
+             "scatter_add", "add_at", "random_normal", "random_uniform")
 
 
 class TraceBackend(backends.Backend):

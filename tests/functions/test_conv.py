@@ -202,6 +202,23 @@ def test_max_pooling_ties_go_to_the_first_maximum_in_every_window(xp, kernel, st
     np.testing.assert_array_equal(xp.numpy(x.grad.data), np_first_max_grad(a, kernel, stride, pad))
 
 
+@pytest.mark.parametrize("size, kernel, stride, pad", [
+    (4, 2, 2, 0),   # windows tile the image: backward fills its gradient without zeroing it
+    (5, 2, 2, 0),   # the last row and column are in no window: their gradient must be 0
+    (4, 2, 2, 1),   # padding: windows tile the padded image
+    (5, 2, 2, 1),   # ... except its last row and column
+])
+def test_max_pooling_pixels_in_no_window_get_a_zero_gradient(xp, size, kernel, stride, pad):
+    # freed NaNs of the gradient's size first: uninitialised memory would likely show them
+    a = np.random.default_rng(5).standard_normal((1, 1, size, size))
+    for _ in range(3):
+        junk = xp.asarray(np.full((1, 1, size + 2 * pad, size + 2 * pad), np.nan))
+        del junk
+    x = gradcore.Variable(xp.asarray(a))
+    F.pooling(x, kernel, stride, pad).backward()
+    np.testing.assert_array_equal(xp.numpy(x.grad.data), np_first_max_grad(a, kernel, stride, pad))
+
+
 def test_max_pooling_double_backward_keeps_the_choice_of_pixels(xp):
     """gx = pooling_grad(gy) is linear in gy; its gradient with respect to gy picks, from each
     window, the pixel that got the gradient (the first maximum), whatever the values there."""
