@@ -177,9 +177,9 @@ def _uncast_masks(lines, outputs):
     """Lines where a bool array is cast to a float dtype only to be multiplied by an array of that
     dtype (relu's and max pooling's backward: the array API mixes no bool with float) multiply by
     the bool array itself instead: a NumPy or CuPy ufunc converts it as it goes, to the same
-    result bit for bit, and the replay writes no float copy of the mask (conv: ~3% of a step).
-    Only where the cast's result has no other reader and nothing writes into the mask's memory
-    between the cast and the product."""
+    result bit for bit, and the replay writes no float copy of the mask (conv: 6 MB less written
+    per step). Only where the cast's result has no other reader and nothing writes into the
+    mask's memory between the cast and the product."""
     for line in lines:  # a loop, not any(...): the common case, no cast, costs least so
         if line.kind == "call" and getattr(line.target, "__name__", None) == "astype":
             break
@@ -269,8 +269,9 @@ def _into_views(lines, outputs):
     """A ufunc's result that the next line only copies into a view of another array
     (`z[key] = a * b`: max pooling's backward filling its strided windows) is written there
     directly, `multiply(a, b, out=z[key])`: the replay makes no array in between and copies
-    nothing (conv: ~2% of a step). Only for a basic index (slices, integers: a view), a result of
-    the view's shape and of z's dtype, read by nothing else."""
+    nothing (conv: 3 MB less written per step; with _uncast_masks, 0.6% fewer instructions).
+    Only for a basic index (slices, integers: a view), a result of the view's shape and of z's
+    dtype, read by nothing else."""
     readers = None
     rewritten, skip, changed = [], False, False
     for i, line in enumerate(lines):
