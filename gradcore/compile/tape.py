@@ -39,13 +39,14 @@ class Tape:
     def __init__(self, recorder, outputs, fusing=True):
         self.outputs = outputs  # output slots, in the order the results template lists them
         self.guards = [line.target for line in recorder.lines if line.kind == "load_grad"]
-        lines = _into_views(_uncast_masks(recorder.lines, set(outputs)), set(outputs))
+        results = set(outputs)
+        lines = _into_views(_uncast_masks(recorder.lines, results), results)
         lines, self.frees = _needed(lines, outputs)
         if fusing:  # where the array library fuses (CuPy): see fuse.py
             fused = fuse(lines, _last_uses(self.frees, outputs, len(lines)), _fused_source)
             if fused is not lines:
                 lines, self.frees = _needed(fused, outputs)
-        self.lines = _reuse_buffers(lines, self.frees, set(outputs))
+        self.lines = _reuse_buffers(lines, self.frees, results)
         self.arguments = recorder.arguments
         self.ops = sum(1 for line in self.lines if line.kind not in (
             "load", "load_grad", "constant", "store", "store_grad", "guard"))
@@ -186,10 +187,7 @@ def _uncast_masks(lines, outputs):
     else:
         return lines
     made = {line.out: line for line in lines if line.array is not None}
-    readers = {}
-    for line in lines:
-        for slot in slots_in(line.kwargs, slots_in(line.args, [])):
-            readers[slot] = readers.get(slot, 0) + 1
+    readers = _readers(lines)
     casts = {}  # slot of a cast's result -> (the cast line, its position)
     dropped, kept = set(), []
     for i, line in enumerate(lines):
@@ -201,6 +199,15 @@ def _uncast_masks(lines, outputs):
             line = product[0]
         kept.append(line)
     return [line for line in kept if id(line) not in dropped] if dropped else lines
+
+
+def _readers(lines):
+    """slot -> how many line arguments refer to it."""
+    readers = {}
+    for line in lines:
+        for slot in slots_in(line.kwargs, slots_in(line.args, [])):
+            readers[slot] = readers.get(slot, 0) + 1
+    return readers
 
 
 def _slot_of(value):
@@ -283,10 +290,7 @@ def _into_views(lines, outputs):
                 and _slot_of(after.args[2]) == line.out and line.array is not None
                 and line.out not in outputs and _ufunc(line) is not None):
             if readers is None:
-                readers = {}
-                for other in lines:
-                    for slot in slots_in(other.kwargs, slots_in(other.args, [])):
-                        readers[slot] = readers.get(slot, 0) + 1
+                readers = _readers(lines)
             view = _view_of(lines, i, after, readers)
             if view is not None:
                 rewritten += view
