@@ -216,14 +216,10 @@ class _Generators:
             return
         end = backends.NUMPY.random_state(backends.CPU)
         backends.NUMPY.set_random_state(backends.CPU, self.numpy)
-        for line in rec.lines:  # the draws gradcore made, again, from where they started
-            if line.kind != "call":
-                continue
-            name = getattr(line.target, "__name__", "")
-            owner = getattr(line.target, "__self__", None)
-            if name in ("random_normal", "random_uniform") and getattr(
-                    owner, "xp", None) is not None and owner.device_type != "cuda":
-                line.target(*line.args)
+        for draw, args, kwargs in rec.draws:  # the draws gradcore made, again, from the start
+            owner = draw.__self__
+            if getattr(owner, "xp", None) is not None and owner.device_type != "cuda":
+                draw(*trace.unwrap(args), **trace.unwrap(kwargs))
         if _state_key(backends.NUMPY.random_state(backends.CPU)) != _state_key(end):
             rec.give_up("the step drew from numpy.random outside gradcore, numbers a replay "
                         "would not draw again: draw through gradcore (F.dropout, the backends' "

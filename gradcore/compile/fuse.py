@@ -14,7 +14,7 @@ fused multiply-add), so a tape compiled with check=... is not fused.
 """
 import operator
 
-from .trace import BINARY, UNARY, Line, Ref, slots_in
+from .trace import BINARY, UNARY, Line, Ref, slots_in, trace_backends
 
 # Elementwise operators cupy.fuse takes on its arguments
 _OPERATORS = frozenset(BINARY) - {operator.matmul} | frozenset(UNARY)
@@ -52,17 +52,19 @@ def _numbers_or_refs(args):
     return all(a.__class__ is Ref or a.__class__ in (int, float, bool) for a in args)
 
 
+def fusable(lines):
+    """True if a line of `lines` computes elementwise in a library that fuses (CuPy)."""
+    if not any(hasattr(backend.inner.xp, "fuse") for backend in trace_backends()):
+        return False  # no library recorded with fuses (NumPy has none): no line need be read
+    return any(map(_elementwise, lines))
+
+
 def fuse(lines, last, source_of):
     """`lines` with each run of 2 or more consecutive elementwise lines replaced by one call of a
     fused function (and a line per result it hands on). `last`: each slot's last use (its index
     in `lines`; past the end for the step's results). `source_of(lines, inputs, results)` writes
     the function's Python source and its globals (the tape's statement writer). New slots, for
     a function's tuple of results, are numbered after every slot `lines` uses."""
-    namespaces = {id(line.array.xp): line.array.xp for line in lines if line.array is not None}
-    if not any(hasattr(xp, "fuse") for xp in namespaces.values()):
-        return lines  # nothing can fuse here (NumPy has no fuse): asked once, not per line
-    if not any(map(_elementwise, lines)):
-        return lines
     spare = iter(range(max(last, default=-1) + 1, 1 << 62))
     fused, run = [], []
     for i, line in enumerate(lines):

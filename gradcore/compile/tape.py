@@ -9,10 +9,11 @@ source (`tape.source`) can be read and stepped through like any Python function.
 """
 import math
 import operator
+from itertools import repeat
 
 from ..variable import Variable, note_write
-from .fuse import fuse
-from .trace import (BINARY, IN_PLACE, REUSE_BYTES, UNARY, ArrayFacts, Line, Ref,
+from .fuse import fusable, fuse
+from .trace import (_NESTED, BINARY, IN_PLACE, REUSE_BYTES, UNARY, ArrayFacts, Line, Ref,
                     has_side_effect, slots_in)
 
 INTERPRETED_REPLAYS = 2  # replays run through closures before the tape is compiled
@@ -42,16 +43,20 @@ class Tape:
         results = set(outputs)
         lines = _into_views(_uncast_masks(recorder.lines, results), results)
         lines, self.frees = _needed(lines, outputs)
-        if fusing:  # where the array library fuses (CuPy): see fuse.py
+        if fusing and fusable(lines):  # where the array library fuses (CuPy): see fuse.py
             fused = fuse(lines, _last_uses(self.frees, outputs, len(lines)), _fused_source)
             if fused is not lines:
                 lines, self.frees = _needed(fused, outputs)
         self.lines = _reuse_buffers(lines, self.frees, results)
         self.arguments = recorder.arguments
-        self.ops = sum(1 for line in self.lines if line.kind not in (
-            "load", "load_grad", "constant", "store", "store_grad", "guard"))
         self.replays = 0
         self._run = _interpreted(self.lines, self.frees, self.arguments, outputs)
+
+    @property
+    def ops(self):
+        """How many array operations a replay runs (loads, stores and guards not counted)."""
+        return sum(1 for line in self.lines if line.kind not in (
+            "load", "load_grad", "constant", "store", "store_grad", "guard"))
 
     def variables(self):
         """The Variables (not the step's arguments) the tape loads from or stores into."""
@@ -139,14 +144,19 @@ def _ufunc(line):
     return function if type(function).__name__ == "ufunc" else None
 
 
+# Line fields read in C, by map(), where a pass asks one question of every line
+_KIND, _TARGET, _ARRAY = (operator.attrgetter(name) for name in ("kind", "target", "array"))
+_NBYTES = operator.attrgetter("nbytes")
+
+
 def _reuse_buffers(lines, frees, outputs):
     """Lines rewritten to write their result into the memory of an input they read last, as
     `multiply(a, b, out=a)`: a replay allocates less (eager code cannot know that `a` dies
     there). The input must be an array a line made (no one else's), of the result's shape and
     dtype, held by nothing after the line: not a result, not stored or handed to an opaque line
     or kept in an index key, with no view of it used later."""
-    if not any(line.array is not None and line.array.nbytes >= REUSE_BYTES for line in lines):
-        return lines
+    if max(map(_NBYTES, filter(None, map(_ARRAY, lines))), default=0) < REUSE_BYTES:
+        return lines  # nothing large enough to lend its memory (asked in C, line by line)
     last = _last_uses(frees, outputs, len(lines))
     made, views, kept = {}, {}, set()
     for i, line in enumerate(lines):
@@ -181,11 +191,8 @@ def _uncast_masks(lines, outputs):
     result bit for bit, and the replay writes no float copy of the mask (conv: 6 MB less written
     per step). Only where the cast's result has no other reader and nothing writes into the
     mask's memory between the cast and the product."""
-    for line in lines:  # a loop, not any(...): the common case, no cast, costs least so
-        if line.kind == "call" and getattr(line.target, "__name__", None) == "astype":
-            break
-    else:
-        return lines
+    if "astype" not in map(getattr, map(_TARGET, lines), repeat("__name__"), repeat(None)):
+        return lines  # the common case, no cast, asked in C: no Python step per line
     made = {line.out: line for line in lines if line.array is not None}
     readers = _readers(lines)
     casts = {}  # slot of a cast's result -> (the cast line, its position)
@@ -279,6 +286,8 @@ def _into_views(lines, outputs):
     nothing (conv: 3 MB less written per step; with _uncast_masks, 0.6% fewer instructions).
     Only for a basic index (slices, integers: a view), a result of the view's shape and of z's
     dtype, read by nothing else."""
+    if "setitem" not in map(_KIND, lines):
+        return lines  # the common case, asked in C: no Python step per line
     readers = None
     rewritten, skip, changed = [], False, False
     for i, line in enumerate(lines):
@@ -439,77 +448,48 @@ def _statement(line, w):
 
 
 # ================================================================================ interpreted
-def _spec(template):
-    """A line's arguments for the interpreter: ((is_slot, slot or constant), ...), or a function
-    of the slot values where they nest (an index key holding arrays)."""
-    spec = []
-    for a in template:
-        kind = a.__class__
-        if kind is Ref:
-            spec.append((True, a.slot))
-        elif kind in _NESTED and slots_in(a, []):
-            return _resolver(template)
-        else:
-            spec.append((False, a))
-    return tuple(spec)
-
-
-_NESTED = (tuple, list, dict, slice)
-
-
-def _resolver(template):
-    """A function of the slot values giving what a nested line argument stands for."""
-    kind = template.__class__
+def _resolve(value, values):
+    """A nested line argument (an index key holding arrays) with the slot values in its Refs."""
+    kind = value.__class__
     if kind is Ref:
-        slot = template.slot
-        return lambda values: values[slot]
-    if kind in _NESTED and slots_in(template, []):
-        if kind is dict:
-            parts = {k: _resolver(v) for k, v in template.items()}
-            return lambda values: {k: part(values) for k, part in parts.items()}
-        if kind is slice:
-            part = _resolver((template.start, template.stop, template.step))
-            return lambda values: slice(*part(values))
-        parts = [_resolver(v) for v in template]
-        return lambda values: kind([part(values) for part in parts])
-    return lambda values: template
+        return values[value.slot]
+    if kind is tuple or kind is list:
+        return kind([_resolve(v, values) for v in value])
+    if kind is dict:
+        return {k: _resolve(v, values) for k, v in value.items()}
+    if kind is slice:
+        return slice(*[_resolve(v, values) for v in (value.start, value.stop, value.step)])
+    return value
 
 
 def _interpreted(lines, frees, arguments, outputs):
-    """The replay as one loop over the lines, freeing each slot after its last use."""
-    program = []
-    for line, free in zip(lines, frees):
-        kwargs = line.kwargs
-        if kwargs and line.kind != "guard":
-            keys = tuple(kwargs)
-            kwargs = (keys, _spec(tuple(kwargs[k] for k in keys)))
-        program.append((line.kind, line.target, _spec(line.args), kwargs, line.out, free))
-
+    """The replay as one loop over the lines, freeing each slot after its last use. It reads
+    the lines as they are: building nothing ahead keeps the recording cheap (a tape that is
+    replayed more than twice is compiled, see Tape.run)."""
     def replay(*args):
         values = {}
         for index, slot, variable in arguments:
             values[slot] = args[index]._data if variable else args[index]
-        for kind, target, spec, kwargs, out, free in program:
-            xs = [values[v] if s else v for s, v in spec] if spec.__class__ is tuple else (
-                spec(values))
+        for line, free in zip(lines, frees):
+            kind, target = line.kind, line.target
+            xs = [values[a.slot] if a.__class__ is Ref else
+                  _resolve(a, values) if a.__class__ in _NESTED else a for a in line.args]
             if kind in _CALLS:
                 if kind == "method":
                     target = getattr(xs.pop(0), target)
-                if kwargs:
-                    keys, kspec = kwargs
-                    ks = [values[v] if s else v for s, v in kspec] if kspec.__class__ is tuple else (
-                        kspec(values))
-                    values[out] = target(*xs, **dict(zip(keys, ks)))
+                if line.kwargs:
+                    values[line.out] = target(*xs, **_resolve(line.kwargs, values))
                 else:
-                    values[out] = target(*xs)
+                    values[line.out] = target(*xs)
             elif kind == "setitem":
                 operator.setitem(*xs)
             elif kind == "load":
-                values[out] = (args[target] if target.__class__ is int else target)._data
+                values[line.out] = (args[target] if target.__class__ is int else target)._data
             elif kind == "load_grad":
-                values[out] = (args[target] if target.__class__ is int else target)._grad._data
+                values[line.out] = (args[target] if target.__class__ is int else
+                                    target)._grad._data
             elif kind == "constant":
-                values[out] = target
+                values[line.out] = target
             elif kind == "store":
                 _store(args[target] if target.__class__ is int else target, xs[0])
             elif kind == "store_grad":
@@ -518,7 +498,7 @@ def _interpreted(lines, frees, arguments, outputs):
                 target(*xs)
             elif kind == "guard":
                 if bool(xs[0]) is not target:
-                    raise Diverged(kwargs["where"])
+                    raise Diverged(line.kwargs["where"])
             else:
                 raise AssertionError(f"unknown tape line kind {kind!r}")
             for slot in free:

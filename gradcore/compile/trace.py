@@ -167,6 +167,7 @@ class Recorder:
         self.stored = set()         # what store and opaque lines wrote so far: "data", "grad"
         self.checked = 0            # lines[:checked] are guards and what they test: the start
         self.module_states = []     # (module, name) of each Variable the step kept on a module
+        self.draws = []             # (backend method, args, kwargs) of each random draw made
 
     # ------------------------------------------------------------ slots and lines
     def new_slot(self):
@@ -440,7 +441,8 @@ class _Adopted:
 
 
 # Calls that change an argument in place or draw random numbers: kept even if no result needs them
-_SIDE_EFFECT_CALLS = frozenset(("scatter_add", "add_at", "random_normal", "random_uniform"))
+_DRAWS = frozenset(("random_normal", "random_uniform"))
+_SIDE_EFFECT_CALLS = frozenset(("scatter_add", "add_at")) | _DRAWS
 # Attributes that hand out an array's memory as something other than an array
 _MEMORY_ATTRIBUTES = frozenset(("flat", "ctypes", "data"))
 # Methods and functions that change their first argument in place (and return None)
@@ -752,10 +754,14 @@ class TraceBackend(backends.Backend):
         self.needs_device_context = inner.needs_device_context
         self.plain = False
         for name in _RECORDED:
-            setattr(self, name, self._recorded(getattr(inner, name)))
+            setattr(self, name, self._recorded(getattr(inner, name), name in _DRAWS))
 
-    def _recorded(self, method):
+    def _recorded(self, method, draws):
         def recorded(*args, **kwargs):
+            if draws:  # noted for the check that the step drew nothing past gradcore
+                rec = recorder()
+                if rec is not None:
+                    rec.draws.append((method, args, kwargs))
             return call(self, method, args, kwargs)
         recorded.__name__ = method.__name__
         return recorded
@@ -800,6 +806,11 @@ class TraceBackend(backends.Backend):
 
 
 _backends = {}  # inner Backend -> its TraceBackend
+
+
+def trace_backends():
+    """The TraceBackends made so far (one per backend a recording has met)."""
+    return list(_backends.values())
 
 
 def trace_backend(inner):
