@@ -657,6 +657,29 @@ def test_a_branch_on_a_value_after_a_change_falls_back():
     assert compiled.stats()["fallbacks"] == 1
 
 
+def test_a_branch_on_a_parameter_after_the_update_falls_back():
+    """The parameter is read again after the optimizer's update (an opaque line): the branch
+    tests the updated value, so its guard cannot move to the start, before the update."""
+    model = nn.Linear(2, in_size=3)
+    opt = optim.SGD(lr=0.5).setup(model)
+
+    def step(x):
+        loss = F.sum(model(x) ** 2)
+        model.cleargrads()
+        loss.backward()
+        opt.update()
+        if bool(F.sum(model.W).data > 0):
+            loss = loss * 2
+        return loss
+
+    compiled = gradcore.compile(step)
+    np.random.seed(0)
+    x = np.random.randn(4, 3)
+    with pytest.warns(RuntimeWarning, match=r"decided a Python branch.*test_compile.py:\d+"):
+        compiled(x)
+    assert compiled.stats()["tapes"] == 0 and compiled.stats()["fallbacks"] == 1
+
+
 def test_indexing_out_of_range_raises_in_a_replay_as_eagerly():
     def step(x0, i):
         x = gradcore.Variable(x0)

@@ -89,11 +89,10 @@ class Line:
     "store_grad" (target._grad = a new Variable of args[0], or None), "guard" (bool(args[0]) must
     be `target` again, else the call runs eagerly)."""
 
-    __slots__ = ("kind", "target", "args", "kwargs", "out", "pinned", "array")
+    __slots__ = ("kind", "target", "args", "kwargs", "out", "array")
 
     def __init__(self, kind, target, args=(), kwargs=None, out=None):
         self.kind, self.target, self.args, self.kwargs, self.out = kind, target, args, kwargs, out
-        self.pinned = False
         self.array = None  # an ArrayFacts when the line made an array (not a scalar)
 
 
@@ -133,6 +132,27 @@ def slots_in(value, found):
     return found
 
 
+def _writers(lines):
+    """slot -> the line that last wrote it (made it, or changed it in place), and the ids of the
+    loads that read what a store or an opaque call before them left (those stay after them)."""
+    writers, pinned, stored = {}, set(), set()
+    for line in lines:
+        kind, args = line.kind, line.args
+        if kind == "load" and "data" in stored or kind == "load_grad" and stored:
+            pinned.add(id(line))
+        if line.out is not None:
+            writers[line.out] = line
+        # (an operator, binary or unary, writes into no operand: `a += b` is an in_place line)
+        if args and args[0].__class__ is Ref and kind != "binary" and kind != "unary" and (
+                kind == "setitem" or has_side_effect(line)):
+            writers[args[0].slot] = line
+        if kind == "store_grad":
+            stored.add("grad")
+        elif kind in ("store", "opaque"):
+            stored.update(("data", "grad"))
+    return writers, pinned
+
+
 def _cone(line, writers):
     """`line` and every line it depends on, through the lines that last wrote what each reads
     (one that wrote a slot again after the reader counts as well: a cone is never too small)."""
@@ -160,11 +180,9 @@ class Recorder:
         self.arguments = []         # (argument index, slot, is a Variable) per array argument
         self.grad_owners = {}       # id(grad Variable) -> the adopted Variable it is the grad of
         self.created_state = False  # the step created weights (lazy layers): record again
-        self.writers = {}           # slot -> the line that last wrote it
         self.arrays = {}            # id(array) -> (its ArrayFacts, a weak reference to it)
         self.memories = {}          # id(base array) -> (a weak reference to it, its number)
         self.memory_count = 0       # the numbers given out in memories
-        self.stored = set()         # what store and opaque lines wrote so far: "data", "grad"
         self.checked = 0            # lines[:checked] are guards and what they test: the start
         self.module_states = []     # (module, name) of each Variable the step kept on a module
         self.draws = []             # (backend method, args, kwargs) of each random draw made
@@ -175,22 +193,7 @@ class Recorder:
         return self.slots - 1
 
     def append(self, kind, target, args=(), kwargs=None, out=None):
-        line = Line(kind, target, args, kwargs, out)
-        # a load after a store (of what it loads) or an opaque call reads what they left: it
-        # stays after them
-        line.pinned = (kind == "load" and "data" in self.stored
-                       or kind == "load_grad" and bool(self.stored))
-        self.lines.append(line)
-        if out is not None:
-            self.writers[out] = line
-        # (an operator, binary or unary, writes into no operand: `a += b` is an in_place line)
-        if args and args[0].__class__ is Ref and kind != "binary" and kind != "unary" and (
-                kind == "setitem" or has_side_effect(line)):
-            self.writers[args[0].slot] = line  # it changed that array in place
-        if kind == "store_grad":
-            self.stored.add("grad")
-        elif kind in ("store", "opaque"):
-            self.stored.update(("data", "grad"))
+        self.lines.append(Line(kind, target, args, kwargs, out))
 
     def guard(self, traced, value):
         """A traced boolean decided a Python branch (a check such as labels in range): the tape
@@ -198,8 +201,11 @@ class Recorder:
         replay has changed anything. So the lines it depends on move to the tape's start, which
         needs them to change nothing and read no state a line before them changes; otherwise
         the step cannot be replayed."""
-        cone = _cone(self.writers.get(traced.slot), self.writers)
-        if traced.slot is None or any(line.pinned or has_side_effect(line) for line in cone):
+        # who wrote what is worked out here, not as lines are written: guards are few
+        writers, pinned = _writers(self.lines)
+        cone = _cone(writers.get(traced.slot), writers)
+        if traced.slot is None or any(id(line) in pinned or has_side_effect(line)
+                                      for line in cone):
             self.give_up("a traced value decided a Python branch (bool) and depends on a "
                          "change the step made")
             return
@@ -240,7 +246,8 @@ class Recorder:
         if result.__class__ in inner.scalar_types or inner.owns(result):  # _is_array, in line
             out = self.slots
             self.slots += 1
-            self.append(kind, target, args, kwargs, out)
+            line = Line(kind, target, args, kwargs, out)  # self.append, in line
+            self.lines.append(line)
             if result.__class__ is inner.array_type:
                 if getattr(result, "nbytes", REUSE_BYTES) < REUSE_BYTES and inner.owns_memory(
                         result):
@@ -248,7 +255,7 @@ class Recorder:
                     # number of its own is all the buffer pass needs; no weak reference, and no
                     # alias lookup (small arrays are never entered in self.arrays)
                     self.memory_count += 1
-                    self.lines[-1].array = ArrayFacts(result, True, self.memory_count, inner.xp)
+                    line.array = ArrayFacts(result, True, self.memory_count, inner.xp)
                     return backend.traced(result, out)
                 # fresh: memory of its own that no other slot holds (asarray(x) may be x itself)
                 seen = self.arrays.get(id(result))
@@ -261,7 +268,7 @@ class Recorder:
                     self.arrays[id(result)] = (facts, weakref.ref(result))
                 except TypeError:  # an array type without weak references: never reused
                     facts = None
-                self.lines[-1].array = facts
+                line.array = facts
             return backend.traced(result, out)
         if result.__class__ in (bool, int, float, complex):
             self.give_up(f"{_describe_target(target)} gave a Python {type(result).__name__} "
