@@ -14,7 +14,7 @@ fused multiply-add), so a tape compiled with check=... is not fused.
 """
 import operator
 
-from .trace import BINARY, UNARY, Line, Ref, slots_in, trace_backends
+from .trace import BINARY, UNARY, Line, Ref, trace_backends
 
 # Elementwise operators cupy.fuse takes on its arguments
 _OPERATORS = frozenset(BINARY) - {operator.matmul} | frozenset(UNARY)
@@ -89,7 +89,7 @@ def _fused_run(run, last, source_of, spare):
         return [line for _, line in run]
     lines = [line for _, line in run]
     made = [line.out for line in lines]
-    inputs = list(dict.fromkeys(slot for line in lines for slot in slots_in(line.args, [])
+    inputs = list(dict.fromkeys(slot for line in lines for slot in line.reads
                                 if slot not in made))
     end = run[-1][0]
     results = [slot for slot in dict.fromkeys(made) if last[slot] > end]  # read after the run

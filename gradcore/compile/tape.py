@@ -14,7 +14,7 @@ from itertools import repeat
 from ..variable import Variable, note_write
 from .fuse import fusable, fuse
 from .trace import (_NESTED, BINARY, IN_PLACE, REUSE_BYTES, UNARY, ArrayFacts, Line, Ref,
-                    has_side_effect, slots_in)
+                    has_side_effect, slots_in, trace_backends)
 
 INTERPRETED_REPLAYS = 2  # replays run through closures before the tape is compiled
 
@@ -94,24 +94,22 @@ class Tape:
 
 def _needed(lines, outputs):
     """The lines a result, a stored value or a side effect depends on, in order, and for each
-    the slots no later line reads (outputs excepted): those a replay frees after it."""
+    the set of slots no later line reads (outputs excepted): those a replay frees after it."""
     needed = set(outputs)
     used_later = set(outputs)
     kept, frees = [], []
     for line in reversed(lines):
         out = line.out
         if out in needed or has_side_effect(line):
-            reads = slots_in(line.args, [])
-            if line.kwargs:
-                slots_in(line.kwargs, reads)
+            reads = line.reads
             needed.update(reads)
-            if out is not None:
-                reads.append(out)
             free = set(reads)
+            if out is not None:
+                free.add(out)
             free -= used_later  # in C: 9.1 ms for wide's 7,005 lines, 13.4 ms as a comprehension
             used_later |= free
             kept.append(line)
-            frees.append(list(free))
+            frees.append(free)
     kept.reverse()
     frees.reverse()
     return kept, frees
@@ -165,13 +163,13 @@ def _reuse_buffers(lines, frees, outputs):
             views.setdefault(line.array.root, []).append(line.out)
         if line.kind in ("store", "store_grad", "opaque") or (
                 line.out is not None and line.array is None and line.kind != "in_place"):
-            kept.update(slots_in(line.kwargs, slots_in(line.args, [])))
+            kept.update(line.reads)
     rewritten = []
     for i, line in enumerate(lines):
         function = _ufunc(line) if line.array is not None and (
             line.array.nbytes >= REUSE_BYTES) else None
         if function is not None:
-            for slot in dict.fromkeys(slots_in(line.args, [])):
+            for slot in dict.fromkeys(line.reads):
                 facts = made.get(slot)
                 if (slot in frees[i] and slot not in outputs and slot not in kept
                         and facts is not None and facts.fresh and facts.shape == line.array.shape
@@ -191,7 +189,9 @@ def _uncast_masks(lines, outputs):
     result bit for bit, and the replay writes no float copy of the mask (conv: 6 MB less written
     per step). Only where the cast's result has no other reader and nothing writes into the
     mask's memory between the cast and the product."""
-    if "astype" not in map(getattr, map(_TARGET, lines), repeat("__name__"), repeat(None)):
+    casts = [getattr(backend.inner.xp, "astype", None) for backend in trace_backends()]
+    if not any(any(map(operator.is_, map(_TARGET, lines), repeat(cast))) for cast in casts
+               if cast is not None):
         return lines  # the common case, no cast, asked in C: no Python step per line
     made = {line.out: line for line in lines if line.array is not None}
     readers = _readers(lines)
@@ -212,7 +212,7 @@ def _readers(lines):
     """slot -> how many line arguments refer to it."""
     readers = {}
     for line in lines:
-        for slot in slots_in(line.kwargs, slots_in(line.args, [])):
+        for slot in line.reads:
             readers[slot] = readers.get(slot, 0) + 1
     return readers
 

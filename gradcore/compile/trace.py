@@ -89,10 +89,12 @@ class Line:
     "store_grad" (target._grad = a new Variable of args[0], or None), "guard" (bool(args[0]) must
     be `target` again, else the call runs eagerly)."""
 
-    __slots__ = ("kind", "target", "args", "kwargs", "out", "array")
+    __slots__ = ("kind", "target", "args", "kwargs", "out", "reads", "array")
 
-    def __init__(self, kind, target, args=(), kwargs=None, out=None):
+    def __init__(self, kind, target, args=(), kwargs=None, out=None, reads=None):
         self.kind, self.target, self.args, self.kwargs, self.out = kind, target, args, kwargs, out
+        # the slots its arguments refer to (the recorder, which has them at hand, may pass them)
+        self.reads = slots_in(kwargs, slots_in(args, [])) if reads is None else reads
         self.array = None  # an ArrayFacts when the line made an array (not a scalar)
 
 
@@ -162,8 +164,7 @@ def _cone(line, writers):
         if id(line) not in seen:
             seen.add(id(line))
             cone.append(line)
-            todo.extend(writers[slot] for slot in slots_in(line.kwargs, slots_in(line.args, []))
-                        if slot in writers)
+            todo.extend(writers[slot] for slot in line.reads if slot in writers)
     return cone
 
 
@@ -239,14 +240,15 @@ class Recorder:
             return Ref(entry[1])
         return value
 
-    def wrap(self, backend, result, kind, target, args, kwargs):
+    def wrap(self, backend, result, kind, target, args, kwargs, reads=None):
         """Record `result = target(args)` as one line and give back what the step sees: Traced
-        arrays, a tuple of them, or the object itself (known by identity)."""
+        arrays, a tuple of them, or the object itself (known by identity). `reads`: the slots
+        args and kwargs refer to, where the caller has them."""
         inner = backend.inner
         if result.__class__ in inner.scalar_types or inner.owns(result):  # _is_array, in line
             out = self.slots
             self.slots += 1
-            line = Line(kind, target, args, kwargs, out)  # self.append, in line
+            line = Line(kind, target, args, kwargs, out, reads)  # self.append, in line
             self.lines.append(line)
             if result.__class__ is inner.array_type:
                 if getattr(result, "nbytes", REUSE_BYTES) < REUSE_BYTES and inner.owns_memory(
@@ -463,17 +465,21 @@ def _name(kind, target):
     return target if kind == "method" else getattr(target, "__name__", "")
 
 
+_EFFECT_KINDS = frozenset(("in_place", "setitem", "opaque", "store", "store_grad", "guard"))
+
+
 def has_side_effect(line):
     """True for a line a replay must run although no result needs it."""
-    if line.kind in ("in_place", "setitem", "opaque", "store", "store_grad", "guard"):
+    kind = line.kind
+    if kind in _EFFECT_KINDS:
         return True
-    if line.kind in ("call", "method"):
-        target = line.target
-        name = _name(line.kind, target)
-        return (name in _SIDE_EFFECT_CALLS or name in _IN_PLACE
-                or bool(line.kwargs and "out" in line.kwargs)  # writes into out=
-                or len(line.args) > getattr(target, "nin", len(line.args)))  # a ufunc's out
-    return False
+    if kind != "call" and kind != "method":
+        return False
+    target = line.target
+    name = _name(kind, target)
+    return (name in _SIDE_EFFECT_CALLS or name in _IN_PLACE
+            or bool(line.kwargs and "out" in line.kwargs)  # writes into out=
+            or len(line.args) > getattr(target, "nin", len(line.args)))  # a ufunc's out
 
 
 def _is_array(inner, value):
@@ -519,7 +525,7 @@ def call(backend, function, args, kwargs, kind="call"):
     """Run `function` on the real arrays; while recording, also as a tape line. Results that are
     arrays come back Traced."""
     # The common case in one pass: flat arguments, Traced or constants, no keywords
-    real, template, traced = [], [], False
+    real, template, reads = [], [], []
     if not kwargs:
         for a in args:
             if isinstance(a, Traced):
@@ -528,7 +534,7 @@ def call(backend, function, args, kwargs, kind="call"):
                     template.append(a.value)
                 else:
                     template.append(Ref(a.slot))
-                    traced = True
+                    reads.append(a.slot)
             elif a.__class__ in _NESTED:
                 real = None
                 break
@@ -548,9 +554,11 @@ def call(backend, function, args, kwargs, kind="call"):
     inner = backend.inner
     if rec is None:
         return backend.traced(result, None) if inner.owns(result) else result
+    traced = bool(reads)
     if len(template) != len(args) or rec.objects:  # nested or keywords, or objects to know
         traced = _known(rec, args, kwargs)
         template = rec.template(args)
+        reads = None  # Line finds them
     if not traced and not _is_array(inner, result):
         return result  # nothing traced in or out: a query (isdtype, finfo, result_type)
     if kind != "binary" and kind != "unary":  # an operator's result is shaped by its operands
@@ -564,7 +572,7 @@ def call(backend, function, args, kwargs, kind="call"):
             rec.give_up(f"{name}() returned None: what it did is unknown to the tape (it may "
                         "have changed an array in place, or written one somewhere)")
     return rec.wrap(backend, result, kind, function, tuple(template),
-                    rec.template(kwargs) if kwargs else None)
+                    rec.template(kwargs) if kwargs else None, reads)
 
 
 # ================================================================================ Traced
