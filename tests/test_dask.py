@@ -90,9 +90,11 @@ def test_it_runs_unchanged_on_a_distributed_cluster():
                                   dashboard_address=None) as cluster, \
             distributed.Client(cluster) as client, \
             distributed.get_task_stream(client) as tasks:
-        on_cluster, _, _ = spiral_losses("dask", 4)
+        client.wait_for_workers(2, timeout=60)  # a worker still starting would not be listed
         workers = set(client.scheduler_info()["workers"])
-    # the steps' tasks ran on the cluster's two workers, not in this process
+        on_cluster, _, _ = spiral_losses("dask", 4)
+    # the steps' tasks ran on the cluster's two workers, not in this process (read before the
+    # steps: on a loaded machine the scheduler has listed none at the end, as they shut down)
     assert len(tasks.data) > 100 and len(workers) == 2
     assert {task["worker"] for task in tasks.data} <= workers
     on_numpy, _, _ = spiral_losses("cpu", 4)

@@ -39,7 +39,7 @@ class Tape:
 
     def __init__(self, recorder, outputs, fusing=True):
         self.outputs = outputs  # output slots, in the order the results template lists them
-        self.guards = [line.target for line in recorder.lines if line.kind == "load_grad"]
+        self.guards = recorder.grads_read
         results = set(outputs)
         lines = _into_views(_uncast_masks(recorder.lines, results), results)
         lines, self.frees = _needed(lines, outputs)

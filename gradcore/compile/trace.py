@@ -187,6 +187,7 @@ class Recorder:
         self.checked = 0            # lines[:checked] are guards and what they test: the start
         self.module_states = []     # (module, name) of each Variable the step kept on a module
         self.draws = []             # (backend method, args, kwargs) of each random draw made
+        self.grads_read = []        # the Variables whose grad a load_grad line reads
 
     # ------------------------------------------------------------ slots and lines
     def new_slot(self):
@@ -245,7 +246,8 @@ class Recorder:
         arrays, a tuple of them, or the object itself (known by identity). `reads`: the slots
         args and kwargs refer to, where the caller has them."""
         inner = backend.inner
-        if result.__class__ in inner.scalar_types or inner.owns(result):  # _is_array, in line
+        if (result.__class__ is inner.array_type or result.__class__ in inner.scalar_types
+                or inner.owns(result)):  # _is_array, in line (the common case first)
             out = self.slots
             self.slots += 1
             line = Line(kind, target, args, kwargs, out, reads)  # self.append, in line
@@ -318,6 +320,7 @@ class Recorder:
             owner = self.grad_owners.get(id(v))
             if owner is not None and owner._grad is v:
                 self.append("load_grad", owner, out=slot)
+                self.grads_read.append(owner)
             else:
                 self.append("load", v, out=slot)
             self.adopted[id(v)] = _Adopted(v, data, v._backend, v._grad)
