@@ -657,6 +657,17 @@ def test_a_branch_on_a_value_after_a_change_falls_back():
     assert compiled.stats()["fallbacks"] == 1
 
 
+def test_an_array_passed_by_keyword_only_is_read_by_the_replay():
+    def step(x0):
+        x = gradcore.Variable(x0)
+        return gradcore.Variable(x.xp.clip(a=x.data * 2.0, a_min=0.0, a_max=3.0))
+
+    compiled = gradcore.compile(step)
+    for x in (np.array([-1.0, 0.5, 1.0]), np.array([1.0, 2.0, 0.25]), np.array([0.0, 3.0, 1.0])):
+        assert same(compiled(x), step(x))
+    assert compiled.stats()["replays"] == 2
+
+
 def test_a_branch_on_a_parameter_after_the_update_falls_back():
     """The parameter is read again after the optimizer's update (an opaque line): the branch
     tests the updated value, so its guard cannot move to the start, before the update."""

@@ -558,7 +558,7 @@ def call(backend, function, args, kwargs, kind="call"):
     if rec is None:
         return backend.traced(result, None) if inner.owns(result) else result
     traced = bool(reads)
-    if len(template) != len(args) or rec.objects:  # nested or keywords, or objects to know
+    if kwargs or len(template) != len(args) or rec.objects:  # nested, keywords, objects to know
         traced = _known(rec, args, kwargs)
         template = rec.template(args)
         reads = None  # Line finds them
