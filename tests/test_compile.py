@@ -668,6 +668,27 @@ def test_an_array_passed_by_keyword_only_is_read_by_the_replay():
     assert compiled.stats()["replays"] == 2
 
 
+@pytest.mark.parametrize("by", ["keyword", "position"])
+def test_a_branch_on_an_array_written_through_out_falls_back(by):
+    """A ufunc's out= (by keyword or by position) writes into k: the branch tests what it wrote,
+    so its guard cannot move to the start, before the write."""
+    def step(x0):
+        x = gradcore.Variable(x0)
+        k = x.xp.zeros((2,), dtype=x.xp.float64)
+        if by == "keyword":
+            x.xp.multiply(x.data, -1.0, out=k)
+        else:
+            x.xp.multiply(x.data, -1.0, k)
+        return gradcore.Variable(k * 10.0 if bool(x.xp.sum(k) > 0) else k)
+
+    compiled = gradcore.compile(step)
+    with pytest.warns(RuntimeWarning, match=r"decided a Python branch.*test_compile.py:\d+"):
+        compiled(np.array([1.0, 2.0]))
+    for x in (np.array([-1.0, -2.0]), np.array([2.0, 1.0])):
+        assert same(compiled(x), step(x))
+    assert compiled.stats()["fallbacks"] == 1
+
+
 def test_a_branch_on_a_parameter_after_the_update_falls_back():
     """The parameter is read again after the optimizer's update (an opaque line): the branch
     tests the updated value, so its guard cannot move to the start, before the update."""

@@ -14,7 +14,7 @@ from itertools import repeat
 from ..variable import Variable, note_write
 from .fuse import fusable, fuse
 from .trace import (_NESTED, BINARY, IN_PLACE, REUSE_BYTES, UNARY, ArrayFacts, Line, Ref,
-                    has_side_effect, slots_in, trace_backends)
+                    has_side_effect, slots_in, trace_backends, written)
 
 INTERPRETED_REPLAYS = 2  # replays run through closures before the tape is compiled
 
@@ -267,14 +267,9 @@ def _may_write(line, made, root):
         return False
     if line.kind in ("opaque", "store", "store_grad"):
         return True
-    targets = []
-    if line.args:
-        targets.append(_slot_of(line.args[0]))
-    if line.kwargs and "out" in line.kwargs:
-        targets.append(_slot_of(line.kwargs["out"]))
-    for slot in targets:
+    for slot in written(line):
         maker = made.get(slot)
-        if slot is not None and (maker is None or maker.array.root == root):
+        if maker is None or maker.array.root == root:
             return True
     return False
 

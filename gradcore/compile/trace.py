@@ -139,15 +139,13 @@ def _writers(lines):
     loads that read what a store or an opaque call before them left (those stay after them)."""
     writers, pinned, stored = {}, set(), set()
     for line in lines:
-        kind, args = line.kind, line.args
+        kind = line.kind
         if kind == "load" and "data" in stored or kind == "load_grad" and stored:
             pinned.add(id(line))
         if line.out is not None:
             writers[line.out] = line
-        # (an operator, binary or unary, writes into no operand: `a += b` is an in_place line)
-        if args and args[0].__class__ is Ref and kind != "binary" and kind != "unary" and (
-                kind == "setitem" or has_side_effect(line)):
-            writers[args[0].slot] = line
+        for slot in written(line):
+            writers[slot] = line
         if kind == "store_grad":
             stored.add("grad")
         elif kind in ("store", "opaque"):
@@ -454,7 +452,8 @@ class _Adopted:
 
 # Calls that change an argument in place or draw random numbers: kept even if no result needs them
 _DRAWS = frozenset(("random_normal", "random_uniform"))
-_SIDE_EFFECT_CALLS = frozenset(("scatter_add", "add_at")) | _DRAWS
+_ADDS_INTO_FIRST = frozenset(("scatter_add", "add_at"))
+_SIDE_EFFECT_CALLS = _ADDS_INTO_FIRST | _DRAWS
 # Attributes that hand out an array's memory as something other than an array
 _MEMORY_ATTRIBUTES = frozenset(("flat", "ctypes", "data"))
 # Methods and functions that change their first argument in place (and return None)
@@ -483,6 +482,26 @@ def has_side_effect(line):
     return (name in _SIDE_EFFECT_CALLS or name in _IN_PLACE
             or bool(line.kwargs and "out" in line.kwargs)  # writes into out=
             or len(line.args) > getattr(target, "nin", len(line.args)))  # a ufunc's out
+
+
+def written(line):
+    """The slots `line` writes into in place: the target of `a += b` or of a setitem, the first
+    argument of a call that changes it (sort, copyto, scatter_add, ...), and a ufunc's out, given
+    by keyword or by position. (An operator, binary or unary, writes into no operand.)"""
+    kind, args = line.kind, line.args
+    if kind == "in_place" or kind == "setitem":
+        return slots_in(args[:1], [])
+    if kind != "call" and kind != "method":
+        return []
+    target = line.target
+    name = _name(kind, target)
+    found = slots_in(args[:1], []) if name in _IN_PLACE or name in _ADDS_INTO_FIRST else []
+    if line.kwargs and "out" in line.kwargs:
+        slots_in(line.kwargs["out"], found)
+    nin = getattr(target, "nin", None)  # a ufunc: arguments past its inputs are outputs
+    if nin is not None:
+        slots_in(args[nin:], found)
+    return found
 
 
 def _is_array(inner, value):
