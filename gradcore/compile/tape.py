@@ -227,7 +227,7 @@ def _is_mask_cast(line, made):
     if line.kind != "call" or line.kwargs or len(line.args) != 2 or line.array is None:
         return False
     xp = line.array.xp
-    if getattr(line.target, "__name__", None) != "astype" or type(
+    if line.target is not getattr(xp, "astype", None) or type(
             getattr(xp, "multiply", None)).__name__ != "ufunc":
         return False
     mask = made.get(_slot_of(line.args[0]))
