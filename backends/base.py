@@ -24,6 +24,7 @@ class Backend:
     plain = False         # one device and no device context needed: set by backends.register
     lazy = False          # results are recipes until computed (Dask): see `persist`
     inner = None          # for a backend whose arrays wrap another backend's: that backend
+    captures_graphs = False  # True when `capture` records work as a graph to launch again (CuPy)
 
     def owns(self, array):
         """True if `array` is one of this backend's arrays."""
@@ -124,6 +125,19 @@ class Backend:
         that holds how they were made; in the same pass, so are the arrays given to `assign`
         since the last persist (in place). Only lazy backends have anything to do."""
         return arrays
+
+    def capture(self, run):
+        """(graph, what `run()` returned): the work `run()` queues on the current device,
+        captured to be launched again with one call and no Python, where `captures_graphs`.
+        Nothing is computed until `graph.launch()`, the first time included. Every launch does
+        the same work on the same memory: it reads the arrays `run` read as they are then, and
+        writes the arrays it returned afresh; random numbers drawn in it are the same at every
+        launch. The memory the graph uses is its own for as long as the graph lives."""
+        raise NotImplementedError(f"{self.name} arrays are not captured as graphs")
+
+    def graph_memory(self, device):
+        """Bytes of device memory held by the graphs `capture` made that are still alive."""
+        return 0
 
     def synchronize(self, device):
         """Block until all work queued on `device` is done (for honest timing)."""

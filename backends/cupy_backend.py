@@ -1,5 +1,7 @@
 """CuPy: the GPU backend. Imported only when a CuPy array or a "cuda" device is first seen."""
+import contextlib
 import importlib
+import weakref
 
 from .base import Backend, DeviceUnavailableError
 from .device import Device
@@ -56,16 +58,34 @@ def scatter_add_converted(scatter_add, xp, target, index, values):
                     + ", ".join(sorted(ATOMIC_ADD_DTYPES)))
 
 
+class CudaGraph:
+    """A captured CUDA graph with what it needs alive: the memory pool its arrays came from."""
+
+    def __init__(self, cuda, graph, pool, stream):
+        self.cuda, self.graph, self.pool, self.stream = cuda, graph, pool, stream
+        self.device = cuda.runtime.getDevice()  # where it was captured
+
+    def launch(self):
+        """Run the captured work on its GPU's current stream (after what was queued on it)."""
+        if self.cuda.runtime.getDevice() == self.device:
+            self.graph.launch()
+        else:
+            with self.cuda.Device(self.device):
+                self.graph.launch()
+
+
 class CupyBackend(Backend):
     name = "cupy"
     device_type = "cuda"
     needs_device_context = True
+    captures_graphs = True
 
     def __init__(self):
         cupy = import_cupy()
         self.xp = cupy
         self.array_type = cupy.ndarray
         self._devices = {}  # id -> Device; cupy.cuda.Device is unhashable, so key on .id
+        self._graphs = weakref.WeakSet()  # the CudaGraphs still alive (their memory counted)
 
     def _device(self, id):
         device = self._devices.get(id)
@@ -149,6 +169,31 @@ class CupyBackend(Backend):
     def set_random_state(self, device, state):
         with self.xp.cuda.Device(self._id(device)):
             self.xp.random.seed(state)
+
+    def capture(self, run):
+        cuda = self.xp.cuda
+        # The arrays made while capturing come from a pool of the graph's own: every launch
+        # writes them again, so no other array may be given their memory while the graph lives
+        # (freed into the default pool, they would be). The capture runs on a stream of its own
+        # (CUDA captures none on the legacy default stream); launches run on the current one.
+        pool = cuda.MemoryPool()
+        stream = cuda.Stream(non_blocking=True)
+        with stream, cuda.using_allocator(pool.malloc):
+            stream.begin_capture()  # relaxed mode: the pool may call cudaMalloc meanwhile
+            try:
+                results = run()
+            except BaseException:
+                with contextlib.suppress(Exception):  # a failure invalidates the capture
+                    stream.end_capture()
+                raise
+            graph = stream.end_capture()
+        captured = CudaGraph(cuda, graph, pool, stream)
+        self._graphs.add(captured)
+        return captured, results
+
+    def graph_memory(self, device):
+        with self.xp.cuda.Device(self._id(device)):
+            return sum(graph.pool.total_bytes() for graph in list(self._graphs))
 
     def synchronize(self, device):
         self.xp.cuda.Device(self._id(device)).synchronize()

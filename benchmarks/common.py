@@ -225,7 +225,8 @@ def replayed(run):
         raise RuntimeError(f"gradcore.compile did not record a tape: {stats['why eager']}")
     # calls: how many times `run` ran here (a training step advances the model each time)
     compiled.facts = {"recording_s": recording, "tape_ops": stats["ops"][0],
-                      "calls": 4 + stats["replays"], "call_overhead_us": _call_overhead(run)}
+                      "calls": 4 + stats["replays"], "call_overhead_us": _call_overhead(run),
+                      "graphs": stats["graphs"][0], "why_not_graphs": stats["why not graphs"]}
     return compiled
 
 

@@ -36,14 +36,17 @@ class Meter:
 
     CPU: the process's peak resident set (VmHWM; ru_maxrss without /proc). GPU: for CuPy
     (gradcore and the floor), every allocation of the default memory pool goes through a counting
-    allocator, so the peak is of bytes in use, not of bytes the pool keeps; for PyTorch,
-    torch.cuda's peak statistics (max_memory_allocated), the same quantity.
+    allocator, so the peak is of bytes in use, not of bytes the pool keeps, and the memory the
+    replay's CUDA graphs hold (their own pools, filled when they were captured, before the
+    baseline) counts on top, as a step's: without graphs those arrays would come and go within
+    it; for PyTorch, torch.cuda's peak statistics (max_memory_allocated), the same quantity.
     """
 
     def __init__(self, kind, device):
         self.kind = kind
         self.device = device
         self.baseline = 0
+        self._graphs = lambda: 0  # bytes held by device graphs (CuPy's, for gradcore)
         if device.type == "cpu":
             if _vm_hwm() is not None:
                 self.source = ("VmHWM of /proc/self/status (peak resident set), reset by "
@@ -59,11 +62,15 @@ class Meter:
         else:
             import cupy  # this child runs on a GPU: CuPy is there
 
-            self.source = "CuPy memory pool: peak of used_bytes(), every allocation counted"
+            import backends
+
+            self.source = ("CuPy memory pool: peak of used_bytes(), every allocation counted, "
+                           "plus the memory held by CUDA graphs")
             self._pool = cupy.get_default_memory_pool()
             self._highest = self._pool.used_bytes()
             cupy.cuda.set_allocator(self._counting_malloc)
             self._peak = lambda: self._highest
+            self._graphs = lambda: backends.get_backend("cupy").graph_memory(device)
 
     def _counting_malloc(self, size):
         memory = self._pool.malloc(size)
@@ -95,7 +102,7 @@ class Meter:
 
     def peak_mib(self):
         """The highest memory use since `start()`, less the baseline, in MiB."""
-        return (self._peak() - self.baseline) / MIB
+        return (self._peak() - self.baseline + self._graphs()) / MIB
 
     def facts(self):
         return {"meter": self.source, "baseline_mib": self.baseline / MIB}

@@ -239,6 +239,10 @@ def _notes(record, library, report):
                      f"{replay['recording_s'] * 1e3:.3g} ms{times} (the median of three, "
                      f"after a first that pays one-time set-up): a tape of "
                      f"{replay['tape_ops']:,} ops, replayed as compiled Python"
+                     + (f" launching {replay['graphs']} device graph(s) for its runs of GPU ops"
+                        if replay.get("graphs") else "")
+                     + (f" (not as graphs: {'; '.join(replay['why_not_graphs'])})"
+                        if replay.get("why_not_graphs") else "")
                      + (f"; a call costs {replay['call_overhead_us']:.2g} µs besides its ops"
                         if "call_overhead_us" in replay else ""))
     for key, entry in record.get("references", {}).items():

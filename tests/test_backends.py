@@ -1,8 +1,11 @@
 """backends: Device values, type-keyed dispatch, moves between devices, and the CUDA errors."""
+import gc
 import pathlib
 import re
 import subprocess
 import sys
+import types
+import weakref
 
 import numpy as np
 import pytest
@@ -335,3 +338,120 @@ def test_asarray_on_puts_lists_and_other_devices_arrays_on_the_device():
     a = np.arange(3)
     assert backends.asarray_on(a, "cpu") is a  # already there: no copy
     np.testing.assert_array_equal(backends.asarray_on(on1, "cpu"), [1, 2, 3])
+
+
+class _StandInCuda:
+    """Stands in for cupy.cuda in CupyBackend.capture: notes what the capture did, in order."""
+
+    def __init__(self, fail_end=False):
+        self.events, self.allocator, self.current = [], None, 0
+        self.fail_end = fail_end
+        outer = self
+
+        class MemoryPool:
+            def __init__(self):
+                self.bytes = 1024
+
+            def malloc(self, size):
+                return size
+
+            def total_bytes(self):
+                return self.bytes
+
+        class Stream:
+            def __init__(self, non_blocking=False):
+                assert non_blocking  # never the legacy default stream, which syncs with all
+
+            def __enter__(self):
+                outer.events.append("stream")
+
+            def __exit__(self, *exc):
+                outer.events.append("stream done")
+
+            def begin_capture(self):
+                outer.events.append("begin")
+
+            def end_capture(self):
+                outer.events.append("end")
+                if outer.fail_end:
+                    raise RuntimeError("capture invalidated")
+                return types.SimpleNamespace(launch=lambda: outer.events.append(
+                    f"launch on {outer.current}"))
+
+        class using_allocator:
+            def __init__(self, allocator):
+                self.allocator = allocator
+
+            def __enter__(self):
+                outer.allocator = self.allocator
+
+            def __exit__(self, *exc):
+                outer.allocator = None
+
+        class Device:
+            def __init__(self, id):
+                self.id = id
+
+            def __enter__(self):
+                self.previous, outer.current = outer.current, self.id
+
+            def __exit__(self, *exc):
+                outer.current = self.previous
+
+        self.MemoryPool, self.Stream, self.using_allocator, self.Device = (
+            MemoryPool, Stream, using_allocator, Device)
+        self.runtime = types.SimpleNamespace(getDevice=lambda: outer.current)
+
+
+def _stand_in_cupy_backend(cuda):
+    from backends.cupy_backend import CupyBackend
+
+    backend = object.__new__(CupyBackend)  # no GPU here: __init__ would look for one
+    backend.xp = types.SimpleNamespace(cuda=cuda)
+    backend._graphs = weakref.WeakSet()
+    backend._devices = {}
+    return backend
+
+
+def test_cupy_capture_runs_the_step_in_a_capture_with_a_pool_of_its_own():
+    cuda = _StandInCuda()
+    backend = _stand_in_cupy_backend(cuda)
+
+    def run():
+        cuda.events.append("run")
+        assert cuda.allocator is not None  # arrays made while capturing: the graph's own pool
+        return ("result",)
+
+    graph, results = backend.capture(run)
+    assert results == ("result",)
+    assert cuda.events == ["stream", "begin", "run", "end", "stream done"]
+    assert backend.graph_memory(None) == 1024  # its pool, while the graph lives
+    with cuda.Device(1):
+        graph.launch()  # launched on the GPU it was captured on
+    assert cuda.events[-1] == "launch on 0"
+    del graph
+    gc.collect()
+    assert backend.graph_memory(None) == 0
+
+
+def test_a_failed_cupy_capture_is_ended_and_its_error_raised():
+    cuda = _StandInCuda(fail_end=True)
+    backend = _stand_in_cupy_backend(cuda)
+
+    def run():
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    with pytest.raises(RuntimeError, match="not permitted when stream is capturing"):
+        backend.capture(run)
+    assert cuda.events == ["stream", "begin", "end", "stream done"]
+    assert cuda.allocator is None and backend.graph_memory(None) == 0
+
+
+def test_the_cuda_graph_names_capture_uses_exist_in_cupy():
+    cupy = pytest.importorskip("cupy")
+    for name in ("MemoryPool", "Stream", "using_allocator", "Device"):
+        assert hasattr(cupy.cuda, name), name
+    for name in ("begin_capture", "end_capture"):
+        assert hasattr(cupy.cuda.Stream, name), name
+    assert hasattr(cupy.cuda.MemoryPool, "total_bytes") and hasattr(cupy.cuda.Graph, "launch")
+    assert hasattr(cupy.cuda.runtime, "getDevice") and hasattr(cupy, "may_share_memory")

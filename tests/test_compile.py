@@ -429,6 +429,8 @@ def test_compile_checks_its_arguments():
         gradcore.compile(3)
     with pytest.raises(ValueError, match="cache_size"):
         gradcore.compile(chain, cache_size=0)
+    with pytest.raises(ValueError, match="graphs must be True or False"):
+        gradcore.compile(chain, graphs="yes")
     decorated = gradcore.compile(cache_size=2)(chain)
     assert decorated.cache_size == 2 and decorated.__name__ == "chain"
 

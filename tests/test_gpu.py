@@ -8,6 +8,7 @@ import backends
 import gradcore
 import gradcore.functions as F
 from gradcore import Variable, nn, optim
+from test_compile import _training
 
 pytestmark = pytest.mark.gpu
 
@@ -87,3 +88,48 @@ def test_the_demo_trains_on_cuda_as_on_cpu():
     assert on_gpu["device"] == "cuda" or str(on_gpu["device"]).startswith("cuda")
     assert on_gpu["accuracy"] > 0.95
     assert abs(on_gpu["accuracy"] - on_cpu["accuracy"]) < 0.03
+
+
+def _batch(rng):
+    return (backends.to_device(rng.standard_normal((32, 20)).astype(np.float32), "cuda"),
+            backends.to_device(rng.integers(0, 10, 32), "cuda"))
+
+
+def test_a_compiled_step_replays_through_cuda_graphs_as_the_eager_step():
+    # check=True: every replay runs beside the eager step from the same state and must agree
+    # bit for bit (check turns fusion off); from the third replay on, through CUDA graphs
+    np.random.seed(0)
+    _, _, step = _training(optim.Adam, layers=(64, 10))  # weights made on the GPU
+    compiled = gradcore.compile(step, check=True)
+    rng = np.random.default_rng(0)
+    for _ in range(8):
+        compiled(*_batch(rng))
+    stats = compiled.stats()
+    assert stats["graphs"][0] >= 1, stats["why not graphs"]
+    assert stats["why not graphs"] == [] and stats["checked replays"] == 6
+    cupy_backend = backends.get_backend("cupy")
+    assert cupy_backend.graph_memory(backends.parse_device("cuda")) > 0
+
+
+def test_results_of_cuda_graph_launches_are_the_callers():
+    np.random.seed(1)
+    _, _, step = _training(optim.Adam, layers=(64, 10))
+    compiled = gradcore.compile(step)
+    rng = np.random.default_rng(1)
+    losses = [compiled(*_batch(rng)) for _ in range(8)]
+    kept = [float(loss.data) for loss in losses]
+    assert compiled.stats()["graphs"][0] >= 1
+    for _ in range(2):
+        compiled(*_batch(rng))
+    assert [float(loss.data) for loss in losses] == kept  # later launches changed none
+
+
+def test_dropout_draws_new_masks_at_every_replay_on_cuda():
+    def step(x):
+        h = F.tanh(F.tanh(Variable(x) * 2.0) * 3.0 + 1.0)
+        return F.tanh(F.dropout(h, 0.5) * 2.0 + 1.0) * 3.0
+
+    compiled = gradcore.compile(step)
+    x = backends.to_device(np.ones(4096, dtype=np.float32), "cuda")
+    masks = {compiled(x).numpy().tobytes() for _ in range(6)}
+    assert len(masks) == 6 and compiled.stats()["graphs"][0] >= 1

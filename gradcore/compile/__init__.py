@@ -37,7 +37,7 @@ class Compiled:
     """A function compiled with gradcore.compile: call it as the function; `stats()` says what
     happened so far."""
 
-    def __init__(self, fn, cache_size=8, check=False):
+    def __init__(self, fn, cache_size=8, check=False, graphs=True):
         if not callable(fn):
             raise TypeError(f"gradcore.compile: expected a function, got {type(fn).__name__}")
         if not isinstance(cache_size, int) or cache_size < 1:
@@ -47,9 +47,12 @@ class Compiled:
                 isinstance(check, int) and check >= 0):
             raise ValueError(f"gradcore.compile: check must be True, False or a number of "
                              f"replays, got {check!r}")
+        if graphs is not True and graphs is not False:
+            raise ValueError(f"gradcore.compile: graphs must be True or False, got {graphs!r}")
         functools.update_wrapper(self, fn)
         self.fn = fn
         self.check = check
+        self.graphs = graphs
         self.cache_size = cache_size
         self._tapes = collections.OrderedDict()  # key -> Tape, the most recently used last
         self._eager = {}  # key -> why calls with that key run eagerly
@@ -117,7 +120,8 @@ class Compiled:
             warnings.warn(f"gradcore.compile: {self.__name__} runs eagerly for these arguments: "
                           f"{reason} at {where}", RuntimeWarning, stacklevel=3)
         else:
-            tape = Tape(rec, slots, fusing=not self.check)  # fused: not bitwise
+            tape = Tape(rec, slots, fusing=not self.check,  # fused: not bitwise
+                        graphs=self.graphs)
             tape.results = shape
             self._tapes[key] = tape
             while len(self._tapes) > self.cache_size:
@@ -143,12 +147,16 @@ class Compiled:
 
     def stats(self):
         """A dict: tapes held, ops in each, recordings, replays, eager calls, fallbacks, and
-        why each key that fell back did."""
-        return {"tapes": len(self._tapes), "ops": [t.ops for t in self._tapes.values()],
+        why each key that fell back did; on a library with device graphs (CuPy), the runs of
+        each tape replayed as graphs, and why a run is not."""
+        tapes = self._tapes.values()
+        return {"tapes": len(self._tapes), "ops": [t.ops for t in tapes],
                 "recordings": self._counts["recordings"], "replays": self._counts["replays"],
                 "eager calls": self._counts["eager calls"],
                 "checked replays": self._counts["checked replays"],
-                "fallbacks": self._counts["fallbacks"], "why eager": list(self._eager.values())}
+                "fallbacks": self._counts["fallbacks"], "why eager": list(self._eager.values()),
+                "graphs": [sum(g.graph is not None for g in t.graphed) for t in tapes],
+                "why not graphs": [g.why for t in tapes for g in t.graphed if g.why is not None]}
 
     def tapes(self):
         """The tapes held, most recently used last (each has `source` and `ops`)."""
@@ -160,15 +168,17 @@ class Compiled:
         self._eager.clear()
 
 
-def compile(fn=None, *, cache_size=8, check=False):
+def compile(fn=None, *, cache_size=8, check=False, graphs=True):
     """Compile `fn` (a training or inference step) to replay recorded tapes; usable as
     `@gradcore.compile` or `@gradcore.compile(cache_size=4)`. `cache_size`: how many tapes
     (one per argument signature) are kept. `check`: N (or True for every replay) runs the first N
     replays of each tape beside the eager step, from the same state, and raises ReplayMismatch
-    at the first difference (the eager step's results and state are kept)."""
+    at the first difference (the eager step's results and state are kept). `graphs`: on CuPy,
+    replay runs of GPU operations as CUDA graphs (one launch each; their memory is held with
+    the tape); False launches every operation from Python."""
     if fn is None:
-        return lambda f: Compiled(f, cache_size, check)
-    return Compiled(fn, cache_size, check)
+        return lambda f: Compiled(f, cache_size, check, graphs)
+    return Compiled(fn, cache_size, check, graphs)
 
 
 # `gradcore.compile` is this function (the package's name is taken by it on gradcore), so what

@@ -26,6 +26,7 @@ class Snapshot:
         self.variables = list({id(v): v for v in (*tape.variables(),
                                                   *(a for a in args if isinstance(a, Variable)))
                                }.values())
+        self.arrays = [v._data for v in self.variables]
         self.data = [_copy(v._data) for v in self.variables]
         self.grads = [v._grad for v in self.variables]
         self.optimizers = tape.optimizers()
@@ -33,8 +34,15 @@ class Snapshot:
         self.random = backends.NUMPY.random_state(backends.CPU)
 
     def restore(self):
-        for v, data, grad in zip(self.variables, self.data, self.grads):
-            v._data, v._grad = _copy(data), grad
+        for v, array, data, grad in zip(self.variables, self.arrays, self.data, self.grads):
+            backend = backends.backend_of(array) if array is not None else None
+            if backend is not None and backend.owns(array) and backend.owns_memory(array):
+                # the same array, its values put back: what holds it (a device graph reading
+                # it where it is) sees the state as it was
+                v._data = backend.assign(array, data)
+            else:
+                v._data = _copy(data)
+            v._grad = grad
         for opt, state in zip(self.optimizers, self.states):
             opt.load_state_dict(state)
         backends.NUMPY.set_random_state(backends.CPU, self.random)

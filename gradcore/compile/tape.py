@@ -13,6 +13,7 @@ from itertools import repeat
 
 from ..variable import Variable, note_write
 from .fuse import fusable, fuse
+from .graph import Graphed, graph_backend, graphed
 from .trace import (_NESTED, BINARY, IN_PLACE, REUSE_BYTES, UNARY, ArrayFacts, Line, Ref,
                     has_side_effect, slots_in, trace_backends, written)
 
@@ -37,7 +38,7 @@ def _store_grad(v, value):
 class Tape:
     """One recorded step: `run(*args)` replays it and returns the arrays its results hold."""
 
-    def __init__(self, recorder, outputs, fusing=True):
+    def __init__(self, recorder, outputs, fusing=True, graphs=True):
         self.outputs = outputs  # output slots, in the order the results template lists them
         self.guards = recorder.grads_read
         results = set(outputs)
@@ -50,6 +51,9 @@ class Tape:
         self.lines = _reuse_buffers(lines, self.frees, results)
         self.arguments = recorder.arguments
         self.replays = 0
+        self.graphs = graphs  # runs of device lines become device graphs when compiled (graph.py)
+        self.graphed = []     # those runs, once compiled
+        self._program = None  # (lines, frees) as compiled
         self._run = _interpreted(self.lines, self.frees, self.arguments, outputs)
 
     @property
@@ -81,15 +85,34 @@ class Tape:
     def run(self, *args):
         self.replays += 1
         if self.replays == INTERPRETED_REPLAYS + 1:
-            source, namespace = _source(self.lines, self.frees, self.arguments, self.outputs)
+            source, namespace = _source(*self._compiled(), self.arguments, self.outputs)
             exec(compile(source, "<gradcore.compile tape>", "exec"), namespace)
             self._run = namespace["replay"]
         return self._run(*args)
 
+    def _compiled(self):
+        """The lines and frees the compiled replay runs: the tape's, with runs of device lines as
+        graphs where the array library captures them."""
+        if self._program is None:
+            lines, frees = self.lines, self.frees
+            backend = graph_backend(lines) if self.graphs else None
+            if backend is not None:
+                lines, frees, self.graphed = graphed(lines, frees, self.outputs, self.arguments,
+                                                     backend, _interpreted)
+            self._program = lines, frees
+        return self._program
+
     @property
     def source(self):
-        """The replay as the source of a Python function."""
-        return _source(self.lines, self.frees, self.arguments, self.outputs)[0]
+        """The replay as the source of a Python function; after it, that of each run of lines
+        it calls as a device graph (named as the replay calls it)."""
+        writer = _Writer()
+        source = _source(*self._compiled(), self.arguments, self.outputs, writer)[0]
+        for name, target in list(writer.namespace.items()):
+            if target.__class__ is Graphed:
+                source += "\n" + _fused_source(target.lines, target.inputs, target.outputs,
+                                               name, writer)[0]
+        return source
 
 
 def _needed(lines, outputs):
@@ -379,19 +402,20 @@ class _Writer:
         return ", ".join(parts)
 
 
-def _fused_source(lines, inputs, results):
-    """The source of `fused(inputs) -> results` doing `lines`, and its globals."""
-    writer = _Writer()
+def _fused_source(lines, inputs, results, name="fused", writer=None):
+    """The source of `fused(inputs) -> results` doing `lines` (or of `name`), and its globals
+    (`writer`'s, if given: names shared with another function's source)."""
+    writer = _Writer() if writer is None else writer
     body = [_statement(line, writer) for line in lines]
     returned = ", ".join(f"v{slot}" for slot in results)
-    source = (f"def fused({', '.join(f'v{slot}' for slot in inputs)}):\n"
+    source = (f"def {name}({', '.join(f'v{slot}' for slot in inputs)}):\n"
               + "".join(f"    {s}\n" for s in body) + f"    return {returned}\n")
     return source, writer.namespace
 
 
-def _source(lines, frees, arguments, outputs):
+def _source(lines, frees, arguments, outputs, writer=None):
     """The replay function's source, and the globals it runs with."""
-    writer = _Writer()
+    writer = _Writer() if writer is None else writer
     body = []
     for index, slot, variable in arguments:
         body.append(f"v{slot} = a{index}._data" if variable else f"v{slot} = a{index}")
@@ -457,15 +481,18 @@ def _resolve(value, values):
     return value
 
 
-def _interpreted(lines, frees, arguments, outputs):
+def _interpreted(lines, frees, arguments, outputs, inspect=None):
     """The replay as one loop over the lines, freeing each slot after its last use. It reads
     the lines as they are: building nothing ahead keeps the recording cheap (a tape that is
-    replayed more than twice is compiled, see Tape.run)."""
+    replayed more than twice is compiled, see Tape.run). `inspect(line, values)`, if given, is
+    called before each line runs, with the slots' values (a graph's capture checks them)."""
     def replay(*args):
         values = {}
         for index, slot, variable in arguments:
             values[slot] = args[index]._data if variable else args[index]
         for line, free in zip(lines, frees):
+            if inspect is not None:
+                inspect(line, values)
             kind, target = line.kind, line.target
             xs = [values[a.slot] if a.__class__ is Ref else
                   _resolve(a, values) if a.__class__ in _NESTED else a for a in line.args]

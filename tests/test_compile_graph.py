@@ -1,0 +1,262 @@
+"""gradcore.compile's device graphs (graph.py), on NumPy with a stand-in for CUDA graphs.
+
+Every test of test_compile.py runs here again with the stand-in on and runs of one device line
+or more captured: a replay through graphs must give what eager code gives, bit for bit, in every
+case those tests cover. The tests below are about graphs themselves.
+"""
+import numpy as np
+import pytest
+
+import backends
+import gradcore
+import gradcore.functions as F
+from gradcore import optim
+from gradcore.compile import graph as graphs_module
+from test_compile import *  # noqa: F401,F403 (collected again, with graphs on)
+from test_compile import _batches, _training, same
+
+
+class StandInGraphs:
+    """Stands in for CUDA graphs on NumPy (NumPy has none: CuPy's role).
+
+    CUDA computes nothing while capturing and everything at each launch; the stand-in computes
+    at the capture and skips the first launch, which the caller sees alike. Later launches run
+    the captured work again on the same arrays: what it read, as they are then; its results
+    written into the first results' memory (a graph's results are the same memory at every
+    launch: a NumPy scalar among them becomes a 0-d array); the random numbers of the capture
+    drawn again, and the generator left where it was (a graph repeats its draws)."""
+
+    def __init__(self):
+        self.captures = 0
+        self.launches = 0
+        self.refuse = None  # a message: the next capture fails with it, as CUDA refuses a wait
+
+    def capture(self, run):
+        if self.refuse is not None:
+            raise RuntimeError(self.refuse)
+        self.captures += 1
+        state = np.random.get_state()
+        results = tuple(np.array(r) if isinstance(r, np.generic) else r for r in run())
+        return _StandInGraph(self, run, results, state), results
+
+
+class _StandInGraph:
+    def __init__(self, owner, run, results, state):
+        self.owner, self.run, self.results, self.state = owner, run, results, state
+        self.captured = True  # the capture computed what the first launch would
+
+    def launch(self):
+        self.owner.launches += 1
+        if self.captured:
+            self.captured = False
+            return
+        now = np.random.get_state()
+        np.random.set_state(self.state)
+        try:
+            results = self.run()
+        finally:
+            np.random.set_state(now)
+        for static, result in zip(self.results, results):
+            if isinstance(static, np.ndarray):
+                np.copyto(static, result)
+
+
+@pytest.fixture(autouse=True)
+def graph_stand_in(monkeypatch):
+    """A StandInGraphs as NumPy's graphs, capturing runs of any length, for every test here."""
+    stand_in = StandInGraphs()
+    monkeypatch.setattr(backends.NUMPY, "captures_graphs", True, raising=False)
+    monkeypatch.setattr(backends.NUMPY, "capture", stand_in.capture, raising=False)
+    monkeypatch.setattr(graphs_module, "GRAPH_MIN_LINES", 1)
+    return stand_in
+
+
+def test_a_training_step_replays_through_graphs(graph_stand_in):
+    eager_model, _, eager_step = _training(optim.Adam)
+    model, _, step = _training(optim.Adam)
+    compiled = gradcore.compile(step)
+    kept = []
+    for i, (x, t) in enumerate(_batches(8)):
+        np.random.seed(i)  # the lazy weights draw from it
+        expected = eager_step(x, t)
+        np.random.seed(i)
+        got = compiled(x, t)
+        kept.append((got, expected))
+        for p, q in zip(model.params(), eager_model.params()):
+            assert same(p.data, q.data) and same(p.grad, q.grad)
+    # a result is the caller's: the launches after it changed nothing in it
+    assert all(same(got, expected) for got, expected in kept)
+    stats = compiled.stats()
+    assert stats["graphs"][0] >= 1 and stats["why not graphs"] == []
+    assert graph_stand_in.captures == stats["graphs"][0]
+    # weights made, recorded, 2 replays as lines, then 4 through the graphs
+    assert graph_stand_in.launches == 4 * graph_stand_in.captures
+
+
+def test_new_arguments_are_copied_in_and_grads_copied_out(graph_stand_in):
+    def step(x0):
+        x = gradcore.Variable(x0)
+        y = F.sum(F.tanh(x) * x)
+        y.backward()
+        return y, x.grad
+
+    compiled = gradcore.compile(step)
+    rng = np.random.default_rng(0)
+    results = []
+    for _ in range(6):
+        x0 = rng.standard_normal(5)
+        results.append((x0, compiled(x0)))
+    assert graph_stand_in.launches > 0
+    for x0, got in results:  # each kept its values through the launches after it
+        assert same(got, step(x0))
+
+
+def test_a_parameter_replaced_between_calls_is_read_as_it_is_now(graph_stand_in):
+    w = gradcore.Parameter(np.ones(3))
+
+    def step(x0):
+        return F.sum(gradcore.Variable(x0) * w * 2.0 + 1.0)
+
+    compiled = gradcore.compile(step)
+    x0 = np.arange(3.0)
+    for _ in range(4):
+        assert same(compiled(x0), step(x0))
+    captures = graph_stand_in.captures
+    w.data = np.full(3, 5.0)  # another array: the graph read the old one
+    assert same(compiled(x0), step(x0))
+    assert same(compiled(x0), step(x0))
+    assert graph_stand_in.captures == captures + 1  # captured again, the new array staged
+    w.data[...] = 7.0  # in place, read as it is at the next launch
+    assert same(compiled(x0), step(x0))
+    w.data = np.full(3, 2.0)  # staged now: copied in, no capture
+    assert same(compiled(x0), step(x0)) and graph_stand_in.captures == captures + 1
+
+
+def test_a_step_updating_weights_by_assignment_replays_through_graphs(graph_stand_in):
+    w0 = np.random.default_rng(0).standard_normal((3, 2))
+    w, eager_w = gradcore.Parameter(w0.copy()), gradcore.Parameter(w0.copy())
+
+    def make(w):
+        def step(x0):
+            loss = F.sum(F.matmul(gradcore.Variable(x0), w) ** 2)
+            w.cleargrad()
+            loss.backward()
+            w.data = w.data - 0.1 * w.grad.data  # a new array at every call: staged
+            return loss
+        return step
+
+    compiled, eager = gradcore.compile(make(w)), make(eager_w)
+    rng = np.random.default_rng(1)
+    for _ in range(6):
+        x0 = rng.standard_normal((4, 3))
+        assert same(compiled(x0), eager(x0))
+        assert same(w.data, eager_w.data)
+    assert graph_stand_in.launches > 0 and compiled.stats()["why not graphs"] == []
+
+
+def test_random_draws_stay_out_of_graphs_and_differ_at_every_call(graph_stand_in):
+    def step(x0):
+        return F.dropout(gradcore.Variable(x0) * 2.0, 0.5) + 1.0
+
+    compiled = gradcore.compile(step)
+    x0 = np.ones(64)
+    masks = []
+    for i in range(6):
+        np.random.seed(i)
+        got = compiled(x0)
+        np.random.seed(i)
+        assert same(got, step(x0))
+        masks.append(got.data.tobytes())
+    assert len(set(masks)) == 6 and graph_stand_in.launches > 0
+
+
+def test_a_step_writing_into_its_argument_keeps_the_run_as_lines(graph_stand_in):
+    def step(x0):
+        x = gradcore.Variable(x0)
+        y = x * 2.0
+        np.multiply(x.data, 3.0, out=x.data)  # the caller's array, in place
+        return y + 1.0
+
+    compiled = gradcore.compile(step)
+    for i in range(5):
+        a, b = np.full(3, float(i)), np.full(3, float(i))
+        assert same(compiled(a), step(b)) and same(a, b)
+    why = compiled.stats()["why not graphs"]
+    assert why and "writes in place into an array that is new at every call" in why[0]
+
+
+def test_a_run_the_library_refuses_to_capture_runs_as_lines(graph_stand_in):
+    graph_stand_in.refuse = "operation not permitted when stream is capturing"
+    kept = []
+    compiled = gradcore.compile(lambda x0: F.exp(gradcore.Variable(x0)) * 3.0)
+    for i in range(5):
+        x0 = np.full(2, float(i))
+        kept.append(compiled(x0))
+        assert same(kept[-1], F.exp(gradcore.Variable(x0)) * 3.0)
+    stats = compiled.stats()
+    assert stats["graphs"] == [0] and graph_stand_in.launches == 0
+    assert "the capture failed: RuntimeError: operation not permitted" in stats[
+        "why not graphs"][0]
+
+
+def test_graphs_false_launches_every_line(graph_stand_in):
+    compiled = gradcore.compile(lambda x0: F.exp(gradcore.Variable(x0)) * 3.0, graphs=False)
+    for i in range(5):
+        compiled(np.full(2, float(i)))
+    assert compiled.stats()["graphs"] == [0] and graph_stand_in.captures == 0
+
+
+def test_a_bad_label_still_runs_eagerly_and_raises(graph_stand_in):
+    model, _, step = _training(optim.SGD)
+    compiled = gradcore.compile(step)
+    for x, t in _batches(5):
+        compiled(x, t)
+    assert graph_stand_in.launches > 0
+    x, t = _batches(1)[0]
+    t[0] = 7  # 3 classes
+    with pytest.raises(IndexError):
+        compiled(x, t)
+
+
+def test_the_source_calls_each_graph_in_its_runs_place(graph_stand_in):
+    compiled = gradcore.compile(lambda x0: F.tanh(gradcore.Variable(x0) * 2.0))
+    for i in range(4):
+        compiled(np.full(2, float(i)))
+    tape, = compiled.tapes()
+    assert len(tape.graphed) == 1 and tape.graphed[0].graph is not None
+    assert "f0(" in tape.source or "f1(" in tape.source
+
+
+def test_small_runs_are_left_as_lines(graph_stand_in, monkeypatch):
+    monkeypatch.setattr(graphs_module, "GRAPH_MIN_LINES", 4)
+    compiled = gradcore.compile(lambda x0: F.tanh(gradcore.Variable(x0) * 2.0))
+    for i in range(4):
+        compiled(np.full(2, float(i)))
+    assert compiled.tapes()[0].graphed == [] and graph_stand_in.captures == 0
+
+
+def test_an_array_made_from_host_values_is_made_outside_graphs(graph_stand_in):
+    def step(x0):
+        x = gradcore.Variable(x0)
+        w = x.xp.asarray([1.0, 2.0, 3.0])  # copied from the host: not in a graph
+        return F.tanh(x * w) * 2.0
+
+    compiled = gradcore.compile(step)
+    for i in range(5):
+        x0 = np.full(3, float(i))
+        assert same(compiled(x0), step(x0))
+    tape, = compiled.tapes()
+    inside = [getattr(line.target, "__name__", "") for g in tape.graphed for line in g.lines]
+    assert inside and "asarray" not in inside and graph_stand_in.launches > 0
+
+
+def test_check_compares_replays_through_graphs_with_the_eager_step(graph_stand_in):
+    model, _, step = _training(optim.Adam)
+    compiled = gradcore.compile(step, check=True)
+    for i, (x, t) in enumerate(_batches(7)):
+        np.random.seed(i)
+        compiled(x, t)  # each replay agrees with the eager step run from the same state
+    stats = compiled.stats()
+    assert stats["checked replays"] == 5 and stats["graphs"][0] >= 1
+    # the state was put back into the same arrays: the graphs read them where they are
+    assert stats["why not graphs"] == [] and graph_stand_in.captures == stats["graphs"][0]
