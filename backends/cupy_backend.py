@@ -61,17 +61,27 @@ def scatter_add_converted(scatter_add, xp, target, index, values):
 class CudaGraph:
     """A captured CUDA graph with what it needs alive: the memory pool its arrays came from."""
 
-    def __init__(self, cuda, graph, pool, stream):
-        self.cuda, self.graph, self.pool, self.stream = cuda, graph, pool, stream
-        self.device = cuda.runtime.getDevice()  # where it was captured
+    def __init__(self, cupy, graph, pool, stream):
+        self.cupy, self.graph, self.pool, self.stream = cupy, graph, pool, stream
+        self.device = cupy.cuda.runtime.getDevice()  # where it was captured
+        self._last = None  # the stream of the last launch
 
-    def launch(self):
-        """Run the captured work on its GPU's current stream (after what was queued on it)."""
-        if self.cuda.runtime.getDevice() == self.device:
-            self.graph.launch()
-        else:
-            with self.cuda.Device(self.device):
-                self.graph.launch()
+    def launch(self, copies=()):
+        """Copy each (buffer, value) of `copies` into its buffer, then run the captured work, on
+        the current stream of the GPU it was captured on: after what was queued there, and after
+        the last launch if that went to another stream (the graph's memory is the same)."""
+        cuda = self.cupy.cuda
+        if cuda.runtime.getDevice() != self.device:
+            with cuda.Device(self.device):
+                return self.launch(copies)
+        stream = cuda.get_current_stream()
+        last = self._last
+        if last is not None and last.ptr != stream.ptr:
+            last.synchronize()
+        for buffer, value in copies:
+            self.cupy.copyto(buffer, value)
+        self.graph.launch(stream)
+        self._last = stream
 
 
 class CupyBackend(Backend):
@@ -187,7 +197,7 @@ class CupyBackend(Backend):
                     stream.end_capture()
                 raise
             graph = stream.end_capture()
-        captured = CudaGraph(cuda, graph, pool, stream)
+        captured = CudaGraph(self.xp, graph, pool, stream)
         self._graphs.add(captured)
         return captured, results
 

@@ -375,8 +375,8 @@ class _StandInCuda:
                 outer.events.append("end")
                 if outer.fail_end:
                     raise RuntimeError("capture invalidated")
-                return types.SimpleNamespace(launch=lambda: outer.events.append(
-                    f"launch on {outer.current}"))
+                return types.SimpleNamespace(launch=lambda stream: outer.events.append(
+                    f"launch on {outer.current}, stream {stream.ptr}"))
 
         class using_allocator:
             def __init__(self, allocator):
@@ -398,16 +398,29 @@ class _StandInCuda:
             def __exit__(self, *exc):
                 outer.current = self.previous
 
+        class Current:
+            """A stream launches go to (cupy.cuda.get_current_stream's)."""
+
+            def __init__(self, ptr):
+                self.ptr = ptr
+
+            def synchronize(self):
+                outer.events.append(f"wait for stream {self.ptr}")
+
         self.MemoryPool, self.Stream, self.using_allocator, self.Device = (
             MemoryPool, Stream, using_allocator, Device)
         self.runtime = types.SimpleNamespace(getDevice=lambda: outer.current)
+        self.streams = {ptr: Current(ptr) for ptr in (7, 8)}
+        self.stream = 7
+        self.get_current_stream = lambda: self.streams[self.stream]
 
 
 def _stand_in_cupy_backend(cuda):
     from backends.cupy_backend import CupyBackend
 
     backend = object.__new__(CupyBackend)  # no GPU here: __init__ would look for one
-    backend.xp = types.SimpleNamespace(cuda=cuda)
+    backend.xp = types.SimpleNamespace(cuda=cuda, copyto=lambda buffer, value: cuda.events.append(
+        f"copy {value} into {buffer}"))
     backend._graphs = weakref.WeakSet()
     backend._devices = {}
     return backend
@@ -427,8 +440,13 @@ def test_cupy_capture_runs_the_step_in_a_capture_with_a_pool_of_its_own():
     assert cuda.events == ["stream", "begin", "run", "end", "stream done"]
     assert backend.graph_memory(None) == 1024  # its pool, while the graph lives
     with cuda.Device(1):
-        graph.launch()  # launched on the GPU it was captured on
-    assert cuda.events[-1] == "launch on 0"
+        graph.launch([("buffer", "x")])  # on the GPU it was captured on, its inputs copied first
+    assert cuda.events[-2:] == ["copy x into buffer", "launch on 0, stream 7"]
+    graph.launch()
+    cuda.stream = 8  # another stream: the last launch's work is waited for, the buffers shared
+    graph.launch()
+    assert cuda.events[-3:] == ["launch on 0, stream 7", "wait for stream 7",
+                                "launch on 0, stream 8"]
     del graph
     gc.collect()
     assert backend.graph_memory(None) == 0
@@ -455,3 +473,4 @@ def test_the_cuda_graph_names_capture_uses_exist_in_cupy():
         assert hasattr(cupy.cuda.Stream, name), name
     assert hasattr(cupy.cuda.MemoryPool, "total_bytes") and hasattr(cupy.cuda.Graph, "launch")
     assert hasattr(cupy.cuda.runtime, "getDevice") and hasattr(cupy, "may_share_memory")
+    assert hasattr(cupy.cuda, "get_current_stream") and hasattr(cupy, "copyto")

@@ -45,8 +45,10 @@ class _StandInGraph:
         self.owner, self.run, self.results, self.state = owner, run, results, state
         self.captured = True  # the capture computed what the first launch would
 
-    def launch(self):
+    def launch(self, copies=()):
         self.owner.launches += 1
+        for buffer, value in copies:
+            np.copyto(buffer, value)
         if self.captured:
             self.captured = False
             return

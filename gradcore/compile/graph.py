@@ -215,10 +215,7 @@ class Graphed:
         graph = self.graph
         if graph is not None:
             if self._same_inputs(values):
-                assign = self.backend.assign
-                for i, buffer in self._buffers:
-                    assign(buffer, values[i])
-                graph.launch()
+                graph.launch([(buffer, values[i]) for i, buffer in self._buffers])
                 self.launches += 1
                 return self._handed_out()
             self.graph = None  # an input is another array now: capture again, staging it
@@ -293,7 +290,7 @@ class Graphed:
         self.graph, self._buffers, self._direct, self._results = graph, buffers, direct, results
         self._copied = [escapes and result.__class__ is backend.array_type
                         for result, escapes in zip(results, self.escaping)]
-        graph.launch()
+        graph.launch()  # the buffers hold the values already
         self.launches += 1
         return self._handed_out()
 
