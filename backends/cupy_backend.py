@@ -1,6 +1,7 @@
 """CuPy: the GPU backend. Imported only when a CuPy array or a "cuda" device is first seen."""
 import contextlib
 import importlib
+import threading
 import weakref
 
 from .base import Backend, DeviceUnavailableError
@@ -56,6 +57,19 @@ def scatter_add_converted(scatter_add, xp, target, index, values):
         return target
     raise TypeError(f"scatter_add: CuPy cannot scatter-add {target.dtype} arrays; use one of "
                     + ", ".join(sorted(ATOMIC_ADD_DTYPES)))
+
+
+def _refusing_in(thread, allocator):
+    """A pinned memory allocator that refuses in `thread` (capturing a CUDA graph) and is
+    `allocator` elsewhere. CuPy copies an array from the host through pinned memory it reuses as
+    soon as the copy looks done: captured, the copy would be made again at every launch from
+    whatever that memory holds by then. Refused, the capture fails and the run stays op by op."""
+    def allocate(size):
+        if threading.get_ident() == thread:
+            raise RuntimeError("an array copied from host memory inside the capture of a CUDA "
+                               "graph (CuPy reuses the pinned buffer it goes through)")
+        return allocator(size)
+    return allocate
 
 
 class CudaGraph:
@@ -188,18 +202,37 @@ class CupyBackend(Backend):
         # (CUDA captures none on the legacy default stream); launches run on the current one.
         pool = cuda.MemoryPool()
         stream = cuda.Stream(non_blocking=True)
-        with stream, cuda.using_allocator(pool.malloc):
-            stream.begin_capture()  # relaxed mode: the pool may call cudaMalloc meanwhile
-            try:
-                results = run()
-            except BaseException:
-                with contextlib.suppress(Exception):  # a failure invalidates the capture
-                    stream.end_capture()
-                raise
-            graph = stream.end_capture()
+        pinned = self._pinned_allocator()
+        cuda.set_pinned_memory_allocator(_refusing_in(threading.get_ident(), pinned))
+        try:
+            with stream, cuda.using_allocator(pool.malloc):
+                stream.begin_capture()  # relaxed mode: the pool may call cudaMalloc meanwhile
+                try:
+                    results = run()
+                except BaseException:
+                    with contextlib.suppress(Exception):  # a failure invalidates the capture
+                        stream.end_capture()
+                    raise
+                graph = stream.end_capture()
+        finally:
+            cuda.set_pinned_memory_allocator(pinned)
         captured = CudaGraph(self.xp, graph, pool, stream)
         self._graphs.add(captured)
         return captured, results
+
+    def _pinned_allocator(self):
+        """CuPy's pinned memory allocator now, as set_pinned_memory_allocator takes it back:
+        the default pool's malloc, or the plain one. One of the user's own cannot be read back:
+        a RuntimeError, so that no capture runs without the check below."""
+        cuda = self.xp.cuda
+        memory = cuda.alloc_pinned_memory(1).mem
+        pool = self.xp.get_default_pinned_memory_pool()
+        if memory.__class__ is cuda.pinned_memory.PooledPinnedMemory and memory.pool() is pool:
+            return pool.malloc
+        if memory.__class__ is cuda.pinned_memory.PinnedMemory:
+            return cuda.pinned_memory._malloc
+        raise RuntimeError("a pinned memory allocator of the user's own is set, which a CUDA "
+                           "graph's capture cannot put back after refusing host copies")
 
     def graph_memory(self, device):
         with self.xp.cuda.Device(self._id(device)):

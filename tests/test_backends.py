@@ -4,6 +4,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import threading
 import types
 import weakref
 
@@ -407,6 +408,28 @@ class _StandInCuda:
             def synchronize(self):
                 outer.events.append(f"wait for stream {self.ptr}")
 
+        class PinnedMemory:
+            pass
+
+        class PooledPinnedMemory(PinnedMemory):
+            def __init__(self, pool):
+                self.pool = weakref.ref(pool)
+
+        class PinnedPool:
+            def malloc(self, size):
+                return types.SimpleNamespace(mem=PooledPinnedMemory(self))
+
+        self.pinned_pool = PinnedPool()
+        self.pinned_memory = types.SimpleNamespace(
+            PinnedMemory=PinnedMemory, PooledPinnedMemory=PooledPinnedMemory,
+            _malloc=lambda size: types.SimpleNamespace(mem=PinnedMemory()))
+        self.pinned = self.pinned_pool.malloc  # CuPy's default: its pinned pool
+
+        def set_pinned_memory_allocator(allocator):
+            self.pinned = allocator
+
+        self.set_pinned_memory_allocator = set_pinned_memory_allocator
+        self.alloc_pinned_memory = lambda size: self.pinned(size)
         self.MemoryPool, self.Stream, self.using_allocator, self.Device = (
             MemoryPool, Stream, using_allocator, Device)
         self.runtime = types.SimpleNamespace(getDevice=lambda: outer.current)
@@ -419,8 +442,9 @@ def _stand_in_cupy_backend(cuda):
     from backends.cupy_backend import CupyBackend
 
     backend = object.__new__(CupyBackend)  # no GPU here: __init__ would look for one
-    backend.xp = types.SimpleNamespace(cuda=cuda, copyto=lambda buffer, value: cuda.events.append(
-        f"copy {value} into {buffer}"))
+    backend.xp = types.SimpleNamespace(
+        cuda=cuda, get_default_pinned_memory_pool=lambda: cuda.pinned_pool,
+        copyto=lambda buffer, value: cuda.events.append(f"copy {value} into {buffer}"))
     backend._graphs = weakref.WeakSet()
     backend._devices = {}
     return backend
@@ -433,10 +457,19 @@ def test_cupy_capture_runs_the_step_in_a_capture_with_a_pool_of_its_own():
     def run():
         cuda.events.append("run")
         assert cuda.allocator is not None  # arrays made while capturing: the graph's own pool
+        # a copy from the host goes through pinned memory: refused in the capturing thread,
+        # served as before in any other
+        with pytest.raises(RuntimeError, match="copied from host memory inside the capture"):
+            cuda.alloc_pinned_memory(8)
+        elsewhere = []
+        thread = threading.Thread(target=lambda: elsewhere.append(cuda.alloc_pinned_memory(8)))
+        thread.start()
+        thread.join()
+        assert elsewhere[0].mem.pool() is cuda.pinned_pool
         return ("result",)
 
     graph, results = backend.capture(run)
-    assert results == ("result",)
+    assert results == ("result",) and cuda.pinned == cuda.pinned_pool.malloc  # put back
     assert cuda.events == ["stream", "begin", "run", "end", "stream done"]
     assert backend.graph_memory(None) == 1024  # its pool, while the graph lives
     with cuda.Device(1):
@@ -459,18 +492,28 @@ def test_a_failed_cupy_capture_is_ended_and_its_error_raised():
     def run():
         raise RuntimeError("operation not permitted when stream is capturing")
 
+    cuda.set_pinned_memory_allocator(cuda.pinned_memory._malloc)  # no pool: CuPy's other way
     with pytest.raises(RuntimeError, match="not permitted when stream is capturing"):
         backend.capture(run)
     assert cuda.events == ["stream", "begin", "end", "stream done"]
     assert cuda.allocator is None and backend.graph_memory(None) == 0
+    assert cuda.pinned is cuda.pinned_memory._malloc
+    cuda.set_pinned_memory_allocator(lambda size: types.SimpleNamespace(mem=object()))
+    with pytest.raises(RuntimeError, match="pinned memory allocator of the user's own"):
+        backend.capture(run)  # one that cannot be put back: no capture at all
+    assert cuda.events.count("begin") == 1
 
 
 def test_the_cuda_graph_names_capture_uses_exist_in_cupy():
     cupy = pytest.importorskip("cupy")
-    for name in ("MemoryPool", "Stream", "using_allocator", "Device"):
+    for name in ("MemoryPool", "Stream", "using_allocator", "Device", "alloc_pinned_memory",
+                 "set_pinned_memory_allocator"):
         assert hasattr(cupy.cuda, name), name
     for name in ("begin_capture", "end_capture"):
         assert hasattr(cupy.cuda.Stream, name), name
     assert hasattr(cupy.cuda.MemoryPool, "total_bytes") and hasattr(cupy.cuda.Graph, "launch")
     assert hasattr(cupy.cuda.runtime, "getDevice") and hasattr(cupy, "may_share_memory")
     assert hasattr(cupy.cuda, "get_current_stream") and hasattr(cupy, "copyto")
+    pinned = cupy.cuda.pinned_memory
+    assert all(hasattr(pinned, name) for name in ("PinnedMemory", "PooledPinnedMemory", "_malloc"))
+    assert hasattr(cupy, "get_default_pinned_memory_pool")
