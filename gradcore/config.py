@@ -14,6 +14,7 @@ _train = contextvars.ContextVar("gradcore.train", default=True)
 
 # False, True or ANOMALY for this thread. A bound C method: the hot path reads it with no frame.
 recording = _recording.get
+training = _train.get  # Config.train, read the same way (a compiled step's key, at every call)
 
 
 def is_grad_enabled():

@@ -162,6 +162,16 @@ def test_the_cache_keeps_the_most_recent_tapes():
     assert step.stats()["tapes"] == 2 and step.stats()["recordings"] == 4
 
 
+def test_the_cache_lets_go_of_the_tape_used_least_recently():
+    step = gradcore.compile(second_derivative, cache_size=2)
+    for n in (3, 4, 3, 5, 3):  # 3 replayed before 5 came: 4 is let go
+        step(np.ones(n))
+    assert step.stats()["recordings"] == 3
+    step(np.ones(4))  # recorded again, in place of 5 (3 was used after it)
+    step(np.ones(3))
+    assert step.stats()["recordings"] == 4 and step.stats()["replays"] == 3
+
+
 def test_a_host_read_falls_back_to_eager_with_a_warning_naming_the_line():
     def step(x0):
         x = gradcore.Variable(x0)

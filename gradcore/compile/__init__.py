@@ -13,6 +13,7 @@ line.
 import collections
 import functools
 import gc
+import operator
 import random
 import threading
 import warnings
@@ -20,7 +21,7 @@ import warnings
 import backends
 
 from .. import variable as _variable
-from ..config import Config, recording
+from ..config import recording, training
 from ..function import _SavedOutput
 from ..nn.module import structure_changes
 from ..variable import Variable
@@ -51,21 +52,25 @@ class Compiled:
             raise ValueError(f"gradcore.compile: graphs must be True or False, got {graphs!r}")
         functools.update_wrapper(self, fn)
         self.fn = fn
+        self._surroundings = _surroundings(fn)
         self.check = check
         self.graphs = graphs
         self.cache_size = cache_size
         self._tapes = collections.OrderedDict()  # key -> Tape, the most recently used last
         self._eager = {}  # key -> why calls with that key run eagerly
         self._counts = collections.Counter()
+        self._recent = None  # the tape used last, last in _tapes
 
     def __call__(self, *args, **kwargs):
-        if kwargs or trace.recorder() is not None:  # keywords, or inside another recording
-            self._counts["eager calls"] += 1
+        if kwargs or getattr(trace._active, "recorder", None) is not None:
+            self._counts["eager calls"] += 1  # keywords, or inside another recording
             return self.fn(*args, **kwargs)
-        key = (_key(args), _surroundings(self.fn), structure_changes[0])
+        key = (_key(args), self._surroundings(), structure_changes[0])
         tape = self._tapes.get(key)
-        if tape is not None and tape.ready():
-            self._tapes.move_to_end(key)
+        if tape is not None and (not tape.guards or tape.ready()):
+            if tape is not self._recent:  # most recently used last (hashing the key again)
+                self._tapes.move_to_end(key)
+                self._recent = tape
             if self.check is True or tape.replays < self.check:
                 return self._checked(tape, args)
             try:
@@ -124,6 +129,7 @@ class Compiled:
                         graphs=self.graphs)
             tape.results = shape
             self._tapes[key] = tape
+            self._recent = tape
             while len(self._tapes) > self.cache_size:
                 self._tapes.popitem(last=False)
             return _materialize(result, detach=True)  # as a replay returns it: no graph
@@ -165,6 +171,7 @@ class Compiled:
     def clear(self):
         """Forget every tape and every fallback: the next call records again."""
         self._tapes.clear()
+        self._recent = None
         self._eager.clear()
 
 
@@ -188,23 +195,31 @@ compile.Compiled = Compiled
 
 
 # ------------------------------------------------------------------------------ keys
+_BY_VALUE = frozenset((int, float, bool, str, type(None)))  # arguments keyed by their value
+
+
 def _key(args):
     """What a tape depends on besides the code: each argument's kind, shape, dtype, device
-    (Python scalars by value, other objects by identity), and the grad and train switches."""
-    parts = [recording(), Config.train]
+    (Python scalars by value, other objects by identity), and the grad and train switches. Read
+    at every call: the device asked of a backend only where it has more than one."""
+    parts = [recording(), training()]
     for a in args:
-        if isinstance(a, Variable):
-            data = a._data
-            parts.append((Variable, type(data), getattr(data, "shape", None),
-                          getattr(data, "dtype", None), a._requires_grad, _device(a._backend, data)))
-        elif a.__class__ in (int, float, bool, str, type(None)):
-            parts.append((a.__class__, a))
+        kind = a.__class__
+        if kind in _BY_VALUE:
+            parts.append((kind, a))
+        elif isinstance(a, Variable):
+            data, backend = a._data, a._backend
+            parts.append((Variable, data.__class__, getattr(data, "shape", None),
+                          getattr(data, "dtype", None), a._requires_grad,
+                          None if data is None or backend.single_device else
+                          backend.device_of(data)))
         else:
             backend = backends.backend_of(a)
             if backend is None:
-                parts.append((type(a), id(a)))
+                parts.append((kind, id(a)))
             else:
-                parts.append((type(a), a.shape, a.dtype, _device(backend, a)))
+                parts.append((kind, a.shape, a.dtype,
+                              None if backend.single_device else backend.device_of(a)))
     return tuple(parts)
 
 
@@ -243,27 +258,34 @@ def _state_key(state):
 
 
 def _surroundings(fn):
-    """The identities of what `fn` reads from outside its arguments by name: the contents of its
-    closure cells and the globals its code names (a model rebound to another, a Python number
-    a global holds changed: another key, so a new recording). Attributes of those objects are not
-    followed (Modules count their own changes: structure_changes)."""
-    owner = getattr(fn, "__self__", None)  # a bound method: its object too
+    """A function of no arguments giving the identities of what `fn` reads from outside its
+    arguments by name: the contents of its closure cells and the globals its code names (a model
+    rebound to another, a Python number a global holds changed: another key, so a new
+    recording). Attributes of those objects are not followed (Modules count their own changes:
+    structure_changes). What stays the same from call to call is looked up once, here."""
+    owner = id(getattr(fn, "__self__", None))  # a bound method: its object too
     fn = getattr(fn, "__func__", fn)
     code = getattr(fn, "__code__", None)
     if code is None:
-        return id(owner)
-    names = fn.__globals__
-    cells = []
-    for cell in fn.__closure__ or ():
-        try:
-            cells.append(id(cell.cell_contents))
+        return lambda: owner
+    cells, names, get = fn.__closure__ or (), code.co_names, fn.__globals__.get
+    contents = operator.attrgetter("cell_contents")
+
+    def read():
+        try:  # in C, by map(): a cache hit reads these at every call
+            return (owner, *map(id, map(contents, cells)), *map(id, map(get, names)))
         except ValueError:  # a cell not yet filled
-            cells.append(None)
-    return (id(owner), *cells, *[id(names.get(name)) for name in code.co_names])
+            return (owner, *[id(cell.cell_contents) if _filled(cell) else None
+                             for cell in cells], *map(id, map(get, names)))
+    return read
 
 
-def _device(backend, data):
-    return None if data is None or backend.single_device else backend.device_of(data)
+def _filled(cell):
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
 
 
 # ------------------------------------------------------------------------------ recording
