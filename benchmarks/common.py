@@ -205,15 +205,25 @@ def one_input(make_input, run_gradcore, run_floor, run_torch):
     return make_gradcore, make_floor, make_torch, make_replay
 
 
+def graphs_wanted(environ):
+    """GRADCORE_BENCH_GRAPHS: "1" (the default) lets replays run their GPU ops as CUDA graphs,
+    "0" launches each op from Python (gradcore.compile's graphs=False), to measure the graphs."""
+    text = environ.get("GRADCORE_BENCH_GRAPHS", "1").strip()
+    if text not in ("0", "1"):
+        raise ValueError(f"GRADCORE_BENCH_GRAPHS: expected 0 or 1, got {text!r}")
+    return text == "1"
+
+
 def replayed(run):
     """`run` compiled with gradcore.compile and run until it replays compiled Python (the first
     call records, the next ones interpret the tape), outside the clock. The returned run has
     `facts`: the median time of three recordings (after a first: it also makes the traced array
     classes and warms up their code) and the tape's size."""
+    graphs = graphs_wanted(os.environ)
     gradcore.compile(run)()  # a first recording pays what only the process's first one does
     recordings = []
     for _ in range(3):  # the median of three, as one sample swings with the machine's load
-        compiled = gradcore.compile(run)
+        compiled = gradcore.compile(run, graphs=graphs)
         start = time.perf_counter()
         compiled()
         recordings.append(time.perf_counter() - start)

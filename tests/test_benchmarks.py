@@ -17,8 +17,9 @@ import benchmarks
 from benchmarks import __main__ as suite
 from benchmarks import memory, stripped, wide
 from benchmarks.common import (KINDS, REPLAY, Progress, Target, Unavailable, Workload,
-                               candidates, gradcore_ratios, progress_line, ratio_target,
-                               resolve_device, run_child, thread_environment, torch_device)
+                               candidates, gradcore_ratios, graphs_wanted, progress_line,
+                               ratio_target, resolve_device, run_child, thread_environment,
+                               torch_device)
 from benchmarks.report import (LOCAL, bandwidth, chart_panels, print_table, reference_figure, rows, table,
                                targets_of, upgraded, write_all)
 
@@ -101,6 +102,13 @@ def test_a_reference_line_gives_its_ratio_to_pytorch_when_pytorch_ran():
     assert reference_figure(entry, record) == "the bare design: 13.0 µs/branch (0.650x PyTorch)"
     record["results"]["torch"] = {"status": "skipped", "reason": "no PyTorch"}
     assert reference_figure(entry, record) == "the bare design: 13.0 µs/branch"
+
+
+def test_graphs_are_wanted_unless_the_environment_says_0():
+    assert graphs_wanted({}) is True and graphs_wanted({"GRADCORE_BENCH_GRAPHS": "1"}) is True
+    assert graphs_wanted({"GRADCORE_BENCH_GRAPHS": " 0 "}) is False
+    with pytest.raises(ValueError, match="GRADCORE_BENCH_GRAPHS: expected 0 or 1, got 'no'"):
+        graphs_wanted({"GRADCORE_BENCH_GRAPHS": "no"})
 
 
 def test_a_gpu_run_of_deep_says_the_bandwidth_each_implementation_reached():
