@@ -132,8 +132,9 @@ class Backend:
         Nothing is computed until `graph.launch(copies)`, the first time included, which first
         copies each (buffer, value) pair of `copies` into the buffer. Every launch does the same
         work on the same memory: it reads the arrays `run` read as they are then, and writes the
-        arrays it returned afresh; random numbers drawn in it are the same at every launch. The
-        memory the graph uses is its own for as long as the graph lives."""
+        arrays it returned afresh; random numbers drawn in it are the same at every launch. A
+        launch runs after the last one, on whatever stream each was made. The memory the graph
+        uses is its own for as long as the graph lives."""
         raise NotImplementedError(f"{self.name} arrays are not captured as graphs")
 
     def graph_memory(self, device):

@@ -262,3 +262,34 @@ def test_check_compares_replays_through_graphs_with_the_eager_step(graph_stand_i
     assert stats["checked replays"] == 5 and stats["graphs"][0] >= 1
     # the state was put back into the same arrays: the graphs read them where they are
     assert stats["why not graphs"] == [] and graph_stand_in.captures == stats["graphs"][0]
+
+
+def test_calls_from_two_threads_each_get_their_own_results(graph_stand_in):
+    import sys
+    import threading
+
+    def step(x0):
+        return F.tanh(gradcore.Variable(x0) * 2.0 + 1.0) * 3.0
+
+    compiled = gradcore.compile(step)
+    for i in range(4):
+        compiled(np.full(64, float(i)))
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch between any two steps of a launch
+    wrong = []
+
+    def calls(start):
+        for i in range(start, start + 300):
+            x0 = np.full(64, i / 100.0)
+            if not same(compiled(x0).data, np.tanh(x0 * 2.0 + 1.0) * 3.0):
+                wrong.append(i)
+
+    threads = [threading.Thread(target=calls, args=(start,)) for start in (0, 1000)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert wrong == [] and graph_stand_in.launches > 600

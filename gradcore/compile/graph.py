@@ -29,6 +29,7 @@ A graph's memory is its own (CuPy: a private memory pool), held as long as the t
 step's arrays per tape.
 """
 import operator
+import threading
 
 import backends
 
@@ -203,6 +204,7 @@ class Graphed:
         self._run = interpreter(lines, frees, [(i, slot, False) for i, slot in
                                                enumerate(inputs)], outputs, None)
         self.graph = None
+        self._lock = threading.Lock()
         self.why = None        # why the run runs as lines, once it does for good
         self.captures = 0
         self.launches = 0
@@ -212,21 +214,24 @@ class Graphed:
         self._copied = ()      # per output: True if a launch hands out a copy of it
 
     def __call__(self, *values):
-        graph = self.graph
-        if graph is not None:
-            if self._same_inputs(values):
-                graph.launch([(buffer, values[i]) for i, buffer in self._buffers])
-                self.launches += 1
-                return self._handed_out()
-            self.graph = None  # an input is another array now: capture again, staging it
-        if self.why is None and self.captures >= CAPTURES:
-            self.why = (f"the arrays it reads were replaced {CAPTURES} times after it was "
-                        "captured")
-        if self.why is None:
-            try:
-                return self._capture(values)
-            except Uncapturable as e:
-                self.why = str(e)
+        # One call at a time: calls from two threads would fill the same buffers and read the
+        # same results (on the device, a launch waits for the last one: Backend.capture)
+        with self._lock:
+            graph = self.graph
+            if graph is not None:
+                if self._same_inputs(values):
+                    graph.launch([(buffer, values[i]) for i, buffer in self._buffers])
+                    self.launches += 1
+                    return self._handed_out()
+                self.graph = None  # an input is another array now: capture again, staging it
+            if self.why is None and self.captures >= CAPTURES:
+                self.why = (f"the arrays it reads were replaced {CAPTURES} times after it was "
+                            "captured")
+            if self.why is None:
+                try:
+                    return self._capture(values)
+                except Uncapturable as e:
+                    self.why = str(e)
         return self._run(*values)
 
     def _same_inputs(self, values):
