@@ -30,9 +30,10 @@ class StandInGraphs:
         self.captures = 0
         self.launches = 0
         self.refuse = None  # a message: the next capture fails with it, as CUDA refuses a wait
+        self.allowed = None  # how many captures succeed before the refusals start
 
     def capture(self, run):
-        if self.refuse is not None:
+        if self.refuse is not None and (self.allowed is None or self.captures >= self.allowed):
             raise RuntimeError(self.refuse)
         self.captures += 1
         state = np.random.get_state()
@@ -293,3 +294,18 @@ def test_calls_from_two_threads_each_get_their_own_results(graph_stand_in):
     finally:
         sys.setswitchinterval(interval)
     assert wrong == [] and graph_stand_in.launches > 600
+
+
+def test_a_run_left_as_lines_hands_out_no_view_of_a_graphs_memory(graph_stand_in):
+    def step(x0):
+        x = gradcore.Variable(x0)
+        h = F.tanh(x * 2.0 + 1.0)  # a run, captured
+        w = x.xp.asarray([1.0, 2.0, 3.0])  # from the host: between runs
+        return F.reshape(h, (3, 1)), w  # a run refused: as lines, a view of the graph's h
+
+    graph_stand_in.refuse, graph_stand_in.allowed = "not permitted", 1
+    compiled = gradcore.compile(step)
+    kept = [(x0, compiled(x0)[0]) for x0 in (np.full(3, i / 10.0) for i in range(6))]
+    assert graph_stand_in.captures == 1 and len(compiled.stats()["why not graphs"]) == 1
+    for x0, got in kept:  # each as it was when returned
+        assert same(got.data, np.tanh(x0 * 2.0 + 1.0).reshape(3, 1))

@@ -232,7 +232,14 @@ class Graphed:
                     return self._capture(values)
                 except Uncapturable as e:
                     self.why = str(e)
-        return self._run(*values)
+        results = self._run(*values)
+        if True in self.escaping:
+            # run as lines, on buffers of graphs before it: a view of one must not reach Python
+            cls, owns_memory = self.backend.array_type, self.backend.owns_memory
+            results = tuple(result.copy() if escapes and result.__class__ is cls
+                            and not owns_memory(result) else result
+                            for result, escapes in zip(results, self.escaping))
+        return results
 
     def _same_inputs(self, values):
         for i, expected in self._direct:
