@@ -112,7 +112,8 @@ def graphed(lines, frees, outputs, arguments, backend, interpreter):
             staged.add(line.out)  # made by a line outside graphs
     results = set(outputs)
     used = [s for line in lines for s in line.reads] + [
-        line.out for line in lines if line.out is not None] + list(outputs)
+        line.out for line in lines if line.out is not None] + list(outputs) + [
+        slot for _, slot, _ in arguments]
     spare = iter(range(1 + max(used, default=-1), 1 << 62))
     new_lines, new_frees, runs_made = [], [], []
     position = 0
