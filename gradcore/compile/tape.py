@@ -5,7 +5,9 @@ first replays run them through small closures (`_interpreted`); from the third o
 as the source of one Python function, `replay(a0, a1, ...)`, compiled once (CPython compiles
 ~7 µs per line: more than the recording itself, so a signature replayed twice never pays it).
 Each slot is released after its last use, so a replay holds no more arrays than it needs. The
-source (`tape.source`) can be read and stepped through like any Python function.
+source (`tape.source`) can be read and stepped through like any Python function. Where the array
+library captures device graphs (CuPy), that function calls each run of GPU lines as one graph
+(graph.py).
 """
 import math
 import operator
