@@ -51,6 +51,7 @@ class Communicator:
         # traffic, and failure notices never mix with data
         self.mpi = mpi_comm.Dup()
         self._notices = mpi_comm.Dup()
+        self._heard = set()  # the ranks whose failure notice this rank has read
         # votes apart from the data: at a vote the ranks may have started different numbers of
         # sums on self.mpi, and MPI pairs one communicator's collectives in the order started
         self._votes = mpi_comm.Dup()
@@ -92,24 +93,42 @@ class Communicator:
 
     def check_notices(self, what="the job"):
         """Raise DistributedError if another rank has sent word that it failed."""
-        status = self.MPI.Status()
-        if self._notices.Iprobe(source=self.MPI.ANY_SOURCE, tag=_FAILED, status=status):
-            source = status.Get_source()
-            size = status.Get_count(self.MPI.BYTE)
-            message = numpy.empty(size, dtype=numpy.uint8)
-            self._notices.Recv([message, self.MPI.BYTE], source=source, tag=_FAILED)
-            raise DistributedError(f"rank {source} failed ({message.tobytes().decode()}); "
+        notice = self._notice()
+        if notice is not None:
+            source, message = notice
+            raise DistributedError(f"rank {source} failed ({message}); "
                                    f"rank {self.rank} stops in {what}")
 
+    def _notice(self):
+        """(rank, message) of a failure notice that has arrived, read; None if none has."""
+        status = self.MPI.Status()
+        if not self._notices.Iprobe(source=self.MPI.ANY_SOURCE, tag=_FAILED, status=status):
+            return None
+        source = status.Get_source()
+        message = numpy.empty(status.Get_count(self.MPI.BYTE), dtype=numpy.uint8)
+        self._notices.Recv([message, self.MPI.BYTE], source=source, tag=_FAILED)
+        self._heard.add(source)
+        return source, message.tobytes().decode()
+
     def notify_failure(self, message, grace=2.0):
-        """Send word of this rank's failure (`message`) to every other rank, waiting at most
-        `grace` seconds for the sends to leave."""
+        """Send word of this rank's failure (`message`) to every other rank, then wait, at most
+        `grace` seconds, for word back from each rank not heard from yet. A rank that reads the
+        notice stops in turn and, once it has said why, sends its own: mpiexec ends every rank
+        as soon as one exits with an error, and without the wait the others could be ended
+        before saying why they stop."""
         data = numpy.frombuffer(f"{message}".encode(), dtype=numpy.uint8).copy()
         requests = [self._notices.Isend([data, self.MPI.BYTE], dest=r, tag=_FAILED)
                     for r in range(self.size) if r != self.rank]
         deadline = time.monotonic() + grace
         while not self.MPI.Request.Testall(requests) and time.monotonic() < deadline:
             time.sleep(0.001)
+        waiting = set(range(self.size)) - self._heard - {self.rank}
+        while waiting and time.monotonic() < deadline:
+            notice = self._notice()
+            if notice is None:
+                time.sleep(0.001)
+            else:
+                waiting.discard(notice[0])
 
     # ---------------------------------------------------------------- collectives
     def allreduce_start(self, buffer):
@@ -216,13 +235,15 @@ class MpiReducer:
 
 
 def _report_failures(comm):
-    """Chain sys.excepthook: an uncaught exception sends word to the other ranks first."""
+    """Chain sys.excepthook: an uncaught exception, once printed, sends word to the other ranks
+    (and waits a moment for theirs: see Communicator.notify_failure)."""
     previous = sys.excepthook
 
     def excepthook(kind, value, traceback):
-        if comm.size > 1:
-            comm.notify_failure(f"{kind.__name__}: {value}")
         previous(kind, value, traceback)
+        if comm.size > 1:
+            sys.stderr.flush()
+            comm.notify_failure(f"{kind.__name__}: {value}")
 
     sys.excepthook = excepthook
 
