@@ -26,7 +26,8 @@ class StandInGraphs:
     launch: a NumPy scalar among them becomes a 0-d array); the random numbers of the capture
     drawn again, and the generator left where it was (a graph repeats its draws)."""
 
-    def __init__(self):
+    def __init__(self, backend=backends.NUMPY):
+        self.backend = backend  # whose arrays it captures
         self.captures = 0
         self.launches = 0
         self.refuse = None  # a message: the next capture fails with it, as CUDA refuses a wait
@@ -36,7 +37,7 @@ class StandInGraphs:
         if self.refuse is not None and (self.allowed is None or self.captures >= self.allowed):
             raise RuntimeError(self.refuse)
         self.captures += 1
-        state = np.random.get_state()
+        state = np.random.get_state()  # NumPy's generator: the array-API backend's too
         results = tuple(np.array(r) if isinstance(r, np.generic) else r for r in run())
         return _StandInGraph(self, run, results, state), results
 
@@ -47,9 +48,10 @@ class _StandInGraph:
         self.captured = True  # the capture computed what the first launch would
 
     def launch(self, copies=()):
+        backend = self.owner.backend
         self.owner.launches += 1
         for buffer, value in copies:
-            np.copyto(buffer, value)
+            backend.assign(buffer, value)
         if self.captured:
             self.captured = False
             return
@@ -60,8 +62,8 @@ class _StandInGraph:
         finally:
             np.random.set_state(now)
         for static, result in zip(self.results, results):
-            if isinstance(static, np.ndarray):
-                np.copyto(static, result)
+            if backend.owns(static):
+                backend.assign(static, result)
 
 
 @pytest.fixture(autouse=True)
@@ -309,3 +311,29 @@ def test_a_run_left_as_lines_hands_out_no_view_of_a_graphs_memory(graph_stand_in
     assert graph_stand_in.captures == 1 and len(compiled.stats()["why not graphs"]) == 1
     for x0, got in kept:  # each as it was when returned
         assert same(got.data, np.tanh(x0 * 2.0 + 1.0).reshape(3, 1))
+
+
+def test_a_training_step_on_a_device_of_another_library_replays_through_graphs(monkeypatch):
+    from conftest import DEVICE1, STRICT
+    stand_in = StandInGraphs(STRICT)  # array-api-strict's device1 captures graphs here
+    monkeypatch.setattr(STRICT, "captures_graphs", True, raising=False)
+    monkeypatch.setattr(STRICT, "capture", stand_in.capture, raising=False)
+    eager_model, _, eager_step = _training(optim.SGD)
+    model, _, step = _training(optim.SGD)
+    compiled = gradcore.compile(step)
+    kept = []
+    for i, (x, t) in enumerate(_batches(6)):
+        x, t = STRICT.asarray(x, device=DEVICE1), STRICT.asarray(t, device=DEVICE1)
+        np.random.seed(i)
+        expected = eager_step(x, t)
+        np.random.seed(i)
+        got = compiled(x, t)
+        assert got.device == DEVICE1
+        kept.append((got, STRICT.to_numpy(expected.data)))
+        for p, q in zip(model.params(), eager_model.params()):
+            assert p.device == DEVICE1
+            np.testing.assert_array_equal(STRICT.to_numpy(p.data), STRICT.to_numpy(q.data))
+    for got, expected in kept:  # the caller's: later launches changed none
+        np.testing.assert_array_equal(STRICT.to_numpy(got.data), expected)
+    stats = compiled.stats()
+    assert stats["graphs"][0] >= 1 and stand_in.launches > 0, stats["why not graphs"]

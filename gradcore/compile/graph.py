@@ -202,6 +202,9 @@ class Graphed:
         self.escaping = escaping  # per output: True if Python reads it (it gets a copy)
         self.staged = staged      # per input: True if it is a new array at every call
         self.interpreter = interpreter
+        # the array class's own copy where it has one (NumPy, CuPy: no device context to enter),
+        # else the backends' (the array API has no copy method)
+        self._copy = getattr(backend.array_type, "copy", None) or backends.copy
         self._run = interpreter(lines, frees, [(i, slot, False) for i, slot in
                                                enumerate(inputs)], outputs, None)
         self.graph = None
@@ -237,7 +240,7 @@ class Graphed:
         if True in self.escaping:
             # run as lines, on buffers of graphs before it: a view of one must not reach Python
             cls, owns_memory = self.backend.array_type, self.backend.owns_memory
-            results = tuple(result.copy() if escapes and result.__class__ is cls
+            results = tuple(self._copy(result) if escapes and result.__class__ is cls
                             and not owns_memory(result) else result
                             for result, escapes in zip(results, self.escaping))
         return results
@@ -265,7 +268,7 @@ class Graphed:
         inputs, buffers, direct = list(values), [], []
         for i, value in enumerate(values):
             if self.staged[i] and value.__class__ is backend.array_type:
-                inputs[i] = value.copy()  # the graph's own: each launch copies the new value in
+                inputs[i] = self._copy(value)  # the graph's own: each launch copies into it
                 buffers.append((i, inputs[i]))
             elif self.staged[i] and backends.is_array(value):
                 raise Uncapturable(f"it reads a {type(value).__name__}, which cannot be "
@@ -310,5 +313,5 @@ class Graphed:
     def _handed_out(self):
         """The graph's results as the replay goes on with them: a copy of each that Python reads
         (the next launch writes the graph's own again)."""
-        return tuple(result.copy() if copied else result
+        return tuple(self._copy(result) if copied else result
                      for result, copied in zip(self._results, self._copied))
