@@ -337,3 +337,26 @@ def test_a_training_step_on_a_device_of_another_library_replays_through_graphs(m
         np.testing.assert_array_equal(STRICT.to_numpy(got.data), expected)
     stats = compiled.stats()
     assert stats["graphs"][0] >= 1 and stand_in.launches > 0, stats["why not graphs"]
+
+
+@pytest.mark.parametrize("read_after", [False, True])
+def test_a_run_may_write_into_a_fresh_array_only_it_reads(graph_stand_in, read_after):
+    def step(x0):
+        x = gradcore.Variable(x0)
+        w = x.xp.asarray([1.0, 2.0, 3.0])  # from the host: made outside graphs, fresh
+        h = F.tanh(x * 2.0)
+        w *= h.data  # in place, in the run after it
+        y = F.exp(h) * 3.0
+        return (y, w) if read_after else y
+
+    compiled = gradcore.compile(step)
+    kept = []
+    for i in range(6):
+        x0 = np.full(3, i / 10.0)
+        kept.append((compiled(x0), step(x0)))
+    assert all(same(got, expected) for got, expected in kept)
+    why = compiled.stats()["why not graphs"]
+    if read_after:  # the caller gets w: the write must land in its own array
+        assert len(why) == 1 and "writes in place into an array that is new" in why[0]
+    else:
+        assert why == [] and graph_stand_in.launches > 0

@@ -105,11 +105,14 @@ def graphed(lines, frees, outputs, arguments, backend, interpreter):
                        for slot in written(line)}
     stored = {_site(line.target) for line in lines if line.kind == "store"}
     staged = {slot for _, slot, _ in arguments}  # slots whose array is new at every call
+    fresh = set()  # of those, arrays of their own made by lines outside graphs
     for k, line in enumerate(lines):
         if line.kind == "load_grad" or line.kind == "load" and _site(line.target) in stored:
             staged.add(line.out)
         elif line.kind in _COMPUTE and k not in in_graph and line.out is not None:
             staged.add(line.out)  # made by a line outside graphs
+            if line.array is not None and line.array.fresh:
+                fresh.add(line.out)
     results = set(outputs)
     used = [s for line in lines for s in line.reads] + [
         line.out for line in lines if line.out is not None] + list(outputs) + [
@@ -134,10 +137,14 @@ def graphed(lines, frees, outputs, arguments, backend, interpreter):
         out = sorted(made - freed)  # read after the run, or the step's results
         escaping = [slot in results or any(k >= end and k not in in_graph
                                            for k in readers.get(slot, ())) for slot in out]
+        # a fresh array only this run reads: its buffer may take the run's writes (out=, +=),
+        # which no one else could see
+        scratch = [slot in fresh and slot not in results
+                   and all(start <= k < end for k in readers[slot]) for slot in inputs]
         graph = Graphed(backend, device, [frees[k] for k in range(start, end)
                                           if lines[k].kind not in _MOVABLE],
                         list(inputs), out, escaping, [slot in staged for slot in inputs],
-                        interpreter)
+                        interpreter, scratch)
         if any(slot in written_outside for slot in out):
             graph.why = "a line outside graphs writes in place into a value the run made"
         # a value copied out, or made by lines run as lines, is another array at every call:
@@ -195,12 +202,15 @@ class Graphed:
     """A run of tape lines replayed as one device graph: called with the values of the slots it
     reads (`inputs`), it returns those of the slots read after it (`outputs`)."""
 
-    def __init__(self, backend, lines, frees, inputs, outputs, escaping, staged, interpreter):
+    def __init__(self, backend, lines, frees, inputs, outputs, escaping, staged, interpreter,
+                 scratch=None):
         self.backend = backend
         self.lines, self.frees = lines, frees
         self.inputs, self.outputs = inputs, outputs
         self.escaping = escaping  # per output: True if Python reads it (it gets a copy)
         self.staged = staged      # per input: True if it is a new array at every call
+        # per input: True if its buffer may be written (a fresh array no one else reads)
+        self.scratch = scratch or [False] * len(inputs)
         self.interpreter = interpreter
         # the array class's own copy where it has one (NumPy, CuPy: no device context to enter),
         # else the backends' (the array API has no copy method)
@@ -275,7 +285,7 @@ class Graphed:
                                    "written into for each launch")
             else:
                 direct.append((i, value))
-        staged = [buffer for _, buffer in buffers]
+        staged = [buffer for i, buffer in buffers if not self.scratch[i]]
         xp = backend.xp
         overlaps = getattr(xp, "may_share_memory", None)
 
