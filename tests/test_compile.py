@@ -777,6 +777,43 @@ def test_a_model_replaced_or_changed_records_again():
     assert same(compiled(x0).data, x0 * 3.0)
 
 
+SCALE = 2.0  # read by scaled_in_a_comprehension: a global the tests below rebind
+data = None   # a global named as the attribute .data
+
+
+def scaled_in_a_comprehension(x0):
+    x = gradcore.Variable(x0)
+    return [F.sum(x * SCALE) for _ in range(1)][0]  # SCALE read by the comprehension's code
+
+
+def summed_data(x0):
+    return F.sum(gradcore.Variable(x0)).data * 2.0  # `data` here is an attribute, no global
+
+
+def test_a_global_read_inside_a_comprehension_is_part_of_the_key():
+    global SCALE
+    compiled = gradcore.compile(scaled_in_a_comprehension)
+    x0 = np.ones(3)
+    try:
+        for _ in range(3):
+            compiled(x0)
+        SCALE = 5.0  # another key: recorded again, not replayed with 2.0
+        assert same(compiled(x0), scaled_in_a_comprehension(x0))
+        assert float(compiled(x0).data) == 15.0 and compiled.stats()["recordings"] == 2
+    finally:
+        SCALE = 2.0
+
+
+def test_a_global_named_as_an_attribute_the_step_reads_is_not_part_of_the_key():
+    global data
+    compiled = gradcore.compile(summed_data)
+    for i in range(5):
+        data = np.full(3, float(i))  # a loop over batches rebinding a global `data`
+        assert same(compiled(data), summed_data(data))
+    assert compiled.stats()["recordings"] == 1 and compiled.stats()["replays"] == 4
+    data = None
+
+
 def test_batch_norm_in_train_and_test_mode_replays():
     def make():
         model = nn.Sequential(nn.Linear(5), nn.BatchNorm(), nn.ReLU(), nn.Linear(2))

@@ -11,11 +11,13 @@ or whose shapes depend on values stays eager for those arguments, with one warni
 line.
 """
 import collections
+import dis
 import functools
 import gc
 import operator
 import random
 import threading
+import types
 import warnings
 
 import backends
@@ -259,16 +261,17 @@ def _state_key(state):
 
 def _surroundings(fn):
     """A function of no arguments giving the identities of what `fn` reads from outside its
-    arguments by name: the contents of its closure cells and the globals its code names (a model
-    rebound to another, a Python number a global holds changed: another key, so a new
-    recording). Attributes of those objects are not followed (Modules count their own changes:
-    structure_changes). What stays the same from call to call is looked up once, here."""
+    arguments by name: the contents of its closure cells and the globals its code reads, its
+    comprehensions', lambdas' and inner functions' included (a model rebound to another, a Python
+    number a global holds changed: another key, so a new recording). Attributes of those objects
+    are not followed (Modules count their own changes: structure_changes). What stays the same
+    from call to call is looked up once, here."""
     owner = id(getattr(fn, "__self__", None))  # a bound method: its object too
     fn = getattr(fn, "__func__", fn)
     code = getattr(fn, "__code__", None)
     if code is None:
         return lambda: owner
-    cells, names, get = fn.__closure__ or (), code.co_names, fn.__globals__.get
+    cells, names, get = fn.__closure__ or (), _global_names(code), fn.__globals__.get
     contents = operator.attrgetter("cell_contents")
 
     def read():
@@ -278,6 +281,19 @@ def _surroundings(fn):
             return (owner, *[id(cell.cell_contents) if _filled(cell) else None
                              for cell in cells], *map(id, map(get, names)))
     return read
+
+
+def _global_names(code):
+    """The global names `code` reads, and the code objects made in it (comprehensions, lambdas,
+    inner functions) read. Not co_names, which also holds every attribute name: a global named as
+    an attribute the step reads (`data`, rebound by a loop over batches) would have made each
+    call another key."""
+    names = [instruction.argval for instruction in dis.get_instructions(code)
+             if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME")]
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            names += _global_names(constant)
+    return tuple(dict.fromkeys(names))
 
 
 def _filled(cell):
