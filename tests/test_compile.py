@@ -804,6 +804,36 @@ def test_a_global_read_inside_a_comprehension_is_part_of_the_key():
         SCALE = 2.0
 
 
+HELPER_SCALE = 2.0  # read by scaled_by_helper, which a step calls
+
+
+def scaled_by_helper(x):
+    return x * HELPER_SCALE
+
+
+def step_with_a_helper(x0):
+    return F.sum(scaled_by_helper(gradcore.Variable(x0)))
+
+
+def test_the_globals_a_helper_of_the_users_reads_are_part_of_the_key():
+    global HELPER_SCALE, SCALE, scaled_by_helper
+    helper = scaled_by_helper
+    compiled = gradcore.compile(step_with_a_helper)
+    x0 = np.ones(3)
+    try:
+        for _ in range(3):
+            compiled(x0)
+        HELPER_SCALE = 5.0  # read by the helper, not by the step: another key all the same
+        assert float(compiled(x0).data) == 15.0 and compiled.stats()["recordings"] == 2
+        scaled_by_helper = lambda x: x * SCALE  # noqa: E731 (rebound: what it reads is found)
+        assert float(compiled(x0).data) == 6.0 and compiled.stats()["recordings"] == 3
+        SCALE = 4.0
+        assert float(compiled(x0).data) == 12.0 and compiled.stats()["recordings"] == 4
+        assert float(compiled(x0).data) == 12.0 and compiled.stats()["replays"] == 3
+    finally:
+        HELPER_SCALE, scaled_by_helper, SCALE = 2.0, helper, 2.0
+
+
 def test_a_global_named_as_an_attribute_the_step_reads_is_not_part_of_the_key():
     global data
     compiled = gradcore.compile(summed_data)

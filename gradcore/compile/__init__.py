@@ -15,7 +15,9 @@ import dis
 import functools
 import gc
 import operator
+import os
 import random
+import sysconfig
 import threading
 import types
 import warnings
@@ -85,6 +87,10 @@ class Compiled:
         if key in self._eager:
             self._counts["eager calls"] += 1
             return self.fn(*args)
+        surroundings = _surroundings(self.fn)  # the functions reached, as they are bound now
+        if surroundings() != key[1]:  # a helper rebound since: find what it reads, key again
+            self._surroundings = surroundings
+            return self(*args)
         return self._record(key, args)
 
     def _record(self, key, args):
@@ -262,25 +268,59 @@ def _state_key(state):
 def _surroundings(fn):
     """A function of no arguments giving the identities of what `fn` reads from outside its
     arguments by name: the contents of its closure cells and the globals its code reads, its
-    comprehensions', lambdas' and inner functions' included (a model rebound to another, a Python
-    number a global holds changed: another key, so a new recording). Attributes of those objects
-    are not followed (Modules count their own changes: structure_changes). What stays the same
-    from call to call is looked up once, here."""
+    comprehensions', lambdas' and inner functions' included, and so for each function of the
+    user's that it reaches by a global name (a model rebound to another, a Python number a global
+    holds changed: another key, so a new recording). Attributes of those objects are not followed
+    (Modules count their own changes: structure_changes). What stays the same from call to call
+    is looked up once, here (again when a call finds no tape: see Compiled.__call__)."""
     owner = id(getattr(fn, "__self__", None))  # a bound method: its object too
     fn = getattr(fn, "__func__", fn)
-    code = getattr(fn, "__code__", None)
-    if code is None:
+    if getattr(fn, "__code__", None) is None:
         return lambda: owner
-    cells, names, get = fn.__closure__ or (), _global_names(code), fn.__globals__.get
+    cells, spaces, names = _reads(fn)
     contents = operator.attrgetter("cell_contents")
 
     def read():
         try:  # in C, by map(): a cache hit reads these at every call
-            return (owner, *map(id, map(contents, cells)), *map(id, map(get, names)))
+            return (owner, *map(id, map(contents, cells)),
+                    *map(id, map(dict.get, spaces, names)))
         except ValueError:  # a cell not yet filled
-            return (owner, *[id(cell.cell_contents) if _filled(cell) else None
-                             for cell in cells], *map(id, map(get, names)))
+            return (owner, *map(_content_id, cells), *map(id, map(dict.get, spaces, names)))
     return read
+
+
+def _reads(fn):
+    """What `fn` and each function of the user's it reaches by global names (transitively) read
+    from outside: their closure cells, and each global name read, with the globals it is read
+    from (two lists, side by side)."""
+    cells, spaces, names, seen, todo = [], [], [], set(), [fn]
+    while todo:
+        f = todo.pop()
+        if id(f.__code__) in seen:
+            continue
+        seen.add(id(f.__code__))
+        read = _global_names(f.__code__)
+        cells += f.__closure__ or ()
+        spaces += [f.__globals__] * len(read)
+        names += read
+        todo += [value for value in map(f.__globals__.get, read)
+                 if isinstance(value, types.FunctionType)
+                 and not os.path.abspath(value.__code__.co_filename).startswith(_LIBRARIES)]
+    return cells, spaces, names
+
+
+# Where functions a step calls are not followed for the globals they read: gradcore, backends,
+# the standard library and installed packages (their globals are not the user's settings)
+_LIBRARIES = tuple(dict.fromkeys(os.path.abspath(path) for path in (
+    os.path.dirname(os.path.dirname(__file__)), os.path.dirname(backends.__file__),
+    *(sysconfig.get_paths()[name] for name in ("stdlib", "platstdlib", "purelib", "platlib")))))
+
+
+def _content_id(cell):
+    try:
+        return id(cell.cell_contents)
+    except ValueError:  # a cell not yet filled
+        return None
 
 
 def _global_names(code):
@@ -294,14 +334,6 @@ def _global_names(code):
         if isinstance(constant, types.CodeType):
             names += _global_names(constant)
     return tuple(dict.fromkeys(names))
-
-
-def _filled(cell):
-    try:
-        cell.cell_contents
-    except ValueError:
-        return False
-    return True
 
 
 # ------------------------------------------------------------------------------ recording
