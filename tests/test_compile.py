@@ -157,15 +157,19 @@ def test_new_shapes_record_a_new_tape():
 
 def test_the_cache_keeps_the_most_recent_tapes():
     step = gradcore.compile(second_derivative, cache_size=2)
-    for n in (3, 4, 5, 3):
-        step(np.ones(n))
+    with pytest.warns(RuntimeWarning, match=r"recorded 3 times, for more keys than cache_size=2 "
+                      r"keeps.*differed in argument 0 \(ndarray of shape \(4,\), float64 -> "
+                      r"ndarray of shape \(5,\), float64\): keep to a few shapes"):
+        for n in (3, 4, 5, 3):
+            step(np.ones(n))
     assert step.stats()["tapes"] == 2 and step.stats()["recordings"] == 4
 
 
 def test_the_cache_lets_go_of_the_tape_used_least_recently():
     step = gradcore.compile(second_derivative, cache_size=2)
-    for n in (3, 4, 3, 5, 3):  # 3 replayed before 5 came: 4 is let go
-        step(np.ones(n))
+    with pytest.warns(RuntimeWarning, match="recorded 3 times"):
+        for n in (3, 4, 3, 5, 3):  # 3 replayed before 5 came: 4 is let go
+            step(np.ones(n))
     assert step.stats()["recordings"] == 3
     step(np.ones(4))  # recorded again, in place of 5 (3 was used after it)
     step(np.ones(3))
@@ -832,6 +836,33 @@ def test_the_globals_a_helper_of_the_users_reads_are_part_of_the_key():
         assert float(compiled(x0).data) == 12.0 and compiled.stats()["replays"] == 3
     finally:
         HELPER_SCALE, scaled_by_helper, SCALE = 2.0, helper, 2.0
+
+
+COUNTER = 0  # rebound at every call of the next test: a key that never repeats
+
+
+def counted_step(x0):
+    return scaled_by_helper(gradcore.Variable(x0)) * COUNTER
+
+
+def test_a_step_whose_key_changes_at_every_call_says_what_changes():
+    global COUNTER
+    compiled = gradcore.compile(counted_step, cache_size=3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for COUNTER in range(6):
+            assert same(compiled(np.ones(2)), counted_step(np.ones(2)))
+    said = [str(w.message) for w in caught if "has recorded" in str(w.message)]
+    assert len(said) == 1 and "recorded 4 times, for more keys than cache_size=3" in said[0]
+    assert "differed in the global 'COUNTER': pass what changes as an argument" in said[0]
+    COUNTER = 0
+    global HELPER_SCALE
+    compiled = gradcore.compile(counted_step, cache_size=1)
+    with pytest.warns(RuntimeWarning, match="differed in the global 'HELPER_SCALE' \\(read by "
+                      "scaled_by_helper\\)"):
+        for HELPER_SCALE in (1.0, 2.0, 3.0):
+            compiled(np.ones(2))
+    HELPER_SCALE = 2.0
 
 
 def test_a_global_named_as_an_attribute_the_step_reads_is_not_part_of_the_key():

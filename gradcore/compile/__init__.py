@@ -64,6 +64,8 @@ class Compiled:
         self._eager = {}  # key -> why calls with that key run eagerly
         self._counts = collections.Counter()
         self._recent = None  # the tape used last, last in _tapes
+        self._keys_recorded = 0  # calls that found no tape and recorded
+        self._last_key = None    # the key of the last of them
 
     def __call__(self, *args, **kwargs):
         if kwargs or getattr(trace._active, "recorder", None) is not None:
@@ -91,6 +93,17 @@ class Compiled:
         if surroundings() != key[1]:  # a helper rebound since: find what it reads, key again
             self._surroundings = surroundings
             return self(*args)
+        self._keys_recorded += 1
+        if self._keys_recorded == self.cache_size + 1 and self._last_key is not None:
+            what = _change(self._last_key, key, surroundings)
+            advice = ("keep to a few shapes and dtypes (pad a short last batch)"
+                      if what.startswith("argument") else "pass what changes as an argument")
+            warnings.warn(f"gradcore.compile: {self.__name__} has recorded {self._keys_recorded} "
+                          f"times, for more keys than cache_size={self.cache_size} keeps, so its "
+                          "calls keep recording (each costs more than an eager call). The last "
+                          f"two calls that recorded differed in {what}: {advice}, or raise "
+                          "cache_size", RuntimeWarning, stacklevel=2)
+        self._last_key = key
         return self._record(key, args)
 
     def _record(self, key, args):
@@ -276,8 +289,10 @@ def _surroundings(fn):
     owner = id(getattr(fn, "__self__", None))  # a bound method: its object too
     fn = getattr(fn, "__func__", fn)
     if getattr(fn, "__code__", None) is None:
-        return lambda: owner
-    cells, spaces, names = _reads(fn)
+        read = lambda: owner  # noqa: E731
+        read.labels = ["the object it is bound to"]
+        return read
+    cells, spaces, names, labels = _reads(fn)
     contents = operator.attrgetter("cell_contents")
 
     def read():
@@ -286,27 +301,65 @@ def _surroundings(fn):
                     *map(id, map(dict.get, spaces, names)))
         except ValueError:  # a cell not yet filled
             return (owner, *map(_content_id, cells), *map(id, map(dict.get, spaces, names)))
+    read.labels = ["the object it is bound to", *labels]  # what each entry of its key is
     return read
+
+
+def _change(old, new, surroundings):
+    """What differs between the keys `old` and `new`, in words (the first difference found)."""
+    (parts, around, layers), (new_parts, new_around, new_layers) = old, new
+    for what, a, b in (("grad mode", parts[0], new_parts[0]), ("train mode", parts[1], new_parts[1]),
+                       ("the number of arguments", len(parts), len(new_parts))):
+        if a != b:
+            return what
+    for i, (a, b) in enumerate(zip(parts[2:], new_parts[2:])):
+        if a != b:
+            return f"argument {i} ({_signature(a)} -> {_signature(b)})"
+    if around != new_around:
+        if len(around) == len(new_around) == len(surroundings.labels):
+            return next(label for label, a, b in zip(surroundings.labels, around, new_around)
+                        if a != b)
+        return "the functions the step calls"
+    if layers != new_layers:
+        return "a Module's layers"
+    return "nothing it can name"
+
+
+def _signature(part):
+    """An argument's part of a key, in words."""
+    kind = part[0]
+    if kind is Variable:
+        return f"a Variable of shape {part[2]}, {part[3]}"
+    if kind in _BY_VALUE:
+        return repr(part[1])
+    if len(part) == 4:
+        return f"{kind.__name__} of shape {part[1]}, {part[2]}"
+    return f"a {kind.__name__} object"
 
 
 def _reads(fn):
     """What `fn` and each function of the user's it reaches by global names (transitively) read
-    from outside: their closure cells, and each global name read, with the globals it is read
-    from (two lists, side by side)."""
+    from outside: their closure cells, each global name read with the globals it is read from
+    (two lists, side by side), and a label for each cell and name, in that order."""
     cells, spaces, names, seen, todo = [], [], [], set(), [fn]
+    cell_labels, name_labels = [], []
     while todo:
         f = todo.pop()
         if id(f.__code__) in seen:
             continue
         seen.add(id(f.__code__))
         read = _global_names(f.__code__)
+        where = "" if f is fn else f" (read by {f.__qualname__})"
         cells += f.__closure__ or ()
+        cell_labels += [f"the closure variable {name!r}{where}"
+                        for name in f.__code__.co_freevars[:len(f.__closure__ or ())]]
         spaces += [f.__globals__] * len(read)
         names += read
+        name_labels += [f"the global {name!r}{where}" for name in read]
         todo += [value for value in map(f.__globals__.get, read)
                  if isinstance(value, types.FunctionType)
                  and not os.path.abspath(value.__code__.co_filename).startswith(_LIBRARIES)]
-    return cells, spaces, names
+    return cells, spaces, names, cell_labels + name_labels
 
 
 # Where functions a step calls are not followed for the globals they read: gradcore, backends,
