@@ -64,8 +64,8 @@ class Compiled:
         self._eager = {}  # key -> why calls with that key run eagerly
         self._counts = collections.Counter()
         self._recent = None  # the tape used last, last in _tapes
-        self._keys_recorded = 0  # calls that found no tape and recorded
-        self._last_key = None    # the key of the last of them
+        self._keys_recorded = 0  # keys recorded for, one after another (the same twice: once)
+        self._last_key = None    # the last of them
 
     def __call__(self, *args, **kwargs):
         if kwargs or getattr(trace._active, "recorder", None) is not None:
@@ -93,18 +93,22 @@ class Compiled:
         if surroundings() != key[1]:  # a helper rebound since: find what it reads, key again
             self._surroundings = surroundings
             return self(*args)
-        self._keys_recorded += 1
-        if self._keys_recorded == self.cache_size + 1 and self._last_key is not None:
-            what = _change(self._last_key, key, surroundings)
-            advice = ("keep to a few shapes and dtypes (pad a short last batch)"
-                      if what.startswith("argument") else "pass what changes as an argument")
-            warnings.warn(f"gradcore.compile: {self.__name__} has recorded {self._keys_recorded} "
-                          f"times, for more keys than cache_size={self.cache_size} keeps, so its "
-                          "calls keep recording (each costs more than an eager call). The last "
-                          f"two calls that recorded differed in {what}: {advice}, or raise "
-                          "cache_size", RuntimeWarning, stacklevel=2)
-        self._last_key = key
+        if key != self._last_key:  # not the same key again (lazy weights made, grads absent)
+            self._keys_recorded += 1
+            if self._keys_recorded == self.cache_size + 1:
+                self._warn_of_new_keys(key, surroundings)
+            self._last_key = key
         return self._record(key, args)
+
+    def _warn_of_new_keys(self, key, surroundings):
+        what = _change(self._last_key, key, surroundings)
+        advice = ("keep to a few shapes and dtypes (pad a short last batch)"
+                  if what.startswith("argument") else "pass what changes as an argument")
+        warnings.warn(f"gradcore.compile: {self.__name__} has recorded for {self._keys_recorded} "
+                      f"keys, more than cache_size={self.cache_size} keeps, so its calls keep "
+                      "recording (each costs more than an eager call). The last two that "
+                      f"recorded differed in {what}: {advice}, or raise cache_size",
+                      RuntimeWarning, stacklevel=3)
 
     def _record(self, key, args):
         rec = trace.Recorder()
