@@ -203,20 +203,21 @@ class Graphed:
     reads (`inputs`), it returns those of the slots read after it (`outputs`)."""
 
     def __init__(self, backend, lines, frees, inputs, outputs, escaping, staged, interpreter,
-                 scratch=None):
+                 scratch):
         self.backend = backend
         self.lines, self.frees = lines, frees
         self.inputs, self.outputs = inputs, outputs
         self.escaping = escaping  # per output: True if Python reads it (it gets a copy)
         self.staged = staged      # per input: True if it is a new array at every call
         # per input: True if its buffer may be written (a fresh array no one else reads)
-        self.scratch = scratch or [False] * len(inputs)
+        self.scratch = scratch
         self.interpreter = interpreter
         # the array class's own copy where it has one (NumPy, CuPy: no device context to enter),
         # else the backends' (the array API has no copy method)
         self._copy = getattr(backend.array_type, "copy", None) or backends.copy
-        self._run = interpreter(lines, frees, [(i, slot, False) for i, slot in
-                                               enumerate(inputs)], outputs, None)
+        # the interpreter's (argument index, slot, is a Variable) for each input
+        self._arguments = [(i, slot, False) for i, slot in enumerate(inputs)]
+        self._run = interpreter(lines, frees, self._arguments, outputs, None)
         self.graph = None
         self._lock = threading.Lock()
         self.why = None        # why the run runs as lines, once it does for good
@@ -302,9 +303,7 @@ class Graphed:
                                        "every call (an argument, a grad, a value from outside "
                                        "the run)")
 
-        run = self.interpreter(self.lines, self.frees,
-                               [(i, slot, False) for i, slot in enumerate(self.inputs)],
-                               self.outputs, inspect)
+        run = self.interpreter(self.lines, self.frees, self._arguments, self.outputs, inspect)
         device = next(iter(devices), None)
         try:
             with backend.device_context(device):
