@@ -69,7 +69,7 @@ class Compiled:
 
     def __call__(self, *args, **kwargs):
         if kwargs or getattr(trace._active, "recorder", None) is not None:
-            self._counts["eager calls"] += 1  # keywords, or inside another recording
+            self._counts["eager calls"] += 1  # keywords, or in a recording (trace.recorder())
             return self.fn(*args, **kwargs)
         key = (_key(args), self._surroundings(), structure_changes[0])
         tape = self._tapes.get(key)
