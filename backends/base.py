@@ -25,6 +25,7 @@ class Backend:
     lazy = False          # results are recipes until computed (Dask): see `persist`
     inner = None          # for a backend whose arrays wrap another backend's: that backend
     captures_graphs = False  # True when `capture` records work as a graph to launch again (CuPy)
+    multiplies_bool = False  # True when its multiply takes a bool array with a float one (NumPy)
 
     def owns(self, array):
         """True if `array` is one of this backend's arrays."""
@@ -43,6 +44,13 @@ class Backend:
         """A context manager under which computation happens on `device`. A no-op unless
         `needs_device_context` (CuPy computes on the current GPU, not the array's)."""
         return contextlib.nullcontext()
+
+    def as_factor(self, condition, dtype):
+        """The bool array `condition` ready to multiply arrays of the floating `dtype` (a mask:
+        relu's and max pooling's backward): as it is where `multiplies_bool` (NumPy's and CuPy's
+        multiply convert it as they go, to the same product bit for bit, and no float copy of the
+        mask is written), else cast, as the array API mixes no bool with float."""
+        return condition if self.multiplies_bool else self.xp.astype(condition, dtype)
 
     def ensure_array(self, obj):
         """A scalar of this library (NumPy's reductions and 0-d arithmetic return them) as a 0-d

@@ -103,6 +103,7 @@ class CupyBackend(Backend):
     device_type = "cuda"
     needs_device_context = True
     captures_graphs = True
+    multiplies_bool = True
 
     def __init__(self):
         cupy = import_cupy()

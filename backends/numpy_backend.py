@@ -12,6 +12,7 @@ class NumpyBackend(Backend):
     xp = numpy
     array_type = numpy.ndarray
     single_device = True
+    multiplies_bool = True
     scalar_types = frozenset(t for t in numpy.sctypeDict.values() if issubclass(t, numpy.generic))
 
     def owns_memory(self, array):

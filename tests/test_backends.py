@@ -139,6 +139,21 @@ def test_ensure_array_rewraps_scalars(xp):
     assert backends.NUMPY.ensure_array(np.float64(2.5)).__class__ is np.ndarray
 
 
+def test_as_factor_gives_a_mask_that_multiplies_like_its_float_cast(xp):
+    gy = xp.asarray([-1.5, 2.0, 3.0, -0.0], dtype="float32")
+    mask = gy > 0
+    factor = xp.backend.as_factor(mask, gy.dtype)
+    if xp.backend.multiplies_bool:  # NumPy, CuPy: the bool array itself, no float copy
+        assert factor is mask
+    else:  # the array API mixes no bool with float
+        assert factor.dtype == gy.dtype
+    product = gy * factor
+    assert product.dtype == gy.dtype
+    want = np.float32([-1.5, 2.0, 3.0, -0.0]) * np.float32([0, 1, 1, 0])
+    np.testing.assert_array_equal(xp.numpy(product), want)
+    assert np.signbit(xp.numpy(product)).tolist() == np.signbit(want).tolist()  # -1.5 * 0 is -0
+
+
 def test_scatter_add_basic_indices(xp):
     target = xp.backend.zeros((3, 4), xp.asarray(0.0).dtype, xp.device)
     values = xp.asarray(np.arange(4.0).reshape(2, 2))

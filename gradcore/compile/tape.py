@@ -11,13 +11,12 @@ library captures device graphs (CuPy), that function calls each run of GPU lines
 """
 import math
 import operator
-from itertools import repeat
 
 from ..variable import Variable, note_write
 from .fuse import fusable, fuse
 from .graph import Graphed, graph_backend, graphed
 from .trace import (_NESTED, BINARY, IN_PLACE, REUSE_BYTES, UNARY, ArrayFacts, Line, Ref,
-                    has_side_effect, slots_in, trace_backends, written)
+                    has_side_effect, slots_in)
 
 INTERPRETED_REPLAYS = 2  # replays run through closures before the tape is compiled
 
@@ -44,7 +43,7 @@ class Tape:
         self.outputs = outputs  # output slots, in the order the results template lists them
         self.guards = recorder.grads_read
         results = set(outputs)
-        lines = _into_views(_uncast_masks(recorder.lines, results), results)
+        lines = _into_views(recorder.lines, results)
         lines, self.frees = _needed(lines, outputs)
         if fusing and fusable(lines):  # where the array library fuses (CuPy): see fuse.py
             fused = fuse(lines, _last_uses(self.frees, outputs, len(lines)), _fused_source)
@@ -168,7 +167,7 @@ def _ufunc(line):
 
 
 # Line fields read in C, by map(), where a pass asks one question of every line
-_KIND, _TARGET, _ARRAY = (operator.attrgetter(name) for name in ("kind", "target", "array"))
+_KIND, _ARRAY = (operator.attrgetter(name) for name in ("kind", "array"))
 _NBYTES = operator.attrgetter("nbytes")
 
 
@@ -207,32 +206,6 @@ def _reuse_buffers(lines, frees, outputs):
     return rewritten
 
 
-def _uncast_masks(lines, outputs):
-    """Lines where a bool array is cast to a float dtype only to be multiplied by an array of that
-    dtype (relu's and max pooling's backward: the array API mixes no bool with float) multiply by
-    the bool array itself instead: a NumPy or CuPy ufunc converts it as it goes, to the same
-    result bit for bit, and the replay writes no float copy of the mask (conv: 6 MB less written
-    per step). Only where the cast's result has no other reader and nothing writes into the
-    mask's memory between the cast and the product."""
-    astypes = [getattr(backend.inner.xp, "astype", None) for backend in trace_backends()]
-    if not any(any(map(operator.is_, map(_TARGET, lines), repeat(astype))) for astype in astypes
-               if astype is not None):
-        return lines  # the common case, no cast, asked in C: no Python step per line
-    made = {line.out: line for line in lines if line.array is not None}
-    readers = _readers(lines)
-    casts = {}  # slot of a cast's result -> (the cast line, its position)
-    dropped, kept = set(), []
-    for i, line in enumerate(lines):
-        if _is_mask_cast(line, made) and readers.get(line.out) == 1 and line.out not in outputs:
-            casts[line.out] = (line, i)
-        product = _uncast(line, i, made, casts, lines)
-        if product is not None:
-            dropped.add(id(casts.pop(_slot_of(product[1]))[0]))
-            line = product[0]
-        kept.append(line)
-    return [line for line in kept if id(line) not in dropped] if dropped else lines
-
-
 def _readers(lines):
     """slot -> how many line arguments refer to it."""
     readers = {}
@@ -246,64 +219,11 @@ def _slot_of(value):
     return value.slot if value.__class__ is Ref else None
 
 
-def _is_mask_cast(line, made):
-    """True for `xp.astype(mask, dtype)` of a bool array a line made, to a floating dtype, in a
-    library whose multiply is a ufunc (NumPy, CuPy: they take bool and float operands)."""
-    if line.kind != "call" or line.kwargs or len(line.args) != 2 or line.array is None:
-        return False
-    xp = line.array.xp
-    if line.target is not getattr(xp, "astype", None) or type(
-            getattr(xp, "multiply", None)).__name__ != "ufunc":
-        return False
-    mask = made.get(_slot_of(line.args[0]))
-    return (mask is not None and xp.isdtype(mask.array.dtype, "bool")
-            and xp.isdtype(line.array.dtype, "real floating"))
-
-
-def _uncast(line, index, made, casts, lines):
-    """(line rewritten to multiply by the mask itself, the argument it replaced) if `line`
-    multiplies a waiting cast of a mask by an array of the cast's dtype; else None."""
-    function = _ufunc(line)
-    if function is None or function.__name__ != "multiply" or len(line.args) != 2:
-        return None
-    for i in (0, 1):
-        entry = casts.get(_slot_of(line.args[i]))
-        other = made.get(_slot_of(line.args[1 - i]))
-        if entry is None or other is None:
-            continue
-        cast, start = entry
-        if not other.array.dtype == line.array.dtype == cast.array.dtype:
-            continue
-        mask = cast.args[0]
-        root = made[mask.slot].array.root
-        if any(_may_write(between, made, root) for between in lines[start + 1:index]):
-            continue
-        args = list(line.args)
-        args[i] = mask
-        new = Line(line.kind, line.target, tuple(args), line.kwargs, line.out)
-        new.array = line.array
-        return new, line.args[i]
-    return None
-
-
-def _may_write(line, made, root):
-    """True if `line` may write into the memory numbered `root` (a mask's)."""
-    if not has_side_effect(line):
-        return False
-    if line.kind in ("opaque", "store", "store_grad"):
-        return True
-    for slot in written(line):
-        maker = made.get(slot)
-        if maker is None or maker.array.root == root:
-            return True
-    return False
-
-
 def _into_views(lines, outputs):
     """A ufunc's result that the next line only copies into a view of another array
     (`z[key] = a * b`: max pooling's backward filling its strided windows) is written there
     directly, `multiply(a, b, out=z[key])`: the replay makes no array in between and copies
-    nothing (conv: 3 MB less written per step; with _uncast_masks, 0.6% fewer instructions).
+    nothing (conv: 3 MB less written per step).
     Only for a basic index (slices, integers: a view), a result of the view's shape and of z's
     dtype, read by nothing else."""
     if "setitem" not in map(_KIND, lines):

@@ -789,6 +789,7 @@ class TraceBackend(backends.Backend):
         self.xp = Namespace(self, inner.xp)
         self.single_device = inner.single_device
         self.needs_device_context = inner.needs_device_context
+        self.multiplies_bool = inner.multiplies_bool  # no cast recorded where eager makes none
         self.plain = False
         for name in _RECORDED:
             setattr(self, name, self._recorded(getattr(inner, name), name in _DRAWS))

@@ -44,7 +44,7 @@ class ReLU(Function):
 
     def backward(self, gy):
         y = self.outputs[0]()
-        mask = self.xp.astype(y.data > 0, y.dtype)  # the slope, a constant: relu'' = 0
+        mask = self.backend.as_factor(y.data > 0, y.dtype)  # the slope, a constant: relu'' = 0
         return gy * mask
 
 

@@ -343,7 +343,7 @@ class Pooling(Function):
 
     def backward(self, gy):
         x, = self.inputs
-        masks = [self.xp.astype(mask, gy.dtype) for mask in self.masks]
+        masks = [self.backend.as_factor(mask, gy.dtype) for mask in self.masks]
         return PoolingGrad(x.shape, self.kernel, self.stride, self.pad, masks)(gy)
 
 

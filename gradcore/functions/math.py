@@ -304,7 +304,7 @@ class Clip(Function):
         if self.x_max is not None:
             below = x.data <= self.x_max
             inside = below if inside is None else inside & below
-        return gy if inside is None else gy * _constant(self.xp.astype(inside, gy.dtype))
+        return gy if inside is None else gy * _constant(self.backend.as_factor(inside, gy.dtype))
 
 
 def clip(x, x_min, x_max):
