@@ -1,5 +1,6 @@
 """CuPy: the GPU backend. Imported only when a CuPy array or a "cuda" device is first seen."""
 import contextlib
+import gc
 import importlib
 import threading
 import weakref
@@ -72,6 +73,25 @@ def _refusing_in(thread, allocator):
     return allocate
 
 
+def _failing_plainly(malloc, cuda_error):
+    """The allocator of a capture's pool: `malloc`, with a CUDA error raised as a RuntimeError.
+    A CuPy pool that runs out of memory frees its cached blocks and tries again (it catches
+    CUDA's errors only); during a capture those blocks are memory the kernels captured so far
+    use, which a later array could then be given. Raised plainly, the capture fails instead."""
+    def allocate(size):
+        try:
+            return malloc(size)
+        except cuda_error as e:
+            raise RuntimeError(f"out of GPU memory while capturing a CUDA graph ({e})") from e
+    return allocate
+
+
+# Held while a CUDA graph is captured and by CupyBackend.synchronize: a device-wide wait from
+# another thread during a capture fails it (CUDA refuses), and two captures at once would each
+# swap CuPy's pinned memory allocator (it is one per process) under the other
+_CAPTURING = threading.RLock()
+
+
 class CudaGraph:
     """A captured CUDA graph with what it needs alive: the memory pool its arrays came from."""
 
@@ -111,6 +131,7 @@ class CupyBackend(Backend):
         self.array_type = cupy.ndarray
         self._devices = {}  # id -> Device; cupy.cuda.Device is unhashable, so key on .id
         self._graphs = weakref.WeakSet()  # the CudaGraphs still alive (their memory counted)
+        self._capture_streams = {}  # GPU index -> the stream captures run on
 
     def _device(self, id):
         device = self._devices.get(id)
@@ -200,23 +221,34 @@ class CupyBackend(Backend):
         # The arrays made while capturing come from a pool of the graph's own: every launch
         # writes them again, so no other array may be given their memory while the graph lives
         # (freed into the default pool, they would be). The capture runs on a stream of its own
-        # (CUDA captures none on the legacy default stream); launches run on the current one.
-        pool = cuda.MemoryPool()
-        stream = cuda.Stream(non_blocking=True)
-        pinned = self._pinned_allocator()
-        cuda.set_pinned_memory_allocator(_refusing_in(threading.get_ident(), pinned))
-        try:
-            with stream, cuda.using_allocator(pool.malloc):
-                stream.begin_capture()  # relaxed mode: the pool may call cudaMalloc meanwhile
-                try:
-                    results = run()
-                except BaseException:
-                    with contextlib.suppress(Exception):  # a failure invalidates the capture
-                        stream.end_capture()
-                    raise
-                graph = stream.end_capture()
-        finally:
-            cuda.set_pinned_memory_allocator(pinned)
+        # (CUDA captures none on the legacy default stream), one per GPU, used again by later
+        # captures; launches run on the current one. The collector waits: an array it freed
+        # meanwhile would go back to CuPy's pools from inside the capture.
+        pool = cuda.MemoryPool(_failing_plainly(cuda.memory._malloc,
+                                                cuda.runtime.CUDARuntimeError))
+        with _CAPTURING:
+            device = cuda.runtime.getDevice()
+            if device not in self._capture_streams:
+                self._capture_streams[device] = cuda.Stream(non_blocking=True)
+            stream = self._capture_streams[device]
+            pinned = self._pinned_allocator()
+            cuda.set_pinned_memory_allocator(_refusing_in(threading.get_ident(), pinned))
+            collecting = gc.isenabled()
+            gc.disable()
+            try:
+                with stream, cuda.using_allocator(pool.malloc):
+                    stream.begin_capture()  # relaxed mode: the pool may call cudaMalloc
+                    try:
+                        results = run()
+                    except BaseException:
+                        with contextlib.suppress(Exception):  # a failure invalidates it
+                            stream.end_capture()
+                        raise
+                    graph = stream.end_capture()
+            finally:
+                if collecting:
+                    gc.enable()
+                cuda.set_pinned_memory_allocator(pinned)
         captured = CudaGraph(self.xp, graph, pool, stream)
         self._graphs.add(captured)
         return captured, results
@@ -240,7 +272,8 @@ class CupyBackend(Backend):
             return sum(graph.pool.total_bytes() for graph in list(self._graphs))
 
     def synchronize(self, device):
-        self.xp.cuda.Device(self._id(device)).synchronize()
+        with _CAPTURING:  # not while another thread captures a graph: CUDA would refuse
+            self.xp.cuda.Device(self._id(device)).synchronize()
 
     def memory_in_use(self, device):
         with self.xp.cuda.Device(self._id(device)):

@@ -360,16 +360,26 @@ class _StandInCuda:
     """Stands in for cupy.cuda in CupyBackend.capture: notes what the capture did, in order."""
 
     def __init__(self, fail_end=False):
-        self.events, self.allocator, self.current = [], None, 0
+        self.events, self.allocator, self.current, self.stream_made = [], None, 0, 0
         self.fail_end = fail_end
         outer = self
 
+        class CUDARuntimeError(RuntimeError):
+            pass
+
         class MemoryPool:
-            def __init__(self):
-                self.bytes = 1024
+            """Frees its cached blocks and tries again where its allocator raises a CUDA error,
+            as CuPy's pools do."""
+
+            def __init__(self, allocator):
+                self.bytes, self.allocator = 1024, allocator
 
             def malloc(self, size):
-                return size
+                try:
+                    return self.allocator(size)
+                except CUDARuntimeError:
+                    outer.events.append("cached blocks freed")
+                    return self.allocator(size)
 
             def total_bytes(self):
                 return self.bytes
@@ -377,6 +387,7 @@ class _StandInCuda:
         class Stream:
             def __init__(self, non_blocking=False):
                 assert non_blocking  # never the legacy default stream, which syncs with all
+                outer.stream_made += 1
 
             def __enter__(self):
                 outer.events.append("stream")
@@ -407,6 +418,9 @@ class _StandInCuda:
         class Device:
             def __init__(self, id):
                 self.id = id
+
+            def synchronize(self):
+                outer.events.append(f"device {self.id} synchronized")
 
             def __enter__(self):
                 self.previous, outer.current = outer.current, self.id
@@ -447,7 +461,17 @@ class _StandInCuda:
         self.alloc_pinned_memory = lambda size: self.pinned(size)
         self.MemoryPool, self.Stream, self.using_allocator, self.Device = (
             MemoryPool, Stream, using_allocator, Device)
-        self.runtime = types.SimpleNamespace(getDevice=lambda: outer.current)
+        self.runtime = types.SimpleNamespace(getDevice=lambda: outer.current,
+                                             getDeviceCount=lambda: 2,
+                                             CUDARuntimeError=CUDARuntimeError)
+        self.out_of_memory = False  # cudaMalloc fails
+
+        def malloc(size):
+            if outer.out_of_memory:
+                raise CUDARuntimeError("cudaErrorMemoryAllocation: out of memory")
+            return size
+
+        self.memory = types.SimpleNamespace(_malloc=malloc)
         self.streams = {ptr: Current(ptr) for ptr in (7, 8)}
         self.stream = 7
         self.get_current_stream = lambda: self.streams[self.stream]
@@ -462,6 +486,7 @@ def _stand_in_cupy_backend(cuda):
         copyto=lambda buffer, value: cuda.events.append(f"copy {value} into {buffer}"))
     backend._graphs = weakref.WeakSet()
     backend._devices = {}
+    backend._capture_streams = {}
     return backend
 
 
@@ -486,6 +511,7 @@ def test_cupy_capture_runs_the_step_in_a_capture_with_a_pool_of_its_own():
     graph, results = backend.capture(run)
     assert results == ("result",) and cuda.pinned == cuda.pinned_pool.malloc  # put back
     assert cuda.events == ["stream", "begin", "run", "end", "stream done"]
+    assert gc.isenabled()  # off while capturing (see below), on again after
     assert backend.graph_memory(None) == 1024  # its pool, while the graph lives
     with cuda.Device(1):
         graph.launch([("buffer", "x")])  # on the GPU it was captured on, its inputs copied first
@@ -519,6 +545,37 @@ def test_a_failed_cupy_capture_is_ended_and_its_error_raised():
     assert cuda.events.count("begin") == 1
 
 
+def test_a_cupy_capture_keeps_out_collections_waits_and_block_reuse():
+    cuda = _StandInCuda()
+    backend = _stand_in_cupy_backend(cuda)
+    streams, waited = [], []
+
+    def run():
+        assert not gc.isenabled()  # an array the collector freed would go back to a pool
+        streams.append(cuda.stream_made)
+        # a device-wide wait from another thread waits for the capture to end (CUDA would
+        # refuse it and fail the capture)
+        thread = threading.Thread(target=lambda: waited.append(backend.synchronize(None)))
+        thread.start()
+        thread.join(0.2)
+        assert waited == [] and "device 0 synchronized" not in cuda.events
+        streams.append(thread)
+        # out of memory: the pool must not free its cached blocks (memory captured kernels
+        # use) to try again; the capture fails plainly instead
+        cuda.out_of_memory = True
+        with pytest.raises(RuntimeError, match="out of GPU memory while capturing") as raised:
+            cuda.allocator(64)
+        assert type(raised.value) is RuntimeError and "cached blocks freed" not in cuda.events
+        cuda.out_of_memory = False
+        return ()
+
+    backend.capture(run)
+    streams.pop().join()
+    assert waited == [None] and cuda.events[-1] == "device 0 synchronized"
+    backend.capture(lambda: streams.append(cuda.stream_made) or ())
+    assert streams == [1, 1]  # one capture stream per GPU, used again
+
+
 def test_the_cuda_graph_names_capture_uses_exist_in_cupy():
     cupy = pytest.importorskip("cupy")
     for name in ("MemoryPool", "Stream", "using_allocator", "Device", "alloc_pinned_memory",
@@ -528,6 +585,8 @@ def test_the_cuda_graph_names_capture_uses_exist_in_cupy():
         assert hasattr(cupy.cuda.Stream, name), name
     assert hasattr(cupy.cuda.MemoryPool, "total_bytes") and hasattr(cupy.cuda.Graph, "launch")
     assert hasattr(cupy.cuda.runtime, "getDevice") and hasattr(cupy, "may_share_memory")
+    assert hasattr(cupy.cuda.runtime, "CUDARuntimeError") and hasattr(cupy.cuda.memory, "_malloc")
+    assert issubclass(cupy.cuda.runtime.CUDARuntimeError, Exception)
     assert hasattr(cupy.cuda, "get_current_stream") and hasattr(cupy, "copyto")
     pinned = cupy.cuda.pinned_memory
     assert all(hasattr(pinned, name) for name in ("PinnedMemory", "PooledPinnedMemory", "_malloc"))

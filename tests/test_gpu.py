@@ -133,3 +133,56 @@ def test_dropout_draws_new_masks_at_every_replay_on_cuda():
     x = backends.to_device(np.ones(4096, dtype=np.float32), "cuda")
     masks = {compiled(x).numpy().tobytes() for _ in range(6)}
     assert len(masks) == 6 and compiled.stats()["graphs"][0] >= 1
+
+
+def test_an_embedding_step_replays_through_cuda_graphs_with_its_bounds_checked():
+    # the bounds check of the index array reads it on the host: it stays between graphs
+    W = gradcore.Parameter(backends.to_device(
+        np.random.default_rng(0).standard_normal((50, 8)).astype(np.float32), "cuda"))
+
+    def step(x, t):
+        loss = F.sum(F.tanh(W[t] * 2.0 + 1.0) * 3.0 * x)
+        W.cleargrad()
+        loss.backward()
+        return loss
+
+    compiled = gradcore.compile(step, check=True)
+    rng = np.random.default_rng(1)
+    for _ in range(6):
+        compiled(backends.to_device(rng.standard_normal((16, 8)).astype(np.float32), "cuda"),
+                 backends.to_device(rng.integers(0, 50, 16), "cuda"))
+    stats = compiled.stats()
+    assert stats["graphs"][0] >= 1 and stats["why not graphs"] == [], stats
+    with pytest.raises(IndexError):
+        compiled(backends.to_device(np.ones((16, 8), np.float32), "cuda"),
+                 backends.to_device(np.full(16, 50), "cuda"))
+
+
+def test_two_threads_calling_a_step_of_two_cuda_graphs_get_their_own_results():
+    import threading
+
+    def step(x):
+        h = F.tanh(Variable(x) * 2.0 + 1.0) * 3.0
+        noise = F.dropout(Variable(x), 0.5) * 0.0  # a draw: two graphs, the second reads h
+        return F.tanh(h * 0.5 + noise) * 2.0
+
+    compiled = gradcore.compile(step)
+    for i in range(4):
+        compiled(backends.to_device(np.full(256, float(i), np.float32), "cuda"))
+    assert compiled.stats()["graphs"][0] >= 2, compiled.stats()
+    wrong = []
+
+    def calls(start):
+        for i in range(start, start + 100):
+            x = np.full(256, i / 100.0, np.float32)
+            want = np.tanh(np.tanh(x * 2.0 + 1.0) * 3.0 * 0.5) * 2.0
+            got = compiled(backends.to_device(x, "cuda")).numpy()
+            if not np.allclose(got, want, rtol=1e-5, atol=1e-6):
+                wrong.append(i)
+
+    threads = [threading.Thread(target=calls, args=(start,)) for start in (0, 1000)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert wrong == []

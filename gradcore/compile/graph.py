@@ -28,8 +28,8 @@ What a graph cannot do stays out of it or is arranged around it:
 A graph's memory is its own (CuPy: a private memory pool), held as long as the tape: about one
 step's arrays per tape.
 """
+import functools
 import operator
-import threading
 
 import backends
 
@@ -87,6 +87,8 @@ def _on_device(line, xp):
     if line.kind == "call" and not line.reads and _name("call", line.target) in _TRANSFERS and (
             facts is None or facts.shape != ()):
         return False  # from the host
+    if line.kind == "call" and line.reads and _name("call", line.target) == "normalize_key":
+        return False  # an index array's bounds are checked on the host: a wait for the device
     return facts is None or facts.xp is xp
 
 
@@ -212,14 +214,17 @@ class Graphed:
         # per input: True if its buffer may be written (a fresh array no one else reads)
         self.scratch = scratch
         self.interpreter = interpreter
-        # the array class's own copy where it has one (NumPy, CuPy: no device context to enter),
-        # else the backends' (the array API has no copy method)
-        self._copy = getattr(backend.array_type, "copy", None) or backends.copy
+        # the array class's own copy where it has one (NumPy, CuPy; made on the current GPU),
+        # keeping the layout (a transposed argument's buffer stays transposed, so its kernels
+        # and matrix products are those the step ran eagerly), else the backends' (the array
+        # API has no copy method)
+        copy = getattr(backend.array_type, "copy", None)
+        self._copy = functools.partial(copy, order="K") if copy else backends.copy
         # the interpreter's (argument index, slot, is a Variable) for each input
         self._arguments = [(i, slot, False) for i, slot in enumerate(inputs)]
         self._run = interpreter(lines, frees, self._arguments, outputs, None)
         self.graph = None
-        self._lock = threading.Lock()
+        self._device = None    # the device it was captured on (None: the backend has one)
         self.why = None        # why the run runs as lines, once it does for good
         self.captures = 0
         self.launches = 0
@@ -229,24 +234,23 @@ class Graphed:
         self._copied = ()      # per output: True if a launch hands out a copy of it
 
     def __call__(self, *values):
-        # One call at a time: calls from two threads would fill the same buffers and read the
-        # same results (on the device, a launch waits for the last one: Backend.capture)
-        with self._lock:
-            graph = self.graph
-            if graph is not None:
-                if self._same_inputs(values):
+        # called by its tape's replay, one call at a time (Tape: the graphs' memory is shared)
+        graph = self.graph
+        if graph is not None:
+            if self._same_inputs(values):
+                with self.backend.device_context(self._device):  # copies out made there
                     graph.launch([(buffer, values[i]) for i, buffer in self._buffers])
                     self.launches += 1
                     return self._handed_out()
-                self.graph = None  # an input is another array now: capture again, staging it
-            if self.why is None and self.captures >= CAPTURES:
-                self.why = (f"the arrays it reads were replaced {CAPTURES} times after it was "
-                            "captured")
-            if self.why is None:
-                try:
-                    return self._capture(values)
-                except Uncapturable as e:
-                    self.why = str(e)
+            self.graph = None  # an input is another array now: capture again, staging it
+        if self.why is None and self.captures >= CAPTURES:
+            self.why = (f"the arrays it reads were replaced {CAPTURES} times after it was "
+                        "captured")
+        if self.why is None:
+            try:
+                return self._capture(values)
+            except Uncapturable as e:
+                self.why = str(e)
         results = self._run(*values)
         if True in self.escaping:
             # run as lines, on buffers of graphs before it: a view of one must not reach Python
@@ -276,6 +280,12 @@ class Graphed:
         devices = {backend.device_of(a) for a in arrays} if not backend.single_device else ()
         if len(devices) > 1:
             raise Uncapturable("its arrays are on more than one device")
+        device = next(iter(devices), None)
+        with backend.device_context(device):
+            return self._capture_on(device, values)
+
+    def _capture_on(self, device, values):
+        backend = self.backend
         inputs, buffers, direct = list(values), [], []
         for i, value in enumerate(values):
             if self.staged[i] and value.__class__ is backend.array_type:
@@ -304,15 +314,14 @@ class Graphed:
                                        "the run)")
 
         run = self.interpreter(self.lines, self.frees, self._arguments, self.outputs, inspect)
-        device = next(iter(devices), None)
         try:
-            with backend.device_context(device):
-                graph, results = backend.capture(lambda: run(*inputs))
+            graph, results = backend.capture(lambda: run(*inputs))
         except Uncapturable:
             raise
         except Exception as e:  # what the library refused to capture (a wait on the device)
             raise Uncapturable(f"the capture failed: {type(e).__name__}: {e}") from e
         self.graph, self._buffers, self._direct, self._results = graph, buffers, direct, results
+        self._device = device
         self._copied = [escapes and result.__class__ is backend.array_type
                         for result, escapes in zip(results, self.escaping)]
         graph.launch()  # the buffers hold the values already

@@ -11,6 +11,7 @@ library captures device graphs (CuPy), that function calls each run of GPU lines
 """
 import math
 import operator
+import threading
 
 from ..variable import Variable, note_write
 from .fuse import fusable, fuse
@@ -89,6 +90,8 @@ class Tape:
             source, namespace = _source(*self._compiled(), self.arguments, self.outputs)
             exec(compile(source, "<gradcore.compile tape>", "exec"), namespace)
             self._run = namespace["replay"]
+            if self.graphed:
+                self._run = _one_call_at_a_time(self._run)
         return self._run(*args)
 
     def _compiled(self):
@@ -114,6 +117,18 @@ class Tape:
                 source += "\n" + _fused_source(target.lines, target.inputs, target.outputs,
                                                name, writer)[0]
         return source
+
+
+def _one_call_at_a_time(replay):
+    """`replay` behind a lock. A tape's graphs are the same memory at every call and hand their
+    results to one another where they are: two calls interleaved (two threads) would launch
+    one graph twice before the next read its results, and each would read the other's."""
+    lock = threading.Lock()
+
+    def locked(*args):
+        with lock:
+            return replay(*args)
+    return locked
 
 
 def _needed(lines, outputs):
