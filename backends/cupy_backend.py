@@ -111,7 +111,7 @@ class CudaGraph:
         stream = cuda.get_current_stream()
         last = self._last
         if last is not None and last.ptr != stream.ptr:
-            last.synchronize()
+            stream.wait_event(last.record())  # on the device: the host goes on
         for buffer, value in copies:
             self.cupy.copyto(buffer, value)
         self.graph.launch(stream)

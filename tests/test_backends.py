@@ -434,8 +434,11 @@ class _StandInCuda:
             def __init__(self, ptr):
                 self.ptr = ptr
 
-            def synchronize(self):
-                outer.events.append(f"wait for stream {self.ptr}")
+            def record(self):
+                return f"event on stream {self.ptr}"
+
+            def wait_event(self, event):
+                outer.events.append(f"stream {self.ptr} waits for the {event}")
 
         class PinnedMemory:
             pass
@@ -519,7 +522,7 @@ def test_cupy_capture_runs_the_step_in_a_capture_with_a_pool_of_its_own():
     graph.launch()
     cuda.stream = 8  # another stream: the last launch's work is waited for, the buffers shared
     graph.launch()
-    assert cuda.events[-3:] == ["launch on 0, stream 7", "wait for stream 7",
+    assert cuda.events[-3:] == ["launch on 0, stream 7", "stream 8 waits for the event on stream 7",
                                 "launch on 0, stream 8"]
     del graph
     gc.collect()
@@ -581,7 +584,7 @@ def test_the_cuda_graph_names_capture_uses_exist_in_cupy():
     for name in ("MemoryPool", "Stream", "using_allocator", "Device", "alloc_pinned_memory",
                  "set_pinned_memory_allocator"):
         assert hasattr(cupy.cuda, name), name
-    for name in ("begin_capture", "end_capture"):
+    for name in ("begin_capture", "end_capture", "record", "wait_event"):
         assert hasattr(cupy.cuda.Stream, name), name
     assert hasattr(cupy.cuda.MemoryPool, "total_bytes") and hasattr(cupy.cuda.Graph, "launch")
     assert hasattr(cupy.cuda.runtime, "getDevice") and hasattr(cupy, "may_share_memory")
