@@ -25,7 +25,7 @@ class Backend:
     lazy = False          # results are recipes until computed (Dask): see `persist`
     inner = None          # for a backend whose arrays wrap another backend's: that backend
     captures_graphs = False  # True when `capture` records work as a graph to launch again (CuPy)
-    multiplies_bool = False  # True when its multiply takes a bool array with a float one (NumPy)
+    multiplies_bool = False  # True when its multiply takes bool and float arrays (NumPy, CuPy)
 
     def owns(self, array):
         """True if `array` is one of this backend's arrays."""
