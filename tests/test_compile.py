@@ -1087,3 +1087,22 @@ def test_a_product_copied_into_a_view_is_written_there_only_where_that_is_the_sa
     step = replays_like_eager(lambda x0: _Scatter(mode)(gradcore.Variable(x0)), (8,))
     tape, = step.tapes()
     assert sum(line.kind == "setitem" for line in tape.lines) == setitems
+
+
+# ============================================================================ what replays must not touch or miss
+def test_a_line_handing_back_its_input_never_takes_a_later_result():
+    # astype(copy=False) of an array already of that dtype is the array itself: the caller's
+    # argument, or a parameter's data, which no later line may write its result into (out=)
+    w = gradcore.Parameter(np.ones(10000))
+
+    def step(x):
+        x = x.astype(np.float64, copy=False)
+        a = w.data.astype(np.float64, copy=False)
+        return F.sum(gradcore.Variable((x - 1.0) * 0.5) * gradcore.Variable(a * 2.0))
+
+    compiled = gradcore.compile(step)
+    for i in range(4):
+        x = np.full(10000, 3.0)
+        assert float(compiled(x).data) == 10000.0 * 2.0
+        assert (x == 3.0).all() and (w.data == 1.0).all()
+    assert compiled.stats()["replays"] == 3

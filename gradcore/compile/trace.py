@@ -239,10 +239,11 @@ class Recorder:
             return Ref(entry[1])
         return value
 
-    def wrap(self, backend, result, kind, target, args, kwargs, reads=None):
+    def wrap(self, backend, result, kind, target, args, kwargs, reads=None, real=()):
         """Record `result = target(args)` as one line and give back what the step sees: Traced
         arrays, a tuple of them, or the object itself (known by identity). `reads`: the slots
-        args and kwargs refer to, where the caller has them."""
+        args and kwargs refer to, where the caller has them; `real`: the arrays it was called
+        with, where one may come back as the result."""
         inner = backend.inner
         if (result.__class__ is inner.array_type or result.__class__ in inner.scalar_types
                 or inner.owns(result)):  # _is_array, in line (the common case first)
@@ -259,12 +260,14 @@ class Recorder:
                     self.memory_count += 1
                     line.array = ArrayFacts(result, True, self.memory_count, inner.xp)
                     return backend.traced(result, out)
-                # fresh: memory of its own that no other slot holds (asarray(x) may be x itself)
+                # fresh: memory of its own that no other slot holds (asarray(x) may be x itself,
+                # and x an argument, a parameter's data or a constant: never a line's to write)
                 seen = self.arrays.get(id(result))
                 alias = seen is not None and seen[1]() is result
                 if alias:
                     seen[0].fresh = False
-                fresh = not alias and inner.owns_memory(result)
+                fresh = not alias and inner.owns_memory(result) and not any(
+                    a is result for a in real)
                 try:
                     facts = ArrayFacts(result, fresh, self._memory(result), inner.xp)
                     self.arrays[id(result)] = (facts, weakref.ref(result))
@@ -594,7 +597,7 @@ def call(backend, function, args, kwargs, kind="call"):
             rec.give_up(f"{name}() returned None: what it did is unknown to the tape (it may "
                         "have changed an array in place, or written one somewhere)")
     return rec.wrap(backend, result, kind, function, tuple(template),
-                    rec.template(kwargs) if kwargs else None, reads)
+                    rec.template(kwargs) if kwargs else None, reads, real)
 
 
 # ================================================================================ Traced
