@@ -146,6 +146,8 @@ class Variable:
             raise _cannot_require_grad(data.dtype)
         _init_slots(self, data, backend, None, 0, bool(requires_grad))
         self.name = name
+        if step_recorder is not None:  # made by a step gradcore.compile records
+            step_recorder.made(self)
 
     # ---------------------------------------------------------------- data and its properties
     @property

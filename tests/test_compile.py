@@ -1106,3 +1106,24 @@ def test_a_line_handing_back_its_input_never_takes_a_later_result():
         assert float(compiled(x).data) == 10000.0 * 2.0
         assert (x == 3.0).all() and (w.data == 1.0).all()
     assert compiled.stats()["replays"] == 3
+
+
+def test_gradients_accumulated_over_calls_add_up_as_eagerly():
+    # the step only runs backward; the loop clears the grads every other call: a replay must
+    # add to a grad it finds, as eager code does, not set it as the recording (grad absent) did
+    def make():
+        w = gradcore.Parameter(np.ones((2, 3)))
+        return w, lambda x: F.sum(F.matmul(gradcore.Variable(x), w)).backward()
+
+    (w_eager, eager), (w, step) = make(), make()
+    compiled = gradcore.compile(step)
+    for i in range(8):
+        if i % 2 == 0:
+            w_eager.cleargrad()
+            w.cleargrad()
+        x = np.full((4, 2), float(i + 1))
+        eager(x)
+        compiled(x)
+        assert same(w.grad.data, w_eager.grad.data)
+    stats = compiled.stats()
+    assert stats["tapes"] == 2 and stats["recordings"] == 2 and stats["replays"] == 6

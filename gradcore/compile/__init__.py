@@ -73,7 +73,9 @@ class Compiled:
             return self.fn(*args, **kwargs)
         key = (_key(args), self._surroundings(), structure_changes[0])
         tape = self._tapes.get(key)
-        if tape is not None and (not tape.guards or tape.ready()):
+        while tape is not None and tape.guards and not tape.ready():
+            tape = tape.other  # the key's tape for the grads there now, if one was recorded
+        if tape is not None:
             if tape is not self._recent:  # most recently used last (hashing the key again)
                 self._tapes.move_to_end(key)
                 self._recent = tape
@@ -153,6 +155,9 @@ class Compiled:
             tape = Tape(rec, slots, fusing=not self.check,  # fused: not bitwise
                         graphs=self.graphs)
             tape.results = shape
+            tape.other = self._tapes.get(key)  # one that was not ready: for other grads
+            if tape.other is not None and tape.other.other is not None:
+                tape.other.other = None  # two per key at most (grads there, grads absent)
             self._tapes[key] = tape
             self._recent = tape
             while len(self._tapes) > self.cache_size:
@@ -180,8 +185,8 @@ class Compiled:
         """A dict: tapes held, ops in each, recordings, replays, eager calls, fallbacks, and
         why each key that fell back did; on a library with device graphs (CuPy), the runs of
         each tape replayed as graphs, and why a run is not."""
-        tapes = self._tapes.values()
-        return {"tapes": len(self._tapes), "ops": [t.ops for t in tapes],
+        tapes = self.tapes()
+        return {"tapes": len(tapes), "ops": [t.ops for t in tapes],
                 "recordings": self._counts["recordings"], "replays": self._counts["replays"],
                 "eager calls": self._counts["eager calls"],
                 "checked replays": self._counts["checked replays"],
@@ -190,8 +195,9 @@ class Compiled:
                 "why not graphs": [g.why for t in tapes for g in t.graphed if g.why is not None]}
 
     def tapes(self):
-        """The tapes held, most recently used last (each has `source` and `ops`)."""
-        return list(self._tapes.values())
+        """The tapes held, most recently used key last (each has `source` and `ops`); a key
+        recorded both with and without grads there has two."""
+        return [t for head in self._tapes.values() for t in (head.other, head) if t is not None]
 
     def clear(self):
         """Forget every tape and every fallback: the next call records again."""
@@ -235,7 +241,7 @@ def _key(args):
         elif isinstance(a, Variable):
             data, backend = a._data, a._backend
             parts.append((Variable, data.__class__, getattr(data, "shape", None),
-                          getattr(data, "dtype", None), a._requires_grad,
+                          getattr(data, "dtype", None), a._requires_grad, a._grad is None,
                           None if data is None or backend.single_device else
                           backend.device_of(data)))
         else:

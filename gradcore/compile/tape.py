@@ -42,7 +42,11 @@ class Tape:
 
     def __init__(self, recorder, outputs, fusing=True, graphs=True):
         self.outputs = outputs  # output slots, in the order the results template lists them
-        self.guards = recorder.grads_read
+        # the Variables whose grad must be there (it is read), and those whose grad must not
+        # (backward sets it, where eagerly it would add to one), for a replay: else another tape
+        self.grads_present, self.grads_absent = recorder.grads_read, recorder.grads_absent
+        self.guards = bool(self.grads_present or self.grads_absent)
+        self.other = None  # a tape of the same key recorded with other grads there (Compiled)
         results = set(outputs)
         lines = _into_views(recorder.lines, results)
         lines, self.frees = _needed(lines, outputs)
@@ -81,8 +85,10 @@ class Tape:
         return list(found.values())
 
     def ready(self):
-        """True if the Variables whose grads the tape reads have one (as when it was recorded)."""
-        return all(v._grad is not None for v in self.guards)
+        """True if the Variables whose grad the tape reads have one, and those whose grad it
+        sets have none, as when it was recorded."""
+        return (all(v._grad is not None for v in self.grads_present)
+                and all(v._grad is None for v in self.grads_absent))
 
     def run(self, *args):
         self.replays += 1

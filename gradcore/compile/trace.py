@@ -186,6 +186,8 @@ class Recorder:
         self.module_states = []     # (module, name) of each Variable the step kept on a module
         self.draws = []             # (backend method, args, kwargs) of each random draw made
         self.grads_read = []        # the Variables whose grad a load_grad line reads
+        self.grads_absent = []      # those whose grad the step set where it found none
+        self.made_here = {}         # id -> each Variable the step made (a new one at each call)
 
     # ------------------------------------------------------------ slots and lines
     def new_slot(self):
@@ -358,6 +360,11 @@ class Recorder:
             data = v._data = data.backend.ensure_array(data)
         return data
 
+    def made(self, v):
+        """The step made the Variable v (Variable(...) in its code)."""
+        if self.is_active():
+            self.made_here[id(v)] = v  # held: its id stays its own while recording
+
     def adopt_inputs(self, inputs):
         """A Function's inputs: the Variables among them traced (Function._call calls this)."""
         if self.is_active():
@@ -401,10 +408,12 @@ class Recorder:
                 self.adopted[id(v)] = _Adopted(v, v._data, v._backend, v._grad)
             else:
                 self.adopt(v)
-        if clearing and v._grad is not None:
-            entry = self.adopted[id(v)]
-            self.append("store_grad", entry.variable if entry.argument is None else
-                        entry.argument, (None,))
+        entry = self.adopted[id(v)]
+        if clearing:
+            entry.cleared = True
+            if v._grad is not None:
+                self.append("store_grad", entry.variable if entry.argument is None else
+                            entry.argument, (None,))
 
     def release(self):
         """Give every adopted Variable its real arrays back, and write the lines that make a
@@ -420,6 +429,12 @@ class Recorder:
             grad = v._grad
             if grad is not entry.grad:
                 self.append("store_grad", site, (None if grad is None else self._real(grad),))
+                if (entry.grad is None and not entry.cleared and entry.argument is None
+                        and id(v) not in self.made_here):
+                    # set where none was found (backward: eagerly it adds to one it finds),
+                    # so the tape replays while the grad is absent again (an argument's
+                    # absence is part of the key)
+                    self.grads_absent.append(v)
         self.adopted = {}
         self.grad_owners = {}
 
@@ -446,11 +461,12 @@ class Recorder:
 class _Adopted:
     """A Variable the step did not create, as it was before the step touched it."""
 
-    __slots__ = ("variable", "data", "backend", "grad", "argument")
+    __slots__ = ("variable", "data", "backend", "grad", "argument", "cleared")
 
     def __init__(self, variable, data, backend, grad, argument=None):
         self.variable, self.data, self.backend, self.grad = variable, data, backend, grad
         self.argument = argument  # the step's argument index, or None
+        self.cleared = False      # its grad was cleared (or found absent and set) in the step
 
 
 # Calls that change an argument in place or draw random numbers: kept even if no result needs them
