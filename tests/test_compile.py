@@ -1127,3 +1127,27 @@ def test_gradients_accumulated_over_calls_add_up_as_eagerly():
         assert same(w.grad.data, w_eager.grad.data)
     stats = compiled.stats()
     assert stats["tapes"] == 2 and stats["recordings"] == 2 and stats["replays"] == 6
+
+
+def test_a_modules_eval_mode_is_part_of_the_key_and_each_modes_tape_is_found_again():
+    def make():
+        np.random.seed(0)
+        model = nn.Sequential(nn.Linear(4, 5), nn.BatchNorm(), nn.Dropout(0.5))
+        return model, lambda x: model(gradcore.Variable(x))
+
+    (eager_model, eager), (model, forward) = make(), make()
+    compiled = gradcore.compile(forward)
+    rng = np.random.default_rng(0)
+    for i, mode in enumerate(["train"] * 3 + ["eval"] * 3 + ["train"] * 2 + ["eval"] * 2):
+        eager_model.train(mode == "train")
+        model[2].training = mode == "train"  # by the attribute, on one layer
+        model.train(mode == "train")
+        x = rng.standard_normal((6, 4))
+        gradcore.manual_seed(i)
+        want = eager(x).data
+        gradcore.manual_seed(i)
+        assert same(compiled(x).data, want), (i, mode)
+    assert same(model[1].avg_mean.data, eager_model[1].avg_mean.data)
+    stats = compiled.stats()
+    # one tape per mode, each found again (the first call made BatchNorm's running averages)
+    assert stats["recordings"] == 3 and stats["replays"] == 7 and stats["tapes"] == 2

@@ -27,7 +27,7 @@ import backends
 from .. import variable as _variable
 from ..config import recording, training
 from ..function import _SavedOutput
-from ..nn.module import structure_changes
+from ..nn.module import mode_key, structure_changes
 from ..variable import Variable
 from . import trace
 from .check import ReplayMismatch, Snapshot, _host_tree, compare
@@ -71,7 +71,7 @@ class Compiled:
         if kwargs or getattr(trace._active, "recorder", None) is not None:
             self._counts["eager calls"] += 1  # keywords, or in a recording (trace.recorder())
             return self.fn(*args, **kwargs)
-        key = (_key(args), self._surroundings(), structure_changes[0])
+        key = (_key(args), self._surroundings(), structure_changes[0], mode_key[0])
         tape = self._tapes.get(key)
         while tape is not None and tape.guards and not tape.ready():
             tape = tape.other  # the key's tape for the grads there now, if one was recorded
@@ -317,7 +317,7 @@ def _surroundings(fn):
 
 def _change(old, new, surroundings):
     """What differs between the keys `old` and `new`, in words (the first difference found)."""
-    (parts, around, layers), (new_parts, new_around, new_layers) = old, new
+    (parts, around, layers, modes), (new_parts, new_around, new_layers, new_modes) = old, new
     for what, a, b in (("grad mode", parts[0], new_parts[0]), ("train mode", parts[1], new_parts[1]),
                        ("the number of arguments", len(parts), len(new_parts))):
         if a != b:
@@ -332,6 +332,8 @@ def _change(old, new, surroundings):
         return "the functions the step calls"
     if layers != new_layers:
         return "a Module's layers"
+    if modes != new_modes:
+        return "a Module's train or eval mode"
     return "nothing it can name"
 
 

@@ -6,6 +6,7 @@ import itertools
 import os
 import posixpath
 import urllib.parse
+import weakref
 
 import numpy
 
@@ -28,6 +29,24 @@ _hook_ids = itertools.count()
 # Bumped whenever a Module gains, loses or replaces a Parameter, buffer or sub-Module: a step
 # gradcore.compile recorded reads the Parameters it found then, so a change means record again
 structure_changes = [0]
+# The modules in eval mode now, as a number that comes back when they do (training and
+# evaluating by turns finds the tapes of each again): a step gradcore.compile recorded ran each
+# module in the mode it had then, so another mode means another tape
+mode_key = [0]
+_in_eval = {}       # id -> a weak reference to each module in eval mode (a module may be unhashable)
+_mode_numbers = {}  # frozenset of the ids of the modules in eval mode -> its number
+
+
+def _note_mode(module, training):
+    if training:
+        _in_eval.pop(id(module), None)
+    else:
+        _in_eval[id(module)] = weakref.ref(module)
+
+
+def _modes_changed():
+    alive = frozenset(i for i, module in list(_in_eval.items()) if module() is not None)
+    mode_key[0] = _mode_numbers.setdefault(alive, len(_mode_numbers))
 
 
 class IncompatibleKeys(collections.namedtuple("IncompatibleKeys",
@@ -99,6 +118,11 @@ class Module:
                     f"cannot assign a {type(value).__name__} to {type(self).__name__}.{name}, "
                     f"which holds a {kind}: assign a Parameter or a Module (or None), set "
                     f".{name}.data to change a parameter's values, or `del` the attribute first")
+        elif name == "training":
+            _note_mode(self, value)
+            object.__setattr__(self, name, value)
+            _modes_changed()
+            return
         elif _variables.step_recorder is not None and (
                 isinstance(value, Variable) or isinstance(self.__dict__.get(name), Variable)):
             # a Variable kept on the module from one call to the next (an RNN's hidden state)
@@ -240,6 +264,8 @@ class Module:
             raise TypeError(f"train(mode): mode must be True or False, got {mode!r}")
         for module in self.modules():
             object.__setattr__(module, "training", mode)
+            _note_mode(module, mode)
+        _modes_changed()
         return self
 
     def eval(self):
