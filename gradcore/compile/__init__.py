@@ -113,6 +113,17 @@ class Compiled:
                       RuntimeWarning, stacklevel=3)
 
     def _record(self, key, args):
+        held = _holding_arrays(key)
+        if held is not None:
+            kind = type(args[held]).__name__
+            self._eager[key] = f"argument {held} is a {kind} holding arrays"
+            self._counts["fallbacks"] += 1
+            self._counts["eager calls"] += 1
+            warnings.warn(f"gradcore.compile: {self.__name__} runs eagerly when argument {held} is "
+                          f"a {kind} holding arrays: a tape would keep those arrays as constants. "
+                          f"Pass them as arguments of their own (step(*batch))",
+                          RuntimeWarning, stacklevel=3)
+            return self.fn(*args)
         rec = trace.Recorder()
         # A recording makes many objects and frees none: the collector's passes over them would
         # cost about as much again as the recording (measured on chain and wide), to find nothing
@@ -155,6 +166,11 @@ class Compiled:
             tape = Tape(rec, slots, fusing=not self.check,  # fused: not bitwise
                         graphs=self.graphs)
             tape.results = shape
+            # the objects keyed by identity, held: a dead one's id is soon another object's,
+            # which would then replay this tape
+            tape.keyed = (self._surroundings.objects(), [
+                a for a in args if a.__class__ not in _BY_VALUE and not isinstance(a, Variable)
+                and backends.backend_of(a) is None])
             tape.other = self._tapes.get(key)  # one that was not ready: for other grads
             if tape.other is not None and tape.other.other is not None:
                 tape.other.other = None  # two per key at most (grads there, grads absent)
@@ -237,7 +253,8 @@ def _key(args):
     for a in args:
         kind = a.__class__
         if kind in _BY_VALUE:
-            parts.append((kind, a))
+            # 0.0 == -0.0, yet 1 / x tells them apart
+            parts.append((kind, a) if a or kind is not float else (kind, a, str(a)))
         elif isinstance(a, Variable):
             data, backend = a._data, a._backend
             parts.append((Variable, data.__class__, getattr(data, "shape", None),
@@ -247,11 +264,45 @@ def _key(args):
         else:
             backend = backends.backend_of(a)
             if backend is None:
-                parts.append((kind, id(a)))
+                parts.append(_by_contents(a) if kind in _CONTAINERS else (kind, id(a)))
             else:
                 parts.append((kind, a.shape, a.dtype,
                               None if backend.single_device else backend.device_of(a)))
     return tuple(parts)
+
+
+_CONTAINERS = frozenset((tuple, list, dict))
+HOLDS_ARRAYS = "holds arrays"  # a container argument's key when an array is in it
+
+
+def _by_contents(a):
+    """A tuple, list or dict argument's part of a key: its Python numbers, strings and None by
+    value (nested containers too), HOLDS_ARRAYS if an array or Variable is in it (a tape would
+    keep those as constants: such calls run eagerly), by identity if another object is."""
+    kind = a.__class__
+    items = tuple(a.items()) if kind is dict else a
+    values = []
+    for item in (v for pair in items for v in pair) if kind is dict else items:
+        if item.__class__ in _BY_VALUE:
+            values.append(item)
+        elif item.__class__ in _CONTAINERS:
+            part = _by_contents(item)
+            if part[1] is HOLDS_ARRAYS:
+                return (kind, HOLDS_ARRAYS)
+            values.append(part)
+        elif isinstance(item, Variable) or backends.backend_of(item) is not None:
+            return (kind, HOLDS_ARRAYS)
+        else:
+            return (kind, id(a))
+    return (kind, "values", tuple(values))
+
+
+def _holding_arrays(key):
+    """The index of the first argument that is a container holding arrays, or None."""
+    for i, part in enumerate(key[0][2:]):
+        if part.__class__ is tuple and len(part) == 2 and part[1] is HOLDS_ARRAYS:
+            return i
+    return None
 
 
 class _Generators:
@@ -296,11 +347,13 @@ def _surroundings(fn):
     holds changed: another key, so a new recording). Attributes of those objects are not followed
     (Modules count their own changes: structure_changes). What stays the same from call to call
     is looked up once, here (again when a call finds no tape: see Compiled.__call__)."""
-    owner = id(getattr(fn, "__self__", None))  # a bound method: its object too
+    bound_to = getattr(fn, "__self__", None)  # a bound method: its object too
+    owner = id(bound_to)
     fn = getattr(fn, "__func__", fn)
     if getattr(fn, "__code__", None) is None:
         read = lambda: owner  # noqa: E731
         read.labels = ["the object it is bound to"]
+        read.objects = lambda: (bound_to,)  # noqa: E731
         return read
     cells, spaces, names, labels = _reads(fn)
     contents = operator.attrgetter("cell_contents")
@@ -311,7 +364,13 @@ def _surroundings(fn):
                     *map(id, map(dict.get, spaces, names)))
         except ValueError:  # a cell not yet filled
             return (owner, *map(_content_id, cells), *map(id, map(dict.get, spaces, names)))
+
+    def objects():
+        """What read() gives the ids of: a tape keyed on them holds them, so that no other
+        object takes one of their ids while it lives."""
+        return (bound_to, *map(_content, cells), *map(dict.get, spaces, names))
     read.labels = ["the object it is bound to", *labels]  # what each entry of its key is
+    read.objects = objects
     return read
 
 
@@ -385,6 +444,13 @@ def _content_id(cell):
     try:
         return id(cell.cell_contents)
     except ValueError:  # a cell not yet filled
+        return None
+
+
+def _content(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:
         return None
 
 
