@@ -1207,3 +1207,66 @@ def test_minus_zero_is_another_argument_than_zero():
     for _ in range(3):
         assert (compiled(np.ones(2), 0.0).data == np.inf).all()
     assert (compiled(np.ones(2), -0.0).data == -np.inf).all()
+
+
+def _falls_back(make, make_args, calls=4, match=None):
+    """Two steps from `make()`, one compiled: its first call warns (matching `match`) that it
+    runs eagerly, and every call gives what the other, run eagerly, gives."""
+    compiled, eager = gradcore.compile(make()), make()
+    for i in range(calls):
+        args = make_args(i)
+        if i == 0:
+            with pytest.warns(RuntimeWarning, match=match):
+                got = compiled(*args)
+        else:
+            got = compiled(*args)
+        assert same(got, eager(*args)), i
+    assert compiled.stats()["fallbacks"] == 1 and compiled.stats()["replays"] == 0
+
+
+def test_a_variable_made_in_the_step_and_written_in_place_runs_eagerly():
+    def make():
+        def step(x):
+            acc = gradcore.Variable(np.zeros(3))  # a new array at every eager call
+            acc.data += x
+            return acc.data * 1.0
+        return step
+
+    _falls_back(make, lambda i: (np.full(3, 1.0 + i),), match="wrote in place into an array")
+
+
+def test_a_weight_set_to_a_host_array_in_the_step_runs_eagerly():
+    def make():
+        w = gradcore.Parameter(np.ones(3))
+        opt = optim.SGD(lr=0.1).setup([w])
+
+        def step(x):
+            w.data = np.zeros(3)  # reset at every call: a replay would not make it again
+            loss = F.sum(w * gradcore.Variable(x))
+            w.cleargrad()
+            loss.backward()
+            opt.update()
+            return loss, w.data
+        return step
+
+    _falls_back(make, lambda i: (np.full(3, 1.0 + i),), match="set a Variable's data to an array")
+
+
+def test_a_learning_rate_schedule_stepped_in_the_step_runs_eagerly():
+    from gradcore.optim import lr_scheduler
+
+    def make():
+        w = gradcore.Parameter(np.ones(3))
+        opt = optim.SGD(lr=0.1).setup([w])
+        schedule = lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+
+        def step(x):
+            loss = F.sum(w * gradcore.Variable(x))
+            w.cleargrad()
+            loss.backward()
+            opt.update()
+            schedule.step()
+            return loss, w.data
+        return step
+
+    _falls_back(make, lambda i: (np.full(3, 1.0 + i),), match=r"StepLR.step\(\).*outside")

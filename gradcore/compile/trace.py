@@ -188,6 +188,7 @@ class Recorder:
         self.grads_read = []        # the Variables whose grad a load_grad line reads
         self.grads_absent = []      # those whose grad the step set where it found none
         self.made_here = {}         # id -> each Variable the step made (a new one at each call)
+        self.own_memories = set()   # memory numbers of arrays the step made outside the tape
 
     # ------------------------------------------------------------ slots and lines
     def new_slot(self):
@@ -314,6 +315,9 @@ class Recorder:
             return data
         entry = self.adopted.get(id(v))
         if entry is not None and entry.variable is v:  # given a raw array since: a constant
+            self.give_up("the step set a Variable's data to an array made outside gradcore's "
+                         "ops, which a replay would not make again (make it with x.xp, e.g. "
+                         "xp.zeros_like, or set it outside the step)")
             backend = trace_backend(v._backend)
             slot = self.new_slot()
             self.append("constant", data, out=slot)
@@ -326,6 +330,8 @@ class Recorder:
                 self.grads_read.append(owner)
             else:
                 self.append("load", v, out=slot)
+                if id(v) in self.made_here:  # an array of the step's own, new at each call
+                    self.note_own(data)
             self.adopted[id(v)] = _Adopted(v, data, v._backend, v._grad)
             grad = v._grad  # the grad Variable may be another object when the tape replays
             if grad is not None and not isinstance(grad._data, Traced):
@@ -359,6 +365,34 @@ class Recorder:
         if data is not None and data.value.__class__ in data.backend.inner.scalar_types:
             data = v._data = data.backend.ensure_array(data)
         return data
+
+    def not_replayed(self, what):
+        """`what` (a learning-rate schedule's step) ran in the step: Python state only the
+        recording would change."""
+        if self.is_active():
+            self.give_up(f"{what} changes Python state a replay would not change again: call it "
+                         "outside the compiled step")
+
+    def note_own(self, array):
+        """`array`, made by the step's own code (not an op the tape replays) and wrapped in a
+        Variable there: a replay reads the same array at every call, so a write into it would
+        add up from call to call where eager code starts afresh."""
+        try:
+            self.own_memories.add(self._memory(array))
+        except TypeError:  # a scalar: immutable
+            pass
+
+    def writes_into(self, array):
+        """A line is about to write into `array` in place."""
+        if self.own_memories:
+            try:
+                own = self._memory(array) in self.own_memories
+            except TypeError:
+                return
+            if own:
+                self.give_up("the step wrote in place into an array it made outside gradcore's "
+                             "ops and wrapped in a Variable: a replay would write into the same "
+                             "array at every call (make it with x.xp, e.g. xp.zeros_like)")
 
     def made(self, v):
         """The step made the Variable v (Variable(...) in its code)."""
@@ -633,8 +667,10 @@ def _reflected(op):
 
 def _in_place(op):
     def method(self, other):
-        result = op(self.value, unwrap(other))
         rec = recorder()
+        if rec is not None:
+            rec.writes_into(self.value)
+        result = op(self.value, unwrap(other))
         if rec is not None and self.slot is not None:
             rec.append("in_place", op, (Ref(self.slot), rec.template(other)), None, self.slot)
         self.value = result
@@ -703,8 +739,10 @@ class Traced:
         return call(self.backend, operator.getitem, (self, key), None, "binary")
 
     def __setitem__(self, key, value):
-        operator.setitem(self.value, unwrap(key), unwrap(value))
         rec = recorder()
+        if rec is not None:
+            rec.writes_into(self.value)
+        operator.setitem(self.value, unwrap(key), unwrap(value))
         if rec is not None and self.slot is not None:
             rec.append("setitem", operator.setitem,
                        (Ref(self.slot), rec.template(key), rec.template(value)))

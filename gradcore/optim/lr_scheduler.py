@@ -14,8 +14,17 @@ its best value and counters too.
 import bisect
 import math
 
+from .. import variable as _variables
+
 __all__ = ["LRScheduler", "StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR",
            "LinearLR", "OneCycleLR", "ReduceLROnPlateau"]
+
+
+def _not_replayed(scheduler):
+    """A step of a schedule inside a step gradcore.compile records: Python state a replay would
+    not change again, so that step runs eagerly (with a warning saying where)."""
+    if _variables.step_recorder is not None:
+        _variables.step_recorder.not_replayed(f"{type(scheduler).__name__}.step()")
 
 
 def _rate_name(optimizer):
@@ -44,6 +53,7 @@ class LRScheduler:
 
     def step(self):
         """Count a step (an epoch, or a batch for per-step schedules) and set the step size."""
+        _not_replayed(self)
         self.last_epoch += 1
         setattr(self.optimizer, self.name, self.rate(self.last_epoch))
 
@@ -190,6 +200,7 @@ class ReduceLROnPlateau:
 
     def step(self, metric):
         """Take this evaluation's `metric` (a number, or a one-element Variable or array)."""
+        _not_replayed(self)
         value = float(metric.item() if hasattr(metric, "item") else metric)
         self.last_epoch += 1
         if self._better(value):
