@@ -12,6 +12,33 @@ from backends import backend_of
 
 # While gradcore.compile records a step: its Recorder (which acts in the recording thread only)
 step_recorder = None
+# Bumped whenever a Module gains, loses or replaces a Parameter, buffer or sub-Module, and,
+# outside a recording, whenever a Module's hooks, or the requires_grad or hooks of a Variable a
+# tape reads, change: a step gradcore.compile recorded ran with what it found, so record again
+structure_changes = [0]
+
+
+_watched = {}  # id -> a weak reference to each Variable a recorded tape reads or writes
+
+
+def watch(variables):
+    """Changes to the requires_grad or hooks of these Variables (a tape's) count: see
+    settings_changed."""
+    for v in variables:
+        _watched[id(v)] = weakref.ref(v, lambda ref, i=id(v): _watched.get(i) is ref and
+                                      _watched.pop(i))
+
+
+def settings_changed(v=None):
+    """A requires_grad or a hook changed, of the Variable v (counted if a tape reads it) or of a
+    Module: see structure_changes. Not while a step records: hooks it registers as it runs are
+    part of what it records."""
+    if v is not None:
+        watched = _watched.get(id(v))
+        if watched is None or watched() is not v:
+            return
+    if step_recorder is None or not step_recorder.is_active():
+        structure_changes[0] += 1
 
 _SCALARS = frozenset((int, float, bool))  # `x.__class__ in _SCALARS`: a hash lookup, no comparisons
 
@@ -209,6 +236,7 @@ class Variable:
                                                            self._data.dtype) != "float":
             raise _cannot_require_grad(self._data.dtype)
         self._requires_grad = value
+        settings_changed(self)
 
     requires_grad = property(operator.attrgetter("_requires_grad"), _set_requires_grad, doc=(
         "True if backward computes a gradient for this Variable. Only a leaf's can be changed, "
@@ -321,6 +349,7 @@ class Variable:
             if self._hooks is None:
                 self._hooks = []
             self._hooks.append(RETAIN_GRAD)
+            settings_changed(self)
 
     @property
     def retains_grad(self):
@@ -356,6 +385,7 @@ class Variable:
         if self._hooks is None:
             self._hooks = []
         self._hooks.append(hook)
+        settings_changed(self)
         return _HookHandle(self, hook)
 
     def register_post_accumulate_grad_hook(self, hook):
@@ -373,6 +403,7 @@ class Variable:
                                "op made, such as a Parameter) accumulates into .grad")
         hooks = engine.post_accumulate_hooks.setdefault(self, [])
         hooks.append(hook)
+        settings_changed(self)
         return _HookHandle(self, hook, hooks)
 
     # ---------------------------------------------------------------- devices
@@ -529,6 +560,7 @@ class _HookHandle:
         variable = self._variable()
         if variable is None:
             return
+        settings_changed(variable)
         if self._post is None:
             if variable._hooks and self._hook in variable._hooks:
                 variable._hooks.remove(self._hook)

@@ -1,4 +1,5 @@
 """gradcore.compile: a replayed step gives what the eager step gives, bit for bit on NumPy."""
+import functools
 import warnings
 
 import numpy as np
@@ -1270,3 +1271,106 @@ def test_a_learning_rate_schedule_stepped_in_the_step_runs_eagerly():
         return step
 
     _falls_back(make, lambda i: (np.full(3, 1.0 + i),), match=r"StepLR.step\(\).*outside")
+
+
+def _trained_twins(change, calls=6, at=2):
+    """An MLP step compiled and its twin run eagerly; `change(model)` is applied to both before
+    call `at`. Every call's loss, every weight and every grad must agree."""
+    def make():
+        gradcore.manual_seed(0)
+        model = nn.MLP((5, 2))
+        model(gradcore.Variable(np.zeros((1, 3))))  # its weights, the same for both
+        opt = optim.SGD(lr=0.1).setup(model)
+
+        def step(x):
+            loss = F.sum(model(gradcore.Variable(x)) ** 2)
+            model.cleargrads()
+            loss.backward()
+            opt.update()
+            return loss
+        return model, step
+
+    (eager_model, eager), (model, step) = make(), make()
+    compiled = gradcore.compile(step)
+    rng = np.random.default_rng(0)
+    for i in range(calls):
+        if i == at:
+            change(eager_model)
+            change(model)
+        x = rng.standard_normal((4, 3))
+        assert same(compiled(x), eager(x)), i
+        for p, q in zip(model.params(), eager_model.params()):
+            assert same(p.data, q.data) and same(p.grad, q.grad), i
+    return compiled
+
+
+def test_a_layer_frozen_after_recording_is_frozen_in_replays():
+    def freeze(model):
+        for p in model.layers[0].params():
+            p.requires_grad = False
+
+    assert _trained_twins(freeze).stats()["recordings"] == 2
+
+
+def test_hooks_added_after_recording_run_in_replays():
+    def hooks(model):
+        model.layers[1].register_forward_hook(lambda module, inputs, y: y * 3.0)
+        model.layers[0].W.register_hook(lambda g: g * 100.0)
+
+    assert _trained_twins(hooks).stats()["recordings"] == 2
+
+
+def test_a_parameter_passed_as_an_argument_is_keyed_by_identity():
+    # recorded with p being w1, which the step also reads by name: every use of w1 went
+    # through the argument, so a call with w2 replayed w2 in w1's place too (18 for 15)
+    w1 = gradcore.Parameter(np.full(3, 1.0))
+    w2 = gradcore.Parameter(np.full(3, 2.0))
+
+    def step(p, x):
+        return F.sum(w1 * gradcore.Variable(x)) + F.sum(p * p)
+
+    compiled = gradcore.compile(step)
+    x = np.ones(3)
+    for p in (w1, w2, w2, w1, w2):
+        assert same(compiled(p, x), step(p, x))
+    assert compiled.stats()["recordings"] == 2 and compiled.stats()["replays"] == 3
+
+
+FACTOR = 1.0
+
+
+def _scaled_sum(x, k=1.0):
+    return F.sum(gradcore.Variable(x)) * k * FACTOR
+
+
+class _CallableStep:
+    def __call__(self, x):
+        return _scaled_sum(x)
+
+
+class _ScaledNet(nn.Module):
+    def forward(self, x):
+        return F.sum(gradcore.Variable(x)) * FACTOR
+
+
+def _closure_step(helper):
+    return lambda x: helper(x)
+
+
+_NET = _ScaledNet()
+
+
+@pytest.mark.parametrize("name", ["partial", "callable object", "closure helper", "Module"])
+def test_the_globals_of_code_the_step_reaches_every_way_are_part_of_the_key(name):
+    global FACTOR
+    step = {"partial": functools.partial(_scaled_sum, k=2.0), "callable object": _CallableStep(),
+            "closure helper": _closure_step(_scaled_sum), "Module": lambda x: _NET(x)}[name]
+    compiled = gradcore.compile(step)
+    x = np.ones(3)
+    try:
+        for i in range(4):
+            FACTOR = (1.0, 2.0)[i // 2]  # 1, 1, 2, 2 (the same objects): replayed once each
+            assert same(compiled(x), step(x)), i
+    finally:
+        FACTOR = 1.0
+    assert compiled.stats()["recordings"] == 2 and compiled.stats()["replays"] == 2

@@ -27,8 +27,8 @@ import backends
 from .. import variable as _variable
 from ..config import recording, training
 from ..function import _SavedOutput
-from ..nn.module import mode_key, structure_changes
-from ..variable import Variable
+from ..nn.module import Module, mode_key, structure_changes
+from ..variable import Parameter, Variable
 from . import trace
 from .check import ReplayMismatch, Snapshot, _host_tree, compare
 from .tape import Diverged, Tape
@@ -169,8 +169,8 @@ class Compiled:
             # the objects keyed by identity, held: a dead one's id is soon another object's,
             # which would then replay this tape
             tape.keyed = (self._surroundings.objects(), [
-                a for a in args if a.__class__ not in _BY_VALUE and not isinstance(a, Variable)
-                and backends.backend_of(a) is None])
+                a for a in args if a.__class__ not in _BY_VALUE and backends.backend_of(a) is None
+                and (a.__class__ is Parameter or not isinstance(a, Variable))])
             tape.other = self._tapes.get(key)  # one that was not ready: for other grads
             if tape.other is not None and tape.other.other is not None:
                 tape.other.other = None  # two per key at most (grads there, grads absent)
@@ -260,7 +260,10 @@ def _key(args):
             parts.append((Variable, data.__class__, getattr(data, "shape", None),
                           getattr(data, "dtype", None), a._requires_grad, a._grad is None,
                           None if data is None or backend.single_device else
-                          backend.device_of(data)))
+                          backend.device_of(data),
+                          # a Parameter by identity too: the step may also reach it by name,
+                          # and the tape then reads both through the argument
+                          id(a) if kind is Parameter else None))
         else:
             backend = backends.backend_of(a)
             if backend is None:
@@ -347,6 +350,12 @@ def _surroundings(fn):
     holds changed: another key, so a new recording). Attributes of those objects are not followed
     (Modules count their own changes: structure_changes). What stays the same from call to call
     is looked up once, here (again when a call finds no tape: see Compiled.__call__)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func  # its fixed arguments are constants of the tape, as attributes are
+    if (getattr(fn, "__code__", None) is None and getattr(fn, "__func__", None) is None
+            and not isinstance(fn, type) and hasattr(type(fn), "__call__")
+            and hasattr(type(fn).__call__, "__code__")):
+        fn = fn.__call__  # an object of the user's with __call__: that method, bound to it
     bound_to = getattr(fn, "__self__", None)  # a bound method: its object too
     owner = id(bound_to)
     fn = getattr(fn, "__func__", fn)
@@ -390,7 +399,7 @@ def _change(old, new, surroundings):
                         if a != b)
         return "the functions the step calls"
     if layers != new_layers:
-        return "a Module's layers"
+        return "a Module's layers, a requires_grad or a hook"
     if modes != new_modes:
         return "a Module's train or eval mode"
     return "nothing it can name"
@@ -409,9 +418,10 @@ def _signature(part):
 
 
 def _reads(fn):
-    """What `fn` and each function of the user's it reaches by global names (transitively) read
-    from outside: their closure cells, each global name read with the globals it is read from
-    (two lists, side by side), and a label for each cell and name, in that order."""
+    """What `fn` and each function of the user's it reaches by global names or closure variables
+    (transitively; for a Module, the forward of each of its modules) read from outside: their
+    closure cells, each global name read with the globals it is read from (two lists, side by
+    side), and a label for each cell and name, in that order."""
     cells, spaces, names, seen, todo = [], [], [], set(), [fn]
     cell_labels, name_labels = [], []
     while todo:
@@ -427,9 +437,14 @@ def _reads(fn):
         spaces += [f.__globals__] * len(read)
         names += read
         name_labels += [f"the global {name!r}{where}" for name in read]
-        todo += [value for value in map(f.__globals__.get, read)
-                 if isinstance(value, types.FunctionType)
-                 and not os.path.abspath(value.__code__.co_filename).startswith(_LIBRARIES)]
+        for value in [*map(f.__globals__.get, read), *map(_content, f.__closure__ or ())]:
+            # a function it reaches by name, and the forward of each module of a model it does
+            if isinstance(value, Module):
+                reached = [type(module).forward for module in value.modules()]
+            else:
+                reached = [value]
+            todo += [g for g in reached if isinstance(g, types.FunctionType)
+                     and not os.path.abspath(g.__code__.co_filename).startswith(_LIBRARIES)]
     return cells, spaces, names, cell_labels + name_labels
 
 

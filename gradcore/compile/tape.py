@@ -13,7 +13,7 @@ import math
 import operator
 import threading
 
-from ..variable import Variable, note_write
+from ..variable import Variable, note_write, watch
 from .fuse import fusable, fuse
 from .graph import Graphed, graph_backend, graphed
 from .trace import (_NESTED, BINARY, IN_PLACE, REUSE_BYTES, UNARY, ArrayFacts, Line, Ref,
@@ -61,6 +61,7 @@ class Tape:
         self.graphed = []     # those runs, once compiled
         self._program = None  # (lines, frees) as compiled
         self._run = _interpreted(self.lines, self.frees, self.arguments, outputs)
+        watch(self.variables())  # their requires_grad or hooks changed: another key
 
     @property
     def ops(self):

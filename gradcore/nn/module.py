@@ -26,9 +26,9 @@ _FLOAT_NAMES = ("float16", "float32", "float64")
 _INTERNALS = frozenset({"_registered", "_forward_pre_hooks", "_forward_hooks", "training",
                         "_device", "_dtype"})
 _hook_ids = itertools.count()
-# Bumped whenever a Module gains, loses or replaces a Parameter, buffer or sub-Module: a step
-# gradcore.compile recorded reads the Parameters it found then, so a change means record again
-structure_changes = [0]
+# Bumped whenever a Module gains, loses or replaces a Parameter, buffer or sub-Module (and
+# when a requires_grad or a hook changes): see gradcore.variable
+structure_changes = _variables.structure_changes
 # The modules in eval mode now, as a number that comes back when they do (training and
 # evaluating by turns finds the tapes of each again): a step gradcore.compile recorded ran each
 # module in the mode it had then, so another mode means another tape
@@ -66,6 +66,7 @@ class RemovableHandle:
         self._id = hook_id
 
     def remove(self):
+        _variables.settings_changed()
         self._hooks.pop(self._id, None)
 
 
@@ -309,6 +310,7 @@ class Module:
             raise TypeError(f"{where} expects a callable, got {type(hook).__name__}")
         hook_id = next(_hook_ids)
         hooks[hook_id] = hook
+        _variables.settings_changed()
         return RemovableHandle(hooks, hook_id)
 
     # ---------------------------------------------------------------- devices and dtypes
