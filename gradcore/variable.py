@@ -211,6 +211,7 @@ class Variable:
     def _set_grad(self, value):
         if step_recorder is not None:
             step_recorder.writing(self, clearing=value is None)
+            value = step_recorder.given_grad(value)
         if value is not None:
             value = _checked_grad(self, value)
         self._grad = value

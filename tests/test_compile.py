@@ -1374,3 +1374,45 @@ def test_the_globals_of_code_the_step_reaches_every_way_are_part_of_the_key(name
     finally:
         FACTOR = 1.0
     assert compiled.stats()["recordings"] == 2 and compiled.stats()["replays"] == 2
+
+
+def test_an_optimizer_step_with_a_closure_replays_as_eagerly():
+    def make():
+        gradcore.manual_seed(0)
+        model = nn.Linear(3)
+        model(gradcore.Variable(np.zeros((1, 4))))
+        opt = optim.SGD(model.params(), lr=0.1)
+
+        def step(x, t):
+            def closure():
+                opt.zero_grad()
+                loss = F.softmax_cross_entropy(model(x), t)
+                loss.backward()
+                return loss
+            return opt.step(closure)
+        return model, step
+
+    (eager_model, eager), (model, step) = make(), make()
+    compiled = gradcore.compile(step)
+    rng = np.random.default_rng(0)
+    for i in range(5):
+        x, t = rng.standard_normal((8, 4)), rng.integers(0, 3, 8)
+        assert same(compiled(x, t), eager(x, t)), i
+        for p, q in zip(model.params(), eager_model.params()):
+            assert same(p.data, q.data), i
+    assert compiled.stats()["replays"] == 4
+
+
+def test_a_hand_made_grad_set_in_the_step_runs_eagerly():
+    def make():
+        w = gradcore.Parameter(np.ones(3))
+
+        def step(x):
+            y = F.sum(w * gradcore.Variable(x))
+            w.cleargrad()
+            y.backward()
+            w.grad = gradcore.Variable(np.full(3, 2.0))  # a gradient of the user's own
+            return y, w.grad
+        return step
+
+    _falls_back(make, lambda i: (np.full(3, 1.0 + i),), match="set a grad to an array")

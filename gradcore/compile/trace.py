@@ -366,6 +366,22 @@ class Recorder:
             data = v._data = data.backend.ensure_array(data)
         return data
 
+    def given_grad(self, value):
+        """`value`, which the step sets as a Variable's grad. One holding an array made outside
+        gradcore's ops (a hand-made gradient) would be the same array at every replay: the step
+        runs eagerly from the next call on; this run takes it as a constant."""
+        if value is None or not self.is_active():
+            return value
+        data = value._data if isinstance(value, _variable.Variable) else value
+        backend = backends.backend_of(data)
+        if data is None or isinstance(data, Traced) or backend is None:
+            return value
+        self.give_up("the step set a grad to an array made outside gradcore's ops, which a replay "
+                     "would not make again (compute it with gradcore or x.xp)")
+        slot = self.new_slot()
+        self.append("constant", data, out=slot)
+        return _variable.Variable(trace_backend(backend).traced(data, slot), requires_grad=False)
+
     def not_replayed(self, what):
         """`what` (a learning-rate schedule's step) ran in the step: Python state only the
         recording would change."""

@@ -25,6 +25,10 @@ def _eager_in_replay(method):
     def step(self, *args, **kwargs):
         recorder = _variables.step_recorder
         if recorder is not None and recorder.is_active():
+            if method is _STEP and (args or kwargs):
+                # step(closure): the closure's forward and backward are the step's own, recorded
+                # as they are; the update inside is the opaque line
+                return method(self, *args, **kwargs)
             return recorder.opaque(functools.partial(getattr(self, method.__name__), *args,
                                                      **kwargs), ())
         return method(self, *args, **kwargs)
@@ -300,6 +304,7 @@ class Optimizer:
 
 
 # the base class's own steps too (__init_subclass__ wraps the subclasses')
+_STEP = Optimizer.step
 Optimizer.update = _eager_in_replay(Optimizer.update)
 Optimizer.step = _eager_in_replay(Optimizer.step)
 
