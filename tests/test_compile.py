@@ -1416,3 +1416,17 @@ def test_a_hand_made_grad_set_in_the_step_runs_eagerly():
         return step
 
     _falls_back(make, lambda i: (np.full(3, 1.0 + i),), match="set a grad to an array")
+
+
+def test_results_carry_no_grad_from_the_recording_call_on_as_replays():
+    def step(x):
+        h = F.tanh(gradcore.Variable(x))
+        y = F.sum(h)
+        y.backward(retain_grad=True)
+        return y, h, h.grad
+
+    compiled = gradcore.compile(step)
+    for _ in range(4):
+        y, h, grad = compiled(np.ones(3))
+        assert h.grad is None and y.grad is None
+        assert same(grad.data, step(np.ones(3))[2].data)

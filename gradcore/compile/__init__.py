@@ -540,7 +540,7 @@ def _results(shape, arrays):
 
 def _materialize(value, detach=False):
     """The recording run's result with real arrays in place of traced ones; with `detach`, the
-    Variables made in the step hold no graph, as a replay's results."""
+    Variables made in the step hold no graph and no grad, as a replay's results."""
     if isinstance(value, trace.Traced):
         return value.value
     if isinstance(value, Variable):
@@ -548,6 +548,7 @@ def _materialize(value, detach=False):
             value._data, value._backend = value._data.value, value._data.backend.inner
             if detach:
                 value.creator, value.generation, value._requires_grad = None, 0, False
+                value._grad = None
         return value
     kind = value.__class__
     if kind in (tuple, list):
