@@ -6,6 +6,7 @@ import weakref
 import backends
 
 from . import anomaly
+from . import variable as _variables
 from .config import is_anomaly_enabled, using_config
 from .functions.device import astype
 from .functions.math import copy
@@ -33,6 +34,8 @@ def _seed(y, grad):
         return Variable(y.xp.ones_like(y._data), requires_grad=False)
     if not isinstance(grad, Variable):
         grad = Variable(grad, requires_grad=False)
+    if _variables.step_recorder is not None:  # a seed made by the step's own code: a constant
+        grad = _variables.step_recorder.constant_for(grad, y)
     if tuple(grad.shape) != tuple(y.shape):
         raise ValueError(f"backward: the seed gradient has shape {tuple(grad.shape)} but the "
                          f"output has shape {tuple(y.shape)}; pass a grad shaped like the output")

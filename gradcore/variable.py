@@ -13,8 +13,9 @@ from backends import backend_of
 # While gradcore.compile records a step: its Recorder (which acts in the recording thread only)
 step_recorder = None
 # Bumped whenever a Module gains, loses or replaces a Parameter, buffer or sub-Module, and,
-# outside a recording, whenever a Module's hooks, or the requires_grad or hooks of a Variable a
-# tape reads, change: a step gradcore.compile recorded ran with what it found, so record again
+# outside a recording, whenever a Module's hooks, or the requires_grad, hooks or data's shape,
+# dtype or library of a Variable a tape reads, change: a step gradcore.compile recorded ran
+# with what it found, so record again
 structure_changes = [0]
 
 
@@ -195,8 +196,13 @@ class Variable:
         data, backend, kind = _check_data(value)
         if self._requires_grad and kind != "float":
             raise _cannot_require_grad(data.dtype)
+        old = self._data
         self._data, self._backend = data, backend
         note_write(self)
+        if id(self) in _watched and old is not None and (
+                backend is not backend_of(old) or old.shape != data.shape
+                or old.dtype != data.dtype):
+            settings_changed(self)  # another shape, dtype or library: a tape's casts differ
 
     @property
     def version(self):

@@ -1090,7 +1090,7 @@ def test_a_product_copied_into_a_view_is_written_there_only_where_that_is_the_sa
     assert sum(line.kind == "setitem" for line in tape.lines) == setitems
 
 
-# ============================================================================ what replays must not touch or miss
+# ========================================================= what replays must not touch or miss
 def test_a_line_handing_back_its_input_never_takes_a_later_result():
     # astype(copy=False) of an array already of that dtype is the array itself: the caller's
     # argument, or a parameter's data, which no later line may write its result into (out=)
@@ -1430,3 +1430,129 @@ def test_results_carry_no_grad_from_the_recording_call_on_as_replays():
         y, h, grad = compiled(np.ones(3))
         assert h.grad is None and y.grad is None
         assert same(grad.data, step(np.ones(3))[2].data)
+
+
+@pytest.mark.parametrize("op", ["+", "-", "*", "/", "@", "[0] +"])
+def test_an_argument_array_on_the_left_of_a_parameter_is_the_arguments_at_every_call(op):
+    b = gradcore.Parameter(np.linspace(0.5, 1.5, 3))
+    W = gradcore.Parameter(np.linspace(-1.0, 1.0, 6).reshape(3, 2))
+    f = {"+": lambda x: x + b, "-": lambda x: x - b, "*": lambda x: x * b,
+         "/": lambda x: x / b, "@": lambda x: x @ W, "[0] +": lambda x: x[0] + b}[op]
+
+    def step(x):
+        return F.sum(f(x) ** 2)
+
+    compiled = gradcore.compile(step)
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        x = rng.standard_normal((4, 3))
+        assert same(compiled(x), step(x))
+    assert compiled.stats()["replays"] == 3
+
+
+def test_numbers_in_a_container_are_keyed_with_their_type_and_sign():
+    compiled = gradcore.compile(lambda x, c: gradcore.Variable(x) * c["scale"] / c["eps"])
+    x = np.arange(1, 4)
+    for c in ({"scale": 2, "eps": 1}, {"scale": 2.0, "eps": 1}, {"scale": 1, "eps": 0.0},
+              {"scale": 1, "eps": -0.0}) * 2:
+        with np.errstate(divide="ignore"):
+            got, want = compiled(x, c), gradcore.Variable(x) * c["scale"] / c["eps"]
+        assert same(got.data, want.data)
+    assert compiled.stats()["recordings"] == 4 and compiled.stats()["replays"] == 4
+
+
+def test_a_grad_returned_after_the_update_is_the_new_one():
+    def make():
+        w = gradcore.Parameter(np.ones(3))
+        opt = optim.Adam().setup([w])
+
+        def step(x):
+            loss = F.sum(w * w * gradcore.Variable(x))
+            w.cleargrad()
+            loss.backward()
+            opt.update()
+            return loss, w.grad
+        return w, step
+
+    (w_eager, eager), (w, step) = make(), make()
+    compiled = gradcore.compile(step)
+    for i in range(5):
+        x = np.full(3, 1.0 + i)
+        (loss, grad), (want_loss, want_grad) = compiled(x), eager(x)
+        assert same(loss, want_loss) and same(grad.data, want_grad.data) and grad is w.grad
+
+
+def test_a_model_moved_to_another_dtype_records_again():
+    _trained_twins(lambda model: model.to(dtype="float64"))  # from float32, the default
+
+
+def test_an_argument_computed_outside_the_step_runs_eagerly():
+    def make():
+        gradcore.manual_seed(0)
+        encoder, decoder = nn.Linear(3), nn.Linear(2)
+        decoder(encoder(gradcore.Variable(np.zeros((1, 4)))))
+        opt = optim.SGD(lr=0.1).setup(nn.Sequential(encoder, decoder))
+
+        def step(h):  # backward reaches the encoder, built before the call
+            loss = F.sum(decoder(h) ** 2)
+            opt.target.cleargrads()
+            loss.backward()
+            opt.update()
+            return loss
+        return encoder, step
+
+    (encoder_eager, eager), (encoder, step) = make(), make()
+    compiled = gradcore.compile(step)
+    rng = np.random.default_rng(0)
+    for i in range(4):
+        x = rng.standard_normal((5, 4))
+        if i == 0:
+            with pytest.warns(RuntimeWarning, match="argument 0 is a Variable computed outside"):
+                got = compiled(encoder(gradcore.Variable(x)))
+        else:
+            got = compiled(encoder(gradcore.Variable(x)))
+        assert same(got, eager(encoder_eager(gradcore.Variable(x))))
+        assert same(encoder.W.data, encoder_eager.W.data)
+
+
+@pytest.mark.parametrize("dropout", [False, True])
+def test_a_checkpoint_in_the_step_replays_or_runs_eagerly_with_random_ops(dropout):
+    def make():
+        w = gradcore.Parameter(np.linspace(0.1, 1.0, 4))
+
+        def block(h):
+            h = F.tanh(h * w)
+            return F.dropout(h, 0.5) if dropout else h
+
+        def step(x):
+            y = F.sum(gradcore.checkpoint(block, gradcore.Variable(x)))
+            w.cleargrad()
+            y.backward()
+            return y, w.grad
+        return step
+
+    compiled, eager = gradcore.compile(make()), make()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(5):
+            x = np.full(4, 0.5 + i)
+            gradcore.manual_seed(i)
+            got = compiled(x)
+            gradcore.manual_seed(i)
+            assert same(got, eager(x)), i
+    stats = compiled.stats()
+    assert stats["replays"] == (0 if dropout else 4) and stats["fallbacks"] == int(dropout)
+    assert len(caught) == int(dropout)
+
+
+def test_a_backward_seed_made_in_the_step_is_a_constant_of_the_tape():
+    def step(x):
+        y = F.tanh(gradcore.Variable(x))
+        y.backward(np.full(y.shape, 2.0))
+        return y, y.creator.inputs[0].grad
+
+    compiled = gradcore.compile(step)
+    for i in range(4):
+        x = np.full((3, 2), 0.1 * i)
+        assert same(compiled(x), step(x))
+    assert compiled.stats()["replays"] == 3

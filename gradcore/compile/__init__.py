@@ -113,15 +113,12 @@ class Compiled:
                       RuntimeWarning, stacklevel=3)
 
     def _record(self, key, args):
-        held = _holding_arrays(key)
-        if held is not None:
-            kind = type(args[held]).__name__
-            self._eager[key] = f"argument {held} is a {kind} holding arrays"
+        why = _unrecordable(key, args)
+        if why is not None:
+            self._eager[key] = why
             self._counts["fallbacks"] += 1
             self._counts["eager calls"] += 1
-            warnings.warn(f"gradcore.compile: {self.__name__} runs eagerly when argument {held} is "
-                          f"a {kind} holding arrays: a tape would keep those arrays as constants. "
-                          f"Pass them as arguments of their own (step(*batch))",
+            warnings.warn(f"gradcore.compile: {self.__name__} runs eagerly when {why}",
                           RuntimeWarning, stacklevel=3)
             return self.fn(*args)
         rec = trace.Recorder()
@@ -259,6 +256,7 @@ def _key(args):
             data, backend = a._data, a._backend
             parts.append((Variable, data.__class__, getattr(data, "shape", None),
                           getattr(data, "dtype", None), a._requires_grad, a._grad is None,
+                          a.creator is None,
                           None if data is None or backend.single_device else
                           backend.device_of(data),
                           # a Parameter by identity too: the step may also reach it by name,
@@ -286,8 +284,9 @@ def _by_contents(a):
     items = tuple(a.items()) if kind is dict else a
     values = []
     for item in (v for pair in items for v in pair) if kind is dict else items:
-        if item.__class__ in _BY_VALUE:
-            values.append(item)
+        if item.__class__ in _BY_VALUE:  # as an argument is: 2 is not 2.0, -0.0 not 0.0
+            values.append((item.__class__, item) if item or item.__class__ is not float
+                          else (float, item, str(item)))
         elif item.__class__ in _CONTAINERS:
             part = _by_contents(item)
             if part[1] is HOLDS_ARRAYS:
@@ -300,11 +299,17 @@ def _by_contents(a):
     return (kind, "values", tuple(values))
 
 
-def _holding_arrays(key):
-    """The index of the first argument that is a container holding arrays, or None."""
-    for i, part in enumerate(key[0][2:]):
+def _unrecordable(key, args):
+    """Why a call with these arguments cannot be recorded (it runs eagerly), or None."""
+    for i, (part, a) in enumerate(zip(key[0][2:], args)):
         if part.__class__ is tuple and len(part) == 2 and part[1] is HOLDS_ARRAYS:
-            return i
+            return (f"argument {i} is a {type(a).__name__} holding arrays: a tape would keep "
+                    "those arrays as constants. Pass them as arguments of their own "
+                    "(step(*batch))")
+        if isinstance(a, Variable) and a.creator is not None:
+            return (f"argument {i} is a Variable computed outside the step (its graph reaches "
+                    "back past the step, which a tape cannot replay): compute it in the step, "
+                    "or pass x.detach() or its array")
     return None
 
 
@@ -514,6 +519,10 @@ def _shape(rec, value, slots):
                 value._data, trace.Traced) and value._data.slot is not None:
             slots.append(value._data.slot)
             return ("variable", len(slots) - 1, value.name)
+        for line in rec.lines:  # the grad the tape stores into a Variable: a new one each call
+            if line.kind == "store_grad" and isinstance(line.target, Variable) and (
+                    line.target._grad is value):
+                return ("grad", line.target)
         return ("object", value)
     kind = value.__class__
     if kind in (tuple, list):
@@ -532,6 +541,8 @@ def _results(shape, arrays):
         return Variable(arrays[shape[1]], name=shape[2], requires_grad=False)
     if kind == "object":
         return shape[1]
+    if kind == "grad":
+        return shape[1]._grad
     if kind is dict:
         return {k: _results(v, arrays) for k, v in shape[1].items()}
     items = [_results(v, arrays) for v in shape[1]]

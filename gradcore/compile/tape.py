@@ -61,7 +61,7 @@ class Tape:
         self.graphed = []     # those runs, once compiled
         self._program = None  # (lines, frees) as compiled
         self._run = _interpreted(self.lines, self.frees, self.arguments, outputs)
-        watch(self.variables())  # their requires_grad or hooks changed: another key
+        watch(recorder.touched)  # their requires_grad, hooks or data's dtype changed: another key
 
     @property
     def ops(self):

@@ -189,6 +189,7 @@ class Recorder:
         self.grads_absent = []      # those whose grad the step set where it found none
         self.made_here = {}         # id -> each Variable the step made (a new one at each call)
         self.own_memories = set()   # memory numbers of arrays the step made outside the tape
+        self.touched = []           # the outside Variables (not arguments) the step read or set
 
     # ------------------------------------------------------------ slots and lines
     def new_slot(self):
@@ -333,6 +334,7 @@ class Recorder:
                 if id(v) in self.made_here:  # an array of the step's own, new at each call
                     self.note_own(data)
             self.adopted[id(v)] = _Adopted(v, data, v._backend, v._grad)
+            self.touched.append(v)
             grad = v._grad  # the grad Variable may be another object when the tape replays
             if grad is not None and not isinstance(grad._data, Traced):
                 self.grad_owners[id(grad)] = v
@@ -381,6 +383,17 @@ class Recorder:
         slot = self.new_slot()
         self.append("constant", data, out=slot)
         return _variable.Variable(trace_backend(backend).traced(data, slot), requires_grad=False)
+
+    def constant_for(self, v, y):
+        """The Variable v (a backward seed the step made from an array of its own, as
+        numpy.ones) with its array as a constant of the tape, where y is traced: else v."""
+        data = v._data
+        if (not self.is_active() or isinstance(data, Traced) or not isinstance(y._data, Traced)
+                or backends.backend_of(data) is not y._data.backend.inner):
+            return v
+        slot = self.new_slot()
+        self.append("constant", data, out=slot)
+        return _variable.Variable(y._data.backend.traced(data, slot), requires_grad=False)
 
     def not_replayed(self, what):
         """`what` (a learning-rate schedule's step) ran in the step: Python state only the
@@ -456,6 +469,7 @@ class Recorder:
                 if data:
                     self.created_state = True  # a lazily created weight: the next call differs
                 self.adopted[id(v)] = _Adopted(v, v._data, v._backend, v._grad)
+                self.touched.append(v)
             else:
                 self.adopt(v)
         entry = self.adopted[id(v)]
@@ -669,6 +683,10 @@ def call(backend, function, args, kwargs, kind="call"):
 # ================================================================================ Traced
 def _binary(op):
     def method(self, other):
+        if isinstance(other, _variable.Variable):
+            # x + v with x an argument's array: the Variable's own (reflected) operator, as in
+            # eager code, which then takes this traced array as an input
+            return NotImplemented
         return call(self.backend, op, (self, other), None, "binary")
     method.__name__ = f"__{op.__name__.strip('_')}__"
     return method
@@ -676,6 +694,8 @@ def _binary(op):
 
 def _reflected(op):
     def method(self, other):
+        if isinstance(other, _variable.Variable):
+            return NotImplemented
         return call(self.backend, op, (other, self), None, "binary")
     method.__name__ = f"__r{op.__name__.strip('_')}__"
     return method
@@ -908,6 +928,17 @@ class TraceBackend(backends.Backend):
 
     def manual_seed(self, seed):
         self.inner.manual_seed(seed)
+
+    def random_state(self, device):
+        return self.inner.random_state(device)
+
+    def set_random_state(self, device, state):
+        # gradcore.checkpoint draws again what its block drew: a replay draws afresh each time
+        rec = recorder()
+        if rec is not None and rec.draws:
+            rec.give_up("a random state was restored after random draws (gradcore.checkpoint "
+                        "around random ops), which a replay would draw afresh")
+        self.inner.set_random_state(device, state)
 
     def synchronize(self, device):
         self.inner.synchronize(device)
