@@ -100,8 +100,8 @@ class NormalizedKey(tuple):
 def _checked_indices(xp, k, axis, n):
     """An integer index array for an axis of size `n`: int64, bounds-checked, negatives wrapped.
     The check is done here on purpose: CuPy's `take` and indexing wrap out-of-range indices."""
-    if k.dtype != xp.int64:
-        k = xp.astype(k, xp.int64)
+    # a copy, always: the caller may write into their index array before backward reads it
+    k = xp.astype(k, xp.int64, copy=True)
     if k.size == 0:
         return k
     low, high = int(xp.min(k)), int(xp.max(k))

@@ -65,9 +65,11 @@ def _run_hooks(x, g, shared):
         result = hook(g)
         if result is not None:
             g = _hook_result(hook, x, result)
+            shared[id(g._data)] = g._data  # the hook's: it may keep it (another's data, say)
     if retain:
+        kept = copy(g) if id(g._data) in shared else g  # never an array another holds
         shared[id(g._data)] = g._data
-        x._grad = g if x._grad is None else x._grad + g
+        x._grad = kept if x._grad is None else x._grad + kept
     return g
 
 
@@ -116,7 +118,7 @@ def _check_versions(f):
     (backward would compute with the new values: PyTorch's "modified by an inplace operation")."""
     for role, x in f._variables_read():
         log = getattr(x, "_writes", None)
-        if log is not None and log.stamps[-1] > f.sequence:
+        if log is not None and log.stamps and log.stamps[-1] > f.sequence:
             then, exact = version_at(x, f.sequence)
             name = f._name()
             raise RuntimeError(

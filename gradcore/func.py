@@ -12,6 +12,7 @@ backward passes are recorded), so transforms compose: `jacobian(grad(f), x)` is 
 """
 from . import engine
 from .config import enable_grad
+from .functions.math import copy
 from .functions.shape import reshape, stack, transpose
 from .variable import Variable
 
@@ -20,18 +21,21 @@ __all__ = ["vjp", "jvp", "grad", "value_and_grad", "jacobian", "jacfwd", "hessia
 
 # ================================================================================ helpers
 class _Inputs:
-    """The primals as Variables the engine can differentiate with respect to. A Variable that
-    requires grad is used as it is (an outer transform, or the caller, differentiates through
-    it); anything else becomes a new leaf that shares its array. `arrays`: True when no primal was
-    a Variable, so results go back as arrays."""
+    """The primals as Variables the engine can differentiate with respect to, one of its own
+    per position: for a Variable that requires grad, a copy made by an op (an outer transform,
+    or the caller, differentiates through it; the same Variable at two positions, or an outer
+    transform's variable read inside f, is then not confused with this position's); anything
+    else, a new leaf that shares its array. `arrays`: True when no primal was a Variable, so
+    results go back as arrays."""
 
     def __init__(self, primals, where):
         if not primals:
             raise TypeError(f"{where}: needs at least one primal (the point to differentiate at)")
         self.arrays = _no_variable(primals)
-        self.variables = tuple(p if isinstance(p, Variable) and p.requires_grad
-                               else Variable(p.data if isinstance(p, Variable) else p)
-                               for p in primals)
+        with enable_grad():
+            self.variables = tuple(copy(p) if isinstance(p, Variable) and p.requires_grad
+                                   else Variable(p.data if isinstance(p, Variable) else p)
+                                   for p in primals)
         # record the backward passes when something outside may differentiate the results
         self.create_graph = any(isinstance(p, Variable) and p.requires_grad for p in primals)
 

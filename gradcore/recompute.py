@@ -70,8 +70,9 @@ def _filled(args, where, values):
 
 
 def _outside_variables(outputs, leaves, start):
-    """The Variables that require grad and that the block's graph reads from outside: leaves
-    other than its own arguments, and results of Functions recorded before it began."""
+    """The Variables the block's graph reads from outside: leaves other than its own arguments,
+    and results of Functions recorded before it began (those that need no gradient too: a
+    write into one before backward must stop the recompute, as it stops a backward)."""
     own = set(map(id, leaves))
     found, seen = {}, set()
     todo = [y.creator for y in outputs if y.creator is not None]
@@ -81,7 +82,7 @@ def _outside_variables(outputs, leaves, start):
             continue
         seen.add(id(f))
         for x in f.inputs:
-            if not isinstance(x, Variable) or id(x) in own or not x.requires_grad:
+            if not isinstance(x, Variable) or id(x) in own:
                 continue
             if x.creator is None or x.creator.sequence < start:
                 found[id(x)] = x
@@ -116,11 +117,21 @@ class Checkpoint(Function):
             backend.set_random_state(device, now)
         outputs = out if isinstance(out, tuple) else (out,)
         pairs = [(y, g) for y, g in zip(outputs, gys) if y.creator is not None]
-        wanted = [x for x, need in zip(self.inputs, self.needs_input_grad) if need]
-        if not pairs or not wanted:
-            return (None,) * len(self.inputs)
-        # the gradients reaching the node's inputs from the block; the walk this backward runs
-        # in carries them on behind the inputs
-        gradients = iter(engine.grad_within([y for y, _ in pairs], wanted,
-                                            [g for _, g in pairs], create_graph))
-        return tuple(next(gradients) if need else None for need in self.needs_input_grad)
+        # one position per Variable: one passed twice, or passed and also read from outside,
+        # gets its whole gradient once (grad_within gives it at each position)
+        first = {}
+        for i, (x, need) in enumerate(zip(self.inputs, self.needs_input_grad)):
+            if need:
+                first.setdefault(id(x), i)
+        gradients = {}
+        if pairs and first:
+            # the gradients reaching the node's inputs from the block; the walk this backward
+            # runs in carries them on behind the inputs
+            wanted = [self.inputs[i] for i in first.values()]
+            gradients = dict(zip(first.values(), engine.grad_within(
+                [y for y, _ in pairs], wanted, [g for _, g in pairs], create_graph)))
+        for y, g in zip(outputs, gys):  # an input handed back as it is: its gradient as it is
+            i = first.get(id(y))
+            if y.creator is None and g is not None and i is not None:
+                gradients[i] = g if gradients.get(i) is None else gradients[i] + g
+        return tuple(gradients.get(i) for i in range(len(self.inputs)))

@@ -381,8 +381,14 @@ class Variable:
                     x.unchain()
 
     def detach(self):
-        """A new leaf sharing `data`, with requires_grad=False."""
-        return Variable(self._data, name=self.name, requires_grad=False)
+        """A new leaf sharing `data`, with requires_grad=False, and its version: a write into
+        either (an optimizer step on this one) stops a backward through graphs of the other."""
+        v = Variable(self._data, name=self.name, requires_grad=False)
+        log = getattr(self, "_writes", None)
+        if log is None:
+            log = self._writes = _WriteLog()
+        v._writes = log
+        return v
 
     def register_hook(self, hook):
         """Call `hook(grad)` when this Variable's total gradient is known; a returned Variable

@@ -832,3 +832,51 @@ def test_a_function_called_twice_before_backward_is_refused_at_backward(xp):
         (a + b).sum().backward()
     with pytest.raises(RuntimeError, match="square: a Variable computed by this Square instance"):
         a.sum().backward(retain_grad=True)  # the walk's general path (CuPy's always)
+
+
+# ============================================================ found by an adversarial review
+def test_a_graph_built_on_a_detached_variable_refuses_backward_after_a_step_on_the_original():
+    from gradcore import optim
+    W = gradcore.Parameter(np.array([1.0, 2.0]))
+    a = Variable(np.array([3.0, 4.0]))
+    y = F.sum(a * W.detach() * W.detach())  # shares W's array: and now its version
+    W.grad = Variable(np.ones(2))
+    optim.SGD(lr=5.0).setup([W]).update()  # W's array written in place
+    with pytest.raises(RuntimeError, match="was written after mul ran in forward"):
+        y.backward()
+
+
+def test_an_index_array_or_a_where_condition_changed_after_forward_does_not_change_backward():
+    x = Variable(np.array([1.0, 2.0, 3.0, 4.0]))
+    index = np.array([0, 1])
+    y = F.sum(x[index] * np.array([10.0, 20.0]))
+    index[...] = [2, 3]  # the caller reuses the buffer
+    y.backward()
+    np.testing.assert_array_equal(x.grad.data, [10.0, 20.0, 0.0, 0.0])
+    x = Variable(np.array([1.0, 2.0, 3.0]))
+    condition = np.array([True, False, True])
+    y = F.sum(F.where(condition, x, np.zeros(3)))
+    condition[...] = False
+    y.backward()
+    np.testing.assert_array_equal(x.grad.data, [1.0, 0.0, 1.0])
+
+
+def test_a_hooks_result_and_retained_grads_are_owned_by_their_variable():
+    x, z = Variable(np.array([1.0, 2.0])), Variable(np.array([5.0, 6.0]))
+    x.register_hook(lambda g: z.data)  # another Variable's array as x's gradient
+    F.sum(x * 3.0).backward()
+    x.grad.data *= 0.5
+    np.testing.assert_array_equal(z.data, [5.0, 6.0])
+    a, b = Variable(np.ones(2)), Variable(np.ones(2))
+    a2, b2 = a * 1.0, b * 1.0
+    a2.retain_grad()
+    b2.retain_grad()
+    seed = np.ones(2)
+    y = a2 + b2
+    y.retain_grad()
+    y.backward(seed)
+    assert a2.grad is not b2.grad and not np.shares_memory(y.grad.data, seed)
+    a2.grad.data *= 3.0
+    seed[...] = 7.0
+    np.testing.assert_array_equal(b2.grad.data, [1.0, 1.0])
+    np.testing.assert_array_equal(y.grad.data, [1.0, 1.0])

@@ -194,3 +194,14 @@ def test_errors_say_what_to_do():
         gf.vjp(lambda a: "text", np.ones(1))
     with pytest.raises(TypeError, match="at least one primal"):
         gf.vjp(lambda: 1.0)
+
+
+def test_one_variable_at_two_positions_and_nested_transforms_are_not_confused():
+    # each position has a variable of its own (torch.func's figures)
+    a = gradcore.Variable(np.array([1.0, 2.0]))
+    ga, gb = gf.grad(lambda u, v: F.sum(u * v * v), argnums=(0, 1))(a, a)
+    np.testing.assert_array_equal(ga.data, [1.0, 4.0])
+    np.testing.assert_array_equal(gb.data, [2.0, 8.0])
+    # d/dx [x * (d/dy x*y)] = d/dx x*x = 2x: the inner y is not the outer x
+    outer = gf.grad(lambda x: F.sum(x * gf.grad(lambda y: F.sum(x * y))(x)))
+    np.testing.assert_array_equal(outer(np.array([3.0])), [6.0])

@@ -6,7 +6,7 @@ import pytest
 
 import gradcore
 import gradcore.functions as F
-from gradcore import nn
+from gradcore import Variable, nn
 
 
 def deep(x, layers=40, every=None):
@@ -110,3 +110,32 @@ def test_checkpoint_checks_its_arguments():
         gradcore.checkpoint(lambda n: n, 3)
     with pytest.raises(TypeError, match="must return a Variable"):
         gradcore.checkpoint(lambda h: "no", np.ones(2))
+
+
+# ============================================================ found by an adversarial review
+def test_a_variable_at_two_positions_or_also_read_from_outside_gets_its_gradient_once():
+    x = Variable(np.array([1.0, 2.0]))
+    F.sum(gradcore.checkpoint(lambda a: a * x, x)).backward()  # x passed and read from outside
+    np.testing.assert_array_equal(x.grad.data, [2.0, 4.0])
+    y = Variable(np.array([1.0, 2.0]))
+    F.sum(gradcore.checkpoint(lambda a, b: a * b, y, y)).backward()
+    np.testing.assert_array_equal(y.grad.data, [2.0, 4.0])
+
+
+def test_an_input_handed_back_as_it_is_keeps_its_gradient():
+    t = Variable(np.array([1.0, 2.0]))
+    a, b = gradcore.checkpoint(lambda u: (u, u * 3.0), t)
+    F.sum(a + b).backward()
+    np.testing.assert_array_equal(t.grad.data, [4.0, 4.0])
+    x = Variable(np.array([1.0, 2.0]))
+    F.sum(gradcore.checkpoint(lambda u: u, x) * 2.0).backward()
+    np.testing.assert_array_equal(x.grad.data, [2.0, 2.0])
+
+
+def test_a_constant_read_by_the_block_and_written_before_backward_stops_it():
+    x = Variable(np.array([1.0, 2.0]))
+    scale = Variable(np.array([2.0, 2.0]), requires_grad=False)
+    y = F.sum(gradcore.checkpoint(lambda a: a * a * scale, x))
+    scale.data = np.array([5.0, 5.0])  # a counted write: the recompute would use it
+    with pytest.raises(RuntimeError, match="checkpoint: its input 1.*was written after"):
+        y.backward()

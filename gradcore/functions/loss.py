@@ -10,6 +10,7 @@ import backends
 from ..function import Function
 from ..variable import Variable
 from .activation import sigmoid, softmax
+from .device import astype
 from .math import clip, log, sub
 from .reduce import sum
 from .shape import get_item
@@ -206,9 +207,11 @@ class SigmoidCrossEntropy(Function):
     def backward(self, gy):
         x, t_in = self.inputs
         t, = self.saved_tensors  # t_in itself, or a cast constant
+        if t is not t_in and self.needs_input_grad[1]:
+            t = astype(t_in, x.dtype)  # soft targets of another dtype: differentiable too
         g = gy / _batch_size(x)
         gx = (sigmoid(x) - t) * g if self.needs_input_grad[0] else None
-        gt = -x * g if self.needs_input_grad[1] and t is t_in else None
+        gt = -x * g if self.needs_input_grad[1] else None
         return gx, gt
 
 
@@ -235,11 +238,13 @@ class BinaryCrossEntropy(Function):
     def backward(self, gy):
         p, t_in = self.inputs
         t, pc, inside = self.saved_tensors
+        if t is not t_in and self.needs_input_grad[1]:
+            t = astype(t_in, p.dtype)  # soft targets of another dtype: differentiable too
         # clip(p) written with ops: equal to pc, with the derivative `inside` (for higher order)
         q = p * inside + pc * (1 - inside)
         g = gy / _batch_size(p)
         gp = (q - t) / (q * (1 - q)) * inside * g if self.needs_input_grad[0] else None
-        gt = (log(1 - q) - log(q)) * g if self.needs_input_grad[1] and t is t_in else None
+        gt = (log(1 - q) - log(q)) * g if self.needs_input_grad[1] else None
         return gp, gt
 
 

@@ -104,6 +104,8 @@ class Pow(Function):
     def backward(self, gy):
         x, = self.inputs
         c = self.c
+        if c == 0:  # x ** 0 is 1 everywhere: 0 * x ** -1 would be NaN at 0
+            return gy * 0.0
         return gy * (c * x ** (c - 1))
 
 
@@ -318,7 +320,10 @@ class Where(Function):
         self.condition = _data(condition)
 
     def forward(self, x0, x1):
-        self.condition = condition = self._condition_here(self.condition, x0, x1)
+        condition = self._condition_here(self.condition, x0, x1)
+        if condition is self.condition:  # the caller's array, which backward must not see change
+            condition = self.xp.asarray(condition, copy=True)
+        self.condition = condition
         return self.xp.where(condition, x0, x1)
 
     def _condition_here(self, condition, x0, x1):

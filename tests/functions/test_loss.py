@@ -268,3 +268,18 @@ def test_mean_squared_error_broadcasts_as_dezero_does_and_warns(xp):
 def test_accuracy_errors(xp, y, t, error, message):
     with pytest.raises(error, match=rf"^accuracy: {message}"):
         F.accuracy(gradcore.Variable(xp.asarray(y)), t)
+
+
+@pytest.mark.parametrize("loss", ["sigmoid_cross_entropy", "binary_cross_entropy"])
+def test_soft_targets_of_another_dtype_get_their_gradient(loss):
+    # float32 scores, float64 soft targets that require grad: the targets' gradient (in their
+    # own dtype) is what it is when both are float64
+    scores = np.array([0.5, -1.0]) if loss == "sigmoid_cross_entropy" else np.array([0.3, 0.8])
+    grads = []
+    for dtype in ("float32", "float64"):
+        x = gradcore.Variable(scores.astype(dtype))
+        t = gradcore.Variable(np.array([0.2, 0.7]))
+        getattr(F, loss)(x, t).backward()
+        assert t.grad is not None and t.grad.dtype == np.float64
+        grads.append(t.grad.data)
+    np.testing.assert_allclose(grads[0], grads[1], rtol=1e-6)

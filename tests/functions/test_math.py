@@ -141,3 +141,13 @@ def test_sqrt_second_derivative(xp):
     (gg,) = gradcore.grad(g, [x])
     np.testing.assert_allclose(xp.numpy(g.data), [0.25])            # 1 / (2 sqrt 4)
     np.testing.assert_allclose(xp.numpy(gg.data), [-1.0 / 32.0])    # -1 / (4 x^1.5)
+
+
+def test_pow_derivatives_at_zero_are_zero_not_nan_to_any_order(xp):
+    # x**0 is 1 everywhere; the k-th derivative of x**(k-1) is 0: none is 0 * inf
+    for c, order in ((0, 1), (1, 2), (2, 3), (3, 4)):
+        x = gradcore.Variable(xp.asarray([0.0, 2.0]))
+        g = F.sum(F.pow(x, c))
+        for _ in range(order):
+            (g,) = gradcore.grad(F.sum(g) if g.ndim else g, [x], create_graph=True)
+        np.testing.assert_array_equal(xp.numpy(g.data), [0.0, 0.0])
