@@ -70,8 +70,11 @@ class BatchNorm(Function):
             var = xp.var(x, axis=axes, keepdims=True)
             self._update(xp.reshape(mean, (-1,)), xp.reshape(var, (-1,)), x.size // x.shape[1])
         else:
+            # copies (astype), kept for backward: a train-mode call before it updates the
+            # running statistics in place
             mean = xp.reshape(xp.astype(self.running_mean, x.dtype), shape)
             var = xp.reshape(xp.astype(self.running_var, x.dtype), shape)
+            self.statistics = mean, var
         x_hat = (x - mean) / xp.sqrt(var + self.eps)
         return xp.reshape(gamma, shape) * x_hat + xp.reshape(beta, shape)
 
@@ -116,9 +119,8 @@ class BatchNorm(Function):
             xc = x - mean
             inv_std = (sum(xc * xc, axis=axes, keepdims=True) / m + self.eps) ** -0.5
         else:
-            mean = Variable(self.xp.reshape(self.xp.astype(self.running_mean, x.dtype), shape),
-                            requires_grad=False)
-            var = self.xp.reshape(self.xp.astype(self.running_var, x.dtype), shape)
+            mean, var = self.statistics  # those forward used
+            mean = Variable(mean, requires_grad=False)
             inv_std = Variable(1.0 / self.xp.sqrt(var + self.eps), requires_grad=False)
             xc = x - mean
         x_hat = xc * inv_std

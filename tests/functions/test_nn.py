@@ -312,3 +312,27 @@ def test_manual_seed_with_cupy_imported_but_no_gpu_seeds_numpy():
         a = cupy.random.random_sample(3)
         gradcore.manual_seed(5)
         np.testing.assert_array_equal(cupy.random.random_sample(3).get(), a.get())
+
+
+def test_an_eval_mode_batch_norm_graph_keeps_the_statistics_it_used():
+    # a train-mode call after it updates the running statistics in place: backward of the
+    # eval-mode graph must use those its forward used
+    rng = np.random.default_rng(0)
+    mean, var = rng.standard_normal(3), rng.uniform(0.5, 2.0, 3)
+    gamma, beta = gradcore.Variable(np.ones(3)), gradcore.Variable(np.zeros(3))
+
+    def eval_grad(later_train_call):
+        running_mean, running_var = mean.copy(), var.copy()
+        x = gradcore.Variable(rng.standard_normal((4, 3)))
+        with gradcore.test_mode():
+            y = F.batch_norm(x, gamma, beta, running_mean, running_var)
+        if later_train_call:
+            F.batch_norm(gradcore.Variable(rng.standard_normal((4, 3)) * 5.0), gamma, beta,
+                         running_mean, running_var)
+        F.sum(y * y).backward()
+        return x.grad.data
+
+    rng = np.random.default_rng(1)
+    want = eval_grad(False)
+    rng = np.random.default_rng(1)
+    np.testing.assert_array_equal(eval_grad(True), want)
