@@ -177,7 +177,10 @@ class Function:
                 xs.append(x)
                 needs.append(False)
             else:  # a raw array (a constant) or something unsupported
-                return self._call(tuple([self._constant(x) for x in inputs]))
+                constants = tuple([self._constant(x) for x in inputs])
+                if self.integers_take_float_dtype:
+                    constants = _integers_as_float(constants, inputs)
+                return self._call(constants)
         if backend is None:
             raise TypeError(f"{self._name()}: needs at least one Variable or array input, "
                             f"got {', '.join(type(x).__name__ for x in inputs) or 'none'}")
@@ -345,6 +348,11 @@ class Function:
             f"call; a Function instance records one call: create one per call, {name}()(...), "
             f"or use {name}.apply(...)")
 
+    # Set by arithmetic (add, sub, mul, div): an integer array constant takes the floating dtype
+    # of the Variable it meets, as PyTorch's integer tensors do (NumPy would make float32 times
+    # an int64 array float64: twice the memory, silently)
+    integers_take_float_dtype = False
+
     def _constant(self, x):
         """Variables and scalars as they are; a raw array as a constant Variable."""
         if isinstance(x, Variable) or x.__class__ in _SCALARS:
@@ -398,3 +406,21 @@ class Function:
         if backend is None:
             raise TypeError(f"{self._name()}.forward returned {type(y).__name__}, not an array")
         return backend.ensure_array(y), backend
+
+
+def _integers_as_float(constants, inputs):
+    """`constants` with each integer array made from a raw array cast to the dtype of the first
+    floating Variable among `inputs` (bool masks stay bool: a multiply takes them as they are)."""
+    floating = next((x for x in inputs if isinstance(x, Variable) and x._data is not None
+                     and _variables.dtype_kind(x._backend, x._data.dtype) == "float"), None)
+    if floating is None:
+        return constants
+    backend, dtype = floating._backend, floating._data.dtype
+    ours = (backend, backend.inner)  # while a step records, its backend wraps the constants'
+    cast = []
+    for c, x in zip(constants, inputs):
+        if c is not x and isinstance(c, Variable) and c._backend in ours and (
+                backend.xp.isdtype(c._data.dtype, "integral")):
+            c = Variable(backend.xp.astype(c._data, dtype), requires_grad=False)
+        cast.append(c)
+    return tuple(cast)

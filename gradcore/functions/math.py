@@ -10,6 +10,8 @@ from ..variable import Variable
 
 # =============================================================================== arithmetic
 class Add(Function):
+    integers_take_float_dtype = True
+
     def forward(self, x0, x1):
         return x0 + x1
 
@@ -23,6 +25,8 @@ def add(x0, x1):
 
 
 class Sub(Function):
+    integers_take_float_dtype = True
+
     def forward(self, x0, x1):
         return x0 - x1
 
@@ -36,6 +40,8 @@ def sub(x0, x1):
 
 
 class Mul(Function):
+    integers_take_float_dtype = True
+
     def forward(self, x0, x1):
         return x0 * x1
 
@@ -51,6 +57,8 @@ def mul(x0, x1):
 
 
 class Div(Function):
+    integers_take_float_dtype = True
+
     def forward(self, x0, x1):
         return x0 / x1
 

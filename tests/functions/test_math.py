@@ -151,3 +151,17 @@ def test_pow_derivatives_at_zero_are_zero_not_nan_to_any_order(xp):
         for _ in range(order):
             (g,) = gradcore.grad(F.sum(g) if g.ndim else g, [x], create_graph=True)
         np.testing.assert_array_equal(xp.numpy(g.data), [0.0, 0.0])
+
+
+def test_float32_arithmetic_with_integer_constants_stays_float32(xp):
+    # as PyTorch's integer tensors do; NumPy alone would give float64 (twice the memory)
+    x = gradcore.Variable(xp.asarray([1.0, 2.0, 3.0], dtype="float32"))
+    ints = xp.asarray([1, 2, 3])
+    for y in (x * ints, F.add(ints, x), x - ints, F.div(ints, x)):
+        assert y.dtype == x.dtype
+    F.sum(x * ints).backward()
+    assert x.grad.dtype == x.dtype
+    np.testing.assert_array_equal(xp.numpy(x.grad.data), [1.0, 2.0, 3.0])
+    if xp.name == "numpy":  # NumPy's own scalars and arrays on the left, and bool masks
+        for y in (x * np.int64(3), np.array([1, 2, 3]) + x, x * np.array([True, False, True])):
+            assert y.dtype == np.float32
