@@ -1236,40 +1236,37 @@ def test_a_variable_made_in_the_step_and_written_in_place_runs_eagerly():
     _falls_back(make, lambda i: (np.full(3, 1.0 + i),), match="wrote in place into an array")
 
 
-def test_a_weight_set_to_a_host_array_in_the_step_runs_eagerly():
+def _sgd_step(before=None, after=None):
+    """A maker of an SGD step on one weight w; before(w) runs first, after(opt) last."""
     def make():
         w = gradcore.Parameter(np.ones(3))
         opt = optim.SGD(lr=0.1).setup([w])
+        tail = after(opt) if after else None
 
         def step(x):
-            w.data = np.zeros(3)  # reset at every call: a replay would not make it again
+            if before:
+                before(w)
             loss = F.sum(w * gradcore.Variable(x))
             w.cleargrad()
             loss.backward()
             opt.update()
+            if tail:
+                tail()
             return loss, w.data
         return step
+    return make
 
+
+def test_a_weight_set_to_a_host_array_in_the_step_runs_eagerly():
+    # reset at every call: a replay would not make the array again
+    make = _sgd_step(before=lambda w: setattr(w, "data", np.zeros(3)))
     _falls_back(make, lambda i: (np.full(3, 1.0 + i),), match="set a Variable's data to an array")
 
 
 def test_a_learning_rate_schedule_stepped_in_the_step_runs_eagerly():
     from gradcore.optim import lr_scheduler
 
-    def make():
-        w = gradcore.Parameter(np.ones(3))
-        opt = optim.SGD(lr=0.1).setup([w])
-        schedule = lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
-
-        def step(x):
-            loss = F.sum(w * gradcore.Variable(x))
-            w.cleargrad()
-            loss.backward()
-            opt.update()
-            schedule.step()
-            return loss, w.data
-        return step
-
+    make = _sgd_step(after=lambda opt: lr_scheduler.StepLR(opt, step_size=1, gamma=0.5).step)
     _falls_back(make, lambda i: (np.full(3, 1.0 + i),), match=r"StepLR.step\(\).*outside")
 
 
