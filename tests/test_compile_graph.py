@@ -194,7 +194,7 @@ def test_a_run_the_library_refuses_to_capture_runs_as_lines(graph_stand_in):
     graph_stand_in.refuse = "operation not permitted when stream is capturing"
     kept = []
     compiled = gradcore.compile(lambda x0: F.exp(gradcore.Variable(x0)) * 3.0)
-    for i in range(5):
+    for i in range(7):  # captures tried at the 4th, 5th and 6th calls
         x0 = np.full(2, float(i))
         kept.append(compiled(x0))
         assert same(kept[-1], F.exp(gradcore.Variable(x0)) * 3.0)
@@ -202,6 +202,20 @@ def test_a_run_the_library_refuses_to_capture_runs_as_lines(graph_stand_in):
     assert stats["graphs"] == [0] and graph_stand_in.launches == 0
     assert "the capture failed: RuntimeError: operation not permitted" in stats[
         "why not graphs"][0]
+    assert "(3 captures)" in stats["why not graphs"][0]
+
+
+def test_a_capture_the_library_refused_once_is_tried_again(graph_stand_in):
+    # refused while, say, another thread waited for the whole GPU: the next call captures
+    graph_stand_in.refuse, graph_stand_in.allowed = "capture invalidated", 0
+    compiled = gradcore.compile(lambda x0: F.exp(gradcore.Variable(x0)) * 3.0)
+    for i in range(6):
+        if i == 3:
+            graph_stand_in.refuse = None
+        x0 = np.full(2, float(i))
+        assert same(compiled(x0), F.exp(gradcore.Variable(x0)) * 3.0)
+    stats = compiled.stats()
+    assert stats["graphs"] == [1] and stats["why not graphs"] == [] and graph_stand_in.launches
 
 
 def test_graphs_false_launches_every_line(graph_stand_in):

@@ -22,8 +22,9 @@ What a graph cannot do stays out of it or is arranged around it:
 - Random draws (the host advances the generator: a graph would draw the same numbers at every
   launch), guards (read on the host), stores, optimizer steps and lines on other arrays run as
   Python between graphs; loads of Variables move in front of the run they feed.
-- A run whose capture fails (a library call that waits for the device) or that writes in place
-  into a staged array runs as lines from then on; `Compiled.stats()` says why.
+- A run that writes in place into a staged array runs as lines from then on; one whose capture
+  the library refuses (a call that waits for the device) tries again at later calls, CAPTURES
+  captures in all, then stays lines; `Compiled.stats()` says why.
 
 A graph's memory is its own (CuPy: a private memory pool), held as long as the tape: about one
 step's arrays per tape.
@@ -52,6 +53,11 @@ _CONSTANTS = (int, float, bool, complex, str, bytes, type(None), slice, type(Ell
 
 class Uncapturable(Exception):
     """A run cannot be captured as a graph (the message says why): it runs as lines."""
+
+
+class CaptureFailed(Uncapturable):
+    """The library refused a capture: it may be passing (another thread waited for the whole
+    GPU meanwhile), so the run tries again at later calls, CAPTURES captures in all."""
 
 
 def graph_backend(lines):
@@ -244,11 +250,14 @@ class Graphed:
                     return self._handed_out()
             self.graph = None  # an input is another array now: capture again, staging it
         if self.why is None and self.captures >= CAPTURES:
-            self.why = (f"the arrays it reads were replaced {CAPTURES} times after it was "
-                        "captured")
+            self.why = (f"it was captured {CAPTURES} times (the arrays it reads were replaced "
+                        "after a capture, or the library refused)")
         if self.why is None:
             try:
                 return self._capture(values)
+            except CaptureFailed as e:
+                if self.captures >= CAPTURES:
+                    self.why = f"{e} ({self.captures} captures)"
             except Uncapturable as e:
                 self.why = str(e)
         results = self._run(*values)
@@ -319,7 +328,7 @@ class Graphed:
         except Uncapturable:
             raise
         except Exception as e:  # what the library refused to capture (a wait on the device)
-            raise Uncapturable(f"the capture failed: {type(e).__name__}: {e}") from e
+            raise CaptureFailed(f"the capture failed: {type(e).__name__}: {e}") from e
         self.graph, self._buffers, self._direct, self._results = graph, buffers, direct, results
         self._device = device
         self._copied = [escapes and result.__class__ is backend.array_type
