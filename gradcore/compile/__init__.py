@@ -250,7 +250,7 @@ def _key(args):
     for a in args:
         kind = a.__class__
         if kind in _BY_VALUE:
-            # 0.0 == -0.0, yet 1 / x tells them apart
+            # _number_part(a), in line: a cache hit reads every argument
             parts.append((kind, a) if a or kind is not float else (kind, a, str(a)))
         elif isinstance(a, Variable):
             data, backend = a._data, a._backend
@@ -272,6 +272,13 @@ def _key(args):
     return tuple(parts)
 
 
+def _number_part(a):
+    """A Python number's, string's or None's part of a key: its type and value (2 is not 2.0),
+    and for a zero its sign (0.0 == -0.0, yet 1 / x tells them apart)."""
+    kind = a.__class__
+    return (kind, a) if a or kind is not float else (kind, a, str(a))
+
+
 _CONTAINERS = frozenset((tuple, list, dict))
 HOLDS_ARRAYS = "holds arrays"  # a container argument's key when an array is in it
 
@@ -284,9 +291,8 @@ def _by_contents(a):
     items = tuple(a.items()) if kind is dict else a
     values = []
     for item in (v for pair in items for v in pair) if kind is dict else items:
-        if item.__class__ in _BY_VALUE:  # as an argument is: 2 is not 2.0, -0.0 not 0.0
-            values.append((item.__class__, item) if item or item.__class__ is not float
-                          else (float, item, str(item)))
+        if item.__class__ in _BY_VALUE:
+            values.append(_number_part(item))
         elif item.__class__ in _CONTAINERS:
             part = _by_contents(item)
             if part[1] is HOLDS_ARRAYS:
@@ -376,8 +382,8 @@ def _surroundings(fn):
         try:  # in C, by map(): a cache hit reads these at every call
             return (owner, *map(id, map(contents, cells)),
                     *map(id, map(dict.get, spaces, names)))
-        except ValueError:  # a cell not yet filled
-            return (owner, *map(_content_id, cells), *map(id, map(dict.get, spaces, names)))
+        except ValueError:  # a cell not yet filled (its content None)
+            return (owner, *map(id, map(_content, cells)), *map(id, map(dict.get, spaces, names)))
 
     def objects():
         """What read() gives the ids of: a tape keyed on them holds them, so that no other
@@ -460,17 +466,10 @@ _LIBRARIES = tuple(dict.fromkeys(os.path.abspath(path) for path in (
     *(sysconfig.get_paths()[name] for name in ("stdlib", "platstdlib", "purelib", "platlib")))))
 
 
-def _content_id(cell):
-    try:
-        return id(cell.cell_contents)
-    except ValueError:  # a cell not yet filled
-        return None
-
-
 def _content(cell):
     try:
         return cell.cell_contents
-    except ValueError:
+    except ValueError:  # a cell not yet filled
         return None
 
 

@@ -380,9 +380,7 @@ class Recorder:
             return value
         self.give_up("the step set a grad to an array made outside gradcore's ops, which a replay "
                      "would not make again (compute it with gradcore or x.xp)")
-        slot = self.new_slot()
-        self.append("constant", data, out=slot)
-        return _variable.Variable(trace_backend(backend).traced(data, slot), requires_grad=False)
+        return self._constant_variable(data, trace_backend(backend))
 
     def constant_for(self, v, y):
         """The Variable v (a backward seed the step made from an array of its own, as
@@ -391,9 +389,14 @@ class Recorder:
         if (not self.is_active() or isinstance(data, Traced) or not isinstance(y._data, Traced)
                 or backends.backend_of(data) is not y._data.backend.inner):
             return v
+        return self._constant_variable(data, y._data.backend)
+
+    def _constant_variable(self, data, backend):
+        """A constant Variable of `data`, an array of the step's own, traced by the TraceBackend
+        `backend` as a constant line of the tape."""
         slot = self.new_slot()
         self.append("constant", data, out=slot)
-        return _variable.Variable(y._data.backend.traced(data, slot), requires_grad=False)
+        return _variable.Variable(backend.traced(data, slot), requires_grad=False)
 
     def not_replayed(self, what):
         """`what` (a learning-rate schedule's step) ran in the step: Python state only the
