@@ -4,7 +4,7 @@ import re
 
 import numpy
 
-from .base import Backend, DeviceUnavailableError
+from .base import Backend, DeviceUnavailableError, host_generator
 from .indexing import flat_positions, is_advanced
 from .device import Device
 
@@ -49,16 +49,27 @@ class ArrayAPIBackend(Backend):
     def ensure_array(self, obj):
         return obj  # results are always arrays, 0-d included
 
+    def namespace_dtype(self, dtype):
+        """`dtype` as the namespace's own: a name ("float64"), a NumPy dtype or type
+        (numpy.float64, float) becomes the namespace's dtype of that name; anything else (the
+        namespace's dtypes) is returned as it is. array-api-strict takes only its own."""
+        if isinstance(dtype, (str, type, numpy.dtype)):
+            try:
+                return getattr(self.xp, numpy.dtype(dtype).name, dtype)
+            except TypeError:  # not a name NumPy knows: the namespace says what it takes
+                pass
+        return dtype
+
     def asarray(self, obj, dtype=None, device=None):
         if isinstance(obj, numpy.ndarray) and obj.ndim and dtype is None:
-            dtype = getattr(self.xp, obj.dtype.name)
-        return self.xp.asarray(obj, dtype=dtype, device=self.native(device))
+            dtype = obj.dtype
+        return self.xp.asarray(obj, dtype=self.namespace_dtype(dtype), device=self.native(device))
 
     def zeros(self, shape, dtype, device):
-        return self.xp.zeros(shape, dtype=dtype, device=self.native(device))
+        return self.xp.zeros(shape, dtype=self.namespace_dtype(dtype), device=self.native(device))
 
     def empty(self, shape, dtype, device):
-        return self.xp.empty(shape, dtype=dtype, device=self.native(device))
+        return self.xp.empty(shape, dtype=self.namespace_dtype(dtype), device=self.native(device))
 
     def to_device(self, array, device):
         return array.to_device(self.native(device))
@@ -92,10 +103,10 @@ class ArrayAPIBackend(Backend):
         return target
 
     def random_normal(self, shape, dtype, device):
-        return self.asarray(numpy.random.randn(*shape), dtype=dtype, device=device)
+        return self.asarray(host_generator().randn(*shape), dtype=dtype, device=device)
 
     def random_uniform(self, shape, dtype, device):
-        return self.asarray(numpy.random.rand(*shape), dtype=dtype, device=device)
+        return self.asarray(host_generator().rand(*shape), dtype=dtype, device=device)
 
     def manual_seed(self, seed):
         numpy.random.seed(seed)  # samples come from NumPy's global generator

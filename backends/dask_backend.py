@@ -12,7 +12,7 @@ import weakref
 import numpy
 
 from .array_api_backend import ArrayAPIBackend
-from .base import Backend, DeviceUnavailableError
+from .base import Backend, DeviceUnavailableError, host_generator
 from .device import Device
 from .indexing import flat_positions, is_advanced, normalize_key
 
@@ -32,9 +32,9 @@ def import_dask():
 
 
 class Namespace:
-    """array_api_compat's namespace for Dask, with the functions it lacks and a broadcast_to
-    that chunks the axes it makes (Dask's makes each one a single chunk: a gradient broadcast
-    over 1e9 elements would be one chunk of 8 GB)."""
+    """array_api_compat's namespace for Dask, with the functions it lacks, a broadcast_to that
+    chunks the axes it makes (Dask's makes each one a single chunk: a gradient broadcast over
+    1e9 elements would be one chunk of 8 GB) and a reshape that works whatever the chunks."""
 
     def __init__(self, xp, da):
         self._xp = xp
@@ -57,6 +57,15 @@ class Namespace:
                        for d, n in enumerate(shape))
         chunks = self._da.core.normalize_chunks(chunks, shape, dtype=x.dtype)
         return self._da.broadcast_to(x, shape, chunks=chunks)
+
+    def reshape(self, x, shape, copy=None):
+        # Dask reshapes chunked axes only by merging or splitting them evenly ((7, 5) in chunks
+        # of (3, 2) cannot become (5, 7) at once); flat first, then split, always can: Dask
+        # rechunks as each step needs, never into one chunk
+        try:
+            return self._xp.reshape(x, shape, copy=copy)
+        except NotImplementedError:
+            return self._xp.reshape(self._xp.reshape(x, (-1,), copy=copy), shape, copy=copy)
 
     def take_along_axis(self, x, indices, axis=-1):
         axis = axis % x.ndim
@@ -145,26 +154,30 @@ class DaskBackend(Backend):
         # adds repeated positions up), then added to the target
         positions = flat_positions(self.xp, target.shape, key)
         values = self.xp.broadcast_to(self.da.asarray(values), positions.shape)
-        total = self.da.bincount(self.xp.reshape(positions, (-1,)),
-                                 weights=self.xp.reshape(values, (-1,)),
-                                 minlength=math.prod(target.shape))
-        target[...] = target + self.xp.reshape(total.astype(target.dtype), target.shape)
+        positions = self.xp.reshape(positions, (-1,))
+        # bincount pairs each block of positions with the block of weights at its place: the
+        # flat values chunked as the positions (a multi-chunk array flattens in other chunks)
+        values = self.xp.reshape(values, (-1,)).rechunk(positions.chunks)
+        total = self.da.bincount(positions, weights=values, minlength=math.prod(target.shape))
+        total = self.xp.reshape(total.astype(target.dtype), target.shape)
+        target[...] = target + total.rechunk(target.chunks)  # not one chunk of its whole size
         return target
 
     def random_normal(self, shape, dtype, device):
-        return self._random(shape, dtype, numpy.random.randn, "standard_normal")
+        return self._random(shape, dtype, "randn", "standard_normal")
 
     def random_uniform(self, shape, dtype, device):
-        return self._random(shape, dtype, numpy.random.rand, "random_sample")
+        return self._random(shape, dtype, "rand", "random_sample")
 
-    def _random(self, shape, dtype, draw_on_host, method):
+    def _random(self, shape, dtype, on_host, method):
         """Up to one chunk's worth, drawn on the host from NumPy's generator: the same numbers
         as on NumPy (weights made on either are equal). Beyond that, drawn by Dask chunk by
         chunk when computed, from a seed drawn from NumPy's generator: memory stays bounded."""
         limit = self.dask.utils.parse_bytes(self.dask.config.get("array.chunk-size"))
+        host = host_generator()
         if math.prod(shape) * 8 <= limit:
-            return self.asarray(draw_on_host(*shape), dtype=dtype)
-        generator = self.da.random.RandomState(int(numpy.random.randint(2 ** 31)))
+            return self.asarray(getattr(host, on_host)(*shape), dtype=dtype)
+        generator = self.da.random.RandomState(int(host.randint(2 ** 31)))
         return getattr(generator, method)(shape, chunks="auto").astype(dtype)
 
     def manual_seed(self, seed):

@@ -183,3 +183,53 @@ def test_clip_grad_computes_a_step_once():
     assert len(reads) == 4, reads  # its 4 blocks, once each
     norm = np.sqrt(sum(float((p.grad.numpy() ** 2).sum()) for p in model.parameters()))
     assert abs(norm - 1e-3) < 1e-6
+
+
+def _grads_on_numpy_and_dask(f, data, chunks):
+    """[(f(x), x.grad as NumPy, x.grad's array)] on NumPy, then on Dask with x in `chunks`;
+    f(x, c) makes its constants with c(array): on x's device."""
+    results = []
+    for x in (gradcore.Variable(data), gradcore.Variable(da.from_array(data, chunks=chunks))):
+        y = f(x, lambda a: backends.asarray_on(np.asarray(a), x.device))
+        y.backward()
+        results.append((y.numpy(), x.grad.numpy(), x.grad.data))
+    return results
+
+
+A = np.arange(35.0).reshape(7, 5) / 10
+
+
+@pytest.mark.parametrize("name, f", [
+    ("rows", lambda x, c: F.sum(x[c([6, 0, 6])] ** 2 * c(np.arange(5.0)))),
+    ("columns", lambda x, c: F.sum(x[:, c([4, 4, 0])] ** 2)),
+    ("two arrays", lambda x, c: F.sum(x[c([6, 6, 1]), c([4, 4, 0])] ** 3)),
+    ("row mask", lambda x, c: F.sum(x[c(np.array([1, 0, 0, 1, 0, 0, 1], bool))] ** 2)),
+    ("embed_id", lambda w, c: F.sum(F.embed_id(c([[1, 1, 6], [0, 6, 6]]), w) ** 2)),
+    ("double backward", lambda x, c: F.sum(gradcore.grad(
+        F.sum(x[c([0, 0, 6])] ** 3), [x], create_graph=True)[0] ** 2)),
+])
+def test_index_array_gradients_of_arrays_chunked_along_every_axis(name, f):
+    # scatter_add sums by bincount, which pairs blocks: the values flattened from a (3, 2)
+    # chunking must be chunked as the positions
+    (y, gx, _), (y_dask, gx_dask, grad) = _grads_on_numpy_and_dask(f, A, chunks=(3, 2))
+    np.testing.assert_allclose(y_dask, y, rtol=1e-12)
+    np.testing.assert_allclose(gx_dask, gx, rtol=1e-12)
+    assert isinstance(grad, da.Array)
+
+
+@pytest.mark.parametrize("shape", [(5, 7), (-1, 7), (35,), (5, 1, 7)])
+def test_reshape_of_a_multi_chunk_array_is_any_reshape(shape):
+    # Dask alone reshapes (7, 5) in chunks of (3, 2) only by merging or splitting axes evenly
+    (y, gx, _), (y_dask, gx_dask, _) = _grads_on_numpy_and_dask(
+        lambda x, c: F.sum(F.reshape(x, shape) ** 2 * c(np.arange(35.0).reshape(shape))),
+        A, chunks=(3, 2))
+    np.testing.assert_allclose(y_dask, y, rtol=1e-12)
+    np.testing.assert_allclose(gx_dask, gx, rtol=1e-12)
+
+
+def test_reshape_keeps_the_chunks_when_dask_can():
+    xp = backends.get_backend("dask").xp
+    x = da.ones((8, 6), chunks=(2, 3))
+    assert xp.reshape(x, (8, 2, 3)).chunks == ((2, 2, 2, 2), (1, 1), (3,))  # a split
+    assert xp.reshape(x, (4, 2, 6)).numblocks[0] == 4  # a split of the chunked leading axis
+    assert xp.reshape(x, (6, 8)).numblocks[0] > 1  # through the flat array: not one chunk

@@ -40,25 +40,33 @@ class AsType(Function):
 
 
 def astype(x, dtype):
-    """x converted to `dtype` (a dtype of x's array library); x itself if it has it already.
+    """x converted to `dtype` (a dtype of x's array library, or a name such as "float64", or a
+    NumPy dtype, on every backend); x itself if it has it already.
     Differentiable between real floating dtypes; to an integer or bool dtype the result is a
     constant (an integer cannot carry a gradient, as in PyTorch); to a complex one: TypeError."""
     if not isinstance(x, Variable):
         x = Variable(x, requires_grad=False)  # a raw array is a constant, as in every op
+    if x.dtype is dtype:
+        return x
+    dtype = _resolve(x.backend, dtype)
     if x.dtype == dtype:
         return x
-    kind = dtype_kind(x.backend, _resolve(x.xp, dtype))
+    kind = dtype_kind(x.backend, dtype)
     if kind == "integral":  # integers, bool: no graph through the cast, no gradient
         x = x.detach()
     elif kind == "complex":
         raise TypeError(
-            f"astype: gradcore does not differentiate complex numbers (asked for "
-            f"{_resolve(x.xp, dtype)}); compute with the real and imaginary parts as two real "
-            "Variables")
+            f"astype: gradcore does not differentiate complex numbers (asked for {dtype}); "
+            "compute with the real and imaginary parts as two real Variables")
     return AsType(dtype)(x)
 
 
-def _resolve(xp, dtype):
-    """`dtype` as a dtype object of `xp`, whatever xp.astype accepted it as (NumPy takes names
-    and Python types, which numpy.isdtype refuses): the dtype of an empty array."""
-    return xp.empty((0,), dtype=dtype).dtype
+def _resolve(backend, dtype):
+    """`dtype` (a dtype of the backend's library, a name such as "float64", a NumPy dtype or
+    type) as that library's dtype object: the dtype of an empty array made with it (NumPy takes
+    names and Python types, which numpy.isdtype refuses; array-api backends map them)."""
+    try:
+        return backend.empty((0,), dtype, None).dtype
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"astype: {dtype!r} is not a dtype {backend.name} has ({e}); pass one "
+                        "of its dtypes or a name such as 'float32'") from None

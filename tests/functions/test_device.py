@@ -50,3 +50,24 @@ def test_astype_takes_numpy_dtype_names_on_numpy():
     assert not F.astype(x, "bool").requires_grad
     with pytest.raises(TypeError, match="does not differentiate complex numbers"):
         F.astype(x, "complex64")
+
+
+@pytest.mark.parametrize("dtype", ["float64", np.float64, np.dtype("float64"), float],
+                         ids=["name", "numpy-type", "numpy-dtype", "python-type"])
+def test_astype_takes_names_and_numpy_dtypes_on_every_backend(xp, dtype):
+    """array-api-strict takes only its own dtypes: astype maps the others to them."""
+    x = gradcore.Variable(xp.asarray([1.5, -2.0], dtype="float32"))
+    y = F.astype(x, dtype)
+    assert y.dtype == xp.float64 and y.requires_grad
+    F.sum(y * 3.0).backward()
+    assert x.grad.dtype == xp.float32
+    np.testing.assert_array_equal(xp.numpy(x.grad.data), [3.0, 3.0])
+    assert F.astype(x, "int32").dtype == xp.int32 and not F.astype(x, "int32").requires_grad
+    assert F.astype(x, "float32") is x
+
+
+def test_astype_to_what_is_no_dtype_says_what_to_pass(xp):
+    x = gradcore.Variable(xp.asarray([1.0, 2.0]))
+    with pytest.raises(TypeError, match=r"astype: 'floaty' is not a dtype \w+ has .*pass one of "
+                                        "its dtypes or a name such as 'float32'"):
+        F.astype(x, "floaty")
