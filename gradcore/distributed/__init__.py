@@ -1,13 +1,14 @@
 """Data-parallel training on several processes (MPI, through mpi4py) and GPUs (NCCL, through
 CuPy): every rank holds the whole model, trains on its share of the data, and the gradients are
-averaged over the ranks before each step.
+averaged over the ranks before each step (the buffers, BatchNorm's running statistics, too:
+see DistributedOptimizer's `buffers`).
 
     import gradcore.distributed as dist
 
     comm = dist.init()                          # dist.init("nccl") on GPUs
     model = nn.MLP((100, 3))
     dist.broadcast_parameters(model, comm)      # every rank starts from rank 0's weights
-    opt = dist.DistributedOptimizer(optim.SGD(model.parameters(), lr=0.1), comm)
+    opt = dist.DistributedOptimizer(optim.SGD(model, lr=0.1), comm)  # the model: buffers too
     train = dist.scatter_dataset(Spiral(train=True), comm)
     for x, t in DataLoader(train, batch_size=15):
         loss = F.softmax_cross_entropy(model(x), t)

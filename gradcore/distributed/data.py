@@ -3,32 +3,48 @@ import numpy
 
 from ..datasets import Dataset
 
-__all__ = ["scatter_dataset", "Share"]
+__all__ = ["scatter_dataset", "Share", "IndexedShare"]
 
 
 class Share(Dataset):
-    """Examples `indices` of `dataset`, with its transforms."""
+    """Rows `indices` of an in-memory `dataset` (arrays `data` and `label` read by the base
+    Dataset.__getitem__), copied, with its transforms: a DataLoader gathers a batch of them
+    with one fancy index."""
 
     def __init__(self, dataset, indices):
         self.dataset = dataset
         self.indices = numpy.asarray(indices, dtype=numpy.int64)
-        super().__init__(getattr(dataset, "train", True), getattr(dataset, "transform", None),
-                         getattr(dataset, "target_transform", None))
+        super().__init__(dataset.train, dataset.transform, dataset.target_transform)
 
     def prepare(self):
-        data = getattr(self.dataset, "data", None)
-        if data is not None:  # in memory: this share's rows, so a DataLoader gathers batches
-            self.data = data[self.indices]
-            label = getattr(self.dataset, "label", None)
-            self.label = None if label is None else label[self.indices]
+        self.data = self.dataset.data[self.indices]
+        label = self.dataset.label
+        self.label = None if label is None else label[self.indices]
+
+
+class IndexedShare(Dataset):
+    """Examples `indices` of any `dataset`: share[i] is dataset[indices[i]], read through the
+    dataset's own __getitem__ (its transforms, files, augmentation) when asked for."""
+
+    def __init__(self, dataset, indices):
+        self.dataset = dataset
+        self.indices = numpy.asarray(indices, dtype=numpy.int64)
+        super().__init__(getattr(dataset, "train", True))
 
     def __getitem__(self, index):
-        if self.data is not None:
-            return super().__getitem__(index)
         return self.dataset[int(self.indices[index])]
 
     def __len__(self):
         return len(self.indices)
+
+
+def _rows_of_arrays(dataset):
+    """Whether dataset[i] is (transform(data[i]), target_transform(label[i])) on arrays, so
+    that a share can copy rows. The test DataLoader's _gather makes (gradcore/dataloaders.py),
+    less its condition on the transforms, which a Share keeps."""
+    return (isinstance(dataset, Dataset) and type(dataset).__getitem__ is Dataset.__getitem__
+            and isinstance(dataset.data, numpy.ndarray)
+            and (dataset.label is None or isinstance(dataset.label, numpy.ndarray)))
 
 
 def scatter_dataset(dataset, comm, shuffle=False, seed=0):
@@ -37,11 +53,17 @@ def scatter_dataset(dataset, comm, shuffle=False, seed=0):
     the all-reduce). Rank r takes the r-th block of the examples in order (`shuffle`: in an
     order drawn from `seed`, the same on every rank); when the length does not divide evenly,
     the last shares are made up with examples from the start again, the fewest needed
-    (size - len % size of them). Every rank builds `dataset` itself; nothing is sent."""
+    (size - len % size of them). Every rank builds `dataset` itself; nothing is sent.
+
+    share[i] is always dataset[j] for its example j. A Dataset whose examples are rows of the
+    arrays `data` and `label` (the base class's __getitem__) gives a Share: its rows copied,
+    batched by one fancy index; any other (its own __getitem__, lists) an IndexedShare, which
+    reads each example through dataset[j]."""
     n = len(dataset)
     if n == 0:
         raise ValueError("scatter_dataset: the dataset is empty")
     order = numpy.random.RandomState(seed).permutation(n) if shuffle else numpy.arange(n)
     per_rank = -(-n // comm.size)
     padded = order[numpy.arange(per_rank * comm.size) % n]
-    return Share(dataset, padded[comm.rank * per_rank:(comm.rank + 1) * per_rank])
+    mine = padded[comm.rank * per_rank:(comm.rank + 1) * per_rank]
+    return Share(dataset, mine) if _rows_of_arrays(dataset) else IndexedShare(dataset, mine)

@@ -10,6 +10,10 @@ parameters this rank had no gradient for at the last step are not waited for (if
 gradient after all, the step sums every bucket again, so the result is the same). Which buckets
 start in backward differs between ranks; the step makes every rank start the same ones, in the
 same order, and the ranks vote on summing again, so that every rank does or none does.
+
+Buffers (BatchNorm's running statistics) are no gradients: each rank's forward moves its own.
+At each step they are brought into agreement too, in one more all-reduce started after the
+buckets (see `buffers=`).
 """
 import hashlib
 import sys
@@ -22,12 +26,13 @@ import backends
 from .. import variable as _variables
 from ..config import enable_grad
 from ..optim.optimizer import _eager_in_replay
-from ..variable import Variable
+from ..variable import Variable, dtype_kind, note_write
 from .communicator import DistributedError
 
 __all__ = ["DistributedOptimizer", "DEFAULT_BUCKET_SIZE"]
 
 DEFAULT_BUCKET_SIZE = 4 * 2 ** 20  # bytes
+BUFFER_MODES = ("mean", "root", None)
 
 
 class _Bucket:
@@ -56,7 +61,8 @@ class DistributedOptimizer:
     parameter's gradient with its mean over the ranks of `comm`; the optimizer's hooks
     (WeightDecay, ClipGrad, ...) run after that averaging. A parameter no rank has a gradient
     for keeps None; one that some ranks lack counts as zeros there. Every other attribute
-    (lr, state_dict, add_hook, ...) is the optimizer's.
+    (lr, state_dict, add_hook, `defaults`, where learning-rate schedules look for lr or Adam's
+    alpha, ...) is the optimizer's.
 
     `bucket_size`: bytes per bucket (a parameter larger than that gets one of its own).
     `overlap`: start each bucket while backward goes on (else all at the step). To change a
@@ -64,19 +70,41 @@ class DistributedOptimizer:
     optimizer hook: a write into the gradient's array may come after it was sent. The first
     step checks that every rank holds the same parameters (a digest of each), and raises
     DistributedError naming the ones that differ: see broadcast_parameters.
+
+    `buffers`: how the model's buffers (BatchNorm's running mean and variance), which each
+    rank's forward moves on its own data, are made to agree at each step (step, update,
+    synchronize), in one all-reduce of them all: "mean" (the default) averages the
+    floating-point ones over the ranks and gives every rank rank 0's integer and bool ones;
+    "root" gives every rank all of rank 0's; None leaves each rank its own (they drift apart,
+    and save_on_root saves rank 0's). The model is the optimizer's target when it was given the
+    model (`optim.SGD(model, lr=...)`, `setup(model)`), else `model=`; given only parameters and
+    no `model`, there are no buffers to see. The buffers sized at the first step are the ones
+    kept in agreement (the ranks check they have the same names, shapes and dtypes). PyTorch's
+    DDP instead broadcasts rank 0's buffers at every forward (broadcast_buffers=True): each
+    rank's batch statistics are then used for normalising but only rank 0's enter the running
+    ones; "mean" lets every rank's data count, at the step.
     """
 
-    def __init__(self, optimizer, comm, bucket_size=DEFAULT_BUCKET_SIZE, overlap=True):
+    def __init__(self, optimizer, comm, bucket_size=DEFAULT_BUCKET_SIZE, overlap=True,
+                 buffers="mean", model=None):
         if not callable(getattr(optimizer, "update", None)):
             raise TypeError(f"DistributedOptimizer wraps an optimizer (gradcore.optim), got "
                             f"{type(optimizer).__name__}")
         if isinstance(bucket_size, bool) or not isinstance(bucket_size, int) or bucket_size < 1:
             raise ValueError(f"bucket_size must be a positive number of bytes, got "
                              f"{bucket_size!r}")
+        if buffers not in BUFFER_MODES:
+            raise ValueError(f"buffers must be 'mean', 'root' or None, got {buffers!r}")
+        if model is not None and not callable(getattr(model, "named_buffers", None)):
+            raise TypeError(f"DistributedOptimizer: model= is the model whose buffers to keep in "
+                            f"agreement (a Module), got {type(model).__name__}")
         self.optimizer = optimizer
         self.comm = comm
         self.bucket_size = bucket_size
         self.overlap = bool(overlap)
+        self.buffers = buffers
+        self.model = model
+        self._buffers = None  # planned with the buckets
         self._params = []
         self._buckets = None  # planned at the first gradients
         self._bucket_of = {}
@@ -90,9 +118,9 @@ class DistributedOptimizer:
         if optimizer.target is not None:
             self._attach()
 
-    _own = frozenset(("optimizer", "comm", "bucket_size", "overlap", "_params", "_buckets",
-                      "_bucket_of", "_started", "_stale", "_checked", "_names", "_target",
-                      "_hook_handles", "__weakref__"))
+    _own = frozenset(("optimizer", "comm", "bucket_size", "overlap", "buffers", "model",
+                      "_params", "_buckets", "_bucket_of", "_started", "_stale", "_checked",
+                      "_names", "_target", "_hook_handles", "_buffers", "__weakref__"))
 
     def __getattr__(self, name):  # what is not ours is the optimizer's
         if name in DistributedOptimizer._own:
@@ -141,7 +169,8 @@ class DistributedOptimizer:
         self.optimizer.zero_grad(*args, **kwargs)
 
     def synchronize(self):
-        """Replace every gradient with its mean over the ranks now (step and update do this)."""
+        """Replace every gradient with its mean over the ranks, and bring the buffers into
+        agreement (see `buffers`), now: step and update do this."""
         if self.optimizer.target is not self._target:  # optimizer.setup(...) since we looked
             self._attach()
         if self._buckets is None:
@@ -159,9 +188,16 @@ class DistributedOptimizer:
             self._abandon()
         while self._started < len(self._buckets):  # the rest, in the same order on every rank
             self._start(self._buckets[self._started])
-        self.comm.reducer.wait([b.handle for b in self._buckets if b.handle is not None])
+        handles = [b.handle for b in self._buckets if b.handle is not None]
+        if self._buffers is not None:  # after every bucket: the same order on every rank
+            handle = self._buffers.start(self.comm)
+            if handle is not None:
+                handles.append(handle)
+        self.comm.reducer.wait(handles)
         for bucket in self._buckets:
             self._unpack(bucket)
+        if self._buffers is not None and self._buffers.buffer is not None:
+            self._buffers.unpack(self.comm)
         self._started = 0
 
     # ---------------------------------------------------------------- buckets
@@ -201,6 +237,12 @@ class DistributedOptimizer:
             buckets.append(_Bucket(run))
         self._buckets = buckets
         self._bucket_of = {id(p): b for b in buckets for p in b.params}
+        model = self.model if self.model is not None else self.optimizer.target
+        named = getattr(model, "named_buffers", None)
+        self._buffers = None
+        if self.buffers is not None and callable(named):
+            buffers = _Buffers(list(named()), self.buffers, self.comm)
+            self._buffers = buffers if buffers.named or buffers.unsized else None
 
     def _ready(self, p):
         """p's gradient is final for this backward: start the buckets that are complete."""
@@ -307,9 +349,20 @@ class DistributedOptimizer:
 
     # ---------------------------------------------------------------- checks
     def _check_same_parameters(self):
-        """Raise DistributedError on every rank if the ranks' parameters differ."""
+        """Raise DistributedError on every rank if the ranks' parameters (or the names, shapes
+        and dtypes of the buffers they keep in agreement) differ."""
         mine = [[self._name(p), list(p.shape), str(p.dtype), _digest(p)] for p in self._params]
-        everyone = self.comm.allgather_json(mine, "the parameter check")
+        buffers = [] if self._buffers is None else self._buffers.described()
+        everyone = self.comm.allgather_json([mine, buffers], "the parameter check")
+        theirs_buffers = [b for _, b in everyone]
+        everyone = [m for m, _ in everyone]
+        differ = [rank for rank, b in enumerate(theirs_buffers) if b != theirs_buffers[0]]
+        if differ:
+            raise DistributedError(
+                f"DistributedOptimizer: the ranks' models have different buffers (rank "
+                f"{differ[0]} has {_listed(theirs_buffers[differ[0]])}, rank 0 "
+                f"{_listed(theirs_buffers[0])}): build the same model on every rank and run "
+                "the same forward before the first step, or pass buffers=None")
         problems = []
         for rank, theirs in enumerate(everyone[1:], 1):
             if len(theirs) != len(everyone[0]):
@@ -334,6 +387,97 @@ class DistributedOptimizer:
             names = {id(v): k for k, v in named()} if callable(named) else {}
             self._names = names
         return names.get(id(p)) or f"parameter {self._params.index(p)} {tuple(p.shape)}"
+
+
+class _Buffers:
+    """A model's buffers sized at the plan, brought into agreement over the ranks at each step
+    in one all-reduce of float64 (exact for float16/32 and for integers up to 2**53): each rank
+    sends its share (1 / size) of a buffer averaged, and rank 0 its values of a buffer taken
+    from it, where the others send zeros."""
+
+    def __init__(self, named, mode, comm):
+        self.named = [(name, v) for name, v in named if v.data is not None]
+        self.unsized = [(name, v) for name, v in named if v.data is None]
+        self.kinds = [(tuple(v.shape), v.dtype) for _, v in self.named]
+        self.averaged = [mode == "mean" and dtype_kind(v.backend, v.dtype) == "float"
+                         for _, v in self.named]
+        self.offsets = numpy.cumsum([0] + [v.size for _, v in self.named]).tolist()
+        self.buffer = None
+        self.host_dtypes = None
+        if comm.reducer.on_device and self.named:
+            first = self.named[0][1]
+            elsewhere = [n for n, v in self.named if (v.backend, v.device) != (first.backend,
+                                                                              first.device)]
+            if elsewhere:
+                raise DistributedError(
+                    f"DistributedOptimizer: the buffers {', '.join(elsewhere)} are not on "
+                    f"{first.device} with {self.named[0][0]}: NCCL sums them on one GPU; move "
+                    "the model with model.to(dist.local_device(comm))")
+
+    def described(self):
+        """[name, shape, dtype] of each buffer: the ranks compare them."""
+        return [[name, list(shape), str(dtype)] for (name, _), (shape, dtype)
+                in zip(self.named, self.kinds)]
+
+    def start(self, comm):
+        """Pack the buffers and start their all-reduce; returns its handle (None: none is
+        sized)."""
+        for (name, v), (shape, dtype) in zip(self.named, self.kinds):
+            if v.data is None or tuple(v.shape) != shape or v.dtype != dtype:
+                raise DistributedError(
+                    f"DistributedOptimizer: the buffer {name} changed since the first step "
+                    f"(it was {shape} {dtype}): the ranks keep the buffers they had then in "
+                    "agreement; make the model's buffers before the first step")
+        for name, v in self.unsized:
+            if v.data is not None:
+                raise DistributedError(
+                    f"DistributedOptimizer: the buffer {name} was sized after the first step: "
+                    "run a forward through every layer before the first step, so the ranks "
+                    "agree on the buffers, or pass buffers=None")
+        if not self.named:
+            return None
+        on_device = comm.reducer.on_device
+        n = self.offsets[-1]
+        if on_device:
+            backend, device = self.named[0][1].backend, self.named[0][1].device
+            with backend.device_context(device):
+                self._pack(backend.xp, backend.xp.empty(n, dtype="float64"), comm, True)
+        else:
+            self._pack(numpy, numpy.empty(n, dtype=numpy.float64), comm, False)
+        return comm.reducer.start(self.buffer)
+
+    def _pack(self, xp, buffer, comm, on_device):
+        share = 1 / comm.size
+        self.host_dtypes = []
+        for (_, v), start, averaged in zip(self.named, self.offsets, self.averaged):
+            data = v.data if on_device else v.backend.to_numpy(v.data)
+            self.host_dtypes.append(data.dtype)
+            part = buffer[start:start + v.size]
+            if averaged:
+                xp.multiply(data.reshape(-1), share, out=part)
+            elif comm.rank == 0:
+                part[...] = data.reshape(-1)
+            else:
+                part[...] = 0
+        self.buffer = buffer
+
+    def unpack(self, comm):
+        """Each buffer's new values from the summed buffer (after the all-reduce's wait),
+        written into its array as BatchNorm writes them: whoever holds the array sees them."""
+        buffer, self.buffer = self.buffer, None
+        for (_, v), start, dtype in zip(self.named, self.offsets, self.host_dtypes):
+            part = buffer[start:start + v.size].reshape(v.shape).astype(dtype)
+            if not comm.reducer.on_device:
+                part = backends.asarray_on(part, v.device, v.dtype)
+            with v.backend.device_context(v.device):
+                v.backend.assign(v.data, part)  # Dask: persisted with the step's parameters
+            note_write(v)
+
+
+def _listed(described):
+    """Buffers as the ranks describe them, for a message."""
+    return ", ".join(f"{name} {tuple(shape)} {dtype}" for name, shape, dtype in described) \
+        or "none"
 
 
 def _itemsize(p):

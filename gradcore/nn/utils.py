@@ -35,24 +35,40 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     first = params[0].grad.data
     backend, device = backends.backend_of(first), params[0].grad.device
     xp = backend.xp
+    # float16 is summed in float32: its powers overflow past ~256 (for the 2-norm), and a total
+    # of inf would zero every gradient; the norm is returned in the gradients' dtype, as PyTorch's
+    total_dtype = _wide_dtype(xp, first.dtype)
     with backend.device_context(device):
         parts = []
         for p in params:
-            g = xp.abs(p.grad.data)
+            g = _widened(xp, p.grad.data)
+            g = xp.abs(g)
             part = xp.max(g) if norm_type == math.inf else xp.sum(g ** norm_type)
-            parts.append(backends.to_device(xp.astype(part, first.dtype), device))
+            parts.append(backends.to_device(xp.astype(part, total_dtype), device))
         total = xp.max(xp.stack(parts)) if norm_type == math.inf else (
             xp.sum(xp.stack(parts)) ** (1.0 / norm_type))
         if error_if_nonfinite and not bool(xp.isfinite(total)):
             raise RuntimeError(f"clip_grad_norm_: the total norm of the gradients is "
                                f"{float(total)}; pass error_if_nonfinite=False to scale by it")
         scale = xp.clip(max_norm / (total + 1e-6), None, 1.0)  # CuPy's clip: no max=
+        if total_dtype != first.dtype:
+            total = xp.astype(total, first.dtype)
     for p in params:
         g = p.grad
         with g.backend.device_context(g.device):
             factor = backends.to_device(xp.astype(scale, g.dtype), g.device)
             p.grad = Variable(g.data * factor, requires_grad=False)
     return Variable(total, requires_grad=False)
+
+
+def _wide_dtype(xp, dtype):
+    """`dtype`, or float32 if it is narrower (float16)."""
+    return xp.float32 if xp.finfo(dtype).bits < 32 else dtype
+
+
+def _widened(xp, g):
+    """`g`, in float32 if its dtype is narrower (no copy otherwise)."""
+    return xp.astype(g, xp.float32) if xp.finfo(g.dtype).bits < 32 else g
 
 
 def clip_grad_value_(parameters, clip_value):

@@ -11,14 +11,28 @@ class Adam(Optimizer):
     param <- param - lr * m / (sqrt(v) + eps),  lr = alpha * sqrt(1 - beta2**t) / (1 - beta1**t)
 
     `Adam(alpha=0.001, beta1=0.9, beta2=0.999, eps=1e-8)`, optionally after the parameters (see
-    Optimizer). PyTorch's keywords work too: `lr=` sets alpha, `betas=(beta1, beta2)`. `t` counts
-    the updates made. State per parameter: "m", "v".
+    Optimizer). PyTorch's keywords work too: `lr=` sets alpha, `betas=(beta1, beta2)`.
+
+    The count t in the bias correction is each parameter's own, as in PyTorch: how many updates
+    that parameter took (`optimizer.param_counts(param)["step"]`, saved with the state), so a
+    parameter whose first gradient comes late starts with a first step, and a step where no
+    parameter had a gradient changes nothing. `optimizer.t` (DeZero's name) counts the updates
+    that changed at least one parameter: the count of a parameter updated at every step.
+
+    eps is added to sqrt(v) before the bias correction, as in DeZero; PyTorch adds it after
+    (m_hat / (sqrt(v_hat) + eps)), so here it weighs 1 / sqrt(1 - beta2**t) times more (about
+    32 times at t=1 with beta2=0.999, fading as t grows). Negligible at the default eps=1e-8;
+    with a large eps the steps differ from PyTorch's (about 2e-3 relative at eps=1e-3).
+
+    State per parameter: "m", "v" (arrays) and the count "step".
     """
 
     defaults = {"alpha": 0.001, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8}
     aliases = {"lr": "alpha"}
     state_names = ("m", "v")
+    state_counters = ("step",)
     counters = ("t",)
+    counter_fallback = {"step": "t"}  # an older state_dict: every parameter took t steps
 
     def __init__(self, *args, betas=None, **kwargs):
         if betas is not None:
@@ -35,8 +49,14 @@ class Adam(Optimizer):
 
     @property
     def lr(self):
-        """The bias-corrected step size of update t (before the first update: of the first)."""
-        t = max(self.t, 1)
+        """The bias-corrected step size alpha * sqrt(1 - beta2**t) / (1 - beta1**t) at the
+        optimizer's count t: that of the last update of a parameter updated at every step
+        (before the first update: of the first). A parameter that skipped steps uses its own
+        count instead (see the class)."""
+        return self._step_size(max(self.t, 1))
+
+    def _step_size(self, t):
+        """The bias-corrected step size of a parameter's update number t."""
         beta1, beta2 = float(self.beta1), float(self.beta2)
         return float(self.alpha) * math.sqrt(1 - beta2 ** t) / (1 - beta1 ** t)
 
@@ -47,9 +67,10 @@ class Adam(Optimizer):
                              "alpha)")
 
     def update(self):
-        params = self._ready()  # checked before t moves
-        self.t += 1
-        self._apply(params)
+        params = self._run_hooks(self._ready())  # checked before t moves
+        if params:  # a step that updates nothing is not counted
+            self.t += 1
+        self._update_params(params)
 
     def update_one(self, param):
         self._adam_step(param, param.data)
@@ -59,11 +80,13 @@ class Adam(Optimizer):
         beta1, beta2 = float(self.beta1), float(self.beta2)
         g = grad_array(param)
         state = self.param_state(param)
+        counts = self.param_counts(param)
+        counts["step"] += 1
         m, v = state["m"], state["v"]
         m += (1 - beta1) * (g - m)
         v += (1 - beta2) * (g * g - v)
         state["m"], state["v"] = m, v
-        p -= self.lr * m / (xp.sqrt(v) + float(self.eps))
+        p -= self._step_size(counts["step"]) * m / (xp.sqrt(v) + float(self.eps))
         set_data(param, p)
 
 

@@ -6,6 +6,12 @@ from .hyperparameters import checked_hyperparameter
 from .params import _unique_params, grad_array
 
 
+def _widened(xp, g):
+    """`g` in float32 if its dtype is narrower (float16): squares summed in float16 overflow to
+    inf once an element passes 256, and a norm of inf would zero every gradient."""
+    return xp.astype(g, xp.float32) if xp.finfo(g.dtype).bits < 32 else g
+
+
 class WeightDecay:
     """Hook: L2 regularisation, grad <- grad + rate * param (DeZero's WeightDecay)."""
 
@@ -40,7 +46,7 @@ class ClipGrad:
         totals = {}  # device -> sum of squares there: one device-to-host read per device
         for p in params:
             with p.backend.device_context(p.device):
-                g = grad_array(p)
+                g = _widened(p.xp, grad_array(p))
                 s = p.xp.sum(g * g)
             key = (p.backend, p.device)
             totals[key] = s if key not in totals else totals[key] + s
@@ -57,7 +63,9 @@ class ClipGrad:
 
 class FreezeParam:
     """Hook: the given layers (anything with `parameters()` or `params()`) and parameters are not
-    updated; their gradients are dropped before each update (DeZero's FreezeParam)."""
+    updated; their gradients are dropped before each update (DeZero's FreezeParam). The optimizer
+    runs it before its other hooks, whatever the order they were added in, so that WeightDecay
+    and ClipGrad never see a frozen gradient."""
 
     def __init__(self, *layers):
         items = []

@@ -1,4 +1,4 @@
-"""Learning-rate schedules: each sets its optimizer's step size from a count of steps.
+"""Learning-rate schedules: each changes its optimizer's step size as it counts steps.
 
     scheduler = StepLR(optimizer, step_size=30, gamma=0.1)
     for epoch in range(100):
@@ -6,15 +6,31 @@
         scheduler.step()
 
 The step size is the optimizer's `lr` (SGD, MomentumSGD, AdaGrad, AdaDelta) or `alpha` (Adam,
-AdamW, whose `lr` is the bias-corrected size computed from it), for either optimizer style. Each
-schedule is a closed form of the step count, as PyTorch's are, so `state_dict()` (the count and
-the starting rates) is all it needs to resume; ReduceLROnPlateau, which follows a metric, keeps
-its best value and counters too.
+AdamW, whose `lr` is the bias-corrected size computed from it), for either optimizer style.
+
+As in PyTorch, each step() changes the step size the optimizer has now (StepLR multiplies it by
+gamma at every step_size-th step; CosineAnnealingLR follows PyTorch's recursive form), so:
+- schedules compose: several on one optimizer, all stepped, multiply their factors (a LinearLR
+  warm-up with an ExponentialLR decay);
+- a step size set by hand (`optimizer.lr = 0.5`) is kept, and decayed from.
+The first schedule made on an optimizer records the step size it started from as
+`optimizer.initial_lr` (saved in the optimizer's state_dict), and every schedule's `base_lr` is
+that; `rate(step)` is a schedule's closed form from base_lr alone (PyTorch's step(epoch)).
+OneCycleLR is not chainable, as in PyTorch: it sets the rate from its own closed form.
+
+Resuming: load the optimizer's state_dict, then either make the schedule again and load its
+state_dict(), or make it with last_epoch= its count at the save minus one (PyTorch's "index of
+the last epoch"): the constructor counts that one step and keeps the restored step size.
+
+MomentumSGD (DeZero's v <- momentum * v - lr * grad) keeps earlier step sizes inside v: a new lr
+takes effect over about 1 / (1 - momentum) steps, where PyTorch's SGD applies it at once (see
+MomentumSGD). ReduceLROnPlateau follows a metric and keeps its best value and counters.
 """
 import bisect
 import math
 
 from .. import variable as _variables
+from .hyperparameters import checked_hyperparameter
 
 __all__ = ["LRScheduler", "StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR",
            "LinearLR", "OneCycleLR", "ReduceLROnPlateau"]
@@ -29,7 +45,7 @@ def _not_replayed(scheduler):
 
 def _rate_name(optimizer):
     """The optimizer's step-size hyperparameter: "lr", or "alpha" for Adam's family."""
-    defaults = getattr(type(optimizer), "defaults", {})
+    defaults = getattr(optimizer, "defaults", {})  # a wrapper's too
     for name in ("lr", "alpha"):
         if name in defaults:
             return name
@@ -38,45 +54,120 @@ def _rate_name(optimizer):
     raise TypeError(f"{type(optimizer).__name__} has no step size (lr or alpha) to schedule")
 
 
+def _momentum_name(optimizer):
+    """The optimizer's momentum hyperparameter: "beta1" (Adam's family), "momentum"
+    (MomentumSGD), or None."""
+    defaults = getattr(optimizer, "defaults", {})  # a wrapper's too
+    for name in ("beta1", "momentum"):
+        if name in defaults:
+            return name
+    for name in ("beta1", "momentum"):
+        if hasattr(optimizer, name):  # a DeZero-style optimizer that sets its own attributes
+            return name
+    return None
+
+
 class LRScheduler:
-    """Base class: `rate(step)` gives the step size after `step` calls of `step()`."""
+    """Base class. A subclass writes `rate(step)`, its closed form from `base_lr`, and
+    `next_rate(lr)`, the step size after step `last_epoch` from the optimizer's current one
+    `lr` (PyTorch's chainable get_lr); and `start_rate(lr)` if making the schedule changes the
+    step size. One that writes `rate` only is set from it at every step (as OneCycleLR)."""
 
     def __init__(self, optimizer, last_epoch=-1):
+        if isinstance(last_epoch, bool) or not isinstance(last_epoch, int) or last_epoch < -1:
+            raise ValueError(f"{type(self).__name__}: last_epoch must be an int >= -1 (-1: a new "
+                             f"schedule), got {last_epoch!r}")
         self.optimizer = optimizer
         self.name = _rate_name(optimizer)
-        self.base_lr = float(getattr(optimizer, self.name))
+        self.base_lr = self._base_rate(last_epoch)
         self.last_epoch = last_epoch
-        self.step()
+        self.last_lr = None
+        self._advance(first=True)
+
+    def _base_rate(self, last_epoch):
+        """The optimizer's initial_lr, recorded now (the current step size) by the first
+        schedule on it; resuming (last_epoch >= 0) needs the recorded one."""
+        optimizer = self.optimizer
+        initial = getattr(optimizer, "initial_lr", None)
+        if initial is None:
+            if last_epoch != -1:
+                raise KeyError(
+                    f"{type(self).__name__}(last_epoch={last_epoch}): the optimizer has no "
+                    "initial_lr (the step size its schedule started from) to resume from. Load "
+                    "the optimizer's state_dict() saved with the schedule first (it keeps "
+                    "initial_lr), or set optimizer.initial_lr to the starting step size; or "
+                    "leave last_epoch=-1 to start a new schedule from the current step size")
+            initial = optimizer.initial_lr = float(getattr(optimizer, self.name))
+        return float(initial)
+
+    @property
+    def base_lrs(self):
+        """[base_lr] (PyTorch's form: one per parameter group)."""
+        return [self.base_lr]
 
     def rate(self, step):
+        """The step size after `step` steps, from base_lr alone (the closed form)."""
         raise NotImplementedError(f"{type(self).__name__} must define rate(step)")
+
+    def next_rate(self, lr):
+        """The step size after step `last_epoch` (just counted), from the current one, `lr`."""
+        return self.rate(self.last_epoch)
+
+    def start_rate(self, lr):
+        """The step size a new schedule starts with (at step 0), from the current one."""
+        return lr
 
     def step(self):
         """Count a step (an epoch, or a batch for per-step schedules) and set the step size."""
+        self._advance(first=False)
+
+    def _advance(self, first):
         _not_replayed(self)
         self.last_epoch += 1
-        setattr(self.optimizer, self.name, self.rate(self.last_epoch))
+        now = float(getattr(self.optimizer, self.name))
+        if type(self).next_rate is LRScheduler.next_rate:  # not chainable: the closed form
+            lr = self.rate(self.last_epoch)
+        elif not first:
+            lr = self.next_rate(now)
+        elif self.last_epoch == 0:
+            lr = self.start_rate(now)
+        else:  # resumed (last_epoch= given): the restored step size is already this step's
+            lr = now
+        self._set(lr)
+
+    def _set(self, lr):
+        setattr(self.optimizer, self.name, lr)
+        self.last_lr = lr
 
     def get_last_lr(self):
-        """The step size set last, in a list (PyTorch's form: one per parameter group)."""
-        return [float(getattr(self.optimizer, self.name))]
+        """The step size this schedule set last, in a list (PyTorch's form: one per parameter
+        group)."""
+        return [self.last_lr]
 
     def state_dict(self):
         """What resuming needs: every attribute but the optimizer."""
         return {k: v for k, v in self.__dict__.items() if k != "optimizer"}
 
     def load_state_dict(self, state):
-        """Resume from `state_dict()`; the optimizer's step size is set to match."""
+        """Resume from `state_dict()`; the optimizer's step size is set to the one this schedule
+        set last (with several schedules on one optimizer, load them in the order they are
+        stepped, or load the optimizer's state_dict after them)."""
         unknown = set(state) - set(self.state_dict())
         if unknown:
             raise KeyError(f"{type(self).__name__}.load_state_dict: unknown keys "
                            f"{sorted(unknown)}; was this saved by another scheduler?")
         self.__dict__.update(state)
-        setattr(self.optimizer, self.name, self.rate(self.last_epoch))
+        if state.get("last_lr") is None:  # saved by an older gradcore: the closed form
+            self.last_lr = self.rate(self.last_epoch)
+        self._restore()
+
+    def _restore(self):
+        """Set the optimizer from the state just loaded."""
+        setattr(self.optimizer, self.name, self.last_lr)
 
 
 class StepLR(LRScheduler):
-    """base * gamma ** (step // step_size)."""
+    """base * gamma ** (step // step_size): the step size times gamma every step_size steps."""
 
     def __init__(self, optimizer, step_size, gamma=0.1, last_epoch=-1):
         self.step_size, self.gamma = _positive_int("step_size", step_size), float(gamma)
@@ -85,9 +176,13 @@ class StepLR(LRScheduler):
     def rate(self, step):
         return self.base_lr * self.gamma ** (step // self.step_size)
 
+    def next_rate(self, lr):
+        return lr * self.gamma if self.last_epoch % self.step_size == 0 else lr
+
 
 class MultiStepLR(LRScheduler):
-    """base * gamma ** (how many milestones have been reached)."""
+    """base * gamma ** (how many milestones have been reached): the step size times gamma at
+    each milestone (one listed twice counts twice)."""
 
     def __init__(self, optimizer, milestones, gamma=0.1, last_epoch=-1):
         self.milestones, self.gamma = sorted(int(m) for m in milestones), float(gamma)
@@ -96,9 +191,15 @@ class MultiStepLR(LRScheduler):
     def rate(self, step):
         return self.base_lr * self.gamma ** bisect.bisect_right(self.milestones, step)
 
+    def next_rate(self, lr):
+        reached = self.milestones.count(self.last_epoch)
+        return lr * self.gamma ** reached if reached else lr
+
+    start_rate = next_rate  # a milestone at 0 applies at once
+
 
 class ExponentialLR(LRScheduler):
-    """base * gamma ** step."""
+    """base * gamma ** step: the step size times gamma at every step."""
 
     def __init__(self, optimizer, gamma, last_epoch=-1):
         self.gamma = float(gamma)
@@ -107,9 +208,14 @@ class ExponentialLR(LRScheduler):
     def rate(self, step):
         return self.base_lr * self.gamma ** step
 
+    def next_rate(self, lr):
+        return lr * self.gamma
+
 
 class CosineAnnealingLR(LRScheduler):
-    """From base down to eta_min along half a cosine over T_max steps (and back up after)."""
+    """From base down to eta_min along half a cosine over T_max steps (and back up after).
+    Each step scales the current step size's distance to eta_min by the ratio of successive
+    cosines (PyTorch's recursion), so that it composes with other schedules."""
 
     def __init__(self, optimizer, T_max, eta_min=0.0, last_epoch=-1):
         self.T_max, self.eta_min = _positive_int("T_max", T_max), float(eta_min)
@@ -118,6 +224,13 @@ class CosineAnnealingLR(LRScheduler):
     def rate(self, step):
         return self.eta_min + (self.base_lr - self.eta_min) * (
             1 + math.cos(math.pi * step / self.T_max)) / 2
+
+    def next_rate(self, lr):
+        step, T = self.last_epoch, self.T_max
+        if (step - 1 - T) % (2 * T) == 0:  # leaving a trough, where the ratio would be 0 / 0
+            return lr + (self.base_lr - self.eta_min) * (1 - math.cos(math.pi / T)) / 2
+        return ((1 + math.cos(math.pi * step / T)) / (1 + math.cos(math.pi * (step - 1) / T))
+                * (lr - self.eta_min) + self.eta_min)
 
 
 class LinearLR(LRScheduler):
@@ -136,14 +249,31 @@ class LinearLR(LRScheduler):
         done = min(step, self.total_iters) / self.total_iters
         return self.base_lr * (self.start_factor + (self.end_factor - self.start_factor) * done)
 
+    def start_rate(self, lr):
+        return lr * self.start_factor
+
+    def next_rate(self, lr):
+        if self.last_epoch > self.total_iters:
+            return lr
+        change = self.end_factor - self.start_factor  # times factor(step) / factor(step - 1)
+        return lr * (1.0 + change / (self.total_iters * self.start_factor
+                                     + (self.last_epoch - 1) * change))
+
 
 class OneCycleLR(LRScheduler):
     """Up from max_lr / div_factor to max_lr over the first pct_start of total_steps, then down
     to max_lr / (div_factor * final_div_factor), along a cosine (or a line: anneal_strategy=
-    "linear"). Stepped once per batch. Past total_steps it raises, as a schedule that ran out."""
+    "linear"). Stepped once per batch. Past total_steps it raises, as a schedule that ran out.
+    When pct_start * total_steps <= 1 there is no warm-up: the first step size is max_lr.
+
+    With cycle_momentum (the default, as in PyTorch) the momentum goes the other way, from
+    max_momentum down to base_momentum at the peak and back up: MomentumSGD's `momentum`, or
+    Adam's and AdamW's `beta1`; an optimizer with neither (SGD, AdaGrad, AdaDelta) has only its
+    step size scheduled. Not chainable, as in PyTorch: each step sets the closed form."""
 
     def __init__(self, optimizer, max_lr, total_steps, pct_start=0.3, anneal_strategy="cos",
-                 div_factor=25.0, final_div_factor=1e4, last_epoch=-1):
+                 div_factor=25.0, final_div_factor=1e4, last_epoch=-1, cycle_momentum=True,
+                 base_momentum=0.85, max_momentum=0.95):
         if anneal_strategy not in ("cos", "linear"):
             raise ValueError(f"OneCycleLR: anneal_strategy must be 'cos' or 'linear', got "
                              f"{anneal_strategy!r}")
@@ -152,24 +282,62 @@ class OneCycleLR(LRScheduler):
         self.max_lr, self.total_steps = float(max_lr), _positive_int("total_steps", total_steps)
         self.initial_lr = self.max_lr / div_factor
         self.min_lr = self.initial_lr / final_div_factor
+        # the step at the peak: at or before step 0 when pct_start * total_steps <= 1
         self.peak_step = float(pct_start * total_steps) - 1
         self.anneal_strategy = anneal_strategy
+        self.momentum_name = _momentum_name(optimizer) if cycle_momentum else None
+        rule = self.momentum_name or "momentum"  # the range the optimizer allows (beta1 < 1)
+        self.base_momentum = checked_hyperparameter("OneCycleLR", "base_momentum", base_momentum,
+                                                    rule=rule)
+        self.max_momentum = checked_hyperparameter("OneCycleLR", "max_momentum", max_momentum,
+                                                   rule=rule)
         super().__init__(optimizer, last_epoch)
+
+    def _base_rate(self, last_epoch):
+        # the closed form needs only the arguments (resuming too); a new cycle records its start
+        # as the optimizer's initial_lr, as PyTorch's does
+        if last_epoch == -1:
+            self.optimizer.initial_lr = self.initial_lr
+        return self.initial_lr
 
     def _anneal(self, start, end, fraction):
         if self.anneal_strategy == "linear":
             return start + (end - start) * fraction
         return end + (start - end) * (1 + math.cos(math.pi * fraction)) / 2
 
-    def rate(self, step):
+    def _phase(self, step):
+        """(True while rising, how far along its phase `step` is: 0 to 1)."""
         if step > self.total_steps:
             raise ValueError(f"OneCycleLR: stepped {step} times for total_steps="
                              f"{self.total_steps}; make total_steps the number of batches of the "
                              "whole run")
-        if step <= self.peak_step:
-            return self._anneal(self.initial_lr, self.max_lr, step / self.peak_step)
-        down = (step - self.peak_step) / (self.total_steps - 1 - self.peak_step)
-        return self._anneal(self.max_lr, self.min_lr, down)
+        if self.peak_step > 0 and step <= self.peak_step:
+            return True, step / self.peak_step
+        # pct_start < 1 puts the peak before the last step: the denominator is > 0
+        return False, (step - self.peak_step) / (self.total_steps - 1 - self.peak_step)
+
+    def rate(self, step):
+        rising, fraction = self._phase(step)
+        if rising:
+            return self._anneal(self.initial_lr, self.max_lr, fraction)
+        return self._anneal(self.max_lr, self.min_lr, fraction)
+
+    def momentum(self, step):
+        """The momentum (or beta1) after `step` steps: down while the step size goes up."""
+        rising, fraction = self._phase(step)
+        if rising:
+            return self._anneal(self.max_momentum, self.base_momentum, fraction)
+        return self._anneal(self.base_momentum, self.max_momentum, fraction)
+
+    def _set(self, lr):
+        super()._set(lr)
+        if self.momentum_name is not None:
+            setattr(self.optimizer, self.momentum_name, self.momentum(self.last_epoch))
+
+    def _restore(self):
+        super()._restore()
+        if self.momentum_name is not None:
+            setattr(self.optimizer, self.momentum_name, self.momentum(self.last_epoch))
 
 
 class ReduceLROnPlateau:
@@ -217,7 +385,10 @@ class ReduceLROnPlateau:
                 setattr(self.optimizer, self.name, new)
             self.cooldown_counter, self.num_bad_epochs = self.cooldown, 0
 
-    get_last_lr = LRScheduler.get_last_lr
+    def get_last_lr(self):
+        """The optimizer's step size, in a list (PyTorch's form: one per parameter group)."""
+        return [float(getattr(self.optimizer, self.name))]
+
     state_dict = LRScheduler.state_dict
 
     def load_state_dict(self, state):

@@ -11,7 +11,7 @@ from ..variable import Variable, note_write
 from .hooks import ClipGrad, FreezeParam, WeightDecay
 from .hyperparameters import _is_number, checked_hyperparameter
 from .param_state import ParamState
-from .params import _as_target, _describe, _unique_params, grad_array, set_data
+from .params import _as_target, _check_leaves, _describe, _unique_params, grad_array, set_data
 
 # Importable from here too, as before the hooks and helpers had modules of their own.
 __all__ = ["Optimizer", "ParamState", "WeightDecay", "ClipGrad", "FreezeParam",
@@ -48,17 +48,27 @@ class Optimizer:
 
     `lr=` works for every optimizer (Adam's `lr=` sets `alpha`). Parameters whose grad is None are
     skipped. Updates run in place on the parameter's own array (no graph is recorded), and each
-    parameter's state lives on its device, following it when it moves.
+    parameter's state lives on its device, following it when it moves. The parameters must be
+    leaf Variables (ValueError otherwise: backward gives a computed Variable no gradient).
 
-    A subclass lists its hyperparameters in `defaults` and its per-parameter arrays in
-    `state_names`, and writes `update_one(param)`; a DeZero-style subclass that sets its own
-    attributes in `__init__` and keeps its own state works too.
+    `initial_lr` is None until a learning-rate schedule (optim.lr_scheduler) records the step
+    size it started from there (PyTorch keeps it in the param group); it is saved with
+    `state_dict()`, so a schedule resumed with `last_epoch=` finds it.
+
+    A subclass lists its hyperparameters in `defaults`, its per-parameter arrays in
+    `state_names` (and integer counts in `state_counters`), and writes `update_one(param)`; a
+    DeZero-style subclass that sets its own attributes in `__init__` and keeps its own state
+    works too. Optimizers can be copied with copy.deepcopy (the copy's state belongs to the
+    copied parameters) and pickled; to save one to a file, use state_dict().
     """
 
     defaults = {}         # hyperparameter -> default, in DeZero's positional order
     aliases = {}          # another keyword (PyTorch's) -> the hyperparameter it sets
     state_names = ()      # per-parameter arrays, zeros like the parameter at its first update
-    counters = ()         # integer attributes saved with the state (Adam's step count t)
+    state_counters = ()   # per-parameter integer counts, 0 at its first update (Adam's "step")
+    counters = ()         # integer attributes saved with the state (Adam's count of steps t)
+    # a per-parameter count missing from an older state_dict -> the counter it is taken from
+    counter_fallback = {}
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -75,6 +85,8 @@ class Optimizer:
         self.target = target
         self.hooks = []
         self.state = ParamState()
+        self.state_counts = ParamState()  # parameter -> {name in state_counters: int}
+        self.initial_lr = None  # set by the first learning-rate schedule
         for name, value in values.items():
             setattr(self, name, value)
         for name in self.counters:
@@ -132,7 +144,10 @@ class Optimizer:
 
     def add_hook(self, f):
         """Call `f(params)` before each update, with the parameters that have a gradient
-        (WeightDecay, ClipGrad, FreezeParam, or any callable)."""
+        (WeightDecay, ClipGrad, FreezeParam, or any callable). Hooks run in the order added,
+        except that FreezeParam hooks run first, so that no other hook sees a frozen gradient
+        (ClipGrad would count it in its norm); a parameter whose grad a hook set to None is not
+        passed to the hooks after it, nor updated."""
         if not callable(f):
             raise TypeError(f"add_hook expects a callable taking the list of parameters, got "
                             f"{type(f).__name__}")
@@ -150,7 +165,8 @@ class Optimizer:
         get = getattr(target, "parameters", None)
         if not callable(get):
             get = target.params
-        return _unique_params(get(), f"{type(self).__name__}: {type(target).__name__}.parameters()")
+        where = f"{type(self).__name__}: {type(target).__name__}.parameters()"
+        return _check_leaves(_unique_params(get(), where), where)
 
     # ---------------------------------------------------------------- steps
     def update(self):
@@ -168,11 +184,31 @@ class Optimizer:
         self.update()
         return loss
 
-    def zero_grad(self):
-        """Forget every parameter's gradient (grad = None, so it is skipped until its next
-        backward)."""
+    def zero_grad(self, set_to_none=True):
+        """Forget every parameter's gradient: grad = None, so it is skipped until its next
+        backward (PyTorch's default, set_to_none=True); with set_to_none=False each gradient is
+        filled with zeros instead, in place where its array is its own (else a new zero
+        gradient), and the parameter still takes part in the next step."""
+        if set_to_none:
+            for p in self._parameters():
+                p.grad = None
+            return
+        recorder = _variables.step_recorder
+        if recorder is not None:  # an in-place write a tape would not see: run such steps eagerly
+            recorder.not_replayed(f"{type(self).__name__}.zero_grad(set_to_none=False)")
         for p in self._parameters():
-            p.grad = None
+            g = p.grad
+            if g is None:
+                continue
+            data = g.data
+            backend = g.backend
+            with backend.device_context(g.device):
+                if backend.owns_memory(data):
+                    g._data = backend.assign(data, 0)
+                    note_write(g)
+                else:  # a view or read-only: another array may share its memory
+                    p.grad = Variable(backend.zeros(g.shape, g.dtype, g.device),
+                                      requires_grad=False)
 
     def update_one(self, param):
         """Update `param.data` in place from `param.grad` (subclasses write this)."""
@@ -186,11 +222,22 @@ class Optimizer:
         return params
 
     def _apply(self, params):
-        for hook in self.hooks:
+        self._update_params(self._run_hooks(params))
+
+    def _run_hooks(self, params):
+        """Run the hooks (FreezeParam's first) on `params`; returns those that still have a
+        gradient."""
+        hooks = ([h for h in self.hooks if isinstance(h, FreezeParam)]
+                 + [h for h in self.hooks if not isinstance(h, FreezeParam)])
+        for hook in hooks:
             hook(params)
+            # a hook may drop a gradient (FreezeParam): the hooks after it never see None
+            params = [p for p in params if p.grad is not None]
+        return params
+
+    def _update_params(self, params):
+        """`update_one` on each of `params`, counted as a write; Dask results persisted."""
         for p in params:
-            if p.grad is None:  # a hook dropped it (FreezeParam)
-                continue
             version = p.version
             with p.backend.device_context(p.device):
                 self.update_one(p)
@@ -251,6 +298,8 @@ class Optimizer:
             shape, dtype = param.shape, param.dtype
             state = {name: backend.zeros(shape, dtype, device) for name in self.state_names}
             self.state[param] = state
+            if self.state_counters:  # new state, counted from 0 (after `del optimizer.state[p]`)
+                self.state_counts[param] = dict.fromkeys(self.state_counters, 0)
         elif state:
             a = next(iter(state.values()))
             backend = backends.backend_of(a)
@@ -260,21 +309,36 @@ class Optimizer:
                     state[name] = _on_param(a, param)
         return state
 
+    def param_counts(self, param):
+        """The per-parameter counts of `param` (a dict name -> int, see `state_counters`): 0 with
+        new state; for state given without them, the counter `counter_fallback` names."""
+        counts = self.state_counts.get(param)
+        if counts is None:
+            counts = {name: int(getattr(self, self.counter_fallback[name], 0))
+                      if name in self.counter_fallback else 0 for name in self.state_counters}
+            self.state_counts[param] = counts
+        return counts
+
     # ---------------------------------------------------------------- saving and loading
     def state_dict(self):
         """Hyperparameters and per-parameter state (copies), PyTorch-style:
-        {"type", "hyperparameters", "counters", "shapes", "state": {position: {name: array}}},
-        where a position is the parameter's index in the target's parameter order."""
+        {"type", "hyperparameters", "counters", "initial_lr", "shapes",
+        "state": {position: {name: array or count}}}, where a position is the parameter's index
+        in the target's parameter order."""
         params = self._parameters()
         state = {}
         for position, p in enumerate(params):
             s = self.state.get(p)
             if s:
                 state[position] = {name: backends.copy(a) for name, a in s.items()}
+                if self.state_counters:
+                    state[position].update(self.param_counts(p))
+        initial_lr = getattr(self, "initial_lr", None)
         return {
             "type": type(self).__name__,
             "hyperparameters": self.hyperparameters,
             "counters": {name: int(getattr(self, name)) for name in self.counters},
+            "initial_lr": None if initial_lr is None else float(initial_lr),
             "shapes": [None if p.data is None else tuple(p.shape) for p in params],
             "state": state,
         }
@@ -283,23 +347,37 @@ class Optimizer:
         """Restore what `state_dict()` returned (arrays may be on any backend or device; they
         are copied onto each parameter's device and dtype). Everything is checked first: the
         optimizer type, the hyperparameter and state names, the number of parameters and each
-        shape; on a mismatch nothing changes."""
+        shape; on a mismatch nothing changes. A state_dict from before per-parameter counts
+        (Adam's "step") were saved gives each parameter the optimizer counter they fall back to
+        (Adam's t)."""
         where = f"{type(self).__name__}.load_state_dict"
         _check_format(where, state_dict, type(self).__name__)
         hyper = _checked_hyperparameters(where, state_dict["hyperparameters"], self.defaults)
         counters = _checked_counters(where, state_dict["counters"], self.counters)
+        has_initial_lr = "initial_lr" in state_dict  # absent from older state_dicts
+        initial_lr = state_dict.get("initial_lr")
+        if initial_lr is not None:
+            initial_lr = checked_hyperparameter(where, "initial_lr", initial_lr, rule="lr")
         params = self._parameters()
         _check_shapes(where, state_dict["shapes"], params)
-        loaded = _checked_state(where, state_dict["state"], params, self.state_names)
+        loaded = _checked_state(where, state_dict["state"], params, self.state_names,
+                                self.state_counters)
 
-        new_state = ParamState()
-        for p, arrays in loaded:  # copies on the parameter's device and dtype
+        new_state, new_counts = ParamState(), ParamState()
+        for p, arrays, counts in loaded:  # copies on the parameter's device and dtype
             new_state[p] = {name: _on_param(a, p, copy=True) for name, a in arrays.items()}
+            if self.state_counters:
+                new_counts[p] = {
+                    name: int(counts[name]) if name in counts
+                    else int(counters.get(self.counter_fallback.get(name), 0))
+                    for name in self.state_counters}
         for name, value in hyper.items():
             setattr(self, name, value)
         for name, value in counters.items():
             setattr(self, name, int(value))
-        self.state = new_state
+        if has_initial_lr:
+            self.initial_lr = initial_lr
+        self.state, self.state_counts = new_state, new_counts
 
 
 
@@ -368,9 +446,9 @@ def _check_shapes(where, saved, params):
                              f"state_dict but {current} here{hint}")
 
 
-def _checked_state(where, state, params, state_names):
-    """[(parameter, its saved arrays)], once each position, state name, array and shape is
-    checked."""
+def _checked_state(where, state, params, state_names, state_counters=()):
+    """[(parameter, its saved arrays, its saved counts)], once each position, state name, array,
+    shape and count is checked (counts may be missing: older state_dicts have none)."""
     if not isinstance(state, Mapping):
         raise TypeError(f"{where}: 'state' must be a dict position -> dict of arrays, got "
                         f"{type(state).__name__}")
@@ -383,7 +461,13 @@ def _checked_state(where, state, params, state_names):
         if not isinstance(arrays, Mapping):
             raise TypeError(f"{where}: the state of parameter {position} must be a dict "
                             f"name -> array, got {type(arrays).__name__}")
+        counts = {name: n for name, n in arrays.items() if name in state_counters}
+        arrays = {name: a for name, a in arrays.items() if name not in state_counters}
         _same_names(where, f"state names of parameter {position}", arrays, state_names)
+        for name, n in counts.items():
+            if not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 0:
+                raise ValueError(f"{where}: count {name!r} of parameter {position} must be an "
+                                 f"integer >= 0, got {n!r}")
         for name, a in arrays.items():
             if not backends.is_array(a):
                 raise TypeError(f"{where}: state {name!r} of parameter {position} is a "
@@ -391,7 +475,7 @@ def _checked_state(where, state, params, state_names):
             if tuple(a.shape) != tuple(p.shape):
                 raise ValueError(f"{where}: state {name!r} of parameter {position} has "
                                  f"shape {tuple(a.shape)}, the parameter {tuple(p.shape)}")
-        loaded.append((p, arrays))
+        loaded.append((p, arrays, counts))
     return loaded
 
 

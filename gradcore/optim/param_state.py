@@ -1,4 +1,5 @@
 """ParamState: an optimizer's per-parameter state, keyed by parameter identity and held weakly."""
+import copy
 import weakref
 
 from .params import _describe
@@ -10,6 +11,10 @@ class ParamState:
     Parameters are held weakly: a parameter that is garbage-collected takes its state with it,
     and its id can never be confused with a newer object's. Keys are never compared with `==`
     (an array-like Variable may one day compare elementwise).
+
+    copy.deepcopy gives the state to the copies of the parameters (copy the model and the
+    optimizer in one call, `copy.deepcopy((model, optimizer))`, so that they are the model's);
+    pickling keeps the pairs the same way.
     """
 
     __slots__ = ("_entries",)
@@ -73,6 +78,23 @@ class ParamState:
 
     def clear(self):
         self._entries.clear()
+
+    def __deepcopy__(self, memo):
+        # ids and weak references are not copied: each pair is made again, its parameter copied
+        # through `memo`, so it is the copy that copying the model (in the same call) made
+        copied = ParamState()
+        memo[id(self)] = copied
+        for param, state in self.items():
+            copied[copy.deepcopy(param, memo)] = copy.deepcopy(state, memo)
+        return copied
+
+    def __getstate__(self):  # pickle: the pairs, with the parameters held strongly meanwhile
+        return self.items()
+
+    def __setstate__(self, items):
+        self._entries = {}
+        for param, state in items:
+            self[param] = state
 
     def __repr__(self):
         return f"<ParamState of {len(self)} parameter(s)>"

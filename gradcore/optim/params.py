@@ -43,11 +43,25 @@ def _unique_params(items, where):
     return params
 
 
+def _check_leaves(params, where):
+    """ValueError for a parameter some op computed: backward leaves gradients on leaves only, so
+    it would silently never be trained."""
+    for position, p in enumerate(params):
+        if p.creator is not None:
+            raise ValueError(
+                f"{where}: item {position}, {_describe(p)}, is not a leaf Variable: it was "
+                f"computed by {p.creator._name()}, so backward leaves it no gradient and it would "
+                "never be trained. Make the parameter a leaf: compute on the array and wrap the "
+                "result (Parameter(np.random.randn(n) * 0.01)), or cut it from its graph "
+                "(w = w.detach().requires_grad_())")
+    return params
+
+
 def _as_target(obj, where):
     """What `setup` stores: an object with `parameters()` (or DeZero's `params()`) as it is, so
     parameters it gains later are optimized too; one Variable or an iterable of them as a list."""
     if isinstance(obj, Variable):
-        return [obj]
+        return _check_leaves([obj], where)
     if callable(getattr(obj, "parameters", None)) or callable(getattr(obj, "params", None)):
         return obj
     if backends.is_array(obj) or isinstance(obj, (str, bytes, Mapping)) or not isinstance(
@@ -56,7 +70,7 @@ def _as_target(obj, where):
                         f"parameters() method), a Variable, or an iterable of Variables; got "
                         f"{type(obj).__name__}. To set a hyperparameter positionally, pass a "
                         "number")
-    params = _unique_params(list(obj), where)
+    params = _check_leaves(_unique_params(list(obj), where), where)
     if not params:
         raise ValueError(f"{where}: got an empty list of parameters (a generator such as "
                          "model.parameters() that was already consumed?); pass the model itself "

@@ -23,6 +23,13 @@ class MomentumSGD(Optimizer):
 
     `MomentumSGD(lr=0.01, momentum=0.9)`, optionally after the parameters (see Optimizer).
     State per parameter: "v".
+
+    lr multiplies each gradient as it enters v, so v keeps the step sizes of earlier steps: when
+    lr changes (a schedule, or by hand) the new one applies to new gradients only, and the step
+    reaches its new size over about 1 / (1 - momentum) steps. PyTorch's SGD(momentum=) keeps the
+    sum of gradients instead (v <- momentum * v + grad; param <- param - lr * v), so there a new
+    lr scales the whole step at once: the two agree as long as lr never changes, and differ
+    for a while after each change.
     """
 
     defaults = {"lr": 0.01, "momentum": 0.9}

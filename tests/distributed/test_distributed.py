@@ -109,6 +109,20 @@ def test_buckets_started_at_different_moments_on_the_ranks_give_the_same_sums(tm
     assert results[0]["overlap"]["grads"][2]["1.b"] == [4.0, 4.0]  # rank 1's, halved
 
 
+def test_buffers_are_averaged_over_the_ranks_at_each_step(tmp_path):
+    first, second = launch("buffers", tmp_path)
+    assert first["mean"]["after"] == second["mean"]["after"]  # bit-identical
+    for name in ("1.avg_mean", "1.avg_var"):
+        assert first["mean"]["own"][name] != second["mean"]["own"][name]  # their own data
+        np.testing.assert_allclose(
+            first["mean"]["after"][name],
+            np.mean([first["mean"]["own"][name], second["mean"]["own"][name]], axis=0),
+            rtol=1e-6)
+        # buffers=None: each rank keeps its own
+        assert first["None"]["after"][name] == first["None"]["own"][name]
+        assert first["None"]["after"][name] != second["None"]["after"][name]
+
+
 def test_different_models_are_named_at_broadcast_on_every_rank(tmp_path):
     for r in launch("mismatch", tmp_path):
         assert "0.W is (2, 4) on rank 1 but (2, 3) on rank 0" in r["error"]

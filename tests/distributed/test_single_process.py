@@ -11,6 +11,8 @@ import gradcore
 import gradcore.distributed as dist
 import gradcore.functions as F
 from gradcore import nn, optim
+from gradcore.dataloaders import DataLoader
+from gradcore.datasets import Dataset, Spiral
 
 pytest.importorskip("mpi4py", reason="needs the mpi extra: pip install 'gradcore[mpi]'")
 
@@ -64,6 +66,30 @@ def test_distributed_optimizer_passes_the_rest_to_its_optimizer(comm):
     assert "DistributedOptimizer(SGD(" in repr(opt) and "rank 0 of 1" in repr(opt)
 
 
+@pytest.mark.parametrize("style", ["step", "update"])
+def test_a_schedule_on_a_wrapped_adam_schedules_alpha(comm, style):
+    # schedules find the step size in optimizer.defaults: the wrapper's are Adam's
+    x = gradcore.Variable(np.arange(6.0).reshape(2, 3))
+    finals = []
+    for wrap in (False, True):
+        gradcore.manual_seed(0)
+        model = nn.Linear(2, in_size=3, dtype="float64")
+        opt = optim.Adam(model.parameters(), alpha=0.1)
+        if wrap:
+            opt = dist.DistributedOptimizer(opt, comm)
+            assert opt.defaults is optim.Adam.defaults
+        scheduler = optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.1)
+        assert scheduler.name == "alpha"
+        for _ in range(3):
+            opt.zero_grad()
+            F.sum(model(x) ** 2).backward()
+            opt.step() if style == "step" else opt.update()
+            scheduler.step()
+        assert abs(opt.alpha - 1e-4) < 1e-16
+        finals.append(model.W.numpy())
+    np.testing.assert_array_equal(*finals)
+
+
 def test_a_compiled_step_sums_at_every_replay(comm):
     x = np.random.RandomState(1).randn(8, 3).astype(np.float32)
     results = []
@@ -96,6 +122,41 @@ def test_argument_errors(comm):
         dist.init("gloo")
     with pytest.raises(ValueError, match="the dataset is empty"):
         dist.scatter_dataset([], comm)
+
+
+class _Scaled(Dataset):
+    """Raw rows in `data`, served scaled by its own __getitem__."""
+
+    def prepare(self):
+        self.data = np.arange(6, dtype=np.float32)[:, None]
+        self.label = np.arange(6)
+
+    def __getitem__(self, i):
+        return self.data[i] * 100, int(self.label[i]) + 1000
+
+
+class _Listed(Dataset):
+    """The base __getitem__ over Python lists."""
+
+    def prepare(self):
+        self.data = [np.array([i], np.float32) for i in range(5)]
+        self.label = list(range(5))
+
+
+@pytest.mark.parametrize("make", [_Scaled, _Listed, Spiral])
+def test_a_share_serves_what_the_dataset_serves(comm, make):
+    dataset = make()
+    share = dist.scatter_dataset(dataset, comm)  # one rank: every example, in order
+    assert len(share) == len(dataset)
+    for i in (0, 4):
+        (x, t), (x_share, t_share) = dataset[i], share[i]
+        np.testing.assert_array_equal(x_share, x)
+        assert t_share == t
+    batch, share_batch = (next(iter(DataLoader(d, 3, shuffle=False))) for d in (dataset, share))
+    for a, b in zip(batch, share_batch):
+        np.testing.assert_array_equal(b, a)
+    # rows of arrays through the base __getitem__ are copied, to be batched by one fancy index
+    assert type(share).__name__ == ("Share" if make is Spiral else "IndexedShare")
 
 
 def test_without_mpi4py_the_error_says_what_to_install(monkeypatch):
@@ -192,6 +253,70 @@ def test_setup_after_wrapping_gives_the_parameters_to_average(comm):
         own = model.b.grad.numpy().copy()
         opt.synchronize()
         np.testing.assert_allclose(model.b.grad.numpy(), own / 3, rtol=1e-6)
+
+
+class _Counted(nn.Module):
+    """A BatchNorm beside an integer buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.l0 = nn.Linear(3, in_size=2)
+        self.bn = nn.BatchNorm()
+        self.register_buffer("seen", np.array([5, 7]))
+
+    def forward(self, x):
+        return self.bn(self.l0(x))
+
+
+@pytest.mark.parametrize("on_device", [False, True], ids=["host", "device"])
+@pytest.mark.parametrize("mode", ["mean", "root", None])
+def test_buffers_are_averaged_or_taken_from_rank_0(comm, mode, on_device):
+    x = gradcore.Variable(np.random.RandomState(0).randn(4, 2).astype(np.float32))
+    for given in ("target", "model="):  # the optimizer's target, or parameters and model=
+        model = _Counted()
+        inner = optim.SGD(model if given == "target" else model.parameters(), lr=0.1)
+        opt = dist.DistributedOptimizer(inner, _RankOfThreeAlone(comm, on_device),
+                                        buffers=mode, model=model if given == "model=" else None)
+        F.sum(model(x)).backward()
+        own = {name: b.numpy().copy() for name, b in model.named_buffers()}
+        held = model.bn.avg_mean.data
+        opt.step()
+        assert model.bn.avg_mean.data is held  # written into, as BatchNorm writes it
+        for name, b in model.named_buffers():
+            # the two other ranks send zeros: a mean is a third of rank 0's; taken, rank 0's
+            expected = own[name] / 3 if mode == "mean" and name != "seen" else own[name]
+            np.testing.assert_allclose(b.numpy(), expected, rtol=2.4e-7, err_msg=name)
+            assert b.dtype == own[name].dtype
+    assert sorted(own) == ["bn.avg_mean", "bn.avg_var", "seen"]
+
+
+def test_buffer_errors_say_what_to_do(comm):
+    model = _Counted()
+    with pytest.raises(ValueError, match="buffers must be 'mean', 'root' or None, got 'sum'"):
+        dist.DistributedOptimizer(optim.SGD(model), comm, buffers="sum")
+    with pytest.raises(TypeError, match="model= is the model whose buffers"):
+        dist.DistributedOptimizer(optim.SGD(model), comm, model=model.parameters())
+    class RankOfTwoWithoutBuffers(_RankOfThreeAlone):
+        size = 2
+
+        def allgather_json(self, obj, what=None):
+            return [obj, [obj[0], []]]
+    opt = dist.DistributedOptimizer(optim.SGD(model, lr=0.1),
+                                    RankOfTwoWithoutBuffers(comm, on_device=False))
+    F.sum(model(gradcore.Variable(np.ones((4, 2), np.float32)))).backward()
+    with pytest.raises(dist.DistributedError, match=r"different buffers \(rank 1 has none, rank 0 "
+                                                    r"bn.avg_mean \(3,\) float32, .*seen \(2,\) "
+                                                    r"int64\): build the same model"):
+        opt.step()
+    model.register_buffer("late")  # sized after the first step
+    opt = dist.DistributedOptimizer(optim.SGD(model, lr=0.1), comm)
+    x = gradcore.Variable(np.ones((4, 2), np.float32))
+    F.sum(model(x)).backward()
+    opt.step()
+    model.late.data = np.zeros(2)
+    with pytest.raises(dist.DistributedError, match="the buffer late was sized after the first "
+                                                    "step: run a forward through every layer"):
+        opt.step()
 
 
 def test_setup_again_after_steps_plans_and_checks_the_new_parameters(comm):

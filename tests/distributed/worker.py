@@ -195,6 +195,27 @@ def uneven(comm, out):
     return results
 
 
+def buffers(comm, out):
+    """BatchNorm on each rank's own data: its running statistics, before and after a step, with
+    buffers="mean" (the model found as the optimizer's target) and buffers=None."""
+    results = {}
+    x = gradcore.Variable(np.random.RandomState(comm.rank).randn(8, 3).astype(np.float32)
+                          + comm.rank)
+    for mode in ("mean", None):
+        gradcore.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, in_size=3), nn.BatchNorm(), nn.Linear(2, in_size=4))
+        dist.broadcast_parameters(model, comm)
+        opt = dist.DistributedOptimizer(optim.SGD(model, lr=0.1), comm, buffers=mode)
+        for _ in range(3):
+            opt.zero_grad()
+            F.sum(model(x) ** 2).backward()
+            own = {k: b.numpy().tolist() for k, b in model.named_buffers()}
+            opt.step()
+        results[str(mode)] = {"own": own, "after": {k: b.numpy().tolist()
+                                                    for k, b in model.named_buffers()}}
+    return results
+
+
 def mismatch(comm, out):
     """Different models on the ranks: broadcast_parameters raises on every rank."""
     width = 3 if comm.rank == 0 else 4

@@ -1,4 +1,5 @@
-"""Learning-rate schedules: closed forms, both optimizer styles, state_dict, and PyTorch's."""
+"""Learning-rate schedules: PyTorch's values (alone, composed, after a change by hand), closed
+forms, both optimizer styles, state_dict and resuming, OneCycleLR's momentum."""
 import math
 
 import numpy as np
@@ -8,14 +9,16 @@ import gradcore
 from gradcore import nn, optim
 from gradcore.optim import lr_scheduler as sched
 
-SCHEDULES = [  # (ours, PyTorch's name, keyword arguments), stepped 40 times
-    (sched.StepLR, "StepLR", {"step_size": 7, "gamma": 0.5}),
-    (sched.MultiStepLR, "MultiStepLR", {"milestones": [5, 12, 30], "gamma": 0.3}),
-    (sched.ExponentialLR, "ExponentialLR", {"gamma": 0.9}),
-    (sched.CosineAnnealingLR, "CosineAnnealingLR", {"T_max": 15, "eta_min": 0.001}),
-    (sched.LinearLR, "LinearLR", {"start_factor": 0.25, "total_iters": 9}),
-    (sched.OneCycleLR, "OneCycleLR", {"max_lr": 0.5, "total_steps": 41}),
-]
+STEPS = 300
+SCHEDULES = {  # PyTorch's name (ours too) -> keyword arguments; each stepped STEPS times
+    "StepLR": {"step_size": 7, "gamma": 0.5},
+    "MultiStepLR": {"milestones": [5, 12, 30, 30, 100], "gamma": 0.3},  # 30 twice: gamma**2
+    "ExponentialLR": {"gamma": 0.99},
+    "CosineAnnealingLR": {"T_max": 15, "eta_min": 0.001},  # up and down again many times
+    "LinearLR": {"start_factor": 0.25, "total_iters": 9},
+    "OneCycleLR": {"max_lr": 0.5, "total_steps": STEPS + 1},
+}
+CHAINABLE = [name for name in SCHEDULES if name != "OneCycleLR"]
 
 
 def rates(scheduler, optimizer, name, steps=40):
@@ -26,24 +29,93 @@ def rates(scheduler, optimizer, name, steps=40):
     return seen
 
 
-@pytest.mark.parametrize("ours, theirs, kwargs", SCHEDULES, ids=[s[1] for s in SCHEDULES])
-def test_schedules_agree_with_pytorch(ours, theirs, kwargs):
-    torch = pytest.importorskip("torch")
-    model = nn.Linear(2, in_size=3)
-    opt = optim.SGD(model.parameters(), lr=0.1)
-    got = rates(ours(opt, **kwargs), opt, "lr")
-    weight = torch.nn.Parameter(torch.zeros(2))
-    topt = torch.optim.SGD([weight], lr=0.1)
-    tsched = getattr(torch.optim.lr_scheduler, theirs)(topt, **kwargs)
-    expected = [topt.param_groups[0]["lr"]]
-    for _ in range(40):
+def ours(names, steps=STEPS, by_hand=None, cls=optim.SGD):
+    """The step sizes of a `cls` with the schedules `names`, all stepped at each step;
+    by_hand=(step, lr) sets the step size before that step."""
+    opt = cls(nn.Linear(2, in_size=3).parameters(), lr=0.1)
+    name = "alpha" if issubclass(cls, optim.Adam) else "lr"
+    schedulers = [getattr(sched, n)(opt, **SCHEDULES[n]) for n in names]
+    seen = [getattr(opt, name)]
+    for i in range(steps):
+        if by_hand and i == by_hand[0]:
+            setattr(opt, name, by_hand[1])
+        for s in schedulers:
+            s.step()
+        seen.append(getattr(opt, name))
+    return seen
+
+
+def pytorchs(torch, names, steps=STEPS, by_hand=None):
+    """The same with torch.optim.SGD and torch.optim.lr_scheduler."""
+    topt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1)
+    schedulers = [getattr(torch.optim.lr_scheduler, n)(topt, **SCHEDULES[n]) for n in names]
+    group = topt.param_groups[0]
+    seen = [group["lr"]]
+    for i in range(steps):
+        if by_hand and i == by_hand[0]:
+            group["lr"] = by_hand[1]
         topt.step()
-        tsched.step()
-        expected.append(topt.param_groups[0]["lr"])
-    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-15)
+        for s in schedulers:
+            s.step()
+        seen.append(group["lr"])
+    return seen
+
+
+@pytest.mark.parametrize("name", SCHEDULES)
+def test_schedules_agree_with_pytorch(name):
+    torch = pytest.importorskip("torch")
+    np.testing.assert_allclose(ours([name]), pytorchs(torch, [name]), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(ours([name], cls=optim.Adam), pytorchs(torch, [name]),
+                               rtol=1e-12, atol=1e-15)  # Adam's alpha is PyTorch's lr
+
+
+@pytest.mark.parametrize("first, second", [
+    ("LinearLR", "ExponentialLR"), ("LinearLR", "CosineAnnealingLR"), ("StepLR", "MultiStepLR"),
+    ("CosineAnnealingLR", "StepLR"), ("ExponentialLR", "LinearLR"), ("LinearLR", "OneCycleLR"),
+    ("OneCycleLR", "ExponentialLR")])
+def test_two_schedules_on_one_optimizer_compose_as_in_pytorch(first, second):
+    torch = pytest.importorskip("torch")
+    np.testing.assert_allclose(ours([first, second], 100), pytorchs(torch, [first, second], 100),
+                               rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("name", CHAINABLE)
+def test_a_step_size_set_by_hand_is_kept_as_in_pytorch(name):
+    torch = pytest.importorskip("torch")
+    np.testing.assert_allclose(ours([name], 100, by_hand=(20, 0.5)),
+                               pytorchs(torch, [name], 100, by_hand=(20, 0.5)),
+                               rtol=1e-12, atol=1e-15)
+
+
+def test_warm_up_then_decay_multiply_and_share_the_initial_lr():
+    opt = optim.SGD(nn.Linear(2, in_size=3).parameters(), lr=0.1)
+    warm = sched.LinearLR(opt, start_factor=0.1, total_iters=5)
+    decay = sched.ExponentialLR(opt, gamma=0.9)
+    assert opt.initial_lr == warm.base_lr == decay.base_lr == 0.1  # not the warmed-up 0.01
+    seen = [opt.lr]
+    for _ in range(10):
+        warm.step()
+        decay.step()
+        seen.append(opt.lr)
+    factors = [0.1 + 0.9 * min(k, 5) / 5 for k in range(11)]
+    assert seen == pytest.approx([0.1 * f * 0.9 ** k for k, f in enumerate(factors)], rel=1e-12)
+
+
+def test_a_step_size_set_by_hand_is_decayed_from():
+    opt = optim.SGD(lr=0.1).setup(nn.Linear(2, in_size=3))
+    step = sched.StepLR(opt, step_size=10, gamma=0.1)
+    seen = []
+    for epoch in range(12):
+        if epoch == 3:
+            opt.lr = 0.5
+        step.step()
+        seen.append(opt.lr)
+    assert seen == pytest.approx([0.1] * 3 + [0.5] * 6 + [0.05] * 3, rel=1e-12)
+    assert step.get_last_lr() == [opt.lr]
 
 
 def test_closed_forms_without_pytorch():
+    # one schedule alone, its step size never set by hand: the same as the closed form
     opt = optim.MomentumSGD(lr=1.0).setup(nn.Linear(2, in_size=3))
     assert rates(sched.StepLR(opt, step_size=2, gamma=0.5), opt, "lr", 5) == [
         1.0, 1.0, 0.5, 0.5, 0.25, 0.25]
@@ -124,3 +196,154 @@ def test_bad_arguments():
         one.step()
     with pytest.raises(ValueError, match="total_steps"):
         one.step()
+
+
+
+@pytest.mark.parametrize("name", SCHEDULES)
+def test_stepped_alone_a_schedule_follows_its_closed_form(name):
+    opt = optim.SGD(nn.Linear(2, in_size=3).parameters(), lr=0.1)
+    scheduler = getattr(sched, name)(opt, **SCHEDULES[name])
+    np.testing.assert_allclose(rates(scheduler, opt, "lr", STEPS),
+                               [scheduler.rate(k) for k in range(STEPS + 1)], rtol=1e-9)
+
+
+# ---------------------------------------------------------------- resuming
+def trained_for(steps, name="StepLR", **kwargs):
+    """An optimizer and its schedule after `steps` steps."""
+    opt = optim.SGD(nn.Linear(2, in_size=3).parameters(), lr=0.1)
+    scheduler = getattr(sched, name)(opt, **(kwargs or SCHEDULES[name]))
+    for _ in range(steps):
+        scheduler.step()
+    return opt, scheduler
+
+
+def test_resuming_with_last_epoch_starts_from_the_saved_initial_lr():
+    opt, _ = trained_for(15, "StepLR", step_size=10, gamma=0.1)
+    saved = opt.state_dict()
+    assert saved["initial_lr"] == 0.1
+    resumed = optim.SGD(nn.Linear(2, in_size=3).parameters(), lr=0.1)
+    resumed.load_state_dict(saved)
+    scheduler = sched.StepLR(resumed, step_size=10, gamma=0.1, last_epoch=14)
+    assert scheduler.base_lr == resumed.initial_lr == 0.1
+    assert resumed.lr == pytest.approx(0.01)  # as saved: not decayed again
+    for _ in range(5):
+        scheduler.step()
+    assert resumed.lr == pytest.approx(0.001) and scheduler.last_epoch == 20
+
+
+@pytest.mark.parametrize("name", SCHEDULES)
+@pytest.mark.parametrize("steps", [7, 12, 30])  # 7, 30: a step or milestone just passed
+def test_a_resumed_schedule_goes_on_as_one_never_stopped(name, steps):
+    opt, scheduler = trained_for(steps, name)
+    resumed = optim.SGD(nn.Linear(2, in_size=3).parameters(), lr=0.3)
+    resumed.load_state_dict(opt.state_dict())
+    again = getattr(sched, name)(resumed, **SCHEDULES[name], last_epoch=steps - 1)
+    # PyTorch's StepLR and MultiStepLR decay once more at a resumed step or milestone here;
+    # every other schedule of PyTorch's agrees with these
+    assert rates(again, resumed, "lr", 20) == pytest.approx(rates(scheduler, opt, "lr", 20),
+                                                            rel=1e-12)
+
+
+def test_resuming_without_an_initial_lr_says_what_to_do():
+    opt = optim.SGD(nn.Linear(2, in_size=3).parameters(), lr=0.01)
+    with pytest.raises(KeyError, match="no initial_lr.*Load the optimizer's state_dict"):
+        sched.StepLR(opt, step_size=10, last_epoch=14)
+    assert opt.lr == 0.01 and opt.initial_lr is None
+    opt.initial_lr = 0.1  # or say where it started
+    assert sched.StepLR(opt, step_size=10, last_epoch=14).base_lr == 0.1
+    with pytest.raises(ValueError, match="last_epoch must be an int >= -1"):
+        sched.StepLR(opt, step_size=10, last_epoch=-2)
+
+
+def test_the_initial_lr_survives_the_optimizers_state_dict():
+    opt, _ = trained_for(3, "ExponentialLR")
+    other = optim.SGD(nn.Linear(2, in_size=3).parameters(), lr=0.5)
+    other.load_state_dict(opt.state_dict())
+    assert other.initial_lr == 0.1 and other.lr == opt.lr
+    older = opt.state_dict()
+    del older["initial_lr"]  # a state_dict from before initial_lr was saved: left as it is
+    other.load_state_dict(older)
+    assert other.initial_lr == 0.1
+
+
+def test_loading_a_schedule_sets_the_step_size_it_set_last():
+    opt, first = trained_for(4, "LinearLR")
+    opt2, second = trained_for(0, "LinearLR")
+    second.load_state_dict(first.state_dict())
+    assert opt2.lr == opt.lr == second.get_last_lr()[0]
+    older = first.state_dict()
+    del older["last_lr"]  # saved by an older gradcore: the closed form
+    opt3, third = trained_for(0, "LinearLR")
+    third.load_state_dict(older)
+    assert opt3.lr == pytest.approx(opt.lr, rel=1e-12)
+
+
+# ---------------------------------------------------------------- OneCycleLR
+@pytest.mark.parametrize("cls, name, theirs", [
+    (optim.Adam, "beta1", "Adam"), (optim.AdamW, "beta1", "AdamW"),
+    (optim.MomentumSGD, "momentum", "SGD")])
+def test_one_cycle_cycles_momentum_as_pytorch(cls, name, theirs):
+    torch = pytest.importorskip("torch")
+    opt = cls(nn.Linear(2, in_size=3).parameters(), lr=0.1)
+    scheduler = sched.OneCycleLR(opt, max_lr=1.0, total_steps=30)
+    extra = {"momentum": 0.9} if theirs == "SGD" else {}
+    topt = getattr(torch.optim, theirs)([torch.nn.Parameter(torch.zeros(2))], lr=0.1, **extra)
+    tscheduler = torch.optim.lr_scheduler.OneCycleLR(topt, max_lr=1.0, total_steps=30)
+    group = topt.param_groups[0]
+
+    def theirs_now():
+        return group["betas"][0] if name == "beta1" else group["momentum"]
+
+    seen, expected = [getattr(opt, name)], [theirs_now()]
+    for _ in range(30):
+        scheduler.step()
+        topt.step()
+        tscheduler.step()
+        seen.append(getattr(opt, name))
+        expected.append(theirs_now())
+    np.testing.assert_allclose(seen, expected, rtol=1e-12)
+
+
+def test_one_cycle_momentum_goes_down_to_the_peak_and_back():
+    opt = optim.Adam(nn.Linear(2, in_size=3).parameters(), lr=0.1)
+    scheduler = sched.OneCycleLR(opt, max_lr=1.0, total_steps=11, pct_start=0.5)  # peak: 4.5
+    betas = [opt.beta1] + [scheduler.step() or opt.beta1 for _ in range(10)]
+    assert betas[0] == pytest.approx(0.95) and betas[-1] == pytest.approx(0.95)
+    # steps 4 and 5 are either side of the peak: 0.5 / 5.5 of the way down from it at step 5
+    assert min(betas) == betas[5] == pytest.approx(0.85 + 0.1 * (1 - math.cos(math.pi / 11)) / 2)
+    assert betas[:6] == sorted(betas[:6], reverse=True) and betas[5:] == sorted(betas[5:])
+    assert opt.beta2 == 0.999
+
+    kept = optim.Adam(nn.Linear(2, in_size=3).parameters(), lr=0.1)
+    scheduler = sched.OneCycleLR(kept, max_lr=1.0, total_steps=11, cycle_momentum=False)
+    scheduler.step()
+    assert kept.beta1 == 0.9
+    plain = optim.SGD(nn.Linear(2, in_size=3).parameters())  # no momentum: the lr only
+    sched.OneCycleLR(plain, max_lr=1.0, total_steps=11).step()
+    with pytest.raises(ValueError, match="max_momentum must be .* < 1"):
+        sched.OneCycleLR(optim.Adam(lr=0.1), max_lr=1.0, total_steps=11, max_momentum=1.0)
+
+
+@pytest.mark.parametrize("total_steps, pct_start", [(10, 0.1), (20, 0.05), (10, 0.05)])
+def test_one_cycle_with_a_warm_up_of_at_most_one_step_starts_at_max_lr(total_steps, pct_start):
+    opt = optim.MomentumSGD(nn.Linear(2, in_size=3).parameters(), lr=0.1)
+    scheduler = sched.OneCycleLR(opt, max_lr=1.0, total_steps=total_steps, pct_start=pct_start)
+    first_momentum = opt.momentum
+    seen = rates(scheduler, opt, "lr", total_steps - 1)
+    peak = pct_start * total_steps - 1  # at or before step 0: no warm-up
+    down = [(k - peak) / (total_steps - 1 - peak) for k in range(total_steps)]
+    min_lr = 1.0 / 25 / 1e4
+    assert seen == pytest.approx([min_lr + (1 - min_lr) * (1 + math.cos(math.pi * d)) / 2
+                                  for d in down], rel=1e-12)
+    if peak == 0:  # at the peak from the start
+        assert seen[0] == 1.0 and first_momentum == 0.85
+    assert seen[-1] == pytest.approx(min_lr)
+
+
+def test_a_schedule_written_as_a_closed_form_only_still_works():
+    class Halving(sched.LRScheduler):  # the extension point before schedules were chainable
+        def rate(self, step):
+            return self.base_lr / 2 ** step
+
+    opt = optim.SGD(lr=1.0).setup(nn.Linear(2, in_size=3))
+    assert rates(Halving(opt), opt, "lr", 3) == [1.0, 0.5, 0.25, 0.125]

@@ -202,3 +202,53 @@ def test_update_checks_come_before_any_change():
     W._grad = np.ones(3)  # past the grad setter, which would make it a Variable
     with pytest.raises(TypeError, match="the grad of parameter .* is a ndarray"):
         adam.update()
+
+
+def test_a_computed_variable_is_refused_as_a_parameter():
+    w = gradcore.Variable(np.ones(3)) * 0.01  # PyTorch users' `randn(...) * 0.01`: not a leaf
+    message = r"item 0, parameter \(shape \(3,\)\), is not a leaf.*computed by mul.*detach\(\)"
+    with pytest.raises(ValueError, match=message):
+        SGD([w], lr=0.1)
+    with pytest.raises(ValueError, match=message):
+        Adam(w)
+    with pytest.raises(ValueError, match="not a leaf"):
+        SGD().setup([param(), w])
+
+    class Holder:  # a model handing out a computed Variable: refused at the update
+        def parameters(self):
+            yield w
+
+    optimizer = SGD(lr=0.1).setup(Holder())
+    w.grad = gradcore.Variable(np.ones(3))
+    with pytest.raises(ValueError, match=r"Holder.parameters\(\): item 0.*not a leaf"):
+        optimizer.update()
+
+    leaf = w.detach().requires_grad_()  # as the message says
+    optimizer = SGD([leaf], lr=0.5)
+    gradcore.functions.sum(leaf * leaf).backward()
+    optimizer.step()
+    np.testing.assert_allclose(leaf.data, [0.0, 0.0, 0.0])
+
+
+def test_zero_grad_set_to_none_or_to_zeros():
+    model = Model()
+    optimizer = Adam(model.parameters(), lr=0.1)
+    with_grad(model.W, [1.0, 2.0])
+    optimizer.zero_grad(set_to_none=True)
+    assert model.W.grad is None and model.b.grad is None
+
+    grad = with_grad(model.W, [1.0, 2.0]).grad
+    array = grad.data
+    optimizer.zero_grad(set_to_none=False)
+    assert model.W.grad is grad and grad.data is array  # filled in place, as PyTorch's
+    np.testing.assert_array_equal(array, [0.0, 0.0])
+    assert model.b.grad is None  # no gradient: nothing to fill
+    optimizer.step()  # a zero gradient is a gradient: W takes a (zero) step, and it counts
+    np.testing.assert_array_equal(model.W.data, [1.0, -2.0])
+    assert optimizer.param_counts(model.W) == {"step": 1}
+
+    shared = np.broadcast_to(np.ones(2), (2,))  # read-only: zeroed by a new gradient instead
+    model.W.grad = gradcore.Variable(shared, requires_grad=False)
+    optimizer.zero_grad(False)
+    np.testing.assert_array_equal(model.W.grad.data, [0.0, 0.0])
+    np.testing.assert_array_equal(shared, [1.0, 1.0])

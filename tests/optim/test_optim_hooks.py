@@ -1,4 +1,6 @@
 """Optimizer hooks: WeightDecay, ClipGrad, FreezeParam, and hooks in general."""
+import math
+
 import numpy as np
 import pytest
 
@@ -137,3 +139,66 @@ def test_hook_arguments_are_checked():
         ClipGrad(-1.0)
     with pytest.raises(TypeError, match="FreezeParam: argument 0 is a float"):
         FreezeParam(1.0)
+
+
+@pytest.mark.parametrize("later", [lambda: WeightDecay(0.1), lambda: ClipGrad(1.0)],
+                         ids=["WeightDecay", "ClipGrad"])
+@pytest.mark.parametrize("freeze_first", [True, False])
+def test_a_frozen_parameter_is_out_of_every_hook(later, freeze_first):
+    frozen, free = param(np, [0.0, 0.0, 0.0]), param(np, [0.0, 0.0, 0.0])
+    optimizer = SGD([frozen, free], lr=1.0)
+    hooks = [FreezeParam(frozen), later()]
+    for hook in hooks if freeze_first else hooks[::-1]:
+        optimizer.add_hook(hook)
+    give_grad(frozen, np, [100.0, 100.0, 100.0])  # would dominate ClipGrad's norm
+    give_grad(free, np, [0.6, 0.8, 0.0])  # norm 1: ClipGrad(1.0) leaves it (nearly) alone
+    optimizer.step()
+    np.testing.assert_array_equal(frozen.data, [0.0, 0.0, 0.0])
+    np.testing.assert_allclose(free.data, [-0.6, -0.8, 0.0], rtol=1e-5)
+
+
+def test_a_gradient_a_hook_drops_is_not_seen_by_the_next_hooks():
+    W, b = param(np, [1.0]), param(np, [2.0])
+    give_grad(W, np, [1.0])
+    give_grad(b, np, [1.0])
+    seen = []
+
+    def drop_b(params):
+        b.grad = None
+
+    optimizer = SGD([W, b], lr=1.0)
+    optimizer.add_hook(drop_b)
+    optimizer.add_hook(lambda params: seen.append(list(params)))
+    optimizer.add_hook(WeightDecay(1.0))
+    optimizer.step()
+    assert seen == [[W]]
+    np.testing.assert_array_equal(W.data, [1.0 - 2.0])
+    np.testing.assert_array_equal(b.data, [2.0])
+
+
+def float16_grads():
+    W = gradcore.Parameter(np.zeros(4, np.float16))
+    W.grad = gradcore.Variable(np.full(4, 300.0, np.float16), requires_grad=False)
+    return W  # norm 600: its square, 360000, is past float16's largest, 65504
+
+
+def test_clip_grad_sums_float16_squares_in_float32():
+    W = float16_grads()
+    optimizer = SGD([W], lr=1.0)
+    optimizer.add_hook(ClipGrad(1.0))
+    optimizer.step()
+    assert W.dtype == W.grad.dtype == np.float16
+    np.testing.assert_allclose(W.data, [-0.5] * 4, rtol=1e-3)  # not zeroed by a norm of inf
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 3.0, math.inf])
+def test_clip_grad_norm_sums_float16_in_float32(norm_type):
+    # gradcore.nn.utils.clip_grad_norm_, which shares ClipGrad's arithmetic
+    from gradcore.nn.utils import clip_grad_norm_
+
+    W = float16_grads()
+    total = clip_grad_norm_([W], 1.0, norm_type=norm_type)
+    expected = 300.0 if norm_type == math.inf else 300.0 * 4 ** (1 / norm_type)
+    assert total.dtype == np.float16 and float(total.data) == pytest.approx(expected, rel=1e-3)
+    assert W.grad.dtype == np.float16
+    np.testing.assert_allclose(W.grad.data, [300.0 / expected] * 4, rtol=1e-3)

@@ -1,6 +1,8 @@
 """Per-parameter state: identity-keyed, on the parameter's device (following it when it moves),
 saved and restored with state_dict / load_state_dict."""
+import copy
 import gc
+import pickle
 
 import numpy as np
 import pytest
@@ -8,7 +10,8 @@ import pytest
 import backends
 import gradcore
 from conftest import CASES, DEVICE1, DEVICE2
-from gradcore.optim import SGD, AdaDelta, AdaGrad, Adam, AdamW, MomentumSGD, ParamState
+from gradcore.optim import (SGD, AdaDelta, AdaGrad, Adam, AdamW, FreezeParam, MomentumSGD,
+                            ParamState)
 
 STATEFUL = [
     (MomentumSGD, {"lr": 0.1}, ("v",)),
@@ -143,7 +146,7 @@ def test_state_dict_round_trip_reproduces_the_next_step_exactly(xp2, cls, hyper)
     optimizer = cls(first, **hyper)
     run(optimizer, first, xp2, GRADS[:2])
     saved = optimizer.state_dict()
-    snapshot = {i: {k: xp2.numpy(a).copy() for k, a in s.items()}
+    snapshot = {i: {k: xp2.numpy(a).copy() for k, a in s.items() if k != "step"}
                 for i, s in saved["state"].items()}
 
     second = [gradcore.Parameter(xp2.asarray(xp2.numpy(p.data))) for p in first]
@@ -159,8 +162,10 @@ def test_state_dict_round_trip_reproduces_the_next_step_exactly(xp2, cls, hyper)
             np.testing.assert_array_equal(xp2.numpy(a.data), xp2.numpy(b.data))
             assert b.device == xp2.device
     for i, s in saved["state"].items():  # state_dict holds copies: later steps leave it alone
-        for k, a in s.items():
-            np.testing.assert_array_equal(xp2.numpy(a), snapshot[i][k])
+        for k, a in snapshot[i].items():
+            np.testing.assert_array_equal(xp2.numpy(s[k]), a)
+        if cls in (Adam, AdamW):
+            assert s["step"] == 2
 
 
 def test_state_dict_layout():
@@ -171,8 +176,11 @@ def test_state_dict_layout():
     assert saved["type"] == "Adam"
     assert saved["hyperparameters"] == {"alpha": 0.1, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8}
     assert saved["counters"] == {"t": 1}
+    assert saved["initial_lr"] is None  # no schedule recorded one
     assert saved["shapes"] == [(2,), (1, 1)]
-    assert sorted(saved["state"]) == [0, 1] and sorted(saved["state"][0]) == ["m", "v"]
+    # as PyTorch's Adam: each parameter's own count of steps beside its arrays
+    assert sorted(saved["state"]) == [0, 1] and sorted(saved["state"][0]) == ["m", "step", "v"]
+    assert saved["state"][0]["step"] == 1 and type(saved["state"][0]["step"]) is int
     np.testing.assert_allclose(saved["state"][0]["m"], [0.05, -0.1], rtol=1e-12)
 
 
@@ -235,3 +243,88 @@ def test_loading_checks_everything_before_changing_anything(change, error, messa
 def test_loading_a_non_dict_says_what_is_expected():
     with pytest.raises(TypeError, match="expected a dict from optimizer.state_dict.*got list"):
         SGD(params_on(NUMPY)).load_state_dict([1, 2])
+
+
+def test_an_older_adam_state_dict_without_step_counts_falls_back_to_t():
+    params, optimizer = loaded_state()
+    run(optimizer, params, NUMPY, GRADS[1:2])
+    older = optimizer.state_dict()
+    for s in older["state"].values():
+        del s["step"]  # as saved before each parameter had its own count
+    copies = [gradcore.Parameter(p.data.copy()) for p in params]
+    restored = Adam(copies)
+    restored.load_state_dict(older)
+    assert [restored.param_counts(p) for p in copies] == [{"step": 2}, {"step": 2}]
+    run(optimizer, params, NUMPY, GRADS[2:3])
+    run(restored, copies, NUMPY, GRADS[2:3])
+    for a, b in zip(params, copies):
+        np.testing.assert_array_equal(a.data, b.data)
+
+
+def test_a_bad_step_count_is_refused():
+    params, optimizer = loaded_state()
+    saved = optimizer.state_dict()
+    saved["state"][0]["step"] = -1
+    with pytest.raises(ValueError, match="count 'step' of parameter 0 must be an integer >= 0"):
+        Adam(params).load_state_dict(saved)
+
+
+def test_dropping_a_parameters_state_restarts_its_count():
+    W = gradcore.Parameter(np.array([1.0, -2.0]))
+    optimizer = Adam([W])
+    for g in GRADS[:3]:
+        set_grad(W, g)
+        optimizer.step()
+    del optimizer.state[W]
+    set_grad(W, GRADS[3])
+    optimizer.step()
+    assert optimizer.param_counts(W) == {"step": 1} and optimizer.t == 4
+
+
+# ---------------------------------------------------------------- copies
+class Model:
+    def __init__(self):
+        self.W = gradcore.Parameter(np.array([1.0, -2.0]))
+        self.b = gradcore.Parameter(np.array([[0.5]]))
+
+    def parameters(self):
+        yield self.W
+        yield self.b
+
+
+def train(model, optimizer, steps):
+    for g in steps:
+        set_grad(model.W, g)
+        set_grad(model.b, [[g[0] * g[1]]])
+        optimizer.step()
+
+
+def copied_by_deepcopy(model, optimizer):
+    return copy.deepcopy((model, optimizer))
+
+
+def copied_by_pickle(model, optimizer):
+    return pickle.loads(pickle.dumps((model, optimizer)))
+
+
+@pytest.mark.parametrize("copied", [copied_by_deepcopy, copied_by_pickle])
+@pytest.mark.parametrize("cls, hyper", ALL, ids=["SGD"] + IDS)
+def test_a_copy_of_model_and_optimizer_keeps_the_state(copied, cls, hyper):
+    model = Model()
+    optimizer = cls(model.parameters(), **hyper)
+    optimizer.add_hook(FreezeParam(model.b))
+    train(model, optimizer, GRADS[:2])
+    model2, optimizer2 = copied(model, optimizer)
+    assert optimizer2.target == [model2.W, model2.b]
+    assert optimizer2.hooks[0].freeze_params == [model2.b]
+    assert len(optimizer2.state) == len(optimizer.state)  # 1: b is frozen (0 for SGD)
+    for name, a in optimizer.state.get(model.W, {}).items():  # the copy's, for the copied W
+        assert optimizer2.state[model2.W][name] is not a and model.W not in optimizer2.state
+        np.testing.assert_array_equal(optimizer2.state[model2.W][name], a)
+    if cls in (Adam, AdamW):
+        assert optimizer2.param_counts(model2.W) == {"step": 2} and optimizer2.t == 2
+    train(model, optimizer, GRADS[2:])  # the same steps: the copy has the state it needs
+    train(model2, optimizer2, GRADS[2:])
+    for a, b in zip(model.parameters(), model2.parameters()):
+        np.testing.assert_array_equal(a.data, b.data)
+        assert a is not b

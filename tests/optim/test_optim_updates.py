@@ -187,3 +187,74 @@ def test_parameters_without_a_gradient_are_skipped(xp2):
     np.testing.assert_array_equal(xp2.numpy(b.data), [3.0])
     assert b not in optimizer.state and W in optimizer.state
     assert optimizer.t == 1
+
+
+# ---------------------------------------------------------------- Adam's count of steps
+@pytest.mark.parametrize("cls", [Adam, AdamW])
+def test_adam_counts_the_steps_of_each_parameter(xp2, cls):
+    hyper = dict(HAND[4][1], **({"weight_decay": 0.5} if cls is AdamW else {}))
+    w1 = next(row[2] for row in HAND if row[0] is cls)
+    early = gradcore.Parameter(xp2.asarray([5.0, 5.0]))
+    late = gradcore.Parameter(xp2.asarray(W0))
+    optimizer = cls([early, late], **hyper)
+    for _ in range(20):
+        early.grad = constant(xp2, [1.0, -1.0])
+        optimizer.step()
+    for _ in range(5):  # nothing has a gradient: nothing counted
+        early.grad = None
+        optimizer.step()
+    assert optimizer.t == 20 and optimizer.param_counts(early) == {"step": 20}
+    late.grad = constant(xp2, G1)
+    optimizer.step()  # its first step is a first step, bias correction and all
+    np.testing.assert_allclose(xp2.numpy(late.data), w1, rtol=1e-12)
+    assert optimizer.param_counts(late) == {"step": 1} and optimizer.t == 21
+    assert optimizer.lr == pytest.approx(optimizer._step_size(21))
+
+
+def test_adam_after_empty_steps_takes_the_same_first_step(xp2):
+    W = gradcore.Parameter(xp2.asarray(W0))
+    optimizer = Adam(**HAND[4][1]).setup([W])
+    for _ in range(50):
+        optimizer.update()
+    W.grad = constant(xp2, G1)
+    optimizer.update()
+    np.testing.assert_allclose(xp2.numpy(W.data), HAND[4][2], rtol=1e-12)
+    assert optimizer.t == 1
+
+
+def test_adam_does_not_count_a_frozen_parameters_step():
+    from gradcore.optim import FreezeParam
+
+    a, b = gradcore.Parameter(np.zeros(2)), gradcore.Parameter(np.zeros(2))
+    optimizer = Adam([a, b], lr=0.1)
+    freeze = FreezeParam(a)
+    optimizer.add_hook(freeze)
+    for _ in range(3):
+        a.grad = constant(np, [1.0, 1.0])
+        optimizer.step()  # only a had a gradient, and it is frozen: an empty step
+    assert optimizer.t == 0 and a not in optimizer.state_counts
+    np.testing.assert_array_equal(a.data, [0.0, 0.0])
+
+
+@pytest.mark.parametrize("cls, theirs, hyper", [
+    (Adam, "Adam", {}), (AdamW, "AdamW", {"weight_decay": 0.1})])
+def test_adam_counts_steps_as_pytorch(cls, theirs, hyper):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    start = [rng.standard_normal(4) for _ in range(3)]
+    ours = [gradcore.Parameter(w.copy()) for w in start]
+    pytorchs = [torch.nn.Parameter(torch.tensor(w.copy())) for w in start]
+    # a tiny eps: DeZero's eps sits before the bias correction, PyTorch's after
+    optimizer = cls(ours, lr=0.01, eps=1e-12, **hyper)
+    reference = getattr(torch.optim, theirs)(pytorchs, lr=0.01, eps=1e-12, **hyper)
+    for step in range(200):
+        has = [step % 50 != 7, step >= 100 and step % 50 != 7, step % 3 == 0]
+        for p, q, given in zip(ours, pytorchs, has):
+            g = rng.standard_normal(4)
+            p.grad = gradcore.Variable(g) if given else None
+            q.grad = torch.tensor(g) if given else None
+        optimizer.step()
+        reference.step()
+    for p, q in zip(ours, pytorchs):
+        assert optimizer.param_counts(p)["step"] == int(reference.state[q]["step"])
+        np.testing.assert_allclose(p.data, q.detach().numpy(), rtol=1e-8, atol=1e-10)
