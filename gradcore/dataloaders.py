@@ -67,15 +67,22 @@ class DataLoader:
     (batch_size, ...) and t of shape (batch_size, ...) (None for an unlabelled dataset), as
     arrays on `device` ("cpu" by default, "cuda", "cuda:1", "array_api_strict:device1", a Device).
 
-    DeZero's protocol: the loader is its own iterator; `max_iter` batches make an epoch, the
-    last one partial when batch_size does not divide len(dataset); at the end of an epoch it
-    calls `reset()` (iteration = 0, a new order) and stops, so the next `for` loop is the next
-    epoch. With shuffle=True the order is np.random.permutation (NumPy's global generator):
-    np.random.seed(n) before building the loader reproduces every epoch.
+    DeZero's protocol: the loader holds one position, `iteration`, that `next(loader)` and
+    every `for` loop over it advance; `max_iter` batches make an epoch, the last one partial
+    when batch_size does not divide len(dataset); at the end of an epoch it calls `reset()`
+    (iteration = 0, a new order) and stops, so the next `for` loop is the next epoch. So a
+    `for` loop left with `break` leaves the rest of its epoch to the next loop (call `reset()`
+    first for a whole epoch), and two loops over one loader at once (nested, or
+    zip(loader, loader)) would share the position: the outer loop then raises RuntimeError at
+    its next step; use a second DataLoader over the same dataset instead. With shuffle=True the
+    order is np.random.permutation (NumPy's global generator): np.random.seed(n) before
+    building the loader reproduces every epoch.
 
     `dataset` is anything with `len()` and `dataset[i] -> (x, t)` holding host data (NumPy
     arrays or numbers). `gpu=True` is DeZero's spelling of device="cuda".
     """
+
+    _taken = 0  # batches taken by `for` loops (_Loop): each checks that no other took one
 
     def __init__(self, dataset, batch_size, shuffle=True, device=None, *, gpu=False):
         name = type(self).__name__
@@ -114,7 +121,7 @@ class DataLoader:
             self.index = np.arange(self.data_size)
 
     def __iter__(self):
-        return self
+        return _Loop(self)
 
     def __len__(self):
         return self.max_iter
@@ -154,6 +161,41 @@ class DataLoader:
     def __repr__(self):
         return (f"{type(self).__name__}({self.dataset!r}, batch_size={self.batch_size}, "
                 f"shuffle={self.shuffle}, device={self._device})")
+
+
+class _Loop:
+    """One `for` loop over a DataLoader: the loader's own batches, from its one position (as
+    DeZero's loader, which is its own iterator), but a RuntimeError, not a loop that never
+    ends, when another loop over the same loader took batches since this one's last."""
+
+    __slots__ = ("loader", "taken", "done")
+
+    def __init__(self, loader):
+        self.loader, self.taken, self.done = loader, None, False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        loader = self.loader
+        if self.done:
+            raise StopIteration
+        if self.taken is not None and self.taken != loader._taken:
+            self.done = True
+            name = type(loader).__name__
+            raise RuntimeError(
+                f"{name}: another loop over this loader took batches while this one ran "
+                "(nested loops, or zip(loader, loader)); they share one position, so this loop "
+                f"would never end or would skip batches. Give the inner loop a {name} of its "
+                f"own over the same dataset: {name}(loader.dataset, batch_size, ...)")
+        try:
+            batch = loader.__next__()
+        except StopIteration:
+            self.done = True
+            raise
+        loader._taken += 1
+        self.taken = loader._taken
+        return batch
 
 
 class SeqDataLoader(DataLoader):

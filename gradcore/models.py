@@ -18,49 +18,60 @@ __all__ = ["Model", "MLP", "Sequential", "VGG16", "ResNet", "ResNet18", "ResNet3
            "ResNet101", "ResNet152", "SqueezeNet"]
 
 
+def _bin_averages(n_in, n_out, like):
+    """The (n_out, n_in) matrix whose row i averages bin i of adaptive average pooling, from
+    floor(i * n_in / n_out) to ceil((i + 1) * n_in / n_out) as PyTorch defines the bins (they
+    overlap where n_out does not divide n_in), in the backend, device and dtype of `like`."""
+    rows = []
+    for i in range(n_out):
+        start, end = (i * n_in) // n_out, -(-(i + 1) * n_in // n_out)
+        rows.append([1.0 / (end - start) if start <= j < end else 0.0 for j in range(n_in)])
+    return like.backend.asarray(rows, dtype=like.dtype, device=like.device)
+
+
 def _adaptive_average_pooling(x, size):
-    """x (N, C, H, W) averaged to (N, C, size, size) for square inputs where H is a multiple of
-    `size` (average pooling) or `size` a multiple of H (each value repeated)."""
-    height = x.shape[2]
-    if x.shape[3] != height:
-        raise ValueError(f"VGG16 expects square images, got {tuple(x.shape[2:])}")
-    if height % size == 0:
-        return x if height == size else F.average_pooling(x, height // size, height // size)
-    if size % height == 0:
-        repeat = size // height
-        n, c = x.shape[:2]
-        x = F.reshape(x, (n, c, height, 1, height, 1))
-        x = F.broadcast_to(x, (n, c, height, repeat, height, repeat))
-        return F.reshape(x, (n, c, size, size))
-    raise ValueError(f"VGG16: an image of {height}x{height} pixels reaches the classifier as "
-                     f"{height}x{height}, which does not divide into {size}x{size}: use sizes "
-                     "such as 32, 224")
+    """The Variable x (N, C, H, W) averaged to (N, C, size, size) over PyTorch's adaptive bins,
+    for any H and W (smaller than `size` too: values are then repeated). A bin is a rectangle
+    of rows and columns, so the average is separable: Ph @ x @ Pw.T, two matmuls with constant
+    averaging matrices, through which gradients flow."""
+    height, width = x.shape[2:]
+    if height == width == size:
+        return x
+    rows, columns = _bin_averages(height, size, x), _bin_averages(width, size, x)
+    return F.matmul(F.matmul(rows, x), columns.T)
 
 
 class VGG16(Module):
     """VGG16: 13 3x3 convolutions (with biases) in 5 stages each ending in 2x2 max pooling,
-    the features averaged to 7x7, then fully connected 4096, 4096 and `num_classes`, with ReLU
-    and dropout (0.5) between."""
+    the features averaged to 7x7 (adaptive average pooling, as torchvision's), then fully
+    connected 4096, 4096 and `num_classes`, with ReLU and dropout (0.5) between. Images
+    (N, 3, H, W) of any H, W >= 32. The convolutions are conv1_1 ... conv5_3; forward calls
+    them by name, so one replaced by assignment is the one that runs."""
 
     CHANNELS = ((64, 64), (128, 128), (256, 256, 256), (512, 512, 512), (512, 512, 512))
+    # the names of each stage's convolutions, in order
+    STAGES = tuple(tuple(f"conv{stage}_{i}" for i in range(1, len(channels) + 1))
+                   for stage, channels in enumerate(CHANNELS, 1))
 
     def __init__(self, num_classes=1000):
         super().__init__()
-        self.convs = []
-        for stage, channels in enumerate(self.CHANNELS, 1):
-            for i, out in enumerate(channels, 1):
-                conv = Conv2d(out, kernel_size=3, pad=1)
-                setattr(self, f"conv{stage}_{i}", conv)
-                self.convs.append((stage, conv))
+        for names, channels in zip(self.STAGES, self.CHANNELS):
+            for name, out in zip(names, channels):
+                setattr(self, name, Conv2d(out, kernel_size=3, pad=1))
         self.fc6 = Linear(4096, in_size=512 * 7 * 7)
         self.fc7 = Linear(4096, in_size=4096)
         self.fc8 = Linear(num_classes, in_size=4096)
 
     def forward(self, x):
-        for i, (stage, conv) in enumerate(self.convs):
-            x = F.relu(conv(x))
-            if i + 1 == len(self.convs) or self.convs[i + 1][0] != stage:
-                x = F.pooling(x, 2, 2)
+        shape = tuple(getattr(x, "shape", ()))
+        if len(shape) != 4 or min(shape[2:]) < 32:
+            raise ValueError(f"VGG16: images must be (N, 3, H, W) with H and W of 32 or more "
+                             f"(its five 2x2 poolings halve them to 1x1 at least), got shape "
+                             f"{shape}")
+        for names in self.STAGES:
+            for name in names:
+                x = F.relu(getattr(self, name)(x))
+            x = F.pooling(x, 2, 2)
         x = _adaptive_average_pooling(x, 7)
         x = F.reshape(x, (x.shape[0], -1))
         x = F.dropout(F.relu(self.fc6(x)))

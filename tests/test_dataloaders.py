@@ -40,7 +40,6 @@ def test_batches_in_order_with_a_partial_last_batch():
 
 def test_dezero_iteration_protocol():
     loader = DataLoader(Counting(5), batch_size=2, shuffle=False)
-    assert iter(loader) is loader
     x, t = loader.next()
     assert x.tolist() == [0, 1] and loader.iteration == 1
     assert next(loader)[0].tolist() == [2, 3]
@@ -51,6 +50,44 @@ def test_dezero_iteration_protocol():
     loader.next()
     loader.reset()
     assert loader.iteration == 0 and next(loader)[0].tolist() == [0, 1]
+
+
+def test_a_loop_left_with_break_leaves_the_rest_of_the_epoch_to_the_next():
+    # DeZero's loader is its own iterator: every loop and next() share one position
+    loader = DataLoader(Counting(6), batch_size=2, shuffle=False)
+    for x, _ in loader:
+        break
+    assert [x.tolist() for x, _ in epoch(loader)] == [[2, 3], [4, 5]]
+    assert next(iter(loader))[0].tolist() == [0, 1]  # a peek takes a batch too
+    loader.reset()  # a whole epoch from here
+    assert [x.tolist() for x, _ in epoch(loader)] == [[0, 1], [2, 3], [4, 5]]
+    loader, taken = DataLoader(Counting(8), batch_size=2, shuffle=False), []
+    for x, _ in loader:
+        taken.append(x.tolist())
+        taken.append(loader.next()[0].tolist())  # next() inside a loop: DeZero code does it
+    assert taken == [[0, 1], [2, 3], [4, 5], [6, 7]] and loader.iteration == 0
+
+
+@pytest.mark.parametrize("loader_class", [DataLoader, SeqDataLoader])
+def test_loops_over_one_loader_at_once_raise_instead_of_never_ending(loader_class):
+    loader = loader_class(Counting(6), batch_size=2)
+    outer = 0
+    with pytest.raises(RuntimeError, match=rf"{loader_class.__name__}: another loop over this "
+                                           r"loader took batches.*nested loops, or "
+                                           r"zip\(loader, loader\).*of its own"):
+        for _ in loader:  # without the check, each inner epoch's reset restarted this one
+            outer += 1
+            assert outer < 10, "the outer loop does not end"
+            for _ in loader:
+                pass
+    assert outer == 1
+    loader.reset()
+    with pytest.raises(RuntimeError, match="another loop over this loader"):
+        list(zip(loader, loader))
+    loader.reset()
+    assert len(epoch(loader)) == 3  # a loop after those is a whole epoch
+    inner = loader_class(loader.dataset, batch_size=2)  # what the error says to do
+    assert sum(len(epoch(inner)) for _ in loader) == 9
 
 
 def test_spiral_batches():

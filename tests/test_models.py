@@ -12,7 +12,7 @@ import gradcore
 import gradcore.functions as F
 import gradcore.nn as nn
 from gradcore import models
-from gradcore.models import _max_pooling_ceil
+from gradcore.models import _adaptive_average_pooling, _max_pooling_ceil
 from gradcore.utils.download import DownloadError
 
 # Parameter counts as published (the torchvision models of the same architectures)
@@ -65,8 +65,43 @@ def test_a_resnet_trains_and_saves_without_pickle(tmp_path):
 def test_bad_arguments():
     with pytest.raises(ValueError, match="n_layers must be one of"):
         models.ResNet(20)
-    with pytest.raises(ValueError, match="does not divide"):
-        models.VGG16()(np.zeros((1, 3, 96, 96), np.float32))
+
+
+# =============================================================================== VGG16
+@pytest.mark.parametrize("shape", [(2, 3, 1, 1), (1, 2, 2, 3), (2, 2, 4, 4), (1, 2, 6, 9),
+                                   (1, 1, 7, 7), (2, 1, 14, 14), (1, 2, 13, 8)])
+def test_adaptive_average_pooling_is_pytorchs(shape):
+    """Values and gradient against torch's adaptive_avg_pool2d: bins that repeat (H < 7),
+    overlap (7 does not divide H), tile (14) or are single pixels (7)."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    x = gradcore.Variable(rng.standard_normal(shape))
+    y = _adaptive_average_pooling(x, 7)
+    gy = rng.standard_normal(y.shape)
+    y.backward(gy)
+    tx = torch.tensor(x.data, requires_grad=True)
+    ty = torch.nn.functional.adaptive_avg_pool2d(tx, 7)
+    ty.backward(torch.tensor(gy))
+    np.testing.assert_allclose(y.data, ty.detach().numpy(), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(x.grad.data, tx.grad.numpy(), rtol=1e-12, atol=1e-15)
+    x32 = gradcore.Variable(x.data.astype(np.float32))
+    assert _adaptive_average_pooling(x32, 7).dtype == np.float32
+
+
+def test_vgg16_takes_any_size_from_32_and_runs_a_replaced_convolution():
+    model = models.VGG16(num_classes=3)
+    for hw in [(64, 64), (96, 80), (32, 64)]:  # reach the pooling as 2x2, 3x2, 1x2
+        with gradcore.test_mode(), gradcore.no_grad():
+            assert model(np.ones((1, 3) + hw, np.float32)).shape == (1, 3)
+    calls = []
+    model.conv5_3 = nn.Conv2d(512, 3, pad=1)
+    model.conv5_3.register_forward_hook(lambda module, inputs, y: calls.append(y.shape))
+    with gradcore.test_mode(), gradcore.no_grad():
+        model(np.ones((1, 3, 32, 32), np.float32))
+    assert calls == [(1, 512, 2, 2)] and "conv5_3.W" in model.state_dict()
+    with pytest.raises(ValueError, match=r"VGG16: images must be \(N, 3, H, W\) with H and W of "
+                       r"32 or more .*got shape \(1, 3, 32, 16\)"):
+        model(np.zeros((1, 3, 32, 16), np.float32))
 
 
 # =============================================================================== SqueezeNet

@@ -1,4 +1,6 @@
 """Convolution and pooling on (N, C, H, W) arrays: im2col/col2im, conv2d, deconv2d, pooling."""
+import numbers
+
 from ..config import is_grad_enabled
 from ..function import Function
 from .linalg import matmul
@@ -8,13 +10,17 @@ from .shape import reshape, transpose
 
 # =============================================================================== helpers
 def pair(x):
-    """(x, x) for an int; a pair (tuple or list of two ints) as a tuple."""
-    if isinstance(x, int) and not isinstance(x, bool):
-        return (x, x)
-    if isinstance(x, (tuple, list)) and len(x) == 2 and all(
-            isinstance(v, int) and not isinstance(v, bool) for v in x):
-        return tuple(x)
+    """(x, x) for an integer (a Python or NumPy int, not a bool); a pair (tuple or list of two
+    integers) as a tuple of Python ints."""
+    if _integral(x):
+        return (int(x), int(x))
+    if isinstance(x, (tuple, list)) and len(x) == 2 and all(_integral(v) for v in x):
+        return (int(x[0]), int(x[1]))
     raise ValueError(f"expected an int or a pair of ints, got {x!r}")
+
+
+def _integral(v):
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
 def get_conv_outsize(input_size, kernel_size, stride, pad):

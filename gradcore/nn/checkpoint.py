@@ -1,6 +1,7 @@
 """Checkpoint files: the atomic .npz save, and reading and checking archives (never unpickling)."""
 import collections
 import contextlib
+import errno
 import math
 import os
 import secrets
@@ -22,6 +23,10 @@ _NPY_HEADER_READERS = {(1, 0): numpy.lib.format.read_array_header_1_0,
                        (2, 0): numpy.lib.format.read_array_header_2_0}
 
 
+# os.access checks the real user unless told to check the effective one, as open() does
+_EFFECTIVE_IDS = os.access in os.supports_effective_ids
+
+
 class CheckpointError(ValueError):
     """A file that is not a readable gradcore checkpoint, or one that does not match the model."""
 
@@ -30,12 +35,21 @@ def _write_atomically(path, arrays):
     """Write `arrays` (name -> NumPy array) as an .npz archive to `path`: into a new file of
     its own beside the final one, flushed to disk, then renamed over it. A reader or another
     save therefore sees the old file or a whole new one; the rename replaces a symlink's
-    target, not the link."""
+    target, not the link. A file this user may not write (chmod a-w) is refused, as open()
+    would refuse it, although the rename needs only the folder to be writable."""
     final = os.path.realpath(path)
     try:
         mode = stat.S_IMODE(os.stat(final).st_mode)  # kept: the new file is another inode
     except FileNotFoundError:
         mode = None  # a new file: the mode _new_file gave it, as for any created file
+    except OSError as e:
+        if e.errno != errno.ENAMETOOLONG:
+            raise
+        mode = None  # _new_file says the name is too long
+    if mode is not None and not os.access(final, os.W_OK, effective_ids=_EFFECTIVE_IDS):
+        raise PermissionError(errno.EACCES, f"save: {path} is write-protected (mode "
+                              f"{mode:#o}); it was left as it was. Make it writable (chmod u+w) "
+                              "to replace it, or save under another name")
     fd, temporary = _new_file(final, path)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -57,11 +71,12 @@ def _write_atomically(path, arrays):
 def _new_file(final, path):
     """(fd, name) of a new empty file beside `final`, named after it, that no other save uses
     (O_EXCL); created with mode 0o666, which the umask reduces as for any new file. An error
-    names the folder (`path`: the name the caller gave)."""
+    names the folder, or the name when it is too long (`path`: the name the caller gave)."""
     folder, base = os.path.split(final)
+    stem = _temporary_stem(base)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
     while True:
-        name = os.path.join(folder, f".{base}.{secrets.token_hex(8)}.tmp")
+        name = os.path.join(folder, f".{stem}.{secrets.token_hex(8)}.tmp")
         try:
             return os.open(name, flags, 0o666), name
         except FileExistsError:
@@ -69,17 +84,38 @@ def _new_file(final, path):
         except OSError as e:
             if isinstance(e, FileNotFoundError):
                 reason = f"the folder {folder} does not exist; create it first (os.makedirs)"
+            elif e.errno == errno.ENAMETOOLONG:
+                reason = (f"its name is {len(os.fsencode(base))} bytes long, more than the file "
+                          "system allows (255 bytes on most); choose a shorter name")
             else:
                 reason = f"cannot create a file in the folder {folder} ({e.strerror})"
             raise type(e)(e.errno, f"save: cannot write {path}: {reason}") from None
 
 
+def _temporary_stem(base):
+    """The part of the file name `base` that names its temporary file: cut (at a whole UTF-8
+    character) so that the temporary name, 22 bytes longer, is no longer than `base` or 100
+    bytes, whichever is longer: a name the file system takes gives a temporary name it takes."""
+    encoded = os.fsencode(base)
+    keep = max(len(encoded), 100) - len(".." + 16 * "0" + ".tmp")
+    if len(encoded) <= keep:
+        return base
+    return encoded[:keep].decode("utf-8", "ignore")
+
+
 def _checkpoint_path(path):
-    """`path` as a string, with ".npz" appended when only that file exists."""
-    path = os.fspath(path)
-    if not os.path.exists(path) and os.path.exists(path + ".npz"):
-        path += ".npz"
-    return path
+    """The checkpoint file that `path` names, as a string: the file `save(path)` writes.
+    Without ".npz" at its end, that is path + ".npz" when such a file exists, else `path`;
+    CheckpointError when both are files (which one is meant cannot be told)."""
+    path = os.fsdecode(path)
+    if path.endswith(".npz") or not os.path.isfile(path + ".npz"):
+        return path
+    if os.path.isfile(path):
+        raise CheckpointError(
+            f"the checkpoint name {path!r} is ambiguous: both {path} and {path}.npz are files "
+            f"(save({path!r}) writes the second); load the one meant by its full name, or "
+            "rename or remove the other")
+    return path + ".npz"  # also when `path` is a folder: save(path) wrote this one
 
 
 _Header = collections.namedtuple("_Header", ["info", "shape", "dtype"])
@@ -219,10 +255,11 @@ def _read_arrays(path, archive, headers):
 
 
 def read_checkpoint(path):
-    """The arrays of a checkpoint written by Module.save (".npz" is tried too if `path` does not
-    exist), as a dict name -> NumPy array. Raises CheckpointError (a ValueError) for a file that
-    is not a readable gradcore checkpoint, with every header checked before any array is
-    decompressed; nothing is ever unpickled. A missing file raises FileNotFoundError."""
+    """The arrays of a checkpoint written by Module.save (`path` names the file as for save:
+    path + ".npz" when that file exists), as a dict name -> NumPy array. Raises CheckpointError
+    (a ValueError) for a file that is not a readable gradcore checkpoint, with every header
+    checked before any array is decompressed; nothing is ever unpickled. A missing file raises
+    FileNotFoundError."""
     path = _checkpoint_path(path)
     with _open_checkpoint(path) as (archive, size):
         return _read_arrays(path, archive, _read_headers(path, archive, size))

@@ -8,8 +8,8 @@ import backends
 
 from .. import functions as F
 from ..functions.conv import pair
-from ..variable import Parameter, as_variable
-from .module import Module, _float_name
+from ..variable import Parameter, Variable, as_variable
+from .module import _MODULE, Module, _float_name, _lazy_dtype
 
 
 # =============================================================================== helpers
@@ -57,14 +57,15 @@ def _normal(backend, device, shape, dtype, scale):
         return w if scale == 1.0 else w * scale
 
 
-def _placement(x, dtype, where):
-    """(backend, device, dtype) for parameters created at the first call on input `x`: x's
-    backend and device, and the layer's `dtype` (a NumPy dtype) in x's namespace: a float64
-    input meets float32 weights, as in DeZero and PyTorch, unless the layer says otherwise."""
+def _placement(x, layer, where):
+    """(backend, device, dtype) for the parameters `layer` creates at its first call on input
+    `x`: x's backend and device, and in x's namespace the dtype of the layer's last
+    to(dtype=), else its own `dtype`: a float64 input meets float32 weights, as in DeZero and
+    PyTorch, unless the layer says otherwise."""
     x = as_variable(x)
     if x.data is None:
         raise ValueError(f"{where}: the input has no data (data is None)")
-    return x.backend, x.device, getattr(x.xp, dtype.name)
+    return x.backend, x.device, getattr(x.xp, _lazy_dtype(layer))
 
 
 def _numpy_on_cpu():
@@ -82,6 +83,21 @@ def _declare_weight_and_bias(layer, nobias, dtype, where):
     layer.dtype = _numpy_dtype(dtype, where)
     layer.W = Parameter(None, name="W")
     layer.b = None if layer.nobias else Parameter(None, name="b")
+
+
+def _unfilled(layer):
+    """True where W, or b unless nobias, has no data yet: a lazy layer, a partial load, or a
+    slot set to None (a lazy slot, as Module's docstring has it: re-created at the next call)."""
+    W, b = layer.W, layer.b
+    return W is None or W.data is None or (not layer.nobias if b is None else b.data is None)
+
+
+def _refill_slots(layer):
+    """Put a lazy Parameter back into W, and b unless nobias, where one was set to None."""
+    if layer.W is None:
+        layer.W = Parameter(None, name="W")
+    if layer.b is None and not layer.nobias:
+        layer.b = Parameter(None, name="b")
 
 
 # =============================================================================== linear
@@ -113,7 +129,8 @@ class Linear(Module):
     b (out_size,).
 
     `Linear(out_size)` (DeZero) learns in_size from the first input, and creates W and b then on
-    that input's device in the layer's dtype; `Linear(in_size, out_size)` or
+    that input's device in the layer's dtype (that of its last `to(dtype=)`, else `dtype`); W
+    or b set to None is created again so at the next call. `Linear(in_size, out_size)` or
     `Linear(out_size, in_size=...)` creates them now, on the CPU. `dtype`: float32 unless
     gradcore.set_default_dtype says otherwise (a float64 input then gives a float64 result, as
     NumPy computes it, and float32 gradients for W and b). W is drawn as
@@ -128,19 +145,24 @@ class Linear(Module):
         if self.in_size is not None:
             self._initialize(*_numpy_on_cpu(), self.dtype, self.in_size)
 
+    def _shapes(self, size=None):
+        """W (in_size, out_size) and b (out_size,) for in_size `size` (see Module._shapes)."""
+        return {"W": (size, self.out_size), "b": (self.out_size,)}
+
     def _initialize(self, backend, device, dtype, in_size):
         """Fill W and b where they have no data yet (lazy creation, or a partial load)."""
+        _refill_slots(self)
         self.in_size = in_size
+        shapes = self._shapes(in_size)
         if self.W.data is None:
-            self.W.data = _normal(backend, device, (in_size, self.out_size), dtype,
-                                  (1.0 / in_size) ** 0.5)
+            self.W.data = _normal(backend, device, shapes["W"], dtype, (1.0 / in_size) ** 0.5)
         if self.b is not None and self.b.data is None:
-            self.b.data = backend.zeros((self.out_size,), dtype, device)
+            self.b.data = backend.zeros(shapes["b"], dtype, device)
 
     def _lazy_init(self, x, in_size=None):
         """Create the missing parameters on input `x`'s device (in_size from x unless given)."""
         if in_size is None:
-            if self.W.data is not None:
+            if self.W is not None and self.W.data is not None:
                 in_size = self.W.shape[0]
             else:
                 shape = tuple(getattr(x, "shape", ()))
@@ -148,10 +170,10 @@ class Linear(Module):
                     raise ValueError(f"Linear: x must be 2-d (batch, in_size), got shape {shape}; "
                                      "flatten it first (e.g. F.reshape(x, (len(x), -1)))")
                 in_size = shape[1]
-        self._initialize(*_placement(x, self.dtype, "Linear"), in_size)
+        self._initialize(*_placement(x, self, "Linear"), in_size)
 
     def forward(self, x):
-        if self.W.data is None or (self.b is not None and self.b.data is None):
+        if _unfilled(self):
             self._lazy_init(x)
         return F.linear(x, self.W, self.b)
 
@@ -189,18 +211,25 @@ class _ConvBase(Module):
     def _w_shape(self, C):
         raise NotImplementedError
 
+    def _shapes(self, size=None):
+        """W as _w_shape(size) and b (out_channels,), `size` the input channels (see
+        Module._shapes)."""
+        return {"W": self._w_shape(size), "b": (self.out_channels,)}
+
     def _initialize(self, backend, device, dtype, C):
+        _refill_slots(self)
         self.in_channels = C
         KH, KW = pair(self.kernel_size)
+        shapes = self._shapes(C)
         if self.W.data is None:
-            self.W.data = _normal(backend, device, self._w_shape(C), dtype,
+            self.W.data = _normal(backend, device, shapes["W"], dtype,
                                   (1.0 / (C * KH * KW)) ** 0.5)
         if self.b is not None and self.b.data is None:
-            self.b.data = backend.zeros((self.out_channels,), dtype, device)
+            self.b.data = backend.zeros(shapes["b"], dtype, device)
 
     def _prepare(self, x):
-        if self.W.data is None or (self.b is not None and self.b.data is None):
-            if self.W.data is not None:
+        if _unfilled(self):
+            if self.W is not None and self.W.data is not None:
                 C = self.W.shape[self._in_axis]
             else:
                 shape = tuple(getattr(x, "shape", ()))
@@ -208,7 +237,7 @@ class _ConvBase(Module):
                     raise ValueError(f"{self._name}: x must be 4-d (N, C, H, W), got shape "
                                      f"{shape}")
                 C = shape[1]
-            self._initialize(*_placement(x, self.dtype, self._name), C)
+            self._initialize(*_placement(x, self, self._name), C)
 
     def extra_repr(self):
         return (f"in_channels={self.in_channels}, out_channels={self.out_channels}, "
@@ -257,10 +286,15 @@ class BatchNorm(Module):
 
     gamma (ones) and beta (zeros) are parameters; the running statistics avg_mean (zeros) and
     avg_var (ones) are buffers (saved and moved, not trained). All four are created at the first
-    call, shaped (C,) on the input's device in the layer's dtype (`dtype`; float32, or what
-    gradcore.set_default_dtype set). In train mode the batch statistics are
-    used and the running ones updated (decay); in eval / test mode the running ones are used.
+    call (and any set to None at the next), shaped (C,) on the input's device in the layer's
+    dtype (that of its last `to(dtype=)`, else `dtype`: float32, or what
+    gradcore.set_default_dtype set). In train mode the batch statistics are used and the
+    running ones updated (decay); in eval / test mode the running ones are used.
     """
+
+    # slot -> (value it starts at, a parameter rather than a buffer)
+    _SLOTS = {"avg_mean": (0.0, False), "avg_var": (1.0, False), "gamma": (1.0, True),
+              "beta": (0.0, True)}
 
     def __init__(self, decay=0.9, eps=2e-5, dtype=None):
         super().__init__()
@@ -278,24 +312,38 @@ class BatchNorm(Module):
         self.beta = Parameter(None, name="beta")
 
     def forward(self, x):
-        if any(v.data is None for v in (self.avg_mean, self.avg_var, self.gamma, self.beta)):
-            shape = tuple(getattr(x, "shape", ()))
-            if len(shape) < 2:
-                raise ValueError(f"BatchNorm: x must be (N, C) or (N, C, ...) with channels on "
-                                 f"axis 1, got shape {shape}")
-            backend, device, dtype = _placement(x, self.dtype, "BatchNorm")
-            C = shape[1]
-            with backend.device_context(device):
-                for v, fill in ((self.avg_mean, 0.0), (self.avg_var, 1.0),
-                                (self.gamma, 1.0), (self.beta, 0.0)):
-                    if v.data is None:
-                        zeros = backend.zeros((C,), dtype, device)
-                        v.data = zeros + fill if fill else zeros
+        if any(v is None or v.data is None
+               for v in (self.avg_mean, self.avg_var, self.gamma, self.beta)):
+            self._lazy_init(x)
         return F.batch_norm(x, self.gamma, self.beta, self.avg_mean, self.avg_var,
                             self.decay, self.eps)
 
+    def _shapes(self, size=None):
+        """All four (C,), C = `size` the channels (see Module._shapes)."""
+        return {name: (size,) for name in self._SLOTS}
+
+    def _lazy_init(self, x):
+        """Create the statistics and parameters that have no data yet (all at the first call;
+        a slot set to None is re-created), shaped (C,) on x's device."""
+        shape = tuple(getattr(x, "shape", ()))
+        if len(shape) < 2:
+            raise ValueError(f"BatchNorm: x must be (N, C) or (N, C, ...) with channels on "
+                             f"axis 1, got shape {shape}")
+        backend, device, dtype = _placement(x, self, "BatchNorm")
+        shapes = self._shapes(shape[1])
+        with backend.device_context(device):
+            for name, (fill, is_parameter) in self._SLOTS.items():
+                v = getattr(self, name)
+                if v is None:
+                    v = Parameter(None, name=name) if is_parameter else Variable(
+                        None, name=name, requires_grad=False)
+                    setattr(self, name, v)
+                if v.data is None:
+                    zeros = backend.zeros(shapes[name], dtype, device)
+                    v.data = zeros + fill if fill else zeros
+
     def extra_repr(self):
-        C = None if self.gamma.data is None else self.gamma.shape[0]
+        C = None if self.gamma is None or self.gamma.data is None else self.gamma.shape[0]
         return f"channels={C}, decay={self.decay}, eps={self.eps}"
 
 
@@ -364,60 +412,91 @@ class Tanh(Module):
 
 
 # =============================================================================== containers
+class _Call(Module):
+    """A plain callable (F.relu) as a layer of Sequential: registered like the Module layers,
+    so that forward walks the registered sub-modules alone."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *inputs):
+        return self.fn(*inputs)
+
+    def __repr__(self):
+        return repr(self.fn)
+
+
 class Sequential(Module):
     """Layers called one after another: Sequential(Linear(10), ReLU(), Linear(1))(x).
 
-    Module layers are registered as "0", "1", ... (so parameters are named "0.W"); plain
-    callables (e.g. F.relu) may sit between them. Indexable (an int gives a layer, a slice a new
-    Sequential of the same layers), len() and iteration; `append` adds a layer.
+    Layers are registered as "0", "1", ... (so parameters are named "0.W"); plain callables
+    (e.g. F.relu) may sit between them. forward runs the registered sub-modules in assignment
+    order, so replacing one (setattr(seq, "1", layer)) or deleting one (delattr(seq, "1"))
+    changes what runs, what parameters() lists and what state_dict saves alike; a layer set to
+    None is skipped. Indexable (an int gives a layer, a slice a new Sequential of the same
+    layers), len() and iteration; `append` adds a layer.
     """
 
     def __init__(self, *layers):
         super().__init__()
-        self._layers = []
         for layer in layers:
             self.append(layer)
 
     def append(self, layer):
+        """Add `layer` (a Module or a callable) at the end, under the next free number."""
         if not callable(layer):
             raise TypeError(f"Sequential: a layer must be a Module or a callable, got "
                             f"{type(layer).__name__}")
-        if isinstance(layer, Module):
-            setattr(self, str(len(self._layers)), layer)
-        self._layers.append(layer)
+        index = len(self._registered)
+        while str(index) in self.__dict__:  # after a deletion, a number may be taken further on
+            index += 1
+        setattr(self, str(index), layer if isinstance(layer, Module) else _Call(layer))
         return self
 
     def forward(self, x):
-        for layer in self._layers:
-            x = layer(x)
+        # the registered sub-modules themselves (not _layers(), whose list costs a step more)
+        attributes = self.__dict__
+        for name, kind in self._registered.items():
+            if kind == _MODULE:
+                layer = attributes[name]
+                if layer is not None:
+                    x = layer(x)
         return x
 
+    def _layers(self):
+        """The layers in order, plain callables unwrapped."""
+        return [layer.fn if type(layer) is _Call else layer for _, layer in self._child_items()]
+
     def __getitem__(self, index):
+        layers = self._layers()
         if isinstance(index, slice):
-            return Sequential(*self._layers[index])
+            return Sequential(*layers[index])
         try:
-            return self._layers[index]
+            return layers[index]
         except IndexError:
             raise IndexError(f"Sequential index {index} is out of range for "
-                             f"{len(self._layers)} layers") from None
+                             f"{len(layers)} layers") from None
 
     def __len__(self):
-        return len(self._layers)
+        return len(self._child_items())
 
     def __iter__(self):
-        return iter(self._layers)
+        return iter(self._layers())
 
     def __repr__(self):
-        if not self._layers:
+        items = self._child_items()
+        if not items:
             return "Sequential()"
-        lines = [f"({i}): " + repr(layer).replace("\n", "\n  ")
-                 for i, layer in enumerate(self._layers)]
+        lines = [f"({name}): " + repr(layer).replace("\n", "\n  ") for name, layer in items]
         return "Sequential(\n  " + "\n  ".join(lines) + "\n)"
 
 
 class MLP(Module):
     """DeZero's multi-layer perceptron: one lazy Linear per entry of `fc_output_sizes`
-    (attributes l0, l1, ...), with `activation` between them and none after the last."""
+    (attributes l0, l1, ...), with `activation` between them and none after the last.
+    forward runs the registered sub-modules other than `activation` (see `layers`): replacing
+    or deleting mlp.l1 changes what runs and what is saved alike."""
 
     def __init__(self, fc_output_sizes, activation=F.sigmoid):
         super().__init__()
@@ -431,16 +510,23 @@ class MLP(Module):
         if not callable(activation):
             raise TypeError(f"MLP: activation must be callable, got {type(activation).__name__}")
         self.activation = activation
-        self.layers = []
         for i, size in enumerate(sizes):
-            layer = Linear(_size(size, f"fc_output_sizes[{i}]", "MLP"))
-            setattr(self, f"l{i}", layer)
-            self.layers.append(layer)
+            setattr(self, f"l{i}", Linear(_size(size, f"fc_output_sizes[{i}]", "MLP")))
+
+    @property
+    def layers(self):
+        """The layers in order (l0, l1, ...): the registered sub-modules but `activation`
+        (which may be a Module, e.g. nn.ReLU())."""
+        return [layer for name, layer in self._child_items() if name != "activation"]
 
     def forward(self, x):
-        for layer in self.layers[:-1]:
+        layers = self.layers
+        if not layers:
+            raise ValueError("MLP: no layers left (all were deleted or set to None); assign one, "
+                             "e.g. mlp.l0 = Linear(10)")
+        for layer in layers[:-1]:
             x = self.activation(layer(x))
-        return self.layers[-1](x)
+        return layers[-1](x)
 
 
 __all__ = ["Linear", "Conv2d", "Deconv2d", "BatchNorm", "Dropout", "EmbedID", "Embedding",

@@ -15,7 +15,7 @@ import backends
 from ..config import test_mode
 from .. import variable as _variables
 from ..utils import plot_dot_graph
-from ..utils.download import cache_folder, fetch, sha256_of
+from ..utils.download import _checked_sha256, cache_folder, fetch, sha256_of
 from ..variable import Parameter, Variable
 from .checkpoint import (FORMAT_KEY, FORMAT_VERSION, CheckpointError, _checkpoint_path,
                          _open_checkpoint, _read_arrays, _read_headers, _write_atomically)
@@ -74,8 +74,9 @@ class Module:
     """A layer or a model (DeZero's `Layer` and `Model` are this class).
 
     Assigning a `Parameter` or a `Module` to an attribute registers it, in assignment order:
-    reassigning keeps its position, assigning None keeps the name registered (a lazy slot),
-    `del` unregisters it. Buffers (state that is saved and moved but not trained, such as
+    reassigning keeps its position, assigning None keeps the name registered (a lazy slot:
+    gradcore's layers create a parameter set to None again at their next call), `del`
+    unregisters it. Buffers (state that is saved and moved but not trained, such as
     BatchNorm's running mean) are registered with `register_buffer`.
 
     Train mode: each module has a `training` flag (`train()` / `eval()` set it on the whole
@@ -103,6 +104,8 @@ class Module:
                 raise AttributeError(
                     f"cannot assign {type(value).__name__} {name!r} before Module.__init__() ran: "
                     f"call super().__init__() at the start of {type(self).__name__}.__init__")
+            if name not in registered:
+                _check_name(self, name, f"cannot register {type(value).__name__}")
             # a new name goes last; an old one (a buffer included) keeps its place, takes this kind
             registered[name] = _MODULE if isinstance(value, Module) else _PARAMETER
             structure_changes[0] += 1
@@ -152,8 +155,7 @@ class Module:
             raise AttributeError(
                 f"register_buffer({name!r}) before Module.__init__() ran: call "
                 f"super().__init__() at the start of {type(self).__name__}.__init__")
-        if not isinstance(name, str) or not name.isidentifier():
-            raise ValueError(f"register_buffer: the name must be an identifier, got {name!r}")
+        _check_name(self, name, "register_buffer: cannot register buffer")
         if self._registered.get(name, _BUFFER) != _BUFFER or (
                 name not in self._registered and hasattr(self, name)):
             raise KeyError(f"register_buffer: {type(self).__name__} already has an attribute "
@@ -318,7 +320,8 @@ class Module:
         """Move every parameter (with its gradient) and buffer to `device` ("cpu", "cuda:1",
         "array_api_strict:device1", a Device) and/or cast the floating-point ones to `dtype`
         (a floating dtype or its name, e.g. numpy.float64 or "float64"), in place; returns self.
-        Lazy parameters created later follow their first input instead."""
+        Lazy parameters and buffers created later (at the first call, or by a load) take this
+        dtype too."""
         if device is not None:
             device = backends.parse_device(device)
             backends.backend_for_device(device)  # an unknown or unavailable device fails here
@@ -329,7 +332,8 @@ class Module:
                 if target is not None and target.data is not None:
                     moves.append((target, _converted(target.data, device, name)))
         for target, data in moves:
-            target.data = data
+            if data is not target.data:  # there already: no write, graphs that saved it stay
+                target.data = data
         for module in self.modules():
             if device is not None:
                 object.__setattr__(module, "_device", device)
@@ -355,7 +359,7 @@ class Module:
         parameter has no data yet."""
         state = collections.OrderedDict()
         lazy = []
-        for name, _, _, v in self._entries():
+        for name, _, _, v in self._named_entries("state_dict"):
             if v.data is None:
                 lazy.append(name)
             else:
@@ -369,8 +373,11 @@ class Module:
     def load_state_dict(self, state, strict=True):
         """Copy the arrays of `state` (a mapping name -> array of any backend, Variable, or
         anything numpy.asarray takes) into the parameters and buffers, each converted to that
-        parameter's own device and dtype. A lazy parameter (no data yet) takes the array's shape,
-        on the device given to the last `to()` (else the CPU).
+        parameter's own device and dtype. A lazy parameter (no data yet) takes the array's shape
+        (where its layer declares one, see _shapes, the sizes the layer knows must match),
+        on the device given to the last `to()` (else the CPU), in the dtype given to the last
+        `to()`, else its layer's `dtype` (gradcore's layers have one), else the array's own (a
+        parameter's must then be floating point).
 
         `strict`: names missing from `state` or not in the model are errors; with strict=False
         they are skipped and returned as IncompatibleKeys(missing_keys, unexpected_keys).
@@ -381,7 +388,7 @@ class Module:
         if not isinstance(state, collections.abc.Mapping):
             raise TypeError(f"load_state_dict expects a mapping name -> array (e.g. from "
                             f"state_dict()), got {type(state).__name__}")
-        entries = list(self._entries())
+        entries = self._named_entries("load_state_dict")
         hosts = {}
         unreadable = []
         for name, _, _, _ in entries:
@@ -404,7 +411,7 @@ class Module:
             else:
                 device = owner._device or backends.CPU
                 backend = backends.backend_for_device(device)
-                dtype_name = owner._dtype or hosts[name].dtype.name
+                dtype_name = _lazy_dtype(owner) or hosts[name].dtype.name
                 new.append((v, _placed(hosts[name], backend, device,
                                        getattr(backend.xp, dtype_name))))
         for v, data in new:
@@ -415,7 +422,7 @@ class Module:
         """Check arrays against this model before any is loaded: `names` are every name `source`
         ("the state", "the file") holds, `specs` name -> (shape, NumPy dtype) those to compare.
         Returns (problems as phrases, missing names, unexpected names)."""
-        entries = list(self._entries())
+        entries = self._named_entries("load")
         known = {name for name, _, _, _ in entries}
         missing = [name for name, _, _, _ in entries if name not in names]
         unexpected = [name for name in names if name not in known]
@@ -429,7 +436,29 @@ class Module:
                 problem = _mismatch(*specs[name], v, owner, source)
                 if problem:
                     problems.append(f"{name}: {problem}")
+        problems += _lazy_shape_problems(self, entries, specs, source)
         return problems, missing, unexpected
+
+    def _named_entries(self, where):
+        """_entries() as a list, refusing two entries under one qualified name (only possible
+        around __setattr__) rather than saving or loading one in place of the other."""
+        entries = list(self._entries())
+        names = collections.Counter(name for name, _, _, _ in entries)
+        twice = [name for name, count in names.items() if count > 1]
+        if twice:
+            raise ValueError(
+                f"{where}: {', '.join(map(repr, twice))} names more than one parameter or buffer "
+                f"of {type(self).__name__} (an attribute name holding a '.', set around "
+                "Module.__setattr__?); rename one so that each has its own name")
+        return entries
+
+    def _shapes(self, size=None):
+        """The shapes this module gives its lazy parameters and buffers, by name relative to it
+        ("W", or "h2h.W" for a sub-module's), when the size it learns from its first input is
+        `size`; None in a shape stands for that size while unknown, one size for every None of
+        the module. Loading into a lazy slot is checked against them (see load). {}: nothing
+        declared, a lazy slot takes any shape."""
+        return {}
 
     def save(self, path):
         """Write every parameter and buffer to the .npz file `path` (".npz" is appended if
@@ -453,10 +482,12 @@ class Module:
         return path
 
     def load(self, path, strict=True, sha256=None, progress=None):
-        """Load a checkpoint written by `save` (".npz" is tried too if `path` does not exist):
-        each array goes to its parameter's device and dtype. Returns load_state_dict's
-        IncompatibleKeys. Lazy layers not sized yet (VGG16's convolutions, BatchNorm) take the
-        shapes in the file, so a fresh model loads without a forward pass first.
+        """Load a checkpoint written by `save` (the file `save(path)` wrote: `path` + ".npz"
+        where that exists, unless `path` itself is a file; both files: an error): each array
+        goes to its parameter's device and dtype. Returns load_state_dict's IncompatibleKeys.
+        Lazy layers not sized yet (VGG16's convolutions, BatchNorm) take the shapes in the file,
+        so a fresh model loads without a forward pass first; the sizes they already know
+        (out_size, kernel_size) must match it.
 
         `path` may be an http:// or https:// URL: the file is downloaded once (resumed if
         broken, shown on `progress`, a stream: stderr when None, False for none) into
@@ -519,19 +550,19 @@ class Module:
 
 
 # =============================================================================== helpers
+def _check_name(module, name, where):
+    """Refuse a name for a parameter, buffer or sub-module that is not an identifier (or a
+    number, as Sequential's layers have): "l1.W" beside a sub-module l1 would give two entries
+    one qualified name, and state_dict could keep only one of them."""
+    number = isinstance(name, str) and name.isascii() and name.isdigit()
+    if not isinstance(name, str) or not (name.isidentifier() or number):
+        raise ValueError(
+            f"{where} {name!r} on {type(module).__name__}: the name must be an identifier; use a "
+            "valid Python identifier (e.g. 'l1_W'), or a number as Sequential's layers have")
+
+
 def _is_url(path):
     return isinstance(path, str) and path[:8].lower().startswith(("http://", "https://"))
-
-
-def _checked_sha256(sha256):
-    """`sha256` in lower case, checked to be 64 hex digits (None stays None)."""
-    if sha256 is None:
-        return None
-    digest = sha256.strip().lower() if isinstance(sha256, str) else None
-    if digest is None or len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
-        raise ValueError(f"load: sha256 must be a SHA-256 as 64 hex digits (`sha256sum file`), "
-                         f"got {sha256!r}")
-    return digest
 
 
 def _fetched(url, sha256, progress):
@@ -596,13 +627,28 @@ def _numpy_dtype(dtype):
         return numpy.dtype(str(dtype).rpartition(".")[2])  # array_api_strict.float32 and the like
 
 
+def _lazy_dtype(owner):
+    """The dtype name a lazy parameter or buffer of `owner` is created in (at its first call, or
+    by a load): that of the last to(dtype=), else the layer's own `dtype` (a NumPy dtype, as
+    gradcore's layers declare), else None."""
+    if owner._dtype is not None:
+        return owner._dtype
+    declared = owner.__dict__.get("dtype")
+    return declared.name if isinstance(declared, numpy.dtype) else None
+
+
 def _mismatch(shape, dtype, v, owner, source):
     """Why values of `shape` and NumPy `dtype` from `source` cannot go into the Variable `v` of
     `owner` (None if they can)."""
     if dtype.kind not in "biuf":
         return f"holds {dtype} values, not real numbers (bool, integer or floating point)"
-    if v.data is None:  # lazy: takes the shape it is given, and the dtype of the last to()
-        target = None if owner._dtype is None else numpy.dtype(owner._dtype)
+    if v.data is None:  # lazy: the dtype of _lazy_dtype; its shape against Module._shapes
+        name = _lazy_dtype(owner)
+        if name is None and isinstance(v, Parameter) and dtype.kind != "f":
+            return (f"holds {dtype} values in {source}, and a parameter with no data yet takes "
+                    "their dtype, but a parameter must be floating point: convert them first, "
+                    "or give the model a dtype with to(dtype=...)")
+        target = None if name is None else numpy.dtype(name)
     else:
         if tuple(shape) != tuple(v.shape):
             return f"shape {tuple(shape)} in {source}, {tuple(v.shape)} in the model"
@@ -611,6 +657,64 @@ def _mismatch(shape, dtype, v, owner, source):
         return (f"{dtype} in {source} does not convert to the model's {target} within its kind "
                 "(same_kind casting); convert the values first")
     return None
+
+
+def _shown(shape):
+    """A declared shape as text, "?" for a size learnt from the input: "(?, 2)"."""
+    sizes = ["?" if size is None else str(size) for size in shape]
+    return "(" + ", ".join(sizes) + ("," if len(sizes) == 1 else "") + ")"
+
+
+def _declared(module, relative):
+    """The Variable at `relative` ("W", "h2h.W") under `module`, or None."""
+    value = module
+    for attr in relative.split("."):
+        value = value.__dict__.get(attr) if isinstance(value, Module) else None
+    return value if isinstance(value, Variable) else None
+
+
+def _lazy_shape_problems(model, entries, specs, source):
+    """The lazy slots that arrays of `specs` (name -> (shape, dtype)) from `source` would fill,
+    checked against the shapes their modules declare (Module._shapes): sizes the module knows
+    must match, and its learnt size (each None) must be one size across its entries, those the
+    source fills and those already filled. Returns problems as phrases."""
+    names = {id(v): name for name, _, _, v in entries}
+    problems = []
+    for _, module in model.named_modules():
+        shown = {}  # name -> (shape, where) of each entry that gives the learnt size
+        learnt = set()
+        lazy = False  # whether the source fills one of them
+        for relative, expected in module._shapes().items():
+            v = _declared(module, relative)
+            name = None if v is None else names.get(id(v))
+            if name is None:
+                continue
+            if v.data is not None:
+                shape, where = tuple(v.shape), "the model"
+            elif name in specs:
+                shape, where = tuple(specs[name][0]), source
+            else:
+                continue
+            fits = len(shape) == len(expected) and all(
+                e is None or e == size for e, size in zip(expected, shape))
+            if not fits:
+                if v.data is None:
+                    unknown = (f" (a {type(module).__name__} not built yet: ? is learnt from its "
+                               "first input)") if None in expected else ""
+                    problems.append(f"{name}: shape {shape} in {source}, {_shown(expected)} in "
+                                    f"the model{unknown}")
+                continue
+            sizes = {size for e, size in zip(expected, shape) if e is None}
+            if sizes:
+                shown[name] = (shape, where)
+                learnt |= sizes
+                lazy = lazy or v.data is None
+        if len(learnt) > 1 and lazy:
+            listed = ", ".join(f"{name} {shape} in {where}" for name, (shape, where) in
+                               shown.items())
+            problems.append(f"{listed}: a {type(module).__name__} learns one size from its "
+                            "input for every ? of its shapes, so these must agree")
+    return problems
 
 
 def _placed(host, backend, device, dtype):

@@ -1,7 +1,22 @@
 """Recurrent layers that keep their state between calls: RNN and LSTM (DeZero's names)."""
 from .. import functions as F
-from .layers import Linear, _optional_size, _size
+from .layers import Linear, _optional_size, _size, _unfilled
 from .module import Module
+
+
+def _check_batch(layer, x, h):
+    """Refuse an input whose batch differs from that of the carried state h (else the two
+    would broadcast: one row of state shared by a whole batch, or one input row given many)."""
+    if h is None:
+        return
+    shape = getattr(x, "shape", None)
+    if shape is None:  # a list of rows
+        shape = (len(x),)
+    if shape and shape[0] != h.shape[0]:
+        raise ValueError(
+            f"{type(layer).__name__}: the input has a batch of {shape[0]}, the state carried from "
+            f"the last call a batch of {h.shape[0]}: call reset_state() before a sequence with "
+            "another batch size")
 
 
 def _preactivation(x2h, h2h, x, h, hidden_size):
@@ -9,7 +24,7 @@ def _preactivation(x2h, h2h, x, h, hidden_size):
     is created as well, on x2h(x)'s device and dtype, so every parameter exists after one call."""
     y = x2h(x)
     if h is None:
-        if h2h.W.data is None:
+        if _unfilled(h2h):
             h2h._lazy_init(y, in_size=hidden_size)
         return y
     return y + h2h(h)
@@ -19,7 +34,8 @@ class RNN(Module):
     """An Elman RNN: h = tanh(x2h(x) + h2h(h_prev)), x (N, in_size) -> h (N, hidden_size).
 
     The state `h` carries over from call to call (the graph through it too: cut it with
-    `h.unchain_backward()` for truncated backprop); `reset_state()` starts a new sequence.
+    `h.unchain_backward()` for truncated backprop); `reset_state()` starts a new sequence, and
+    must come before a batch of another size (ValueError otherwise).
     x2h is Linear(hidden_size, in_size=in_size), lazy if in_size is None; h2h has no bias.
     """
 
@@ -31,11 +47,17 @@ class RNN(Module):
         self.h2h = Linear(H, in_size=None if in_size is None else H, nobias=True)
         self.h = None
 
+    def _shapes(self, size=None):
+        """h2h.W is (hidden_size, hidden_size) while lazy too: h2h reads the state, so
+        _preactivation gives it in_size=hidden_size, not a size learnt from x."""
+        return {"h2h.W": (self.hidden_size, self.hidden_size)}
+
     def reset_state(self):
         """Forget the hidden state: the next call starts a new sequence."""
         self.h = None
 
     def forward(self, x):
+        _check_batch(self, x, self.h)
         self.h = F.tanh(_preactivation(self.x2h, self.h2h, x, self.h, self.hidden_size))
         return self.h
 
@@ -48,7 +70,8 @@ class LSTM(Module):
     f, i, o = sigmoid(x2g(x) + h2g(h)), candidate u = tanh(x2u(x) + h2u(h)),
     c = f * c_prev + i * u, h = o * tanh(c).
 
-    The state (`h`, `c`) carries over from call to call; `reset_state()` clears it. The x2*
+    The state (`h`, `c`) carries over from call to call; `reset_state()` clears it, and must
+    come before a batch of another size (ValueError otherwise). The x2*
     Linears have biases (lazy if in_size is None), the h2* ones none (DeZero's layout).
     """
 
@@ -67,6 +90,11 @@ class LSTM(Module):
         self.h2u = Linear(H, in_size=HH, nobias=True)
         self.reset_state()
 
+    def _shapes(self, size=None):
+        """Each h2*.W is (hidden_size, hidden_size) while lazy too (as RNN's h2h.W)."""
+        H = self.hidden_size
+        return {f"h2{gate}.W": (H, H) for gate in "fiou"}
+
     def reset_state(self):
         """Forget h and c: the next call starts a new sequence."""
         self.h = None
@@ -74,6 +102,7 @@ class LSTM(Module):
 
     def forward(self, x):
         h, H = self.h, self.hidden_size
+        _check_batch(self, x, h)
         f = F.sigmoid(_preactivation(self.x2f, self.h2f, x, h, H))
         i = F.sigmoid(_preactivation(self.x2i, self.h2i, x, h, H))
         o = F.sigmoid(_preactivation(self.x2o, self.h2o, x, h, H))

@@ -14,8 +14,14 @@ def array_equal(a, b):
 
 def array_allclose(a, b, rtol=1e-4, atol=1e-5):
     """True if `a` and `b` (Variables or arrays of any backend) have broadcast-compatible shapes
-    and |a - b| <= atol + rtol * |b| everywhere, compared on the host."""
-    return bool(numpy.allclose(as_numpy(a), as_numpy(b), rtol=rtol, atol=atol))
+    and |a - b| <= atol + rtol * |b| everywhere, compared on the host; False for shapes that do
+    not broadcast (as array_equal is False for different shapes)."""
+    a, b = as_numpy(a), as_numpy(b)
+    try:
+        numpy.broadcast_shapes(numpy.shape(a), numpy.shape(b))
+    except ValueError:
+        return False
+    return bool(numpy.allclose(a, b, rtol=rtol, atol=atol))
 
 
 def sum_to(x, shape):

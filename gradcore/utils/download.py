@@ -6,8 +6,12 @@ turn. A download goes to `name.part` and resumes from what a broken one left the
 Range request; a server that ignores it sends the whole file again; a resumed file that comes
 out wrong, or that the server will not resume (HTTP 416), is downloaded again whole); the
 finished file is checked, then renamed into place at once, so a reader never sees half of it.
+Processes fetching the same file at once (MPI ranks) take turns through a lock file,
+`name.lock`: one downloads, the others then find the file there.
 When every URL fails, the error lists why for each and says which file to put where by hand.
 """
+import contextlib
+import errno
 import hashlib
 import http.client
 import os
@@ -15,6 +19,12 @@ import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
+    import msvcrt
 
 __all__ = ["DownloadError", "cache_folder", "fetch"]
 
@@ -39,28 +49,43 @@ def sha256_of(path):
     return digest.hexdigest()
 
 
+def _checked_sha256(sha256, caller="load"):
+    """`sha256` stripped and in lower case, checked to be 64 hex digits (None stays None);
+    `caller` names the function in the error (Module.load, unless told)."""
+    if sha256 is None:
+        return None
+    digest = sha256.strip().lower() if isinstance(sha256, str) else None
+    if digest is None or len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
+        raise ValueError(f"{caller}: sha256 must be a SHA-256 as 64 hex digits (`sha256sum "
+                         f"file`), got {sha256!r}")
+    return digest
+
+
 def fetch(name, urls, sha256, folder=None, progress=None, timeout=30):
     """The path of `name` in the cache folder, downloaded from the first of `urls` that gives
-    it with this `sha256` if it is not there yet. `progress`: a stream for a progress line
-    (stderr when None; False for none)."""
+    it with this `sha256` (64 hex digits, either case) if it is not there yet. `progress`: a
+    stream for a progress line (stderr when None; False for none). Safe to call from several
+    processes at once: one downloads while the others wait for it."""
+    if sha256 is None:
+        raise ValueError("fetch: sha256 must be the file's SHA-256 as 64 hex digits, not None")
+    sha256 = _checked_sha256(sha256, "fetch")
     folder = Path(folder) if folder is not None else cache_folder()
     path = folder / name
-    if path.is_file():
-        found = sha256_of(path)
-        if found == sha256:
-            return path
-        raise DownloadError(f"{path} is there but its SHA-256 is {found}, not {sha256}: delete "
-                            "it (a different or damaged file) and fetch again")
-    folder.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".part")
     stream = sys.stderr if progress is None else progress
-    failures = []
-    for url in urls:
-        failure = _attempt(url, partial, sha256, stream, timeout)
-        if failure is None:
-            os.replace(partial, path)
+    if _cached(path, sha256):  # before the lock: a read-only cache folder still works
+        return path
+    folder.mkdir(parents=True, exist_ok=True)
+    with _locked(path, stream):
+        if _cached(path, sha256):  # another process downloaded it while this one waited
             return path
-        failures.append(f"{url}: {failure}")
+        partial = path.with_name(path.name + ".part")
+        failures = []
+        for url in urls:
+            failure = _attempt(url, partial, sha256, stream, timeout)
+            if failure is None:
+                os.replace(partial, path)
+                return path
+            failures.append(f"{url}: {failure}")
     tried = "".join(f"\n  {failure}" for failure in failures)
     try:  # where the file goes under any cache folder (GRADCORE_DATA)
         inside = f" as {path.relative_to(cache_folder()).as_posix()}"
@@ -69,6 +94,85 @@ def fetch(name, urls, sha256, folder=None, progress=None, timeout=30):
     elsewhere = f" or set GRADCORE_DATA to a folder holding it{inside}" if inside else ""
     raise DownloadError(f"could not download {name}:{tried}\nOffline, put the file at {path} "
                         f"(SHA-256 {sha256}){elsewhere}")
+
+
+def _cached(path, sha256):
+    """True if the file at `path` is there with this `sha256`, False if it is not there;
+    DownloadError if another file is."""
+    if not path.is_file():
+        return False
+    found = sha256_of(path)
+    if found == sha256:
+        return True
+    raise DownloadError(f"{path} is there but its SHA-256 is {found}, not {sha256}: delete "
+                        "it (a different or damaged file) and fetch again")
+
+
+@contextlib.contextmanager
+def _locked(path, stream):
+    """Hold an exclusive lock on `path` + ".lock" (created if missing) against other
+    processes; says on `stream` when it waits for one. The lock file is removed on release."""
+    lock = path.with_name(path.name + ".lock")
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as e:
+            raise DownloadError(e.errno, f"cannot download {path.name}: cannot create {lock} "
+                                f"({e.strerror}); make the folder writable, or set "
+                                "GRADCORE_DATA to a folder that is") from None
+        try:
+            if not _try_lock(fd):
+                if stream:
+                    stream.write(f"{path.name}: another process is downloading it; waiting\n")
+                    stream.flush()
+                _lock(fd)
+            try:  # the holder before us removes the file: then lock the one now there
+                current = os.path.samestat(os.fstat(fd), os.stat(lock))
+            except FileNotFoundError:
+                current = False
+        except BaseException:
+            os.close(fd)
+            raise
+        if current:
+            break
+        os.close(fd)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            if fcntl is not None:  # removed while held: a waiter on it then sees it gone
+                os.unlink(lock)
+            else:  # Windows cannot remove an open file; its lock must be undone before close
+                msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+        os.close(fd)  # releases the lock
+
+
+def _try_lock(fd):
+    """Lock `fd` at once if no other process holds it: True, else False."""
+    try:
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        else:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+    except OSError as e:
+        if e.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK, errno.EDEADLK):
+            return False
+        raise
+    return True
+
+
+def _lock(fd):
+    """Lock `fd`, waiting as long as another process holds it (a download can take hours)."""
+    if fcntl is not None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return
+    while True:  # msvcrt's LK_LOCK gives up after 10 tries a second apart
+        try:
+            msvcrt.locking(fd, msvcrt.LK_LOCK, 1)
+            return
+        except OSError as e:
+            if e.errno != errno.EDEADLK:
+                raise
 
 
 def _attempt(url, partial, sha256, stream, timeout):
@@ -82,6 +186,7 @@ def _attempt(url, partial, sha256, stream, timeout):
         resumed = partial.is_file() and partial.stat().st_size > 0
         try:
             _download(url, partial, stream, timeout)
+            found = sha256_of(partial)
         except urllib.error.HTTPError as e:
             e.close()
             if e.code == 416 and resumed:
@@ -89,7 +194,6 @@ def _attempt(url, partial, sha256, stream, timeout):
             return getattr(e, "reason", None) or e
         except (OSError, http.client.HTTPException, ValueError) as e:  # the .part is kept
             return getattr(e, "reason", None) or e
-        found = sha256_of(partial)
         if found == sha256:
             return None
         partial.unlink()

@@ -1,11 +1,14 @@
 """state_dict / load_state_dict and .npz checkpoints (save / load): round trips across devices,
 and every bad file refused with the model left as it was."""
+import contextlib
 import io
 import os
+import pathlib
 import stat
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import tracemalloc
 import warnings
@@ -123,6 +126,137 @@ def test_lazy_slots_load_onto_the_device_of_the_last_to(tmp_path):
     fresh.load(tmp_path / "w.npz")
     assert all(p.device == DEVICE1 for p in fresh.parameters())
     assert fresh(STRICT.asarray(np.ones((3, 5), np.float32), device=DEVICE1)).device == DEVICE1
+
+
+def test_lazy_slots_take_the_layers_dtype_not_the_files(tmp_path):
+    def three_layers(dtype=None):
+        return nn.Sequential(nn.Linear(4, dtype=dtype), nn.BatchNorm(dtype=dtype),
+                             nn.Linear(2, in_size=4, dtype=dtype))
+
+    source = three_layers("float64")
+    source(np.random.default_rng(0).standard_normal((5, 3)))
+    path = source.save(tmp_path / "f64")
+    fresh = three_layers()  # float32 layers: the lazy ones as well as the eager one
+    fresh.load(path)
+    assert {str(a.dtype) for a in fresh.state_dict().values()} == {"float32"}
+    assert fresh(np.ones((2, 3), np.float32)).dtype == np.float32
+    wide = three_layers().to(dtype="float64")  # the last to() decides over the layer's dtype
+    wide.load(path)
+    assert {str(a.dtype) for a in wide.state_dict().values()} == {"float64"}
+
+    lazy = nn.Linear(2)
+    lazy.load_state_dict({"W": np.full((3, 2), 5.0, np.float32), "b": np.array([1, 2])})
+    assert lazy.b.dtype == np.float32 and lazy.b.data.tolist() == [1.0, 2.0]
+
+
+class Lazy(nn.Module):
+    """Two lazy parameters and a lazy buffer in a module that declares no dtype."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = gradcore.Parameter(None)
+        self.s = gradcore.Parameter(None)
+        self.register_buffer("steps")
+
+
+def test_integers_for_a_lazy_parameter_of_no_declared_dtype_are_refused_before_any_load(
+        tmp_path):
+    model = Lazy()
+    state = {"w": np.ones(2), "s": np.array([1, 2]), "steps": np.asarray(3)}
+    with pytest.raises(ValueError, match=r"s: holds int64 values in the state.* must be floating "
+                       r"point.*to\(dtype=...\)\. Nothing was loaded"):
+        model.load_state_dict(state)
+    path = str(tmp_path / "ints.npz")
+    np.savez(path, **{nn.FORMAT_KEY: np.asarray(nn.FORMAT_VERSION)}, **state)
+    with pytest.raises(nn.CheckpointError, match="s: holds int64 values in the file"):
+        model.load(path)
+    assert model.w.data is None and model.s.data is None and model.steps.data is None
+    model.load_state_dict(dict(state, s=np.ones(2, np.float16)))  # else the values' own dtype
+    assert (model.w.dtype, model.s.dtype, model.steps.dtype) == (np.float64, np.float16, np.int64)
+
+
+def lazy_slots_are_empty(model):
+    return all(v.data is None for v in variables(model))
+
+
+def test_a_lazy_model_refuses_a_file_of_other_sizes_before_any_load(tmp_path):
+    x = np.ones((2, 5), np.float32)
+    three = nn.MLP((4, 3))
+    three(x)
+    path = three.save(tmp_path / "three_classes")
+    lazy = nn.MLP((4, 2))  # never called, but it knows out_size 2
+    with pytest.raises(nn.CheckpointError, match=r"l1\.W: shape \(4, 3\) in the file, \(\?, 2\) "
+                       r"in the model \(a Linear not built yet: \? is learnt from its first "
+                       r"input\); l1\.b: shape \(3,\) in the file, \(2,\) in the model\. Nothing"):
+        lazy.load(path)
+    assert lazy_slots_are_empty(lazy)
+
+    conv5 = nn.Conv2d(8, kernel_size=5)
+    conv5(np.zeros((1, 1, 9, 9), np.float32))
+    path = conv5.save(tmp_path / "conv5")
+    conv3 = nn.Conv2d(8, kernel_size=3)
+    with pytest.raises(nn.CheckpointError, match=r"W: shape \(8, 1, 5, 5\) in the file, "
+                       r"\(8, \?, 3, 3\) in the model"):
+        conv3.load(path)
+    assert lazy_slots_are_empty(conv3)
+    deconv = nn.Deconv2d(4, 3)  # W is (C, out_channels, KH, KW): C is the first axis
+    with pytest.raises(ValueError, match=r"W: shape \(2, 5, 3, 3\) in the state, "
+                       r"\(\?, 4, 3, 3\) in the model"):
+        deconv.load_state_dict({"W": np.zeros((2, 5, 3, 3)), "b": np.zeros(4)})
+    deconv.load_state_dict({"W": np.zeros((2, 4, 3, 3)), "b": np.zeros(4)})
+    assert deconv(np.ones((1, 2, 4, 4), np.float32)).shape == (1, 4, 6, 6)
+
+    # W and b that disagree with each other: the in-size is free, b must match out_size
+    path = str(tmp_path / "bad.npz")
+    np.savez(path, **{nn.FORMAT_KEY: np.asarray(nn.FORMAT_VERSION)},
+             W=np.zeros((5, 4), np.float32), b=np.zeros(7, np.float32))
+    linear = nn.Linear(4)
+    with pytest.raises(nn.CheckpointError, match=r"b: shape \(7,\) in the file, \(4,\) in the "
+                       r"model\. Nothing was loaded"):
+        linear.load(path)
+    assert lazy_slots_are_empty(linear)
+
+
+def test_a_lazy_layers_learnt_size_must_be_one_size_across_its_entries(tmp_path):
+    state = {"avg_mean": np.zeros(3), "avg_var": np.ones(3), "gamma": np.ones(5),
+             "beta": np.zeros(3)}
+    bn = nn.BatchNorm()
+    with pytest.raises(ValueError, match=r"avg_mean \(3,\) in the state, .*gamma \(5,\) in the "
+                       r"state.*: a BatchNorm learns one size from its input .* must agree"):
+        bn.load_state_dict(state)
+    path = str(tmp_path / "bn.npz")
+    np.savez(path, **{nn.FORMAT_KEY: np.asarray(nn.FORMAT_VERSION)}, **state)
+    with pytest.raises(nn.CheckpointError, match=r"gamma \(5,\) in the file"):
+        bn.load(path)
+    assert lazy_slots_are_empty(bn)
+    # a slot made lazy again must agree with those still filled
+    bn(np.ones((2, 3), np.float32))
+    bn.avg_mean.data = None
+    with pytest.raises(ValueError, match=r"avg_mean \(5,\) in the state, avg_var \(3,\) in "
+                       r"the model"):
+        bn.load_state_dict({"avg_mean": np.zeros(5)}, strict=False)
+    bn.load_state_dict({"avg_mean": np.zeros(3)}, strict=False)
+    # Linear learns its in-size from W alone: any W of the right out_size loads
+    linear = nn.Linear(2)
+    linear.load_state_dict({"W": np.ones((7, 2)), "b": np.zeros(2)})
+    assert linear(np.ones((1, 7), np.float32)).shape == (1, 2)
+
+
+@pytest.mark.parametrize("make, x", [
+    (lambda: nn.Linear(3, nobias=True), (2, 5)),
+    (lambda: nn.Conv2d(4, kernel_size=(3, 2), pad=1), (1, 2, 5, 5)),
+    (lambda: nn.Deconv2d(4, kernel_size=3, stride=2), (1, 2, 3, 3)),
+    (lambda: nn.BatchNorm(), (4, 3, 2, 2)),
+    (lambda: nn.RNN(3), (2, 5)),
+    (lambda: nn.LSTM(3), (2, 5)),
+], ids=["linear", "conv", "deconv", "batchnorm", "rnn", "lstm"])
+def test_a_lazy_layer_loads_what_the_same_layer_built(make, x):
+    """The shapes a layer declares for its lazy slots are those it creates."""
+    source = make()
+    source(np.ones(x, np.float32))
+    fresh = make()
+    fresh.load_state_dict(source.state_dict())
+    assert_same(snapshot(fresh), snapshot(source))
 
 
 # =============================================================================== bad input
@@ -669,3 +803,117 @@ def test_saving_into_a_missing_folder_names_the_folder(tmp_path):
     assert f"the folder {folder} does not exist" in message
     assert ".partial" not in message and ".tmp" not in message
     assert not (tmp_path / "not").exists()
+
+
+PROTECTED = """
+import os, sys
+import gradcore.nn as nn
+if os.geteuid() == 0:  # root may write any file: save as the user nobody instead
+    try:
+        os.setgroups([])
+        os.setgid(65534)
+        os.setuid(65534)
+    except OSError:
+        sys.exit("cannot run as the user nobody")
+try:
+    nn.Linear(2, in_size=3).save("best.npz")
+    print("saved")
+except PermissionError as e:
+    print(e)
+"""
+
+
+def test_a_write_protected_checkpoint_is_refused_and_left_as_it_was(tmp_path):
+    # the rename needs only the folder to be writable: save checks the file first, as open()
+    # and numpy.savez refuse it. Root saves as nobody, in a folder of /tmp (tmp_path's parents
+    # are root's only)
+    with tempfile.TemporaryDirectory() if os.geteuid() == 0 else contextlib.nullcontext(
+            tmp_path) as folder:
+        folder = pathlib.Path(folder)
+        folder.chmod(0o777)  # writable for the saving user: only the file forbids
+        path = folder / "best.npz"
+        built(0).save(path)
+        root = os.path.dirname(os.path.dirname(os.path.abspath(gradcore.__file__)))
+        env = dict(os.environ,
+                   PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+
+        def save_in_a_process():
+            done = subprocess.run([sys.executable, "-c", PROTECTED], cwd=folder, env=env,
+                                  capture_output=True, text=True, timeout=120)
+            if "cannot run as the user nobody" in done.stderr:
+                pytest.skip("running as root, and cannot switch to another user to be refused")
+            assert done.returncode == 0, done.stderr
+            return done.stdout.strip()
+
+        path.chmod(0o444)
+        old = path.read_bytes()
+        assert save_in_a_process() == (
+            "[Errno 13] save: best.npz is write-protected (mode 0o444); it was left as it was. "
+            "Make it writable (chmod u+w) to replace it, or save under another name")
+        assert path.read_bytes() == old and stat.S_IMODE(path.stat().st_mode) == 0o444
+        assert os.listdir(folder) == ["best.npz"]  # refused before any temporary file
+        path.chmod(0o666)  # writable by that user: replaced
+        assert save_in_a_process() == "saved" and path.read_bytes() != old
+
+
+@pytest.mark.parametrize("name", ["run_" + "x" * 236 + ".npz", "模" * 80 + ".npz", "m.npz",
+                                  "y" * 90 + ".npz"],
+                         ids=["244-ascii-bytes", "240-utf8-bytes", "short", "94-bytes"])
+def test_any_name_the_file_system_takes_can_be_saved(tmp_path, name):
+    path = tmp_path / name
+    path.touch()  # the file system takes the name
+    path.unlink()
+    opened = []
+    real_open = os.open
+
+    def recording_open(file, *args, **kwargs):
+        opened.append(os.path.basename(os.fsencode(file)))
+        return real_open(file, *args, **kwargs)
+
+    model = built(0)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "open", recording_open)
+        assert model.save(path) == str(path)
+    assert_same(nn.read_checkpoint(path), snapshot(model))
+    assert os.listdir(tmp_path) == [name]
+    temporary = opened[-1]
+    assert temporary.endswith(b".tmp") and len(temporary) <= max(len(os.fsencode(name)), 100)
+    temporary.decode("utf-8")  # cut at a whole character
+    if len(os.fsencode(name)) + 22 <= 100:
+        assert temporary.startswith(b"." + os.fsencode(name) + b".")  # short names stay whole
+
+
+def test_a_name_too_long_for_the_file_system_says_so(tmp_path):
+    name = "z" * 300 + ".npz"
+    with pytest.raises(OSError, match=r"its name is 304 bytes long, more than the file system "
+                                      r"allows \(255 bytes on most\); choose a shorter name"):
+        built(0).save(tmp_path / name)
+    assert os.listdir(tmp_path) == []
+
+
+def test_load_reads_the_file_that_save_wrote_under_the_same_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    os.mkdir("exp1")  # a run's folder beside its checkpoint
+    model = built(0)
+    assert model.save("exp1") == "exp1.npz"
+    fresh = built(1)
+    fresh.load("exp1")
+    assert_same(snapshot(fresh), snapshot(model))
+    assert_same(nn.read_checkpoint("exp1"), snapshot(model))
+
+    built(1).save("plain.npz")
+    os.rename("plain.npz", "plain")  # a checkpoint named without .npz, and no plain.npz
+    assert_same(nn.read_checkpoint("plain"), snapshot(built(1)))
+
+    built(1).save("model")
+    os.rename("model.npz", "model")  # an old copy named "model"...
+    model.save("model")  # ...and the checkpoint just saved, model.npz
+    fresh = built(2)
+    before = snapshot(fresh)
+    for load in (fresh.load, nn.read_checkpoint):
+        with pytest.raises(nn.CheckpointError, match=r"the checkpoint name 'model' is ambiguous: "
+                                                     r"both model and model.npz are files"):
+            load("model")
+    assert_same(snapshot(fresh), before)
+    fresh.load("model.npz")  # the full name decides
+    assert_same(snapshot(fresh), snapshot(model))

@@ -197,6 +197,90 @@ def test_mlp_is_dezero_shaped():
     assert relu_mlp(x).shape == (3, 2)
 
 
+def test_a_replaced_or_deleted_layer_is_the_one_forward_runs_trains_and_saves():
+    x = np.ones((1, 3), np.float32)
+    seq = nn.Sequential(nn.Linear(3, 2), F.relu, nn.Linear(2, 1))
+    new = nn.Linear(2, 4)
+    setattr(seq, "2", new)  # the Module way of replacing a child
+    assert seq(x).shape == (1, 4) and seq[2] is new and len(seq) == 3
+    assert list(seq.parameters())[2:] == [new.W, new.b]
+    delattr(seq, "0")
+    h = np.array([[-1.0, 2.0]], np.float32)
+    np.testing.assert_array_equal(seq(h).data, new(F.relu(h)).data)
+    assert len(seq) == 2 and seq[0] is F.relu and list(seq.state_dict()) == ["2.W", "2.b"]
+    seq.append(nn.Linear(5))  # "2" is taken: the next free number, not len(seq)
+    assert [name for name, _ in seq.named_children()] == ["1", "2", "3"] and seq[1] is new
+    assert seq(h).shape == (1, 5)
+    setattr(seq, "3", None)  # a None slot is skipped, as parameters() skips it
+    assert seq(h).shape == (1, 4) and len(seq) == 2
+
+    mlp = nn.MLP((4, 2))
+    mlp(x)
+    old = mlp.l1
+    mlp.l1 = nn.Linear(3)
+    assert mlp.layers == [mlp.l0, mlp.l1] and mlp(x).shape == (1, 3)
+    optim = gradcore.optim.SGD(lr=1.0).setup(mlp)
+    before = [p.data.copy() for p in mlp.l1.params()]
+    mlp.cleargrads()
+    F.sum(mlp(x)).backward()
+    optim.update()
+    assert old.W.grad is None  # the replaced layer neither runs nor trains
+    assert all(not np.array_equal(b, p.data) for b, p in zip(before, mlp.l1.params()))
+    del mlp.l1
+    assert mlp(x).shape == (1, 4) and list(mlp.state_dict()) == ["l0.W", "l0.b"]
+
+    relu_mlp = nn.MLP((4, 2), activation=nn.ReLU())  # a Module activation is not a layer
+    assert relu_mlp.layers == [relu_mlp.l0, relu_mlp.l1] and relu_mlp(x).shape == (1, 2)
+
+
+def test_a_layer_slot_set_to_none_is_created_again_at_the_next_call():
+    """Module: "assigning None keeps the name registered (a lazy slot)"."""
+    for layer, x, slots in (
+            (nn.Linear(3, 2), np.ones((1, 3), np.float32), ("W", "b")),
+            (nn.Conv2d(2, 3, in_channels=1), np.ones((1, 1, 4, 4), np.float32), ("W", "b")),
+            (nn.BatchNorm(), np.ones((2, 3), np.float32),
+             ("gamma", "beta", "avg_mean", "avg_var"))):
+        layer(x)
+        names = list(layer.state_dict())
+        for slot in slots:
+            setattr(layer, slot, None)
+            assert slot not in layer.state_dict()
+            y = layer(x)
+            assert getattr(layer, slot).data is not None and list(layer.state_dict()) == names
+            assert y.dtype == np.float32
+    assert isinstance(layer.gamma, gradcore.Parameter)
+    assert not isinstance(layer.avg_mean, gradcore.Parameter)  # a buffer again, not trained
+    assert not layer.avg_mean.requires_grad
+    nobias = nn.Linear(3, 2, nobias=True)
+    nobias.W = None
+    nobias(np.ones((1, 3), np.float32))
+    assert nobias.b is None and list(nobias.state_dict()) == ["W"]
+
+
+def test_lazy_layers_take_the_dtype_given_to_to():
+    model = nn.Sequential(nn.Linear(4), nn.BatchNorm(), nn.Conv2d(2, 1)).to(dtype="float64")
+    model[0](np.ones((8, 3), np.float32))
+    model[1](np.ones((8, 4), np.float32))
+    model[2](np.ones((1, 4, 2, 2), np.float32))
+    assert {str(v.dtype) for v in model.state_dict().values()} == {"float64"}
+    rnn = nn.RNN(3).to(dtype=np.float16)
+    rnn(np.ones((2, 5), np.float32))
+    assert {str(v.dtype) for v in rnn.parameters()} == {"float16"}
+
+
+def test_numpy_integers_are_sizes():
+    k, one = np.int64(3), np.int32(1)
+    x = np.random.default_rng(0).standard_normal((1, 2, 5, 5)).astype(np.float32)
+    for layer in (nn.Conv2d, nn.Deconv2d):
+        np.random.seed(0)
+        expected = layer(2, 3, stride=1, pad=1)(x).data
+        np.random.seed(0)
+        np.testing.assert_array_equal(layer(2, k, stride=one, pad=(one, 1))(x).data, expected)
+    np.testing.assert_array_equal(F.pooling(x, k, np.int64(2)).data, F.pooling(x, 3, 2).data)
+    with pytest.raises(ValueError, match="kernel_size must be an int >= 1"):
+        nn.Conv2d(2, np.True_)
+
+
 # =============================================================================== bad arguments
 @pytest.mark.parametrize("make, error, match", [
     (lambda: nn.Linear(), TypeError, "needs out_size"),

@@ -88,6 +88,36 @@ def test_a_registered_name_refuses_other_values():
     assert names(net)[:3] == ["z.fc.W", "z.fc.b", "z.scale"]
 
 
+def test_a_name_that_is_not_an_identifier_is_refused_for_parameters_and_modules():
+    """"l1.W" beside a sub-module l1 would give two parameters one qualified name."""
+    net = Net()
+    before = names(net)
+    for value in (Parameter(np.zeros(2)), nn.Linear(2, 2)):
+        with pytest.raises(ValueError, match=r"'block\.fc' on Net: the name must be an "
+                           r"identifier; use a valid Python identifier"):
+            setattr(net, "block.fc", value)
+    with pytest.raises(ValueError, match="valid Python identifier"):
+        setattr(net, "", Parameter(np.zeros(2)))
+    assert names(net) == before and "block.fc" not in vars(net)
+    seq = nn.Sequential()
+    setattr(seq, "0", nn.Linear(2, 2))  # numbers stay fine: Sequential names its layers so
+    assert [n for n, _ in seq.named_parameters()] == ["0.W", "0.b"]
+
+
+def test_state_dict_refuses_two_entries_under_one_name(tmp_path):
+    net = Net()
+    net(np.ones((1, 2), np.float32))
+    # only reachable around __setattr__: an attribute named like block's parameter
+    object.__setattr__(net, "block.scale", Parameter(np.full(3, 7.0)))
+    net._registered["block.scale"] = "parameter"
+    for call in (net.state_dict, lambda: net.save(tmp_path / "dup"),
+                 lambda: net.load_state_dict({})):
+        with pytest.raises(ValueError, match=r"'block\.scale' names more than one parameter or "
+                           "buffer of Net.*rename one"):
+            call()
+    assert not (tmp_path / "dup.npz").exists()
+
+
 def test_plain_attributes_are_not_registered():
     m = nn.Module()
     m.v = Variable(np.ones(2))      # a Variable that is not a Parameter
@@ -379,7 +409,7 @@ def test_bad_buffers():
         m.count = np.zeros(1)
     with pytest.raises(KeyError, match="already has an attribute 'w'"):
         m.register_buffer("w", np.zeros(1))
-    with pytest.raises(ValueError, match="must be an identifier"):
+    with pytest.raises(ValueError, match="must be an identifier; use a valid Python identifier"):
         m.register_buffer("a.b", np.zeros(1))
     m.count = None  # a lazy buffer: kept registered, skipped until it has a value
     assert list(m.named_buffers()) == []

@@ -1,6 +1,7 @@
 """RNN and LSTM: values against NumPy, state carried across calls, reset_state, lazy devices,
-truncated backprop."""
+truncated backprop, a batch of another size refused."""
 import numpy as np
+import pytest
 
 import gradcore.functions as F
 import gradcore.nn as nn
@@ -99,3 +100,32 @@ def test_truncated_backprop_through_the_state():
     F.sum(h3).backward()
     # only the last step contributes: dW = x^T (1 - h3^2), nothing from the earlier steps
     np.testing.assert_allclose(rnn.x2h.W.grad.data, x.T @ (1 - h3.data ** 2), rtol=1e-6)
+
+
+def test_a_batch_of_another_size_needs_reset_state():
+    for layer in (nn.RNN(4), nn.LSTM(4)):
+        name = type(layer).__name__
+        layer(np.ones((8, 3), np.float32))
+        for rows in (1, 5):  # a state of 8 rows would broadcast against 1, or 5 fail deep inside
+            with pytest.raises(ValueError, match=rf"{name}: the input has a batch of {rows}, the "
+                               r"state carried from the last call a batch of 8: call "
+                               r"reset_state\(\)"):
+                layer(np.ones((rows, 3), np.float32))
+        layer.reset_state()
+        layer(np.ones((1, 3), np.float32))
+        with pytest.raises(ValueError, match="a batch of 1: call reset_state"):
+            layer(np.ones((5, 3), np.float32))  # a state of 1 row would broadcast against 5
+        assert layer(np.ones((1, 3), np.float32)).shape == (1, 4)
+
+
+@pytest.mark.parametrize("make, h2h", [(nn.RNN, "h2h.W"), (nn.LSTM, "h2u.W")])
+def test_a_lazy_layer_refuses_a_state_weight_not_hidden_by_hidden(make, h2h):
+    """h2*.W reads the state h, so it is (hidden_size, hidden_size) before any call too."""
+    source = make(3)
+    source(np.ones((2, 4), np.float32))
+    state = dict(source.state_dict(), **{h2h: np.zeros((4, 3), np.float32)})
+    lazy = make(3)
+    with pytest.raises(ValueError, match=rf"{h2h}: shape \(4, 3\) in the state, \(3, 3\) in "
+                       r"the model\. Nothing was loaded"):
+        lazy.load_state_dict(state)
+    assert all(p.data is None for p in lazy.parameters())

@@ -31,6 +31,13 @@ def test_array_allclose_uses_its_tolerances(xp):
     assert array_allclose(a, xp.asarray(data + 0.5), rtol=0, atol=0.1) is False
 
 
+def test_array_allclose_is_false_for_shapes_that_do_not_broadcast(xp):
+    assert array_allclose(xp.asarray(np.zeros(2)), xp.asarray(np.zeros(3))) is False
+    assert array_allclose(gradcore.Variable(xp.asarray(np.zeros((2, 3)))), np.zeros(2)) is False
+    assert array_allclose(xp.asarray(np.zeros((2, 3))), np.zeros(3)) is True  # broadcasts
+    assert array_allclose(xp.asarray(np.zeros((2, 1))), 0.0) is True
+
+
 # =============================================================================== sum_to
 @pytest.mark.parametrize("source, target", [
     ((2, 3), (1, 3)),

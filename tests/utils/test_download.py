@@ -2,8 +2,12 @@
 mirrors, resuming."""
 import hashlib
 import http.server
+import io
 import socket
+import subprocess
+import sys
 import threading
+import time
 
 import pytest
 
@@ -15,10 +19,10 @@ DIGEST = hashlib.sha256(BODY).hexdigest()
 
 class Server:
     """A thread serving BODY at /file, honouring Range (416 for a range from the end on, as S3
-    answers); `cut` bytes: the next reply stops there (a broken connection). `requests` lists
-    each request's Range header."""
+    answers); `cut` bytes: the next reply stops there (a broken connection); `delay` seconds
+    between 4 KiB blocks (a slow download). `requests` lists each request's Range header."""
 
-    def __init__(self):
+    def __init__(self, delay=0.0):
         self.requests, self.cut = [], None
         owner = self
 
@@ -46,7 +50,11 @@ class Server:
                 body = BODY[start:]
                 if owner.cut is not None:
                     body, owner.cut = body[:owner.cut], None
-                self.wfile.write(body)
+                for i in range(0, len(body), 4096):
+                    self.wfile.write(body[i:i + 4096])
+                    if delay:
+                        self.wfile.flush()
+                        time.sleep(delay)
 
             def log_message(self, *args):
                 pass
@@ -101,6 +109,81 @@ def test_a_broken_download_resumes_where_it_stopped(server, tmp_path):
     assert (tmp_path / "data.bin.part").stat().st_size == 30_000
     path = fetch("data.bin", [server.url + "/file"], DIGEST, folder=tmp_path, progress=False)
     assert path.read_bytes() == BODY and server.requests[-1] == "bytes=30000-"
+
+
+def test_an_upper_case_sha256_is_the_same_digest(server, tmp_path):
+    path = fetch("data.bin", [server.url + "/file"], f" {DIGEST.upper()}\n", folder=tmp_path,
+                 progress=False)
+    assert path.read_bytes() == BODY
+    assert fetch("data.bin", [server.url + "/file"], DIGEST.upper(), folder=tmp_path,
+                 progress=False) == path  # the cached file is accepted too
+    assert server.requests == [None]
+
+
+@pytest.mark.parametrize("digest", ["abc", "g" * 64, None, 123])
+def test_a_sha256_that_is_not_64_hex_digits_is_refused_first(digest, server, tmp_path):
+    with pytest.raises(ValueError, match="fetch: sha256 must be .*64 hex digits"):
+        fetch("data.bin", [server.url + "/file"], digest, folder=tmp_path, progress=False)
+    assert server.requests == [] and list(tmp_path.iterdir()) == []
+
+
+FETCH_WHEN_TOLD = """
+import hashlib, sys
+from gradcore.utils.download import fetch
+print("ready", flush=True)
+sys.stdin.readline()  # the test says go once every process is ready: the fetches overlap
+path = fetch("data.bin", [sys.argv[1]], sys.argv[2], folder=sys.argv[3], progress=False)
+print(hashlib.sha256(path.read_bytes()).hexdigest())
+"""
+
+
+def test_processes_fetching_one_file_at_once_take_turns(tmp_path):
+    # MPI ranks loading the same weights: one downloads while the others wait for its lock
+    # (all appending to one .part corrupted it, or one renamed it under another)
+    server = Server(delay=0.01)  # 25 blocks of 4 KiB: a download of some 0.25 s
+    try:
+        processes = [subprocess.Popen(
+            [sys.executable, "-c", FETCH_WHEN_TOLD, server.url + "/file", DIGEST, str(tmp_path)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(3)]
+        for p in processes:
+            assert p.stdout.readline() == "ready\n", p.communicate()[1]
+        for p in processes:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        outcomes = [p.communicate(timeout=60) for p in processes]
+    finally:
+        server.close()
+    assert [(p.returncode, out.strip()) for p, (out, _) in zip(processes, outcomes)] == \
+        [(0, DIGEST)] * 3, [err for _, err in outcomes]
+    assert hashlib.sha256((tmp_path / "data.bin").read_bytes()).hexdigest() == DIGEST
+    assert server.requests == [None]  # one download; the others found the file after it
+    assert [p.name for p in tmp_path.iterdir()] == ["data.bin"]  # no .part or .lock left
+
+
+def test_a_fetch_waits_for_the_lock_and_then_finds_the_file(server, tmp_path):
+    fcntl = pytest.importorskip("fcntl")  # Linux and macOS; Windows locks with msvcrt
+    stream, found = io.StringIO(), []
+    with open(tmp_path / "data.bin.lock", "w") as held:  # as another process's download holds it
+        fcntl.flock(held, fcntl.LOCK_EX)
+        waiting = threading.Thread(target=lambda: found.append(
+            fetch("data.bin", [server.url + "/file"], DIGEST, folder=tmp_path, progress=stream)))
+        waiting.start()
+        time.sleep(0.3)
+        assert waiting.is_alive() and server.requests == []  # it waits, downloading nothing
+        (tmp_path / "data.bin").write_bytes(BODY)  # what the other download renamed into place
+        fcntl.flock(held, fcntl.LOCK_UN)
+        waiting.join(timeout=30)
+    assert found == [tmp_path / "data.bin"] and server.requests == []  # no download of its own
+    assert "data.bin: another process is downloading it; waiting" in stream.getvalue()
+    assert [p.name for p in tmp_path.iterdir()] == ["data.bin"]
+
+
+def test_a_lock_file_that_cannot_be_made_is_an_error_that_says_so(tmp_path):
+    (tmp_path / "data.bin.lock").mkdir()  # as a folder it cannot write would refuse it
+    with pytest.raises(DownloadError, match=r"cannot download data.bin: cannot create "
+                                            r".*data.bin.lock \(Is a directory\).*GRADCORE_DATA"):
+        fetch("data.bin", ["http://127.0.0.1:1/file"], DIGEST, folder=tmp_path, progress=False)
 
 
 def test_offline_says_which_file_to_put_where(tmp_path):
