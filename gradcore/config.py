@@ -12,6 +12,11 @@ _recording = contextvars.ContextVar("gradcore.recording", default=True)
 _anomaly = contextvars.ContextVar("gradcore.anomaly", default=False)
 _train = contextvars.ContextVar("gradcore.train", default=True)
 
+# True while gradcore.checkpoint runs a block again during backward: what the block did besides
+# computing its results (batch norm's running statistics) it did when it first ran
+_recomputing = contextvars.ContextVar("gradcore.recomputing", default=False)
+recomputing = _recomputing.get
+
 # False, True or ANOMALY for this thread. A bound C method: the hot path reads it with no frame.
 recording = _recording.get
 training = _train.get  # Config.train, read the same way (a compiled step's key, at every call)

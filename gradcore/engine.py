@@ -224,8 +224,11 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING):
             pushed.add(f)
             heappush(heap, (-f.generation, -f.sequence, f))
 
-    # hooked leaf -> how many ops still to run will hand it a gradient; at 0 its .grad is final
-    pending = _pending(ys) if post_accumulate_hooks and wanted is None else None
+    # hooked leaf -> how many ops still to run will hand it a gradient; at 0 its .grad is final.
+    # Hooks run and gradients are retained during the walk: with either, _pending checks every
+    # op for writes first, so that a refused graph changes nothing
+    hooked = post_accumulate_hooks and wanted is None
+    pending = _pending(ys, hooked) if hooked or retain_grad else None
     ref = weakref.ref
     check_anomalies = is_anomaly_enabled()
     # no gradient kept but the leaves', no anomaly checks: the short path below may run
@@ -355,23 +358,27 @@ def _schedule(heap, following, creator):
     return following
 
 
-def _pending(ys):
-    """For each leaf with post-accumulate hooks behind `ys`: how many of the ops behind `ys`
-    take it as an input that needs a gradient (one pass over the graph)."""
+def _pending(ys, hooked):
+    """With `hooked`, for each leaf with post-accumulate hooks behind `ys`: how many of the ops
+    behind `ys` take it as an input that needs a gradient. One pass over the graph, which also
+    refuses it if an op's input was written after the op ran (_check_versions)."""
     pending = {}
     seen = set()
+    written = latest_write[0]
     stack = [y.creator for y in ys if y.creator is not None]
     while stack:
         f = stack.pop()
         if f in seen:
             continue
         seen.add(f)
+        if f.sequence < written:
+            _check_versions(f)
         for x, need in zip(f.inputs, f.needs_input_grad):
             if not need:
                 continue
             if x.creator is not None:
                 stack.append(x.creator)
-            elif x in post_accumulate_hooks:
+            elif hooked and x in post_accumulate_hooks:
                 pending[x] = pending.get(x, 0) + 1
     return pending
 
@@ -389,9 +396,12 @@ def _release(f, pending, grads, shared, create_graph):
         g = grads.pop(x, None)
         if g is None:  # every op gave it None: nothing was added, no hook runs
             continue
+        data = g._data
+        if any(z is not x and z in grads and grads[z]._data is data for z in f.inputs):
+            # f handed this array to another input too (add's backward): x gets a copy, so a
+            # hook writing into x.grad leaves the other's gradient as it is
+            shared[id(data)] = data
         _add_to_grads([(x, _run_hooks(x, g, shared) if x._hooks else g)], shared, create_graph)
-        held = x._grad._data  # x.grad holds it now: another leaf handed it gets a copy
-        shared[id(held)] = held
 
 
 def _finish(leaves, grads, wanted, captured, shared, create_graph):

@@ -10,6 +10,9 @@ backward passes are recorded), so transforms compose: `jacobian(grad(f), x)` is 
     gf.jacobian(lambda x: x * x, x)                # diag(2x)
     gf.hvp(f, x, v)                                # the Hessian of f at x times v
 """
+import contextlib
+import threading
+
 from . import engine
 from .config import enable_grad
 from .functions.math import copy
@@ -20,24 +23,48 @@ __all__ = ["vjp", "jvp", "grad", "value_and_grad", "jacobian", "jacfwd", "hessia
 
 
 # ================================================================================ helpers
+_running = threading.local()  # .depth: how many transforms are evaluating f in this thread
+
+
+@contextlib.contextmanager
+def _evaluating():
+    """Around a call of the user's f: a transform called inside it is nested in this one."""
+    _running.depth = _nesting() + 1
+    try:
+        with enable_grad():
+            yield
+    finally:
+        _running.depth -= 1
+
+
+def _nesting():
+    return getattr(_running, "depth", 0)
+
+
 class _Inputs:
     """The primals as Variables the engine can differentiate with respect to, one of its own
     per position: for a Variable that requires grad, a copy made by an op (an outer transform,
     or the caller, differentiates through it; the same Variable at two positions, or an outer
     transform's variable read inside f, is then not confused with this position's); anything
-    else, a new leaf that shares its array. `arrays`: True when no primal was a Variable, so
-    results go back as arrays."""
+    else, a new leaf that shares its array. `arrays`: True when results go back as arrays."""
 
     def __init__(self, primals, where):
         if not primals:
             raise TypeError(f"{where}: needs at least one primal (the point to differentiate at)")
-        self.arrays = _no_variable(primals)
+        self.arrays = _arrays_out(primals)
         with enable_grad():
             self.variables = tuple(copy(p) if isinstance(p, Variable) and p.requires_grad
                                    else Variable(p.data if isinstance(p, Variable) else p)
                                    for p in primals)
-        # record the backward passes when something outside may differentiate the results
-        self.create_graph = any(isinstance(p, Variable) and p.requires_grad for p in primals)
+        for i, v in enumerate(self.variables):
+            if not v.requires_grad:  # an integer or bool point: its gradient would be zeros
+                raise TypeError(
+                    f"{where}: primal {i} has dtype {v.dtype}, which cannot carry a gradient; "
+                    "differentiate at a floating-point point (2.0, not 2; or x.astype(float))")
+        # record the backward passes when something outside may differentiate the results: a
+        # caller's Variable, or an outer transform whose variable f may read (a closure)
+        self.create_graph = _nesting() > 0 or any(
+            isinstance(p, Variable) and p.requires_grad for p in primals)
 
     def export(self, value):
         return _export(value, self.arrays)
@@ -53,8 +80,10 @@ def _export(value, arrays):
     return value
 
 
-def _no_variable(primals):
-    return not any(isinstance(p, Variable) for p in primals)
+def _arrays_out(primals):
+    """Arrays in give arrays out, except inside another transform's f: there the results stay
+    Variables, which may depend on the outer transform's variables."""
+    return _nesting() == 0 and not any(isinstance(p, Variable) for p in primals)
 
 
 def _outputs(out, where):
@@ -119,7 +148,7 @@ def vjp(f, *primals):
     sum(f(*primals) * cotangent) with respect to it (a tuple, one per primal). The cotangent is
     shaped like f's result (a tuple of them if f returns a tuple)."""
     inputs = _Inputs(primals, "vjp")
-    with enable_grad():
+    with _evaluating():
         out = f(*inputs.variables)
     outputs, _ = _outputs(out, "vjp")
 
@@ -147,8 +176,9 @@ def jvp(f, primals, tangents):
     if len(primals) != len(tangents):
         raise ValueError(f"jvp: {len(tangents)} tangents for {len(primals)} primals")
     inputs = _Inputs(primals, "jvp")
-    with enable_grad():
+    with _evaluating():
         out = f(*inputs.variables)
+    with enable_grad():
         outputs, rebuild = _outputs(out, "jvp")
         dummies = [Variable(_zeros(y)) for y in outputs]
         pullback = _gradients(outputs, inputs.variables, dummies, create_graph=True)
@@ -171,9 +201,19 @@ def _check_one_number(y):
                          f"{got}; reduce it first (F.sum) or use jacobian")
 
 
-def value_and_grad(f, argnums=0):
+def _is_index(n):
+    return isinstance(n, int) and not isinstance(n, bool)
+
+
+def value_and_grad(f, argnums=0, has_aux=False):
     """A function returning `(f(*args), gradient)`: the gradient of f's (one-number) result with
-    respect to args[argnums] (a tuple of gradients when argnums is a tuple)."""
+    respect to args[argnums] (a tuple of gradients when argnums is a tuple). With `has_aux`, f
+    returns `(result, aux)` and this returns `((result, aux), gradient)`, aux as f gave it."""
+    if not (_is_index(argnums) or isinstance(argnums, tuple) and argnums
+            and all(_is_index(n) for n in argnums)):
+        raise TypeError(f"grad: argnums must be an int or a non-empty tuple of ints, got "
+                        f"{argnums!r}")
+
     def value_and_gradient(*args):
         numbers = argnums if isinstance(argnums, tuple) else (argnums,)
         for n in numbers:
@@ -181,24 +221,38 @@ def value_and_grad(f, argnums=0):
                 raise IndexError(f"grad: argnums {n} for a function called with {len(args)} "
                                  "argument(s)")
         chosen = [n % len(args) for n in numbers]
+        aux = []
 
         def of_chosen(*picked):
             full = list(args)
             for n, value in zip(chosen, picked):
                 full[n] = value
-            return f(*full)
+            out = f(*full)
+            if not has_aux:
+                return out
+            if not (isinstance(out, (tuple, list)) and len(out) == 2):
+                raise TypeError("grad: with has_aux=True, f must return a pair (result, aux), "
+                                f"got {type(out).__name__}")
+            aux.append(out[1])
+            return out[0]
         y, vjp_fn = vjp(of_chosen, *[args[n] for n in chosen])
         _check_one_number(y)
         gs = vjp_fn(1.0)
-        return y, gs if isinstance(argnums, tuple) else gs[0]
+        gs = gs if isinstance(argnums, tuple) else gs[0]
+        return ((y, aux[0]) if has_aux else y), gs
     return value_and_gradient
 
 
-def grad(f, argnums=0):
+def grad(f, argnums=0, has_aux=False):
     """A function returning the gradient of f's (one-number) result with respect to
-    args[argnums] (a tuple of them when argnums is a tuple). Composes: grad(grad(f))."""
-    both = value_and_grad(f, argnums)
-    return lambda *args: both(*args)[1]
+    args[argnums] (a tuple of them when argnums is a tuple). Composes: grad(grad(f)). With
+    `has_aux`, f returns `(result, aux)` and this returns `(gradient, aux)`."""
+    both = value_and_grad(f, argnums, has_aux)
+
+    def gradient(*args):
+        value, g = both(*args)
+        return (g, value[1]) if has_aux else g
+    return gradient
 
 
 # ================================================================================ Jacobians
@@ -208,15 +262,19 @@ def jacobian(f, x):
     argument."""
     primals = x if isinstance(x, tuple) else (x,)
     out, vjp_fn = vjp(f, *primals)
-    y = _output(out, "jacobian")
-    rows = [[] for _ in primals]
-    basis = _basis(y)
-    for i in range(y.size):
-        gs = vjp_fn(y.xp.reshape(basis[i, ...], y.shape))
-        for row, g in zip(rows, gs):
-            row.append(_output(g, "jacobian"))
-    jacobians = tuple(_stack(row, y.shape) for row in rows)
-    return _export(jacobians if isinstance(x, tuple) else jacobians[0], _no_variable(primals))
+    outputs, rebuild = _outputs(out, "jacobian")
+    per_output = []
+    for k, y in enumerate(outputs):
+        rows = [[] for _ in primals]
+        basis = _basis(y)
+        for i in range(y.size):
+            unit = y.xp.reshape(basis[i, ...], y.shape)
+            gs = vjp_fn(rebuild([unit if j == k else _zeros(o) for j, o in enumerate(outputs)]))
+            for row, g in zip(rows, gs):
+                row.append(_output(g, "jacobian"))
+        jacobians = tuple(_stack(row, y.shape) for row in rows)
+        per_output.append(jacobians if isinstance(x, tuple) else jacobians[0])
+    return _export(rebuild(per_output), _arrays_out(primals))
 
 
 def jacfwd(f, x):
@@ -224,8 +282,9 @@ def jacfwd(f, x):
     f(x).shape + x.shape; with x a tuple, a tuple of Jacobians. Cheaper than jacobian when x has
     fewer elements than f's result."""
     primals = x if isinstance(x, tuple) else (x,)
-    columns_per_input = []
+    columns_per_input = []  # for each input, its columns: each a list, one per output of f
     points = [_output(p, "jacfwd") for p in primals]
+    rebuild = None
     for k, px in enumerate(points):
         basis = _basis(px)
         columns = []
@@ -233,11 +292,15 @@ def jacfwd(f, x):
             tangents = [q.xp.reshape(basis[j, ...], q.shape) if i == k else _zeros(q)
                         for i, q in enumerate(points)]
             _, column = jvp(f, primals, tangents)
-            columns.append(_output(column, "jacfwd"))
+            column, rebuild = _outputs(column, "jacfwd")
+            columns.append(column)
         columns_per_input.append(columns)
-    jacobians = tuple(_stack_columns(columns, p) for columns, p in zip(columns_per_input,
-                                                                       primals))
-    return _export(jacobians if isinstance(x, tuple) else jacobians[0], _no_variable(primals))
+    per_output = []
+    for o in range(len(columns_per_input[0][0])):
+        jacobians = tuple(_stack_columns([c[o] for c in columns], p)
+                          for columns, p in zip(columns_per_input, primals))
+        per_output.append(jacobians if isinstance(x, tuple) else jacobians[0])
+    return _export(rebuild(per_output), _arrays_out(primals))
 
 
 def hessian(f, x):

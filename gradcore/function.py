@@ -8,7 +8,7 @@ import backends
 from . import anomaly
 from . import variable as _variables
 from .config import recording
-from .variable import _SCALARS, Variable, _init_slots, sequence as _sequence
+from .variable import _SCALARS, Variable, _init_slots, sequence as _sequence, share_versions
 _new_variable = object.__new__
 _weakref = weakref.ref
 _NO_INPUT = object()  # __call__'s default for x0 and x1: fewer inputs were given
@@ -406,6 +406,23 @@ class Function:
         if backend is None:
             raise TypeError(f"{self._name()}.forward returned {type(y).__name__}, not an array")
         return backend.ensure_array(y), backend
+
+
+class View(Function):
+    """A Function whose outputs can be views of its first input's array (reshape, transpose,
+    basic indexing). An output that is one shares the input's version, recorded or not (under
+    no_grad, of a detached input): an in-place write to the input, such as an optimizer step,
+    then stops a backward that saved the view, which would otherwise compute with the new
+    values."""
+
+    def __call__(self, *inputs):
+        ys = Function.__call__(self, *inputs)
+        x = inputs[0]
+        if isinstance(x, Variable):
+            for y in ys if ys.__class__ is tuple else (ys,):
+                if not y._backend.owns_memory(y._data):
+                    share_versions(x, y)
+        return ys
 
 
 def _integers_as_float(constants, inputs):

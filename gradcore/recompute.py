@@ -4,16 +4,18 @@ the block again during backward (memory for compute, as torch.utils.checkpoint).
 The block runs once, recorded, to find every Variable from outside it that it reads (the
 Parameters of the layers it calls, say) and its results; that graph is then dropped, so the
 block's intermediate arrays are freed at once. One node stands for the whole block in the
-graph, its inputs being the block's arguments and those outside Variables. Its backward puts the
-random generator back where it was, runs the block again with recording on, from the same
-Variables, and differentiates that: random ops (dropout) draw the same numbers, gradients reach
-the outside Variables through the outer walk (gradcore.grad leaves every .grad alone, as
-without a checkpoint), and with create_graph the gradients stay differentiable.
+graph, its inputs being the block's arguments and those outside Variables. The block draws
+random numbers from a generator of its own, in this thread, started where the global one was.
+The node's backward starts one there again, runs the block again with recording on, from the
+same Variables, and differentiates that: random ops (dropout) draw the same numbers, even while
+other threads draw; batch norm leaves its running statistics as the first run left them;
+gradients reach the outside Variables through the outer walk (gradcore.grad leaves every .grad
+alone, as without a checkpoint), and with create_graph the gradients stay differentiable.
 """
 import backends
 
 from . import engine
-from .config import Config, enable_grad, is_grad_enabled, using_config
+from .config import Config, _recomputing, enable_grad, is_grad_enabled, using_config
 from .function import Function
 from .variable import Variable, sequence
 
@@ -35,8 +37,11 @@ def checkpoint(fn, *args):
     leaves = [Variable(args[i].data if isinstance(args[i], Variable) else args[i])
               for i in where]
     start = next(sequence)
-    with enable_grad():
+    # the block draws from a generator of its own, started where the global one is, which
+    # backward starts there again: other threads' draws meanwhile cannot shift either run
+    with enable_grad(), backend.drawing_from(device, state) as generator:
         out = fn(*_filled(args, where, leaves))
+    backend.resume_from(device, generator)  # what comes after the block draws as without it
     several = isinstance(out, tuple)
     outputs = out if several else (out,)
     for y in outputs:
@@ -107,14 +112,14 @@ class Checkpoint(Function):
     def backward(self, *gys):
         arguments = self.inputs[:len(self.where)]
         backend, device, state = self.random
-        now = backend.random_state(device)
-        backend.set_random_state(device, state)  # the block draws what it drew the first time
         create_graph = is_grad_enabled()
-        try:
-            with enable_grad(), using_config("train", self.train):
+        token = _recomputing.set(True)
+        try:  # the block draws what it drew the first time
+            with enable_grad(), using_config("train", self.train), backend.drawing_from(
+                    device, state):
                 out = self.fn(*_filled(self.args, self.where, arguments))
         finally:
-            backend.set_random_state(device, now)
+            _recomputing.reset(token)
         outputs = out if isinstance(out, tuple) else (out,)
         pairs = [(y, g) for y, g in zip(outputs, gys) if y.creator is not None]
         # one position per Variable: one passed twice, or passed and also read from outside,

@@ -138,6 +138,16 @@ def note_write(x):
     latest_write[0] = stamp
 
 
+def share_versions(x, view):
+    """Give `view` (a Variable over x's memory: x.detach(), a reshape of it) x's write log: a
+    write through either bumps both versions, so a backward that saved one refuses to run after
+    the other was written in place (an optimizer step on a parameter)."""
+    log = getattr(x, "_writes", None)
+    if log is None:
+        log = x._writes = _WriteLog()
+    view._writes = log
+
+
 def version_at(x, stamp):
     """(x's version just before `stamp`, True if exact; False: at most that, older writes being
     forgotten)."""
@@ -384,10 +394,7 @@ class Variable:
         """A new leaf sharing `data`, with requires_grad=False, and its version: a write into
         either (an optimizer step on this one) stops a backward through graphs of the other."""
         v = Variable(self._data, name=self.name, requires_grad=False)
-        log = getattr(self, "_writes", None)
-        if log is None:
-            log = self._writes = _WriteLog()
-        v._writes = log
+        share_versions(self, v)
         return v
 
     def register_hook(self, hook):
@@ -435,7 +442,9 @@ class Variable:
 
     def _move(self, device):
         if self._data is not None:
-            self.data = backends.to_device(self._data, device)
+            moved = backends.to_device(self._data, device)
+            if moved is not self._data:  # already there: no write, graphs that saved it stay
+                self.data = moved
         if self.grad is not None:
             self.grad._move(device)
         return self
@@ -488,6 +497,9 @@ class Variable:
 
     def __pow__(self, c):
         return pow(self, c)
+
+    def __rpow__(self, c):
+        return power_of(c, self)
 
     def __matmul__(self, other):
         return matmul(self, other)
@@ -598,7 +610,7 @@ def as_array(x, array_module=None):
 
 # Bound at the end: the operators above call these, and they import Variable.
 from . import engine  # noqa: E402
-from .functions.math import Add, Div, Mul, Neg, Sub, pow  # noqa: E402
+from .functions.math import Add, Div, Mul, Neg, Sub, pow, power_of  # noqa: E402
 from .functions.linalg import matmul  # noqa: E402
 from .functions.device import to  # noqa: E402
 from .functions.shape import get_item, reshape, transpose  # noqa: E402

@@ -431,6 +431,31 @@ def test_leaves_released_early_own_their_gradients(xp):
     np.testing.assert_array_equal(b.grad.numpy(), [1.0, 1.0])
 
 
+def test_a_post_accumulate_hook_writing_into_its_gradient_changes_that_gradient_alone(xp):
+    x, y = var(xp, [1.0, 2.0]), var(xp, [3.0, 4.0])
+
+    def halve(p):
+        p.grad.data[...] *= 0.5
+    x.register_post_accumulate_grad_hook(halve)
+    F.sum((x + y) * 2.0).backward()  # add hands one gradient array to both inputs
+    np.testing.assert_array_equal(x.grad.numpy(), [1.0, 1.0])
+    np.testing.assert_array_equal(y.grad.numpy(), [2.0, 2.0])
+
+
+def test_a_post_accumulate_hook_may_step_and_drop_the_gradient(xp):
+    """PyTorch's optimizer step inside backward: the hook updates p and sets p.grad to None."""
+    w, x = var(xp, [1.0, 2.0]), var(xp, [3.0, 4.0])
+    opt = gradcore.optim.SGD([w], lr=0.1)
+
+    def step_in_backward(p):
+        opt.step()
+        opt.zero_grad()
+    w.register_post_accumulate_grad_hook(step_in_backward)
+    F.sum(w * x).backward()
+    np.testing.assert_allclose(w.numpy(), [0.7, 1.6])
+    assert w.grad is None
+
+
 def test_post_accumulate_hook_errors():
     with pytest.raises(TypeError, match="callable"):
         Variable(1.0).register_post_accumulate_grad_hook(3)

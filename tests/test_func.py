@@ -205,3 +205,59 @@ def test_one_variable_at_two_positions_and_nested_transforms_are_not_confused():
     # d/dx [x * (d/dy x*y)] = d/dx x*x = 2x: the inner y is not the outer x
     outer = gf.grad(lambda x: F.sum(x * gf.grad(lambda y: F.sum(x * y))(x)))
     np.testing.assert_array_equal(outer(np.array([3.0])), [6.0])
+
+
+def test_an_inner_transform_keeps_what_it_read_of_an_outer_one():
+    """d/dx sum(x * d/dy sum(x * y)) = d/dx sum(x * x) = 2x, whatever the inner point is."""
+    x = np.array([0.5, -1.2, 2.0])
+    for inner_point in (np.ones(3), gradcore.Variable(np.ones(3), requires_grad=False)):
+        outer = gf.grad(lambda x: F.sum(x * gf.grad(lambda y: F.sum(x * y))(inner_point)))
+        np.testing.assert_array_equal(outer(x), 2 * x)
+    # and through jvp: the inner tangent of x * y along y is x; d/dx sum(x * x) again
+    outer = gf.grad(lambda x: F.sum(x * gf.jvp(lambda y: x * y, (np.ones(3),),
+                                               (np.ones(3),))[1]))
+    np.testing.assert_array_equal(outer(x), 2 * x)
+
+
+def test_an_integer_point_is_refused_rather_than_given_zero_derivatives():
+    for call in (lambda: gf.grad(lambda v: F.sum(v * v))(np.array([1, 2])),
+                 lambda: gf.grad(lambda v: v * v)(3),
+                 lambda: gf.jacobian(lambda v: v * v, np.array([1, 2])),
+                 lambda: gf.jvp(lambda v: v * v, (np.array([1, 2]),), (np.ones(2),))):
+        with pytest.raises(TypeError, match="primal 0 has dtype int64.*floating-point"):
+            call()
+
+
+def test_jacobians_of_a_function_with_several_results_are_one_per_result():
+    def f(a, b):
+        return a * b, F.sum(a * b)
+    a, b = np.array([1.0, 2.0]), np.array([3.0, 5.0])
+    for jac in (gf.jacobian, gf.jacfwd):
+        (da_y, db_y), (da_s, db_s) = jac(f, (a, b))
+        np.testing.assert_array_equal(da_y, np.diag(b))
+        np.testing.assert_array_equal(db_y, np.diag(a))
+        np.testing.assert_array_equal(da_s, b)
+        np.testing.assert_array_equal(db_s, a)
+        y_of_a, s_of_a = jac(lambda a: f(a, b), a)
+        np.testing.assert_array_equal(y_of_a, np.diag(b))
+        np.testing.assert_array_equal(s_of_a, b)
+
+
+def test_has_aux_hands_back_what_f_returns_beside_its_result():
+    def loss_and_prediction(w):
+        prediction = w * 3.0
+        return F.sum(prediction * prediction), prediction
+    w = np.array([1.0, 2.0])
+    g, prediction = gf.grad(loss_and_prediction, has_aux=True)(w)
+    np.testing.assert_array_equal(g, 18 * w)
+    np.testing.assert_array_equal(prediction.data, 3 * w)
+    (value, aux), g = gf.value_and_grad(loss_and_prediction, has_aux=True)(w)
+    assert float(value) == 45.0 and aux is not None
+    with pytest.raises(TypeError, match="has_aux=True, f must return a pair"):
+        gf.grad(lambda w: F.sum(w), has_aux=True)(w)
+
+
+@pytest.mark.parametrize("argnums", [[0, 1], (), 1.0, True])
+def test_argnums_must_be_an_int_or_a_tuple_of_them(argnums):
+    with pytest.raises(TypeError, match="argnums must be an int or a non-empty tuple of ints"):
+        gf.grad(lambda a, b: F.sum(a * b), argnums=argnums)

@@ -186,3 +186,15 @@ def test_two_threads_calling_a_step_of_two_cuda_graphs_get_their_own_results():
     for thread in threads:
         thread.join()
     assert wrong == []
+
+
+def test_a_checkpointed_dropout_repeats_its_mask_on_cuda_and_moves_the_generator_on():
+    x = Variable(backends.to_device(np.ones(1000), "cuda"))
+    gradcore.manual_seed(3)
+    y = gradcore.checkpoint(lambda h: F.dropout(h, 0.5), x)
+    after = F.dropout(Variable(backends.to_device(np.ones(1000), "cuda")), 0.5)
+    F.sum(y).backward()
+    mask = y.numpy()
+    np.testing.assert_array_equal(x.grad.numpy(), mask)
+    assert 300 < np.count_nonzero(mask) < 700
+    assert not np.array_equal(after.numpy(), mask)  # the next draw is not the block's again

@@ -1,4 +1,5 @@
 """gradcore.checkpoint: the same gradients as without it, with less memory."""
+import threading
 import tracemalloc
 
 import numpy as np
@@ -52,6 +53,59 @@ def test_parameters_inside_a_block_get_their_gradients_and_dropout_repeats():
         F.sum(model[4](model[3](model[2](h))) ** 2).backward()
     for p, q in zip(checked.params(), eager.params()):
         np.testing.assert_array_equal(p.grad.data, q.grad.data)
+
+
+def test_batch_norm_in_a_block_updates_its_running_statistics_once():
+    x = np.random.default_rng(2).standard_normal((6, 3)) + 1.5
+    norms = [nn.BatchNorm(), nn.BatchNorm()]
+    for norm, use in zip(norms, (False, True)):
+        with gradcore.test_mode():
+            norm(x)  # creates gamma and beta, leaves the statistics alone
+        for _ in range(3):
+            h = gradcore.checkpoint(norm, Variable(x)) if use else norm(Variable(x))
+            F.sum(h * h).backward()
+    np.testing.assert_array_equal(norms[1].avg_mean.data, norms[0].avg_mean.data)
+    np.testing.assert_array_equal(norms[1].avg_var.data, norms[0].avg_var.data)
+
+
+def test_dropout_repeats_its_mask_while_another_thread_draws():
+    stop, wrong = threading.Event(), []
+
+    def checkpointing():
+        try:
+            for i in range(200):
+                x = Variable(np.ones(2000))
+                y = gradcore.checkpoint(lambda h: F.dropout(h, 0.5), x)
+                mask = y.data.copy()  # x is ones: y is the scaled mask the block drew
+                F.sum(y).backward()
+                if not np.array_equal(x.grad.data, mask):
+                    wrong.append(i)
+        finally:
+            stop.set()
+
+    def drawing():
+        while not stop.is_set():
+            F.dropout(Variable(np.ones(2000)), 0.5)
+
+    threads = [threading.Thread(target=drawing), threading.Thread(target=checkpointing)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert wrong == []
+
+
+def test_what_comes_after_a_block_draws_what_it_would_without_the_checkpoint():
+    x = np.ones(50)
+    masks = []
+    for use in (False, True):
+        np.random.seed(5)
+        block = (lambda h: F.dropout(h, 0.5))
+        h = gradcore.checkpoint(block, Variable(x)) if use else block(Variable(x))
+        masks.append((h.data.copy(), F.dropout(Variable(x), 0.5).data.copy()))
+        F.sum(h).backward()
+    np.testing.assert_array_equal(masks[0][0], masks[1][0])
+    np.testing.assert_array_equal(masks[0][1], masks[1][1])
 
 
 def test_grad_leaves_every_grad_alone_and_second_order_works():

@@ -5,7 +5,7 @@ import pytest
 
 import gradcore
 import gradcore.functions as F
-from conftest import DEVICE1
+from conftest import DEVICE1, STRICT
 from gradcore import Parameter, Variable, nn, optim
 
 MODIFIED = r"was written after {op} ran in forward: it is at version {now}, and {op} used version {then}"
@@ -19,6 +19,23 @@ def test_a_new_variable_is_at_version_0(xp):
     x = var(xp, [1.0, 2.0])
     assert x.version == 0 and x._version == 0
     assert (x * 2).version == 0
+
+
+@pytest.mark.parametrize("watch", ["post-accumulate hook", "retain_grad"])
+def test_a_refused_backward_changes_no_gradient_and_runs_no_hook(xp, watch):
+    """x's op runs first in backward, w's (written after forward) last: the refusal comes
+    before x's post-accumulate hook or any retained gradient."""
+    x, w = var(xp, [1.0, 2.0]), var(xp, [0.5, 0.5])
+    calls = []
+    if watch == "post-accumulate hook":
+        x.register_post_accumulate_grad_hook(calls.append)
+    u = F.sin(w)
+    x3 = x * 3.0
+    loss = F.sum(u) + F.sum(x3)
+    w.data = xp.asarray([9.0, 9.0])
+    with pytest.raises(RuntimeError, match="sin: its input 0"):
+        loss.backward(retain_grad=watch == "retain_grad")
+    assert calls == [] and x.grad is None and x3.grad is None and loss.grad is None
 
 
 def test_a_data_assignment_after_forward_is_refused_at_backward(xp):
@@ -69,12 +86,25 @@ def test_a_write_to_a_variable_outside_the_graph_changes_nothing(xp):
 
 
 def test_in_place_moves_count_as_writes():
-    x = Variable(np.array([1.0, 2.0]))
+    x = Variable(STRICT.xp.asarray([1.0, 2.0], dtype=STRICT.xp.float64))
     y = (x * x).sum()
-    x.to_cpu()  # DeZero's in-place move: data is assigned again
+    x.to_gpu(DEVICE1)  # DeZero's in-place move: data is assigned again
     assert x.version == 1
     with pytest.raises(RuntimeError, match="mul: its input 0"):
         y.backward()
+
+
+def test_a_move_to_where_the_data_is_writes_nothing():
+    x = Variable(np.array([1.0, 2.0]))
+    model = nn.Linear(2, in_size=2)
+    y = (x * x).sum() + model(x[None]).sum()
+    version = model.W.version
+    x.to_cpu()
+    model.to("cpu")
+    assert x.version == 0 and model.W.version == version
+    y.backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2 * np.array([1.0, 2.0]) + model.W.data.sum(1),
+                               rtol=1e-6)
 
 
 def test_a_grad_setter_write_is_not_a_data_write(xp):
@@ -102,6 +132,46 @@ def test_an_optimizer_step_between_forward_and_backward_is_refused(xp2, cls, sty
     assert W.version == 1
     with pytest.raises(RuntimeError, match=MODIFIED.format(op="mul", now=1, then=0)):
         loss.backward()
+
+
+VIEWS = {
+    "detach().T": lambda W: W.detach().T,
+    "detach()[:]": lambda W: W.detach()[:],
+    "detach().reshape twice": lambda W: W.detach().reshape(4).reshape(2, 2),
+    "split of detach()": lambda W: F.split(W.detach(), 2)[1],
+    "T under no_grad": lambda W: _under_no_grad(lambda: W.T),
+    "[0:2] under no_grad": lambda W: _under_no_grad(lambda: W[0:2]),
+    "T, recorded, then detach()": lambda W: W.T.detach(),
+}
+
+
+def _under_no_grad(make):
+    with gradcore.no_grad():
+        return make()
+
+
+@pytest.mark.parametrize("make_view", VIEWS.values(), ids=VIEWS.keys())
+def test_a_view_made_without_a_graph_shares_the_version_of_its_base(xp, make_view):
+    """An optimizer writes W in place: a view of W that a graph saved changed with it."""
+    W = Parameter(xp.asarray([[1.0, 2.0], [3.0, 4.0]], dtype="float64"))
+    x = var(xp, [[1.0, 1.0], [1.0, 1.0]])[:make_view(W).shape[0]]
+    loss = F.sum(x * make_view(W))
+    W.grad = Variable(xp.ones_like(W.data))
+    optim.SGD([W], lr=1.0).step()
+    with pytest.raises(RuntimeError, match="mul: its input 1"):
+        loss.backward()
+
+
+def test_a_copy_made_by_indexing_keeps_a_version_of_its_own():
+    W = Parameter(np.array([[1.0, 2.0], [3.0, 4.0]]))
+    with gradcore.no_grad():
+        picked = W[np.array([1, 0])]  # advanced indexing copies
+    x = var(np, [[1.0, 1.0], [1.0, 1.0]])
+    loss = F.sum(x * picked)
+    W.grad = Variable(np.ones((2, 2)))
+    optim.SGD([W], lr=1.0).step()
+    loss.backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [[3.0, 4.0], [1.0, 2.0]])
 
 
 class Updater(optim.Optimizer):

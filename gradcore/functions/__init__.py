@@ -3,9 +3,10 @@ composition of Functions; every backward is written with these same ops."""
 # -- math, shape, reduce, linalg, device
 from .device import ToDevice, to
 from .linalg import Linear, MatMul, linear, linear_simple, matmul
-from .math import (Abs, Add, Clip, Copy, Cos, Div, Exp, Log, Maximum, Minimum, Mul, Neg, Pow, Sin,
-                   Sqrt, Square, Sub, Tanh, Where, abs, add, clip, copy, cos, div, exp, log, maximum,
-                   minimum, mul, neg, pow, sin, sqrt, square, sub, tanh, where)
+from .math import (Abs, Add, Clip, Copy, Cos, Div, Exp, Log, Maximum, Minimum, Mul, Neg, Pow,
+                   PowerOf, Sin, Sqrt, Square, Sub, Tanh, Where, abs, add, clip, copy, cos, div,
+                   exp, log, maximum, minimum, mul, neg, pow, power_of, sin, sqrt, square, sub,
+                   tanh, where)
 from .math import SinGrad, TanhGrad, sin_grad, tanh_grad
 from .reduce import LogSumExp, Max, Min, Sum, average, logsumexp, max, mean, min, sum
 from .shape import (BroadcastTo, Concatenate, ExpandDims, GetItem, GetItemGrad, Reshape, Split,
@@ -31,12 +32,13 @@ from .device import AsType, astype  # the engine casts gradients to their input'
 
 __all__ = [
     # -- names: math, shape, reduce, linalg, device
-    "add", "sub", "mul", "div", "neg", "copy", "pow", "square", "exp", "log", "sin", "cos",
-    "tanh", "sqrt", "abs", "maximum", "minimum", "clip", "where",
+    "add", "sub", "mul", "div", "neg", "copy", "pow", "power_of", "square", "exp", "log", "sin",
+    "cos", "tanh", "sqrt", "abs", "maximum", "minimum", "clip", "where",
     "reshape", "transpose", "broadcast_to", "sum_to", "get_item", "expand_dims", "squeeze",
     "flatten", "concatenate", "stack", "split",
     "sum", "average", "mean", "max", "min", "logsumexp", "matmul", "linear", "linear_simple", "to",
-    "Add", "Sub", "Mul", "Div", "Neg", "Copy", "Pow", "Square", "Exp", "Log", "Sin", "Cos", "Tanh",
+    "Add", "Sub", "Mul", "Div", "Neg", "Copy", "Pow", "PowerOf", "Square", "Exp", "Log", "Sin",
+    "Cos", "Tanh",
     "tanh_grad", "TanhGrad", "sin_grad", "SinGrad",
     "Sqrt", "Abs", "Maximum", "Minimum", "Clip", "Where",
     "Reshape", "Transpose", "BroadcastTo", "SumTo", "GetItem", "GetItemGrad", "ExpandDims",

@@ -1,6 +1,7 @@
 """Elementwise math: arithmetic with broadcasting, pow, exp, log, trigonometry, tanh, sqrt, abs,
 maximum, minimum, clip, where."""
 import numbers
+from math import log as _log
 
 import backends
 
@@ -120,6 +121,27 @@ class Pow(Function):
 def pow(x, c):
     """x ** c for a constant exponent c."""
     return Pow(c)(x)
+
+
+class PowerOf(Function):
+    op_name = "pow"
+
+    def __init__(self, c):
+        if isinstance(c, bool) or not isinstance(c, (int, float)) or not c > 0:
+            raise TypeError(f"pow: c ** x needs a positive Python number c, got {c!r}; for "
+                            "another base write exp(x * log(c))")
+        self.c = c
+
+    def forward(self, x):
+        return self.c ** x
+
+    def backward(self, gy):
+        return gy * self._outputs() * _log(self.c)  # d c**x = c**x ln c: reuse y
+
+
+def power_of(c, x):
+    """c ** x for a positive constant base c (Variable's `2.0 ** x`)."""
+    return PowerOf(c)(x)
 
 
 class Square(Function):

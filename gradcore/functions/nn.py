@@ -3,7 +3,7 @@ import numbers
 
 import backends
 
-from ..config import Config
+from ..config import Config, recomputing
 from ..function import Function
 from ..variable import Variable, as_variable
 from .reduce import sum
@@ -68,7 +68,9 @@ class BatchNorm(Function):
         if self.train:
             mean = xp.mean(x, axis=axes, keepdims=True)
             var = xp.var(x, axis=axes, keepdims=True)
-            self._update(xp.reshape(mean, (-1,)), xp.reshape(var, (-1,)), x.size // x.shape[1])
+            if not recomputing():  # a checkpointed block's second run: updated already
+                self._update(xp.reshape(mean, (-1,)), xp.reshape(var, (-1,)),
+                             x.size // x.shape[1])
         else:
             # copies (astype), kept for backward: a train-mode call before it updates the
             # running statistics in place
@@ -93,9 +95,12 @@ class BatchNorm(Function):
                     self.device is not None and self.backend.device_of(a) != self.device):
                 raise ValueError(f"the running {name} must be an array on x's device "
                                  f"({self.backend.device_of(x)}); move it there first")
-        if self.train and x.size == 0:
-            raise ValueError(f"x of shape {tuple(x.shape)} has no elements to take batch "
-                             "statistics from")
+        if self.train and x.size <= C:
+            raise ValueError(
+                f"x of shape {tuple(x.shape)} has {'no' if x.size == 0 else 'one'} value per "
+                "channel to take batch statistics from (the output would be beta whatever x "
+                "is, and the running variance would decay to 0): train with a batch of more "
+                "than one, or call model.eval() to use the running statistics")
 
     def _update(self, mean, var, m):
         """running = decay * running + (1 - decay) * batch, in place, with the unbiased batch

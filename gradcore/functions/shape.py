@@ -4,7 +4,7 @@ import math
 
 import backends
 
-from ..function import Function
+from ..function import Function, View
 from ..variable import Variable, as_variable
 
 
@@ -13,7 +13,7 @@ def _normalize_shape(shape):
 
 
 # =============================================================================== reshape
-class Reshape(Function):
+class Reshape(View):
     def __init__(self, shape):
         self.shape = shape
 
@@ -57,7 +57,7 @@ def normalize_axis(axis, ndim, array="an array of {} dimension(s)", hint="", sin
 _RESULT = "the result of {} dimension(s)"  # an axis of the output: expand_dims, stack
 
 
-class ExpandDims(Function):
+class ExpandDims(View):
     def __init__(self, axis):
         self.axis = axis
 
@@ -78,7 +78,7 @@ def expand_dims(x, axis):
     return ExpandDims(axis)(x)
 
 
-class Squeeze(Function):
+class Squeeze(View):
     def __init__(self, axis=None):
         self.axis = axis
 
@@ -112,7 +112,7 @@ def flatten(x):
 
 
 # =============================================================================== transpose
-class Transpose(Function):
+class Transpose(View):
     def __init__(self, axes=None):
         self.axes = axes
 
@@ -135,7 +135,7 @@ def transpose(x, axes=None):
 
 
 # =============================================================================== broadcasting
-class BroadcastTo(Function):
+class BroadcastTo(View):
     def __init__(self, shape):
         self.shape = shape
 
@@ -259,7 +259,7 @@ def _check_same_shapes(xs, axis, name):
                              f"{tuple(x.shape)}")
 
 
-class Split(Function):
+class Split(View):
     def __init__(self, indices_or_sections, axis=0):
         self.indices_or_sections = indices_or_sections
         self.axis = axis
@@ -300,7 +300,7 @@ def split(x, indices_or_sections, axis=0):
 
 
 # =============================================================================== indexing
-class GetItem(Function):
+class GetItem(View):
     def __init__(self, slices, key=None):
         self.slices = slices
         self.key = key  # `slices` as the backend's checked key, once known

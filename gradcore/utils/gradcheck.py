@@ -151,14 +151,17 @@ def gradgradcheck(fn, inputs, grad_outputs=None, **options):
     count = len(xs)
 
     def first_derivative(*args):
-        gs = grad(list(_call_outputs(fn, args[:count])), list(args[:count]),
+        floating = [x for x in args[:count] if x.requires_grad]  # not labels, masks
+        gs = grad(list(_call_outputs(fn, args[:count])), floating,
                   grad_outputs=list(args[count:]), create_graph=True, allow_unused=True)
-        return tuple(g if g is not None else args[i] * 0.0 for i, g in enumerate(gs))
+        return tuple(g if g is not None else x * 0.0 for x, g in zip(floating, gs))
     return gradcheck(first_derivative, (*xs, *grad_outputs), **options)
 
 
 def _checked_inputs(inputs, dtype, where):
-    """The inputs as new leaf Variables in `dtype` (copies: the caller's stay as they are)."""
+    """The inputs as new leaf Variables (copies: the caller's stay as they are), the floating
+    ones in `dtype`; integer and bool ones (labels, indices, masks) keep their dtype and are
+    constants: nothing is differentiated or perturbed along them."""
     inputs = inputs if isinstance(inputs, tuple) else (inputs,)
     xs = []
     for i, x in enumerate(inputs):
@@ -166,8 +169,10 @@ def _checked_inputs(inputs, dtype, where):
         if x.data is None:
             raise ValueError(f"{where}: input {i} has no data")
         xp = x.xp
+        floating = xp.isdtype(x.data.dtype, "real floating")
         with x.backend.device_context(x.device):
-            xs.append(Variable(xp.astype(x.data, getattr(xp, dtype), copy=True)))
+            data = xp.astype(x.data, getattr(xp, dtype) if floating else x.data.dtype, copy=True)
+        xs.append(Variable(data, requires_grad=floating))
     return tuple(xs)
 
 
@@ -210,6 +215,8 @@ def _elements(fn, xs, outputs, eps, rtol, atol):
             analytic.append([numpy.zeros(tuple(x.shape)) if g is None else as_numpy(g.data)
                              for x, g in zip(xs, gs)])
         for i, x in enumerate(xs):
+            if not x.requires_grad:
+                continue
             host_x = as_numpy(x.data)
             for index in itertools.product(*[range(n) for n in host_x.shape]):
                 numeric = _difference(fn, xs, i, index, eps)[k].reshape(-1)
@@ -242,7 +249,8 @@ def _directional(fn, xs, outputs, eps, rtol, atol, seed):
     from ..engine import grad
 
     rng = numpy.random.default_rng(seed)
-    v = [rng.uniform(-1, 1, tuple(x.shape)) for x in xs]
+    v = [rng.uniform(-1, 1, tuple(x.shape)) if x.requires_grad else numpy.zeros(tuple(x.shape))
+         for x in xs]
     u = [rng.uniform(-1, 1, tuple(y.shape)) for y in outputs]
     gs = grad(list(outputs), list(xs), grad_outputs=[_on(y, w) for y, w in zip(outputs, u)],
               allow_unused=True)

@@ -26,6 +26,8 @@ CASES = [
     Case("pow-3",              lambda x: F.pow(x, 3),                lambda x: x ** 3, ((2, 3),)),
     Case("pow-half",           lambda x: F.pow(x, 0.5),              np.sqrt, ((4,),), POS),
     Case("pow-neg",            lambda x: F.pow(x, -2),               lambda x: x ** -2.0, ((4,),), POS),
+    Case("power_of",           lambda x: 2.5 ** x,                   lambda x: 2.5 ** x, ((2, 3),)),
+    Case("power_of-half",      lambda x: F.power_of(0.5, x),         lambda x: 0.5 ** x, ((4,),)),
     Case("square",             F.square,                             np.square, ((2, 3),)),
     Case("exp",                F.exp,                                np.exp, ((2, 3),)),
     Case("log",                F.log,                                np.log, ((2, 3),), POS),

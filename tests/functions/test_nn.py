@@ -242,7 +242,10 @@ def test_batch_norm_gradients_sum_to_zero_over_the_batch(xp):
      r"shape \(4,\)"),
     (((4, 3), (2,), (3,), (3,), (3,)), ValueError, r"batch_norm: gamma must have shape \(3,\)"),
     (((4, 3), (3,), (3,), (3,), (4,)), ValueError, r"batch_norm: var must have shape \(3,\)"),
-    (((0, 3), (3,), (3,), (3,), (3,)), ValueError, r"batch_norm: x of shape \(0, 3\) has no elements"),
+    (((0, 3), (3,), (3,), (3,), (3,)), ValueError,
+     r"batch_norm: x of shape \(0, 3\) has no value per channel"),
+    (((1, 3), (3,), (3,), (3,), (3,)), ValueError,
+     r"batch_norm: x of shape \(1, 3\) has one value per channel .* model.eval\(\)"),
 ])
 def test_batch_norm_misuse_changes_nothing(xp, args, error, message):
     arrays = [xp.asarray(np.ones(s)) for s in args]

@@ -73,6 +73,20 @@ def test_inputs_are_left_alone_and_float32_is_checked_in_float64():
     assert x.grad is None and x.dtype == np.float32
 
 
+@pytest.mark.parametrize("mode", ["elements", "directional"])
+def test_integer_and_bool_inputs_are_constants_of_their_own_dtype(mode):
+    x = np.linspace(-1, 1, 6).reshape(2, 3)
+    labels, ids, mask = np.array([2, 0]), np.array([1, 1, 0]), np.array([True, False, True])
+    assert gradcheck(F.softmax_cross_entropy, (x, labels), mode=mode)
+    assert gradcheck(lambda i, w: F.embed_id(i, w), (ids, x), mode=mode)
+    assert gradcheck(lambda v, i: v[:, i], (x, ids), mode=mode)
+    assert gradcheck(lambda m, v: F.where(m, v, 0.0), (mask, x[0]), mode=mode)
+    assert gradgradcheck(lambda v, t: F.softmax_cross_entropy(v, t), (x, labels), mode=mode)
+    with pytest.raises(GradcheckError):  # a wrong backward is still caught beside them
+        gradcheck(lambda v, m: ScaledProduct(wrong=True)(v, v)[0] * m, (x[0], mask),
+                  mode=mode)
+
+
 def test_gradcheck_checks_its_arguments():
     with pytest.raises(ValueError, match="mode must be"):
         gradcheck(lambda v: v, np.ones(2), mode="fast")
