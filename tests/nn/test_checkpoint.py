@@ -808,6 +808,8 @@ def test_saving_into_a_missing_folder_names_the_folder(tmp_path):
 PROTECTED = """
 import os, sys
 import gradcore.nn as nn
+# made first: after the switch, modules imported lazily (numpy.random) may be out of reach
+model = nn.Linear(2, in_size=3)
 if os.geteuid() == 0:  # root may write any file: save as the user nobody instead
     try:
         os.setgroups([])
@@ -816,7 +818,7 @@ if os.geteuid() == 0:  # root may write any file: save as the user nobody instea
     except OSError:
         sys.exit("cannot run as the user nobody")
 try:
-    nn.Linear(2, in_size=3).save("best.npz")
+    model.save("best.npz")
     print("saved")
 except PermissionError as e:
     print(e)
