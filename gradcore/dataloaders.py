@@ -7,7 +7,7 @@ import numpy as np
 
 import backends
 
-from .datasets import Dataset, _identity
+from .datasets import _identity, rows_of_arrays
 
 __all__ = ["DataLoader", "SeqDataLoader"]
 
@@ -42,10 +42,8 @@ def _stack(owner, values, what):
 def _gather(owner, dataset, index):
     """The examples at `index` (a NumPy integer array) as host arrays (x, t); t is None when
     the dataset has no labels."""
-    if (isinstance(dataset, Dataset) and type(dataset).__getitem__ is Dataset.__getitem__
-            and dataset.transform is _identity and dataset.target_transform is _identity
-            and isinstance(dataset.data, np.ndarray)
-            and (dataset.label is None or isinstance(dataset.label, np.ndarray))):
+    if (rows_of_arrays(dataset) and dataset.transform is _identity
+            and dataset.target_transform is _identity):
         # no transforms: one fancy index instead of len(index) calls to __getitem__
         return dataset.data[index], None if dataset.label is None else dataset.label[index]
     xs, ts = [], []

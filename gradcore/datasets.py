@@ -27,6 +27,14 @@ def _identity(x):
     return x
 
 
+def rows_of_arrays(dataset):
+    """Whether dataset[i] is (transform(data[i]), target_transform(label[i])) on host arrays:
+    the base Dataset's examples, which a batch or a share can take as rows of the arrays."""
+    return (isinstance(dataset, Dataset) and type(dataset).__getitem__ is Dataset.__getitem__
+            and isinstance(dataset.data, np.ndarray)
+            and (dataset.label is None or isinstance(dataset.label, np.ndarray)))
+
+
 class Dataset:
     """A list of examples: `dataset[i]` is `(transform(data[i]), target_transform(label[i]))`,
     or `(x, None)` when the set has no labels; `len(dataset)` is the number of examples.

@@ -1,7 +1,7 @@
 """scatter_dataset: this rank's equal share of a data set."""
 import numpy
 
-from ..datasets import Dataset
+from ..datasets import Dataset, rows_of_arrays
 
 __all__ = ["scatter_dataset", "Share", "IndexedShare"]
 
@@ -38,15 +38,6 @@ class IndexedShare(Dataset):
         return len(self.indices)
 
 
-def _rows_of_arrays(dataset):
-    """Whether dataset[i] is (transform(data[i]), target_transform(label[i])) on arrays, so
-    that a share can copy rows. The test DataLoader's _gather makes (gradcore/dataloaders.py),
-    less its condition on the transforms, which a Share keeps."""
-    return (isinstance(dataset, Dataset) and type(dataset).__getitem__ is Dataset.__getitem__
-            and isinstance(dataset.data, numpy.ndarray)
-            and (dataset.label is None or isinstance(dataset.label, numpy.ndarray)))
-
-
 def scatter_dataset(dataset, comm, shuffle=False, seed=0):
     """This rank's share of `dataset`: `ceil(len / size)` examples on every rank, so that every
     rank takes the same number of steps (a rank with fewer would leave the others waiting in
@@ -66,4 +57,4 @@ def scatter_dataset(dataset, comm, shuffle=False, seed=0):
     per_rank = -(-n // comm.size)
     padded = order[numpy.arange(per_rank * comm.size) % n]
     mine = padded[comm.rank * per_rank:(comm.rank + 1) * per_rank]
-    return Share(dataset, mine) if _rows_of_arrays(dataset) else IndexedShare(dataset, mine)
+    return Share(dataset, mine) if rows_of_arrays(dataset) else IndexedShare(dataset, mine)
