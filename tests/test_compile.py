@@ -782,6 +782,20 @@ def test_a_model_replaced_or_changed_records_again():
     assert same(compiled(x0).data, x0 * 3.0)
 
 
+def test_a_buffer_registered_between_calls_records_again():
+    model = nn.Module()
+    model.register_buffer("a", np.ones(2))
+
+    def step(x0):
+        return F.sum(gradcore.Variable(x0) * sum(b for _, b in model.named_buffers()))
+
+    compiled = gradcore.compile(step)
+    x0 = np.ones(2)
+    compiled(x0), compiled(x0)
+    model.register_buffer("b", np.full(2, 5.0))
+    assert float(compiled(x0).data) == float(step(x0).data) == 12.0
+
+
 SCALE = 2.0  # read by scaled_in_a_comprehension: a global the tests below rebind
 data = None   # a global named as the attribute .data
 

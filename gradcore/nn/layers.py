@@ -75,29 +75,42 @@ def _numpy_on_cpu():
 
 
 def _declare_weight_and_bias(layer, nobias, dtype, where):
-    """Check and set layer.nobias and layer.dtype, and give the layer W and (unless nobias) b
+    """Check and set layer.dtype and layer.nobias, and give the layer W and (unless nobias) b
     as Parameters with no data yet: its _initialize fills them."""
-    if not isinstance(nobias, (bool, numpy.bool_)):
-        raise TypeError(f"{where}: nobias must be True or False, got {nobias!r}")
-    layer.nobias = bool(nobias)
     layer.dtype = _numpy_dtype(dtype, where)
     layer.W = Parameter(None, name="W")
-    layer.b = None if layer.nobias else Parameter(None, name="b")
+    layer.nobias = nobias  # b: a Parameter with no data yet, or None
+
+
+def _set_nobias(layer, nobias):
+    """nobias=True removes b (b = None); nobias=False gives a layer without one a b with no
+    data yet, filled with zeros at the next call."""
+    if not isinstance(nobias, (bool, numpy.bool_)):
+        raise TypeError(f"{type(layer).__name__}: nobias must be True or False, got {nobias!r}")
+    if nobias:
+        layer.b = None
+    elif layer.__dict__.get("b") is None:
+        layer.b = Parameter(None, name="b")
+
+
+# Linear's and the convolutions' `nobias`: whether b is None, so that it, extra_repr and what
+# state_dict saves agree whichever was set (b = None, DeZero's way of dropping a bias, or nobias)
+_NOBIAS = property(lambda layer: layer.__dict__.get("b") is None, _set_nobias,
+                   doc="Whether the layer has no bias (b is None); set it to add or drop one.")
 
 
 def _unfilled(layer):
-    """True where W, or b unless nobias, has no data yet: a lazy layer, a partial load, or a
-    slot set to None (a lazy slot, as Module's docstring has it: re-created at the next call)."""
+    """True where W, or b if the layer has one, has no data yet: a lazy layer, a partial load,
+    or W set to None (a lazy slot, created again at the next call). b set to None is no bias,
+    as in DeZero: it stays None."""
     W, b = layer.W, layer.b
-    return W is None or W.data is None or (not layer.nobias if b is None else b.data is None)
+    return W is None or W.data is None or (b is not None and b.data is None)
 
 
 def _refill_slots(layer):
-    """Put a lazy Parameter back into W, and b unless nobias, where one was set to None."""
+    """Put a lazy Parameter back into W where it was set to None (b = None stays: no bias)."""
     if layer.W is None:
         layer.W = Parameter(None, name="W")
-    if layer.b is None and not layer.nobias:
-        layer.b = Parameter(None, name="b")
 
 
 # =============================================================================== linear
@@ -130,13 +143,17 @@ class Linear(Module):
 
     `Linear(out_size)` (DeZero) learns in_size from the first input, and creates W and b then on
     that input's device in the layer's dtype (that of its last `to(dtype=)`, else `dtype`); W
-    or b set to None is created again so at the next call. `Linear(in_size, out_size)` or
+    set to None is created again so at the next call. `Linear(in_size, out_size)` or
     `Linear(out_size, in_size=...)` creates them now, on the CPU. `dtype`: float32 unless
     gradcore.set_default_dtype says otherwise (a float64 input then gives a float64 result, as
     NumPy computes it, and float32 gradients for W and b). W is drawn as
     randn(in_size, out_size) * sqrt(1 / in_size) (seed with numpy.random.seed or
-    gradcore.manual_seed), b is zeros. `nobias=True` leaves b out (b is None).
+    gradcore.manual_seed), b is zeros. `nobias=True` leaves b out (b is None); so does setting
+    b to None later, as in DeZero: the layer has no bias from then on (nobias reads True, and
+    state_dict has no "b"); `layer.nobias = False` gives it a zero bias at the next call.
     """
+
+    nobias = _NOBIAS
 
     def __init__(self, *sizes, out_size=None, nobias=False, dtype=None, in_size=None):
         super().__init__()
@@ -187,6 +204,7 @@ class _ConvBase(Module):
 
     _name = None
     _in_axis = None  # the axis of W that runs over the input channels
+    nobias = _NOBIAS  # b = None drops the bias, as Linear's
 
     def __init__(self, out_channels, kernel_size, stride=1, pad=0, nobias=False,
                  dtype=None, in_channels=None):
@@ -250,7 +268,8 @@ class Conv2d(_ConvBase):
     KH, KW) drawn as randn * sqrt(1 / (C * KH * KW)) and b zeros (out_channels,).
 
     `in_channels=None` (the default, as DeZero) learns C from the first input and creates W and
-    b then on its device; otherwise they are created now on the CPU in `dtype`.
+    b then on its device; otherwise they are created now on the CPU in `dtype`. W set to None
+    is created again at the next call; b set to None (or nobias=True) means no bias, as Linear's.
     """
 
     _name = "Conv2d"
@@ -286,10 +305,11 @@ class BatchNorm(Module):
 
     gamma (ones) and beta (zeros) are parameters; the running statistics avg_mean (zeros) and
     avg_var (ones) are buffers (saved and moved, not trained). All four are created at the first
-    call (and any set to None at the next), shaped (C,) on the input's device in the layer's
-    dtype (that of its last `to(dtype=)`, else `dtype`: float32, or what
-    gradcore.set_default_dtype set). In train mode the batch statistics are used and the
-    running ones updated (decay); in eval / test mode the running ones are used.
+    call (and any set to None at the next: none can be left out, unlike Linear's b), shaped
+    (C,) on the input's device in the layer's dtype (that of its last `to(dtype=)`, else
+    `dtype`: float32, or what gradcore.set_default_dtype set). In train mode the batch
+    statistics are used and the running ones updated (decay); in eval / test mode the running
+    ones are used.
     """
 
     # slot -> (value it starts at, a parameter rather than a buffer)
@@ -492,11 +512,24 @@ class Sequential(Module):
         return "Sequential(\n  " + "\n  ".join(lines) + "\n)"
 
 
+def _layer_index(name):
+    """i for MLP's layer names l0, l1, ... (decimal, no leading zeros: "l01" is not one), else
+    None."""
+    digits = name[1:]
+    if name[:1] == "l" and digits.isascii() and digits.isdigit() and str(int(digits)) == digits:
+        return int(digits)
+    return None
+
+
 class MLP(Module):
     """DeZero's multi-layer perceptron: one lazy Linear per entry of `fc_output_sizes`
     (attributes l0, l1, ...), with `activation` between them and none after the last.
-    forward runs the registered sub-modules other than `activation` (see `layers`): replacing
-    or deleting mlp.l1 changes what runs and what is saved alike."""
+
+    forward runs the sub-modules named l0, l1, ... in index order (see `layers`), as DeZero's
+    runs its list of them: replacing or deleting mlp.l1 changes what runs and what is saved
+    alike, and a layer a subclass adds under another name (self.head = Linear(2)) is its own
+    to call, never run by MLP.forward.
+    """
 
     def __init__(self, fc_output_sizes, activation=F.sigmoid):
         super().__init__()
@@ -513,20 +546,56 @@ class MLP(Module):
         for i, size in enumerate(sizes):
             setattr(self, f"l{i}", Linear(_size(size, f"fc_output_sizes[{i}]", "MLP")))
 
+    def _layer_items(self):
+        """(name, layer) for the sub-modules named l<i>, by index i; None ones skipped."""
+        attributes = self.__dict__
+        found = []
+        for name, kind in self._registered.items():
+            if kind == _MODULE and attributes.get(name) is not None:
+                index = _layer_index(name)
+                if index is not None:
+                    found.append((index, name))
+        return [(name, attributes[name]) for _, name in sorted(found)]
+
     @property
     def layers(self):
-        """The layers in order (l0, l1, ...): the registered sub-modules but `activation`
-        (which may be a Module, e.g. nn.ReLU())."""
-        return [layer for name, layer in self._child_items() if name != "activation"]
+        """The layers forward runs, in order: the sub-modules l0, l1, ... by index (one deleted
+        or set to None skipped), plain callables as given. A new list at each read: change the
+        layers by assigning mlp.l1, or the whole list.
+
+        Assigning a list (DeZero's MLP keeps `self.layers`, and a subclass may set it, e.g.
+        self.layers = [self.l0, self.l1, self.head]) makes its items l0, l1, ... (those already
+        there stay as they are) and removes any l<i> past its end, so the list is what runs,
+        trains and is saved."""
+        return [layer.fn if type(layer) is _Call else layer for _, layer in self._layer_items()]
+
+    @layers.setter
+    def layers(self, layers):
+        try:
+            layers = list(layers)
+        except TypeError:
+            raise TypeError(f"MLP.layers must be a list of layers, got "
+                            f"{type(layers).__name__}") from None
+        for i, layer in enumerate(layers):
+            if not callable(layer):
+                raise TypeError(f"MLP.layers[{i}]: a layer must be a Module or a callable, got "
+                                f"{type(layer).__name__}")
+        for i, layer in enumerate(layers):
+            current = self.__dict__.get(f"l{i}")
+            if current is not layer and not (type(current) is _Call and current.fn is layer):
+                setattr(self, f"l{i}", layer if isinstance(layer, Module) else _Call(layer))
+        for name, _ in self._layer_items():
+            if _layer_index(name) >= len(layers):
+                delattr(self, name)
 
     def forward(self, x):
-        layers = self.layers
+        layers = self._layer_items()
         if not layers:
-            raise ValueError("MLP: no layers left (all were deleted or set to None); assign one, "
-                             "e.g. mlp.l0 = Linear(10)")
-        for layer in layers[:-1]:
+            raise ValueError("MLP: no layers l0, l1, ... left (all were deleted or set to None); "
+                             "assign one, e.g. mlp.l0 = Linear(10)")
+        for _, layer in layers[:-1]:
             x = self.activation(layer(x))
-        return layers[-1](x)
+        return layers[-1][1](x)
 
 
 __all__ = ["Linear", "Conv2d", "Deconv2d", "BatchNorm", "Dropout", "EmbedID", "Embedding",

@@ -74,10 +74,13 @@ class Module:
     """A layer or a model (DeZero's `Layer` and `Model` are this class).
 
     Assigning a `Parameter` or a `Module` to an attribute registers it, in assignment order:
-    reassigning keeps its position, assigning None keeps the name registered (a lazy slot:
-    gradcore's layers create a parameter set to None again at their next call), `del`
-    unregisters it. Buffers (state that is saved and moved but not trained, such as
-    BatchNorm's running mean) are registered with `register_buffer`.
+    reassigning keeps its position, assigning None keeps the name registered (an empty slot,
+    skipped by parameters() and state_dict; what it means is the layer's: Linear's and the
+    convolutions' W and BatchNorm's four are created again at the next call, while b = None
+    means no bias, as in DeZero), `del` unregisters it. Buffers (state that is saved and moved
+    but not trained, such as BatchNorm's running mean) are registered with `register_buffer`.
+    Any name will do for these but "" and names holding "." (which could clash with the
+    qualified names of state_dict, "l1.W"), as in PyTorch.
 
     Train mode: each module has a `training` flag (`train()` / `eval()` set it on the whole
     subtree). A module in eval mode runs its forward under `gradcore.test_mode()`, so everything
@@ -164,6 +167,7 @@ class Module:
                                                                  requires_grad=False)
         self._registered[name] = _BUFFER
         object.__setattr__(self, name, value)
+        structure_changes[0] += 1  # a compiled step that reads the module's buffers records again
         return value
 
     # ---------------------------------------------------------------- traversal
@@ -551,14 +555,22 @@ class Module:
 
 # =============================================================================== helpers
 def _check_name(module, name, where):
-    """Refuse a name for a parameter, buffer or sub-module that is not an identifier (or a
-    number, as Sequential's layers have): "l1.W" beside a sub-module l1 would give two entries
-    one qualified name, and state_dict could keep only one of them."""
-    number = isinstance(name, str) and name.isascii() and name.isdigit()
-    if not isinstance(name, str) or not (name.isidentifier() or number):
+    """Refuse a name for a parameter, buffer or sub-module that can clash in state_dict, as
+    PyTorch's add_module and register_buffer do: one holding "." ("l1.W" beside a sub-module
+    l1 gives two entries one qualified name, and state_dict could keep only one of them), or
+    "" (no name of its own: a parameter saved as "", a sub-module's W as ".W"). Any other
+    string is fine ("block-1", "fc 2", "0": names a checkpoint may hold); state_dict still
+    refuses duplicates."""
+    if not isinstance(name, str):
+        raise TypeError(f"{where} {name!r} on {type(module).__name__}: the name must be a "
+                        f"string, got {type(name).__name__}")
+    if "." in name:
         raise ValueError(
-            f"{where} {name!r} on {type(module).__name__}: the name must be an identifier; use a "
-            "valid Python identifier (e.g. 'l1_W'), or a number as Sequential's layers have")
+            f"{where} {name!r} on {type(module).__name__}: the name holds '.', which joins the "
+            "parts of state_dict's names (\"l1.W\" is l1's W), so two entries could share one "
+            "name; use another, e.g. 'l1_W'")
+    if not name:
+        raise ValueError(f"{where} '' on {type(module).__name__}: the name is empty; give it one")
 
 
 def _is_url(path):

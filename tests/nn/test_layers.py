@@ -233,11 +233,101 @@ def test_a_replaced_or_deleted_layer_is_the_one_forward_runs_trains_and_saves():
     assert relu_mlp.layers == [relu_mlp.l0, relu_mlp.l1] and relu_mlp(x).shape == (1, 2)
 
 
-def test_a_layer_slot_set_to_none_is_created_again_at_the_next_call():
-    """Module: "assigning None keeps the name registered (a lazy slot)"."""
+def test_mlp_runs_l0_l1_by_index_and_never_a_layer_a_subclass_adds():
+    """DeZero's MLP.forward runs its list of l0, l1, ...: a subclass's own layers are its own
+    to call, whatever their names and wherever they were registered."""
+    x = np.random.default_rng(0).standard_normal((6, 4)).astype(np.float32)
+
+    class WithNorm(nn.MLP):  # a BatchNorm on the input, before the MLP
+        def __init__(self):
+            super().__init__((10, 3), activation=F.relu)
+            self.norm = nn.BatchNorm()
+
+        def forward(self, x):
+            return super().forward(self.norm(x))
+
+    model = WithNorm()
+    assert model(x).shape == (6, 3) and model.layers == [model.l0, model.l1]
+    assert model.norm.gamma.shape == (4,)
+
+    class Classifier(nn.MLP):  # a second head, used by another method only
+        def __init__(self):
+            super().__init__((16, 8))
+            self.aux = nn.Linear(2)
+
+        def aux_logits(self, x):
+            return self.aux(F.sigmoid(self.l0(x)))
+
+    model = Classifier()
+    assert model(x).shape == (6, 8) and model.aux.W.data is None  # aux never ran
+    assert model.aux_logits(x).shape == (6, 2)
+
+    mlp = nn.MLP((5, 2))
+    del mlp.l0
+    mlp.l0 = nn.Linear(5)  # registered after l1, still run first
+    assert mlp.layers == [mlp.l0, mlp.l1] and mlp(x).shape == (6, 2)
+    mlp.l2, mlp.l10, mlp.l01 = nn.Linear(7), nn.Linear(9), nn.Linear(11)
+    assert mlp.layers == [mlp.l0, mlp.l1, mlp.l2, mlp.l10]  # by number; "l01" is not one
+    mlp.l1 = None  # skipped, as deleted
+    assert mlp.layers == [mlp.l0, mlp.l2, mlp.l10] and mlp(x).shape == (6, 9)
+
+
+def test_a_dezero_subclass_may_assign_mlp_layers():
+    """DeZero's MLP keeps self.layers beside l0, l1, ...; a subclass setting it gets those
+    layers as l0, l1, ..., and only those run, train and are saved."""
+    x = np.ones((2, 4), np.float32)
+
+    class Legacy(nn.MLP):
+        def __init__(self):
+            super().__init__((5, 2))
+            self.layers = [self.l0, self.l1]  # what DeZero's MLP holds already: no change
+
+    model = Legacy()
+    assert model.layers == [model.l0, model.l1] and model(x).shape == (2, 2)
+    assert list(model.state_dict()) == ["l0.W", "l0.b", "l1.W", "l1.b"]
+
+    class Deeper(nn.MLP):
+        def __init__(self):
+            super().__init__((5, 2))
+            self.head = nn.Linear(3)
+            self.built = (self.l0, self.l1)  # a tuple: not registered
+            self.layers = [self.l0, F.tanh, self.l1, self.head]
+
+    model = Deeper()
+    first, second = model.built
+    assert model.layers == [first, F.tanh, second, model.head]
+    assert (model.l0, model.l2, model.l3) == (first, second, model.head)
+    assert model(x).shape == (2, 3)
+    # head's parameters once, under its first name
+    assert [name for name, _ in model.named_parameters()] == [
+        "l0.W", "l0.b", "head.W", "head.b", "l2.W", "l2.b"]
+    model.layers = [model.l0]  # shorter: l1 ... are gone
+    assert model.layers == [model.l0] and model(x).shape == (2, 5)
+    assert list(model.state_dict()) == ["l0.W", "l0.b", "head.W", "head.b"] and model.l0 is first
+    with pytest.raises(TypeError, match=r"MLP.layers\[1\]: a layer must be a Module or a "
+                       "callable, got int"):
+        model.layers = [nn.Linear(3), 3]
+    assert model.layers == [model.l0]  # refused before anything changed
+
+    class Copied(nn.MLP):  # DeZero's MLP.__init__ copied into a subclass
+        def __init__(self, sizes):
+            nn.Module.__init__(self)
+            self.activation = F.relu
+            self.layers = []
+            for i, size in enumerate(sizes):
+                layer = nn.Linear(size)
+                setattr(self, "l" + str(i), layer)
+                self.layers.append(layer)
+
+    model = Copied((3, 2))
+    assert model.layers == [model.l0, model.l1] and model(x).shape == (2, 2)
+
+
+def test_a_weight_or_batch_norm_slot_set_to_none_is_created_again_at_the_next_call():
+    """Module: assigning None keeps the name registered; W and BatchNorm's four are lazy slots."""
     for layer, x, slots in (
-            (nn.Linear(3, 2), np.ones((1, 3), np.float32), ("W", "b")),
-            (nn.Conv2d(2, 3, in_channels=1), np.ones((1, 1, 4, 4), np.float32), ("W", "b")),
+            (nn.Linear(3, 2), np.ones((1, 3), np.float32), ("W",)),
+            (nn.Conv2d(2, 3, in_channels=1), np.ones((1, 1, 4, 4), np.float32), ("W",)),
             (nn.BatchNorm(), np.ones((2, 3), np.float32),
              ("gamma", "beta", "avg_mean", "avg_var"))):
         layer(x)
@@ -255,6 +345,75 @@ def test_a_layer_slot_set_to_none_is_created_again_at_the_next_call():
     nobias.W = None
     nobias(np.ones((1, 3), np.float32))
     assert nobias.b is None and list(nobias.state_dict()) == ["W"]
+
+
+@pytest.mark.parametrize("make, x", [
+    (lambda: nn.Linear(3, 2), np.ones((4, 3), np.float32)),
+    (lambda: nn.Linear(2), np.ones((4, 3), np.float32)),  # b = None before the first call
+    (lambda: nn.Conv2d(2, 3, pad=1), np.ones((1, 2, 4, 4), np.float32)),
+    (lambda: nn.Deconv2d(2, 3, in_channels=2), np.ones((1, 2, 3, 3), np.float32)),
+])
+def test_a_bias_set_to_none_is_no_bias_from_then_on(make, x):
+    """DeZero's idiom (its Linear and Conv2d pass self.b, None meaning no bias): b = None is not
+    created again; nobias, extra_repr, parameters, state_dict and saving agree."""
+    layer = make()
+    layer.b = None
+    for _ in range(2):
+        y = layer(x)
+    assert layer.b is None and layer.nobias and "nobias=True" in repr(layer)
+    assert list(layer.state_dict()) == ["W"] and list(layer.parameters()) == [layer.W]
+    expected = nn.Linear(3, 2, nobias=True) if isinstance(layer, nn.Linear) else None
+    if expected is not None:
+        expected.W.data = layer.W.data
+        np.testing.assert_array_equal(y.data, expected(x).data)
+    F.sum(y).backward()
+    assert layer.W.grad is not None
+    layer.nobias = False  # a bias again: zeros, created at the next call
+    assert isinstance(layer.b, gradcore.Parameter) and layer.b.data is None
+    np.testing.assert_array_equal(layer(x).data, y.data)
+    assert layer.b.data is not None and not layer.nobias and list(layer.state_dict()) == ["W", "b"]
+    layer.nobias = True
+    assert layer.b is None and list(layer.state_dict()) == ["W"]
+
+
+def test_a_bias_with_no_data_yet_is_still_filled():
+    """A lazy layer never called, or a load that filled W only: b exists, with data None."""
+    lin = nn.Linear(2)
+    assert not lin.nobias and lin.b.data is None
+    lin(np.ones((1, 3), np.float32))
+    assert lin.b.shape == (2,)
+    partial = nn.Linear(2)
+    partial.load_state_dict({"W": np.ones((3, 2), np.float32)}, strict=False)
+    partial(np.ones((1, 3), np.float32))
+    np.testing.assert_array_equal(partial.b.data, np.zeros(2, np.float32))
+
+
+def test_a_model_whose_bias_was_set_to_none_trains_and_saves_without_it(tmp_path):
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l1 = nn.Linear(4)
+            self.l2 = nn.Linear(1)
+            self.l2.b = None  # no bias on the output layer
+
+        def forward(self, x):
+            return self.l2(F.relu(self.l1(x)))
+
+    rng = np.random.default_rng(0)
+    x, t = rng.standard_normal((8, 3)), rng.standard_normal((8, 1)) + 3.0
+    model = Net()
+    optim = gradcore.optim.SGD(lr=0.1).setup(model)
+    for _ in range(3):
+        loss = F.mean_squared_error(model(x), t)
+        model.cleargrads()
+        loss.backward()
+        optim.update()
+    assert model.l2.b is None
+    assert [name for name, _ in model.named_parameters()] == ["l1.W", "l1.b", "l2.W"]
+    model.save(tmp_path / "net")
+    clone = Net()
+    clone.load(tmp_path / "net")
+    np.testing.assert_array_equal(clone(x).data, model(x).data)
 
 
 def test_lazy_layers_take_the_dtype_given_to_to():

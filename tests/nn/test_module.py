@@ -88,20 +88,52 @@ def test_a_registered_name_refuses_other_values():
     assert names(net)[:3] == ["z.fc.W", "z.fc.b", "z.scale"]
 
 
-def test_a_name_that_is_not_an_identifier_is_refused_for_parameters_and_modules():
+def test_a_name_holding_a_dot_or_empty_is_refused_for_parameters_modules_and_buffers():
     """"l1.W" beside a sub-module l1 would give two parameters one qualified name."""
     net = Net()
     before = names(net)
     for value in (Parameter(np.zeros(2)), nn.Linear(2, 2)):
-        with pytest.raises(ValueError, match=r"'block\.fc' on Net: the name must be an "
-                           r"identifier; use a valid Python identifier"):
+        with pytest.raises(ValueError, match=r"'block\.fc' on Net: the name holds '\.', which "
+                           r"joins the parts of state_dict's names.*use another"):
             setattr(net, "block.fc", value)
-    with pytest.raises(ValueError, match="valid Python identifier"):
+    with pytest.raises(ValueError, match="'' on Net: the name is empty"):
         setattr(net, "", Parameter(np.zeros(2)))
-    assert names(net) == before and "block.fc" not in vars(net)
+    for name in ("a.b", ""):
+        with pytest.raises(ValueError, match="register_buffer: cannot register buffer"):
+            net.register_buffer(name, np.zeros(1))
+    with pytest.raises(TypeError, match="the name must be a string, got int"):
+        net.register_buffer(1, np.zeros(1))
+    assert names(net) == before and "block.fc" not in vars(net) and list(net.buffers()) == []
     seq = nn.Sequential()
     setattr(seq, "0", nn.Linear(2, 2))  # numbers stay fine: Sequential names its layers so
     assert [n for n, _ in seq.named_parameters()] == ["0.W", "0.b"]
+
+
+def test_names_that_are_not_identifiers_register_save_and_load(tmp_path):
+    """Only "." and "" can clash (PyTorch's rule): "block-1", "fc 2", "-1" or a non-ASCII digit
+    worked before names were checked at all, and checkpoints may hold them."""
+    odd = ("block-1", "fc 2", "conv3x3/1", "-1", "\u0661")
+
+    class Odd(nn.Module):
+        def __init__(self):
+            super().__init__()
+            for name in odd:
+                setattr(self, name, nn.Linear(2, 2))
+            self.register_buffer("running-count", np.zeros(1))
+
+        def forward(self, x):
+            for name in odd:
+                x = getattr(self, name)(x)
+            return x
+
+    model = Odd()
+    expected = [f"{name}.{slot}" for name in odd for slot in ("W", "b")] + ["running-count"]
+    assert list(model.state_dict()) == expected
+    model.save(tmp_path / "odd")
+    clone = Odd()
+    clone.load(tmp_path / "odd")
+    x = np.ones((1, 2), np.float32)
+    np.testing.assert_array_equal(clone(x).data, model(x).data)
 
 
 def test_state_dict_refuses_two_entries_under_one_name(tmp_path):
@@ -409,7 +441,7 @@ def test_bad_buffers():
         m.count = np.zeros(1)
     with pytest.raises(KeyError, match="already has an attribute 'w'"):
         m.register_buffer("w", np.zeros(1))
-    with pytest.raises(ValueError, match="must be an identifier; use a valid Python identifier"):
+    with pytest.raises(ValueError, match="'a.b' on Counter: the name holds '.'"):
         m.register_buffer("a.b", np.zeros(1))
     m.count = None  # a lazy buffer: kept registered, skipped until it has a value
     assert list(m.named_buffers()) == []
