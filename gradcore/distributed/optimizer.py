@@ -79,7 +79,8 @@ class DistributedOptimizer:
     and save_on_root saves rank 0's). The model is the optimizer's target when it was given the
     model (`optim.SGD(model, lr=...)`, `setup(model)`), else `model=`; given only parameters and
     no `model`, there are no buffers to see. The buffers sized at the first step are the ones
-    kept in agreement (the ranks check they have the same names, shapes and dtypes). PyTorch's
+    kept in agreement (the ranks check they have the same names, shapes and dtypes); a buffer
+    registered, removed, replaced or sized after it raises DistributedError. PyTorch's
     DDP instead broadcasts rank 0's buffers at every forward (broadcast_buffers=True): each
     rank's batch statistics are then used for normalising but only rank 0's enter the running
     ones; "mean" lets every rank's data count, at the step.
@@ -240,9 +241,8 @@ class DistributedOptimizer:
         model = self.model if self.model is not None else self.optimizer.target
         named = getattr(model, "named_buffers", None)
         self._buffers = None
-        if self.buffers is not None and callable(named):
-            buffers = _Buffers(list(named()), self.buffers, self.comm)
-            self._buffers = buffers if buffers.named or buffers.unsized else None
+        if self.buffers is not None and callable(named):  # also with none yet: one may come
+            self._buffers = _Buffers(named, self.buffers, self.comm)
 
     def _ready(self, p):
         """p's gradient is final for this backward: start the buckets that are complete."""
@@ -393,9 +393,13 @@ class _Buffers:
     """A model's buffers sized at the plan, brought into agreement over the ranks at each step
     in one all-reduce of float64 (exact for float16/32 and for integers up to 2**53): each rank
     sends its share (1 / size) of a buffer averaged, and rank 0 its values of a buffer taken
-    from it, where the others send zeros."""
+    from it, where the others send zeros. `source` is the model's named_buffers: each step
+    checks that the model still has the buffers planned, and no others."""
 
-    def __init__(self, named, mode, comm):
+    def __init__(self, source, mode, comm):
+        named = list(source())
+        self.source = source
+        self.planned = dict(named)  # name -> Variable, sized or not
         self.named = [(name, v) for name, v in named if v.data is not None]
         self.unsized = [(name, v) for name, v in named if v.data is None]
         self.kinds = [(tuple(v.shape), v.dtype) for _, v in self.named]
@@ -414,6 +418,22 @@ class _Buffers:
                     f"{first.device} with {self.named[0][0]}: NCCL sums them on one GPU; move "
                     "the model with model.to(dist.local_device(comm))")
 
+    def _check_same_buffers(self):
+        """DistributedError if the model gained, lost or replaced a buffer since the plan: the
+        ranks agree on the buffers planned, and a new one would drift apart unseen."""
+        planned, now = self.planned, dict(self.source())
+        if now.keys() == planned.keys() and all(v is planned[n] for n, v in now.items()):
+            return
+        changes = [f"{n} registered" for n in now if n not in planned]
+        changes += [f"{n} removed" for n in planned if n not in now]
+        changes += [f"{n} replaced by another Variable" for n in now
+                    if n in planned and now[n] is not planned[n]]
+        raise DistributedError(
+            f"DistributedOptimizer: the model's buffers changed after the first step "
+            f"({', '.join(changes)}): the ranks keep the buffers they had then in agreement; "
+            "register every buffer before the first step (set .data to change one's values), "
+            "or pass buffers=None")
+
     def described(self):
         """[name, shape, dtype] of each buffer: the ranks compare them."""
         return [[name, list(shape), str(dtype)] for (name, _), (shape, dtype)
@@ -422,6 +442,7 @@ class _Buffers:
     def start(self, comm):
         """Pack the buffers and start their all-reduce; returns its handle (None: none is
         sized)."""
+        self._check_same_buffers()
         for (name, v), (shape, dtype) in zip(self.named, self.kinds):
             if v.data is None or tuple(v.shape) != shape or v.dtype != dtype:
                 raise DistributedError(

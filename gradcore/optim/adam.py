@@ -17,7 +17,9 @@ class Adam(Optimizer):
     that parameter took (`optimizer.param_counts(param)["step"]`, saved with the state), so a
     parameter whose first gradient comes late starts with a first step, and a step where no
     parameter had a gradient changes nothing. `optimizer.t` (DeZero's name) counts the updates
-    that changed at least one parameter: the count of a parameter updated at every step.
+    that changed at least one parameter: the count of a parameter updated at every step. As in
+    DeZero it is counted before the hooks run, so they see this step's t and lr (and it is taken
+    back if they drop every gradient).
 
     eps is added to sqrt(v) before the bias correction, as in DeZero; PyTorch adds it after
     (m_hat / (sqrt(v_hat) + eps)), so here it weighs 1 / sqrt(1 - beta2**t) times more (about
@@ -67,9 +69,18 @@ class Adam(Optimizer):
                              "alpha)")
 
     def update(self):
-        params = self._run_hooks(self._ready())  # checked before t moves
-        if params:  # a step that updates nothing is not counted
+        params = self._ready()  # checked before t moves
+        counted = bool(params)  # a step where nothing has a gradient is not counted
+        if counted:  # counted first, as DeZero's: the hooks see this step's t and lr
             self.t += 1
+        try:
+            params = self._run_hooks(params)
+        except BaseException:
+            if counted:
+                self.t -= 1
+            raise
+        if counted and not params:  # the hooks dropped every gradient: nothing is updated
+            self.t -= 1
         self._update_params(params)
 
     def update_one(self, param):

@@ -1,6 +1,7 @@
 """Checking hyperparameters: each must be a finite real number in its allowed range."""
 import math
 import numbers
+import operator
 
 # Allowed values of the hyperparameters gradcore's optimizers share: name -> (low, high, is high
 # itself allowed). A name not listed (a user subclass's own) only has to be a finite real number.
@@ -19,6 +20,18 @@ _RANGES = {
 
 def _is_number(x):
     return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def as_integer(x):
+    """`x` as a Python int if it is an integer: a Python int, a NumPy integer, or a 0-d integer
+    array (a count or an epoch read back from an .npz), anything with `__index__`; None for
+    anything else, bools included (NumPy's have no `__index__`)."""
+    if isinstance(x, bool):
+        return None
+    try:
+        return operator.index(x)
+    except TypeError:
+        return None
 
 
 def checked_hyperparameter(where, name, value, rule=None):

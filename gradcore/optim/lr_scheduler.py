@@ -19,8 +19,9 @@ that; `rate(step)` is a schedule's closed form from base_lr alone (PyTorch's ste
 OneCycleLR is not chainable, as in PyTorch: it sets the rate from its own closed form.
 
 Resuming: load the optimizer's state_dict, then either make the schedule again and load its
-state_dict(), or make it with last_epoch= its count at the save minus one (PyTorch's "index of
-the last epoch"): the constructor counts that one step and keeps the restored step size.
+state_dict() (which sets the step size the optimizer had at the save: one set by hand stays),
+or make it with last_epoch= its count at the save minus one (PyTorch's "index of the last
+epoch"): the constructor counts that one step and keeps the restored step size.
 
 MomentumSGD (DeZero's v <- momentum * v - lr * grad) keeps earlier step sizes inside v: a new lr
 takes effect over about 1 / (1 - momentum) steps, where PyTorch's SGD applies it at once (see
@@ -30,7 +31,7 @@ import bisect
 import math
 
 from .. import variable as _variables
-from .hyperparameters import checked_hyperparameter
+from .hyperparameters import as_integer, checked_hyperparameter
 
 __all__ = ["LRScheduler", "StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR",
            "LinearLR", "OneCycleLR", "ReduceLROnPlateau"]
@@ -71,18 +72,27 @@ class LRScheduler:
     """Base class. A subclass writes `rate(step)`, its closed form from `base_lr`, and
     `next_rate(lr)`, the step size after step `last_epoch` from the optimizer's current one
     `lr` (PyTorch's chainable get_lr); and `start_rate(lr)` if making the schedule changes the
-    step size. One that writes `rate` only is set from it at every step (as OneCycleLR)."""
+    step size. One that writes `rate` only is set from it at every step (as OneCycleLR).
+    The constructor takes the first step through `self.step()`, as PyTorch's, so a subclass's
+    own step() sees it too."""
+
+    _initial = False  # True while the constructor takes the first step (PyTorch's _initial_step)
 
     def __init__(self, optimizer, last_epoch=-1):
-        if isinstance(last_epoch, bool) or not isinstance(last_epoch, int) or last_epoch < -1:
+        epoch = as_integer(last_epoch)  # a NumPy integer too (read back from a file)
+        if epoch is None or epoch < -1:
             raise ValueError(f"{type(self).__name__}: last_epoch must be an int >= -1 (-1: a new "
                              f"schedule), got {last_epoch!r}")
         self.optimizer = optimizer
         self.name = _rate_name(optimizer)
-        self.base_lr = self._base_rate(last_epoch)
-        self.last_epoch = last_epoch
+        self.base_lr = self._base_rate(epoch)
+        self.last_epoch = epoch
         self.last_lr = None
-        self._advance(first=True)
+        self._initial = True
+        try:
+            self.step()
+        finally:
+            del self._initial  # not saved by state_dict: the class's False again
 
     def _base_rate(self, last_epoch):
         """The optimizer's initial_lr, recorded now (the current step size) by the first
@@ -119,7 +129,7 @@ class LRScheduler:
 
     def step(self):
         """Count a step (an epoch, or a batch for per-step schedules) and set the step size."""
-        self._advance(first=False)
+        self._advance(first=self._initial)
 
     def _advance(self, first):
         _not_replayed(self)
@@ -145,25 +155,36 @@ class LRScheduler:
         return [self.last_lr]
 
     def state_dict(self):
-        """What resuming needs: every attribute but the optimizer."""
-        return {k: v for k, v in self.__dict__.items() if k != "optimizer"}
+        """What resuming needs: every attribute but the optimizer, and the optimizer's step size
+        now ("optimizer_lr"), which may have been set by hand since this schedule's last step."""
+        state = {k: v for k, v in self.__dict__.items() if k != "optimizer"}
+        state["optimizer_lr"] = float(getattr(self.optimizer, self.name))
+        return state
 
     def load_state_dict(self, state):
-        """Resume from `state_dict()`; the optimizer's step size is set to the one this schedule
-        set last (with several schedules on one optimizer, load them in the order they are
-        stepped, or load the optimizer's state_dict after them)."""
+        """Resume from `state_dict()`. The optimizer's step size becomes the one it had when
+        that was taken, which its own state_dict keeps too: making the schedule again may have
+        changed it (LinearLR's start_factor), and a step size set by hand stays set, as when
+        the run goes on uninterrupted (and as PyTorch resumes). Several schedules on one
+        optimizer load in any order. A state_dict from an older gradcore, without it: the step
+        size this schedule set last."""
+        where = f"{type(self).__name__}.load_state_dict"
         unknown = set(state) - set(self.state_dict())
         if unknown:
-            raise KeyError(f"{type(self).__name__}.load_state_dict: unknown keys "
-                           f"{sorted(unknown)}; was this saved by another scheduler?")
+            raise KeyError(f"{where}: unknown keys {sorted(unknown)}; was this saved by another "
+                           "scheduler?")
+        state = dict(state)
+        lr = state.pop("optimizer_lr", None)
+        if lr is not None:  # checked before anything changes
+            lr = checked_hyperparameter(where, "optimizer_lr", lr, rule="lr")
         self.__dict__.update(state)
         if state.get("last_lr") is None:  # saved by an older gradcore: the closed form
             self.last_lr = self.rate(self.last_epoch)
-        self._restore()
+        self._restore(self.last_lr if lr is None else lr)
 
-    def _restore(self):
-        """Set the optimizer from the state just loaded."""
-        setattr(self.optimizer, self.name, self.last_lr)
+    def _restore(self, lr):
+        """Set the optimizer from the state just loaded: its step size to `lr`."""
+        setattr(self.optimizer, self.name, lr)
 
 
 class StepLR(LRScheduler):
@@ -334,8 +355,8 @@ class OneCycleLR(LRScheduler):
         if self.momentum_name is not None:
             setattr(self.optimizer, self.momentum_name, self.momentum(self.last_epoch))
 
-    def _restore(self):
-        super()._restore()
+    def _restore(self, lr):
+        super()._restore(lr)
         if self.momentum_name is not None:
             setattr(self.optimizer, self.momentum_name, self.momentum(self.last_epoch))
 
@@ -389,7 +410,9 @@ class ReduceLROnPlateau:
         """The optimizer's step size, in a list (PyTorch's form: one per parameter group)."""
         return [float(getattr(self.optimizer, self.name))]
 
-    state_dict = LRScheduler.state_dict
+    def state_dict(self):
+        """What resuming needs: every attribute but the optimizer."""
+        return {k: v for k, v in self.__dict__.items() if k != "optimizer"}
 
     def load_state_dict(self, state):
         """Resume from `state_dict()` (the optimizer's step size is its own, saved with it)."""
@@ -400,6 +423,7 @@ class ReduceLROnPlateau:
 
 
 def _positive_int(name, value):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    number = as_integer(value)
+    if number is None or number < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
+    return number

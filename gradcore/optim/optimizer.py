@@ -9,7 +9,7 @@ from .. import variable as _variables
 from ..config import enable_grad
 from ..variable import Variable, note_write
 from .hooks import ClipGrad, FreezeParam, WeightDecay
-from .hyperparameters import _is_number, checked_hyperparameter
+from .hyperparameters import _is_number, as_integer, checked_hyperparameter
 from .param_state import ParamState
 from .params import _as_target, _check_leaves, _describe, _unique_params, grad_array, set_data
 
@@ -420,13 +420,21 @@ def _checked_hyperparameters(where, given, defaults):
 
 
 def _checked_counters(where, given, names):
-    """The saved counters, once their names are `names` and each is an integer >= 0."""
+    """The saved counters as ints, once their names are `names` and each is an integer >= 0."""
     counters = dict(given)
     _same_names(where, "counters", counters, names)
     for name, value in counters.items():
-        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 0:
-            raise ValueError(f"{where}: counter {name} must be an integer >= 0, got {value!r}")
+        counters[name] = _checked_count(where, f"counter {name}", value)
     return counters
+
+
+def _checked_count(where, what, value):
+    """`value` as an int, once it is an integer >= 0: a Python or NumPy integer, or a 0-d
+    integer array (what numpy.load gives back for a count saved to an .npz)."""
+    count = as_integer(value)
+    if count is None or count < 0:
+        raise ValueError(f"{where}: {what} must be an integer >= 0, got {value!r}")
+    return count
 
 
 def _check_shapes(where, saved, params):
@@ -464,10 +472,8 @@ def _checked_state(where, state, params, state_names, state_counters=()):
         counts = {name: n for name, n in arrays.items() if name in state_counters}
         arrays = {name: a for name, a in arrays.items() if name not in state_counters}
         _same_names(where, f"state names of parameter {position}", arrays, state_names)
-        for name, n in counts.items():
-            if not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 0:
-                raise ValueError(f"{where}: count {name!r} of parameter {position} must be an "
-                                 f"integer >= 0, got {n!r}")
+        counts = {name: _checked_count(where, f"count {name!r} of parameter {position}", n)
+                  for name, n in counts.items()}
         for name, a in arrays.items():
             if not backends.is_array(a):
                 raise TypeError(f"{where}: state {name!r} of parameter {position} is a "

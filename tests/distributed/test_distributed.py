@@ -123,6 +123,12 @@ def test_buffers_are_averaged_over_the_ranks_at_each_step(tmp_path):
         assert first["None"]["after"][name] != second["None"]["after"][name]
 
 
+def test_a_buffer_registered_after_the_first_step_raises_on_every_rank(tmp_path):
+    for r in launch("late_buffer", tmp_path):
+        assert r["step"] == 1
+        assert "the model's buffers changed after the first step (stat registered)" in r["error"]
+
+
 def test_different_models_are_named_at_broadcast_on_every_rank(tmp_path):
     for r in launch("mismatch", tmp_path):
         assert "0.W is (2, 4) on rank 1 but (2, 3) on rank 0" in r["error"]

@@ -319,6 +319,23 @@ def test_buffer_errors_say_what_to_do(comm):
         opt.step()
 
 
+def test_buffers_replaced_or_removed_after_the_first_step_raise(comm):
+    x = gradcore.Variable(np.ones((4, 2), np.float32))
+    for change, said in [(lambda m: setattr(m, "seen", gradcore.Variable(np.zeros(2))),
+                          "seen replaced by another Variable"),
+                         (lambda m: delattr(m, "seen"), "seen removed")]:
+        model = _Counted()
+        opt = dist.DistributedOptimizer(optim.SGD(model, lr=0.1), comm)
+        F.sum(model(x)).backward()
+        opt.step()
+        model.seen.data[...] = 3  # new values in the same buffer: fine
+        opt.step()
+        change(model)
+        with pytest.raises(dist.DistributedError, match=f"buffers changed after the first "
+                                                        f"step \\({said}\\)"):
+            opt.step()
+
+
 def test_setup_again_after_steps_plans_and_checks_the_new_parameters(comm):
     x = gradcore.Variable(np.ones((4, 3), np.float32))
     model = nn.Linear(2, in_size=3)

@@ -216,6 +216,25 @@ def buffers(comm, out):
     return results
 
 
+def late_buffer(comm, out):
+    """A buffer registered after the first step (on every rank): the next step raises, on every
+    rank, instead of leaving the ranks' values of it apart."""
+    model = nn.Linear(2, in_size=3)  # no buffer at the first step
+    dist.broadcast_parameters(model, comm)
+    opt = dist.DistributedOptimizer(optim.SGD(model, lr=0.1), comm)
+    x = gradcore.Variable(np.full((4, 3), comm.rank, np.float32))
+    for step in range(2):
+        if step == 1:
+            model.register_buffer("stat", gradcore.Variable(np.full(2, float(comm.rank))))
+        opt.zero_grad()
+        F.sum(model(x)).backward()
+        try:
+            opt.step()
+        except dist.DistributedError as e:
+            return {"error": str(e), "step": step}
+    return {"error": None}
+
+
 def mismatch(comm, out):
     """Different models on the ranks: broadcast_parameters raises on every rank."""
     width = 3 if comm.rank == 0 else 4

@@ -244,6 +244,119 @@ def test_a_resumed_schedule_goes_on_as_one_never_stopped(name, steps):
                                                             rel=1e-12)
 
 
+def torch_resumed(torch, name, steps, by_hand, more):
+    """PyTorch's step sizes after a save at `steps` with lr set `by_hand` just before it, resumed
+    in the documented order: optimizer.load_state_dict, make the schedule, its load_state_dict."""
+    import copy
+
+    def made():
+        topt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1)
+        return topt, getattr(torch.optim.lr_scheduler, name)(topt, **SCHEDULES[name])
+    topt, tsched = made()
+    for _ in range(steps):
+        topt.step()
+        tsched.step()
+    topt.param_groups[0]["lr"] = by_hand
+    saved = copy.deepcopy((topt.state_dict(), tsched.state_dict()))
+    topt, tsched = made()
+    topt.load_state_dict(saved[0])
+    tsched.load_state_dict(saved[1])
+    seen = [topt.param_groups[0]["lr"]]
+    for _ in range(more):
+        topt.step()
+        tsched.step()
+        seen.append(topt.param_groups[0]["lr"])
+    return seen
+
+
+@pytest.mark.parametrize("cls", [optim.SGD, optim.Adam])
+@pytest.mark.parametrize("name", CHAINABLE)
+def test_a_step_size_set_by_hand_before_the_save_is_kept_by_either_resume(name, cls):
+    rate = "alpha" if cls is optim.Adam else "lr"
+    opt = cls(nn.Linear(2, in_size=3).parameters(), lr=0.1)
+    scheduler = getattr(sched, name)(opt, **SCHEDULES[name])
+    for _ in range(12):
+        scheduler.step()
+    setattr(opt, rate, 0.7)  # by hand, after the schedule's last step
+    saved = opt.state_dict(), scheduler.state_dict()
+    by_state = cls(nn.Linear(2, in_size=3).parameters(), lr=0.3)
+    by_state.load_state_dict(saved[0])
+    again = getattr(sched, name)(by_state, **SCHEDULES[name])  # LinearLR: lr * start_factor
+    again.load_state_dict(saved[1])
+    by_epoch = cls(nn.Linear(2, in_size=3).parameters(), lr=0.3)
+    by_epoch.load_state_dict(saved[0])
+    again_by_epoch = getattr(sched, name)(by_epoch, **SCHEDULES[name],
+                                          last_epoch=saved[1]["last_epoch"] - 1)
+    uninterrupted = rates(scheduler, opt, rate, 20)
+    assert uninterrupted[0] == 0.7
+    assert rates(again, by_state, rate, 20) == pytest.approx(uninterrupted, rel=1e-12)
+    assert rates(again_by_epoch, by_epoch, rate, 20) == pytest.approx(uninterrupted, rel=1e-12)
+    torch = pytest.importorskip("torch")
+    if name != "LinearLR":  # PyTorch's LinearLR resumed so is start_factor times too low
+        assert uninterrupted == pytest.approx(torch_resumed(torch, name, 12, 0.7, 20),
+                                              rel=1e-12)
+
+
+def test_several_schedules_on_one_optimizer_load_in_any_order():
+    opt, first = trained_for(6, "LinearLR")
+    second = sched.ExponentialLR(opt, gamma=0.9)
+    for _ in range(3):
+        first.step()
+        second.step()
+    saved = opt.state_dict(), first.state_dict(), second.state_dict()
+    resumed = optim.SGD(nn.Linear(2, in_size=3).parameters(), lr=0.3)
+    resumed.load_state_dict(saved[0])
+    again = [sched.LinearLR(resumed, **SCHEDULES["LinearLR"]),
+             sched.ExponentialLR(resumed, gamma=0.9)]
+    again[1].load_state_dict(saved[2])  # the second one first
+    again[0].load_state_dict(saved[1])
+    assert resumed.lr == opt.lr
+    for _ in range(5):
+        for scheduler in (first, second, *again):
+            scheduler.step()
+        assert resumed.lr == pytest.approx(opt.lr, rel=1e-12)
+
+
+def test_last_epoch_and_sizes_may_be_numpy_integers():
+    opt, _ = trained_for(15, "StepLR", step_size=10, gamma=0.1)
+    for last_epoch in (np.int64(14), np.array(14), np.int32(14)):  # read back from a file
+        resumed = optim.SGD(nn.Linear(2, in_size=3).parameters(), lr=0.1)
+        resumed.load_state_dict(opt.state_dict())
+        scheduler = sched.StepLR(resumed, step_size=np.int64(10), gamma=0.1,
+                                 last_epoch=last_epoch)
+        assert type(scheduler.last_epoch) is int and scheduler.last_epoch == 15
+        assert type(scheduler.step_size) is int and resumed.lr == pytest.approx(0.01)
+    for bad in (True, 14.0, np.array(14.0), np.array([14])):
+        with pytest.raises(ValueError, match="last_epoch must be an int >= -1"):
+            sched.StepLR(resumed, step_size=10, last_epoch=bad)
+
+
+def test_the_constructor_takes_the_first_step_through_a_subclasss_step():
+    def logged(base):
+        class Logged(base):
+            def __init__(self, *args, **kwargs):
+                self.history = []
+                super().__init__(*args, **kwargs)
+
+            def step(self, *args):
+                super().step(*args)
+                self.history.append(self.get_last_lr()[0])
+        return Logged
+
+    opt = optim.SGD(nn.Linear(2, in_size=3).parameters(), lr=1.0)
+    ours = logged(sched.LinearLR)(opt, start_factor=0.5, total_iters=2)
+    assert ours.history == [0.5] and ours.last_epoch == 0  # the first step: start_factor
+    ours.step()
+    assert ours.history == [0.5, 0.75]
+    assert "_initial" not in ours.state_dict() and not ours._initial
+    torch = pytest.importorskip("torch")
+    topt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=1.0)
+    theirs = logged(torch.optim.lr_scheduler.LinearLR)(topt, start_factor=0.5, total_iters=2)
+    topt.step()
+    theirs.step()
+    assert theirs.history == pytest.approx(ours.history, rel=1e-12)
+
+
 def test_resuming_without_an_initial_lr_says_what_to_do():
     opt = optim.SGD(nn.Linear(2, in_size=3).parameters(), lr=0.01)
     with pytest.raises(KeyError, match="no initial_lr.*Load the optimizer's state_dict"):

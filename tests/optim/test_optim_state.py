@@ -261,12 +261,46 @@ def test_an_older_adam_state_dict_without_step_counts_falls_back_to_t():
         np.testing.assert_array_equal(a.data, b.data)
 
 
-def test_a_bad_step_count_is_refused():
+@pytest.mark.parametrize("bad", [-1, 2.0, True, np.array(2.0), np.array([2]), np.True_])
+def test_a_bad_step_count_is_refused(bad):
     params, optimizer = loaded_state()
     saved = optimizer.state_dict()
-    saved["state"][0]["step"] = -1
+    saved["state"][0]["step"] = bad
     with pytest.raises(ValueError, match="count 'step' of parameter 0 must be an integer >= 0"):
         Adam(params).load_state_dict(saved)
+    saved = optimizer.state_dict()
+    saved["counters"]["t"] = bad
+    with pytest.raises(ValueError, match="counter t must be an integer >= 0"):
+        Adam(params).load_state_dict(saved)
+
+
+def test_counts_read_back_from_an_npz_file_load(tmp_path):
+    params, optimizer = loaded_state()
+    run(optimizer, params, NUMPY, GRADS[1:2])
+    saved = optimizer.state_dict()
+    np.savez(tmp_path / "optimizer.npz", t=saved["counters"]["t"],
+             **{f"{position}/{name}": np.asarray(a) for position, s in saved["state"].items()
+                for name, a in s.items()})
+    state = {}
+    with np.load(tmp_path / "optimizer.npz") as arrays:  # counts come back as 0-d int64 arrays
+        counters = {"t": arrays["t"]}
+        for key in arrays.files:
+            if "/" in key:
+                position, name = key.split("/")
+                state.setdefault(int(position), {})[name] = arrays[key]
+    assert state[0]["step"].shape == () and state[0]["step"].dtype == np.int64
+    copies = [gradcore.Parameter(p.data.copy()) for p in params]
+    restored = Adam(copies, lr=0.1)
+    restored.load_state_dict(dict(saved, counters=counters, state=state))
+    assert type(restored.t) is int and restored.t == 2
+    assert [restored.param_counts(p) for p in copies] == [{"step": 2}, {"step": 2}]
+    assert all(type(restored.param_counts(p)["step"]) is int for p in copies)
+    restored.load_state_dict(dict(saved, counters={"t": np.int64(2)}))  # a NumPy integer
+    assert type(restored.t) is int and restored.t == 2
+    run(optimizer, params, NUMPY, GRADS[2:3])
+    run(restored, copies, NUMPY, GRADS[2:3])
+    for a, b in zip(params, copies):
+        np.testing.assert_array_equal(a.data, b.data)
 
 
 def test_dropping_a_parameters_state_restarts_its_count():

@@ -222,6 +222,30 @@ def test_adam_after_empty_steps_takes_the_same_first_step(xp2):
     assert optimizer.t == 1
 
 
+def test_adam_hooks_see_the_count_and_step_size_of_this_step():
+    W, b = gradcore.Parameter(np.zeros(2)), gradcore.Parameter(np.zeros(1))
+    optimizer = Adam([W, b], lr=0.1)
+    seen = []
+    optimizer.add_hook(lambda params: seen.append((optimizer.t, optimizer.lr)))
+    for _ in range(3):
+        W.grad = constant(np, [1.0, -1.0])
+        optimizer.step()
+    # counted before the hooks, as DeZero's Adam (t += 1, then the base class's hooks)
+    assert seen == [(k, optimizer._step_size(k)) for k in (1, 2, 3)]
+    W.grad = None
+    optimizer.step()  # nothing has a gradient: not counted
+    assert seen[-1][0] == optimizer.t == 3
+
+    def fails(params):
+        raise RuntimeError("a hook that fails")
+    optimizer.add_hook(fails)
+    W.grad = constant(np, [1.0, -1.0])
+    with pytest.raises(RuntimeError, match="a hook that fails"):
+        optimizer.step()
+    assert optimizer.t == 3 and optimizer.param_counts(W) == {"step": 3}
+    assert b not in optimizer.state_counts
+
+
 def test_adam_does_not_count_a_frozen_parameters_step():
     from gradcore.optim import FreezeParam
 
