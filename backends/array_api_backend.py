@@ -4,7 +4,7 @@ import re
 
 import numpy
 
-from .base import Backend, DeviceUnavailableError, host_generator
+from .base import Backend, DeviceUnavailableError, drawing, host_random_position
 from .indexing import flat_positions, is_advanced
 from .device import Device
 
@@ -103,10 +103,14 @@ class ArrayAPIBackend(Backend):
         return target
 
     def random_normal(self, shape, dtype, device):
-        return self.asarray(host_generator().randn(*shape), dtype=dtype, device=device)
+        with drawing:
+            draw = numpy.random.randn(*shape)
+        return self.asarray(draw, dtype=dtype, device=device)
 
     def random_uniform(self, shape, dtype, device):
-        return self.asarray(host_generator().rand(*shape), dtype=dtype, device=device)
+        with drawing:
+            draw = numpy.random.rand(*shape)
+        return self.asarray(draw, dtype=dtype, device=device)
 
     def manual_seed(self, seed):
         numpy.random.seed(seed)  # samples come from NumPy's global generator
@@ -116,6 +120,9 @@ class ArrayAPIBackend(Backend):
 
     def set_random_state(self, device, state):
         numpy.random.set_state(state)
+
+    def random_position(self, device):
+        return host_random_position()
 
 
 def _segment_sum(xp, positions, values, size):

@@ -6,16 +6,18 @@ import numpy
 
 from . import indexing
 
-# .generators: {key: generator} that this thread draws from instead of the global one
-_drawing = threading.local()
-HOST = "host"  # the key of NumPy's generator, which every host backend draws from
+
+# Held by every draw from a backend's global generator, and by gradcore.checkpoint while a block
+# runs (RLock: the block's own draws take it again): other threads' draws then wait, so the
+# block's numbers follow one another and can be drawn again exactly
+drawing = threading.RLock()
 
 
-def host_generator():
-    """What the host backends (NumPy, array-API, Dask) draw from in this thread: numpy.random, the
-    global generator numpy.random.seed sets, or the thread's own while `drawing_from` lasts."""
-    generators = getattr(_drawing, "generators", None)
-    return generators.get(HOST, numpy.random) if generators else numpy.random
+def host_random_position():
+    """Where NumPy's global generator (which the host backends draw from) is, comparable
+    with ==."""
+    kind, keys, position, has_gauss, gauss = numpy.random.get_state()
+    return kind, keys.tobytes(), position, has_gauss, gauss
 
 
 class DeviceUnavailableError(RuntimeError):
@@ -136,37 +138,10 @@ class Backend:
         """Put back a snapshot from `random_state`."""
         raise NotImplementedError
 
-    @contextlib.contextmanager
-    def drawing_from(self, device, state):
-        """While it lasts, this thread's draws for `device` come from a generator of their own,
-        started at `state` (from `random_state`), which it yields. The global generator is neither
-        read nor moved: another thread drawing meanwhile neither shifts these draws nor is handed
-        them again. `resume_from(device, generator)` then moves the global one past them."""
-        generators = _drawing.__dict__.setdefault("generators", {})
-        key = self.generator_key(device)
-        previous = generators.get(key)
-        generators[key] = generator = self.generator_at(device, state)
-        try:
-            yield generator
-        finally:
-            if previous is None:
-                del generators[key]
-            else:
-                generators[key] = previous
-
-    def generator_key(self, device):
-        """Which generator draws for `device` (backends drawing from one share a key)."""
-        return HOST
-
-    def generator_at(self, device, state):
-        """A new generator of the kind `device` draws from, started at `state`."""
-        generator = numpy.random.RandomState()
-        generator.set_state(state)
-        return generator
-
-    def resume_from(self, device, generator):
-        """Make the global generator for `device` go on from where `generator` stopped."""
-        numpy.random.set_state(generator.get_state())
+    def random_position(self, device):
+        """Where the global generator for `device` is, read without moving it, as a value two of
+        which compare with ==; None where it cannot be read (CuPy's generators)."""
+        return None
 
     def assign(self, target, value):
         """Every element of `target` replaced by `value`'s (broadcast, in `target`'s dtype), in

@@ -5,7 +5,7 @@ import importlib
 import threading
 import weakref
 
-from .base import Backend, DeviceUnavailableError, _drawing
+from .base import Backend, DeviceUnavailableError, drawing
 from .device import Device
 
 
@@ -192,19 +192,12 @@ class CupyBackend(Backend):
             return scatter_add_converted(self.xp.add.at, self.xp, target, key, values)
 
     def random_normal(self, shape, dtype, device):
-        with self.xp.cuda.Device(self._id(device)):
-            return self._generator(device).standard_normal(shape, dtype=dtype)
+        with drawing, self.xp.cuda.Device(self._id(device)):
+            return self.xp.random.standard_normal(shape, dtype=dtype)
 
     def random_uniform(self, shape, dtype, device):
-        with self.xp.cuda.Device(self._id(device)):
-            return self._generator(device).random_sample(shape, dtype=dtype)
-
-    def _generator(self, device):
-        """cupy.random (the current GPU's global generator), or this thread's own for `device`
-        while `drawing_from` lasts."""
-        generators = getattr(_drawing, "generators", None)
-        return generators.get(self.generator_key(device), self.xp.random) if generators else (
-            self.xp.random)
+        with drawing, self.xp.cuda.Device(self._id(device)):
+            return self.xp.random.random_sample(shape, dtype=dtype)
 
     def manual_seed(self, seed):
         for id in range(self.xp.cuda.runtime.getDeviceCount()):
@@ -222,18 +215,6 @@ class CupyBackend(Backend):
     def set_random_state(self, device, state):
         with self.xp.cuda.Device(self._id(device)):
             self.xp.random.seed(state)
-
-    def generator_key(self, device):
-        return ("cuda", self._id(device))
-
-    def generator_at(self, device, state):
-        with self.xp.cuda.Device(self._id(device)):
-            return self.xp.random.RandomState(state)
-
-    def resume_from(self, device, generator):
-        # a CuPy generator's state cannot be read: the global one starts from a seed it draws
-        with self.xp.cuda.Device(self._id(device)):
-            self.xp.random.seed(int(generator.randint(0, 2 ** 31 - 1, size=()).get()))
 
     def capture(self, run):
         cuda = self.xp.cuda

@@ -12,7 +12,7 @@ import weakref
 import numpy
 
 from .array_api_backend import ArrayAPIBackend
-from .base import Backend, DeviceUnavailableError, host_generator
+from .base import Backend, DeviceUnavailableError, drawing, host_random_position
 from .device import Device
 from .indexing import flat_positions, is_advanced, normalize_key
 
@@ -164,20 +164,21 @@ class DaskBackend(Backend):
         return target
 
     def random_normal(self, shape, dtype, device):
-        return self._random(shape, dtype, "randn", "standard_normal")
+        return self._random(shape, dtype, numpy.random.randn, "standard_normal")
 
     def random_uniform(self, shape, dtype, device):
-        return self._random(shape, dtype, "rand", "random_sample")
+        return self._random(shape, dtype, numpy.random.rand, "random_sample")
 
-    def _random(self, shape, dtype, on_host, method):
+    def _random(self, shape, dtype, draw_on_host, method):
         """Up to one chunk's worth, drawn on the host from NumPy's generator: the same numbers
         as on NumPy (weights made on either are equal). Beyond that, drawn by Dask chunk by
         chunk when computed, from a seed drawn from NumPy's generator: memory stays bounded."""
         limit = self.dask.utils.parse_bytes(self.dask.config.get("array.chunk-size"))
-        host = host_generator()
-        if math.prod(shape) * 8 <= limit:
-            return self.asarray(getattr(host, on_host)(*shape), dtype=dtype)
-        generator = self.da.random.RandomState(int(host.randint(2 ** 31)))
+        with drawing:
+            if math.prod(shape) * 8 <= limit:
+                return self.asarray(draw_on_host(*shape), dtype=dtype)
+            seed = int(numpy.random.randint(2 ** 31))
+        generator = self.da.random.RandomState(seed)
         return getattr(generator, method)(shape, chunks="auto").astype(dtype)
 
     def manual_seed(self, seed):
@@ -188,6 +189,9 @@ class DaskBackend(Backend):
 
     def set_random_state(self, device, state):
         numpy.random.set_state(state)
+
+    def random_position(self, device):
+        return host_random_position()
 
 
 def _rebind(target, value):

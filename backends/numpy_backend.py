@@ -1,7 +1,7 @@
 """NumPy: the CPU backend."""
 import numpy
 
-from .base import Backend, host_generator
+from .base import Backend, drawing, host_random_position
 from .indexing import flat_positions, is_advanced
 from .device import CPU
 
@@ -57,10 +57,12 @@ class NumpyBackend(Backend):
 
     def random_normal(self, shape, dtype, device):
         # the global generator, so numpy.random.seed(n) reproduces a run as in DeZero
-        return numpy.asarray(host_generator().randn(*shape), dtype=dtype)  # randn() is a float
+        with drawing:
+            return numpy.asarray(numpy.random.randn(*shape), dtype=dtype)  # randn() is a float
 
     def random_uniform(self, shape, dtype, device):
-        return numpy.asarray(host_generator().rand(*shape), dtype=dtype)
+        with drawing:
+            return numpy.asarray(numpy.random.rand(*shape), dtype=dtype)
 
     def manual_seed(self, seed):
         numpy.random.seed(seed)
@@ -70,3 +72,6 @@ class NumpyBackend(Backend):
 
     def set_random_state(self, device, state):
         numpy.random.set_state(state)
+
+    def random_position(self, device):
+        return host_random_position()

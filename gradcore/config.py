@@ -17,6 +17,16 @@ _train = contextvars.ContextVar("gradcore.train", default=True)
 _recomputing = contextvars.ContextVar("gradcore.recomputing", default=False)
 recomputing = _recomputing.get
 
+
+@contextlib.contextmanager
+def recomputation():
+    """Block in which `recomputing()` is True (gradcore.checkpoint's second run of a block)."""
+    token = _recomputing.set(True)
+    try:
+        yield
+    finally:
+        _recomputing.reset(token)
+
 # False, True or ANOMALY for this thread. A bound C method: the hot path reads it with no frame.
 recording = _recording.get
 training = _train.get  # Config.train, read the same way (a compiled step's key, at every call)

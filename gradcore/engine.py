@@ -309,7 +309,7 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING):
                 else:
                     following = _schedule(heap, following, creator)
             if pending:
-                _release(f, pending, grads, shared, create_graph)
+                _release(f, gxs, pending, grads, shared, create_graph)
 
         return _finish(leaves, grads, wanted, captured, shared, create_graph)
 
@@ -383,9 +383,24 @@ def _pending(ys, hooked):
     return pending
 
 
-def _release(f, pending, grads, shared, create_graph):
-    """f has run: a hooked leaf that no op still to run can add to gets its .grad now, then its
-    post-accumulate hooks run (while the walk goes on with the rest of the graph)."""
+def _mark_handed_twice(gxs, shared):
+    """Mark as shared an array a backward handed to two inputs (add's): a leaf whose .grad is
+    set before the walk ends (for its post-accumulate hooks) then gets a copy, so a hook writing
+    into it cannot reach the other input's gradient, wherever that one goes on to."""
+    seen = set()
+    for gx in gxs:
+        data = getattr(gx, "_data", gx)
+        if gx is not None and id(data) in seen:
+            shared[id(data)] = data
+        seen.add(id(data))
+
+
+def _release(f, gxs, pending, grads, shared, create_graph):
+    """f has run, handing on `gxs`: a hooked leaf that no op still to run can add to gets its
+    .grad now, then its post-accumulate hooks run (while the walk goes on with the rest of the
+    graph)."""
+    if len(gxs) > 1:
+        _mark_handed_twice(gxs, shared)
     for x, need in zip(f.inputs, f.needs_input_grad):
         if not need or x not in pending:
             continue
@@ -396,11 +411,6 @@ def _release(f, pending, grads, shared, create_graph):
         g = grads.pop(x, None)
         if g is None:  # every op gave it None: nothing was added, no hook runs
             continue
-        data = g._data
-        if any(z is not x and z in grads and grads[z]._data is data for z in f.inputs):
-            # f handed this array to another input too (add's backward): x gets a copy, so a
-            # hook writing into x.grad leaves the other's gradient as it is
-            shared[id(data)] = data
         _add_to_grads([(x, _run_hooks(x, g, shared) if x._hooks else g)], shared, create_graph)
 
 

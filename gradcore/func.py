@@ -17,7 +17,7 @@ from . import engine
 from .config import enable_grad
 from .functions.math import copy
 from .functions.shape import reshape, stack, transpose
-from .variable import Variable
+from .variable import Variable, dtype_kind
 
 __all__ = ["vjp", "jvp", "grad", "value_and_grad", "jacobian", "jacfwd", "hessian", "hvp"]
 
@@ -46,28 +46,49 @@ class _Inputs:
     per position: for a Variable that requires grad, a copy made by an op (an outer transform,
     or the caller, differentiates through it; the same Variable at two positions, or an outer
     transform's variable read inside f, is then not confused with this position's); anything
-    else, a new leaf that shares its array. `arrays`: True when results go back as arrays."""
+    else, a new leaf that shares its array (an integer one requires no grad: its derivatives
+    are zeros). `arrays`: True when no primal was a Variable, so results go back as arrays."""
 
     def __init__(self, primals, where):
         if not primals:
             raise TypeError(f"{where}: needs at least one primal (the point to differentiate at)")
-        self.arrays = _arrays_out(primals)
+        self.arrays = _no_variable(primals)
         with enable_grad():
             self.variables = tuple(copy(p) if isinstance(p, Variable) and p.requires_grad
                                    else Variable(p.data if isinstance(p, Variable) else p)
                                    for p in primals)
-        for i, v in enumerate(self.variables):
-            if not v.requires_grad:  # an integer or bool point: its gradient would be zeros
-                raise TypeError(
-                    f"{where}: primal {i} has dtype {v.dtype}, which cannot carry a gradient; "
-                    "differentiate at a floating-point point (2.0, not 2; or x.astype(float))")
         # record the backward passes when something outside may differentiate the results: a
         # caller's Variable, or an outer transform whose variable f may read (a closure)
-        self.create_graph = _nesting() > 0 or any(
+        self.nested = _nesting() > 0
+        self.create_graph = self.nested or not self.arrays and any(
             isinstance(p, Variable) and p.requires_grad for p in primals)
 
     def export(self, value):
+        """`value` as the caller's kind; inside another transform's f, a result that depends on
+        a variable of the outer transform's stays a Variable, so that it can differentiate it."""
+        if self.arrays and self.nested and _reaches_outside(value, self.variables):
+            return value
         return _export(value, self.arrays)
+
+
+def _reaches_outside(value, own):
+    """Whether the graph behind `value` (a Variable, or a tuple/list of them) reaches a leaf that
+    requires grad other than the Variables `own`."""
+    own = set(map(id, own))
+    stack = [v for v in (value if isinstance(value, (tuple, list)) else (value,))
+             if isinstance(v, Variable)]
+    seen = set()
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if x.creator is None:
+            if x.requires_grad and id(x) not in own:
+                return True
+        else:
+            stack.extend(v for v in x.creator.inputs if isinstance(v, Variable))
+    return False
 
 
 def _export(value, arrays):
@@ -80,10 +101,14 @@ def _export(value, arrays):
     return value
 
 
-def _arrays_out(primals):
-    """Arrays in give arrays out, except inside another transform's f: there the results stay
-    Variables, which may depend on the outer transform's variables."""
-    return _nesting() == 0 and not any(isinstance(p, Variable) for p in primals)
+def _no_variable(primals):
+    return not any(isinstance(p, Variable) for p in primals)
+
+
+def _computed(values):
+    """Whether any of `values` (Variables) has a graph behind it: a transform's result that
+    depends on an outer transform's variable (see _Inputs.export)."""
+    return any(v.creator is not None for v in values)
 
 
 def _outputs(out, where):
@@ -201,6 +226,16 @@ def _check_one_number(y):
                          f"{got}; reduce it first (F.sum) or use jacobian")
 
 
+def _check_floating(arg, n, where="grad"):
+    """TypeError for an argument to differentiate with respect to that holds integers: its
+    derivatives would come out as zeros (vjp and jvp give those, for labels beside logits)."""
+    x = arg if isinstance(arg, Variable) else Variable(arg, requires_grad=False)
+    if dtype_kind(x.backend, x.dtype) != "float":
+        raise TypeError(
+            f"{where}: argument {n} has dtype {x.dtype}, which cannot carry a gradient; "
+            "differentiate at a floating-point point (2.0, not 2; or x.astype(float))")
+
+
 def _is_index(n):
     return isinstance(n, int) and not isinstance(n, bool)
 
@@ -221,6 +256,8 @@ def value_and_grad(f, argnums=0, has_aux=False):
                 raise IndexError(f"grad: argnums {n} for a function called with {len(args)} "
                                  "argument(s)")
         chosen = [n % len(args) for n in numbers]
+        for n in chosen:
+            _check_floating(args[n], n)
         aux = []
 
         def of_chosen(*picked):
@@ -239,7 +276,9 @@ def value_and_grad(f, argnums=0, has_aux=False):
         _check_one_number(y)
         gs = vjp_fn(1.0)
         gs = gs if isinstance(argnums, tuple) else gs[0]
-        return ((y, aux[0]) if has_aux else y), gs
+        if has_aux:  # as the result: an array when y is one
+            y = (y, _export(aux[0], not isinstance(y, Variable)))
+        return y, gs
     return value_and_gradient
 
 
@@ -261,9 +300,12 @@ def jacobian(f, x):
     Shaped f(x).shape + x.shape; with x a tuple of arguments, a tuple of Jacobians, one per
     argument."""
     primals = x if isinstance(x, tuple) else (x,)
+    for n, p in enumerate(primals):
+        _check_floating(p, n, "jacobian")
     out, vjp_fn = vjp(f, *primals)
     outputs, rebuild = _outputs(out, "jacobian")
     per_output = []
+    computed = False  # a row that depends on an outer transform's variable (see export)
     for k, y in enumerate(outputs):
         rows = [[] for _ in primals]
         basis = _basis(y)
@@ -272,9 +314,10 @@ def jacobian(f, x):
             gs = vjp_fn(rebuild([unit if j == k else _zeros(o) for j, o in enumerate(outputs)]))
             for row, g in zip(rows, gs):
                 row.append(_output(g, "jacobian"))
+        computed = computed or any(_computed(row) for row in rows)
         jacobians = tuple(_stack(row, y.shape) for row in rows)
         per_output.append(jacobians if isinstance(x, tuple) else jacobians[0])
-    return _export(rebuild(per_output), _arrays_out(primals))
+    return _export(rebuild(per_output), _no_variable(primals) and not computed)
 
 
 def jacfwd(f, x):
@@ -282,6 +325,8 @@ def jacfwd(f, x):
     f(x).shape + x.shape; with x a tuple, a tuple of Jacobians. Cheaper than jacobian when x has
     fewer elements than f's result."""
     primals = x if isinstance(x, tuple) else (x,)
+    for n, p in enumerate(primals):
+        _check_floating(p, n, "jacfwd")
     columns_per_input = []  # for each input, its columns: each a list, one per output of f
     points = [_output(p, "jacfwd") for p in primals]
     rebuild = None
@@ -300,7 +345,8 @@ def jacfwd(f, x):
         jacobians = tuple(_stack_columns([c[o] for c in columns], p)
                           for columns, p in zip(columns_per_input, primals))
         per_output.append(jacobians if isinstance(x, tuple) else jacobians[0])
-    return _export(rebuild(per_output), _arrays_out(primals))
+    computed = any(_computed(column) for columns in columns_per_input for column in columns)
+    return _export(rebuild(per_output), _no_variable(primals) and not computed)
 
 
 def hessian(f, x):

@@ -63,17 +63,21 @@ class Function:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        if getattr(cls.__call__, "_template", False):  # Function's __call__, not an author's
-            # A copy of __call__'s code per subclass: CPython specialises attribute access per
-            # code object and type, and one copy shared by Mul, Add, ... sees a new type each call
-            # (callgrind: without it 3.8% more instructions per op of `chain`, 3.3% per branch of
-            # `wide`)
+        inherited = cls.__call__
+        if getattr(inherited, "_template", False) or getattr(inherited, "_view", False):
+            # Function's __call__ (or View's, around it), not an author's. A copy of __call__'s
+            # code per subclass: CPython specialises attribute access per code object and type,
+            # and one copy shared by Mul, Add, ... sees a new type each call (callgrind: without
+            # it 3.8% more instructions per op of `chain`, 3.3% per branch of `wide`)
             call = Function.__call__
             copy = types.FunctionType(call.__code__.replace(), call.__globals__, call.__name__,
                                       call.__defaults__)
             copy.__qualname__, copy.__doc__ = f"{cls.__qualname__}.__call__", call.__doc__
             copy._template = True
-            cls.__call__ = copy
+            if getattr(inherited, "_view", False):
+                cls._plain_call = copy  # View.__call__ runs it, then shares the version
+            else:
+                cls.__call__ = copy
 
     def __call__(self, x0=_NO_INPUT, x1=_NO_INPUT, *more):
         """Run forward on the inputs' arrays; record this call in the graph if grad mode is on
@@ -415,14 +419,22 @@ class View(Function):
     then stops a backward that saved the view, which would otherwise compute with the new
     values."""
 
+    # Around the plain __call__ (a copy per subclass, as every Function's) rather than inside
+    # it: a check there costs every op of every kind (chain: 0.5% more instructions per op)
     def __call__(self, *inputs):
-        ys = Function.__call__(self, *inputs)
+        ys = self._plain_call(*inputs)
         x = inputs[0]
-        if isinstance(x, Variable):
+        # x may be written in place by gradcore if it is a leaf that requires grad (a parameter,
+        # which an optimizer updates) or has writes or views of its own already: not the
+        # gradients a backward reshapes, nor an op's results, which gradcore never writes into
+        if isinstance(x, Variable) and (x._requires_grad and x.creator is None or getattr(
+                x, "_writes", None) is not None):
             for y in ys if ys.__class__ is tuple else (ys,):
                 if not y._backend.owns_memory(y._data):
                     share_versions(x, y)
         return ys
+
+    __call__._view = True
 
 
 def _integers_as_float(constants, inputs):

@@ -4,18 +4,18 @@ the block again during backward (memory for compute, as torch.utils.checkpoint).
 The block runs once, recorded, to find every Variable from outside it that it reads (the
 Parameters of the layers it calls, say) and its results; that graph is then dropped, so the
 block's intermediate arrays are freed at once. One node stands for the whole block in the
-graph, its inputs being the block's arguments and those outside Variables. The block draws
-random numbers from a generator of its own, in this thread, started where the global one was.
-The node's backward starts one there again, runs the block again with recording on, from the
-same Variables, and differentiates that: random ops (dropout) draw the same numbers, even while
-other threads draw; batch norm leaves its running statistics as the first run left them;
-gradients reach the outside Variables through the outer walk (gradcore.grad leaves every .grad
-alone, as without a checkpoint), and with create_graph the gradients stay differentiable.
+graph, its inputs being the block's arguments and those outside Variables. Its backward puts the
+random generator back where it was (if the block drew from it), runs the block again with
+recording on, from the same Variables, and differentiates that: random ops (dropout) draw the
+same numbers (both runs hold backends.drawing, so other threads' draws wait), batch norm leaves
+its running statistics as the first run left them, gradients reach the outside Variables
+through the outer walk (gradcore.grad leaves every .grad alone, as without a checkpoint), and
+with create_graph the gradients stay differentiable.
 """
 import backends
 
 from . import engine
-from .config import Config, _recomputing, enable_grad, is_grad_enabled, using_config
+from .config import Config, enable_grad, is_grad_enabled, recomputation, using_config
 from .function import Function
 from .variable import Variable, sequence
 
@@ -33,15 +33,13 @@ def checkpoint(fn, *args):
     first = args[where[0]]
     backend = first.backend if isinstance(first, Variable) else backends.backend_of(first)
     device = first.device if isinstance(first, Variable) else backend.device_of(first)
-    state = backend.random_state(device)
     leaves = [Variable(args[i].data if isinstance(args[i], Variable) else args[i])
               for i in where]
     start = next(sequence)
-    # the block draws from a generator of its own, started where the global one is, which
-    # backward starts there again: other threads' draws meanwhile cannot shift either run
-    with enable_grad(), backend.drawing_from(device, state) as generator:
+    with enable_grad(), backends.drawing:  # other threads' draws wait: see backends.drawing
+        state, position = backend.random_state(device), backend.random_position(device)
         out = fn(*_filled(args, where, leaves))
-    backend.resume_from(device, generator)  # what comes after the block draws as without it
+        drawn = (backend, device, state, position, backend.random_position(device))
     several = isinstance(out, tuple)
     outputs = out if several else (out,)
     for y in outputs:
@@ -56,7 +54,7 @@ def checkpoint(fn, *args):
                 f"checkpoint: the block created a weight ({_name(x)}) as it ran, drawing random "
                 "numbers that its recomputation could not draw again; create it first: call the "
                 "model once outside checkpoint, or give the layer its input size")
-    node = Checkpoint(fn, args, where, backend, device, state, Config.train,
+    node = Checkpoint(fn, args, where, drawn, Config.train,
                       tuple(y.data for y in outputs) if several else outputs[0].data)
     del out, outputs  # the block's graph goes: only the node's inputs stay
     return node(*[args[i] for i in where], *outside)
@@ -100,9 +98,11 @@ class Checkpoint(Function):
     """The node of a checkpointed block: its forward hands on the results computed when the
     block ran; its backward computes the block again and differentiates it."""
 
-    def __init__(self, fn, args, where, backend, device, state, train, results):
+    def __init__(self, fn, args, where, drawn, train, results):
         self.fn, self.args, self.where = fn, args, where
-        self.random, self.train = (backend, device, state), train
+        # (backend, device, the generator's state and position as the block began, its
+        # position as the block ended; positions None where they cannot be read)
+        self.drawn, self.train = drawn, train
         self.results = results
 
     def forward(self, *xs):
@@ -111,15 +111,9 @@ class Checkpoint(Function):
 
     def backward(self, *gys):
         arguments = self.inputs[:len(self.where)]
-        backend, device, state = self.random
         create_graph = is_grad_enabled()
-        token = _recomputing.set(True)
-        try:  # the block draws what it drew the first time
-            with enable_grad(), using_config("train", self.train), backend.drawing_from(
-                    device, state):
-                out = self.fn(*_filled(self.args, self.where, arguments))
-        finally:
-            _recomputing.reset(token)
+        with enable_grad(), using_config("train", self.train), recomputation():
+            out = self._run_again(arguments)
         outputs = out if isinstance(out, tuple) else (out,)
         pairs = [(y, g) for y, g in zip(outputs, gys) if y.creator is not None]
         # one position per Variable: one passed twice, or passed and also read from outside,
@@ -140,3 +134,30 @@ class Checkpoint(Function):
             if y.creator is None and g is not None and i is not None:
                 gradients[i] = g if gradients.get(i) is None else gradients[i] + g
         return tuple(gradients.get(i) for i in range(len(self.inputs)))
+
+    def _run_again(self, arguments):
+        """The block's results from `arguments`, with the random numbers it drew the first time:
+        the generator is put back where it was then, and afterwards where it is now."""
+        backend, device, state, first, last = self.drawn
+        if first is not None and first == last:  # it drew nothing: no generator to touch
+            return self.fn(*_filled(self.args, self.where, arguments))
+        with backends.drawing:  # other threads' draws wait, and lose nothing to the rewind
+            now = backend.random_state(device)
+            backend.set_random_state(device, state)
+            try:
+                out = self.fn(*_filled(self.args, self.where, arguments))
+                end = backend.random_position(device)
+            finally:
+                backend.set_random_state(device, now)
+        if end is not None and end != last and end != first:
+            # the block drew, and the generator moved otherwise than the first time: its numbers
+            # were not all the block's (another thread drew straight from numpy.random, which
+            # backends.drawing cannot hold back), then or now
+            raise RuntimeError(
+                "checkpoint: the block's random numbers cannot be drawn again as it drew them: "
+                "the generator moved by another amount than when the block first ran, most "
+                "likely because another thread drew random numbers straight from numpy.random "
+                "while the block ran (then or now), so its dropout masks would differ from "
+                "those forward used. Draw through gradcore (F.dropout, gradcore.nn.init) in "
+                "other threads, or keep the random ops out of the checkpoint")
+        return out

@@ -118,13 +118,15 @@ _KEPT_STAMPS = 64  # stamps kept per Variable: enough to tell every version a li
 
 
 class _WriteLog:
-    """A Variable's writes: how many (its version) and the stamps of the latest ones."""
+    """A Variable's writes: how many (its version) and the stamps of the latest ones. Views share
+    their base's log (share_versions): most never see a write, so the stamps' deque is made at
+    the first one."""
 
     __slots__ = ("count", "stamps")
 
-    def __init__(self):
-        self.count = 0
-        self.stamps = collections.deque(maxlen=_KEPT_STAMPS)
+    def __init__(self, count=0, stamps=()):
+        self.count = count
+        self.stamps = collections.deque(stamps, maxlen=_KEPT_STAMPS) if stamps else ()
 
 
 def note_write(x):
@@ -133,6 +135,8 @@ def note_write(x):
     log = getattr(x, "_writes", None)
     if log is None:
         log = x._writes = _WriteLog()
+    if not log.stamps:
+        log.stamps = collections.deque(maxlen=_KEPT_STAMPS)
     log.count += 1
     log.stamps.append(stamp := next(sequence))
     latest_write[0] = stamp
@@ -169,7 +173,8 @@ class Variable:
     recorded.
     """
 
-    # _writes is left unset until the first write (a _WriteLog): nothing to store per op result.
+    # _writes is left unset until the first write, or a view's sharing of its base's (a
+    # _WriteLog): nothing to store per op result.
     # _sequence, set on a recorded op's result only, is its creator's sequence (see the walk)
     __slots__ = ("_data", "_backend", "name", "_grad", "creator", "generation", "_requires_grad",
                  "_hooks", "_writes", "_sequence", "__weakref__")
@@ -208,6 +213,11 @@ class Variable:
             raise _cannot_require_grad(data.dtype)
         old = self._data
         self._data, self._backend = data, backend
+        log = getattr(self, "_writes", None)
+        if log is not None and data is not old:
+            # another array, not a write into the old one: the views of the old one (which
+            # share this log) keep their version, this Variable's history goes on alone
+            self._writes = _WriteLog(log.count, log.stamps)
         note_write(self)
         if id(self) in _watched and old is not None and (
                 backend is not backend_of(old) or old.shape != data.shape

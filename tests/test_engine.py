@@ -442,6 +442,19 @@ def test_a_post_accumulate_hook_writing_into_its_gradient_changes_that_gradient_
     np.testing.assert_array_equal(y.grad.numpy(), [2.0, 2.0])
 
 
+def test_a_gradient_handed_on_through_another_op_is_not_shared_with_a_hooked_leaf(xp):
+    """add hands one array to a and z; a's creator hands it on to x, released early: x gets a
+    copy, so writing into x.grad (in its hook or after) leaves z.grad alone."""
+    x, z = var(xp, [1.0, 2.0, 3.0]), var(xp, [4.0, 5.0, 6.0])
+
+    def halve(p):
+        p.grad.data[...] *= 0.5
+    x.register_post_accumulate_grad_hook(halve)
+    F.sum(((x + 1.0) + z) * 2.0).backward()
+    x.grad.data[...] = 0.0
+    np.testing.assert_array_equal(z.grad.numpy(), [2.0, 2.0, 2.0])
+
+
 def test_a_post_accumulate_hook_may_step_and_drop_the_gradient(xp):
     """PyTorch's optimizer step inside backward: the hook updates p and sets p.grad to None."""
     w, x = var(xp, [1.0, 2.0]), var(xp, [3.0, 4.0])

@@ -162,6 +162,25 @@ def test_a_view_made_without_a_graph_shares_the_version_of_its_base(xp, make_vie
         loss.backward()
 
 
+def test_a_variable_given_another_array_leaves_the_views_of_the_old_one_alone(xp):
+    """mem.data = new array: the views of the old array (read by the graph) were not written."""
+    W = Parameter(xp.asarray([[0.5, -1.0], [2.0, 0.25]], dtype="float64"))
+    mem = Variable(xp.asarray([[1.0, 2.0], [3.0, 4.0]], dtype="float64"), requires_grad=False)
+    loss = 0
+    for _ in range(3):
+        h = F.tanh(mem[-1:] @ W)
+        mem.data = xp.concat([mem.data[1:, ...], h.data], axis=0)  # another array, DeZero style
+        loss = loss + F.sum(h)
+    loss.backward()
+    assert mem.version == 3
+    view = mem.T
+    mem.data = mem.data * 2  # again another array: the view keeps its version
+    assert view.version == 3 and mem.version == 4
+    again = mem.T
+    mem.data = mem.data  # the same array: a write, which the views of this array share
+    assert again.version == mem.version == 5 and view.version == 3
+
+
 def test_a_copy_made_by_indexing_keeps_a_version_of_its_own():
     W = Parameter(np.array([[1.0, 2.0], [3.0, 4.0]]))
     with gradcore.no_grad():

@@ -11,7 +11,6 @@ enter through `Recorder.adopt`: the tape loads them from their Variable when it 
 sees their values as they are then. What a tape cannot replay (a value read on the host, a shape
 that depends on values) marks the recording as a fallback: the step then stays eager.
 """
-import contextlib
 import operator
 import os
 import sys
@@ -936,28 +935,16 @@ class TraceBackend(backends.Backend):
     def random_state(self, device):
         return self.inner.random_state(device)
 
+    def random_position(self, device):
+        return self.inner.random_position(device)
+
     def set_random_state(self, device, state):
-        # a state put back after draws: eager code draws the same numbers again, a replay afresh
+        # gradcore.checkpoint draws again what its block drew: a replay draws afresh each time
         rec = recorder()
         if rec is not None and rec.draws:
-            rec.give_up("a random state was restored after random draws, which a replay would "
-                        "draw afresh")
+            rec.give_up("a random state was restored after random draws (gradcore.checkpoint "
+                        "around random ops), which a replay would draw afresh")
         self.inner.set_random_state(device, state)
-
-    @contextlib.contextmanager
-    def drawing_from(self, device, state):
-        # gradcore.checkpoint draws again in backward what its block drew: a replay would draw
-        # afresh each time
-        rec = recorder()
-        before = len(rec.draws) if rec is not None else 0
-        with self.inner.drawing_from(device, state) as generator:
-            yield generator
-        if rec is not None and len(rec.draws) > before:
-            rec.give_up("random draws inside gradcore.checkpoint, which its backward draws "
-                        "again: a replay would draw afresh")
-
-    def resume_from(self, device, generator):
-        self.inner.resume_from(device, generator)
 
     def synchronize(self, device):
         self.inner.synchronize(device)

@@ -127,9 +127,12 @@ class PowerOf(Function):
     op_name = "pow"
 
     def __init__(self, c):
-        if isinstance(c, bool) or not isinstance(c, (int, float)) or not c > 0:
-            raise TypeError(f"pow: c ** x needs a positive Python number c, got {c!r}; for "
-                            "another base write exp(x * log(c))")
+        if isinstance(c, bool) or not isinstance(c, (int, float)):
+            raise TypeError(f"pow: c ** x needs a Python number c, got {type(c).__name__}; for "
+                            "an array base write exp(x * log(c))")
+        if not c > 0:
+            raise ValueError(f"pow: c ** x needs a positive c (its derivative is c ** x * "
+                             f"log(c)), got {c!r}")
         self.c = c
 
     def forward(self, x):

@@ -155,6 +155,18 @@ def test_pow_derivatives_at_zero_are_zero_not_nan_to_any_order(xp):
         np.testing.assert_array_equal(xp.numpy(g.data), [0.0, 0.0])
 
 
+def test_a_number_to_the_power_of_a_variable_keeps_float32_and_refuses_bad_bases(xp):
+    x = gradcore.Variable(xp.asarray([1.0, 2.0], dtype="float32"))
+    y = 2 ** x
+    assert y.dtype == x.dtype
+    F.sum(y).backward()
+    np.testing.assert_allclose(xp.numpy(x.grad.data), [2 * np.log(2), 4 * np.log(2)], rtol=1e-6)
+    with pytest.raises(ValueError, match="pow: c \\*\\* x needs a positive c"):
+        (-2.0) ** x
+    with pytest.raises(TypeError, match="needs a Python number c, got list"):
+        F.power_of([2.0], x)
+
+
 def test_float32_arithmetic_with_integer_constants_stays_float32(xp):
     # as PyTorch's integer tensors do; NumPy alone would give float64 (twice the memory)
     x = gradcore.Variable(xp.asarray([1.0, 2.0, 3.0], dtype="float32"))
