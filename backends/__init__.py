@@ -2,12 +2,12 @@
 import importlib
 import sys
 
-from .base import Backend, DeviceUnavailableError, drawing
+from .base import Backend, DeviceUnavailableError
 from .device import CPU, Device, parse_device
 from .numpy_backend import NumpyBackend
 
 __all__ = [
-    "Backend", "Device", "DeviceUnavailableError", "drawing", "CPU", "parse_device", "backend_of",
+    "Backend", "Device", "DeviceUnavailableError", "CPU", "parse_device", "backend_of",
     "get_backend", "register", "registered", "asarray_on", "backend_for_device", "is_array", "to_device", "copy", "cuda_available",
 ]
 

@@ -4,7 +4,7 @@ import re
 
 import numpy
 
-from .base import Backend, DeviceUnavailableError, drawing, host_random_position
+from .base import Backend, DeviceUnavailableError, host_random_position
 from .indexing import flat_positions, is_advanced
 from .device import Device
 
@@ -103,14 +103,10 @@ class ArrayAPIBackend(Backend):
         return target
 
     def random_normal(self, shape, dtype, device):
-        with drawing:
-            draw = numpy.random.randn(*shape)
-        return self.asarray(draw, dtype=dtype, device=device)
+        return self.asarray(numpy.random.randn(*shape), dtype=dtype, device=device)
 
     def random_uniform(self, shape, dtype, device):
-        with drawing:
-            draw = numpy.random.rand(*shape)
-        return self.asarray(draw, dtype=dtype, device=device)
+        return self.asarray(numpy.random.rand(*shape), dtype=dtype, device=device)
 
     def manual_seed(self, seed):
         numpy.random.seed(seed)  # samples come from NumPy's global generator

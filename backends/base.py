@@ -1,16 +1,9 @@
 """The Backend contract: what is asked of an array library, written down once."""
 import contextlib
-import threading
 
 import numpy
 
 from . import indexing
-
-
-# Held by every draw from a backend's global generator, and by gradcore.checkpoint while a block
-# runs (RLock: the block's own draws take it again): other threads' draws then wait, so the
-# block's numbers follow one another and can be drawn again exactly
-drawing = threading.RLock()
 
 
 def host_random_position():

@@ -5,7 +5,7 @@ import importlib
 import threading
 import weakref
 
-from .base import Backend, DeviceUnavailableError, drawing
+from .base import Backend, DeviceUnavailableError
 from .device import Device
 
 
@@ -192,11 +192,11 @@ class CupyBackend(Backend):
             return scatter_add_converted(self.xp.add.at, self.xp, target, key, values)
 
     def random_normal(self, shape, dtype, device):
-        with drawing, self.xp.cuda.Device(self._id(device)):
+        with self.xp.cuda.Device(self._id(device)):
             return self.xp.random.standard_normal(shape, dtype=dtype)
 
     def random_uniform(self, shape, dtype, device):
-        with drawing, self.xp.cuda.Device(self._id(device)):
+        with self.xp.cuda.Device(self._id(device)):
             return self.xp.random.random_sample(shape, dtype=dtype)
 
     def manual_seed(self, seed):

@@ -12,7 +12,7 @@ import weakref
 import numpy
 
 from .array_api_backend import ArrayAPIBackend
-from .base import Backend, DeviceUnavailableError, drawing, host_random_position
+from .base import Backend, DeviceUnavailableError, host_random_position
 from .device import Device
 from .indexing import flat_positions, is_advanced, normalize_key
 
@@ -174,11 +174,9 @@ class DaskBackend(Backend):
         as on NumPy (weights made on either are equal). Beyond that, drawn by Dask chunk by
         chunk when computed, from a seed drawn from NumPy's generator: memory stays bounded."""
         limit = self.dask.utils.parse_bytes(self.dask.config.get("array.chunk-size"))
-        with drawing:
-            if math.prod(shape) * 8 <= limit:
-                return self.asarray(draw_on_host(*shape), dtype=dtype)
-            seed = int(numpy.random.randint(2 ** 31))
-        generator = self.da.random.RandomState(seed)
+        if math.prod(shape) * 8 <= limit:
+            return self.asarray(draw_on_host(*shape), dtype=dtype)
+        generator = self.da.random.RandomState(int(numpy.random.randint(2 ** 31)))
         return getattr(generator, method)(shape, chunks="auto").astype(dtype)
 
     def manual_seed(self, seed):

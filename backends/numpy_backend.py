@@ -1,7 +1,7 @@
 """NumPy: the CPU backend."""
 import numpy
 
-from .base import Backend, drawing, host_random_position
+from .base import Backend, host_random_position
 from .indexing import flat_positions, is_advanced
 from .device import CPU
 
@@ -57,12 +57,10 @@ class NumpyBackend(Backend):
 
     def random_normal(self, shape, dtype, device):
         # the global generator, so numpy.random.seed(n) reproduces a run as in DeZero
-        with drawing:
-            return numpy.asarray(numpy.random.randn(*shape), dtype=dtype)  # randn() is a float
+        return numpy.asarray(numpy.random.randn(*shape), dtype=dtype)  # randn() is a float
 
     def random_uniform(self, shape, dtype, device):
-        with drawing:
-            return numpy.asarray(numpy.random.rand(*shape), dtype=dtype)
+        return numpy.asarray(numpy.random.rand(*shape), dtype=dtype)
 
     def manual_seed(self, seed):
         numpy.random.seed(seed)

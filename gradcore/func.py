@@ -258,9 +258,10 @@ def value_and_grad(f, argnums=0, has_aux=False):
         chosen = [n % len(args) for n in numbers]
         for n in chosen:
             _check_floating(args[n], n)
-        aux = []
+        aux, own = [], []
 
         def of_chosen(*picked):
+            own.extend(picked)
             full = list(args)
             for n, value in zip(chosen, picked):
                 full[n] = value
@@ -276,8 +277,10 @@ def value_and_grad(f, argnums=0, has_aux=False):
         _check_one_number(y)
         gs = vjp_fn(1.0)
         gs = gs if isinstance(argnums, tuple) else gs[0]
-        if has_aux:  # as the result: an array when y is one
-            y = (y, _export(aux[0], not isinstance(y, Variable)))
+        if has_aux:  # as a result is given (see _Inputs.export)
+            arrays = _no_variable([args[n] for n in chosen])
+            keep = not arrays or _nesting() > 0 and _reaches_outside(aux[0], own)
+            y = (y, aux[0] if keep else _export(aux[0], True))
         return y, gs
     return value_and_gradient
 

@@ -424,10 +424,9 @@ class View(Function):
     def __call__(self, *inputs):
         ys = self._plain_call(*inputs)
         x = inputs[0]
-        # x may be written in place by gradcore if it is a leaf that requires grad (a parameter,
-        # which an optimizer updates) or has writes or views of its own already: not the
-        # gradients a backward reshapes, nor an op's results, which gradcore never writes into
-        if isinstance(x, Variable) and (x._requires_grad and x.creator is None or getattr(
+        # x may be written in place by gradcore if it is a leaf (a parameter, a gradient, a
+        # buffer) or has writes or views of its own already; an op's results never are
+        if isinstance(x, Variable) and (x.creator is None or getattr(
                 x, "_writes", None) is not None):
             for y in ys if ys.__class__ is tuple else (ys,):
                 if not y._backend.owns_memory(y._data):

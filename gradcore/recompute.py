@@ -7,10 +7,10 @@ block's intermediate arrays are freed at once. One node stands for the whole blo
 graph, its inputs being the block's arguments and those outside Variables. Its backward puts the
 random generator back where it was (if the block drew from it), runs the block again with
 recording on, from the same Variables, and differentiates that: random ops (dropout) draw the
-same numbers (both runs hold backends.drawing, so other threads' draws wait), batch norm leaves
-its running statistics as the first run left them, gradients reach the outside Variables
-through the outer walk (gradcore.grad leaves every .grad alone, as without a checkpoint), and
-with create_graph the gradients stay differentiable.
+same numbers (a draw by another thread during either run makes backward raise where the
+generator's position shows it), batch norm leaves its running statistics as the first run left
+them, gradients reach the outside Variables through the outer walk (gradcore.grad leaves every
+.grad alone, as without a checkpoint), and with create_graph the gradients stay differentiable.
 """
 import backends
 
@@ -36,10 +36,10 @@ def checkpoint(fn, *args):
     leaves = [Variable(args[i].data if isinstance(args[i], Variable) else args[i])
               for i in where]
     start = next(sequence)
-    with enable_grad(), backends.drawing:  # other threads' draws wait: see backends.drawing
-        state, position = backend.random_state(device), backend.random_position(device)
+    state, position = backend.random_state(device), backend.random_position(device)
+    with enable_grad():
         out = fn(*_filled(args, where, leaves))
-        drawn = (backend, device, state, position, backend.random_position(device))
+    drawn = (backend, device, state, position, backend.random_position(device))
     several = isinstance(out, tuple)
     outputs = out if several else (out,)
     for y in outputs:
@@ -141,23 +141,23 @@ class Checkpoint(Function):
         backend, device, state, first, last = self.drawn
         if first is not None and first == last:  # it drew nothing: no generator to touch
             return self.fn(*_filled(self.args, self.where, arguments))
-        with backends.drawing:  # other threads' draws wait, and lose nothing to the rewind
-            now = backend.random_state(device)
-            backend.set_random_state(device, state)
-            try:
-                out = self.fn(*_filled(self.args, self.where, arguments))
-                end = backend.random_position(device)
-            finally:
-                backend.set_random_state(device, now)
+        now = backend.random_state(device)
+        backend.set_random_state(device, state)
+        try:
+            out = self.fn(*_filled(self.args, self.where, arguments))
+            end = backend.random_position(device)
+        finally:
+            backend.set_random_state(device, now)
         if end is not None and end != last and end != first:
             # the block drew, and the generator moved otherwise than the first time: its numbers
-            # were not all the block's (another thread drew straight from numpy.random, which
-            # backends.drawing cannot hold back), then or now
+            # were not all the block's (another thread drew meanwhile), then or now. Holding a
+            # lock that other threads' draws wait for, across the block (user code), deadlocked
+            # a block that waits for a thread that draws
             raise RuntimeError(
                 "checkpoint: the block's random numbers cannot be drawn again as it drew them: "
                 "the generator moved by another amount than when the block first ran, most "
-                "likely because another thread drew random numbers straight from numpy.random "
-                "while the block ran (then or now), so its dropout masks would differ from "
-                "those forward used. Draw through gradcore (F.dropout, gradcore.nn.init) in "
-                "other threads, or keep the random ops out of the checkpoint")
+                "likely because another thread drew random numbers while the block ran (then or "
+                "now), so its dropout masks would differ from those forward used. Run "
+                "checkpointed blocks that draw random numbers while no other thread draws, or "
+                "keep the random ops out of the checkpoint")
         return out

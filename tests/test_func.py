@@ -280,3 +280,13 @@ def test_has_aux_hands_back_what_f_returns_beside_its_result():
 def test_argnums_must_be_an_int_or_a_tuple_of_them(argnums):
     with pytest.raises(TypeError, match="argnums must be an int or a non-empty tuple of ints"):
         gf.grad(lambda a, b: F.sum(a * b), argnums=argnums)
+
+
+def test_an_aux_that_depends_on_the_outer_transform_stays_differentiable():
+    def inner(y, x):
+        return F.sum(y * y), x * 3.0
+
+    def outer(x):
+        _, aux = gf.grad(lambda y: inner(y, x), has_aux=True)(np.ones(1))
+        return F.sum(aux) + F.sum(x)
+    np.testing.assert_array_equal(gf.grad(outer)(np.array([2.0])), [4.0])

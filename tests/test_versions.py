@@ -181,6 +181,16 @@ def test_a_variable_given_another_array_leaves_the_views_of_the_old_one_alone(xp
     assert again.version == mem.version == 5 and view.version == 3
 
 
+def test_a_view_of_a_gradient_zeroed_in_place_is_refused():
+    p = Parameter(np.array([[1.0, 2.0], [3.0, 4.0]]))
+    F.sum(p * p).backward()
+    w = Variable(np.ones((2, 2)))
+    z = F.sum(w * p.grad.T)  # a view of a leaf that needs no grad: the gradient
+    optim.SGD([p]).zero_grad(set_to_none=False)  # written in place
+    with pytest.raises(RuntimeError, match="mul: its input 1"):
+        z.backward()
+
+
 def test_a_copy_made_by_indexing_keeps_a_version_of_its_own():
     W = Parameter(np.array([[1.0, 2.0], [3.0, 4.0]]))
     with gradcore.no_grad():
