@@ -439,6 +439,11 @@ def _finish(leaves, grads, wanted, captured, shared, create_graph):
 def _add_to_grads(finished, shared, create_graph):
     """Add each (x, g)'s g to x.grad, each owning its array; then the post-accumulate hooks of
     those x that have some (a leaf the walk did not release earlier, such as a root)."""
+    recorder = _variables.step_recorder
+    if recorder is not None:
+        # a step being recorded: a leaf an optimizer step in a hook released (gradcore.compile's
+        # opaque lines) is the tape's again, so that its new grad is stored as it was set
+        recorder.adopt_inputs([x for x, _ in finished])
     with _accumulating:  # the sums only: nothing here calls back into user code
         owned = _owned(finished, shared, create_graph)
         for x, g in owned:

@@ -142,6 +142,13 @@ def note_write(x):
     latest_write[0] = stamp
 
 
+def fresh_log(x):
+    """A copy of x's write log (or None), for x to go on with alone when it is given another
+    array: its views keep the old one."""
+    log = getattr(x, "_writes", None)
+    return None if log is None else _WriteLog(log.count, log.stamps)
+
+
 def share_versions(x, view):
     """Give `view` (a Variable over x's memory: x.detach(), a reshape of it) x's write log: a
     write through either bumps both versions, so a backward that saved one refuses to run after
@@ -213,11 +220,10 @@ class Variable:
             raise _cannot_require_grad(data.dtype)
         old = self._data
         self._data, self._backend = data, backend
-        log = getattr(self, "_writes", None)
-        if log is not None and data is not old:
+        if data is not old:
             # another array, not a write into the old one: the views of the old one (which
             # share this log) keep their version, this Variable's history goes on alone
-            self._writes = _WriteLog(log.count, log.stamps)
+            self._writes = fresh_log(self)
         note_write(self)
         if id(self) in _watched and old is not None and (
                 backend is not backend_of(old) or old.shape != data.shape
@@ -314,8 +320,15 @@ class Variable:
             raise TypeError("len() of a 0-d Variable")
         return self._data.shape[0]
 
+    def _host_data(self):
+        """`_data`, for reading its values: while a step is recorded (gradcore.compile), through
+        the recorder, which sees that a replay could not read them again."""
+        if step_recorder is not None:
+            return step_recorder.read(self)
+        return self._data
+
     def __bool__(self):
-        return bool(self._data)
+        return bool(self._host_data())
 
     def __float__(self):
         return float(self._one_value("float"))
@@ -344,11 +357,13 @@ class Variable:
 
     def item(self):
         """The single value as a Python scalar (a device-to-host copy on a GPU)."""
-        return self._data.item() if hasattr(self._data, "item") else self.numpy().item()
+        data = self._host_data()
+        return data.item() if hasattr(data, "item") else self.numpy().item()
 
     def numpy(self):
         """`data` as a NumPy array (copied to the host if it lives elsewhere)."""
-        return self._backend.to_numpy(self._data)
+        data = self._host_data()  # first: recording, it makes _backend the tracing one
+        return self._backend.to_numpy(data)
 
     # ---------------------------------------------------------------- graph
     def backward(self, grad=None, retain_grad=False, create_graph=False, retain_graph=None):
@@ -403,7 +418,8 @@ class Variable:
     def detach(self):
         """A new leaf sharing `data`, with requires_grad=False, and its version: a write into
         either (an optimizer step on this one) stops a backward through graphs of the other."""
-        v = Variable(self._data, name=self.name, requires_grad=False)
+        v = Variable(self._data if step_recorder is None else step_recorder.read(self),
+                     name=self.name, requires_grad=False)
         share_versions(self, v)
         return v
 

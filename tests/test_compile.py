@@ -1567,3 +1567,197 @@ def test_a_backward_seed_made_in_the_step_is_a_constant_of_the_tape():
         x = np.full((3, 2), 0.1 * i)
         assert same(compiled(x), step(x))
     assert compiled.stats()["replays"] == 3
+
+
+def _backward_after(step, make_saved, compiled, calls=4):
+    """For each call: a graph saving `make_saved()` (before the call), the step (compiled or
+    not), then backward through that graph: "ok" and the gradient, or "refused"."""
+    run = gradcore.compile(step) if compiled else step
+    out = []
+    for i in range(calls):
+        a = gradcore.Variable(np.ones((2, 3)))
+        z = F.sum(a * make_saved())
+        run(np.full((1, 2), i + 1.0))
+        try:
+            z.backward()
+            out.append(("ok", a.grad.data.tolist()))
+        except RuntimeError as e:
+            assert "written after" in str(e)
+            out.append(("refused", None))
+    return out
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_a_data_setter_in_the_step_writes_as_eagerly_at_each_replay(in_place):
+    # `W.data -= ...` (DeZero's SGD by hand) writes W's array: a graph that saved W refuses;
+    # `W.data = W.data - ...` rebinds: a view of the old array saved before keeps its version
+    def make():
+        W = gradcore.Parameter(np.arange(6.0).reshape(2, 3))
+
+        def step(x):
+            y = F.sum(F.matmul(x, W))
+            W.cleargrad()
+            y.backward()
+            if in_place:
+                W.data -= 0.1 * W.grad.data
+            else:
+                W.data = W.data - 0.1 * W.grad.data
+            return y
+
+        def saved():
+            if in_place:
+                return W
+            with gradcore.no_grad():
+                return W.T.T  # a view of the array W holds now
+        return step, saved
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback
+        want, got = _backward_after(*make(), False), _backward_after(*make(), True)
+    assert got == want
+    assert [kind for kind, _ in want] == ["refused"] * 4 if in_place else ["ok"] * 4
+
+
+def test_a_replay_counts_each_data_setter_call_as_eagerly():
+    W = gradcore.Parameter(np.ones(3))
+
+    def step(x):
+        W.data *= 0.5
+        W.data += gradcore.Variable(x).data
+        return F.sum(W)
+
+    compiled = gradcore.compile(step)
+    counts = []
+    for i in range(4):
+        before = W.version
+        compiled(np.full(3, float(i)))
+        counts.append(W.version - before)
+    assert counts == [2, 2, 2, 2] and compiled.stats()["replays"] == 3
+    assert same(W.data, np.full(3, 4.3125))  # w = w / 2 + i from 1, for i = 0..3
+
+
+def test_a_grad_cleared_in_the_step_is_cleared_at_each_replay_if_there_then():
+    # recorded while b had no grad: a replay finding one there (another tape set it) clears it
+    def make():
+        gradcore.manual_seed(0)
+        a, b = nn.Linear(3, in_size=4), nn.Linear(3, in_size=4)
+        opt = optim.Adam(nn.Sequential(a, b), lr=0.01)
+
+        def step(x, use_b):
+            y = a(x) + b(x) if use_b else a(x)
+            loss = F.sum(y * y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return loss
+        return b, step
+
+    (b_eager, eager), (b, step) = make(), make()
+    compiled = gradcore.compile(step)
+    rng = np.random.default_rng(1)
+    for use_b in (False, False, True, False, False):
+        x = rng.standard_normal((8, 4))
+        assert same(compiled(x, use_b), eager(x, use_b))
+    assert same(b.W.data, b_eager.W.data) and b.W.grad is None and b_eager.W.grad is None
+    assert compiled.stats()["replays"] == 3
+
+
+def test_a_returned_view_of_a_parameter_shares_its_version_at_each_replay():
+    W = gradcore.Parameter(np.arange(6.0).reshape(2, 3))
+    opt = optim.SGD([W], lr=0.1)
+
+    def step(x):
+        y = F.sum(F.matmul(x, W) ** 2)
+        W.cleargrad()
+        y.backward()
+        opt.step()
+        return W.T, W.detach()
+
+    compiled = gradcore.compile(step)
+    for i in range(4):
+        views = compiled(np.full((1, 2), i + 1.0))
+        for v in views:
+            a = gradcore.Variable(np.ones(v.shape))
+            z = F.sum(a * v)
+            W.data += 1.0  # an in-place write to W, after z saved its view
+            with pytest.raises(RuntimeError, match="written after"):
+                z.backward()
+    assert compiled.stats()["replays"] == 3
+
+
+def test_detach_in_the_step_reads_the_parameter_at_each_replay():
+    layer = nn.Linear(3, in_size=2)
+
+    def step(x):
+        return F.sum(F.matmul(x, layer.W.detach()))
+
+    compiled = gradcore.compile(step)
+    for i in range(4):
+        x = np.full((1, 2), 1.0 + i)
+        assert same(compiled(x), step(x))
+        layer.load_state_dict({"W": layer.W.data * 2.0, "b": layer.b.data})  # another array
+    assert compiled.stats()["replays"] == 3
+
+
+@pytest.mark.parametrize("read", ["float", "int", "item", "numpy", "bool"])
+def test_a_host_read_of_a_variable_from_outside_the_step_is_never_frozen(read):
+    scale = gradcore.Variable(np.array(2.0), requires_grad=False)
+
+    def step(x):
+        s = {"float": float, "int": int, "item": lambda v: v.item(),
+             "numpy": lambda v: v.numpy() * 1.0, "bool": lambda v: 3.0 if v else 5.0}[read](scale)
+        return gradcore.Variable(x) * s
+
+    compiled = gradcore.compile(step)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for value in (2.0, 2.0, 4.0, 0.0, 0.0):
+            scale.data[...] = value  # changed in place between calls
+            assert same(compiled(np.ones(2)), step(np.ones(2))), value
+    if read == "bool":  # a branch: guarded, replayed while it comes out the same
+        assert len(caught) == 0 and compiled.stats()["replays"] == 2  # then it comes out False
+    else:
+        assert len(caught) == 1 and "host" in str(caught[0].message)
+
+
+def test_an_optimizer_step_in_a_post_accumulate_hook_replays_as_eagerly():
+    # the "optimizer in backward" pattern: each parameter steps as soon as its grad is final
+    def make():
+        gradcore.manual_seed(0)
+        model = nn.Sequential(nn.Linear(5, in_size=4), nn.Linear(3, in_size=5))
+        for p in model.parameters():
+            def hook(p, opt=optim.Adam([p], lr=0.01)):
+                opt.step()
+                p.grad = None
+            p.register_post_accumulate_grad_hook(hook)
+
+        def step(x):
+            loss = F.sum(model(x) ** 2)
+            loss.backward()
+            return loss
+        return model, step
+
+    (model_eager, eager), (model, step) = make(), make()
+    compiled = gradcore.compile(step)
+    rng = np.random.default_rng(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(6):
+            x = rng.standard_normal((8, 4))
+            assert same(compiled(x), eager(x))
+    for p, q in zip(model.parameters(), model_eager.parameters()):
+        assert same(p.data, q.data) and p.grad is None
+    assert compiled.stats()["replays"] == 5
+
+
+def test_a_step_that_changes_the_shape_of_kept_state_records_again():
+    memory = gradcore.Variable(np.zeros((1, 2)), requires_grad=False)
+
+    def step(x):
+        memory.data = F.concatenate([memory, gradcore.Variable(x)], axis=0).data
+        return F.mean(memory)
+
+    compiled = gradcore.compile(step)
+    got = [float(compiled(np.full((1, 2), i + 1.0)).data) for i in range(4)]
+    assert got == [0.5, 1.0, 1.5, 2.0] and memory.shape == (5, 2)
+    assert compiled.stats()["recordings"] == 4 and compiled.stats()["replays"] == 0

@@ -87,7 +87,7 @@ class Compiled:
                 self._counts["eager calls"] += 1
                 return self.fn(*args)
             self._counts["replays"] += 1
-            return _results(tape.results, arrays)
+            return _results(tape.results, arrays, args)
         if key in self._eager:
             self._counts["eager calls"] += 1
             return self.fn(*args)
@@ -146,12 +146,12 @@ class Compiled:
                 _stop(rec, plain)
             generators.check(rec)
         self._counts["recordings"] += 1
-        if rec.created_state or rec.fallback is not None:
+        if rec.record_again or rec.fallback is not None:
             # this call was an eager one: its graph, and the state it kept on modules (an RNN's
             # hidden state, which the next call's graph continues), become what eager code builds
             _make_eager([result, *(getattr(module, name, None)
                                    for module, name in rec.module_states)])
-        if rec.created_state:  # weights were created (lazy layers): the next call records again
+        if rec.record_again:  # weights were created (lazy layers), or reshaped: record again
             return result
         if rec.fallback is not None:
             reason, where = rec.fallback
@@ -182,7 +182,7 @@ class Compiled:
         """Replay, then run eagerly from the same state; ReplayMismatch unless they agree."""
         snapshot = Snapshot(tape, args)
         try:
-            replayed = _results(tape.results, tape.run(*args))
+            replayed = _results(tape.results, tape.run(*args), args)
         except Diverged:
             snapshot.restore()
             self._counts["eager calls"] += 1
@@ -506,7 +506,7 @@ def _stop(rec, plain):
     rec.release()
 
 
-def _shape(rec, value, slots):
+def _shape(rec, value, slots, logs=None):
     """The shape of the step's result `value`, with a slot index (into `slots`, appended to)
     where a replay puts an array."""
     if isinstance(value, trace.Traced) and value.slot is not None:
@@ -517,7 +517,14 @@ def _shape(rec, value, slots):
         if (entry is None or entry.variable is not value) and isinstance(
                 value._data, trace.Traced) and value._data.slot is not None:
             slots.append(value._data.slot)
-            return ("variable", len(slots) - 1, value.name)
+            if logs is None:  # write log -> where the Variable sharing it comes from at replay
+                logs = {id(e.variable._writes): e.variable if e.argument is None else e.argument
+                        for e in rec.adopted.values()
+                        if getattr(e.variable, "_writes", None) is not None}
+            log = getattr(value, "_writes", None)
+            # a view of an outside Variable (W.T, W.detach()) shares its version, as eagerly
+            return ("variable", len(slots) - 1, value.name,
+                    None if log is None else logs.get(id(log)))
         for line in rec.lines:  # the grad the tape stores into a Variable: a new one each call
             if line.kind == "store_grad" and isinstance(line.target, Variable) and (
                     line.target._grad is value):
@@ -525,26 +532,31 @@ def _shape(rec, value, slots):
         return ("object", value)
     kind = value.__class__
     if kind in (tuple, list):
-        return (kind, [_shape(rec, v, slots) for v in value])
+        return (kind, [_shape(rec, v, slots, logs) for v in value])
     if kind is dict:
-        return (dict, {k: _shape(rec, v, slots) for k, v in value.items()})
+        return (dict, {k: _shape(rec, v, slots, logs) for k, v in value.items()})
     return ("object", value)
 
 
-def _results(shape, arrays):
-    """The step's result for a replay: `shape` filled with the replayed arrays."""
+def _results(shape, arrays, args):
+    """The step's result for a replay of a call with `args`: `shape` filled with the replayed
+    arrays."""
     kind = shape[0]
+    if kind == "variable":
+        v = Variable(arrays[shape[1]], name=shape[2], requires_grad=False)
+        source = shape[3]
+        if source is not None:
+            _variable.share_versions(args[source] if source.__class__ is int else source, v)
+        return v
     if kind == "array":
         return arrays[shape[1]]
-    if kind == "variable":
-        return Variable(arrays[shape[1]], name=shape[2], requires_grad=False)
     if kind == "object":
         return shape[1]
     if kind == "grad":
         return shape[1]._grad
     if kind is dict:
-        return {k: _results(v, arrays) for k, v in shape[1].items()}
-    items = [_results(v, arrays) for v in shape[1]]
+        return {k: _results(v, arrays, args) for k, v in shape[1].items()}
+    items = [_results(v, arrays, args) for v in shape[1]]
     return items if kind is list else tuple(items)
 
 

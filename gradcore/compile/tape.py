@@ -13,7 +13,7 @@ import math
 import operator
 import threading
 
-from ..variable import Variable, note_write, watch
+from ..variable import Variable, fresh_log, note_write, watch
 from .fuse import fusable, fuse
 from .graph import Graphed, graph_backend, graphed
 from .trace import (_NESTED, BINARY, IN_PLACE, REUSE_BYTES, UNARY, ArrayFacts, Line, Ref,
@@ -26,10 +26,14 @@ class Diverged(Exception):
     """A replay met a guard that came out otherwise than when it was recorded."""
 
 
-def _store(v, value):
-    """`v.data = value` as a replay does it: the array as it is, counted as a write."""
+def _store(v, value, writes=1):
+    """`v.data = value` as a replay does it (`writes` times): the array as it is, counted as a
+    write; another array gives v a history of its own, apart from the views of the old one."""
+    if value is not v._data:
+        v._writes = fresh_log(v)
     v._data = value
-    note_write(v)
+    for _ in range(writes):
+        note_write(v)
 
 
 def _store_grad(v, value):
@@ -397,7 +401,8 @@ _STATEMENTS = {
     "load": lambda line, w: f"v{line.out} = {w.site(line.target)}._data",
     "load_grad": lambda line, w: f"v{line.out} = {w.site(line.target)}._grad._data",
     "constant": lambda line, w: f"v{line.out} = {w.bind(line.target, 'k')}",
-    "store": lambda line, w: f"_store({w.site(line.target)}, {w.expression(line.args[0])})",
+    "store": lambda line, w: f"_store({w.site(line.target)}, {w.expression(line.args[0])}"
+                             f"{', ' + str(line.kwargs['writes']) if line.kwargs else ''})",
     "store_grad": lambda line, w: f"_store_grad({w.site(line.target)}, "
                                   f"{w.expression(line.args[0])})",
     "opaque": lambda line, w: f"{w.bind(line.target, 'f')}({w.arguments(line.args, None)})",
@@ -457,7 +462,8 @@ def _interpreted(lines, frees, arguments, outputs, inspect=None):
             elif kind == "constant":
                 values[line.out] = target
             elif kind == "store":
-                _store(args[target] if target.__class__ is int else target, xs[0])
+                _store(args[target] if target.__class__ is int else target, xs[0],
+                       **(line.kwargs or {}))
             elif kind == "store_grad":
                 _store_grad(args[target] if target.__class__ is int else target, xs[0])
             elif kind == "opaque":

@@ -178,7 +178,9 @@ class Recorder:
         self.adopted = {}           # id(Variable) -> _Adopted
         self.arguments = []         # (argument index, slot, is a Variable) per array argument
         self.grad_owners = {}       # id(grad Variable) -> the adopted Variable it is the grad of
-        self.created_state = False  # the step created weights (lazy layers): record again
+        # the step created weights (lazy layers), or left an outside Variable's data with
+        # another shape, dtype or library (a growing memory): the next call records again
+        self.record_again = False
         self.arrays = {}            # id(array) -> (its ArrayFacts, a weak reference to it)
         self.memories = {}          # id(base array) -> (a weak reference to it, its number)
         self.memory_count = 0       # the numbers given out in memories
@@ -470,17 +472,20 @@ class Recorder:
                 return  # made in the step (adopted ones have an entry): nothing outside changes
             if v._data is None:
                 if data:
-                    self.created_state = True  # a lazily created weight: the next call differs
+                    self.record_again = True  # a lazily created weight: the next call differs
                 self.adopted[id(v)] = _Adopted(v, v._data, v._backend, v._grad)
                 self.touched.append(v)
             else:
                 self.adopt(v)
         entry = self.adopted[id(v)]
+        if data:
+            entry.data_sets += 1
         if clearing:
+            # cleared at replay even where the grad was absent now: another tape of the step,
+            # or a backward outside it, may have set one by then
             entry.cleared = True
-            if v._grad is not None:
-                self.append("store_grad", entry.variable if entry.argument is None else
-                            entry.argument, (None,))
+            self.append("store_grad", entry.variable if entry.argument is None else
+                        entry.argument, (None,))
 
     def release(self):
         """Give every adopted Variable its real arrays back, and write the lines that make a
@@ -490,9 +495,16 @@ class Recorder:
             site = entry.variable if entry.argument is None else entry.argument
             data = v._data
             if isinstance(data, Traced):
-                if data.value is not entry.data:
-                    self.append("store", site, (self.template(data),))
+                if data.value is not entry.data or entry.data_sets:
+                    # the data setter ran (also `v.data -= ...`, which hands back the same
+                    # array): the replay rebinds and counts the writes as the setter did
+                    self.append("store", site, (self.template(data),),
+                                {"writes": entry.data_sets} if entry.data_sets > 1 else None)
                 v._data, v._backend = data.value, data.backend.inner
+            if entry.data is not None and v._data is not entry.data and v._data is not None and (
+                    v._backend is not entry.backend or v._data.shape != entry.data.shape
+                    or v._data.dtype != entry.data.dtype):
+                self.record_again = True  # a tape of this call's shapes would not fit the next
             grad = v._grad
             if grad is not entry.grad:
                 self.append("store_grad", site, (None if grad is None else self._real(grad),))
@@ -528,12 +540,13 @@ class Recorder:
 class _Adopted:
     """A Variable the step did not create, as it was before the step touched it."""
 
-    __slots__ = ("variable", "data", "backend", "grad", "argument", "cleared")
+    __slots__ = ("variable", "data", "backend", "grad", "argument", "cleared", "data_sets")
 
     def __init__(self, variable, data, backend, grad, argument=None):
         self.variable, self.data, self.backend, self.grad = variable, data, backend, grad
         self.argument = argument  # the step's argument index, or None
         self.cleared = False      # its grad was cleared (or found absent and set) in the step
+        self.data_sets = 0        # times the step ran its data setter
 
 
 # Calls that change an argument in place or draw random numbers: kept even if no result needs them
