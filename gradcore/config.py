@@ -1,6 +1,9 @@
 """Grad mode, train mode and anomaly mode, per thread (context variables: per asyncio task too)."""
 import contextlib
 import contextvars
+import functools
+import inspect
+import threading
 
 # What Function.__call__ reads once per call: False (record nothing), True (record), or ANOMALY
 # (record, and keep what anomaly mode checks at backward). Grad mode and anomaly mode are folded
@@ -11,6 +14,7 @@ ANOMALY = "anomaly"
 _recording = contextvars.ContextVar("gradcore.recording", default=True)
 _anomaly = contextvars.ContextVar("gradcore.anomaly", default=False)
 _train = contextvars.ContextVar("gradcore.train", default=True)
+_thread_id = threading.get_ident
 
 # True while gradcore.checkpoint runs a block again during backward: what the block did besides
 # computing its results (batch norm's running statistics) it did when it first ran
@@ -74,36 +78,113 @@ class _Config:
 Config = _Config()
 
 
-@contextlib.contextmanager
+class _Switch:
+    """Sets one setting of this thread for a block (`with no_grad():`) or a function (as a
+    decorator). Reusable: one object may be entered again, nested, or from several threads at
+    once (each thread restores its own setting); an exception in the block restores it too."""
+
+    __slots__ = ("_value", "_entered")
+    value = None  # what each public switch sets (no_grad: False)
+
+    def __new__(cls, func=None):
+        switch = object.__new__(cls)
+        switch._value = cls.value
+        switch._entered = {}  # thread id -> the tokens to restore there, innermost last
+        return switch if func is None else switch(func)  # `@no_grad`, without parentheses
+
+    def __enter__(self):
+        token = self._set(self._value)
+        thread = _thread_id()
+        tokens = self._entered.get(thread)
+        if tokens is None:
+            self._entered[thread] = [token]
+        else:
+            tokens.append(token)
+        return self
+
+    def __exit__(self, *exc):
+        thread = _thread_id()
+        tokens = self._entered[thread]
+        token = tokens.pop()
+        if not tokens:
+            del self._entered[thread]
+        self._reset(token)
+        return False
+
+    def __call__(self, func):
+        """`func` running with this setting (the decorator form)."""
+        where = type(self).__name__
+        if not callable(func):
+            raise TypeError(f"{where}: as a decorator it takes a function, got "
+                            f"{type(func).__name__}")
+        if inspect.isgeneratorfunction(func) or inspect.iscoroutinefunction(func) or (
+                inspect.isasyncgenfunction(func)):
+            # the body runs after the call has returned, when the setting is back
+            raise TypeError(f"{where} cannot decorate {func.__qualname__}, a generator or async "
+                            f"function: its body runs after the call returns; put "
+                            f"`with {where}():` inside it instead")
+
+        @functools.wraps(func)
+        def switched(*args, **kwargs):
+            token = self._set(self._value)  # a token per call: threads calling it share none
+            try:
+                return func(*args, **kwargs)
+            finally:
+                self._reset(token)
+        return switched
+
+
+def _reset_grad(token):
+    _recording.reset(token)
+    _sync_anomaly()  # anomaly mode may have been switched inside the block
+
+
+class _GradSwitch(_Switch):
+    __slots__ = ()
+    _set = staticmethod(_set_grad)
+    _reset = staticmethod(_reset_grad)
+
+
+class _TrainSwitch(_Switch):
+    __slots__ = ()
+    _set = _train.set  # a bound C method: not bound again as an attribute of the instance
+    _reset = _train.reset
+
+
 def using_config(name, value):
-    """Set `Config.<name>` to `value` in this thread for the duration of the block."""
+    """Set `Config.<name>` to `value` in this thread for a block (`with using_config("train",
+    False):`) or a decorated function; reusable like no_grad()."""
     if name == "enable_backprop":
-        token, setting = _set_grad(value), _recording
+        switch = _GradSwitch()
     elif name == "train":
-        token, setting = _train.set(value), _train
+        switch = _TrainSwitch()
     else:
         raise AttributeError(f"Config has no setting {name!r}; it has 'enable_backprop' and 'train'")
-    try:
-        yield
-    finally:
-        setting.reset(token)
-        if setting is _recording:  # anomaly mode may have been switched inside the block
-            _sync_anomaly()
+    switch._value = value
+    return switch
 
 
-def no_grad():
-    """Block in which ops record no graph (cheaper forward; nothing to backpropagate)."""
-    return using_config("enable_backprop", False)
+class no_grad(_GradSwitch):
+    """Block or function in which ops record no graph (cheaper forward; nothing to
+    backpropagate): `with gradcore.no_grad():`, `@gradcore.no_grad` or `@gradcore.no_grad()`."""
+
+    __slots__ = ()
+    value = False
 
 
-def enable_grad():
-    """Block in which ops record a graph again, e.g. inside `no_grad()`."""
-    return using_config("enable_backprop", True)
+class enable_grad(_GradSwitch):
+    """Block or function in which ops record a graph again, e.g. inside `no_grad()`."""
+
+    __slots__ = ()
+    value = True
 
 
-def test_mode():
-    """Block in which `Config.train` is False (dropout off, batch norm uses running statistics)."""
-    return using_config("train", False)
+class test_mode(_TrainSwitch):
+    """Block or function in which `Config.train` is False (dropout off, batch norm uses running
+    statistics)."""
+
+    __slots__ = ()
+    value = False
 
 
 def set_detect_anomaly(mode):

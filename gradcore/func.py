@@ -14,7 +14,7 @@ import contextlib
 import threading
 
 from . import engine
-from .config import enable_grad
+from .config import enable_grad, recording
 from .functions.math import copy
 from .functions.shape import reshape, stack, transpose
 from .variable import Variable, dtype_kind
@@ -47,36 +47,63 @@ class _Inputs:
     or the caller, differentiates through it; the same Variable at two positions, or an outer
     transform's variable read inside f, is then not confused with this position's); anything
     else, a new leaf that shares its array (an integer one requires no grad: its derivatives
-    are zeros). `arrays`: True when no primal was a Variable, so results go back as arrays."""
+    are zeros). `arrays`: True when no primal was a Variable, so results go back as arrays.
+
+    Called under no_grad(), the transform still differentiates f, but its results are
+    constants to the caller and to any outer transform (torch.func: a transform respects a
+    no_grad inside f, not one around it): no copies, no recorded backward passes."""
 
     def __init__(self, primals, where):
         if not primals:
             raise TypeError(f"{where}: needs at least one primal (the point to differentiate at)")
         self.arrays = _no_variable(primals)
+        self.recording = recording() is not False  # grad mode at the call
         with enable_grad():
-            self.variables = tuple(copy(p) if isinstance(p, Variable) and p.requires_grad
-                                   else Variable(p.data if isinstance(p, Variable) else p)
-                                   for p in primals)
+            self.variables = tuple(
+                copy(p) if self.recording and isinstance(p, Variable) and p.requires_grad
+                else Variable(p.data if isinstance(p, Variable) else p) for p in primals)
         # record the backward passes when something outside may differentiate the results: a
         # caller's Variable, or an outer transform whose variable f may read (a closure)
-        self.nested = _nesting() > 0
-        self.create_graph = self.nested or not self.arrays and any(
+        self.nested = self.recording and _nesting() > 0
+        self.create_graph = self.nested or self.recording and not self.arrays and any(
             isinstance(p, Variable) and p.requires_grad for p in primals)
 
-    def export(self, value):
-        """`value` as the caller's kind; inside another transform's f, a result that depends on
-        a variable of the outer transform's stays a Variable, so that it can differentiate it."""
-        if self.arrays and self.nested and _reaches_outside(value, self.variables):
+    def seeded(self, seeds):
+        """Whether a backward pass seeded with `seeds` (tangents, cotangents) gives results that
+        depend on one of them, a Variable that requires grad: it is then recorded, and its
+        results go back as Variables whatever the primals were."""
+        if self.recording:
+            for s in seeds:
+                if isinstance(s, Variable) and s.requires_grad:
+                    return True
+        return False
+
+    def export(self, value, variables=False):
+        """`value` as the caller's kind (Variables if `variables`); inside another transform's f,
+        a result that depends on a variable of the outer transform's stays a Variable, so that
+        it can differentiate it. Under no_grad, constants (see the class)."""
+        arrays = self.arrays and not variables
+        if arrays and self.nested and _reaches_outside(value, self.variables):
             return value
-        return _export(value, self.arrays)
+        return _export(value, arrays, detach=not self.recording)
+
+
+def _variables_in(value):
+    """The Variables in `value`: a Variable, or tuples, lists and dicts nesting them."""
+    if isinstance(value, Variable):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (tuple, list)):
+        return [v for item in value for v in _variables_in(item)]
+    return []
 
 
 def _reaches_outside(value, own):
-    """Whether the graph behind `value` (a Variable, or a tuple/list of them) reaches a leaf that
-    requires grad other than the Variables `own`."""
+    """Whether the graph behind the Variables in `value` reaches a leaf that requires grad other
+    than the Variables `own`."""
     own = set(map(id, own))
-    stack = [v for v in (value if isinstance(value, (tuple, list)) else (value,))
-             if isinstance(v, Variable)]
+    stack = _variables_in(value)
     seen = set()
     while stack:
         x = stack.pop()
@@ -91,13 +118,23 @@ def _reaches_outside(value, own):
     return False
 
 
-def _export(value, arrays):
-    """`value` (a Variable, or a tuple/list of them) as the caller's kind: arrays if `arrays`
-    (no primal was a Variable), else Variables."""
+def _export(value, arrays, detach=False):
+    """`value` (a Variable, or tuples, lists and dicts nesting them; anything else is left as
+    it is) as the caller's kind: arrays if `arrays` (no primal was a Variable), else Variables,
+    cut from the graph that computed them if `detach`."""
+    if isinstance(value, Variable):
+        if arrays:
+            return value.data
+        if detach and (value.creator is not None or value.requires_grad):
+            return value.detach()
+        return value
+    if isinstance(value, dict):
+        return {k: _export(v, arrays, detach) for k, v in value.items()}
     if isinstance(value, (tuple, list)):
-        return type(value)(_export(v, arrays) for v in value)
-    if arrays and isinstance(value, Variable):
-        return value.data
+        items = [_export(v, arrays, detach) for v in value]
+        if type(value) is not tuple and hasattr(value, "_fields"):  # a namedtuple
+            return type(value)(*items)
+        return type(value)(items)
     return value
 
 
@@ -139,9 +176,9 @@ def _like(x, value):
     return Variable(value, requires_grad=False)
 
 
-def _zeros(x):
-    """An array of zeros shaped, typed and placed like the Variable x."""
-    return x._backend.zeros(x.shape, x.dtype, x.device)
+def _zeros(x, shape=None):
+    """An array of zeros typed and placed like the Variable x, shaped like it or `shape`."""
+    return x._backend.zeros(tuple(x.shape) if shape is None else shape, x.dtype, x.device)
 
 
 def _zeros_like(x):
@@ -172,21 +209,29 @@ def vjp(f, *primals):
     """`(f(*primals), vjp_fn)`: vjp_fn(cotangent) gives, for each primal, the gradient of
     sum(f(*primals) * cotangent) with respect to it (a tuple, one per primal). The cotangent is
     shaped like f's result (a tuple of them if f returns a tuple)."""
-    inputs = _Inputs(primals, "vjp")
+    inputs, out, vjp_fn = _pullback(f, primals, "vjp")
+    return inputs.export(out), vjp_fn
+
+
+def _pullback(f, primals, where):
+    """vjp's work: the _Inputs (which export whatever else f gave, such as an aux), f's result
+    as f gave it, and vjp_fn."""
+    inputs = _Inputs(primals, where)
     with _evaluating():
         out = f(*inputs.variables)
-    outputs, _ = _outputs(out, "vjp")
+    outputs, _ = _outputs(out, where)
 
     def vjp_fn(cotangent):
         cotangents = cotangent if isinstance(out, (tuple, list)) else (cotangent,)
         if len(cotangents) != len(outputs):
             raise ValueError(f"vjp_fn: {len(cotangents)} cotangents for {len(outputs)} outputs")
+        seeded = inputs.seeded(cotangents)
         with enable_grad():
             gs = _gradients(outputs, inputs.variables,
                             [_like(y, c) for y, c in zip(outputs, cotangents)],
-                            inputs.create_graph)
-        return inputs.export(gs)
-    return inputs.export(out), vjp_fn
+                            inputs.create_graph or seeded)
+        return inputs.export(gs, variables=seeded)
+    return inputs, out, vjp_fn
 
 
 def jvp(f, primals, tangents):
@@ -201,6 +246,7 @@ def jvp(f, primals, tangents):
     if len(primals) != len(tangents):
         raise ValueError(f"jvp: {len(tangents)} tangents for {len(primals)} primals")
     inputs = _Inputs(primals, "jvp")
+    seeded = inputs.seeded(tangents)
     with _evaluating():
         out = f(*inputs.variables)
     with enable_grad():
@@ -210,16 +256,19 @@ def jvp(f, primals, tangents):
         used = [(g, x, t) for g, x, t in zip(pullback, inputs.variables, tangents)
                 if g.creator is not None]
         if not used:  # f does not depend on its inputs: the derivative is zero
-            return inputs.export(out), inputs.export(rebuild([_zeros_like(y) for y in outputs]))
+            return (inputs.export(out),
+                    inputs.export(rebuild([_zeros_like(y) for y in outputs]), variables=seeded))
         result = engine.grad([g for g, _, _ in used], dummies,
                              grad_outputs=[_like(x, t) for _, x, t in used],
-                             create_graph=inputs.create_graph, allow_unused=True)
+                             create_graph=inputs.create_graph or seeded, allow_unused=True)
     tangent_out = [_zeros_like(y) if r is None else r for y, r in zip(outputs, result)]
-    return inputs.export(out), inputs.export(rebuild(tangent_out))
+    return inputs.export(out), inputs.export(rebuild(tangent_out), variables=seeded)
 
 
 # ================================================================================ grad
 def _check_one_number(y):
+    if isinstance(y, (int, float)) and not isinstance(y, bool):  # a constant: zero gradients
+        return
     if getattr(y, "size", None) != 1:
         got = f"shape {tuple(y.shape)}" if hasattr(y, "shape") else type(y).__name__
         raise ValueError(f"grad: f must return one number (size 1) to take its gradient, got "
@@ -256,12 +305,14 @@ def value_and_grad(f, argnums=0, has_aux=False):
                 raise IndexError(f"grad: argnums {n} for a function called with {len(args)} "
                                  "argument(s)")
         chosen = [n % len(args) for n in numbers]
+        if len(set(chosen)) != len(chosen):
+            raise ValueError(f"grad: argnums elements must be unique, got {argnums!r} for a "
+                             f"function called with {len(args)} argument(s)")
         for n in chosen:
             _check_floating(args[n], n)
-        aux, own = [], []
+        aux = []
 
         def of_chosen(*picked):
-            own.extend(picked)
             full = list(args)
             for n, value in zip(chosen, picked):
                 full[n] = value
@@ -273,14 +324,13 @@ def value_and_grad(f, argnums=0, has_aux=False):
                                 f"got {type(out).__name__}")
             aux.append(out[1])
             return out[0]
-        y, vjp_fn = vjp(of_chosen, *[args[n] for n in chosen])
+        inputs, out, vjp_fn = _pullback(of_chosen, [args[n] for n in chosen], "grad")
+        y = inputs.export(out)
         _check_one_number(y)
         gs = vjp_fn(1.0)
         gs = gs if isinstance(argnums, tuple) else gs[0]
-        if has_aux:  # as a result is given (see _Inputs.export)
-            arrays = _no_variable([args[n] for n in chosen])
-            keep = not arrays or _nesting() > 0 and _reaches_outside(aux[0], own)
-            y = (y, aux[0] if keep else _export(aux[0], True))
+        if has_aux:  # aux goes back as a result does
+            y = (y, inputs.export(aux[0]))
         return y, gs
     return value_and_gradient
 
@@ -307,6 +357,7 @@ def jacobian(f, x):
         _check_floating(p, n, "jacobian")
     out, vjp_fn = vjp(f, *primals)
     outputs, rebuild = _outputs(out, "jacobian")
+    points = [_output(p, "jacobian") for p in primals]
     per_output = []
     computed = False  # a row that depends on an outer transform's variable (see export)
     for k, y in enumerate(outputs):
@@ -318,7 +369,7 @@ def jacobian(f, x):
             for row, g in zip(rows, gs):
                 row.append(_output(g, "jacobian"))
         computed = computed or any(_computed(row) for row in rows)
-        jacobians = tuple(_stack(row, y.shape) for row in rows)
+        jacobians = tuple(_stack(row, y.shape, p) for row, p in zip(rows, points))
         per_output.append(jacobians if isinstance(x, tuple) else jacobians[0])
     return _export(rebuild(per_output), _no_variable(primals) and not computed)
 
@@ -332,7 +383,7 @@ def jacfwd(f, x):
         _check_floating(p, n, "jacfwd")
     columns_per_input = []  # for each input, its columns: each a list, one per output of f
     points = [_output(p, "jacfwd") for p in primals]
-    rebuild = None
+    column, rebuild = None, None  # the last column: f's results' shapes and types
     for k, px in enumerate(points):
         basis = _basis(px)
         columns = []
@@ -343,10 +394,13 @@ def jacfwd(f, x):
             column, rebuild = _outputs(column, "jacfwd")
             columns.append(column)
         columns_per_input.append(columns)
+    if column is None:  # every input is empty: one jvp along them gives f's results
+        _, column = jvp(f, primals, [_zeros(q) for q in points])
+        column, rebuild = _outputs(column, "jacfwd")
     per_output = []
-    for o in range(len(columns_per_input[0][0])):
-        jacobians = tuple(_stack_columns([c[o] for c in columns], p)
-                          for columns, p in zip(columns_per_input, primals))
+    for o, y in enumerate(column):
+        jacobians = tuple(_stack_columns([c[o] for c in columns], p, y)
+                          for columns, p in zip(columns_per_input, points))
         per_output.append(jacobians if isinstance(x, tuple) else jacobians[0])
     computed = any(_computed(column) for columns in columns_per_input for column in columns)
     return _export(rebuild(per_output), _no_variable(primals) and not computed)
@@ -354,28 +408,48 @@ def jacfwd(f, x):
 
 def hessian(f, x):
     """The Hessian of f's (one-number) result at x: the Jacobian of its gradient (reverse over
-    reverse), shaped x.shape + x.shape."""
-    return jacobian(grad(f), x)
+    reverse), shaped x.shape + x.shape. With x a tuple of arguments, every block, as
+    ((H_00, H_01, ...), (H_10, H_11, ...), ...), H_ij = d2f/dx_i dx_j shaped
+    x[i].shape + x[j].shape."""
+    return jacobian(grad(f, _every_argnum(x)), x)
 
 
 def hvp(f, x, v):
     """The Hessian of f at x times v, without forming the Hessian: one gradient recorded as a
-    graph, and one backward pass through it."""
-    _, vjp_fn = vjp(grad(f), x)  # the Hessian is symmetric: its vjp is its product with v
-    return vjp_fn(v)[0]
+    graph, and one backward pass through it. With x a tuple of arguments, v and the result are
+    tuples shaped like x."""
+    # the Hessian is symmetric: the vjp of the gradient is the Hessian's product with v
+    if not isinstance(x, tuple):
+        _, vjp_fn = vjp(grad(f), x)
+        return vjp_fn(v)[0]
+    v = tuple(v) if isinstance(v, (tuple, list)) else (v,)
+    if len(v) != len(x):
+        raise ValueError(f"hvp: {len(v)} vectors in v for {len(x)} arguments in x")
+    _, vjp_fn = vjp(grad(f, _every_argnum(x)), *x)
+    return vjp_fn(v)
 
 
-def _stack(rows, shape):
-    """Rows (one gradient per element of a result of `shape`) as one Variable shaped
-    shape + the gradient's shape."""
+def _every_argnum(x):
+    """grad's argnums for every argument in x if it is a tuple, else 0 (x itself; an empty
+    tuple too, for vjp to refuse as no primal)."""
+    return tuple(range(len(x))) if isinstance(x, tuple) and x else 0
+
+
+def _stack(rows, shape, x):
+    """Rows (one gradient with respect to the Variable x per element of a result of `shape`)
+    as one Variable shaped shape + x.shape."""
+    if not rows:  # an empty result
+        return Variable(_zeros(x, tuple(shape) + tuple(x.shape)), requires_grad=False)
     inner = tuple(rows[0].shape)
     return reshape(stack(rows), tuple(shape) + inner)
 
 
-def _stack_columns(columns, x):
-    """Columns (one f-shaped derivative per element of x) as one Variable shaped
-    f.shape + x.shape."""
-    outer = tuple(columns[0].shape)
+def _stack_columns(columns, x, y):
+    """Columns (one derivative shaped like f's result y per element of x) as one Variable
+    shaped y.shape + x.shape."""
+    outer = tuple(y.shape)
+    if not columns:  # an empty x
+        return Variable(_zeros(y, outer + tuple(x.shape)), requires_grad=False)
     stacked = stack(columns)  # x.size, *outer
     flat = reshape(stacked, (len(columns), -1) if outer else (len(columns), 1))
     shape_x = tuple(x.shape)

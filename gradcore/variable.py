@@ -52,6 +52,11 @@ def _check_data(data):
     backend = backend_of(data)
     if backend is None:
         if isinstance(data, (*_SCALARS, list, tuple)):
+            if isinstance(data, (list, tuple)) and _holds_variable(data):
+                raise TypeError(
+                    "Variable data: a list or tuple holding Variables would keep their values "
+                    "but not their graph; use F.stack(...) or F.concatenate(...) to keep it, or "
+                    "pass [v.data for v in ...] for the values alone")
             data = numpy.asarray(data)
             return data, backends.NUMPY, _numeric_kind(backends.NUMPY, data.dtype)
         raise TypeError(
@@ -61,6 +66,12 @@ def _check_data(data):
     if type(data) is not backend.array_type:
         data = backend.ensure_array(data)  # NumPy scalars become 0-d arrays
     return data, backend, _numeric_kind(backend, data.dtype)
+
+
+def _holds_variable(items):
+    """True if the list or tuple `items` holds a Variable, at any depth."""
+    return any(isinstance(v, Variable) or isinstance(v, (list, tuple)) and _holds_variable(v)
+               for v in items)
 
 
 def _numeric_kind(backend, dtype):
@@ -365,9 +376,25 @@ class Variable:
         data = self._host_data()  # first: recording, it makes _backend the tracing one
         return self._backend.to_numpy(data)
 
+    def __array__(self, dtype=None, copy=None):
+        """The values for NumPy (numpy.asarray(x), numpy.argmax(x), numpy.save): data on the
+        host (NumPy) only, no copy unless `dtype` or `copy=True` needs one. TypeError for data
+        elsewhere, which x.numpy() copies to the host."""
+        data = self._host_data()  # first: recording, it makes _backend the tracing one
+        backend = self._backend
+        if data is None:
+            raise TypeError("numpy.asarray(x): this Variable has no data (data is None)")
+        if (backend.inner or backend) is not backends.NUMPY:
+            raise TypeError(
+                f"numpy.asarray(x): this Variable's data is a {backend.name} array on "
+                f"{self.device}, not a NumPy array on the host; use x.numpy() for a host copy, "
+                "or x.to_cpu() to move it there")
+        return numpy.array(backend.to_numpy(data), dtype=dtype, copy=copy)
+
     # ---------------------------------------------------------------- graph
     def backward(self, grad=None, retain_grad=False, create_graph=False, retain_graph=None):
-        """Fill `.grad` of the leaves this Variable depends on.
+        """Add into `.grad` of the leaves this Variable depends on (gradients accumulate over
+        backward calls until cleared: cleargrad(), a model's cleargrads(), zero_grad()).
 
         `grad` is the seed (array or Variable shaped like this one); by default ones, i.e. the
         gradient of `sum(self)`. `retain_grad` keeps gradients of intermediate Variables too
@@ -386,7 +413,14 @@ class Variable:
 
     def retain_grad(self):
         """Keep this Variable's gradient in `.grad` at each backward although it is not a leaf
-        (leaves keep theirs anyway); it is stored after this Variable's hooks ran."""
+        (leaves keep theirs anyway: on a leaf this does nothing); it is stored after this
+        Variable's hooks ran. RuntimeError on a Variable that does not require grad, as in
+        PyTorch: it never gets a gradient to keep."""
+        if not self._requires_grad:
+            raise RuntimeError(
+                "retain_grad: this Variable does not require grad, so it never gets a gradient "
+                "to keep (it was made with requires_grad=False, holds integers, or was computed "
+                "under no_grad() or from inputs that do not require grad)")
         if self.creator is not None and not self.retains_grad:
             if self._hooks is None:
                 self._hooks = []
@@ -425,9 +459,16 @@ class Variable:
 
     def register_hook(self, hook):
         """Call `hook(grad)` when this Variable's total gradient is known; a returned Variable
-        replaces the gradient. Returns a handle whose `.remove()` unregisters the hook."""
+        replaces the gradient. Returns a handle whose `.remove()` unregisters the hook.
+        RuntimeError on a Variable that does not require grad: no gradient ever reaches it."""
         if not callable(hook):
             raise TypeError(f"register_hook expects a callable, got {type(hook).__name__}")
+        if not self._requires_grad:
+            raise RuntimeError(
+                "register_hook: this Variable does not require grad, so no gradient ever reaches "
+                "it and the hook would never run (it was made with requires_grad=False, holds "
+                "integers, or was computed under no_grad() or from inputs that do not require "
+                "grad); on a float leaf, call x.requires_grad_() first")
         if self._hooks is None:
             self._hooks = []
         self._hooks.append(hook)

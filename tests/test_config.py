@@ -124,3 +124,113 @@ def test_a_new_thread_starts_with_the_defaults():
         thread, errors = _run_in_thread(worker)
         thread.join(timeout=10)
     assert not errors and seen == {"grad": True, "train": True}
+
+
+# ======================================================================= reuse and decorators
+@pytest.mark.parametrize("make, read, inside", [
+    (gradcore.no_grad, gradcore.is_grad_enabled, False),
+    (gradcore.test_mode, lambda: Config.train, False),
+    (lambda: gradcore.using_config("enable_backprop", False), gradcore.is_grad_enabled, False),
+])
+def test_one_switch_object_can_be_entered_again_and_nested(make, read, inside):
+    switch = make()
+    for _ in range(2):
+        with switch:
+            assert read() is inside
+        assert read() is True
+    with switch:
+        with switch:  # nested: each exit restores what its own entry found
+            assert read() is inside
+        assert read() is inside
+    assert read() is True
+
+
+def test_enable_grad_object_reused_inside_no_grad():
+    on = gradcore.enable_grad()
+    with gradcore.no_grad():
+        for _ in range(2):
+            with on:
+                assert (Variable(np.array(2.0)) * 3).creator is not None
+            assert not gradcore.is_grad_enabled()
+    assert gradcore.is_grad_enabled()
+
+
+def test_switches_decorate_functions_with_and_without_parentheses():
+    x = Variable(np.array([1.0, 2.0]))
+
+    @gradcore.no_grad
+    def bare(v):
+        return v * 2
+
+    @gradcore.no_grad()
+    def called(v):
+        return v * 2
+
+    @gradcore.test_mode
+    def train_flag():
+        return Config.train
+
+    @gradcore.enable_grad
+    def records(v):
+        return (v * 2).creator is not None
+
+    assert bare(x).creator is None and called(x).creator is None
+    assert bare.__name__ == "bare" and gradcore.is_grad_enabled()
+    assert train_flag() is False and Config.train is True
+    with gradcore.no_grad():
+        assert records(x) is True and not gradcore.is_grad_enabled()
+    np.testing.assert_array_equal(bare(x).data, [2.0, 4.0])
+
+
+def test_a_decorated_function_restores_the_setting_when_it_raises():
+    @gradcore.no_grad
+    def fails():
+        raise KeyError("inside")
+
+    with pytest.raises(KeyError):
+        fails()
+    assert gradcore.is_grad_enabled()
+
+
+def test_a_generator_function_is_not_decorated_silently():
+    def numbers():
+        yield Variable(np.array(1.0)) * 2
+
+    with pytest.raises(TypeError, match="cannot decorate .*numbers, a generator or async "
+                       r"function.*with no_grad\(\):"):
+        gradcore.no_grad(numbers)
+    with pytest.raises(TypeError, match="as a decorator it takes a function, got int"):
+        gradcore.test_mode()(3)
+
+
+def test_one_switch_object_entered_in_two_threads_at_once_restores_each():
+    switch = gradcore.no_grad()
+    inside = threading.Barrier(2, timeout=10)
+    seen = {}
+
+    def worker():
+        with switch:
+            inside.wait()  # 1: both threads inside the same object
+            inside.wait()  # 2: the main thread has left it
+            seen["worker_inside"] = gradcore.is_grad_enabled()
+        seen["worker_after"] = gradcore.is_grad_enabled()
+
+    thread, errors = _run_in_thread(worker)
+    with switch:
+        inside.wait()
+    inside.wait()
+    assert gradcore.is_grad_enabled()
+    thread.join(timeout=10)
+    assert not errors, errors
+    assert seen == {"worker_inside": False, "worker_after": True}
+
+
+def test_anomaly_mode_switched_inside_a_reused_no_grad_comes_back_with_grad_mode():
+    switch = gradcore.no_grad()
+    with switch:
+        gradcore.set_detect_anomaly(True)
+    try:
+        assert gradcore.is_anomaly_enabled() and gradcore.config.recording() == "anomaly"
+    finally:
+        gradcore.set_detect_anomaly(False)
+    assert gradcore.config.recording() is True

@@ -290,3 +290,106 @@ def test_an_aux_that_depends_on_the_outer_transform_stays_differentiable():
         _, aux = gf.grad(lambda y: inner(y, x), has_aux=True)(np.ones(1))
         return F.sum(aux) + F.sum(x)
     np.testing.assert_array_equal(gf.grad(outer)(np.array([2.0])), [4.0])
+
+
+def test_a_transform_called_under_no_grad_gives_constants():
+    """torch.func: a transform respects a no_grad around it; d/dx [x * stop(2x)] at 2 is 4."""
+    x = gradcore.Variable(np.array(2.0))
+    with gradcore.no_grad():
+        c = gf.grad(lambda y: y * y)(x)
+        H = gf.hessian(lambda y: y * y * y, x)  # still differentiates f: 6x
+    assert float(c.data) == 4.0 and c.creator is None and not c.requires_grad
+    assert float(H.data) == 12.0 and H.creator is None
+    (x * c).backward()
+    assert float(x.grad.data) == 4.0
+
+    def f(x):
+        with gradcore.no_grad():
+            c = gf.grad(lambda y: y * y)(x)
+        return x * c
+    assert float(gf.grad(f)(np.array(2.0))) == 4.0
+
+
+def test_a_tangent_or_cotangent_that_requires_grad_keeps_its_graph():
+    """At an array point, d sum(J v)/dv = J^T 1: J = diag(x cos x + sin x) for sin(x) x, and
+    the Hessian of sum(x^2 sin x) is diag(-x^2 sin x + 4x cos x + 2 sin x)."""
+    x = np.array([0.5, 1.2])
+    f = lambda y: F.sin(y) * y  # noqa: E731
+    jacobian_diagonal = x * np.cos(x) + np.sin(x)
+    hessian_diagonal = -x * x * np.sin(x) + 4 * x * np.cos(x) + 2 * np.sin(x)
+    for product, want in (
+            (lambda v: gf.jvp(f, (x,), (v,))[1], jacobian_diagonal),
+            (lambda v: gf.vjp(f, x)[1](v)[0], jacobian_diagonal),
+            (lambda v: gf.hvp(lambda y: F.sum(F.sin(y) * y * y), x, v), hessian_diagonal)):
+        v = gradcore.Variable(np.array([1.0, -2.0]))
+        out = product(v)
+        assert isinstance(out, gradcore.Variable)
+        np.testing.assert_allclose(out.data, want * v.data, rtol=1e-14)
+        F.sum(out).backward()
+        np.testing.assert_allclose(v.grad.data, want, rtol=1e-14)
+
+
+def test_repeated_argnums_are_refused():
+    f = lambda a, b: F.sum(a * a * b)  # noqa: E731
+    for argnums in ((0, 0), (1, -1)):
+        with pytest.raises(ValueError, match="argnums elements must be unique"):
+            gf.grad(f, argnums=argnums)(np.ones(2), np.ones(2))
+
+
+def test_the_hessian_of_several_arguments_has_every_block():
+    a, b = np.array([0.3, 0.4]), np.array([1.1, -0.5])
+    (Haa, Hab), (Hba, Hbb) = gf.hessian(lambda a, b: F.sum(a * a * b + F.sin(a * b)), (a, b))
+    mixed = np.diag(2 * a + np.cos(a * b) - a * b * np.sin(a * b))
+    np.testing.assert_allclose(Haa, np.diag(2 * b - b * b * np.sin(a * b)), rtol=1e-14)
+    np.testing.assert_allclose(Hab, mixed, rtol=1e-14)
+    np.testing.assert_allclose(Hba, mixed, rtol=1e-14)
+    np.testing.assert_allclose(Hbb, np.diag(-a * a * np.sin(a * b)), rtol=1e-14)
+    np.testing.assert_allclose(Hbb, [[-0.02916387255553815, 0.0], [0.0, 0.0317870929272098]],
+                               rtol=1e-14)  # torch.func.hessian's figures
+
+
+def test_empty_inputs_and_results_give_empty_jacobians():
+    """Shaped f(x).shape + x.shape, as torch.func gives them."""
+    assert gf.jacobian(F.sin, np.zeros(0)).shape == (0, 0)
+    assert gf.jacfwd(F.sin, np.zeros(0)).shape == (0, 0)
+    assert gf.jacobian(lambda x: x[:0], np.ones(3)).shape == (0, 3)
+    assert gf.jacfwd(lambda x: x[:0], np.ones(3)).shape == (0, 3)
+    assert gf.jacfwd(lambda x: F.sum(x) + 1.0, np.zeros((0, 2))).shape == (0, 2)
+    assert gf.hessian(lambda x: F.sum(x), np.zeros(0)).shape == (0, 0)
+    doubled, empty = gf.jacobian(lambda x: (x * 2, x[:0]), np.ones(2))
+    np.testing.assert_array_equal(doubled, 2 * np.eye(2))
+    assert empty.shape == (0, 2) and empty.dtype == np.float64
+    ja, jb = gf.jacfwd(lambda a, b: F.sum(a) + F.sum(b * b), (np.zeros(0), np.ones(2)))
+    assert ja.shape == (0,)
+    np.testing.assert_array_equal(jb, [2.0, 2.0])
+
+
+def test_hvp_of_several_arguments_gives_a_tuple():
+    """f = sum(a^2 b): H v = (2b va + 2a vb, 2a va)."""
+    a, b = np.array([0.3, 0.4]), np.array([1.1, -0.5])
+    va, vb = np.ones(2), np.array([1.0, 2.0])
+    ha, hb = gf.hvp(lambda a, b: F.sum(a * a * b), (a, b), (va, vb))
+    np.testing.assert_allclose(ha, [2.8, 0.6], rtol=1e-14)
+    np.testing.assert_allclose(hb, [0.6, 0.8], rtol=1e-14)
+    with pytest.raises(ValueError, match="hvp: 1 vectors in v for 2 arguments in x"):
+        gf.hvp(lambda a, b: F.sum(a * a * b), (a, b), (va,))
+
+
+def test_a_python_number_result_has_zero_gradient():
+    x = np.array([1.0, 2.0])
+    g = gf.grad(lambda x: 3.0)(x)
+    assert isinstance(g, np.ndarray) and np.array_equal(g, [0.0, 0.0])
+    value, g = gf.value_and_grad(lambda a, b: 2, argnums=(0, 1))(x, x)
+    assert value == 2 and all(np.array_equal(gi, [0.0, 0.0]) for gi in g)
+
+
+def test_an_aux_in_a_dict_or_list_comes_back_as_arrays_as_in_a_tuple():
+    def f(x):
+        return F.sum(x * x), {"double": x * 2, "parts": [x * 3, (x * 4,)], "label": "x"}
+    g, aux = gf.grad(f, has_aux=True)(np.array([1.0, 2.0]))
+    np.testing.assert_array_equal(g, [2.0, 4.0])
+    assert isinstance(aux["double"], np.ndarray) and isinstance(aux["parts"][1][0], np.ndarray)
+    np.testing.assert_array_equal(aux["double"], [2.0, 4.0])
+    np.testing.assert_array_equal(aux["parts"][0], [3.0, 6.0])
+    np.testing.assert_array_equal(aux["parts"][1][0], [4.0, 8.0])
+    assert aux["label"] == "x"

@@ -1,6 +1,7 @@
 """Layers (DeZero's names and defaults): Linear, Conv2d, Deconv2d, BatchNorm, Dropout, EmbedID,
-activations, and the containers Sequential and MLP."""
+activations, and the containers Sequential, ModuleList and MLP."""
 import numbers
+import operator
 
 import numpy
 
@@ -66,6 +67,24 @@ def _placement(x, layer, where):
     if x.data is None:
         raise ValueError(f"{where}: the input has no data (data is None)")
     return x.backend, x.device, getattr(x.xp, _lazy_dtype(layer))
+
+
+def _input_shape(x, where):
+    """The shape of a layer's input `x`, a Variable, an array or a Python scalar; TypeError for
+    anything else, as the ops refuse it (a list among them: numpy.asarray(x) first)."""
+    if isinstance(x, Variable):
+        if x.data is None:
+            raise ValueError(f"{where}: the input has no data (data is None)")
+        return tuple(x.shape)
+    if backends.is_array(x):
+        return tuple(x.shape)
+    if isinstance(x, numbers.Number):
+        return ()
+    hint = " (convert it first: numpy.asarray(x, dtype=numpy.float32))" if isinstance(
+        x, (list, tuple)) else ""
+    raise TypeError(f"{where}: unsupported input of type {type(x).__module__}."
+                    f"{type(x).__qualname__}{hint}; pass a Variable or an array of a registered "
+                    "backend (numpy, cupy, array-API), as the ops take")
 
 
 def _numpy_on_cpu():
@@ -182,7 +201,7 @@ class Linear(Module):
             if self.W is not None and self.W.data is not None:
                 in_size = self.W.shape[0]
             else:
-                shape = tuple(getattr(x, "shape", ()))
+                shape = _input_shape(x, "Linear")
                 if len(shape) != 2:
                     raise ValueError(f"Linear: x must be 2-d (batch, in_size), got shape {shape}; "
                                      "flatten it first (e.g. F.reshape(x, (len(x), -1)))")
@@ -250,7 +269,7 @@ class _ConvBase(Module):
             if self.W is not None and self.W.data is not None:
                 C = self.W.shape[self._in_axis]
             else:
-                shape = tuple(getattr(x, "shape", ()))
+                shape = _input_shape(x, self._name)
                 if len(shape) != 4:
                     raise ValueError(f"{self._name}: x must be 4-d (N, C, H, W), got shape "
                                      f"{shape}")
@@ -345,7 +364,7 @@ class BatchNorm(Module):
     def _lazy_init(self, x):
         """Create the statistics and parameters that have no data yet (all at the first call;
         a slot set to None is re-created), shaped (C,) on x's device."""
-        shape = tuple(getattr(x, "shape", ()))
+        shape = _input_shape(x, "BatchNorm")
         if len(shape) < 2:
             raise ValueError(f"BatchNorm: x must be (N, C) or (N, C, ...) with channels on "
                              f"axis 1, got shape {shape}")
@@ -468,10 +487,7 @@ class Sequential(Module):
         if not callable(layer):
             raise TypeError(f"Sequential: a layer must be a Module or a callable, got "
                             f"{type(layer).__name__}")
-        index = len(self._registered)
-        while str(index) in self.__dict__:  # after a deletion, a number may be taken further on
-            index += 1
-        setattr(self, str(index), layer if isinstance(layer, Module) else _Call(layer))
+        setattr(self, _next_number(self), layer if isinstance(layer, Module) else _Call(layer))
         return self
 
     def forward(self, x):
@@ -510,6 +526,86 @@ class Sequential(Module):
             return "Sequential()"
         lines = [f"({name}): " + repr(layer).replace("\n", "\n  ") for name, layer in items]
         return "Sequential(\n  " + "\n  ".join(lines) + "\n)"
+
+
+def _next_number(container):
+    """The name of the next item of a Sequential or ModuleList: its count of registered names,
+    or the first free number after it."""
+    index = len(container._registered)
+    while str(index) in container.__dict__:  # after a deletion, a number may be taken further on
+        index += 1
+    return str(index)
+
+
+class ModuleList(Module):
+    """Modules kept in a list and registered, as "0", "1", ... (so parameters() trains them and
+    state_dict saves them as "0.W", "1.W"): self.blocks = ModuleList([Linear(4), Linear(3)])
+    (PyTorch's name). A plain list of layers is not registered (Module warns about one).
+
+    append, extend, len(), iteration, indexing (an int gives a module, a slice a new ModuleList
+    of the same modules) and item assignment (replaces the module at that position). It has no
+    forward: the model holding it calls its modules (for block in self.blocks: x = block(x)).
+    """
+
+    def __init__(self, modules=()):
+        super().__init__()
+        self.extend(modules)
+
+    def append(self, module):
+        """Add `module` at the end, under the next free number; returns self."""
+        setattr(self, _next_number(self), _list_item(module))
+        return self
+
+    def extend(self, modules):
+        """append each of `modules` (an iterable of Modules); returns self."""
+        try:
+            modules = list(modules)
+        except TypeError:
+            raise TypeError(f"ModuleList: expected an iterable of Modules, got "
+                            f"{type(modules).__name__} (for one module: append)") from None
+        for module in modules:
+            _list_item(module)  # every item checked before any is added
+        for module in modules:
+            self.append(module)
+        return self
+
+    def _position(self, index):
+        """The registered name at position `index` (negative counts from the end)."""
+        names = [name for name, _ in self._child_items()]
+        try:
+            return names[operator.index(index)]
+        except IndexError:
+            raise IndexError(f"ModuleList index {index} is out of range for {len(names)} "
+                             "modules") from None
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return ModuleList([module for _, module in self._child_items()][index])
+        return self.__dict__[self._position(index)]
+
+    def __setitem__(self, index, module):
+        setattr(self, self._position(index), _list_item(module))
+
+    def __len__(self):
+        return len(self._child_items())
+
+    def __iter__(self):
+        return iter([module for _, module in self._child_items()])
+
+    def forward(self, *inputs):
+        raise NotImplementedError(
+            "ModuleList has no forward: call its modules in your model's forward (for block in "
+            "self.blocks: x = block(x)), or use Sequential to run them one after another")
+
+
+def _list_item(module):
+    """`module`, once it is a Module (what a ModuleList may hold)."""
+    if not isinstance(module, Module):
+        hint = (" (a function such as F.relu: call it in forward, or use Sequential, which "
+                "takes callables)") if callable(module) else ""
+        raise TypeError(f"ModuleList: an item must be a Module, got "
+                        f"{type(module).__name__}{hint}")
+    return module
 
 
 def _layer_index(name):
@@ -599,4 +695,4 @@ class MLP(Module):
 
 
 __all__ = ["Linear", "Conv2d", "Deconv2d", "BatchNorm", "Dropout", "EmbedID", "Embedding",
-           "ReLU", "Sigmoid", "Tanh", "Sequential", "MLP"]
+           "ReLU", "Sigmoid", "Tanh", "Sequential", "ModuleList", "MLP"]

@@ -6,6 +6,7 @@ import itertools
 import os
 import posixpath
 import urllib.parse
+import warnings
 import weakref
 
 import numpy
@@ -24,7 +25,7 @@ _PARAMETER, _BUFFER, _MODULE = "parameter", "buffer", "module"
 _FLOAT_NAMES = ("float16", "float32", "float64")
 # attributes Module.__init__ sets: reading one that is missing means __init__ never ran
 _INTERNALS = frozenset({"_registered", "_forward_pre_hooks", "_forward_hooks", "training",
-                        "_device", "_dtype"})
+                        "_device", "_dtype", "_lists"})
 _hook_ids = itertools.count()
 # Bumped whenever a Module gains, loses or replaces a Parameter, buffer or sub-Module (and
 # when a requires_grad or a hook changes): see gradcore.variable
@@ -80,7 +81,11 @@ class Module:
     means no bias, as in DeZero), `del` unregisters it. Buffers (state that is saved and moved
     but not trained, such as BatchNorm's running mean) are registered with `register_buffer`.
     Any name will do for these but "" and names holding "." (which could clash with the
-    qualified names of state_dict, "l1.W"), as in PyTorch.
+    qualified names of state_dict, "l1.W"), as in PyTorch. Layers in a plain list or tuple are
+    not registered: hold them in an nn.ModuleList, or also assign each to an attribute as
+    DeZero's MLP does. A list or tuple attribute holding a Module or Parameter registered
+    nowhere in the model is warned about (once per class and attribute) when its parameters are
+    collected (an optimizer's first step, state_dict, save, to()).
 
     Train mode: each module has a `training` flag (`train()` / `eval()` set it on the whole
     subtree). A module in eval mode runs its forward under `gradcore.test_mode()`, so everything
@@ -98,6 +103,7 @@ class Module:
         set_(self, "training", True)
         set_(self, "_device", None)  # where the last .to() put it: for loading into lazy slots
         set_(self, "_dtype", None)
+        set_(self, "_lists", set())  # names given a list or tuple: see _warn_listed
 
     # ---------------------------------------------------------------- registration
     def __setattr__(self, name, value):
@@ -134,6 +140,10 @@ class Module:
                 isinstance(value, Variable) or isinstance(self.__dict__.get(name), Variable)):
             # a Variable kept on the module from one call to the next (an RNN's hidden state)
             _variables.step_recorder.module_state(self, name)
+        if value.__class__ is list or value.__class__ is tuple:
+            lists = self.__dict__.get("_lists")  # None before Module.__init__ ran
+            if lists is not None:
+                lists.add(name)
         object.__setattr__(self, name, value)
 
     def __delattr__(self, name):
@@ -210,9 +220,11 @@ class Module:
 
     def _entries(self):
         """(qualified name, owner, kind, Variable) for each parameter and buffer, in assignment
-        order through the sub-modules (depth first); shared ones once, under their first name."""
+        order through the sub-modules (depth first); shared ones once, under their first name.
+        Once the walk is done, warns about layers kept in plain lists (see _warn_listed)."""
         seen_modules = {id(self)}
         seen = set()
+        listed = [self] if self.__dict__.get("_lists") else []  # get: a module pickled before
         stack = [("", self, iter(list(self._registered.items())))]
         while stack:
             prefix, owner, items = stack[-1]
@@ -223,6 +235,8 @@ class Module:
                 if kind == _MODULE:
                     if id(value) not in seen_modules:
                         seen_modules.add(id(value))
+                        if value.__dict__.get("_lists"):
+                            listed.append(value)
                         stack.append((prefix + attr + ".", value,
                                       iter(list(value._registered.items()))))
                         break
@@ -231,6 +245,8 @@ class Module:
                     yield prefix + attr, owner, kind, value
             else:
                 stack.pop()
+        if listed:
+            _warn_listed(listed, seen_modules, seen)
 
     def named_parameters(self):
         """(name, Parameter) for every parameter, "l1.W" style, in assignment order through the
@@ -554,6 +570,41 @@ class Module:
 
 
 # =============================================================================== helpers
+_warned_lists = set()  # (class, attribute) whose list _warn_listed has warned about
+
+
+def _warn_listed(modules, module_ids, variable_ids):
+    """Warn, once per class and attribute, about the Modules and Parameters that a list or tuple
+    attribute of one of `modules` holds and that are registered nowhere in the model (their ids
+    are not among `module_ids` / `variable_ids`): parameters() (and so the optimizers),
+    state_dict, save and to() never see them.
+
+    A warning, not an error: DeZero's own MLP keeps its layers in a list *and* registers each
+    with setattr (no warning then), and a list is also the known way to keep a module out of
+    parameters() on purpose (a frozen teacher network), which must go on working. Only lists
+    whose first item is a Module or a Parameter are read: a list of numbers costs one look."""
+    for module in modules:
+        for attr in module._lists:
+            items = module.__dict__.get(attr)
+            key = (type(module), attr)
+            if (items.__class__ is not list and items.__class__ is not tuple or not items
+                    or not isinstance(items[0], (Module, Parameter)) or key in _warned_lists):
+                continue
+            hidden = [item for item in items if isinstance(item, (Module, Parameter)) and id(item)
+                      not in (module_ids if isinstance(item, Module) else variable_ids)]
+            if hidden:
+                _warned_lists.add(key)
+                kinds = " and ".join(sorted({"Module" if isinstance(item, Module) else
+                                             "Parameter" for item in hidden}))
+                warnings.warn(
+                    f"{type(module).__name__}.{attr} is a {type(items).__name__} holding "
+                    f"{len(hidden)} {kinds}(s) not registered with the model, so parameters() "
+                    "(and the optimizers), state_dict, save and to() do not see them: they are "
+                    f"not trained, saved or moved. Hold them in an nn.ModuleList (self.{attr} = "
+                    "nn.ModuleList([...])), or also assign each to an attribute as DeZero's MLP "
+                    "does (setattr(self, f'l{i}', layer))", UserWarning, stacklevel=2)
+
+
 def _check_name(module, name, where):
     """Refuse a name for a parameter, buffer or sub-module that can clash in state_dict, as
     PyTorch's add_module and register_buffer do: one holding "." ("l1.W" beside a sub-module

@@ -88,9 +88,17 @@ class Optimizer:
         self.state_counts = ParamState()  # parameter -> {name in state_counters: int}
         self.initial_lr = None  # set by the first learning-rate schedule
         for name, value in values.items():
-            setattr(self, name, value)
+            # _bind checked what was given; a default is the class's own (not checked)
+            object.__setattr__(self, name, value)
         for name in self.counters:
             setattr(self, name, 0)
+
+    def __setattr__(self, name, value):
+        # a hyperparameter set later (by hand, or by a schedule at every step) is checked as the
+        # constructor checks it: one dict lookup for any other attribute
+        if name in self.defaults:
+            value = checked_hyperparameter(type(self).__name__, name, value)
+        object.__setattr__(self, name, value)
 
     def _bind(self, args, kwargs):
         """The hyperparameters from positional `args` and keyword `kwargs`, checked."""
@@ -215,8 +223,18 @@ class Optimizer:
         raise NotImplementedError(f"{type(self).__name__} must define update_one(param)")
 
     def _ready(self):
-        """The parameters that have a gradient, checked before anything changes."""
-        params = [p for p in self._parameters() if p.grad is not None]
+        """The parameters that have a gradient, checked before anything changes. ValueError if
+        the target has no parameters at all: the step could never change anything."""
+        params = self._parameters()
+        if not params:
+            target = self.target
+            raise ValueError(
+                f"{type(self).__name__}: got an empty list of parameters: "
+                f"{type(target).__name__}.parameters() gives none, so no step can change "
+                "anything. Layers kept in a plain list or dict are not registered: assign each "
+                "to an attribute of the model (self.l1 = Linear(10)) or hold them in an "
+                "nn.ModuleList")
+        params = [p for p in params if p.grad is not None]
         for p in params:
             self._check(p)
         return params

@@ -62,6 +62,9 @@ def _as_target(obj, where):
     parameters it gains later are optimized too; one Variable or an iterable of them as a list."""
     if isinstance(obj, Variable):
         return _check_leaves([obj], where)
+    if isinstance(obj, type):  # MLP for MLP(...): its parameters() would fail at the first step
+        raise TypeError(f"{where}: got the class {obj.__name__}, not a model; create the model "
+                        f"first (model = {obj.__name__}(...)) and pass that")
     if callable(getattr(obj, "parameters", None)) or callable(getattr(obj, "params", None)):
         return obj
     if backends.is_array(obj) or isinstance(obj, (str, bytes, Mapping)) or not isinstance(

@@ -186,6 +186,48 @@ def test_sequential_indexing_len_and_names():
     assert nn.Sequential()(5.0) == 5.0
 
 
+def test_module_list_registers_its_modules_as_numbered_children():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList([nn.Linear(4), nn.Linear(3)])
+
+        def forward(self, x):
+            for block in self.blocks:
+                x = F.relu(block(x))
+            return x
+
+    net = Net()
+    blocks = net.blocks
+    assert len(blocks) == 2 and blocks[-1] is blocks[1] and blocks[1].out_size == 3
+    assert net(np.ones((2, 5), np.float32)).shape == (2, 3)
+    assert list(net.state_dict()) == ["blocks.0.W", "blocks.0.b", "blocks.1.W", "blocks.1.b"]
+    assert [p.shape for p in net.parameters()] == [(5, 4), (4,), (4, 3), (3,)]
+    head = blocks[:1]
+    assert isinstance(head, nn.ModuleList) and len(head) == 1 and head[0] is blocks[0]
+    tanh, relu = nn.Tanh(), nn.ReLU()
+    blocks.append(tanh).extend([relu])
+    assert list(blocks) == [blocks[0], blocks[1], tanh, relu]
+    blocks[2] = sigmoid = nn.Sigmoid()  # replaced in place: same name, same position
+    assert list(dict(blocks.named_children())) == ["0", "1", "2", "3"] and blocks[2] is sigmoid
+
+
+def test_module_list_refuses_what_is_not_a_module():
+    blocks = nn.ModuleList([nn.Linear(2)])
+    with pytest.raises(TypeError, match="an item must be a Module, got function .*Sequential"):
+        blocks.append(F.relu)
+    with pytest.raises(TypeError, match="an item must be a Module, got int"):
+        blocks.extend([nn.Linear(3), 3])
+    assert len(blocks) == 1  # extend checked every item first
+    with pytest.raises(TypeError, match=r"iterable of Modules, got Linear \(for one module: "
+                       r"append\)"):
+        nn.ModuleList(nn.Linear(3))
+    with pytest.raises(IndexError, match="index 1 is out of range for 1 modules"):
+        blocks[1]
+    with pytest.raises(NotImplementedError, match="ModuleList has no forward"):
+        blocks(np.ones((1, 2)))
+
+
 def test_mlp_is_dezero_shaped():
     mlp = nn.MLP((10, 1))
     assert mlp.activation is F.sigmoid and mlp.layers == [mlp.l0, mlp.l1]
@@ -303,7 +345,9 @@ def test_a_dezero_subclass_may_assign_mlp_layers():
         "l0.W", "l0.b", "head.W", "head.b", "l2.W", "l2.b"]
     model.layers = [model.l0]  # shorter: l1 ... are gone
     assert model.layers == [model.l0] and model(x).shape == (2, 5)
-    assert list(model.state_dict()) == ["l0.W", "l0.b", "head.W", "head.b"] and model.l0 is first
+    with pytest.warns(UserWarning, match="Deeper.built is a tuple holding 1 Module"):
+        state = model.state_dict()  # `built` still holds the old l1, no longer in the model
+    assert list(state) == ["l0.W", "l0.b", "head.W", "head.b"] and model.l0 is first
     with pytest.raises(TypeError, match=r"MLP.layers\[1\]: a layer must be a Module or a "
                        "callable, got int"):
         model.layers = [nn.Linear(3), 3]
@@ -485,6 +529,22 @@ def test_bad_first_inputs_leave_lazy_layers_unset():
     lin = nn.Linear(3, 2)
     with pytest.raises(ValueError, match=r"linear: x \(1, 4\) and W \(3, 2\) do not match"):
         lin(np.ones((1, 4), np.float32))
+
+
+@pytest.mark.parametrize("make, x", [
+    (lambda: nn.Linear(3), [[1.0, 2.0]]),
+    (lambda: nn.Conv2d(2, 3), np.ones((1, 1, 4, 4)).tolist()),
+    (lambda: nn.BatchNorm(), ((1.0, 2.0),)),
+])
+def test_a_lazy_layer_refuses_a_list_input_as_the_ops_do(make, x):
+    layer = make()
+    name = type(layer).__name__
+    with pytest.raises(TypeError, match=rf"{name}: unsupported input of type "
+                       r"builtins\.(list|tuple) \(convert it first: numpy\.asarray"):
+        layer(x)
+    assert all(p.data is None for p in layer.parameters())  # nothing was created
+    with pytest.raises(TypeError, match="unsupported input of type builtins.list"):
+        F.linear([[1.0, 2.0]], nn.Linear(3, in_size=2).W)  # the op's own refusal
 
 
 def test_a_partial_load_into_a_lazy_layer_is_completed_by_the_first_call():

@@ -150,12 +150,93 @@ def test_state_dict_refuses_two_entries_under_one_name(tmp_path):
     assert not (tmp_path / "dup.npz").exists()
 
 
-def test_plain_attributes_are_not_registered():
+@pytest.fixture
+def fresh_list_warnings(monkeypatch):
+    """Each (class, attribute) is warned about once per process: start each test afresh."""
+    monkeypatch.setattr(gradcore.nn.module, "_warned_lists", set())
+
+
+def test_plain_attributes_are_not_registered(fresh_list_warnings):
     m = nn.Module()
     m.v = Variable(np.ones(2))      # a Variable that is not a Parameter
     m.arr = np.ones(2)
     m.layers = [nn.Linear(2, 2)]    # a list is not searched (DeZero's models.MLP keeps one)
-    assert list(m.parameters()) == [] and list(m.children()) == []
+    with pytest.warns(UserWarning, match="Module.layers is a list holding 1 Module"):
+        assert list(m.parameters()) == []
+    assert list(m.children()) == []
+
+
+def test_layers_only_in_a_list_are_warned_about_when_parameters_are_collected(
+        fresh_list_warnings):
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = [nn.Linear(4), nn.Linear(3)]
+
+    net = Net()
+    opt = gradcore.optim.SGD(lr=0.1).setup(net)
+    with pytest.warns(UserWarning) as caught:
+        with pytest.raises(ValueError, match="empty list of parameters"):
+            opt.update()
+    assert len(caught) == 1
+    message = str(caught[0].message)
+    assert message.startswith("Net.blocks is a list holding 2 Module(s) not registered")
+    assert "nn.ModuleList" in message and "setattr" in message
+    assert list(net.parameters()) == []  # still not registered, and warned about once only
+
+
+def test_a_list_filled_after_init_is_warned_about_when_parameters_are_collected(
+        fresh_list_warnings):
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.kept = []
+            self.fc = nn.Linear(2, in_size=2)
+
+    net = Net()  # an empty list: nothing to say yet
+    net.kept.append(net.fc)  # registered already: fine
+    assert [p.shape for p in net.parameters()] == [(2, 2), (2,)]
+    net.kept.append(Parameter(np.ones(3)))
+    with pytest.warns(UserWarning, match=r"Net.kept is a list holding 1 Parameter\(s\)"):
+        assert len(net.state_dict()) == 2
+
+
+def test_dezero_style_layer_lists_registered_by_setattr_give_no_warning(fresh_list_warnings,
+                                                                        recwarn):
+    class DezeroMLP(nn.Module):  # DeZero's MLP: a list, and setattr for each layer
+        def __init__(self, sizes):
+            super().__init__()
+            self.layers = []
+            for i, size in enumerate(sizes):
+                layer = nn.Linear(size)
+                setattr(self, "l" + str(i), layer)
+                self.layers.append(layer)
+
+        def forward(self, x):
+            for layer in self.layers[:-1]:
+                x = F.sigmoid(layer(x))
+            return self.layers[-1](x)
+
+    class ListFirst(nn.Module):  # the list made first, its layers registered after
+        def __init__(self):
+            super().__init__()
+            self.pair = (nn.Linear(3), nn.Linear(2))
+            self.l0, self.l1 = self.pair
+            self.numbers = [1.0, 2.0]
+
+    class Outer(nn.Module):  # a sub-module's list that holds layers the outer one registers
+        def __init__(self):
+            super().__init__()
+            self.inner = nn.Module()
+            self.inner.shared = [nn.Linear(2)]
+            self.l0 = self.inner.shared[0]
+
+    model = DezeroMLP((3, 2))
+    model(np.ones((1, 2)))
+    assert list(model.state_dict()) == ["l0.W", "l0.b", "l1.W", "l1.b"]
+    assert [n for n, _ in ListFirst().named_parameters()] == ["l0.W", "l0.b", "l1.W", "l1.b"]
+    assert [n for n, _ in Outer().named_parameters()] == ["l0.W", "l0.b"]
+    assert [str(w.message) for w in recwarn] == []
 
 
 def test_forgetting_super_init_is_explained():

@@ -184,10 +184,65 @@ def test_the_dezero_module_name_and_the_package_exports():
     (lambda: SGD(np.zeros(2)), TypeError, "expected the parameters to optimize.*got ndarray"),
     (lambda: SGD(True), TypeError, "expected the parameters to optimize.*got bool"),
     (lambda: SGD().setup("model"), TypeError, "SGD.setup: expected the parameters"),
+    (lambda: SGD().setup(Model), TypeError,
+     r"SGD.setup: got the class Model, not a model; create the model first \(model = Model"),
+    (lambda: Adam(gradcore.nn.MLP, lr=0.1), TypeError, "Adam: got the class MLP, not a model"),
 ])
 def test_misuse_is_explained(make, error, message):
     with pytest.raises(error, match=message):
         make()
+
+
+@pytest.mark.parametrize("make", [
+    lambda model: SGD(0.1).setup(model),
+    lambda model: Adam(model, lr=0.1),
+])
+def test_a_step_on_a_model_with_no_parameters_at_all_is_refused(make):
+    class Hidden(gradcore.nn.Module):  # its layer in a dict: not registered
+        def __init__(self):
+            super().__init__()
+            self.by_name = {"fc": gradcore.nn.Linear(1, in_size=1)}
+
+    model = Hidden()
+    optimizer = make(model)
+    message = (r"got an empty list of parameters: Hidden.parameters\(\) gives none.*"
+               "nn.ModuleList")
+    with pytest.raises(ValueError, match=message):
+        optimizer.update()
+    with pytest.raises(ValueError, match=message):
+        optimizer.step()
+    if isinstance(optimizer, Adam):
+        assert optimizer.t == 0  # refused before the count moved
+
+
+def test_a_model_whose_lazy_layers_have_no_data_yet_still_steps():
+    model = gradcore.nn.Linear(2)  # W and b: Parameters without data until the first call
+    optimizer = SGD(lr=0.5).setup(model)
+    optimizer.update()  # no gradients yet: nothing to do, and no error
+    F = gradcore.functions
+    F.sum(model(np.ones((1, 3)))).backward()
+    before = model.b.data.copy()
+    optimizer.update()
+    np.testing.assert_allclose(model.b.data, before - 0.5)  # d sum / d b = 1
+
+
+@pytest.mark.parametrize("make, name, bad, error, message", [
+    (SGD, "lr", "0.2", TypeError, "SGD: lr must be a real number, got str '0.2'"),
+    (SGD, "lr", -0.1, ValueError, "SGD: lr must be a finite number >= 0, got -0.1"),
+    (SGD, "lr", math.nan, ValueError, "SGD: lr must be a finite number >= 0, got nan"),
+    (MomentumSGD, "momentum", math.inf, ValueError, "momentum must be a finite number"),
+    (Adam, "alpha", None, TypeError, "Adam: alpha must be a real number, got NoneType"),
+    (Adam, "beta1", 1.0, ValueError, "beta1 must be a finite number >= 0 and < 1"),
+])
+def test_a_hyperparameter_assigned_later_is_checked_as_the_constructor_checks_it(
+        make, name, bad, error, message):
+    optimizer = make([param()])
+    before = getattr(optimizer, name)
+    with pytest.raises(error, match=message):
+        setattr(optimizer, name, bad)
+    assert getattr(optimizer, name) == before  # unchanged
+    setattr(optimizer, name, np.float32(0.5))  # what a schedule or a user may assign
+    assert getattr(optimizer, name) == 0.5 and type(getattr(optimizer, name)) is float
 
 
 def test_update_checks_come_before_any_change():
