@@ -37,8 +37,9 @@ def normalize_key(xp, key, shape):
                 k = operator.index(k)
             except TypeError:
                 raise TypeError(
-                    f"indices must be ints, slices, None, Ellipsis, or integer or boolean arrays; "
-                    f"got {k!r} of type {type(k).__name__}") from None
+                    f"indices must be ints, slices, None, Ellipsis, integer arrays, or boolean "
+                    f"arrays of at least one axis (get_item takes 0-d ones too); got {k!r} of "
+                    f"type {type(k).__name__}") from None
             kind, used = "int", used + 1
         elif k.dtype == xp.int64 or xp.isdtype(k.dtype, "integral"):
             kind, used = "array", used + 1

@@ -1,4 +1,5 @@
 """Function: one node of the graph. __call__ unwraps, runs forward, wraps, and records."""
+import numbers
 import re
 import types
 import weakref
@@ -180,8 +181,10 @@ class Function:
             elif x.__class__ in _SCALARS:
                 xs.append(x)
                 needs.append(False)
-            else:  # a raw array (a constant) or something unsupported
-                constants = tuple([self._constant(x) for x in inputs])
+            else:  # a raw array (a constant), a NumPy scalar, or something unsupported
+                weak = any(isinstance(x, Variable) or backends.is_array(x)
+                           and not isinstance(x, numbers.Number) for x in inputs)
+                constants = tuple([self._constant(x, weak) for x in inputs])
                 if self.integers_take_float_dtype:
                     constants = _integers_as_float(constants, inputs)
                 return self._call(constants)
@@ -357,10 +360,17 @@ class Function:
     # an int64 array float64: twice the memory, silently)
     integers_take_float_dtype = False
 
-    def _constant(self, x):
-        """Variables and scalars as they are; a raw array as a constant Variable."""
+    def _constant(self, x, weak):
+        """Variables and scalars as they are; a raw array as a constant Variable. With `weak` (a
+        Variable or an array is among the inputs), a NumPy scalar as a Python number: weak, as
+        PyTorch takes it (float32 data times np.float64(2) stays float32, as times 2.0)."""
         if isinstance(x, Variable) or x.__class__ in _SCALARS:
             return x
+        if weak and isinstance(x, numbers.Number):
+            if isinstance(x, numbers.Integral):
+                return int(x)
+            if isinstance(x, numbers.Real):
+                return float(x)
         if backends.backend_of(x) is None:
             raise TypeError(
                 f"{self._name()}: unsupported input of type {type(x).__module__}."

@@ -226,6 +226,15 @@ def test_scatter_add_checks_bounds(xp):
         xp.backend.scatter_add(target, (xp.asarray(np.array([0, 3])),), xp.asarray(1.0))
 
 
+def test_a_0_d_mask_in_a_backend_key_is_refused_with_a_message_that_says_so(xp):
+    # the backend's keys spell out the indexed array's axes, and a 0-d mask adds one; get_item
+    # takes it (tests/functions/test_shape.py). The message must not list it as accepted
+    target = xp.backend.zeros((3,), xp.asarray(0.0).dtype, xp.device)
+    with pytest.raises(TypeError, match=r"boolean arrays of at least one axis \(get_item takes "
+                                        r"0-d ones too\); got .*True"):
+        xp.backend.scatter_add(target, (xp.asarray(True),), xp.asarray(1.0))
+
+
 def test_scatter_add_broadcasts_values_and_keeps_float32(xp):
     target = xp.backend.zeros((3, 2), xp.asarray(np.float32(0)).dtype, xp.device)
     out = xp.backend.scatter_add(target, (xp.asarray(np.array([0, 0, 2])),), xp.asarray(

@@ -275,6 +275,25 @@ def test_call_with_the_wrong_number_of_inputs_names_the_op(xp):
         F.Exp()()
 
 
+def test_numpy_scalars_are_weak_like_python_numbers(xp):
+    # as in PyTorch: np.float64(2) beside float32 data keeps it float32, as 2.0 does
+    x = var(xp, [1.0, 4.0], dtype="float32")
+    cases = [(x * np.float64(2.0), [2.0, 8.0]), (np.float64(2.0) - x, [1.0, -2.0]),
+             (x / np.sqrt(4.0), [0.5, 2.0]), (x + np.int64(1), [2.0, 5.0]),
+             (x ** np.float64(2.0), [1.0, 16.0]), (np.float32(2.0) ** x, [2.0, 16.0])]
+    for y, expected in cases:
+        assert y.dtype == x.dtype
+        np.testing.assert_array_equal(xp.numpy(y.data), expected)
+    F.sum(x * np.float64(3.0)).backward()
+    assert x.grad.dtype == x.dtype
+    np.testing.assert_array_equal(xp.numpy(x.grad.data), [3.0, 3.0])
+    i = var(xp, [1, 2], dtype="int32")
+    assert (i * np.int64(3)).dtype == i.dtype
+    np.testing.assert_array_equal(xp.numpy((i * np.int64(3)).data), [3, 6])
+    y = F.exp(np.float64(0.0))  # with no array beside it, a NumPy scalar is the array
+    assert y.dtype == np.float64 and y.item() == 1.0
+
+
 # =============================================================================== errors
 def _assert_untouched(*xs):
     for x in xs:

@@ -1,7 +1,7 @@
 """Activations: sigmoid, relu, leaky_relu, softmax, log_softmax, and their composite twins."""
 from ..function import Function
-from .math import div, exp, neg
-from .reduce import sum
+from .math import div, exp, neg, python_number
+from .reduce import accumulator_dtype, sum
 from .shape import normalize_axis
 
 
@@ -44,12 +44,13 @@ class ReLU(Function):
 
     def backward(self, gy):
         y = self.outputs[0]()
-        mask = self.backend.as_factor(y.data > 0, y.dtype)  # the slope, a constant: relu'' = 0
+        # the slope, a constant (relu'' = 0): 1 where y > 0, and at a NaN (y != 0, as PyTorch)
+        mask = self.backend.as_factor(y.data != 0, y.dtype)
         return gy * mask
 
 
 def relu(x):
-    """max(x, 0), elementwise; the gradient at 0 is 0."""
+    """max(x, 0), elementwise; the gradient at 0 is 0, at NaN 1 (as in PyTorch)."""
     return ReLU()(x)
 
 
@@ -72,9 +73,10 @@ class LeakyReLU(Function):
 
 def leaky_relu(x, slope=0.2):
     """x where x > 0, else slope * x, elementwise."""
-    if not isinstance(slope, (int, float)):
-        raise TypeError(f"leaky_relu: slope must be a Python number, got {type(slope).__name__}")
-    return LeakyReLU(slope)(x)
+    number = python_number(slope)
+    if number is None:
+        raise TypeError(f"leaky_relu: slope must be a number, got {type(slope).__name__}")
+    return LeakyReLU(number)(x)
 
 
 # =============================================================================== softmax
@@ -89,7 +91,11 @@ class Softmax(Function):
             return xp.empty_like(x)
         # shifting by the max changes nothing mathematically and keeps exp <= 1
         y = xp.exp(x - xp.max(x, axis=axes, keepdims=True))
-        return y / xp.sum(y, axis=axes, keepdims=True)
+        wide = accumulator_dtype(xp, x.dtype)
+        if wide is None:
+            return y / xp.sum(y, axis=axes, keepdims=True)
+        # float16: summed and divided in float32 (over a wide axis the sum passes 65,504)
+        return xp.astype(y / xp.sum(y, axis=axes, keepdims=True, dtype=wide), x.dtype)
 
     def backward(self, gy):
         y = self.outputs[0]()
@@ -120,7 +126,9 @@ class LogSoftmax(Function):
         if x.size == 0:  # as in softmax: an empty result of x's shape
             return xp.empty_like(x)
         shifted = x - xp.max(x, axis=axes, keepdims=True)
-        return shifted - xp.log(xp.sum(xp.exp(shifted), axis=axes, keepdims=True))
+        wide = accumulator_dtype(xp, x.dtype)  # float16: the sum in float32, as in softmax
+        log_z = xp.log(xp.sum(xp.exp(shifted), axis=axes, keepdims=True, dtype=wide))
+        return shifted - (log_z if wide is None else xp.astype(log_z, x.dtype))
 
     def backward(self, gy):
         y = self.outputs[0]()

@@ -12,13 +12,22 @@ from ..variable import Variable
 from .activation import sigmoid, softmax
 from .device import astype
 from .math import clip, log, sub
-from .reduce import sum
+from .reduce import accumulator_dtype, sum
 from .shape import get_item
 
 
 def _batch_size(x):
     """N, the number of samples: x.shape[0] (1 for a 0-d x)."""
     return x.shape[0] if x.ndim else 1
+
+
+def _batch_mean(xp, values, n, dtype):
+    """sum(values) / n as `dtype`. For float16, summed and divided in float32 (as NumPy's mean
+    and PyTorch do): in float16 a sum past 65,504 is inf, and so is an n of 65,520 or more."""
+    wide = accumulator_dtype(xp, dtype)
+    if wide is None:
+        return xp.sum(values) / n
+    return xp.astype(xp.sum(values, dtype=wide) / n, dtype)
 
 
 def _backend_and_device(op, x):
@@ -107,7 +116,7 @@ class MeanSquaredError(Function):
     def forward(self, x0, x1):
         diff = x0 - x1  # shapes that do not broadcast raise here, naming the op and both
         self.n = _batch_size(diff)
-        return self.xp.sum(diff * diff) / self.n
+        return _batch_mean(self.xp, diff * diff, self.n, diff.dtype)
 
     def backward(self, gy):
         x0, x1 = self.inputs
@@ -149,9 +158,9 @@ class SoftmaxCrossEntropy(Function):
         self.save_for_backward(t)
         # -log softmax(x)[i, t_i] = log sum_j exp(x_ij - m_i) - (x_it_i - m_i), m_i = max_j x_ij
         shifted = x - xp.max(x, axis=1, keepdims=True)
-        log_z = xp.log(xp.sum(xp.exp(shifted), axis=1))
+        log_z = xp.log(xp.sum(xp.exp(shifted), axis=1, dtype=accumulator_dtype(xp, x.dtype)))
         picked = xp.reshape(xp.take_along_axis(shifted, xp.reshape(t, (n, 1)), axis=1), (n,))
-        return xp.sum(log_z - picked) / n
+        return _batch_mean(xp, log_z - picked, n, x.dtype)
 
     def backward(self, gy):
         x = self.inputs[0]
@@ -161,7 +170,8 @@ class SoftmaxCrossEntropy(Function):
         # one-hot of t: compare t with 0..c-1, created on x's device
         classes = self.backend.to_device(xp.arange(c, dtype=t.dtype), self.device)
         onehot = xp.astype(xp.reshape(t.data, (n, 1)) == xp.reshape(classes, (1, c)), x.dtype)
-        return (softmax(x) - onehot) * (gy / n), None
+        # times 1 / n, a number float16 holds where it cannot hold an n of 65,520 or more
+        return (softmax(x) - onehot) * (gy * (1.0 / n)), None
 
 
 def softmax_cross_entropy(x, t):
@@ -202,14 +212,14 @@ class SigmoidCrossEntropy(Function):
         # softplus(x) = max(x, 0) + log(1 + exp(-|x|)): no overflow, no log(0)
         loss = (xp.where(x > 0, x, xp.zeros_like(x)) - t * x
                 + xp.log1p(xp.exp(-xp.abs(x))))
-        return xp.sum(loss) / _batch_size(x)
+        return _batch_mean(xp, loss, _batch_size(x), x.dtype)
 
     def backward(self, gy):
         x, t_in = self.inputs
         t, = self.saved_tensors  # t_in itself, or a cast constant
         if t is not t_in and self.needs_input_grad[1]:
             t = astype(t_in, x.dtype)  # soft targets of another dtype: differentiable too
-        g = gy / _batch_size(x)
+        g = gy * (1.0 / _batch_size(x))  # 1 / N: float16 cannot hold an N of 65,520 or more
         gx = (sigmoid(x) - t) * g if self.needs_input_grad[0] else None
         gt = -x * g if self.needs_input_grad[1] else None
         return gx, gt
@@ -233,7 +243,7 @@ class BinaryCrossEntropy(Function):
         pc = xp.clip(p, eps, 1 - eps)
         # the slope of the clip: 1 inside [eps, 1 - eps], 0 outside
         self.save_for_backward(t, pc, xp.astype((p >= eps) & (p <= 1 - eps), p.dtype))
-        return -xp.sum(t * xp.log(pc) + (1 - t) * xp.log1p(-pc)) / _batch_size(p)
+        return -_batch_mean(xp, t * xp.log(pc) + (1 - t) * xp.log1p(-pc), _batch_size(p), p.dtype)
 
     def backward(self, gy):
         p, t_in = self.inputs
@@ -242,7 +252,7 @@ class BinaryCrossEntropy(Function):
             t = astype(t_in, p.dtype)  # soft targets of another dtype: differentiable too
         # clip(p) written with ops: equal to pc, with the derivative `inside` (for higher order)
         q = p * inside + pc * (1 - inside)
-        g = gy / _batch_size(p)
+        g = gy * (1.0 / _batch_size(p))  # 1 / N: float16 cannot hold an N of 65,520 or more
         gp = (q - t) / (q * (1 - q)) * inside * g if self.needs_input_grad[0] else None
         gt = (log(1 - q) - log(q)) * g if self.needs_input_grad[1] else None
         return gp, gt

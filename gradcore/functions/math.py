@@ -1,6 +1,7 @@
 """Elementwise math: arithmetic with broadcasting, pow, exp, log, trigonometry, tanh, sqrt, abs,
 maximum, minimum, clip, where."""
 import numbers
+import operator
 from math import log as _log
 
 import backends
@@ -100,12 +101,24 @@ def copy(x):
     return Copy()(x)
 
 
+def python_number(value):
+    """`value` as a Python int or float if it is a real number (a NumPy scalar too: weak, as a
+    Python number, where np.float64(2) would turn float32 data into float64), else None."""
+    if type(value) in (int, float):  # exactly: np.float64 subclasses float
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    return None
+
+
 class Pow(Function):
     def __init__(self, c):
-        if isinstance(c, Variable) or not isinstance(c, (int, float)):
-            raise TypeError(f"pow: the exponent must be a Python number, got {type(c).__name__}; "
+        self.c = python_number(c)
+        if self.c is None:
+            raise TypeError(f"pow: the exponent must be a number, got {type(c).__name__}; "
                             "for a Variable exponent write exp(c * log(x))")
-        self.c = c
 
     def forward(self, x):
         return x ** self.c
@@ -127,13 +140,14 @@ class PowerOf(Function):
     op_name = "pow"
 
     def __init__(self, c):
-        if isinstance(c, bool) or not isinstance(c, (int, float)):
-            raise TypeError(f"pow: c ** x needs a Python number c, got {type(c).__name__}; for "
+        number = None if isinstance(c, bool) else python_number(c)
+        if number is None:
+            raise TypeError(f"pow: c ** x needs a number c, got {type(c).__name__}; for "
                             "an array base write exp(x * log(c))")
-        if not c > 0:
+        if not number > 0:
             raise ValueError(f"pow: c ** x needs a positive c (its derivative is c ** x * "
                              f"log(c)), got {c!r}")
-        self.c = c
+        self.c = number
 
     def forward(self, x):
         return self.c ** x
@@ -274,7 +288,7 @@ class Maximum(Function):
         return self.xp.maximum(x0, x1)
 
     def backward(self, gy):
-        return _pick_backward(self, gy, 1)
+        return _pick_backward(self, gy, operator.lt)  # an input loses where it is the smaller
 
 
 class Minimum(Function):
@@ -282,51 +296,49 @@ class Minimum(Function):
         return self.xp.minimum(x0, x1)
 
     def backward(self, gy):
-        return _pick_backward(self, gy, -1)
+        return _pick_backward(self, gy, operator.gt)  # an input loses where it is the larger
 
 
-def _pick_backward(f, gy, sign):
-    """The gradient of maximum (sign 1) or minimum (sign -1): to the input picked; a tie splits
-    it half and half (both sides of the kink average to that, and the two halves sum to gy)."""
+def _pick_backward(f, gy, loses):
+    """The gradient of maximum or minimum: to the input picked; a tie splits it half and half
+    (both sides of the kink average to that, and the two halves sum to gy). Each input gets gy
+    except where it loses (`loses(a, b)`: a mask), so at a NaN, which loses no comparison, both
+    inputs get gy, as in PyTorch."""
     x0, x1 = f.inputs
     n0, n1 = f.needs_input_grad
     a0, a1 = _data(x0), _data(x1)
     xp = f.xp
-    wins0 = xp.astype((a0 - a1) * sign > 0, gy.dtype)
     ties = xp.astype(a0 == a1, gy.dtype) * 0.5
-    gx0 = gy * _constant(wins0 + ties) if n0 else None
-    gx1 = gy * _constant(1 - wins0 - ties) if n1 else None
+    gx0 = gy * _constant(1 - xp.astype(loses(a0, a1), gy.dtype) - ties) if n0 else None
+    gx1 = gy * _constant(1 - xp.astype(loses(a1, a0), gy.dtype) - ties) if n1 else None
     return gx0, gx1
 
 
 def maximum(x0, x1):
     """The larger of x0 and x1, elementwise, broadcasting. The gradient goes to the larger; a tie
-    gives each input half."""
+    gives each input half; where either is NaN (the result is NaN), both get it, as in PyTorch."""
     return Maximum()(x0, x1)
 
 
 def minimum(x0, x1):
     """The smaller of x0 and x1, elementwise, broadcasting. The gradient goes to the smaller; a
-    tie gives each input half."""
+    tie gives each input half; where either is NaN (the result is NaN), both get it."""
     return Minimum()(x0, x1)
 
 
 # =============================================================================== clip, where
-def _python_number(name, bound):
+def _bound(name, bound):
     """A clip bound as a Python int or float (weak: it keeps float32 float32), or None."""
-    if bound is None or type(bound) in (int, float):  # exactly: np.float64 subclasses float
-        return bound
-    if isinstance(bound, numbers.Integral) and not isinstance(bound, bool):
-        return int(bound)
-    if isinstance(bound, numbers.Real):
-        return float(bound)  # a NumPy float64 scalar would turn float32 data into float64
-    raise TypeError(f"clip: {name} must be a number or None, got {type(bound).__name__}")
+    number = python_number(bound)
+    if number is None and bound is not None:
+        raise TypeError(f"clip: {name} must be a number or None, got {type(bound).__name__}")
+    return number
 
 
 class Clip(Function):
     def __init__(self, x_min, x_max):
-        self.x_min = _python_number("x_min", x_min)
-        self.x_max = _python_number("x_max", x_max)
+        self.x_min = _bound("x_min", x_min)
+        self.x_max = _bound("x_max", x_max)
 
     def forward(self, x):
         return self.xp.clip(x, self.x_min, self.x_max)
@@ -365,7 +377,7 @@ class Where(Function):
         condition = backends.asarray_on(condition, device)  # a list, a bool, any array
         if not self.xp.isdtype(condition.dtype, "bool"):
             raise TypeError(f"the condition must be a boolean array, got {condition.dtype}; "
-                            "compare first, e.g. where(x > 0, x, 0.0)")
+                            "compare the data first, e.g. where(x.data > 0, x, 0.0)")
         return condition
 
     def backward(self, gy):

@@ -6,7 +6,7 @@ import backends
 from ..config import Config, recomputing
 from ..function import Function
 from ..variable import Variable, as_variable
-from .reduce import sum
+from .reduce import accumulator_dtype, average, sum
 from .shape import reshape
 
 
@@ -41,7 +41,8 @@ def dropout(x, dropout_ratio=0.5):
             0.0 <= dropout_ratio < 1.0):
         raise ValueError(
             f"dropout: dropout_ratio must be a number in [0, 1), got {dropout_ratio!r}")
-    x = as_variable(x)
+    if not isinstance(x, Variable):
+        x = Variable(x, requires_grad=False)  # a raw array is a constant, as in every op
     if not Config.train:
         return x
     return Dropout(float(dropout_ratio))(x)
@@ -66,11 +67,17 @@ class BatchNorm(Function):
         axes = _stat_axes(x.ndim)
         shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)   # per channel, broadcasting against x
         if self.train:
-            mean = xp.mean(x, axis=axes, keepdims=True)
-            var = xp.var(x, axis=axes, keepdims=True)
+            # float16: the statistics in float32 (NumPy's var of float16 sums its squares in
+            # float16, which goes wrong long before it overflows at 65,504)
+            wide = accumulator_dtype(xp, x.dtype)
+            xw = x if wide is None else xp.astype(x, wide)
+            mean = xp.mean(xw, axis=axes, keepdims=True)
+            var = xp.var(xw, axis=axes, keepdims=True)
             if not recomputing():  # a checkpointed block's second run: updated already
                 self._update(xp.reshape(mean, (-1,)), xp.reshape(var, (-1,)),
                              x.size // x.shape[1])
+            if wide is not None:
+                mean, var = xp.astype(mean, x.dtype), xp.astype(var, x.dtype)
         else:
             # copies (astype), kept for backward: a train-mode call before it updates the
             # running statistics in place
@@ -120,9 +127,11 @@ class BatchNorm(Function):
         shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
         if self.train:  # the statistics depend on x: recompute them as a graph
             m = x.size // x.shape[1]
-            mean = sum(x, axis=axes, keepdims=True) / m
+            # average, not sum / m: for float16 it sums in float32 (and 1 / m is a number
+            # float16 holds where it cannot hold an m of 65,520 or more)
+            mean = average(x, axes, keepdims=True)
             xc = x - mean
-            inv_std = (sum(xc * xc, axis=axes, keepdims=True) / m + self.eps) ** -0.5
+            inv_std = (average(xc * xc, axes, keepdims=True) + self.eps) ** -0.5
         else:
             mean, var = self.statistics  # those forward used
             mean = Variable(mean, requires_grad=False)
@@ -135,7 +144,7 @@ class BatchNorm(Function):
         if n_x:
             g = gy
             if self.train:  # minus the parts that flow through the batch mean and variance
-                g = gy - (reshape(gbeta, shape) + x_hat * reshape(ggamma, shape)) / m
+                g = gy - (reshape(gbeta, shape) + x_hat * reshape(ggamma, shape)) * (1.0 / m)
             gx = g * (reshape(gamma, shape) * inv_std)
         return gx, ggamma if n_gamma else None, gbeta if n_beta else None
 

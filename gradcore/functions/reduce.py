@@ -3,8 +3,17 @@ import math
 
 from ..function import Function
 from ..variable import Variable
+from .device import astype
 from .math import exp
 from .shape import broadcast_to, normalize_axis, reshape
+
+
+def accumulator_dtype(xp, dtype):
+    """float32 for float16 data, else None (the data's own dtype): what a sum of many values is
+    accumulated in, as NumPy's mean and PyTorch do. In float16 a sum past 65,504 is inf, and so
+    is a count of 65,520 or more."""
+    float16 = getattr(xp, "float16", None)  # the array API has none; NumPy and CuPy do
+    return xp.float32 if float16 is not None and dtype == float16 else None
 
 
 def _kept_shape(shape, axes):
@@ -14,16 +23,19 @@ def _kept_shape(shape, axes):
 
 # =============================================================================== sum, average
 class Sum(Function):
-    def __init__(self, axis=None, keepdims=False):
+    def __init__(self, axis=None, keepdims=False, dtype=None):
         self.axis = axis
         self.keepdims = keepdims
+        self.dtype = dtype  # of the sum, and what it accumulates in; None: x's
 
     def forward(self, x):
         axis = self.axis if self.axis is None else normalize_axis(self.axis, x.ndim)
-        return self.xp.sum(x, axis=axis, keepdims=self.keepdims)
+        return self.xp.sum(x, axis=axis, keepdims=self.keepdims, dtype=self.dtype)
 
     def backward(self, gy):
         x, = self.inputs
+        if self.dtype is not None:
+            gy = astype(gy, x.dtype)  # cast while it is small, before it is broadcast
         if not self.keepdims:  # put back the summed axes as size 1, then broadcast
             gy = reshape(gy, _kept_shape(x.shape, normalize_axis(self.axis, x.ndim)))
         return broadcast_to(gy, x.shape)
@@ -46,7 +58,11 @@ def average(x, axis=None, keepdims=False):
     count = math.prod(x.shape[a] for a in axes)
     # a Python float: float32 stays float32. The mean of nothing is nan, as in NumPy (without its
     # warning): the empty sum, 0, times nan; its gradient is empty (no element was averaged)
-    return sum(x, axes, keepdims) * (1.0 / count if count else math.nan)
+    scale = 1.0 / count if count else math.nan
+    wide = accumulator_dtype(x.xp, x.dtype)
+    if wide is None:
+        return sum(x, axes, keepdims) * scale
+    return astype(Sum(axes, keepdims, wide)(x) * scale, x.dtype)  # float16: summed in float32
 
 
 def mean(x, axis=None, keepdims=False):
@@ -106,6 +122,7 @@ class LogSumExp(Function):
     def __init__(self, axis=1, keepdims=True):
         self.axis = axis
         self.keepdims = keepdims
+        self.wide = None  # float32 for float16 x: what forward summed in
 
     def forward(self, x):
         xp = self.xp
@@ -118,7 +135,9 @@ class LogSumExp(Function):
             # +inf) would give inf - inf, so such an m is replaced by 0
             m = xp.max(x, axis=self.axes, keepdims=True)
             self.shift = m = xp.where(xp.isfinite(m), m, xp.zeros_like(m))
-            y = xp.log(xp.sum(xp.exp(x - m), axis=self.axes, keepdims=True)) + m
+            self.wide = wide = accumulator_dtype(xp, x.dtype)
+            s = xp.sum(xp.exp(x - m), axis=self.axes, keepdims=True, dtype=wide)
+            y = (xp.log(s) if wide is None else xp.astype(xp.log(s), x.dtype)) + m
         return y if self.keepdims else xp.reshape(y, tuple(
             n for a, n in enumerate(x.shape) if a not in self.axes))
 
@@ -128,7 +147,11 @@ class LogSumExp(Function):
         # ops so it differentiates again (m is a constant: softmax does not depend on it)
         x, = self.inputs
         e = exp(x - Variable(self.shift, requires_grad=False))
-        p = e / sum(e, self.axes, keepdims=True)
+        if self.wide is None:
+            p = e / sum(e, self.axes, keepdims=True)
+        else:  # float16: normalised in float32, as forward summed
+            e = astype(e, self.wide)
+            p = astype(e / sum(e, self.axes, keepdims=True), x.dtype)
         return broadcast_to(reshape(gy, _kept_shape(x.shape, self.axes)), x.shape) * p
 
 

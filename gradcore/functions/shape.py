@@ -1,11 +1,12 @@
 """Shape ops: reshape, expand_dims, squeeze, flatten, transpose, broadcast_to, sum_to,
 concatenate, stack, split, get_item."""
 import math
+import numbers
 
 import backends
 
 from ..function import Function, View
-from ..variable import Variable, as_variable
+from ..variable import Variable
 
 
 def _normalize_shape(shape):
@@ -38,20 +39,26 @@ def normalize_axis(axis, ndim, array="an array of {} dimension(s)", hint="", sin
     sorted tuple of distinct non-negative axes of an `ndim`-d array; with `single`, `axis` must
     be one int. Else TypeError or ValueError: `array` names the array in the out-of-range
     message (`{}`: ndim), and `hint` ends it."""
-    if single and (isinstance(axis, bool) or not isinstance(axis, int)):
+    if single and not _is_integer(axis):
         raise TypeError(f"axis must be an int, got {type(axis).__name__}")
     if axis is None:
         return tuple(range(ndim))
     axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
+    if not all(_is_integer(a) for a in axes):
+        raise TypeError(f"axis must be None, an int or a tuple of ints, got {axis!r}")
+    axes = tuple(int(a) for a in axes)  # NumPy integers as Python ints, for every backend
     for a in axes:
-        if isinstance(a, bool) or not isinstance(a, int):
-            raise TypeError(f"axis must be None, an int or a tuple of ints, got {axis!r}")
         if not -ndim <= a < ndim:
             raise ValueError(f"axis {a} is out of range for {array.format(ndim)}{hint}")
     axes = tuple(sorted(a % ndim for a in axes))
     if len(set(axes)) != len(axes):
         raise ValueError(f"repeated axis in {axis!r}")
     return axes
+
+
+def _is_integer(value):
+    """True for an int of any kind (a NumPy integer too), but not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 _RESULT = "the result of {} dimension(s)"  # an axis of the output: expand_dims, stack
@@ -180,10 +187,10 @@ class SumTo(Function):
 def sum_to(x, shape):
     """Sum x over broadcast axes so it has `shape` (the reverse of broadcast_to)."""
     if x.shape == shape:  # the common case first: nothing was broadcast
-        return x if isinstance(x, Variable) else as_variable(x)
+        return x if isinstance(x, Variable) else Variable(x, requires_grad=False)
     shape = _normalize_shape(shape)
-    if x.shape == shape:
-        return as_variable(x)
+    if x.shape == shape:  # a raw array is a constant, as in every op
+        return x if isinstance(x, Variable) else Variable(x, requires_grad=False)
     return SumTo(shape)(x)
 
 
@@ -193,8 +200,8 @@ class Concatenate(Function):
         self.axis = axis
 
     def forward(self, *xs):
-        _check_same_shapes(xs, self.axis, "concatenate")
-        return self.xp.concat(xs, axis=self.axis)
+        axis = _check_same_shapes(xs, self.axis, "concatenate")
+        return self.xp.concat(xs, axis=axis)
 
     def backward(self, gy):
         axis, = normalize_axis(self.axis, gy.ndim, single=True)
@@ -217,8 +224,8 @@ class Stack(Function):
 
     def forward(self, *xs):
         _check_same_shapes(xs, None, "stack")
-        normalize_axis(self.axis, xs[0].ndim + 1, _RESULT, single=True)
-        return self.xp.stack(xs, axis=self.axis)
+        axis, = normalize_axis(self.axis, xs[0].ndim + 1, _RESULT, single=True)
+        return self.xp.stack(xs, axis=axis)
 
     def backward(self, gy):
         gxs = split(gy, len(self.inputs), self.axis)
@@ -241,7 +248,8 @@ def _as_sequence(xs, name):
 
 
 def _check_same_shapes(xs, axis, name):
-    """ValueError unless the inputs are arrays of one shape (except along `axis`, if given)."""
+    """ValueError unless the inputs are arrays of one shape (except along `axis`, if given);
+    returns `axis` made non-negative."""
     for x in xs:
         if not hasattr(x, "shape"):
             raise TypeError(f"inputs must be arrays or Variables, got {type(x).__name__}")
@@ -257,12 +265,14 @@ def _check_same_shapes(xs, axis, name):
             where = "except along the joined axis" if axis is not None else "exactly"
             raise ValueError(f"input shapes must match {where}: got {tuple(first.shape)} and "
                              f"{tuple(x.shape)}")
+    return axis
 
 
 class Split(View):
     def __init__(self, indices_or_sections, axis=0):
         self.indices_or_sections = indices_or_sections
         self.axis = axis
+        self.overlap = None  # for pieces that overlap: where each element of theirs came from
 
     def forward(self, x):
         if x.ndim == 0:
@@ -270,32 +280,47 @@ class Split(View):
         axis, = normalize_axis(self.axis, x.ndim, single=True)
         bounds = _split_bounds(self.indices_or_sections, x.shape[axis], axis)
         head = (slice(None),) * axis
-        return tuple(x[head + (slice(a, b), Ellipsis)] for a, b in zip(bounds, bounds[1:]))
+        pieces = list(zip(bounds, bounds[1:]))
+        if any(b < a for a, b in pieces):
+            # a point before the one ahead of it (np.split allows it): that piece is empty and
+            # the next one starts back there, so pieces overlap
+            positions = [i for a, b in pieces for i in range(a, b)]
+            index = self.backend.asarray(positions, dtype=self.xp.int64,
+                                         device=self.backend.device_of(x))
+            self.overlap = self.backend.normalize_key(head + (index,), x.shape)
+        return tuple(x[head + (slice(a, b), Ellipsis)] for a, b in pieces)
 
     def backward(self, *gys):
-        return concatenate(gys, self.axis)
+        gy = concatenate(gys, self.axis)
+        if self.overlap is None:  # the pieces tile x: their gradients, joined, are x's
+            return gy
+        # each piece's gradient added where it was taken (twice where pieces overlap)
+        return GetItemGrad(self.overlap, self.inputs[0].shape)(gy)
 
 
 def _split_bounds(indices_or_sections, n, axis):
-    """[0, i1, ..., n]: the piece boundaries, as np.split reads `indices_or_sections`."""
-    if isinstance(indices_or_sections, int) and not isinstance(indices_or_sections, bool):
-        sections = indices_or_sections
+    """[0, i1, ..., n]: the piece boundaries, as np.split reads `indices_or_sections`: each
+    point a slice bound (a negative one counts from the end; all are clipped to [0, n])."""
+    if _is_integer(indices_or_sections):
+        sections = int(indices_or_sections)
         if sections < 1 or n % sections:
             raise ValueError(f"axis {axis} of size {n} cannot be split into {sections} equal "
                              "sections; pass the split points instead")
         return [n // sections * i for i in range(sections + 1)]
-    bounds = [0]
-    for i in indices_or_sections:
-        i = min(i + n if i < 0 else i, n)
-        if i < bounds[-1]:
-            raise ValueError(f"split points must be increasing, got {list(indices_or_sections)}")
-        bounds.append(i)
-    return bounds + [n]
+    try:
+        points = list(indices_or_sections)
+    except TypeError:
+        points = None
+    if points is None or not all(_is_integer(i) for i in points):
+        raise TypeError(f"indices_or_sections must be an int (equal sections) or a list of ints "
+                        f"(split points), got {indices_or_sections!r}")
+    return [0] + [max(int(i) + n, 0) if i < 0 else min(int(i), n) for i in points] + [n]
 
 
 def split(x, indices_or_sections, axis=0):
     """x cut along `axis` into a tuple of pieces: N equal sections (an int) or at the given
-    points (a list of ints, as in np.split)."""
+    points (a list of ints, read as np.split reads them: negative points count from the end,
+    and a point before the previous one gives an empty piece and pieces that overlap)."""
     return Split(indices_or_sections, axis)(x)
 
 
@@ -304,16 +329,25 @@ class GetItem(View):
     def __init__(self, slices, key=None):
         self.slices = slices
         self.key = key  # `slices` as the backend's checked key, once known
+        self.expanded = None  # for 0-d masks in `slices`: the shape of x the key indexes
 
     def forward(self, x):
         if self.key is None:  # NumPy's indexing rules on every backend
-            index = _index_on_device(self.slices, self.backend, self.backend.device_of(x))
-            self.key = self.backend.normalize_key(index, x.shape)
+            device = self.backend.device_of(x)
+            index, masks = _index_on_device(self.slices, self.backend, device)
+            if masks:
+                self.expanded, index = _axes_for_0d_masks(x.shape, index, self.backend, device)
+            shape = x.shape if self.expanded is None else self.expanded
+            self.key = self.backend.normalize_key(index, shape)
+        if self.expanded is not None:
+            x = self.xp.reshape(x, self.expanded)
         return self.backend.get_item(x, self.key)
 
     def backward(self, gy):
         x, = self.inputs
-        return GetItemGrad(self.key, x.shape)(gy)
+        if self.expanded is None:
+            return GetItemGrad(self.key, x.shape)(gy)
+        return reshape(GetItemGrad(self.key, self.expanded)(gy), x.shape)
 
 
 class GetItemGrad(Function):
@@ -329,23 +363,68 @@ class GetItemGrad(Function):
         return GetItem(self.key, key=self.key)(ggx)  # checked already, for this shape and device
 
 
+_BASIC_INDICES = frozenset((int, slice, type(None), type(Ellipsis)))
+
+
 def _index_on_device(key, backend, device):
-    """`key` with lists, Variables and other backends' or devices' arrays as `backend` arrays on
-    `device` (where the indexed array lives)."""
+    """(index, masks): `key` with lists, Variables and other backends' or devices' arrays as
+    `backend` arrays on `device` (where the indexed array lives); `masks`: whether it holds a
+    0-d boolean mask."""
     out = []
+    masks = False
     for k in key if isinstance(key, tuple) else (key,):
-        if isinstance(k, Variable):
-            k = k.data
-        if isinstance(k, (list, tuple)):
-            k = backend.asarray(k, dtype=None if k else backend.xp.int64, device=device)
-        elif getattr(k, "ndim", 0):
-            k = backends.asarray_on(k, device)
+        if k.__class__ not in _BASIC_INDICES:  # those stay as they are
+            if isinstance(k, Variable):
+                k = k.data
+            if isinstance(k, (list, tuple)):
+                k = backend.asarray(k, dtype=None if k else backend.xp.int64, device=device)
+            elif getattr(k, "ndim", 0):
+                k = backends.asarray_on(k, device)
+            elif not masks:
+                masks = _is_0d_mask(k)
         out.append(k)
-    return tuple(out)
+    return tuple(out), masks
+
+
+def _is_0d_mask(k):
+    """True for a 0-d boolean array or a NumPy bool."""
+    if getattr(k, "ndim", None) != 0:
+        return False
+    backend = backends.backend_of(k)
+    return backend is not None and backend.xp.isdtype(k.dtype, "bool")
+
+
+def _axes_for_0d_masks(shape, key, backend, device):
+    """(shape, key) for a key holding 0-d boolean masks, indexing the same elements without them.
+    NumPy reads a 0-d mask as an index array into a new axis of length 1 where the mask stands:
+    [0] if True, [] if False (its rules then place and broadcast that index as any other). So
+    `shape` (x's) gets that size-1 axis, and the key that index array."""
+    xp = backend.xp
+
+    def axes_taken(k):  # of x, by an index other than a 0-d mask and Ellipsis
+        if k is None or k is Ellipsis:
+            return 0
+        if getattr(k, "ndim", 0) and xp.isdtype(k.dtype, "bool"):
+            return k.ndim
+        return 1
+
+    masks = [_is_0d_mask(k) for k in key]
+    ellipsis = len(shape) - sum(axes_taken(k) for k, m in zip(key, masks) if not m)
+    shape, out, axis = list(shape), [], 0
+    for k, mask in zip(key, masks):
+        if mask:
+            shape.insert(axis, 1)
+            out.append(backend.asarray([0] if bool(k) else [], dtype=xp.int64, device=device))
+            axis += 1
+        else:
+            out.append(k)
+            axis += ellipsis if k is Ellipsis else axes_taken(k)
+    return tuple(shape), tuple(out)
 
 
 def get_item(x, slices):
     """x[slices] by NumPy's rules: ints, slices, None, Ellipsis, and integer arrays (NumPy or
-    backend arrays, lists) and boolean masks, on any backend. Repeated indices add up in the
-    gradient. Out-of-bounds indices raise IndexError (also on CuPy, which would wrap them)."""
+    backend arrays, lists) and boolean masks (0-d ones too), on any backend. Repeated indices add
+    up in the gradient. Out-of-bounds indices raise IndexError (also on CuPy, which would wrap
+    them)."""
     return GetItem(slices)(x)

@@ -178,5 +178,29 @@ def test_softmax_axis_out_of_range(xp, op):
 
 def test_leaky_relu_slope_must_be_a_number():
     x = gradcore.Variable(np.ones(3))
-    with pytest.raises(TypeError, match="leaky_relu: slope must be a Python number"):
+    with pytest.raises(TypeError, match="leaky_relu: slope must be a number, got ndarray"):
         F.leaky_relu(x, slope=np.ones(3))
+
+
+def test_softmax_family_of_float16_sums_in_float32():
+    # over a 70,000-wide axis the sum of exp() passes float16's 65,504: it is taken in float32,
+    # as PyTorch does, and the result cast back
+    x = gradcore.Variable(np.zeros((2, 70_000), np.float16))
+    p = F.softmax(x, axis=1)
+    assert p.dtype == np.float16
+    np.testing.assert_array_equal(p.data, np.float16(1 / 70_000))
+    np.testing.assert_allclose(F.log_softmax(x, axis=1).data, -np.log(70_000), rtol=1e-3)
+    lse = F.logsumexp(x, axis=1)
+    assert lse.dtype == np.float16
+    np.testing.assert_allclose(lse.data, np.log(70_000), rtol=1e-3)
+    F.sum(lse).backward()  # d logsumexp = softmax, normalised in float32 too
+    np.testing.assert_array_equal(x.grad.data, np.float16(1 / 70_000))
+
+
+def test_relu_passes_the_gradient_at_nan(xp):
+    # as torch.relu: 1 at NaN (and where x > 0), 0 where x <= 0
+    x = gradcore.Variable(xp.asarray([np.nan, 2.0, 0.0, -1.0, np.inf, -np.inf]))
+    y = F.relu(x)
+    np.testing.assert_array_equal(xp.numpy(y.data), [np.nan, 2.0, 0.0, 0.0, np.inf, 0.0])
+    F.sum(y).backward()
+    np.testing.assert_array_equal(xp.numpy(x.grad.data), [1.0, 1.0, 0.0, 0.0, 1.0, 0.0])

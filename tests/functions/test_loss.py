@@ -283,3 +283,27 @@ def test_soft_targets_of_another_dtype_get_their_gradient(loss):
         assert t.grad is not None and t.grad.dtype == np.float64
         grads.append(t.grad.data)
     np.testing.assert_allclose(grads[0], grads[1], rtol=1e-6)
+
+
+def test_float16_losses_of_a_large_batch_divide_by_n_in_float32():
+    # N = 70,000 is inf in float16: sum / N would make each loss 0 (or nan) and its gradient 0
+    n = 70_000
+    zeros = np.zeros(n, np.float16)
+    cases = [  # (loss, x, t, the loss, the gradient of each element of x)
+        (F.softmax_cross_entropy, np.zeros((n, 2), np.float16), np.zeros(n, int), np.log(2),
+         np.array([-0.5, 0.5]) / n),
+        (F.mean_squared_error, np.full(n, 0.01, np.float16), zeros, 0.01 ** 2, 2 * 0.01 / n),
+        (F.sigmoid_cross_entropy, zeros, zeros.astype(int), np.log(2), 0.5 / n),
+        (F.binary_cross_entropy, np.full(n, 0.5, np.float16), zeros, np.log(2), 2 / n),
+    ]
+    for loss, x, t, value, grad in cases:
+        x = gradcore.Variable(x)
+        y = loss(x, t)
+        assert y.dtype == np.float16, loss.__name__
+        np.testing.assert_allclose(float(y.data), value, rtol=1e-2, err_msg=loss.__name__)
+        y.backward()
+        assert x.grad.dtype == np.float16
+        # float16 holds these gradients as subnormals, 6e-8 apart
+        np.testing.assert_allclose(x.grad.data.astype(np.float64),
+                                   np.broadcast_to(grad, x.shape), rtol=1e-2, atol=6e-8,
+                                   err_msg=loss.__name__)

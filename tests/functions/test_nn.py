@@ -339,3 +339,36 @@ def test_an_eval_mode_batch_norm_graph_keeps_the_statistics_it_used():
     want = eval_grad(False)
     rng = np.random.default_rng(1)
     np.testing.assert_array_equal(eval_grad(True), want)
+
+
+def test_batch_norm_of_a_large_float16_batch_keeps_its_statistics_and_gradient():
+    # 70,000 rows: float16 cannot hold m = 70,000 (sum / m would be inf, the gradient nan), and
+    # NumPy's var of float16 sums its squares in float16 (0.27 for a variance of 1)
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((70_000, 2))
+    gy = rng.standard_normal((70_000, 2))
+    x = gradcore.Variable(a.astype(np.float16))
+    gamma = gradcore.Variable(np.array([1.0, 2.0], np.float16))
+    beta = gradcore.Variable(np.zeros(2, np.float16))
+    mean, var = np.zeros(2, np.float16), np.ones(2, np.float16)
+    y = F.batch_norm(x, gamma, beta, mean, var, eps=2e-5)
+    y.backward(gy.astype(np.float16))
+    a16 = a.astype(np.float16).astype(np.float64)  # the reference, in float64 from x's values
+    x_hat = (a16 - a16.mean(0)) / np.sqrt(a16.var(0) + 2e-5)
+    gx = [1.0, 2.0] / np.sqrt(a16.var(0) + 2e-5) * (
+        gy - gy.mean(0) - x_hat * (gy * x_hat).mean(0))
+    assert y.dtype == x.grad.dtype == np.float16
+    np.testing.assert_allclose(y.data, x_hat * [1.0, 2.0], atol=1e-2)
+    np.testing.assert_allclose(x.grad.data, gx, atol=1e-2)
+    np.testing.assert_allclose(var, 0.9 + 0.1 * a16.var(0, ddof=1), atol=1e-3)
+
+
+def test_raw_arrays_stay_constants_in_dropout_and_sum_to(xp):
+    # a raw array passed to an op is a constant: no graph, no gradient (as in every op)
+    a = xp.asarray(np.ones((2, 3)))
+    for y in (F.dropout(a, 0.5), F.sum_to(a, (2, 3))):
+        assert not y.requires_grad and y.creator is None
+    with gradcore.test_mode():
+        y = F.dropout(a, 0.5)
+    assert not y.requires_grad and y.creator is None
+    np.testing.assert_array_equal(xp.numpy(y.data), np.ones((2, 3)))

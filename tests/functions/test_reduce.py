@@ -146,3 +146,19 @@ def test_max_and_min_of_an_empty_axis_are_an_error(xp, op, shape, axis):
         op(x, axis=axis)
     rows = gradcore.Variable(xp.asarray(np.ones((0, 4))))
     assert op(rows, axis=1).shape == (0,)  # another axis empty: an empty result
+
+
+def test_mean_of_float16_accumulates_in_float32():
+    # 100,000 ones sum to inf in float16; NumPy's mean and torch.mean accumulate in float32
+    x = gradcore.Variable(np.ones(100_000, np.float16))
+    y = F.mean(x)
+    assert y.dtype == np.float16 and float(y.data) == 1.0
+    y.backward()
+    assert x.grad.dtype == np.float16
+    np.testing.assert_array_equal(x.grad.data, np.float16(1 / 100_000))
+    images = gradcore.Variable(np.full((4, 256, 256), 0.5, np.float16))  # 65,536 per mean
+    y = F.average(images, axis=(1, 2))
+    np.testing.assert_array_equal(y.data, [0.5, 0.5, 0.5, 0.5])
+    assert y.dtype == np.float16
+    F.sum(y).backward()
+    np.testing.assert_array_equal(images.grad.data, np.float16(1 / 65_536))
