@@ -918,3 +918,168 @@ def test_a_hooks_result_and_retained_grads_are_owned_by_their_variable():
     seed[...] = 7.0
     np.testing.assert_array_equal(b2.grad.data, [1.0, 1.0])
     np.testing.assert_array_equal(y.grad.data, [1.0, 1.0])
+
+
+# ====================================================================== a leaf frozen after forward
+def test_a_leaf_whose_requires_grad_is_turned_off_after_forward_gets_no_gradient(xp):
+    x, w = var(xp, [1.0, 2.0]), var(xp, [3.0, 4.0])
+    seen, posted = [], []
+    x.register_hook(lambda g: seen.append(g.numpy().copy()))
+    x.register_post_accumulate_grad_hook(lambda p: posted.append(p))
+    y = F.sum(x * w)
+    x.requires_grad_(False)  # frozen between forward and backward: PyTorch leaves .grad None
+    y.backward()
+    assert x.grad is None and posted == []  # nothing added: no post-accumulate hook either
+    np.testing.assert_array_equal(seen[0], [3.0, 4.0])  # the gradient hook still sees it flow
+    np.testing.assert_array_equal(w.grad.numpy(), [1.0, 2.0])
+
+
+def test_grad_gives_no_gradient_for_an_input_frozen_after_forward(xp):
+    x, w = var(xp, [1.0, 2.0]), var(xp, [3.0, 4.0])
+    y = F.sum(x * w)
+    x.requires_grad_(False)
+    gx, gw = gradcore.grad(y, [x, w], allow_unused=True)
+    assert gx is None
+    np.testing.assert_array_equal(gw.numpy(), [1.0, 2.0])
+    with pytest.raises(RuntimeError, match=r"grad: input 0, the Variable of shape \(2,\) and "
+                                           r"dtype \S*float64, does not require grad"):
+        gradcore.grad(y, [x, w])
+
+
+# =========================================================================== seeds of another dtype
+def test_a_seed_of_another_dtype_that_requires_grad_stays_differentiable(xp):
+    # the double-vjp trick: d(sum(vjp(v)))/dv = 2x, through the seed's cast to float32
+    x = var(xp, [1.0, 2.0], "float32")
+    v = var(xp, [1.0, 3.0])  # float64
+    g, = gradcore.grad(x * x, x, grad_outputs=v, create_graph=True)
+    assert g.dtype == xp.float32
+    np.testing.assert_array_equal(g.numpy(), [2.0, 12.0])  # 2 x v
+    gv, = gradcore.grad(F.sum(g), v)
+    assert gv.dtype == xp.float64
+    np.testing.assert_array_equal(gv.numpy(), [2.0, 4.0])
+    (x * x).backward(v, create_graph=True)
+    gv, = gradcore.grad(F.sum(x.grad), v)
+    np.testing.assert_array_equal(gv.numpy(), [2.0, 4.0])
+    g, = gradcore.grad(x * x, x, grad_outputs=v)  # without create_graph: a constant, as before
+    assert g.creator is None and g.dtype == xp.float32
+
+
+# =================================================================================== no graph: why
+def test_backward_on_an_integer_result_says_only_floating_point_variables_require_grad():
+    x = Variable(np.array(2))
+    assert not x.requires_grad
+    with pytest.raises(RuntimeError, match=r"backward: this Variable holds int64 data and has no "
+                                           r"graph: only floating-point Variables require grad.*"
+                                           r"Variable\(np.array\(2.0\)\) rather than "
+                                           r"Variable\(np.array\(2\)\)"):
+        (x ** 2).backward()
+    y = Variable(np.array(2.0))
+    (y ** 2).backward()  # the cast the message suggests works
+    assert y.grad.item() == 4.0
+
+
+def test_a_float_result_without_a_graph_names_integer_inputs_and_accuracy():
+    with pytest.raises(RuntimeError, match=r"has no graph: .*no_grad\(\).*integer and bool "
+                                           r"Variables never do.*Variable\(np.array\(2.0\)\)"):
+        F.exp(Variable(np.array([1, 2]))).backward()  # float64, from an integer input
+    accuracy = F.accuracy(Variable(np.array([[0.2, 0.8], [0.9, 0.1]])), np.array([1, 1]))
+    assert accuracy.item() == 0.5
+    with pytest.raises(RuntimeError, match=r"has no graph: .*not differentiable \(F.accuracy\)"):
+        accuracy.backward()
+
+
+# ============================================================================ grad: only the paths
+def test_grad_with_respect_to_an_intermediate_runs_nothing_behind_it(xp):
+    calls = []
+    x = var(xp, [1.0, 2.0])
+    a = Scale("a", 2.0, calls)(x)
+    h = Scale("h", 3.0, calls)(a)
+    y = Scale("y", 5.0, calls)(h)
+    gh, = gradcore.grad(y, h)
+    np.testing.assert_array_equal(gh.numpy(), [5.0, 5.0])
+    assert calls == ["y"]
+    calls.clear()
+    gh, ga = gradcore.grad(y, [h, a])  # a lies behind h: the walk goes on to a, not past it
+    np.testing.assert_array_equal(ga.numpy(), [15.0, 15.0])
+    assert calls == ["y", "h"]
+    calls.clear()
+    gy, = gradcore.grad(y, y)
+    np.testing.assert_array_equal(gy.numpy(), [1.0, 1.0])
+    assert calls == []
+
+
+def test_grad_with_respect_to_an_intermediate_ignores_a_write_behind_it(xp):
+    x = var(xp, [1.0, 2.0])
+    h = x * x
+    y = F.sum(h * 3.0)
+    x.data = xp.asarray([2.0, 4.0])  # only x * x, behind h, read x
+    gh, = gradcore.grad(y, h)
+    np.testing.assert_array_equal(gh.numpy(), [3.0, 3.0])
+    with pytest.raises(RuntimeError, match="mul: its input 0.*was written after mul ran"):
+        gradcore.grad(y, x)  # on the path to x it still refuses
+
+
+def test_grad_ignores_a_written_branch_that_leads_to_no_input(xp):
+    x, w = var(xp, [1.0, 2.0]), var(xp, [3.0, 4.0])
+    y = F.sum(x * x) + F.sum(F.exp(w))
+    w.data = xp.asarray([0.0, 0.0])  # an optimizer step on w between forward and grad
+    gx, = gradcore.grad(y, x)
+    np.testing.assert_array_equal(gx.numpy(), [2.0, 4.0])
+    with pytest.raises(RuntimeError, match="exp: its input 0.*was written after exp ran"):
+        y.backward()  # backward wants every leaf's gradient: it refuses, as before
+
+
+def test_grad_calls_no_hook_off_the_paths_to_its_inputs(xp):
+    calls = []
+    x, w = var(xp, [1.0, 2.0]), var(xp, [3.0, 4.0])
+    w.register_hook(lambda g: calls.append("w"))
+    side = w * w
+    side.register_hook(lambda g: calls.append("w * w"))
+    on_path = x * x
+    on_path.register_hook(lambda g: calls.append(("x * x", g.numpy().tolist())) or g * 10.0)
+    gx, = gradcore.grad(F.sum(on_path) + F.sum(side), x)
+    np.testing.assert_array_equal(gx.numpy(), [20.0, 40.0])  # the on-path hook's gradient
+    assert calls == [("x * x", [1.0, 1.0])]
+
+
+def test_func_transforms_call_no_hook_of_the_callers_variable(xp):
+    import gradcore.func as gf
+    calls = []
+    x = var(xp, [1.0, 2.0])
+    x.register_hook(lambda g: calls.append("x"))
+    g = gf.grad(lambda v: F.sum(v * v))(x)
+    jacobian = gf.jacobian(lambda v: v * v, x)
+    np.testing.assert_array_equal(g.numpy(), [2.0, 4.0])
+    np.testing.assert_array_equal(jacobian.numpy(), [[2.0, 0.0], [0.0, 4.0]])
+    assert calls == []
+    F.sum(g).backward()  # the caller's own backward through the result still reaches x
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 2.0])
+    assert calls == ["x"]
+
+
+def test_grad_in_anomaly_mode_checks_only_the_paths_to_its_inputs(xp):
+    x, w = var(xp, [1.0, 2.0]), var(xp, [0.0, 4.0])
+    with gradcore.detect_anomaly():
+        y = F.sum(x * x) + F.sum(F.sqrt(w))  # sqrt's gradient is infinite at w = 0
+        gx, = gradcore.grad(y, x)
+        np.testing.assert_array_equal(gx.numpy(), [2.0, 4.0])
+        with pytest.raises(RuntimeError, match="anomaly: sqrt.backward returned a gradient "
+                                               "holding NaN or infinity"), \
+                np.errstate(divide="ignore"):
+            gradcore.grad(y, [x, w])
+
+
+def test_grad_skips_only_what_leads_to_no_input_around_a_written_leaf(xp):
+    # both exps read w alone, written since: off the paths to x, skipped. The mul of x by an
+    # exp is on one: it runs, reading the exp's result, which no write changed
+    x, w = var(xp, [1.0, 2.0]), var(xp, [3.0, 4.0])
+    a = F.exp(w)
+    b = x * F.exp(w)
+    y = F.sum(a) + F.sum(b) + F.sum(x * x)
+    w.data = xp.asarray([0.0, 0.0])
+    gx, = gradcore.grad(y, x)
+    np.testing.assert_allclose(gx.numpy(), np.exp([3.0, 4.0]) + [2.0, 4.0], rtol=1e-15)
+    z = F.sum(x * w)
+    w.data = xp.asarray([1.0, 1.0])
+    with pytest.raises(RuntimeError, match="mul: its input 1.*was written after mul ran"):
+        gradcore.grad(z, x)  # mul(x, w) is on the path and read w: refused
