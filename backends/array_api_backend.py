@@ -108,6 +108,9 @@ class ArrayAPIBackend(Backend):
     def random_uniform(self, shape, dtype, device):
         return self.asarray(numpy.random.rand(*shape), dtype=dtype, device=device)
 
+    def arithmetic_warnings_off(self):
+        return numpy.errstate(all="ignore")  # per context since NumPy 2: other threads still warn
+
     def manual_seed(self, seed):
         numpy.random.seed(seed)  # samples come from NumPy's global generator
 

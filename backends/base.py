@@ -54,6 +54,12 @@ class Backend:
         `needs_device_context` (CuPy computes on the current GPU, not the array's)."""
         return contextlib.nullcontext()
 
+    def arithmetic_warnings_off(self):
+        """A context manager under which the library does not warn of a division by zero, an
+        overflow or an invalid value (NumPy's RuntimeWarnings): for callers that report such
+        results themselves (anomaly mode). A no-op where the library never warns."""
+        return contextlib.nullcontext()
+
     def as_factor(self, condition, dtype):
         """The bool array `condition` ready to multiply arrays of the floating `dtype` (a mask:
         relu's and max pooling's backward): as it is where `multiplies_bool` (NumPy's and CuPy's

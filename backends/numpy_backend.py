@@ -62,6 +62,9 @@ class NumpyBackend(Backend):
     def random_uniform(self, shape, dtype, device):
         return numpy.asarray(numpy.random.rand(*shape), dtype=dtype)
 
+    def arithmetic_warnings_off(self):
+        return numpy.errstate(all="ignore")  # per context since NumPy 2: other threads still warn
+
     def manual_seed(self, seed):
         numpy.random.seed(seed)
 

@@ -1,6 +1,7 @@
 """Anomaly mode: NaN and infinite gradients named with the forward call's stack, arrays changed
 behind gradcore's back, the switches, and nothing recorded while it is off."""
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -120,3 +121,13 @@ def test_nothing_is_recorded_while_it_is_off():
     with gradcore.detect_anomaly():
         y = F.exp(Variable(np.array([1.0])))
     assert "_anomaly" in vars(y.creator)
+
+
+def test_anomaly_mode_reports_an_infinite_gradient_without_numpys_warning_first():
+    x = gradcore.Variable(np.array([0.0, 1.0]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # NumPy's "divide by zero" would be an error here
+        with gradcore.detect_anomaly():
+            y = F.sum(F.sqrt(x))
+            with pytest.raises(RuntimeError, match="sqrt.backward returned a gradient holding"):
+                y.backward()
