@@ -368,8 +368,10 @@ class Variable:
 
     def item(self):
         """The single value as a Python scalar (a device-to-host copy on a GPU)."""
-        data = self._host_data()
-        return data.item() if hasattr(data, "item") else self.numpy().item()
+        try:
+            return self._host_data().item()
+        except AttributeError:  # an array library without item() (array-api-strict)
+            return self.numpy().item()
 
     def numpy(self):
         """`data` as a NumPy array (copied to the host if it lives elsewhere)."""

@@ -1761,3 +1761,144 @@ def test_a_step_that_changes_the_shape_of_kept_state_records_again():
     got = [float(compiled(np.full((1, 2), i + 1.0)).data) for i in range(4)]
     assert got == [0.5, 1.0, 1.5, 2.0] and memory.shape == (5, 2)
     assert compiled.stats()["recordings"] == 4 and compiled.stats()["replays"] == 0
+
+
+def test_a_variable_argument_read_after_an_optimizer_step_is_the_calls_own():
+    # the optimizer's line hands the Variables back to Python: a replay still reads the
+    # argument it is called with, not the recording's
+    W = gradcore.Parameter(np.ones(3))
+    opt = optim.SGD([W], lr=0.1)
+
+    def step(x):
+        loss = F.sum(W * x)
+        W.cleargrad()
+        loss.backward()
+        opt.step()
+        return F.sum(x * 2.0), x.grad
+
+    compiled = gradcore.compile(step)
+    for i in range(4):
+        before = W.data.copy()  # d loss / dx
+        got = compiled(gradcore.Variable(np.full(3, float(i))))
+        assert float(got[0].data) == 6.0 * i and same(got[1].data, before)
+    assert compiled.stats()["replays"] == 3
+
+
+def test_a_grads_data_set_in_the_step_goes_to_the_grad_there_at_each_replay():
+    # gradients accumulated eagerly, averaged and applied by a compiled step
+    def make():
+        W = gradcore.Parameter(np.ones((2, 3)))
+        opt = optim.SGD([W], lr=0.1)
+
+        def accumulate(x):
+            F.sum(F.matmul(x, W) ** 2).backward()
+
+        def apply():
+            W.grad.data = W.grad.data / 3.0
+            opt.step()
+            opt.zero_grad()
+        return W, accumulate, apply
+
+    (W_eager, accumulate_eager, apply_eager), (W, accumulate, apply) = make(), make()
+    apply = gradcore.compile(apply)
+    for i in range(12):
+        x = np.full((1, 2), 0.1 * (i + 1))
+        accumulate_eager(x)
+        accumulate(x)
+        if i % 3 == 2:
+            apply_eager()
+            apply()
+    assert same(W.data, W_eager.data) and apply.stats()["replays"] == 3
+
+
+def test_views_taken_before_the_optimizer_step_share_the_parameters_version():
+    W = gradcore.Parameter(np.arange(6.0).reshape(2, 3))
+    opt = optim.SGD([W], lr=0.1)
+
+    def step(x):
+        views = W.T, W.detach()
+        y = F.sum(F.matmul(x, W) ** 2)
+        opt.zero_grad()
+        y.backward()
+        opt.step()
+        return views
+
+    compiled = gradcore.compile(step)
+    for i in range(4):
+        for view in compiled(np.full((1, 2), i + 1.0)):
+            assert view.version == W.version
+    assert compiled.stats()["replays"] == 3
+
+
+def test_an_optimizer_in_hooks_replays_when_the_step_cleared_the_grads_first():
+    def make():
+        gradcore.manual_seed(0)
+        model = nn.Sequential(nn.Linear(5, in_size=4), nn.Linear(3, in_size=5))
+        for p in model.parameters():
+            p.register_post_accumulate_grad_hook(
+                lambda p, opt=optim.Adam([p], lr=0.01): opt.step())
+
+        def step(x):
+            model.cleargrads()
+            loss = F.sum(model(x) ** 2)
+            loss.backward()
+            return loss
+        return model, step
+
+    (model_eager, eager), (model, step) = make(), make()
+    compiled = gradcore.compile(step)
+    rng = np.random.default_rng(0)
+    for _ in range(6):
+        x = rng.standard_normal((8, 4))
+        assert same(compiled(x), eager(x))
+    for p, q in zip(model.parameters(), model_eager.parameters()):
+        assert same(p.data, q.data) and same(p.grad.data, q.grad.data)
+    assert compiled.stats()["replays"] == 5
+
+
+def test_a_step_casting_its_argument_variable_keeps_replaying():
+    W = gradcore.Parameter(np.ones((4, 3), np.float32))
+
+    def step(x):
+        x.data = x.data.astype(np.float32)  # a loader's float64, cast in the step
+        return F.sum(F.matmul(x, W))
+
+    compiled = gradcore.compile(step)
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        x = rng.standard_normal((2, 4))
+        got = compiled(gradcore.Variable(x, requires_grad=False))
+        assert same(got, step(gradcore.Variable(x, requires_grad=False)))
+    assert compiled.stats()["replays"] == 4
+
+
+def test_check_compares_versions_and_leaves_the_eager_ones():
+    def make():
+        W = gradcore.Parameter(np.ones(3))
+
+        def step(x):
+            loss = F.sum(W * gradcore.Variable(x))
+            W.cleargrad()
+            loss.backward()
+            W.data -= 0.1 * W.grad.data
+            return loss
+        return W, step
+
+    (W_eager, eager), (W, step) = make(), make()
+    checked = gradcore.compile(step, check=True)
+    for i in range(5):
+        checked(np.full(3, float(i)))
+        eager(np.full(3, float(i)))
+    assert W.version == W_eager.version == 5 and same(W.data, W_eager.data)
+    assert checked.stats()["checked replays"] == 4
+
+
+def test_item_in_a_step_on_a_library_without_item_falls_back(xp2):
+    def step(x):
+        return F.sum(gradcore.Variable(x) * 2.0).item()
+
+    x = xp2.asarray(np.ones(3))
+    compiled = gradcore.compile(step)
+    with pytest.warns(RuntimeWarning, match=r"read on the host \(item\)"):
+        assert compiled(x) == 6.0
+    assert compiled(x) == compiled(x) == 6.0

@@ -141,7 +141,7 @@ class Compiled:
             try:
                 result = self.fn(*seen)
                 slots = []
-                shape = _shape(rec, result, slots)
+                shape = _shape(rec, result, slots, args)
             finally:
                 _stop(rec, plain)
             generators.check(rec)
@@ -506,9 +506,9 @@ def _stop(rec, plain):
     rec.release()
 
 
-def _shape(rec, value, slots, logs=None):
-    """The shape of the step's result `value`, with a slot index (into `slots`, appended to)
-    where a replay puts an array."""
+def _shape(rec, value, slots, args, logs=None):
+    """The shape of the step's result `value` (of a call with `args`), with a slot index (into
+    `slots`, appended to) where a replay puts an array."""
     if isinstance(value, trace.Traced) and value.slot is not None:
         slots.append(value.slot)
         return ("array", len(slots) - 1)
@@ -517,24 +517,26 @@ def _shape(rec, value, slots, logs=None):
         if (entry is None or entry.variable is not value) and isinstance(
                 value._data, trace.Traced) and value._data.slot is not None:
             slots.append(value._data.slot)
-            if logs is None:  # write log -> where the Variable sharing it comes from at replay
-                logs = {id(e.variable._writes): e.variable if e.argument is None else e.argument
-                        for e in rec.adopted.values()
-                        if getattr(e.variable, "_writes", None) is not None}
+            if logs is None:  # write log -> where the Variable sharing it is at replay
+                logs = {key: site for key, (_, site) in rec.logs.items()}  # before a release
+                logs.update((id(e.variable._writes), rec.site(e.variable))
+                            for e in rec.adopted.values()
+                            if e.grad_of is None and getattr(e.variable, "_writes", None))
             log = getattr(value, "_writes", None)
             # a view of an outside Variable (W.T, W.detach()) shares its version, as eagerly
             return ("variable", len(slots) - 1, value.name,
                     None if log is None else logs.get(id(log)))
         for line in rec.lines:  # the grad the tape stores into a Variable: a new one each call
-            if line.kind == "store_grad" and isinstance(line.target, Variable) and (
-                    line.target._grad is value):
-                return ("grad", line.target)
+            if line.kind == "store_grad":
+                owner = line.target  # an argument's index, or the Variable
+                if (args[owner] if owner.__class__ is int else owner)._grad is value:
+                    return ("grad", owner)
         return ("object", value)
     kind = value.__class__
     if kind in (tuple, list):
-        return (kind, [_shape(rec, v, slots, logs) for v in value])
+        return (kind, [_shape(rec, v, slots, args, logs) for v in value])
     if kind is dict:
-        return (dict, {k: _shape(rec, v, slots, logs) for k, v in value.items()})
+        return (dict, {k: _shape(rec, v, slots, args, logs) for k, v in value.items()})
     return ("object", value)
 
 
@@ -553,7 +555,8 @@ def _results(shape, arrays, args):
     if kind == "object":
         return shape[1]
     if kind == "grad":
-        return shape[1]._grad
+        owner = shape[1]
+        return (args[owner] if owner.__class__ is int else owner)._grad
     if kind is dict:
         return {k: _results(v, arrays, args) for k, v in shape[1].items()}
     items = [_results(v, arrays, args) for v in shape[1]]

@@ -12,7 +12,7 @@ import numpy
 
 import backends
 
-from ..variable import Variable
+from ..variable import Variable, _WriteLog
 
 
 class ReplayMismatch(AssertionError):
@@ -29,6 +29,7 @@ class Snapshot:
         self.arrays = [v._data for v in self.variables]
         self.data = [_copy(v._data) for v in self.variables]
         self.grads = [v._grad for v in self.variables]
+        self.logs = [_saved_log(v) for v in self.variables]  # versions: the eager step counts again
         self.optimizers = tape.optimizers()
         self.states = [copy.deepcopy(opt.state_dict()) for opt in self.optimizers]
         self.random = backends.NUMPY.random_state(backends.CPU)
@@ -43,6 +44,8 @@ class Snapshot:
             else:
                 v._data = _copy(data)
             v._grad = grad
+        for v, saved in zip(self.variables, self.logs):
+            _restore_log(v, saved)
         for opt, state in zip(self.optimizers, self.states):
             opt.load_state_dict(state)
         backends.NUMPY.set_random_state(backends.CPU, self.random)
@@ -54,6 +57,7 @@ class Snapshot:
             name = f"Variable {v.name or i} (shape {tuple(v.shape) if v._data is not None else ''})"
             state[f"{name} data"] = _host(v._data)
             state[f"{name} grad"] = None if v._grad is None else _host(v._grad._data)
+            state[f"{name} version"] = v.version
         for i, opt in enumerate(self.optimizers):
             state[f"{type(opt).__name__} {i} state"] = _host_tree(opt.state_dict())
         return state
@@ -69,6 +73,24 @@ def compare(what, replayed, eager):
                              "is not among its arguments (a Python number or array read from "
                              "outside that changed), or an op is not replayable: pass what "
                              "changes as an argument, or leave this step uncompiled")
+
+
+def _saved_log(v):
+    """v's write log (shared with its views) and what it holds now, or None."""
+    log = getattr(v, "_writes", None)
+    return None if log is None else (log, log.count, tuple(log.stamps))
+
+
+def _restore_log(v, saved):
+    """v's write log back as `_saved_log` saw it: the same object (its views share it), with the
+    count and stamps it had."""
+    if saved is None:
+        v._writes = None
+        return
+    log, count, stamps = saved
+    log.count = count
+    log.stamps = _WriteLog(count, stamps).stamps
+    v._writes = log
 
 
 def _copy(data):

@@ -401,14 +401,21 @@ _STATEMENTS = {
     "load": lambda line, w: f"v{line.out} = {w.site(line.target)}._data",
     "load_grad": lambda line, w: f"v{line.out} = {w.site(line.target)}._grad._data",
     "constant": lambda line, w: f"v{line.out} = {w.bind(line.target, 'k')}",
-    "store": lambda line, w: f"_store({w.site(line.target)}, {w.expression(line.args[0])}"
-                             f"{', ' + str(line.kwargs['writes']) if line.kwargs else ''})",
+    "store": lambda line, w: f"_store({w.site(line.target)}"
+                             f"{'._grad' if line.kwargs and line.kwargs.get('in_grad') else ''}, "
+                             f"{w.expression(line.args[0])}"
+                             f"{_writes_argument(line)})",
     "store_grad": lambda line, w: f"_store_grad({w.site(line.target)}, "
                                   f"{w.expression(line.args[0])})",
     "opaque": lambda line, w: f"{w.bind(line.target, 'f')}({w.arguments(line.args, None)})",
     "guard": lambda line, w: f"if {'not ' if line.target else ''}{w.expression(line.args[0])}: "
                              f"raise Diverged({line.kwargs['where']!r})",
 }
+
+
+def _writes_argument(line):
+    writes = line.kwargs.get("writes", 1) if line.kwargs else 1
+    return f", {writes}" if writes != 1 else ""
 
 
 def _statement(line, w):
@@ -462,8 +469,9 @@ def _interpreted(lines, frees, arguments, outputs, inspect=None):
             elif kind == "constant":
                 values[line.out] = target
             elif kind == "store":
-                _store(args[target] if target.__class__ is int else target, xs[0],
-                       **(line.kwargs or {}))
+                v = args[target] if target.__class__ is int else target
+                store = line.kwargs or {}
+                _store(v._grad if store.get("in_grad") else v, xs[0], store.get("writes", 1))
             elif kind == "store_grad":
                 _store_grad(args[target] if target.__class__ is int else target, xs[0])
             elif kind == "opaque":

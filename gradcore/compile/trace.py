@@ -192,6 +192,9 @@ class Recorder:
         self.made_here = {}         # id -> each Variable the step made (a new one at each call)
         self.own_memories = set()   # memory numbers of arrays the step made outside the tape
         self.touched = []           # the outside Variables (not arguments) the step read or set
+        self.argument_sites = {}    # id(Variable argument) -> its index: a replay's is another
+        self.grads_cleared = set()  # ids of the Variables whose grad the step cleared
+        self.logs = {}              # id(write log) -> (it, its Variable's site), seen at release
 
     # ------------------------------------------------------------ slots and lines
     def new_slot(self):
@@ -328,14 +331,17 @@ class Recorder:
             backend = trace_backend(v._backend)
             slot = self.new_slot()
             owner = self.grad_owners.get(id(v))
-            if owner is not None and owner._grad is v:
-                self.append("load_grad", owner, out=slot)
-                self.grads_read.append(owner)
-            else:
-                self.append("load", v, out=slot)
+            if owner is None or owner._grad is not v:
+                owner = None
+                self.append("load", self.site(v), out=slot)
                 if id(v) in self.made_here:  # an array of the step's own, new at each call
                     self.note_own(data)
-            self.adopted[id(v)] = _Adopted(v, data, v._backend, v._grad)
+            else:
+                self.append("load_grad", self.site(owner), out=slot)
+                if id(owner) not in self.argument_sites:  # an argument's grad is in the key
+                    self.grads_read.append(owner)
+            self.adopted[id(v)] = _Adopted(v, data, v._backend, v._grad,
+                                           self.argument_sites.get(id(v)), owner)
             self.touched.append(v)
             grad = v._grad  # the grad Variable may be another object when the tape replays
             if grad is not None and not isinstance(grad._data, Traced):
@@ -352,9 +358,16 @@ class Recorder:
         if backend is not None:
             return trace_backend(backend).traced(value, slot)
         self.adopted[id(value)] = _Adopted(value, value._data, value._backend, value._grad, index)
+        self.argument_sites[id(value)] = index
         value._data = trace_backend(value._backend).traced(value._data, slot)
         value._backend = value._data.backend
         return value
+
+    def site(self, v):
+        """Where a replay finds the Variable v: its argument index if v is an argument (a replay
+        is called with others), else v itself."""
+        index = self.argument_sites.get(id(v))
+        return v if index is None else index
 
     # ------------------------------------------------------------ what Variable and Function call
     def is_active(self):
@@ -483,33 +496,42 @@ class Recorder:
         if clearing:
             # cleared at replay even where the grad was absent now: another tape of the step,
             # or a backward outside it, may have set one by then
-            entry.cleared = True
-            self.append("store_grad", entry.variable if entry.argument is None else
-                        entry.argument, (None,))
+            self.grads_cleared.add(id(v))
+            self.append("store_grad", self.site(v), (None,))
 
     def release(self):
         """Give every adopted Variable its real arrays back, and write the lines that make a
         replay leave them as this run did (data rebound, grad set or cleared)."""
         for entry in self.adopted.values():
             v = entry.variable
-            site = entry.variable if entry.argument is None else entry.argument
+            site = self.site(v)
             data = v._data
             if isinstance(data, Traced):
                 if data.value is not entry.data or entry.data_sets:
                     # the data setter ran (also `v.data -= ...`, which hands back the same
-                    # array): the replay rebinds and counts the writes as the setter did
-                    self.append("store", site, (self.template(data),),
-                                {"writes": entry.data_sets} if entry.data_sets > 1 else None)
+                    # array): the replay rebinds and counts the writes as the setter did; into
+                    # the grad of its owner where v is a grad (the owner's is another at replay)
+                    store = {"writes": entry.data_sets} if entry.data_sets > 1 else {}
+                    if entry.grad_of is not None:
+                        site, store["in_grad"] = self.site(entry.grad_of), True
+                    self.append("store", site, (self.template(data),), store or None)
                 v._data, v._backend = data.value, data.backend.inner
-            if entry.data is not None and v._data is not entry.data and v._data is not None and (
-                    v._backend is not entry.backend or v._data.shape != entry.data.shape
-                    or v._data.dtype != entry.data.dtype):
-                self.record_again = True  # a tape of this call's shapes would not fit the next
+            if entry.argument is None and entry.data is not None and v._data is not entry.data and (
+                    v._data is not None and (v._backend is not entry.backend
+                                             or v._data.shape != entry.data.shape
+                                             or v._data.dtype != entry.data.dtype)):
+                # a tape of this call's shapes would not fit the next (an argument's shape and
+                # dtype are in the next call's key)
+                self.record_again = True
+            log = getattr(v, "_writes", None)
+            if log is not None and entry.grad_of is None:  # for results that view v (_shape)
+                self.logs[id(log)] = (log, self.site(v))
             grad = v._grad
             if grad is not entry.grad:
-                self.append("store_grad", site, (None if grad is None else self._real(grad),))
-                if (entry.grad is None and not entry.cleared and entry.argument is None
-                        and id(v) not in self.made_here):
+                self.append("store_grad", self.site(v),
+                            (None if grad is None else self._real(grad),))
+                if (entry.grad is None and id(v) not in self.grads_cleared
+                        and entry.argument is None and id(v) not in self.made_here):
                     # set where none was found (backward: eagerly it adds to one it finds),
                     # so the tape replays while the grad is absent again (an argument's
                     # absence is part of the key)
@@ -540,12 +562,12 @@ class Recorder:
 class _Adopted:
     """A Variable the step did not create, as it was before the step touched it."""
 
-    __slots__ = ("variable", "data", "backend", "grad", "argument", "cleared", "data_sets")
+    __slots__ = ("variable", "data", "backend", "grad", "argument", "grad_of", "data_sets")
 
-    def __init__(self, variable, data, backend, grad, argument=None):
+    def __init__(self, variable, data, backend, grad, argument=None, grad_of=None):
         self.variable, self.data, self.backend, self.grad = variable, data, backend, grad
         self.argument = argument  # the step's argument index, or None
-        self.cleared = False      # its grad was cleared (or found absent and set) in the step
+        self.grad_of = grad_of    # the Variable whose grad this one is, where loaded as that
         self.data_sets = 0        # times the step ran its data setter
 
 
