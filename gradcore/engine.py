@@ -196,8 +196,8 @@ def _conform(f, gx, x):
 
 def _output_grads(f, grads, retain_grad, wanted, captured, shared, known):
     """The gradients for f's outputs, after their hooks; zeros for a dead or unused output.
-    gradcore.grad (`wanted`) captures a wanted output's gradient, and runs the hooks of an
-    output only if it is wanted or on a path to one (`known`: see _behind)."""
+    gradcore.grad (`wanted`) captures a wanted output's gradient, and runs the hooks of f's
+    outputs only if f is on a path to a wanted Variable (_on_path)."""
     gys = []
     for i, ref in enumerate(f.outputs):
         y = ref()
@@ -207,7 +207,7 @@ def _output_grads(f, grads, retain_grad, wanted, captured, shared, known):
                 raise _reused(f)
             gys.append(f.zeros_for_output(i))
             continue
-        if y._hooks and (wanted is None or y in wanted or _behind(f, wanted, known)):
+        if y._hooks and (wanted is None or _on_path(f, wanted, known)):
             g = _run_hooks(y, g, shared)
         if retain_grad:
             shared[id(g._data)] = g._data
@@ -257,6 +257,17 @@ def _behind(f, wanted, known):
     return known[f]
 
 
+def _on_path(f, wanted, known):
+    """True if gradcore.grad differentiates through f: f computed a wanted Variable, or one lies
+    behind f (_behind). Decided per Function, as PyTorch's engine decides per node, so the hooks
+    of all f's outputs run or none do: a hook on b runs when a, b = split(x) and a is wanted."""
+    for ref in f.outputs:
+        y = ref()
+        if y is not None and y in wanted:
+            return True
+    return _behind(f, wanted, known)
+
+
 def _lowest_computed(inputs):
     """The inputs computed by an op at the lowest generation among the inputs. No other input
     can lie behind them (it would have a lower generation): gradcore.grad stops there."""
@@ -264,10 +275,12 @@ def _lowest_computed(inputs):
     return {x for x in inputs if x.creator is not None and x.generation == lowest}
 
 
-def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING):
+def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING,
+          boundary_hooks=True):
     """Propagate `seeds` back from `ys`. With `wanted` (a set of Variables), return their gradients
     in a dict and leave every `.grad` alone; without, accumulate into the leaves' `.grad`. The
-    Variables in `boundary` (wanted ones) are treated as leaves: nothing behind them is visited."""
+    Variables in `boundary` (wanted ones) are treated as leaves: nothing behind them is visited;
+    without `boundary_hooks`, their hooks are left to the walk that goes on from them."""
     # Variables hash by identity: grads maps each to its gradient so far (out of place: g = g + gx)
     grads = {}
     # arrays someone outside the walk holds (seeds, hooks' arguments, retained gradients), by id:
@@ -390,7 +403,8 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING):
             if pending:
                 _release(f, gxs, pending, grads, shared, create_graph)
 
-        return _finish(leaves, grads, wanted, captured, shared, create_graph)
+        return _finish(leaves, grads, wanted, captured, shared, create_graph,
+                       _NOTHING if boundary_hooks else boundary)
 
 
 def _accumulate(grads, sums, x, previous, gx, create_graph):
@@ -493,9 +507,10 @@ def _release(f, gxs, pending, grads, shared, create_graph):
         _add_to_grads([(x, _run_hooks(x, g, shared) if x._hooks else g)], shared, create_graph)
 
 
-def _finish(leaves, grads, wanted, captured, shared, create_graph):
-    """The leaves' gradients, after their hooks: returned (with `wanted`: those and the captured
-    ones) or added into `.grad`, each owning its array."""
+def _finish(leaves, grads, wanted, captured, shared, create_graph, silent):
+    """The leaves' gradients, after their hooks (but those of the Variables in `silent`):
+    returned (with `wanted`: those and the captured ones) or added into `.grad`, each owning its
+    array."""
     finished = []
     for x in leaves:
         g = grads.pop(x, None)
@@ -504,7 +519,7 @@ def _finish(leaves, grads, wanted, captured, shared, create_graph):
         if wanted is None:
             finished.append((x, _run_hooks(x, g, shared) if x._hooks else g))
         elif x in wanted and x._requires_grad:  # the others: no gradient, no hook call
-            captured[x] = _run_hooks(x, g, shared) if x._hooks else g
+            captured[x] = _run_hooks(x, g, shared) if x._hooks and x not in silent else g
     if grads:  # a gradient reached a Variable whose creator did not count it as an output
         raise _reused(next(iter(grads)).creator)
     if wanted is not None:
@@ -516,19 +531,19 @@ def _finish(leaves, grads, wanted, captured, shared, create_graph):
 def _add_to_grads(finished, shared, create_graph):
     """Add each (x, g)'s g to x.grad, each owning its array; then the post-accumulate hooks of
     those x that have some (a leaf the walk did not release earlier, such as a root). A leaf
-    whose requires_grad was turned off after forward gets nothing, as in PyTorch."""
-    finished = [(x, g) for x, g in finished if x._requires_grad]
+    whose requires_grad was turned off after forward gets nothing added, as in PyTorch, whose
+    engine still calls its post-accumulate hooks (on .grad as it was)."""
+    adding = [(x, g) for x, g in finished if x._requires_grad]
     recorder = _variables.step_recorder
     if recorder is not None:
         # a step being recorded: a leaf an optimizer step in a hook released (gradcore.compile's
         # opaque lines) is the tape's again, so that its new grad is stored as it was set
-        recorder.adopt_inputs([x for x, _ in finished])
+        recorder.adopt_inputs([x for x, _ in adding])
     with _accumulating:  # the sums only: nothing here calls back into user code
-        owned = _owned(finished, shared, create_graph)
-        for x, g in owned:
+        for x, g in _owned(adding, shared, create_graph):
             x._grad = g if x._grad is None else x._grad + g
     if post_accumulate_hooks:
-        for x, _ in owned:
+        for x, _ in finished:
             for hook in list(post_accumulate_hooks.get(x, ())):
                 hook(x)
 
@@ -542,8 +557,9 @@ def backward(y, grad=None, retain_grad=False, create_graph=False):
 def grad_within(outputs, inputs, grad_outputs, create_graph):
     """gradcore.grad (allow_unused) that visits nothing behind `inputs`: the gradients that reach
     them from `outputs` directly, for a node that differentiates its own recomputed block
-    (gradcore.checkpoint) while the walk around it goes on from its inputs."""
-    return _grad(outputs, inputs, grad_outputs, create_graph, True, set(inputs))
+    (gradcore.checkpoint) while the walk around it goes on from its inputs. The inputs' hooks do
+    not run here: that walk runs them, once, on the whole gradient it gathers for each input."""
+    return _grad(outputs, inputs, grad_outputs, create_graph, True, set(inputs), False)
 
 
 def grad(outputs, inputs, grad_outputs=None, create_graph=False, allow_unused=False,
@@ -558,7 +574,8 @@ def grad(outputs, inputs, grad_outputs=None, create_graph=False, allow_unused=Fa
     return _grad(outputs, inputs, grad_outputs, create_graph, allow_unused, _NOTHING)
 
 
-def _grad(outputs, inputs, grad_outputs, create_graph, allow_unused, boundary):
+def _grad(outputs, inputs, grad_outputs, create_graph, allow_unused, boundary,
+          boundary_hooks=True):
     outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
     inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
     if grad_outputs is None:
@@ -575,7 +592,7 @@ def _grad(outputs, inputs, grad_outputs, create_graph, allow_unused, boundary):
     seeds = [_seed(y, g, create_graph) for y, g in zip(outputs, grad_outputs)]
     if not boundary and any(map(_creator, inputs)):  # C loops: hod's one leaf pays ~nothing
         boundary = _lowest_computed(inputs)
-    captured = _walk(outputs, seeds, False, create_graph, set(inputs), boundary)
+    captured = _walk(outputs, seeds, False, create_graph, set(inputs), boundary, boundary_hooks)
     result = []
     for i, x in enumerate(inputs):
         g = captured.get(x)

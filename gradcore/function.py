@@ -182,8 +182,7 @@ class Function:
                 xs.append(x)
                 needs.append(False)
             else:  # a raw array (a constant), a NumPy scalar, or something unsupported
-                weak = any(isinstance(x, Variable) or backends.is_array(x)
-                           and not isinstance(x, numbers.Number) for x in inputs)
+                weak = any(map(_weakens_scalars, inputs))
                 constants = tuple([self._constant(x, weak) for x in inputs])
                 if self.integers_take_float_dtype:
                     constants = _integers_as_float(constants, inputs)
@@ -361,14 +360,18 @@ class Function:
     integers_take_float_dtype = False
 
     def _constant(self, x, weak):
-        """Variables and scalars as they are; a raw array as a constant Variable. With `weak` (a
-        Variable or an array is among the inputs), a NumPy scalar as a Python number: weak, as
-        PyTorch takes it (float32 data times np.float64(2) stays float32, as times 2.0)."""
+        """Variables and scalars as they are; a raw array as a constant Variable. With `weak`
+        (floating-point data among the inputs, or another library's: _weakens_scalars), a real
+        NumPy scalar as a Python number: weak, as PyTorch takes it (float32 data times
+        np.float64(2) stays float32, as times 2.0). Beside NumPy's integer and bool data only, a
+        NumPy scalar keeps its dtype, as in NumPy: as a Python int, np.int64(1000) would not fit
+        int8 data (OverflowError), and as a Python float np.float32(1.5) would make int8 data
+        float64 where NumPy and PyTorch give float32."""
         if isinstance(x, Variable) or x.__class__ in _SCALARS:
             return x
         if weak and isinstance(x, numbers.Number):
             if isinstance(x, numbers.Integral):
-                return int(x)
+                return int(x)  # a float array takes any int (float16: inf past 65504)
             if isinstance(x, numbers.Real):
                 return float(x)
         if backends.backend_of(x) is None:
@@ -444,6 +447,22 @@ class View(Function):
         return ys
 
     __call__._view = True
+
+
+def _weakens_scalars(x):
+    """True for a Variable or an array beside which a NumPy scalar becomes a Python number
+    (Function._constant): floating-point data, or data of another library than NumPy, where a
+    NumPy scalar kept as it is would be refused as a mix of libraries."""
+    if isinstance(x, Variable):
+        backend, data = x._backend, x._data
+    elif isinstance(x, numbers.Number):  # Python's and NumPy's scalars
+        return False
+    else:
+        backend, data = backends.backend_of(x), x
+    if backend is None or data is None:
+        return False
+    return ((backend.inner or backend) is not backends.NUMPY
+            or backend.xp.isdtype(data.dtype, "real floating"))
 
 
 def _integers_as_float(constants, inputs):

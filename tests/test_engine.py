@@ -923,15 +923,31 @@ def test_a_hooks_result_and_retained_grads_are_owned_by_their_variable():
 # ====================================================================== a leaf frozen after forward
 def test_a_leaf_whose_requires_grad_is_turned_off_after_forward_gets_no_gradient(xp):
     x, w = var(xp, [1.0, 2.0]), var(xp, [3.0, 4.0])
-    seen, posted = [], []
+    seen = []
     x.register_hook(lambda g: seen.append(g.numpy().copy()))
-    x.register_post_accumulate_grad_hook(lambda p: posted.append(p))
     y = F.sum(x * w)
     x.requires_grad_(False)  # frozen between forward and backward: PyTorch leaves .grad None
     y.backward()
-    assert x.grad is None and posted == []  # nothing added: no post-accumulate hook either
+    assert x.grad is None
     np.testing.assert_array_equal(seen[0], [3.0, 4.0])  # the gradient hook still sees it flow
     np.testing.assert_array_equal(w.grad.numpy(), [1.0, 2.0])
+
+
+def test_a_leaf_frozen_after_forward_still_has_its_post_accumulate_hooks_called(xp):
+    # as PyTorch's engine: the hook runs once per backward, on .grad as it was (None, or the
+    # gradient of an earlier backward, unchanged)
+    for earlier in (None, [7.0, 7.0]):
+        x, w = var(xp, [1.0, 2.0]), var(xp, [3.0, 4.0])
+        if earlier is not None:
+            x.grad = var(xp, earlier)
+        posted = []
+        x.register_post_accumulate_grad_hook(
+            lambda p: posted.append(None if p.grad is None else p.grad.numpy().tolist()))
+        y = F.sum(x * w) + F.sum(x * x)  # x read by two ops: still one call
+        x.requires_grad_(False)
+        y.backward()
+        assert posted == [earlier]
+        np.testing.assert_array_equal(w.grad.numpy(), [1.0, 2.0])
 
 
 def test_grad_gives_no_gradient_for_an_input_frozen_after_forward(xp):
@@ -1040,6 +1056,26 @@ def test_grad_calls_no_hook_off_the_paths_to_its_inputs(xp):
     gx, = gradcore.grad(F.sum(on_path) + F.sum(side), x)
     np.testing.assert_array_equal(gx.numpy(), [20.0, 40.0])  # the on-path hook's gradient
     assert calls == [("x * x", [1.0, 1.0])]
+
+
+def test_grad_calls_the_hooks_of_every_output_of_an_op_that_computed_a_wanted_variable(xp):
+    # as PyTorch: a hook on b, beside the wanted a = split(...)[0], runs; a hook on what split
+    # read, off the paths to the wanted Variables, does not
+    for deep in (False, True):
+        calls = []
+        x, z = var(xp, [0.0, 1.0, 2.0, 3.0]), var(xp, [1.0, 1.0])
+        source = x * 1.0 if deep else x
+        if deep:
+            source.register_hook(lambda g: calls.append("source"))
+        a, b = F.split(source, 2)
+        b.register_hook(lambda g: calls.append(("b", g.numpy().tolist())) or g * 10.0)
+        y = F.sum(a * 2.0) + F.sum(b * 3.0) + F.sum(z * 5.0)
+        # deep: z, a leaf, is wanted too, so a is not where the walk stops (the lowest computed)
+        gradients = gradcore.grad(y, [a, z] if deep else [a])
+        assert calls == [("b", [3.0, 3.0])]
+        np.testing.assert_array_equal(gradients[0].numpy(), [2.0, 2.0])
+        if deep:
+            np.testing.assert_array_equal(gradients[1].numpy(), [5.0, 5.0])
 
 
 def test_func_transforms_call_no_hook_of_the_callers_variable(xp):

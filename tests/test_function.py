@@ -287,11 +287,42 @@ def test_numpy_scalars_are_weak_like_python_numbers(xp):
     F.sum(x * np.float64(3.0)).backward()
     assert x.grad.dtype == x.dtype
     np.testing.assert_array_equal(xp.numpy(x.grad.data), [3.0, 3.0])
-    i = var(xp, [1, 2], dtype="int32")
-    assert (i * np.int64(3)).dtype == i.dtype
-    np.testing.assert_array_equal(xp.numpy((i * np.int64(3)).data), [3, 6])
+    if xp.name != "numpy":  # NumPy's integer data: see the tests below
+        i = var(xp, [1, 2], dtype="int32")
+        assert (i * np.int64(3)).dtype == i.dtype
+        np.testing.assert_array_equal(xp.numpy((i * np.int64(3)).data), [3, 6])
     y = F.exp(np.float64(0.0))  # with no array beside it, a NumPy scalar is the array
     assert y.dtype == np.float64 and y.item() == 1.0
+
+
+def test_numpy_integer_scalars_beside_integer_data_keep_numpys_dtype_rule():
+    # as a Python int, np.int64(1000) does not fit int8 data (NumPy 2: OverflowError); as a
+    # NumPy scalar it promotes, as NumPy computes it
+    i8 = Variable(np.array([1, 2], np.int8))
+    cases = [(i8 + np.int64(1000), np.int64, [1001, 1002]),
+             (Variable(np.array([1, 2], np.uint8)) * np.int64(-1), np.int64, [-1, -2]),
+             (F.maximum(np.array([1, 2], np.int8), np.int64(1000)), np.int64, [1000, 1000]),
+             (F.minimum(i8, np.int64(-1000)), np.int64, [-1000, -1000]),
+             (F.where(np.array([True, False]), i8, np.int64(300)), np.int64, [1, 300]),
+             (Variable(np.array([1, 2], np.int32)) * np.int64(3), np.int64, [3, 6]),
+             (i8 + np.uint64(2**63 + 5), np.float64, [2.0**63 + 6, 2.0**63 + 7])]
+    for y, dtype, expected in cases:
+        assert y.dtype == dtype
+        np.testing.assert_array_equal(y.data, np.array(expected, dtype))
+
+
+def test_numpy_float_scalars_beside_small_integer_or_bool_data_keep_their_dtype():
+    # np.float32(1.5) * int8 data is float32 in NumPy (and PyTorch), not float64 as 1.5 gives;
+    # np.float16 gives float16 beside int8, uint8 and bool, float32 beside int16 (NumPy's table)
+    for dtype, of_float16 in ((np.int8, np.float16), (np.int16, np.float32),
+                              (np.uint8, np.float16), (np.bool_, np.float16)):
+        x = Variable(np.array([1, 0], dtype))
+        for s, result in ((np.float32(1.5), np.float32), (np.float16(1.5), of_float16)):
+            for y, expected in ((x * s, [1.5, 0.0]), (x + s, [2.5, 1.5]),
+                                (F.maximum(x, s), [1.5, 1.5]),
+                                (F.where(np.array([True, False]), x, s), [1.0, 1.5])):
+                assert y.dtype == result
+                np.testing.assert_array_equal(y.data, np.array(expected, result))
 
 
 # =============================================================================== errors

@@ -240,3 +240,32 @@ def test_a_constant_read_by_the_block_and_written_before_backward_stops_it():
     scale.data = np.array([5.0, 5.0])  # a counted write: the recompute would use it
     with pytest.raises(RuntimeError, match="checkpoint: its input 1.*was written after"):
         y.backward()
+
+
+def test_a_hook_on_a_blocks_input_runs_once_per_backward():
+    # the outer walk runs it, on the input's whole gradient: not also in the recompute's own
+    # differentiation, where the input is where that stops (a hook doubling it doubled twice)
+    def block(u, v):
+        return F.sin(u) * 3.0 * v
+
+    def run(checkpointed, use_grad):
+        calls = []
+        x = Variable(np.array([0.1, 0.2, 0.3]))
+        w = Variable(np.array([1.0, 2.0, 3.0]))  # a leaf passed to the block
+        a = x * 2.0
+        a.register_hook(lambda g: calls.append("a") or g * 2.0)
+        w.register_hook(lambda g: calls.append("w") or g * 10.0)
+        y = F.sum(gradcore.checkpoint(block, a, w) if checkpointed else block(a, w))
+        if use_grad:
+            return [g.data for g in gradcore.grad(y, [x, w])], sorted(calls)
+        y.backward()
+        return [x.grad.data, w.grad.data], sorted(calls)
+
+    for use_grad in (False, True):
+        eager, checkpointed = run(False, use_grad), run(True, use_grad)
+        assert checkpointed[1] == eager[1] == ["a", "w"]
+        expected = [12.0 * np.cos([0.2, 0.4, 0.6]) * [1.0, 2.0, 3.0],
+                    30.0 * np.sin([0.2, 0.4, 0.6])]
+        for got, want, reference in zip(checkpointed[0], expected, eager[0]):
+            np.testing.assert_array_equal(got, reference)
+            np.testing.assert_allclose(got, want, rtol=1e-14)
