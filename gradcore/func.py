@@ -12,6 +12,7 @@ backward passes are recorded), so transforms compose: `jacobian(grad(f), x)` is 
 """
 import contextlib
 import threading
+from copy import copy as shallow_copy
 
 from . import engine
 from .config import enable_grad, recording
@@ -49,24 +50,41 @@ class _Inputs:
     else, a new leaf that shares its array (an integer one requires no grad: its derivatives
     are zeros). `arrays`: True when no primal was a Variable, so results go back as arrays.
 
-    Called under no_grad(), the transform still differentiates f, but its results are
-    constants to the caller and to any outer transform (torch.func: a transform respects a
-    no_grad inside f, not one around it): no copies, no recorded backward passes."""
+    In no_grad(), the transform still differentiates f, but its results are constants to the
+    caller and to any outer transform (torch.func: a transform respects a no_grad inside f, not
+    one around it): no recorded backward passes. The grad mode that decides it is the one when
+    the results go out: vjp's when it returns, vjp_fn's when that runs (see `under`)."""
 
     def __init__(self, primals, where):
         if not primals:
             raise TypeError(f"{where}: needs at least one primal (the point to differentiate at)")
         self.arrays = _no_variable(primals)
-        self.recording = recording() is not False  # grad mode at the call
+        # copies even in no_grad: a vjp_fn called later in grad mode differentiates through them
         with enable_grad():
             self.variables = tuple(
-                copy(p) if self.recording and isinstance(p, Variable) and p.requires_grad
+                copy(p) if isinstance(p, Variable) and p.requires_grad
                 else Variable(p.data if isinstance(p, Variable) else p) for p in primals)
+        self._inside = _nesting() > 0  # inside another transform's f
+        self._differentiable = not self.arrays and any(
+            isinstance(p, Variable) and p.requires_grad for p in primals)
+        self._set_mode(recording() is not False)
+
+    def _set_mode(self, recording):
+        self.recording = recording
         # record the backward passes when something outside may differentiate the results: a
         # caller's Variable, or an outer transform whose variable f may read (a closure)
-        self.nested = self.recording and _nesting() > 0
-        self.create_graph = self.nested or self.recording and not self.arrays and any(
-            isinstance(p, Variable) and p.requires_grad for p in primals)
+        self.nested = recording and self._inside
+        self.create_graph = self.nested or recording and self._differentiable
+
+    def under(self, recording):
+        """These inputs, their results going out in grad mode `recording` (vjp_fn's when it
+        runs, as torch.func's)."""
+        if recording == self.recording:
+            return self
+        inputs = object.__new__(_Inputs)
+        inputs.__dict__.update(self.__dict__)
+        inputs._set_mode(recording)
+        return inputs
 
     def seeded(self, seeds):
         """Whether a backward pass seeded with `seeds` (tangents, cotangents) gives results that
@@ -129,7 +147,10 @@ def _export(value, arrays, detach=False):
             return value.detach()
         return value
     if isinstance(value, dict):
-        return {k: _export(v, arrays, detach) for k, v in value.items()}
+        exported = shallow_copy(value)  # its type: a defaultdict keeps its default_factory
+        for k, v in value.items():
+            exported[k] = _export(v, arrays, detach)
+        return exported
     if isinstance(value, (tuple, list)):
         items = [_export(v, arrays, detach) for v in value]
         if type(value) is not tuple and hasattr(value, "_fields"):  # a namedtuple
@@ -225,12 +246,13 @@ def _pullback(f, primals, where):
         cotangents = cotangent if isinstance(out, (tuple, list)) else (cotangent,)
         if len(cotangents) != len(outputs):
             raise ValueError(f"vjp_fn: {len(cotangents)} cotangents for {len(outputs)} outputs")
-        seeded = inputs.seeded(cotangents)
+        now = inputs.under(recording() is not False)
+        seeded = now.seeded(cotangents)
         with enable_grad():
-            gs = _gradients(outputs, inputs.variables,
+            gs = _gradients(outputs, now.variables,
                             [_like(y, c) for y, c in zip(outputs, cotangents)],
-                            inputs.create_graph or seeded)
-        return inputs.export(gs, variables=seeded)
+                            now.create_graph or seeded)
+        return now.export(gs, variables=seeded)
     return inputs, out, vjp_fn
 
 

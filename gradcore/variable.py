@@ -52,13 +52,22 @@ def _check_data(data):
     backend = backend_of(data)
     if backend is None:
         if isinstance(data, (*_SCALARS, list, tuple)):
-            if isinstance(data, (list, tuple)) and _holds_variable(data):
+            try:
+                array, failed = numpy.asarray(data), None
+            except (TypeError, ValueError) as e:
+                array, failed = None, e
+            # a Variable that requires grad among the items makes NumPy fail (its __array__
+            # refuses) or give an object array, numbers alone never: only then are the items
+            # walked in Python. One that needs no grad gives its values: no graph to lose
+            if (failed is not None or array.dtype == object) and isinstance(
+                    data, (list, tuple)) and _holds_variable(data):
                 raise TypeError(
                     "Variable data: a list or tuple holding Variables would keep their values "
                     "but not their graph; use F.stack(...) or F.concatenate(...) to keep it, or "
-                    "pass [v.data for v in ...] for the values alone")
-            data = numpy.asarray(data)
-            return data, backends.NUMPY, _numeric_kind(backends.NUMPY, data.dtype)
+                    "pass [v.data for v in ...] for the values alone") from None
+            if failed is not None:
+                raise failed
+            return array, backends.NUMPY, _numeric_kind(backends.NUMPY, array.dtype)
         raise TypeError(
             f"Variable data must be an array of a registered backend (numpy.ndarray, cupy.ndarray, "
             f"an __array_namespace__ array), a Python scalar, a list or a tuple; got "
@@ -379,9 +388,17 @@ class Variable:
         return self._backend.to_numpy(data)
 
     def __array__(self, dtype=None, copy=None):
-        """The values for NumPy (numpy.asarray(x), numpy.argmax(x), numpy.save): data on the
-        host (NumPy) only, no copy unless `dtype` or `copy=True` needs one. TypeError for data
+        """The values for NumPy (numpy.asarray(x), numpy.save) of a Variable that needs no
+        gradient: data on the host (NumPy) only, no copy unless `dtype` or `copy=True` needs one.
+        TypeError for one that requires grad, as PyTorch's: a NumPy function would return its
+        values with no graph (numpy.dot(w, x), numpy.sum([loss1, loss2])). TypeError too for data
         elsewhere, which x.numpy() copies to the host."""
+        if self._requires_grad and self._data is not None:
+            raise TypeError(
+                "NumPy on a Variable that requires grad (numpy.asarray(x), numpy.dot(w, x), "
+                "numpy.sum([a, b]), ...) would give its values and drop its graph: use x.data or "
+                "x.numpy() for the values, or gradcore ops (F.matmul, F.sum, F.stack, ...) to keep "
+                "the graph")
         data = self._host_data()  # first: recording, it makes _backend the tracing one
         backend = self._backend
         if data is None:

@@ -1,4 +1,5 @@
 """Grad mode and train mode: context managers, nesting, restoring, and one setting per thread."""
+import asyncio
 import threading
 
 import numpy as np
@@ -192,15 +193,94 @@ def test_a_decorated_function_restores_the_setting_when_it_raises():
     assert gradcore.is_grad_enabled()
 
 
-def test_a_generator_function_is_not_decorated_silently():
-    def numbers():
+def test_a_decorated_generator_or_coroutine_runs_each_step_under_the_setting():
+    x = Variable(np.array([1.0, 2.0]))
+    log = []
+
+    @gradcore.no_grad()
+    def predictions(batches):
+        try:
+            for b in batches:
+                got = yield b * 2
+                log.append((got, gradcore.is_grad_enabled()))
+        finally:
+            log.append(("closed", gradcore.is_grad_enabled()))
+        return "done"
+
+    @gradcore.using_config("train", False)
+    def evaluating():
+        try:
+            yield Config.train
+        except KeyError:
+            yield ("caught", Config.train)
+
+    assert predictions.__name__ == "predictions"
+    outputs = predictions([x, x, x])
+    first = next(outputs)
+    assert first.creator is None and gradcore.is_grad_enabled()  # back while it is suspended
+    assert (x * 2).creator is not None
+    np.testing.assert_array_equal(outputs.send("sent").data, [2.0, 4.0])
+    outputs.close()  # its finally block runs under the setting too
+    assert log == [("sent", False), ("closed", False)] and gradcore.is_grad_enabled()
+    one = predictions([x])
+    next(one)
+    with pytest.raises(StopIteration) as stop:
+        one.send(None)
+    assert stop.value.value == "done"  # what the generator returned
+    steps = evaluating()
+    assert next(steps) is False and Config.train is True
+    assert steps.throw(KeyError("k")) == ("caught", False) and Config.train is True
+
+    @gradcore.no_grad
+    async def infer(v):
+        before = (v * 2).creator
+        await asyncio.sleep(0.01)  # another task runs meanwhile, in grad mode
+        return before, (v * 3).creator
+
+    async def other():
+        await asyncio.sleep(0.005)
+        return gradcore.is_grad_enabled(), (x * 4).creator is not None
+
+    async def main():
+        return await asyncio.gather(infer(x), other())
+
+    (before, after), seen = asyncio.run(main())
+    assert before is None and after is None and seen == (True, True)
+
+
+def test_an_async_generator_is_refused_naming_the_public_spelling():
+    async def numbers():
         yield Variable(np.array(1.0)) * 2
 
-    with pytest.raises(TypeError, match="cannot decorate .*numbers, a generator or async "
-                       r"function.*with no_grad\(\):"):
+    with pytest.raises(TypeError, match=r"no_grad\(\) cannot decorate .*numbers, an async "
+                       r"generator function; put `with gradcore\.no_grad\(\):` inside it"):
         gradcore.no_grad(numbers)
+    with pytest.raises(TypeError, match=r"`with gradcore\.using_config\('train', False\):`"):
+        gradcore.using_config("train", False)(numbers)
     with pytest.raises(TypeError, match="as a decorator it takes a function, got int"):
         gradcore.test_mode()(3)
+
+
+def test_one_switch_object_shared_by_asyncio_tasks_restores_each_tasks_setting():
+    inference = gradcore.no_grad()
+    seen = {}
+
+    async def handler(name, delay_before, hold):
+        await asyncio.sleep(delay_before)
+        with inference:
+            await asyncio.sleep(hold)  # the other task enters and leaves meanwhile
+            seen[name] = gradcore.is_grad_enabled()
+        seen[name + " after"] = gradcore.is_grad_enabled()
+
+    async def main():
+        # the first to enter leaves first, and the one that entered second leaves last
+        await asyncio.gather(handler("a", 0, 0.01), handler("b", 0.001, 0.05),
+                             handler("c", 0.02, 0.001))
+
+    asyncio.run(main())
+    assert seen == {"a": False, "a after": True, "b": False, "b after": True, "c": False,
+                    "c after": True}
+    assert gradcore.is_grad_enabled()
 
 
 def test_one_switch_object_entered_in_two_threads_at_once_restores_each():

@@ -1,4 +1,6 @@
 """gradcore.func against torch.func (when installed) and against finite differences."""
+from collections import OrderedDict, defaultdict
+
 import numpy as np
 import pytest
 
@@ -310,6 +312,27 @@ def test_a_transform_called_under_no_grad_gives_constants():
     assert float(gf.grad(f)(np.array(2.0))) == 4.0
 
 
+def test_vjp_fn_follows_the_grad_mode_in_force_when_it_runs():
+    """torch.func: vjp_fn(ct) in no_grad gives constants; vjp() in no_grad and vjp_fn in grad
+    mode gives 2x, differentiable with respect to x (d sum(2x)/dx = 2)."""
+    x = gradcore.Variable(np.array([1.0, 2.0]))
+    out, vjp_fn = gf.vjp(lambda a: a ** 2, x)
+    assert out.creator is not None
+    with gradcore.no_grad():
+        (g,) = vjp_fn(np.ones(2))
+    np.testing.assert_array_equal(g.data, [2.0, 4.0])
+    assert g.creator is None and not g.requires_grad
+    with gradcore.no_grad():
+        out, vjp_fn = gf.vjp(lambda a: a ** 2, x)
+    assert out.creator is None and not out.requires_grad
+    np.testing.assert_array_equal(out.data, [1.0, 4.0])
+    (g,) = vjp_fn(np.ones(2))
+    np.testing.assert_array_equal(g.data, [2.0, 4.0])
+    assert g.creator is not None
+    F.sum(g).backward()
+    np.testing.assert_array_equal(x.grad.data, [2.0, 2.0])
+
+
 def test_a_tangent_or_cotangent_that_requires_grad_keeps_its_graph():
     """At an array point, d sum(J v)/dv = J^T 1: J = diag(x cos x + sin x) for sin(x) x, and
     the Hessian of sum(x^2 sin x) is diag(-x^2 sin x + 4x cos x + 2 sin x)."""
@@ -393,3 +416,18 @@ def test_an_aux_in_a_dict_or_list_comes_back_as_arrays_as_in_a_tuple():
     np.testing.assert_array_equal(aux["parts"][0], [3.0, 6.0])
     np.testing.assert_array_equal(aux["parts"][1][0], [4.0, 8.0])
     assert aux["label"] == "x"
+
+
+def test_an_aux_dict_comes_back_as_the_dict_type_f_returned():
+    def f(w):
+        metrics = defaultdict(float)
+        metrics["loss"] = F.sum(w ** 2)
+        return metrics["loss"], metrics
+    g, aux = gf.grad(f, has_aux=True)(np.array([1.0, 2.0]))
+    np.testing.assert_array_equal(g, [2.0, 4.0])
+    assert type(aux) is defaultdict and aux.default_factory is float
+    assert float(aux["loss"]) == 5.0 and aux["accuracy"] == 0.0  # a missing key: the default
+    _, ordered = gf.grad(lambda w: (F.sum(w), OrderedDict(b=w * 2, a=w)), has_aux=True)(
+        gradcore.Variable(np.array([1.0])))
+    assert type(ordered) is OrderedDict and list(ordered) == ["b", "a"]
+    assert ordered["b"].creator is not None and ordered["b"].item() == 2.0

@@ -4,6 +4,7 @@ import pytest
 
 import gradcore
 import gradcore.functions as F
+import gradcore.variable as variable_module
 from conftest import DEVICE1, DEVICE2, STRICT
 from gradcore import Parameter, Variable, as_array, as_variable
 
@@ -251,8 +252,8 @@ def test_ndarray_op_variable_gives_a_variable():
     assert isinstance(z, Variable)
 
 
-def test_numpy_asarray_gives_the_values_of_host_data():
-    y = Variable(np.array([[0.1, 0.9], [0.8, 0.2]]))
+def test_numpy_asarray_gives_the_values_of_host_data_that_needs_no_grad():
+    y = Variable(np.array([[0.1, 0.9], [0.8, 0.2]]), requires_grad=False)
     a = np.asarray(y)
     assert a is y.data  # no copy: NumPy's own asarray contract
     np.testing.assert_array_equal(np.argmax(y, axis=1), [1, 0])
@@ -269,11 +270,31 @@ def test_numpy_asarray_gives_the_values_of_host_data():
 
 
 def test_numpy_asarray_of_data_off_the_host_says_to_use_numpy():
-    x = Variable(np.array([1.0, 2.0])).to(DEVICE1)
+    x = Variable(np.array([1.0, 2.0]), requires_grad=False).to(DEVICE1)
     with pytest.raises(TypeError, match=r"not a NumPy array on the host; use x.numpy\(\) for a "
                        r"host copy, or x.to_cpu\(\)"):
         np.asarray(x)
     np.testing.assert_array_equal(x.numpy(), [1.0, 2.0])
+
+
+def test_numpy_functions_on_a_variable_that_requires_grad_raise_rather_than_drop_the_graph():
+    w = Variable(np.array([1.0, 2.0, 3.0]))  # a leaf requiring grad
+    x = Variable(np.array([4.0, 5.0, 6.0]), requires_grad=False)
+    loss1, loss2 = F.sum(w * 2.0), F.sum(w ** 2)  # results with a graph
+    message = (r"requires grad .*drop its graph: use x\.data or x\.numpy\(\) for the values, or "
+               r"gradcore ops \(F\.matmul, F\.sum, F\.stack")
+    for call in (lambda: np.dot(w, x), lambda: np.dot(x, w), lambda: np.sum([loss1, loss2]),
+                 lambda: np.asarray(loss1), lambda: np.array(w), lambda: np.inner(w, x)):
+        with pytest.raises(TypeError, match=message):
+            call()
+    # the spellings the message names give the values, or keep the graph
+    assert np.dot(w.data, x.numpy()) == 32.0
+    total = F.sum(F.stack([loss1, loss2]))
+    assert total.item() == 26.0
+    total.backward()
+    np.testing.assert_array_equal(w.grad.data, [4.0, 6.0, 8.0])  # 2 + 2 w
+    with gradcore.no_grad():
+        assert np.dot(w * 1.0, x) == 32.0  # computed with no graph: values, as PyTorch's
 
 
 def test_numpy_operators_with_a_variable_still_give_variables():
@@ -724,3 +745,18 @@ def test_a_list_of_variables_is_refused_as_data_naming_stack():
         with pytest.raises(TypeError, match=r"F\.stack"):
             Variable(data)
     assert Variable([[1.0, 2.0], (3.0, 4.0)]).shape == (2, 2)  # numbers only: as before
+    with pytest.raises(TypeError, match=r"F\.stack"):
+        Variable([Variable(np.ones(2)), [1.0, 2.0, 3.0]])  # ragged: NumPy fails first
+
+
+def test_a_list_of_numbers_becomes_data_without_its_items_walked_in_python(monkeypatch):
+    walked = []
+    monkeypatch.setattr(variable_module, "_holds_variable",
+                        lambda items: walked.append(items) or False)
+    rows = [[float(i + j) for j in range(3)] for i in range(4)]
+    x = Variable(rows)
+    np.testing.assert_array_equal(x.data, np.add.outer(np.arange(4.0), np.arange(3.0)))
+    assert x.dtype == np.float64 and walked == []  # NumPy's conversion alone, in C
+    monkeypatch.undo()
+    with pytest.raises(TypeError, match=r"F\.stack"):  # the walk, only for an object array
+        Variable([1.0, Variable(np.array(2.0), requires_grad=False), None])

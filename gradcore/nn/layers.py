@@ -580,8 +580,19 @@ class ModuleList(Module):
 
     def __getitem__(self, index):
         if isinstance(index, slice):
-            return ModuleList([module for _, module in self._child_items()][index])
+            return self._fresh([module for _, module in self._child_items()][index])
         return self.__dict__[self._position(index)]
+
+    @staticmethod
+    def _fresh(modules):
+        """A new ModuleList of `modules`, registered without counting a structure change: a
+        container no model holds yet changes no model (assigning it to one counts), and a
+        compiled step whose forward slices self.blocks replays rather than recording again."""
+        fresh = ModuleList()
+        for i, module in enumerate(modules):
+            fresh._registered[str(i)] = _MODULE
+            object.__setattr__(fresh, str(i), module)
+        return fresh
 
     def __setitem__(self, index, module):
         setattr(self, self._position(index), _list_item(module))

@@ -25,7 +25,7 @@ _PARAMETER, _BUFFER, _MODULE = "parameter", "buffer", "module"
 _FLOAT_NAMES = ("float16", "float32", "float64")
 # attributes Module.__init__ sets: reading one that is missing means __init__ never ran
 _INTERNALS = frozenset({"_registered", "_forward_pre_hooks", "_forward_hooks", "training",
-                        "_device", "_dtype", "_lists"})
+                        "_device", "_dtype", "_gradcore_list_names"})
 _hook_ids = itertools.count()
 # Bumped whenever a Module gains, loses or replaces a Parameter, buffer or sub-Module (and
 # when a requires_grad or a hook changes): see gradcore.variable
@@ -103,7 +103,9 @@ class Module:
         set_(self, "training", True)
         set_(self, "_device", None)  # where the last .to() put it: for loading into lazy slots
         set_(self, "_dtype", None)
-        set_(self, "_lists", set())  # names given a list or tuple: see _warn_listed
+        # names given a list or tuple (see _warn_listed); a long name: a subclass's own
+        # attributes, `_lists` among them, are the user's
+        set_(self, "_gradcore_list_names", set())
 
     # ---------------------------------------------------------------- registration
     def __setattr__(self, name, value):
@@ -141,9 +143,9 @@ class Module:
             # a Variable kept on the module from one call to the next (an RNN's hidden state)
             _variables.step_recorder.module_state(self, name)
         if value.__class__ is list or value.__class__ is tuple:
-            lists = self.__dict__.get("_lists")  # None before Module.__init__ ran
-            if lists is not None:
-                lists.add(name)
+            names = _list_names(self)
+            if names is not None:
+                names.add(name)
         object.__setattr__(self, name, value)
 
     def __delattr__(self, name):
@@ -224,7 +226,7 @@ class Module:
         Once the walk is done, warns about layers kept in plain lists (see _warn_listed)."""
         seen_modules = {id(self)}
         seen = set()
-        listed = [self] if self.__dict__.get("_lists") else []  # get: a module pickled before
+        listed = [self] if _list_names(self) else []
         stack = [("", self, iter(list(self._registered.items())))]
         while stack:
             prefix, owner, items = stack[-1]
@@ -235,7 +237,7 @@ class Module:
                 if kind == _MODULE:
                     if id(value) not in seen_modules:
                         seen_modules.add(id(value))
-                        if value.__dict__.get("_lists"):
+                        if _list_names(value):
                             listed.append(value)
                         stack.append((prefix + attr + ".", value,
                                       iter(list(value._registered.items()))))
@@ -573,6 +575,14 @@ class Module:
 _warned_lists = set()  # (class, attribute) whose list _warn_listed has warned about
 
 
+def _list_names(module):
+    """The set of names `module` was given a list or tuple under, or None: before
+    Module.__init__ ran, for a module pickled before gradcore kept it, or if something else
+    took the name."""
+    names = module.__dict__.get("_gradcore_list_names")
+    return names if names.__class__ is set else None
+
+
 def _warn_listed(modules, module_ids, variable_ids):
     """Warn, once per class and attribute, about the Modules and Parameters that a list or tuple
     attribute of one of `modules` holds and that are registered nowhere in the model (their ids
@@ -584,7 +594,7 @@ def _warn_listed(modules, module_ids, variable_ids):
     parameters() on purpose (a frozen teacher network), which must go on working. Only lists
     whose first item is a Module or a Parameter are read: a list of numbers costs one look."""
     for module in modules:
-        for attr in module._lists:
+        for attr in _list_names(module):
             items = module.__dict__.get(attr)
             key = (type(module), attr)
             if (items.__class__ is not list and items.__class__ is not tuple or not items

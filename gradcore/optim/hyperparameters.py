@@ -3,6 +3,8 @@ import math
 import numbers
 import operator
 
+import numpy
+
 # Allowed values of the hyperparameters gradcore's optimizers share: name -> (low, high, is high
 # itself allowed). A name not listed (a user subclass's own) only has to be a finite real number.
 _RANGES = {
@@ -37,10 +39,14 @@ def as_integer(x):
 def checked_hyperparameter(where, name, value, rule=None):
     """`value` as a Python float (so no NumPy float64 scalar upcasts float32 updates), after
     checking it is a real number in the range that `rule` (default: `name`) allows; TypeError /
-    ValueError otherwise."""
+    ValueError otherwise. A 0-d NumPy array of a real number (read back from an .npz) counts as
+    that number."""
+    given = value
+    if isinstance(value, numpy.ndarray) and value.ndim == 0:
+        value = value[()]  # its NumPy scalar: a float or integer one is a numbers.Real
     if not _is_number(value):
-        raise TypeError(f"{where}: {name} must be a real number, got {type(value).__name__} "
-                        f"{value!r}")
+        raise TypeError(f"{where}: {name} must be a real number, got {type(given).__name__} "
+                        f"{given!r}")
     value = float(value)
     low, high, high_ok = _RANGES.get(rule or name, (-math.inf, math.inf, False))
     if not (math.isfinite(value) and low <= value and (value < high or high_ok and value == high)):

@@ -146,8 +146,16 @@ class LRScheduler:
         self._set(lr)
 
     def _set(self, lr):
+        lr = self._rounded_to_zero(lr)
         setattr(self.optimizer, self.name, lr)
         self.last_lr = lr
+
+    def _rounded_to_zero(self, lr):
+        """`lr`, or 0.0 where it is a rounding error below zero (LinearLR decaying to 0 lands on
+        -1.9e-18 from 0.1, as PyTorch's recursion does), which the optimizer would refuse. A
+        step size further below zero is a schedule's bug: the optimizer still refuses it."""
+        scale = max(self.base_lr, float(getattr(self.optimizer, self.name)))
+        return 0.0 if -1e-12 * scale <= lr < 0.0 else lr
 
     def get_last_lr(self):
         """The step size this schedule set last, in a list (PyTorch's form: one per parameter
@@ -184,7 +192,7 @@ class LRScheduler:
 
     def _restore(self, lr):
         """Set the optimizer from the state just loaded: its step size to `lr`."""
-        setattr(self.optimizer, self.name, lr)
+        setattr(self.optimizer, self.name, self._rounded_to_zero(lr))
 
 
 class StepLR(LRScheduler):

@@ -212,6 +212,43 @@ def test_module_list_registers_its_modules_as_numbered_children():
     assert list(dict(blocks.named_children())) == ["0", "1", "2", "3"] and blocks[2] is sigmoid
 
 
+def test_slicing_a_module_list_in_forward_lets_a_compiled_step_replay():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList([nn.Linear(4, in_size=3), nn.Linear(4, in_size=4),
+                                         nn.Linear(1, in_size=4)])
+
+        def forward(self, x):
+            for block in self.blocks[:-1]:
+                x = F.relu(block(x))
+            return self.blocks[-1](x)
+
+    model = Net()
+    eager = Net()
+    eager.load_state_dict(model.state_dict())
+    opt, eager_opt = (gradcore.optim.SGD(m.parameters(), lr=0.01) for m in (model, eager))
+
+    def train_step(model, opt, x, t):
+        opt.zero_grad()
+        loss = F.mean_squared_error(model(x), t)
+        loss.backward()
+        opt.step()
+        return loss
+
+    step = gradcore.compile(lambda x, t: train_step(model, opt, x, t))
+    x, t = np.ones((5, 3), np.float32), np.ones((5, 1), np.float32)
+    for _ in range(6):
+        np.testing.assert_allclose(step(x, t).data, train_step(eager, eager_opt, x, t).data,
+                                   rtol=1e-6)
+    stats = step.stats()
+    assert (stats["recordings"], stats["replays"]) == (1, 5)
+    head = model.blocks[:2]  # still the same modules, numbered from 0
+    assert list(dict(head.named_children())) == ["0", "1"] and head[1] is model.blocks[1]
+    assert list(head.state_dict()) == ["0.W", "0.b", "1.W", "1.b"]
+    assert len(head.append(nn.ReLU())) == 3 and len(model.blocks) == 3
+
+
 def test_module_list_refuses_what_is_not_a_module():
     blocks = nn.ModuleList([nn.Linear(2)])
     with pytest.raises(TypeError, match="an item must be a Module, got function .*Sequential"):

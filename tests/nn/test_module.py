@@ -1,4 +1,6 @@
 """gradcore.nn.Module: registration and order, traversal, modes, hooks, devices, aliases."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -237,6 +239,26 @@ def test_dezero_style_layer_lists_registered_by_setattr_give_no_warning(fresh_li
     assert [n for n, _ in ListFirst().named_parameters()] == ["l0.W", "l0.b", "l1.W", "l1.b"]
     assert [n for n, _ in Outer().named_parameters()] == ["l0.W", "l0.b"]
     assert [str(w.message) for w in recwarn] == []
+
+
+def test_a_subclass_may_keep_its_own_attribute_named_lists(fresh_list_warnings):
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self._lists = [[1, 2], [3]]  # the user's own data
+            self.l1 = nn.Linear(2, in_size=3)
+            self.sizes = [4, 2]
+            self.hidden = [nn.Linear(5)]  # still warned about: gradcore's names are its own
+
+    net = Net()
+    assert net._lists == [[1, 2], [3]] and net.sizes == [4, 2]
+    with pytest.warns(UserWarning, match="Net.hidden is a list holding 1 Module"):
+        assert [n for n, _ in net.named_parameters()] == ["l1.W", "l1.b"]
+    net._gradcore_list_names = "replaced"  # even gradcore's name taken: no crash, no warning
+    net.more = [nn.Linear(2)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert [p.shape for p in net.parameters()] == [(3, 2), (2,)]
 
 
 def test_forgetting_super_init_is_explained():

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import gradcore
+import gradcore.functions as F
 from gradcore import nn, optim
 from gradcore.optim import lr_scheduler as sched
 
@@ -85,6 +86,38 @@ def test_a_step_size_set_by_hand_is_kept_as_in_pytorch(name):
     np.testing.assert_allclose(ours([name], 100, by_hand=(20, 0.5)),
                                pytorchs(torch, [name], 100, by_hand=(20, 0.5)),
                                rtol=1e-12, atol=1e-15)
+
+
+def test_a_linear_decay_to_zero_ends_at_zero_where_pytorch_rounds_below_it():
+    torch = pytest.importorskip("torch")
+    model = nn.Linear(1, in_size=2)
+    below = 0
+    for total in (3, 4, 5, 10):
+        for start in (1.0, 0.5, 1 / 3, 0.1):
+            kwargs = {"start_factor": start, "end_factor": 0.0, "total_iters": total}
+            opt = optim.SGD(model.parameters(), lr=0.1)
+            scheduler = sched.LinearLR(opt, **kwargs)
+            topt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1)
+            tscheduler = torch.optim.lr_scheduler.LinearLR(topt, **kwargs)
+            for _ in range(total + 2):
+                model.cleargrads()
+                F.sum(model(np.ones((1, 2), np.float32))).backward()
+                opt.step()  # trains on: a step size of 0 updates nothing
+                scheduler.step()
+                topt.step()
+                tscheduler.step()
+                theirs = topt.param_groups[0]["lr"]
+                below += theirs < 0.0
+                assert opt.lr == max(theirs, 0.0) and scheduler.get_last_lr() == [opt.lr]
+            assert 0.0 <= opt.lr < 1e-15  # zero, or a rounding error above it as PyTorch's
+    assert below > 0  # PyTorch's recursion did land below zero: the case is exercised
+    older = scheduler.state_dict()  # as an older gradcore saved it: the last step size alone
+    del older["optimizer_lr"]
+    older["last_lr"] = -1.8503717077085946e-18
+    sched.LinearLR(opt, **kwargs).load_state_dict(older)
+    assert opt.lr == 0.0
+    with pytest.raises(ValueError, match="lr must be a finite number >= 0"):
+        sched.LinearLR(optim.SGD(model.parameters(), lr=0.1))._set(-1e-3)  # a real negative
 
 
 def test_warm_up_then_decay_multiply_and_share_the_initial_lr():

@@ -245,6 +245,23 @@ def test_a_hyperparameter_assigned_later_is_checked_as_the_constructor_checks_it
     assert getattr(optimizer, name) == 0.5 and type(getattr(optimizer, name)) is float
 
 
+def test_a_step_size_read_back_from_an_npz_file_is_accepted_as_its_float(tmp_path):
+    np.savez(tmp_path / "hyper.npz", lr=0.05, alpha=0.002, momentum=3, flag=True, lrs=[0.1])
+    saved = np.load(tmp_path / "hyper.npz")  # 0-d arrays, as numpy.load gives them
+    sgd = SGD([with_grad(param(), [1.0, 1.0])])
+    adam, momentum = Adam([param()]), MomentumSGD([param()])
+    sgd.lr, adam.alpha, momentum.momentum = saved["lr"], saved["alpha"], saved["momentum"]
+    assert (sgd.lr, adam.alpha, momentum.momentum) == (0.05, 0.002, 3.0)
+    assert type(sgd.lr) is float and type(adam.alpha) is float and type(momentum.momentum) is float
+    sgd.update()
+    np.testing.assert_allclose(sgd.target[0].data, [1.0 - 0.05, -2.0 - 0.05], rtol=1e-15)
+    with pytest.raises(TypeError, match=r"lr must be a real number, got ndarray array\(True\)"):
+        sgd.lr = saved["flag"]
+    with pytest.raises(TypeError, match=r"lr must be a real number, got ndarray array\(\[0\.1\]\)"):
+        sgd.lr = saved["lrs"]  # one value per group is not a step size
+    assert sgd.lr == 0.05
+
+
 def test_update_checks_come_before_any_change():
     with pytest.raises(RuntimeError, match=r"call setup\(model\) first"):
         SGD().update()
