@@ -341,8 +341,9 @@ class Variable:
         return self._data.shape[0]
 
     def _host_data(self):
-        """`_data`, for reading its values: while a step is recorded (gradcore.compile), through
-        the recorder, which sees that a replay could not read them again."""
+        """`_data`, for reading or sharing its values: while a step is recorded
+        (gradcore.compile), through the recorder, which loads it at each replay (and sees that
+        a value read on the host could not be read again)."""
         if step_recorder is not None:
             return step_recorder.read(self)
         return self._data
@@ -471,8 +472,7 @@ class Variable:
     def detach(self):
         """A new leaf sharing `data`, with requires_grad=False, and its version: a write into
         either (an optimizer step on this one) stops a backward through graphs of the other."""
-        v = Variable(self._data if step_recorder is None else step_recorder.read(self),
-                     name=self.name, requires_grad=False)
+        v = Variable(self._host_data(), name=self.name, requires_grad=False)
         share_versions(self, v)
         return v
 
