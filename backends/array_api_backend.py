@@ -4,7 +4,7 @@ import re
 
 import numpy
 
-from .base import Backend, DeviceUnavailableError, host_random_position
+from .base import Backend, DeviceUnavailableError, HostRandom
 from .indexing import flat_positions, is_advanced
 from .device import Device
 
@@ -15,7 +15,7 @@ def _device_name(native, position):
     return match.group(1) if match else str(position)
 
 
-class ArrayAPIBackend(Backend):
+class ArrayAPIBackend(HostRandom, Backend):
     """A backend for one array-API namespace; its devices are named `NAMESPACE:DEVICE`."""
 
     def __init__(self, xp, array_type, name=None):
@@ -102,26 +102,8 @@ class ArrayAPIBackend(Backend):
         target[...] = target + xp.reshape(total, target.shape)
         return target
 
-    def random_normal(self, shape, dtype, device):
-        return self.asarray(numpy.random.randn(*shape), dtype=dtype, device=device)
-
-    def random_uniform(self, shape, dtype, device):
-        return self.asarray(numpy.random.rand(*shape), dtype=dtype, device=device)
-
     def arithmetic_warnings_off(self):
         return numpy.errstate(all="ignore")  # per context since NumPy 2: other threads still warn
-
-    def manual_seed(self, seed):
-        numpy.random.seed(seed)  # samples come from NumPy's global generator
-
-    def random_state(self, device):
-        return numpy.random.get_state()
-
-    def set_random_state(self, device, state):
-        numpy.random.set_state(state)
-
-    def random_position(self, device):
-        return host_random_position()
 
 
 def _segment_sum(xp, positions, values, size):

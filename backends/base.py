@@ -6,11 +6,40 @@ import numpy
 from . import indexing
 
 
-def host_random_position():
-    """Where NumPy's global generator (which the host backends draw from) is, comparable
-    with ==."""
-    kind, keys, position, has_gauss, gauss = numpy.random.get_state()
-    return kind, keys.tobytes(), position, has_gauss, gauss
+class HostRandom:
+    """Random numbers for the backends that draw them on the host, from NumPy's global
+    generator (numpy.random.seed(n) then reproduces a run, as in DeZero). A backend mixes it in
+    ahead of Backend and turns samples into its arrays in `host_samples`."""
+
+    def random_normal(self, shape, dtype, device):
+        return self.host_samples(numpy.random, "normal", shape, dtype, device)
+
+    def random_uniform(self, shape, dtype, device):
+        return self.host_samples(numpy.random, "uniform", shape, dtype, device)
+
+    def random_draw(self, kind, shape, dtype, device, state):
+        generator = numpy.random.RandomState(0)  # seeded: no read of the system's entropy
+        generator.set_state(state)
+        return self.host_samples(generator, kind, shape, dtype, device), generator.get_state()
+
+    def host_samples(self, generator, kind, shape, dtype, device):
+        """`kind` ("normal" or "uniform") samples drawn from `generator` (the numpy.random
+        module or a RandomState), as this backend's array."""
+        samples = generator.randn(*shape) if kind == "normal" else generator.rand(*shape)
+        return self.asarray(samples, dtype=dtype, device=device)  # randn() is a float
+
+    def manual_seed(self, seed):
+        numpy.random.seed(seed)
+
+    def random_state(self, device):
+        return numpy.random.get_state()
+
+    def set_random_state(self, device, state):
+        numpy.random.set_state(state)
+
+    def random_position(self, device):
+        kind, keys, position, has_gauss, gauss = numpy.random.get_state()
+        return kind, keys.tobytes(), position, has_gauss, gauss
 
 
 class DeviceUnavailableError(RuntimeError):
@@ -126,6 +155,13 @@ class Backend:
 
     def manual_seed(self, seed):
         """Seed the backend's global generator(s)."""
+        raise NotImplementedError
+
+    def random_draw(self, kind, shape, dtype, device, state):
+        """(samples, state after): the samples `random_normal` (`kind` "normal") or
+        `random_uniform` ("uniform") would give after `set_random_state(device, state)`, drawn
+        from a generator of their own, so the global one does not move; and the state that
+        `set_random_state` takes for the global generator to go on from after them."""
         raise NotImplementedError
 
     def random_state(self, device):

@@ -12,7 +12,7 @@ import weakref
 import numpy
 
 from .array_api_backend import ArrayAPIBackend
-from .base import Backend, DeviceUnavailableError, host_random_position
+from .base import Backend, DeviceUnavailableError, HostRandom
 from .device import Device
 from .indexing import flat_positions, is_advanced, normalize_key
 
@@ -77,7 +77,7 @@ class Namespace:
                                    dtype=x.dtype, chunks=indices.chunks)
 
 
-class DaskBackend(Backend):
+class DaskBackend(HostRandom, Backend):
     name = device_type = "dask"
     single_device = True
     lazy = True
@@ -163,33 +163,16 @@ class DaskBackend(Backend):
         target[...] = target + total.rechunk(target.chunks)  # not one chunk of its whole size
         return target
 
-    def random_normal(self, shape, dtype, device):
-        return self._random(shape, dtype, numpy.random.randn, "standard_normal")
-
-    def random_uniform(self, shape, dtype, device):
-        return self._random(shape, dtype, numpy.random.rand, "random_sample")
-
-    def _random(self, shape, dtype, draw_on_host, method):
-        """Up to one chunk's worth, drawn on the host from NumPy's generator: the same numbers
-        as on NumPy (weights made on either are equal). Beyond that, drawn by Dask chunk by
-        chunk when computed, from a seed drawn from NumPy's generator: memory stays bounded."""
+    def host_samples(self, generator, kind, shape, dtype, device):
+        """Up to one chunk's worth, drawn on the host from `generator`: the same numbers as on
+        NumPy (weights made on either are equal). Beyond that, drawn by Dask chunk by chunk when
+        computed, from a seed drawn from `generator`: memory stays bounded."""
         limit = self.dask.utils.parse_bytes(self.dask.config.get("array.chunk-size"))
         if math.prod(shape) * 8 <= limit:
-            return self.asarray(draw_on_host(*shape), dtype=dtype)
-        generator = self.da.random.RandomState(int(numpy.random.randint(2 ** 31)))
-        return getattr(generator, method)(shape, chunks="auto").astype(dtype)
-
-    def manual_seed(self, seed):
-        numpy.random.seed(seed)  # every draw starts from NumPy's generator, on the host
-
-    def random_state(self, device):
-        return numpy.random.get_state()
-
-    def set_random_state(self, device, state):
-        numpy.random.set_state(state)
-
-    def random_position(self, device):
-        return host_random_position()
+            return super().host_samples(generator, kind, shape, dtype, device)
+        chunked = self.da.random.RandomState(int(generator.randint(2 ** 31)))
+        draw = chunked.standard_normal if kind == "normal" else chunked.random_sample
+        return draw(shape, chunks="auto").astype(dtype)
 
 
 def _rebind(target, value):

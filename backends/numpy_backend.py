@@ -1,12 +1,12 @@
 """NumPy: the CPU backend."""
 import numpy
 
-from .base import Backend, host_random_position
+from .base import Backend, HostRandom
 from .indexing import flat_positions, is_advanced
 from .device import CPU
 
 
-class NumpyBackend(Backend):
+class NumpyBackend(HostRandom, Backend):
     name = "numpy"
     device_type = "cpu"
     xp = numpy
@@ -55,24 +55,5 @@ class NumpyBackend(Backend):
             numpy.add.at(target, key, values)
         return target
 
-    def random_normal(self, shape, dtype, device):
-        # the global generator, so numpy.random.seed(n) reproduces a run as in DeZero
-        return numpy.asarray(numpy.random.randn(*shape), dtype=dtype)  # randn() is a float
-
-    def random_uniform(self, shape, dtype, device):
-        return numpy.asarray(numpy.random.rand(*shape), dtype=dtype)
-
     def arithmetic_warnings_off(self):
         return numpy.errstate(all="ignore")  # per context since NumPy 2: other threads still warn
-
-    def manual_seed(self, seed):
-        numpy.random.seed(seed)
-
-    def random_state(self, device):
-        return numpy.random.get_state()
-
-    def set_random_state(self, device, state):
-        numpy.random.set_state(state)
-
-    def random_position(self, device):
-        return host_random_position()

@@ -4,17 +4,16 @@ the block again during backward (memory for compute, as torch.utils.checkpoint).
 The block runs once, recorded, to find every Variable from outside it that it reads (the
 Parameters of the layers it calls, say) and its results; that graph is then dropped, so the
 block's intermediate arrays are freed at once. One node stands for the whole block in the
-graph, its inputs being the block's arguments and those outside Variables. Its backward puts the
-random generator back where it was (if the block drew from it), runs the block again with
-recording on, from the same Variables, and differentiates that: random ops (dropout) draw the
-same numbers (a draw by another thread during either run makes backward raise where the
-generator's position shows it), batch norm leaves its running statistics as the first run left
-them, gradients reach the outside Variables through the outer walk (gradcore.grad leaves every
-.grad alone, as without a checkpoint), and with create_graph the gradients stay differentiable.
+graph, its inputs being the block's arguments and those outside Variables. Its backward runs the
+block again with recording on, from the same Variables, and differentiates that: random ops
+(dropout) draw the same numbers (each draw was noted with where the generator was: see
+random.DrawLog), batch norm leaves its running statistics as the first run left them, gradients
+reach the outside Variables through the outer walk (gradcore.grad leaves every .grad alone, as
+without a checkpoint), and with create_graph the gradients stay differentiable.
 """
 import backends
 
-from . import engine
+from . import engine, random
 from .config import Config, enable_grad, is_grad_enabled, recomputation, using_config
 from .function import Function
 from .variable import Variable, sequence
@@ -36,10 +35,9 @@ def checkpoint(fn, *args):
     leaves = [Variable(args[i].data if isinstance(args[i], Variable) else args[i])
               for i in where]
     start = next(sequence)
-    state, position = backend.random_state(device), backend.random_position(device)
-    with enable_grad():
+    draws = random.DrawLog(backend, device)
+    with enable_grad(), draws:
         out = fn(*_filled(args, where, leaves))
-    drawn = (backend, device, state, position, backend.random_position(device))
     several = isinstance(out, tuple)
     outputs = out if several else (out,)
     for y in outputs:
@@ -54,7 +52,7 @@ def checkpoint(fn, *args):
                 f"checkpoint: the block created a weight ({_name(x)}) as it ran, drawing random "
                 "numbers that its recomputation could not draw again; create it first: call the "
                 "model once outside checkpoint, or give the layer its input size")
-    node = Checkpoint(fn, args, where, drawn, Config.train,
+    node = Checkpoint(fn, args, where, draws, Config.train,
                       tuple(y.data for y in outputs) if several else outputs[0].data)
     del out, outputs  # the block's graph goes: only the node's inputs stay
     return node(*[args[i] for i in where], *outside)
@@ -98,11 +96,9 @@ class Checkpoint(Function):
     """The node of a checkpointed block: its forward hands on the results computed when the
     block ran; its backward computes the block again and differentiates it."""
 
-    def __init__(self, fn, args, where, drawn, train, results):
+    def __init__(self, fn, args, where, draws, train, results):
         self.fn, self.args, self.where = fn, args, where
-        # (backend, device, the generator's state and position as the block began, its
-        # position as the block ended; positions None where they cannot be read)
-        self.drawn, self.train = drawn, train
+        self.draws, self.train = draws, train  # a closed random.DrawLog
         self.results = results
 
     def forward(self, *xs):
@@ -136,28 +132,7 @@ class Checkpoint(Function):
         return tuple(gradients.get(i) for i in range(len(self.inputs)))
 
     def _run_again(self, arguments):
-        """The block's results from `arguments`, with the random numbers it drew the first time:
-        the generator is put back where it was then, and afterwards where it is now."""
-        backend, device, state, first, last = self.drawn
-        if first is not None and first == last:  # it drew nothing: no generator to touch
+        """The block's results from `arguments`, with the random numbers it drew the first
+        time."""
+        with self.draws.replay():
             return self.fn(*_filled(self.args, self.where, arguments))
-        now = backend.random_state(device)
-        backend.set_random_state(device, state)
-        try:
-            out = self.fn(*_filled(self.args, self.where, arguments))
-            end = backend.random_position(device)
-        finally:
-            backend.set_random_state(device, now)
-        if end is not None and end != last and end != first:
-            # the block drew, and the generator moved otherwise than the first time: its numbers
-            # were not all the block's (another thread drew meanwhile), then or now. Holding a
-            # lock that other threads' draws wait for, across the block (user code), deadlocked
-            # a block that waits for a thread that draws
-            raise RuntimeError(
-                "checkpoint: the block's random numbers cannot be drawn again as it drew them: "
-                "the generator moved by another amount than when the block first ran, most "
-                "likely because another thread drew random numbers while the block ran (then or "
-                "now), so its dropout masks would differ from those forward used. Run "
-                "checkpointed blocks that draw random numbers while no other thread draws, or "
-                "keep the random ops out of the checkpoint")
-        return out

@@ -68,9 +68,69 @@ def test_batch_norm_in_a_block_updates_its_running_statistics_once():
     np.testing.assert_array_equal(norms[1].avg_var.data, norms[0].avg_var.data)
 
 
-def test_another_threads_draw_inside_a_block_is_refused_not_a_wrong_mask():
-    """The block lets another thread draw between its own draws, the first time only: the
-    recomputed mask would differ from forward's, so backward raises instead."""
+def _with_other_draws(when, xp):
+    """A block of two dropouts during which another thread draws 50 numbers: in its first run
+    between the masks, and, if `when` is "both", in its second run before the first mask (the
+    same count in both runs: a check of where the generator ended would not see it)."""
+    runs = []
+
+    def let_another_thread_draw():
+        drawn, done = threading.Event(), threading.Event()
+
+        def other():
+            drawn.wait()
+            F.dropout(Variable(xp.asarray(np.ones(50))), 0.5)
+            done.set()
+        threading.Thread(target=other).start()
+        drawn.set()
+        done.wait()
+
+    def block(h):
+        runs.append(len(runs))
+        if len(runs) == 2 and when == "both":
+            let_another_thread_draw()
+        h = F.dropout(h, 0.5)
+        if len(runs) == 1:
+            let_another_thread_draw()
+        return F.dropout(h, 0.5)
+    return block
+
+
+@pytest.mark.parametrize("when", ["first", "both"])
+def test_another_threads_draws_inside_a_block_leave_its_masks_as_forward_drew_them(when, xp2):
+    x = Variable(xp2.asarray(np.ones(50)))
+    y = gradcore.checkpoint(_with_other_draws(when, xp2), x)
+    F.sum(y).backward()
+    mask = xp2.numpy(y.data)
+    assert 0 < np.count_nonzero(mask) < 50
+    np.testing.assert_array_equal(xp2.numpy(x.grad.data), mask)  # y = x * mask1 * mask2
+
+
+def test_blocks_with_dropout_beside_threads_drawing_all_the_time_get_their_own_masks():
+    stop = threading.Event()
+
+    def draw_on():
+        while not stop.is_set():
+            F.dropout(Variable(np.ones(7)), 0.5)
+
+    others = [threading.Thread(target=draw_on) for _ in range(2)]
+    for t in others:
+        t.start()
+    try:
+        for _ in range(100):
+            x = Variable(np.ones(64))
+            y = gradcore.checkpoint(lambda h: F.dropout(F.dropout(h, 0.3), 0.3), x)
+            F.sum(y).backward()
+            np.testing.assert_array_equal(x.grad.data, y.data)
+    finally:
+        stop.set()
+        for t in others:
+            t.join()
+
+
+def test_a_block_drawing_from_numpy_itself_while_another_thread_draws_is_refused():
+    """The block's own numpy.random draw cannot be placed again when another thread drew in the
+    first run: backward raises rather than use other numbers."""
     drawn, done = threading.Event(), threading.Event()
 
     def other():
@@ -80,10 +140,10 @@ def test_another_threads_draw_inside_a_block_is_refused_not_a_wrong_mask():
 
     def block(h):
         h = F.dropout(h, 0.5)
-        if not done.is_set():  # the first run: another thread draws before the second mask
+        if not done.is_set():  # the first run only
             drawn.set()
             done.wait()
-        return F.dropout(h, 0.5)
+        return h * Variable(np.random.rand(*h.shape))
 
     thread = threading.Thread(target=other)
     thread.start()
@@ -91,6 +151,19 @@ def test_another_threads_draw_inside_a_block_is_refused_not_a_wrong_mask():
     y = gradcore.checkpoint(block, x)
     thread.join()
     with pytest.raises(RuntimeError, match="another thread drew random numbers"):
+        F.sum(y).backward()
+
+
+def test_a_block_that_draws_otherwise_the_second_time_is_refused():
+    shapes = iter([(50,), (40,)])
+
+    def block(h):
+        return h * F.dropout(Variable(np.ones(next(shapes))), 0.5)[:40]
+
+    x = Variable(np.ones(40))
+    y = gradcore.checkpoint(block, x)
+    with pytest.raises(RuntimeError, match=r"drew other random numbers.*shape \(40,\).*"
+                                           r"shape \(50,\)"):
         F.sum(y).backward()
 
 

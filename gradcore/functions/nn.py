@@ -5,6 +5,7 @@ import backends
 
 from ..config import Config, recomputing
 from ..function import Function
+from ..random import draw
 from ..variable import Variable, as_variable
 from .reduce import accumulator_dtype, average, sum
 from .shape import reshape
@@ -21,8 +22,9 @@ class Dropout(Function):
         if not self.xp.isdtype(x.dtype, "real floating"):
             raise TypeError(f"x must be a floating-point array, got {x.dtype}")
         # drawn flat and reshaped: the same numbers in the same order, and 0-d x works too
-        # (NumpyBackend.random_uniform(()) gets a Python float back from numpy.random.rand())
-        u = self.xp.reshape(self.backend.random_uniform((x.size,), x.dtype, self.device), x.shape)
+        # (numpy.random.rand() gives a Python float for shape ())
+        u = self.xp.reshape(draw(self.backend, "uniform", (x.size,), x.dtype, self.device),
+                            x.shape)
         # keep each element with probability 1 - ratio, scaled so the expectation stays x
         mask = self.xp.astype(u > self.ratio, x.dtype) * (1.0 / (1.0 - self.ratio))
         self.save_for_backward(mask)
