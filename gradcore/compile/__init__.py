@@ -336,21 +336,17 @@ class _Generators:
                         "draw again: draw through gradcore, or pass the numbers as arguments")
             return
         end = backends.NUMPY.random_state(backends.CPU)
+        where = backends.NUMPY.random_position(backends.CPU)
         backends.NUMPY.set_random_state(backends.CPU, self.numpy)
         for draw, args, kwargs in rec.draws:  # the draws gradcore made, again, from the start
             owner = draw.__self__
             if getattr(owner, "xp", None) is not None and owner.device_type != "cuda":
                 draw(*trace.unwrap(args), **trace.unwrap(kwargs))
-        if _state_key(backends.NUMPY.random_state(backends.CPU)) != _state_key(end):
+        if backends.NUMPY.random_position(backends.CPU) != where:
             rec.give_up("the step drew from numpy.random outside gradcore, numbers a replay "
                         "would not draw again: draw through gradcore (F.dropout, the backends' "
                         "generators), or pass the numbers as arguments")
         backends.NUMPY.set_random_state(backends.CPU, end)
-
-
-def _state_key(state):
-    """NumPy's legacy generator state, comparable: (name, keys as bytes, position, ...)."""
-    return (state[0], state[1].tobytes(), *state[2:])
 
 
 def _surroundings(fn):
