@@ -3,6 +3,11 @@ from ..function import Function
 from .shape import reshape, sum_to, transpose
 
 
+def _shape(a):
+    """a's shape as a tuple; () for a Python number."""
+    return tuple(getattr(a, "shape", ()))
+
+
 def _swap_last(x):
     """x with its last two axes swapped."""
     axes = list(range(x.ndim))
@@ -15,7 +20,7 @@ class MatMul(Function):
     op_name = "matmul"
 
     def forward(self, x, W):
-        if not x.ndim or not W.ndim:
+        if not getattr(x, "ndim", 0) or not getattr(W, "ndim", 0):  # a Python number: 0-d
             raise ValueError("matmul needs inputs of at least one dimension; use mul for scalars")
         k = W.shape[-2] if W.ndim > 1 else W.shape[0]
         if x.shape[-1] != k:
@@ -47,9 +52,10 @@ class Linear(Function):
     op_name = "linear"
 
     def forward(self, x, W, b=None):
-        if x.ndim != 2 or W.ndim != 2:
-            raise ValueError(f"x must be 2-d (batch, in) and W 2-d (in, out); got x "
-                             f"{tuple(x.shape)} and W {tuple(W.shape)} (reshape x, e.g. flatten)")
+        # x or W may be a Python number (a NumPy scalar input becomes one): 0-d
+        if getattr(x, "ndim", 0) != 2 or getattr(W, "ndim", 0) != 2:
+            raise ValueError(f"x must be 2-d (batch, in) and W 2-d (in, out); got x {_shape(x)} "
+                             f"and W {_shape(W)} (reshape x, e.g. flatten)")
         if x.shape[1] != W.shape[0]:
             raise ValueError(f"x {tuple(x.shape)} and W {tuple(W.shape)} do not match: "
                              f"x.shape[1] ({x.shape[1]}) must equal W.shape[0] ({W.shape[0]})")
@@ -57,7 +63,7 @@ class Linear(Function):
         if b is None:
             return y
         out = (x.shape[0], W.shape[1])
-        shape = tuple(getattr(b, "shape", ()))  # b may be a Python number
+        shape = _shape(b)  # b may be a Python number
         if len(shape) > 2 or any(n not in (1, m) for n, m in zip(shape[::-1], out[::-1])):
             raise ValueError(f"b {shape} does not broadcast to the output {out}; "
                              f"use shape ({W.shape[1]},)")

@@ -5,8 +5,15 @@ generator (gradcore.manual_seed repeats them). Returns the Parameter.
 Fans follow gradcore's layouts: a Linear weight W is (in, out), as in DeZero (PyTorch's is
 (out, in)), so fan_in is its first axis; a convolution's W is (out channels, in channels,
 kh, kw), so fan_in = in channels * kh * kw and fan_out = out channels * kh * kw.
+
+Numeric arguments are taken as Python floats (a NumPy scalar or a 0-d array of a real number is
+one; a bool is refused), so a fill computes in the Parameter's dtype: under NumPy 2 float32 data
+times np.float64(2) would be float64.
 """
 import math
+import numbers
+
+import backends
 
 __all__ = ["zeros_", "ones_", "constant_", "normal_", "uniform_", "xavier_uniform_",
            "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_",
@@ -21,14 +28,40 @@ def _data(p, where):
     return p.data
 
 
+def _number(value, name, where):
+    """`value`, a real number (Python's, NumPy's, or a 0-d array of one), as a Python float."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, numbers.Number) and getattr(value, "ndim", None) == 0:
+        backend = backends.backend_of(value)
+        if backend is not None and backend.xp.isdtype(value.dtype, ("integral", "real floating")):
+            return float(value)
+    shape = getattr(value, "shape", ())
+    got = f"an array of shape {tuple(shape)}" if shape else repr(value)
+    raise TypeError(f"{where}: {name} must be a real number, got {got} ({type(value).__name__})")
+
+
 def _fill(p, array):
+    """p with data `array` in p's dtype: every fill computes in it already (its arguments are
+    Python floats), and this cast keeps any that did not from changing the parameter."""
+    dtype = p.data.dtype
+    if array.dtype != dtype:
+        array = p.backend.asarray(array, dtype=dtype, device=p.device)
     p.data = array
     return p
 
 
+def _floating(p, where):
+    """p's data, refused unless floating-point: a random fill of integers would be truncated."""
+    data = _data(p, where)
+    if not p.xp.isdtype(data.dtype, "real floating"):
+        raise TypeError(f"{where}: needs a floating-point parameter, got dtype {data.dtype}")
+    return data
+
+
 def _draw(p, kind, where):
     """Samples shaped, typed and placed like p, uniform in [0, 1) or standard normal."""
-    data = _data(p, where)
+    data = _floating(p, where)
     backend, device = p.backend, p.device
     with backend.device_context(device):
         draw = backend.random_uniform if kind == "uniform" else backend.random_normal
@@ -37,9 +70,14 @@ def _draw(p, kind, where):
 
 def constant_(p, value):
     """Every entry `value`."""
+    value = _number(value, "value", "constant_")
     data = _data(p, "constant_")
-    with p.backend.device_context(p.device):
-        return _fill(p, p.backend.zeros(tuple(data.shape), data.dtype, p.device) + value)
+    backend, device = p.backend, p.device
+    with backend.device_context(device):
+        # a 0-d array of p's dtype: rounded once (an integer parameter's truncated, as by
+        # PyTorch's fill_), then put in with no type promotion
+        fill = backend.asarray(value, dtype=data.dtype, device=device)
+        return _fill(p, backend.assign(backend.empty(tuple(data.shape), data.dtype, device), fill))
 
 
 def zeros_(p):
@@ -52,6 +90,7 @@ def ones_(p):
 
 def uniform_(p, a=0.0, b=1.0):
     """Uniform in [a, b)."""
+    a, b = _number(a, "a", "uniform_"), _number(b, "b", "uniform_")
     if not a < b:
         raise ValueError(f"uniform_: needs a < b, got a={a}, b={b}")
     return _fill(p, _draw(p, "uniform", "uniform_") * (b - a) + a)
@@ -59,6 +98,7 @@ def uniform_(p, a=0.0, b=1.0):
 
 def normal_(p, mean=0.0, std=1.0):
     """Normal with `mean` and `std`."""
+    mean, std = _number(mean, "mean", "normal_"), _number(std, "std", "normal_")
     if std < 0:
         raise ValueError(f"normal_: std must be >= 0, got {std}")
     return _fill(p, _draw(p, "normal", "normal_") * std + mean)
@@ -80,7 +120,7 @@ def calculate_gain(nonlinearity, param=None):
     gains = {"linear": 1.0, "conv1d": 1.0, "conv2d": 1.0, "sigmoid": 1.0, "tanh": 5.0 / 3,
              "relu": math.sqrt(2.0), "selu": 3.0 / 4}
     if nonlinearity == "leaky_relu":
-        slope = 0.01 if param is None else float(param)
+        slope = 0.01 if param is None else _number(param, "param", "calculate_gain")
         return math.sqrt(2.0 / (1 + slope ** 2))
     if nonlinearity not in gains:
         raise ValueError(f"calculate_gain: unknown nonlinearity {nonlinearity!r}; known: "
@@ -90,6 +130,7 @@ def calculate_gain(nonlinearity, param=None):
 
 def xavier_uniform_(p, gain=1.0):
     """Glorot's uniform: bound gain * sqrt(6 / (fan_in + fan_out))."""
+    gain = _number(gain, "gain", "xavier_uniform_")
     fan_in, fan_out = _fans(_data(p, "xavier_uniform_").shape, "xavier_uniform_")
     bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
     return uniform_(p, -bound, bound)
@@ -97,6 +138,7 @@ def xavier_uniform_(p, gain=1.0):
 
 def xavier_normal_(p, gain=1.0):
     """Glorot's normal: std gain * sqrt(2 / (fan_in + fan_out))."""
+    gain = _number(gain, "gain", "xavier_normal_")
     fan_in, fan_out = _fans(_data(p, "xavier_normal_").shape, "xavier_normal_")
     return normal_(p, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)))
 
@@ -105,7 +147,7 @@ def _kaiming_std(p, a, mode, nonlinearity, where):
     if mode not in ("fan_in", "fan_out"):
         raise ValueError(f"{where}: mode must be 'fan_in' or 'fan_out', got {mode!r}")
     fan_in, fan_out = _fans(_data(p, where).shape, where)
-    gain = calculate_gain(nonlinearity, a)
+    gain = calculate_gain(nonlinearity, _number(a, "a", where))
     return gain / math.sqrt(fan_in if mode == "fan_in" else fan_out)
 
 
@@ -123,7 +165,8 @@ def kaiming_normal_(p, a=0.0, mode="fan_in", nonlinearity="leaky_relu"):
 def orthogonal_(p, gain=1.0):
     """A (semi-)orthogonal matrix from the QR decomposition of a normal one, the weight seen as
     (first axis, the rest flattened), times `gain`."""
-    data = _data(p, "orthogonal_")
+    gain = _number(gain, "gain", "orthogonal_")
+    data = _floating(p, "orthogonal_")
     if data.ndim < 2:
         raise ValueError(f"orthogonal_: needs 2 or more axes, got shape {tuple(data.shape)}")
     xp, backend, device = p.xp, p.backend, p.device

@@ -21,10 +21,13 @@ class Adam(Optimizer):
     DeZero it is counted before the hooks run, so they see this step's t and lr (and it is taken
     back if they drop every gradient).
 
-    eps is added to sqrt(v) before the bias correction, as in DeZero; PyTorch adds it after
-    (m_hat / (sqrt(v_hat) + eps)), so here it weighs 1 / sqrt(1 - beta2**t) times more (about
-    32 times at t=1 with beta2=0.999, fading as t grows). Negligible at the default eps=1e-8;
-    with a large eps the steps differ from PyTorch's (about 2e-3 relative at eps=1e-3).
+    eps is added to sqrt(v) before the bias correction, as in DeZero; PyTorch adds it after:
+    m_hat / (sqrt(v_hat) + eps). A step here is PyTorch's with eps replaced by k * eps,
+    k = 1 / sqrt(1 - beta2**t) (beta2=0.999: 31.6 at t=1, 10 at t=10, 3.2 at t=100, 1.26 at
+    t=1000), so it is shorter by the fraction (k - 1) * eps / (sqrt(v_hat) + k * eps), where
+    sqrt(v_hat) is the gradient's size |g| at t=1 and about it later. At t=1: 0.3% where
+    eps = 1e-4 |g|, 3% where eps = 1e-3 |g| (eps=1e-3, |g| = 1), 23% where eps = 1e-2 |g|,
+    74% where eps = 0.1 |g| (the default eps=1e-8, |g| = 1e-7).
 
     State per parameter: "m", "v" (arrays) and the count "step".
     """

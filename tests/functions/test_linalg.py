@@ -83,3 +83,24 @@ def test_linear_algebra_rejects_mismatched_shapes(xp, op, shapes, message):
     with pytest.raises(ValueError, match=message):
         op(*xs)
     assert all(x.creator is None and x.grad is None for x in xs)
+
+
+@pytest.mark.parametrize("number", [np.float32(2.0), np.float64(2.0), np.int64(2), 2.0, 2],
+                         ids=["np.float32", "np.float64", "np.int64", "float", "int"])
+def test_a_number_for_x_or_W_gets_the_0d_error(xp, number):
+    # a NumPy scalar reaches forward as a Python number: the same error as a 0-d array
+    W = gradcore.Variable(xp.asarray(np.ones((1, 3), dtype=np.float32)))
+    zero_d = gradcore.Variable(xp.asarray(np.array(2.0, dtype=np.float32)))
+    got_x = (r"linear: x must be 2-d \(batch, in\) and W 2-d \(in, out\); got x \(\) and W "
+             r"\(1, 3\) \(reshape x, e.g. flatten\)")
+    for x in (zero_d, number):
+        with pytest.raises(ValueError, match=got_x):
+            F.linear(x, W)
+    with pytest.raises(ValueError, match=got_x):
+        gradcore.nn.Linear(1, 3)(number)
+    with pytest.raises(ValueError, match=r"linear: x must be 2-d .*; got x \(1, 3\) and W \(\)"):
+        F.linear(W, number)
+    for args in ((number, W), (W, number)):
+        with pytest.raises(ValueError, match="matmul: matmul needs inputs of at least one "
+                           "dimension; use mul for scalars"):
+            F.matmul(*args)

@@ -74,3 +74,85 @@ def test_fans_follow_gradcores_layouts_and_errors_say_what_to_do():
         init.xavier_uniform_(parameter(np, (4,)))
     with pytest.raises(ValueError, match="unknown nonlinearity 'swish'"):
         init.calculate_gain("swish")
+
+
+# every numeric argument of every fill, as fill(p, v)
+FILLS = {
+    "constant_": lambda p, v: init.constant_(p, v),
+    "uniform_ a": lambda p, v: init.uniform_(p, v, 10.0),
+    "uniform_ b": lambda p, v: init.uniform_(p, -10.0, v),
+    "normal_ mean": lambda p, v: init.normal_(p, mean=v),
+    "normal_ std": lambda p, v: init.normal_(p, std=v),
+    "xavier_uniform_": lambda p, v: init.xavier_uniform_(p, gain=v),
+    "xavier_normal_": lambda p, v: init.xavier_normal_(p, gain=v),
+    "kaiming_uniform_": lambda p, v: init.kaiming_uniform_(p, a=v),
+    "kaiming_normal_": lambda p, v: init.kaiming_normal_(p, a=v),
+    "orthogonal_": lambda p, v: init.orthogonal_(p, gain=v),
+}
+NUMBERS = {  # NumPy 2 would make float32 data times the first ones float64
+    "np.float64": lambda xp: np.float64(0.3), "np.sqrt": lambda xp: np.sqrt(2.0),
+    "np.float32": lambda xp: np.float32(0.3), "np.float16": lambda xp: np.float16(0.3),
+    "np.int64": lambda xp: np.int64(2), "0-d numpy": lambda xp: np.array(0.3),
+    "0-d of the backend": lambda xp: xp.asarray(0.3),
+}
+
+
+@pytest.mark.parametrize("fill", FILLS, ids=str)
+@pytest.mark.parametrize("number", NUMBERS, ids=str)
+def test_numpy_numbers_keep_the_parameters_dtype(xp2, fill, number):
+    v = NUMBERS[number](xp2)
+    p, q = parameter(xp2, (4, 3)), parameter(xp2, (4, 3))
+    gradcore.manual_seed(0)
+    FILLS[fill](p, v)
+    gradcore.manual_seed(0)
+    FILLS[fill](q, float(v))  # the Python float: the float32 computation
+    assert xp2.numpy(p.data).dtype == np.float32
+    np.testing.assert_array_equal(xp2.numpy(p.data), xp2.numpy(q.data))
+
+
+def test_numpy_numbers_give_the_float32_computations_values():
+    p = parameter(np, (4, 3))
+    init.constant_(p, np.float64(0.1))
+    np.testing.assert_array_equal(p.data, np.full((4, 3), np.float32(0.1)))
+    gradcore.manual_seed(0)
+    init.normal_(p, np.float64(0.1), np.sqrt(2.0))
+    gradcore.manual_seed(0)
+    draw = np.random.randn(4, 3).astype(np.float32)  # the backend's draw: host float64, cast
+    expected = draw * np.float32(np.sqrt(2.0)) + np.float32(0.1)
+    assert p.data.dtype == np.float32 and expected.dtype == np.float32
+    np.testing.assert_array_equal(p.data, expected)
+    assert init.calculate_gain("leaky_relu", np.float32(0.5)) == math.sqrt(2 / 1.25)
+
+
+@pytest.mark.parametrize("fill", FILLS, ids=str)
+@pytest.mark.parametrize("bad", [True, np.True_, np.array(True), "0.5", 1j, np.ones(2)],
+                         ids=["True", "np.True_", "0-d bool", "str", "complex", "1-d"])
+def test_fills_refuse_what_is_not_a_real_number(fill, bad):
+    p = parameter(np, (4, 3))
+    function, _, argument = fill.partition(" ")
+    with pytest.raises(TypeError, match=fr"{function}: {argument or '[a-z]+'} must be a real "
+                       "number, got "):
+        FILLS[fill](p, bad)
+    assert not p.data.any() and p.version == 0
+    with pytest.raises(TypeError, match="calculate_gain: param must be a real number, got True"):
+        init.calculate_gain("leaky_relu", True)
+
+
+def test_integer_parameters_keep_their_dtype():
+    p = parameter(np, (2, 3), "int32")
+    init.constant_(p, 2.7)  # truncated, as by PyTorch's fill_
+    assert p.data.dtype == np.int32 and np.array_equal(p.data, np.full((2, 3), 2))
+    for name, fill in FILLS.items():
+        if name != "constant_":
+            with pytest.raises(TypeError, match="needs a floating-point parameter, got dtype "
+                               "int32"):
+                fill(p, 1.0)
+    assert np.array_equal(p.data, np.full((2, 3), 2))
+
+
+def test_a_fill_is_cast_to_the_parameters_dtype(xp2):
+    # the guard behind every fill: a float64 array stored into a float32 parameter is cast
+    p = parameter(xp2, (2, 2))
+    init._fill(p, xp2.asarray(np.full((2, 2), 0.1)))
+    assert xp2.numpy(p.data).dtype == np.float32
+    np.testing.assert_array_equal(xp2.numpy(p.data), np.full((2, 2), np.float32(0.1)))

@@ -1,5 +1,8 @@
 """Each optimizer's update rule: two steps computed by hand, convergence on a convex loss,
 both call styles, in-place updates that record no graph, float32 kept."""
+import math
+import re
+
 import numpy as np
 import pytest
 
@@ -282,3 +285,26 @@ def test_adam_counts_steps_as_pytorch(cls, theirs, hyper):
     for p, q in zip(ours, pytorchs):
         assert optimizer.param_counts(p)["step"] == int(reference.state[q]["step"])
         np.testing.assert_allclose(p.data, q.detach().numpy(), rtol=1e-8, atol=1e-10)
+
+
+def test_adam_docstring_states_the_cost_of_dezeros_eps():
+    # DeZero's eps sits before the bias correction: a first step is PyTorch's with eps replaced by
+    # k * eps, k = 1 / sqrt(1 - beta2). Each "P% where eps = r |g|" of the docstring, measured
+    torch = pytest.importorskip("torch")
+    quoted = re.findall(r"(\d+(?:\.\d+)?)% where eps = ([\d.e-]+) \|g\|",
+                        " ".join(Adam.__doc__.split()))
+    assert len(quoted) == 4
+    k = 1 / math.sqrt(1 - 0.999)
+    for percent, ratio in quoted:
+        for g in (1e-7, -3.0):
+            eps = float(ratio) * abs(g)
+            ours = gradcore.Parameter(np.zeros(1))
+            theirs = torch.zeros(1, dtype=torch.float64, requires_grad=True)
+            optimizer, reference = Adam([ours], eps=eps), torch.optim.Adam([theirs], eps=eps)
+            ours.grad = gradcore.Variable(np.array([g]))
+            theirs.grad = torch.tensor([g], dtype=torch.float64)
+            optimizer.step()
+            reference.step()
+            shorter = 1 - ours.data[0] / theirs.item()
+            assert shorter == pytest.approx((k - 1) * eps / (abs(g) + k * eps), rel=1e-9)
+            assert shorter == pytest.approx(float(percent) / 100, rel=0.05)
