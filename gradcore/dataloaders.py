@@ -198,8 +198,16 @@ class _Loop:
 
 class SeqDataLoader(DataLoader):
     """Batches of a time series for truncated BPTT: batch_size parallel streams, stream k
-    starting at k * (len(dataset) // batch_size); step i yields the example i of every stream.
-    Never shuffles. x and t have shape (batch_size, ...).
+    starting at k * jump, jump = len(dataset) // batch_size; step i (0 to max_iter - 1,
+    max_iter = ceil(len(dataset) / batch_size) as for DataLoader) yields example k * jump + i of
+    every stream k. Never shuffles. x and t have shape (batch_size, ...).
+
+    This is DeZero's formula, kept so that DeZero programs run unchanged. When batch_size
+    divides len(dataset), an epoch yields every example once. Otherwise each stream takes
+    jump + 1 steps and so runs into the next stream's first example: with n = len(dataset),
+    b = batch_size, an epoch yields examples jump, 2 * jump, ..., (b - 1) * jump twice and
+    never yields examples b * jump + 1 to n - 1 (none when b * jump = n - 1). 10 examples in
+    batches of 4: jump 2, examples 2, 4 and 6 twice, 9 never; in batches of 3: 3 and 6 twice.
     """
 
     def __init__(self, dataset, batch_size, device=None, *, gpu=False):

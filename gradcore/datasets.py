@@ -27,6 +27,18 @@ def _identity(x):
     return x
 
 
+class _Default:
+    """The `transform` a dataset class has when given none: its `default_transform()`, made
+    anew for each instance, so that changing one set's (train.transform.transforms.append)
+    changes no other. transform=None still means none, as in DeZero."""
+
+    def __repr__(self):
+        return "<the class's default_transform()>"
+
+
+_DEFAULT = _Default()
+
+
 def rows_of_arrays(dataset):
     """Whether dataset[i] is (transform(data[i]), target_transform(label[i])) on host arrays:
     the base Dataset's examples, which a batch or a share can take as rows of the arrays."""
@@ -248,11 +260,15 @@ class MNIST(Dataset):
     """MNIST: 28x28 handwritten digits, 60,000 for training and 10,000 for testing.
 
     Read from a local .npz holding x_train, y_train, x_test, y_test when `path` names one, or
-    when $GRADCORE_DATA/mnist.npz (else ~/.gradcore/mnist.npz) exists; else the four original
-    IDX files are downloaded once into that folder's mnist/ from the first mirror that has them,
-    each checked by its SHA-256 (gradcore.utils.download.fetch: resumable, atomic; offline, the
-    error says which files to put where). data (N, 1, 28, 28) uint8 and label (N,) int64; the
-    default transform, as in DeZero, flattens each image and scales it to float32 in [0, 1].
+    when $GRADCORE_DATA/mnist.npz (else ~/.gradcore/mnist.npz) exists; else the split's two
+    original IDX files (train-images and train-labels for train=True, t10k-images and
+    t10k-labels for train=False) are downloaded once into that folder's mnist/ from the first
+    mirror that has them, each checked by its SHA-256 (gradcore.utils.download.fetch:
+    resumable, atomic; offline, the error says which files to put where). The other split's
+    files are fetched when that split is first made: to use both offline, make both once
+    online. data (N, 1, 28, 28) uint8 and label (N,) int64; the default transform
+    (default_transform()), as in DeZero, flattens each image and scales it to float32 in
+    [0, 1]; transform=None gives the uint8 images as they are.
     """
 
     NAME = "mnist"  # the cache's subfolder, and the default .npz's name
@@ -271,11 +287,18 @@ class MNIST(Dataset):
             "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6",
     }
 
-    def __init__(self, train=True, transform=Compose([Flatten(), ToFloat(), Normalize(0.0, 255.0)]),
-                 target_transform=None, path=None, progress=None):
+    def __init__(self, train=True, transform=_DEFAULT, target_transform=None, path=None,
+                 progress=None):
         self.path = Path(path) if path is not None else None
         self.progress = progress
+        if transform is _DEFAULT:
+            transform = self.default_transform()
         super().__init__(train, transform, target_transform)
+
+    @staticmethod
+    def default_transform():
+        """DeZero's: each image flattened to 784 values, float32 in [0, 1]."""
+        return Compose([Flatten(), ToFloat(), Normalize(0.0, 255.0)])
 
     @staticmethod
     def labels():
@@ -385,8 +408,9 @@ class CIFAR10(Dataset):
     (else ~/.gradcore/cifar10), checked by its SHA-256 (resumable, atomic; offline, the error
     says which file to put where), and its batch files are read from the archive in memory:
     nothing is unpacked to disk, and the Python version (a pickle) is never used. data
-    (N, 3, 32, 32) uint8 and label (N,) int64; the default transform scales each image to
-    float32 in [0, 1] (DeZero's applies Normalize(0.5, 0.5) to the 0-255 values instead).
+    (N, 3, 32, 32) uint8 and label (N,) int64; the default transform (default_transform())
+    scales each image to float32 in [0, 1] (DeZero's applies Normalize(0.5, 0.5) to the 0-255
+    values instead); transform=None gives the uint8 images as they are.
     """
 
     URLS = ("https://www.cs.toronto.edu/~kriz/cifar-10-binary.tar.gz",)
@@ -395,10 +419,16 @@ class CIFAR10(Dataset):
     TRAIN = tuple(f"cifar-10-batches-bin/data_batch_{i}.bin" for i in range(1, 6))
     TEST = ("cifar-10-batches-bin/test_batch.bin",)
 
-    def __init__(self, train=True, transform=Compose([ToFloat(), Normalize(0.0, 255.0)]),
-                 target_transform=None, progress=None):
+    def __init__(self, train=True, transform=_DEFAULT, target_transform=None, progress=None):
         self.progress = progress
+        if transform is _DEFAULT:
+            transform = self.default_transform()
         super().__init__(train, transform, target_transform)
+
+    @staticmethod
+    def default_transform():
+        """Each image as float32 in [0, 1]."""
+        return Compose([ToFloat(), Normalize(0.0, 255.0)])
 
     @staticmethod
     def labels():

@@ -1,4 +1,6 @@
 """gradcore.dataloaders: DataLoader and SeqDataLoader batches, order, shuffling, devices."""
+import collections
+
 import numpy as np
 import pytest
 
@@ -243,6 +245,18 @@ def test_seq_loader_streams():
     assert [x.tolist() for x, _ in batches] == [[0, 3, 6], [1, 4, 7], [2, 5, 8], [3, 6, 9]]
     assert [t.tolist() for _, t in batches][0] == [100, 103, 106]
     assert loader.iteration == 0
+
+
+@pytest.mark.parametrize("n, batch_size, twice, never", [
+    (10, 4, [2, 4, 6], [9]), (10, 3, [3, 6], []), (11, 3, [3, 6], [10]), (12, 4, [], [])])
+def test_seq_loader_epoch_repeats_where_streams_meet_and_skips_the_tail(n, batch_size, twice,
+                                                                        never):
+    counts = collections.Counter(int(i) for x, _ in epoch(SeqDataLoader(Counting(n), batch_size))
+                                 for i in x)
+    assert sorted(i for i, c in counts.items() if c == 2) == twice  # DeZero's, as documented
+    assert sorted(set(range(n)) - set(counts)) == never and max(counts.values()) <= 2
+    doc = SeqDataLoader.__doc__
+    assert "twice" in doc and "never yields examples b * jump + 1 to n - 1" in doc
 
 
 def test_seq_loader_follows_sin_curve():

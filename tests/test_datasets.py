@@ -15,6 +15,7 @@ import pytest
 import gradcore
 from gradcore.datasets import (CIFAR10, MNIST, Dataset, FashionMNIST, Shapes, SinCurve, Spiral,
                                get_spiral)
+from gradcore.utils.download import cache_folder, fetch
 
 
 # =============================================================================== Dataset base
@@ -301,6 +302,49 @@ def test_idx_sets_download_their_files_once(cls, tmp_path, monkeypatch):
     assert sorted(p.name for p in (tmp_path / "cache" / cls.NAME).iterdir()) == sorted(files)
 
 
+def test_an_idx_set_downloads_the_two_files_of_its_split(tmp_path, monkeypatch):
+    served_folder = tmp_path / "served"
+    served_folder.mkdir()
+    for prefix, n in (("train", 4), ("t10k", 2)):
+        idx_gz(served_folder / f"{prefix}-images-idx3-ubyte.gz", np.zeros((n, 28, 28)), 2051)
+        idx_gz(served_folder / f"{prefix}-labels-idx1-ubyte.gz", np.arange(n), 2049)
+    monkeypatch.setenv("GRADCORE_DATA", str(tmp_path / "cache"))
+    with served(served_folder) as url:
+        class Served(MNIST):
+            MIRRORS = (url,)
+            FILES = sha256s(served_folder)
+
+        assert len(Served(progress=False)) == 4
+        cached = sorted(p.name for p in (tmp_path / "cache" / "mnist").iterdir())
+        assert cached == ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"]
+        assert len(Served(train=False, progress=False)) == 2  # the test split's, when made
+    assert len(list((tmp_path / "cache" / "mnist").iterdir())) == 4
+
+
+def test_each_instance_has_a_default_transform_of_its_own(tmp_path, monkeypatch):
+    write_mnist(tmp_path / "mnist.npz")
+    train = MNIST(path=tmp_path / "mnist.npz")
+    test = MNIST(train=False, path=tmp_path / "mnist.npz")
+    before = test[0][0].copy()
+    train.transform.transforms.append(lambda x: x + 0.5)  # a train-only augmentation
+    np.testing.assert_array_equal(test[0][0], before)
+    assert train.transform is not test.transform and train[0][0].max() >= 0.5
+    assert MNIST(train=False, transform=None, path=tmp_path / "mnist.npz")[0][0].dtype == np.uint8
+
+    cifar_tar(tmp_path / "cifar.tar.gz", cifar_batches(np.random.default_rng(0)))
+    (tmp_path / "cifar10").mkdir()
+    (tmp_path / "cifar.tar.gz").rename(tmp_path / "cifar10" / CIFAR10.FILE)
+    monkeypatch.setenv("GRADCORE_DATA", str(tmp_path))
+
+    class Cached(CIFAR10):
+        URLS = ()
+        SHA256 = sha256s(tmp_path / "cifar10")[CIFAR10.FILE]
+
+    first, second = Cached(progress=False), Cached(train=False, progress=False)
+    assert first.transform is not second.transform
+    assert second[0][0].dtype == np.float32 and second[0][0].max() <= 1.0
+
+
 def test_fashion_mnist_labels():
     assert FashionMNIST.labels()[0] == "T-shirt/top" and FashionMNIST.labels()[9] == "Ankle boot"
 
@@ -496,6 +540,32 @@ def test_offline_mnist_names_every_file_and_the_npz(tmp_path, monkeypatch):
     assert f"one {tmp_path / 'mnist.npz'} holding the arrays x_train" in message
     # GRADCORE_DATA names the folder above mnist/, not the one holding the file
     assert "set GRADCORE_DATA to a folder holding it as mnist/t10k-images-idx3-ubyte.gz" in message
+
+
+# =============================================================================== the cache
+def test_gradcore_data_with_a_tilde_is_under_the_home_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("GRADCORE_DATA", "~/data")  # as a quoted shell profile line leaves it
+    monkeypatch.chdir(tmp_path)  # a literal "~" would be a folder here
+    (tmp_path / "data").mkdir()
+    write_mnist(tmp_path / "data" / "mnist.npz")
+    offline = type("Offline", (MNIST,), {"MIRRORS": ("http://127.0.0.1:1/",)})
+    assert len(offline()) == 5
+    assert cache_folder() == tmp_path / "data"
+    monkeypatch.setenv("GRADCORE_DATA", "relative")  # taken from the current folder, now
+    assert cache_folder() == tmp_path / "relative" and cache_folder().is_absolute()
+
+
+def test_fetch_takes_one_url_as_a_string(tmp_path):
+    (tmp_path / "served").mkdir()
+    (tmp_path / "served" / "a.bin").write_bytes(b"abc")
+    digest = hashlib.sha256(b"abc").hexdigest()
+    with served(tmp_path / "served") as url:
+        path = fetch("a.bin", url + "a.bin", digest, folder=tmp_path / "cache", progress=False)
+    assert path.read_bytes() == b"abc"
+    with pytest.raises(TypeError, match=r"fetch\('b.bin'\): urls must be a str URL or a list of "
+                       r"them, got bytes"):
+        fetch("b.bin", b"http://127.0.0.1:1/b.bin", digest, folder=tmp_path, progress=False)
 
 
 # =============================================================================== docstrings

@@ -16,7 +16,7 @@ import backends
 from ..config import test_mode
 from .. import variable as _variables
 from ..utils import plot_dot_graph
-from ..utils.download import _checked_sha256, cache_folder, fetch, sha256_of
+from ..utils.download import _checked_sha256, cache_folder, fetch, sha256_of_file
 from ..variable import Parameter, Variable
 from .checkpoint import (FORMAT_KEY, FORMAT_VERSION, CheckpointError, _checkpoint_path,
                          _open_checkpoint, _read_arrays, _read_headers, _write_atomically)
@@ -402,25 +402,29 @@ class Module:
         parameter's must then be floating point).
 
         `strict`: names missing from `state` or not in the model are errors; with strict=False
-        they are skipped and returned as IncompatibleKeys(missing_keys, unexpected_keys).
-        Values must be real numbers that convert within their kind (float64 into float32 does,
-        floats into an integer buffer do not). Errors (all of them listed in one ValueError) are
-        raised before anything changes.
+        they are skipped and returned as IncompatibleKeys(missing_keys, unexpected_keys). The
+        format marker of a file `save` wrote is skipped, so numpy.load(path) of one will do.
+        Values must be real numbers that convert within their kind (float64 into float32 does;
+        floats into an integer buffer, and integers or booleans into a floating one, do not)
+        and that the model's dtype holds (300 does not fit int8, 1e5 is inf in float16).
+        Errors (all of them listed in one ValueError) are raised before anything changes.
         """
         if not isinstance(state, collections.abc.Mapping):
             raise TypeError(f"load_state_dict expects a mapping name -> array (e.g. from "
                             f"state_dict()), got {type(state).__name__}")
         entries = self._named_entries("load_state_dict")
+        known = {name for name, _, _, _ in entries}
+        names = dict.fromkeys(name for name in state if name != FORMAT_KEY or name in known)
         hosts = {}
         unreadable = []
         for name, _, _, _ in entries:
-            if name in state:
+            if name in names:
                 try:
                     hosts[name] = _host_array(state[name])
                 except (TypeError, ValueError) as e:
                     unreadable.append(f"{name}: {e}")
         specs = {name: (host.shape, host.dtype) for name, host in hosts.items()}
-        problems, missing, unexpected = self._compare(state, specs, strict, "the state")
+        problems, missing, unexpected = self._compare(names, specs, strict, "the state", hosts)
         if problems or unreadable:
             raise ValueError(f"load_state_dict into {type(self).__name__}: "
                              + "; ".join(problems + unreadable) + ". Nothing was loaded.")
@@ -440,10 +444,12 @@ class Module:
             v.data = data
         return IncompatibleKeys(missing, unexpected)
 
-    def _compare(self, names, specs, strict, source):
+    def _compare(self, names, specs, strict, source, arrays=None):
         """Check arrays against this model before any is loaded: `names` are every name `source`
-        ("the state", "the file") holds, `specs` name -> (shape, NumPy dtype) those to compare.
-        Returns (problems as phrases, missing names, unexpected names)."""
+        ("the state", "the file") holds, `specs` name -> (shape, NumPy dtype) those to compare,
+        and `arrays` name -> NumPy array their values, once read (None: not yet), checked to fit
+        the dtypes they load into. Returns (problems as phrases, missing names, unexpected
+        names)."""
         entries = self._named_entries("load")
         known = {name for name, _, _, _ in entries}
         missing = [name for name, _, _, _ in entries if name not in names]
@@ -455,7 +461,8 @@ class Module:
             problems.append(f"not in the model: {', '.join(map(str, unexpected))}")
         for name, owner, _, v in entries:
             if name in specs:
-                problem = _mismatch(*specs[name], v, owner, source)
+                problem = _mismatch(*specs[name], v, owner, source,
+                                    None if arrays is None else arrays[name])
                 if problem:
                     problems.append(f"{name}: {problem}")
         problems += _lazy_shape_problems(self, entries, specs, source)
@@ -497,7 +504,7 @@ class Module:
             raise ValueError(f"save: a parameter is named {FORMAT_KEY!r}, the name reserved for "
                              "the checkpoint marker; rename it")
         arrays[FORMAT_KEY] = numpy.asarray(FORMAT_VERSION)
-        path = os.fspath(path)
+        path = os.fsdecode(path)  # bytes too, as load takes them
         if not path.endswith(".npz"):
             path += ".npz"
         _write_atomically(path, arrays)
@@ -528,22 +535,24 @@ class Module:
         file raises FileNotFoundError. On any error the model is left unchanged."""
         sha256 = _checked_sha256(sha256)
         if _is_url(path):
-            path = _fetched(path, sha256, progress)
+            path, pinned = _fetched(path, sha256, progress), None  # fetch checked the SHA-256
         else:
-            path = _checkpoint_path(path)
-            if sha256 is not None:
-                found = sha256_of(path)
-                if found != sha256:
-                    raise CheckpointError(f"{path}: its SHA-256 is {found}, not {sha256}: a "
-                                          "different or damaged file. Nothing was loaded.")
+            path, pinned = _checkpoint_path(path), sha256
         with _open_checkpoint(path) as (archive, size):
+            if pinned is not None:
+                # hashed through the handle the archive is read from (ZipFile.fp), not by name
+                # again: a checkpoint saved over `path` meanwhile (an atomic rename) is a new
+                # file, and this handle still reads the one whose SHA-256 this is
+                found = sha256_of_file(archive.fp)
+                if found != pinned:
+                    raise CheckpointError(f"{path}: its SHA-256 is {found}, not {pinned}: a "
+                                          "different or damaged file. Nothing was loaded.")
             headers = _read_headers(path, archive, size)
             specs = {name: (header.shape, header.dtype) for name, header in headers.items()}
-            problems, _, _ = self._compare(headers, specs, strict, "the file")
-            if problems:
-                raise CheckpointError(f"{path} does not match {type(self).__name__}: "
-                                      + "; ".join(problems) + ". Nothing was loaded.")
+            _refuse(path, self, self._compare(headers, specs, strict, "the file")[0])
             arrays = _read_arrays(path, archive, headers)
+        # the values, now read, against the dtypes they load into (300 does not fit int8)
+        _refuse(path, self, self._compare(headers, specs, strict, "the file", arrays)[0])
         return self.load_state_dict(arrays, strict=strict)
 
     save_weights = save  # DeZero's names
@@ -634,6 +643,14 @@ def _check_name(module, name, where):
         raise ValueError(f"{where} '' on {type(module).__name__}: the name is empty; give it one")
 
 
+def _refuse(path, model, problems):
+    """Raise CheckpointError for the checkpoint at `path` listing `problems` (phrases from
+    Module._compare) when there are any."""
+    if problems:
+        raise CheckpointError(f"{path} does not match {type(model).__name__}: "
+                              + "; ".join(problems) + ". Nothing was loaded.")
+
+
 def _is_url(path):
     return isinstance(path, str) and path[:8].lower().startswith(("http://", "https://"))
 
@@ -710,9 +727,10 @@ def _lazy_dtype(owner):
     return declared.name if isinstance(declared, numpy.dtype) else None
 
 
-def _mismatch(shape, dtype, v, owner, source):
+def _mismatch(shape, dtype, v, owner, source, values=None):
     """Why values of `shape` and NumPy `dtype` from `source` cannot go into the Variable `v` of
-    `owner` (None if they can)."""
+    `owner` (None if they can); `values`, the NumPy array itself when read, is checked to fit
+    the dtype it is cast to."""
     if dtype.kind not in "biuf":
         return f"holds {dtype} values, not real numbers (bool, integer or floating point)"
     if v.data is None:  # lazy: the dtype of _lazy_dtype; its shape against Module._shapes
@@ -726,10 +744,42 @@ def _mismatch(shape, dtype, v, owner, source):
         if tuple(shape) != tuple(v.shape):
             return f"shape {tuple(shape)} in {source}, {tuple(v.shape)} in the model"
         target = _numpy_dtype(v.dtype)
-    if target is not None and not numpy.can_cast(dtype, target, "same_kind"):
+    if target is None:
+        return None
+    if target.kind == "f" and dtype.kind != "f":  # same_kind casting would take them
+        return (f"holds {dtype} values in {source} where the model's {target} takes floating "
+                "point ones: integers and booleans are not loaded as floats (a weight saved as "
+                "integer codes, or labels under a weight's name?); convert them first "
+                f"(.astype('{target}')) if they are the weights")
+    if not numpy.can_cast(dtype, target, "same_kind"):
         return (f"{dtype} in {source} does not convert to the model's {target} within its kind "
                 "(same_kind casting); convert the values first")
-    return None
+    return None if values is None else _unfit(values, target, source)
+
+
+def _unfit(values, target, source):
+    """Why the NumPy array `values` from `source` does not fit the dtype `target` of its own
+    kind that it is cast to (an integer out of its range would wrap, 300 into int8 giving 44; a
+    finite float past its largest would become inf), naming the first such value; None if every
+    value fits."""
+    if values.size == 0 or numpy.can_cast(values.dtype, target, "safe"):
+        return None  # a widening cast: every value fits
+    if target.kind == "f":
+        with numpy.errstate(over="ignore"):
+            unfit = numpy.isfinite(values) & ~numpy.isfinite(values.astype(target))
+        holds = f"finite values up to {numpy.finfo(target).max} in magnitude"
+    else:
+        info = numpy.iinfo(target)
+        unfit = (values < info.min) | (values > info.max)
+        holds = f"{info.min} to {info.max}"
+    count = int(numpy.count_nonzero(unfit))
+    if not count:
+        return None
+    value = values[unfit].flat[0]
+    more = f" (and {count - 1} more)" if count > 1 else ""
+    return (f"{values.dtype} value {value} in {source}{more} does not fit the model's {target} "
+            f"({holds}); clip or rescale the values first, or give the model a dtype that "
+            "holds them")
 
 
 def _shown(shape):

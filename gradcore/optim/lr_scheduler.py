@@ -28,7 +28,10 @@ takes effect over about 1 / (1 - momentum) steps, where PyTorch's SGD applies it
 MomentumSGD). ReduceLROnPlateau follows a metric and keeps its best value and counters.
 """
 import bisect
+import copy
 import math
+
+import numpy
 
 from .. import variable as _variables
 from .hyperparameters import as_integer, checked_hyperparameter
@@ -175,24 +178,30 @@ class LRScheduler:
         changed it (LinearLR's start_factor), and a step size set by hand stays set, as when
         the run goes on uninterrupted (and as PyTorch resumes). Several schedules on one
         optimizer load in any order. A state_dict from an older gradcore, without it: the step
-        size this schedule set last."""
+        size this schedule set last. A state read back through numpy.savez / numpy.load (0-d
+        arrays) or JSON will do. Everything is checked before anything changes: a state that
+        another kind of schedule saved, or one for another step size (lr, alpha), is refused
+        and this schedule left as it was."""
         where = f"{type(self).__name__}.load_state_dict"
-        unknown = set(state) - set(self.state_dict())
-        if unknown:
-            raise KeyError(f"{where}: unknown keys {sorted(unknown)}; was this saved by another "
-                           "scheduler?")
-        state = dict(state)
+        state = _checked_state(self, state, where, optional=("optimizer_lr", "last_lr"))
         lr = state.pop("optimizer_lr", None)
-        if lr is not None:  # checked before anything changes
+        if lr is not None:
             lr = checked_hyperparameter(where, "optimizer_lr", lr, rule="lr")
-        self.__dict__.update(state)
+        trial = copy.copy(self)  # the state tried on a copy: a refused one changes nothing
+        trial.__dict__.update(state)
         if state.get("last_lr") is None:  # saved by an older gradcore: the closed form
-            self.last_lr = self.rate(self.last_epoch)
-        self._restore(self.last_lr if lr is None else lr)
+            trial.last_lr = trial.rate(trial.last_epoch)
+        restored = trial._restored(trial.last_lr if lr is None else lr)
+        for name, value in restored.items():
+            checked_hyperparameter(where, name, value)
+        self.__dict__.update(trial.__dict__)
+        for name, value in restored.items():
+            setattr(self.optimizer, name, value)
 
-    def _restore(self, lr):
-        """Set the optimizer from the state just loaded: its step size to `lr`."""
-        setattr(self.optimizer, self.name, self._rounded_to_zero(lr))
+    def _restored(self, lr):
+        """The optimizer's hyperparameters that the state just loaded sets, name -> value: its
+        step size, to `lr`."""
+        return {self.name: self._rounded_to_zero(lr)}
 
 
 class StepLR(LRScheduler):
@@ -363,10 +372,11 @@ class OneCycleLR(LRScheduler):
         if self.momentum_name is not None:
             setattr(self.optimizer, self.momentum_name, self.momentum(self.last_epoch))
 
-    def _restore(self, lr):
-        super()._restore(lr)
+    def _restored(self, lr):
+        restored = super()._restored(lr)
         if self.momentum_name is not None:
-            setattr(self.optimizer, self.momentum_name, self.momentum(self.last_epoch))
+            restored[self.momentum_name] = self.momentum(self.last_epoch)
+        return restored
 
 
 class ReduceLROnPlateau:
@@ -423,11 +433,64 @@ class ReduceLROnPlateau:
         return {k: v for k, v in self.__dict__.items() if k != "optimizer"}
 
     def load_state_dict(self, state):
-        """Resume from `state_dict()` (the optimizer's step size is its own, saved with it)."""
-        unknown = set(state) - set(self.state_dict())
-        if unknown:
-            raise KeyError(f"ReduceLROnPlateau.load_state_dict: unknown keys {sorted(unknown)}")
-        self.__dict__.update(state)
+        """Resume from `state_dict()` (the optimizer's step size is its own, saved with it). A
+        state read back through numpy.savez / numpy.load or JSON will do; one that is refused
+        leaves this schedule as it was."""
+        self.__dict__.update(_checked_state(self, state, "ReduceLROnPlateau.load_state_dict"))
+
+
+def _checked_state(scheduler, state, where, optional=()):
+    """`state` (a state_dict) as the attributes it sets on `scheduler`, checked and converted
+    before any is set: every key is one of the scheduler's own and each of those is there (but
+    the `optional` ones, which older gradcores did not save, and may be None), `name` (the
+    optimizer's step size, lr or alpha) is the scheduler's, and each value has the type of the
+    scheduler's own (see _converted). KeyError or ValueError naming the key otherwise."""
+    own = scheduler.state_dict()
+    unknown, missing = set(state) - set(own), set(own) - set(state) - set(optional)
+    if unknown or missing:
+        listed = "; ".join(f"{what} keys {sorted(keys)}" for what, keys in
+                           (("unknown", unknown), ("missing", missing)) if keys)
+        raise KeyError(f"{where}: {listed}; was this saved by another kind of scheduler? Load "
+                       f"the state_dict() of a {type(scheduler).__name__}")
+    converted = {}
+    for key, value in state.items():
+        if key in optional and value is None:
+            converted[key] = None
+        elif key == "optimizer_lr":  # not an attribute: the caller checks it as a step size
+            converted[key] = value
+        else:
+            converted[key] = _converted(where, key, own[key], value)
+    if converted["name"] != scheduler.name:
+        raise ValueError(f"{where}: the state schedules the optimizer's {converted['name']!r}, "
+                         f"this {type(scheduler).__name__} its {scheduler.name!r}: it was saved "
+                         "for another kind of optimizer (Adam's family schedules alpha, the "
+                         "others lr); load it into a schedule of an optimizer of that kind")
+    return converted
+
+
+def _converted(where, key, like, value):
+    """`value` of `key` with the type of `like`, the scheduler's own value: a float, an int, a
+    list of ints (milestones), or a str or None. A NumPy value (numpy.load gives 0-d arrays)
+    becomes a Python number or str, a 1-d array a list. ValueError if it is not such a value."""
+    given = value
+    if isinstance(value, (numpy.ndarray, numpy.generic)):
+        value = value.tolist()
+    if isinstance(like, list):
+        kind = "a list of ints"
+        value = [as_integer(m) for m in value] if isinstance(value, (list, tuple)) else [None]
+        fits = None not in value
+    elif isinstance(like, int):
+        kind, value = "an int", as_integer(value)
+        fits = value is not None
+    elif isinstance(like, float):
+        kind = "a real number"
+        fits = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if fits else None
+    else:  # a str, or None where it may be one (OneCycleLR's momentum_name)
+        kind, fits = "a str or None", value is None or isinstance(value, str)
+    if not fits:
+        raise ValueError(f"{where}: {key} must be {kind}, got {type(given).__name__} {given!r}")
+    return value
 
 
 def _positive_int(name, value):

@@ -36,16 +36,27 @@ class DownloadError(OSError):
 
 
 def cache_folder():
-    """Where downloads go: $GRADCORE_DATA, else ~/.gradcore."""
-    return Path(os.environ.get("GRADCORE_DATA") or Path.home() / ".gradcore")
+    """Where downloads go: $GRADCORE_DATA, else ~/.gradcore, as an absolute path. A "~" in
+    GRADCORE_DATA is the home folder (a shell leaves it alone inside quotes), and a relative one
+    is taken from the current folder now, so that later downloads go to the same place."""
+    folder = os.environ.get("GRADCORE_DATA")
+    return Path(folder).expanduser().absolute() if folder else Path.home() / ".gradcore"
 
 
 def sha256_of(path):
     """The SHA-256 of the file at `path`, as 64 lower-case hex digits."""
-    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
+        return sha256_of_file(f)
+
+
+def sha256_of_file(f):
+    """The SHA-256 of what the binary file object `f` holds from its start, as 64 lower-case hex
+    digits: the bytes of the file it has open, even if its name now names another one. Leaves
+    `f` at its end."""
+    digest = hashlib.sha256()
+    f.seek(0)
+    for block in iter(lambda: f.read(1 << 20), b""):
+        digest.update(block)
     return digest.hexdigest()
 
 
@@ -65,7 +76,13 @@ def fetch(name, urls, sha256, folder=None, progress=None, timeout=30):
     """The path of `name` in the cache folder, downloaded from the first of `urls` that gives
     it with this `sha256` (64 hex digits, either case) if it is not there yet. `progress`: a
     stream for a progress line (stderr when None; False for none). Safe to call from several
-    processes at once: one downloads while the others wait for it."""
+    processes at once: one downloads while the others wait for it. `urls`: a list (or any
+    iterable) of URLs, or one URL as a str."""
+    if isinstance(urls, str):
+        urls = [urls]
+    elif isinstance(urls, (bytes, bytearray)):
+        raise TypeError(f"fetch({name!r}): urls must be a str URL or a list of them, got "
+                        f"{type(urls).__name__} {urls!r}; decode it first (urls.decode())")
     if sha256 is None:
         raise ValueError("fetch: sha256 must be the file's SHA-256 as 64 hex digits, not None")
     sha256 = _checked_sha256(sha256, "fetch")

@@ -145,7 +145,7 @@ def test_lazy_slots_take_the_layers_dtype_not_the_files(tmp_path):
     assert {str(a.dtype) for a in wide.state_dict().values()} == {"float64"}
 
     lazy = nn.Linear(2)
-    lazy.load_state_dict({"W": np.full((3, 2), 5.0, np.float32), "b": np.array([1, 2])})
+    lazy.load_state_dict({"W": np.full((3, 2), 5.0, np.float32), "b": np.array([1.0, 2.0])})
     assert lazy.b.dtype == np.float32 and lazy.b.data.tolist() == [1.0, 2.0]
 
 

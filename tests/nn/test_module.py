@@ -1,4 +1,5 @@
 """gradcore.nn.Module: registration and order, traversal, modes, hooks, devices, aliases."""
+import hashlib
 import warnings
 
 import numpy as np
@@ -9,6 +10,7 @@ import gradcore.functions as F
 import gradcore.nn as nn
 from conftest import DEVICE1, DEVICE2, STRICT
 from gradcore import Parameter, Variable
+from gradcore.utils import download
 
 
 class Block(nn.Module):
@@ -563,3 +565,108 @@ def test_a_parameter_or_module_assigned_over_a_buffer_takes_its_place_and_its_ki
     assert list(m.named_buffers()) == [] and list(m.named_children()) == [("steps", m.steps)]
     with pytest.raises(TypeError, match="holds a parameter"):
         m.count = Variable(np.ones(1))  # a parameter now: a plain Variable is refused
+
+
+# =============================================================================== loading values
+class Codes(nn.Module):
+    """An int8 buffer and a float16 parameter: dtypes narrower than most sources."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("codes", np.zeros(3, np.int8))
+        self.scale = Parameter(np.ones(2, np.float16))
+
+
+class Wide(nn.Module):
+    """Codes' names in int64 and float64, holding values Codes' dtypes cannot."""
+
+    def __init__(self, codes, scale):
+        super().__init__()
+        self.register_buffer("codes", np.array(codes, np.int64))
+        self.scale = Parameter(np.array(scale, np.float64))
+
+
+def test_values_that_do_not_fit_the_target_dtype_are_refused_before_any_load(tmp_path):
+    model = Codes()
+    with pytest.raises(ValueError, match=r"codes: int64 value 300 in the state \(and 1 more\) "
+                       r"does not fit the model's int8 \(-128 to 127\)"):
+        model.load_state_dict({"codes": np.array([1, 300, -200]), "scale": np.ones(2)})
+    with pytest.raises(ValueError, match=r"scale: float64 value 100000.0 in the state does not "
+                       r"fit the model's float16"):
+        model.load_state_dict({"codes": np.array([1, 2, 3]), "scale": np.array([1.0, 1e5])})
+    path = Wide([1, 300, -200], [1.0, 1e5]).save(tmp_path / "wide")
+    with pytest.raises(nn.CheckpointError, match=r"wide\.npz does not match Codes: codes: int64 "
+                       r"value 300 in the file .*; scale: float64 value 100000\.0 in the file"):
+        model.load(path)
+    assert model.codes.data.tolist() == [0, 0, 0] and model.scale.data.tolist() == [1.0, 1.0]
+    # values that fit load, narrowed; inf and nan stay what they are
+    model.load(Wide([1, 127, -128], [np.inf, 65504.0]).save(tmp_path / "fits"))
+    assert model.codes.data.tolist() == [1, 127, -128]
+    assert model.scale.data.tolist() == [np.inf, 65504.0]
+
+
+def test_integers_and_booleans_where_floats_belong_are_refused(tmp_path):
+    model = nn.Linear(2, in_size=2)
+    before = model.W.data.copy(), model.b.data.copy()
+    state = {"W": np.array([[1, 2], [3, 4]]), "b": np.array([True, False])}
+    with pytest.raises(ValueError, match=r"W: holds int64 values in the state where the model's "
+                       r"float32 takes floating point ones.*b: holds bool values"):
+        model.load_state_dict(state)
+    path = str(tmp_path / "ints.npz")
+    np.savez(path, **{nn.FORMAT_KEY: np.asarray(nn.FORMAT_VERSION)}, **state)
+    with pytest.raises(nn.CheckpointError, match=r"W: holds int64 values in the file"):
+        model.load(path)
+    np.testing.assert_array_equal(model.W.data, before[0])
+    np.testing.assert_array_equal(model.b.data, before[1])
+    lazy = nn.Linear(2)  # a lazy parameter of a layer's dtype (float32) too
+    with pytest.raises(ValueError, match=r"b: holds int64 values in the state"):
+        lazy.load_state_dict({"W": np.ones((3, 2), np.float32), "b": np.array([1, 2])})
+    assert lazy.W.data is None and lazy.b.data is None
+
+
+def test_load_with_a_sha256_reads_the_file_it_hashed(tmp_path, monkeypatch):
+    old, new = nn.Linear(2, in_size=2), nn.Linear(2, in_size=2)
+    old.W.data[...], new.W.data[...] = 1.0, 7.0
+    path = old.save(tmp_path / "ckpt")
+    with open(path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    sha256 = hashlib.sha256
+
+    class SavedOverOnceHashed:
+        """hashlib.sha256 whose digest, once taken, lets another process save over `path`."""
+
+        def __init__(self):
+            self.digest = sha256()
+
+        def update(self, data):
+            self.digest.update(data)
+
+        def hexdigest(self):
+            new.save(path)  # an atomic rename: a new file under the name
+            return self.digest.hexdigest()
+
+    monkeypatch.setattr(download.hashlib, "sha256", SavedOverOnceHashed)
+    model = nn.Linear(2, in_size=2)
+    model.load(path, sha256=digest)
+    assert model.W.data.tolist() == [[1.0, 1.0], [1.0, 1.0]]  # the file with this SHA-256
+
+
+def test_save_takes_a_bytes_path_as_load_does(tmp_path):
+    model = nn.Linear(2, in_size=2)
+    path = model.save(bytes(tmp_path / "ckpt"))
+    assert path == str(tmp_path / "ckpt.npz")
+    fresh = nn.Linear(2, in_size=2)
+    fresh.load(bytes(tmp_path / "ckpt"))
+    np.testing.assert_array_equal(fresh.W.data, model.W.data)
+
+
+def test_load_state_dict_takes_numpy_load_of_a_checkpoint(tmp_path):
+    model = nn.Linear(2, in_size=3)
+    path = model.save(tmp_path / "ckpt")
+    fresh = nn.Linear(2, in_size=3)
+    with np.load(path) as archive:
+        assert fresh.load_state_dict(archive) == ([], [])
+    np.testing.assert_array_equal(fresh.W.data, model.W.data)
+    with np.load(path) as archive:
+        skipped = nn.Linear(2).load_state_dict(archive, strict=False)
+    assert skipped == ([], [])

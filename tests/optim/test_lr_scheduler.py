@@ -493,3 +493,67 @@ def test_a_schedule_written_as_a_closed_form_only_still_works():
 
     opt = optim.SGD(lr=1.0).setup(nn.Linear(2, in_size=3))
     assert rates(Halving(opt), opt, "lr", 3) == [1.0, 0.5, 0.25, 0.125]
+
+
+def read_back_through_npz(state, tmp_path):
+    """`state` written with numpy.savez and read with numpy.load: every value an array."""
+    np.savez(tmp_path / "state.npz", **state)
+    with np.load(tmp_path / "state.npz") as f:
+        return {k: f[k] for k in f.files}
+
+
+@pytest.mark.parametrize("name", CHAINABLE)  # OneCycleLR on SGD saves momentum_name None
+def test_a_schedule_resumes_from_its_state_read_back_through_npz(name, tmp_path):
+    opt, first = trained_for(4, name)
+    opt2, second = trained_for(0, name)
+    second.load_state_dict(read_back_through_npz(first.state_dict(), tmp_path))
+    assert second.state_dict() == first.state_dict()
+    assert {k: type(v) for k, v in vars(second).items()} == {k: type(v) for k, v in
+                                                            vars(first).items()}
+    assert rates(second, opt2, "lr", 5) == rates(first, opt, "lr", 5)
+
+
+def test_reduce_on_plateau_resumes_from_its_state_read_back_through_npz(tmp_path):
+    opt = optim.SGD(nn.Linear(2, in_size=3).parameters(), lr=1.0)
+    first = sched.ReduceLROnPlateau(opt, factor=0.5, patience=0)
+    for metric in (3.0, 2.0, 2.0):
+        first.step(metric)
+    second = sched.ReduceLROnPlateau(optim.SGD(nn.Linear(2, in_size=3).parameters(), lr=1.0))
+    second.load_state_dict(read_back_through_npz(first.state_dict(), tmp_path))
+    assert second.state_dict() == first.state_dict() and type(second.best) is float
+
+
+def test_a_refused_state_leaves_the_schedule_as_it_was():
+    opt, scheduler = trained_for(4, "StepLR")
+    before, lr = dict(vars(scheduler)), opt.lr
+    _, exponential = trained_for(2, "ExponentialLR")
+    with pytest.raises(KeyError, match=r"missing keys \['step_size'\]; was this saved by "
+                       "another kind of scheduler"):
+        scheduler.load_state_dict(exponential.state_dict())
+    with pytest.raises(ValueError, match="the state schedules the optimizer's 'alpha'"):
+        scheduler.load_state_dict(dict(scheduler.state_dict(), name="alpha", last_epoch=9))
+    with pytest.raises(ValueError, match=r"step_size must be an int, got ndarray array\(2.5\)"):
+        scheduler.load_state_dict(dict(scheduler.state_dict(), step_size=np.asarray(2.5),
+                                       last_epoch=9))
+    plateau = sched.ReduceLROnPlateau(opt)
+    plateau_before = dict(vars(plateau))
+    with pytest.raises(ValueError, match="patience must be an int, got str 'x'"):
+        plateau.load_state_dict(dict(plateau.state_dict(), patience="x", best=1.0))
+    assert vars(scheduler) == before and opt.lr == lr and vars(plateau) == plateau_before
+
+
+def test_a_state_the_optimizer_refuses_changes_neither_it_nor_the_schedule():
+    opt, scheduler = trained_for(4, "StepLR")
+    before, lr = dict(vars(scheduler)), opt.lr
+    older = dict(scheduler.state_dict(), last_lr=-0.5, last_epoch=9)  # a step size below 0
+    del older["optimizer_lr"]
+    with pytest.raises(ValueError, match="lr must be a finite number >= 0, got -0.5"):
+        scheduler.load_state_dict(older)
+    assert vars(scheduler) == before and opt.lr == lr
+    momentum = optim.MomentumSGD(nn.Linear(2, in_size=3).parameters(), lr=0.1)
+    cycle = sched.OneCycleLR(momentum, **SCHEDULES["OneCycleLR"])
+    rates(cycle, momentum, "lr", 4)
+    before, lr, beta = dict(vars(cycle)), momentum.lr, momentum.momentum
+    with pytest.raises(ValueError, match=r"OneCycleLR: stepped 900 times for total_steps=301"):
+        cycle.load_state_dict(dict(cycle.state_dict(), last_epoch=900, optimizer_lr=0.3))
+    assert vars(cycle) == before and (momentum.lr, momentum.momentum) == (lr, beta)
