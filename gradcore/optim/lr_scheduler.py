@@ -302,7 +302,9 @@ class OneCycleLR(LRScheduler):
     """Up from max_lr / div_factor to max_lr over the first pct_start of total_steps, then down
     to max_lr / (div_factor * final_div_factor), along a cosine (or a line: anneal_strategy=
     "linear"). Stepped once per batch. Past total_steps it raises, as a schedule that ran out.
-    When pct_start * total_steps <= 1 there is no warm-up: the first step size is max_lr.
+    When pct_start * total_steps <= 1 there is no warm-up: the first step size is on the way
+    down already, just under max_lr (max_lr itself when pct_start * total_steps is 1), as in
+    PyTorch.
 
     With cycle_momentum (the default, as in PyTorch) the momentum goes the other way, from
     max_momentum down to base_momentum at the peak and back up: MomentumSGD's `momentum`, or
@@ -340,7 +342,9 @@ class OneCycleLR(LRScheduler):
 
     def _anneal(self, start, end, fraction):
         if self.anneal_strategy == "linear":
-            return start + (end - start) * fraction
+            # the step after the last batch goes past the end (fraction > 1): a line would
+            # overshoot it, below zero (PyTorch's), where a cosine comes back up
+            return start + (end - start) * min(fraction, 1.0)
         return end + (start - end) * (1 + math.cos(math.pi * fraction)) / 2
 
     def _phase(self, step):
@@ -400,10 +404,14 @@ class ReduceLROnPlateau:
         self.last_epoch = 0
 
     def _better(self, value):
-        if not math.isfinite(self.best):
-            return True
-        margin = self.best * self.threshold if self.threshold_mode == "rel" else self.threshold
-        return value < self.best - margin if self.mode == "min" else value > self.best + margin
+        # written as products with the best so far (not best - best * threshold): the first
+        # best is infinite, and inf - inf would be NaN; a NaN metric is never better
+        best, threshold = self.best, self.threshold
+        if self.mode == "min":
+            return value < (best * (1 - threshold) if self.threshold_mode == "rel"
+                            else best - threshold)
+        return value > (best * (1 + threshold) if self.threshold_mode == "rel"
+                        else best + threshold)
 
     def step(self, metric):
         """Take this evaluation's `metric` (a number, or a one-element Variable or array)."""

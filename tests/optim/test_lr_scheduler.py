@@ -182,6 +182,32 @@ def test_state_dict_resumes_the_schedule():
         second.load_state_dict({"milestones": [1]})
 
 
+def test_one_cycle_linear_ends_at_its_floor_after_the_last_batch():
+    """The step after the last batch (PyTorch allows it) goes past the end of the line: the step
+    size stays at the floor instead of going below zero, which the optimizer refuses."""
+    opt = optim.SGD(lr=0.1).setup(nn.Linear(2, in_size=3))
+    scheduler = sched.OneCycleLR(opt, max_lr=1.0, total_steps=40, anneal_strategy="linear")
+    seen = rates(scheduler, opt, "lr", 40)
+    peak = 0.3 * 40 - 1
+    line = [0.04 + (1 - 0.04) * k / peak if k <= peak else
+            1 + (4e-6 - 1) * (k - peak) / (39 - peak) for k in range(40)]
+    assert seen[:40] == pytest.approx(line, rel=1e-12)
+    assert seen[40] == pytest.approx(4e-6, rel=1e-12)
+
+
+@pytest.mark.parametrize("mode, first", [("min", math.nan), ("min", math.inf),
+                                         ("max", -math.inf), ("max", math.nan)])
+def test_reduce_on_plateau_counts_a_nan_or_infinite_first_metric_as_no_improvement(mode, first):
+    """As PyTorch's: NaN is never better, nor the infinity the best starts at."""
+    opt = optim.SGD(lr=0.1).setup(nn.Linear(2, in_size=3))
+    plateau = sched.ReduceLROnPlateau(opt, mode=mode, factor=0.5, patience=1)
+    seen = []
+    for metric in [first] + [math.nan] * 5:
+        plateau.step(metric)
+        seen.append(opt.lr)
+    assert seen == pytest.approx([0.1, 0.05, 0.05, 0.025, 0.025, 0.0125], rel=1e-12)
+
+
 def test_reduce_on_plateau():
     opt = optim.SGD(lr=1.0).setup(nn.Linear(2, in_size=3))
     plateau = sched.ReduceLROnPlateau(opt, factor=0.5, patience=2, cooldown=1, min_lr=0.2)
@@ -471,7 +497,8 @@ def test_one_cycle_momentum_goes_down_to_the_peak_and_back():
 
 
 @pytest.mark.parametrize("total_steps, pct_start", [(10, 0.1), (20, 0.05), (10, 0.05)])
-def test_one_cycle_with_a_warm_up_of_at_most_one_step_starts_at_max_lr(total_steps, pct_start):
+def test_one_cycle_with_a_warm_up_of_at_most_one_step_starts_at_or_under_max_lr(total_steps,
+                                                                              pct_start):
     opt = optim.MomentumSGD(nn.Linear(2, in_size=3).parameters(), lr=0.1)
     scheduler = sched.OneCycleLR(opt, max_lr=1.0, total_steps=total_steps, pct_start=pct_start)
     first_momentum = opt.momentum
