@@ -1387,12 +1387,20 @@ def test_the_globals_of_code_the_step_reaches_every_way_are_part_of_the_key(name
     assert compiled.stats()["recordings"] == 2 and compiled.stats()["replays"] == 2
 
 
-def test_an_optimizer_step_with_a_closure_replays_as_eagerly():
+class _OwnStepSGD(optim.SGD):
+    """An optimizer with a step(closure) of its own, wrapped as Optimizer.step is."""
+
+    def step(self, closure=None):
+        return super().step(closure)
+
+
+@pytest.mark.parametrize("kind", [optim.SGD, _OwnStepSGD], ids=["SGD", "its own step"])
+def test_an_optimizer_step_with_a_closure_replays_as_eagerly(kind):
     def make():
         gradcore.manual_seed(0)
         model = nn.Linear(3)
         model(gradcore.Variable(np.zeros((1, 4))))
-        opt = optim.SGD(model.params(), lr=0.1)
+        opt = kind(model.params(), lr=0.1)
 
         def step(x, t):
             def closure():

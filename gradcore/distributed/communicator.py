@@ -4,7 +4,8 @@ Every collective here is started non-blocking and waited for by `Communicator.wa
 polls: it returns when the requests complete, raises DistributedError when another rank has
 sent word that it failed (an exception no one caught: see `init`), and raises one when the
 deadline passes (a rank that died without word, or stopped calling the collectives). So a job
-ends with a message naming the failing rank instead of hanging.
+ends with a message naming the failing rank instead of hanging. Making the communicators waits
+so too (see `_meet`).
 
 Metadata (parameter names, random generator states) travels as JSON, never as pickles.
 """
@@ -18,6 +19,7 @@ __all__ = ["Communicator", "DistributedError", "init", "local_device"]
 
 DEFAULT_TIMEOUT = 300.0
 _FAILED = 7001  # the tag of a failure notice, on a communicator of its own
+_ARRIVED = 7002  # the tag of a rank's word to rank 0 that it reached dist.init
 
 
 class DistributedError(RuntimeError):
@@ -47,6 +49,9 @@ class Communicator:
         self.MPI = _import_mpi()
         self.timeout = _checked_timeout(timeout)
         self.backend = backend
+        # Dup and Split_type block until every rank calls them: first wait, with the deadline,
+        # for every rank to get here (one that failed before never will)
+        _meet(mpi_comm, self.MPI, self.timeout)
         # gradcore's own communicators: its messages never mix with the program's own MPI
         # traffic, and failure notices never mix with data
         self.mpi = mpi_comm.Dup()
@@ -182,7 +187,52 @@ def _encoded(obj):
     return numpy.frombuffer(json.dumps(obj).encode(), dtype=numpy.uint8).copy()
 
 
+def _meet(world, MPI, timeout):
+    """Return once every rank of `world` has called this (a barrier, non-blocking, waited for
+    with the deadline). Each rank also sends rank 0 word that it came, so that at the deadline
+    rank 0 names the ranks that did not; every rank then raises DistributedError."""
+    rank, size = world.Get_rank(), world.Get_size()
+    if size == 1:
+        return
+    # the only messages gradcore sends on the program's communicator (it has none of its own
+    # yet), on a tag of its own; every one is received here, none is left for the program
+    words = numpy.zeros(size, dtype=numpy.uint8)
+    if rank == 0:
+        requests = [world.Irecv(words[r:r + 1], source=r, tag=_ARRIVED) for r in range(1, size)]
+    else:
+        requests = [world.Isend(words[:1], dest=0, tag=_ARRIVED)]
+    barrier = world.Ibarrier()  # after the word: once it completes, every word was sent
+    # rank 0, which can name the missing ranks, raises first (the first rank that raises ends
+    # the job), the others a moment later
+    deadline = time.monotonic() + timeout + (0 if rank == 0 else 1.0)
+    while not barrier.Test():
+        if time.monotonic() > deadline:
+            _abandoned.extend(requests + [barrier])  # MPI may still use their buffers
+            raise DistributedError(_missed(rank, size, requests, timeout))
+        time.sleep(0.001)  # the others may take long to come: leave them the cores
+    MPI.Request.Waitall(requests)
+
+
+def _missed(rank, size, requests, timeout):
+    """What DistributedError says on `rank` when not every rank reached dist.init in time."""
+    if rank != 0:
+        said = (f"rank {rank}: not every rank of {size} reached dist.init within {timeout:g} s "
+                "(rank 0, if it came, names those that did not): one")
+        whose = "its"
+    else:
+        missing = [str(r) for r, request in enumerate(requests, 1) if not request.Test()]
+        who, whose = ((f"rank {missing[0]}", "its") if len(missing) == 1 else
+                      (f"ranks {', '.join(missing)}", "their") if missing else ("a rank", "its"))
+        said = (f"rank 0: {who} of {size} did not reach dist.init within {timeout:g} s: "
+                + ("they" if whose == "their" else "it"))
+    return (f"{said} may have failed before ({whose} output then shows the error), or need "
+            "longer to get there (dist.init(timeout=...)); every rank must call dist.init")
+
+
+_abandoned = []  # requests of a meeting that timed out, still pending
 _communicators = {}
+_reporting = []  # the communicators an uncaught exception sends word through
+_hook_installed = False  # sys.excepthook chained (by the first init)
 
 
 def init(backend="mpi", timeout=None):
@@ -191,9 +241,10 @@ def init(backend="mpi", timeout=None):
     Without mpiexec, a job of one process.
 
     `timeout`: seconds any wait may take before it raises DistributedError (DEFAULT_TIMEOUT
-    when not given; given to a later call, it becomes the made Communicator's). From here on,
-    an exception no one catches on this rank sends word to the others, whose next wait raises
-    DistributedError naming this rank, so no rank is left waiting for it."""
+    when not given; given to a later call, it becomes the made Communicator's), this call's own
+    wait for every rank to call it included. From here on, an exception no one catches on this
+    rank sends word to the others, whose next wait raises DistributedError naming this rank,
+    and then ends the job (MPI_Abort), so no rank is left waiting for it."""
     if backend not in ("mpi", "nccl"):
         raise ValueError(f"dist.init: backend must be 'mpi' or 'nccl', got {backend!r}")
     if backend in _communicators:
@@ -202,13 +253,14 @@ def init(backend="mpi", timeout=None):
             comm.timeout = _checked_timeout(timeout)
         return comm
     MPI = _import_mpi()
+    _report_failures(MPI)  # first: a rank failing in what follows ends the job too
     comm = Communicator(MPI.COMM_WORLD, DEFAULT_TIMEOUT if timeout is None else timeout, backend)
+    _reporting.append(comm)
     if backend == "nccl":
         from .nccl import NcclReducer
         comm.reducer = NcclReducer(comm)
     else:
         comm.reducer = MpiReducer(comm)
-    _report_failures(comm)
     _communicators[backend] = comm
     return comm
 
@@ -234,16 +286,27 @@ class MpiReducer:
         self.comm.wait(handles, "the gradient all-reduce")
 
 
-def _report_failures(comm):
-    """Chain sys.excepthook: an uncaught exception, once printed, sends word to the other ranks
-    (and waits a moment for theirs: see Communicator.notify_failure)."""
+def _report_failures(MPI):
+    """Chain sys.excepthook (once): an uncaught exception, once printed, sends word to the
+    other ranks (and waits a moment for theirs: see Communicator.notify_failure), then ends the
+    job with MPI_Abort. Without the abort the rank would not exit: mpi4py calls MPI_Finalize at
+    exit, and MPICH's waits there until every other rank has called it too, so mpiexec (which
+    ends the job once a rank exits with an error) would see no rank end."""
+    global _hook_installed
+    if _hook_installed:
+        return
+    _hook_installed = True
     previous = sys.excepthook
 
     def excepthook(kind, value, traceback):
         previous(kind, value, traceback)
-        if comm.size > 1:
-            sys.stderr.flush()
+        if MPI.Is_finalized() or MPI.COMM_WORLD.Get_size() == 1:
+            return
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for comm in _reporting:
             comm.notify_failure(f"{kind.__name__}: {value}")
+        MPI.COMM_WORLD.Abort(1)
 
     sys.excepthook = excepthook
 

@@ -187,6 +187,7 @@ class DistributedOptimizer:
             stale = self.comm.any_rank(stale, "the gradient all-reduce")
         if stale:
             self._abandon()
+        self._persist_lazy()
         while self._started < len(self._buckets):  # the rest, in the same order on every rank
             self._start(self._buckets[self._started])
         handles = [b.handle for b in self._buckets if b.handle is not None]
@@ -249,6 +250,8 @@ class DistributedOptimizer:
         recorder = _variables.step_recorder
         if not self._checked or recorder is not None and recorder.is_active():
             return  # the first step checks the ranks first; a recorded step sums at the step
+        if p.backend.lazy:
+            return  # Dask: the step computes every gradient together (see _persist_lazy)
         bucket = self._bucket_of.get(id(p))
         if bucket is None:
             return
@@ -260,6 +263,23 @@ class DistributedOptimizer:
         while self._started < len(buckets) and _complete(buckets[self._started]):
             self._start(buckets[self._started])
         self.comm.reducer.progress([b.handle for b in buckets[:self._started]])
+
+    def _persist_lazy(self):
+        """Work out the lazy (Dask) gradients of the buckets still to start, and the lazy
+        buffers, in one pass: packing reads each array on its own, and each read would run the
+        forward and backward again (ClipGrad does the same)."""
+        grads = [p for bucket in self._buckets[self._started:] if bucket.backend.lazy
+                 for p in bucket.params if p.grad is not None]
+        buffers = [] if self._buffers is None else [v for _, v in self._buffers.named
+                                                     if v.backend.lazy and v.data is not None]
+        if not grads and not buffers:
+            return
+        backend = (grads or buffers)[0].backend
+        done = iter(backend.persist([p.grad.data for p in grads] + [v.data for v in buffers]))
+        for p in grads:  # the same values: the gradient, not one set anew
+            p.grad = Variable(next(done), requires_grad=False)
+        for v in buffers:
+            v._data = next(done)
 
     def _start(self, bucket):
         reducer = self.comm.reducer

@@ -20,19 +20,32 @@ __all__ = ["Optimizer", "ParamState", "WeightDecay", "ClipGrad", "FreezeParam",
 
 def _eager_in_replay(method):
     """`method` (a step) made one opaque line of a tape gradcore.compile records: it runs as
-    Python at every replay, reading the learning rate and counters as they are then."""
+    Python at every replay, reading the learning rate and counters as they are then. A step
+    given a closure (any optimizer's step(closure), DistributedOptimizer's included) runs it
+    first, recorded like the rest of the compiled step; the step without it is the line."""
     @functools.wraps(method)
     def step(self, *args, **kwargs):
         recorder = _variables.step_recorder
         if recorder is not None and recorder.is_active():
-            if method is _STEP and (args or kwargs):
-                # step(closure): the closure's forward and backward are the step's own, recorded
-                # as they are; the update inside is the opaque line
-                return method(self, *args, **kwargs)
+            closure = _closure(method, args, kwargs)
+            if closure is not None:
+                # what step(closure) does: the closure's loss (grad mode on), then the step
+                with enable_grad():
+                    loss = closure()
+                recorder.opaque(getattr(self, method.__name__), ())
+                return loss
             return recorder.opaque(functools.partial(getattr(self, method.__name__), *args,
                                                      **kwargs), ())
         return method(self, *args, **kwargs)
     return step
+
+
+def _closure(method, args, kwargs):
+    """The closure of a call step(closure) (positional or by keyword), else None."""
+    if method.__name__ != "step" or len(args) + len(kwargs) != 1:
+        return None
+    closure = args[0] if args else kwargs.get("closure")
+    return closure if callable(closure) else None
 
 
 class Optimizer:
@@ -400,7 +413,6 @@ class Optimizer:
 
 
 # the base class's own steps too (__init_subclass__ wraps the subclasses')
-_STEP = Optimizer.step
 Optimizer.update = _eager_in_replay(Optimizer.update)
 Optimizer.step = _eager_in_replay(Optimizer.step)
 

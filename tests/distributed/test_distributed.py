@@ -18,13 +18,14 @@ if not MPIEXEC.exists():
 WORKER = Path(__file__).with_name("worker.py")
 
 
-def launch(scenario, tmp_path, ranks=2, timeout=60.0, expect_failure=False):
-    """Run `scenario` on `ranks` processes; the ranks' results, or (for a failure) the output."""
+def launch(scenario, tmp_path, ranks=2, timeout=60.0, expect_failure=False, limit=120):
+    """Run `scenario` on `ranks` processes (`timeout`: dist.init's; `limit`: seconds the job
+    may take); the ranks' results, or (for a failure) the output."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run([str(MPIEXEC), "-n", str(ranks), sys.executable, str(WORKER),
                            scenario, str(tmp_path), str(timeout)],
-                          capture_output=True, text=True, timeout=120, env=env)
+                          capture_output=True, text=True, timeout=limit, env=env)
     if expect_failure:
         assert done.returncode != 0
         return done.stdout + done.stderr
@@ -165,6 +166,35 @@ def test_a_rank_that_stops_taking_part_times_the_others_out(tmp_path):
     output = launch("stuck", tmp_path, timeout=1.0, expect_failure=True)
     assert "rank 0: the gradient all-reduce did not complete within 1 s" in output
     assert time.monotonic() - start < 30
+
+
+def test_a_rank_that_raises_ends_the_job_while_the_others_are_busy_elsewhere(tmp_path):
+    # MPICH's MPI_Finalize, which mpi4py calls at exit, waits for every rank: without its
+    # MPI_Abort the failing rank would wait there, and mpiexec end nothing, for rank 0's 60 s
+    start = time.monotonic()
+    output = launch("fails_elsewhere", tmp_path, expect_failure=True, limit=30)
+    assert "ValueError: a bad batch, on purpose" in output
+    assert time.monotonic() - start < 15
+
+
+def test_a_rank_that_raises_before_init_stops_the_others_at_its_deadline(tmp_path):
+    start = time.monotonic()
+    output = launch("fails_before_init", tmp_path, ranks=3, timeout=2.0, expect_failure=True,
+                    limit=30)
+    assert "FileNotFoundError: rank 1 could not read its data, on purpose" in output
+    # rank 0 raises first, naming it; its abort ends the job
+    assert ("DistributedError: rank 0: rank 1 of 3 did not reach dist.init within 2 s: it may "
+            "have failed before (its output then shows the error)") in output
+    assert time.monotonic() - start < 15
+
+
+def test_a_compiled_step_with_a_closure_sums_at_every_replay(tmp_path):
+    first, second = launch("compiled_closure", tmp_path)
+    for r in (first, second):  # replayed training is eager training, to the bit
+        assert r["compiled"] == dict(r["eager"], replays=3)
+    assert first["compiled"]["losses"] != second["compiled"]["losses"]  # their own batches
+    assert first["compiled"]["digests"] == second["compiled"]["digests"]  # the same model
+    assert first["compiled"]["buffers"] == second["compiled"]["buffers"]
 
 
 def test_the_demo_trains_the_spiral_on_two_ranks(tmp_path):

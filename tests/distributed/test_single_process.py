@@ -242,6 +242,77 @@ class _RankOfThreeAlone(_RankOfThree):
         return "started"
 
 
+class _Counting(_RankOfThree):
+    """_RankOfThree counting the sums it starts."""
+
+    def __init__(self, comm, on_device):
+        super().__init__(comm, on_device)
+        self.started = 0
+
+    def start(self, buffer):
+        self.started += 1
+        return super().start(buffer)
+
+
+def test_a_compiled_step_with_a_closure_records_it_and_sums_at_every_replay(comm):
+    x = np.random.RandomState(1).randn(8, 3).astype(np.float32)
+    results = []
+    for compiled in (False, True):
+        gradcore.manual_seed(0)
+        model = nn.Linear(2, in_size=3)
+        counting = _Counting(comm, on_device=False)
+        # 16 bytes: W and b in buckets of their own
+        opt = dist.DistributedOptimizer(optim.SGD(model, lr=0.1), counting, bucket_size=16)
+
+        def step(x):
+            def closure():
+                opt.zero_grad()
+                loss = F.sum(model(x) ** 2)
+                loss.backward()
+                return loss
+            return opt.step(closure)
+        if compiled:
+            step = gradcore.compile(step)
+        losses = [step(gradcore.Variable(x)).item() for _ in range(5)]
+        results.append((losses, model.W.numpy(), counting.started))
+    assert step.stats()["replays"] == 4
+    assert results[0][0] == results[1][0]
+    np.testing.assert_array_equal(results[0][1], results[1][1])
+    assert results[0][2] == results[1][2] == 2 * 5  # both buckets at every step
+
+
+def test_a_dask_model_is_computed_once_per_step(comm):
+    da = pytest.importorskip("dask.array", reason="needs the dask extra")
+    pytest.importorskip("array_api_compat", reason="needs the dask extra")
+    import dask
+    reads = [0]
+
+    def read(block):  # stands for reading a chunk of a data set larger than memory
+        reads[0] += 1
+        return block
+    raw = np.random.RandomState(0).randn(64, 5)
+    x = gradcore.Variable(da.from_array(raw, chunks=16).map_blocks(read, dtype=raw.dtype))
+    finals = []
+    with dask.config.set(scheduler="synchronous"):
+        for wrap in (False, True):
+            gradcore.manual_seed(0)
+            model = nn.Sequential(nn.Linear(8, in_size=5), nn.BatchNorm(), nn.Linear(3, in_size=8))
+            model.to("dask")
+            opt = optim.SGD(model, lr=0.1)
+            if wrap:
+                opt = dist.DistributedOptimizer(opt, comm)
+            for i in range(2):  # from the second step on, buckets could start in backward
+                reads[0] = 0
+                opt.zero_grad()
+                F.sum(model(x) ** 2).backward()
+                opt.step()
+                # each chunk read once: forward, backward, the gradients and the buffers
+                assert reads[0] == 4, (wrap, i)
+            finals.append([v.numpy() for v in list(model.parameters()) + list(model.buffers())])
+    for a, b in zip(*finals):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_setup_after_wrapping_gives_the_parameters_to_average(comm):
     x = gradcore.Variable(np.ones((4, 3), np.float32))
     for wrapped_setup in (True, False):

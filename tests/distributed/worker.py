@@ -315,9 +315,62 @@ def stuck(comm, out):
     return {}
 
 
+def fails_elsewhere(comm, out):
+    """Rank 1 raises while rank 0 is busy outside gradcore (here: asleep): the job still ends."""
+    if comm.rank == 1:
+        raise ValueError("a bad batch, on purpose")
+    time.sleep(60)
+    return {}
+
+
+def compiled_closure(comm, out):
+    """Each rank's own batches, step(closure) eager and under gradcore.compile, from the same
+    start: a replay sums the gradients (and the BatchNorm buffers) as an eager step does."""
+    results = {}
+    for compiled in (False, True):
+        gradcore.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, in_size=3), nn.BatchNorm(), nn.Linear(2, in_size=4))
+        model(gradcore.Variable(np.zeros((2, 3), np.float32)))  # sized before the broadcast
+        dist.broadcast_parameters(model, comm)
+        opt = dist.DistributedOptimizer(optim.MomentumSGD(model, lr=0.1), comm)
+
+        def step(x, t):
+            def closure():
+                opt.zero_grad()
+                loss = F.mean_squared_error(model(x), t)
+                loss.backward()
+                return loss
+            return opt.step(closure)
+        if compiled:
+            step = gradcore.compile(step)
+        rng = np.random.RandomState(comm.rank)  # the ranks' batches differ
+        losses = [float(step(rng.randn(5, 3).astype(np.float32),
+                             rng.randn(5, 2).astype(np.float32)).item()) for _ in range(4)]
+        results["compiled" if compiled else "eager"] = {
+            "losses": losses, "digests": digests(model),
+            "buffers": {k: b.numpy().tolist() for k, b in model.named_buffers()},
+            "replays": step.stats()["replays"] if compiled else None}
+    return results
+
+
+# scenarios that run before dist.init: they get the timeout instead of the communicator
+def fails_before_init(timeout, out):
+    """Rank 1 raises before it calls dist.init: the others raise at init's deadline, and the
+    job ends."""
+    from mpi4py import MPI
+    if MPI.COMM_WORLD.Get_rank() == 1:
+        raise FileNotFoundError("rank 1 could not read its data, on purpose")
+    dist.init(timeout=timeout)
+    return {}
+
+
+BEFORE_INIT = {"fails_before_init"}
+
 if __name__ == "__main__":
     scenario, out = sys.argv[1], sys.argv[2]
     timeout = float(sys.argv[3]) if len(sys.argv) > 3 else 60.0
+    if scenario in BEFORE_INIT:  # they raise, on every rank
+        globals()[scenario](timeout, out)
     comm = dist.init(timeout=timeout)
     result = globals()[scenario](comm, out)
     result["rank"], result["size"], result["local_rank"] = comm.rank, comm.size, comm.local_rank
