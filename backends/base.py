@@ -1,9 +1,13 @@
 """The Backend contract: what is asked of an array library, written down once."""
 import contextlib
+import threading
 
 import numpy
 
 from . import indexing
+
+
+_own_generators = threading.local()  # HostRandom.random_draw's generator, one per thread
 
 
 class HostRandom:
@@ -18,9 +22,17 @@ class HostRandom:
         return self.host_samples(numpy.random, "uniform", shape, dtype, device)
 
     def random_draw(self, kind, shape, dtype, device, state):
-        generator = numpy.random.RandomState(0)  # seeded: no read of the system's entropy
+        generator = getattr(_own_generators, "generator", None)
+        if generator is None:  # one per thread, made once: making one costs more than a draw
+            generator = _own_generators.generator = numpy.random.RandomState(0)
         generator.set_state(state)
-        return self.host_samples(generator, kind, shape, dtype, device), generator.get_state()
+        return self.host_samples(generator, kind, shape, dtype, device)
+
+    def random_lock(self, device):
+        # the lock every numpy.random call takes: NumPy's global generator's bit generator's
+        # (reentrant); a private attribute, hence the fallback
+        lock = getattr(getattr(numpy.random.mtrand, "_rand", None), "_bit_generator", None)
+        return getattr(lock, "lock", None) or contextlib.nullcontext()
 
     def host_samples(self, generator, kind, shape, dtype, device):
         """`kind` ("normal" or "uniform") samples drawn from `generator` (the numpy.random
@@ -37,8 +49,9 @@ class HostRandom:
     def set_random_state(self, device, state):
         numpy.random.set_state(state)
 
-    def random_position(self, device):
-        kind, keys, position, has_gauss, gauss = numpy.random.get_state()
+    def random_position(self, device, state=None):
+        kind, keys, position, has_gauss, gauss = (numpy.random.get_state() if state is None
+                                                  else state)
         return kind, keys.tobytes(), position, has_gauss, gauss
 
 
@@ -158,11 +171,15 @@ class Backend:
         raise NotImplementedError
 
     def random_draw(self, kind, shape, dtype, device, state):
-        """(samples, state after): the samples `random_normal` (`kind` "normal") or
-        `random_uniform` ("uniform") would give after `set_random_state(device, state)`, drawn
-        from a generator of their own, so the global one does not move; and the state that
-        `set_random_state` takes for the global generator to go on from after them."""
+        """The samples `random_normal` (`kind` "normal") or `random_uniform` ("uniform") would
+        give after `set_random_state(device, state)`, drawn from a generator of their own: the
+        global one does not move."""
         raise NotImplementedError
+
+    def random_lock(self, device):
+        """A context manager under which no other thread draws from the global generator for
+        `device` through the array library (its own lock, where it has one)."""
+        return contextlib.nullcontext()
 
     def random_state(self, device):
         """An opaque snapshot of the global generator for `device`: `set_random_state` with it
@@ -173,9 +190,10 @@ class Backend:
         """Put back a snapshot from `random_state`."""
         raise NotImplementedError
 
-    def random_position(self, device):
-        """Where the global generator for `device` is, read without moving it, as a value two of
-        which compare with ==; None where it cannot be read (CuPy's generators)."""
+    def random_position(self, device, state=None):
+        """Where the global generator for `device` is (read without moving it), or where
+        `state` from `random_state` puts it, as a value two of which compare with ==; None
+        where it cannot be read (CuPy's generators)."""
         return None
 
     def assign(self, target, value):

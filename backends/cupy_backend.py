@@ -5,8 +5,6 @@ import importlib
 import threading
 import weakref
 
-import numpy
-
 from .base import Backend, DeviceUnavailableError
 from .device import Device
 
@@ -222,13 +220,7 @@ class CupyBackend(Backend):
         with self.xp.cuda.Device(self._id(device)):
             generator = self.xp.random.RandomState(state)  # what seed(state) makes the global
             draw = generator.standard_normal if kind == "normal" else generator.random_sample
-            samples = draw(shape, dtype=dtype)
-        # the state after cannot be read from a CuPy generator: the global one goes on from a
-        # seed worked out on the host from where the draw began and what it drew (no wait for
-        # the GPU, as reading a seed from the generator would be)
-        drawn = [int(state), kind == "normal", *map(int, shape)]
-        words = numpy.random.SeedSequence(drawn).generate_state(1)
-        return samples, int(words[0]) % (2 ** 31 - 1)
+            return draw(shape, dtype=dtype)
 
     def capture(self, run):
         cuda = self.xp.cuda

@@ -6,15 +6,13 @@ import threading
 import backends
 
 _METHODS = {"normal": "random_normal", "uniform": "random_uniform"}
-# Held around every draw of an op, and around a noted draw's reading, drawing and moving on of
-# the global generator: no op of another thread draws in between
+# Held around every draw of an op: a noted draw's reading of the generator's state, its draw and
+# its reading of where that left the generator come in one piece
 _lock = threading.Lock()
 _local = threading.local()  # .logs: the DrawLogs open on this thread; .replays: its replays
-# While any DrawLog is open (`_open` of them, on any thread), every op's draw in every thread,
-# in the order made, with the generator's positions around it: a log tells from it whether
-# only ops moved its generator while it was open
-_journal = []
-_open = 0
+# The DrawLogs and replays open on any thread: each learns whether another thread's op drew from
+# its generator while it was open
+_watching = []
 
 
 def manual_seed(seed):
@@ -31,41 +29,46 @@ def manual_seed(seed):
 
 def draw(backend, kind, shape, dtype, device):
     """`kind` ("normal" or "uniform") samples from `backend`'s global generator for `device`,
-    as ops draw them. While a DrawLog is open on this thread the draw is noted with where the
-    generator was; while it is replayed, the same numbers come again from there, drawn by a
-    generator of their own, whatever other threads drew meanwhile."""
+    as ops draw them. While a DrawLog is open on this thread the draw is noted with the
+    generator's state; while it is replayed, the same numbers come again from that state."""
     local = _local.__dict__
     logs, replays = local.get("logs"), local.get("replays")
     if not logs and not replays:
         with _lock:
-            if not _open:
-                return getattr(backend, _METHODS[kind])(shape, dtype, device)
-            position = backend.random_position(device)
-            samples = getattr(backend, _METHODS[kind])(shape, dtype, device)
-            _journal.append(Draw(backend, kind, shape, dtype, device, None, None, position,
-                                 backend.random_position(device)))
-            return samples
+            if _watching:
+                _seen_by_others(backend, device)
+            return getattr(backend, _METHODS[kind])(shape, dtype, device)
     if replays:
-        samples, noted = replays[-1].draw(backend, kind, shape, dtype, device)
+        replay = replays[-1]
+        samples, noted = replay.draw(backend, kind, shape, dtype, device)
+        logs = logs[replay.depth:] if logs else ()  # a draw again is new to logs opened since
     else:
         samples, noted = _noted_draw(backend, kind, shape, dtype, device)
-    for log in logs or ():  # the open logs of enclosing blocks note it too
+    for log in logs:  # the open logs of enclosing blocks note it too
         log.draws.append(noted)
     return samples
 
 
+def _seen_by_others(backend, device):
+    """Tell the logs and replays of other threads on this generator that an op drew from it."""
+    me = threading.get_ident()
+    for watcher in _watching:
+        if watcher.thread != me and watcher.drawn_from(backend, device):
+            watcher.others = True
+
+
 class Draw:
     """One noted draw: what was drawn, the generator's state before and after it, and its
-    positions (None where the backend cannot read them)."""
+    positions there (None where the backend cannot read them)."""
 
     __slots__ = ("backend", "kind", "shape", "dtype", "device", "state", "state_after",
                  "position", "position_after")
 
-    def __init__(self, backend, kind, shape, dtype, device, state, state_after, position,
-                 position_after):
+    def __init__(self, backend, kind, shape, dtype, device, state, state_after):
         self.backend, self.kind, self.shape, self.dtype = backend, kind, tuple(shape), dtype
         self.device, self.state, self.state_after = device, state, state_after
-        self.position, self.position_after = position, position_after
+        self.position = backend.random_position(device, state)
+        self.position_after = backend.random_position(device, state_after)
 
     def is_like(self, backend, kind, shape, dtype, device):
         return (backend is self.backend and kind == self.kind and tuple(shape) == self.shape
@@ -76,97 +79,107 @@ class Draw:
 
 
 def _noted_draw(backend, kind, shape, dtype, device):
-    # drawn by a generator of its own from the global one's state, which then moves on past
-    # it: the numbers are those of the noted state whatever draws without the lock
-    with _lock:
-        position = backend.random_position(device)
+    # the generator's own lock too: numpy.random called by any thread waits for the three steps
+    with _lock, backend.random_lock(device):
+        if _watching:
+            _seen_by_others(backend, device)
         state = backend.random_state(device)
-        samples, state_after = backend.random_draw(kind, shape, dtype, device, state)
-        backend.set_random_state(device, state_after)
-        position_after = backend.random_position(device)
-        noted = Draw(backend, kind, shape, dtype, device, state, state_after, position,
-                     position_after)
-        if _open:
-            _journal.append(noted)
-    return samples, noted
+        samples = getattr(backend, _METHODS[kind])(shape, dtype, device)
+        state_after = backend.random_state(device)
+    return samples, Draw(backend, kind, shape, dtype, device, state, state_after)
 
 
-class DrawLog:
+class _Watcher:
+    """Open on one thread, for one generator: `others` turns True when an op of another thread
+    draws from it."""
+
+    def __init__(self, backend, device):
+        self.backend, self.device = backend, device
+        self.thread, self.others = threading.get_ident(), False
+
+    def drawn_from(self, backend, device):
+        """True if `backend` draws for `device` from this generator (ops give the device None
+        where their backend has one device)."""
+        return backend is self.backend and (backend.single_device or device == self.device)
+
+    def _watch(self):
+        with _lock:
+            _watching.append(self)
+
+    def _unwatch(self):
+        with _lock:
+            _watching.remove(self)
+
+
+class DrawLog(_Watcher):
     """A context manager noting the draws ops make on this thread while it is open, and where
     `backend`'s generator for `device` (the block's) was as it opened and closed; `replay()`
     draws the same numbers again."""
 
     def __init__(self, backend, device):
-        self.backend, self.device = backend, device
+        super().__init__(backend, device)
         self.draws = []
         self.state = self.start = self.end = None
         self.untracked = True
 
     def __enter__(self):
-        global _open
         with _lock:
             self.state = self.backend.random_state(self.device)
-            self.start = self.backend.random_position(self.device)
-            _open += 1
-            self._first = len(_journal)
+        self.start = self.backend.random_position(self.device, self.state)
+        self._watch()
         _local.__dict__.setdefault("logs", []).append(self)
         return self
 
     def __exit__(self, *exc):
-        global _open
         _local.logs.remove(self)
-        with _lock:
-            self.end = self.backend.random_position(self.device)
-            journal = _journal[self._first:]
-            _open -= 1
-            if not _open:
-                _journal.clear()
-        self.untracked = self._moved_otherwise(journal)
+        self._unwatch()
+        self.end = self.backend.random_position(self.device)
+        self.untracked = self.others or self._moved_otherwise()
         return False
 
-    def _moved_otherwise(self, journal):
-        """True unless the block's generator moved by ops' draws alone (the block's, noted, and
-        other threads') while the log was open; always True where its position cannot be
-        read."""
+    def _moved_otherwise(self):
+        """True unless the block's generator moved by the noted draws alone while the log was
+        open (always True where its position cannot be read)."""
         at = self.start
         if at is None or self.end is None:
             return True
-        for d in journal:
+        for d in self.draws:
             if self.drawn_from(d.backend, d.device):
                 if d.position != at:
                     return True
                 at = d.position_after
         return at != self.end
 
-    def drawn_from(self, backend, device):
-        """True if `backend` draws for `device` from the log's generator (ops give the device
-        None where their backend has one device)."""
-        return backend is self.backend and (backend.single_device or device == self.device)
-
     def replay(self):
         """A context manager under which ops draw the noted numbers again, in order."""
         return _Replay(self)
 
 
-class _Replay:
-    """The noted draws again. If nothing but them moved the block's generator, they come from
-    generators of their own and the global one is left alone. Otherwise the block drew past the
-    ops too (numpy.random in its own code), or another thread drew meanwhile: the global
-    generator is put back where it was as the block began and moved on as then, so the block's
-    own draws repeat too, and is checked, between noted draws, to have moved as the first time
-    or not at all; afterwards it is put back where it is now."""
+class _Replay(_Watcher):
+    """The noted draws again, each from a generator of its own started at its noted state. If
+    nothing but them moved the block's generator the first time, the global generator is left
+    alone. Otherwise the block drew past the ops (numpy.random in its own code), or another
+    thread's ops drew meanwhile, maybe work the block handed them: the global generator is put
+    back where it was as the block began and moved on as then, so the block's own draws repeat
+    too; it must have moved, between noted draws, as the first time or not at all, and no other
+    thread's op may draw from it meanwhile (their draws could be the block's, in another order);
+    afterwards it is put back where it is now."""
 
     def __init__(self, log):
+        super().__init__(log.backend, log.device)
         self.log, self.taken = log, 0
         self.at = log.start  # where the generator is when nothing but noted draws moved it
-        self.now = None
+        self.now = self.depth = None
 
     def __enter__(self):
         log = self.log
         if log.untracked:
             with _lock:
+                _seen_by_others(log.backend, log.device)
                 self.now = log.backend.random_state(log.device)
                 log.backend.set_random_state(log.device, log.state)
+            self._watch()
+        self.depth = len(_local.__dict__.get("logs") or ())
         _local.__dict__.setdefault("replays", []).append(self)
         return self
 
@@ -182,12 +195,13 @@ class _Replay:
         noted = log.draws[i]
         self.taken += 1
         if not log.untracked:
-            return backend.random_draw(kind, shape, dtype, device, noted.state)[0], noted
+            return backend.random_draw(kind, shape, dtype, device, noted.state), noted
         own = log.drawn_from(backend, device)
         with _lock:
+            _seen_by_others(backend, device)
             if own:
                 self._check(backend.random_position(device), noted.position)
-            samples = backend.random_draw(kind, shape, dtype, device, noted.state)[0]
+            samples = backend.random_draw(kind, shape, dtype, device, noted.state)
             backend.set_random_state(device, noted.state_after)
         if own:
             self.at = noted.position_after
@@ -196,14 +210,14 @@ class _Replay:
     def _check(self, position, first):
         """The generator must be where it was the first time, or where the noted draws left it
         (nothing drew since): other moves mean other draws mixed in, then or now."""
-        if position is not None and position != first and position != self.at:
+        if self.others or position is not None and position != first and position != self.at:
             raise RuntimeError(
                 "checkpoint: the block's random numbers cannot be drawn again as it drew them: "
-                "it draws from numpy.random (or the backend's generator) past gradcore's ops, "
-                "and the generator moved by another amount than when the block first ran, most "
-                "likely because another thread drew random numbers meanwhile (then or now). "
-                "Draw the block's random numbers through gradcore (F.dropout), or run it while "
-                "no other thread draws")
+                "something drew from the generator past the block's own ops while it ran (the "
+                "first time or now): numpy.random in the block's code, or another thread, "
+                "perhaps with work the block handed it. The block's ops are drawn again exactly "
+                "but such draws are not: draw the block's random numbers through gradcore's ops "
+                "(F.dropout) in the block's own thread, or run it while no other thread draws")
 
     def __exit__(self, kind, error, traceback):
         log = self.log
@@ -218,6 +232,8 @@ class _Replay:
                 self._check(log.backend.random_position(log.device), log.end)
         finally:
             if log.untracked:
+                self._unwatch()
                 with _lock:
+                    _seen_by_others(log.backend, log.device)
                     log.backend.set_random_state(log.device, self.now)
         return False

@@ -140,19 +140,16 @@ def test_random_draw_gives_the_global_generators_numbers_from_a_state_and_leaves
     gradcore.manual_seed(11)
     state = backend.random_state(device)
     expected = xp.numpy(draw((3, 4), "float32", device))
-    after = xp.numpy(draw((5,), "float32", device))  # where the global one goes on
     gradcore.manual_seed(2)
     position = backend.random_position(device)
-    samples, state_after = backend.random_draw(kind, (3, 4), "float32", device, state)
+    for _ in range(2):  # the same numbers every time
+        samples = backend.random_draw(kind, (3, 4), "float32", device, state)
+        assert backend.device_of(samples) == device and xp.numpy(samples).dtype == np.float32
+        np.testing.assert_array_equal(xp.numpy(samples), expected)
     assert backend.random_position(device) == position  # the global generator did not move
-    assert backend.device_of(samples) == device and xp.numpy(samples).dtype == np.float32
-    np.testing.assert_array_equal(xp.numpy(samples), expected)
-    backend.set_random_state(device, state_after)
-    following = xp.numpy(draw((5,), "float32", device))
-    if backend.random_position(device) is not None:  # NumPy's generator: exactly as it went on
-        np.testing.assert_array_equal(following, after)
-    else:  # CuPy's cannot be read: a generator of its own goes on, not the draw again
-        assert not np.array_equal(following, expected.reshape(-1)[:5])
+    if position is not None:
+        assert backend.random_position(device, state) != position
+        assert backend.random_position(device, backend.random_state(device)) == position
 
 
 def test_ensure_array_rewraps_scalars(xp):

@@ -970,16 +970,19 @@ class TraceBackend(backends.Backend):
     def random_state(self, device):
         return self.inner.random_state(device)
 
-    def random_position(self, device):
-        return self.inner.random_position(device)
+    def random_position(self, device, state=None):
+        return self.inner.random_position(device, state)
+
+    def random_lock(self, device):
+        return self.inner.random_lock(device)
 
     def random_draw(self, kind, shape, dtype, device, state):
         # gradcore.checkpoint notes its block's draws to draw them again at backward; a replay
         # would draw afresh instead
         give_up("gradcore.checkpoint around random ops: backward draws the block's numbers "
                 "again, which a replay would draw afresh")
-        samples, state_after = self.inner.random_draw(kind, shape, dtype, device, state)
-        return call(self, _as_is, (samples,), None), state_after
+        samples = self.inner.random_draw(kind, shape, dtype, device, state)
+        return call(self, _as_is, (samples,), None)
 
     def set_random_state(self, device, state):
         # gradcore.checkpoint draws again what its block drew: a replay draws afresh each time
