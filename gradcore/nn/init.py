@@ -28,13 +28,16 @@ def _data(p, where):
     return p.data
 
 
-def _number(value, name, where):
-    """`value`, a real number (Python's, NumPy's, or a 0-d array of one), as a Python float."""
+def _number(value, name, where, integers=float):
+    """`value`, a real number (Python's, NumPy's, or a 0-d array of one), as a Python float;
+    an integer as `integers` makes it (int: exact, as a fill of int64 needs)."""
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        return float(value)
+        return integers(value) if isinstance(value, numbers.Integral) else float(value)
     if not isinstance(value, numbers.Number) and getattr(value, "ndim", None) == 0:
         backend = backends.backend_of(value)
-        if backend is not None and backend.xp.isdtype(value.dtype, ("integral", "real floating")):
+        if backend is not None and backend.xp.isdtype(value.dtype, "integral"):
+            return integers(value)
+        if backend is not None and backend.xp.isdtype(value.dtype, "real floating"):
             return float(value)
     shape = getattr(value, "shape", ())
     got = f"an array of shape {tuple(shape)}" if shape else repr(value)
@@ -70,7 +73,7 @@ def _draw(p, kind, where):
 
 def constant_(p, value):
     """Every entry `value`."""
-    value = _number(value, "value", "constant_")
+    value = _number(value, "value", "constant_", integers=int)
     data = _data(p, "constant_")
     backend, device = p.backend, p.device
     with backend.device_context(device):

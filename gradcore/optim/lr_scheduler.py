@@ -477,13 +477,17 @@ def _checked_state(scheduler, state, where, optional=()):
 
 
 def _converted(where, key, like, value):
-    """`value` of `key` with the type of `like`, the scheduler's own value: a float, an int, a
-    list of ints (milestones), or a str or None. A NumPy value (numpy.load gives 0-d arrays)
-    becomes a Python number or str, a 1-d array a list. ValueError if it is not such a value."""
+    """`value` of `key` with the type of `like`, the scheduler's own value, where that is one the
+    built-in schedules keep: a float, an int, a list of ints (milestones) or a str. A NumPy
+    value (numpy.load gives 0-d arrays) becomes a Python number or str, a 1-d array a list.
+    Other values (a subclass's own: a bool, a tuple, a dict, None before it has run) come as
+    they are. ValueError if it is not such a value."""
     given = value
     if isinstance(value, (numpy.ndarray, numpy.generic)):
         value = value.tolist()
-    if isinstance(like, list):
+    if isinstance(like, bool) or like is None:
+        return value
+    if isinstance(like, list) and like and all(isinstance(m, int) for m in like):
         kind = "a list of ints"
         value = [as_integer(m) for m in value] if isinstance(value, (list, tuple)) else [None]
         fits = None not in value
@@ -494,8 +498,10 @@ def _converted(where, key, like, value):
         kind = "a real number"
         fits = isinstance(value, (int, float)) and not isinstance(value, bool)
         value = float(value) if fits else None
-    else:  # a str, or None where it may be one (OneCycleLR's momentum_name)
-        kind, fits = "a str or None", value is None or isinstance(value, str)
+    elif isinstance(like, str):
+        kind, fits = "a str", isinstance(value, str)
+    else:
+        return value
     if not fits:
         raise ValueError(f"{where}: {key} must be {kind}, got {type(given).__name__} {given!r}")
     return value

@@ -156,3 +156,10 @@ def test_a_fill_is_cast_to_the_parameters_dtype(xp2):
     init._fill(p, xp2.asarray(np.full((2, 2), 0.1)))
     assert xp2.numpy(p.data).dtype == np.float32
     np.testing.assert_array_equal(xp2.numpy(p.data), np.full((2, 2), np.float32(0.1)))
+
+
+def test_constant_fills_an_int64_parameter_exactly():
+    for value in (2 ** 60 + 1, np.int64(2 ** 60 + 1), np.asarray(2 ** 60 + 1)):
+        p = gradcore.Parameter(np.zeros(3, np.int64))
+        init.constant_(p, value)
+        assert p.dtype == np.int64 and p.data.tolist() == [2 ** 60 + 1] * 3

@@ -584,3 +584,22 @@ def test_a_state_the_optimizer_refuses_changes_neither_it_nor_the_schedule():
     with pytest.raises(ValueError, match=r"OneCycleLR: stepped 900 times for total_steps=301"):
         cycle.load_state_dict(dict(cycle.state_dict(), last_epoch=900, optimizer_lr=0.3))
     assert vars(cycle) == before and (momentum.lr, momentum.momentum) == (lr, beta)
+
+
+def test_a_subclass_loads_its_own_state_whatever_its_attributes_hold():
+    class Custom(sched.LRScheduler):
+        def __init__(self, optimizer, extra):
+            self.extra, self.seen = extra, None  # seen: a float once the schedule has run
+            super().__init__(optimizer)
+
+        def rate(self, step):
+            if step > 0:
+                self.seen = 0.5
+            return self.base_lr
+
+    for extra in (3, True, (2, 4), {"a": 1}, [0.5, 0.25]):
+        ran = Custom(optim.SGD(lr=0.1).setup(nn.Linear(1, in_size=1)), extra)
+        ran.step()
+        fresh = Custom(optim.SGD(lr=0.1).setup(nn.Linear(1, in_size=1)), extra)
+        fresh.load_state_dict(ran.state_dict())
+        assert fresh.extra == extra and fresh.seen == 0.5 and fresh.last_epoch == 1
