@@ -73,7 +73,7 @@ class Backend:
     single_device = False # True when all its arrays live on one device
     needs_device_context = False  # True when computing needs `device_context` (CuPy)
     plain = False         # one device and no device context needed: set by backends.register
-    lazy = False          # results are recipes until computed (Dask): see `persist`
+    lazy = False          # results are recipes until computed (Dask): see `persist`, `layout`
     inner = None          # for a backend whose arrays wrap another backend's: that backend
     captures_graphs = False  # True when `capture` records work as a graph to launch again (CuPy)
     multiplies_bool = False  # True when its multiply takes bool and float arrays (NumPy, CuPy)
@@ -126,6 +126,19 @@ class Backend:
         """A new array on `device` whose elements are whatever its memory held: for a buffer
         every element of which is written before it is read. By default zeros."""
         return self.zeros(shape, dtype, device)
+
+    def layout(self, array):
+        """How `array` is laid out where the backend is `lazy` (Dask: its chunks), an opaque
+        value for `laid_out`; None elsewhere. Ops ask only where `lazy`: NumPy pays nothing."""
+        return None
+
+    def laid_out(self, array, layout):
+        """`array`, the same values, in `layout` (from `layout` of an array of its shape): what
+        an op makes in an input's shape (its gradient, a dropout mask) takes that input's. An
+        array this backend has just made (zeros, `xp.broadcast_to`, a random draw) is made again
+        in it rather than rearranged (a draw: from the same seed). `array` itself unless
+        `lazy`."""
+        return array
 
     def to_device(self, array, device):
         """`array` (one of ours) moved to `device` (one of ours)."""

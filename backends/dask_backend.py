@@ -5,7 +5,9 @@ Functions run on array_api_compat's array-API namespace for Dask. Every result i
 until computed (`dask.compute`, `.compute()`, `numpy.asarray`); one device, "dask": where the
 chunks run is the Dask scheduler's business (threads by default, or a dask.distributed Client).
 """
+import functools
 import importlib
+import itertools
 import math
 import weakref
 
@@ -34,7 +36,8 @@ def import_dask():
 class Namespace:
     """array_api_compat's namespace for Dask, with the functions it lacks, a broadcast_to that
     chunks the axes it makes (Dask's makes each one a single chunk: a gradient broadcast over
-    1e9 elements would be one chunk of 8 GB) and a reshape that works whatever the chunks."""
+    1e9 elements would be one chunk of 8 GB), or takes the chunks asked for (`laid_out`), and a
+    reshape that works whatever the chunks."""
 
     def __init__(self, xp, da):
         self._xp = xp
@@ -46,17 +49,26 @@ class Namespace:
         setattr(self, name, value)  # found once
         return value
 
-    def broadcast_to(self, x, shape):
+    def broadcast_to(self, x, shape, chunks=None):
+        """x broadcast to `shape`; in `chunks` (normalized ones, as Dask arrays have) if given."""
         shape = tuple(shape)
         x = self._da.asarray(x)
         if not math.prod(shape):
             return self._da.broadcast_to(x, shape)  # nothing to chunk
         lead = len(shape) - x.ndim
-        # an axis x has at full size keeps x's chunks; a new or size-1 one is chunked "auto"
-        chunks = tuple("auto" if d < lead or x.shape[d - lead] != n else x.chunks[d - lead]
-                       for d, n in enumerate(shape))
-        chunks = self._da.core.normalize_chunks(chunks, shape, dtype=x.dtype)
-        return self._da.broadcast_to(x, shape, chunks=chunks)
+        full = [d >= lead and x.shape[d - lead] == n for d, n in enumerate(shape)]
+        if chunks is None:
+            # an axis x has at full size keeps x's chunks; a new or size-1 one is chunked "auto"
+            chunks = tuple(x.chunks[d - lead] if f else "auto" for d, f in enumerate(full))
+            chunks = self._da.core.normalize_chunks(chunks, shape, dtype=x.dtype)
+            y = self._da.broadcast_to(x, shape, chunks=chunks)
+            return y if y is x else _made(y, functools.partial(self.broadcast_to, x, shape))
+        # x in those chunks on the axes it has at full size, broadcast block by block
+        x = x.rechunk(tuple(chunks[d] if full[d] else -1 for d in range(lead, len(shape))))
+        if x.shape == shape:
+            return x
+        y = _paced_broadcast(self._da, x, shape, chunks)
+        return _made(y, functools.partial(self.broadcast_to, x, shape))
 
     def reshape(self, x, shape, copy=None):
         # Dask reshapes chunked axes only by merging or splitting them evenly ((7, 5) in chunks
@@ -139,7 +151,22 @@ class DaskBackend(HostRandom, Backend):
         return self.da.from_array(array, chunks="auto" if array.ndim else ())
 
     def zeros(self, shape, dtype, device):
-        return self.da.zeros(shape, dtype=dtype, chunks="auto")
+        return _made(self.da.zeros(shape, dtype=dtype, chunks="auto"),
+                     functools.partial(self.da.zeros, shape, dtype=dtype))
+
+    def layout(self, array):
+        return array.chunks
+
+    def laid_out(self, array, layout):
+        if array.chunks == layout:
+            return array
+        name, make = array.__dict__.get(_MADE, (None, None))
+        if name != array.name:  # not made by us, or written since (which gives another name)
+            return array.rechunk(layout)
+        # made again in those chunks. Rechunked, an array made in larger ones would have each
+        # of them computed whole and held while the smaller ones are cut from it: memory would
+        # grow with the array's size (by ~128 MiB chunks), not with its chunks'
+        return _made(make(chunks=layout), make)
 
     def to_device(self, array, device):
         return array
@@ -166,13 +193,60 @@ class DaskBackend(HostRandom, Backend):
     def host_samples(self, generator, kind, shape, dtype, device):
         """Up to one chunk's worth, drawn on the host from `generator`: the same numbers as on
         NumPy (weights made on either are equal). Beyond that, drawn by Dask chunk by chunk when
-        computed, from a seed drawn from `generator`: memory stays bounded."""
+        computed, from a seed drawn from `generator`: memory stays bounded. Those numbers
+        depend on the chunks too: `laid_out` draws them again from the seed, in its chunks."""
         limit = self.dask.utils.parse_bytes(self.dask.config.get("array.chunk-size"))
         if math.prod(shape) * 8 <= limit:
             return super().host_samples(generator, kind, shape, dtype, device)
-        chunked = self.da.random.RandomState(int(generator.randint(2 ** 31)))
-        draw = chunked.standard_normal if kind == "normal" else chunked.random_sample
-        return draw(shape, chunks="auto").astype(dtype)
+        seed = int(generator.randint(2 ** 31))
+
+        def drawn(chunks):
+            chunked = self.da.random.RandomState(seed)
+            draw = chunked.standard_normal if kind == "normal" else chunked.random_sample
+            return draw(shape, chunks=chunks).astype(dtype)
+        return _made(drawn("auto"), drawn)
+
+
+_MADE = "_gradcore_made"  # in a Dask array's __dict__: (its name then, make(chunks=...))
+
+
+def _made(array, make):
+    """`array`, noted as what make(chunks=...) makes in its chunks: `laid_out` makes it so in
+    others."""
+    array.__dict__[_MADE] = array.name, make
+    return array
+
+
+def _paced_broadcast(da, x, shape, chunks):
+    """x broadcast to `shape` in `chunks` (x has them, or one, on each of its axes), each block
+    a task that also waits on a task of its own that waits on nothing. Waiting on x alone,
+    every block would be ready as soon as x is, and Dask's threaded scheduler would make them
+    all then, with what follows each (gy * 2 in the backward of x[::2] * 2), and hold them
+    until the rest of the computation (the input's blocks) comes: memory would grow with the
+    array. Dask orders the tasks that wait on nothing as the computation reads its data, and
+    fuses none of them into a block (as it would fuse an empty Blockwise array's)."""
+    from dask.base import tokenize
+    from dask.highlevelgraph import HighLevelGraph
+
+    token = tokenize(x, shape, chunks)
+    name, pace = "broadcast_to-" + token, "pace-" + token
+    lead = len(shape) - x.ndim
+    graph = {}
+    for index in itertools.product(*(range(len(c)) for c in chunks)):
+        source = tuple(0 if n == 1 else i for n, i in zip(x.numblocks, index[lead:]))
+        block = tuple(c[i] for c, i in zip(chunks, index))
+        graph[(pace,) + index] = (_nothing,)
+        graph[(name,) + index] = (_broadcast_block, (x.name,) + source, block, (pace,) + index)
+    graph = HighLevelGraph.from_collections(name, graph, dependencies=[x])
+    return da.Array(graph, name, chunks, dtype=x.dtype, meta=x._meta)
+
+
+def _nothing():
+    return None
+
+
+def _broadcast_block(block, shape, _):
+    return numpy.broadcast_to(block, shape)
 
 
 def _rebind(target, value):

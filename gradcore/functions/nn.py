@@ -8,7 +8,7 @@ from ..function import Function
 from ..random import draw
 from ..variable import Variable, as_variable
 from .reduce import accumulator_dtype, average, sum
-from .shape import reshape
+from .shape import layout, reshape
 
 
 # =============================================================================== dropout
@@ -21,10 +21,9 @@ class Dropout(Function):
     def forward(self, x):
         if not self.xp.isdtype(x.dtype, "real floating"):
             raise TypeError(f"x must be a floating-point array, got {x.dtype}")
-        # drawn flat and reshaped: the same numbers in the same order, and 0-d x works too
-        # (numpy.random.rand() gives a Python float for shape ())
-        u = self.xp.reshape(draw(self.backend, "uniform", (x.size,), x.dtype, self.device),
-                            x.shape)
+        u = draw(self.backend, "uniform", x.shape, x.dtype, self.device)
+        if self.backend.lazy:  # Dask: drawn in x's chunks, not in chunks of its own
+            u = self.backend.laid_out(u, self.backend.layout(x))
         # keep each element with probability 1 - ratio, scaled so the expectation stays x
         mask = self.xp.astype(u > self.ratio, x.dtype) * (1.0 / (1.0 - self.ratio))
         self.save_for_backward(mask)
@@ -192,7 +191,7 @@ class EmbedID(Function):
 
     def backward(self, gy):
         W = self.inputs[1]
-        return None, EmbedIDGrad(W.shape)(self.ids, gy)
+        return None, EmbedIDGrad(W.shape, layout(W))(self.ids, gy)
 
 
 class EmbedIDGrad(Function):
@@ -200,11 +199,14 @@ class EmbedIDGrad(Function):
     named by the ids (repeated ids add up). Linear in gy; its backward is embed_id again."""
     op_name = "embed_id_grad"
 
-    def __init__(self, shape):
+    def __init__(self, shape, layout=None):
         self.shape = tuple(shape)
+        self.layout = layout  # W's, on a lazy backend
 
     def forward(self, ids, gy):
         gW = self.backend.zeros(self.shape, gy.dtype, self.device)
+        if self.layout is not None:
+            gW = self.backend.laid_out(gW, self.layout)
         rows = self.xp.reshape(gy, (-1,) + self.shape[1:])
         return self.backend.scatter_add(gW, self.xp.reshape(ids, (-1,)), rows)
 

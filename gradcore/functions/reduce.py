@@ -5,7 +5,7 @@ from ..function import Function
 from ..variable import Variable
 from .device import astype
 from .math import exp
-from .shape import broadcast_to, normalize_axis, reshape
+from .shape import broadcast_like, normalize_axis, reshape
 
 
 def accumulator_dtype(xp, dtype):
@@ -38,7 +38,7 @@ class Sum(Function):
             gy = astype(gy, x.dtype)  # cast while it is small, before it is broadcast
         if not self.keepdims:  # put back the summed axes as size 1, then broadcast
             gy = reshape(gy, _kept_shape(x.shape, normalize_axis(self.axis, x.ndim)))
-        return broadcast_to(gy, x.shape)
+        return broadcast_like(gy, x)  # on Dask, in x's chunks
 
 
 def sum(x, axis=None, keepdims=False):
@@ -95,7 +95,7 @@ class Max(Function):
         y_data = xp.reshape(self._extreme(x.data, True) if y is None else y.data, kept)
         hits = xp.astype(x.data == y_data, gy.dtype)
         share = hits / xp.sum(hits, axis=self.axes, keepdims=True)
-        return broadcast_to(reshape(gy, kept), x.shape) * Variable(share, requires_grad=False)
+        return broadcast_like(reshape(gy, kept), x) * Variable(share, requires_grad=False)
 
 
 class Min(Max):
@@ -152,7 +152,7 @@ class LogSumExp(Function):
         else:  # float16: normalised in float32, as forward summed
             e = astype(e, self.wide)
             p = astype(e / sum(e, self.axes, keepdims=True), x.dtype)
-        return broadcast_to(reshape(gy, _kept_shape(x.shape, self.axes)), x.shape) * p
+        return broadcast_like(reshape(gy, _kept_shape(x.shape, self.axes)), x) * p
 
 
 def logsumexp(x, axis=1, keepdims=True):

@@ -1,5 +1,5 @@
 """Shape ops: reshape, expand_dims, squeeze, flatten, transpose, broadcast_to, sum_to,
-concatenate, stack, split, get_item."""
+concatenate, stack, split, get_item; on lazy backends, gradients laid out as their inputs."""
 import math
 import numbers
 
@@ -181,7 +181,7 @@ class SumTo(Function):
 
     def backward(self, gy):
         x, = self.inputs
-        return broadcast_to(gy, x.shape)
+        return broadcast_like(gy, x)
 
 
 def sum_to(x, shape):
@@ -192,6 +192,45 @@ def sum_to(x, shape):
     if x.shape == shape:  # a raw array is a constant, as in every op
         return x if isinstance(x, Variable) else Variable(x, requires_grad=False)
     return SumTo(shape)(x)
+
+
+# =============================================================================== layout
+# On a lazy backend (Dask) what an op makes in the shape of an input (its gradient) is laid out
+# as that input (in its chunks): made in larger chunks, each would be computed whole and held
+# while its pieces meet the input's, and memory would grow with the array, not with its chunks.
+# Elsewhere these cost one test of `backend.lazy`.
+def layout(x, shape=None):
+    """The layout of Variable x's data (reshaped to `shape`, if given) where its backend is lazy
+    (Dask: its chunks), for `backend.laid_out`; None elsewhere."""
+    backend = x.backend
+    if not backend.lazy:
+        return None
+    return backend.layout(x.data if shape is None else backend.xp.reshape(x.data, shape))
+
+
+class LaidOut(View):
+    """x, the same values, in a lazy backend's `layout` (Dask: chunks)."""
+
+    def __init__(self, layout):
+        self.layout = layout
+
+    def forward(self, x):
+        return self.backend.laid_out(x, self.layout)
+
+    def backward(self, gy):
+        return laid_out_like(gy, self.inputs[0])
+
+
+def laid_out_like(y, x):
+    """y (a gradient for x, of x's shape) laid out as x where the backend is lazy (Dask: in x's
+    chunks); y itself elsewhere."""
+    return LaidOut(layout(x))(y) if x.backend.lazy else y
+
+
+def broadcast_like(y, x):
+    """y broadcast to x's shape, laid out as x where the backend is lazy: a gradient for x."""
+    y = broadcast_to(y, x.shape)
+    return LaidOut(layout(x))(y) if x.backend.lazy else y
 
 
 # =============================================================================== joining
@@ -291,11 +330,12 @@ class Split(View):
         return tuple(x[head + (slice(a, b), Ellipsis)] for a, b in pieces)
 
     def backward(self, *gys):
+        x, = self.inputs
         gy = concatenate(gys, self.axis)
         if self.overlap is None:  # the pieces tile x: their gradients, joined, are x's
-            return gy
+            return laid_out_like(gy, x)  # pieces' chunks cut at the split points: x's whole
         # each piece's gradient added where it was taken (twice where pieces overlap)
-        return GetItemGrad(self.overlap, self.inputs[0].shape)(gy)
+        return GetItemGrad(self.overlap, x.shape, layout(x))(gy)
 
 
 def _split_bounds(indices_or_sections, n, axis):
@@ -346,17 +386,21 @@ class GetItem(View):
     def backward(self, gy):
         x, = self.inputs
         if self.expanded is None:
-            return GetItemGrad(self.key, x.shape)(gy)
-        return reshape(GetItemGrad(self.key, self.expanded)(gy), x.shape)
+            return GetItemGrad(self.key, x.shape, layout(x))(gy)
+        expanded = GetItemGrad(self.key, self.expanded, layout(x, self.expanded))(gy)
+        return reshape(expanded, x.shape)
 
 
 class GetItemGrad(Function):
-    def __init__(self, key, in_shape):
+    def __init__(self, key, in_shape, layout=None):
         self.key = key  # a key from the forward's backend.normalize_key
         self.in_shape = in_shape
+        self.layout = layout  # of the input whose gradient this is, on a lazy backend
 
     def forward(self, gy):
         gx = self.backend.zeros(self.in_shape, gy.dtype, self.device)
+        if self.layout is not None:
+            gx = self.backend.laid_out(gx, self.layout)
         return self.backend.scatter_add(gx, self.key, gy)  # repeated indices add up
 
     def backward(self, ggx):
