@@ -15,6 +15,7 @@ Buffers (BatchNorm's running statistics) are no gradients: each rank's forward m
 At each step they are brought into agreement too, in one more all-reduce started after the
 buckets (see `buffers=`).
 """
+import functools
 import hashlib
 import sys
 import weakref
@@ -151,7 +152,7 @@ class DistributedOptimizer:
         self.synchronize()
         self.optimizer.update()
 
-    @_eager_in_replay
+    @functools.partial(_eager_in_replay, closure_first=True)
     def step(self, closure=None):
         """Average the gradients over the ranks, then the optimizer's step (PyTorch's name)."""
         loss = None

@@ -18,26 +18,43 @@ __all__ = ["Optimizer", "ParamState", "WeightDecay", "ClipGrad", "FreezeParam",
            "checked_hyperparameter", "grad_array", "set_data"]
 
 
-def _eager_in_replay(method):
+def _eager_in_replay(method, closure_first=False):
     """`method` (a step) made one opaque line of a tape gradcore.compile records: it runs as
-    Python at every replay, reading the learning rate and counters as they are then. A step
-    given a closure (any optimizer's step(closure), DistributedOptimizer's included) runs it
-    first, recorded like the rest of the compiled step; the step without it is the line."""
+    Python at every replay, reading the learning rate and counters as they are then. With
+    `closure_first` (a step that calls its closure once, first: the base class's and
+    DistributedOptimizer's), a closure it is given runs first, recorded like the rest of the
+    compiled step, and the step without it is the line. Another step given a closure may call
+    it several times (SAM's does), between its own updates: that step runs eagerly."""
     @functools.wraps(method)
     def step(self, *args, **kwargs):
         recorder = _variables.step_recorder
         if recorder is not None and recorder.is_active():
             closure = _closure(method, args, kwargs)
-            if closure is not None:
+            if closure is not None and closure_first:
                 # what step(closure) does: the closure's loss (grad mode on), then the step
                 with enable_grad():
                     loss = closure()
-                recorder.opaque(getattr(self, method.__name__), ())
+                recorder.opaque(_this_step(self, step, method), ())
                 return loss
-            return recorder.opaque(functools.partial(getattr(self, method.__name__), *args,
+            if closure is not None:
+                recorder.give_up(
+                    f"{type(self).__name__}.step(closure): a step of its own may call the "
+                    "closure any number of times, between updates, which a tape cannot know: "
+                    "call the closure and then step() without it in the compiled step")
+                return method(self, *args, **kwargs)
+            return recorder.opaque(functools.partial(_this_step(self, step, method), *args,
                                                      **kwargs), ())
         return method(self, *args, **kwargs)
     return step
+
+
+def _this_step(self, wrapper, method):
+    """The step a replay runs: self's own (wrapped: it checks for a recording) where `wrapper`
+    is self's; else `method` itself, which a subclass's step called (super().step()): not
+    the subclass's step again."""
+    bound = getattr(self, method.__name__)
+    return bound if getattr(bound, "__func__", None) is wrapper else functools.partial(
+        method, self)
 
 
 def _closure(method, args, kwargs):
@@ -414,7 +431,7 @@ class Optimizer:
 
 # the base class's own steps too (__init_subclass__ wraps the subclasses')
 Optimizer.update = _eager_in_replay(Optimizer.update)
-Optimizer.step = _eager_in_replay(Optimizer.step)
+Optimizer.step = _eager_in_replay(Optimizer.step, closure_first=True)
 
 
 def _on_param(array, param, copy=False):
