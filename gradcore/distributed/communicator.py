@@ -19,7 +19,6 @@ __all__ = ["Communicator", "DistributedError", "init", "local_device"]
 
 DEFAULT_TIMEOUT = 300.0
 _FAILED = 7001  # the tag of a failure notice, on a communicator of its own
-_ARRIVED = 7002  # the tag of a rank's word to rank 0 that it reached dist.init
 
 
 class DistributedError(RuntimeError):
@@ -49,12 +48,11 @@ class Communicator:
         self.MPI = _import_mpi()
         self.timeout = _checked_timeout(timeout)
         self.backend = backend
-        # Dup and Split_type block until every rank calls them: first wait, with the deadline,
-        # for every rank to get here (one that failed before never will)
-        _meet(mpi_comm, self.MPI, self.timeout)
-        # gradcore's own communicators: its messages never mix with the program's own MPI
-        # traffic, and failure notices never mix with data
-        self.mpi = mpi_comm.Dup()
+        # Dup and Split_type block until every rank calls them: the first duplicate is made
+        # waiting with the deadline for every rank to get here (one that failed before never
+        # will). gradcore's own communicators: its messages never mix with the program's own
+        # MPI traffic, and failure notices never mix with data
+        self.mpi = _meet(mpi_comm, self.MPI, self.timeout)
         self._notices = mpi_comm.Dup()
         self._heard = set()  # the ranks whose failure notice this rank has read
         # votes apart from the data: at a vote the ranks may have started different numbers of
@@ -188,45 +186,25 @@ def _encoded(obj):
 
 
 def _meet(world, MPI, timeout):
-    """Return once every rank of `world` has called this (a barrier, non-blocking, waited for
-    with the deadline). Each rank also sends rank 0 word that it came, so that at the deadline
-    rank 0 names the ranks that did not; every rank then raises DistributedError."""
+    """A duplicate of `world`, made once every rank has called this: a non-blocking duplicate
+    (MPI_Comm_idup) waited for with the deadline, else DistributedError. Nothing is sent on
+    `world`, the program's: a message there could be taken by a receive of the program's own
+    (any source, any tag), so the ranks missing at the deadline go unnamed."""
+    if world.Get_size() == 1:
+        return world.Dup()
+    own, request = world.Idup()
     rank, size = world.Get_rank(), world.Get_size()
-    if size == 1:
-        return
-    # the only messages gradcore sends on the program's communicator (it has none of its own
-    # yet), on a tag of its own; every one is received here, none is left for the program
-    words = numpy.zeros(size, dtype=numpy.uint8)
-    if rank == 0:
-        requests = [world.Irecv(words[r:r + 1], source=r, tag=_ARRIVED) for r in range(1, size)]
-    else:
-        requests = [world.Isend(words[:1], dest=0, tag=_ARRIVED)]
-    barrier = world.Ibarrier()  # after the word: once it completes, every word was sent
-    # rank 0, which can name the missing ranks, raises first (the first rank that raises ends
-    # the job), the others a moment later
+    # rank 0 raises first (the first rank that raises ends the job), the others a moment later
     deadline = time.monotonic() + timeout + (0 if rank == 0 else 1.0)
-    while not barrier.Test():
+    while not request.Test():
         if time.monotonic() > deadline:
-            _abandoned.extend(requests + [barrier])  # MPI may still use their buffers
-            raise DistributedError(_missed(rank, size, requests, timeout))
+            _abandoned.append(request)  # MPI may still complete it
+            raise DistributedError(
+                f"rank {rank}: not every rank of {size} reached dist.init within {timeout:g} s: "
+                "one may have failed before (its output then shows the error), or need longer "
+                "to get there (dist.init(timeout=...)); every rank must call dist.init")
         time.sleep(0.001)  # the others may take long to come: leave them the cores
-    MPI.Request.Waitall(requests)
-
-
-def _missed(rank, size, requests, timeout):
-    """What DistributedError says on `rank` when not every rank reached dist.init in time."""
-    if rank != 0:
-        said = (f"rank {rank}: not every rank of {size} reached dist.init within {timeout:g} s "
-                "(rank 0, if it came, names those that did not): one")
-        whose = "its"
-    else:
-        missing = [str(r) for r, request in enumerate(requests, 1) if not request.Test()]
-        who, whose = ((f"rank {missing[0]}", "its") if len(missing) == 1 else
-                      (f"ranks {', '.join(missing)}", "their") if missing else ("a rank", "its"))
-        said = (f"rank 0: {who} of {size} did not reach dist.init within {timeout:g} s: "
-                + ("they" if whose == "their" else "it"))
-    return (f"{said} may have failed before ({whose} output then shows the error), or need "
-            "longer to get there (dist.init(timeout=...)); every rank must call dist.init")
+    return own
 
 
 _abandoned = []  # requests of a meeting that timed out, still pending

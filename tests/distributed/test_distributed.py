@@ -183,10 +183,15 @@ def test_a_rank_that_raises_before_init_stops_the_others_at_its_deadline(tmp_pat
     output = launch("fails_before_init", tmp_path, ranks=3, timeout=8.0, expect_failure=True,
                     limit=40)
     assert "FileNotFoundError: rank 1 could not read its data, on purpose" in output
-    # rank 0 raises first, naming it; its abort ends the job
-    assert ("DistributedError: rank 0: rank 1 of 3 did not reach dist.init within 8 s: it may "
-            "have failed before (its output then shows the error)") in output
+    # rank 0 raises first; its abort ends the job
+    assert ("DistributedError: rank 0: not every rank of 3 reached dist.init within 8 s: one "
+            "may have failed before (its output then shows the error)") in output
     assert time.monotonic() - start < 30
+
+
+def test_init_takes_none_of_the_programs_own_messages(tmp_path):
+    first = launch("receives_before_init", tmp_path, ranks=3)[0]
+    assert first["got"] == ["hello from 1", "hello from 2"]
 
 
 def test_a_compiled_step_with_a_closure_sums_at_every_replay(tmp_path):

@@ -364,15 +364,28 @@ def fails_before_init(timeout, out):
     return {}
 
 
-BEFORE_INIT = {"fails_before_init"}
+def receives_before_init(timeout, out):
+    """The program's own messages before dist.init: rank 0 takes one from each other rank, from
+    any source with any tag, while those that sent theirs already wait in dist.init."""
+    import time
+    from mpi4py import MPI
+    world = MPI.COMM_WORLD
+    if world.Get_rank() == 0:
+        return {"got": sorted(world.recv(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG)
+                              for _ in range(world.Get_size() - 1))}
+    time.sleep(world.Get_rank() - 1)  # rank 1 is in dist.init while rank 2 still sleeps
+    world.send(f"hello from {world.Get_rank()}", dest=0)
+    return {}
+
+
+BEFORE_INIT = {"fails_before_init", "receives_before_init"}
 
 if __name__ == "__main__":
     scenario, out = sys.argv[1], sys.argv[2]
     timeout = float(sys.argv[3]) if len(sys.argv) > 3 else 60.0
-    if scenario in BEFORE_INIT:  # they raise, on every rank
-        globals()[scenario](timeout, out)
+    before = globals()[scenario](timeout, out) if scenario in BEFORE_INIT else None
     comm = dist.init(timeout=timeout)
-    result = globals()[scenario](comm, out)
+    result = before if before is not None else globals()[scenario](comm, out)
     result["rank"], result["size"], result["local_rank"] = comm.rank, comm.size, comm.local_rank
     with open(os.path.join(out, f"rank{comm.rank}.json"), "w") as f:
         json.dump(result, f)
