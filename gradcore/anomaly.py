@@ -7,7 +7,7 @@ import numpy
 
 import backends
 
-from .variable import Variable
+from .variable import Variable, note_write
 
 _HERE = (os.path.join("gradcore", "function.py"), os.path.join("gradcore", "anomaly.py"))
 
@@ -31,7 +31,8 @@ def record(f):
 
 
 def _read_by_backward(f):
-    """(description, array) for each array f's backward may read: inputs, outputs, saved values."""
+    """(description, array) for each array f's backward may read: inputs, outputs, saved values
+    (a saved Variable among the inputs and outputs: _variables_read)."""
     for role, x in f._variables_read():
         yield role, x._data
     for i, v in enumerate(f._saved):
@@ -68,6 +69,26 @@ def check_unchanged(f):
                 f"instead, or run forward again after the change. {where_created(f)}")
 
 
+def before_forward(inputs):
+    """Before the forward of an author's Function: (index, Variable, version, fingerprint) of
+    each input Variable, for check_forward_writes."""
+    return [(i, x, x.version, _fingerprint(x._data)) for i, x in enumerate(inputs)
+            if isinstance(x, Variable) and x._data is not None]
+
+
+def check_forward_writes(f, before):
+    """After it: RuntimeError if forward wrote into an input without mark_dirty (counted first,
+    so that the graphs that saved the input refuse to run, whatever the caller does next)."""
+    for i, x, version, fingerprint in before:
+        if x.version == version and _fingerprint(x._data) != fingerprint:
+            note_write(x)
+            raise RuntimeError(
+                f"anomaly: {f._name()}: forward wrote into its input {i} without saying so: an "
+                f"op that saved it would compute its gradient from the new values. Call "
+                f"self.mark_dirty(x) in forward for each input array x it writes into, or write "
+                f"into a copy (x = x.copy())")
+
+
 def check_finite(f, gxs):
     """After f's backward: RuntimeError if a gradient it returned holds NaN or infinity."""
     for i, gx in enumerate(gxs):
@@ -75,6 +96,9 @@ def check_finite(f, gxs):
             continue
         data = gx._data if isinstance(gx, Variable) else gx
         backend = backends.backend_of(data)
+        if backend is None:  # a Python number or list: as the walk takes it (or refuses it)
+            data = Variable(data, requires_grad=False)._data
+            backend = backends.backend_of(data)
         xp = backend.xp
         with backend.device_context(backend.device_of(data)):
             finite = bool(xp.all(xp.isfinite(xp.asarray(data))))

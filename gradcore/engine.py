@@ -135,15 +135,36 @@ def _check_versions(f):
                 "does this: run forward again after the change, or backward before it")
 
 
-def _check_or_skip(f, wanted, known, grads, captured, shared):
+def _check_or_skip(f, wanted, known, grads, captured, shared, unchecked):
     """f was recorded before some write: refuse it if what its backward reads was written since
     (_check_versions). Under gradcore.grad, an f off the paths to the wanted Variables is skipped
     instead: True, with its outputs' gradients taken (a wanted one's captured)."""
     if wanted is not None and not _behind(f, wanted, known):
-        _output_grads(f, grads, False, wanted, captured, shared, known)
+        _output_grads(f, grads, False, wanted, captured, shared, known, unchecked)
         return True
     _check_versions(f)
     return False
+
+
+def _check_before_hooks(unchecked, wanted, known):
+    """Before the first hook a walk runs on a Variable it passes through (not a leaf: those run
+    at the end): refuse now any op that the walk would refuse later (_check_versions), so that a
+    refused backward has called no hook. `unchecked` holds the walk's (roots, boundary) till
+    then: one pass over the graph per walk that meets such a hook, none for any other walk."""
+    ys, boundary = unchecked.pop()
+    written = latest_write[0]
+    seen = set()
+    stack = [y.creator for y in ys if y.creator is not None and y not in boundary]
+    while stack:
+        f = stack.pop()
+        if f in seen:
+            continue
+        seen.add(f)
+        if f.sequence < written and (wanted is None or _behind(f, wanted, known)):
+            _check_versions(f)
+        for x, need in zip(f.inputs, f.needs_input_grad):
+            if need and x.creator is not None and x not in boundary:
+                stack.append(x.creator)
 
 
 def _reused(f):
@@ -194,7 +215,7 @@ def _conform(f, gx, x):
     return astype(gx, x.dtype)  # gx itself when the dtypes are equal
 
 
-def _output_grads(f, grads, retain_grad, wanted, captured, shared, known):
+def _output_grads(f, grads, retain_grad, wanted, captured, shared, known, unchecked):
     """The gradients for f's outputs, after their hooks; zeros for a dead or unused output.
     gradcore.grad (`wanted`) captures a wanted output's gradient, and runs the hooks of f's
     outputs only if f is on a path to a wanted Variable (_on_path)."""
@@ -208,6 +229,8 @@ def _output_grads(f, grads, retain_grad, wanted, captured, shared, known):
             gys.append(f.zeros_for_output(i))
             continue
         if y._hooks and (wanted is None or _on_path(f, wanted, known)):
+            if unchecked:
+                _check_before_hooks(unchecked, wanted, known)
             g = _run_hooks(y, g, shared)
         if retain_grad:
             shared[id(g._data)] = g._data
@@ -309,10 +332,13 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING,
             heappush(heap, (-f.generation, -f.sequence, f))
 
     # hooked leaf -> how many ops still to run will hand it a gradient; at 0 its .grad is final.
-    # Hooks run and gradients are retained during the walk: with either, _pending checks every
-    # op for writes first, so that a refused graph changes nothing
+    # Hooks run and gradients are retained during the walk: with either, every op is checked for
+    # writes before any runs, so that a refused graph changes nothing. Post-accumulate hooks and
+    # retain_grad: _pending checks them first; hooks on the Variables the walk passes through:
+    # _check_before_hooks, when the first of them is about to run (a walk with none pays nothing)
     hooked = post_accumulate_hooks and wanted is None
     pending = _pending(ys, hooked) if hooked or retain_grad else None
+    unchecked = [(ys, boundary)] if pending is None else None
     ref = weakref.ref
     check_anomalies = is_anomaly_enabled()
     # no gradient kept but the leaves', no anomaly checks: the short path below may run
@@ -339,12 +365,17 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING,
                     gy = grads.pop(y)
                 except KeyError:  # f's output now is another Variable than the one reaching f
                     raise _reused(f) from None
-                gxs = f.backward(_run_hooks(y, gy, shared) if y._hooks else gy)
+                if y._hooks:
+                    if unchecked:
+                        _check_before_hooks(unchecked, None, None)
+                    gy = _run_hooks(y, gy, shared)
+                gxs = f.backward(gy)
             else:
                 if f.sequence < written[0] and _check_or_skip(f, wanted, known, grads,
-                                                               captured, shared):
+                                                               captured, shared, unchecked):
                     continue
-                gys = _output_grads(f, grads, retain_grad, wanted, captured, shared, known)
+                gys = _output_grads(f, grads, retain_grad, wanted, captured, shared, known,
+                                    unchecked)
                 if check_anomalies:
                     if wanted is not None and not _behind(f, wanted, known):
                         continue  # off the paths: neither checked nor run
@@ -370,8 +401,11 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING,
             for x, gx, need in zip(inputs, gxs, f.needs_input_grad):
                 if gx is None or not need:
                     continue
-                if gx.__class__ is not Variable:
-                    gx = gx if isinstance(gx, Variable) else Variable(gx, requires_grad=False)
+                if gx.__class__ is not Variable and not isinstance(gx, Variable):
+                    # a raw array (DeZero's style), perhaps one f keeps (a gradient computed in
+                    # forward): as shared, a leaf's .grad gets a copy of it (_owned)
+                    gx = Variable(gx, requires_grad=False)
+                    shared[id(gx._data)] = gx._data
                 # gx shaped and typed like x? Where both are NumPy scalars of one class, the class
                 # says so: shape and dtype are slow to read on scalars (callgrind: chain 4.6% fewer
                 # instructions per op, wide 0.7% more per branch). Else compare them (`is not`:

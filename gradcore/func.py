@@ -275,6 +275,9 @@ def jvp(f, primals, tangents):
         outputs, rebuild = _outputs(out, "jvp")
         dummies = [Variable(_zeros(y)) for y in outputs]
         pullback = _gradients(outputs, inputs.variables, dummies, create_graph=True)
+        # the pullback is linear in the dummies, which require grad: a gradient with no graph
+        # does not depend on them (an author's backward on raw arrays raises instead of giving
+        # one: see Function's rules)
         used = [(g, x, t) for g, x, t in zip(pullback, inputs.variables, tangents)
                 if g.creator is not None]
         if not used:  # f does not depend on its inputs: the derivative is zero

@@ -1,4 +1,5 @@
 """Function: one node of the graph. __call__ unwraps, runs forward, wraps, and records."""
+import functools
 import numbers
 import re
 import types
@@ -8,8 +9,9 @@ import backends
 
 from . import anomaly
 from . import variable as _variables
-from .config import recording
-from .variable import _SCALARS, Variable, _init_slots, sequence as _sequence, share_versions
+from .config import is_anomaly_enabled, recording
+from .variable import (_SCALARS, Variable, _init_slots, dtype_kind, note_write,
+                       sequence as _sequence, share_versions)
 _new_variable = object.__new__
 _weakref = weakref.ref
 _NO_INPUT = object()  # __call__'s default for x0 and x1: fewer inputs were given
@@ -27,7 +29,7 @@ def _operand(data, backend):
 
 class _SavedOutput:
     """A saved value that is output `index` of its Function: saved_tensors gives the output
-    Variable while it lives, else `array` as a constant."""
+    Variable, made again from `array` if it has died (Function._revive)."""
 
     __slots__ = ("index", "array")
 
@@ -46,6 +48,23 @@ class Function:
     On NumPy, a 0-d input reaches forward as a NumPy scalar and a scalar result is kept as it is
     (NumPy's arithmetic on scalars is several times faster than on 0-d arrays); Variable.data
     still hands out a 0-d array.
+
+    Rules for a Function of your own (the checks run around its calls only, _checked_call and
+    _checked_backward: gradcore's own ops pay nothing for them):
+    - forward may return an input's array or a view of it: that output then shares the input's
+      version, so an in-place write to the input (an optimizer step) stops a backward that saved
+      the output. An output that is not floating-point (integers, bools) is not differentiable:
+      it has requires_grad=False and no creator, and backward gets zeros for it.
+    - forward must not write into its inputs' arrays, or must say so: `self.mark_dirty(x)` for
+      each array x it wrote into (PyTorch's ctx.mark_dirty) counts the write in that input's
+      version, so a backward through an op that saved the input before refuses to run. An
+      unannounced write goes unseen, except in anomaly mode (detect_anomaly), which refuses it.
+    - backward must return new arrays or Variables, not ones the Function keeps (a gradient
+      computed in forward, say): a leaf's .grad may become that very object. A raw array backward
+      returns is copied before it becomes a .grad; a Variable is not.
+    - backward written on raw arrays (DeZero's first steps) gives first derivatives only: given
+      gradients that have a graph (create_graph; jvp, jacfwd), it raises rather than give zero
+      higher derivatives.
     """
 
     __slots__ = ("inputs", "_outputs", "generation", "backend",
@@ -65,20 +84,31 @@ class Function:
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         inherited = cls.__call__
-        if getattr(inherited, "_template", False) or getattr(inherited, "_view", False):
-            # Function's __call__ (or View's, around it), not an author's. A copy of __call__'s
-            # code per subclass: CPython specialises attribute access per code object and type,
-            # and one copy shared by Mul, Add, ... sees a new type each call (callgrind: without
-            # it 3.8% more instructions per op of `chain`, 3.3% per branch of `wide`)
-            call = Function.__call__
-            copy = types.FunctionType(call.__code__.replace(), call.__globals__, call.__name__,
-                                      call.__defaults__)
-            copy.__qualname__, copy.__doc__ = f"{cls.__qualname__}.__call__", call.__doc__
-            copy._template = True
-            if getattr(inherited, "_view", False):
-                cls._plain_call = copy  # View.__call__ runs it, then shares the version
-            else:
-                cls.__call__ = copy
+        if not any(getattr(inherited, mark, False) for mark in ("_template", "_view", "_checked")):
+            return  # an author's own __call__: kept as it is
+        # Function's __call__ (or View's or _checked_call, around it). A copy of __call__'s code
+        # per subclass: CPython specialises attribute access per code object and type, and one
+        # copy shared by Mul, Add, ... sees a new type each call (callgrind: without it 3.8%
+        # more instructions per op of `chain`, 3.3% per branch of `wide`)
+        call = Function.__call__
+        copy = types.FunctionType(call.__code__.replace(), call.__globals__, call.__name__,
+                                  call.__defaults__)
+        copy.__qualname__, copy.__doc__ = f"{cls.__qualname__}.__call__", call.__doc__
+        copy._template = True
+        if not cls.__module__.startswith("gradcore."):
+            # an author's Function: each call checked after it runs (_checked_call), and its
+            # backward when recorded (_checked_backward). gradcore's own ops need neither: their
+            # outputs are fresh floating-point arrays, views come from View, and their backwards
+            # are written with gradcore's ops; so they pay nothing for the checks
+            cls._plain_call = copy
+            cls.__call__ = Function._checked_call
+            backward = cls.__dict__.get("backward")
+            if backward is not None and not getattr(backward, "_checked", False):
+                cls.backward = _checked_backward(backward)
+        elif getattr(inherited, "_view", False):
+            cls._plain_call = copy  # View.__call__ runs it, then shares the version
+        else:
+            cls.__call__ = copy
 
     def __call__(self, x0=_NO_INPUT, x1=_NO_INPUT, *more):
         """Run forward on the inputs' arrays; record this call in the graph if grad mode is on
@@ -127,7 +157,8 @@ class Function:
         try:
             ys = self.forward(d0) if r1 is None else self.forward(d0, d1)
         except (ValueError, TypeError, IndexError) as e:
-            raise self._explain(e, (x0,) if r1 is None else (x0, x1)) from e
+            self._explain(e, (x0,) if r1 is None else (x0, x1))
+            raise
         if self._saved:  # forward called save_for_backward
             self._resolve_saved((x0,) if r1 is None else (x0, x1),
                                 (d0,) if r1 is None else (d0, d1), ys)
@@ -164,12 +195,12 @@ class Function:
         xs = []
         needs = []
         generation = -1
-        backend = None
+        backend = _NO_INPUT  # no Variable seen yet (a Variable with no data has backend None)
         for x in inputs:
             if isinstance(x, Variable):
                 data = x._data
                 if x._backend is not backend:
-                    if backend is not None or data is None:
+                    if backend is not _NO_INPUT or data is None:
                         self._raise_mixed(inputs)
                     backend = x._backend
                 if data.ndim == 0 and data.__class__ is backend.array_type:
@@ -187,7 +218,7 @@ class Function:
                 if self.integers_take_float_dtype:
                     constants = _integers_as_float(constants, inputs)
                 return self._call(constants)
-        if backend is None:
+        if backend is _NO_INPUT:
             raise TypeError(f"{self._name()}: needs at least one Variable or array input, "
                             f"got {', '.join(type(x).__name__ for x in inputs) or 'none'}")
         if not backend.single_device:
@@ -201,7 +232,8 @@ class Function:
             else:
                 ys = self.forward(*xs)
         except (ValueError, TypeError, IndexError) as e:
-            raise self._explain(e, inputs) from e
+            self._explain(e, inputs)
+            raise
         if self._saved:
             self._resolve_saved(inputs, xs, ys)
         return self._finish(ys, backend, inputs, tuple(needs), generation)
@@ -280,6 +312,51 @@ class Function:
         one call)."""
         return cls()(*inputs)
 
+    # ---------------------------------------------------------------- an author's Function
+    def _checked_call(self, *inputs):
+        """__call__ of an author's Function (see the class's rules): the plain call, a copy per
+        class as for every Function, then what gradcore's own ops need not check."""
+        self._given = inputs  # what mark_dirty looks the arrays up in
+        before = anomaly.before_forward(inputs) if is_anomaly_enabled() else None
+        try:
+            ys = self._plain_call(*inputs)
+        finally:
+            del self._given
+        if before:
+            anomaly.check_forward_writes(self, before)
+        for y in ys if ys.__class__ is tuple else (ys,):
+            if y.creator is not None and dtype_kind(y._backend, y._data.dtype) != "float":
+                # integers and bools carry no gradient (as PyTorch's non-differentiable outputs):
+                # nothing reaches this Function through y; backward gets zeros for it
+                y.creator, y.generation, y._requires_grad = None, 0, False
+            x = _base_of(y, inputs)
+            # as View's outputs: x may be written in place if it is a leaf or has writes already
+            if x is not None and (x.creator is None or getattr(x, "_writes", None) is not None):
+                share_versions(x, y)
+        return ys
+
+    _checked_call._checked = True  # __init_subclass__ recognises it as gradcore's __call__
+
+    def mark_dirty(self, *arrays):
+        """In forward: say that forward wrote into these arrays, inputs it got (PyTorch's
+        ctx.mark_dirty). Each such input's version goes up, so a backward through an op that
+        saved the input before this call refuses to run instead of using the new values."""
+        given = getattr(self, "_given", None)
+        if given is None:
+            raise RuntimeError(f"{self._name()}: mark_dirty is for forward, with arrays forward "
+                               "got: call it there, after writing into them")
+        for a in arrays:
+            for x in given:
+                if x is a:  # a raw array, a constant: it has no version to count
+                    break
+                if isinstance(x, Variable) and x._data is a:
+                    note_write(x)
+                    break
+            else:
+                if self.backend.owns(a):  # a NumPy scalar (a 0-d input) is never written into
+                    raise ValueError(f"{self._name()}: mark_dirty got an array that is none of "
+                                     "the inputs' arrays; pass the arrays forward received")
+
     # ---------------------------------------------------------------- helpers for authors
     @property
     def xp(self):
@@ -287,7 +364,8 @@ class Function:
         return self.backend.xp
 
     def save_for_backward(self, *values):
-        """Keep arrays (or Variables) for backward; read them back with `saved_tensors`."""
+        """Keep values for backward; read them back with `saved_tensors`. Arrays come back as
+        Variables; anything else (a shape, a number, None) as it was saved."""
         self._saved = values
 
     @property
@@ -299,21 +377,42 @@ class Function:
 
     @property
     def saved_tensors(self):
-        """The saved values as Variables: an input's or output's array comes back as that
-        Variable (so backward stays differentiable); any other array as a constant."""
+        """The saved values: an input's or output's array comes back as that Variable (so
+        backward stays differentiable, also through an output the caller dropped), any other
+        array as a constant Variable, a Variable or anything else as it was saved."""
         values = []
         for v in self._saved:
             if v.__class__ is _SavedOutput:
                 y = self.outputs[v.index]()
-                v = Variable(v.array, requires_grad=False) if y is None else y
-            elif not (isinstance(v, Variable) or v is None or v.__class__ in _SCALARS):
+                v = self._revive(v) if y is None else y
+            elif not isinstance(v, Variable) and backends.backend_of(v) is not None:
                 v = Variable(v, requires_grad=False)
             values.append(v)
         return tuple(values)
 
+    def _revive(self, saved):
+        """A dead output that backward reads (a _SavedOutput), made again as this Function's
+        output, as recorded (creator, generation, sequence), and put back among the outputs, so
+        that the graph backward records through it leads here (create_graph). Held weakly as
+        every output: a later read while it lives gets the same Variable."""
+        backend = backends.backend_of(saved.array)
+        if dtype_kind(backend, saved.array.dtype) != "float":  # it carried no gradient (above)
+            return Variable(saved.array, requires_grad=False)
+        y = _init_slots(_new_variable(Variable), saved.array, backend, self,
+                        self.generation + 1, True)
+        y._sequence = self.sequence
+        if self._outputs.__class__ is tuple:
+            outputs = list(self._outputs)
+            outputs[saved.index] = _weakref(y)
+            self._outputs = tuple(outputs)
+        else:
+            self._outputs = _weakref(y)
+        return y
+
     def _variables_read(self):
-        """(role, Variable) for each Variable input and each live output ("input 0", "output 1"):
-        what backward may read, and what the version and anomaly checks look at."""
+        """(role, Variable) for each Variable input, each live output and each other saved
+        Variable ("input 0", "output 1", "saved value 2"): what backward may read, and what the
+        version and anomaly checks look at."""
         for i, x in enumerate(self.inputs):
             if isinstance(x, Variable):
                 yield f"input {i}", x
@@ -321,6 +420,9 @@ class Function:
             y = ref()
             if y is not None:
                 yield f"output {i}", y
+        for i, v in enumerate(self._saved):
+            if isinstance(v, Variable) and not any(v is x for x in self.inputs):
+                yield f"saved value {i}", v
 
     @property
     def next_functions(self):
@@ -408,13 +510,17 @@ class Function:
         return device
 
     def _explain(self, error, inputs):
-        """The error from forward again, saying which op failed and on what shapes."""
+        """Say in the error from forward which op failed and on what shapes; the same exception
+        goes on (its type and attributes kept, so `except YourError` still catches it)."""
         shapes = [str(tuple(x.shape)) if isinstance(x, Variable) else repr(x) for x in inputs]
         message = f"{self._name()}: {error} (inputs: {', '.join(shapes)})"
-        try:
-            return type(error)(message)
-        except Exception:
-            return ValueError(message)
+        if len(error.args) == 1 and isinstance(error.args[0], str) and (
+                str(error) == error.args[0]):  # a plain message: it becomes the explained one
+            error.args = (message,)
+        elif hasattr(error, "add_note"):  # a message of the exception's own making: a note
+            error.add_note(message)
+        else:  # Python 3.10: what add_note does (3.11's tracebacks print the notes)
+            error.__notes__ = [*getattr(error, "__notes__", ()), message]
 
     def _wrap_output(self, y):
         """(array, backend) for a forward result that is neither an array nor a scalar of the
@@ -447,6 +553,46 @@ class View(Function):
         return ys
 
     __call__._view = True
+
+
+def _checked_backward(backward):
+    """An author's `backward`, checked while its result is recorded (create_graph): gradients
+    that have a graph, turned into one that has none for an input that needs it, are the mark of
+    a backward computed on raw arrays. Differentiating it again would give zeros (jvp, hessian)."""
+    @functools.wraps(backward)
+    def checked(self, *gys):
+        gxs = backward(self, *gys)
+        if recording() and self.sequence is not None and any(
+                isinstance(g, Variable) and (g.creator is not None or g._requires_grad)
+                for g in gys):
+            results = gxs if gxs.__class__ is tuple else (gxs,)
+            for i, (gx, need) in enumerate(zip(results, self.needs_input_grad)):
+                if need and gx is not None and not (isinstance(gx, Variable) and (
+                        gx.creator is not None or gx._requires_grad)):
+                    raise RuntimeError(
+                        f"{type(self).__name__}.backward is not differentiable: it computes "
+                        "on raw arrays; write it with gradcore's ops (F.*) to differentiate it "
+                        f"again (its gradient for input {i} has no graph, though the gradients "
+                        "it got have one; for a gradient that is zero, return None)")
+        return gxs
+    checked._checked = True
+    return checked
+
+
+def _base_of(y, inputs):
+    """The input Variable whose array y's is, or may be a view of; None if y's owns its memory."""
+    data = y._data
+    variables = [x for x in inputs if isinstance(x, Variable)]
+    for x in variables:
+        if x._data is data:
+            return x
+    if y._backend.owns_memory(data):
+        return None
+    overlaps = getattr(y.xp, "may_share_memory", None)  # NumPy's and CuPy's: bounds only
+    for x in variables:
+        if x._backend is y._backend and (overlaps is None or overlaps(x._data, data)):
+            return x
+    return None
 
 
 def _weakens_scalars(x):

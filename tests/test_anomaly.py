@@ -131,3 +131,90 @@ def test_anomaly_mode_reports_an_infinite_gradient_without_numpys_warning_first(
             y = F.sum(F.sqrt(x))
             with pytest.raises(RuntimeError, match="sqrt.backward returned a gradient holding"):
                 y.backward()
+
+
+# ================================================ what a review of users' own Functions found
+class ScaleBy(gradcore.Function):
+    """x * w for a weight w the Function holds, saved as a Variable."""
+
+    def __init__(self, w):
+        self.w = w
+
+    def forward(self, x):
+        self.save_for_backward(self.w)
+        return x * self.w.data
+
+    def backward(self, gy):
+        w, = self.saved_tensors
+        return gy * w
+
+
+def test_a_saved_variable_that_is_no_input_is_fingerprinted():
+    W = Variable(np.array([2.0, 3.0]))
+    x = Variable(np.array([1.0, 1.0]))
+    with gradcore.detect_anomaly():
+        y = ScaleBy(W)(x)
+        W.data[...] = 0.0  # a direct write: no version to count
+        with pytest.raises(RuntimeError, match="anomaly: scale_by: its saved value 0 changed "
+                                               "after scale_by ran in forward"):
+            y.backward()
+    assert x.grad is None
+
+
+class AddOne(gradcore.Function):
+    """x + 1, written into x; `announce`: with mark_dirty, as PyTorch's in-place ops."""
+
+    def __init__(self, announce):
+        self.announce = announce
+
+    def forward(self, x):
+        x += 1
+        if self.announce:
+            self.mark_dirty(x)
+        return x
+
+    def backward(self, gy):
+        return gy
+
+
+def test_a_forward_writing_into_its_input_unannounced_is_caught():
+    x = Variable(np.array([1.0, 2.0]))
+    with gradcore.detect_anomaly():
+        a = x * x  # saves x = [1, 2]
+        with pytest.raises(RuntimeError, match=r"anomaly: add_one: forward wrote into its input "
+                                               r"0 without saying so.*self.mark_dirty\(x\)"):
+            AddOne(False)(x)
+        assert x.version == 1  # counted all the same: the graph that saved x refuses now
+        with pytest.raises(RuntimeError, match="mul: its input 0, .* was written after mul"):
+            F.sum(a).backward()
+        y = AddOne(True)(x)  # announced: no error
+        assert x.version == 2 and y.version == 2
+        np.testing.assert_array_equal(x.data, [3.0, 4.0])
+    AddOne(False)(x)  # outside anomaly mode nothing looks (see Function's rules)
+    assert x.version == 2
+
+
+@pytest.mark.parametrize("make", [float, lambda a: a.tolist()], ids=["float", "list"])
+def test_a_gradient_that_is_a_number_or_a_list_is_checked_as_the_walk_takes_it(make):
+    class Square(gradcore.Function):
+        def forward(self, x):
+            return x * x
+
+        def backward(self, gy):
+            x, = self.inputs
+            return make(gy.data * 2 * x.data)
+
+    x = Variable(np.array(3.0) if make is float else np.array([3.0, -1.0]))
+    Square.apply(x).backward()
+    plain = x.grad.data
+    x.cleargrad()
+    with gradcore.detect_anomaly():  # before: AttributeError from anomaly.py
+        Square.apply(x).backward()
+    np.testing.assert_array_equal(x.grad.data, plain)
+    np.testing.assert_array_equal(plain, 2 * x.data)
+    x = Variable(np.array(np.inf) if make is float else np.array([np.inf, 1.0]))
+    with gradcore.detect_anomaly(), np.errstate(invalid="ignore"):
+        y = Square.apply(x)
+        with pytest.raises(RuntimeError, match="anomaly: square.backward returned a gradient "
+                                               "holding NaN or infinity for input 0"):
+            y.backward()

@@ -1119,3 +1119,67 @@ def test_grad_skips_only_what_leads_to_no_input_around_a_written_leaf(xp):
     w.data = xp.asarray([1.0, 1.0])
     with pytest.raises(RuntimeError, match="mul: its input 1.*was written after mul ran"):
         gradcore.grad(z, x)  # mul(x, w) is on the path and read w: refused
+
+
+# ================================================ what a review of users' own Functions found
+def test_a_raw_array_a_backward_keeps_never_becomes_a_grad():
+    # README: after backward each leaf's .grad owns its array. A backward returning an array
+    # the Function keeps (DeZero's softmax-cross-entropy style) made x.grad that very array
+    class SumSquaresHalf(Function):
+        def forward(self, x):
+            self.gx = x.copy()  # d/dx, kept for backward
+            return (x * x).sum() / 2
+
+        def backward(self, gy):
+            return self.gx if float(gy.data) == 1.0 else gy * self.gx
+
+    x = Variable(np.array([1.0, 2.0]))
+    y = SumSquaresHalf.apply(x)
+    y.backward()
+    assert not np.shares_memory(x.grad.data, y.creator.gx)
+    x.grad.data *= 0.5  # changes x.grad alone
+    np.testing.assert_array_equal(y.creator.gx, [1.0, 2.0])
+    x.cleargrad()
+    y.backward()  # the graph is never freed: the same gradient again
+    np.testing.assert_array_equal(x.grad.data, [1.0, 2.0])
+    g, = gradcore.grad(y, x)  # gradcore.grad's results own their arrays too
+    assert not np.shares_memory(g.data, y.creator.gx)
+
+
+@pytest.mark.parametrize("how", ["backward", "grad"])
+def test_no_hook_runs_in_a_backward_refused_for_a_write(how, monkeypatch):
+    # README: every op is checked before any hook runs, so a refused backward changes nothing.
+    # A hook on a Variable the walk passes through ran before an op behind it was refused
+    from gradcore import engine, optim
+    # no post-accumulate hooks anywhere (another test's live leaf's would make every backward
+    # check every op first)
+    monkeypatch.setattr(engine, "post_accumulate_hooks", weakref.WeakKeyDictionary())
+    W = gradcore.Parameter(np.array([1.0, 2.0]))
+    x = Variable(np.array([3.0, 4.0]))
+    u = W * x  # mul saves W
+    a = u * 2.0
+    seen = []
+    a.register_hook(lambda g: seen.append(g.data.copy()))
+    loss = F.sum(a * a)
+    W.grad = Variable(np.ones(2))
+    optim.SGD([W], lr=0.1).step()  # W written after forward
+    with pytest.raises(RuntimeError, match=r"mul: its input 0, .* was written after mul ran"):
+        loss.backward() if how == "backward" else gradcore.grad(loss, [W])
+    assert seen == [] and W.grad.data.tolist() == [1.0, 1.0] and x.grad is None
+
+
+def test_hooks_still_run_where_no_write_stops_the_walk():
+    # the check before the first hook refuses only what the walk would refuse: gradcore.grad
+    # skips a written op off the paths to its inputs, and the hook on the path runs
+    x, w = Variable(np.array([1.0, 2.0])), Variable(np.array([3.0, 4.0]))
+    h = x * x
+    seen = []
+    h.register_hook(lambda g: seen.append(g.data.tolist()))
+    y = F.sum(h * 3.0) + F.sum(F.exp(w))
+    w.data = np.array([0.0, 0.0])  # an update of w, which x's gradient does not read
+    gx, = gradcore.grad(y, x)
+    np.testing.assert_array_equal(gx.data, [6.0, 12.0])
+    assert seen == [[3.0, 3.0]]
+    with pytest.raises(RuntimeError, match="exp: its input 0.*was written after exp ran"):
+        y.backward()
+    assert seen == [[3.0, 3.0]] and x.grad is None

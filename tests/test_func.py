@@ -431,3 +431,49 @@ def test_an_aux_dict_comes_back_as_the_dict_type_f_returned():
         gradcore.Variable(np.array([1.0])))
     assert type(ordered) is OrderedDict and list(ordered) == ["b", "a"]
     assert ordered["b"].creator is not None and ordered["b"].item() == 2.0
+
+
+# ================================================ what a review of users' own Functions found
+class RawCube(gradcore.Function):
+    """x**3 with a DeZero-style backward, on raw arrays: right, but not differentiable again."""
+
+    def forward(self, x):
+        return x ** 3
+
+    def backward(self, gy):
+        x = self.inputs[0].data
+        return 3 * x ** 2 * gy.data
+
+
+class Cube(gradcore.Function):
+    """The same, its backward written with gradcore's ops."""
+
+    def forward(self, x):
+        return x ** 3
+
+    def backward(self, gy):
+        x, = self.inputs
+        return 3 * x ** 2 * gy
+
+
+def test_forward_mode_through_a_backward_on_raw_arrays_is_refused_not_zero():
+    # jvp is two reverse passes: the second differentiates backward. Before, a backward on raw
+    # arrays was read as "f does not depend on x": jvp and jacfwd gave zeros, silently
+    x = np.array([0.5, -1.2])
+    message = (r"RawCube.backward is not differentiable: it computes on raw arrays; write it "
+               r"with gradcore's ops \(F.\*\) to differentiate it again")
+    with pytest.raises(RuntimeError, match=message):
+        gf.jvp(RawCube.apply, (x,), (np.ones(2),))
+    with pytest.raises(RuntimeError, match=message):
+        gf.jacfwd(RawCube.apply, x)
+    with pytest.raises(RuntimeError, match=message):  # a backward recorded through it
+        gf.hessian(lambda v: F.sum(RawCube.apply(v) ** 2), x)
+    np.testing.assert_allclose(np.diag(gf.jacobian(RawCube.apply, x)), 3 * x ** 2, rtol=1e-15)
+    _, tangent = gf.jvp(Cube.apply, (x,), (np.ones(2),))  # written with gradcore's ops
+    np.testing.assert_allclose(tangent, 3 * x ** 2, rtol=1e-15)  # torch.func.jvp: 3 x^2
+    np.testing.assert_allclose(gf.jacfwd(Cube.apply, x), np.diag(3 * x ** 2), rtol=1e-15)
+    np.testing.assert_allclose(gf.hessian(lambda v: F.sum(Cube.apply(v) ** 2), x),
+                               np.diag(30 * x ** 4), rtol=1e-14)  # d2 sum(x^6) = 30 x^4
+    v = gradcore.Variable(x)  # first derivatives alone still come from the raw backward
+    RawCube.apply(v).backward()
+    np.testing.assert_allclose(v.grad.data, 3 * x ** 2, rtol=1e-15)

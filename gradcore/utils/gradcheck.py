@@ -117,15 +117,19 @@ def gradcheck(fn, inputs, *, eps=1e-6, rtol=1e-5, atol=1e-8, mode="elements", se
     inputs' devices. On a mismatch, raises GradcheckError (or, with raise_exception=False,
     returns False) naming the worst element: which input and index, which output and index,
     backward's value and the finite difference.
+
+    As in PyTorch, an output with no graph (computed under no_grad: a running statistic) is
+    not checked; if no output has one, the finite differences must find every output constant.
     """
     if mode not in ("elements", "directional"):
         raise ValueError(f"gradcheck: mode must be 'elements' or 'directional', got {mode!r}")
     xs = _checked_inputs(inputs, dtype, "gradcheck")
     outputs = _call_outputs(fn, xs)
+    checked = [k for k, y in enumerate(outputs) if _differentiable(y)] or range(len(outputs))
     if mode == "directional":
-        problem = _directional(fn, xs, outputs, eps, rtol, atol, seed)
+        problem = _directional(fn, xs, outputs, checked, eps, rtol, atol, seed)
     else:
-        problem = _elements(fn, xs, outputs, eps, rtol, atol)
+        problem = _elements(fn, xs, outputs, checked, eps, rtol, atol)
     if problem is None:
         return True
     if raise_exception:
@@ -138,8 +142,6 @@ def gradgradcheck(fn, inputs, grad_outputs=None, **options):
     """gradcheck of the first derivative: the function (inputs, cotangents) -> the gradients of
     sum(fn(inputs) * cotangents) with respect to the inputs, its backward recorded
     (create_graph). `grad_outputs`: the cotangents (random if None). Options as gradcheck's."""
-    from ..engine import grad
-
     dtype = options.get("dtype", "float64")
     xs = _checked_inputs(inputs, dtype, "gradgradcheck")
     outputs = _call_outputs(fn, xs)
@@ -152,8 +154,8 @@ def gradgradcheck(fn, inputs, grad_outputs=None, **options):
 
     def first_derivative(*args):
         floating = [x for x in args[:count] if x.requires_grad]  # not labels, masks
-        gs = grad(list(_call_outputs(fn, args[:count])), floating,
-                  grad_outputs=list(args[count:]), create_graph=True, allow_unused=True)
+        gs = _backward(_call_outputs(fn, args[:count]), floating, args[count:],
+                       create_graph=True)
         return tuple(g if g is not None else x * 0.0 for x, g in zip(floating, gs))
     return gradcheck(first_derivative, (*xs, *grad_outputs), **options)
 
@@ -186,6 +188,24 @@ def _call_outputs(fn, xs):
     return outputs
 
 
+def _differentiable(y):
+    """Whether the output y has a graph to differentiate (not one computed under no_grad or
+    from constants only: backward gives it no derivative)."""
+    return y.creator is not None or y.requires_grad
+
+
+def _backward(outputs, xs, cotangents, create_graph=False):
+    """d(outputs . cotangents)/d(xs), one gradient (or None) per input, the outputs with no
+    graph left out."""
+    from ..engine import grad
+
+    pairs = [(y, c) for y, c in zip(outputs, cotangents) if _differentiable(y)]
+    if not pairs:
+        return [None] * len(xs)
+    return grad([y for y, _ in pairs], list(xs), grad_outputs=[c for _, c in pairs],
+                create_graph=create_graph, allow_unused=True)
+
+
 def _on(like, array):
     """A NumPy array as an array shaped, typed and placed like the Variable `like`."""
     return like.backend.asarray(numpy.asarray(array, dtype=numpy.dtype(str(like.dtype))),
@@ -198,12 +218,12 @@ def _values(fn, xs):
         fn, tuple(Variable(x) for x in xs))]
 
 
-def _elements(fn, xs, outputs, eps, rtol, atol):
-    """Every Jacobian entry, backward against central differences; the report, or None."""
-    from ..engine import grad
-
+def _elements(fn, xs, outputs, checked, eps, rtol, atol):
+    """Every Jacobian entry of the outputs numbered in `checked`, backward against central
+    differences; the report, or None."""
     worst = None
-    for k, y in enumerate(outputs):
+    for k in checked:
+        y = outputs[k]
         analytic = []  # one row of d y / d inputs per element of y
         host_y = as_numpy(y.data)
         for j in range(host_y.size):
@@ -211,7 +231,7 @@ def _elements(fn, xs, outputs, eps, rtol, atol):
             seed[j] = 1.0
             cotangents = [_on(o, seed.reshape(host_y.shape)) if o is y else _on(o, numpy.zeros(
                 tuple(o.shape))) for o in outputs]
-            gs = grad(list(outputs), list(xs), grad_outputs=cotangents, allow_unused=True)
+            gs = _backward(outputs, xs, cotangents)
             analytic.append([numpy.zeros(tuple(x.shape)) if g is None else as_numpy(g.data)
                              for x, g in zip(xs, gs)])
         for i, x in enumerate(xs):
@@ -244,16 +264,15 @@ def _difference(fn, xs, i, index, eps):
     return [(u - d) / (2 * eps) for u, d in zip(up, down)]
 
 
-def _directional(fn, xs, outputs, eps, rtol, atol, seed):
-    """u . J v, backward against central differences; the report, or None."""
-    from ..engine import grad
-
+def _directional(fn, xs, outputs, checked, eps, rtol, atol, seed):
+    """u . J v, u weighting the outputs numbered in `checked` only, backward against central
+    differences; the report, or None."""
     rng = numpy.random.default_rng(seed)
     v = [rng.uniform(-1, 1, tuple(x.shape)) if x.requires_grad else numpy.zeros(tuple(x.shape))
          for x in xs]
     u = [rng.uniform(-1, 1, tuple(y.shape)) for y in outputs]
-    gs = grad(list(outputs), list(xs), grad_outputs=[_on(y, w) for y, w in zip(outputs, u)],
-              allow_unused=True)
+    u = [w if k in checked else numpy.zeros_like(w) for k, w in enumerate(u)]
+    gs = _backward(outputs, xs, [_on(y, w) for y, w in zip(outputs, u)])
     got = sum(float(numpy.sum(as_numpy(g.data) * d)) for g, d in zip(gs, v) if g is not None)
     host = [as_numpy(x.data) for x in xs]
     up = _values(fn, [_on(x, h + eps * d) for x, h, d in zip(xs, host, v)])

@@ -92,3 +92,33 @@ def test_gradcheck_checks_its_arguments():
         gradcheck(lambda v: v, np.ones(2), mode="fast")
     with pytest.raises(TypeError, match="must return Variables"):
         gradcheck(lambda v: v.data, np.ones(2))
+
+
+# ================================================ outputs with no graph (as PyTorch's gradcheck)
+def _sin_and_statistic(v):
+    with gradcore.no_grad():
+        statistic = v * 1.0  # a running statistic: not differentiated
+    return F.sin(v), statistic
+
+
+@pytest.mark.parametrize("mode", ["elements", "directional"])
+def test_an_output_with_no_graph_is_left_out_as_pytorch_does(mode):
+    # before: gradcore.grad's "this Variable has no graph" from inside gradcheck
+    x = np.array([0.3, 0.7])
+    assert gradcheck(_sin_and_statistic, x, mode=mode)
+    assert gradgradcheck(_sin_and_statistic, x, mode=mode)
+    with pytest.raises(GradcheckError, match="d output 0" if mode == "elements" else "u . J v"):
+        # the outputs with a graph are still checked beside it
+        gradcheck(lambda v: (ScaledProduct(wrong=True)(v, v)[0], _sin_and_statistic(v)[1]),
+                  np.array([0.3, 0.7, 0.2]), mode=mode)
+
+
+@pytest.mark.parametrize("mode", ["elements", "directional"])
+def test_if_no_output_has_a_graph_each_must_be_constant(mode):
+    x = np.array([0.3, 0.7])
+    constant = gradcore.Variable(np.array([1.0, 2.0]), requires_grad=False)
+    assert gradcheck(lambda v: (constant * 2.0, constant), x, mode=mode)
+    with pytest.raises(GradcheckError, match=r"d output 1\[1\] / d input 0\[1\]: backward gives 0, "
+                                             r"central differences 1" if mode == "elements"
+                       else "u . J v is 0 by backward"):
+        gradcheck(lambda v: (constant * 2.0, _sin_and_statistic(v)[1]), x, mode=mode)
