@@ -9,6 +9,7 @@ import pytest
 import gradcore
 import gradcore.functions as F
 from gradcore import Variable
+from test_function import ScaleBy  # a Function that saves a Variable that is no input
 
 
 def test_a_nan_gradient_names_the_op_and_where_it_was_called(xp):
@@ -134,21 +135,6 @@ def test_anomaly_mode_reports_an_infinite_gradient_without_numpys_warning_first(
 
 
 # ================================================ what a review of users' own Functions found
-class ScaleBy(gradcore.Function):
-    """x * w for a weight w the Function holds, saved as a Variable."""
-
-    def __init__(self, w):
-        self.w = w
-
-    def forward(self, x):
-        self.save_for_backward(self.w)
-        return x * self.w.data
-
-    def backward(self, gy):
-        w, = self.saved_tensors
-        return gy * w
-
-
 def test_a_saved_variable_that_is_no_input_is_fingerprinted():
     W = Variable(np.array([2.0, 3.0]))
     x = Variable(np.array([1.0, 1.0]))
