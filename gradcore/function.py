@@ -62,9 +62,9 @@ class Function:
     - backward must return new arrays or Variables, not ones the Function keeps (a gradient
       computed in forward, say): a leaf's .grad may become that very object. A raw array backward
       returns is copied before it becomes a .grad; a Variable is not.
-    - backward written on raw arrays (DeZero's first steps) gives first derivatives only: given
-      gradients that have a graph (create_graph; jvp, jacfwd), it raises rather than give zero
-      higher derivatives.
+    - backward written on raw arrays (DeZero's first steps) gives first derivatives only (with
+      create_graph too): differentiating its gradient again (jvp, jacfwd, hessian) raises
+      rather than give zero.
     """
 
     __slots__ = ("inputs", "_outputs", "generation", "backend",
@@ -330,8 +330,7 @@ class Function:
                 # nothing reaches this Function through y; backward gets zeros for it
                 y.creator, y.generation, y._requires_grad = None, 0, False
             x = _base_of(y, inputs)
-            # as View's outputs: x may be written in place if it is a leaf or has writes already
-            if x is not None and (x.creator is None or getattr(x, "_writes", None) is not None):
+            if x is not None:  # as View's outputs
                 share_versions(x, y)
         return ys
 
@@ -345,6 +344,10 @@ class Function:
         if given is None:
             raise RuntimeError(f"{self._name()}: mark_dirty is for forward, with arrays forward "
                                "got: call it there, after writing into them")
+        recorder = _variables.step_recorder
+        if recorder is not None and recorder.is_active():  # a replay would not count the write
+            recorder.give_up(f"{self._name()}.forward writes into an input (mark_dirty), a "
+                             "write a replay would not count in the input's version")
         for a in arrays:
             for x in given:
                 if x is a:  # a raw array, a constant: it has no version to count
@@ -513,6 +516,8 @@ class Function:
         """Say in the error from forward which op failed and on what shapes; the same exception
         goes on (its type and attributes kept, so `except YourError` still catches it)."""
         shapes = [str(tuple(x.shape)) if isinstance(x, Variable) else repr(x) for x in inputs]
+        if str(error).startswith(f"{self._name()}: "):
+            return  # said already: the same exception raised again
         message = f"{self._name()}: {error} (inputs: {', '.join(shapes)})"
         if len(error.args) == 1 and isinstance(error.args[0], str) and (
                 str(error) == error.args[0]):  # a plain message: it becomes the explained one
@@ -556,38 +561,64 @@ class View(Function):
 
 
 def _checked_backward(backward):
-    """An author's `backward`, checked while its result is recorded (create_graph): gradients
-    that have a graph, turned into one that has none for an input that needs it, are the mark of
-    a backward computed on raw arrays. Differentiating it again would give zeros (jvp, hessian)."""
+    """An author's `backward`, checked while its result is recorded (create_graph): a gradient
+    with no graph for an input that needs one, from gradients that have one, may be the mark of
+    a backward computed on raw arrays, whose derivative would come out zero (jvp, hessian). It
+    is handed on joined to those gradients by a node that raises if differentiated again; first
+    derivatives, all such a backward can give, are unchanged (PyTorch's once_differentiable)."""
     @functools.wraps(backward)
     def checked(self, *gys):
         gxs = backward(self, *gys)
-        if recording() and self.sequence is not None and any(
-                isinstance(g, Variable) and (g.creator is not None or g._requires_grad)
-                for g in gys):
-            results = gxs if gxs.__class__ is tuple else (gxs,)
-            for i, (gx, need) in enumerate(zip(results, self.needs_input_grad)):
-                if need and gx is not None and not (isinstance(gx, Variable) and (
-                        gx.creator is not None or gx._requires_grad)):
-                    raise RuntimeError(
-                        f"{type(self).__name__}.backward is not differentiable: it computes "
-                        "on raw arrays; write it with gradcore's ops (F.*) to differentiate it "
-                        f"again (its gradient for input {i} has no graph, though the gradients "
-                        "it got have one; for a gradient that is zero, return None)")
-        return gxs
+        if not recording() or self.sequence is None:
+            return gxs
+        graphed = [g for g in gys if isinstance(g, Variable) and (
+            g.creator is not None or g._requires_grad)]
+        if not graphed:
+            return gxs
+        several = gxs.__class__ is tuple
+        results = list(gxs if several else (gxs,))
+        for i, (gx, need) in enumerate(zip(results, self.needs_input_grad)):
+            if need and gx is not None and not (isinstance(gx, Variable) and (
+                    gx.creator is not None or gx._requires_grad)):
+                data = gx.data if isinstance(gx, Variable) else gx
+                results[i] = _OnceDifferentiable(type(self).__name__, i)(data, *graphed)
+        return tuple(results) if several else results[0]
     checked._checked = True
     return checked
 
 
+class _OnceDifferentiable(Function):
+    """A gradient an author's backward gave with no graph, joined to the gradients it got: its
+    value as it is; differentiating it again raises (see _checked_backward)."""
+
+    def __init__(self, name, index):
+        self.name, self.index = name, index
+
+    def forward(self, gx, *gys):
+        return gx
+
+    def backward(self, gy):
+        raise RuntimeError(
+            f"{self.name}.backward is not differentiable: its gradient for input {self.index} "
+            "was computed on raw arrays (no graph), so its derivative would come out zero; "
+            "write the backward with gradcore's ops (F.*) to differentiate it again (a gradient "
+            "that is zero: return None)")
+
+
 def _base_of(y, inputs):
-    """The input Variable whose array y's is, or may be a view of; None if y's owns its memory."""
+    """The input Variable whose array y's is, or may be a view of, among those whose versions
+    count (leaves, and Variables written into before); None if there is none."""
     data = y._data
-    variables = [x for x in inputs if isinstance(x, Variable)]
+    variables = [x for x in inputs if isinstance(x, Variable) and (
+        x.creator is None or getattr(x, "_writes", None) is not None)]
     for x in variables:
         if x._data is data:
             return x
-    if y._backend.owns_memory(data):
+    if not variables or y._backend.owns_memory(data):
         return None
+    recorder = _variables.step_recorder
+    if recorder is not None and recorder.is_active():
+        return None  # traced arrays: asking NumPy about their memory would end the recording
     overlaps = getattr(y.xp, "may_share_memory", None)  # NumPy's and CuPy's: bounds only
     for x in variables:
         if x._backend is y._backend and (overlaps is None or overlaps(x._data, data)):

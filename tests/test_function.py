@@ -754,3 +754,109 @@ def test_an_error_from_forward_keeps_its_type_and_says_the_op():
     with pytest.raises(ValueError, match=r"^add: operands could not be broadcast.*"
                                          r"\(inputs: \(3,\), \(4,\)\)$"):
         a + b  # NumPy's own error, a plain message: the op and shapes go into it
+
+
+# ================================================ a regression review of those checks
+class RawSquare(Function):
+    """DeZero's first Square: backward on raw arrays, first derivatives only."""
+
+    def forward(self, x):
+        return x ** 2
+
+    def backward(self, gy):
+        return 2 * self.inputs[0].data * gy.data
+
+
+class Scale23(Function):
+    """(2 x0, 3 x1), its backward written with gradcore's ops."""
+
+    def forward(self, x0, x1):
+        return 2 * x0, 3 * x1
+
+    def backward(self, ga, gb):
+        return 2 * ga, 3 * gb
+
+
+def test_a_raw_backward_still_gives_first_derivatives_where_a_graph_is_recorded():
+    x, w = Variable(np.array([0.5, 1.0])), Variable(np.array([2.0, 3.0]))
+    F.sum(RawSquare()(x) * w).backward(create_graph=True)
+    np.testing.assert_array_equal(x.grad.data, [2.0, 6.0])
+    with pytest.raises(RuntimeError, match="RawSquare.backward is not differentiable"):
+        F.sum(x.grad).backward()  # the second derivative it cannot give
+    x = Variable(np.array([0.5, 1.0]))
+    _, pullback = gradcore.func.vjp(lambda v: RawSquare()(v), x)
+    np.testing.assert_array_equal(pullback(Variable(np.ones(2)))[0].data, [1.0, 2.0])
+    x = Variable(np.array([0.5, 1.0]))
+    RawSquare()(x).backward(Variable(np.ones(2)), create_graph=True)
+    np.testing.assert_array_equal(x.grad.data, [1.0, 2.0])
+
+
+def test_a_gradient_with_no_graph_from_an_output_that_got_none_is_not_refused():
+    x0, x1 = Variable(np.array([1.0, 2.0])), Variable(np.array([3.0, 4.0]))
+    a, b = Scale23()(x0, x1)
+    loss = F.sum(a * Variable(np.array([5.0, 6.0]))) + F.sum(b)
+    g0, g1 = gradcore.grad(loss, [x0, x1], create_graph=True)
+    np.testing.assert_array_equal(g0.data, [10.0, 12.0])
+    np.testing.assert_array_equal(g1.data, [3.0, 3.0])
+
+
+def test_an_exception_raised_again_names_the_op_once():
+    error = ValueError("unsupported layout")
+
+    class Bad(Function):
+        def forward(self, x):
+            raise error
+
+    for _ in range(3):
+        with pytest.raises(ValueError) as info:
+            Bad.apply(Variable(np.ones(2)))
+    assert str(info.value) == "bad: unsupported layout (inputs: (2,))"
+
+
+class Dirty(Function):
+    """Adds 1 into its input in place, and says so."""
+
+    def forward(self, x):
+        x += 1
+        self.mark_dirty(x)
+        return x * 2
+
+    def backward(self, gy):
+        return gy * 2
+
+
+class Transposed(Function):
+    def forward(self, x):
+        return x.T
+
+    def backward(self, gy):
+        return gy.T
+
+
+def test_user_functions_in_a_compiled_step():
+    """mark_dirty's write is one a replay would not count: that step runs eagerly; a Function
+    returning a view replays."""
+    import warnings
+    buffer = Variable(np.zeros(3), requires_grad=False)
+    dirty = gradcore.compile(lambda x: Dirty.apply(buffer) + x)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(4):
+            dirty(np.ones(3))
+    assert buffer.version == 4 and buffer.data.tolist() == [4.0] * 3
+    assert dirty.stats()["replays"] == 0 and any("mark_dirty" in str(w.message) for w in caught)
+    W = gradcore.Parameter(np.arange(6.0).reshape(2, 3))
+
+    def step(x):
+        y = F.sum(Transposed.apply(W) * x)
+        W.cleargrad()
+        y.backward()
+        return y, W.grad
+
+    compiled = gradcore.compile(step)
+    for i in range(4):
+        x = np.full((3, 2), float(i))
+        got, grad = compiled(x)
+        assert float(got.data) == float(np.sum(W.data.T * x))
+        np.testing.assert_array_equal(grad.data, x.T)
+    assert compiled.stats()["replays"] == 3

@@ -34,7 +34,7 @@ def _eager_in_replay(method, closure_first=False):
                 # what step(closure) does: the closure's loss (grad mode on), then the step
                 with enable_grad():
                     loss = closure()
-                recorder.opaque(_this_step(self, step, method), ())
+                recorder.opaque(_this_step(self, step, method, recorder), ())
                 return loss
             if closure is not None:
                 recorder.give_up(
@@ -42,19 +42,26 @@ def _eager_in_replay(method, closure_first=False):
                     "closure any number of times, between updates, which a tape cannot know: "
                     "call the closure and then step() without it in the compiled step")
                 return method(self, *args, **kwargs)
-            return recorder.opaque(functools.partial(_this_step(self, step, method), *args,
-                                                     **kwargs), ())
+            run = _this_step(self, step, method, recorder)
+            return recorder.opaque(functools.partial(run, *args, **kwargs), ())
         return method(self, *args, **kwargs)
+    step._eager_in_replay = True
     return step
 
 
-def _this_step(self, wrapper, method):
+def _this_step(self, wrapper, method, recorder):
     """The step a replay runs: self's own (wrapped: it checks for a recording) where `wrapper`
     is self's; else `method` itself, which a subclass's step called (super().step()): not
-    the subclass's step again."""
+    the subclass's step again. A subclass's step that is not wrapped (a DistributedOptimizer
+    subclass's) would then never run at replays: the step runs eagerly instead."""
     bound = getattr(self, method.__name__)
-    return bound if getattr(bound, "__func__", None) is wrapper else functools.partial(
-        method, self)
+    own = getattr(bound, "__func__", None)
+    if own is wrapper:
+        return bound
+    if not getattr(own, "_eager_in_replay", False):
+        recorder.give_up(f"{type(self).__name__}.{method.__name__} of its own, which a replay "
+                         "would skip: it runs eagerly")
+    return functools.partial(method, self)
 
 
 def _closure(method, args, kwargs):

@@ -1,6 +1,7 @@
 """gradcore.distributed in one process (a job of one rank, no launcher): what it promises that
 does not need several processes, and its errors."""
 import sys
+import warnings
 import weakref
 
 import numpy as np
@@ -279,6 +280,40 @@ def test_a_compiled_step_with_a_closure_records_it_and_sums_at_every_replay(comm
     assert results[0][0] == results[1][0]
     np.testing.assert_array_equal(results[0][1], results[1][1])
     assert results[0][2] == results[1][2] == 2 * 5  # both buckets at every step
+
+
+def test_a_distributed_optimizers_subclass_with_a_step_of_its_own_runs_eagerly_compiled(comm):
+    """Its step is not one a tape knows to replay (it decays the step size here): the compiled
+    step runs eagerly, and trains as the eager one."""
+    x = np.random.RandomState(1).randn(8, 3).astype(np.float32)
+
+    class Decaying(dist.DistributedOptimizer):
+        def step(self, closure=None):
+            self.optimizer.lr *= 0.5
+            return super().step(closure)
+
+    results = []
+    for compiled in (False, True):
+        gradcore.manual_seed(0)
+        model = nn.Linear(2, in_size=3)
+        opt = Decaying(optim.SGD(model, lr=0.1), comm)
+
+        def step(x):
+            def closure():
+                opt.zero_grad()
+                loss = F.sum(model(x) ** 2)
+                loss.backward()
+                return loss
+            return opt.step(closure)
+        if compiled:
+            step = gradcore.compile(step)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the compiled step's: it runs eagerly
+            losses = [step(gradcore.Variable(x)).item() for _ in range(5)]
+        results.append((losses, model.W.numpy(), opt.optimizer.lr))
+    assert step.stats()["replays"] == 0
+    assert results[0][0] == results[1][0] and results[0][2] == results[1][2] == 0.1 / 2 ** 5
+    np.testing.assert_array_equal(results[0][1], results[1][1])
 
 
 def test_a_dask_model_is_computed_once_per_step(comm):
