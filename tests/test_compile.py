@@ -1588,6 +1588,29 @@ def test_a_checkpoint_in_the_step_replays_or_runs_eagerly_with_random_ops(dropou
     assert len(caught) == int(dropout)
 
 
+def test_grads_cleared_before_lazy_weights_exist_are_cleared_at_every_replay():
+    """The first call clears the grads of weights not made yet (a lazy MLP), then makes them:
+    that call is recorded again, so later replays clear the grads the next forward adds to."""
+    def run(compiled):
+        np.random.seed(0)
+        model = nn.MLP((3,))
+        opt = optim.SGD(lr=0.1).setup(model)
+        x, t = np.random.randn(4, 2), np.array([0, 1, 2, 0])
+
+        def step(x, t):
+            model.cleargrads()
+            loss = F.softmax_cross_entropy(model(x), t)
+            loss.backward()
+            opt.update()
+            return loss
+        run = gradcore.compile(step) if compiled else step
+        return [float(run(x, t).data) for _ in range(4)], model.l0.W.data.copy(), run
+
+    (eager, W, _), (got, compiled_W, compiled) = run(False), run(True)
+    assert got == eager and same(compiled_W, W)
+    assert compiled.stats()["recordings"] == 2 and compiled.stats()["replays"] == 2
+
+
 def test_a_backward_seed_made_in_the_step_is_a_constant_of_the_tape():
     def step(x):
         y = F.tanh(gradcore.Variable(x))

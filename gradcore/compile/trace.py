@@ -484,14 +484,14 @@ class Recorder:
             if isinstance(v._data, Traced):
                 return  # made in the step (adopted ones have an entry): nothing outside changes
             if v._data is None:
-                if data:
-                    self.record_again = True  # a lazily created weight: the next call differs
                 self.adopted[id(v)] = _Adopted(v, v._data, v._backend, v._grad)
                 self.touched.append(v)
             else:
                 self.adopt(v)
         entry = self.adopted[id(v)]
         if data:
+            if entry.data is None:  # a lazily created weight (its grad cleared first, maybe):
+                self.record_again = True  # the next call differs
             entry.data_sets += 1
         if clearing:
             # cleared at replay even where the grad was absent now: another tape of the step,
