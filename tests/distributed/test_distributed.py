@@ -183,10 +183,12 @@ def test_a_rank_that_raises_before_init_stops_the_others_at_its_deadline(tmp_pat
     output = launch("fails_before_init", tmp_path, ranks=3, timeout=8.0, expect_failure=True,
                     limit=40)
     assert "FileNotFoundError: rank 1 could not read its data, on purpose" in output
-    # rank 0 raises first; its abort ends the job
-    assert ("DistributedError: rank 0: not every rank of 3 reached dist.init within 8 s: one "
-            "may have failed before (its output then shows the error)") in output
-    assert time.monotonic() - start < 30
+    # Either rank 1 exits (MPICH's finalize does not always wait) and mpiexec ends the job, or
+    # it waits in finalize and rank 0 raises at the deadline, and its abort ends the job
+    if "DistributedError" in output:
+        assert ("DistributedError: rank 0: not every rank of 3 reached dist.init within 8 s: "
+                "one may have failed before (its output then shows the error)") in output
+    assert time.monotonic() - start < 30  # no rank waits for ever
 
 
 def test_init_takes_none_of_the_programs_own_messages(tmp_path):
