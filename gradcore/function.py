@@ -581,7 +581,10 @@ def _checked_backward(backward):
             if need and gx is not None and not (isinstance(gx, Variable) and (
                     gx.creator is not None or gx._requires_grad)):
                 data = gx.data if isinstance(gx, Variable) else gx
-                results[i] = _OnceDifferentiable(type(self).__name__, i)(data, *graphed)
+                if not self.backend.owns(data):  # a Python number or NumPy scalar: an array
+                    data = self.backend.asarray(data, device=self.device)
+                results[i] = _OnceDifferentiable(type(self).__name__, i)(
+                    Variable(data, requires_grad=False), *graphed)
         return tuple(results) if several else results[0]
     checked._checked = True
     return checked
@@ -595,7 +598,8 @@ class _OnceDifferentiable(Function):
         self.name, self.index = name, index
 
     def forward(self, gx, *gys):
-        return gx
+        # a copy: the array may be one the author's Function keeps, and this becomes a .grad
+        return self.xp.asarray(gx, copy=True)
 
     def backward(self, gy):
         raise RuntimeError(

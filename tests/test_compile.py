@@ -1611,6 +1611,28 @@ def test_grads_cleared_before_lazy_weights_exist_are_cleared_at_every_replay():
     assert compiled.stats()["recordings"] == 2 and compiled.stats()["replays"] == 2
 
 
+def test_a_step_that_makes_a_weight_at_every_call_stops_recording():
+    W = gradcore.Parameter(np.ones((4, 3)))
+    x, t = np.random.RandomState(0).randn(6, 4), np.array([0, 1, 2, 0, 1, 2])
+
+    def step(x, t):
+        W.cleargrad()
+        b = gradcore.Parameter(None)
+        b.cleargrad()
+        b.data = (F.sum(gradcore.Variable(x), axis=0)[:3] * 0.0 + 0.5).data  # an op result
+        loss = F.softmax_cross_entropy(F.matmul(x, W) + b, t)
+        loss.backward()
+        return loss, W.grad
+
+    compiled = gradcore.compile(step)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(6):
+            assert same(compiled(x, t), step(x, t))
+    assert compiled.stats()["recordings"] == 3 and compiled.stats()["fallbacks"] == 1
+    assert any("at each of its last three calls" in str(w.message) for w in caught)
+
+
 def test_a_backward_seed_made_in_the_step_is_a_constant_of_the_tape():
     def step(x):
         y = F.tanh(gradcore.Variable(x))
@@ -1813,9 +1835,12 @@ def test_a_step_that_changes_the_shape_of_kept_state_records_again():
         return F.mean(memory)
 
     compiled = gradcore.compile(step)
-    got = [float(compiled(np.full((1, 2), i + 1.0)).data) for i in range(4)]
+    with pytest.warns(RuntimeWarning, match="at each of its last three calls"):
+        got = [float(compiled(np.full((1, 2), i + 1.0)).data) for i in range(4)]
     assert got == [0.5, 1.0, 1.5, 2.0] and memory.shape == (5, 2)
-    assert compiled.stats()["recordings"] == 4 and compiled.stats()["replays"] == 0
+    # recorded again twice, then, the third time, run eagerly for good
+    stats = compiled.stats()
+    assert (stats["recordings"], stats["replays"], stats["fallbacks"]) == (3, 0, 1)
 
 
 def test_a_variable_argument_read_after_an_optimizer_step_is_the_calls_own():

@@ -860,3 +860,32 @@ def test_user_functions_in_a_compiled_step():
         assert float(got.data) == float(np.sum(W.data.T * x))
         np.testing.assert_array_equal(grad.data, x.T)
     assert compiled.stats()["replays"] == 3
+
+
+def test_a_raw_backward_on_a_0d_input_under_create_graph_gives_its_first_derivative():
+    class RawCube0(Function):
+        def forward(self, x):
+            return x ** 3
+
+        def backward(self, gy):
+            return 3 * self.inputs[0].data ** 2 * gy.data
+
+    x, w = Variable(np.array(1.0)), Variable(np.array(2.0))
+    (RawCube0()(x) * w).backward(create_graph=True)
+    assert float(x.grad.data) == 6.0
+
+
+def test_a_raw_array_kept_by_the_function_is_copied_into_grad_under_create_graph_too():
+    class Kept(Function):
+        def forward(self, x):
+            self.jac = 2 * x
+            return x * x
+
+        def backward(self, gy):
+            return self.jac * gy.data
+
+    x, w = Variable(np.array([1.0, 2.5])), Variable(np.array([1.0, 1.0]))
+    f = Kept()
+    F.sum(f(x) * w).backward(create_graph=True)
+    x.grad.data[...] = 0.0  # clipping or zeroing the grad in place
+    np.testing.assert_array_equal(f.jac, [2.0, 5.0])

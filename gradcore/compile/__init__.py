@@ -62,6 +62,7 @@ class Compiled:
         self.cache_size = cache_size
         self._tapes = collections.OrderedDict()  # key -> Tape, the most recently used last
         self._eager = {}  # key -> why calls with that key run eagerly
+        self._again = {}  # key -> recordings in a row that asked to record again
         self._counts = collections.Counter()
         self._recent = None  # the tape used last, last in _tapes
         self._keys_recorded = 0  # keys recorded for, one after another (the same twice: once)
@@ -151,8 +152,17 @@ class Compiled:
             # hidden state, which the next call's graph continues), become what eager code builds
             _make_eager([result, *(getattr(module, name, None)
                                    for module, name in rec.module_states)])
-        if rec.record_again:  # weights were created (lazy layers), or reshaped: record again
-            return result
+        if rec.record_again and rec.fallback is None:
+            # weights were created (lazy layers), or reshaped: record again; a step that does so
+            # at every call (a new Parameter each time) would record for ever: eager after two
+            again = self._again.get(key, 0) + 1
+            self._again[key] = again
+            if again < 3:
+                return result
+            rec.give_up("the step created or reshaped a weight at each of its last three calls "
+                        "(a Parameter given data in the step), so no tape would serve the next")
+        else:
+            self._again.pop(key, None)
         if rec.fallback is not None:
             reason, where = rec.fallback
             self._eager[key] = f"{reason} at {where}"
@@ -217,6 +227,7 @@ class Compiled:
         self._tapes.clear()
         self._recent = None
         self._eager.clear()
+        self._again.clear()
 
 
 def compile(fn=None, *, cache_size=8, check=False, graphs=True):
