@@ -140,7 +140,9 @@ def test_blocks_with_dropout_beside_threads_drawing_all_the_time_never_get_other
         t.start()
     right = 0
     try:
-        for _ in range(100):
+        for _ in range(400):  # until 10 come right (most are refused on a busy machine)
+            if right == 10:
+                break
             x = Variable(np.ones(64))
             y = gradcore.checkpoint(lambda h: F.dropout(h, 0.3), x)
             try:
