@@ -596,6 +596,19 @@ class Variable:
     def __getitem__(self, slices):
         return get_item(self, slices)
 
+    # comparisons: bool Variables, no gradient; == and != stay identity (Variables are dict keys)
+    def __lt__(self, other):
+        return compare(operator.lt, self, other)
+
+    def __le__(self, other):
+        return compare(operator.le, self, other)
+
+    def __gt__(self, other):
+        return compare(operator.gt, self, other)
+
+    def __ge__(self, other):
+        return compare(operator.ge, self, other)
+
 
 def _checked_grad(x, g):
     """`g` (a Variable or an array) as x's gradient: ValueError unless it has x's shape, dtype
@@ -696,7 +709,7 @@ def as_array(x, array_module=None):
 
 # Bound at the end: the operators above call these, and they import Variable.
 from . import engine  # noqa: E402
-from .functions.math import Add, Div, Mul, Neg, Sub, pow, power_of  # noqa: E402
+from .functions.math import Add, Div, Mul, Neg, Sub, compare, pow, power_of  # noqa: E402
 from .functions.linalg import matmul  # noqa: E402
 from .functions.device import to  # noqa: E402
 from .functions.shape import get_item, reshape, transpose  # noqa: E402

@@ -6,6 +6,7 @@ from math import log as _log
 
 import backends
 
+from ..config import no_grad
 from ..function import Function
 from ..variable import Variable
 
@@ -86,6 +87,25 @@ class Neg(Function):
 def neg(x):
     """-x."""
     return Neg()(x)
+
+
+class Compare(Function):
+    """x0 `compare` x1 (operator.lt, le, gt or ge), element by element: bools, no gradient."""
+
+    def __init__(self, compare):
+        self.compare = compare
+        self.op_name = compare.__name__
+
+    def forward(self, x0, x1):
+        return self.compare(x0, x1)
+
+
+def compare(op, x0, x1):
+    """x0 `op` x1 (operator.lt, le, gt or ge) element by element, broadcasting: a bool Variable
+    that takes no part in any gradient (as PyTorch's x > 0)."""
+    with no_grad():
+        y = Compare(op)(x0, x1)
+    return y
 
 
 class Copy(Function):

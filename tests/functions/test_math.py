@@ -206,3 +206,37 @@ def test_maximum_and_minimum_pass_the_gradient_of_a_nan_to_both_inputs(xp, op):
     F.sum(op(a, 0.0)).backward()  # beside a number: NaN passes, otherwise the picked side
     np.testing.assert_array_equal(xp.numpy(a.grad.data),
                                   [1.0, 1.0, 0.0] if op is F.maximum else [1.0, 0.0, 1.0])
+
+
+@pytest.mark.parametrize("op, expected", [
+    ("<", [False, False, True]), ("<=", [False, True, True]),
+    (">", [True, False, False]), (">=", [True, True, False])])
+def test_comparisons_give_bool_variables_that_take_no_part_in_gradients(xp, op, expected):
+    x = gradcore.Variable(xp.asarray(np.array([1.0, 0.0, -2.0], np.float32)))
+    compare = {"<": lambda a, b: a < b, "<=": lambda a, b: a <= b,
+               ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}[op]
+    for y in (compare(x, 0.0), compare(x, gradcore.Variable(xp.asarray(np.zeros(3, np.float32))))):
+        assert xp.numpy(y.data).tolist() == expected
+        assert xp.numpy(y.data).dtype == np.bool_
+        assert not y.requires_grad and y.creator is None
+    reflected = {"<": lambda a, b: b > a, "<=": lambda a, b: b >= a,
+                 ">": lambda a, b: b < a, ">=": lambda a, b: b <= a}[op]
+    assert xp.numpy(reflected(x, 0.0).data).tolist() == expected  # 0.0 > x: x.__lt__(0.0)
+    F.sum(F.where(x > 0.0, x * 2.0, x * 0.0)).backward()
+    assert xp.numpy(x.grad.data).tolist() == [2.0, 0.0, 0.0]
+
+
+def test_a_comparison_in_a_compiled_step_replays():
+    def step(x0):
+        x = gradcore.Variable(x0)
+        y = F.sum(x * (x > 0.0))
+        y.backward()
+        return y, x.grad
+
+    compiled = gradcore.compile(step)
+    for i in range(4):
+        x0 = np.array([1.0, -1.0, 2.0]) * (i - 1.5)
+        got, grad = compiled(x0)
+        assert float(got.data) == float(np.sum(x0 * (x0 > 0)))
+        np.testing.assert_array_equal(grad.data, (x0 > 0).astype(float))
+    assert compiled.stats()["replays"] == 3
