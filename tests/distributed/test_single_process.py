@@ -255,6 +255,18 @@ class _Counting(_RankOfThree):
         return super().start(buffer)
 
 
+def _closure_step(model, opt, compiled):
+    """A training step through opt.step(closure), compiled or not."""
+    def step(x):
+        def closure():
+            opt.zero_grad()
+            loss = F.sum(model(x) ** 2)
+            loss.backward()
+            return loss
+        return opt.step(closure)
+    return gradcore.compile(step) if compiled else step
+
+
 def test_a_compiled_step_with_a_closure_records_it_and_sums_at_every_replay(comm):
     x = np.random.RandomState(1).randn(8, 3).astype(np.float32)
     results = []
@@ -265,15 +277,7 @@ def test_a_compiled_step_with_a_closure_records_it_and_sums_at_every_replay(comm
         # 16 bytes: W and b in buckets of their own
         opt = dist.DistributedOptimizer(optim.SGD(model, lr=0.1), counting, bucket_size=16)
 
-        def step(x):
-            def closure():
-                opt.zero_grad()
-                loss = F.sum(model(x) ** 2)
-                loss.backward()
-                return loss
-            return opt.step(closure)
-        if compiled:
-            step = gradcore.compile(step)
+        step = _closure_step(model, opt, compiled)
         losses = [step(gradcore.Variable(x)).item() for _ in range(5)]
         results.append((losses, model.W.numpy(), counting.started))
     assert step.stats()["replays"] == 4
@@ -298,15 +302,7 @@ def test_a_distributed_optimizers_subclass_with_a_step_of_its_own_runs_eagerly_c
         model = nn.Linear(2, in_size=3)
         opt = Decaying(optim.SGD(model, lr=0.1), comm)
 
-        def step(x):
-            def closure():
-                opt.zero_grad()
-                loss = F.sum(model(x) ** 2)
-                loss.backward()
-                return loss
-            return opt.step(closure)
-        if compiled:
-            step = gradcore.compile(step)
+        step = _closure_step(model, opt, compiled)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the compiled step's: it runs eagerly
             losses = [step(gradcore.Variable(x)).item() for _ in range(5)]
