@@ -153,6 +153,14 @@ def _check_before_hooks(unchecked, wanted, known):
     then: one pass over the graph per walk that meets such a hook, none for any other walk."""
     ys, boundary = unchecked.pop()
     written = latest_write[0]
+    for f in _ops_behind(ys, boundary):
+        if f.sequence < written and (wanted is None or _behind(f, wanted, known)):
+            _check_versions(f)
+
+
+def _ops_behind(ys, boundary=()):
+    """Each op behind `ys` once, reached through the inputs that need a gradient, not past the
+    Variables in `boundary`."""
     seen = set()
     stack = [y.creator for y in ys if y.creator is not None and y not in boundary]
     while stack:
@@ -160,8 +168,7 @@ def _check_before_hooks(unchecked, wanted, known):
         if f in seen:
             continue
         seen.add(f)
-        if f.sequence < written and (wanted is None or _behind(f, wanted, known)):
-            _check_versions(f)
+        yield f
         for x, need in zip(f.inputs, f.needs_input_grad):
             if need and x.creator is not None and x not in boundary:
                 stack.append(x.creator)
@@ -490,23 +497,14 @@ def _pending(ys, hooked):
     behind `ys` take it as an input that needs a gradient. One pass over the graph, which also
     refuses it if an op's input was written after the op ran (_check_versions)."""
     pending = {}
-    seen = set()
     written = latest_write[0]
-    stack = [y.creator for y in ys if y.creator is not None]
-    while stack:
-        f = stack.pop()
-        if f in seen:
-            continue
-        seen.add(f)
+    for f in _ops_behind(ys):
         if f.sequence < written:
             _check_versions(f)
-        for x, need in zip(f.inputs, f.needs_input_grad):
-            if not need:
-                continue
-            if x.creator is not None:
-                stack.append(x.creator)
-            elif hooked and x in post_accumulate_hooks:
-                pending[x] = pending.get(x, 0) + 1
+        if hooked:
+            for x, need in zip(f.inputs, f.needs_input_grad):
+                if need and x.creator is None and x in post_accumulate_hooks:
+                    pending[x] = pending.get(x, 0) + 1
     return pending
 
 
