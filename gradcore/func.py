@@ -18,7 +18,7 @@ from . import engine
 from .config import enable_grad, recording
 from .functions.math import copy
 from .functions.shape import reshape, stack, transpose
-from .variable import Variable, dtype_kind
+from .variable import Variable, dtype_kind, has_graph
 
 __all__ = ["vjp", "jvp", "grad", "value_and_grad", "jacobian", "jacfwd", "hessian", "hvp"]
 
@@ -143,7 +143,7 @@ def _export(value, arrays, detach=False):
     if isinstance(value, Variable):
         if arrays:
             return value.data
-        if detach and (value.creator is not None or value.requires_grad):
+        if detach and has_graph(value):
             return value.detach()
         return value
     if isinstance(value, dict):
@@ -215,8 +215,7 @@ def _basis(x):
 
 def _gradients(outputs, inputs, cotangents, create_graph):
     """d(outputs . cotangents)/d(inputs), a Variable per input (zeros where none flows)."""
-    pairs = [(y, c) for y, c in zip(outputs, cotangents)  # a constant output adds nothing
-             if y.creator is not None or y.requires_grad]
+    pairs = [(y, c) for y, c in zip(outputs, cotangents) if has_graph(y)]  # a constant: nothing
     gs = [None] * len(inputs)
     if pairs:
         gs = engine.grad([y for y, _ in pairs], list(inputs),

@@ -10,7 +10,7 @@ import backends
 from . import anomaly
 from . import variable as _variables
 from .config import is_anomaly_enabled, recording
-from .variable import (_SCALARS, Variable, _init_slots, dtype_kind, note_write,
+from .variable import (_SCALARS, Variable, _init_slots, dtype_kind, has_graph, note_write,
                        sequence as _sequence, share_versions)
 _new_variable = object.__new__
 _weakref = weakref.ref
@@ -571,15 +571,13 @@ def _checked_backward(backward):
         gxs = backward(self, *gys)
         if not recording() or self.sequence is None:
             return gxs
-        graphed = [g for g in gys if isinstance(g, Variable) and (
-            g.creator is not None or g._requires_grad)]
+        graphed = [g for g in gys if isinstance(g, Variable) and has_graph(g)]
         if not graphed:
             return gxs
         several = gxs.__class__ is tuple
         results = list(gxs if several else (gxs,))
         for i, (gx, need) in enumerate(zip(results, self.needs_input_grad)):
-            if need and gx is not None and not (isinstance(gx, Variable) and (
-                    gx.creator is not None or gx._requires_grad)):
+            if need and gx is not None and not (isinstance(gx, Variable) and has_graph(gx)):
                 data = gx.data if isinstance(gx, Variable) else gx
                 if not self.backend.owns(data):  # a Python number or NumPy scalar: an array
                     data = self.backend.asarray(data, device=self.device)

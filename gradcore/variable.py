@@ -41,6 +41,13 @@ def settings_changed(v=None):
     if step_recorder is None or not step_recorder.is_active():
         structure_changes[0] += 1
 
+
+def has_graph(v):
+    """True if gradients flow back from the Variable v: a recorded op made it, or it is a leaf
+    that requires grad (one computed under no_grad or from constants only has none)."""
+    return v.creator is not None or v._requires_grad
+
+
 _SCALARS = frozenset((int, float, bool))  # `x.__class__ in _SCALARS`: a hash lookup, no comparisons
 
 

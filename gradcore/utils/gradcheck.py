@@ -6,7 +6,7 @@ import numpy
 import backends
 
 from ..cuda import as_numpy
-from ..variable import Variable, as_variable
+from ..variable import Variable, as_variable, has_graph
 from .arrays import array_allclose
 
 EPS = 1e-4  # DeZero's step; in float64 the truncation error is O(EPS**2)
@@ -125,7 +125,7 @@ def gradcheck(fn, inputs, *, eps=1e-6, rtol=1e-5, atol=1e-8, mode="elements", se
         raise ValueError(f"gradcheck: mode must be 'elements' or 'directional', got {mode!r}")
     xs = _checked_inputs(inputs, dtype, "gradcheck")
     outputs = _call_outputs(fn, xs)
-    checked = [k for k, y in enumerate(outputs) if _differentiable(y)] or range(len(outputs))
+    checked = [k for k, y in enumerate(outputs) if has_graph(y)] or range(len(outputs))
     if mode == "directional":
         problem = _directional(fn, xs, outputs, checked, eps, rtol, atol, seed)
     else:
@@ -188,18 +188,12 @@ def _call_outputs(fn, xs):
     return outputs
 
 
-def _differentiable(y):
-    """Whether the output y has a graph to differentiate (not one computed under no_grad or
-    from constants only: backward gives it no derivative)."""
-    return y.creator is not None or y.requires_grad
-
-
 def _backward(outputs, xs, cotangents, create_graph=False):
     """d(outputs . cotangents)/d(xs), one gradient (or None) per input, the outputs with no
     graph left out."""
     from ..engine import grad
 
-    pairs = [(y, c) for y, c in zip(outputs, cotangents) if _differentiable(y)]
+    pairs = [(y, c) for y, c in zip(outputs, cotangents) if has_graph(y)]
     if not pairs:
         return [None] * len(xs)
     return grad([y for y, _ in pairs], list(xs), grad_outputs=[c for _, c in pairs],
