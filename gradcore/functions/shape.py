@@ -229,8 +229,7 @@ def laid_out_like(y, x):
 
 def broadcast_like(y, x):
     """y broadcast to x's shape, laid out as x where the backend is lazy: a gradient for x."""
-    y = broadcast_to(y, x.shape)
-    return LaidOut(layout(x))(y) if x.backend.lazy else y
+    return laid_out_like(broadcast_to(y, x.shape), x)
 
 
 # =============================================================================== joining
