@@ -9,7 +9,7 @@ import pytest
 import gradcore
 import gradcore.functions as F
 from gradcore import Variable
-from test_function import ScaleBy  # a Function that saves a Variable that is no input
+from test_function import AddOneInPlace, ScaleBy  # Functions of a user's own
 
 
 def test_a_nan_gradient_names_the_op_and_where_it_was_called(xp):
@@ -147,20 +147,8 @@ def test_a_saved_variable_that_is_no_input_is_fingerprinted():
     assert x.grad is None
 
 
-class AddOne(gradcore.Function):
+class AddOne(AddOneInPlace):
     """x + 1, written into x; `announce`: with mark_dirty, as PyTorch's in-place ops."""
-
-    def __init__(self, announce):
-        self.announce = announce
-
-    def forward(self, x):
-        x += 1
-        if self.announce:
-            self.mark_dirty(x)
-        return x
-
-    def backward(self, gy):
-        return gy
 
 
 def test_a_forward_writing_into_its_input_unannounced_is_caught():

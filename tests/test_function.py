@@ -651,11 +651,16 @@ def test_a_saved_variable_that_is_no_input_is_version_checked():
 
 
 class AddOneInPlace(Function):
-    """x += 1, announced (torch: x.add_(1); ctx.mark_dirty(x); return x)."""
+    """x += 1, announced (torch: x.add_(1); ctx.mark_dirty(x); return x) unless `announce` is
+    False."""
+
+    def __init__(self, announce=True):
+        self.announce = announce
 
     def forward(self, x):
         x += 1
-        self.mark_dirty(x)
+        if self.announce:
+            self.mark_dirty(x)
         return x
 
     def backward(self, gy):
