@@ -134,7 +134,7 @@ def test_anomaly_mode_reports_an_infinite_gradient_without_numpys_warning_first(
                 y.backward()
 
 
-# ================================================ what a review of users' own Functions found
+# ================================================ users' own Functions
 def test_a_saved_variable_that_is_no_input_is_fingerprinted():
     W = Variable(np.array([2.0, 3.0]))
     x = Variable(np.array([1.0, 1.0]))

@@ -1121,7 +1121,7 @@ def test_grad_skips_only_what_leads_to_no_input_around_a_written_leaf(xp):
         gradcore.grad(z, x)  # mul(x, w) is on the path and read w: refused
 
 
-# ================================================ what a review of users' own Functions found
+# ================================================ users' own Functions
 def test_a_raw_array_a_backward_keeps_never_becomes_a_grad():
     # README: after backward each leaf's .grad owns its array. A backward returning an array
     # the Function keeps (DeZero's softmax-cross-entropy style) made x.grad that very array

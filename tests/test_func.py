@@ -433,7 +433,7 @@ def test_an_aux_dict_comes_back_as_the_dict_type_f_returned():
     assert ordered["b"].creator is not None and ordered["b"].item() == 2.0
 
 
-# ================================================ what a review of users' own Functions found
+# ================================================ users' own Functions
 class RawCube(gradcore.Function):
     """x**3 with a DeZero-style backward, on raw arrays: right, but not differentiable again."""
 

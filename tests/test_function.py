@@ -459,7 +459,7 @@ def test_apply_makes_one_instance_per_call(xp):
 
 
 # ======================================================================= an author's Function
-# what a review of the API for users' own Functions found (each compared with PyTorch)
+# users' own Functions (each compared with PyTorch)
 def _sgd_step(*params):
     """An optimizer step: an in-place write to each parameter, counted in its version."""
     from gradcore.optim import SGD
@@ -761,7 +761,7 @@ def test_an_error_from_forward_keeps_its_type_and_says_the_op():
         a + b  # NumPy's own error, a plain message: the op and shapes go into it
 
 
-# ================================================ a regression review of those checks
+# ================================================ users' own Functions: create_graph, compile, errors
 class RawSquare(Function):
     """DeZero's first Square: backward on raw arrays, first derivatives only."""
 
