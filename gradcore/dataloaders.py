@@ -33,10 +33,22 @@ def _stack(owner, values, what):
     try:
         return np.stack([np.asarray(v) for v in values])
     except (TypeError, ValueError) as e:
-        shapes = sorted({np.shape(v) for v in values})
+        shapes = {_shape_or_none(v) for v in values}
+        if None in shapes:
+            got = ", got an example made of parts of different shapes (several inputs in a tuple?)"
+        else:
+            got = f", got shapes {sorted(shapes)}" if len(shapes) > 1 else ""
         raise ValueError(f"{owner}: cannot stack the {what} of a batch into one array ({e}); "
                          f"the dataset's examples must be host arrays or numbers of one shape"
-                         + (f", got shapes {shapes}" if len(shapes) > 1 else "")) from None
+                         + got) from None
+
+
+def _shape_or_none(value):
+    """value's shape; None for one NumPy cannot give a shape (parts of different shapes)."""
+    try:
+        return np.shape(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def _gather(owner, dataset, index):

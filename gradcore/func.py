@@ -174,6 +174,8 @@ def _outputs(out, where):
     if isinstance(out, (tuple, list)):
         flat = [_output(o, where) for o in out]
         kind = type(out)
+        if kind is not tuple and hasattr(out, "_fields"):  # a namedtuple
+            return flat, lambda values: kind(*values)
         return flat, lambda values: kind(values)
     return [_output(out, where)], lambda values: values[0]
 
@@ -195,6 +197,26 @@ def _like(x, value):
     if isinstance(value, (int, float)):
         return Variable(_zeros(x) + value, requires_grad=False)
     return Variable(value, requires_grad=False)
+
+
+def _shape(value):
+    """The shape `value` (a Variable, an array, a list) has as a Variable; None for a number
+    (it is broadcast: see _like) or anything that is not one."""
+    if isinstance(value, (int, float)):
+        return None
+    try:
+        return tuple(_output(value, "").shape)
+    except TypeError:
+        return None
+
+
+def _check_shape(where, value, what, like, of):
+    """ValueError, naming the transform and its argument, unless `value` (a tangent, cotangent
+    or v) is shaped like `like` (the primal or result it goes with)."""
+    shape, expected = _shape(value), _shape(like)
+    if shape is not None and expected is not None and shape != expected:
+        raise ValueError(f"{where}: {what} has shape {shape} but {of} has shape {expected}; "
+                         f"pass one shaped like {of}")
 
 
 def _zeros(x, shape=None):
@@ -241,10 +263,21 @@ def _pullback(f, primals, where):
         out = f(*inputs.variables)
     outputs, _ = _outputs(out, where)
 
+    several = isinstance(out, (tuple, list))
+
     def vjp_fn(cotangent):
-        cotangents = cotangent if isinstance(out, (tuple, list)) else (cotangent,)
+        # an array has a len too: taking one for the tuple would split it into numbers
+        if several and not isinstance(cotangent, (tuple, list)):
+            raise TypeError(f"vjp_fn: f returned a {type(out).__name__} of {len(outputs)} "
+                            f"results, so the cotangent must be a tuple of {len(outputs)}, one "
+                            f"shaped like each result; got {type(cotangent).__name__}")
+        cotangents = cotangent if several else (cotangent,)
         if len(cotangents) != len(outputs):
             raise ValueError(f"vjp_fn: {len(cotangents)} cotangents for {len(outputs)} outputs")
+        for k, (y, c) in enumerate(zip(outputs, cotangents)):
+            what, of = (f"cotangent[{k}]", f"result {k}") if several else ("the cotangent",
+                                                                            "f's result")
+            _check_shape("vjp_fn", c, what, y, of)
         now = inputs.under(recording() is not False)
         seeded = now.seeded(cotangents)
         with enable_grad():
@@ -267,6 +300,8 @@ def jvp(f, primals, tangents):
     if len(primals) != len(tangents):
         raise ValueError(f"jvp: {len(tangents)} tangents for {len(primals)} primals")
     inputs = _Inputs(primals, "jvp")
+    for n, (x, t) in enumerate(zip(inputs.variables, tangents)):
+        _check_shape("jvp", t, f"tangents[{n}]", x, f"primals[{n}]")
     seeded = inputs.seeded(tangents)
     with _evaluating():
         out = f(*inputs.variables)
@@ -444,11 +479,14 @@ def hvp(f, x, v):
     tuples shaped like x."""
     # the Hessian is symmetric: the vjp of the gradient is the Hessian's product with v
     if not isinstance(x, tuple):
+        _check_shape("hvp", v, "v", x, "x")
         _, vjp_fn = vjp(grad(f), x)
         return vjp_fn(v)[0]
     v = tuple(v) if isinstance(v, (tuple, list)) else (v,)
     if len(v) != len(x):
         raise ValueError(f"hvp: {len(v)} vectors in v for {len(x)} arguments in x")
+    for n, (vn, xn) in enumerate(zip(v, x)):
+        _check_shape("hvp", vn, f"v[{n}]", xn, f"x[{n}]")
     _, vjp_fn = vjp(grad(f, _every_argnum(x)), *x)
     return vjp_fn(v)
 

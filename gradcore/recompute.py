@@ -32,6 +32,8 @@ def checkpoint(fn, *args):
     first = args[where[0]]
     backend = first.backend if isinstance(first, Variable) else backends.backend_of(first)
     device = first.device if isinstance(first, Variable) else backend.device_of(first)
+    if not is_grad_enabled():  # no backward can follow, so nothing to recompute
+        return fn(*args)
     leaves = [Variable(args[i].data if isinstance(args[i], Variable) else args[i])
               for i in where]
     start = next(sequence)
@@ -73,22 +75,21 @@ def _filled(args, where, values):
 def _outside_variables(outputs, leaves, start):
     """The Variables the block's graph reads from outside: leaves other than its own arguments,
     and results of Functions recorded before it began (those that need no gradient too: a
-    write into one before backward must stop the recompute, as it stops a backward)."""
+    write into one before backward must stop the recompute, as it stops a backward). A result
+    that is one of them, handed on as it is (a Parameter the block returns), counts too: its
+    gradient reaches it through the node."""
     own = set(map(id, leaves))
     found, seen = {}, set()
-    todo = [y.creator for y in outputs if y.creator is not None]
+    todo = list(outputs)
     while todo:
-        f = todo.pop()
-        if id(f) in seen:
+        x = todo.pop()
+        if not isinstance(x, Variable) or id(x) in own or id(x) in seen:
             continue
-        seen.add(id(f))
-        for x in f.inputs:
-            if not isinstance(x, Variable) or id(x) in own:
-                continue
-            if x.creator is None or x.creator.sequence < start:
-                found[id(x)] = x
-            else:
-                todo.append(x.creator)
+        seen.add(id(x))
+        if x.creator is None or x.creator.sequence < start:
+            found[id(x)] = x
+        else:
+            todo.extend(x.creator.inputs)
     return list(found.values())
 
 

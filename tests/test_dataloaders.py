@@ -236,6 +236,18 @@ def test_bad_datasets_and_arguments():
         next(DataLoader([(1.0, 1), (2.0, None)], 2, shuffle=False))
 
 
+def test_examples_made_of_parts_of_different_shapes_get_the_loaders_message():
+    # NumPy cannot give such an example a shape: describing it must not raise NumPy's error
+    two_inputs = [((np.ones(2) * i, np.ones(3) * i), i) for i in range(4)]
+    with pytest.raises(ValueError, match=r"^DataLoader: cannot stack the inputs of a batch .*"
+                                         r"got an example made of parts of different shapes"):
+        next(DataLoader(two_inputs, 2, shuffle=False))
+    x, t = next(DataLoader([((np.ones(2) * i, np.ones(2)), i) for i in range(4)], 2,
+                           shuffle=False))  # parts of one shape still stack
+    assert x.shape == (2, 2, 2) and np.array_equal(x[1], [[1.0, 1.0], [1.0, 1.0]])
+    assert np.array_equal(t, [0, 1])
+
+
 # =============================================================================== SeqDataLoader
 def test_seq_loader_streams():
     loader = SeqDataLoader(Counting(10), batch_size=3)

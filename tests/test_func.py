@@ -1,5 +1,5 @@
 """gradcore.func against torch.func (when installed) and against finite differences."""
-from collections import OrderedDict, defaultdict
+from collections import OrderedDict, defaultdict, namedtuple
 
 import numpy as np
 import pytest
@@ -431,6 +431,55 @@ def test_an_aux_dict_comes_back_as_the_dict_type_f_returned():
         gradcore.Variable(np.array([1.0])))
     assert type(ordered) is OrderedDict and list(ordered) == ["b", "a"]
     assert ordered["b"].creator is not None and ordered["b"].item() == 2.0
+
+
+def test_a_namedtuple_result_comes_back_as_that_namedtuple():
+    Pair = namedtuple("Pair", "square total")
+    x = np.array([1.0, 2.0])
+    f = lambda v: Pair(v * v, F.sum(v))  # noqa: E731
+    _, tangent = gf.jvp(f, (x,), (np.array([1.0, 3.0]),))
+    assert type(tangent) is Pair
+    np.testing.assert_array_equal(tangent.square, [2.0, 12.0])  # 2 x t
+    assert float(tangent.total) == 4.0
+    for jac in (gf.jacobian, gf.jacfwd):
+        J = jac(f, x)
+        assert type(J) is Pair
+        np.testing.assert_array_equal(J.square, np.diag(2 * x))
+        np.testing.assert_array_equal(J.total, [1.0, 1.0])
+
+
+def test_vjp_fn_of_several_results_wants_one_cotangent_per_result():
+    # an array has a len too: taken as the tuple, it would be split into numbers
+    x = np.array([1.0, 2.0])
+    _, vjp_fn = gf.vjp(lambda a: (a * 2.0, a * a), x)
+    with pytest.raises(TypeError, match="f returned a tuple of 2 results, so the cotangent must "
+                                        "be a tuple of 2.*got ndarray"):
+        vjp_fn(np.array([1.0, 2.0]))
+    g, = vjp_fn([np.array([1.0, 0.0]), np.array([0.0, 1.0])])  # a list will do
+    np.testing.assert_array_equal(g, [2.0, 4.0])  # 2 * (1, 0) + 2 x * (0, 1)
+
+
+def test_a_tangent_cotangent_or_v_of_the_wrong_shape_is_named():
+    x = np.array([1.0, 2.0, 3.0])
+    cube = lambda a: F.sum(a * a * a)  # noqa: E731
+    with pytest.raises(ValueError, match=r"^hvp: v has shape \(2,\) but x has shape \(3,\)"):
+        gf.hvp(cube, x, np.ones(2))
+    with pytest.raises(ValueError, match=r"^hvp: v\[1\] has shape \(3,\) but x\[1\] has "
+                                         r"shape \(2,\)"):
+        gf.hvp(lambda a, b: cube(a) + cube(b), (x, x[:2]), (x, x))
+    with pytest.raises(ValueError, match=r"^jvp: tangents\[1\] has shape \(2,\) but "
+                                         r"primals\[1\] has shape \(3,\)"):
+        gf.jvp(lambda a, b: a * b, (x, x), (x, np.ones(2)))
+    _, vjp_fn = gf.vjp(lambda a: a * a, x)
+    with pytest.raises(ValueError, match=r"^vjp_fn: the cotangent has shape \(2,\) but f's "
+                                         r"result has shape \(3,\)"):
+        vjp_fn(np.ones(2))
+    _, vjp_fn = gf.vjp(lambda a: (a, F.sum(a)), x)
+    with pytest.raises(ValueError, match=r"^vjp_fn: cotangent\[1\] has shape \(3,\) but "
+                                         r"result 1 has shape \(\)"):
+        vjp_fn((x, x))
+    np.testing.assert_array_equal(gf.hvp(cube, x, 1.0), 6 * x)  # a number is spread over x
+    np.testing.assert_array_equal(vjp_fn((x, 2.0))[0], x + 2.0)
 
 
 # ================================================ users' own Functions

@@ -413,3 +413,46 @@ def test_a_hook_on_a_blocks_input_runs_once_per_backward():
         for got, want, reference in zip(checkpointed[0], expected, eager[0]):
             np.testing.assert_array_equal(got, reference)
             np.testing.assert_allclose(got, want, rtol=1e-14)
+
+
+def test_a_variable_from_outside_handed_back_as_it_is_gets_its_gradient():
+    # a Parameter the block returns without using it is an input of its node, as is a result
+    # computed before the block, so both get their gradients (as with torch.utils.checkpoint)
+    def run(checkpointed, handed_back):
+        w = gradcore.Parameter(np.array([1.0, 2.0, 3.0]))
+        x = Variable(np.array([0.5, -1.0, 2.0]))
+        h = w * 3.0
+
+        def block(u):
+            return u * 2.0, (w if handed_back == "parameter" else h)
+        a, b = gradcore.checkpoint(block, x) if checkpointed else block(x)
+        F.sum(a + b * b * b).backward()
+        return w.grad.data, x.grad.data
+
+    w = np.array([1.0, 2.0, 3.0])
+    for handed_back, expected in (("parameter", 3 * w * w), ("result", 81 * w * w)):
+        eager, checkpointed = run(False, handed_back), run(True, handed_back)
+        np.testing.assert_allclose(eager[0], expected, rtol=1e-15)
+        for got, want in zip(checkpointed, eager):
+            np.testing.assert_array_equal(got, want)
+    p = gradcore.Parameter(np.array([1.0, 2.0]))
+    g, = gradcore.grad(F.sum(gradcore.checkpoint(lambda u: (u * 1.0, p), np.ones(2))[1] ** 3),
+                       [p], create_graph=True)
+    np.testing.assert_array_equal(g.data, [3.0, 12.0])  # 3 p^2
+    np.testing.assert_array_equal(gradcore.grad(F.sum(g), [p])[0].data, [6.0, 12.0])  # 6 p
+    assert p.grad is None
+
+
+def test_under_no_grad_a_block_is_a_plain_call_and_may_size_a_lazy_layer():
+    x = np.random.default_rng(4).standard_normal((2, 3)).astype(np.float32)
+    np.random.seed(0)
+    layer = nn.Linear(4)  # its input size comes from its first call
+    with gradcore.no_grad():
+        y = gradcore.checkpoint(layer, x)
+    assert y.shape == (2, 4) and y.creator is None
+    np.testing.assert_allclose(y.data, x @ layer.W.data + layer.b.data, rtol=1e-6)
+    h = Variable(x)
+    F.sum(gradcore.checkpoint(layer, h) ** 2).backward()  # the weight exists: checkpointed
+    out = x @ layer.W.data + layer.b.data
+    np.testing.assert_allclose(h.grad.data, 2 * out @ layer.W.data.T, rtol=1e-5)
+    np.testing.assert_allclose(layer.W.grad.data, 2 * x.T @ out, rtol=1e-5)

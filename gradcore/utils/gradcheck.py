@@ -105,24 +105,37 @@ class GradcheckError(AssertionError):
     """gradcheck found backward's derivative and the finite differences apart."""
 
 
-def gradcheck(fn, inputs, *, eps=1e-6, rtol=1e-5, atol=1e-8, mode="elements", seed=0,
+# gradcheck's step and tolerances per dtype, when not given: float32's step is near the cube
+# root of its epsilon, where a central difference's rounding and truncation errors meet
+DEFAULTS_BY_DTYPE = {"float64": (1e-6, 1e-5, 1e-8),  # eps, rtol, atol
+                     "float32": (1e-3, 1e-2, 1e-3)}
+
+# elements mode seeds backward with this times a unit vector, and divides it out again: a
+# backward that forgets to multiply by gy is then caught, also for an output of one element
+SEED_SCALE = 1.75
+
+
+def gradcheck(fn, inputs, *, eps=None, rtol=None, atol=None, mode="elements", seed=0,
               dtype="float64", raise_exception=True):
     """Check backward against central differences for `fn` (Variables -> a Variable or a tuple
-    of them) at `inputs` (an array or Variable, or a tuple of them).
+    of them) at `inputs` (an array or Variable, or a tuple of them; at least one floating).
 
     mode="elements" compares every entry of every Jacobian d output / d input: a backward pass
-    per output element, two calls of fn per input element. mode="directional" compares, for a
-    random direction v of the inputs and a random weighting u of the outputs, u . J v: one
-    backward pass and two calls of fn, whatever the sizes. Computed in `dtype` (float64) on the
-    inputs' devices. On a mismatch, raises GradcheckError (or, with raise_exception=False,
-    returns False) naming the worst element: which input and index, which output and index,
-    backward's value and the finite difference.
+    per output element, two calls of fn per input element. mode="directional" compares, for
+    random directions v_i of the inputs and random weightings u_k of the outputs, u_k . J_ki v_i
+    for each output k and input i, each pair against its own tolerance: a backward pass per
+    output and two calls of fn per input, whatever the sizes. Computed in `dtype` (float64) on
+    the inputs' devices; eps, rtol and atol default by dtype: float64 1e-6, 1e-5, 1e-8; float32
+    1e-3, 1e-2, 1e-3 (other dtypes: pass them). On a mismatch, raises GradcheckError (or, with
+    raise_exception=False, returns False) naming the worst element: which input and index,
+    which output and index, backward's value and the finite difference.
 
     As in PyTorch, an output with no graph (computed under no_grad: a running statistic) is
     not checked; if no output has one, the finite differences must find every output constant.
     """
     if mode not in ("elements", "directional"):
         raise ValueError(f"gradcheck: mode must be 'elements' or 'directional', got {mode!r}")
+    eps, rtol, atol = _tolerances(dtype, eps, rtol, atol)
     xs = _checked_inputs(inputs, dtype, "gradcheck")
     outputs = _call_outputs(fn, xs)
     checked = [k for k, y in enumerate(outputs) if has_graph(y)] or range(len(outputs))
@@ -130,6 +143,23 @@ def gradcheck(fn, inputs, *, eps=1e-6, rtol=1e-5, atol=1e-8, mode="elements", se
         problem = _directional(fn, xs, outputs, checked, eps, rtol, atol, seed)
     else:
         problem = _elements(fn, xs, outputs, checked, eps, rtol, atol)
+    return _verdict(problem, raise_exception)
+
+
+def _tolerances(dtype, eps, rtol, atol):
+    """eps, rtol and atol, those not given taken from DEFAULTS_BY_DTYPE for `dtype`."""
+    given = (eps, rtol, atol)
+    if None not in given:
+        return given
+    if dtype not in DEFAULTS_BY_DTYPE:
+        raise ValueError(f"gradcheck: no default eps, rtol and atol for dtype {dtype!r}; pass "
+                         "them (or use 'float64' or 'float32')")
+    return tuple(d if g is None else g for g, d in zip(given, DEFAULTS_BY_DTYPE[dtype]))
+
+
+def _verdict(problem, raise_exception):
+    """True if there is no `problem` (a report); else GradcheckError, or False after printing
+    it."""
     if problem is None:
         return True
     if raise_exception:
@@ -141,7 +171,9 @@ def gradcheck(fn, inputs, *, eps=1e-6, rtol=1e-5, atol=1e-8, mode="elements", se
 def gradgradcheck(fn, inputs, grad_outputs=None, **options):
     """gradcheck of the first derivative: the function (inputs, cotangents) -> the gradients of
     sum(fn(inputs) * cotangents) with respect to the inputs, its backward recorded
-    (create_graph). `grad_outputs`: the cotangents (random if None). Options as gradcheck's."""
+    (create_graph). `grad_outputs`: the cotangents (random if None). Options as gradcheck's.
+    A first derivative that cannot be differentiated again (a backward on raw arrays) fails
+    the check."""
     dtype = options.get("dtype", "float64")
     xs = _checked_inputs(inputs, dtype, "gradgradcheck")
     outputs = _call_outputs(fn, xs)
@@ -157,6 +189,14 @@ def gradgradcheck(fn, inputs, grad_outputs=None, **options):
         gs = _backward(_call_outputs(fn, args[:count]), floating, args[count:],
                        create_graph=True)
         return tuple(g if g is not None else x * 0.0 for x, g in zip(floating, gs))
+
+    points = _checked_inputs((*xs, *grad_outputs), dtype, "gradgradcheck")
+    gs = first_derivative(*points)
+    try:  # the engine refuses a derivative it cannot take: that is this check's failure
+        _backward(gs, points, [_on(g, numpy.ones(tuple(g.shape))) for g in gs])
+    except RuntimeError as e:
+        return _verdict(f"gradgradcheck FAILED: the first derivative cannot be differentiated "
+                        f"again: {e}", options.get("raise_exception", True))
     return gradcheck(first_derivative, (*xs, *grad_outputs), **options)
 
 
@@ -175,6 +215,11 @@ def _checked_inputs(inputs, dtype, where):
         with x.backend.device_context(x.device):
             data = xp.astype(x.data, getattr(xp, dtype) if floating else x.data.dtype, copy=True)
         xs.append(Variable(data, requires_grad=floating))
+    if not any(x.requires_grad for x in xs):  # nothing would be compared: a vacuous pass
+        dtypes = ", ".join(str(x.dtype) for x in xs)
+        raise TypeError(f"{where}: no input is floating-point (dtypes: {dtypes}), so there is "
+                        "nothing to differentiate; differentiate at a floating-point point "
+                        "(1.0, not 1; or x.astype(float))")
     return tuple(xs)
 
 
@@ -202,8 +247,7 @@ def _backward(outputs, xs, cotangents, create_graph=False):
 
 def _on(like, array):
     """A NumPy array as an array shaped, typed and placed like the Variable `like`."""
-    return like.backend.asarray(numpy.asarray(array, dtype=numpy.dtype(str(like.dtype))),
-                                device=like.device)
+    return like.backend.asarray(array, dtype=like.dtype, device=like.device)
 
 
 def _values(fn, xs):
@@ -222,12 +266,12 @@ def _elements(fn, xs, outputs, checked, eps, rtol, atol):
         host_y = as_numpy(y.data)
         for j in range(host_y.size):
             seed = numpy.zeros(host_y.size)
-            seed[j] = 1.0
+            seed[j] = SEED_SCALE
             cotangents = [_on(o, seed.reshape(host_y.shape)) if o is y else _on(o, numpy.zeros(
                 tuple(o.shape))) for o in outputs]
             gs = _backward(outputs, xs, cotangents)
-            analytic.append([numpy.zeros(tuple(x.shape)) if g is None else as_numpy(g.data)
-                             for x, g in zip(xs, gs)])
+            analytic.append([numpy.zeros(tuple(x.shape)) if g is None
+                             else as_numpy(g.data) / SEED_SCALE for x, g in zip(xs, gs)])
         for i, x in enumerate(xs):
             if not x.requires_grad:
                 continue
@@ -259,21 +303,35 @@ def _difference(fn, xs, i, index, eps):
 
 
 def _directional(fn, xs, outputs, checked, eps, rtol, atol, seed):
-    """u . J v, u weighting the outputs numbered in `checked` only, backward against central
-    differences; the report, or None."""
+    """u_k . J_ki v_i for each output k numbered in `checked` and each floating input i, u and v
+    random, backward against central differences, each pair on its own (summed, a small
+    output's error would hide behind a large one's value); the report on the worst, or None."""
     rng = numpy.random.default_rng(seed)
     v = [rng.uniform(-1, 1, tuple(x.shape)) if x.requires_grad else numpy.zeros(tuple(x.shape))
          for x in xs]
     u = [rng.uniform(-1, 1, tuple(y.shape)) for y in outputs]
-    u = [w if k in checked else numpy.zeros_like(w) for k, w in enumerate(u)]
-    gs = _backward(outputs, xs, [_on(y, w) for y, w in zip(outputs, u)])
-    got = sum(float(numpy.sum(as_numpy(g.data) * d)) for g, d in zip(gs, v) if g is not None)
+    inputs = [i for i, x in enumerate(xs) if x.requires_grad]
     host = [as_numpy(x.data) for x in xs]
-    up = _values(fn, [_on(x, h + eps * d) for x, h, d in zip(xs, host, v)])
-    down = _values(fn, [_on(x, h - eps * d) for x, h, d in zip(xs, host, v)])
-    numeric = sum(float(numpy.sum((a - b) / (2 * eps) * w)) for a, b, w in zip(up, down, u))
-    if abs(got - numeric) <= atol + rtol * abs(numeric):
+    along = {}  # input i -> J_ki v_i for every output k, by central differences
+    for i in inputs:
+        d = [w if j == i else numpy.zeros_like(w) for j, w in enumerate(v)]
+        up = _values(fn, [_on(x, h + eps * e) for x, h, e in zip(xs, host, d)])
+        down = _values(fn, [_on(x, h - eps * e) for x, h, e in zip(xs, host, d)])
+        along[i] = [(a - b) / (2 * eps) for a, b in zip(up, down)]
+    worst = None
+    for k in checked:
+        cotangents = [_on(y, u[k] if n == k else numpy.zeros(tuple(y.shape)))
+                      for n, y in enumerate(outputs)]
+        gs = _backward(outputs, xs, cotangents)
+        for i in inputs:
+            got = 0.0 if gs[i] is None else float(numpy.sum(as_numpy(gs[i].data) * v[i]))
+            numeric = float(numpy.sum(along[i][k] * u[k]))
+            error = abs(got - numeric) - rtol * abs(numeric)
+            if error > atol and (worst is None or error > worst[0]):
+                worst = (error, k, i, got, numeric)
+    if worst is None:
         return None
-    return (f"gradcheck FAILED (directional, seed {seed}): u . J v is {got:.10g} by backward and "
-            f"{numeric:.10g} by central differences (rtol={rtol}, atol={atol}); run with "
-            "mode='elements' to find the entry")
+    _, k, i, got, numeric = worst
+    return (f"gradcheck FAILED (directional, seed {seed}): for output {k} and input {i}, u . J v "
+            f"is {got:.10g} by backward and {numeric:.10g} by central differences (rtol={rtol}, "
+            f"atol={atol}); run with mode='elements' to find the entry")

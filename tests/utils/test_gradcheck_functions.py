@@ -122,3 +122,147 @@ def test_if_no_output_has_a_graph_each_must_be_constant(mode):
                                              r"central differences 1" if mode == "elements"
                        else "u . J v is 0 by backward"):
         gradcheck(lambda v: (constant * 2.0, _sin_and_statistic(v)[1]), x, mode=mode)
+
+
+# ================================================ what a check must not let through
+class SumOfSquares(Function):
+    """sum(x * x); `forgets_gy` leaves gy out of backward (right only for a seed of 1)."""
+
+    def __init__(self, forgets_gy=False):
+        self.forgets_gy = forgets_gy
+
+    def forward(self, x):
+        return (x * x).sum()
+
+    def backward(self, gy):
+        x, = self.inputs
+        return 2.0 * x if self.forgets_gy else gy * 2.0 * x
+
+
+@pytest.mark.parametrize("mode", ["elements", "directional"])
+def test_a_backward_that_ignores_its_incoming_gradient_is_caught(mode):
+    # seeds of exactly 1 per output element would let it through: elements mode uses 1.75
+    x = np.linspace(0.5, 1.5, 4)
+    assert gradcheck(lambda v: SumOfSquares()(v), x, mode=mode)
+    message = (r"d output 0\[0\] / d input 0\[3\]: backward gives 1.714285714, central "
+               r"differences 3\b" if mode == "elements" else "u . J v")  # 2 x / 1.75 against 2 x
+    with pytest.raises(GradcheckError, match=message):
+        gradcheck(lambda v: SumOfSquares(forgets_gy=True)(v), x, mode=mode)
+
+
+class LargeAndSmall(Function):
+    """(1e4 x, x * x): a large output beside a small one whose backward is `off` (relative)."""
+
+    def __init__(self, off=0.0):
+        self.off = off
+
+    def forward(self, x):
+        return x * 1e4, x * x
+
+    def backward(self, g0, g1):
+        x, = self.inputs
+        return g0 * 1e4 + g1 * (2.0 + 2.0 * self.off) * x
+
+
+class LargeAndSmallInputs(Function):
+    """1e4 a + b * b, the gradient of b `off` (relative)."""
+
+    def __init__(self, off=0.0):
+        self.off = off
+
+    def forward(self, a, b):
+        return a * 1e4 + b * b
+
+    def backward(self, gy):
+        a, b = self.inputs
+        return gy * 1e4, gy * (2.0 + 2.0 * self.off) * b
+
+
+def test_directional_mode_checks_each_output_and_input_on_its_own():
+    # summed over every output and input, a 1% error in the small one would hide behind the
+    # large one's value (torch.autograd.gradcheck's fast mode compares pairs too)
+    x = np.linspace(0.5, 1.5, 4)
+    assert gradcheck(lambda v: LargeAndSmall()(v), x, mode="directional")
+    assert gradcheck(lambda a, b: LargeAndSmallInputs()(a, b), (x, x), mode="directional")
+    for seed in range(3):
+        with pytest.raises(GradcheckError, match="for output 1 and input 0, u . J v"):
+            gradcheck(lambda v: LargeAndSmall(off=0.01)(v), x, mode="directional", seed=seed)
+        with pytest.raises(GradcheckError, match="for output 0 and input 1, u . J v"):
+            gradcheck(lambda a, b: LargeAndSmallInputs(off=0.01)(a, b), (x, x),
+                      mode="directional", seed=seed)
+
+
+class OffSquare(Function):
+    """x * x, its backward `off` (relative): written with xp-neutral ops, for any backend."""
+
+    def __init__(self, off=0.0):
+        self.off = off
+
+    def forward(self, x):
+        return x * x
+
+    def backward(self, gy):
+        x, = self.inputs
+        return gy * (2.0 + 2.0 * self.off) * x
+
+
+@pytest.mark.parametrize("mode", ["elements", "directional"])
+def test_float32_gets_float32_step_and_tolerances(mode):
+    # float64's eps=1e-6 is ~8 ulps of 1.0 in float32: its tolerances would fail every right op
+    x = np.linspace(-1, 1, 5).astype(np.float32)
+    for fn in (F.sin, F.tanh, lambda v: v * v, lambda v: F.tanh(F.sin(v) * v)):
+        assert gradcheck(fn, x, dtype="float32", mode=mode)
+        assert gradgradcheck(fn, x, dtype="float32", mode=mode)
+    with pytest.raises(GradcheckError, match="rtol=0.01, atol=0.001"):  # 10% off: still caught
+        gradcheck(lambda v: OffSquare(off=0.1)(v), x, dtype="float32", mode=mode)
+    with pytest.raises(GradcheckError):  # given tolerances are kept
+        gradcheck(F.sin, x, dtype="float32", mode=mode, rtol=1e-7, atol=1e-9)
+    with pytest.raises(ValueError, match="no default eps, rtol and atol for dtype 'float16'"):
+        gradcheck(F.sin, x, dtype="float16", mode=mode)
+
+
+@pytest.mark.parametrize("check", [gradcheck, gradgradcheck])
+def test_an_integer_point_is_refused_rather_than_checked_vacuously(check):
+    for point in ([1, 2], np.array([1, 2, 3]), 3, (np.array([0, 1]), np.array([True, False]))):
+        with pytest.raises(TypeError, match=r"no input is floating-point \(dtypes: .*int64.*"
+                                            r"differentiate at a floating-point point \(1.0, "
+                                            r"not 1"):
+            check(lambda v, *rest: v * v, point)
+
+
+class RawSin(Function):
+    """sin with a first derivative right but computed on raw arrays: a constant to the engine."""
+
+    def forward(self, x):
+        return np.sin(x)
+
+    def backward(self, gy):
+        x, = self.inputs
+        return gy.data * np.cos(x.data)
+
+
+def test_gradgradcheck_reports_a_backward_on_raw_arrays_as_its_failure():
+    # the engine's "not differentiable" RuntimeError is the check's failure, not an error
+    x = np.linspace(-1, 1, 3)
+    assert gradcheck(lambda v: RawSin()(v), x)
+    for mode in ("elements", "directional"):
+        assert gradgradcheck(lambda v: RawSin()(v), x, mode=mode,
+                             raise_exception=False) is False
+        with pytest.raises(GradcheckError, match="gradgradcheck FAILED: the first derivative "
+                                                 "cannot be differentiated again: RawSin.backward "
+                                                 "is not differentiable"):
+            gradgradcheck(lambda v: RawSin()(v), x, mode=mode)
+
+
+# ================================================ every backend
+@pytest.mark.parametrize("mode", ["elements", "directional"])
+def test_gradcheck_and_gradgradcheck_on_every_backend(xp, mode):
+    data = np.linspace(-1, 1, 4)
+    for dtype in ("float64", "float32"):
+        x = xp.asarray(data, dtype=dtype)
+        assert gradcheck(F.tanh, x, mode=mode, dtype=dtype)
+        assert gradgradcheck(lambda v: F.tanh(v) * F.sin(v), x, mode=mode, dtype=dtype)
+        assert gradcheck(lambda v, t: v[t], (x, xp.asarray([2, 0])), mode=mode, dtype=dtype)
+        with pytest.raises(GradcheckError):
+            gradcheck(lambda v: OffSquare(off=0.1)(v), x, mode=mode, dtype=dtype)
+        np.testing.assert_array_equal(xp.numpy(x), data.astype(dtype))  # left as it was
