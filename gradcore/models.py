@@ -7,15 +7,37 @@ so their parameter counts are the published ones: VGG16 138,357,544; ResNet18 11
 ResNet34 21,797,672, ResNet50 25,557,032, ResNet101 44,549,160, ResNet152 60,192,808; and
 SqueezeNet v1.0 and v1.1 (Iandola et al. 2016): 1,248,424 and 1,235,496. They take images
 (N, 3, H, W), any H and W of 32 or more (VGG16's and the ResNets' layers size themselves from the
-first one; SqueezeNet's are sized at construction). No weights are bundled:
-`model.load(path)` reads an .npz written by `model.save` (never a pickle), and
-`model.load(url, sha256=...)` downloads one first, into the cache folder.
+first one; SqueezeNet's are sized at construction). No weights are bundled or downloaded
+(DeZero's `pretrained=True` is refused, saying so): `model.load(path)` reads an .npz written by
+`model.save` (never a pickle), and `model.load(url, sha256=...)` downloads one first, into the
+cache folder.
 """
+import numbers
+
+import numpy
+
 from . import functions as F
 from .nn import MLP, BatchNorm, Conv2d, Linear, Model, Module, Sequential
 
 __all__ = ["Model", "MLP", "Sequential", "VGG16", "ResNet", "ResNet18", "ResNet34", "ResNet50",
            "ResNet101", "ResNet152", "SqueezeNet"]
+
+
+def _check_pretrained(pretrained, where):
+    """Refuse DeZero's pretrained=True (gradcore fetches no weights: say how to load some), and
+    anything but True or False, such as num_classes given where DeZero's signature has
+    pretrained."""
+    if not isinstance(pretrained, (bool, numpy.bool_)):
+        hint = (f"; pass num_classes by keyword (num_classes={pretrained!r})"
+                if isinstance(pretrained, numbers.Integral) else "")
+        raise TypeError(f"{where}: pretrained must be True or False (DeZero's argument order), "
+                        f"got {pretrained!r}{hint}")
+    if pretrained:
+        raise ValueError(
+            f"{where}(pretrained=True): gradcore bundles and downloads no weights. Build the "
+            "model with pretrained=False, then load an .npz of its parameters: model.load(path) "
+            "reads a file model.save wrote, model.load(url, sha256=...) downloads one first "
+            "(see Module.load)")
 
 
 def _bin_averages(n_in, n_out, like):
@@ -45,15 +67,21 @@ class VGG16(Module):
     """VGG16: 13 3x3 convolutions (with biases) in 5 stages each ending in 2x2 max pooling,
     the features averaged to 7x7 (adaptive average pooling, as torchvision's), then fully
     connected 4096, 4096 and `num_classes`, with ReLU and dropout (0.5) between. Images
-    (N, 3, H, W) of any H, W >= 32. The convolutions are conv1_1 ... conv5_3; forward calls
-    them by name, so one replaced by assignment is the one that runs."""
+    (N, 3, H, W) of any H, W >= 32 (`VGG16.preprocess` makes one from a picture). The
+    convolutions are conv1_1 ... conv5_3; forward calls them by name, so one replaced by
+    assignment is the one that runs. `pretrained` is DeZero's: True raises, as no weights are
+    downloaded (load some with model.load)."""
 
     CHANNELS = ((64, 64), (128, 128), (256, 256, 256), (512, 512, 512), (512, 512, 512))
     # the names of each stage's convolutions, in order
     STAGES = tuple(tuple(f"conv{stage}_{i}" for i in range(1, len(channels) + 1))
                    for stage, channels in enumerate(CHANNELS, 1))
 
-    def __init__(self, num_classes=1000):
+    # the ImageNet mean of each channel, in preprocess's order (B, G, R)
+    MEAN_BGR = (103.939, 116.779, 123.68)
+
+    def __init__(self, pretrained=False, *, num_classes=1000):
+        _check_pretrained(pretrained, "VGG16")
         super().__init__()
         for names, channels in zip(self.STAGES, self.CHANNELS):
             for name, out in zip(names, channels):
@@ -77,6 +105,47 @@ class VGG16(Module):
         x = F.dropout(F.relu(self.fc6(x)))
         x = F.dropout(F.relu(self.fc7(x)))
         return self.fc8(x)
+
+    @staticmethod
+    def preprocess(image, size=(224, 224), dtype=numpy.float32):
+        """A picture as VGG16 takes it (DeZero's VGG16.preprocess): resized to `size` (width,
+        height, as PIL's resize; None keeps its size), its channels turned from RGB to BGR,
+        MEAN_BGR subtracted, and laid out (3, H, W) as a NumPy array of `dtype` (add the batch
+        axis with x[numpy.newaxis]).
+
+        `image` is a PIL image (converted to RGB first), or, where Pillow is not installed, an
+        (H, W, 3) array of RGB values from 0 to 255; resizing an array to another size than
+        its own still needs Pillow (pass size=None to keep it)."""
+        if hasattr(image, "convert"):  # a PIL image
+            image = image.convert("RGB")
+            if size is not None:
+                image = image.resize(tuple(size))
+            rgb = numpy.asarray(image, dtype=dtype)
+        else:
+            rgb = numpy.asarray(image, dtype=dtype)
+            if rgb.ndim != 3 or rgb.shape[2] != 3:
+                raise ValueError(f"VGG16.preprocess: an array image must be (H, W, 3) RGB, got "
+                                 f"shape {rgb.shape}")
+            if size is not None and tuple(size) != (rgb.shape[1], rgb.shape[0]):
+                rgb = _resized(rgb, tuple(size), dtype)
+        bgr = rgb[:, :, ::-1] - numpy.asarray(VGG16.MEAN_BGR, dtype=dtype)
+        return numpy.ascontiguousarray(bgr.transpose(2, 0, 1))
+
+
+def _resized(rgb, size, dtype):
+    """The (H, W, 3) array `rgb` resized to `size` (width, height) by Pillow, channel by
+    channel as 32-bit float images (no rounding to 8 bits), with Pillow's default filter, the
+    one a PIL image's resize uses."""
+    try:
+        from PIL import Image
+    except ImportError:
+        raise ImportError(
+            f"VGG16.preprocess: resizing an array of {rgb.shape[1]}x{rgb.shape[0]} to "
+            f"{size[0]}x{size[1]} needs Pillow (pip install pillow); or resize it first and "
+            "pass size=None") from None
+    channels = [numpy.asarray(Image.fromarray(numpy.ascontiguousarray(
+        rgb[:, :, c], dtype=numpy.float32)).resize(size)) for c in range(3)]
+    return numpy.stack(channels, axis=2).astype(dtype, copy=False)
 
 
 class _Residual(Module):
@@ -141,13 +210,16 @@ def _projection(in_channels, out_channels, stride):
 class ResNet(Module):
     """A residual network of `n_layers` (18, 34, 50, 101 or 152): a 7x7 stride-2 convolution and
     3x3 max pooling, four stages of residual blocks (64, 128, 256, 512 channels; the later
-    three halve the size), global average pooling and a fully connected layer."""
+    three halve the size), global average pooling and a fully connected layer to
+    `num_classes`. `pretrained` is DeZero's: True raises, as no weights are downloaded (load
+    some with model.load)."""
 
     CONFIGS = {18: (_Basic, (2, 2, 2, 2)), 34: (_Basic, (3, 4, 6, 3)),
                50: (_Bottleneck, (3, 4, 6, 3)), 101: (_Bottleneck, (3, 4, 23, 3)),
                152: (_Bottleneck, (3, 8, 36, 3))}
 
-    def __init__(self, n_layers=152, num_classes=1000):
+    def __init__(self, n_layers=152, pretrained=False, *, num_classes=1000):
+        _check_pretrained(pretrained, "ResNet")
         super().__init__()
         if n_layers not in self.CONFIGS:
             raise ValueError(f"ResNet: n_layers must be one of {sorted(self.CONFIGS)}, got "
@@ -172,29 +244,34 @@ class ResNet(Module):
         return self.fc(x)
 
 
-def ResNet18(num_classes=1000):
-    """The 18-layer ResNet: ResNet(18, num_classes)."""
-    return ResNet(18, num_classes)
+def ResNet18(pretrained=False, *, num_classes=1000):
+    """The 18-layer ResNet: ResNet(18, pretrained, num_classes=num_classes)."""
+    _check_pretrained(pretrained, "ResNet18")
+    return ResNet(18, pretrained, num_classes=num_classes)
 
 
-def ResNet34(num_classes=1000):
-    """The 34-layer ResNet: ResNet(34, num_classes)."""
-    return ResNet(34, num_classes)
+def ResNet34(pretrained=False, *, num_classes=1000):
+    """The 34-layer ResNet: ResNet(34, pretrained, num_classes=num_classes)."""
+    _check_pretrained(pretrained, "ResNet34")
+    return ResNet(34, pretrained, num_classes=num_classes)
 
 
-def ResNet50(num_classes=1000):
-    """The 50-layer ResNet: ResNet(50, num_classes)."""
-    return ResNet(50, num_classes)
+def ResNet50(pretrained=False, *, num_classes=1000):
+    """The 50-layer ResNet: ResNet(50, pretrained, num_classes=num_classes)."""
+    _check_pretrained(pretrained, "ResNet50")
+    return ResNet(50, pretrained, num_classes=num_classes)
 
 
-def ResNet101(num_classes=1000):
-    """The 101-layer ResNet: ResNet(101, num_classes)."""
-    return ResNet(101, num_classes)
+def ResNet101(pretrained=False, *, num_classes=1000):
+    """The 101-layer ResNet: ResNet(101, pretrained, num_classes=num_classes)."""
+    _check_pretrained(pretrained, "ResNet101")
+    return ResNet(101, pretrained, num_classes=num_classes)
 
 
-def ResNet152(num_classes=1000):
-    """The 152-layer ResNet: ResNet(152, num_classes)."""
-    return ResNet(152, num_classes)
+def ResNet152(pretrained=False, *, num_classes=1000):
+    """The 152-layer ResNet: ResNet(152, pretrained, num_classes=num_classes)."""
+    _check_pretrained(pretrained, "ResNet152")
+    return ResNet(152, pretrained, num_classes=num_classes)
 
 
 # =============================================================================== SqueezeNet

@@ -67,6 +67,71 @@ def test_bad_arguments():
         models.ResNet(20)
 
 
+# =============================================================================== DeZero's calls
+def test_dezero_calls_build_the_models_and_pretrained_true_says_how_to_load_weights():
+    np.random.seed(0)
+    resnet = models.ResNet(18, False)  # DeZero's ResNet(n_layers, pretrained)
+    assert resnet.fc.W.shape == (512, 1000) and resnet.conv1.W.shape == (64, 3, 7, 7)
+    assert models.ResNet18(pretrained=False, num_classes=3).fc.W.shape == (512, 3)
+    assert models.ResNet(34, pretrained=False, num_classes=5).fc.W.shape == (512, 5)
+    vgg = models.VGG16(pretrained=False, num_classes=3)
+    assert vgg.fc8.W.shape == (4096, 3)
+    for make, where in ((lambda: models.VGG16(pretrained=True), "VGG16"),
+                        (lambda: models.ResNet(50, True), "ResNet"),
+                        (lambda: models.ResNet50(True), "ResNet50")):
+        with pytest.raises(ValueError, match=where + r"\(pretrained=True\): gradcore bundles "
+                           r"and downloads no weights.*model\.load\(path\)"):
+            make()
+    # where DeZero's pretrained goes, a number of classes is refused, not taken as a flag
+    for make, where in ((lambda: models.ResNet(50, 10), "ResNet"),
+                        (lambda: models.VGG16(10), "VGG16"),
+                        (lambda: models.ResNet152(10), "ResNet152")):
+        with pytest.raises(TypeError, match=where + r": pretrained must be True or False .*got "
+                           r"10; pass num_classes by keyword \(num_classes=10\)"):
+            make()
+
+
+def test_vgg16_preprocess_makes_bgr_minus_the_imagenet_mean_channels_first():
+    rgb = np.array([[[10, 20, 30], [40, 50, 60]],
+                    [[70, 80, 90], [250, 0, 128]]], np.uint8)  # (H, W, 3) = (2, 2, 3)
+    mean = np.array([103.939, 116.779, 123.68], np.float32)
+    expected = (rgb[:, :, ::-1].astype(np.float32) - mean).transpose(2, 0, 1)
+    x = models.VGG16.preprocess(rgb, size=None)
+    assert x.shape == (3, 2, 2) and x.dtype == np.float32
+    np.testing.assert_array_equal(x, expected)
+    np.testing.assert_allclose(x[:, 1, 0], [90 - 103.939, 80 - 116.779, 70 - 123.68], rtol=1e-6)
+    assert models.VGG16.preprocess(rgb, size=None, dtype=np.float64).dtype == np.float64
+    with pytest.raises(ValueError, match=r"must be \(H, W, 3\) RGB, got shape \(2, 2\)"):
+        models.VGG16.preprocess(np.zeros((2, 2)))
+
+
+def test_vgg16_preprocess_takes_a_pil_image_as_dezero_does_and_resizes_to_224():
+    Image = pytest.importorskip("PIL.Image")
+    rows, columns = np.mgrid[0:40, 0:60]
+    rgb = np.stack([rows * 5, columns * 4, rows + columns], axis=2).astype(np.uint8)  # smooth
+    image = Image.fromarray(rgb)
+    x = models.VGG16.preprocess(image)
+    assert x.shape == (3, 224, 224) and x.dtype == np.float32
+    resized = np.asarray(image.resize((224, 224)), np.float32)
+    mean = np.array([103.939, 116.779, 123.68], np.float32)
+    np.testing.assert_array_equal(x, (resized[:, :, ::-1] - mean).transpose(2, 0, 1))
+    np.testing.assert_array_equal(models.VGG16.preprocess(image.convert("L"), size=None)[0],
+                                  np.asarray(image.convert("L"), np.float32) - mean[0])
+    # an array is resized by Pillow as float images: within a grey level of the 8-bit resize
+    np.testing.assert_allclose(models.VGG16.preprocess(rgb), x, atol=1.0)
+    assert models.VGG16.preprocess(rgb, size=(30, 20)).shape == (3, 20, 30)
+
+
+def test_vgg16_preprocess_takes_an_array_without_pillow(monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "PIL", None)  # import PIL fails
+    rgb = np.full((224, 224, 3), 100.0)
+    x = models.VGG16.preprocess(rgb)  # already 224x224: nothing to resize
+    np.testing.assert_allclose(x[:, 0, 0], [100 - 103.939, 100 - 116.779, 100 - 123.68],
+                               rtol=1e-6)
+    with pytest.raises(ImportError, match=r"resizing an array of 60x40 to 224x224 needs Pillow"):
+        models.VGG16.preprocess(np.zeros((40, 60, 3)))
+
+
 # =============================================================================== VGG16
 @pytest.mark.parametrize("shape", [(2, 3, 1, 1), (1, 2, 2, 3), (2, 2, 4, 4), (1, 2, 6, 9),
                                    (1, 1, 7, 7), (2, 1, 14, 14), (1, 2, 13, 8)])

@@ -26,6 +26,9 @@ from .loss import (BinaryCrossEntropy, MeanSquaredError, SigmoidCrossEntropy, So
 from .conv import (Col2im, Conv2d, Conv2dGradW, Deconv2d, Im2col, Pooling, average_pooling,
                    col2im, conv2d, conv2d_simple, deconv2d, im2col, pooling, pooling_simple)
 from .nn import BatchNorm, Dropout, EmbedID, EmbedIDGrad, batch_norm, dropout, embed_id
+# DeZero's only spelling of batch_norm (its BatchNorm layer calls it); the same function, so
+# not listed again in __all__, where each op has its test row
+batch_nrom = batch_norm
 # -- end neural-net ops
 
 from .device import AsType, astype  # the engine casts gradients to their input's dtype with it

@@ -126,6 +126,13 @@ def _unfilled(layer):
     return W is None or W.data is None or (b is not None and b.data is None)
 
 
+def _learnt_size(layer, axis, given):
+    """The input size of a Linear or convolution `layer`: the length of `axis` of its W when W
+    has data (so a load that fills W sets it too), else `given`, the constructor's."""
+    W = layer.__dict__.get("W")
+    return given if W is None or W.data is None else int(W.shape[axis])
+
+
 def _refill_slots(layer):
     """Put a lazy Parameter back into W where it was set to None (b = None stays: no bias)."""
     if layer.W is None:
@@ -176,10 +183,16 @@ class Linear(Module):
 
     def __init__(self, *sizes, out_size=None, nobias=False, dtype=None, in_size=None):
         super().__init__()
-        self.in_size, self.out_size = _linear_sizes(sizes, in_size, out_size)
+        self._in_size, self.out_size = _linear_sizes(sizes, in_size, out_size)
         _declare_weight_and_bias(self, nobias, dtype, "Linear")
-        if self.in_size is not None:
-            self._initialize(*_numpy_on_cpu(), self.dtype, self.in_size)
+        if self._in_size is not None:
+            self._initialize(*_numpy_on_cpu(), self.dtype, self._in_size)
+
+    @property
+    def in_size(self):
+        """The input size: W's first axis once W has data (made at the first call, or
+        loaded), else the size given to the constructor (None: learnt from the first input)."""
+        return _learnt_size(self, 0, self._in_size)
 
     def _shapes(self, size=None):
         """W (in_size, out_size) and b (out_size,) for in_size `size` (see Module._shapes)."""
@@ -188,7 +201,6 @@ class Linear(Module):
     def _initialize(self, backend, device, dtype, in_size):
         """Fill W and b where they have no data yet (lazy creation, or a partial load)."""
         _refill_slots(self)
-        self.in_size = in_size
         shapes = self._shapes(in_size)
         if self.W.data is None:
             self.W.data = _normal(backend, device, shapes["W"], dtype, (1.0 / in_size) ** 0.5)
@@ -230,7 +242,7 @@ class _ConvBase(Module):
         super().__init__()
         where = self._name
         self.out_channels = _size(out_channels, "out_channels", where)
-        self.in_channels = _optional_size(in_channels, "in_channels", where)
+        self._in_channels = _optional_size(in_channels, "in_channels", where)
         for name, value, low in (("kernel_size", kernel_size, 1), ("stride", stride, 1),
                                  ("pad", pad, 0)):
             try:
@@ -242,8 +254,14 @@ class _ConvBase(Module):
                                  f"got {value!r}")
         self.kernel_size, self.stride, self.pad = kernel_size, stride, pad
         _declare_weight_and_bias(self, nobias, dtype, where)
-        if self.in_channels is not None:
-            self._initialize(*_numpy_on_cpu(), self.dtype, self.in_channels)
+        if self._in_channels is not None:
+            self._initialize(*_numpy_on_cpu(), self.dtype, self._in_channels)
+
+    @property
+    def in_channels(self):
+        """The input channels: read from W once it has data (made at the first call, or
+        loaded), else the number given to the constructor (None: learnt from the first input)."""
+        return _learnt_size(self, self._in_axis, self._in_channels)
 
     def _w_shape(self, C):
         raise NotImplementedError
@@ -255,7 +273,6 @@ class _ConvBase(Module):
 
     def _initialize(self, backend, device, dtype, C):
         _refill_slots(self)
-        self.in_channels = C
         KH, KW = pair(self.kernel_size)
         shapes = self._shapes(C)
         if self.W.data is None:

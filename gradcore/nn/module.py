@@ -154,6 +154,16 @@ class Module:
         if registered is not None and registered.pop(name, None) is not None:
             structure_changes[0] += 1
 
+    def __setstate__(self, state):
+        """Restore a module made by copy.copy, copy.deepcopy or pickle, entering its mode in
+        the table gradcore.compile keys on (these fill __dict__ without __setattr__ or train(),
+        so a copy made in eval mode would otherwise be unknown to it)."""
+        self.__dict__.update(state)
+        training = self.__dict__.get("training")
+        if isinstance(training, bool):
+            _note_mode(self, training)
+            _modes_changed()
+
     def __getattr__(self, name):
         # only reached when normal lookup fails
         if name in _INTERNALS:

@@ -170,6 +170,16 @@ def test_batchnorm_eval_uses_running_statistics(xp2):
     np.testing.assert_array_equal(xp2.numpy(bn.avg_mean.data), mean)  # no update in eval
 
 
+def test_dezeros_batch_nrom_spelling_is_batch_norm():
+    # DeZero's BatchNorm layer calls F.batch_nrom (sic): code ported from it finds the name
+    assert F.batch_nrom is F.batch_norm
+    x = np.random.default_rng(0).normal(2.0, 3.0, size=(16, 2))
+    mean, var = np.zeros(2), np.ones(2)
+    y = F.batch_nrom(x, np.ones(2), np.zeros(2), mean, var).data
+    np.testing.assert_allclose(y, (x - x.mean(axis=0)) / np.sqrt(x.var(axis=0) + 2e-5))
+    np.testing.assert_allclose(mean, 0.1 * x.mean(axis=0))
+
+
 # =============================================================================== containers
 def test_sequential_indexing_len_and_names():
     seq = nn.Sequential(nn.Linear(2, 3), F.relu, nn.Linear(3, 1))
@@ -594,3 +604,36 @@ def test_a_partial_load_into_a_lazy_layer_is_completed_by_the_first_call():
         y = layer(np.ones(x_shape))
         assert y.shape == y_shape and layer.b.shape == (4,)
         np.testing.assert_array_equal(layer.W.data, W)
+
+
+def test_a_lazy_layer_filled_by_a_load_reads_its_input_size_from_the_weights(tmp_path):
+    rng = np.random.default_rng(0)
+    for make, x_shape, size_of in (
+            (lambda: nn.Linear(3), (2, 5), lambda m: m.in_size),
+            (lambda: nn.Conv2d(4, 3), (1, 2, 5, 5), lambda m: m.in_channels),
+            (lambda: nn.Deconv2d(4, 3), (1, 6, 3, 3), lambda m: m.in_channels),
+            (lambda: nn.RNN(3), (2, 7), lambda m: m.x2h.in_size)):
+        x = rng.standard_normal(x_shape).astype(np.float32)
+        built = make()
+        built(x)
+        built.save(tmp_path / "built")
+        by_state, by_file = make(), make()
+        assert size_of(by_state) is None  # not learnt yet
+        by_state.load_state_dict(built.state_dict())
+        by_file.load(tmp_path / "built")
+        for layer in (by_state, by_file):
+            assert size_of(layer) == x_shape[1] == size_of(built)  # before any forward pass
+            assert f"in_{'size' if len(x_shape) == 2 else 'channels'}={x_shape[1]}" in repr(layer)
+            layer(x)
+            assert size_of(layer) == x_shape[1]
+
+
+def test_a_weight_assigned_by_hand_gives_the_input_size():
+    lin = nn.Linear(3)
+    lin.W = gradcore.Parameter(np.ones((6, 3), np.float32))
+    assert lin.in_size == 6
+    np.testing.assert_array_equal(lin(np.ones((1, 6), np.float32)).data, [[6.0, 6.0, 6.0]])
+    lin.W = None  # created again at the next call, from that input
+    assert lin.in_size is None
+    lin(np.ones((1, 2), np.float32))
+    assert lin.in_size == 2 and lin.W.shape == (2, 3)

@@ -1,5 +1,7 @@
 """gradcore.nn.Module: registration and order, traversal, modes, hooks, devices, aliases."""
+import copy
 import hashlib
+import pickle
 import warnings
 
 import numpy as np
@@ -394,6 +396,57 @@ def test_batchnorm_train_and_eval():
     expected = (x - mean) / np.sqrt(bn.avg_var.data + 2e-5)
     np.testing.assert_allclose(y, expected)
     np.testing.assert_array_equal(bn.avg_mean.data, mean)
+
+
+def _pickled(module):
+    return pickle.loads(pickle.dumps(module))
+
+
+@pytest.mark.parametrize("copier", [copy.copy, copy.deepcopy, _pickled],
+                         ids=["copy", "deepcopy", "pickle"])
+def test_a_copy_made_in_eval_mode_replays_in_train_mode_after_train(copier):
+    # the copy is entered in the table of eval-mode modules that gradcore.compile keys on: after
+    # its train() a compiled step records again, with batch statistics, instead of replaying
+    # the eval-mode tape
+    rng = np.random.default_rng(0)
+    bn = nn.BatchNorm()
+    bn(rng.normal(3.0, 2.0, size=(8, 2)))
+    bn.eval()
+    model = copier(bn)
+    compiled = gradcore.compile(lambda x: model(Variable(x)))
+    x = rng.normal(3.0, 2.0, size=(8, 2))
+    mean, var = model.avg_mean.data.copy(), model.avg_var.data.copy()
+    for _ in range(3):
+        np.testing.assert_allclose(compiled(x).data, (x - mean) / np.sqrt(var + 2e-5))
+    np.testing.assert_array_equal(model.avg_mean.data, mean)
+    model.train()
+    y = compiled(x).data
+    np.testing.assert_allclose(y, (x - x.mean(axis=0)) / np.sqrt(x.var(axis=0) + 2e-5))
+    np.testing.assert_allclose(model.avg_mean.data, 0.9 * mean + 0.1 * x.mean(axis=0))
+    assert compiled.stats()["recordings"] == 2
+
+
+@pytest.mark.parametrize("copier", [copy.deepcopy, _pickled], ids=["deepcopy", "pickle"])
+def test_a_model_copied_in_eval_mode_drops_out_after_train_in_a_compiled_step(copier):
+    np.random.seed(0)
+    base = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm(), nn.Dropout(0.5))
+    base(np.random.randn(5, 4))
+    base.eval()
+    model, twin = copier(base), copier(base)  # twin: the eager reference
+    compiled = gradcore.compile(lambda x: model(Variable(x)))
+    x = np.random.randn(6, 4)
+    for _ in range(3):
+        np.testing.assert_allclose(compiled(x).data, twin(x).data)
+    model.train()
+    twin.train()
+    for i in range(2):
+        gradcore.manual_seed(i)
+        want = twin(x).data
+        gradcore.manual_seed(i)
+        y = compiled(x).data
+        np.testing.assert_allclose(y, want)
+        assert np.count_nonzero(y == 0) > 0  # dropout is on
+    np.testing.assert_allclose(model[1].avg_mean.data, twin[1].avg_mean.data)
 
 
 # =============================================================================== hooks
