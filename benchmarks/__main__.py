@@ -205,7 +205,8 @@ def run_one(workload, device, args, command, started, info, progress):
                      "statistic": "median of the timed runs",
                      "clock": "time.perf_counter, device synchronized before each reading",
                      "gc": "enabled; gc.collect() before each timed run",
-                     "order": "implementations take turns, one run each per round"},
+                     "order": ("implementations take turns, one run each per round, each round "
+                               "starting one further along")},
         "summary": workload.summary,
         "count": workload.count,
         "unit": workload.unit,

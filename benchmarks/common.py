@@ -443,7 +443,11 @@ def missing(key):
 def run_workload(workload, device, repeat, warmup, threads, progress):
     """Time every implementation of `workload` on `device`; returns the JSON-ready record. They
     take turns, one run each per round (`warmup` untimed rounds, then `repeat` timed ones), so a
-    change in the machine's load hits all of them alike."""
+    change in the machine's load hits all of them alike. Each round starts one further along, so
+    each follows every other as often: a run leaves the machine busy behind it (PyTorch's OpenMP
+    threads spin on after its last op, taking a core from the BLAS threads of whatever runs
+    next: mlp's replay timed right after PyTorch in every round measured 1.4-1.9x the floor, and
+    0.6-0.7x in the opposite order, on the loaded 2-core VM)."""
     entries, contenders = {}, []
     for key, factory in candidates(workload):
         if factory is None:
@@ -460,7 +464,8 @@ def run_workload(workload, device, repeat, warmup, threads, progress):
                  f"{warmup} warm-up + {repeat} timed runs each")
     rounds = warmup + repeat
     for round in range(rounds):
-        for c in [c for c in contenders if c.error is None]:
+        start = round % max(len(contenders), 1)
+        for c in [c for c in contenders[start:] + contenders[:start] if c.error is None]:
             try:
                 seconds, c.result = time_once(c.run, c.sync)
                 if round >= warmup:

@@ -341,6 +341,22 @@ def test_a_run_records_each_target_with_its_row(monkeypatch):
     assert lines[2][0] == "  replay" and lines[2][-1] == "replayed: met"
 
 
+def test_each_round_starts_one_further_along_so_each_runs_after_every_other():
+    order = []
+
+    def builds(key):
+        return lambda device: lambda: order.append(key)
+
+    workload = Workload("tiny", "a run", 1, "run", "one run", gradcore=builds("gradcore"),
+                        floor=builds("floor"), replay=builds("replay"),
+                        verify=lambda kind, result: None)
+    args = argparse.Namespace(repeat=3, warmup=0, threads=1)
+    suite.run_one(workload, resolve_device("cpu"), args, "python -m benchmarks",
+                  "2026-01-02T03:04:00+00:00", {"git": None}, Progress(1, io.StringIO()))
+    assert order == ["gradcore", "floor", "replay", "floor", "replay", "gradcore",
+                     "replay", "gradcore", "floor"]
+
+
 def test_an_older_records_target_index_becomes_a_row_id():
     report = json.loads(ONE_TARGET_JSON.read_text())
     old = report["workloads"]
