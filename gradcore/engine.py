@@ -30,19 +30,26 @@ _NUMPY_SCALARS = backends.NUMPY.scalar_types
 post_accumulate_hooks = weakref.WeakKeyDictionary()
 
 
-def _seed(y, grad, create_graph):
+def _seed(y, grad, create_graph, index=None):
+    """The seed gradient for the output y, checked: `grad` (None: ones) as a Variable shaped,
+    typed and placed like y. `index`: y is gradcore.grad's outputs[index] (for messages)."""
     if grad is None:
         return Variable(y.xp.ones_like(y._data), requires_grad=False)
     if not isinstance(grad, Variable):
         grad = Variable(grad, requires_grad=False)
     if _variables.step_recorder is not None:  # a seed made by the step's own code: a constant
         grad = _variables.step_recorder.constant_for(grad, y)
+    if index is None:
+        seed, output, given = "backward: the seed gradient", "the output", "a grad"
+    else:
+        seed = f"grad: grad_outputs[{index}], the seed for output {index},"
+        output, given = f"outputs[{index}]", f"grad_outputs[{index}]"
     if tuple(grad.shape) != tuple(y.shape):
-        raise ValueError(f"backward: the seed gradient has shape {tuple(grad.shape)} but the "
-                         f"output has shape {tuple(y.shape)}; pass a grad shaped like the output")
+        raise ValueError(f"{seed} has shape {tuple(grad.shape)} but {output} has shape "
+                         f"{tuple(y.shape)}; pass {given} shaped like {output}")
     if grad._backend is not y._backend or grad.device != y.device:
-        raise ValueError(f"backward: the seed gradient is on {grad.device} but the output is on "
-                         f"{y.device}; move it there first, e.g. grad.to('{y.device}')")
+        raise ValueError(f"{seed} is on {grad.device} but {output} is on {y.device}; move it "
+                         f"there first, e.g. {'grad' if index is None else given}.to('{y.device}')")
     if grad.dtype != y.dtype:  # the seed takes the output's dtype, as float32 stays float32
         if create_graph and grad.requires_grad:
             # recorded as the walk records: the gradients depend on the seed (a double vjp)
@@ -73,10 +80,23 @@ def _run_hooks(x, g, shared):
             g = _hook_result(hook, x, result)
             shared[id(g._data)] = g._data  # the hook's: it may keep it (another's data, say)
     if retain:
-        kept = copy(g) if id(g._data) in shared else g  # never an array another holds
-        shared[id(g._data)] = g._data
-        x._grad = kept if x._grad is None else x._grad + kept
+        _retain(x, g, shared)
     return g
+
+
+def _retain(y, g, shared):
+    """Add g, the gradient the walk hands on from y, into y.grad (retain_grad), as y's own: a
+    copy if g's array is one another holds (`shared`: a seed, a hook's argument, another
+    retained .grad) or a view of one (a reshape's backward, a broadcast), so that no two .grads
+    share memory. Marks g's array shared: whoever else gets g from here gets a copy."""
+    data = g._data
+    kept = copy(g) if id(data) in shared or not y._backend.owns_memory(data) else g
+    shared[id(data)] = data
+    if y._grad is None:
+        y._grad = kept
+    else:
+        _check_grad_fits(y)
+        y._grad = y._grad + kept
 
 
 def _hook_result(hook, x, g):
@@ -240,8 +260,7 @@ def _output_grads(f, grads, retain_grad, wanted, captured, shared, known, unchec
                 _check_before_hooks(unchecked, wanted, known)
             g = _run_hooks(y, g, shared)
         if retain_grad:
-            shared[id(g._data)] = g._data
-            y._grad = g if y._grad is None else y._grad + g
+            _retain(y, g, shared)
         if wanted is not None and y in wanted:
             captured[y] = g
         gys.append(g)
@@ -308,9 +327,10 @@ def _lowest_computed(inputs):
 def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING,
           boundary_hooks=True):
     """Propagate `seeds` back from `ys`. With `wanted` (a set of Variables), return their gradients
-    in a dict and leave every `.grad` alone; without, accumulate into the leaves' `.grad`. The
-    Variables in `boundary` (wanted ones) are treated as leaves: nothing behind them is visited;
-    without `boundary_hooks`, their hooks are left to the walk that goes on from them."""
+    in a dict and leave the leaves' `.grad` alone (retain_grad() still stores); without,
+    accumulate into the leaves' `.grad`. The Variables in `boundary` (wanted ones) are treated as
+    leaves: nothing behind them is visited; without `boundary_hooks`, their hooks are left to the
+    walk that goes on from them."""
     # Variables hash by identity: grads maps each to its gradient so far (out of place: g = g + gx)
     grads = {}
     # arrays someone outside the walk holds (seeds, hooks' arguments, retained gradients), by id:
@@ -566,6 +586,9 @@ def _add_to_grads(finished, shared, create_graph):
     whose requires_grad was turned off after forward gets nothing added, as in PyTorch, whose
     engine still calls its post-accumulate hooks (on .grad as it was)."""
     adding = [(x, g) for x, g in finished if x._requires_grad]
+    for x, _ in adding:
+        if x._grad is not None:  # accumulating over backward calls: nothing to check otherwise
+            _check_grad_fits(x)
     recorder = _variables.step_recorder
     if recorder is not None:
         # a step being recorded: a leaf an optimizer step in a hook released (gradcore.compile's
@@ -578,6 +601,25 @@ def _add_to_grads(finished, shared, create_graph):
         for x, _ in finished:
             for hook in list(post_accumulate_hooks.get(x, ())):
                 hook(x)
+
+
+def _check_grad_fits(x):
+    """RuntimeError if x.grad, from an earlier backward, is not shaped and typed like x's data:
+    x.data was given another shape or dtype since, and adding to it would broadcast the old
+    gradient over the new data (or keep its old dtype)."""
+    old, data = x._grad._data, x._data
+    # dtypes of two libraries never compare equal (a step being recorded wraps the arrays):
+    # there the sum's own op says what is wrong
+    same_library = x._grad._backend is x._backend
+    if old.shape == data.shape and (not same_library or old.dtype == data.dtype):
+        return
+    problem = (f"shape {tuple(old.shape)}" if old.shape != data.shape else
+               f"dtype {old.dtype}")
+    raise RuntimeError(
+        f"backward: {_describe(x)} has a .grad of {problem}, left from an earlier backward: "
+        "its data was replaced since, and the old gradient cannot be added to the new one. Call "
+        "x.cleargrad() (a model's cleargrads()) after giving a Variable data of another shape "
+        "or dtype, or convert x.grad with it")
 
 
 def backward(y, grad=None, retain_grad=False, create_graph=False):
@@ -596,7 +638,9 @@ def grad_within(outputs, inputs, grad_outputs, create_graph):
 
 def grad(outputs, inputs, grad_outputs=None, create_graph=False, allow_unused=False,
          retain_graph=None):
-    """The gradients of `outputs` with respect to `inputs`, leaving every `.grad` untouched.
+    """The gradients of `outputs` with respect to `inputs`, leaving the leaves' `.grad`
+    untouched; as with PyTorch's autograd.grad, a Variable on the way that called retain_grad()
+    still gets its gradient added to its `.grad`.
 
     `outputs` and `inputs` are Variables or sequences of them; `grad_outputs` the seeds (default:
     ones). Returns a tuple, one gradient per input, each owning its array; an input the outputs
@@ -621,7 +665,8 @@ def _grad(outputs, inputs, grad_outputs, create_graph, allow_unused, boundary,
     for x in inputs:
         if not isinstance(x, Variable):
             raise TypeError(f"grad: inputs must be Variables, got {type(x).__name__}")
-    seeds = [_seed(y, g, create_graph) for y, g in zip(outputs, grad_outputs)]
+    seeds = [_seed(y, g, create_graph, i)
+             for i, (y, g) in enumerate(zip(outputs, grad_outputs))]
     if not boundary and any(map(_creator, inputs)):  # C loops: hod's one leaf pays ~nothing
         boundary = _lowest_computed(inputs)
     captured = _walk(outputs, seeds, False, create_graph, set(inputs), boundary, boundary_hooks)

@@ -1,4 +1,5 @@
 """Function: one node of the graph. __call__ unwraps, runs forward, wraps, and records."""
+import copyreg
 import functools
 import numbers
 import re
@@ -447,6 +448,38 @@ class Function:
     def __repr__(self):
         return f"<{type(self).__name__} generation={getattr(self, 'generation', None)}>"
 
+    # ---------------------------------------------------------------- copies
+    def __getstate__(self):
+        """copy.deepcopy and pickle (a model that holds a computed Variable, an RNN's state):
+        the state, with the outputs as the Variables themselves (None for a dead one). Held
+        weakly, they would be copied as they are, leading the copied graph to the original's
+        outputs (and pickle refuses weak references)."""
+        # copyreg._slotnames: the slots of the whole class chain, as pickle itself finds them
+        state = {name: getattr(self, name) for name in copyreg._slotnames(type(self))
+                 if hasattr(self, name)}
+        state.update(self.__dict__)
+        outputs = state.get("_outputs")
+        if outputs.__class__ is tuple:
+            state["_outputs"] = [ref() for ref in outputs]
+        elif outputs is not None:
+            state["_outputs"] = outputs()
+        return state
+
+    def __setstate__(self, state):
+        outputs = state.pop("_outputs", None)
+        for name, value in state.items():
+            object.__setattr__(self, name, value)
+        if outputs.__class__ is list:  # outputs of a forward that returned a tuple
+            self._outputs = tuple([_dead_output if y is None else _weakref(y) for y in outputs])
+        elif "generation" in state:  # recorded: one output, alive or not
+            self._outputs = _dead_output if outputs is None else _weakref(outputs)
+
+    def __lt__(self, other):
+        """Only the walk's heap compares Functions, and only two with the same generation and
+        sequence: one of a graph and its copy in a deep copy of that graph. They are unrelated
+        (neither feeds the other), so either may run first."""
+        return id(self) < id(other)
+
     # ---------------------------------------------------------------- the slow paths of __call__
     def _name(self):
         """The op's name in messages: `op_name`, else the class name in snake case."""
@@ -536,6 +569,13 @@ class Function:
         return backend.ensure_array(y), backend
 
 
+class _Gone:
+    """An output that was dead when its Function was copied (Function.__setstate__)."""
+
+
+_dead_output = _weakref(_Gone())  # the _Gone is freed at once: a reference to nothing
+
+
 class View(Function):
     """A Function whose outputs can be views of its first input's array (reshape, transpose,
     basic indexing). An output that is one shares the input's version, recorded or not (under
@@ -548,10 +588,10 @@ class View(Function):
     def __call__(self, *inputs):
         ys = self._plain_call(*inputs)
         x = inputs[0]
-        # x may be written in place by gradcore if it is a leaf (a parameter, a gradient, a
-        # buffer) or has writes or views of its own already; an op's results never are
-        if isinstance(x, Variable) and (x.creator is None or getattr(
-                x, "_writes", None) is not None):
+        # Any Variable may be written in place through gradcore later (a leaf by an optimizer,
+        # an op's result by `h.data -= 1`), so its views share its version whatever made it:
+        # one owns_memory test per output, and a _WriteLog per base that has views
+        if isinstance(x, Variable):
             for y in ys if ys.__class__ is tuple else (ys,):
                 if not y._backend.owns_memory(y._data):
                     share_versions(x, y)
@@ -608,11 +648,9 @@ class _OnceDifferentiable(Function):
 
 
 def _base_of(y, inputs):
-    """The input Variable whose array y's is, or may be a view of, among those whose versions
-    count (leaves, and Variables written into before); None if there is none."""
+    """The input Variable whose array y's is, or may be a view of; None if there is none."""
     data = y._data
-    variables = [x for x in inputs if isinstance(x, Variable) and (
-        x.creator is None or getattr(x, "_writes", None) is not None)]
+    variables = [x for x in inputs if isinstance(x, Variable)]
     for x in variables:
         if x._data is data:
             return x

@@ -176,6 +176,22 @@ def fresh_log(x):
     return None if log is None else _WriteLog(log.count, log.stamps)
 
 
+def _may_share_memory(old, old_backend, new, new_backend):
+    """False only if the arrays `old` and `new` surely share no memory: the library says so
+    (NumPy's and CuPy's may_share_memory, a bounds check), or neither is a view of another
+    array (owns_memory). True where the library cannot tell (array-api-strict): the price is a
+    backward refused that could have run, never one that runs on overwritten values."""
+    if old is None or new is None:
+        return False
+    if step_recorder is not None and step_recorder.is_active():
+        return False  # traced arrays, not asked: as a replay stores them (compile.tape._store)
+    if old_backend is new_backend:
+        overlaps = getattr(new_backend.xp, "may_share_memory", None)
+        if overlaps is not None:
+            return overlaps(old, new)
+    return not (old_backend.owns_memory(old) and new_backend.owns_memory(new))
+
+
 def share_versions(x, view):
     """Give `view` (a Variable over x's memory: x.detach(), a reshape of it) x's write log: a
     write through either bumps both versions, so a backward that saved one refuses to run after
@@ -246,11 +262,13 @@ class Variable:
         if self._requires_grad and kind != "float":
             raise _cannot_require_grad(data.dtype)
         old = self._data
-        self._data, self._backend = data, backend
-        if data is not old:
+        if data is not old and not _may_share_memory(old, self._backend, data, backend):
             # another array, not a write into the old one: the views of the old one (which
             # share this log) keep their version, this Variable's history goes on alone
             self._writes = fresh_log(self)
+        # else the same memory, perhaps (x.data = x.data.reshape(...)): the log stays shared,
+        # so a later write through x counts for the views of the old array too
+        self._data, self._backend = data, backend
         note_write(self)
         if id(self) in _watched and old is not None and (
                 backend is not backend_of(old) or old.shape != data.shape
@@ -347,6 +365,14 @@ class Variable:
             raise TypeError("len() of a 0-d Variable")
         return self._data.shape[0]
 
+    def __iter__(self):
+        """x[0], x[1], ... along the first axis, each in the graph. TypeError for a 0-d Variable,
+        as NumPy and PyTorch raise: Python's fallback, indexing until IndexError, would yield
+        nothing at all (sum(loss) == 0)."""
+        if not self._data.ndim:
+            raise TypeError("iteration over a 0-d Variable")
+        return (self[i] for i in range(self._data.shape[0]))
+
     def _host_data(self):
         """`_data`, for reading or sharing its values: while a step is recorded
         (gradcore.compile), through the recorder, which loads it at each replay (and sees that
@@ -421,7 +447,8 @@ class Variable:
     # ---------------------------------------------------------------- graph
     def backward(self, grad=None, retain_grad=False, create_graph=False, retain_graph=None):
         """Add into `.grad` of the leaves this Variable depends on (gradients accumulate over
-        backward calls until cleared: cleargrad(), a model's cleargrads(), zero_grad()).
+        backward calls until cleared: cleargrad(), a model's cleargrads(), zero_grad(); a leaf
+        given data of another shape or dtype meanwhile must be cleared, else RuntimeError).
 
         `grad` is the seed (array or Variable shaped like this one); by default ones, i.e. the
         gradient of `sum(self)`. `retain_grad` keeps gradients of intermediate Variables too
@@ -652,6 +679,9 @@ class _RetainGrad:
 
     def __repr__(self):
         return "RETAIN_GRAD"
+
+    def __reduce__(self):
+        return "RETAIN_GRAD"  # copies and pickles are this one marker: retains_grad looks for it
 
 
 RETAIN_GRAD = _RetainGrad()

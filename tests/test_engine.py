@@ -1183,3 +1183,102 @@ def test_hooks_still_run_where_no_write_stops_the_walk():
     with pytest.raises(RuntimeError, match="exp: its input 0.*was written after exp ran"):
         y.backward()
     assert seen == [[3.0, 3.0]] and x.grad is None
+
+
+# ==================================================================== gradients left from before
+def test_a_grad_of_another_shape_or_dtype_than_the_new_data_is_refused(xp):
+    """x.data given another shape (or dtype) after a backward: adding the old .grad would
+    broadcast it over the new rows (or keep float64 on float32 data). Refused, x.grad kept."""
+    x = var(xp, [[1.0, 1.0, 1.0]])
+    F.sum(x * 2.0).backward()
+    x.data = xp.asarray([[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]], dtype="float64")
+    with pytest.raises(RuntimeError, match=r"has a \.grad of shape \(1, 3\), left from an "
+                                           r"earlier backward.*Call x\.cleargrad\(\)"):
+        F.sum(x * 1.0).backward()
+    np.testing.assert_array_equal(xp.numpy(x.grad.data), [[2.0, 2.0, 2.0]])
+    x.cleargrad()
+    F.sum(x * 1.0).backward()
+    np.testing.assert_array_equal(xp.numpy(x.grad.data), np.ones((2, 3)))
+
+    y = var(xp, [1.0, 1.0, 1.0])
+    F.sum(y * 2.0).backward()
+    y.data = xp.asarray([1.0, 1.0, 1.0], dtype="float32")
+    with pytest.raises(RuntimeError, match=r"has a \.grad of dtype (array_api_strict\.)?float64"):
+        F.sum(y * 1.0).backward()
+    y.grad = Variable(xp.astype(y.grad.data, xp.float32))  # converted with the data: it adds
+    F.sum(y * 1.0).backward()
+    assert y.grad.dtype == y.dtype
+    np.testing.assert_array_equal(xp.numpy(y.grad.data), [3.0, 3.0, 3.0])
+
+
+# ======================================================================== retained gradients owned
+@pytest.mark.parametrize("how", ["retain_grad=True", "retain_grad()"])
+def test_retained_gradients_own_their_arrays(xp, how):
+    """add and reshape hand a gradient on as it is, or as a view of it: each retained .grad is
+    still its own array, so zeroing one changes no other (the values are PyTorch's)."""
+    import torch
+
+    x = var(xp, [[1.0, 1.0], [1.0, 1.0]])
+    z = x * 2.0
+    s = z + 0.0
+    y = F.reshape(s, (4,))
+    w = y * 3.0
+    if how == "retain_grad()":
+        for v in (z, s, y, w):
+            v.retain_grad()
+    w.backward(retain_grad=how == "retain_grad=True")
+
+    tx = torch.ones((2, 2), dtype=torch.float64, requires_grad=True)
+    tz = tx * 2.0
+    ts = tz + 0.0
+    ty = ts.reshape(4)
+    for t in (tz, ts, ty):
+        t.retain_grad()
+    (ty * 3.0).backward(torch.ones(4, dtype=torch.float64))
+
+    y.grad.data[...] = 0.0  # s's gradient is reshape's backward of y's: a view of it
+    np.testing.assert_array_equal(xp.numpy(s.grad.data), ts.grad.numpy())
+    s.grad.data[...] = -1.0  # z's gradient is s's, handed on by add
+    np.testing.assert_array_equal(xp.numpy(z.grad.data), tz.grad.numpy())
+    np.testing.assert_array_equal(xp.numpy(y.grad.data), np.zeros(4))
+    np.testing.assert_array_equal(xp.numpy(x.grad.data), tx.grad.numpy())
+    np.testing.assert_array_equal(xp.numpy(w.grad.data), np.ones(4))
+
+
+# ==================================================================== messages of gradcore.grad
+def test_a_wrong_grad_outputs_entry_is_named_as_such(xp):
+    x = var(xp, [1.0, 2.0])
+    a, b = x * 3.0, x * 4.0
+    with pytest.raises(ValueError, match=r"^grad: grad_outputs\[1\], the seed for output 1, has "
+                                         r"shape \(3,\) but outputs\[1\] has shape \(2,\); pass "
+                                         r"grad_outputs\[1\] shaped like outputs\[1\]"):
+        gradcore.grad([a, b], x, grad_outputs=[xp.asarray([1.0, 1.0]),
+                                               xp.asarray([1.0, 1.0, 1.0])])
+    with pytest.raises(ValueError, match=r"^backward: the seed gradient has shape \(3,\)"):
+        a.backward(xp.asarray([1.0, 1.0, 1.0]))
+
+
+def test_a_grad_outputs_entry_on_another_device_is_named_as_such():
+    x = Variable(np.array([1.0, 2.0]))
+    with pytest.raises(ValueError, match=r"^grad: grad_outputs\[0\], the seed for output 0, is "
+                                         r"on .*device1 but outputs\[0\] is on cpu; move it "
+                                         r"there first, e.g. grad_outputs\[0\]\.to\('cpu'\)"):
+        gradcore.grad(x * 2.0, x, grad_outputs=STRICT.asarray(np.ones(2), device=DEVICE1))
+
+
+def test_grad_stores_the_gradient_of_a_variable_that_retains_it_as_pytorch(xp):
+    """gradcore.grad leaves the leaves' .grad alone, but a Variable on the way that called
+    retain_grad() gets its gradient, as with torch.autograd.grad."""
+    import torch
+
+    x = var(xp, [1.0, 2.0])
+    h = x * 2.0
+    h.retain_grad()
+    gx, = gradcore.grad(F.sum(h * h), x)
+    tx = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    th = tx * 2.0
+    th.retain_grad()
+    tgx, = torch.autograd.grad((th * th).sum(), tx)
+    np.testing.assert_array_equal(xp.numpy(gx.data), tgx.numpy())
+    np.testing.assert_array_equal(xp.numpy(h.grad.data), th.grad.numpy())
+    assert x.grad is None and tx.grad is None

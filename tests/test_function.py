@@ -458,6 +458,86 @@ def test_apply_makes_one_instance_per_call(xp):
     np.testing.assert_array_equal(x.grad.numpy(), [108.0])  # d x^4 = 4 x^3
 
 
+# =============================================================================== copies
+def _copied(how, obj):
+    import copy
+    import pickle
+
+    return copy.deepcopy(obj) if how == "deepcopy" else pickle.loads(pickle.dumps(obj))
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_a_copied_graph_leads_to_its_own_outputs(xp, how):
+    """The copy of a computed Variable brings its graph: backward through it fills the copied
+    leaves' .grad with the original's gradients (PyTorch's values) and leaves the original be."""
+    import torch
+
+    W = var(xp, [[0.5, -1.0], [2.0, 0.25]])
+    x = var(xp, [[1.0, 2.0]], requires_grad=False)
+    a, b = F.split(F.tanh(F.matmul(x, W)), 2, axis=1)  # two outputs
+    h = a * b
+    h.retain_grad()
+    y = F.sum(h * h)
+    y2 = _copied(how, y)
+    h2 = y2.creator.inputs[0].creator.inputs[0]
+    W2 = h2.creator.inputs[0].creator.inputs[0].creator.inputs[0].creator.inputs[1]
+    assert W2 is not W and h2.retains_grad
+    y2.backward()
+    assert W.grad is None and h.grad is None
+
+    tW = torch.tensor([[0.5, -1.0], [2.0, 0.25]], dtype=torch.float64, requires_grad=True)
+    ta, tb = torch.tanh(torch.tensor([[1.0, 2.0]], dtype=torch.float64) @ tW).split(1, dim=1)
+    th = ta * tb
+    th.retain_grad()
+    (th * th).sum().backward()
+    np.testing.assert_allclose(xp.numpy(W2.grad.data), tW.grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(xp.numpy(h2.grad.data), th.grad.numpy(), rtol=1e-12)
+    y.backward()  # the original's graph is its own still
+    np.testing.assert_array_equal(xp.numpy(W.grad.data), xp.numpy(W2.grad.data))
+
+
+def test_a_copied_function_whose_other_output_died_gives_it_zeros():
+    x = Variable(np.array([1.0, 2.0, 3.0, 4.0]))
+    a, b = F.split(x * 1.0, 2)
+    del b
+    a2 = _copied("deepcopy", a)
+    assert a2.creator.outputs[1]() is None
+    F.sum(a2 * a2).backward()
+    x2 = a2.creator.inputs[0].creator.inputs[0]
+    np.testing.assert_array_equal(x2.grad.data, [2.0, 4.0, 0.0, 0.0])
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_a_module_carrying_a_computed_state_is_copied_with_its_graph(how):
+    """An RNN's hidden state holds the graph of the steps so far: the copy's next step
+    backpropagates through the copied steps, as the original's does."""
+    from gradcore import nn
+
+    rng = np.random.default_rng(0)
+    rnn = nn.RNN(3, in_size=2).to(dtype="float64")
+    x0, x1 = rng.standard_normal((1, 2)), rng.standard_normal((1, 2))
+    rnn(x0)
+    copied = _copied(how, rnn)
+    F.sum(rnn(x1)).backward()
+    F.sum(copied(x1)).backward()
+    for p, q in zip(rnn.params(), copied.params()):
+        assert q is not p
+        np.testing.assert_array_equal(q.grad.data, p.grad.data)
+
+
+def test_a_graph_and_its_copy_in_one_backward():
+    """The copy's Functions have the originals' generations and sequence numbers: the walk's
+    heap meets equal keys, and either may run first (neither feeds the other)."""
+    W = Variable(np.array([0.5, -1.5]))
+    y = F.tanh(F.exp(W * 2.0))
+    y2 = _copied("deepcopy", y)
+    W2 = y2.creator.inputs[0].creator.inputs[0].creator.inputs[0]
+    F.sum(y + y2).backward()
+    expected = (1 - np.tanh(np.exp(2 * W.data)) ** 2) * np.exp(2 * W.data) * 2
+    np.testing.assert_allclose(W.grad.data, expected, rtol=1e-14)
+    np.testing.assert_array_equal(W2.grad.data, W.grad.data)
+
+
 # ======================================================================= an author's Function
 # users' own Functions (each compared with PyTorch)
 def _sgd_step(*params):

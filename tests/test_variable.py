@@ -133,6 +133,24 @@ def test_len_of_a_0d_variable_is_an_error():
         len(Variable(1.0))
 
 
+def test_iterating_gives_the_rows_in_the_graph(xp):
+    x = var(xp, [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    rows = list(x)
+    assert len(rows) == 3 and all(r.creator is not None for r in rows)
+    np.testing.assert_array_equal(xp.numpy(rows[2].data), [5.0, 6.0])
+    a, b, c = x
+    (a * 1.0 + b * 2.0 + c * 3.0).backward()
+    np.testing.assert_array_equal(xp.numpy(x.grad.data), [[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]])
+
+
+def test_iterating_a_0d_variable_is_an_error():
+    """As NumPy and PyTorch: not an empty iteration (sum(loss) would be 0, silently)."""
+    loss = Variable(np.array(3.0))
+    for consume in (iter, list, sum):
+        with pytest.raises(TypeError, match="iteration over a 0-d Variable"):
+            consume(loss)
+
+
 def test_item(xp):
     value = var(xp, 3.5).item()
     assert value == 3.5 and type(value) is float
