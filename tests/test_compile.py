@@ -1982,3 +1982,313 @@ def test_item_in_a_step_on_a_library_without_item_falls_back(xp2):
     with pytest.warns(RuntimeWarning, match=r"read on the host \(item\)"):
         assert compiled(x) == 6.0
     assert compiled(x) == compiled(x) == 6.0
+
+
+# ================================================= memory a replay may write into (out=)
+@pytest.mark.parametrize("where", ["argument", "parameter"])
+def test_a_copy_that_is_a_view_at_a_replay_never_takes_a_result(where):
+    # ravel copies a non-contiguous array and views a contiguous one: recorded with a
+    # transposed array, then given a contiguous one of the same shape (an argument, or a
+    # parameter's data set between calls), a replay must not write exp's result into it
+    w = gradcore.Parameter(np.zeros((128, 128)))  # 128 KiB: large enough to lend its memory
+
+    def step(x):
+        data = x if where == "argument" else w.data
+        h = data.ravel()
+        return np.exp(h).sum() + data.sum()  # data read again after exp
+
+    compiled = gradcore.compile(step)
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        transposed = rng.standard_normal((128, 128)).T
+        w.data = transposed
+        assert same(compiled(transposed), step(transposed))
+    x = rng.standard_normal((128, 128))  # contiguous
+    w.data = x.copy()
+    want = step(x.copy())
+    w.data = x
+    before = x.copy()
+    got = compiled(x)
+    assert np.array_equal(x, before)  # the caller's array (the parameter's data) is untouched
+    assert same(got, want) and compiled.stats()["replays"] == 3
+
+
+# ============================================== one object, or one memory, as two arguments
+@pytest.mark.parametrize("branch", [False, True])
+def test_one_array_passed_twice_is_one_array_at_recording_and_at_replay(branch):
+    # a += 1 changes b when both are one array: a tape of two arrays must not serve such calls
+    # (with a branch on b, hoisted before the write, it took the other branch), nor the other
+    # way round; a branch on b after a write into it, so one array, cannot be hoisted: eager
+    def step(a, b):
+        a += 1.0
+        if branch and b.sum() <= 0:
+            return b * -1.0
+        return b * 2.0
+
+    def distinct():
+        return np.full(3, -1.0), np.full(3, -1.0)
+
+    def one_twice():
+        x = np.full(3, -0.5)
+        return x, x
+
+    compiled = gradcore.compile(step)
+    for i, make in enumerate([distinct] * 3 + [one_twice] * 3 + [distinct]):
+        args, eager_args = make(), make()
+        if branch and i == 3:
+            with pytest.warns(RuntimeWarning, match="depends on a change the step made"):
+                got = compiled(*args)
+        else:
+            got = compiled(*args)
+        assert same(got, step(*eager_args)) and same(args, eager_args), i
+    stats = compiled.stats()
+    assert stats["recordings"] == 2 and stats["replays"] == (3 if branch else 5)
+
+
+@pytest.mark.parametrize("first", ["one Variable twice", "two Variables"])
+def test_one_variable_passed_twice_gets_both_gradients_as_eagerly(first):
+    def step(a, b):
+        loss = F.sum(a * 2.0 + b * 3.0)
+        loss.backward()
+        return loss
+
+    def args(kind):
+        if kind == "one Variable twice":
+            v = gradcore.Variable(np.full(3, 1.0))
+            return v, v
+        return gradcore.Variable(np.full(3, 1.0)), gradcore.Variable(np.full(3, 2.0))
+
+    other = "two Variables" if first == "one Variable twice" else "one Variable twice"
+    compiled = gradcore.compile(step)
+    for kind in [first] * 3 + [other] * 3:
+        got_args, want_args = args(kind), args(kind)
+        assert same(compiled(*got_args), step(*want_args)), kind
+        for got, want in zip(got_args, want_args):
+            assert got.grad is not None and same(got.grad.data, want.grad.data), kind
+    assert compiled.stats()["recordings"] == 2 and compiled.stats()["replays"] == 4
+
+
+def test_arguments_sharing_memory_run_eagerly_with_a_warning():
+    def step(a, b):
+        a *= 2.0
+        return b + 1.0
+
+    compiled = gradcore.compile(step)
+    for i in range(3):
+        x, y = np.arange(6.0), np.arange(6.0)
+        if i == 0:
+            with pytest.warns(RuntimeWarning, match="may share memory with argument 0"):
+                got = compiled(x, x[::-1])
+        else:
+            got = compiled(x, x[::-1])
+        assert same(got, step(y, y[::-1])) and same(x, y)
+    assert compiled.stats()["fallbacks"] == 1 and compiled.stats()["replays"] == 0
+
+
+# ====================================================== a Variable argument also read by name
+_MEMORY = gradcore.Variable(np.zeros(3), requires_grad=False)
+
+
+def test_a_variable_argument_the_step_also_reads_by_name_is_keyed_by_identity():
+    # recorded with v being _MEMORY, which the step also updates by name: both went through
+    # the argument, so a call passing another Variable replayed it in _MEMORY's place
+    def step(x, v):
+        _MEMORY.data = _MEMORY.data + x
+        return v * 1.0
+
+    compiled = gradcore.compile(step)
+    _MEMORY.data = np.zeros(3)
+    for _ in range(3):
+        assert same(compiled(np.ones(3), _MEMORY), _MEMORY * 1.0)
+    other = gradcore.Variable(np.full(3, 100.0), requires_grad=False)
+    assert same(compiled(np.ones(3), other).data, np.full(3, 100.0))
+    assert same(_MEMORY.data, np.full(3, 4.0)) and same(other.data, np.full(3, 100.0))
+    for _ in range(3):  # a new Variable at each call, reached by no name: one tape for all
+        fresh = gradcore.Variable(np.full(3, 7.0), requires_grad=False)
+        assert same(compiled(np.ones(3), fresh).data, np.full(3, 7.0))
+    assert compiled.stats()["recordings"] == 2 and compiled.stats()["replays"] == 5
+
+
+# ========================================================= random generators of the user's
+_USERS_GENERATORS = {"Generator": np.random.default_rng(0),
+                     "RandomState": np.random.RandomState(0)}
+
+
+@pytest.mark.parametrize("kind", ["Generator", "RandomState", "random.Random"])
+def test_draws_from_a_generator_of_the_users_make_the_step_fall_back(kind):
+    import random
+    generator = random.Random(0) if kind == "random.Random" else _USERS_GENERATORS[kind]
+    draw = ((lambda shape: np.array([generator.random() for _ in range(shape[0])]))
+            if kind == "random.Random" else
+            lambda shape: generator.standard_normal(shape))
+
+    def step(x):
+        return gradcore.Variable(x) + draw(x.shape)  # noise drawn past gradcore
+
+    compiled = gradcore.compile(step)
+    with pytest.warns(RuntimeWarning, match=f"drew from a {kind.split('.')[-1]} of its own"):
+        results = [compiled(np.zeros(4)).data.copy()]
+    results += [compiled(np.zeros(4)).data.copy() for _ in range(3)]
+    assert all(not np.array_equal(results[i], results[j]) for i in range(4) for j in range(i))
+    assert compiled.stats()["fallbacks"] == 1 and compiled.stats()["replays"] == 0
+
+
+# ====================================================== globals that hooks read, in the key
+_HOOK_SCALE = 1.0
+
+
+@pytest.mark.parametrize("hook", ["grad hook", "forward hook", "hook on an argument"])
+def test_a_global_a_hook_reads_is_part_of_the_key(hook):
+    global _HOOK_SCALE
+    _HOOK_SCALE = 1.0
+    gradcore.manual_seed(0)
+    model = nn.Linear(2, in_size=3)
+    if hook == "forward hook":
+        model.register_forward_hook(lambda module, inputs, y: y * _HOOK_SCALE)
+    else:
+        model.W.register_hook(lambda g: g * _HOOK_SCALE)
+
+    def by_name(x):
+        loss = F.sum(model(x) ** 2)
+        model.cleargrads()
+        loss.backward()
+        return loss, model.W.grad
+
+    def by_argument(W, x):  # the model's weight only as an argument: its hook is reached so
+        loss = F.sum(F.matmul(gradcore.Variable(x), W) ** 2)
+        W.cleargrad()
+        loss.backward()
+        return loss, W.grad
+
+    step = by_argument if hook == "hook on an argument" else by_name
+    args = (lambda x: (model.W, x)) if hook == "hook on an argument" else (lambda x: (x,))
+    compiled = gradcore.compile(step)
+    x = np.ones((1, 3))
+    for scale in (1.0, 1.0, 1.0, 5.0, 5.0, 5.0):
+        _HOOK_SCALE = scale
+        got = compiled(*args(x))
+        assert same(got, step(*args(x))), scale
+    assert compiled.stats()["replays"] >= 3
+
+
+# ==================================================== arrays kept from an earlier recording
+def test_an_array_kept_from_an_earlier_recording_is_a_constant_of_a_later_one():
+    # the first call's activations, kept in a dict: a traced array of the first recording,
+    # which a later one (another key) must read as the array it holds, not as a slot of its own
+    def make():
+        kept = {}
+
+        def step(x):
+            h = F.exp(gradcore.Variable(x)) * 3.0
+            reference = kept.setdefault("reference", h.data)
+            return F.sum(h) + reference.sum()
+        return step
+
+    compiled, eager = make(), make()
+    compiled = gradcore.compile(compiled)
+    for x in [np.ones(3)] + [np.full(4, 2.0)] * 4:
+        assert same(compiled(x), eager(x))
+    assert compiled.stats()["recordings"] == 2 and compiled.stats()["replays"] == 3
+
+
+def test_an_in_place_write_into_an_array_kept_from_an_earlier_recording_falls_back():
+    def make():
+        kept = {}
+
+        def step(x):
+            h = gradcore.Variable(x) * 2.0
+            total = kept.setdefault("total", h.data)
+            total += 1.0  # eagerly, at every call; a replay would not write into it
+            return h * 1.0
+        return step
+
+    compiled, eager = gradcore.compile(make()), make()
+    assert same(compiled(np.ones(3)), eager(np.ones(3)))
+    with pytest.warns(RuntimeWarning, match="wrote in place into an array from outside"):
+        got = compiled(np.ones(4))
+    assert same(got, eager(np.ones(4)))
+    for _ in range(2):
+        assert same(compiled(np.ones(4)), eager(np.ones(4)))
+
+
+# ================================================================= threads and a recording
+def test_another_thread_waits_for_a_recording_to_give_its_variables_back():
+    # while the main thread records (paused in the step), another thread replays the same
+    # compiled step, runs the model eagerly and reads a weight: each waits for the recording
+    # to end and gets real arrays, never a traced one
+    import threading
+    import time
+
+    gradcore.manual_seed(0)
+    model = nn.Linear(3, in_size=4)
+    main = threading.current_thread()
+    paused = threading.Event()
+
+    def eager(x):
+        return F.tanh(model(x)) * 2.0
+
+    def step(x):
+        y = eager(x)
+        if threading.current_thread() is main and x.shape[0] == 3:
+            paused.set()
+            time.sleep(0.3)  # the other thread's calls come now
+        return y
+
+    compiled = gradcore.compile(step)
+    x = np.ones((2, 4))
+    for _ in range(3):
+        compiled(x)
+    want = eager(x).data.copy()
+    got = {}
+
+    def other_thread():
+        paused.wait()
+        got["replay"] = compiled(x).data
+        got["eager"] = eager(x).data
+        got["weight"] = model.W.data
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    compiled(np.ones((3, 4)))  # records another key
+    thread.join()
+    assert type(got["replay"]) is np.ndarray and same(got["replay"], want)
+    assert type(got["eager"]) is np.ndarray and same(got["eager"], want)
+    assert type(got["weight"]) is np.ndarray
+
+
+def test_a_thread_a_recording_waits_for_raises_instead_of_waiting_for_ever(monkeypatch):
+    # a step that, while it records, waits for a thread which uses the model: that thread
+    # would wait for the recording to end; it raises after trace.WAIT_SECONDS instead
+    import threading
+
+    from gradcore.compile import trace
+    monkeypatch.setattr(trace, "WAIT_SECONDS", 0.2)
+    model = nn.Linear(3, in_size=4)
+    raised = []
+
+    def helper():
+        try:
+            model(np.ones((1, 4)))
+        except RuntimeError as e:
+            raised.append(str(e))
+
+    def step(x):
+        y = model(x)
+        thread = threading.Thread(target=helper)
+        thread.start()
+        thread.join()
+        return y
+
+    compiled = gradcore.compile(step)
+    compiled(np.ones((2, 4)))  # makes the lazy weights
+    compiled(np.ones((2, 4)))  # records, the model's weights adopted
+    assert raised and "recording in another thread" in raised[0]
+
+
+# ========================================================================= NaN arguments
+def test_a_nan_argument_finds_its_tape_again():
+    compiled = gradcore.compile(lambda x, s: gradcore.Variable(x) * s)
+    for _ in range(4):
+        got = compiled(np.ones(2), float("nan"))  # a new NaN object at every call
+        assert np.isnan(got.data).all()
+    assert compiled.stats()["recordings"] == 1 and compiled.stats()["replays"] == 3

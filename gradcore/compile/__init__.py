@@ -17,13 +17,17 @@ import gc
 import operator
 import os
 import random
+import struct
 import sysconfig
 import threading
+import time
 import types
 import warnings
+import weakref
 
 import backends
 
+from .. import engine as _engine
 from .. import variable as _variable
 from ..config import recording, training
 from ..function import _SavedOutput
@@ -36,6 +40,13 @@ from .tape import Diverged, Tape
 __all__ = ["compile", "Compiled", "ReplayMismatch"]
 
 _recording_lock = threading.Lock()  # one recording at a time: it switches the fast path off
+# While a thread records, the Variables its step touches hold traced arrays: no compiled call in
+# another thread may run then. Each call enters its thread's id here for as long as it runs
+# (list.append and list.remove: no lock taken on a cache hit); a recording, once it holds the
+# lock, names its thread in _recording_thread and waits until no other thread's id is left
+_running_calls = []
+_recording_thread = [None]
+_get_ident = threading.get_ident
 
 
 class Compiled:
@@ -67,16 +78,27 @@ class Compiled:
         self._recent = None  # the tape used last, last in _tapes
         self._keys_recorded = 0  # keys recorded for, one after another (the same twice: once)
         self._last_key = None    # the last of them
+        # id -> a weak reference to each Variable argument that a recording also reached by
+        # name: keyed by identity from then on (see _key)
+        self._by_identity = {}
+        self._also = ()  # hooks of the user's a recording ran, not reached by name: followed too
 
     def __call__(self, *args, **kwargs):
         if kwargs or getattr(trace._active, "recorder", None) is not None:
             self._counts["eager calls"] += 1  # keywords, or in a recording (trace.recorder())
             return self.fn(*args, **kwargs)
-        key = (_key(args), self._surroundings(), structure_changes[0], mode_key[0])
-        tape = self._tapes.get(key)
-        while tape is not None and tape.guards and not tape.ready():
-            tape = tape.other  # the key's tape for the grads there now, if one was recorded
-        if tape is not None:
+        me = _get_ident()
+        _running_calls.append(me)
+        try:
+            if _recording_thread[0] is not None and _recording_thread[0] != me:
+                _wait_for_recording(me)
+            key = (_key(args, self._by_identity), self._surroundings(), structure_changes[0],
+                   mode_key[0])
+            tape = self._tapes.get(key)
+            while tape is not None and tape.guards and not tape.ready():
+                tape = tape.other  # the key's tape for the grads there now, if one was recorded
+            if tape is None:
+                return self._without_tape(key, args)
             if tape is not self._recent:  # most recently used last (hashing the key again)
                 self._tapes.move_to_end(key)
                 self._recent = tape
@@ -89,12 +111,19 @@ class Compiled:
                 return self.fn(*args)
             self._counts["replays"] += 1
             return _results(tape.results, arrays, args)
+        finally:
+            _running_calls.remove(me)
+
+    def _without_tape(self, key, args):
+        """A call whose key has no tape: eager if the key fell back, else recorded."""
         if key in self._eager:
             self._counts["eager calls"] += 1
             return self.fn(*args)
-        surroundings = _surroundings(self.fn)  # the functions reached, as they are bound now
-        if surroundings() != key[1]:  # a helper rebound since: find what it reads, key again
-            self._surroundings = surroundings
+        # the functions reached, as they are bound now
+        surroundings = _surroundings(self.fn, self._also)
+        changed = surroundings() != key[1]
+        self._surroundings = surroundings  # with the hooks registered since, say
+        if changed:  # a helper rebound since: find what it reads, key again
             return self(*args)
         if key != self._last_key:  # not the same key again (lazy weights made, grads absent)
             self._keys_recorded += 1
@@ -111,7 +140,7 @@ class Compiled:
                       f"keys, more than cache_size={self.cache_size} keeps, so its calls keep "
                       "recording (each costs more than an eager call). The last two that "
                       f"recorded differed in {what}: {advice}, or raise cache_size",
-                      RuntimeWarning, stacklevel=3)
+                      RuntimeWarning, stacklevel=4)
 
     def _record(self, key, args):
         why = _unrecordable(key, args)
@@ -120,7 +149,7 @@ class Compiled:
             self._counts["fallbacks"] += 1
             self._counts["eager calls"] += 1
             warnings.warn(f"gradcore.compile: {self.__name__} runs eagerly when {why}",
-                          RuntimeWarning, stacklevel=3)
+                          RuntimeWarning, stacklevel=4)
             return self.fn(*args)
         rec = trace.Recorder()
         # A recording makes many objects and frees none: the collector's passes over them would
@@ -134,12 +163,24 @@ class Compiled:
                 gc.enable()
 
     def _record_without_collector(self, key, args, rec):
-        with _recording_lock:
-            seen = [rec.argument(i, a) if isinstance(a, Variable) or backends.is_array(a) else a
-                    for i, a in enumerate(args)]
-            generators = _Generators()
+        with _alone():
+            # what the step reaches besides its arguments: Variables it may also get as one,
+            # random generators it may draw from, hooks it may run
+            keyed = [a for a in args if a.__class__ not in _BY_VALUE
+                     and backends.backend_of(a) is None and not isinstance(a, Variable)]
+            variables, modules, generators = _reachable([*self._surroundings.objects(), *keyed])
+            generators = _Generators(generators)
             plain = _start(rec)
             try:
+                seen = []
+                for i, a in enumerate(args):
+                    part = key[0][2 + i]
+                    if part.__class__ is tuple and part[0] is SAME_AS:
+                        seen.append(seen[part[1]])  # one object twice: one slot, as eagerly
+                    elif isinstance(a, Variable) or backends.is_array(a):
+                        seen.append(rec.argument(i, a))
+                    else:
+                        seen.append(a)
                 result = self.fn(*seen)
                 slots = []
                 shape = _shape(rec, result, slots, args)
@@ -147,14 +188,24 @@ class Compiled:
                 _stop(rec, plain)
             generators.check(rec)
         self._counts["recordings"] += 1
+        # the user's hooks the step ran or may run that no name led to: their globals are part
+        # of the key from the next call on, which records again (this call's key lacks them)
+        hooks = _unfollowed_hooks(
+            self._surroundings, modules,
+            [*rec.touched, *variables.values(), *(a for a in args if isinstance(a, Variable))])
+        if hooks and rec.fallback is None:
+            self._also = (*self._also, *hooks)
+            self._surroundings = _surroundings(self.fn, self._also)
+            rec.record_again = True
         if rec.record_again or rec.fallback is not None:
             # this call was an eager one: its graph, and the state it kept on modules (an RNN's
             # hidden state, which the next call's graph continues), become what eager code builds
             _make_eager([result, *(getattr(module, name, None)
                                    for module, name in rec.module_states)])
         if rec.record_again and rec.fallback is None:
-            # weights were created (lazy layers), or reshaped: record again; a step that does so
-            # at every call (a new Parameter each time) would record for ever: eager after two
+            # weights were created (lazy layers), or reshaped, or hooks found: record again; a
+            # step that does so at every call (a new Parameter each time) would record for ever:
+            # eager after two
             again = self._again.get(key, 0) + 1
             self._again[key] = again
             if again < 3:
@@ -168,16 +219,18 @@ class Compiled:
             self._eager[key] = f"{reason} at {where}"
             self._counts["fallbacks"] += 1
             warnings.warn(f"gradcore.compile: {self.__name__} runs eagerly for these arguments: "
-                          f"{reason} at {where}", RuntimeWarning, stacklevel=3)
+                          f"{reason} at {where}", RuntimeWarning, stacklevel=5)
         else:
             tape = Tape(rec, slots, fusing=not self.check,  # fused: not bitwise
                         graphs=self.graphs)
             tape.results = shape
+            key = self._keyed_by_identity(key, args, variables)
             # the objects keyed by identity, held: a dead one's id is soon another object's,
             # which would then replay this tape
             tape.keyed = (self._surroundings.objects(), [
-                a for a in args if a.__class__ not in _BY_VALUE and backends.backend_of(a) is None
-                and (a.__class__ is Parameter or not isinstance(a, Variable))])
+                a for a, part in zip(args, key[0][2:]) if a.__class__ not in _BY_VALUE
+                and backends.backend_of(a) is None
+                and (not isinstance(a, Variable) or part[0] is Variable and part[-1] is not None)])
             tape.other = self._tapes.get(key)  # one that was not ready: for other grads
             if tape.other is not None and tape.other.other is not None:
                 tape.other.other = None  # two per key at most (grads there, grads absent)
@@ -187,6 +240,22 @@ class Compiled:
                 self._tapes.popitem(last=False)
             return _materialize(result, detach=True)  # as a replay returns it: no graph
         return result
+
+    def _keyed_by_identity(self, key, args, reached):
+        """`key`, with each Variable argument that the step also reaches otherwise (`reached`:
+        by a global or closure variable, through a module) keyed by identity, as Parameters
+        are: a replay reads such a Variable through the argument, so a call passing another
+        Variable must not replay it. Noted in _by_identity for later calls' keys."""
+        parts = list(key[0])
+        for i, a in enumerate(args):
+            part = parts[2 + i]
+            if (isinstance(a, Variable) and part[0] is Variable and part[-1] is None
+                    and reached.get(id(a)) is a):
+                parts[2 + i] = (*part[:-1], id(a))
+                self._by_identity[id(a)] = weakref.ref(
+                    a, lambda ref, i=id(a), by_identity=self._by_identity:
+                    by_identity.get(i) is ref and by_identity.pop(i))
+        return (tuple(parts), *key[1:]) if parts != list(key[0]) else key
 
     def _checked(self, tape, args):
         """Replay, then run eagerly from the same state; ReplayMismatch unless they agree."""
@@ -249,20 +318,82 @@ compile.ReplayMismatch = ReplayMismatch
 compile.Compiled = Compiled
 
 
+# ------------------------------------------------------------------------------ threads
+def _wait_for_recording(me):
+    """A compiled call in thread `me` found a recording running in another thread: wait for it
+    to end (this thread's calls not counted meanwhile, or the two would wait for each other)."""
+    while _recording_thread[0] is not None and _recording_thread[0] != me:
+        count = _leave(me)
+        try:
+            if not _recording_lock.acquire(timeout=trace.WAIT_SECONDS):
+                raise RuntimeError(
+                    f"gradcore.compile: a compiled call waited {trace.WAIT_SECONDS} s for a "
+                    "recording in another thread to end; the step recording there may be "
+                    "waiting for this thread. Call each compiled step once per signature "
+                    "before threads call them, or call them from one thread")
+            _recording_lock.release()
+        finally:
+            _running_calls.extend([me] * count)
+
+
+def _leave(me):
+    """Take this thread's calls out of _running_calls; returns how many there were."""
+    count = _running_calls.count(me)
+    for _ in range(count):
+        _running_calls.remove(me)
+    return count
+
+
+class _alone:
+    """A recording's time: the one recording (_recording_lock), with no compiled call running
+    in another thread (those that start meanwhile wait: _wait_for_recording)."""
+
+    def __enter__(self):
+        me = _get_ident()
+        self.me, self.count = me, _leave(me)  # not waited for by a recording in another thread
+        try:
+            if not _recording_lock.acquire(timeout=trace.WAIT_SECONDS):
+                raise RuntimeError(
+                    f"gradcore.compile: a recording waited {trace.WAIT_SECONDS} s for another "
+                    "recording to end")
+        except BaseException:
+            _running_calls.extend([me] * self.count)
+            raise
+        _recording_thread[0] = me
+        deadline = time.monotonic() + trace.WAIT_SECONDS
+        while any(other != me for other in list(_running_calls)):
+            if time.monotonic() > deadline:
+                self.__exit__(None, None, None)
+                raise RuntimeError(
+                    f"gradcore.compile: a recording waited {trace.WAIT_SECONDS} s for compiled "
+                    "calls in other threads to end; one of them may be waiting for this thread. "
+                    "Call each compiled step once per signature before threads call them, or "
+                    "call them from one thread")
+            time.sleep(1e-4)
+
+    def __exit__(self, *_):
+        _recording_thread[0] = None
+        _recording_lock.release()
+        _running_calls.extend([self.me] * self.count)
+
+
 # ------------------------------------------------------------------------------ keys
 _BY_VALUE = frozenset((int, float, bool, str, type(None)))  # arguments keyed by their value
 
 
-def _key(args):
+def _key(args, by_identity=None):
     """What a tape depends on besides the code: each argument's kind, shape, dtype, device
-    (Python scalars by value, other objects by identity), and the grad and train switches. Read
-    at every call: the device asked of a backend only where it has more than one."""
+    (Python scalars by value, other objects by identity), which arguments are one object or
+    share memory, and the grad and train switches. Read at every call: the device asked of a
+    backend only where it has more than one. `by_identity`: ids of the Variables keyed by
+    identity besides Parameters."""
     parts = [recording(), training()]
+    arrays = []  # the arrays of the arguments that are arrays or Variables
     for a in args:
         kind = a.__class__
         if kind in _BY_VALUE:
             # _number_part(a), in line: a cache hit reads every argument
-            parts.append((kind, a) if a or kind is not float else (kind, a, str(a)))
+            parts.append((kind, a) if kind is not float or a and a == a else _number_part(a))
         elif isinstance(a, Variable):
             data, backend = a._data, a._backend
             parts.append((Variable, data.__class__, getattr(data, "shape", None),
@@ -272,7 +403,9 @@ def _key(args):
                           backend.device_of(data),
                           # a Parameter by identity too: the step may also reach it by name,
                           # and the tape then reads both through the argument
-                          id(a) if kind is Parameter else None))
+                          id(a) if kind is Parameter or by_identity and id(a) in by_identity
+                          else None))
+            arrays.append(data)
         else:
             backend = backends.backend_of(a)
             if backend is None:
@@ -280,14 +413,68 @@ def _key(args):
             else:
                 parts.append((kind, a.shape, a.dtype,
                               None if backend.single_device else backend.device_of(a)))
+                arrays.append(a)
+    if len(arrays) > 1 and _may_alias(arrays):
+        _note_aliases(parts, args)
     return tuple(parts)
+
+
+def _may_alias(arrays):
+    """False if no two of `arrays` are one array and none is a view (of another, perhaps): the
+    common case, asked cheaply before _note_aliases asks each pair."""
+    if len(arrays) == 2:
+        x0, x1 = arrays
+        return (x0 is x1 or getattr(x0, "base", None) is not None
+                or getattr(x1, "base", None) is not None)
+    return len(set(map(id, arrays))) < len(arrays) or any(
+        getattr(x, "base", None) is not None for x in arrays)
+
+
+# An argument's part of a key where it is an earlier argument again (SAME_AS, that argument's
+# index), or shares memory with one (SHARES_MEMORY, that index, its own part): a tape recorded
+# with distinct arguments reads and writes them as distinct, and the other way round
+SAME_AS = "the same object as argument"
+SHARES_MEMORY = "sharing memory with argument"
+
+
+def _note_aliases(parts, args):
+    """Mark in `parts` (a key's, being built) each array or Variable argument that is an earlier
+    one again, or whose array (a Variable's data) may share memory with an earlier one's. Two
+    arrays that are no views (no base) and not one array share none; a library without
+    may_share_memory (array-api-strict) is asked nothing."""
+    arrays = [(i, a, a._data, a._backend) if isinstance(a, Variable) else
+              (i, a, a, backends.backend_of(a)) for i, a in enumerate(args)
+              if isinstance(a, Variable) or a.__class__ not in _BY_VALUE
+              and backends.backend_of(a) is not None]
+    for j in range(1, len(arrays)):
+        index, a, data, backend = arrays[j]
+        for earlier, a0, data0, backend0 in arrays[:j]:
+            if a is a0:
+                parts[2 + index] = (SAME_AS, earlier)
+                break
+            if data is None or data0 is None or backend is not backend0:
+                continue
+            if data is data0 or (getattr(data, "base", None) is not None
+                                 or getattr(data0, "base", None) is not None) and getattr(
+                                     backend.xp, "may_share_memory", _never)(data, data0):
+                parts[2 + index] = (SHARES_MEMORY, earlier, parts[2 + index])
+                break
+
+
+def _never(*_):
+    return False
 
 
 def _number_part(a):
     """A Python number's, string's or None's part of a key: its type and value (2 is not 2.0),
-    and for a zero its sign (0.0 == -0.0, yet 1 / x tells them apart)."""
+    for a zero its sign (0.0 == -0.0, yet 1 / x tells them apart), and for a NaN its bits (a
+    NaN equals nothing, itself included: keyed by value, a NaN would record at every call)."""
     kind = a.__class__
-    return (kind, a) if a or kind is not float else (kind, a, str(a))
+    if kind is not float or a and a == a:
+        return (kind, a)
+    if a != a:
+        return (kind, "nan", struct.pack("<d", a))
+    return (kind, a, str(a))
 
 
 _CONTAINERS = frozenset((tuple, list, dict))
@@ -323,6 +510,10 @@ def _unrecordable(key, args):
             return (f"argument {i} is a {type(a).__name__} holding arrays: a tape would keep "
                     "those arrays as constants. Pass them as arguments of their own "
                     "(step(*batch))")
+        if part[0] is SHARES_MEMORY:
+            return (f"argument {i} may share memory with argument {part[1]} (a view of it, or "
+                    "a Variable and its data): a tape reads and writes arguments as separate "
+                    "arrays. Pass separate arrays (a copy), or one of them once")
         if isinstance(a, Variable) and a.creator is not None:
             return (f"argument {i} is a Variable computed outside the step (its graph reaches "
                     "back past the step, which a tape cannot replay): compute it in the step, "
@@ -332,12 +523,15 @@ def _unrecordable(key, args):
 
 class _Generators:
     """The host's global random generators (NumPy's, which gradcore's NumPy and array-API
-    backends draw from, and Python's) around a recording: a draw the step made past gradcore
-    would be frozen into the tape, so it makes the recording fall back."""
+    backends draw from, and Python's) around a recording, and the generators of the user's the
+    step reaches (`others`: NumPy Generators and RandomStates, random.Random objects): a draw
+    the step made past gradcore would be frozen into the tape, so it makes the recording fall
+    back."""
 
-    def __init__(self):
+    def __init__(self, others=()):
         self.numpy = backends.NUMPY.random_state(backends.CPU)
         self.python = random.getstate()
+        self.others = [(g, _generator_state(g)) for g in others]
 
     def check(self, rec):
         if rec.fallback is not None:
@@ -346,6 +540,13 @@ class _Generators:
             rec.give_up("the step drew from Python's random module, which a replay would not "
                         "draw again: draw through gradcore, or pass the numbers as arguments")
             return
+        for generator, state in self.others:
+            if not _same_state(_generator_state(generator), state):
+                rec.give_up(f"the step drew from a {type(generator).__name__} of its own, "
+                            "numbers a replay would not draw again: draw through gradcore "
+                            "(F.dropout, the backends' generators), or pass the numbers as "
+                            "arguments")
+                return
         end = backends.NUMPY.random_state(backends.CPU)
         where = backends.NUMPY.random_position(backends.CPU)
         backends.NUMPY.set_random_state(backends.CPU, self.numpy)
@@ -360,14 +561,138 @@ class _Generators:
         backends.NUMPY.set_random_state(backends.CPU, end)
 
 
-def _surroundings(fn):
+def _generator_state(generator):
+    if isinstance(generator, random.Random):
+        return generator.getstate()
+    if isinstance(generator, _NUMPY_RANDOM.RandomState):
+        return generator.get_state(legacy=False)
+    return generator.bit_generator.state
+
+
+def _same_state(a, b):
+    """True if two generator states (dicts, tuples, numbers, arrays within) are equal."""
+    if a.__class__ is dict:
+        return b.__class__ is dict and a.keys() == b.keys() and all(
+            _same_state(a[k], b[k]) for k in a)
+    if a.__class__ in (tuple, list):
+        return b.__class__ is a.__class__ and len(a) == len(b) and all(
+            map(_same_state, a, b))
+    if backends.backend_of(a) is not None:
+        return backends.backend_of(b) is not None and bool(_NUMPY.array_equal(a, b))
+    return a == b
+
+
+_NUMPY = backends.NUMPY.xp
+_NUMPY_RANDOM = _NUMPY.random
+# Generators a step may draw from past gradcore; the global ones (numpy.random's, which
+# gradcore's host backends draw from, and the random module's) are checked by _Generators
+_GENERATOR_TYPES = (_NUMPY_RANDOM.Generator, _NUMPY_RANDOM.RandomState, random.Random)
+_GLOBAL_GENERATORS = frozenset(map(id, (getattr(_NUMPY_RANDOM.mtrand, "_rand", None),
+                                        getattr(random, "_inst", None))))
+_SKIPPED = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType,
+            types.CodeType)
+REACH_LIMIT = 20000  # objects _reachable looks at, at most
+
+
+def _reachable(roots):
+    """What a step may reach past its arguments, from `roots` (what it reads by name, and its
+    arguments keyed by identity) through containers, Modules' and other objects' attributes,
+    bound methods' objects and partials' arguments (not through modules, classes or functions,
+    whose globals _reads follows): (the Variables by id, the Modules, the random generators of
+    the user's). The Variables are those reached without passing through an attribute of an
+    object other than a Module (`cfg.state` is not, as attributes are no part of a key). At most
+    REACH_LIMIT objects are looked at."""
+    variables, modules, generators = {}, [], []
+    seen, todo = set(), [(root, True) for root in roots]
+    while todo and len(seen) < REACH_LIMIT:
+        obj, named = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        kind = obj.__class__
+        if kind in _BY_VALUE or isinstance(obj, _SKIPPED) or backends.backend_of(obj) is not None:
+            continue
+        if isinstance(obj, Variable):
+            if named:
+                variables[id(obj)] = obj
+        elif isinstance(obj, _GENERATOR_TYPES):
+            if id(obj) not in _GLOBAL_GENERATORS:
+                generators.append(obj)
+        elif kind in (list, tuple, set, frozenset):
+            todo.extend((item, named) for item in obj)
+        elif kind is dict:
+            todo.extend((item, named) for item in obj.values())
+        elif kind is types.MethodType:
+            todo.append((obj.__self__, named))
+        elif kind is functools.partial:
+            todo.extend((item, named) for item in (*obj.args, *obj.keywords.values()))
+        else:
+            module = isinstance(obj, Module)
+            if module:
+                modules.append(obj)
+            try:
+                attributes = getattr(obj, "__dict__", None)
+            except Exception:  # a proxy's __getattr__, say: nothing to follow
+                continue
+            if attributes.__class__ is dict:
+                todo.extend((item, named and module) for item in attributes.values())
+    return variables, modules, generators
+
+
+def _hook_functions(obj):
+    """The hooks registered on a Module (forward and forward pre-hooks) or a Variable (grad and
+    post-accumulate hooks)."""
+    if isinstance(obj, Module):
+        return [*obj.__dict__.get("_forward_pre_hooks", {}).values(),
+                *obj.__dict__.get("_forward_hooks", {}).values()]
+    return [*(obj._hooks or ()), *_engine.post_accumulate_hooks.get(obj, ())]
+
+
+def _user_functions(fn):
+    """The functions of the user's that calling `fn` runs first: `fn` itself, a partial's or a
+    bound method's function, an object's __call__ (none for gradcore's, the standard library's
+    or installed packages')."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    fn = getattr(fn, "__func__", fn)
+    if not isinstance(fn, types.FunctionType) and not isinstance(fn, type):
+        fn = getattr(getattr(type(fn), "__call__", None), "__func__",
+                     getattr(type(fn), "__call__", None))
+    if isinstance(fn, types.FunctionType) and not os.path.abspath(
+            fn.__code__.co_filename).startswith(_LIBRARIES):
+        return [fn]
+    return []
+
+
+def _unfollowed_hooks(surroundings, modules, variables):
+    """The functions of the user's registered as hooks on `modules` (and their Variables) or
+    `variables` that `surroundings` does not follow for the globals they read."""
+    found = {}
+    for module in modules:
+        for hook in [*_hook_functions(module), *(hook for v in vars(module).values()
+                                                 if isinstance(v, Variable)
+                                                 for hook in _hook_functions(v))]:
+            for f in _user_functions(hook):
+                found.setdefault(id(f.__code__), f)
+    for v in variables:
+        for hook in _hook_functions(v):
+            for f in _user_functions(hook):
+                found.setdefault(id(f.__code__), f)
+    # one that reads nothing from outside (no global, no closure variable) adds nothing to a key
+    return [f for code, f in found.items() if code not in surroundings.followed
+            and any(_reads(f)[:2])]
+
+
+def _surroundings(fn, also=()):
     """A function of no arguments giving the identities of what `fn` reads from outside its
     arguments by name: the contents of its closure cells and the globals its code reads, its
     comprehensions', lambdas' and inner functions' included, and so for each function of the
-    user's that it reaches by a global name (a model rebound to another, a Python number a global
-    holds changed: another key, so a new recording). Attributes of those objects are not followed
-    (Modules count their own changes: structure_changes). What stays the same from call to call
-    is looked up once, here (again when a call finds no tape: see Compiled.__call__)."""
+    user's that it reaches by a global name, and each hook registered on a Module or Variable it
+    reaches so (a model rebound to another, a Python number a global holds changed: another key,
+    so a new recording), and for the functions `also` (hooks a recording ran). Attributes of
+    those objects are not followed (Modules count their own changes: structure_changes). What
+    stays the same from call to call is looked up once, here (again when a call finds no tape:
+    see Compiled.__call__). Its `followed`: the ids of the code objects whose reads it gives."""
     while isinstance(fn, functools.partial):
         fn = fn.func  # its fixed arguments are constants of the tape, as attributes are
     if (getattr(fn, "__code__", None) is None and getattr(fn, "__func__", None) is None
@@ -377,12 +702,13 @@ def _surroundings(fn):
     bound_to = getattr(fn, "__self__", None)  # a bound method: its object too
     owner = id(bound_to)
     fn = getattr(fn, "__func__", fn)
-    if getattr(fn, "__code__", None) is None:
+    if getattr(fn, "__code__", None) is None and not also:
         read = lambda: owner  # noqa: E731
         read.labels = ["the object it is bound to"]
         read.objects = lambda: (bound_to,)  # noqa: E731
+        read.followed = frozenset()
         return read
-    cells, spaces, names, labels = _reads(fn)
+    cells, spaces, names, labels, followed = _reads(fn, also)
     contents = operator.attrgetter("cell_contents")
 
     def read():
@@ -398,6 +724,7 @@ def _surroundings(fn):
         return (bound_to, *map(_content, cells), *map(dict.get, spaces, names))
     read.labels = ["the object it is bound to", *labels]  # what each entry of its key is
     read.objects = objects
+    read.followed = followed
     return read
 
 
@@ -426,6 +753,8 @@ def _change(old, new, surroundings):
 def _signature(part):
     """An argument's part of a key, in words."""
     kind = part[0]
+    if kind is SAME_AS or kind is SHARES_MEMORY:
+        return f"{kind} {part[1]}"
     if kind is Variable:
         return f"a Variable of shape {part[2]}, {part[3]}"
     if kind in _BY_VALUE:
@@ -435,12 +764,15 @@ def _signature(part):
     return f"a {kind.__name__} object"
 
 
-def _reads(fn):
-    """What `fn` and each function of the user's it reaches by global names or closure variables
-    (transitively; for a Module, the forward of each of its modules) read from outside: their
-    closure cells, each global name read with the globals it is read from (two lists, side by
-    side), and a label for each cell and name, in that order."""
-    cells, spaces, names, seen, todo = [], [], [], set(), [fn]
+def _reads(fn, also=()):
+    """What `fn`, the functions `also`, and each function of the user's they reach by global
+    names or closure variables (transitively; for a Module, the forward of each of its modules
+    and the hooks registered on them and on their Variables; for a Variable, its hooks) read
+    from outside: their closure cells, each global name read with the globals it is read from
+    (two lists, side by side), a label for each cell and name, in that order, and the ids of the
+    code objects followed."""
+    cells, spaces, names, seen = [], [], [], set()
+    todo = [*also, *([fn] if getattr(fn, "__code__", None) is not None else [])]
     cell_labels, name_labels = [], []
     while todo:
         f = todo.pop()
@@ -456,14 +788,21 @@ def _reads(fn):
         names += read
         name_labels += [f"the global {name!r}{where}" for name in read]
         for value in [*map(f.__globals__.get, read), *map(_content, f.__closure__ or ())]:
-            # a function it reaches by name, and the forward of each module of a model it does
+            # a function it reaches by name; the forward of each module of a model it does, and
+            # the hooks on those modules and their Variables; a Variable's hooks
             if isinstance(value, Module):
-                reached = [type(module).forward for module in value.modules()]
-            else:
+                reached = [called for module in value.modules() for called in (
+                    type(module).forward, *_hook_functions(module),
+                    *(hook for v in vars(module).values() if isinstance(v, Variable)
+                      for hook in _hook_functions(v)))]
+            elif isinstance(value, Variable):
+                reached = _hook_functions(value)
+            elif isinstance(value, types.FunctionType):
                 reached = [value]
-            todo += [g for g in reached if isinstance(g, types.FunctionType)
-                     and not os.path.abspath(g.__code__.co_filename).startswith(_LIBRARIES)]
-    return cells, spaces, names, cell_labels + name_labels
+            else:
+                continue
+            todo += [g for called in reached for g in _user_functions(called)]
+    return cells, spaces, names, cell_labels + name_labels, frozenset(seen)
 
 
 # Where functions a step calls are not followed for the globals they read: gradcore, backends,
@@ -502,6 +841,12 @@ def _start(rec):
     plain = {backend: backend.plain for backend in backends.registered()}
     for backend in plain:
         backend.plain = False
+    if threading.active_count() > 1:
+        # an op another thread began before step_recorder was set reads its Variables' arrays
+        # without asking the recorder: let it finish now, before the step adopts any (that
+        # thread's next ops ask, and wait: Recorder.wait_for_release). sleep(0) hands over
+        # nothing: this thread takes the GIL back before the other is scheduled
+        time.sleep(1e-4)
     return plain
 
 
@@ -510,19 +855,24 @@ def _stop(rec, plain):
     _variable.step_recorder = None
     for backend, value in plain.items():
         backend.plain = value
-    rec.release()
+    try:
+        rec.release()
+    finally:
+        rec.finished.set()  # other threads waiting for its Variables go on
 
 
 def _shape(rec, value, slots, args, logs=None):
     """The shape of the step's result `value` (of a call with `args`), with a slot index (into
     `slots`, appended to) where a replay puts an array."""
-    if isinstance(value, trace.Traced) and value.slot is not None:
+    if isinstance(value, trace.Traced):
+        if value.recorder is not rec:  # kept from another recording: the array it holds
+            return ("object", value.value)
         slots.append(value.slot)
         return ("array", len(slots) - 1)
     if isinstance(value, Variable):
         entry = rec.adopted.get(id(value))
         if (entry is None or entry.variable is not value) and isinstance(
-                value._data, trace.Traced) and value._data.slot is not None:
+                value._data, trace.Traced) and value._data.recorder is rec:
             slots.append(value._data.slot)
             if logs is None:  # write log -> where the Variable sharing it is at replay
                 logs = {key: site for key, (_, site) in rec.logs.items()}  # before a release

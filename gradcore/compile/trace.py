@@ -1,10 +1,11 @@
 """Recording a step: traced arrays that compute as they record.
 
 While `gradcore.compile` records, the arrays inside the step are `Traced`: each wraps the real
-array (`value`) and the tape slot that holds it at replay (`slot`). Every operator on a Traced,
-every call into the array namespace (`xp`) and every Backend method that takes or makes an array
-runs at once on the real arrays, so the recording call returns exactly what eager code returns,
-and appends one line to the tape: the same call, with slots where arrays were.
+array (`value`) and the tape slot that holds it at replay (`slot`) in its recording's tape
+(`recorder`). Every operator on a Traced, every call into the array namespace (`xp`) and every
+Backend method that takes or makes an array runs at once on the real arrays, so the recording
+call returns exactly what eager code returns, and appends one line to the tape: the same call,
+with slots where arrays were.
 
 Arrays gradcore did not make in the step (a Parameter's data, a grad from before, a constant)
 enter through `Recorder.adopt`: the tape loads them from their Variable when it is replayed, so it
@@ -56,6 +57,38 @@ def give_up(reason):
     rec = recorder()
     if rec is not None:
         rec.give_up(reason)
+
+
+# id -> a weak reference to each Variable a recording adopted (a parameter, a buffer): while a
+# recording runs, another thread waits for it before using one (Recorder.wait_for_release),
+# since the recording may adopt it at any moment
+_adopted_before = {}
+
+
+def _note_adopted(v):
+    _adopted_before[id(v)] = weakref.ref(v, lambda ref, i=id(v): _adopted_before.get(i) is ref
+                                         and _adopted_before.pop(i))
+
+
+# How long a thread that is not recording waits for a recording in another thread to give back
+# the Variables it is using (compiled calls and eager code alike) before it raises: long past any
+# recording's time, short of waiting for ever on a step that waits for that thread
+WAIT_SECONDS = 60
+
+
+def _check_not_in_use(args, kwargs):
+    """RuntimeError if an op outside any recording computes on a traced array that a recording
+    running in another thread is using: its result would be a traced array in that thread's
+    hands. (One kept from a recording that has ended is a constant.)"""
+    for a in (*args, *kwargs.values()) if kwargs else args:
+        rec = getattr(a, "recorder", None) if isinstance(a, Traced) else None
+        if (rec is not None and not rec.finished.is_set()
+                and rec.thread != threading.get_ident()):
+            raise RuntimeError(
+                "gradcore.compile: this thread computed with a Variable that a compiled step "
+                "recording in another thread is using (it holds a traced array until that "
+                "recording ends). Call each compiled step once per signature before other "
+                "threads use its model, or use the model from one thread")
 
 
 def _user_frame():
@@ -171,6 +204,7 @@ class Recorder:
 
     def __init__(self):
         self.thread = threading.get_ident()
+        self.finished = threading.Event()  # set once the adopted Variables have their arrays back
         self.lines = []
         self.slots = 0
         self.fallback = None        # (reason, 'file:line') once the step cannot be replayed
@@ -213,7 +247,7 @@ class Recorder:
         # who wrote what is worked out here, not as lines are written: guards are few
         writers, pinned = _writers(self.lines)
         cone = _cone(writers.get(traced.slot), writers)
-        if traced.slot is None or any(id(line) in pinned or has_side_effect(line)
+        if traced.recorder is not self or any(id(line) in pinned or has_side_effect(line)
                                       for line in cone):
             self.give_up("a traced value decided a Python branch (bool) and depends on a "
                          "change the step made")
@@ -234,7 +268,7 @@ class Recorder:
         """`value` as a line argument: Ref for a Traced or a known non-array result, containers
         element by element, anything else as the constant it is."""
         if isinstance(value, Traced):
-            if value.slot is None:  # made before this recording (an escaped value): a constant
+            if value.recorder is not self:  # made outside this recording (kept): a constant
                 return value.value
             return Ref(value.slot)
         kind = value.__class__
@@ -261,29 +295,40 @@ class Recorder:
             line = Line(kind, target, args, kwargs, out, reads)  # self.append, in line
             self.lines.append(line)
             if result.__class__ is inner.array_type:
-                if getattr(result, "nbytes", REUSE_BYTES) < REUSE_BYTES and inner.owns_memory(
-                        result):
+                # memory of its own now is memory of its own at every replay only where the
+                # call always makes new memory: ravel, reshape or asarray copy a non-contiguous
+                # input but hand back a view of a contiguous one (another call's argument, a
+                # parameter given another layout since), and a line writing into that (out=)
+                # would write into the caller's array. One given no array makes a new one
+                new_memory = kind == "binary" or kind == "unary" or _makes_new_memory(
+                    kind, target, kwargs) or not _takes_an_array(inner, real, kwargs)
+                if (new_memory and getattr(result, "nbytes", REUSE_BYTES) < REUSE_BYTES
+                        and inner.owns_memory(result)):
                     # too small to lend its memory, and its own (a view is never fresh): a
                     # number of its own is all the buffer pass needs; no weak reference, and no
                     # alias lookup (small arrays are never entered in self.arrays)
                     self.memory_count += 1
                     line.array = ArrayFacts(result, True, self.memory_count, inner.xp)
-                    return backend.traced(result, out)
+                    return backend.traced(result, out, self)
                 # fresh: memory of its own that no other slot holds (asarray(x) may be x itself,
                 # and x an argument, a parameter's data or a constant: never a line's to write)
                 seen = self.arrays.get(id(result))
                 alias = seen is not None and seen[1]() is result
                 if alias:
                     seen[0].fresh = False
-                fresh = not alias and inner.owns_memory(result) and not any(
-                    a is result for a in real)
+                owns = inner.owns_memory(result)
+                fresh = new_memory and not alias and owns and not any(a is result for a in real)
                 try:
-                    facts = ArrayFacts(result, fresh, self._memory(result), inner.xp)
+                    # a copy that may be a view at a replay is counted as in its input's memory
+                    # there: no line lends that memory while the copy is still read
+                    memory = (self._memory(result) if new_memory or not owns else
+                              self._first_input_memory(inner, real, result))
+                    facts = ArrayFacts(result, fresh, memory, inner.xp)
                     self.arrays[id(result)] = (facts, weakref.ref(result))
                 except TypeError:  # an array type without weak references: never reused
                     facts = None
                 line.array = facts
-            return backend.traced(result, out)
+            return backend.traced(result, out, self)
         if result.__class__ in (bool, int, float, complex):
             self.give_up(f"{_describe_target(target)} gave a Python {type(result).__name__} "
                          "computed from array values")
@@ -296,10 +341,18 @@ class Recorder:
             for i, r in enumerate(result):
                 slot = self.new_slot()
                 self.append("binary", operator.getitem, (Ref(out), i), None, slot)
-                items.append(backend.traced(r, slot))
+                items.append(backend.traced(r, slot, self))
             return type(result)(items)
         self.objects[id(result)] = (result, out)
         return result
+
+    def _first_input_memory(self, inner, real, result):
+        """The memory number of the first array among `real` (a call's arguments), or one of
+        `result`'s own where it had none."""
+        for a in real or ():
+            if a.__class__ is inner.array_type:
+                return self._memory(a)
+        return self._memory(result)
 
     def _memory(self, array):
         """A number for the memory `array` is in (its base's, for a view). Not an id: a dead
@@ -343,10 +396,11 @@ class Recorder:
             self.adopted[id(v)] = _Adopted(v, data, v._backend, v._grad,
                                            self.argument_sites.get(id(v)), owner)
             self.touched.append(v)
+            _note_adopted(v)
             grad = v._grad  # the grad Variable may be another object when the tape replays
             if grad is not None and not isinstance(grad._data, Traced):
                 self.grad_owners[id(grad)] = v
-        traced = backend.traced(data, slot)
+        traced = backend.traced(data, slot, self)
         v._data, v._backend = traced, backend
         return traced
 
@@ -356,10 +410,10 @@ class Recorder:
         backend = backends.backend_of(value)
         self.arguments.append((index, slot, backend is None))  # (.., .., a Variable)
         if backend is not None:
-            return trace_backend(backend).traced(value, slot)
+            return trace_backend(backend).traced(value, slot, self)
         self.adopted[id(value)] = _Adopted(value, value._data, value._backend, value._grad, index)
         self.argument_sites[id(value)] = index
-        value._data = trace_backend(value._backend).traced(value._data, slot)
+        value._data = trace_backend(value._backend).traced(value._data, slot, self)
         value._backend = value._data.backend
         return value
 
@@ -377,6 +431,7 @@ class Recorder:
     def read(self, v):
         """`v.data` while recording: its traced array (a 0-d array, not a scalar)."""
         if not self.is_active():
+            self.wait_for_release((v,))
             return v._data
         data = self.adopt(v)
         if data is not None and data.value.__class__ in data.backend.inner.scalar_types:
@@ -411,7 +466,7 @@ class Recorder:
         `backend` as a constant line of the tape."""
         slot = self.new_slot()
         self.append("constant", data, out=slot)
-        return _variable.Variable(backend.traced(data, slot), requires_grad=False)
+        return _variable.Variable(backend.traced(data, slot, self), requires_grad=False)
 
     def not_replayed(self, what):
         """`what` (a learning-rate schedule's step) ran in the step: Python state only the
@@ -429,11 +484,15 @@ class Recorder:
         except TypeError:  # a scalar: immutable
             pass
 
-    def writes_into(self, array):
-        """A line is about to write into `array` in place."""
+    def writes_into(self, traced):
+        """A line is about to write into the traced array `traced` in place."""
+        if traced.recorder is not self:
+            self.give_up("the step wrote in place into an array from outside this recording "
+                         "(kept from an earlier call), which a replay would not write into")
+            return
         if self.own_memories:
             try:
-                own = self._memory(array) in self.own_memories
+                own = self._memory(traced.value) in self.own_memories
             except TypeError:
                 return
             if own:
@@ -453,12 +512,41 @@ class Recorder:
                 if isinstance(x, _variable.Variable) and x._data is not None and not isinstance(
                         x._data, Traced):
                     self.adopt(x)
+        else:
+            self.wait_for_release(inputs)
+
+    def wait_for_release(self, values):
+        """A thread is about to use the Variables among `values`: if it is not the recording
+        one, and one of them holds this recording's traced array or may come to (a Parameter,
+        or a Variable a recording adopted before), wait until the recording ends, so that
+        thread computes on the real arrays (RuntimeError after WAIT_SECONDS, when the step
+        recording here may be waiting for that thread). Another thread's own Variables (a data
+        loader's) never wait."""
+        if threading.get_ident() == self.thread:
+            return  # the recording thread, in an opaque call (an optimizer step)
+        for v in values:
+            if not isinstance(v, _variable.Variable):
+                continue
+            data = v._data
+            before = _adopted_before.get(id(v))
+            if (isinstance(data, Traced) and data.recorder is self
+                    or before is not None and before() is v or v.__class__ is _variable.Parameter):
+                if not self.finished.wait(WAIT_SECONDS):
+                    raise RuntimeError(
+                        f"gradcore.compile: this thread waited {WAIT_SECONDS} s for a Variable "
+                        "that a compiled step recording in another thread is using (it holds a "
+                        "traced array until that recording ends); that step may be waiting for "
+                        "this thread. Call each compiled step once per signature before other "
+                        "threads use its model, or use the model from one thread")
+                return
 
     def reading_grad(self, v):
         """v.grad is read: a replay must load it through v (its grad is a new Variable after
         every step), not from the Variable it is now."""
-        if not self.is_active() or v._grad is None or isinstance(v._data, Traced) and (
-                id(v) not in self.adopted):
+        if not self.is_active():
+            self.wait_for_release((v,))
+            return
+        if v._grad is None or isinstance(v._data, Traced) and id(v) not in self.adopted:
             return  # no grad, or a Variable made in the step
         self.writing(v)
         grad = v._grad
@@ -478,10 +566,15 @@ class Recorder:
         cleared (`clearing`) is cleared at this point of the replay too, as eagerly: the old
         gradients are not held through the step (a step's worth of memory on a training step)."""
         if not self.is_active():
+            self.wait_for_release((v,))
             return
         entry = self.adopted.get(id(v))
         if entry is None or entry.variable is not v:
             if isinstance(v._data, Traced):
+                if v._data.recorder is not self:
+                    self.give_up("the step set the data or grad of a Variable an earlier "
+                                 "recording made (kept from an earlier call), which a replay "
+                                 "would not set")
                 return  # made in the step (adopted ones have an entry): nothing outside changes
             if v._data is None:
                 self.adopted[id(v)] = _Adopted(v, v._data, v._backend, v._grad)
@@ -583,6 +676,36 @@ _IN_PLACE = frozenset(("sort", "partition", "fill", "put", "resize", "setfield",
                        "put_along_axis"))
 
 
+# Functions and methods whose array result is new memory whatever their inputs' layout (a
+# ufunc's too, without out=). Not reshape, ravel, asarray, ascontiguousarray, astype(copy=False),
+# einsum or to_device: each hands back a view of, or the same array as, an input of one layout
+# and a copy of another
+_NEW_MEMORY = frozenset((
+    "sum", "prod", "mean", "std", "var", "max", "min", "amax", "amin", "argmax", "argmin",
+    "cumsum", "cumprod", "matmul", "dot", "vdot", "inner", "outer", "tensordot", "where",
+    "concatenate", "concat", "stack", "hstack", "vstack", "zeros", "zeros_like", "ones",
+    "ones_like", "empty", "empty_like", "full", "full_like", "copy", "clip", "take",
+    "take_along_axis", "sort", "argsort", "pad", "tile", "repeat", "flatten", "astype", "round",
+    "around", "diff", "cross", "kron", "arange", "linspace", "eye", "tril", "triu",
+    "random_normal", "random_uniform"))
+
+
+def _takes_an_array(inner, real, kwargs):
+    """True if a call's arguments (`real`, `kwargs` as a line's) hold an array of `inner` that
+    its result may be a view of."""
+    return any(a.__class__ is inner.array_type for a in real) or bool(
+        kwargs and any(v.__class__ is Ref for v in kwargs.values()))
+
+
+def _makes_new_memory(kind, target, kwargs):
+    """True if a "call" or "method" line's array result is always memory of its own."""
+    if kwargs and ("out" in kwargs or kwargs.get("copy") is False):
+        return False
+    if kind == "call" and type(target).__name__ == "ufunc":
+        return True
+    return _name(kind, target) in _NEW_MEMORY
+
+
 def _name(kind, target):
     """The name of what a "call" or "method" line runs (a method line's target is its name)."""
     return target if kind == "method" else getattr(target, "__name__", "")
@@ -667,17 +790,18 @@ def _known(rec, args, kwargs):
 def call(backend, function, args, kwargs, kind="call"):
     """Run `function` on the real arrays; while recording, also as a tape line. Results that are
     arrays come back Traced."""
+    rec = getattr(_active, "recorder", None)  # recorder(), in line: once per traced op
     # The common case in one pass: flat arguments, Traced or constants, no keywords
     real, template, reads = [], [], []
     if not kwargs:
         for a in args:
             if isinstance(a, Traced):
                 real.append(a.value)
-                if a.slot is None:
-                    template.append(a.value)
-                else:
+                if a.recorder is rec:
                     template.append(Ref(a.slot))
                     reads.append(a.slot)
+                else:  # made outside this recording (kept from another): a constant
+                    template.append(a.value)
             elif a.__class__ in _NESTED:
                 real = None
                 break
@@ -693,9 +817,9 @@ def call(backend, function, args, kwargs, kind="call"):
         result = function(*real, **unwrap(kwargs))
     else:
         result = function(*real)
-    rec = getattr(_active, "recorder", None)  # recorder(), in line: once per traced op
     inner = backend.inner
     if rec is None:
+        _check_not_in_use(args, kwargs)
         return backend.traced(result, None) if inner.owns(result) else result
     traced = bool(reads)
     if kwargs or len(template) != len(args) or rec.objects:  # nested, keywords, objects to know
@@ -743,9 +867,9 @@ def _in_place(op):
     def method(self, other):
         rec = recorder()
         if rec is not None:
-            rec.writes_into(self.value)
+            rec.writes_into(self)
         result = op(self.value, unwrap(other))
-        if rec is not None and self.slot is not None:
+        if rec is not None and self.recorder is rec:
             rec.append("in_place", op, (Ref(self.slot), rec.template(other)), None, self.slot)
         self.value = result
         return self
@@ -768,10 +892,12 @@ def _host_read(name):
 
 
 class Traced:
-    """An array inside a recorded step: the real array (`value`) and its tape slot (`slot`;
-    None for one made while nothing recorded). Subclassed once per backend it wraps."""
+    """An array inside a recorded step: the real array (`value`), its tape slot (`slot`) and the
+    Recorder whose tape has that slot (`recorder`; None, and slot None, for one made while
+    nothing recorded). One kept from another recording (in a dict, say) is no slot of this
+    one's: a constant, its real array. Subclassed once per backend it wraps."""
 
-    __slots__ = ("value", "slot", "__weakref__")
+    __slots__ = ("value", "slot", "recorder", "__weakref__")
     __array_priority__ = 1000
     backend = None  # the TraceBackend of the subclass
 
@@ -788,9 +914,10 @@ class Traced:
                 f"NumPy's {ufunc.__name__}.{method} ran on a traced array")
         return getattr(ufunc, method)(*unwrap(inputs), **unwrap(kwargs))
 
-    def __init__(self, value, slot):
+    def __init__(self, value, slot, recorder=None):
         self.value = value
         self.slot = slot
+        self.recorder = recorder
 
     # the value's, read by a C getter (no Python frame: the walk reads shape and dtype per edge)
     shape = property(operator.attrgetter("value.shape"))
@@ -815,9 +942,9 @@ class Traced:
     def __setitem__(self, key, value):
         rec = recorder()
         if rec is not None:
-            rec.writes_into(self.value)
+            rec.writes_into(self)
         operator.setitem(self.value, unwrap(key), unwrap(value))
-        if rec is not None and self.slot is not None:
+        if rec is not None and self.recorder is rec:
             rec.append("setitem", operator.setitem,
                        (Ref(self.slot), rec.template(key), rec.template(value)))
 
@@ -935,12 +1062,13 @@ class TraceBackend(backends.Backend):
         recorded.__name__ = method.__name__
         return recorded
 
-    def traced(self, value, slot):
-        # Traced(value, slot) without the call of __init__: one per traced op
+    def traced(self, value, slot, recorder=None):
+        # Traced(value, slot, recorder) without the call of __init__: one per traced op
         traced = _new_traced(self._scalar_type if value.__class__ in self.inner.scalar_types
                              else self.array_type)
         traced.value = value
         traced.slot = slot
+        traced.recorder = recorder
         return traced
 
     def owns(self, array):
