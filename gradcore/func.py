@@ -270,7 +270,8 @@ def _pullback(f, primals, where):
         if several and not isinstance(cotangent, (tuple, list)):
             raise TypeError(f"vjp_fn: f returned a {type(out).__name__} of {len(outputs)} "
                             f"results, so the cotangent must be a tuple of {len(outputs)}, one "
-                            f"shaped like each result; got {type(cotangent).__name__}")
+                            f"shaped like each result (as torch.func.vjp's); got "
+                            f"{_stacked_hint(cotangent, outputs)}")
         cotangents = cotangent if several else (cotangent,)
         if len(cotangents) != len(outputs):
             raise ValueError(f"vjp_fn: {len(cotangents)} cotangents for {len(outputs)} outputs")
@@ -286,6 +287,20 @@ def _pullback(f, primals, where):
                             now.create_graph or seeded)
         return now.export(gs, variables=seeded)
     return inputs, out, vjp_fn
+
+
+def _stacked_hint(cotangent, outputs):
+    """What the cotangent given for several results is, and for an array stacked along its
+    first axis (one row per result, all of one shape), how to pass it."""
+    shape = getattr(cotangent, "shape", None)
+    if shape is None:
+        return type(cotangent).__name__
+    got = f"{type(cotangent).__name__} of shape {tuple(shape)}"
+    if len(shape) >= 1 and shape[0] == len(outputs) and all(
+            tuple(y.shape) == tuple(shape[1:]) for y in outputs):
+        got += (": an array stacked along its first axis is not split; pass "
+                "tuple(cotangent), one row per result")
+    return got
 
 
 def jvp(f, primals, tangents):

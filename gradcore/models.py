@@ -25,11 +25,14 @@ __all__ = ["Model", "MLP", "Sequential", "VGG16", "ResNet", "ResNet18", "ResNet3
 
 def _check_pretrained(pretrained, where):
     """Refuse DeZero's pretrained=True (gradcore fetches no weights: say how to load some), and
-    anything but True or False, such as num_classes given where DeZero's signature has
-    pretrained."""
+    anything but a bool, 0 or None, such as num_classes given where DeZero's signature has
+    pretrained. 0 and None are False, as DeZero's `if pretrained:` takes them: neither can be a
+    number of classes."""
+    if pretrained is None or (isinstance(pretrained, numbers.Integral) and pretrained == 0):
+        return
     if not isinstance(pretrained, (bool, numpy.bool_)):
         hint = (f"; pass num_classes by keyword (num_classes={pretrained!r})"
-                if isinstance(pretrained, numbers.Integral) else "")
+                if isinstance(pretrained, numbers.Integral) and pretrained >= 1 else "")
         raise TypeError(f"{where}: pretrained must be True or False (DeZero's argument order), "
                         f"got {pretrained!r}{hint}")
     if pretrained:
@@ -113,29 +116,34 @@ class VGG16(Module):
         MEAN_BGR subtracted, and laid out (3, H, W) as a NumPy array of `dtype` (add the batch
         axis with x[numpy.newaxis]).
 
-        `image` is a PIL image (converted to RGB first), or, where Pillow is not installed, an
-        (H, W, 3) array of RGB values from 0 to 255; resizing an array to another size than
-        its own still needs Pillow (pass size=None to keep it)."""
+        `image` is a PIL image (converted to RGB first), or an (H, W, 3) array of RGB values
+        from 0 to 255. Resizing an array to another size than its own needs Pillow (pass
+        size=None to keep it): a uint8 array, as numpy.asarray(image) gives, is resized as that
+        PIL image, so both give the same result; any other array (floats) channel by channel as
+        32-bit float images: the same filter, without Pillow's rounding and clipping to 0..255
+        after each pass."""
         if hasattr(image, "convert"):  # a PIL image
             image = image.convert("RGB")
             if size is not None:
                 image = image.resize(tuple(size))
             rgb = numpy.asarray(image, dtype=dtype)
         else:
-            rgb = numpy.asarray(image, dtype=dtype)
-            if rgb.ndim != 3 or rgb.shape[2] != 3:
+            array = numpy.asarray(image)
+            if array.ndim != 3 or array.shape[2] != 3:
                 raise ValueError(f"VGG16.preprocess: an array image must be (H, W, 3) RGB, got "
-                                 f"shape {rgb.shape}")
-            if size is not None and tuple(size) != (rgb.shape[1], rgb.shape[0]):
-                rgb = _resized(rgb, tuple(size), dtype)
+                                 f"shape {array.shape}")
+            if size is not None and tuple(size) != (array.shape[1], array.shape[0]):
+                rgb = _resized(array, tuple(size), dtype)
+            else:
+                rgb = array.astype(dtype, copy=False)
         bgr = rgb[:, :, ::-1] - numpy.asarray(VGG16.MEAN_BGR, dtype=dtype)
         return numpy.ascontiguousarray(bgr.transpose(2, 0, 1))
 
 
 def _resized(rgb, size, dtype):
-    """The (H, W, 3) array `rgb` resized to `size` (width, height) by Pillow, channel by
-    channel as 32-bit float images (no rounding to 8 bits), with Pillow's default filter, the
-    one a PIL image's resize uses."""
+    """The (H, W, 3) array `rgb` resized to `size` (width, height) by Pillow's resize, with its
+    default filter, as an array of `dtype`: a uint8 array as the RGB image it is (exactly as
+    the PIL image's own resize), any other channel by channel as 32-bit float images."""
     try:
         from PIL import Image
     except ImportError:
@@ -143,6 +151,11 @@ def _resized(rgb, size, dtype):
             f"VGG16.preprocess: resizing an array of {rgb.shape[1]}x{rgb.shape[0]} to "
             f"{size[0]}x{size[1]} needs Pillow (pip install pillow); or resize it first and "
             "pass size=None") from None
+    if rgb.dtype == numpy.uint8:
+        # Pillow rounds and clips to 0..255 after each of its two passes: only the RGB image
+        # itself gives what the PIL path gives
+        return numpy.asarray(Image.fromarray(numpy.ascontiguousarray(rgb)).resize(size),
+                             dtype=dtype)
     channels = [numpy.asarray(Image.fromarray(numpy.ascontiguousarray(
         rgb[:, :, c], dtype=numpy.float32)).resize(size)) for c in range(3)]
     return numpy.stack(channels, axis=2).astype(dtype, copy=False)

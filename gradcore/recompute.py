@@ -29,11 +29,16 @@ def checkpoint(fn, *args):
     if not where:
         raise TypeError("checkpoint: needs at least one Variable or array among the arguments, "
                         "the block's input")
+    if not is_grad_enabled():
+        # no backward can follow, so nothing to recompute: a plain call (a lazy layer may be
+        # sized through it), but fn still sees Variables and must return them, as with grad on
+        out = fn(*_filled(args, where, [args[i] if isinstance(args[i], Variable)
+                                        else Variable(args[i]) for i in where]))
+        _results(out)
+        return out
     first = args[where[0]]
     backend = first.backend if isinstance(first, Variable) else backends.backend_of(first)
     device = first.device if isinstance(first, Variable) else backend.device_of(first)
-    if not is_grad_enabled():  # no backward can follow, so nothing to recompute
-        return fn(*args)
     leaves = [Variable(args[i].data if isinstance(args[i], Variable) else args[i])
               for i in where]
     start = next(sequence)
@@ -41,11 +46,7 @@ def checkpoint(fn, *args):
     with enable_grad(), draws:
         out = fn(*_filled(args, where, leaves))
     several = isinstance(out, tuple)
-    outputs = out if several else (out,)
-    for y in outputs:
-        if not isinstance(y, Variable):
-            raise TypeError(f"checkpoint: fn must return a Variable or a tuple of Variables, got "
-                            f"{type(y).__name__}")
+    outputs = _results(out)
     outside = _outside_variables(outputs, leaves, start)
     for x in outside:  # a Parameter written while the block ran: a lazily created weight
         log = getattr(x, "_writes", None)
@@ -58,6 +59,16 @@ def checkpoint(fn, *args):
                       tuple(y.data for y in outputs) if several else outputs[0].data)
     del out, outputs  # the block's graph goes: only the node's inputs stay
     return node(*[args[i] for i in where], *outside)
+
+
+def _results(out):
+    """fn's results as a tuple, each checked to be a Variable."""
+    outputs = out if isinstance(out, tuple) else (out,)
+    for y in outputs:
+        if not isinstance(y, Variable):
+            raise TypeError(f"checkpoint: fn must return a Variable or a tuple of Variables, got "
+                            f"{type(y).__name__}")
+    return outputs
 
 
 def _name(x):

@@ -459,6 +459,21 @@ def test_vjp_fn_of_several_results_wants_one_cotangent_per_result():
     np.testing.assert_array_equal(g, [2.0, 4.0])  # 2 * (1, 0) + 2 x * (0, 1)
 
 
+def test_a_stacked_cotangent_for_several_results_is_refused_with_how_to_pass_it():
+    # refused as torch.func.vjp refuses it, but the message says what to pass instead
+    x = np.array([1.0, 2.0, 3.0])
+    _, vjp_fn = gf.vjp(lambda a: (a * 2.0, F.sin(a)), x)
+    stacked = np.stack([np.ones(3), np.full(3, 0.5)])
+    with pytest.raises(TypeError, match=r"got ndarray of shape \(2, 3\): an array stacked "
+                                        r"along its first axis is not split; pass "
+                                        r"tuple\(cotangent\), one row per result"):
+        vjp_fn(stacked)
+    g, = vjp_fn(tuple(stacked))  # as the message says
+    np.testing.assert_allclose(g, 2.0 + 0.5 * np.cos(x), rtol=1e-15)
+    with pytest.raises(TypeError, match=r"got ndarray of shape \(3,\)$"):
+        vjp_fn(np.ones(3))  # not stacked: no such advice
+
+
 def test_a_tangent_cotangent_or_v_of_the_wrong_shape_is_named():
     x = np.array([1.0, 2.0, 3.0])
     cube = lambda a: F.sum(a * a * a)  # noqa: E731

@@ -91,6 +91,20 @@ def test_dezero_calls_build_the_models_and_pretrained_true_says_how_to_load_weig
             make()
 
 
+def test_pretrained_0_or_none_is_false_as_dezero_s_if_pretrained_takes_it():
+    # neither can be a number of classes, so taking them reopens no VGG16(10) ambiguity
+    for value in (0, None, np.int64(0)):
+        assert models.ResNet18(pretrained=value, num_classes=2).fc.W.shape == (512, 2)
+        assert models.ResNet(18, value, num_classes=2).fc.W.shape == (512, 2)
+    assert models.VGG16(None, num_classes=2).fc8.W.shape == (4096, 2)
+    # a positive int may be num_classes: refused with that hint; other values without it
+    for value, hint in ((1, r"; pass num_classes by keyword \(num_classes=1\)$"), (-1, "$"),
+                        (0.0, "$"), ("", "$")):
+        with pytest.raises(TypeError, match=rf"ResNet18: pretrained must be True or False "
+                                            rf".*got {value!r}{hint}"):
+            models.ResNet18(pretrained=value)
+
+
 def test_vgg16_preprocess_makes_bgr_minus_the_imagenet_mean_channels_first():
     rgb = np.array([[[10, 20, 30], [40, 50, 60]],
                     [[70, 80, 90], [250, 0, 128]]], np.uint8)  # (H, W, 3) = (2, 2, 3)
@@ -117,9 +131,27 @@ def test_vgg16_preprocess_takes_a_pil_image_as_dezero_does_and_resizes_to_224():
     np.testing.assert_array_equal(x, (resized[:, :, ::-1] - mean).transpose(2, 0, 1))
     np.testing.assert_array_equal(models.VGG16.preprocess(image.convert("L"), size=None)[0],
                                   np.asarray(image.convert("L"), np.float32) - mean[0])
-    # an array is resized by Pillow as float images: within a grey level of the 8-bit resize
-    np.testing.assert_allclose(models.VGG16.preprocess(rgb), x, atol=1.0)
+    np.testing.assert_array_equal(models.VGG16.preprocess(rgb), x)  # the same as an array
     assert models.VGG16.preprocess(rgb, size=(30, 20)).shape == (3, 20, 30)
+
+
+def test_vgg16_preprocess_resizes_a_uint8_array_as_its_pil_image_and_floats_unrounded():
+    # channel by channel as float images, a detailed picture would come out up to ~33 from the
+    # PIL path, where Pillow rounds and clips to 8 bits after each pass
+    Image = pytest.importorskip("PIL.Image")
+    rgb = np.random.default_rng(0).integers(0, 256, (50, 70, 3), dtype=np.uint8)
+    image = Image.fromarray(rgb)
+    for size in ((224, 224), (30, 20)):
+        for dtype in (np.float32, np.float64):
+            np.testing.assert_array_equal(models.VGG16.preprocess(rgb, size, dtype),
+                                          models.VGG16.preprocess(image, size, dtype))
+    floats = rgb.astype(np.float32)  # no 8-bit image: each channel a float image, unrounded
+    resized = np.stack([np.asarray(Image.fromarray(floats[:, :, c]).resize((224, 224)))
+                        for c in range(3)], axis=2)
+    mean = np.array([103.939, 116.779, 123.68], np.float32)
+    np.testing.assert_array_equal(models.VGG16.preprocess(floats),
+                                  (resized[:, :, ::-1] - mean).transpose(2, 0, 1))
+    assert np.ptp(resized - np.asarray(image.resize((224, 224)), np.float32)) > 2.0
 
 
 def test_vgg16_preprocess_takes_an_array_without_pillow(monkeypatch):

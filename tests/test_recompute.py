@@ -456,3 +456,21 @@ def test_under_no_grad_a_block_is_a_plain_call_and_may_size_a_lazy_layer():
     out = x @ layer.W.data + layer.b.data
     np.testing.assert_allclose(h.grad.data, 2 * out @ layer.W.data.T, rtol=1e-5)
     np.testing.assert_allclose(layer.W.grad.data, 2 * x.T @ out, rtol=1e-5)
+
+
+def test_under_no_grad_the_block_still_gets_variables_and_must_return_them():
+    # the same contract as with grad on: an array argument reaches fn as a Variable, and a
+    # result that is not a Variable is refused (a raw array's .data is a memoryview)
+    x = np.arange(3.0)
+    seen = []
+    with gradcore.no_grad():
+        y = gradcore.checkpoint(lambda u, k: seen.append(type(u)) or u * k, x, 2.0)
+        with pytest.raises(TypeError, match="must return a Variable"):
+            gradcore.checkpoint(lambda u: u.data, x)
+    assert seen == [Variable]
+    assert isinstance(y, Variable) and y.creator is None
+    assert isinstance(y.data, np.ndarray)
+    np.testing.assert_array_equal(y.data, [0.0, 2.0, 4.0])
+    h = Variable(x)
+    with gradcore.no_grad():
+        assert gradcore.checkpoint(lambda u: u, h) is h  # a plain call: handed back as it is

@@ -133,6 +133,20 @@ def _learnt_size(layer, axis, given):
     return given if W is None or W.data is None else int(W.shape[axis])
 
 
+def _given_size(layer, axis, value, what):
+    """`value` checked as an input size to keep for `layer` (None: learn it from the first
+    input): once W has data its shape decides, so a size that contradicts it is refused, as a
+    load of another shape into W is."""
+    value = _optional_size(value, what, type(layer).__name__)
+    learnt = _learnt_size(layer, axis, None)
+    if value is not None and learnt is not None and value != learnt:
+        raise ValueError(
+            f"{type(layer).__name__}: cannot set {what} to {value}: W has shape "
+            f"{tuple(layer.W.shape)}, so {what} is {learnt}; set W to None first (it is made "
+            f"again at the next call, sized by that input), or load a W of that size")
+    return value
+
+
 def _refill_slots(layer):
     """Put a lazy Parameter back into W where it was set to None (b = None stays: no bias)."""
     if layer.W is None:
@@ -191,8 +205,13 @@ class Linear(Module):
     @property
     def in_size(self):
         """The input size: W's first axis once W has data (made at the first call, or
-        loaded), else the size given to the constructor (None: learnt from the first input)."""
+        loaded), else the size given to the constructor or assigned (None: learnt from the
+        first input). Assigning one that contradicts W's data is refused."""
         return _learnt_size(self, 0, self._in_size)
+
+    @in_size.setter
+    def in_size(self, value):  # DeZero's Linear and code ported from it assign in_size
+        self._in_size = _given_size(self, 0, value, "in_size")
 
     def _shapes(self, size=None):
         """W (in_size, out_size) and b (out_size,) for in_size `size` (see Module._shapes)."""
@@ -260,8 +279,13 @@ class _ConvBase(Module):
     @property
     def in_channels(self):
         """The input channels: read from W once it has data (made at the first call, or
-        loaded), else the number given to the constructor (None: learnt from the first input)."""
+        loaded), else the number given to the constructor or assigned (None: learnt from the
+        first input). Assigning one that contradicts W's data is refused."""
         return _learnt_size(self, self._in_axis, self._in_channels)
+
+    @in_channels.setter
+    def in_channels(self, value):  # as Linear.in_size: DeZero's layers assign it
+        self._in_channels = _given_size(self, self._in_axis, value, "in_channels")
 
     def _w_shape(self, C):
         raise NotImplementedError

@@ -158,7 +158,14 @@ class Module:
         """Restore a module made by copy.copy, copy.deepcopy or pickle, entering its mode in
         the table gradcore.compile keys on (these fill __dict__ without __setattr__ or train(),
         so a copy made in eval mode would otherwise be unknown to it)."""
-        self.__dict__.update(state)
+        slots = None
+        if isinstance(state, tuple) and len(state) == 2:
+            # a subclass with __slots__: Python's default __getstate__ gives (__dict__, slots)
+            state, slots = state
+        if state:
+            self.__dict__.update(state)
+        for name, value in (slots or {}).items():
+            object.__setattr__(self, name, value)  # as Python restores slots: no registering
         training = self.__dict__.get("training")
         if isinstance(training, bool):
             _note_mode(self, training)

@@ -105,10 +105,13 @@ class GradcheckError(AssertionError):
     """gradcheck found backward's derivative and the finite differences apart."""
 
 
-# gradcheck's step and tolerances per dtype, when not given: float32's step is near the cube
-# root of its epsilon, where a central difference's rounding and truncation errors meet
+# gradcheck's step and tolerances per dtype, when not given. The central differences are
+# always taken in float64 (for float32, on float64 copies of the point), so the step is
+# float64's; the tolerances allow for the rounding of backward in the dtype checked only.
+# float32's own differences cannot: the rounding of a sum of 50 values (~1e-5 of ~150) over a
+# step of 2e-3 is ~5e-3 of the derivative, as large as a backward 1% wrong on small values
 DEFAULTS_BY_DTYPE = {"float64": (1e-6, 1e-5, 1e-8),  # eps, rtol, atol
-                     "float32": (1e-3, 1e-2, 1e-3)}
+                     "float32": (1e-6, 1e-4, 1e-5)}
 
 # elements mode seeds backward with this times a unit vector, and divides it out again: a
 # backward that forgets to multiply by gy is then caught, also for an output of one element
@@ -124,9 +127,14 @@ def gradcheck(fn, inputs, *, eps=None, rtol=None, atol=None, mode="elements", se
     per output element, two calls of fn per input element. mode="directional" compares, for
     random directions v_i of the inputs and random weightings u_k of the outputs, u_k . J_ki v_i
     for each output k and input i, each pair against its own tolerance: a backward pass per
-    output and two calls of fn per input, whatever the sizes. Computed in `dtype` (float64) on
-    the inputs' devices; eps, rtol and atol default by dtype: float64 1e-6, 1e-5, 1e-8; float32
-    1e-3, 1e-2, 1e-3 (other dtypes: pass them). On a mismatch, raises GradcheckError (or, with
+    output and two calls of fn per input, whatever the sizes.
+
+    fn and backward run in `dtype` (float64) on the inputs' devices. The central differences
+    are taken in float64 whatever `dtype`: for float32, fn is called on float64 copies of the
+    (float32) point, so fn should compute in its inputs' dtype (a result cast back to float32
+    makes them as coarse as float32's own). eps, rtol and atol default by dtype: float64 1e-6,
+    1e-5, 1e-8; float32 1e-6, 1e-4, 1e-5, which allow for float32's rounding of backward only
+    (other dtypes: pass them). On a mismatch, raises GradcheckError (or, with
     raise_exception=False, returns False) naming the worst element: which input and index,
     which output and index, backward's value and the finite difference.
 
@@ -139,10 +147,11 @@ def gradcheck(fn, inputs, *, eps=None, rtol=None, atol=None, mode="elements", se
     xs = _checked_inputs(inputs, dtype, "gradcheck")
     outputs = _call_outputs(fn, xs)
     checked = [k for k, y in enumerate(outputs) if has_graph(y)] or range(len(outputs))
+    points = xs if dtype == "float64" else _in_float64(xs)  # where the differences are taken
     if mode == "directional":
-        problem = _directional(fn, xs, outputs, checked, eps, rtol, atol, seed)
+        problem = _directional(fn, xs, points, outputs, checked, eps, rtol, atol, seed)
     else:
-        problem = _elements(fn, xs, outputs, checked, eps, rtol, atol)
+        problem = _elements(fn, xs, points, outputs, checked, eps, rtol, atol)
     return _verdict(problem, raise_exception)
 
 
@@ -223,6 +232,17 @@ def _checked_inputs(inputs, dtype, where):
     return tuple(xs)
 
 
+def _in_float64(xs):
+    """The inputs with the floating ones as float64 copies (the same point, exactly)."""
+    widened = []
+    for x in xs:
+        if x.requires_grad:
+            with x.backend.device_context(x.device):
+                x = Variable(x.xp.astype(x.data, x.xp.float64))
+        widened.append(x)
+    return tuple(widened)
+
+
 def _call_outputs(fn, xs):
     out = fn(*xs)
     outputs = out if isinstance(out, tuple) else (out,)
@@ -256,9 +276,9 @@ def _values(fn, xs):
         fn, tuple(Variable(x) for x in xs))]
 
 
-def _elements(fn, xs, outputs, checked, eps, rtol, atol):
-    """Every Jacobian entry of the outputs numbered in `checked`, backward against central
-    differences; the report, or None."""
+def _elements(fn, xs, points, outputs, checked, eps, rtol, atol):
+    """Every Jacobian entry of the outputs numbered in `checked`, backward at `xs` against
+    central differences at `points` (xs, in float64); the report, or None."""
     worst = None
     for k in checked:
         y = outputs[k]
@@ -267,8 +287,9 @@ def _elements(fn, xs, outputs, checked, eps, rtol, atol):
         for j in range(host_y.size):
             seed = numpy.zeros(host_y.size)
             seed[j] = SEED_SCALE
-            cotangents = [_on(o, seed.reshape(host_y.shape)) if o is y else _on(o, numpy.zeros(
-                tuple(o.shape))) for o in outputs]
+            # by position, not identity: fn returning (y, y) has two outputs, y seeded once
+            cotangents = [_on(o, seed.reshape(host_y.shape)) if n == k else _on(o, numpy.zeros(
+                tuple(o.shape))) for n, o in enumerate(outputs)]
             gs = _backward(outputs, xs, cotangents)
             analytic.append([numpy.zeros(tuple(x.shape)) if g is None
                              else as_numpy(g.data) / SEED_SCALE for x, g in zip(xs, gs)])
@@ -277,7 +298,7 @@ def _elements(fn, xs, outputs, checked, eps, rtol, atol):
                 continue
             host_x = as_numpy(x.data)
             for index in itertools.product(*[range(n) for n in host_x.shape]):
-                numeric = _difference(fn, xs, i, index, eps)[k].reshape(-1)
+                numeric = _difference(fn, points, i, index, eps)[k].reshape(-1)
                 for j in range(host_y.size):
                     got = float(analytic[j][i][index])
                     error = abs(got - numeric[j]) - rtol * abs(numeric[j])
@@ -302,21 +323,22 @@ def _difference(fn, xs, i, index, eps):
     return [(u - d) / (2 * eps) for u, d in zip(up, down)]
 
 
-def _directional(fn, xs, outputs, checked, eps, rtol, atol, seed):
+def _directional(fn, xs, points, outputs, checked, eps, rtol, atol, seed):
     """u_k . J_ki v_i for each output k numbered in `checked` and each floating input i, u and v
-    random, backward against central differences, each pair on its own (summed, a small
-    output's error would hide behind a large one's value); the report on the worst, or None."""
+    random, backward at `xs` against central differences at `points` (xs, in float64), each
+    pair on its own (summed, a small output's error would hide behind a large one's value);
+    the report on the worst, or None."""
     rng = numpy.random.default_rng(seed)
     v = [rng.uniform(-1, 1, tuple(x.shape)) if x.requires_grad else numpy.zeros(tuple(x.shape))
          for x in xs]
     u = [rng.uniform(-1, 1, tuple(y.shape)) for y in outputs]
     inputs = [i for i, x in enumerate(xs) if x.requires_grad]
-    host = [as_numpy(x.data) for x in xs]
+    host = [as_numpy(x.data) for x in points]
     along = {}  # input i -> J_ki v_i for every output k, by central differences
     for i in inputs:
         d = [w if j == i else numpy.zeros_like(w) for j, w in enumerate(v)]
-        up = _values(fn, [_on(x, h + eps * e) for x, h, e in zip(xs, host, d)])
-        down = _values(fn, [_on(x, h - eps * e) for x, h, e in zip(xs, host, d)])
+        up = _values(fn, [_on(x, h + eps * e) for x, h, e in zip(points, host, d)])
+        down = _values(fn, [_on(x, h - eps * e) for x, h, e in zip(points, host, d)])
         along[i] = [(a - b) / (2 * eps) for a, b in zip(up, down)]
     worst = None
     for k in checked:

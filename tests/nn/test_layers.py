@@ -637,3 +637,45 @@ def test_a_weight_assigned_by_hand_gives_the_input_size():
     assert lin.in_size is None
     lin(np.ones((1, 2), np.float32))
     assert lin.in_size == 2 and lin.W.shape == (2, 3)
+
+
+class _DeZeroLinear(nn.Linear):  # DeZero's Linear.__init__ and forward, ported as they are
+    def __init__(self, out_size, in_size=None):
+        super().__init__(out_size, in_size=in_size)
+        self.in_size = in_size
+
+    def forward(self, x):
+        if self.W.data is None:
+            self.in_size = x.shape[1]
+            self._initialize(*nn.layers._placement(x, self, "Linear"), self.in_size)
+        return F.linear(x, self.W, self.b)
+
+
+def test_the_input_size_may_be_assigned_as_dezero_does():
+    lazy = _DeZeroLinear(3)
+    assert lazy.in_size is None
+    assert lazy(np.ones((2, 5), np.float32)).shape == (2, 3)
+    assert lazy.in_size == 5 and lazy.W.shape == (5, 3)
+    assert _DeZeroLinear(3, in_size=4).in_size == 4
+    for layer, name, size in ((nn.Linear(3), "in_size", 2), (nn.Conv2d(4, 3), "in_channels", 2),
+                              (nn.Deconv2d(4, 3), "in_channels", 2)):
+        setattr(layer, name, size)
+        assert getattr(layer, name) == size and layer.W.data is None
+        setattr(layer, name, size)  # the same size again is no contradiction
+        with pytest.raises(TypeError, match=f"{name} must be a positive int"):
+            setattr(layer, name, "2")
+    # once W has data its shape is the size: another one is refused, as a load of that shape
+    for layer, name, size in ((nn.Linear(3, in_size=4), "in_size", 4),
+                              (nn.Conv2d(4, 3, in_channels=2), "in_channels", 2),
+                              (nn.Deconv2d(4, 3, in_channels=2), "in_channels", 2)):
+        setattr(layer, name, size)
+        with pytest.raises(ValueError, match=rf"cannot set {name} to 7: W has shape .*set W to "
+                                             "None first"):
+            setattr(layer, name, 7)
+        assert getattr(layer, name) == size
+    lin = nn.Linear(3, in_size=4)
+    lin.W = None
+    lin.in_size = 7  # W has no data: taken, and W is made at the next call from that input
+    assert lin.in_size == 7
+    lin(np.ones((1, 2), np.float32))
+    assert lin.in_size == 2

@@ -449,6 +449,35 @@ def test_a_model_copied_in_eval_mode_drops_out_after_train_in_a_compiled_step(co
     np.testing.assert_allclose(model[1].avg_mean.data, twin[1].avg_mean.data)
 
 
+class _Scaled(nn.Module):  # at module level, so that pickle finds it
+    __slots__ = ("scale",)
+
+    def __init__(self):
+        super().__init__()
+        self.scale = 2.0
+        self.l = nn.Linear(3, 2)
+
+    def forward(self, x):
+        return self.l(x) * self.scale
+
+
+@pytest.mark.parametrize("copier", [copy.copy, copy.deepcopy, _pickled],
+                         ids=["copy", "deepcopy", "pickle"])
+def test_a_subclass_with_slots_copies_and_its_copy_enters_its_mode(copier):
+    # its state is (__dict__, slots): both parts come back, and the mode is registered
+    model = _Scaled().eval()
+    twin = copier(model)
+    assert twin.scale == 2.0 and twin.training is False and twin.l is not None
+    assert [name for name, _ in twin.named_parameters()] == ["l.W", "l.b"]
+    x = np.ones((1, 3), np.float32)
+    np.testing.assert_array_equal(twin(x).data, model(x).data)
+    compiled = gradcore.compile(lambda x: twin(Variable(x)))
+    compiled(x)
+    twin.train()
+    compiled(x)
+    assert compiled.stats()["recordings"] == 2  # the copy's train() is a new mode
+
+
 # =============================================================================== hooks
 def test_forward_hooks_fire_replace_and_remove():
     lin = nn.Linear(2, 2)

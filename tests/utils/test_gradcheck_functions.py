@@ -192,6 +192,20 @@ def test_directional_mode_checks_each_output_and_input_on_its_own():
                       mode="directional", seed=seed)
 
 
+@pytest.mark.parametrize("mode", ["elements", "directional"])
+def test_one_variable_returned_twice_is_two_outputs_each_seeded_once(mode):
+    # seeded by identity, (y, y) would count y's derivative twice: backward 4, differences 2
+    def twice(x, off=None):
+        y = x * 2.0 if off is None else OffSquare(off=off)(x)
+        return y, y
+
+    x = np.array([0.5, -1.0, 2.0])
+    assert gradcheck(twice, x, mode=mode)
+    assert gradcheck(lambda v: twice(v, off=0.0), x, mode=mode)
+    assert gradgradcheck(lambda v: twice(v * v), x, mode=mode)
+    assert not gradcheck(lambda v: twice(v, off=0.01), x, mode=mode, raise_exception=False)
+
+
 class OffSquare(Function):
     """x * x, its backward `off` (relative): written with xp-neutral ops, for any backend."""
 
@@ -207,18 +221,38 @@ class OffSquare(Function):
 
 
 @pytest.mark.parametrize("mode", ["elements", "directional"])
-def test_float32_gets_float32_step_and_tolerances(mode):
-    # float64's eps=1e-6 is ~8 ulps of 1.0 in float32: its tolerances would fail every right op
+def test_float32_is_differenced_in_float64_and_checked_at_its_rounding(mode):
+    # float32's own differences would miss a backward 1% wrong and fail a right sum of 50
+    # values (the output's rounding over the step): backward runs in float32, the differences
+    # at the same point in float64, compared at float32's rounding of backward
     x = np.linspace(-1, 1, 5).astype(np.float32)
     for fn in (F.sin, F.tanh, lambda v: v * v, lambda v: F.tanh(F.sin(v) * v)):
         assert gradcheck(fn, x, dtype="float32", mode=mode)
         assert gradgradcheck(fn, x, dtype="float32", mode=mode)
-    with pytest.raises(GradcheckError, match="rtol=0.01, atol=0.001"):  # 10% off: still caught
-        gradcheck(lambda v: OffSquare(off=0.1)(v), x, dtype="float32", mode=mode)
+    big = np.random.default_rng(1).uniform(-3, 3, 50).astype(np.float32)
+    assert gradcheck(lambda v: F.sum(v * v), big, dtype="float32", mode=mode)
+    a, b = (np.random.default_rng(2).standard_normal(s).astype(np.float32) for s in
+            ((4, 64), (64, 3)))
+    assert gradcheck(F.matmul, (a, b), dtype="float32", mode=mode)
+    seen = []  # the dtype fn is called in: first the point's, then the differences'
+
+    def recorded(v):
+        seen.append(v.dtype)
+        return OffSquare()(v)
+    assert gradcheck(recorded, x, dtype="float32", mode=mode)
+    assert seen[0] == np.float32 and set(seen[1:]) == {np.dtype(np.float64)}
+    point = np.random.default_rng(0).uniform(0.5, 2.0, 3).astype(np.float32)
+    for off in (0.01, -0.001):  # 1% and 0.1% wrong: caught
+        with pytest.raises(GradcheckError, match=r"rtol=0.0001, atol=1e-05"):
+            gradcheck(lambda v: OffSquare(off=off)(v), point, dtype="float32", mode=mode)
+        assert not gradgradcheck(lambda v: OffSquare(off=off)(v) * v, point, dtype="float32",
+                                 mode=mode, raise_exception=False)
     with pytest.raises(GradcheckError):  # given tolerances are kept
-        gradcheck(F.sin, x, dtype="float32", mode=mode, rtol=1e-7, atol=1e-9)
+        gradcheck(F.sin, x, dtype="float32", mode=mode, rtol=1e-9, atol=1e-12)
     with pytest.raises(ValueError, match="no default eps, rtol and atol for dtype 'float16'"):
         gradcheck(F.sin, x, dtype="float16", mode=mode)
+    # any other dtype is differenced in float64 too: float16's backward, checked at its rounding
+    assert gradcheck(F.sin, x, dtype="float16", mode=mode, eps=1e-6, rtol=2e-3, atol=1e-3)
 
 
 @pytest.mark.parametrize("check", [gradcheck, gradgradcheck])
