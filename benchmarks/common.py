@@ -32,6 +32,12 @@ TIME_ROW = "time"
 # The variables that fix the thread count of the BLAS under NumPy and of PyTorch's OpenMP pool.
 # They only act before those libraries load, so the suite sets them and starts itself again.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+# Thread pools that go to sleep as soon as their work is done. By default PyTorch's OpenMP
+# threads and NumPy's OpenBLAS threads spin on for a while after each call, and the
+# implementations take turns, so each ran on the cores the previous one's pool was spinning on:
+# mlp on the 2-core VM, taking turns, gave PyTorch 16.6-19.6 ms and the floor 14.6-15.2 where each
+# alone takes about 8 and 6; with these set, 8.8-9.0 and 6.7-6.8 (PyTorch alone 8.1-8.6)
+IDLE_VARIABLES = {"OMP_WAIT_POLICY": "PASSIVE", "OPENBLAS_THREAD_TIMEOUT": "4"}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 
 
@@ -284,8 +290,9 @@ def child_main(child):
 
 
 def thread_environment(threads):
-    """os.environ with the BLAS and OpenMP thread counts set to `threads`."""
-    return {**os.environ, **{name: str(threads) for name in THREAD_VARIABLES}}
+    """os.environ with the BLAS and OpenMP thread counts set to `threads`, their pools idle
+    when not working (IDLE_VARIABLES)."""
+    return {**os.environ, **{name: str(threads) for name in THREAD_VARIABLES}, **IDLE_VARIABLES}
 
 
 # ================================================================================== timing
@@ -444,10 +451,8 @@ def run_workload(workload, device, repeat, warmup, threads, progress):
     """Time every implementation of `workload` on `device`; returns the JSON-ready record. They
     take turns, one run each per round (`warmup` untimed rounds, then `repeat` timed ones), so a
     change in the machine's load hits all of them alike. Each round starts one further along, so
-    each follows every other as often: a run leaves the machine busy behind it (PyTorch's OpenMP
-    threads spin on after its last op, taking a core from the BLAS threads of whatever runs
-    next: mlp's replay timed right after PyTorch in every round measured 1.4-1.9x the floor, and
-    0.6-0.7x in the opposite order, on the loaded 2-core VM)."""
+    each follows every other as often: whatever a run leaves behind (a cache full of its arrays,
+    a thread pool not yet asleep: see IDLE_VARIABLES) is shared out alike."""
     entries, contenders = {}, []
     for key, factory in candidates(workload):
         if factory is None:
@@ -591,7 +596,7 @@ def machine_info(device, threads):
                      "torch": _version("torch"), "matplotlib": _version("matplotlib")},
         "threads": _threads(threads),
         "env": {name: os.environ.get(name) for name in (
-            *THREAD_VARIABLES, "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "CUDA_VISIBLE_DEVICES")},
+            *THREAD_VARIABLES, *IDLE_VARIABLES, "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "CUDA_VISIBLE_DEVICES")},
         "numpy_blas": _numpy_blas(),
         "git": _git(),
     }
@@ -632,7 +637,8 @@ def _version(module):
 def _threads(threads):
     """The thread counts in force: the suite's, and what PyTorch reports under it."""
     info = {"suite": threads, "blas_and_openmp": "set by " + ", ".join(
-        f"{name}={threads}" for name in THREAD_VARIABLES)}
+        [f"{name}={threads}" for name in THREAD_VARIABLES]
+        + [f"{name}={value}" for name, value in IDLE_VARIABLES.items()])}
     try:
         torch = import_torch()
     except Unavailable:

@@ -341,6 +341,13 @@ def test_a_run_records_each_target_with_its_row(monkeypatch):
     assert lines[2][0] == "  replay" and lines[2][-1] == "replayed: met"
 
 
+def test_the_suites_thread_pools_sleep_when_idle_so_turns_do_not_slow_each_other():
+    environment = thread_environment(2)
+    assert environment["OMP_NUM_THREADS"] == environment["OPENBLAS_NUM_THREADS"] == "2"
+    assert environment["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert environment["OPENBLAS_THREAD_TIMEOUT"] == "4"
+
+
 def test_each_round_starts_one_further_along_so_each_runs_after_every_other():
     order = []
 
