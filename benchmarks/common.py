@@ -32,11 +32,12 @@ TIME_ROW = "time"
 # The variables that fix the thread count of the BLAS under NumPy and of PyTorch's OpenMP pool.
 # They only act before those libraries load, so the suite sets them and starts itself again.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-# Thread pools that go to sleep as soon as their work is done. By default PyTorch's OpenMP
-# threads and NumPy's OpenBLAS threads spin on for a while after each call, and the
-# implementations take turns, so each ran on the cores the previous one's pool was spinning on:
-# mlp on the 2-core VM, taking turns, gave PyTorch 16.6-19.6 ms and the floor 14.6-15.2 where each
-# alone takes about 8 and 6; with these set, 8.8-9.0 and 6.7-6.8 (PyTorch alone 8.1-8.6)
+# Thread pools that go to sleep as soon as their work is done, for --threads above 1 (at the
+# default 1 there is no pool). By default PyTorch's OpenMP threads and NumPy's OpenBLAS threads
+# spin on for a while after each call, and the implementations take turns, so each ran on the
+# cores the previous one's pool was spinning on: mlp with 2 threads on the 2-core VM, taking
+# turns, gave PyTorch 16.6-19.6 ms and the floor 14.6-15.2 where each alone takes about 8 and 6;
+# with these set, 8.8-9.0 and 6.7-6.8 (PyTorch alone 8.1-8.6)
 IDLE_VARIABLES = {"OMP_WAIT_POLICY": "PASSIVE", "OPENBLAS_THREAD_TIMEOUT": "4"}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 
