@@ -1215,9 +1215,7 @@ def test_a_grad_of_another_shape_or_dtype_than_the_new_data_is_refused(xp):
 @pytest.mark.parametrize("how", ["retain_grad=True", "retain_grad()"])
 def test_retained_gradients_own_their_arrays(xp, how):
     """add and reshape hand a gradient on as it is, or as a view of it: each retained .grad is
-    still its own array, so zeroing one changes no other (the values are PyTorch's)."""
-    import torch
-
+    still its own array, so zeroing one changes no other."""
     x = var(xp, [[1.0, 1.0], [1.0, 1.0]])
     z = x * 2.0
     s = z + 0.0
@@ -1228,20 +1226,12 @@ def test_retained_gradients_own_their_arrays(xp, how):
             v.retain_grad()
     w.backward(retain_grad=how == "retain_grad=True")
 
-    tx = torch.ones((2, 2), dtype=torch.float64, requires_grad=True)
-    tz = tx * 2.0
-    ts = tz + 0.0
-    ty = ts.reshape(4)
-    for t in (tz, ts, ty):
-        t.retain_grad()
-    (ty * 3.0).backward(torch.ones(4, dtype=torch.float64))
-
     y.grad.data[...] = 0.0  # s's gradient is reshape's backward of y's: a view of it
-    np.testing.assert_array_equal(xp.numpy(s.grad.data), ts.grad.numpy())
+    np.testing.assert_array_equal(xp.numpy(s.grad.data), np.full((2, 2), 3.0))
     s.grad.data[...] = -1.0  # z's gradient is s's, handed on by add
-    np.testing.assert_array_equal(xp.numpy(z.grad.data), tz.grad.numpy())
+    np.testing.assert_array_equal(xp.numpy(z.grad.data), np.full((2, 2), 3.0))
     np.testing.assert_array_equal(xp.numpy(y.grad.data), np.zeros(4))
-    np.testing.assert_array_equal(xp.numpy(x.grad.data), tx.grad.numpy())
+    np.testing.assert_array_equal(xp.numpy(x.grad.data), np.full((2, 2), 6.0))
     np.testing.assert_array_equal(xp.numpy(w.grad.data), np.ones(4))
 
 
@@ -1269,16 +1259,10 @@ def test_a_grad_outputs_entry_on_another_device_is_named_as_such():
 def test_grad_stores_the_gradient_of_a_variable_that_retains_it_as_pytorch(xp):
     """gradcore.grad leaves the leaves' .grad alone, but a Variable on the way that called
     retain_grad() gets its gradient, as with torch.autograd.grad."""
-    import torch
-
     x = var(xp, [1.0, 2.0])
     h = x * 2.0
     h.retain_grad()
     gx, = gradcore.grad(F.sum(h * h), x)
-    tx = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
-    th = tx * 2.0
-    th.retain_grad()
-    tgx, = torch.autograd.grad((th * th).sum(), tx)
-    np.testing.assert_array_equal(xp.numpy(gx.data), tgx.numpy())
-    np.testing.assert_array_equal(xp.numpy(h.grad.data), th.grad.numpy())
-    assert x.grad is None and tx.grad is None
+    np.testing.assert_array_equal(xp.numpy(gx.data), [8.0, 16.0])  # d/dx of sum(4x^2)
+    np.testing.assert_array_equal(xp.numpy(h.grad.data), [4.0, 8.0])  # 2h
+    assert x.grad is None
