@@ -2085,6 +2085,23 @@ def test_arguments_sharing_memory_run_eagerly_with_a_warning():
     assert compiled.stats()["fallbacks"] == 1 and compiled.stats()["replays"] == 0
 
 
+def test_slices_of_one_array_that_do_not_overlap_replay():
+    # inputs and targets cut from one batch array: the bounds of B[:, :3] and B[:, 3:] overlap,
+    # their memory does not, so they replay; slices of different arrays are not even compared
+    def step(x, t):
+        return F.sum((x * 2.0 - t) ** 2)
+
+    compiled = gradcore.compile(step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for i in range(4):
+            B = np.arange(24.0).reshape(4, 6) + i
+            assert same(compiled(B[:, :3], B[:, 3:]).data, step(B[:, :3], B[:, 3:]).data)
+            X, T = np.arange(12.0).reshape(4, 3) + i, np.ones((8, 3))
+            assert same(compiled(X[1:], T[::2][1:]).data, step(X[1:], T[::2][1:]).data)
+    assert compiled.stats()["fallbacks"] == 0 and compiled.stats()["replays"] == 6
+
+
 # ====================================================== a Variable argument also read by name
 _MEMORY = gradcore.Variable(np.zeros(3), requires_grad=False)
 

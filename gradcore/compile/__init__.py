@@ -420,14 +420,20 @@ def _key(args, by_identity=None):
 
 
 def _may_alias(arrays):
-    """False if no two of `arrays` are one array and none is a view (of another, perhaps): the
-    common case, asked cheaply before _note_aliases asks each pair."""
+    """False if no two of `arrays` are one array or views of one (the common case: batches
+    sliced from different arrays, or no views at all), asked cheaply before _note_aliases asks
+    each pair."""
     if len(arrays) == 2:
-        x0, x1 = arrays
-        return (x0 is x1 or getattr(x0, "base", None) is not None
-                or getattr(x1, "base", None) is not None)
-    return len(set(map(id, arrays))) < len(arrays) or any(
-        getattr(x, "base", None) is not None for x in arrays)
+        return _owner(arrays[0]) is _owner(arrays[1])
+    return len(set(map(id, map(_owner, arrays)))) < len(arrays)
+
+
+def _owner(x):
+    """The object whose memory the array x views: x itself if it views none."""
+    base = getattr(x, "base", None)
+    while base is not None:
+        x, base = base, getattr(base, "base", None)
+    return x
 
 
 # An argument's part of a key where it is an earlier argument again (SAME_AS, that argument's
@@ -439,8 +445,8 @@ SHARES_MEMORY = "sharing memory with argument"
 
 def _note_aliases(parts, args):
     """Mark in `parts` (a key's, being built) each array or Variable argument that is an earlier
-    one again, or whose array (a Variable's data) may share memory with an earlier one's. Two
-    arrays that are no views (no base) and not one array share none; a library without
+    one again, or whose array (a Variable's data) shares memory with an earlier one's. Two
+    arrays viewing different owners (_owner) share none; a library without shares_memory or
     may_share_memory (array-api-strict) is asked nothing."""
     arrays = [(i, a, a._data, a._backend) if isinstance(a, Variable) else
               (i, a, a, backends.backend_of(a)) for i, a in enumerate(args)
@@ -454,11 +460,17 @@ def _note_aliases(parts, args):
                 break
             if data is None or data0 is None or backend is not backend0:
                 continue
-            if data is data0 or (getattr(data, "base", None) is not None
-                                 or getattr(data0, "base", None) is not None) and getattr(
-                                     backend.xp, "may_share_memory", _never)(data, data0):
+            if data is data0 or _owner(data) is _owner(data0) and _overlap(backend.xp)(data,
+                                                                                   data0):
                 parts[2 + index] = (SHARES_MEMORY, earlier, parts[2 + index])
                 break
+
+
+def _overlap(xp):
+    """xp's exact test of two arrays' memory overlapping (NumPy's shares_memory: the columns
+    B[:, :k] and B[:, k:] do not, though their bounds do), else its bounds test, else none (a
+    library that cannot tell: array-api-strict)."""
+    return getattr(xp, "shares_memory", None) or getattr(xp, "may_share_memory", _never)
 
 
 def _never(*_):
