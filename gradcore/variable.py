@@ -373,6 +373,14 @@ class Variable:
             raise TypeError("iteration over a 0-d Variable")
         return (self[i] for i in range(self._data.shape[0]))
 
+    def __reduce_ex__(self, protocol):
+        # copy.copy, copy.deepcopy and pickle: while a step is recorded, the copy's array is
+        # made where the tape cannot see it (a model snapshot taken in the step would be the
+        # recording's at every replay), so the step runs eagerly
+        if step_recorder is not None:
+            step_recorder.copied(self)
+        return super().__reduce_ex__(protocol)
+
     def _host_data(self):
         """`_data`, for reading or sharing its values: while a step is recorded
         (gradcore.compile), through the recorder, which loads it at each replay (and sees that

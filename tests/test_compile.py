@@ -2102,6 +2102,33 @@ def test_slices_of_one_array_that_do_not_overlap_replay():
     assert compiled.stats()["fallbacks"] == 0 and compiled.stats()["replays"] == 6
 
 
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_a_model_copied_in_the_step_makes_it_run_eagerly(how):
+    # the copy's arrays are made on the host: a tape would replay the first call's snapshot
+    # (copy.copy of a Module shares its Parameters: that one replays, reading them)
+    import copy
+    import pickle
+
+    copier = {"deepcopy": copy.deepcopy, "pickle": lambda m: pickle.loads(pickle.dumps(m))}[how]
+    model = gradcore.nn.Linear(4, 3)
+    x = np.arange(8.0).reshape(2, 4)
+
+    def step(x):
+        snapshot = copier(model)
+        return snapshot(gradcore.Variable(x))
+
+    compiled = gradcore.compile(step)
+    for i in range(3):
+        model.W.data = model.W.data + 1.0  # the model trains between calls
+        if i == 0:
+            with pytest.warns(RuntimeWarning, match="was copied by copy or pickle"):
+                got = compiled(x)
+        else:
+            got = compiled(x)
+        assert same(got.data, model(gradcore.Variable(x)).data)
+    assert compiled.stats()["replays"] == 0
+
+
 # ====================================================== a Variable argument also read by name
 _MEMORY = gradcore.Variable(np.zeros(3), requires_grad=False)
 

@@ -428,6 +428,13 @@ class Recorder:
         """True in the recording thread, outside an opaque call."""
         return getattr(_active, "recorder", None) is self
 
+    def copied(self, v):
+        """The Variable v is being copied (copy.deepcopy, pickle) in the recording thread: a
+        host copy, which a replay cannot make again."""
+        if self.is_active():
+            self.give_up(f"a Variable ({v.name or type(v).__name__}) was copied by copy or "
+                         "pickle: the copy's array is made where the tape cannot see it")
+
     def read(self, v):
         """`v.data` while recording: its traced array (a 0-d array, not a scalar)."""
         if not self.is_active():
@@ -980,8 +987,12 @@ class Traced:
             rec.guard(self, value)
         return value
 
+    # copy.copy, copy.deepcopy and pickle copy the value on the host, where the tape cannot see
+    # it (a model snapshot taken in the step would be a constant of every replay): the step
+    # falls back, and the copy is the real array's
     for _name in ("__float__", "__int__", "__index__", "__complex__", "item",
-                  "tolist", "__array__", "__dlpack__", "__repr__", "__str__", "__format__"):
+                  "tolist", "__array__", "__dlpack__", "__repr__", "__str__", "__format__",
+                  "__copy__", "__deepcopy__", "__reduce_ex__"):
         locals()[_name] = _host_read(_name)
     del _op, _name
 
