@@ -247,6 +247,20 @@ def test_indices_that_depend_on_values_fall_back_as_a_function_or_a_method(nonze
     assert compiled.stats()["fallbacks"] == 1 and compiled.stats()["replays"] == 0
 
 
+def test_arrays_over_one_buffer_share_memory_though_their_bases_differ():
+    # numpy.frombuffer's base is a new memoryview at each call: the buffer is the owner
+    def step(a, b):
+        a *= 2.0
+        return b + 1.0
+
+    compiled = gradcore.compile(step)
+    buffer = bytearray(np.arange(4.0).tobytes())
+    with pytest.warns(RuntimeWarning, match="may share memory with argument 0"):
+        got = compiled(np.frombuffer(buffer), np.frombuffer(buffer))
+    np.testing.assert_array_equal(got, [1.0, 3.0, 5.0, 7.0])
+    assert compiled.stats()["replays"] == 0
+
+
 def test_array_methods_that_change_the_array_in_place_are_replayed():
     def step(x0):
         x = gradcore.Variable(x0)

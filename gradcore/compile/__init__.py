@@ -429,10 +429,12 @@ def _may_alias(arrays):
 
 
 def _owner(x):
-    """The object whose memory the array x views: x itself if it views none."""
+    """The object whose memory the array x views: x itself if it views none. An array made on
+    a buffer (numpy.frombuffer) has a memoryview of it as base: the buffer is the owner."""
     base = getattr(x, "base", None)
     while base is not None:
-        x, base = base, getattr(base, "base", None)
+        x = base
+        base = x.obj if x.__class__ is memoryview else getattr(x, "base", None)
     return x
 
 
