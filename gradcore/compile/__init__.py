@@ -388,8 +388,8 @@ def _key(args, by_identity=None):
     backend only where it has more than one. `by_identity`: ids of the Variables keyed by
     identity besides Parameters."""
     parts = [recording(), training()]
-    arrays = []  # the arrays of the arguments that are arrays or Variables
-    for a in args:
+    arrays = []  # (index, argument, its array, its backend) of each array or Variable argument
+    for i, a in enumerate(args):
         kind = a.__class__
         if kind in _BY_VALUE:
             # _number_part(a), in line: a cache hit reads every argument
@@ -405,7 +405,7 @@ def _key(args, by_identity=None):
                           # and the tape then reads both through the argument
                           id(a) if kind is Parameter or by_identity and id(a) in by_identity
                           else None))
-            arrays.append(data)
+            arrays.append((i, a, data, backend))
         else:
             backend = backends.backend_of(a)
             if backend is None:
@@ -413,19 +413,19 @@ def _key(args, by_identity=None):
             else:
                 parts.append((kind, a.shape, a.dtype,
                               None if backend.single_device else backend.device_of(a)))
-                arrays.append(a)
+                arrays.append((i, a, a, backend))
     if len(arrays) > 1 and _may_alias(arrays):
-        _note_aliases(parts, args)
+        _note_aliases(parts, arrays)
     return tuple(parts)
 
 
 def _may_alias(arrays):
-    """False if no two of `arrays` are one array or views of one (the common case: batches
-    sliced from different arrays, or no views at all), asked cheaply before _note_aliases asks
-    each pair."""
+    """False if no two of `arrays` (as _key lists them) are one array or views of one (the
+    common case: batches sliced from different arrays, or no views at all), asked cheaply
+    before _note_aliases asks each pair."""
     if len(arrays) == 2:
-        return _owner(arrays[0]) is _owner(arrays[1])
-    return len(set(map(id, map(_owner, arrays)))) < len(arrays)
+        return _owner(arrays[0][2]) is _owner(arrays[1][2])
+    return len({id(_owner(data)) for _, _, data, _ in arrays}) < len(arrays)
 
 
 def _owner(x):
@@ -445,15 +445,12 @@ SAME_AS = "the same object as argument"
 SHARES_MEMORY = "sharing memory with argument"
 
 
-def _note_aliases(parts, args):
-    """Mark in `parts` (a key's, being built) each array or Variable argument that is an earlier
-    one again, or whose array (a Variable's data) shares memory with an earlier one's. Two
-    arrays viewing different owners (_owner) share none; a library without shares_memory or
-    may_share_memory (array-api-strict) is asked nothing."""
-    arrays = [(i, a, a._data, a._backend) if isinstance(a, Variable) else
-              (i, a, a, backends.backend_of(a)) for i, a in enumerate(args)
-              if isinstance(a, Variable) or a.__class__ not in _BY_VALUE
-              and backends.backend_of(a) is not None]
+def _note_aliases(parts, arrays):
+    """Mark in `parts` (a key's, being built) each array or Variable argument among `arrays`
+    (as _key lists them) that is an earlier one again, or whose array (a Variable's data)
+    shares memory with an earlier one's. Two arrays viewing different owners (_owner) share
+    none; a library without shares_memory or may_share_memory (array-api-strict) is asked
+    nothing."""
     for j in range(1, len(arrays)):
         index, a, data, backend = arrays[j]
         for earlier, a0, data0, backend0 in arrays[:j]:
@@ -653,6 +650,12 @@ def _reachable(roots):
     return variables, modules, generators
 
 
+def _module_hooks(module):
+    """The hooks registered on `module` and on the Variables it holds as attributes."""
+    return [*_hook_functions(module), *(hook for v in vars(module).values()
+                                        if isinstance(v, Variable) for hook in _hook_functions(v))]
+
+
 def _hook_functions(obj):
     """The hooks registered on a Module (forward and forward pre-hooks) or a Variable (grad and
     post-accumulate hooks)."""
@@ -683,9 +686,7 @@ def _unfollowed_hooks(surroundings, modules, variables):
     `variables` that `surroundings` does not follow for the globals they read."""
     found = {}
     for module in modules:
-        for hook in [*_hook_functions(module), *(hook for v in vars(module).values()
-                                                 if isinstance(v, Variable)
-                                                 for hook in _hook_functions(v))]:
+        for hook in _module_hooks(module):
             for f in _user_functions(hook):
                 found.setdefault(id(f.__code__), f)
     for v in variables:
@@ -805,10 +806,8 @@ def _reads(fn, also=()):
             # a function it reaches by name; the forward of each module of a model it does, and
             # the hooks on those modules and their Variables; a Variable's hooks
             if isinstance(value, Module):
-                reached = [called for module in value.modules() for called in (
-                    type(module).forward, *_hook_functions(module),
-                    *(hook for v in vars(module).values() if isinstance(v, Variable)
-                      for hook in _hook_functions(v)))]
+                reached = [called for module in value.modules()
+                           for called in (type(module).forward, *_module_hooks(module))]
             elif isinstance(value, Variable):
                 reached = _hook_functions(value)
             elif isinstance(value, types.FunctionType):
