@@ -92,11 +92,10 @@ def _retain(y, g, shared):
     data = g._data
     kept = copy(g) if id(data) in shared or not y._backend.owns_memory(data) else g
     shared[id(data)] = data
-    if y._grad is None:
-        y._grad = kept
-    else:
+    if y._grad is not None:
         _check_grad_fits(y)
-        y._grad = y._grad + kept
+    with _accumulating:  # several threads may retain into one y (a shared graph), as into leaves
+        y._grad = kept if y._grad is None else y._grad + kept
 
 
 def _hook_result(hook, x, g):

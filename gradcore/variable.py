@@ -3,6 +3,7 @@ import builtins
 import collections
 import itertools
 import operator
+import threading
 import weakref
 
 import numpy
@@ -141,6 +142,7 @@ sequence = itertools.count()
 # The stamp of the latest write to any Variable: backward checks a Function's inputs only if it
 # was recorded before that (in a loop of forward, backward, update: never).
 latest_write = [-1]
+_stamping = threading.Lock()
 _KEPT_STAMPS = 64  # stamps kept per Variable: enough to tell every version a live graph saw
 
 
@@ -165,8 +167,9 @@ def note_write(x):
     if not log.stamps:
         log.stamps = collections.deque(maxlen=_KEPT_STAMPS)
     log.count += 1
-    log.stamps.append(stamp := next(sequence))
-    latest_write[0] = stamp
+    with _stamping:  # taken and published together: latest_write never goes back to an older one
+        log.stamps.append(stamp := next(sequence))
+        latest_write[0] = stamp
 
 
 def fresh_log(x):

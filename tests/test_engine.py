@@ -823,6 +823,33 @@ def test_accumulation_into_a_shared_leaf_is_atomic_across_threads():
     np.testing.assert_array_equal(x.grad.data, [48000.0, 48000.0])
 
 
+def test_adding_into_a_retained_grad_is_atomic_across_threads():
+    """Six threads, 300 backward passes each through one graph whose h retains its gradient."""
+    import sys
+    import threading
+
+    w = Variable(np.array([1.0, 2.0]))
+    h = w * 2.0
+    h.retain_grad()
+
+    def work(k):
+        for _ in range(300):
+            (h * float(k)).sum().backward(retain_graph=True)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads often: without the lock, sums were lost at once
+    try:
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(1, 7)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    np.testing.assert_array_equal(h.grad.data, [6300.0, 6300.0])  # 300 * (1 + ... + 6)
+    np.testing.assert_array_equal(w.grad.data, [12600.0, 12600.0])
+
+
 # =============================================================================== hooks are checked
 @pytest.mark.parametrize("result, problem", [
     (lambda xp, g: var(xp, [1.0, 2.0, 3.0]), r"shape \(3,\)"),

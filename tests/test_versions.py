@@ -338,3 +338,40 @@ def test_create_graph_and_grad_check_versions_too(xp):
     x.data = xp.asarray([0.0, 0.0])
     with pytest.raises(RuntimeError, match="mul: its input"):
         gradcore.grad(gx.sum(), x)
+
+
+def test_a_write_in_another_thread_cannot_switch_the_check_off():
+    """Backward checks versions only for ops recorded before the latest write anywhere: a thread
+    that took its write's stamp and published it after a newer write would switch the check off
+    for the newer write's graph. Here thread A pauses in the middle of its write (its stamps'
+    append) while thread B writes x, which a graph used: the refusal must stand."""
+    import collections
+    import threading
+
+    from gradcore import variable
+
+    paused, resume = threading.Event(), threading.Event()
+
+    class PausingStamps(collections.deque):
+        def append(self, stamp):
+            super().append(stamp)
+            paused.set()
+            resume.wait(10)
+
+    a = Variable(np.zeros(3))
+    a.data = a.data[:]  # a has a write log now; the next write goes through PausingStamps
+    a._writes.stamps = PausingStamps(a._writes.stamps, maxlen=64)
+    x, w = Variable(np.full(4, 2.0)), Variable(np.full(4, 3.0))
+    y = F.sum(x * w)
+    writer_a = threading.Thread(target=lambda: setattr(a, "data", a.data[:]))
+    writer_a.start()
+    assert paused.wait(10)
+    writer_b = threading.Thread(target=lambda: setattr(x, "data", np.full(4, 5.0)))
+    writer_b.start()
+    writer_b.join(0.2)  # it waits for A's write to be whole, or (unsafely) overtakes it
+    resume.set()
+    writer_a.join(10)
+    writer_b.join(10)
+    assert variable.latest_write[0] == x._writes.stamps[-1]
+    with pytest.raises(RuntimeError, match=MODIFIED.format(op="mul", now=1, then=0)):
+        gradcore.grad(y, [w])
