@@ -19,8 +19,9 @@ MPICH, whose mpiexec is then on the virtual environment's PATH).
 """
 from .communicator import Communicator, DistributedError, init, local_device
 from .data import scatter_dataset
-from .optimizer import DEFAULT_BUCKET_SIZE, DistributedOptimizer
+from .optimizer import DEFAULT_BUCKET_SIZE, DistributedOptimizer, LocalGradientWarning
 from .parameters import broadcast_parameters, save_on_root
 
 __all__ = ["init", "Communicator", "DistributedError", "local_device", "broadcast_parameters",
-           "save_on_root", "scatter_dataset", "DistributedOptimizer", "DEFAULT_BUCKET_SIZE"]
+           "save_on_root", "scatter_dataset", "DistributedOptimizer", "DEFAULT_BUCKET_SIZE",
+           "LocalGradientWarning"]

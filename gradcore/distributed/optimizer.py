@@ -11,13 +11,21 @@ gradient after all, the step sums every bucket again, so the result is the same)
 start in backward differs between ranks; the step makes every rank start the same ones, in the
 same order, and the ranks vote on summing again, so that every rank does or none does.
 
+The plan follows the optimizer: a step that finds its parameters changed (a layer replaced, a
+bias added, setup(other)) plans the buckets again, and the ranks compare them anew. The first
+step after a plan also compares the ranks' settings (bucket_size, overlap, buffers), whose
+differences would otherwise pair sums of different lengths.
+
 Buffers (BatchNorm's running statistics) are no gradients: each rank's forward moves its own.
 At each step they are brought into agreement too, in one more all-reduce started after the
 buckets (see `buffers=`).
 """
 import functools
 import hashlib
+import operator
+import os
 import sys
+import warnings
 import weakref
 
 import numpy
@@ -30,10 +38,16 @@ from ..optim.optimizer import _eager_in_replay
 from ..variable import Variable, dtype_kind, note_write
 from .communicator import DistributedError
 
-__all__ = ["DistributedOptimizer", "DEFAULT_BUCKET_SIZE"]
+__all__ = ["DistributedOptimizer", "DEFAULT_BUCKET_SIZE", "LocalGradientWarning"]
 
 DEFAULT_BUCKET_SIZE = 4 * 2 ** 20  # bytes
 BUFFER_MODES = ("mean", "root", None)
+
+
+class LocalGradientWarning(UserWarning):
+    """A gradient was set anew between backward and the averaging (`p.grad = p.grad * 0.5`
+    before step()): each rank changed its own gradient, not the mean one process would have
+    had."""
 
 
 class _Bucket:
@@ -66,11 +80,20 @@ class DistributedOptimizer:
     alpha, ...) is the optimizer's.
 
     `bucket_size`: bytes per bucket (a parameter larger than that gets one of its own).
-    `overlap`: start each bucket while backward goes on (else all at the step). To change a
-    gradient between backward and the step, set `p.grad` anew (clip_grad_norm_ does) or use an
-    optimizer hook: a write into the gradient's array may come after it was sent. The first
-    step checks that every rank holds the same parameters (a digest of each), and raises
-    DistributedError naming the ones that differ: see broadcast_parameters.
+    `overlap`: start each bucket while backward goes on (else all at the step). Every rank must
+    be given the same bucket_size, overlap and buffers: the first step compares them, and that
+    every rank holds the same parameters (a digest of each), and raises DistributedError naming
+    what differs (see broadcast_parameters). Parameters the optimizer gains later (a layer
+    replaced the same way on every rank) are planned and compared at the step that finds them.
+
+    clip_grad_norm_ and clip_grad_value_ average the gradients first (synchronize(); the step
+    then sums nothing again), so `loss.backward(); clip_grad_norm_(model.parameters(), 1.0);
+    opt.step()` clips the mean gradient, as one process on the whole batch would: call them on
+    every rank. To change the averaged gradients otherwise, call synchronize() first; an
+    optimizer hook (ClipGrad) sees them too. A gradient set anew between backward and
+    synchronize() (or a step) is this rank's own: it is averaged as it is, and with overlap a
+    LocalGradientWarning says so once; a write into a gradient's array may come after it was
+    sent.
 
     `buffers`: how the model's buffers (BatchNorm's running mean and variance), which each
     rank's forward moves on its own data, are made to agree at each step (step, update,
@@ -116,13 +139,22 @@ class DistributedOptimizer:
         self._names = None  # id(parameter) -> its name in the target, for messages
         self._target = None  # the optimizer's target that _params were read from
         self._hook_handles = []
+        # synchronize() ran and no backward reached a parameter since: the step sums nothing
+        self._synced = False
+        self._stepping = False  # synchronize() called by step() or update()
+        # id(parameter) -> a weak reference to its gradient as backward left it (the hooks
+        # record it): one set anew before the averaging was changed on this rank alone
+        self._final = {}
+        self._warned = False  # LocalGradientWarning given
         weakref.finalize(self, _remove_all, self._hook_handles)
+        _live.add(self)
         if optimizer.target is not None:
             self._attach()
 
     _own = frozenset(("optimizer", "comm", "bucket_size", "overlap", "buffers", "model",
                       "_params", "_buckets", "_bucket_of", "_started", "_stale", "_checked",
-                      "_names", "_target", "_hook_handles", "_buffers", "__weakref__"))
+                      "_names", "_target", "_hook_handles", "_buffers", "_synced", "_stepping",
+                      "_final", "_warned", "__weakref__"))
 
     def __getattr__(self, name):  # what is not ours is the optimizer's
         if name in DistributedOptimizer._own:
@@ -149,7 +181,7 @@ class DistributedOptimizer:
     @_eager_in_replay
     def update(self):
         """Average the gradients over the ranks, then the optimizer's update (DeZero's name)."""
-        self.synchronize()
+        self._average_for_step()
         self.optimizer.update()
 
     @functools.partial(_eager_in_replay, closure_first=True)
@@ -159,7 +191,7 @@ class DistributedOptimizer:
         if closure is not None:
             with enable_grad():
                 loss = closure()
-        self.synchronize()
+        self._average_for_step()
         self.optimizer.update()
         return loss
 
@@ -168,20 +200,24 @@ class DistributedOptimizer:
         dropped are let go."""
         if self._round_open():
             self._abandon()
+        self._step_taken()
         self.optimizer.zero_grad(*args, **kwargs)
 
     def synchronize(self):
         """Replace every gradient with its mean over the ranks, and bring the buffers into
-        agreement (see `buffers`), now: step and update do this."""
-        if self.optimizer.target is not self._target:  # optimizer.setup(...) since we looked
-            self._attach()
+        agreement (see `buffers`), now. step() and update() do this themselves, unless
+        synchronize() ran since the last backward: call it before the step to change the
+        averaged gradients (clip_grad_norm_ calls it), and the step uses them as they are. A
+        backward between the two is summed again at the step."""
+        self._follow_parameters()
         if self._buckets is None:
             self._plan()
         if not self._checked:
             self._check_same_parameters()
             self._checked = True
+        self._warn_if_set_here()
         # a gradient changed after its bucket started (it came late, came in a second
-        # backward, or was set anew, as clip_grad_norm_ does) on some rank, perhaps not on
+        # backward, or was set anew, `p.grad = ...`) on some rank, perhaps not on
         # this one: every rank sums them all again
         stale = self._stale or self._set_after_start()
         if self.overlap and self.comm.size > 1:
@@ -202,6 +238,29 @@ class DistributedOptimizer:
         if self._buffers is not None and self._buffers.buffer is not None:
             self._buffers.unpack(self.comm)
         self._started = 0
+        self._final.clear()
+        self._synced = True
+        if not self._stepping:
+            self._hook()  # without overlap, only until the step: to see a backward before it
+
+    def _average_for_step(self):
+        """synchronize(), unless the program called it since the last backward (to clip the
+        averaged gradients): summing them again would cost a second all-reduce."""
+        if not self._synced:
+            self._stepping = True
+            try:
+                self.synchronize()
+            finally:
+                self._stepping = False
+        self._step_taken()
+
+    def _step_taken(self):
+        """The next step averages again; without overlap, no hooks until then (each backward
+        pays a pass over its graph while a leaf has one)."""
+        self._synced = False
+        self._final.clear()
+        if not self.overlap:
+            _remove_all(self._hook_handles)
 
     # ---------------------------------------------------------------- buckets
     def _attach(self):
@@ -214,11 +273,35 @@ class DistributedOptimizer:
         self._bucket_of = {}
         self._checked = False  # other parameters: the ranks compare them again
         self._names = None
+        self._synced = False
+        self._final.clear()
         if self.overlap:
-            ready = weakref.WeakMethod(self._ready)  # the hooks must not keep self alive
-            hook = lambda p: ready() is not None and ready()(p)  # noqa: E731
-            self._hook_handles.extend(p.register_post_accumulate_grad_hook(hook)
-                                      for p in self._params)
+            self._hook()
+
+    def _hook(self):
+        """Call _ready for each parameter as backward finishes its gradient (once hooked)."""
+        if self._hook_handles:
+            return
+        ready = weakref.WeakMethod(self._ready)  # the hooks must not keep self alive
+        hook = lambda p: ready() is not None and ready()(p)  # noqa: E731
+        self._hook_handles.extend(p.register_post_accumulate_grad_hook(hook)
+                                  for p in self._params)
+
+    def _follow_parameters(self):
+        """Plan again if the optimizer's parameters are others than those planned (setup(other),
+        a layer replaced, a bias added): its step reads them anew each time, and a parameter
+        left out of the buckets would be trained on each rank's own gradient."""
+        if self.optimizer.target is self._target:
+            params = self.optimizer._parameters()  # what the optimizer's own step reads
+            if len(params) == len(self._params) and all(map(operator.is_, params,
+                                                            self._params)):
+                return
+        if self._checked and self.overlap and self.comm.size > 1:
+            # buckets of the old plan may have started in backward on some ranks only: every
+            # rank finishes them, in the same order, or none does
+            if self.comm.any_rank(self._round_open(), "the gradient all-reduce"):
+                self._abandon()
+        self._attach()
 
     def _plan(self):
         """Buckets of the parameters, last first, each of one backend, device and dtype."""
@@ -247,7 +330,13 @@ class DistributedOptimizer:
             self._buffers = _Buffers(named, self.buffers, self.comm)
 
     def _ready(self, p):
-        """p's gradient is final for this backward: start the buckets that are complete."""
+        """p's gradient is final for this backward: noted, and with overlap the buckets that
+        are complete start."""
+        self._synced = False  # a backward since synchronize(): the step sums again
+        if p.grad is not None:
+            self._final[id(p)] = weakref.ref(p.grad)  # not kept alive once replaced
+        if not self.overlap:
+            return
         recorder = _variables.step_recorder
         if not self._checked or recorder is not None and recorder.is_active():
             return  # the first step checks the ranks first; a recorded step sums at the step
@@ -364,19 +453,48 @@ class DistributedOptimizer:
 
     def _set_after_start(self):
         """Whether some parameter's gradient is another object than its started bucket holds
-        (set anew after backward: clip_grad_norm_, p.grad = ...)."""
+        (set anew after backward: p.grad = ...)."""
         return any(p.grad is not g for bucket in self._buckets[:self._started]
                    for p, g in zip(bucket.params, bucket.packed))
 
     # ---------------------------------------------------------------- checks
+    def _warn_if_set_here(self):
+        """LocalGradientWarning (once) if a gradient was set anew since backward left it, before
+        the averaging: each rank then changed its own."""
+        if self._warned or not self._final or self.comm.size == 1:
+            return
+        final = self._final
+        changed = [self._name(p) for p in self._params
+                   if id(p) in final and p.grad is not None and p.grad is not final[id(p)]()]
+        if not changed:
+            return
+        self._warned = True
+        warnings.warn(
+            f"DistributedOptimizer: the gradient{'s' if len(changed) > 1 else ''} of "
+            f"{_few(changed)} {'were' if len(changed) > 1 else 'was'} set anew after backward, "
+            "before the ranks' gradients were averaged: each rank changed its own (training "
+            "differs from one process on the whole batch). To change the averaged "
+            "gradients, call opt.synchronize() after backward and before the change; the step "
+            "then sums nothing again. If each rank's own change is what you want, ignore "
+            "gradcore.distributed.LocalGradientWarning", LocalGradientWarning,
+            stacklevel=_program_level())
+
     def _check_same_parameters(self):
-        """Raise DistributedError on every rank if the ranks' parameters (or the names, shapes
-        and dtypes of the buffers they keep in agreement) differ."""
+        """Raise DistributedError on every rank if the ranks' settings (bucket_size, overlap,
+        buffers, and the buckets planned from them), parameters, or the names, shapes and
+        dtypes of the buffers they keep in agreement differ: before any bucket starts, since
+        sums of different lengths would wait for each other until the deadline."""
+        settings = {"bucket_size": self.bucket_size, "overlap": self.overlap,
+                    "buffers": self.buffers}
+        plan = [len(bucket.params) for bucket in self._buckets]
         mine = [[self._name(p), list(p.shape), str(p.dtype), _digest(p)] for p in self._params]
         buffers = [] if self._buffers is None else self._buffers.described()
-        everyone = self.comm.allgather_json([mine, buffers], "the parameter check")
-        theirs_buffers = [b for _, b in everyone]
-        everyone = [m for m, _ in everyone]
+        everyone = self.comm.allgather_json([settings, plan, mine, buffers],
+                                            "the parameter check")
+        _check_same_settings([s for s, _, _, _ in everyone])
+        plans = [p for _, p, _, _ in everyone]
+        theirs_buffers = [b for _, _, _, b in everyone]
+        everyone = [m for _, _, m, _ in everyone]
         differ = [rank for rank, b in enumerate(theirs_buffers) if b != theirs_buffers[0]]
         if differ:
             raise DistributedError(
@@ -398,7 +516,13 @@ class DistributedOptimizer:
             raise DistributedError(
                 "DistributedOptimizer: the ranks start from different parameters (" +
                 "; ".join(problems) + "): call dist.broadcast_parameters(model, comm) once the "
-                "model is built, on every rank, before training")
+                "model is built, on every rank, before training (and change the model the same "
+                "way on every rank)")
+        if any(p != plans[0] for p in plans):  # follows from the above: a last safeguard
+            raise DistributedError(
+                "DistributedOptimizer: the ranks planned different buckets (parameters per "
+                f"bucket: {_by_rank(plans)}): give every rank the same model, on the same kind "
+                "of device, in the same dtypes")
 
     def _name(self, p):
         names = self._names
@@ -516,6 +640,43 @@ class _Buffers:
             note_write(v)
 
 
+def _check_same_settings(everyone):
+    """DistributedError naming each setting whose value differs between the ranks, given each
+    rank's dict of settings."""
+    differ = [key for key in everyone[0] if any(s[key] != everyone[0][key] for s in everyone)]
+    if differ:
+        raise DistributedError(
+            "DistributedOptimizer: the ranks were given different settings (" +
+            "; ".join(f"{key} {_by_rank([s[key] for s in everyone])}" for key in differ) +
+            "): give DistributedOptimizer the same bucket_size, overlap and buffers on every "
+            "rank")
+
+
+def _by_rank(values):
+    """'40 on rank 0, 1000000 on ranks 1, 2': each value with the ranks that have it."""
+    groups = {}
+    for rank, value in enumerate(values):
+        groups.setdefault(repr(value), []).append(rank)
+    return ", ".join(f"{value} on rank{'s' if len(ranks) > 1 else ''} {_few(ranks)}"
+                     for value, ranks in groups.items())
+
+
+def _few(items, most=5):
+    """'a, b, c' or 'a, b, c, d, e and 7 more', for messages."""
+    shown = ", ".join(map(str, items[:most]))
+    return shown + (f" and {len(items) - most} more" if len(items) > most else "")
+
+
+def _program_level():
+    """warnings.warn's stacklevel, called where it is, for the program's line that led here
+    (the first frame outside gradcore): step() and synchronize() reach it at other depths."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1  # warn's caller (our caller) is stacklevel 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def _listed(described):
     """Buffers as the ranks describe them, for a message."""
     return ", ".join(f"{name} {tuple(shape)} {dtype}" for name, shape, dtype in described) \
@@ -535,6 +696,24 @@ def _complete(bucket):
 def _digest(p):
     return hashlib.blake2b(numpy.ascontiguousarray(p.numpy()).tobytes(),
                            digest_size=8).hexdigest()
+
+
+_live = weakref.WeakSet()  # every DistributedOptimizer, for average_before_reading
+
+
+def average_before_reading(params):
+    """synchronize() each DistributedOptimizer of several ranks over some of `params` that has
+    not averaged since its last step: clip_grad_norm_ and clip_grad_value_ call this, so that
+    `backward(); clip_grad_norm_(...); step()` clips the mean gradient, as one process on the
+    whole batch would (and as PyTorch's DDP, whose backward leaves the mean). A collective: every
+    rank must call them."""
+    if not _live:
+        return
+    ids = {id(p) for p in params}
+    for opt in list(_live):
+        if (not opt._synced and opt.comm.size > 1 and opt.optimizer.target is not None
+                and any(id(p) in ids for p in opt.optimizer._parameters())):
+            opt.synchronize()
 
 
 def _remove_all(handles):

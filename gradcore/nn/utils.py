@@ -5,6 +5,7 @@ read a value on the host unless asked to (error_if_nonfinite): on a GPU they que
 on. The optimizer hook optim.ClipGrad (DeZero's) does the norm clipping inside a step.
 """
 import math
+import sys
 
 import backends
 
@@ -17,6 +18,10 @@ def _with_grads(parameters):
     """The Variables among `parameters` (one, or an iterable) that have a gradient."""
     if isinstance(parameters, Variable):
         parameters = [parameters]
+    parameters = list(parameters)
+    distributed = sys.modules.get("gradcore.distributed.optimizer")  # none made, if not imported
+    if distributed is not None:  # gradients a DistributedOptimizer will average: the mean ones
+        distributed.average_before_reading(parameters)
     return [p for p in parameters if p.grad is not None]
 
 

@@ -379,8 +379,10 @@ class Optimizer:
         """Hyperparameters and per-parameter state (copies), PyTorch-style:
         {"type", "hyperparameters", "counters", "initial_lr", "shapes",
         "state": {position: {name: array or count}}}, where a position is the parameter's index
-        in the target's parameter order."""
+        in the target's parameter order; with "names" too (each parameter's, "l1.W" style) when
+        the target is a model, so that loading can tell the parameters apart."""
         params = self._parameters()
+        names = self._parameter_names(params)
         state = {}
         for position, p in enumerate(params):
             s = self.state.get(p)
@@ -389,7 +391,7 @@ class Optimizer:
                 if self.state_counters:
                     state[position].update(self.param_counts(p))
         initial_lr = getattr(self, "initial_lr", None)
-        return {
+        saved = {
             "type": type(self).__name__,
             "hyperparameters": self.hyperparameters,
             "counters": {name: int(getattr(self, name)) for name in self.counters},
@@ -397,14 +399,31 @@ class Optimizer:
             "shapes": [None if p.data is None else tuple(p.shape) for p in params],
             "state": state,
         }
+        if names is not None:
+            saved["names"] = names
+        return saved
+
+    def _parameter_names(self, params):
+        """The name of each of `params` in the target (a model with named_parameters()), or None
+        when the target cannot name every one (a list of parameters)."""
+        named = getattr(self.target, "named_parameters", None)
+        if not callable(named):
+            return None
+        name_of = {}
+        for name, p in named():
+            name_of.setdefault(id(p), name)  # a shared parameter: its first name
+        names = [name_of.get(id(p)) for p in params]
+        return None if None in names else names
 
     def load_state_dict(self, state_dict):
         """Restore what `state_dict()` returned (arrays may be on any backend or device; they
         are copied onto each parameter's device and dtype). Everything is checked first: the
         optimizer type, the hyperparameter and state names, the number of parameters and each
-        shape; on a mismatch nothing changes. A state_dict from before per-parameter counts
-        (Adam's "step") were saved gives each parameter the optimizer counter they fall back to
-        (Adam's t)."""
+        shape, and each parameter's name where the state_dict has names (saved from an
+        optimizer of a model); on a mismatch nothing changes. A state_dict without names (saved
+        from an optimizer given a list of parameters, or by an older gradcore) loads by position.
+        A state_dict from before per-parameter counts (Adam's "step") were saved gives each
+        parameter the optimizer counter they fall back to (Adam's t)."""
         where = f"{type(self).__name__}.load_state_dict"
         _check_format(where, state_dict, type(self).__name__)
         hyper = _checked_hyperparameters(where, state_dict["hyperparameters"], self.defaults)
@@ -414,6 +433,8 @@ class Optimizer:
         if initial_lr is not None:
             initial_lr = checked_hyperparameter(where, "initial_lr", initial_lr, rule="lr")
         params = self._parameters()
+        if state_dict.get("names") is not None:  # first: a name says more than a shape
+            _check_names(where, state_dict["names"], self._parameter_names(params))
         _check_shapes(where, state_dict["shapes"], params)
         loaded = _checked_state(where, state_dict["state"], params, self.state_names,
                                 self.state_counters)
@@ -506,6 +527,30 @@ def _check_shapes(where, saved, params):
                     if current is None else "")
             raise ValueError(f"{where}: parameter {position} has shape {shape} in the "
                              f"state_dict but {current} here{hint}")
+
+
+def _check_names(where, saved, here):
+    """ValueError unless the saved parameter names are those of this optimizer's parameters, in
+    the same order (`here`: None when its parameters have no names to compare)."""
+    saved = [str(name) for name in saved]
+    if here is None:
+        kind = where.split(".")[0]
+        raise ValueError(
+            f"{where}: the state_dict names its parameters ({', '.join(saved[:3])}"
+            f"{', ...' if len(saved) > 3 else ''}) but this optimizer was given its parameters "
+            "without names (a list), so it cannot tell that each state goes to its own "
+            f"parameter: give the optimizer the model (as when it was saved: {kind}(model)), "
+            "or to load by position, in the order saved, drop the names first "
+            "(state_dict.pop('names'))")
+    if len(saved) != len(here):
+        return  # _check_shapes says how many each has
+    for position, (name, own) in enumerate(zip(saved, here)):
+        if name != own:
+            raise ValueError(
+                f"{where}: parameter {position} is {own} here but {name} in the state_dict "
+                "(the model's parameters are in another order, or it is another model): load "
+                "it into an optimizer of the same model, built the same way (if only the names "
+                "changed and the order is the same, drop them: state_dict.pop('names'))")
 
 
 def _checked_state(where, state, params, state_names, state_counters=()):

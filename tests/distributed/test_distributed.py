@@ -142,6 +142,60 @@ def test_forgetting_the_broadcast_is_caught_at_the_first_step(tmp_path):
         assert "dist.broadcast_parameters(model, comm)" in r["error"]
 
 
+@pytest.fixture(scope="module")
+def changes_and_settings(tmp_path_factory):
+    """One job of 2 ranks for the scenarios below; a 20 s deadline, so that a wait on ranks
+    that disagree fails the tests in seconds, not minutes."""
+    return launch("changes_and_settings", tmp_path_factory.mktemp("changes"), timeout=20.0)
+
+
+@pytest.mark.parametrize("setting, values", [("bucket_size", "1048576 on rank 0, 40 on rank 1"),
+                                             ("overlap", "True on rank 0, False on rank 1"),
+                                             ("buffers", "'mean' on rank 0, 'root' on rank 1")])
+def test_ranks_given_different_settings_raise_at_once_naming_them(changes_and_settings,
+                                                                  setting, values):
+    for r in changes_and_settings:
+        result = r["settings"][setting]
+        assert (f"the ranks were given different settings ({setting} {values}): give "
+                "DistributedOptimizer the same bucket_size, overlap and buffers") in result["error"]
+        assert result["seconds"] < 5  # at the check, not at the all-reduce's deadline
+
+
+@pytest.mark.parametrize("overlap", ["True", "False"])
+def test_a_layer_replaced_after_the_first_step_is_averaged(changes_and_settings, overlap):
+    first, second = (r["changes"][overlap] for r in changes_and_settings)
+    assert first["digests"] == second["digests"]
+    assert first["planned"] == ["0.W", "0.b", "1.W", "1.b"]  # the new layer's included
+    # float64: as one process on the mean of the ranks' losses, to the last bit here
+    assert first["max_difference"] < 1e-14
+
+
+@pytest.mark.parametrize("form", ["synchronize", "plain"])
+@pytest.mark.parametrize("overlap", ["True", "False"])
+def test_clipping_before_the_step_clips_the_mean_with_one_all_reduce(changes_and_settings,
+                                                                     overlap, form):
+    """backward(); [opt.synchronize();] clip_grad_norm_(); step(): as one process on the whole
+    batch (clip_grad_norm_ averages first, where synchronize() was not called)."""
+    first, second = (r["clip"][f"{overlap} {form}"] for r in changes_and_settings)
+    assert first["norms"] == second["norms"]  # the norm of the mean, the same on every rank
+    np.testing.assert_allclose(first["norms"], first["alone_norms"], rtol=1e-12)
+    assert first["max_difference"] < 1e-14  # one process on the whole batch, clipped
+    assert first["started"] == [1, 1, 1, 1]  # the step summed nothing again
+
+
+@pytest.mark.parametrize("overlap", ["True", "False"])
+def test_a_gradient_set_anew_before_the_averaging_warns_with_overlap(changes_and_settings,
+                                                                     overlap):
+    warned = changes_and_settings[0]["clip"][f"{overlap} warnings"]
+    if overlap == "False":  # no hooks in backward to see it
+        assert warned == []
+        return
+    assert len(warned) == 1
+    assert ("the gradients of 0.W, 0.b, 1.W, 1.b were set anew after backward, before the "
+            "ranks' gradients were averaged") in warned[0]
+    assert "call opt.synchronize() after backward and before the change" in warned[0]
+
+
 def test_lazy_layers_broadcast_before_their_first_call_agree(tmp_path):
     first, second = launch("lazy", tmp_path)
     assert first["digests"] == second["digests"]

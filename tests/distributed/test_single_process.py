@@ -1,5 +1,6 @@
 """gradcore.distributed in one process (a job of one rank, no launcher): what it promises that
 does not need several processes, and its errors."""
+import copy
 import sys
 import warnings
 import weakref
@@ -402,7 +403,8 @@ def test_buffer_errors_say_what_to_do(comm):
         size = 2
 
         def allgather_json(self, obj, what=None):
-            return [obj, [obj[0], []]]
+            settings, plan, parameters, _ = obj
+            return [obj, [settings, plan, parameters, []]]
     opt = dist.DistributedOptimizer(optim.SGD(model, lr=0.1),
                                     RankOfTwoWithoutBuffers(comm, on_device=False))
     F.sum(model(gradcore.Variable(np.ones((4, 2), np.float32)))).backward()
@@ -477,13 +479,105 @@ def test_a_gradient_set_anew_after_backward_is_the_one_averaged(comm, overlap):
     model = nn.Linear(2, in_size=3)
     opt = dist.DistributedOptimizer(optim.SGD(model.parameters(), lr=0.1),
                                     _RankOfThree(comm, on_device=False), overlap=overlap)
-    for _ in range(3):  # from the second step on, buckets start in backward (overlap)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):  # from the second step on, buckets start in backward (overlap)
+            opt.zero_grad()
+            F.sum(model(x)).backward()
+            for p in model.parameters():  # each p.grad set anew, clipped to 0.5, on this rank
+                p.grad = gradcore.Variable(np.minimum(p.grad.numpy(), 0.5))
+            opt.synchronize()
+            np.testing.assert_allclose(model.b.grad.numpy(), np.full(2, 0.5), rtol=1e-6)
+            opt.optimizer.update()
+    said = [w for w in caught if issubclass(w.category, dist.LocalGradientWarning)]
+    if overlap:  # the hooks saw what backward left: said once, at the program's line
+        assert len(said) == 1 and said[0].filename == __file__
+        assert str(said[0].message).startswith(
+            "DistributedOptimizer: the gradients of parameter 0 (3, 2), parameter 1 (2,) were "
+            "set anew after backward, before the ranks' gradients were averaged")
+
+
+class _CountingAlone(_RankOfThreeAlone):
+    """_RankOfThreeAlone counting the sums it starts."""
+
+    started = 0
+
+    def start(self, buffer):
+        self.started += 1
+        return super().start(buffer)
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_a_step_after_synchronize_sums_again_only_after_another_backward(comm, overlap):
+    x = gradcore.Variable(np.ones((4, 3), np.float32))
+    model = nn.Linear(2, in_size=3)
+    ranks = _CountingAlone(comm, on_device=False)  # each mean is a third of this rank's
+    opt = dist.DistributedOptimizer(optim.SGD(model.parameters(), lr=0.1), ranks,
+                                    overlap=overlap)
+    for _ in range(2):  # the second: buckets start in backward (overlap)
+        opt.zero_grad()
+        F.sum(model(x)).backward()  # b's gradient: 4 in each element
+        opt.synchronize()
+        np.testing.assert_allclose(model.b.grad.numpy(), np.full(2, 4 / 3), rtol=1e-6)
+        nn.utils.clip_grad_value_(model.parameters(), 0.5)
+        started = ranks.started
+        before = model.b.numpy().copy()
+        opt.step()
+        assert ranks.started == started  # nothing summed again
+        np.testing.assert_allclose(model.b.numpy(), before - 0.1 * 0.5, rtol=1e-6)
+    opt.zero_grad()
+    F.sum(model(x)).backward()
+    opt.synchronize()
+    F.sum(model(x)).backward()  # a backward after synchronize(): summed at the step
+    opt.step()
+    np.testing.assert_allclose(model.b.grad.numpy(), np.full(2, (4 / 3 + 4) / 3), rtol=1e-6)
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_a_layer_replaced_after_the_first_step_is_planned_and_averaged(comm, overlap):
+    x = gradcore.Variable(np.ones((4, 3), np.float32))
+    model = nn.Sequential(nn.Linear(4, in_size=3), nn.Linear(2, in_size=4))
+    opt = dist.DistributedOptimizer(optim.SGD(model, lr=0.1),
+                                    _RankOfThreeAlone(comm, on_device=False), overlap=overlap)
+    for step in range(3):
+        if step == 1:
+            setattr(model, "1", nn.Linear(2, in_size=4))  # the optimizer trains it next
         opt.zero_grad()
         F.sum(model(x)).backward()
-        nn.utils.clip_grad_value_(model.parameters(), 0.5)  # sets each p.grad anew
+        own = {name: p.grad.numpy().copy() for name, p in model.named_parameters()}
         opt.synchronize()
-        np.testing.assert_allclose(model.b.grad.numpy(), np.full(2, 0.5), rtol=1e-6)
-        opt.optimizer.update()
+        for name, p in model.named_parameters():
+            np.testing.assert_allclose(p.grad.numpy(), own[name] / 3, rtol=2.4e-7,
+                                       err_msg=f"step {step}, {name}")
+        opt.step()
+    assert [id(p) for p in opt._params] == [id(p) for p in model.parameters()]
+
+
+def test_a_wrapped_optimizers_state_dict_names_the_parameters_and_loads(comm):
+    x = gradcore.Variable(np.random.RandomState(0).randn(4, 3).astype(np.float32))
+    model = nn.MLP((5, 2))
+    model(x)
+    twin = copy.deepcopy(model)
+    opt = dist.DistributedOptimizer(optim.Adam(model, lr=0.01), comm)
+
+    def step(model, opt):
+        opt.zero_grad()
+        F.sum(model(x) ** 2).backward()
+        opt.step()
+    for _ in range(2):
+        step(model, opt)
+    saved = opt.state_dict()
+    assert saved["names"] == ["l0.W", "l0.b", "l1.W", "l1.b"]
+    twin.load_state_dict(model.state_dict())
+    restored = dist.DistributedOptimizer(optim.Adam(twin, lr=0.01), comm)
+    restored.load_state_dict(saved)
+    step(model, opt)
+    step(twin, restored)
+    for a, b in zip(model.parameters(), twin.parameters()):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    listed = dist.DistributedOptimizer(optim.Adam(twin.parameters()), comm)
+    with pytest.raises(ValueError, match="the state_dict names its parameters"):
+        listed.load_state_dict(saved)
 
 
 def test_init_again_with_a_timeout_sets_it(comm):

@@ -5,6 +5,7 @@ import json
 import os
 import sys
 import time
+import warnings
 
 import numpy as np
 
@@ -351,6 +352,133 @@ def compiled_closure(comm, out):
             "buffers": {k: b.numpy().tolist() for k, b in model.named_buffers()},
             "replays": step.stats()["replays"] if compiled else None}
     return results
+
+
+def two_layers(comm=None):
+    """Two float64 Linear layers, the same on every rank (broadcast when given `comm`)."""
+    gradcore.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, in_size=3, dtype="float64"),
+                          nn.Linear(2, in_size=4, dtype="float64"))
+    if comm is not None:
+        dist.broadcast_parameters(model, comm)
+    return model
+
+
+def settings_differ(comm, out):
+    """Ranks given different bucket_size, overlap or buffers: the first step raises on every
+    rank, at once, naming the setting and each rank's value."""
+    results = {}
+    x = gradcore.Variable(np.random.RandomState(comm.rank).randn(5, 3))
+    for name, values in (("bucket_size", (1 << 20, 40)), ("overlap", (True, False)),
+                         ("buffers", ("mean", "root"))):
+        model = two_layers(comm)
+        opt = dist.DistributedOptimizer(optim.SGD(model, lr=0.1), comm,
+                                        **{name: values[comm.rank]})
+        start = time.monotonic()
+        F.sum(model(x) ** 2).backward()
+        try:
+            opt.step()
+            results[name] = {"error": None}
+        except dist.DistributedError as e:
+            results[name] = {"error": str(e), "seconds": time.monotonic() - start}
+    return results
+
+
+def model_changes(comm, out):
+    """A layer replaced the same way on every rank after the first step, overlap on and off
+    (buckets of the old plan may have started in backward): the new layer's gradients are
+    averaged; the ranks train as one process on the mean of their losses."""
+    xs = [gradcore.Variable(np.random.RandomState(r).randn(5, 3)) for r in range(comm.size)]
+    results = {}
+
+    def train(model, opt, loss):
+        for step in range(4):
+            if step == 1:  # the same new layer on every rank
+                gradcore.manual_seed(1)
+                setattr(model, "1", nn.Linear(2, in_size=4, dtype="float64"))
+            opt.zero_grad()
+            loss(model).backward()
+            opt.step()
+    for overlap in (True, False):
+        model = two_layers(comm)
+        opt = dist.DistributedOptimizer(optim.SGD(model, lr=0.05), comm, bucket_size=48,
+                                        overlap=overlap)
+        train(model, opt, lambda m: F.sum(m(xs[comm.rank]) ** 2))
+        alone = two_layers()
+        train(alone, optim.SGD(alone, lr=0.05),
+              lambda m: sum(F.sum(m(x) ** 2) for x in xs) / comm.size)
+        results[str(overlap)] = {
+            "digests": digests(model),
+            "planned": [name for name, p in model.named_parameters() if id(p) in opt._bucket_of],
+            "max_difference": max(float(np.abs(a.numpy() - b.numpy()).max()) for a, b in
+                                  zip(model.parameters(), alone.parameters()))}
+    return results
+
+
+def clip_averaged(comm, out):
+    """backward, clip_grad_norm_, step(), with and without synchronize() before the clipping:
+    one process's training on the whole batch, one all-reduce per step. A gradient set anew by
+    the program itself before the averaging warns (with overlap, whose hooks see it)."""
+    rng = np.random.RandomState(0)
+    xs, ts = rng.randn(comm.size, 8, 3), rng.randn(comm.size, 8, 2)
+    xs[1] *= 5  # rank 1's gradients are larger: clipping each rank's differs
+
+    def loss(model, x, t):
+        return F.mean_squared_error(model(gradcore.Variable(x)), gradcore.Variable(t))
+    alone = two_layers()
+    solo = optim.SGD(alone, lr=0.05)
+    alone_norms = []
+    for _ in range(4):
+        solo.zero_grad()
+        (sum(loss(alone, x, t) for x, t in zip(xs, ts)) / comm.size).backward()
+        alone_norms.append(float(nn.utils.clip_grad_norm_(alone.parameters(), 1.0).item()))
+        solo.step()
+    results = {}
+    for overlap in (True, False):
+        for form in ("synchronize", "plain"):
+            model = two_layers(comm)
+            opt = dist.DistributedOptimizer(optim.SGD(model, lr=0.05), comm, overlap=overlap)
+            started = []
+            start = comm.reducer.start
+
+            def counted(buffer):
+                started[-1] += 1
+                return start(buffer)
+            comm.reducer.start = counted
+            norms = []
+            try:
+                for _ in range(4):
+                    started.append(0)
+                    opt.zero_grad()
+                    loss(model, xs[comm.rank], ts[comm.rank]).backward()
+                    if form == "synchronize":
+                        opt.synchronize()
+                    norms.append(float(nn.utils.clip_grad_norm_(model.parameters(), 1.0).item()))
+                    opt.step()
+            finally:
+                del comm.reducer.start
+            difference = max(float(np.abs(a.numpy() - b.numpy()).max())
+                             for a, b in zip(model.parameters(), alone.parameters()))
+            results[f"{overlap} {form}"] = {"norms": norms, "alone_norms": alone_norms,
+                                            "started": started, "max_difference": difference}
+        # each rank changing its own gradient before the averaging
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(2):
+                opt.zero_grad()
+                loss(model, xs[comm.rank], ts[comm.rank]).backward()
+                for p in model.parameters():
+                    p.grad = p.grad * 0.5
+                opt.step()
+        results[f"{overlap} warnings"] = [str(w.message) for w in caught
+                                          if issubclass(w.category, dist.LocalGradientWarning)]
+    return results
+
+
+def changes_and_settings(comm, out):
+    """The three scenarios above in one job (each launch costs seconds on a loaded machine)."""
+    return {"settings": settings_differ(comm, out), "changes": model_changes(comm, out),
+            "clip": clip_averaged(comm, out)}
 
 
 # scenarios that run before dist.init: they get the timeout instead of the communicator

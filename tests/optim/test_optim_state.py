@@ -303,6 +303,77 @@ def test_counts_read_back_from_an_npz_file_load(tmp_path):
         np.testing.assert_array_equal(a.data, b.data)
 
 
+# ---------------------------------------------------------------- names
+class TwoLayers(gradcore.nn.Module):
+    """Two layers of the same shapes: their states can be swapped without a shape to tell."""
+
+    def __init__(self, first_assigned="l0"):
+        super().__init__()
+        for name in (first_assigned, "l1" if first_assigned == "l0" else "l0"):
+            setattr(self, name, gradcore.nn.Linear(3, in_size=3, dtype="float64"))
+
+    def forward(self, x):
+        return self.l1(self.l0(x))
+
+
+def trained_adam(model, steps=2):
+    optimizer = Adam(model, lr=0.1)
+    x = gradcore.Variable(np.random.RandomState(0).randn(4, 3))
+    for _ in range(steps):
+        optimizer.zero_grad()
+        gradcore.functions.sum(model(x) ** 2).backward()
+        optimizer.step()
+    return optimizer
+
+
+def test_a_models_optimizer_saves_its_parameters_names_and_loads_by_them():
+    gradcore.manual_seed(0)
+    model = TwoLayers()
+    optimizer = trained_adam(model)
+    saved = optimizer.state_dict()
+    assert saved["names"] == ["l0.W", "l0.b", "l1.W", "l1.b"]
+    assert "names" not in Adam(list(model.parameters())).state_dict()  # a list has none
+    twin = copy.deepcopy(model)
+    restored = Adam(twin, lr=0.1)
+    restored.load_state_dict(saved)
+    for name, p in twin.named_parameters():
+        np.testing.assert_array_equal(restored.state[p]["m"],
+                                      optimizer.state[dict(model.named_parameters())[name]]["m"])
+
+
+def test_state_for_parameters_in_another_order_is_refused_by_name():
+    gradcore.manual_seed(0)
+    saved = trained_adam(TwoLayers()).state_dict()
+    reordered = TwoLayers(first_assigned="l1")  # the same shapes, its l1 listed first
+    target = Adam(reordered, lr=0.1)
+    with pytest.raises(ValueError, match=r"parameter 0 is l1.W here but l0.W in the "
+                                         r"state_dict .*load it into an optimizer of the same "
+                                         r"model"):
+        target.load_state_dict(saved)
+    assert len(target.state) == 0 and target.t == 0  # nothing changed
+    l0, l1 = reordered.l0, reordered.l1
+    listed = Adam([l1.W, l1.b, l0.W, l0.b], lr=0.1)  # no names to compare with
+    with pytest.raises(ValueError, match=r"names its parameters \(l0.W, l0.b, l1.W, \.\.\.\) "
+                                         r"but this optimizer was given its parameters without "
+                                         r"names .*Adam\(model\).*state_dict.pop\('names'\)"):
+        listed.load_state_dict(saved)
+    assert len(listed.state) == 0
+
+
+def test_a_state_dict_without_names_loads_by_position():
+    gradcore.manual_seed(0)
+    model = TwoLayers()
+    optimizer = trained_adam(model)
+    older = optimizer.state_dict()
+    del older["names"]  # as saved by an older gradcore, or from a list of parameters
+    for target in (model, list(model.parameters())):
+        restored = Adam(target, lr=0.1)
+        restored.load_state_dict(older)
+        for p in model.parameters():
+            np.testing.assert_array_equal(restored.state[p]["v"], optimizer.state[p]["v"])
+            assert restored.param_counts(p) == {"step": 2}
+
+
 def test_dropping_a_parameters_state_restarts_its_count():
     W = gradcore.Parameter(np.array([1.0, -2.0]))
     optimizer = Adam([W])
