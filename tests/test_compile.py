@@ -2350,3 +2350,288 @@ def test_a_nan_argument_finds_its_tape_again():
         got = compiled(np.ones(2), float("nan"))  # a new NaN object at every call
         assert np.isnan(got.data).all()
     assert compiled.stats()["recordings"] == 1 and compiled.stats()["replays"] == 3
+
+
+# ================================================================ what a replay must not freeze
+def test_a_view_a_step_stores_keeps_its_memory_from_later_results():
+    """`state.data = a.reshape(-1)` keeps a view of `a`: a later line that reads `a` last must
+    not write its result into a's memory (out=), or the state would hold that result."""
+    def world():
+        w = gradcore.Parameter(np.ones(3))
+        opt = optim.SGD(lr=0.1).setup(w)
+        state = gradcore.Variable(np.zeros(200 * 200))
+
+        def step(x):
+            a = x.data * 2.0  # 320 KB: large enough to lend its memory
+            state.data = a.reshape(-1)
+            loss = F.sum(w * w)
+            w.cleargrad()
+            loss.backward()
+            opt.update()
+            return gradcore.Variable((x.data + a) * 1.0)  # reads a last
+        return state, w, step
+
+    eager_state, eager_w, eager_step = world()
+    state, w, step = world()
+    compiled = gradcore.compile(step)
+    for i in range(4):
+        x = np.full((200, 200), float(i + 1))
+        expected = eager_step(gradcore.Variable(x))
+        assert same(compiled(gradcore.Variable(x)), expected)
+        assert same(state.data, eager_state.data) and same(w.data, eager_w.data)
+    assert compiled.stats()["replays"] == 3
+
+
+def test_a_branch_on_an_array_written_through_a_view_falls_back():
+    """`row = x[0]; row[...] = 5` writes x, though no line writes x's slot: the branch on x
+    tests x after the write, so its guard cannot move to the start, before it."""
+    def step(x):
+        row = x[0]
+        row[...] = 5.0
+        if (x > 0).all():
+            return x * 2
+        return x * 3
+
+    compiled = gradcore.compile(step)
+    calls = [np.array([[-1.0, -1.0], [-1.0, 2.0]]), np.array([[-1.0, -1.0], [1.0, 2.0]]),
+             np.array([[-1.0, -1.0], [3.0, 4.0]])]
+    with pytest.warns(RuntimeWarning, match=r"decided a Python branch.*test_compile.py:\d+"):
+        compiled(calls[0].copy())
+    for x in calls:
+        assert same(compiled(x.copy()), step(x.copy()))
+    assert compiled.stats()["replays"] == 0
+
+
+_Out = __import__("collections").namedtuple("_Out", "loss logits")
+
+
+def test_a_namedtuple_result_is_rebuilt_at_every_replay():
+    eager_model, _, _ = _training(optim.SGD)
+    model, _, _ = _training(optim.SGD)
+
+    def world(model):
+        opt = optim.SGD(lr=0.1).setup(model)
+
+        def step(x, t):
+            logits = model(x)
+            loss = F.softmax_cross_entropy(logits, t)
+            model.cleargrads()
+            loss.backward()
+            opt.update()
+            return _Out(loss, logits)
+        return step
+
+    eager_step, compiled = world(eager_model), gradcore.compile(world(model))
+    for i, (x, t) in enumerate(_batches(5)):
+        np.random.seed(i)
+        expected = eager_step(x, t)
+        np.random.seed(i)
+        got = compiled(x, t)
+        assert type(got) is _Out and same(got.loss, expected.loss)
+        assert same(got.logits, expected.logits)
+    assert compiled.stats()["replays"] == 3
+
+
+class _Result:
+    def __init__(self, loss):
+        self.loss = loss
+
+
+@pytest.mark.parametrize("kind", ["object", "generator"])
+def test_a_result_a_replay_cannot_rebuild_falls_back(kind):
+    def step(x0):
+        loss = F.sum(gradcore.Variable(x0) * 2.0)
+
+        def losses():  # runs as it is consumed: after the recording
+            yield loss
+        return _Result(loss) if kind == "object" else losses()
+
+    def value(result):
+        return (result.loss if kind == "object" else next(result)).data
+
+    compiled = gradcore.compile(step)
+    with pytest.warns(RuntimeWarning, match=f"returned a {type(step(np.ones(1))).__name__}"):
+        first = value(compiled(np.ones(3)))
+    assert type(first) is np.ndarray and same(first, value(step(np.ones(3))))
+    for x in (np.full(3, 2.0), np.arange(3.0)):
+        assert same(value(compiled(x)), value(step(x)))
+    assert compiled.stats()["fallbacks"] == 1 and compiled.stats()["replays"] == 0
+
+
+def test_compiling_a_generator_function_raises():
+    def steps(x0):
+        yield F.sum(gradcore.Variable(x0))
+
+    with pytest.raises(TypeError, match="steps is a generator or async function"):
+        gradcore.compile(steps)
+    with pytest.raises(TypeError, match="steps is a generator"):
+        gradcore.compile(functools.partial(steps, np.ones(2)))
+
+
+def _drawing_step(rng, x0):
+    return F.sum(gradcore.Variable(x0) * 2.0 + gradcore.Variable(rng.standard_normal(x0.shape)))
+
+
+def _step_drawing_through(reach):
+    """A step drawing from a Generator of its own, reached by `reach`."""
+    noise = __import__("types").ModuleType("noise")  # stands for a module of the user's
+    noise.rng = np.random.default_rng(0)
+    if reach == "default argument":
+        def step(x0, rng=np.random.default_rng(0)):
+            return _drawing_step(rng, x0)
+    elif reach == "keyword-only default":
+        def step(x0, *, rng=np.random.default_rng(0)):
+            return _drawing_step(rng, x0)
+    elif reach == "module attribute":
+        def step(x0):
+            return _drawing_step(noise.rng, x0)
+    else:
+        step = functools.partial(_drawing_step, np.random.default_rng(0))
+    return step
+
+
+@pytest.mark.parametrize("reach", ["default argument", "keyword-only default",
+                                   "module attribute", "partial argument"])
+def test_draws_from_a_generator_in_a_default_a_module_or_a_partial_fall_back(reach):
+    eager, compiled = _step_drawing_through(reach), gradcore.compile(_step_drawing_through(reach))
+    with pytest.warns(RuntimeWarning, match="drew from a Generator of its own"):
+        assert same(compiled(np.ones(3)), eager(np.ones(3)))
+    for _ in range(3):
+        assert same(compiled(np.ones(3)), eager(np.ones(3)))  # new numbers each call
+    assert compiled.stats()["replays"] == 0
+
+
+@pytest.mark.parametrize("hooked_calls", [(2, 3), (0, 1)])
+def test_hooks_on_an_argument_variable_are_part_of_the_key(hooked_calls):
+    def step(x):
+        loss = F.sum(x * x)
+        loss.backward()
+        return loss
+
+    compiled = gradcore.compile(step)
+    for i in range(4):
+        xe, xc = gradcore.Variable(np.ones(3)), gradcore.Variable(np.ones(3))
+        if i in hooked_calls:  # the caller wants this call's gradient scaled
+            xe.register_hook(lambda g: g * 10)
+            xc.register_hook(lambda g: g * 10)
+        assert same(compiled(xc), step(xe))
+        assert same(xc.grad, xe.grad)
+    hook = lambda g: g * 10  # noqa: E731 (one hook, kept: its tape is found again)
+    for _ in range(3):
+        xe, xc = gradcore.Variable(np.ones(3)), gradcore.Variable(np.ones(3))
+        xe.register_hook(hook)
+        xc.register_hook(hook)
+        compiled(xc)
+        step(xe)
+        assert same(xc.grad, xe.grad)
+    assert compiled.stats()["replays"] >= 3
+
+
+def test_a_step_that_leaves_a_module_in_another_mode_falls_back():
+    def world():
+        np.random.seed(5)
+        model = nn.Sequential(nn.Linear(3, 8), nn.Dropout(0.5), nn.Linear(8, 2))
+
+        def evaluate(x):
+            model.eval()
+            return model(x)
+        return model, evaluate
+
+    eager_model, eager_step = world()
+    model, step = world()
+    compiled = gradcore.compile(step)
+    xs = np.random.RandomState(0).randn(4, 4, 3)
+    with pytest.warns(RuntimeWarning, match="another train or eval mode"):
+        for x in xs:
+            for m in (model, eager_model):
+                m.train()
+            expected, got = eager_step(x), compiled(x)
+            assert same(got, expected) and model.training == eager_model.training
+            np.random.seed(1)
+            after = eager_model(x)  # the next (eager) forward, in the mode the step left
+            np.random.seed(1)
+            assert same(model(x), after)
+
+
+def _value_sized(call):
+    """A step whose result's shape comes from values, by `call`."""
+    def step(t, y0):
+        y = gradcore.Variable(y0)
+        xp = y.xp  # records, as gradcore's ops do
+        if call == "bincount":
+            counts = xp.bincount(t)
+            w = t.shape[0] / (len(counts) * counts)
+            return F.sum(y * w[t]), gradcore.Variable(counts * 1.0)
+        tt = gradcore.Variable(t).data  # traced from here on
+        if call == "zeros of a traced size":
+            made = xp.zeros(tt.max() + 1)
+        elif call == "arange to a traced stop":
+            made = xp.arange(tt.max())
+        elif call == "setdiff1d":
+            made = xp.setdiff1d(tt, xp.asarray([0])) * 1.0
+        elif call == "delete at traced places":
+            made = xp.delete(y.data, tt[:1])
+        else:  # histogram with bins chosen from the values
+            made = xp.histogram(y.data * tt, bins="auto")[0] * 1.0
+        return F.sum(y) + F.sum(gradcore.Variable(made * 1.0)), gradcore.Variable(made * 1.0)
+    return step
+
+
+@pytest.mark.parametrize("call", ["bincount", "zeros of a traced size", "arange to a traced stop",
+                                  "setdiff1d", "delete at traced places", "histogram"])
+def test_a_shape_read_from_values_falls_back(call):
+    step = _value_sized(call)
+    compiled = gradcore.compile(step)
+    labels = [np.array([0, 1, 2, 0]), np.array([0, 1, 0, 1]), np.array([3, 1, 0, 2])]
+    with pytest.warns(RuntimeWarning, match="shape that depends on the values"):
+        for t in labels:
+            y0 = np.arange(4.0) + 1
+            assert same(compiled(t, y0), step(t, y0))
+    assert compiled.stats()["replays"] == 0
+
+
+@pytest.mark.parametrize("call", ["histogram of 3 bins", "delete at fixed places"])
+def test_a_shape_given_by_constants_still_replays(call):
+    def step(y0):
+        y = gradcore.Variable(y0)
+        if call == "histogram of 3 bins":
+            made = y.xp.histogram(y.data, bins=3)[0] * 1.0
+        else:
+            made = y.xp.delete(y.data, [0, 2])
+        return F.sum(y * 2.0), gradcore.Variable(made * 1.0)
+
+    replays_like_eager(step, (6,))
+
+
+def test_a_returned_argument_is_the_calls_own():
+    def step(x):
+        return F.sum(x * x), x
+
+    compiled = gradcore.compile(step)
+    for i in range(4):
+        x = gradcore.Variable(np.full(3, float(i)))
+        loss, back = compiled(x)
+        assert back is x and same(loss, step(x)[0])
+    assert compiled.stats()["replays"] == 3
+
+
+class _PrintingStep:
+    def __call__(self, x0):
+        return _scaled_and_printed(2.0, x0)
+
+
+def _scaled_and_printed(scale, x0):
+    y = F.sum(gradcore.Variable(x0) * scale)
+    print("loss", float(y.data))  # a host read: falls back
+    return y
+
+
+@pytest.mark.parametrize("fn, name", [
+    (functools.partial(_scaled_and_printed, 2.0), "_scaled_and_printed"),
+    (_PrintingStep(), "_PrintingStep")])
+def test_a_partial_or_a_callable_object_falls_back_with_its_name(fn, name):
+    compiled = gradcore.compile(fn)
+    with pytest.warns(RuntimeWarning, match=f"{name} runs eagerly for these arguments"):
+        got = compiled(np.ones(3))
+    assert same(got, fn(np.ones(3))) and compiled.__name__ == name
+    assert same(compiled(np.arange(3.0)), fn(np.arange(3.0)))

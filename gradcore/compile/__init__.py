@@ -14,10 +14,12 @@ import collections
 import dis
 import functools
 import gc
+import inspect
 import operator
 import os
 import random
 import struct
+import sys
 import sysconfig
 import threading
 import time
@@ -66,6 +68,14 @@ class Compiled:
         if graphs is not True and graphs is not False:
             raise ValueError(f"gradcore.compile: graphs must be True or False, got {graphs!r}")
         functools.update_wrapper(self, fn)
+        # a partial or an object with __call__ has no __name__ to copy; warnings name the step
+        self.__name__ = _name_of(fn)
+        if _makes_a_generator(fn):
+            raise TypeError(
+                f"gradcore.compile: {self.__name__} is a generator or async function: calling it "
+                "returns a generator or coroutine without running the step, so there is nothing "
+                "to record. Compile the function that runs one step (the body of the loop) and "
+                "call it from the generator")
         self.fn = fn
         self._surroundings = _surroundings(fn)
         self.check = check
@@ -168,8 +178,13 @@ class Compiled:
             # random generators it may draw from, hooks it may run
             keyed = [a for a in args if a.__class__ not in _BY_VALUE
                      and backends.backend_of(a) is None and not isinstance(a, Variable)]
-            variables, modules, generators = _reachable([*self._surroundings.objects(), *keyed])
+            variables, modules, generators = _reachable(
+                [self.fn, *self._surroundings.objects(), *keyed])
             generators = _Generators(generators)
+            # the hooks on the Variable arguments (their ids are in the key), before the step
+            # adds or removes any: a tape holds them
+            argument_hooks = [hook for a in args if isinstance(a, Variable)
+                              for hook in _hook_functions(a)]
             plain = _start(rec)
             try:
                 seen = []
@@ -187,6 +202,13 @@ class Compiled:
             finally:
                 _stop(rec, plain)
             generators.check(rec)
+            if mode_key[0] != key[3] or (recording(), training()) != key[0][:2]:
+                # the modes are read before a call, to pick its tape; a replay runs no code
+                # that sets them, so it would leave them as the call found them
+                rec.give_up("the step left a Module in another train or eval mode than it found "
+                            "it (model.eval() or model.train() in the step), or grad or train "
+                            "mode switched, which a replay would not do: switch modes outside "
+                            "the compiled step, or switch back before it returns")
         self._counts["recordings"] += 1
         # the user's hooks the step ran or may run that no name led to: their globals are part
         # of the key from the next call on, which records again (this call's key lacks them)
@@ -201,7 +223,8 @@ class Compiled:
             # this call was an eager one: its graph, and the state it kept on modules (an RNN's
             # hidden state, which the next call's graph continues), become what eager code builds
             _make_eager([result, *(getattr(module, name, None)
-                                   for module, name in rec.module_states)])
+                                   for module, name in rec.module_states),
+                         *_made_in_step(rec, result)])  # in an object of the user's too
         if rec.record_again and rec.fallback is None:
             # weights were created (lazy layers), or reshaped, or hooks found: record again; a
             # step that does so at every call (a new Parameter each time) would record for ever:
@@ -209,7 +232,7 @@ class Compiled:
             again = self._again.get(key, 0) + 1
             self._again[key] = again
             if again < 3:
-                return result
+                return _materialize(result)
             rec.give_up("the step created or reshaped a weight at each of its last three calls "
                         "(a Parameter given data in the step), so no tape would serve the next")
         else:
@@ -230,7 +253,8 @@ class Compiled:
             tape.keyed = (self._surroundings.objects(), [
                 a for a, part in zip(args, key[0][2:]) if a.__class__ not in _BY_VALUE
                 and backends.backend_of(a) is None
-                and (not isinstance(a, Variable) or part[0] is Variable and part[-1] is not None)])
+                and (not isinstance(a, Variable) or part[0] is Variable and part[-1] is not None)],
+                argument_hooks)
             tape.other = self._tapes.get(key)  # one that was not ready: for other grads
             if tape.other is not None and tape.other.other is not None:
                 tape.other.other = None  # two per key at most (grads there, grads absent)
@@ -239,7 +263,7 @@ class Compiled:
             while len(self._tapes) > self.cache_size:
                 self._tapes.popitem(last=False)
             return _materialize(result, detach=True)  # as a replay returns it: no graph
-        return result
+        return _materialize(result)  # traced arrays it holds as the real ones
 
     def _keyed_by_identity(self, key, args, reached):
         """`key`, with each Variable argument that the step also reaches otherwise (`reached`:
@@ -297,6 +321,26 @@ class Compiled:
         self._recent = None
         self._eager.clear()
         self._again.clear()
+
+
+def _name_of(fn):
+    """A name for the step `fn` in warnings and errors: its own, a partial's function's, else
+    its class's (an object with __call__)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    name = getattr(fn, "__name__", None)
+    return name if isinstance(name, str) else type(fn).__name__
+
+
+def _makes_a_generator(fn):
+    """True if calling `fn` (a function, a partial of one, an object with __call__) returns a
+    generator or coroutine instead of running its body."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if not isinstance(fn, (types.FunctionType, types.MethodType)):
+        fn = getattr(type(fn), "__call__", fn)
+    return (inspect.isgeneratorfunction(fn) or inspect.iscoroutinefunction(fn)
+            or inspect.isasyncgenfunction(fn))
 
 
 def compile(fn=None, *, cache_size=8, check=False, graphs=True):
@@ -401,6 +445,9 @@ def _key(args, by_identity=None):
                           a.creator is None,
                           None if data is None or backend.single_device else
                           backend.device_of(data),
+                          # the hooks on it (asked of the post-accumulate ones while any
+                          # Variable has one): a tape runs those its recording ran
+                          _hooks_part(a) if a._hooks or _POST_HOOKS else None,
                           # a Parameter by identity too: the step may also reach it by name,
                           # and the tape then reads both through the argument
                           id(a) if kind is Parameter or by_identity and id(a) in by_identity
@@ -417,6 +464,18 @@ def _key(args, by_identity=None):
     if len(arrays) > 1 and _may_alias(arrays):
         _note_aliases(parts, arrays)
     return tuple(parts)
+
+
+# The dict inside engine.post_accumulate_hooks (a WeakKeyDictionary, whose own truth test runs
+# in Python): empty while no leaf has such a hook, asked in C at every call with a Variable
+_POST_HOOKS = _engine.post_accumulate_hooks.data
+
+
+def _hooks_part(v):
+    """The ids of the hooks registered on the Variable argument v, or None (a tape holds the
+    hooks themselves: see Compiled._record_without_collector)."""
+    hooks = _hook_functions(v)
+    return tuple(map(id, hooks)) if hooks else None
 
 
 def _may_alias(arrays):
@@ -606,13 +665,16 @@ REACH_LIMIT = 20000  # objects _reachable looks at, at most
 
 
 def _reachable(roots):
-    """What a step may reach past its arguments, from `roots` (what it reads by name, and its
-    arguments keyed by identity) through containers, Modules' and other objects' attributes,
-    bound methods' objects and partials' arguments (not through modules, classes or functions,
-    whose globals _reads follows): (the Variables by id, the Modules, the random generators of
-    the user's). The Variables are those reached without passing through an attribute of an
-    object other than a Module (`cfg.state` is not, as attributes are no part of a key). At most
-    REACH_LIMIT objects are looked at."""
+    """What a step may reach past its arguments, from `roots` (the step, what it reads by name,
+    and its arguments keyed by identity) through containers, Modules' and other objects'
+    attributes, bound methods' objects and functions, partials' arguments, the default
+    arguments and closure variables of the user's functions, and the attributes of the user's
+    modules and classes (not of gradcore's, the standard library's or installed packages'):
+    (the Variables by id, the Modules, the random generators of the user's). The Variables are
+    those reached without passing through an attribute of an object other than a Module
+    (`cfg.state` is not, as attributes are no part of a key; a function's defaults and closure
+    variables are as good as names). At most REACH_LIMIT objects are looked at. Run only when
+    recording: a cache hit never pays for it."""
     variables, modules, generators = {}, [], []
     seen, todo = set(), [(root, True) for root in roots]
     while todo and len(seen) < REACH_LIMIT:
@@ -621,6 +683,17 @@ def _reachable(roots):
             continue
         seen.add(id(obj))
         kind = obj.__class__
+        if kind is types.FunctionType:
+            if _users_code(obj.__code__):  # a generator in a default: `rng=default_rng()`
+                todo.extend((item, named) for item in (
+                    *(obj.__defaults__ or ()), *(obj.__kwdefaults__ or {}).values(),
+                    *map(_content, obj.__closure__ or ())))
+            continue
+        if isinstance(obj, (types.ModuleType, type)):
+            if _users_namespace(obj):  # `noise.rng`: an attribute is no name of the key's
+                todo.extend((item, False) for name, item in list(vars(obj).items())
+                            if not name.startswith("__"))
+            continue
         if kind in _BY_VALUE or isinstance(obj, _SKIPPED) or backends.backend_of(obj) is not None:
             continue
         if isinstance(obj, Variable):
@@ -634,9 +707,9 @@ def _reachable(roots):
         elif kind is dict:
             todo.extend((item, named) for item in obj.values())
         elif kind is types.MethodType:
-            todo.append((obj.__self__, named))
+            todo.extend(((obj.__self__, named), (obj.__func__, named)))
         elif kind is functools.partial:
-            todo.extend((item, named) for item in (*obj.args, *obj.keywords.values()))
+            todo.extend((item, named) for item in (obj.func, *obj.args, *obj.keywords.values()))
         else:
             module = isinstance(obj, Module)
             if module:
@@ -648,6 +721,27 @@ def _reachable(roots):
             if attributes.__class__ is dict:
                 todo.extend((item, named and module) for item in attributes.values())
     return variables, modules, generators
+
+
+def _users_code(code):
+    """True if `code` is the user's: not gradcore's, the standard library's or an installed
+    package's."""
+    return not os.path.abspath(code.co_filename).startswith(_LIBRARIES)
+
+
+def _users_namespace(obj):
+    """True if the module or class `obj` is the user's: defined in a file of the user's, or a
+    module made at run time (types.ModuleType, with no spec; a built-in one has one)."""
+    name = getattr(obj, "__module__", None)
+    module = obj if isinstance(obj, types.ModuleType) else (
+        sys.modules.get(name) if isinstance(name, str) else None)
+    if module is None:
+        return False
+    path = getattr(module, "__file__", None)
+    if not isinstance(path, str):
+        return getattr(module, "__spec__", None) is None and (
+            module.__name__ not in sys.builtin_module_names)
+    return not os.path.abspath(path).startswith(_LIBRARIES)
 
 
 def _module_hooks(module):
@@ -771,7 +865,9 @@ def _signature(part):
     if kind is SAME_AS or kind is SHARES_MEMORY:
         return f"{kind} {part[1]}"
     if kind is Variable:
-        return f"a Variable of shape {part[2]}, {part[3]}"
+        hooks = part[-2]
+        return f"a Variable of shape {part[2]}, {part[3]}" + (
+            "" if hooks is None else f", with {len(hooks)} hook{'s' if len(hooks) > 1 else ''}")
     if kind in _BY_VALUE:
         return repr(part[1])
     if len(part) == 4:
@@ -896,6 +992,9 @@ def _shape(rec, value, slots, args, logs=None):
             # a view of an outside Variable (W.T, W.detach()) shares its version, as eagerly
             return ("variable", len(slots) - 1, value.name,
                     None if log is None else logs.get(id(log)))
+        index = rec.argument_sites.get(id(value))
+        if index is not None and args[index] is value:  # an argument: a replay's is another
+            return ("argument", index)
         for line in rec.lines:  # the grad the tape stores into a Variable: a new one each call
             if line.kind == "store_grad":
                 owner = line.target  # an argument's index, or the Variable
@@ -907,7 +1006,64 @@ def _shape(rec, value, slots, args, logs=None):
         return (kind, [_shape(rec, v, slots, args, logs) for v in value])
     if kind is dict:
         return (dict, {k: _shape(rec, v, slots, args, logs) for k, v in value.items()})
+    if isinstance(value, tuple) and hasattr(kind, "_make"):  # a namedtuple: rebuilt by _make
+        return ("namedtuple", kind, [_shape(rec, v, slots, args, logs) for v in value])
+    if kind not in _BY_VALUE:
+        # any other object is handed back as it is at every replay: right for one from outside
+        # the step (a model), frozen for one holding what the step computed
+        if isinstance(value, _SUSPENDED):
+            rec.give_up(f"the step returned a {kind.__name__}, which runs its body only as it "
+                        "is consumed, after the recording: a replay would hand back this one "
+                        "again. Compile the function that runs one step, and call it from the "
+                        "generator")
+        elif _made_in_step(rec, value):
+            rec.give_up(f"the step returned a {kind.__name__} holding Variables or arrays it "
+                        "computed, which a replay cannot rebuild: return them in a tuple, list, "
+                        "dict or namedtuple")
     return ("object", value)
+
+
+_SUSPENDED = (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType)
+
+
+def _made_in_step(rec, value):
+    """The Variables the recording `rec` made and its traced arrays that `value` (a result of
+    the step) holds: looked for in containers and in objects' attributes, REACH_LIMIT objects
+    at most."""
+    found, seen, todo = [], set(), [value]
+    while todo and len(seen) < REACH_LIMIT:
+        obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, trace.Traced):
+            if obj.recorder is rec:
+                found.append(obj)
+        elif isinstance(obj, Variable):
+            data, entry = obj._data, rec.adopted.get(id(obj))
+            if (isinstance(data, trace.Traced) and data.recorder is rec
+                    and (entry is None or entry.variable is not obj)):  # not one from outside
+                found.append(obj)
+        elif (obj.__class__ in _BY_VALUE or isinstance(obj, _SKIPPED)
+              or backends.backend_of(obj) is not None):
+            continue
+        elif isinstance(obj, (tuple, list, set, frozenset)):
+            todo.extend(obj)
+        elif isinstance(obj, dict):
+            todo.extend(obj.values())
+        elif isinstance(obj, _SUSPENDED):  # what its frame holds, for the code run later
+            frame = getattr(obj, "gi_frame", None) or getattr(obj, "cr_frame", None) or getattr(
+                obj, "ag_frame", None)
+            if frame is not None:
+                todo.extend(frame.f_locals.values())
+        else:
+            try:
+                attributes = getattr(obj, "__dict__", None)
+            except Exception:  # a proxy's __getattr__, say: nothing to follow
+                continue
+            if attributes.__class__ is dict:
+                todo.extend(attributes.values())
+    return found
 
 
 def _results(shape, arrays, args):
@@ -927,8 +1083,12 @@ def _results(shape, arrays, args):
     if kind == "grad":
         owner = shape[1]
         return (args[owner] if owner.__class__ is int else owner)._grad
+    if kind == "argument":
+        return args[shape[1]]
     if kind is dict:
         return {k: _results(v, arrays, args) for k, v in shape[1].items()}
+    if kind == "namedtuple":
+        return shape[1]._make([_results(v, arrays, args) for v in shape[2]])
     items = [_results(v, arrays, args) for v in shape[1]]
     return items if kind is list else tuple(items)
 
@@ -946,10 +1106,14 @@ def _materialize(value, detach=False):
                 value._grad = None
         return value
     kind = value.__class__
-    if kind in (tuple, list):
-        return kind(_materialize(v, detach) for v in value)
+    if kind in (tuple, list) or isinstance(value, tuple) and hasattr(kind, "_make"):
+        items = [_materialize(v, detach) for v in value]
+        if all(map(operator.is_, items, value)):
+            return value  # nothing traced in it: the step's own object, as eagerly
+        return kind(items) if kind in (tuple, list) else kind._make(items)
     if kind is dict:
-        return {k: _materialize(v, detach) for k, v in value.items()}
+        items = {k: _materialize(v, detach) for k, v in value.items()}
+        return value if all(items[k] is v for k, v in value.items()) else items
     return value
 
 
@@ -961,9 +1125,9 @@ def _make_eager(values):
     seen = set()
     while stack:
         v = stack.pop()
-        if v.__class__ in (tuple, list):
+        if isinstance(v, (tuple, list)):  # a namedtuple too
             stack.extend(v)
-        elif v.__class__ is dict:
+        elif isinstance(v, dict):
             stack.extend(v.values())
         if not isinstance(v, Variable) or id(v) in seen:
             continue

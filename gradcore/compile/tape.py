@@ -201,8 +201,9 @@ def _reuse_buffers(lines, frees, outputs):
     """Lines rewritten to write their result into the memory of an input they read last, as
     `multiply(a, b, out=a)`: a replay allocates less (eager code cannot know that `a` dies
     there). The input must be an array a line made (no one else's), of the result's shape and
-    dtype, held by nothing after the line: not a result, not stored or handed to an opaque line
-    or kept in an index key, with no view of it used later."""
+    dtype, held by nothing after the line: not a result, not in the memory of an array stored
+    (as a Variable's data or grad: `state.data = a.reshape(-1)` keeps `a`'s memory), handed to
+    an opaque line or kept in an index key, with no view of it used later."""
     if max(map(_NBYTES, filter(None, map(_ARRAY, lines))), default=0) < REUSE_BYTES:
         return lines  # nothing large enough to lend its memory (asked in C, line by line)
     last = _last_uses(frees, outputs, len(lines))
@@ -214,6 +215,8 @@ def _reuse_buffers(lines, frees, outputs):
         if line.kind in ("store", "store_grad", "opaque") or (
                 line.out is not None and line.array is None and line.kind != "in_place"):
             kept.update(line.reads)
+    # what is kept past the tape lives on in the memory it views: all of that memory is kept
+    kept_memory = {made[slot].root for slot in kept if slot in made}
     rewritten = []
     for i, line in enumerate(lines):
         function = _ufunc(line) if line.array is not None and (
@@ -222,8 +225,8 @@ def _reuse_buffers(lines, frees, outputs):
             for slot in dict.fromkeys(line.reads):
                 facts = made.get(slot)
                 if (slot in frees[i] and slot not in outputs and slot not in kept
-                        and facts is not None and facts.fresh and facts.shape == line.array.shape
-                        and facts.dtype == line.array.dtype
+                        and facts is not None and facts.fresh and facts.root not in kept_memory
+                        and facts.shape == line.array.shape and facts.dtype == line.array.dtype
                         and not any(last[v] > i
                                     for v in views.get(facts.root, ()) if v != slot)):
                     line = _with_out(line, function, slot)

@@ -41,7 +41,34 @@ UNARY = {operator.neg: "-", operator.pos: "+", operator.invert: "~", operator.ab
 # Functions whose result's shape depends on the values: a tape of fixed shapes cannot replay them
 DATA_DEPENDENT_SHAPES = frozenset((
     "nonzero", "argwhere", "flatnonzero", "unique", "unique_all", "unique_counts",
-    "unique_inverse", "unique_values", "extract", "compress"))
+    "unique_inverse", "unique_values", "extract", "compress", "bincount", "trim_zeros",
+    "setdiff1d", "intersect1d", "union1d", "setxor1d"))
+
+# Functions and methods whose result's shape is given by some of their arguments: (the
+# positions, as a slice, and the keywords of those). A traced value there (`xp.zeros(n)`, n
+# computed in the step) is a size read from the values: a tape would keep this call's size.
+# Each is a function of the namespace, a method of the arrays, or a Backend method (zeros)
+SIZE_ARGUMENTS = {
+    "zeros": (slice(0, 1), ("shape",)), "ones": (slice(0, 1), ("shape",)),
+    "empty": (slice(0, 1), ("shape",)), "full": (slice(0, 1), ("shape",)),
+    "zeros_like": (slice(0, 0), ("shape",)), "ones_like": (slice(0, 0), ("shape",)),
+    "empty_like": (slice(0, 0), ("shape",)), "full_like": (slice(0, 0), ("shape",)),
+    "random_normal": (slice(0, 1), ("shape",)), "random_uniform": (slice(0, 1), ("shape",)),
+    "arange": (slice(0, 3), ("start", "stop", "step")),
+    "linspace": (slice(2, 3), ("num",)), "logspace": (slice(2, 3), ("num",)),
+    "geomspace": (slice(2, 3), ("num",)), "eye": (slice(0, 2), ("N", "M", "n_rows", "n_cols")),
+    "identity": (slice(0, 1), ("n",)), "tri": (slice(0, 2), ("N", "M")),
+    "indices": (slice(0, 1), ("dimensions",)),
+    # x.reshape(n, -1) as a method: every argument after the array
+    "reshape": (slice(1, None), ("shape", "newshape")),
+    "resize": (slice(1, None), ("new_shape",)), "broadcast_to": (slice(1, 2), ("shape",)),
+    "tile": (slice(1, 2), ("reps",)), "repeat": (slice(1, 2), ("repeats",)),
+    "split": (slice(1, 2), ("indices_or_sections",)),
+    "array_split": (slice(1, 2), ("indices_or_sections",)),
+    "delete": (slice(1, 2), ("obj",)), "insert": (slice(1, 2), ("obj",)),
+}
+# Functions given a number of bins: a traced number, or a rule that reads the values ("auto")
+BINS = frozenset(("histogram", "histogram_bin_edges", "histogram2d", "histogramdd"))
 
 _new_traced = object.__new__
 _active = threading.local()  # .recorder: the Recorder of this thread, while one records
@@ -229,6 +256,7 @@ class Recorder:
         self.argument_sites = {}    # id(Variable argument) -> its index: a replay's is another
         self.grads_cleared = set()  # ids of the Variables whose grad the step cleared
         self.logs = {}              # id(write log) -> (it, its Variable's site), seen at release
+        self.roots = {}             # slot -> memory number of each argument's and load's array
 
     # ------------------------------------------------------------ slots and lines
     def new_slot(self):
@@ -248,7 +276,7 @@ class Recorder:
         writers, pinned = _writers(self.lines)
         cone = _cone(writers.get(traced.slot), writers)
         if traced.recorder is not self or any(id(line) in pinned or has_side_effect(line)
-                                      for line in cone):
+                                      for line in cone) or self._overwritten(cone):
             self.give_up("a traced value decided a Python branch (bool) and depends on a "
                          "change the step made")
             return
@@ -258,6 +286,34 @@ class Recorder:
         self.lines[self.checked:] = head + [Line("guard", value, (Ref(traced.slot),),
                                                  {"where": _user_frame()})] + rest
         self.checked += len(head) + 1
+
+    def _overwritten(self, cone):
+        """True if a line of `cone` (a guard's, to move to the tape's start) reads memory that a
+        line before it, not in the cone, wrote in place: through a view (`row = x[0]; row[...] =
+        5` writes x, whose slot no line wrote), or in an opaque call (an optimizer step writes
+        the arrays of the Variables it holds; only the step's array arguments are not theirs).
+        Memory is told by number (Recorder._memory); a scalar's, with none, is never written."""
+        roots = dict(self.roots)
+        for line in self.lines:
+            if line.array is not None:
+                roots[line.out] = line.array.root
+        arguments = {roots.get(slot) for _, slot, variable in self.arguments if not variable}
+        existing = {roots.get(slot) for _, slot, _ in self.arguments}  # memory made so far
+        changed = set()  # memory written so far by lines that stay where they are
+        in_cone = set(map(id, cone))
+        for index, line in enumerate(self.lines):
+            if index >= self.checked:  # the guards and their lines before are already moved
+                if id(line) in in_cone:
+                    if any(roots.get(slot) in changed for slot in line.reads):
+                        return True
+                elif line.kind == "opaque":
+                    changed |= existing - arguments
+                else:
+                    changed.update(map(roots.get, written(line)))
+                changed.discard(None)  # no number: a scalar, or unknown (see above)
+            if line.out is not None:
+                existing.add(roots.get(line.out))
+        return False
 
     def give_up(self, reason):
         """The step cannot be replayed: keep the first reason and where it arose."""
@@ -365,6 +421,14 @@ class Recorder:
             known = self.memories[id(array)] = (weakref.ref(array), self.memory_count)
         return known[1]
 
+    def _note_memory(self, slot, array):
+        """Note the memory number of `array`, which no line makes (an argument's, a load's),
+        for the guards (Recorder._overwritten)."""
+        try:
+            self.roots[slot] = self._memory(array)
+        except TypeError:  # a scalar, or an array without weak references: never compared
+            pass
+
     # ------------------------------------------------------------ Variables from outside
     def adopt(self, v):
         """v's data as a Traced: loaded from v (or from the Variable whose grad v is) when the
@@ -383,6 +447,7 @@ class Recorder:
         else:
             backend = trace_backend(v._backend)
             slot = self.new_slot()
+            self._note_memory(slot, data)
             owner = self.grad_owners.get(id(v))
             if owner is None or owner._grad is not v:
                 owner = None
@@ -409,6 +474,7 @@ class Recorder:
         slot = self.new_slot()
         backend = backends.backend_of(value)
         self.arguments.append((index, slot, backend is None))  # (.., .., a Variable)
+        self._note_memory(slot, value if backend is not None else value._data)
         if backend is not None:
             return trace_backend(backend).traced(value, slot, self)
         self.adopted[id(value)] = _Adopted(value, value._data, value._backend, value._grad, index)
@@ -794,6 +860,23 @@ def _known(rec, args, kwargs):
     return any(id(a) in objects for a in args) if objects else False
 
 
+def _sized_by_values(name, args, kwargs):
+    """True if a call of `name` (in SIZE_ARGUMENTS) is given a traced value where it reads a
+    size: its result's shape would come from the values."""
+    positions, keywords = SIZE_ARGUMENTS[name]
+    return _has_traced(args[positions]) or bool(kwargs) and any(
+        _has_traced(kwargs[k]) for k in keywords if k in kwargs)
+
+
+def _binned_by_values(args, kwargs):
+    """True if a histogram's bins (the second argument, or `bins=`) are a rule that reads the
+    values ("auto") or a traced number: bin edges given as an array are a shape of their own."""
+    bins = args[1] if len(args) > 1 else (kwargs or {}).get("bins")
+    items = bins if bins.__class__ in (tuple, list) else (bins,)
+    return any(b.__class__ is str or isinstance(b, Traced) and not b.value.shape
+               for b in items)
+
+
 def call(backend, function, args, kwargs, kind="call"):
     """Run `function` on the real arrays; while recording, also as a tape line. Results that are
     arrays come back Traced."""
@@ -838,9 +921,10 @@ def call(backend, function, args, kwargs, kind="call"):
     if kind != "binary" and kind != "unary":  # an operator's result is shaped by its operands
         name = _name(kind, function)
         # the function xp.nonzero(x) or the method x.nonzero(); where(c) alone is nonzero(c);
-        # repeat(x, counts) with counts from the step
+        # a size the step computed (repeat(x, counts), zeros(n)); bins chosen from the values
         if (name in DATA_DEPENDENT_SHAPES or name == "where" and len(args) == 1 and not kwargs
-                or name == "repeat" and len(args) > 1 and isinstance(args[1], Traced)):
+                or name in SIZE_ARGUMENTS and _sized_by_values(name, args, kwargs)
+                or name in BINS and _binned_by_values(args, kwargs)):
             rec.give_up(f"{name}'s result has a shape that depends on the values")
         elif result is None and name not in _IN_PLACE:
             rec.give_up(f"{name}() returned None: what it did is unknown to the tape (it may "
