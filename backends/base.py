@@ -132,6 +132,11 @@ class Backend:
         value for `laid_out`; None elsewhere. Ops ask only where `lazy`: NumPy pays nothing."""
         return None
 
+    def check_known_shape(self, array):
+        """ValueError, saying how to learn it, where `array`'s shape is not known until it is
+        computed (Dask's x[x > 0]); a Variable cannot take such an array: its gradient is laid
+        out in it. Asked only where `lazy`: NumPy pays nothing."""
+
     def laid_out(self, array, layout):
         """`array`, the same values, in `layout` (from `layout` of an array of its shape): what
         an op makes in an input's shape (its gradient, a dropout mask) takes that input's. An

@@ -36,8 +36,9 @@ def import_dask():
 class Namespace:
     """array_api_compat's namespace for Dask, with the functions it lacks, a broadcast_to that
     chunks the axes it makes (Dask's makes each one a single chunk: a gradient broadcast over
-    1e9 elements would be one chunk of 8 GB), or takes the chunks asked for (`laid_out`), and a
-    reshape that works whatever the chunks."""
+    1e9 elements would be one chunk of 8 GB), or takes the chunks asked for (`laid_out`), a
+    clip that never broadcasts its bounds to one chunk, and a reshape that works whatever the
+    chunks."""
 
     def __init__(self, xp, da):
         self._xp = xp
@@ -70,7 +71,22 @@ class Namespace:
         y = _paced_broadcast(self._da, x, shape, chunks)
         return _made(y, functools.partial(self.broadcast_to, x, shape))
 
+    def clip(self, x, /, min=None, max=None):
+        # array_api_compat's clip broadcasts each bound with da.broadcast_to, which makes it one
+        # chunk of x's whole size. A number needs no array at all, and an array bound meets x
+        # block by block in Dask's own elementwise maximum and minimum
+        y = x
+        if min is not None:
+            y = self._da.maximum(y, min)
+        if max is not None:
+            y = self._da.minimum(y, max)
+        return y if y.dtype == x.dtype else y.astype(x.dtype)  # the array API keeps x's dtype
+
     def reshape(self, x, shape, copy=None):
+        if x.size == 0 and x.npartitions > 1:
+            # Dask cannot reshape an empty array of several chunks, not even to (-1,); there
+            # is nothing in them, so one chunk costs nothing
+            x = x.rechunk(-1)
         # Dask reshapes chunked axes only by merging or splitting them evenly ((7, 5) in chunks
         # of (3, 2) cannot become (5, 7) at once); flat first, then split, always can: Dask
         # rechunks as each step needs, never into one chunk
@@ -154,6 +170,15 @@ class DaskBackend(HostRandom, Backend):
         return _made(self.da.zeros(shape, dtype=dtype, chunks="auto"),
                      functools.partial(self.da.zeros, shape, dtype=dtype))
 
+    def check_known_shape(self, array):
+        if not any(math.isnan(n) for n in array.shape):  # an unknown chunk makes its axis nan
+            return
+        raise ValueError(
+            f"Variable data: a Dask array whose chunk sizes are unknown (shape {array.shape}), "
+            "as after selecting with a mask (x[x > 0]), cannot be differentiated: its gradient "
+            "is made in its chunks. Call x.compute_chunk_sizes() first (it computes x once to "
+            "count them), then pass x")
+
     def layout(self, array):
         return array.chunks
 
@@ -177,17 +202,17 @@ class DaskBackend(HostRandom, Backend):
     def add_at(self, target, key, values):
         if not is_advanced(key):
             return ArrayAPIBackend.add_at(self, target, key, values)
-        # integer-array keys: every value goes to its flat position, summed by bincount (which
-        # adds repeated positions up), then added to the target
+        # integer-array keys: every value goes to its flat position, added up there block by
+        # block (repeated positions add up), then added to the target
         positions = flat_positions(self.xp, target.shape, key)
+        if math.prod(positions.shape) == 0:
+            return target  # the key picks nothing (an all-False mask): nothing to add
         values = self.xp.broadcast_to(self.da.asarray(values), positions.shape)
         positions = self.xp.reshape(positions, (-1,))
-        # bincount pairs each block of positions with the block of weights at its place: the
-        # flat values chunked as the positions (a multi-chunk array flattens in other chunks)
+        # each block of positions meets the block of values at its place: the flat values
+        # chunked as the positions (a multi-chunk array flattens in other chunks)
         values = self.xp.reshape(values, (-1,)).rechunk(positions.chunks)
-        total = self.da.bincount(positions, weights=values, minlength=math.prod(target.shape))
-        total = self.xp.reshape(total.astype(target.dtype), target.shape)
-        target[...] = target + total.rechunk(target.chunks)  # not one chunk of its whole size
+        target[...] = target + _summed(self.da, positions, values, target)
         return target
 
     def host_samples(self, generator, kind, shape, dtype, device):
@@ -243,6 +268,43 @@ def _paced_broadcast(da, x, shape, chunks):
 
 def _nothing():
     return None
+
+
+def _summed(da, positions, values, like):
+    """An array shaped and chunked like `like` whose flat element p sums the `values` at the
+    `positions` equal to p (both 1-d, in the same chunks). One running total, which each block
+    of positions adds its values into in turn, and whose blocks are views of it: one array of
+    `like`'s size is held. (Dask's bincount makes one per block of positions and sums them in
+    a tree, holding several at once; rechunked, the total would be copied piece by piece.)"""
+    from dask.base import tokenize
+    from dask.highlevelgraph import HighLevelGraph
+
+    token = tokenize(positions, values, like.shape, like.chunks, like.dtype)
+    name, step = "scatter_add-" + token, "scatter_add-total-" + token
+    size, dtype = math.prod(like.shape), like.dtype
+    graph, total = {}, None
+    for k in range(positions.numblocks[0]):
+        graph[(step, k)] = (_add_block, total, (positions.name, k), (values.name, k), size, dtype)
+        total = (step, k)
+    starts = [itertools.accumulate(c, initial=0) for c in like.chunks]
+    slices = [[slice(a, a + n) for a, n in zip(s, c)] for s, c in zip(starts, like.chunks)]
+    for index in itertools.product(*(range(len(c)) for c in like.chunks)):
+        where = tuple(s[i] for s, i in zip(slices, index))
+        graph[(name,) + index] = (_view, total, like.shape, where)
+    graph = HighLevelGraph.from_collections(name, graph, dependencies=[positions, values])
+    return da.Array(graph, name, like.chunks, dtype=dtype, meta=like._meta)
+
+
+def _add_block(total, positions, values, size, dtype):
+    if total is None:
+        total = numpy.zeros(size, dtype)
+    # in place: the next step of the chain is the only task that reads this one's result
+    numpy.add.at(total, positions, values)
+    return total
+
+
+def _view(total, shape, where):
+    return total.reshape(shape)[where]
 
 
 def _broadcast_block(block, shape, _):

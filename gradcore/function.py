@@ -302,9 +302,14 @@ class Function:
         return tuple(outputs)
 
     def forward(self, *xs):
+        """The op on raw arrays: gets each input's array (a constant's too), computes with
+        `self.xp`, and returns an array, or a tuple of arrays for several outputs."""
         raise NotImplementedError(f"{type(self).__name__} must define forward(*xs)")
 
     def backward(self, *gys):
+        """The gradients: gets one upstream gradient per output as a Variable (`gy`), returns
+        one gradient per input as a Variable (or None for an input that needs none), written
+        with gradcore's ops so that create_graph=True can differentiate it again."""
         raise NotImplementedError(f"{type(self).__name__} must define backward(*gys)")
 
     @classmethod

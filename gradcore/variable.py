@@ -82,6 +82,8 @@ def _check_data(data):
             f"{type(data).__module__}.{type(data).__qualname__}")
     if type(data) is not backend.array_type:
         data = backend.ensure_array(data)  # NumPy scalars become 0-d arrays
+    elif backend.lazy:
+        backend.check_known_shape(data)  # a recipe whose shape is not known yet: refused now
     return data, backend, _numeric_kind(backend, data.dtype)
 
 
@@ -361,6 +363,7 @@ class Variable:
 
     @property
     def T(self):
+        """The transpose, axes reversed (F.transpose(x)); differentiable."""
         return transpose(self)
 
     def __len__(self):
@@ -397,6 +400,18 @@ class Variable:
 
     def __float__(self):
         return float(self._one_value("float"))
+
+    def __format__(self, spec):
+        """f"{loss:.4f}": a 0-d Variable formats its value as a Python number, as a 0-d NumPy
+        array or PyTorch tensor does; an empty spec gives str(x). TypeError for other shapes."""
+        if not spec:
+            return str(self)
+        if self._data is None or self._data.ndim != 0:
+            shape = None if self._data is None else tuple(self.shape)
+            raise TypeError(f"format spec {spec!r} needs a 0-d Variable; this one has shape "
+                            f"{shape}: format one value, e.g. f'{{float(x[0]):{spec}}}', or the "
+                            "values, e.g. numpy.array2string(x.numpy())")
+        return format(self.item(), spec)
 
     def __int__(self):
         return int(self._one_value("int"))
@@ -468,6 +483,13 @@ class Variable:
         nothing: backward never frees the graph, which lives as long as a Variable refers to it,
         so backward may run through it again.
         """
+        if grad is not None and grad.__class__ is bool:
+            # DeZero's backward(retain_grad, create_graph) takes flags where this takes the seed:
+            # True would silently be a seed of ones and the flags would be lost
+            raise TypeError(
+                f"backward({grad}): the first argument is the seed gradient (an array or "
+                "Variable), not a flag; pass the flags by keyword, e.g. "
+                "y.backward(retain_grad=True, create_graph=True)")
         engine.backward(self, grad, retain_grad, create_graph)
 
     def cleargrad(self):
@@ -595,8 +617,42 @@ class Variable:
             axes = axes[0]
         return transpose(self, axes)
 
-    def sum(self, axis=None, keepdims=False):
+    def sum(self, axis=None, keepdims=False, **numpy_keywords):
+        """Sum over `axis` (None: all; an int or a tuple), as F.sum; `keepdims` keeps the summed
+        axes as size 1."""
+        if numpy_keywords:  # numpy.sum(x) calls this with its own keywords
+            return self._numpy_reduction("sum", axis, keepdims, numpy_keywords)
         return sum(self, axis, keepdims)
+
+    def max(self, axis=None, keepdims=False, **numpy_keywords):
+        """Largest element over `axis` (None: all; an int or a tuple), as F.max."""
+        if numpy_keywords:  # numpy.max(x) calls this with its own keywords
+            return self._numpy_reduction("max", axis, keepdims, numpy_keywords)
+        return reduce_max(self, axis, keepdims)
+
+    def min(self, axis=None, keepdims=False, **numpy_keywords):
+        """Smallest element over `axis` (None: all; an int or a tuple), as F.min."""
+        if numpy_keywords:  # numpy.min(x) calls this with its own keywords
+            return self._numpy_reduction("min", axis, keepdims, numpy_keywords)
+        return reduce_min(self, axis, keepdims)
+
+    def _numpy_reduction(self, name, axis, keepdims, keywords):
+        """numpy.sum(x) (max, min) calls x.sum(axis=..., dtype=..., out=...): NumPy's result on
+        the values of a Variable that needs no grad, as numpy.asarray(x) gives them; TypeError
+        for one that requires grad, whose graph NumPy would drop."""
+        if self._requires_grad:
+            raise TypeError(
+                f"numpy.{name}(x) on a Variable that requires grad would give its values and drop "
+                f"its graph (NumPy calls x.{name} with {', '.join(keywords)}): use x.{name}(axis, "
+                f"keepdims) or F.{name}(x, axis, keepdims) to keep the graph, or "
+                f"numpy.{name}(x.data) for the values alone")
+        return getattr(numpy, name)(numpy.asarray(self), axis=axis, keepdims=keepdims, **keywords)
+
+    def matmul(self, W):
+        """The matrix product `self @ W`, as F.matmul."""
+        return matmul(self, W)
+
+    dot = matmul  # DeZero's second name for it
 
     # ---------------------------------------------------------------- operators
     def __add__(self, other):
@@ -625,6 +681,9 @@ class Variable:
 
     def __neg__(self):
         return Neg()(self)
+
+    def __abs__(self):
+        return abs_(self)
 
     def __pow__(self, c):
         return pow(self, c)
@@ -758,7 +817,9 @@ def as_array(x, array_module=None):
 # Bound at the end: the operators above call these, and they import Variable.
 from . import engine  # noqa: E402
 from .functions.math import Add, Div, Mul, Neg, Sub, compare, pow, power_of  # noqa: E402
+from .functions.math import abs as abs_  # noqa: E402
 from .functions.linalg import matmul  # noqa: E402
 from .functions.device import to  # noqa: E402
 from .functions.shape import get_item, reshape, transpose  # noqa: E402
 from .functions.reduce import sum  # noqa: E402
+from .functions.reduce import max as reduce_max, min as reduce_min  # noqa: E402

@@ -4,6 +4,7 @@ dask.distributed cluster. (Every op of the tables on Dask: tests/functions/test_
 import os
 import subprocess
 import sys
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -222,6 +223,32 @@ def test_index_array_gradients_of_arrays_chunked_along_every_axis(name, f):
     assert isinstance(grad, da.Array)
 
 
+
+@pytest.mark.parametrize("name, f", [
+    ("empty index array", lambda x, c: F.sum(x[c(np.array([], dtype=np.int64))] * 2.0)),
+    ("all-False mask", lambda x, c: F.sum(x[c(np.zeros(7, bool))] * 2.0)),
+])
+def test_an_index_that_picks_nothing_has_a_zero_gradient(name, f):
+    # Dask cannot reshape an empty array of several chunks, which scatter_add did
+    (y, gx, _), (y_dask, gx_dask, _) = _grads_on_numpy_and_dask(f, A, chunks=(3, 2))
+    assert y_dask == y == 0.0
+    np.testing.assert_array_equal(gx_dask, np.zeros_like(A))
+    np.testing.assert_array_equal(gx, gx_dask)
+
+
+def test_a_dask_array_of_unknown_chunk_sizes_is_refused_with_what_to_do():
+    d = da.from_array(np.linspace(-1.0, 1.0, 20), chunks=6)
+    picked = d[d > 0]  # how many per chunk is known only once computed
+    with pytest.raises(ValueError, match=r"chunk sizes are unknown .*compute_chunk_sizes\(\)"):
+        gradcore.Variable(picked)
+    v = gradcore.Variable(da.ones(3, chunks=2))
+    with pytest.raises(ValueError, match=r"compute_chunk_sizes"):
+        v.data = picked
+    x = gradcore.Variable(picked.compute_chunk_sizes())  # as the message says: then it works
+    F.sum(x * x).backward()
+    np.testing.assert_allclose(x.grad.numpy(), 2 * np.linspace(-1.0, 1.0, 20)[10:], rtol=1e-12)
+
+
 @pytest.mark.parametrize("shape", [(5, 7), (-1, 7), (35,), (5, 1, 7)])
 def test_reshape_of_a_multi_chunk_array_is_any_reshape(shape):
     # Dask alone reshapes (7, 5) in chunks of (3, 2) only by merging or splitting axes evenly
@@ -359,6 +386,77 @@ def test_backward_holds_a_few_chunks_not_the_array(name, layout, f):
     with _Held() as held:
         dask.compute(*outputs, scheduler="threads", num_workers=2)
     assert held.peak <= 8 * C * 8, f"{name}: held {held.peak / 2 ** 20:.1f} MiB of 30.5 MiB"
+
+
+
+def _traced_peak(outputs):
+    """The most bytes allocated at once (tracemalloc) while Dask computes `outputs`: unlike
+    _Held, it also sees what a task makes and drops within itself."""
+    tracemalloc.start()
+    try:
+        dask.compute(*outputs, scheduler="threads", num_workers=2)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def _forward_and_backward_of(f):
+    def run(x):
+        y = F.sum(f(x))
+        y.backward()
+        return y.data, (x.grad.data * x.data).sum()
+    return run
+
+
+def _clip_grad_value(x):
+    p = nn.Parameter(x.data)
+    p.grad = gradcore.Variable(x.data - 0.5)
+    nn.utils.clip_grad_value_([p], 0.1)
+    return ((p.grad.data * p.data).sum(),)
+
+
+_LABELS = np.random.RandomState(0).randint(0, 2000, 2000)
+
+
+@pytest.mark.parametrize("name, layout, f", [
+    # array_api_compat's clip broadcast each bound to one chunk of the whole array: ~2 arrays
+    ("clip", (N, C), _forward_and_backward_of(lambda x: F.clip(x, 0.2, 0.8))),
+    ("binary_cross_entropy", (N, C), _forward_and_backward_of(
+        lambda p: F.binary_cross_entropy(p, da.ones(N, chunks=C)))),
+    ("clip_grad_value_", (N, C), _clip_grad_value),
+    # NumPy labels come as one chunk: backward's one-hot was one (N, C) chunk
+    ("softmax_cross_entropy, NumPy labels", ROWS, _forward_and_backward_of(
+        lambda x: F.softmax_cross_entropy(x, _LABELS))),
+])
+def test_tasks_make_a_few_chunks_not_the_array(name, layout, f):
+    peak = _traced_peak(f(gradcore.Variable(da.random.random(*layout))))
+    assert peak < N * 8 / 3, f"{name}: {peak / 2 ** 20:.1f} MiB for 30.5 MiB"  # before: 61-65
+
+
+def test_clip_takes_array_bounds_in_the_chunks_of_x():
+    xp = backends.get_backend("dask").xp
+    x = da.from_array(A, chunks=(3, 2))
+    low = np.linspace(0.0, 2.0, 5)  # one per column, broadcast over the rows
+    y = xp.clip(x, low, da.from_array(np.full((7, 5), 2.5), chunks=(7, 5)))
+    assert y.chunks == x.chunks and y.dtype == x.dtype
+    np.testing.assert_array_equal(y.compute(), np.clip(A, low, 2.5))
+
+
+def test_the_index_gradient_sums_into_one_total_not_one_per_block():
+    # Dask's bincount made a total of the target's size per block of positions (20 here) and
+    # summed them in a tree: 85 MiB for a 7.6 MiB target
+    dask_device = backends.get_backend("dask")
+    rows = np.random.RandomState(0).randint(0, 1000, 1000)  # repeats add up
+    values = np.random.RandomState(1).rand(1000, 1000)
+    target = da.zeros((1000, 1000), chunks=(50, 1000))
+    total = dask_device.scatter_add(target, (da.from_array(rows, chunks=50),),
+                                    da.from_array(values, chunks=(50, 1000)))
+    assert total.chunks == target.chunks
+    peak = _traced_peak([total.sum()])
+    assert peak < 2 * target.nbytes, f"{peak / 2 ** 20:.1f} MiB for a 7.6 MiB target"
+    expected = np.zeros((1000, 1000))
+    np.add.at(expected, rows, values)
+    np.testing.assert_allclose(total.compute(), expected, rtol=1e-12)
 
 
 _README = r'''

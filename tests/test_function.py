@@ -971,3 +971,10 @@ def test_a_raw_array_kept_by_the_function_is_copied_into_grad_under_create_graph
     F.sum(f(x) * w).backward(create_graph=True)
     x.grad.data[...] = 0.0  # clipping or zeroing the grad in place
     np.testing.assert_array_equal(f.jac, [2.0, 5.0])
+
+
+def test_forward_and_backward_say_what_they_get_and_return():
+    """help(Function.forward) and help(Function.backward) tell an author the contract."""
+    forward, backward = Function.forward.__doc__ or "", Function.backward.__doc__ or ""
+    assert "raw arrays" in forward and "returns an array" in forward
+    assert "Variable" in backward and "one gradient per input" in backward

@@ -778,3 +778,106 @@ def test_a_list_of_numbers_becomes_data_without_its_items_walked_in_python(monke
     monkeypatch.undo()
     with pytest.raises(TypeError, match=r"F\.stack"):  # the walk, only for an object array
         Variable([1.0, Variable(np.array(2.0), requires_grad=False), None])
+
+
+# =============================================================================== DeZero's surface
+def test_backward_refuses_a_bool_seed_and_names_the_keywords():
+    """DeZero's backward(retain_grad, create_graph) takes flags where gradcore takes the seed:
+    y.backward(True) must not run as a seed of ones with the flags lost."""
+    x = Variable(np.array(2.0))
+    h = x * x
+    y = h * 3.0
+    for args in ((True,), (True, True), (False,)):
+        with pytest.raises(TypeError, match=r"backward\((True|False)\): the first argument is the "
+                           r"seed gradient .*y\.backward\(retain_grad=True, create_graph=True\)"):
+            y.backward(*args)
+        assert x.grad is None and h.grad is None  # refused before anything ran
+    y.backward(retain_grad=True)
+    assert h.grad.item() == 3.0 and x.grad.item() == 12.0  # dy/dh = 3, dy/dx = 3 * 2x
+    x.cleargrad()
+    y.backward(2.0)  # a number is still a seed: twice the gradient
+    assert x.grad.item() == 24.0
+    x.cleargrad()
+    z = x ** 3
+    z.backward(None, False, True)  # create_graph by position, as DeZero's second flag
+    assert x.grad.item() == 12.0 and x.grad.creator is not None  # 3x^2, differentiable
+
+
+def test_max_min_matmul_and_dot_methods():
+    a = np.array([[1.0, 5.0, 3.0], [4.0, 2.0, 6.0]])
+    x = Variable(a)
+    np.testing.assert_array_equal(x.max(axis=1).data, [5.0, 6.0])
+    assert x.min().item() == 1.0
+    np.testing.assert_array_equal(x.max(axis=0, keepdims=True).data, [[4.0, 5.0, 6.0]])
+    x.max(axis=1).sum().backward()
+    np.testing.assert_array_equal(x.grad.data, [[0, 1, 0], [0, 0, 1]])  # to each row's max
+    x.cleargrad()
+    x.min(axis=-1).sum().backward()
+    np.testing.assert_array_equal(x.grad.data, [[1, 0, 0], [0, 1, 0]])
+    W = Variable(np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]))
+    expected = [[4.0, 8.0], [10.0, 8.0]]  # x @ W by hand
+    np.testing.assert_array_equal(x.matmul(W).data, expected)
+    np.testing.assert_array_equal(x.dot(W).data, expected)
+    x.cleargrad()
+    x.dot(W).sum().backward()
+    np.testing.assert_array_equal(x.grad.data, [[1.0, 1.0, 2.0]] * 2)  # ones @ W.T
+    np.testing.assert_array_equal(W.grad.data, [[5.0, 5.0], [7.0, 7.0], [9.0, 9.0]])  # x.T @ 1
+
+
+def test_numpy_sum_max_min_give_values_without_grad_and_refuse_a_graph():
+    """np.sum(x), np.max(x), np.min(x) call x.sum/x.max/x.min with NumPy's keywords (out=,
+    dtype=): the values of a Variable that needs no grad, as np.asarray(x) gives them; for one
+    that requires grad, a TypeError naming the spellings that work."""
+    a = np.array([[1.0, 5.0], [3.0, 2.0]])
+    c = Variable(a, requires_grad=False)
+    assert np.sum(c) == 11.0 and np.max(c) == 5.0 and np.min(c) == 1.0
+    np.testing.assert_array_equal(np.max(c, axis=0), [3.0, 5.0])
+    np.testing.assert_array_equal(np.sum(c, axis=1, keepdims=True), [[6.0], [5.0]])
+    assert np.sum(c, dtype=np.float32).dtype == np.float32
+    x = Variable(a)
+    for name, f in (("sum", np.sum), ("max", np.max), ("min", np.min)):
+        with pytest.raises(TypeError, match=rf"numpy\.{name}\(x\) on a Variable that requires "
+                           rf"grad .*x\.{name}\(axis, keepdims\) or F\.{name}\(x, axis, "
+                           rf"keepdims\) .*numpy\.{name}\(x\.data\)"):
+            f(x)
+    with pytest.raises(TypeError, match=r"numpy\.sum\(x\) on a Variable that requires grad"):
+        x.sum(dtype=np.float32)
+    assert x.sum(0, True).shape == (1, 2)  # axis and keepdims by position, as DeZero's
+
+
+def test_numpy_ufuncs_refuse_every_variable():
+    """`__array_ufunc__ = None` (kept: operators with NumPy arrays stay fast): a ufunc given a
+    Variable raises NumPy's own TypeError, with or without grad."""
+    for requires_grad in (True, False):
+        x = Variable(np.array([1.0, 2.0]), requires_grad=requires_grad)
+        for ufunc in (np.exp, np.tanh, np.isnan):
+            with pytest.raises(TypeError, match="does not support ufuncs"):
+                ufunc(x)
+        np.testing.assert_allclose(np.exp(x.data), [np.e, np.e ** 2])  # the spelling that works
+
+
+def test_format_of_a_0d_variable_formats_its_value():
+    loss = Variable(np.array(0.123456))
+    assert f"{loss:.4f}" == "0.1235"
+    assert f"{Variable(np.float32(0.5)):.2f}" == "0.50"
+    assert f"{Variable(np.array(3)):d}" == "3"
+    assert f"{loss}" == str(loss) == "variable(0.123456)"  # no spec: the repr, as before
+    with pytest.raises(TypeError, match=r"format spec '\.4f' needs a 0-d Variable; this one has "
+                       r"shape \(1,\): format one value, e\.g\. f'\{float\(x\[0\]\):\.4f\}'"):
+        f"{Variable(np.array([0.5])):.4f}"
+    with pytest.raises(TypeError, match=r"this one has shape None"):
+        f"{Variable(None):.4f}"
+
+
+def test_abs_is_differentiable():
+    x = Variable(np.array([-1.5, 2.0]))
+    y = abs(x)
+    np.testing.assert_array_equal(y.data, [1.5, 2.0])
+    y.sum().backward()
+    np.testing.assert_array_equal(x.grad.data, [-1.0, 1.0])  # the sign of x
+
+
+def test_public_methods_have_docstrings():
+    for member in (Variable.sum, Variable.max, Variable.min, Variable.matmul, Variable.dot,
+                   Variable.T.fget, Variable.__format__):
+        assert (member.__doc__ or "").strip(), member

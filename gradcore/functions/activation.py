@@ -1,7 +1,8 @@
 """Activations: sigmoid, relu, leaky_relu, softmax, log_softmax, and their composite twins."""
 from ..function import Function
+from .device import accumulator_dtype, astype
 from .math import div, exp, neg, python_number
-from .reduce import accumulator_dtype, sum
+from .reduce import Sum, sum
 from .shape import normalize_axis
 
 
@@ -133,7 +134,13 @@ class LogSoftmax(Function):
     def backward(self, gy):
         y = self.outputs[0]()
         # softmax = exp(y): dx = gy - softmax * sum(gy) along the axis
-        return gy - exp(y) * sum(gy, axis=self.axes, keepdims=True)
+        wide = accumulator_dtype(self.xp, y.dtype)
+        if wide is None:
+            return gy - exp(y) * sum(gy, axis=self.axes, keepdims=True)
+        # float16: in float32 until the product, as sum(gy) passes 65,504 over a wide axis
+        # (70,000 classes) where softmax times it does not
+        total = Sum(self.axes, True, wide)(gy)
+        return gy - astype(exp(astype(y, wide)) * total, y.dtype)
 
 
 def log_softmax(x, axis=1):

@@ -70,3 +70,11 @@ def _resolve(backend, dtype):
     except (TypeError, ValueError) as e:
         raise TypeError(f"astype: {dtype!r} is not a dtype {backend.name} has ({e}); pass one "
                         "of its dtypes or a name such as 'float32'") from None
+
+
+def accumulator_dtype(xp, dtype):
+    """float32 for float16 data, else None (the data's own dtype): what a sum of many values is
+    accumulated in, as NumPy's mean and PyTorch do. In float16 a sum past 65,504 is inf, and so
+    is a count of 65,520 or more."""
+    float16 = getattr(xp, "float16", None)  # the array API has none; NumPy and CuPy do
+    return xp.float32 if float16 is not None and dtype == float16 else None

@@ -3,6 +3,7 @@
 Like DeZero, every loss sums over the elements and divides by N = x.shape[0] (the batch size):
 for outputs of shape (N,) or (N, 1) that is the mean over all elements.
 """
+import math
 import warnings
 
 import backends
@@ -10,15 +11,22 @@ import backends
 from ..function import Function
 from ..variable import Variable
 from .activation import sigmoid, softmax
-from .device import astype
+from .device import accumulator_dtype, astype
 from .math import clip, log, sub
-from .reduce import accumulator_dtype, sum
+from .reduce import sum
 from .shape import get_item
 
 
 def _batch_size(x):
     """N, the number of samples: x.shape[0] (1 for a 0-d x)."""
     return x.shape[0] if x.ndim else 1
+
+
+def _sample_weight(n):
+    """1 / n, what each of n samples weighs in a batch mean: a Python float (float16 cannot hold
+    an n of 65,520 or more, but holds 1 / n). For an empty batch nan, as its mean is: times an
+    empty gradient, that gives the empty gradient PyTorch gives."""
+    return 1.0 / n if n else math.nan
 
 
 def _batch_mean(xp, values, n, dtype):
@@ -121,7 +129,8 @@ class MeanSquaredError(Function):
     def backward(self, gy):
         x0, x1 = self.inputs
         n0, n1 = self.needs_input_grad
-        gx0 = gy * (x0 - x1) * (2 / self.n)  # broadcast: the engine sums it back to each shape
+        # broadcast: the engine sums it back to each shape
+        gx0 = gy * (x0 - x1) * (2 * _sample_weight(self.n))
         return gx0 if n0 else None, -gx0 if n1 else None
 
 
@@ -155,6 +164,10 @@ class SoftmaxCrossEntropy(Function):
             raise ValueError(f"expects logits of shape (N, C), got shape {tuple(x.shape)}")
         n, c = x.shape
         t = _class_labels(xp, t, n, c)
+        if self.backend.lazy and c:
+            # Dask: labels in x's row chunks (NumPy labels arrive as one chunk), so that
+            # backward's one-hot (t == 0..C-1) is made block by block, not as one (N, C) chunk
+            t = self.backend.laid_out(t, self.backend.layout(x[:, 0]))
         self.save_for_backward(t)
         # -log softmax(x)[i, t_i] = log sum_j exp(x_ij - m_i) - (x_it_i - m_i), m_i = max_j x_ij
         shifted = x - xp.max(x, axis=1, keepdims=True)
@@ -170,8 +183,7 @@ class SoftmaxCrossEntropy(Function):
         # one-hot of t: compare t with 0..c-1, created on x's device
         classes = self.backend.to_device(xp.arange(c, dtype=t.dtype), self.device)
         onehot = xp.astype(xp.reshape(t.data, (n, 1)) == xp.reshape(classes, (1, c)), x.dtype)
-        # times 1 / n, a number float16 holds where it cannot hold an n of 65,520 or more
-        return (softmax(x) - onehot) * (gy * (1.0 / n)), None
+        return (softmax(x) - onehot) * (gy * _sample_weight(n)), None
 
 
 def softmax_cross_entropy(x, t):
@@ -219,7 +231,7 @@ class SigmoidCrossEntropy(Function):
         t, = self.saved_tensors  # t_in itself, or a cast constant
         if t is not t_in and self.needs_input_grad[1]:
             t = astype(t_in, x.dtype)  # soft targets of another dtype: differentiable too
-        g = gy * (1.0 / _batch_size(x))  # 1 / N: float16 cannot hold an N of 65,520 or more
+        g = gy * _sample_weight(_batch_size(x))
         gx = (sigmoid(x) - t) * g if self.needs_input_grad[0] else None
         gt = -x * g if self.needs_input_grad[1] else None
         return gx, gt
@@ -252,7 +264,7 @@ class BinaryCrossEntropy(Function):
             t = astype(t_in, p.dtype)  # soft targets of another dtype: differentiable too
         # clip(p) written with ops: equal to pc, with the derivative `inside` (for higher order)
         q = p * inside + pc * (1 - inside)
-        g = gy * (1.0 / _batch_size(p))  # 1 / N: float16 cannot hold an N of 65,520 or more
+        g = gy * _sample_weight(_batch_size(p))
         gp = (q - t) / (q * (1 - q)) * inside * g if self.needs_input_grad[0] else None
         gt = (log(1 - q) - log(q)) * g if self.needs_input_grad[1] else None
         return gp, gt

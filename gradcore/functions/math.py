@@ -68,7 +68,10 @@ class Div(Function):
     def backward(self, gy):
         x0, x1 = self.inputs
         n0, n1 = self.needs_input_grad
-        return gy / x1 if n0 else None, -gy * x0 / (x1 * x1) if n1 else None
+        gx0 = gy / x1
+        # d/dx1 = -gy x0 / x1**2, as (gy / x1) (x0 / x1): x1 * x1 would overflow (float16: any
+        # |x1| > 256) or underflow where the gradient itself is a finite number
+        return gx0 if n0 else None, -gx0 * (x0 / x1) if n1 else None
 
 
 def div(x0, x1):

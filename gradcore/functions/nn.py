@@ -6,8 +6,10 @@ import backends
 from ..config import Config, recomputing
 from ..function import Function
 from ..random import draw
-from ..variable import Variable, as_variable
-from .reduce import accumulator_dtype, average, sum
+from ..variable import Variable
+from .device import accumulator_dtype, astype
+from .loss import _backend_and_device
+from .reduce import average, sum
 from .shape import layout, reshape
 
 
@@ -67,26 +69,26 @@ class BatchNorm(Function):
         xp = self.xp
         axes = _stat_axes(x.ndim)
         shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)   # per channel, broadcasting against x
+        # float16: the statistics, x_hat and the output in float32, cast back at the end: a
+        # variance past 65,504 (a spread of 256) is inf in float16, and NumPy's var of float16
+        # sums its squares in float16, which goes wrong long before that
+        self.wide = wide = accumulator_dtype(xp, x.dtype)
+        xw = x if wide is None else xp.astype(x, wide)
         if self.train:
-            # float16: the statistics in float32 (NumPy's var of float16 sums its squares in
-            # float16, which goes wrong long before it overflows at 65,504)
-            wide = accumulator_dtype(xp, x.dtype)
-            xw = x if wide is None else xp.astype(x, wide)
             mean = xp.mean(xw, axis=axes, keepdims=True)
             var = xp.var(xw, axis=axes, keepdims=True)
             if not recomputing():  # a checkpointed block's second run: updated already
                 self._update(xp.reshape(mean, (-1,)), xp.reshape(var, (-1,)),
                              x.size // x.shape[1])
-            if wide is not None:
-                mean, var = xp.astype(mean, x.dtype), xp.astype(var, x.dtype)
         else:
             # copies (astype), kept for backward: a train-mode call before it updates the
             # running statistics in place
-            mean = xp.reshape(xp.astype(self.running_mean, x.dtype), shape)
-            var = xp.reshape(xp.astype(self.running_var, x.dtype), shape)
+            mean = xp.reshape(xp.astype(self.running_mean, xw.dtype), shape)
+            var = xp.reshape(xp.astype(self.running_var, xw.dtype), shape)
             self.statistics = mean, var
-        x_hat = (x - mean) / xp.sqrt(var + self.eps)
-        return xp.reshape(gamma, shape) * x_hat + xp.reshape(beta, shape)
+        x_hat = (xw - mean) / xp.sqrt(var + self.eps)
+        y = xp.reshape(gamma, shape) * x_hat + xp.reshape(beta, shape)
+        return y if wide is None else xp.astype(y, x.dtype)
 
     def _check(self, x, gamma, beta):
         if x.ndim < 2:
@@ -117,19 +119,29 @@ class BatchNorm(Function):
         rm, rv = self.running_mean, self.running_var
         adjust = m / (m - 1) if m > 1 else 1.0
         # assigned whole: a Dask array has no in-place arithmetic (`*=` makes a new one), and
-        # an assigned lazy one is worked out by the optimizer's next step with the parameters
-        self.backend.assign(rm, rm * decay + xp.astype(mean, rm.dtype) * (1 - decay))
-        self.backend.assign(rv, rv * decay + xp.astype(var, rv.dtype) * ((1 - decay) * adjust))
+        # an assigned lazy one is worked out by the optimizer's next step with the parameters.
+        # Scaled before the cast: float16 statistics hold a tenth of a variance of 90,000
+        self.backend.assign(rm, rm * decay + xp.astype(mean * (1 - decay), rm.dtype))
+        self.backend.assign(rv, rv * decay + xp.astype(var * ((1 - decay) * adjust), rv.dtype))
 
     def backward(self, gy):
-        x, gamma, _ = self.inputs
+        x, gamma, beta = self.inputs
+        if self.wide is None:
+            return self._gradients(x, gamma, gy)
+        # float16: computed in float32, as forward was, and each gradient cast to its input's
+        # dtype (xc * xc in float16 is inf past |x - mean| = 256, and then inv_std is 0)
+        wide = self.wide
+        grads = self._gradients(astype(x, wide), astype(gamma, wide), astype(gy, wide))
+        return tuple(None if g is None else astype(g, v.dtype)
+                     for g, v in zip(grads, (x, gamma, beta)))
+
+    def _gradients(self, x, gamma, gy):
+        """(gx, ggamma, gbeta) for x, gamma and gy of one dtype; None where none is needed."""
         n_x, n_gamma, n_beta = self.needs_input_grad
         axes = _stat_axes(x.ndim)
         shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
         if self.train:  # the statistics depend on x: recompute them as a graph
             m = x.size // x.shape[1]
-            # average, not sum / m: for float16 it sums in float32 (and 1 / m is a number
-            # float16 holds where it cannot hold an m of 65,520 or more)
             mean = average(x, axes, keepdims=True)
             xc = x - mean
             inv_std = (average(xc * xc, axes, keepdims=True) + self.eps) ** -0.5
@@ -217,8 +229,11 @@ class EmbedIDGrad(Function):
 
 def embed_id(x, W):
     """Rows of W (V, D) picked by the integer ids x (an array of any shape, or an int or list):
-    W[x], of shape x.shape + (D,). Repeated ids add their gradients into the same row."""
-    if isinstance(x, (int, list, tuple)) and not isinstance(x, bool):
-        W = as_variable(W)
-        x = W.backend.asarray(x, device=W.device)
+    W[x], of shape x.shape + (D,). Repeated ids add their gradients into the same row. Ids on
+    another device (NumPy ids for a W on the GPU) are moved to W's, as W[x] moves an index."""
+    _, device = _backend_and_device("embed_id", W)
+    if isinstance(x, Variable):
+        x = x.data  # integer ids carry no gradient
+    if isinstance(x, (numbers.Number, list, tuple)) or backends.backend_of(x) is not None:
+        x = backends.asarray_on(x, device)
     return EmbedID()(x, W)

@@ -3,17 +3,9 @@ import math
 
 from ..function import Function
 from ..variable import Variable
-from .device import astype
+from .device import accumulator_dtype, astype
 from .math import exp
 from .shape import broadcast_like, normalize_axis, reshape
-
-
-def accumulator_dtype(xp, dtype):
-    """float32 for float16 data, else None (the data's own dtype): what a sum of many values is
-    accumulated in, as NumPy's mean and PyTorch do. In float16 a sum past 65,504 is inf, and so
-    is a count of 65,520 or more."""
-    float16 = getattr(xp, "float16", None)  # the array API has none; NumPy and CuPy do
-    return xp.float32 if float16 is not None and dtype == float16 else None
 
 
 def _kept_shape(shape, axes):
@@ -29,8 +21,14 @@ class Sum(Function):
         self.dtype = dtype  # of the sum, and what it accumulates in; None: x's
 
     def forward(self, x):
+        xp = self.xp
         axis = self.axis if self.axis is None else normalize_axis(self.axis, x.ndim)
-        return self.xp.sum(x, axis=axis, keepdims=self.keepdims, dtype=self.dtype)
+        wide = accumulator_dtype(xp, x.dtype) if self.dtype is None else None
+        if wide is None:
+            return xp.sum(x, axis=axis, keepdims=self.keepdims, dtype=self.dtype)
+        # float16: summed in float32, the result in float16. NumPy adds along a strided axis one
+        # value at a time in float16, so 10,000 times 0.1 comes out 256
+        return xp.astype(xp.sum(x, axis=axis, keepdims=self.keepdims, dtype=wide), x.dtype)
 
     def backward(self, gy):
         x, = self.inputs

@@ -7,6 +7,7 @@ import backends
 
 from ..function import Function, View
 from ..variable import Variable
+from .device import accumulator_dtype
 
 
 def _normalize_shape(shape):
@@ -176,8 +177,13 @@ class SumTo(Function):
                              "it does not broadcast to the input shape")
         axes = tuple(range(lead)) + tuple(
             lead + i for i, n in enumerate(self.shape) if n == 1 and x.shape[lead + i] != 1)
-        y = self.xp.sum(x, axis=axes, keepdims=True)
-        return self.xp.reshape(y, self.shape) if lead else y
+        xp = self.xp
+        wide = accumulator_dtype(xp, x.dtype)
+        if wide is None:
+            y = xp.sum(x, axis=axes, keepdims=True)
+        else:  # float16: summed in float32, as in sum (the engine sums broadcast gradients here)
+            y = xp.astype(xp.sum(x, axis=axes, keepdims=True, dtype=wide), x.dtype)
+        return xp.reshape(y, self.shape) if lead else y
 
     def backward(self, gy):
         x, = self.inputs

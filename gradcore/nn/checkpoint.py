@@ -146,31 +146,50 @@ def _described(error):
     return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
 
 
+def _has_dezero_names(infos):
+    """True if the archive's entries are .npy arrays named as DeZero's save_weights names
+    parameters: attribute names joined by '/' ("l0/W"), where gradcore joins them by '.'."""
+    names = [info.filename.removesuffix(".npy") for info in infos]
+    return bool(names) and all(
+        info.filename.endswith(".npy") and all(part.isidentifier() for part in name.split("/"))
+        for info, name in zip(infos, names))
+
+
 def _read_headers(path, archive, file_size):
     """name -> _Header of every array in the checkpoint, from the zip directory and each entry's
     .npy header (a few bytes decompressed per entry); the format marker is checked first (its
-    value read) and left out. CheckpointError for anything a checkpoint cannot hold."""
+    value read) and left out. A file with no marker whose names are DeZero's ("l0/W", written
+    by dezero's save_weights) is read with gradcore's names ("l0.W"), checked the same way.
+    CheckpointError for anything a checkpoint cannot hold."""
     infos = archive.infolist()
     marker = FORMAT_KEY + ".npy"
+    dezero = False
     if marker not in [info.filename for info in infos]:
-        names = [info.filename.removesuffix(".npy") for info in infos]
-        raise CheckpointError(
-            f"{path} is not a gradcore checkpoint: it has no {FORMAT_KEY!r} entry (its entries: "
-            f"{', '.join(names) or 'none'}); write checkpoints with Module.save, or read plain "
-            "arrays with numpy.load and pass them to load_state_dict")
+        dezero = _has_dezero_names(infos)
+        if not dezero:
+            names = [info.filename.removesuffix(".npy") for info in infos]
+            raise CheckpointError(
+                f"{path} is not a gradcore checkpoint: it has no {FORMAT_KEY!r} entry (its "
+                f"entries: {', '.join(names) or 'none'}), and those are not the names DeZero's "
+                "save_weights writes (attribute names joined by '/', as in l0/W) either. Write "
+                "checkpoints with Module.save; to load arrays saved some other way, read them "
+                "with numpy.load(path) and pass load_state_dict a dict of them under the "
+                "model's state_dict() names (as in l0.W)")
     headers = {}
     for info in sorted(infos, key=lambda info: info.filename != marker):  # the marker first
         if not info.filename.endswith(".npy"):
             raise CheckpointError(f"{path}: entry {info.filename!r} is not an .npy array; a "
                                   "gradcore checkpoint holds .npy arrays only")
         name = info.filename.removesuffix(".npy")
+        if dezero:
+            name = name.replace("/", ".")  # no name holds '.': two entries never become one
         if name in headers:
             raise CheckpointError(f"{path}: entry {name!r} appears twice; the file is damaged or "
                                   "was not written by Module.save")
         headers[name] = _read_header(path, archive, info, file_size)
         if name == FORMAT_KEY:
             _check_marker(path, archive, headers[name])
-    del headers[FORMAT_KEY]
+    headers.pop(FORMAT_KEY, None)  # absent from a DeZero file
     return headers
 
 
@@ -256,7 +275,8 @@ def _read_arrays(path, archive, headers):
 
 def read_checkpoint(path):
     """The arrays of a checkpoint written by Module.save (`path` names the file as for save:
-    path + ".npz" when that file exists), as a dict name -> NumPy array. Raises CheckpointError
+    path + ".npz" when that file exists), or by DeZero's save_weights (its "l0/W" read as
+    "l0.W"), as a dict name -> NumPy array. Raises CheckpointError
     (a ValueError) for a file that is not a readable gradcore checkpoint, with every header
     checked before any array is decompressed; nothing is ever unpickled. A missing file raises
     FileNotFoundError."""

@@ -84,10 +84,12 @@ def constant_(p, value):
 
 
 def zeros_(p):
+    """Every entry 0 (constant_(p, 0.0))."""
     return constant_(p, 0.0)
 
 
 def ones_(p):
+    """Every entry 1 (constant_(p, 1.0))."""
     return constant_(p, 1.0)
 
 

@@ -406,7 +406,8 @@ class Module:
         if lazy:
             raise ValueError(
                 f"state_dict: {', '.join(lazy)} not initialised yet (lazy layers learn their "
-                "input size at the first call): run one forward pass first")
+                "input size at the first call; an RNN's h2h at the second, the first to read a "
+                "state, as in DeZero): run the model forward first")
         return state
 
     def load_state_dict(self, state, strict=True):
@@ -420,7 +421,9 @@ class Module:
 
         `strict`: names missing from `state` or not in the model are errors; with strict=False
         they are skipped and returned as IncompatibleKeys(missing_keys, unexpected_keys). The
-        format marker of a file `save` wrote is skipped, so numpy.load(path) of one will do.
+        format marker of a file `save` wrote is skipped, so numpy.load(path) of one will do;
+        a name joined by '/' as DeZero's save_weights writes it ("l0/W") is taken as the
+        model's "l0.W" when that is one of the model's names and the state has no "l0.W".
         Values must be real numbers that convert within their kind (float64 into float32 does;
         floats into an integer buffer, and integers or booleans into a floating one, do not)
         and that the model's dtype holds (300 does not fit int8, 1e5 is inf in float16).
@@ -431,13 +434,23 @@ class Module:
                             f"state_dict()), got {type(state).__name__}")
         entries = self._named_entries("load_state_dict")
         known = {name for name, _, _, _ in entries}
-        names = dict.fromkeys(name for name in state if name != FORMAT_KEY or name in known)
+        keys = {}  # name in the model's terms -> its key in `state`
+        for key in state:
+            if key == FORMAT_KEY and key not in known:
+                continue
+            name = key
+            if isinstance(key, str) and "/" in key and key not in known:
+                dotted = key.replace("/", ".")
+                if dotted in known and dotted not in state:
+                    name = dotted
+            keys[name] = key
+        names = dict.fromkeys(keys)
         hosts = {}
         unreadable = []
         for name, _, _, _ in entries:
             if name in names:
                 try:
-                    hosts[name] = _host_array(state[name])
+                    hosts[name] = _host_array(state[keys[name]])
                 except (TypeError, ValueError) as e:
                     unreadable.append(f"{name}: {e}")
         specs = {name: (host.shape, host.dtype) for name, host in hosts.items()}
@@ -533,7 +546,8 @@ class Module:
         goes to its parameter's device and dtype. Returns load_state_dict's IncompatibleKeys.
         Lazy layers not sized yet (VGG16's convolutions, BatchNorm) take the shapes in the file,
         so a fresh model loads without a forward pass first; the sizes they already know
-        (out_size, kernel_size) must match it.
+        (out_size, kernel_size) must match it. A file written by DeZero's save_weights loads
+        too: its names ("l0/W") are read as gradcore's ("l0.W"), with the same checks.
 
         `path` may be an http:// or https:// URL: the file is downloaded once (resumed if
         broken, shown on `progress`, a stream: stderr when None, False for none) into

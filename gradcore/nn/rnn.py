@@ -1,6 +1,6 @@
 """Recurrent layers that keep their state between calls: RNN and LSTM (DeZero's names)."""
 from .. import functions as F
-from .layers import Linear, _optional_size, _size, _unfilled
+from .layers import Linear, _optional_size, _size
 from .module import Module
 
 
@@ -19,15 +19,12 @@ def _check_batch(layer, x, h):
             "another batch size")
 
 
-def _preactivation(x2h, h2h, x, h, hidden_size):
-    """x2h(x) + h2h(h), or x2h(x) alone at the first step (h None). At the first step a lazy h2h
-    is created as well, on x2h(x)'s device and dtype, so every parameter exists after one call."""
+def _preactivation(x2h, h2h, x, h):
+    """x2h(x) + h2h(h), or x2h(x) alone at the first step (h None). A lazy h2h is created at
+    its first use, the second step, on h's device and dtype: the order DeZero draws in, so
+    numpy.random.seed gives DeZero's weights."""
     y = x2h(x)
-    if h is None:
-        if _unfilled(h2h):
-            h2h._lazy_init(y, in_size=hidden_size)
-        return y
-    return y + h2h(h)
+    return y if h is None else y + h2h(h)
 
 
 class RNN(Module):
@@ -36,7 +33,9 @@ class RNN(Module):
     The state `h` carries over from call to call (the graph through it too: cut it with
     `h.unchain_backward()` for truncated backprop); `reset_state()` starts a new sequence, and
     must come before a batch of another size (ValueError otherwise).
-    x2h is Linear(hidden_size, in_size=in_size), lazy if in_size is None; h2h has no bias.
+    x2h is Linear(hidden_size, in_size=in_size) and h2h Linear(hidden_size, no bias). With
+    in_size given both are made here; without it, as in DeZero, x2h is made at the first call
+    and h2h at the second, the first to read a state (so after one call h2h.W has no data yet).
     """
 
     def __init__(self, hidden_size, in_size=None):
@@ -44,12 +43,13 @@ class RNN(Module):
         H = self.hidden_size = _size(hidden_size, "hidden_size", "RNN")
         in_size = _optional_size(in_size, "in_size", "RNN")
         self.x2h = Linear(H, in_size=in_size)
+        # h2h reads the state, so its in_size is H (DeZero passes in_size, a wrong shape unless
+        # in_size == H); lazy alongside a lazy x2h, so that it is drawn where DeZero draws it
         self.h2h = Linear(H, in_size=None if in_size is None else H, nobias=True)
         self.h = None
 
     def _shapes(self, size=None):
-        """h2h.W is (hidden_size, hidden_size) while lazy too: h2h reads the state, so
-        _preactivation gives it in_size=hidden_size, not a size learnt from x."""
+        """h2h.W is (hidden_size, hidden_size) while lazy too: it reads the state, not x."""
         return {"h2h.W": (self.hidden_size, self.hidden_size)}
 
     def reset_state(self):
@@ -58,7 +58,7 @@ class RNN(Module):
 
     def forward(self, x):
         _check_batch(self, x, self.h)
-        self.h = F.tanh(_preactivation(self.x2h, self.h2h, x, self.h, self.hidden_size))
+        self.h = F.tanh(_preactivation(self.x2h, self.h2h, x, self.h))
         return self.h
 
     def extra_repr(self):
@@ -72,28 +72,24 @@ class LSTM(Module):
 
     The state (`h`, `c`) carries over from call to call; `reset_state()` clears it, and must
     come before a batch of another size (ValueError otherwise). The x2*
-    Linears have biases (lazy if in_size is None), the h2* ones none (DeZero's layout).
+    Linears have biases (lazy if in_size is None), the h2* ones none (DeZero's layout). The h2*
+    read the state, so they are made here, (hidden_size, hidden_size), as in DeZero (its
+    order of draws: x2* before h2* with in_size given, after them without).
     """
 
     def __init__(self, hidden_size, in_size=None):
         super().__init__()
         H = self.hidden_size = _size(hidden_size, "hidden_size", "LSTM")
         I = _optional_size(in_size, "in_size", "LSTM")  # noqa: E741
-        HH = None if I is None else H
         self.x2f = Linear(H, in_size=I)
         self.x2i = Linear(H, in_size=I)
         self.x2o = Linear(H, in_size=I)
         self.x2u = Linear(H, in_size=I)
-        self.h2f = Linear(H, in_size=HH, nobias=True)
-        self.h2i = Linear(H, in_size=HH, nobias=True)
-        self.h2o = Linear(H, in_size=HH, nobias=True)
-        self.h2u = Linear(H, in_size=HH, nobias=True)
+        self.h2f = Linear(H, in_size=H, nobias=True)
+        self.h2i = Linear(H, in_size=H, nobias=True)
+        self.h2o = Linear(H, in_size=H, nobias=True)
+        self.h2u = Linear(H, in_size=H, nobias=True)
         self.reset_state()
-
-    def _shapes(self, size=None):
-        """Each h2*.W is (hidden_size, hidden_size) while lazy too (as RNN's h2h.W)."""
-        H = self.hidden_size
-        return {f"h2{gate}.W": (H, H) for gate in "fiou"}
 
     def reset_state(self):
         """Forget h and c: the next call starts a new sequence."""
@@ -101,15 +97,24 @@ class LSTM(Module):
         self.c = None
 
     def forward(self, x):
-        h, H = self.h, self.hidden_size
+        h = self.h
         _check_batch(self, x, h)
-        f = F.sigmoid(_preactivation(self.x2f, self.h2f, x, h, H))
-        i = F.sigmoid(_preactivation(self.x2i, self.h2i, x, h, H))
-        o = F.sigmoid(_preactivation(self.x2o, self.h2o, x, h, H))
-        u = F.tanh(_preactivation(self.x2u, self.h2u, x, h, H))
+        f = F.sigmoid(_preactivation(self.x2f, self.h2f, x, h))
+        i = F.sigmoid(_preactivation(self.x2i, self.h2i, x, h))
+        o = F.sigmoid(_preactivation(self.x2o, self.h2o, x, h))
+        u = F.tanh(_preactivation(self.x2u, self.h2u, x, h))
+        if h is None:
+            self._h2_to(self.x2f.W)
         c = i * u if self.c is None else f * self.c + i * u
         self.h, self.c = o * F.tanh(c), c
         return self.h
+
+    def _h2_to(self, w):
+        """Move the h2* to w's device if they are elsewhere: made on the CPU in __init__, they
+        follow a lazy x2*, made where its first input is (as lazy weights are)."""
+        for layer in (self.h2f, self.h2i, self.h2o, self.h2u):
+            if layer.W.device != w.device:
+                layer.to(w.device)
 
     def extra_repr(self):
         return f"hidden_size={self.hidden_size}, in_size={self.x2f.in_size}"

@@ -1,11 +1,26 @@
 """Helpers around the core (DeZero's `dezero.utils` names): gradient checks, array comparison,
-sum_to on raw arrays, graph drawing, and the conv size helpers."""
+sum_to, the reductions' backward shapes and logsumexp on raw arrays, graph drawing, the conv size
+helpers, and get_file / cache_dir for downloads."""
 from ..functions.conv import get_conv_outsize, get_deconv_outsize, pair
 from .arrays import array_allclose, array_equal, sum_to
 from .dot import get_dot_graph, plot_dot_graph
+from .download import cache_folder
+from .files import get_file
 from .gradcheck import GradcheckError, gradcheck, gradgradcheck, gradient_check, numerical_grad
+from .reductions import logsumexp, max_backward_shape, reshape_sum_backward
 
 __all__ = [
-    "numerical_grad", "gradient_check", "gradcheck", "gradgradcheck", "GradcheckError", "array_equal", "array_allclose", "sum_to",
+    "numerical_grad", "gradient_check", "gradcheck", "gradgradcheck", "GradcheckError",
+    "array_equal", "array_allclose", "sum_to", "reshape_sum_backward", "max_backward_shape",
+    "logsumexp",
     "get_dot_graph", "plot_dot_graph", "get_conv_outsize", "get_deconv_outsize", "pair",
+    "get_file", "cache_dir",
 ]
+
+
+def __getattr__(name):
+    # cache_dir is read when asked for, so that it follows $GRADCORE_DATA as get_file does
+    # (DeZero's is a constant, ~/.dezero)
+    if name == "cache_dir":
+        return str(cache_folder())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

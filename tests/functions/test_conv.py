@@ -5,6 +5,7 @@ import pytest
 import gradcore
 import gradcore.functions as F
 from gradcore.functions.conv import get_conv_outsize, get_deconv_outsize, pair
+from float16_backends import float16_backends
 from harness import Case, check_case, ids
 
 
@@ -330,3 +331,14 @@ def _v(xp, shape):
 def test_misuse_names_the_op(xp, call, message):
     with pytest.raises(ValueError, match=message):
         call(xp)
+
+
+@float16_backends
+def test_average_pooling_of_float16_sums_in_float32(xp):
+    # four values of 30,000 add up past float16's 65,504: summed in float16 the mean is inf
+    x = gradcore.Variable(xp.asarray(np.full((1, 1, 4, 4), 30_000.0), dtype="float16"))
+    y = F.average_pooling(x, 2, stride=2)
+    assert y.dtype == xp.float16
+    np.testing.assert_array_equal(xp.numpy(y.data), np.full((1, 1, 2, 2), 30_000.0))
+    y.backward()
+    np.testing.assert_array_equal(xp.numpy(x.grad.data), np.full((1, 1, 4, 4), 0.25))

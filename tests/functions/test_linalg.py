@@ -5,6 +5,7 @@ import pytest
 
 import gradcore
 import gradcore.functions as F
+from float16_backends import float16_backends
 from harness import Case, check_case, directional_check, ids
 
 
@@ -104,3 +105,13 @@ def test_a_number_for_x_or_W_gets_the_0d_error(xp, number):
         with pytest.raises(ValueError, match="matmul: matmul needs inputs of at least one "
                            "dimension; use mul for scalars"):
             F.matmul(*args)
+
+
+@float16_backends
+def test_linear_bias_gradient_of_float16_is_summed_in_float32(xp):
+    x = gradcore.Variable(xp.asarray(np.zeros((10_000, 2)), dtype="float16"))
+    W = gradcore.Variable(xp.asarray(np.zeros((2, 2)), dtype="float16"))
+    b = gradcore.Variable(xp.asarray(np.zeros(2), dtype="float16"))
+    F.linear(x, W, b).backward(xp.asarray(np.full((10_000, 2), 0.1), dtype="float16"))
+    assert b.grad.dtype == xp.float16
+    np.testing.assert_array_equal(xp.numpy(b.grad.data), [1000.0, 1000.0])  # not 256

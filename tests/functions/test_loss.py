@@ -307,3 +307,20 @@ def test_float16_losses_of_a_large_batch_divide_by_n_in_float32():
         np.testing.assert_allclose(x.grad.data.astype(np.float64),
                                    np.broadcast_to(grad, x.shape), rtol=1e-2, atol=6e-8,
                                    err_msg=loss.__name__)
+
+
+@pytest.mark.parametrize("loss, t", [
+    (F.softmax_cross_entropy, np.zeros(0, int)),
+    (F.sigmoid_cross_entropy, np.zeros((0, 3))),
+    (lambda x, t: F.binary_cross_entropy(F.sigmoid(x), t), np.zeros((0, 3))),
+    (F.mean_squared_error, np.zeros((0, 3))),
+], ids=["softmax_cross_entropy", "sigmoid_cross_entropy", "binary_cross_entropy",
+        "mean_squared_error"])
+def test_the_loss_of_an_empty_batch_is_nan_with_an_empty_gradient(xp, loss, t):
+    # as in PyTorch: the mean of no samples is nan, and no sample gets a gradient
+    x = gradcore.Variable(xp.asarray(np.zeros((0, 3))))
+    with np.errstate(invalid="ignore"):  # 0 / 0
+        y = loss(x, t)
+    assert np.isnan(float(xp.numpy(y.data)))
+    y.backward()
+    assert x.grad.shape == (0, 3) and x.grad.dtype == x.dtype and x.grad.device == x.device

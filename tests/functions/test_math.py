@@ -5,6 +5,7 @@ import pytest
 
 import gradcore
 import gradcore.functions as F
+from float16_backends import float16_backends
 from harness import Case, check_case, ids
 
 POS = (0.5, 2.0)
@@ -153,6 +154,44 @@ def test_pow_derivatives_at_zero_are_zero_not_nan_to_any_order(xp):
         for _ in range(order):
             (g,) = gradcore.grad(F.sum(g) if g.ndim else g, [x], create_graph=True)
         np.testing.assert_array_equal(xp.numpy(g.data), [0.0, 0.0])
+
+
+def check_div_derivatives(xp, x0, x1, dtype):
+    """d/dx1 of x0 / x1, and d2/dx1^2 and d2/dx0 dx1 (create_graph), at x0, x1 rounded to
+    `dtype`: each against -x0 / x1^2, 2 x0 / x1^3, -1 / x1^2 worked out in float64, where that
+    lies in the dtype's normal range (else the dtype cannot hold the true value either)."""
+    x0 = gradcore.Variable(xp.asarray([x0], dtype=dtype))
+    x1 = gradcore.Variable(xp.asarray([x1], dtype=dtype))
+    with np.errstate(over="ignore"):  # where the true value overflows (2e39 in float32)
+        (g1,) = gradcore.grad(x0 / x1, [x1], create_graph=True)
+        g11, g10 = gradcore.grad(g1, [x1, x0])
+    a, b = float(xp.numpy(x0.data)[0]), float(xp.numpy(x1.data)[0])
+    info = np.finfo(dtype)
+    # the first derivative to a few roundings; the second ones pass through -1 / x1^2, which
+    # is subnormal where x1 * x1 overflows, so to the square root of eps
+    for g, want, rtol in ((g1, -a / b ** 2, 4 * info.eps), (g11, 2 * a / b ** 3, info.eps ** 0.5),
+                          (g10, -1 / b ** 2, info.eps ** 0.5)):
+        assert g.dtype == x1.dtype
+        if float(info.tiny) <= abs(want) <= float(info.max):
+            np.testing.assert_allclose(xp.numpy(g.data), [want], rtol=rtol)
+
+
+@pytest.mark.parametrize("dtype, x0, x1", [
+    ("float64", 3.0, 2.0),
+    ("float32", 1e30, 1e20),    # x1 * x1 is inf: -x0 / (x1 * x1) would be -0
+    ("float32", 1e-30, 1e-23),  # x1 * x1 is 0: -x0 / (x1 * x1) would be -inf
+])
+def test_div_gradient_for_the_denominator_does_not_square_it(xp, dtype, x0, x1):
+    check_div_derivatives(xp, x0, x1, dtype)
+
+
+@float16_backends
+def test_div_gradient_for_the_denominator_in_float16(xp):
+    check_div_derivatives(xp, 1000.0, 300.0, "float16")  # 300 * 300 is inf in float16
+    x = gradcore.Variable(xp.asarray([300.0], dtype="float16"))
+    (1.0 / x).backward()  # the reflected form, through the same op
+    # -1.1e-5 is a float16 subnormal, held to within 6e-8
+    np.testing.assert_allclose(xp.numpy(x.grad.data), [-1 / 300 ** 2], atol=6e-8)
 
 
 def test_a_number_to_the_power_of_a_variable_keeps_float32_and_refuses_bad_bases(xp):

@@ -4,6 +4,7 @@ import pytest
 
 import gradcore
 import gradcore.functions as F
+from float16_backends import float16_backends
 from harness import Case, check_case, ids
 
 
@@ -292,6 +293,18 @@ def test_embed_id_takes_negative_ids_and_python_ids(xp):
     np.testing.assert_array_equal(xp.numpy(W.grad.data)[3], [2.0, 2.0, 2.0])
 
 
+def test_embed_id_moves_numpy_ids_to_the_device_of_W(xp):
+    # as W[ids] moves an index array, and the losses move NumPy labels (to a GPU, say)
+    W = gradcore.Variable(xp.asarray(np.arange(6.0).reshape(3, 2)))
+    y = F.embed_id(np.array([2, 0, 2]), W)
+    assert y.device == W.device
+    np.testing.assert_array_equal(xp.numpy(y.data), [[4.0, 5.0], [0.0, 1.0], [4.0, 5.0]])
+    y.backward()
+    np.testing.assert_array_equal(xp.numpy(W.grad.data), [[1.0, 1.0], [0.0, 0.0], [2.0, 2.0]])
+    ids = gradcore.Variable(np.array([1]), requires_grad=False)  # in a Variable, too
+    np.testing.assert_array_equal(xp.numpy(F.embed_id(ids, W).data), [[2.0, 3.0]])
+
+
 @pytest.mark.parametrize("ids, error, message", [
     (np.array([0, 4]), IndexError,
      r"embed_id: ids must be in \[-4, 4\) for a W of 4 rows; got ids from 0 to 4"),
@@ -361,6 +374,43 @@ def test_batch_norm_of_a_large_float16_batch_keeps_its_statistics_and_gradient()
     np.testing.assert_allclose(y.data, x_hat * [1.0, 2.0], atol=1e-2)
     np.testing.assert_allclose(x.grad.data, gx, atol=1e-2)
     np.testing.assert_allclose(var, 0.9 + 0.1 * a16.var(0, ddof=1), atol=1e-3)
+
+
+@float16_backends
+def test_batch_norm_of_float16_with_a_wide_spread_computes_in_float32(xp):
+    # a spread of 300: the variance, 90,000, is inf in float16 (the output would be beta), and
+    # so is (x - mean)^2 past 256 (inv_std would be 0, and so the gradients of x and gamma);
+    # over 10,000 rows the sum of gy, 1,000, comes out 256 when added up in float16
+    rng = np.random.default_rng(0)
+    a = (rng.standard_normal((10_000, 2)) * 300.0).astype(np.float16).astype(np.float64)
+    gy = (0.1 + 0.05 * rng.standard_normal((10_000, 2))).astype(np.float16).astype(np.float64)
+    x = gradcore.Variable(xp.asarray(a, dtype="float16"))
+    gamma = gradcore.Variable(xp.asarray([1.0, 2.0], dtype="float16"))
+    beta = gradcore.Variable(xp.asarray([0.0, 0.5], dtype="float16"))
+    running_var = xp.asarray(np.ones(2), dtype="float16")
+    y = F.batch_norm(x, gamma, beta, xp.asarray(np.zeros(2), dtype="float16"), running_var,
+                     eps=2e-5)
+    y.backward(xp.asarray(gy, dtype="float16"))
+    inv_std = 1 / np.sqrt(a.var(0) + 2e-5)  # the reference, in float64 from x's values
+    x_hat = (a - a.mean(0)) * inv_std
+    gx = [1.0, 2.0] * inv_std * (gy - gy.mean(0) - x_hat * (gy * x_hat).mean(0))
+    assert y.dtype == x.grad.dtype == gamma.grad.dtype == beta.grad.dtype == xp.float16
+    np.testing.assert_allclose(xp.numpy(y.data), x_hat * [1.0, 2.0] + [0.0, 0.5], atol=1e-2)
+    np.testing.assert_allclose(xp.numpy(x.grad.data), gx, atol=1e-5)  # |gx| ~ 2e-4
+    np.testing.assert_allclose(xp.numpy(gamma.grad.data), (gy * x_hat).sum(0), rtol=1e-2)
+    np.testing.assert_allclose(xp.numpy(beta.grad.data), gy.sum(0), rtol=1e-3)
+    # 0.9 + 0.1 * 90,000 fits in float16, though 90,000 does not
+    np.testing.assert_allclose(xp.numpy(running_var), 0.9 + 0.1 * a.var(0, ddof=1), rtol=1e-3)
+
+    # eval mode, with running statistics (float32) that float16 cannot hold
+    x = gradcore.Variable(xp.asarray([[300.0, -600.0]], dtype="float16"))
+    with gradcore.test_mode():
+        y = F.batch_norm(x, gamma, beta, xp.asarray(np.zeros(2), dtype="float32"),
+                         xp.asarray(np.full(2, 90_000.0), dtype="float32"))
+    y.backward()
+    assert y.dtype == x.grad.dtype == xp.float16
+    np.testing.assert_allclose(xp.numpy(y.data), [[1.0, -3.5]], rtol=1e-3)
+    np.testing.assert_allclose(xp.numpy(x.grad.data), [[1 / 300, 2 / 300]], rtol=1e-3)
 
 
 def test_raw_arrays_stay_constants_in_dropout_and_sum_to(xp):

@@ -7,6 +7,7 @@ import pytest
 
 import gradcore
 import gradcore.functions as F
+from float16_backends import float16_backends
 from harness import Case, check_case, ids
 
 
@@ -162,3 +163,15 @@ def test_mean_of_float16_accumulates_in_float32():
     assert y.dtype == np.float16
     F.sum(y).backward()
     np.testing.assert_array_equal(images.grad.data, np.float16(1 / 65_536))
+
+
+@float16_backends
+def test_sum_of_float16_accumulates_in_float32(xp):
+    # NumPy adds along a strided axis one value at a time: in float16, 10,000 times 0.1 is 256
+    x = gradcore.Variable(xp.asarray(np.full((10_000, 2), 0.1), dtype="float16"))
+    y = F.sum(x, axis=0)
+    assert y.dtype == xp.float16
+    np.testing.assert_array_equal(xp.numpy(y.data), [1000.0, 1000.0])  # 999.76 in float16
+    y.backward()
+    assert x.grad.dtype == xp.float16
+    np.testing.assert_array_equal(xp.numpy(x.grad.data), np.ones((10_000, 2)))

@@ -5,6 +5,7 @@ import pytest
 
 import gradcore
 import gradcore.functions as F
+from float16_backends import float16_backends
 from harness import Case, check_case, ids
 
 REPEATED = np.array([0, 2, 0, 3, 0])          # rows of a (4, 3) array, 0 three times
@@ -260,3 +261,17 @@ def test_split_reads_its_points_as_np_split_does(xp):
         for i, rows_taken in enumerate(np.split(np.arange(5), points)):
             rows[rows_taken] += i + 1.0
         np.testing.assert_array_equal(xp.numpy(x.grad.data), np.repeat(rows[:, None], 2, 1))
+
+
+@float16_backends
+def test_sum_to_of_float16_accumulates_in_float32(xp):
+    # the engine sums every broadcast gradient with sum_to: here the bias gradient of x + b
+    gy = xp.asarray(np.full((10_000, 2), 0.1), dtype="float16")
+    x = gradcore.Variable(xp.asarray(np.zeros((10_000, 2)), dtype="float16"))
+    b = gradcore.Variable(xp.asarray(np.zeros(2), dtype="float16"))
+    (x + b).backward(gy)
+    assert b.grad.dtype == xp.float16
+    np.testing.assert_array_equal(xp.numpy(b.grad.data), [1000.0, 1000.0])  # not 256
+    y = F.sum_to(gradcore.Variable(gy), (1, 2))
+    assert y.dtype == xp.float16
+    np.testing.assert_array_equal(xp.numpy(y.data), [[1000.0, 1000.0]])

@@ -253,7 +253,8 @@ def test_a_lazy_layers_learnt_size_must_be_one_size_across_its_entries(tmp_path)
 def test_a_lazy_layer_loads_what_the_same_layer_built(make, x):
     """The shapes a layer declares for its lazy slots are those it creates."""
     source = make()
-    source(np.ones(x, np.float32))
+    for _ in range(2):  # an RNN makes h2h at its second step
+        source(np.ones(x, np.float32))
     fresh = make()
     fresh.load_state_dict(source.state_dict())
     assert_same(snapshot(fresh), snapshot(source))
@@ -919,3 +920,83 @@ def test_load_reads_the_file_that_save_wrote_under_the_same_name(tmp_path, monke
     assert_same(snapshot(fresh), before)
     fresh.load("model.npz")  # the full name decides
     assert_same(snapshot(fresh), snapshot(model))
+
+
+# =============================================================================== DeZero's files
+def dezero_weights(path, **arrays):
+    """What dezero's Model.save_weights writes: np.savez_compressed of '/'-joined names, with no
+    gradcore marker."""
+    np.savez_compressed(path, **arrays)
+    return path
+
+
+def test_load_weights_reads_a_file_dezero_wrote(tmp_path):
+    from gradcore import models
+    W0, W1 = np.arange(12.0).reshape(3, 4) / 10, np.arange(8.0).reshape(4, 2) / 10
+    path = dezero_weights(tmp_path / "dezero.npz", **{
+        "l0/W": W0.astype(np.float32), "l0/b": np.ones(4, np.float32),
+        "l1/W": W1, "l1/b": np.zeros(2)})  # float64 entries: converted to the model's float32
+    model = models.MLP((4, 2))  # lazy: sized by the file, no forward pass first
+    model.load_weights(path)
+    np.testing.assert_array_equal(model.l0.W.data, W0.astype(np.float32))
+    np.testing.assert_array_equal(model.l0.b.data, np.ones(4))
+    np.testing.assert_allclose(model.l1.W.data, W1, rtol=1e-7)
+    assert model.l1.W.dtype == np.float32
+    x = np.ones((1, 3), np.float32)  # by hand: h = sigmoid(x @ W0 + 1), y = h @ W1
+    h = 1 / (1 + np.exp(-(x @ W0 + 1)))
+    np.testing.assert_allclose(model(x).data, h @ W1, rtol=1e-6)
+    assert sorted(nn.read_checkpoint(path)) == ["l0.W", "l0.b", "l1.W", "l1.b"]
+    # the arrays numpy.load reads from it load too, under DeZero's names
+    model.load_state_dict(dict(np.load(path)))
+
+
+def test_a_dezero_file_is_checked_as_a_gradcore_one(tmp_path):
+    from gradcore import models
+    model = models.MLP((4, 2))
+    model(np.ones((1, 3), np.float32))
+    before = snapshot(model)
+    wrong = dezero_weights(tmp_path / "wrong.npz", **{
+        "l0/W": np.zeros((5, 4), np.float32), "l0/b": np.zeros(4, np.float32),
+        "l1/W": np.zeros((4, 2), np.int64), "l1/b": np.zeros(2, np.float32)})
+    with pytest.raises(nn.CheckpointError, match=r"wrong\.npz does not match MLP: l0\.W: shape "
+                       r"\(5, 4\) in the file, \(3, 4\) in the model.*l1\.W: .*int64.*Nothing "
+                       r"was loaded"):
+        model.load_weights(wrong)
+    # DeZero saves a Parameter not made yet (a lazy layer never called) as a pickled None
+    unmade = tmp_path / "unmade.npz"
+    np.savez(unmade, **{"l0/W": np.array(None, dtype=object), "l0/b": np.zeros(4, np.float32)})
+    with pytest.raises(nn.CheckpointError, match=r"entry 'l0/W' holds object values, which "
+                       r"cannot be read without pickle"):
+        model.load_weights(unmade)
+    missing = dezero_weights(tmp_path / "missing.npz", **{"l0/W": np.zeros((3, 4), np.float32)})
+    with pytest.raises(nn.CheckpointError, match=r"missing from the file: l0\.b, l1\.W, l1\.b"):
+        model.load_weights(missing)
+    assert_same(snapshot(model), before)
+
+
+def test_a_foreign_file_names_both_formats_and_advice_that_works(tmp_path):
+    from gradcore import models
+    W = np.arange(12.0, dtype=np.float32).reshape(3, 4)
+    path = tmp_path / "torchish.npz"
+    np.savez(path, **{"layer.0.weight": W, "layer.0.bias": np.zeros(4, np.float32)})
+    model = models.MLP((4,))
+    with pytest.raises(nn.CheckpointError, match=r"no '__gradcore__' entry \(its entries: "
+                       r"layer\.0\.weight, layer\.0\.bias\), and those are not the names "
+                       r"DeZero's save_weights writes .*numpy\.load\(path\) and pass "
+                       r"load_state_dict a dict of them under the model's state_dict\(\) names"):
+        model.load(path)
+    f = np.load(path)  # the advice, followed
+    model.load_state_dict({"l0.W": f["layer.0.weight"], "l0.b": f["layer.0.bias"]})
+    np.testing.assert_array_equal(model.l0.W.data, W)
+
+
+def test_load_state_dict_takes_a_slash_name_for_a_dotted_one_of_the_model():
+    from gradcore import models
+    model = models.MLP((2,))
+    W = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    model.load_state_dict({"l0/W": W, "l0/b": np.ones(2, np.float32)})
+    np.testing.assert_array_equal(model.l0.W.data, W)
+    np.testing.assert_array_equal(model.l0.b.data, [1.0, 1.0])
+    # not when the state has the model's own name too, nor for a name the model lacks
+    with pytest.raises(ValueError, match=r"not in the model: l0/W, x/W\. Nothing was loaded"):
+        model.load_state_dict({"l0.W": W, "l0.b": np.ones(2), "l0/W": W, "x/W": W})

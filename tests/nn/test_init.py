@@ -163,3 +163,8 @@ def test_constant_fills_an_int64_parameter_exactly():
         p = gradcore.Parameter(np.zeros(3, np.int64))
         init.constant_(p, value)
         assert p.dtype == np.int64 and p.data.tolist() == [2 ** 60 + 1] * 3
+
+
+def test_every_initialiser_has_a_docstring():
+    for name in init.__all__:
+        assert (getattr(init, name).__doc__ or "").strip(), name

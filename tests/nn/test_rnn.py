@@ -122,10 +122,74 @@ def test_a_batch_of_another_size_needs_reset_state():
 def test_a_lazy_layer_refuses_a_state_weight_not_hidden_by_hidden(make, h2h):
     """h2*.W reads the state h, so it is (hidden_size, hidden_size) before any call too."""
     source = make(3)
-    source(np.ones((2, 4), np.float32))
+    for _ in range(2):  # an RNN makes h2h at its second step
+        source(np.ones((2, 4), np.float32))
     state = dict(source.state_dict(), **{h2h: np.zeros((4, 3), np.float32)})
     lazy = make(3)
+    before = {name: p.data for name, p in lazy.named_parameters()}
     with pytest.raises(ValueError, match=rf"{h2h}: shape \(4, 3\) in the state, \(3, 3\) in "
                        r"the model\. Nothing was loaded"):
         lazy.load_state_dict(state)
-    assert all(p.data is None for p in lazy.parameters())
+    assert all(p.data is before[name] for name, p in lazy.named_parameters())
+
+
+def _linear_draw(in_size, out_size):
+    """What a Linear draws for W from NumPy's global generator: randn(in, out) * sqrt(1 / in),
+    in float32 (DeZero's initialisation, and gradcore's)."""
+    return np.random.randn(in_size, out_size).astype(np.float32) * np.float32(np.sqrt(1 / in_size))
+
+
+def test_rnn_draws_its_weights_in_dezero_order():
+    """DeZero makes a lazy RNN's x2h at the first call and h2h at the second (the first with a
+    state), so a Linear after the RNN draws between them: np.random.seed gives its weights."""
+    np.random.seed(0)
+    rnn, fc = nn.RNN(3), nn.Linear(1)
+    x = np.ones((1, 1), np.float32)
+    fc(rnn(x))
+    assert rnn.h2h.W.data is None  # not drawn yet
+    with pytest.raises(ValueError, match=r"h2h\.W not initialised yet .*an RNN's h2h at the "
+                       r"second"):
+        rnn.state_dict()
+    fc(rnn(x))
+    np.random.seed(0)
+    x2h, w_fc, h2h = _linear_draw(1, 3), _linear_draw(3, 1), _linear_draw(3, 3)
+    np.testing.assert_allclose(rnn.x2h.W.data, x2h, rtol=1e-6)
+    np.testing.assert_allclose(fc.W.data, w_fc, rtol=1e-6)
+    np.testing.assert_allclose(rnn.h2h.W.data, h2h, rtol=1e-6)
+    assert list(rnn.state_dict()) == ["x2h.W", "x2h.b", "h2h.W"]
+    # with in_size both are made at once, x2h first; h2h reads the state: (hidden, hidden)
+    np.random.seed(1)
+    eager = nn.RNN(3, in_size=2)
+    np.random.seed(1)
+    np.testing.assert_allclose(eager.x2h.W.data, _linear_draw(2, 3), rtol=1e-6)
+    np.testing.assert_allclose(eager.h2h.W.data, _linear_draw(3, 3), rtol=1e-6)
+
+
+def test_lstm_draws_its_weights_in_dezero_order():
+    """DeZero makes the h2* (hidden, hidden) in the constructor, f, i, o, u, and a lazy LSTM's
+    x2* at its first call, in the same gate order."""
+    np.random.seed(0)
+    lstm = nn.LSTM(2)
+    lstm(np.ones((1, 3), np.float32))
+    np.random.seed(0)
+    for gate in "fiou":
+        np.testing.assert_allclose(getattr(lstm, f"h2{gate}").W.data, _linear_draw(2, 2),
+                                   rtol=1e-6)
+    for gate in "fiou":
+        np.testing.assert_allclose(getattr(lstm, f"x2{gate}").W.data, _linear_draw(3, 2),
+                                   rtol=1e-6)
+    np.random.seed(0)
+    eager = nn.LSTM(2, in_size=3)  # with in_size: the x2* first, then the h2*
+    np.random.seed(0)
+    for name in ("x2f", "x2i", "x2o", "x2u", "h2f", "h2i", "h2o", "h2u"):
+        shape = (3, 2) if name.startswith("x") else (2, 2)
+        np.testing.assert_allclose(getattr(eager, name).W.data, _linear_draw(*shape), rtol=1e-6)
+
+
+def test_a_lazy_lstm_moves_its_h2_weights_to_the_input_device(xp2):
+    lstm = nn.LSTM(2)
+    h2f = lstm.h2f.W.numpy().copy()
+    lstm(xp2.asarray(np.ones((1, 3), np.float32)))
+    assert all(p.device == xp2.device for p in lstm.parameters())
+    np.testing.assert_array_equal(xp2.numpy(lstm.h2f.W.data), h2f)  # moved, not drawn again
+    assert lstm(xp2.asarray(np.ones((1, 3), np.float32))).device == xp2.device
