@@ -82,3 +82,21 @@ def xp(request):
 def xp2(request):
     """The shorter list for costlier tests: NumPy, array-api-strict device1, CuPy."""
     return CASES[request.param]()
+
+
+def run_in_threads(targets, switch_interval=1e-6):
+    """Run each callable of `targets` in a thread of its own and wait for them all, Python
+    switching threads every `switch_interval` seconds meanwhile (a race shows at once)."""
+    import sys
+    import threading
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(switch_interval)
+    try:
+        threads = [threading.Thread(target=target) for target in targets]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)

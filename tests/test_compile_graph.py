@@ -4,12 +4,15 @@ Every test of test_compile.py runs here again with the stand-in on and runs of o
 or more captured: a replay through graphs must give what eager code gives, bit for bit, in every
 case those tests cover. The tests below are about graphs themselves.
 """
+import functools
+
 import numpy as np
 import pytest
 
 import backends
 import gradcore
 import gradcore.functions as F
+from conftest import run_in_threads
 from gradcore import optim
 from gradcore.compile import graph as graphs_module
 from test_compile import *  # noqa: F401,F403 (collected again, with graphs on)
@@ -336,15 +339,10 @@ def _two_graphs(x0):
     (_one_graph, lambda x0: np.tanh(x0 * 2.0 + 1.0) * 3.0, 1),
     (_two_graphs, lambda x0: np.tanh(np.tanh(x0 * 2.0 + 1.0) * 3.0 * 0.5 + 0.0) * 2.0, 2)])
 def test_calls_from_two_threads_each_get_their_own_results(graph_stand_in, step, want, graphs):
-    import sys
-    import threading
-
     compiled = gradcore.compile(step)
     for i in range(4):
         compiled(np.full(64, float(i)))
     assert compiled.stats()["graphs"] == [graphs]
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # threads switch between any two steps of a launch
     wrong = []
 
     def calls(start):
@@ -353,14 +351,8 @@ def test_calls_from_two_threads_each_get_their_own_results(graph_stand_in, step,
             if not same(compiled(x0).data, want(x0)):
                 wrong.append(i)
 
-    threads = [threading.Thread(target=calls, args=(start,)) for start in (0, 1000)]
-    try:
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        sys.setswitchinterval(interval)
+    # threads switch between any two steps of a launch
+    run_in_threads([functools.partial(calls, start) for start in (0, 1000)])
     assert wrong == [] and graph_stand_in.launches > 600 * graphs
 
 

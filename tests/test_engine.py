@@ -1,4 +1,5 @@
 """The backward walk and gradcore.grad: DeZero's examples, hooks, higher order, deep graphs."""
+import functools
 import weakref
 
 import numpy as np
@@ -6,7 +7,7 @@ import pytest
 
 import gradcore
 import gradcore.functions as F
-from conftest import DEVICE1, STRICT
+from conftest import DEVICE1, STRICT, run_in_threads
 from gradcore import Function, Variable
 
 
@@ -824,10 +825,8 @@ def test_accumulation_into_a_shared_leaf_is_atomic_across_threads():
 
 
 def test_adding_into_a_retained_grad_is_atomic_across_threads():
-    """Six threads, 300 backward passes each through one graph whose h retains its gradient."""
-    import sys
-    import threading
-
+    """Six threads, 300 backward passes each through one graph whose h retains its gradient
+    (without the lock, sums were lost at once)."""
     w = Variable(np.array([1.0, 2.0]))
     h = w * 2.0
     h.retain_grad()
@@ -836,16 +835,7 @@ def test_adding_into_a_retained_grad_is_atomic_across_threads():
         for _ in range(300):
             (h * float(k)).sum().backward(retain_graph=True)
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # switch threads often: without the lock, sums were lost at once
-    try:
-        threads = [threading.Thread(target=work, args=(k,)) for k in range(1, 7)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(interval)
+    run_in_threads([functools.partial(work, k) for k in range(1, 7)])
     np.testing.assert_array_equal(h.grad.data, [6300.0, 6300.0])  # 300 * (1 + ... + 6)
     np.testing.assert_array_equal(w.grad.data, [12600.0, 12600.0])
 
