@@ -17,12 +17,17 @@ class ParamState:
     pickling keeps the pairs the same way.
     """
 
-    __slots__ = ("_entries",)
+    __slots__ = ("_entries", "__weakref__")
 
     def __init__(self):
         self._entries = {}  # id(param) -> (weakref to param, state)
 
-    def _forget(self, ref, key):
+    @staticmethod
+    def _forget(states, ref, key):
+        """A parameter died: its pair goes, if `states` (a weak reference) still lives."""
+        self = states()
+        if self is None:
+            return
         entry = self._entries.get(key)
         if entry is not None and entry[0] is ref:
             del self._entries[key]
@@ -40,7 +45,10 @@ class ParamState:
     def __setitem__(self, param, state):
         key = id(param)
         entries = self._entries
-        ref = weakref.ref(param, lambda ref: ParamState._forget(self, ref, key))
+        # the callback holds self weakly: strongly, self -> ref -> callback -> self would be a
+        # cycle, keeping a dropped optimizer's state (Adam's m and v) until the collector runs
+        states = weakref.ref(self)
+        ref = weakref.ref(param, lambda ref: ParamState._forget(states, ref, key))
         entries[key] = (ref, state)
 
     def __delitem__(self, param):

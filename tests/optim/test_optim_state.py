@@ -101,6 +101,29 @@ def test_state_is_keyed_by_identity_and_held_weakly():
         state[gradcore.Parameter(np.zeros(1))]
 
 
+def test_a_dropped_optimizer_frees_its_state_at_once_while_its_parameters_live():
+    """Reference counting alone frees it (a new optimizer per fine-tuning phase): the pairs'
+    weak-reference callbacks hold the state weakly, so no cycle waits for the collector."""
+    import weakref
+
+    a = gradcore.Parameter(np.array([1.0, 2.0]))
+    optimizer = MomentumSGD([a], lr=0.1)
+    set_grad(a, [1.0, 1.0])
+    optimizer.step()
+    state, v = weakref.ref(optimizer.state), weakref.ref(optimizer.state[a]["v"])
+    gc.disable()
+    try:
+        del optimizer
+        assert state() is None and v() is None
+    finally:
+        gc.enable()
+    b = gradcore.Parameter(np.zeros(2))  # and a parameter dying after its state still goes
+    states = ParamState()
+    states[b] = {"v": np.ones(2)}
+    del b
+    assert len(states._entries) == 0
+
+
 def test_a_parameter_that_changed_shape_is_refused_before_anything_changes():
     W = gradcore.Parameter(np.array([1.0, -2.0]))
     optimizer = Adam([W])
