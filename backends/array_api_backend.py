@@ -98,8 +98,13 @@ class ArrayAPIBackend(HostRandom, Backend):
         size = math.prod(target.shape)
         positions = flat_positions(xp, target.shape, key, target.device)
         values = xp.broadcast_to(values, positions.shape)
+        float16 = getattr(xp, "float16", None)  # the standard has none; some libraries do
+        if float16 is not None and values.dtype == float16:
+            # each run's total is rounded at every step of the scan: float32 rounds it once
+            values = xp.astype(values, xp.float32)
         total = _segment_sum(xp, xp.reshape(positions, (-1,)), xp.reshape(values, (-1,)), size)
-        target[...] = target + xp.reshape(total, target.shape)
+        total = target + xp.reshape(total, target.shape)
+        target[...] = xp.astype(total, target.dtype, copy=False)
         return target
 
     def arithmetic_warnings_off(self):

@@ -273,24 +273,30 @@ def _nothing():
 def _summed(da, positions, values, like):
     """An array shaped and chunked like `like` whose flat element p sums the `values` at the
     `positions` equal to p (both 1-d, in the same chunks). One running total, which each block
-    of positions adds its values into in turn, and whose blocks are views of it: one array of
-    `like`'s size is held. (Dask's bincount makes one per block of positions and sums them in
-    a tree, holding several at once; rechunked, the total would be copied piece by piece.)"""
+    of positions adds its values into in turn, and whose blocks are read from it: one array of
+    `like`'s size (in float64 for float16/32) is held. (Dask's bincount makes one per block of
+    positions and sums them in a tree, holding several at once; rechunked, the total would be
+    copied piece by piece.)"""
     from dask.base import tokenize
     from dask.highlevelgraph import HighLevelGraph
 
     token = tokenize(positions, values, like.shape, like.chunks, like.dtype)
     name, step = "scatter_add-" + token, "scatter_add-total-" + token
     size, dtype = math.prod(like.shape), like.dtype
+    # numpy.add.at adds one value at a time in the total's dtype: 20,000 x 0.1 into one float16
+    # element stop at 256, 2e6 into a float32 one drift 1.5%. So the total is float64 (or
+    # complex128), as bincount sums, and each block is rounded to `dtype` once, when read
+    total_dtype = numpy.result_type(dtype, numpy.float64) if dtype.kind in "fc" else dtype
     graph, total = {}, None
     for k in range(positions.numblocks[0]):
-        graph[(step, k)] = (_add_block, total, (positions.name, k), (values.name, k), size, dtype)
+        graph[(step, k)] = (
+            _add_block, total, (positions.name, k), (values.name, k), size, total_dtype)
         total = (step, k)
     starts = [itertools.accumulate(c, initial=0) for c in like.chunks]
     slices = [[slice(a, a + n) for a, n in zip(s, c)] for s, c in zip(starts, like.chunks)]
     for index in itertools.product(*(range(len(c)) for c in like.chunks)):
         where = tuple(s[i] for s, i in zip(slices, index))
-        graph[(name,) + index] = (_view, total, like.shape, where)
+        graph[(name,) + index] = (_view, total, like.shape, where, dtype)
     graph = HighLevelGraph.from_collections(name, graph, dependencies=[positions, values])
     return da.Array(graph, name, like.chunks, dtype=dtype, meta=like._meta)
 
@@ -303,8 +309,8 @@ def _add_block(total, positions, values, size, dtype):
     return total
 
 
-def _view(total, shape, where):
-    return total.reshape(shape)[where]
+def _view(total, shape, where, dtype):
+    return total.reshape(shape)[where].astype(dtype, copy=False)
 
 
 def _broadcast_block(block, shape, _):

@@ -483,13 +483,18 @@ class Variable:
         nothing: backward never frees the graph, which lives as long as a Variable refers to it,
         so backward may run through it again.
         """
-        if grad is not None and grad.__class__ is bool:
+        if grad is not None:
             # DeZero's backward(retain_grad, create_graph) takes flags where this takes the seed:
-            # True would silently be a seed of ones and the flags would be lost
-            raise TypeError(
-                f"backward({grad}): the first argument is the seed gradient (an array or "
-                "Variable), not a flag; pass the flags by keyword, e.g. "
-                "y.backward(retain_grad=True, create_graph=True)")
+            # True would silently be a seed of ones and the flags would be lost. A flag may be
+            # NumPy's bool (y.backward(step % 10 == 0), a NumPy step) or any 0-d bool array
+            seed = grad.data if isinstance(grad, Variable) else grad
+            backend = backend_of(seed)
+            if seed.__class__ is bool or (backend is not None and seed.ndim == 0
+                                          and backend.xp.isdtype(seed.dtype, "bool")):
+                raise TypeError(
+                    f"backward({grad}): the first argument is the seed gradient (an array or "
+                    "Variable), not a flag; pass the flags by keyword, e.g. "
+                    "y.backward(retain_grad=True, create_graph=True)")
         engine.backward(self, grad, retain_grad, create_graph)
 
     def cleargrad(self):

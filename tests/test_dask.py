@@ -236,6 +236,37 @@ def test_an_index_that_picks_nothing_has_a_zero_gradient(name, f):
     np.testing.assert_array_equal(gx, gx_dask)
 
 
+@pytest.mark.parametrize("dtype, n", [(np.float16, 20_000), (np.float32, 200_000)])
+def test_an_index_gradient_adds_repeated_rows_up_in_float64(dtype, n):
+    # added one by one in the gradient's dtype, 20,000 x 0.1 came to 256 in float16 and
+    # 200,000 x 0.1 to 19,959.5 in float32
+    x = gradcore.Variable(da.zeros(4, dtype=dtype, chunks=2))
+    y = x[np.zeros(n, np.int64)]
+    y.backward(gradcore.Variable(da.full(n, 0.1, dtype=dtype, chunks=n // 20)))
+    grad = x.grad.data.compute()
+    assert grad.dtype == dtype
+    exact = dtype(n * float(dtype(0.1)))  # the sum of the values held, rounded once
+    np.testing.assert_array_equal(grad, [exact, 0.0, 0.0, 0.0])
+
+
+@pytest.mark.parametrize("loss, t", [
+    (F.softmax_cross_entropy, np.zeros(0, np.int64)),
+    (F.sigmoid_cross_entropy, np.zeros((0, 7), np.int64)),
+    (F.binary_cross_entropy, np.zeros((0, 7))),
+    (F.mean_squared_error, np.zeros((0, 7))),
+], ids=["softmax_cross_entropy", "sigmoid_cross_entropy", "binary_cross_entropy",
+        "mean_squared_error"])
+def test_the_loss_of_an_empty_batch_chunked_along_the_classes_is_nan(loss, t):
+    # as on NumPy; softmax cross entropy's max over the classes of no rows failed at compute
+    x = gradcore.Variable(da.full((0, 7), 0.5, dtype=np.float32, chunks=(1, 3)))
+    with np.errstate(invalid="ignore"):  # 0 / 0
+        y = loss(x, t)
+        y.backward()
+        value, grad = dask.compute(y.data, x.grad.data)
+    assert np.isnan(value) and value.dtype == np.float32
+    assert grad.shape == (0, 7) and grad.dtype == np.float32
+
+
 def test_a_dask_array_of_unknown_chunk_sizes_is_refused_with_what_to_do():
     d = da.from_array(np.linspace(-1.0, 1.0, 20), chunks=6)
     picked = d[d > 0]  # how many per chunk is known only once computed

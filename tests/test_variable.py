@@ -798,9 +798,25 @@ def test_backward_refuses_a_bool_seed_and_names_the_keywords():
     y.backward(2.0)  # a number is still a seed: twice the gradient
     assert x.grad.item() == 24.0
     x.cleargrad()
+    y.backward(np.float64(0.5))  # and so is a NumPy number that is not a bool
+    assert x.grad.item() == 6.0
+    x.cleargrad()
     z = x ** 3
     z.backward(None, False, True)  # create_graph by position, as DeZero's second flag
     assert x.grad.item() == 12.0 and x.grad.creator is not None  # 3x^2, differentiable
+
+
+def test_backward_refuses_numpy_and_0d_array_bool_seeds(xp):
+    # y.backward(step % 10 == 0) with a NumPy step passes np.False_: it ran as a zero seed
+    x = Variable(xp.asarray(np.array([1.0, 2.0, 3.0])))
+    y = F.sum(x * 2.0)
+    for seed in (np.False_, np.True_, np.array(True), xp.asarray(np.array(False)),
+                 Variable(xp.asarray(np.array(True)), requires_grad=False)):
+        with pytest.raises(TypeError, match=r"the first argument is the seed gradient"):
+            y.backward(seed)
+        assert x.grad is None
+    y.backward(xp.asarray(np.array(0.5)))  # a 0-d float array is a seed
+    np.testing.assert_array_equal(xp.numpy(x.grad.data), [1.0, 1.0, 1.0])
 
 
 def test_max_min_matmul_and_dot_methods():

@@ -169,6 +169,10 @@ class SoftmaxCrossEntropy(Function):
             # backward's one-hot (t == 0..C-1) is made block by block, not as one (N, C) chunk
             t = self.backend.laid_out(t, self.backend.layout(x[:, 0]))
         self.save_for_backward(t)
+        if n == 0:
+            # the mean over no rows is nan, as PyTorch's. Not computed: Dask cannot take the
+            # max over the classes of no rows (a reduction with no identity fails at compute)
+            return self.backend.asarray(math.nan, dtype=x.dtype, device=self.device)
         # -log softmax(x)[i, t_i] = log sum_j exp(x_ij - m_i) - (x_it_i - m_i), m_i = max_j x_ij
         shifted = x - xp.max(x, axis=1, keepdims=True)
         log_z = xp.log(xp.sum(xp.exp(shifted), axis=1, dtype=accumulator_dtype(xp, x.dtype)))

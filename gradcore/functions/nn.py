@@ -234,6 +234,11 @@ def embed_id(x, W):
     _, device = _backend_and_device("embed_id", W)
     if isinstance(x, Variable):
         x = x.data  # integer ids carry no gradient
-    if isinstance(x, (numbers.Number, list, tuple)) or backends.backend_of(x) is not None:
+    source = backends.backend_of(x)
+    if source is not None:
+        # a NumPy scalar (np.int64(3)) stays a scalar on NumPy, which the op would take for a
+        # number: a 0-d array, as 3 becomes
+        x = source.ensure_array(x)
+    if source is not None or isinstance(x, (numbers.Number, list, tuple)):
         x = backends.asarray_on(x, device)
     return EmbedID()(x, W)

@@ -1,6 +1,6 @@
 """Recurrent layers that keep their state between calls: RNN and LSTM (DeZero's names)."""
 from .. import functions as F
-from .layers import Linear, _optional_size, _size
+from .layers import Linear, _optional_size, _size, _unfilled
 from .module import Module
 
 
@@ -35,7 +35,8 @@ class RNN(Module):
     must come before a batch of another size (ValueError otherwise).
     x2h is Linear(hidden_size, in_size=in_size) and h2h Linear(hidden_size, no bias). With
     in_size given both are made here; without it, as in DeZero, x2h is made at the first call
-    and h2h at the second, the first to read a state (so after one call h2h.W has no data yet).
+    and h2h at the second, the first to read a state, or at a state_dict() (or save()) of this
+    RNN before that: after one call h2h.W has no data yet.
     """
 
     def __init__(self, hidden_size, in_size=None):
@@ -55,6 +56,16 @@ class RNN(Module):
     def reset_state(self):
         """Forget the hidden state: the next call starts a new sequence."""
         self.h = None
+
+    def state_dict(self):
+        """Module.state_dict, with h2h drawn first if x2h has been made but h2h not yet (its
+        shape, (hidden_size, hidden_size), is known then): an RNN saved after its first call,
+        or one that only ever sees one-step sequences, never reaches the second call that
+        would make h2h. One that does reach it first still draws h2h there, as DeZero does."""
+        if not _unfilled(self.x2h) and _unfilled(self.h2h):
+            # where x2h's weights are, in the dtype h2h would take at its first call
+            self.h2h._lazy_init(self.x2h.W, in_size=self.hidden_size)
+        return super().state_dict()
 
     def forward(self, x):
         _check_batch(self, x, self.h)

@@ -305,6 +305,41 @@ def test_embed_id_moves_numpy_ids_to_the_device_of_W(xp):
     np.testing.assert_array_equal(xp.numpy(F.embed_id(ids, W).data), [[2.0, 3.0]])
 
 
+def test_embed_id_takes_a_numpy_scalar_id_as_it_takes_an_int(xp):
+    # NumPy keeps np.int64(3) a scalar, which the op took for a number (AttributeError)
+    W = gradcore.Variable(xp.asarray(np.arange(10.0).reshape(5, 2)))
+    y = F.embed_id(np.int64(3), W)
+    assert y.shape == F.embed_id(3, W).shape == (2,) and y.device == W.device
+    np.testing.assert_array_equal(xp.numpy(y.data), [6.0, 7.0])
+    y.backward()
+    np.testing.assert_array_equal(xp.numpy(W.grad.data)[3], [1.0, 1.0])
+
+
+def test_embed_id_adds_repeated_float16_ids_up_in_float32():
+    # np.add.at adds one value at a time in W's dtype: 20,000 x 0.1 into one float16 row
+    # came to 256
+    W = gradcore.Variable(np.zeros((3, 2), np.float16))
+    y = F.embed_id(np.zeros(20_000, np.int64), W)
+    y.backward(gradcore.Variable(np.full((20_000, 2), 0.1, np.float16)))
+    assert W.grad.dtype == np.float16
+    exact = np.float16(20_000 * float(np.float16(0.1)))  # 1999.5, rounded once
+    np.testing.assert_array_equal(W.grad.data, [[exact, exact], [0.0, 0.0], [0.0, 0.0]])
+
+
+def test_an_array_api_index_gradient_of_float16_adds_up_in_float32():
+    # the array API names no float16, but a library behind it may: its segment sum rounded each
+    # run's partial sums to float16 at every step of the scan (811 for a total of 810.5)
+    from backends.array_api_backend import ArrayAPIBackend
+    float16_namespace = ArrayAPIBackend(np, np.ndarray, name="numpy_as_array_api")
+    rng = np.random.RandomState(0)
+    values = rng.rand(5000).astype(np.float16)
+    rows = rng.randint(0, 3, 5000)
+    total = float16_namespace.scatter_add(np.zeros(3, np.float16), (rows,), values)
+    exact = np.bincount(rows, values.astype(np.float64), minlength=3)
+    assert total.dtype == np.float16
+    np.testing.assert_array_equal(total, exact.astype(np.float16))  # [810.5, 825, 849.5]
+
+
 @pytest.mark.parametrize("ids, error, message", [
     (np.array([0, 4]), IndexError,
      r"embed_id: ids must be in \[-4, 4\) for a W of 4 rows; got ids from 0 to 4"),

@@ -147,9 +147,6 @@ def test_rnn_draws_its_weights_in_dezero_order():
     x = np.ones((1, 1), np.float32)
     fc(rnn(x))
     assert rnn.h2h.W.data is None  # not drawn yet
-    with pytest.raises(ValueError, match=r"h2h\.W not initialised yet .*an RNN's h2h at the "
-                       r"second"):
-        rnn.state_dict()
     fc(rnn(x))
     np.random.seed(0)
     x2h, w_fc, h2h = _linear_draw(1, 3), _linear_draw(3, 1), _linear_draw(3, 3)
@@ -163,6 +160,47 @@ def test_rnn_draws_its_weights_in_dezero_order():
     np.random.seed(1)
     np.testing.assert_allclose(eager.x2h.W.data, _linear_draw(2, 3), rtol=1e-6)
     np.testing.assert_allclose(eager.h2h.W.data, _linear_draw(3, 3), rtol=1e-6)
+
+
+def test_a_lazy_rnn_of_one_step_sequences_saves_and_loads(tmp_path):
+    """An RNN that only sees one-step sequences never reaches the second call that makes h2h:
+    state_dict() (and save()) makes it then, as that call would have (its shape is known)."""
+    x = np.random.RandomState(1).rand(3, 4).astype(np.float32)
+    np.random.seed(0)
+    rnn = nn.RNN(5)
+    with pytest.raises(ValueError, match=r"x2h\.W, x2h\.b, h2h\.W not initialised yet"):
+        rnn.state_dict()  # before any call: nothing is sized, nothing is drawn
+    assert rnn.h2h.W.data is None
+    for _ in range(3):
+        rnn.reset_state()
+        rnn(x)
+    assert rnn.h2h.W.data is None
+    state = rnn.state_dict()
+    assert list(state) == ["x2h.W", "x2h.b", "h2h.W"]
+    np.random.seed(0)
+    _linear_draw(4, 5)  # x2h.W, drawn at the first call; h2h.W comes next, as at a second call
+    np.testing.assert_allclose(state["h2h.W"], _linear_draw(5, 5), rtol=1e-6)
+    assert state["h2h.W"].dtype == np.float32
+
+    # into a fresh lazy RNN, whose second call then uses the loaded h2h.W
+    rnn.reset_state()
+    expected = [rnn(x).data, rnn(x).data]
+    loaded = nn.RNN(5)
+    loaded.load_state_dict(state)
+    np.testing.assert_array_equal(loaded.h2h.W.data, state["h2h.W"])
+    np.testing.assert_allclose(loaded(x).data, expected[0], rtol=1e-6)
+    np.testing.assert_allclose(loaded(x).data, expected[1], rtol=1e-6)
+    np.testing.assert_array_equal(loaded.h2h.W.data, state["h2h.W"])  # not drawn again
+
+    # save() after the first call too (it reads state_dict), and load() into a fresh one
+    np.random.seed(2)
+    once = nn.RNN(5)
+    once(x)
+    path = once.save(tmp_path / "rnn")
+    fresh = nn.RNN(5)
+    fresh.load(path)
+    for name, p in once.named_parameters():
+        np.testing.assert_array_equal(dict(fresh.named_parameters())[name].data, p.data)
 
 
 def test_lstm_draws_its_weights_in_dezero_order():
