@@ -185,6 +185,13 @@ class CupyBackend(Backend):
         return array.get()  # numpy.asarray(cupy_array) raises by design
 
     def add_at(self, target, key, values):
+        if target.dtype.name == "float16":
+            # float16 atomics round at every add (20,000 x 0.1 into one element stop at 256):
+            # added up in float32, then rounded once, as on NumPy
+            total = target.astype(self.xp.float32)
+            self.xp.add.at(total, key, self.xp.asarray(values, dtype=self.xp.float32))
+            target[...] = total
+            return target
         if target.dtype.name in ATOMIC_ADD_DTYPES:
             self.xp.add.at(target, key, values)
             return target

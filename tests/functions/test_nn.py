@@ -315,15 +315,16 @@ def test_embed_id_takes_a_numpy_scalar_id_as_it_takes_an_int(xp):
     np.testing.assert_array_equal(xp.numpy(W.grad.data)[3], [1.0, 1.0])
 
 
-def test_embed_id_adds_repeated_float16_ids_up_in_float32():
-    # np.add.at adds one value at a time in W's dtype: 20,000 x 0.1 into one float16 row
-    # came to 256
-    W = gradcore.Variable(np.zeros((3, 2), np.float16))
+@float16_backends
+def test_embed_id_adds_repeated_float16_ids_up_in_float32(xp):
+    # np.add.at (and CuPy's float16 atomics) add one value at a time in W's dtype: 20,000 x 0.1
+    # into one float16 row came to 256
+    W = gradcore.Variable(xp.asarray(np.zeros((3, 2)), dtype="float16"))
     y = F.embed_id(np.zeros(20_000, np.int64), W)
-    y.backward(gradcore.Variable(np.full((20_000, 2), 0.1, np.float16)))
+    y.backward(gradcore.Variable(xp.asarray(np.full((20_000, 2), 0.1), dtype="float16")))
     assert W.grad.dtype == np.float16
     exact = np.float16(20_000 * float(np.float16(0.1)))  # 1999.5, rounded once
-    np.testing.assert_array_equal(W.grad.data, [[exact, exact], [0.0, 0.0], [0.0, 0.0]])
+    np.testing.assert_array_equal(xp.numpy(W.grad.data), [[exact, exact], [0.0, 0.0], [0.0, 0.0]])
 
 
 def test_an_array_api_index_gradient_of_float16_adds_up_in_float32():
