@@ -1,5 +1,8 @@
 """gradcore.compile: a replayed step gives what the eager step gives, bit for bit on NumPy."""
+import collections
 import functools
+import sys
+import types
 import warnings
 
 import numpy as np
@@ -743,6 +746,109 @@ def test_a_branch_on_a_parameter_after_the_update_falls_back():
     assert compiled.stats()["tapes"] == 0 and compiled.stats()["fallbacks"] == 1
 
 
+def test_a_branch_on_labels_made_before_an_update_replays():
+    """A GAN's step, two updates: the second loss's label check reads labels the step made
+    before the first update, which writes what Variables hold (parameters, grads), not them."""
+    def world():
+        np.random.seed(0)
+        generator, discriminator = nn.MLP((16, 4)), nn.MLP((16, 2))
+        opt_g, opt_d = optim.Adam().setup(generator), optim.Adam().setup(discriminator)
+
+        def step(z, x_real):
+            xp = gradcore.Variable(z).xp
+            real = xp.ones(z.shape[0], dtype=np.int64)
+            fake = xp.zeros(z.shape[0], dtype=np.int64)
+            x_fake = generator(z)
+            d_loss = (F.softmax_cross_entropy(discriminator(x_real), real)
+                      + F.softmax_cross_entropy(discriminator(x_fake), fake))
+            discriminator.cleargrads()
+            d_loss.backward()
+            opt_d.update()
+            g_loss = F.softmax_cross_entropy(discriminator(x_fake), real)  # after the update
+            generator.cleargrads()
+            discriminator.cleargrads()
+            g_loss.backward()
+            opt_g.update()
+            return d_loss, g_loss
+        return step
+
+    eager, compiled = world(), gradcore.compile(world())
+    rng = np.random.default_rng(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for i in range(6):
+            z, x_real = rng.standard_normal((8, 3)), rng.standard_normal((8, 4))
+            np.random.seed(100 + i)
+            expected = eager(z, x_real)
+            np.random.seed(100 + i)
+            assert same(compiled(z, x_real), expected)
+    assert compiled.stats()["replays"] >= 4
+
+
+def test_a_branch_on_a_view_of_a_parameter_taken_before_the_update_falls_back():
+    """The view shares the parameter's memory, which the update (an opaque line) writes: the
+    branch tests the updated values, so its guard cannot move to the start."""
+    def world():
+        model = nn.Linear(2, in_size=3)
+        model.W.data[...] = np.array([[1.0, 1.0], [1.0, 1.0], [0.04, -1.0]])
+        opt = optim.SGD(lr=0.5).setup(model)
+
+        def step(x):
+            row = model.W.data[2]  # a view of W, taken before the update
+            loss = F.sum(model(x) ** 2)
+            model.cleargrads()
+            loss.backward()
+            opt.update()
+            if bool((row > 0).any()):
+                loss = loss * 2
+            return loss
+        return step
+
+    eager, compiled = world(), gradcore.compile(world())
+    np.random.seed(0)
+    xs = np.random.randn(3, 4, 3)
+    with pytest.warns(RuntimeWarning, match=r"decided a Python branch.*test_compile.py:\d+"):
+        for x in xs:
+            assert same(compiled(x), eager(x))
+    assert compiled.stats()["replays"] == 0
+
+
+def test_guards_look_at_each_line_once(monkeypatch):
+    """A per-timestep loss has a guard per timestep (the labels' check): each guard looks at
+    the lines appended since the one before, so recording grows with the lines, not with
+    lines times guards."""
+    from gradcore.compile import trace
+    asked = [0]
+    written = trace.written
+
+    def counted(line):
+        asked[0] += 1
+        return written(line)
+    monkeypatch.setattr(trace, "written", counted)
+
+    def lines_asked(steps):
+        np.random.seed(0)
+        embed, head = nn.Linear(8), nn.Linear(3)
+
+        def step(xs, ts):
+            loss = 0
+            for j in range(steps):
+                loss = loss + F.softmax_cross_entropy(head(F.tanh(embed(xs[j]))), ts[j])
+            embed.cleargrads()
+            head.cleargrads()
+            loss.backward()
+            return loss
+        compiled = gradcore.compile(step)
+        xs, ts = np.random.randn(steps, 4, 5), np.random.randint(0, 3, (steps, 4))
+        compiled(xs, ts)  # the weights made
+        asked[0] = 0
+        compiled(xs, ts)  # recorded
+        assert compiled.stats()["tapes"] == 1
+        return asked[0]
+
+    assert lines_asked(120) < 6 * lines_asked(30)  # 4 times the lines; 16 times, quadratic
+
+
 def test_indexing_out_of_range_raises_in_a_replay_as_eagerly():
     def step(x0, i):
         x = gradcore.Variable(x0)
@@ -794,6 +900,18 @@ def test_a_model_replaced_or_changed_records_again():
     compiled(x0)
     scale = 3.0  # rebinds the closure's cell: another key
     assert same(compiled(x0).data, x0 * 3.0)
+
+
+def test_a_bias_removed_between_calls_records_again():
+    model = nn.Linear(2, in_size=3, dtype="float64")
+    model.b.data = np.ones(2)
+    compiled = gradcore.compile(lambda x: F.sum(model(x)))
+    x = np.ones((1, 3))
+    with_bias = float(compiled(x).item())
+    assert float(compiled(x).item()) == with_bias
+    model.b = None  # no bias: the replay would still add the old one
+    assert float(compiled(x).item()) == pytest.approx(with_bias - 2.0, abs=1e-12)
+    assert compiled.stats()["recordings"] == 2
 
 
 def test_a_buffer_registered_between_calls_records_again():
@@ -2476,7 +2594,67 @@ def _step_drawing_through(reach):
     """A step drawing from a Generator of its own, reached by `reach`."""
     noise = __import__("types").ModuleType("noise")  # stands for a module of the user's
     noise.rng = np.random.default_rng(0)
-    if reach == "default argument":
+    holders = {"defaultdict value": collections.defaultdict(list),
+               "OrderedDict value": collections.OrderedDict(), "deque item": collections.deque()}
+
+    class Augment:  # the generator on the class, read through an instance
+        rng = np.random.default_rng(0)
+
+    class NoisyLayer(nn.Module):
+        rng = np.random.default_rng(0)
+
+        def forward(self, x):
+            return _drawing_step(self.rng, x)
+
+    class Slotted:
+        __slots__ = ("rng",)
+
+    class Util:
+        @staticmethod
+        def draw(x0, rng=np.random.default_rng(0)):
+            return _drawing_step(rng, x0)
+
+        @classmethod
+        def draw_too(cls, x0, rng=np.random.default_rng(0)):
+            return _drawing_step(rng, x0)
+
+    if reach in holders:
+        holder = holders[reach]
+        if reach == "deque item":
+            holder.append(np.random.default_rng(0))
+        else:
+            holder["rng"] = np.random.default_rng(0)
+
+        def step(x0):
+            return _drawing_step(holder[0] if reach == "deque item" else holder["rng"], x0)
+    elif reach == "class attribute, through an instance":
+        augment = Augment()
+
+        def step(x0):
+            return _drawing_step(augment.rng, x0)
+    elif reach == "Module class attribute":
+        layer = NoisyLayer()
+
+        def step(x0):
+            return layer(x0)
+    elif reach == "__slots__ attribute":
+        slotted = Slotted()
+        slotted.rng = np.random.default_rng(0)
+
+        def step(x0):
+            return _drawing_step(slotted.rng, x0)
+    elif reach == "staticmethod default":
+        def step(x0):
+            return Util.draw(x0)
+    elif reach == "classmethod default":
+        def step(x0):
+            return Util.draw_too(x0)
+    elif reach == "a random.Random's bound method":
+        draw = __import__("random").Random(0).random
+
+        def step(x0):
+            return F.sum(gradcore.Variable(x0) * draw())
+    elif reach == "default argument":
         def step(x0, rng=np.random.default_rng(0)):
             return _drawing_step(rng, x0)
     elif reach == "keyword-only default":
@@ -2490,11 +2668,14 @@ def _step_drawing_through(reach):
     return step
 
 
-@pytest.mark.parametrize("reach", ["default argument", "keyword-only default",
-                                   "module attribute", "partial argument"])
-def test_draws_from_a_generator_in_a_default_a_module_or_a_partial_fall_back(reach):
+@pytest.mark.parametrize("reach", [
+    "default argument", "keyword-only default", "module attribute", "partial argument",
+    "class attribute, through an instance", "Module class attribute", "__slots__ attribute",
+    "defaultdict value", "OrderedDict value", "deque item", "staticmethod default",
+    "classmethod default", "a random.Random's bound method"])
+def test_draws_from_a_generator_the_step_reaches_fall_back(reach):
     eager, compiled = _step_drawing_through(reach), gradcore.compile(_step_drawing_through(reach))
-    with pytest.warns(RuntimeWarning, match="drew from a Generator of its own"):
+    with pytest.warns(RuntimeWarning, match="drew from a (Generator|Random) of its own"):
         assert same(compiled(np.ones(3)), eager(np.ones(3)))
     for _ in range(3):
         assert same(compiled(np.ones(3)), eager(np.ones(3)))  # new numbers each call
@@ -2527,7 +2708,7 @@ def test_hooks_on_an_argument_variable_are_part_of_the_key(hooked_calls):
     assert compiled.stats()["replays"] >= 3
 
 
-def test_a_step_that_leaves_a_module_in_another_mode_falls_back():
+def test_a_step_that_leaves_a_module_in_another_mode_replays_and_leaves_it_so():
     def world():
         np.random.seed(5)
         model = nn.Sequential(nn.Linear(3, 8), nn.Dropout(0.5), nn.Linear(8, 2))
@@ -2541,16 +2722,74 @@ def test_a_step_that_leaves_a_module_in_another_mode_falls_back():
     model, step = world()
     compiled = gradcore.compile(step)
     xs = np.random.RandomState(0).randn(4, 4, 3)
-    with pytest.warns(RuntimeWarning, match="another train or eval mode"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback
         for x in xs:
             for m in (model, eager_model):
                 m.train()
             expected, got = eager_step(x), compiled(x)
-            assert same(got, expected) and model.training == eager_model.training
+            assert same(got, expected)
+            assert [m.training for m in model.modules()] == [
+                m.training for m in eager_model.modules()] == [False] * 4
             np.random.seed(1)
             after = eager_model(x)  # the next (eager) forward, in the mode the step left
             np.random.seed(1)
             assert same(model(x), after)
+    assert compiled.stats()["replays"] == 3
+
+
+def test_train_mode_set_in_the_step_after_an_evaluation_replays():
+    """`model.train()` first thing in the step, `model.eval()` for a validation between epochs:
+    the first call of each epoch finds the model in eval mode and leaves it in train mode."""
+    def world():
+        np.random.seed(0)
+        model = nn.Sequential(nn.Linear(16), nn.BatchNorm(), nn.ReLU(), nn.Dropout(0.3),
+                              nn.Linear(3))
+        opt = optim.SGD(lr=0.1).setup(model)
+
+        def train_step(x, t):
+            model.train()
+            loss = F.softmax_cross_entropy(model(x), t)
+            model.cleargrads()
+            loss.backward()
+            opt.update()
+            return loss
+        return model, train_step
+
+    (eager_model, eager_step), (model, step) = world(), world()
+    compiled = gradcore.compile(step)
+    batches = _batches(3, classes=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for epoch in range(3):
+            for i, (x, t) in enumerate(batches):
+                np.random.seed(10 * epoch + i)
+                expected = eager_step(x, t)
+                np.random.seed(10 * epoch + i)
+                assert same(compiled(x, t), expected)
+                assert model.training and all(m.training for m in model.modules())
+            for m in (model, eager_model):
+                m.eval()  # validation
+            assert same(model(gradcore.Variable(x)), eager_model(gradcore.Variable(x)))
+    assert same([p.data for p in model.parameters()], [p.data for p in eager_model.parameters()])
+    stats = compiled.stats()
+    assert stats["fallbacks"] == stats["eager calls"] == 0 and stats["replays"] >= 6
+
+
+def test_a_module_the_step_makes_and_puts_in_eval_mode_falls_back():
+    made = []
+
+    def step(x0):
+        layer = nn.Dropout(0.5)
+        layer.eval()
+        made.append(layer)  # kept: in eval mode after the step, where a replay makes none
+        return F.sum(layer(gradcore.Variable(x0)))
+
+    compiled = gradcore.compile(step)
+    with pytest.warns(RuntimeWarning, match="put a Dropout it made"):
+        for _ in range(3):
+            assert same(compiled(np.ones(3)), step(np.ones(3)))
+    assert compiled.stats()["replays"] == 0
 
 
 def _value_sized(call):
@@ -2558,8 +2797,8 @@ def _value_sized(call):
     def step(t, y0):
         y = gradcore.Variable(y0)
         xp = y.xp  # records, as gradcore's ops do
-        if call == "bincount":
-            counts = xp.bincount(t)
+        if call.startswith("bincount"):
+            counts = xp.bincount(t) if call == "bincount" else xp.bincount(t, minlength=2)
             w = t.shape[0] / (len(counts) * counts)
             return F.sum(y * w[t]), gradcore.Variable(counts * 1.0)
         tt = gradcore.Variable(t).data  # traced from here on
@@ -2577,7 +2816,8 @@ def _value_sized(call):
     return step
 
 
-@pytest.mark.parametrize("call", ["bincount", "zeros of a traced size", "arange to a traced stop",
+@pytest.mark.parametrize("call", ["bincount", "bincount past its minlength",
+                                  "zeros of a traced size", "arange to a traced stop",
                                   "setdiff1d", "delete at traced places", "histogram"])
 def test_a_shape_read_from_values_falls_back(call):
     step = _value_sized(call)
@@ -2601,6 +2841,52 @@ def test_a_shape_given_by_constants_still_replays(call):
         return F.sum(y * 2.0), gradcore.Variable(made * 1.0)
 
     replays_like_eager(step, (6,))
+
+
+def _sized_by_its_arguments(call):
+    """A step whose result's shape its arguments fix, though values from its input take part."""
+    def step(t, y0):
+        y = gradcore.Variable(y0)
+        xp = y.xp
+        tt = gradcore.Variable(t).data  # traced from here on
+        if call == "bincount with minlength":  # per-class counts, for class weights
+            counts = xp.bincount(tt, minlength=5)
+            made = 1.0 / (counts + 1.0)
+        elif call == "insert at traced places":  # one more column, wherever it goes
+            made = xp.insert(y.data, tt[:1], 0.0, axis=1)
+        else:  # split where numbers of the step's own say
+            made = xp.split(y.data, xp.cumsum(xp.asarray([2])), axis=1)[0] * 1.0
+        return F.sum(y) + F.sum(gradcore.Variable(made * 1.0)), gradcore.Variable(made * 1.0)
+    return step
+
+
+@pytest.mark.parametrize("call", ["bincount with minlength", "insert at traced places",
+                                  "split at places computed with xp"])
+def test_a_shape_its_arguments_fix_replays(call):
+    step = _sized_by_its_arguments(call)
+    compiled = gradcore.compile(step)
+    rng = np.random.default_rng(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(4):
+            t, y0 = rng.integers(0, 5, 6), rng.standard_normal((6, 5))
+            assert same(compiled(t, y0), step(t, y0))
+    assert compiled.stats()["replays"] == 3
+
+
+def test_bincount_past_its_minlength_runs_eagerly():
+    """The tape's counts have minlength's length while the labels stay below it: a guard tests
+    that they do, and a call where one does not runs eagerly (a negative one raises there)."""
+    step = _sized_by_its_arguments("bincount with minlength")
+    compiled = gradcore.compile(step)
+    y0 = np.arange(30.0).reshape(6, 5)
+    for t in ([0, 1, 2, 3, 4, 0], [1, 1, 1, 1, 1, 1], [0, 1, 2, 3, 4, 7], [4, 4, 0, 0, 1, 2]):
+        t = np.array(t)
+        assert same(compiled(t, y0), step(t, y0))
+    stats = compiled.stats()
+    assert stats["replays"] == 2 and stats["eager calls"] == 1 and stats["fallbacks"] == 0
+    with pytest.raises(ValueError, match="negative"):
+        compiled(np.array([0, -1, 2, 3, 4, 0]), y0)
 
 
 def test_a_returned_argument_is_the_calls_own():
@@ -2635,3 +2921,59 @@ def test_a_partial_or_a_callable_object_falls_back_with_its_name(fn, name):
         got = compiled(np.ones(3))
     assert same(got, fn(np.ones(3))) and compiled.__name__ == name
     assert same(compiled(np.arange(3.0)), fn(np.arange(3.0)))
+
+
+def test_recording_runs_no_code_of_what_the_step_reaches():
+    """A module of the user's holding a lazy import's proxy (any attribute looked up on it,
+    __class__ included, imports its module: here a missing one) and defining a module
+    __getattr__ that raises KeyError: the step reads a number from it, and records and
+    replays, importing nothing."""
+    class LazyProxy:
+        def __getattribute__(self, name):
+            raise ModuleNotFoundError("No module named 'optional_plotting'")
+
+    settings = types.ModuleType("settings")  # stands for a module of the user's
+    settings.scale = 2.0
+    settings.plotting = LazyProxy()
+    registry = {"lr": 0.1}
+    settings.__getattr__ = lambda name: registry[name]  # KeyError for other names
+    plotting = settings.plotting
+    debug = False
+
+    def step(x0):
+        if debug:
+            plotting.plot(x0)  # read by name, never run
+        return F.sum(gradcore.Variable(x0) * settings.scale)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert replays_like_eager(step, (3,)).stats()["replays"] == 4
+
+
+def test_a_cache_hit_asks_no_hooks_of_arguments_without_any(monkeypatch):
+    """While some Variable has a post-accumulate hook (a distributed optimizer registers one
+    per parameter), a cache hit asks only the arguments that may have one for their hooks."""
+    compile_module = sys.modules["gradcore.compile"]
+    asked = []
+    hooks_part = compile_module._hooks_part
+    monkeypatch.setattr(compile_module, "_hooks_part", lambda v: asked.append(v) or hooks_part(v))
+    unrelated = gradcore.Parameter(np.ones(2))
+    unrelated.register_post_accumulate_grad_hook(lambda p: None)
+
+    def step(*vs):
+        loss = F.sum(vs[0] * vs[1])
+        loss.backward()
+        return loss
+
+    compiled = gradcore.compile(step)
+    for _ in range(4):
+        vs = [gradcore.Variable(np.ones(3)) for _ in range(8)]
+        compiled(*vs)
+    assert compiled.stats()["replays"] == 3 and asked == []
+    hooked = []
+    hook = hooked.append  # one object: its tape is found again
+    for _ in range(3):  # a hooked argument is keyed by its hooks still
+        vs = [gradcore.Variable(np.ones(3)) for _ in range(8)]
+        vs[0].register_post_accumulate_grad_hook(hook)
+        compiled(*vs)
+    assert compiled.stats()["recordings"] == 2 and compiled.stats()["replays"] == 5 and asked

@@ -15,6 +15,7 @@ import dis
 import functools
 import gc
 import inspect
+import itertools
 import operator
 import os
 import random
@@ -33,6 +34,7 @@ from .. import engine as _engine
 from .. import variable as _variable
 from ..config import recording, training
 from ..function import _SavedOutput
+from ..nn import module as _module
 from ..nn.module import Module, mode_key, structure_changes
 from ..variable import Parameter, Variable
 from . import trace
@@ -119,6 +121,8 @@ class Compiled:
             except Diverged:  # a check came out otherwise, before anything changed: run eagerly
                 self._counts["eager calls"] += 1
                 return self.fn(*args)
+            if tape.modes:
+                _switch_modes(tape.modes)
             self._counts["replays"] += 1
             return _results(tape.results, arrays, args)
         finally:
@@ -185,6 +189,7 @@ class Compiled:
             # adds or removes any: a tape holds them
             argument_hooks = [hook for a in args if isinstance(a, Variable)
                               for hook in _hook_functions(a)]
+            in_eval = _modules_in_eval()  # to tell which modes the step switches
             plain = _start(rec)
             try:
                 seen = []
@@ -202,13 +207,13 @@ class Compiled:
             finally:
                 _stop(rec, plain)
             generators.check(rec)
-            if mode_key[0] != key[3] or (recording(), training()) != key[0][:2]:
-                # the modes are read before a call, to pick its tape; a replay runs no code
-                # that sets them, so it would leave them as the call found them
-                rec.give_up("the step left a Module in another train or eval mode than it found "
-                            "it (model.eval() or model.train() in the step), or grad or train "
-                            "mode switched, which a replay would not do: switch modes outside "
-                            "the compiled step, or switch back before it returns")
+            # the modes are read before a call, to pick its tape; a replay runs no code that
+            # sets them: it sets those the step left switched after it runs
+            switched = _modes_switched(rec, in_eval, modules) if mode_key[0] != key[3] else ()
+            if (recording(), training()) != key[0][:2]:
+                rec.give_up("the step left grad mode or test mode switched (gradcore's "
+                            "settings for the thread), which a replay would not do: switch it "
+                            "outside the compiled step, or in a `with` block inside it")
         self._counts["recordings"] += 1
         # the user's hooks the step ran or may run that no name led to: their globals are part
         # of the key from the next call on, which records again (this call's key lacks them)
@@ -247,6 +252,7 @@ class Compiled:
             tape = Tape(rec, slots, fusing=not self.check,  # fused: not bitwise
                         graphs=self.graphs)
             tape.results = shape
+            tape.modes = switched
             key = self._keyed_by_identity(key, args, variables)
             # the objects keyed by identity, held: a dead one's id is soon another object's,
             # which would then replay this tape
@@ -445,9 +451,10 @@ def _key(args, by_identity=None):
                           a.creator is None,
                           None if data is None or backend.single_device else
                           backend.device_of(data),
-                          # the hooks on it (asked of the post-accumulate ones while any
-                          # Variable has one): a tape runs those its recording ran
-                          _hooks_part(a) if a._hooks or _POST_HOOKS else None,
+                          # the hooks on it: a tape runs those its recording ran (see
+                          # _POST_HOOKS for the post-accumulate ones, asked in C)
+                          _hooks_part(a) if a._hooks or _POST_HOOKS and (
+                              a.__weakref__ is not None and _weak(a) in _POST_HOOKS) else None,
                           # a Parameter by identity too: the step may also reach it by name,
                           # and the tape then reads both through the argument
                           id(a) if kind is Parameter or by_identity and id(a) in by_identity
@@ -466,9 +473,14 @@ def _key(args, by_identity=None):
     return tuple(parts)
 
 
-# The dict inside engine.post_accumulate_hooks (a WeakKeyDictionary, whose own truth test runs
-# in Python): empty while no leaf has such a hook, asked in C at every call with a Variable
+# The dict inside engine.post_accumulate_hooks (a WeakKeyDictionary, whose own truth test and
+# `in` run in Python), keyed by weak references: empty while no Variable has such a hook. While
+# one has (a distributed optimizer registers one per parameter), _key asks of each Variable
+# argument, in C: one no weak reference points to is in no WeakKeyDictionary (a batch made into
+# a Variable for the call); another is looked up by `_weak(v) in _POST_HOOKS` (v's own weak
+# reference, or a new one, hashed as v)
 _POST_HOOKS = _engine.post_accumulate_hooks.data
+_weak = weakref.ref
 
 
 def _hooks_part(v):
@@ -631,6 +643,49 @@ class _Generators:
         backends.NUMPY.set_random_state(backends.CPU, end)
 
 
+def _modules_in_eval():
+    """id -> each live Module in eval mode now (what mode_key numbers)."""
+    modules = {}
+    for i, ref in list(_module._in_eval.items()):
+        module = ref()
+        if module is not None:
+            modules[i] = module
+    return modules
+
+
+def _modes_switched(rec, found, reached):
+    """The (Module, training) pairs a replay sets after it runs, for a step that left Modules
+    in another train or eval mode than it found them (`model.train()` at its start, finding the
+    model in eval mode after a validation): `found`, the Modules in eval mode when it began
+    (_modules_in_eval); `reached`, the Modules it reached then (_reachable). Each replay of its
+    tape starts from the modes this call found (they are in the key), so setting these leaves
+    them as the step did. Not so for a Module the step put into eval mode that it was not seen
+    to reach before it ran: one it made, most likely, which a replay does not make (or one past
+    REACH_LIMIT objects): that falls back."""
+    now = _modules_in_eval()
+    switched = [(module, True) for i, module in found.items() if i not in now]
+    reached = set(map(id, reached))
+    for i, module in now.items():
+        if i in found:
+            continue
+        if i not in reached:
+            rec.give_up(f"the step put a {type(module).__name__} it made (or one no name led to "
+                        "before it ran) into eval mode, which a replay would not do: switch "
+                        "modes outside the compiled step, or back before it returns")
+            return ()
+        switched.append((module, False))
+    return switched
+
+
+def _switch_modes(switched):
+    """Leave Modules in the modes a recording left them (see _modes_switched), as
+    Module.train does."""
+    for module, training in switched:
+        object.__setattr__(module, "training", training)
+        _module._note_mode(module, training)
+    _module._modes_changed()
+
+
 def _generator_state(generator):
     if isinstance(generator, random.Random):
         return generator.getstate()
@@ -662,65 +717,156 @@ _GLOBAL_GENERATORS = frozenset(map(id, (getattr(_NUMPY_RANDOM.mtrand, "_rand", N
 _SKIPPED = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType,
             types.CodeType)
 REACH_LIMIT = 20000  # objects _reachable looks at, at most
+# Containers _reachable and _made_in_step look into, subclasses too (a namedtuple, an
+# OrderedDict, a defaultdict): listed by the base class's own iteration, so no code of the
+# subclass's runs
+_SEQUENCES = (list, tuple, set, frozenset, collections.deque)
 
 
 def _reachable(roots):
     """What a step may reach past its arguments, from `roots` (the step, what it reads by name,
     and its arguments keyed by identity) through containers, Modules' and other objects'
-    attributes, bound methods' objects and functions, partials' arguments, the default
-    arguments and closure variables of the user's functions, and the attributes of the user's
-    modules and classes (not of gradcore's, the standard library's or installed packages'):
-    (the Variables by id, the Modules, the random generators of the user's). The Variables are
-    those reached without passing through an attribute of an object other than a Module
-    (`cfg.state` is not, as attributes are no part of a key; a function's defaults and closure
-    variables are as good as names). At most REACH_LIMIT objects are looked at. Run only when
-    recording: a cache hit never pays for it."""
+    attributes (their __dict__ and __slots__, and their class's attributes where the class is
+    the user's: a generator set on the class, read as `self.rng`), bound methods' objects and
+    functions, a generator's bound builtin methods, staticmethods' and classmethods' functions,
+    partials' arguments, the default arguments and closure variables of the user's functions,
+    and the attributes of the user's modules and classes (not of gradcore's, the standard
+    library's or installed packages'): (the Variables by id, the Modules, the random generators
+    of the user's). The Variables are those reached without passing through an attribute of an
+    object other than a Module (`cfg.state` is not, as attributes are no part of a key; a
+    function's defaults and closure variables are as good as names). At most REACH_LIMIT
+    objects are looked at. Run only when recording: a cache hit never pays for it.
+
+    A safety net, so it runs none of the objects' code: it asks type(obj), never obj.__class__
+    or isinstance (which asks obj.__class__ too: a lazy import's proxy would import its module
+    there), and reads attributes as object's own lookup does (no __getattr__ runs: a module's
+    PEP 562 one, a proxy's); an object it cannot look into is skipped."""
     variables, modules, generators = {}, [], []
     seen, todo = set(), [(root, True) for root in roots]
+    kinds = {}  # class -> (what is done with its objects, its __slots__ descriptors)
     while todo and len(seen) < REACH_LIMIT:
         obj, named = todo.pop()
         if id(obj) in seen:
             continue
         seen.add(id(obj))
-        kind = obj.__class__
-        if kind is types.FunctionType:
-            if _users_code(obj.__code__):  # a generator in a default: `rng=default_rng()`
-                todo.extend((item, named) for item in (
-                    *(obj.__defaults__ or ()), *(obj.__kwdefaults__ or {}).values(),
-                    *map(_content, obj.__closure__ or ())))
-            continue
-        if isinstance(obj, (types.ModuleType, type)):
-            if _users_namespace(obj):  # `noise.rng`: an attribute is no name of the key's
-                todo.extend((item, False) for name, item in list(vars(obj).items())
-                            if not name.startswith("__"))
-            continue
-        if kind in _BY_VALUE or isinstance(obj, _SKIPPED) or backends.backend_of(obj) is not None:
-            continue
-        if isinstance(obj, Variable):
-            if named:
-                variables[id(obj)] = obj
-        elif isinstance(obj, _GENERATOR_TYPES):
-            if id(obj) not in _GLOBAL_GENERATORS:
-                generators.append(obj)
-        elif kind in (list, tuple, set, frozenset):
-            todo.extend((item, named) for item in obj)
-        elif kind is dict:
-            todo.extend((item, named) for item in obj.values())
-        elif kind is types.MethodType:
-            todo.extend(((obj.__self__, named), (obj.__func__, named)))
-        elif kind is functools.partial:
-            todo.extend((item, named) for item in (obj.func, *obj.args, *obj.keywords.values()))
-        else:
-            module = isinstance(obj, Module)
-            if module:
-                modules.append(obj)
-            try:
-                attributes = getattr(obj, "__dict__", None)
-            except Exception:  # a proxy's __getattr__, say: nothing to follow
+        kind = type(obj)
+        try:
+            known = kinds.get(kind)
+            if known is None:
+                known = kinds[kind] = _reach_kind(kind, obj)
+            what = known[0]
+            if what is _SKIP:
                 continue
-            if attributes.__class__ is dict:
-                todo.extend((item, named and module) for item in attributes.values())
+            if what is _OBJECT:
+                module = issubclass(kind, Module)
+                if module:
+                    modules.append(obj)
+                attributes = _namespace(obj)
+                if attributes.__class__ is dict:
+                    todo.extend((item, named and module) for item in attributes.values())
+                for slot in known[1]:
+                    try:
+                        todo.append((slot.__get__(obj, kind), named and module))
+                    except AttributeError:  # a slot not set
+                        pass
+                todo.append((kind, False))  # followed if the user's: a class attribute
+            elif what is Variable:
+                if named:
+                    variables[id(obj)] = obj
+            elif what is dict:
+                todo.extend((item, named) for item in itertools.islice(dict.values(obj),
+                                                                       REACH_LIMIT))
+            elif what is tuple:  # one of _SEQUENCES
+                todo.extend((item, named) for item in itertools.islice(known[1](obj),
+                                                                       REACH_LIMIT))
+            elif what is types.FunctionType:
+                if _users_code(obj.__code__):  # a generator in a default: `rng=default_rng()`
+                    todo.extend((item, named) for item in (
+                        *(obj.__defaults__ or ()), *(obj.__kwdefaults__ or {}).values(),
+                        *map(_content, obj.__closure__ or ())))
+            elif what is type:  # a module or a class
+                if _users_namespace(obj):  # `noise.rng`: an attribute is no name of the key's
+                    todo.extend((item, False) for name, item in
+                                itertools.islice(list(_namespace(obj).items()), REACH_LIMIT)
+                                if not name.startswith("__"))
+            elif what is _GENERATOR_TYPES:
+                if id(obj) not in _GLOBAL_GENERATORS:
+                    generators.append(obj)
+            elif what is types.MethodType:
+                todo.extend(((obj.__self__, named), (obj.__func__, named)))
+            elif what is staticmethod:  # or a classmethod, in a class's namespace
+                todo.append((obj.__func__, named))
+            elif what is functools.partial:
+                todo.extend((item, named) for item in (obj.func, *obj.args,
+                                                       *obj.keywords.values()))
+            elif what is types.BuiltinMethodType:  # bound to a generator: `draw = rng.random`
+                todo.append((obj.__self__, named))
+        except Exception:  # nothing of what it holds is looked at
+            continue
     return variables, modules, generators
+
+
+_SKIP, _OBJECT = "skip", "object"
+
+
+def _reach_kind(kind, obj):
+    """What _reachable does with the objects of the class `kind` (`obj` one of them): (what,
+    more), `what` naming the branch it takes (_SKIP, _OBJECT for attributes, else a class
+    standing for its kind), `more` the __slots__ descriptors for an _OBJECT, the iteration for
+    a sequence."""
+    if kind in _BY_VALUE or kind is types.CodeType:
+        return _SKIP, None
+    if kind is types.FunctionType or kind is types.MethodType or kind is types.BuiltinMethodType:
+        return kind, None
+    if issubclass(kind, (types.ModuleType, type)):
+        return type, None
+    for what in (Variable, _GENERATOR_TYPES, dict, functools.partial):
+        if issubclass(kind, what):
+            return what, None
+    for base in _SEQUENCES:
+        if issubclass(kind, base):
+            return tuple, base.__iter__  # the base's own: no code of a subclass's runs
+    if kind is staticmethod or kind is classmethod:
+        return staticmethod, None
+    if backends.backend_of(obj) is not None:  # an array (a backend knows it by its type)
+        return _SKIP, None
+    return _OBJECT, _slot_descriptors(kind)
+
+
+def _items(kind, container):
+    """What `container`, of a class derived from one of _SEQUENCES, holds."""
+    for base in _SEQUENCES:
+        if issubclass(kind, base):
+            return base.__iter__(container)
+    return ()
+
+
+def _namespace(obj):
+    """obj.__dict__ as object's own lookup finds it (no __getattribute__ or __getattr__ of obj's
+    class runs: a lazy module would load, a proxy would import), or None where there is none."""
+    try:
+        namespace = object.__getattribute__(obj, "__dict__")
+    except AttributeError:
+        return None
+    return namespace if namespace.__class__ in (dict, types.MappingProxyType) else None
+
+
+def _slot_descriptors(kind):
+    """The descriptors of the __slots__ of the class `kind` and its bases (read from their
+    namespaces, names mangled as Python does)."""
+    found = []
+    for cls in kind.__mro__:
+        namespace = _namespace(cls) or {}
+        names = namespace.get("__slots__", ())
+        for name in (names,) if names.__class__ is str else names:
+            if name.__class__ is not str or name in ("__dict__", "__weakref__"):
+                continue
+            if name.startswith("__") and not name.endswith("__"):
+                name = f"_{cls.__name__.lstrip('_')}{name}"
+            descriptor = namespace.get(name)
+            if type(descriptor) is types.MemberDescriptorType:
+                found.append(descriptor)
+    return tuple(found)
 
 
 def _users_code(code):
@@ -731,16 +877,18 @@ def _users_code(code):
 
 def _users_namespace(obj):
     """True if the module or class `obj` is the user's: defined in a file of the user's, or a
-    module made at run time (types.ModuleType, with no spec; a built-in one has one)."""
-    name = getattr(obj, "__module__", None)
-    module = obj if isinstance(obj, types.ModuleType) else (
-        sys.modules.get(name) if isinstance(name, str) else None)
-    if module is None:
+    module made at run time (types.ModuleType, with no spec; a built-in one has one). Read from
+    the namespaces (_namespace), so no module's __getattr__ runs."""
+    namespace = _namespace(obj)
+    if namespace is not None and not issubclass(type(obj), types.ModuleType):  # a class
+        name = namespace.get("__module__")
+        namespace = _namespace(sys.modules.get(name)) if name.__class__ is str else None
+    if namespace is None:
         return False
-    path = getattr(module, "__file__", None)
-    if not isinstance(path, str):
-        return getattr(module, "__spec__", None) is None and (
-            module.__name__ not in sys.builtin_module_names)
+    path = namespace.get("__file__")
+    if path.__class__ is not str:
+        return namespace.get("__spec__") is None and (
+            namespace.get("__name__") not in sys.builtin_module_names)
     return not os.path.abspath(path).startswith(_LIBRARIES)
 
 
@@ -900,13 +1048,15 @@ def _reads(fn, also=()):
         name_labels += [f"the global {name!r}{where}" for name in read]
         for value in [*map(f.__globals__.get, read), *map(_content, f.__closure__ or ())]:
             # a function it reaches by name; the forward of each module of a model it does, and
-            # the hooks on those modules and their Variables; a Variable's hooks
-            if isinstance(value, Module):
+            # the hooks on those modules and their Variables; a Variable's hooks. Asked of
+            # type(value): isinstance asks value.__class__ too, which imports a lazy import
+            kind = type(value)
+            if issubclass(kind, Module):
                 reached = [called for module in value.modules()
                            for called in (type(module).forward, *_module_hooks(module))]
-            elif isinstance(value, Variable):
+            elif issubclass(kind, Variable):
                 reached = _hook_functions(value)
-            elif isinstance(value, types.FunctionType):
+            elif kind is types.FunctionType:
                 reached = [value]
             else:
                 continue
@@ -1036,31 +1186,29 @@ def _made_in_step(rec, value):
         if id(obj) in seen:
             continue
         seen.add(id(obj))
-        if isinstance(obj, trace.Traced):
+        kind = type(obj)  # as _reachable asks: no code of obj's runs
+        if issubclass(kind, trace.Traced):
             if obj.recorder is rec:
                 found.append(obj)
-        elif isinstance(obj, Variable):
+        elif issubclass(kind, Variable):
             data, entry = obj._data, rec.adopted.get(id(obj))
             if (isinstance(data, trace.Traced) and data.recorder is rec
                     and (entry is None or entry.variable is not obj)):  # not one from outside
                 found.append(obj)
-        elif (obj.__class__ in _BY_VALUE or isinstance(obj, _SKIPPED)
+        elif (kind in _BY_VALUE or issubclass(kind, _SKIPPED)
               or backends.backend_of(obj) is not None):
             continue
-        elif isinstance(obj, (tuple, list, set, frozenset)):
-            todo.extend(obj)
-        elif isinstance(obj, dict):
-            todo.extend(obj.values())
-        elif isinstance(obj, _SUSPENDED):  # what its frame holds, for the code run later
+        elif issubclass(kind, dict):
+            todo.extend(dict.values(obj))
+        elif issubclass(kind, _SEQUENCES):
+            todo.extend(_items(kind, obj))
+        elif issubclass(kind, _SUSPENDED):  # what its frame holds, for the code run later
             frame = getattr(obj, "gi_frame", None) or getattr(obj, "cr_frame", None) or getattr(
                 obj, "ag_frame", None)
             if frame is not None:
                 todo.extend(frame.f_locals.values())
         else:
-            try:
-                attributes = getattr(obj, "__dict__", None)
-            except Exception:  # a proxy's __getattr__, say: nothing to follow
-                continue
+            attributes = _namespace(obj)
             if attributes.__class__ is dict:
                 todo.extend(attributes.values())
     return found

@@ -12,6 +12,7 @@ enter through `Recorder.adopt`: the tape loads them from their Variable when it 
 sees their values as they are then. What a tape cannot replay (a value read on the host, a shape
 that depends on values) marks the recording as a fallback: the step then stays eager.
 """
+import bisect
 import operator
 import os
 import sys
@@ -39,15 +40,18 @@ IN_PLACE = {
 UNARY = {operator.neg: "-", operator.pos: "+", operator.invert: "~", operator.abs: "abs"}
 
 # Functions whose result's shape depends on the values: a tape of fixed shapes cannot replay them
+# (bincount's too, unless minlength fixes it: see _counted_to_fixed_length)
 DATA_DEPENDENT_SHAPES = frozenset((
     "nonzero", "argwhere", "flatnonzero", "unique", "unique_all", "unique_counts",
-    "unique_inverse", "unique_values", "extract", "compress", "bincount", "trim_zeros",
+    "unique_inverse", "unique_values", "extract", "compress", "trim_zeros",
     "setdiff1d", "intersect1d", "union1d", "setxor1d"))
 
 # Functions and methods whose result's shape is given by some of their arguments: (the
-# positions, as a slice, and the keywords of those). A traced value there (`xp.zeros(n)`, n
-# computed in the step) is a size read from the values: a tape would keep this call's size.
-# Each is a function of the namespace, a method of the arrays, or a Backend method (zeros)
+# positions, as a slice, and the keywords of those). A traced value there that the step
+# computed from its inputs (`xp.zeros(n)`, n from the labels) is a size read from the values:
+# a tape would keep this call's size (Recorder.from_inputs). Not insert's places: the result
+# grows by as many values as it is given, wherever they go. Each is a function of the
+# namespace, a method of the arrays, or a Backend method (zeros)
 SIZE_ARGUMENTS = {
     "zeros": (slice(0, 1), ("shape",)), "ones": (slice(0, 1), ("shape",)),
     "empty": (slice(0, 1), ("shape",)), "full": (slice(0, 1), ("shape",)),
@@ -65,7 +69,7 @@ SIZE_ARGUMENTS = {
     "tile": (slice(1, 2), ("reps",)), "repeat": (slice(1, 2), ("repeats",)),
     "split": (slice(1, 2), ("indices_or_sections",)),
     "array_split": (slice(1, 2), ("indices_or_sections",)),
-    "delete": (slice(1, 2), ("obj",)), "insert": (slice(1, 2), ("obj",)),
+    "delete": (slice(1, 2), ("obj",)),
 }
 # Functions given a number of bins: a traced number, or a rule that reads the values ("auto")
 BINS = frozenset(("histogram", "histogram_bin_edges", "histogram2d", "histogramdd"))
@@ -194,25 +198,6 @@ def slots_in(value, found):
     return found
 
 
-def _writers(lines):
-    """slot -> the line that last wrote it (made it, or changed it in place), and the ids of the
-    loads that read what a store or an opaque call before them left (those stay after them)."""
-    writers, pinned, stored = {}, set(), set()
-    for line in lines:
-        kind = line.kind
-        if kind == "load" and "data" in stored or kind == "load_grad" and stored:
-            pinned.add(id(line))
-        if line.out is not None:
-            writers[line.out] = line
-        for slot in written(line):
-            writers[slot] = line
-        if kind == "store_grad":
-            stored.add("grad")
-        elif kind in ("store", "opaque"):
-            stored.update(("data", "grad"))
-    return writers, pinned
-
-
 def _cone(line, writers):
     """`line` and every line it depends on, through the lines that last wrote what each reads
     (one that wrote a slot again after the reader counts as well: a cone is never too small)."""
@@ -256,7 +241,20 @@ class Recorder:
         self.argument_sites = {}    # id(Variable argument) -> its index: a replay's is another
         self.grads_cleared = set()  # ids of the Variables whose grad the step cleared
         self.logs = {}              # id(write log) -> (it, its Variable's site), seen at release
-        self.roots = {}             # slot -> memory number of each argument's and load's array
+        # What the guards ask of the lines before them, brought up to date at each guard over
+        # the lines appended since the last (Recorder._scan): a step with no guard pays nothing,
+        # and one with a guard per timestep looks at each line once. A line's time is its index
+        # when it was appended (lines appended since the last guard are where they were put)
+        self.scanned = 0            # lines[:scanned] are taken into account below
+        self.settled = 0            # lines[settled:] are where they were appended
+        self.writers = {}           # slot -> the line that last wrote it (made it, or in place)
+        self.pinned = set()         # ids of the loads after a store or an opaque line: they
+        self.stored = set()         # read what one left ("data", "grad": what those may set)
+        self.times = {}             # id(line) -> its time; -1 once a guard moved it first
+        self.roots = {}             # slot -> the memory number of its array
+        self.held = {}              # memory number -> the time a Variable's data or grad got it
+        self.first_written = {}     # memory number -> the time a line first wrote into it
+        self.opaque_times = []      # the time of each opaque line (an optimizer step)
 
     # ------------------------------------------------------------ slots and lines
     def new_slot(self):
@@ -272,47 +270,117 @@ class Recorder:
         replay has changed anything. So the lines it depends on move to the tape's start, which
         needs them to change nothing and read no state a line before them changes; otherwise
         the step cannot be replayed."""
-        # who wrote what is worked out here, not as lines are written: guards are few
-        writers, pinned = _writers(self.lines)
-        cone = _cone(writers.get(traced.slot), writers)
-        if traced.recorder is not self or any(id(line) in pinned or has_side_effect(line)
-                                      for line in cone) or self._overwritten(cone):
+        self._scan()
+        cone = _cone(self.writers.get(traced.slot), self.writers)
+        if traced.recorder is not self or any(id(line) in self.pinned or has_side_effect(line)
+                                              for line in cone) or self._overwritten(cone):
             self.give_up("a traced value decided a Python branch (bool) and depends on a "
                          "change the step made")
             return
+        # The cone's lines move to the start, after those earlier guards moved. Only the lines
+        # from the cone's first on are looked at: a line appended since the last guard is at
+        # the index that is its time (a guard's cone is mostly recent: labels just indexed)
+        first = min((time for time in map(self.times.__getitem__, map(id, cone)) if time >= 0),
+                    default=len(self.lines))
+        if first < self.settled:
+            first = self.checked  # a line from before the last guard, which moved lines
         moved = set(map(id, cone))
-        rest = [line for line in self.lines[self.checked:] if id(line) not in moved]
-        head = [line for line in self.lines[self.checked:] if id(line) in moved]
-        self.lines[self.checked:] = head + [Line("guard", value, (Ref(traced.slot),),
-                                                 {"where": _user_frame()})] + rest
+        tail = self.lines[first:]
+        head = [line for line in tail if id(line) in moved]
+        self.lines[self.checked:] = [
+            *head, Line("guard", value, (Ref(traced.slot),), {"where": _user_frame()}),
+            *self.lines[self.checked:first], *(line for line in tail if id(line) not in moved)]
         self.checked += len(head) + 1
+        for line in head:
+            self.times[id(line)] = -1  # at the start now: before every line that writes
+        self.scanned = self.settled = len(self.lines)  # the guard line writes nothing
+
+    def _scan(self):
+        """Take the lines appended since the last guard into Recorder.writers, pinned, roots,
+        held, first_written and opaque_times (see __init__)."""
+        lines, writers, roots = self.lines, self.writers, self.roots
+        for time in range(self.scanned, len(lines)):
+            line = lines[time]
+            self.times[id(line)] = time
+            kind, out = line.kind, line.out
+            if kind == "load" and "data" in self.stored or kind == "load_grad" and self.stored:
+                self.pinned.add(id(line))
+            if out is not None:
+                writers[out] = line
+                if line.array is not None:
+                    roots[out] = line.array.root
+            if kind == "load" or kind == "load_grad":
+                self._now_held(out, time)
+            elif kind == "store" or kind == "store_grad" or kind == "opaque":
+                # what a Variable holds from here on, and what an opaque call is handed: an
+                # optimizer step may write those (and nothing else of the tape's)
+                for slot in line.reads:
+                    self._now_held(slot, time)
+                if kind == "opaque":
+                    self.opaque_times.append(time)
+                self.stored.update(("grad",) if kind == "store_grad" else ("data", "grad"))
+            else:
+                for slot in written(line):
+                    writers[slot] = line
+                    memory = roots.get(slot)
+                    if memory is not None:
+                        self.first_written.setdefault(memory, time)
+        self.scanned = len(lines)
+
+    def _now_held(self, slot, time):
+        memory = self.roots.get(slot)
+        if memory is not None:
+            self.held.setdefault(memory, time)
 
     def _overwritten(self, cone):
         """True if a line of `cone` (a guard's, to move to the tape's start) reads memory that a
-        line before it, not in the cone, wrote in place: through a view (`row = x[0]; row[...] =
-        5` writes x, whose slot no line wrote), or in an opaque call (an optimizer step writes
-        the arrays of the Variables it holds; only the step's array arguments are not theirs).
-        Memory is told by number (Recorder._memory); a scalar's, with none, is never written."""
-        roots = dict(self.roots)
-        for line in self.lines:
-            if line.array is not None:
-                roots[line.out] = line.array.root
-        arguments = {roots.get(slot) for _, slot, variable in self.arguments if not variable}
-        existing = {roots.get(slot) for _, slot, _ in self.arguments}  # memory made so far
-        changed = set()  # memory written so far by lines that stay where they are
-        in_cone = set(map(id, cone))
-        for index, line in enumerate(self.lines):
-            if index >= self.checked:  # the guards and their lines before are already moved
-                if id(line) in in_cone:
-                    if any(roots.get(slot) in changed for slot in line.reads):
+        line before it, not in the cone, wrote: in place, maybe through a view (`row = x[0];
+        row[...] = 5` writes x, whose slot no line wrote), or in an opaque call, which writes
+        what Variables hold (an optimizer step updates the parameters' data and may change
+        their grads), not the step's other arrays. Memory is told by number (Recorder._memory);
+        a scalar's, with none, is never written. No line of a cone writes (guard checks that
+        first), and the lines an earlier guard moved come before every write."""
+        for line in cone:
+            time = self.times[id(line)]
+            if time < 0:
+                continue
+            for slot in line.reads:
+                memory = self.roots.get(slot)
+                if memory is None:
+                    continue
+                if self.first_written.get(memory, time) < time:
+                    return True
+                held = self.held.get(memory)
+                if held is not None:
+                    # the first opaque line at or after the time a Variable got it
+                    after = bisect.bisect_left(self.opaque_times, held)
+                    if after < len(self.opaque_times) and self.opaque_times[after] < time:
                         return True
-                elif line.kind == "opaque":
-                    changed |= existing - arguments
-                else:
-                    changed.update(map(roots.get, written(line)))
-                changed.discard(None)  # no number: a scalar, or unknown (see above)
-            if line.out is not None:
-                existing.add(roots.get(line.out))
+        return False
+
+    def from_inputs(self, value):
+        """True if a traced array in `value` (a line argument: containers looked into) may come
+        out otherwise at a replay: its lines reach an argument, a Variable's array (a load) or a
+        random draw. A size the step computed from numbers of its own with xp
+        (`xp.cumsum(xp.asarray([2]))`) does not, nor an array from outside (the same at every
+        replay, as a constant of the tape is)."""
+        found = _traced_in(value, [])
+        if not found:
+            return False
+        self._scan()
+        arguments = {slot for _, slot, _ in self.arguments}
+        for traced in found:
+            if traced.recorder is not self:  # kept from an earlier call: a constant
+                continue
+            if traced.slot in arguments or traced.slot not in self.writers:
+                return True
+            for line in _cone(self.writers[traced.slot], self.writers):
+                kind = line.kind
+                if (kind == "load" or kind == "load_grad"
+                        or (kind == "call" or kind == "method")
+                        and _name(kind, line.target) in _DRAWS
+                        or any(slot in arguments for slot in line.reads)):
+                    return True
         return False
 
     def give_up(self, reason):
@@ -421,13 +489,15 @@ class Recorder:
             known = self.memories[id(array)] = (weakref.ref(array), self.memory_count)
         return known[1]
 
-    def _note_memory(self, slot, array):
+    def _note_memory(self, slot, array, variable=False):
         """Note the memory number of `array`, which no line makes (an argument's, a load's),
-        for the guards (Recorder._overwritten)."""
+        for the guards (Recorder._overwritten); a `variable` argument's as held from the start."""
         try:
             self.roots[slot] = self._memory(array)
         except TypeError:  # a scalar, or an array without weak references: never compared
-            pass
+            return
+        if variable:
+            self.held[self.roots[slot]] = -1
 
     # ------------------------------------------------------------ Variables from outside
     def adopt(self, v):
@@ -474,7 +544,7 @@ class Recorder:
         slot = self.new_slot()
         backend = backends.backend_of(value)
         self.arguments.append((index, slot, backend is None))  # (.., .., a Variable)
-        self._note_memory(slot, value if backend is not None else value._data)
+        self._note_memory(slot, value if backend is not None else value._data, backend is None)
         if backend is not None:
             return trace_backend(backend).traced(value, slot, self)
         self.adopted[id(value)] = _Adopted(value, value._data, value._backend, value._grad, index)
@@ -830,6 +900,20 @@ def _describe_target(target):
     return getattr(target, "__name__", None) or repr(target)
 
 
+def _traced_in(value, found):
+    """Append to `found` the Traced arrays in `value` (containers looked into)."""
+    kind = value.__class__
+    if kind is tuple or kind is list:
+        for v in value:
+            _traced_in(v, found)
+    elif kind is dict:
+        for v in value.values():
+            _traced_in(v, found)
+    elif isinstance(value, Traced):
+        found.append(value)
+    return found
+
+
 def _has_traced(value):
     kind = value.__class__
     if kind is tuple or kind is list:
@@ -860,21 +944,43 @@ def _known(rec, args, kwargs):
     return any(id(a) in objects for a in args) if objects else False
 
 
-def _sized_by_values(name, args, kwargs):
-    """True if a call of `name` (in SIZE_ARGUMENTS) is given a traced value where it reads a
-    size: its result's shape would come from the values."""
+def _sized_by_values(rec, name, args, kwargs):
+    """True if a call of `name` (in SIZE_ARGUMENTS) is given a value computed from the step's
+    inputs where it reads a size: its result's shape would come from the values."""
     positions, keywords = SIZE_ARGUMENTS[name]
-    return _has_traced(args[positions]) or bool(kwargs) and any(
-        _has_traced(kwargs[k]) for k in keywords if k in kwargs)
+    return rec.from_inputs(args[positions]) or bool(kwargs) and any(
+        rec.from_inputs(kwargs[k]) for k in keywords if k in kwargs)
 
 
-def _binned_by_values(args, kwargs):
+def _binned_by_values(rec, args, kwargs):
     """True if a histogram's bins (the second argument, or `bins=`) are a rule that reads the
-    values ("auto") or a traced number: bin edges given as an array are a shape of their own."""
+    values ("auto") or a number computed from the inputs: bin edges given as an array are a
+    shape of their own."""
     bins = args[1] if len(args) > 1 else (kwargs or {}).get("bins")
     items = bins if bins.__class__ in (tuple, list) else (bins,)
     return any(b.__class__ is str or isinstance(b, Traced) and not b.value.shape
-               for b in items)
+               and rec.from_inputs(b) for b in items)
+
+
+def _counted_to_fixed_length(rec, args, kwargs, result):
+    """True if bincount's result has the same length at every replay: its labels are not
+    computed from the inputs, or `minlength` (a number of the step's) gave this length, and a
+    guard tests that the labels stay below it (a label at or above it would make the result
+    longer; a negative one raises): another call runs eagerly, as a branch on them would."""
+    labels = args[0] if args else (kwargs or {}).get("x")
+    if not rec.from_inputs(labels):
+        return True
+    minlength = args[2] if len(args) > 2 else (kwargs or {}).get("minlength")
+    if isinstance(minlength, Traced) or minlength.__class__ is bool:
+        return False
+    try:
+        minlength = operator.index(minlength)
+    except TypeError:  # None: no minlength
+        return False
+    if len(result) != minlength:  # labels past it now: the length is theirs
+        return False
+    bool(((labels >= 0) & (labels < minlength)).all())  # Traced.__bool__: the guard
+    return True
 
 
 def call(backend, function, args, kwargs, kind="call"):
@@ -923,8 +1029,10 @@ def call(backend, function, args, kwargs, kind="call"):
         # the function xp.nonzero(x) or the method x.nonzero(); where(c) alone is nonzero(c);
         # a size the step computed (repeat(x, counts), zeros(n)); bins chosen from the values
         if (name in DATA_DEPENDENT_SHAPES or name == "where" and len(args) == 1 and not kwargs
-                or name in SIZE_ARGUMENTS and _sized_by_values(name, args, kwargs)
-                or name in BINS and _binned_by_values(args, kwargs)):
+                or name in SIZE_ARGUMENTS and _sized_by_values(rec, name, args, kwargs)
+                or name in BINS and _binned_by_values(rec, args, kwargs)
+                or name == "bincount" and not _counted_to_fixed_length(rec, args, kwargs,
+                                                                       result)):
             rec.give_up(f"{name}'s result has a shape that depends on the values")
         elif result is None and name not in _IN_PLACE:
             rec.give_up(f"{name}() returned None: what it did is unknown to the tape (it may "

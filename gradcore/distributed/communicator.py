@@ -141,9 +141,13 @@ class Communicator:
     def any_rank(self, flag, what="a vote"):
         """Whether `flag` is true on at least one rank (every rank must ask, in the same
         order); it may be asked while all-reduces started with `allreduce_start` are pending."""
-        vote = numpy.array([1 if flag else 0], dtype=numpy.int32)
+        return self.any_ranks([flag], what)[0]
+
+    def any_ranks(self, flags, what="a vote"):
+        """any_rank for each of `flags` (a list), in one vote: a list of bools."""
+        vote = numpy.array([1 if flag else 0 for flag in flags], dtype=numpy.int32)
         self.wait([self._votes.Iallreduce(self.MPI.IN_PLACE, vote, op=self.MPI.MAX)], what)
-        return bool(vote[0])
+        return [bool(v) for v in vote]
 
     def broadcast(self, buffer, root=0, what="a broadcast"):
         """`buffer` (a host array) from `root` into every rank's `buffer`, in place."""

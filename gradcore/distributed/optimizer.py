@@ -22,6 +22,7 @@ buckets (see `buffers=`).
 """
 import functools
 import hashlib
+import itertools
 import operator
 import os
 import sys
@@ -34,7 +35,8 @@ import backends
 
 from .. import variable as _variables
 from ..config import enable_grad
-from ..optim.optimizer import _eager_in_replay
+from ..nn.module import Module, registry_changes
+from ..optim.optimizer import Optimizer, _eager_in_replay
 from ..variable import Variable, dtype_kind, note_write
 from .communicator import DistributedError
 
@@ -47,7 +49,8 @@ BUFFER_MODES = ("mean", "root", None)
 class LocalGradientWarning(UserWarning):
     """A gradient was set anew between backward and the averaging (`p.grad = p.grad * 0.5`
     before step()): each rank changed its own gradient, not the mean one process would have
-    had."""
+    had, so training may differ from one process on the whole batch (it does not for a change
+    that commutes with the mean, such as every rank dividing by the same loss scale)."""
 
 
 class _Bucket:
@@ -87,13 +90,14 @@ class DistributedOptimizer:
     replaced the same way on every rank) are planned and compared at the step that finds them.
 
     clip_grad_norm_ and clip_grad_value_ average the gradients first (synchronize(); the step
-    then sums nothing again), so `loss.backward(); clip_grad_norm_(model.parameters(), 1.0);
-    opt.step()` clips the mean gradient, as one process on the whole batch would: call them on
-    every rank. To change the averaged gradients otherwise, call synchronize() first; an
-    optimizer hook (ClipGrad) sees them too. A gradient set anew between backward and
-    synchronize() (or a step) is this rank's own: it is averaged as it is, and with overlap a
-    LocalGradientWarning says so once; a write into a gradient's array may come after it was
-    sent.
+    then sums nothing again, unless a backward ran since on some rank: the ranks vote on it), so
+    `loss.backward(); clip_grad_norm_(model.parameters(), 1.0); opt.step()` clips the mean
+    gradient, as one process on the whole batch would: call them on every rank. To change the
+    averaged gradients otherwise, call synchronize() first; an optimizer hook (ClipGrad) sees
+    them too. A gradient set anew between backward and synchronize() (or a step) is this rank's
+    own: it is averaged as it is, and with overlap a LocalGradientWarning says so once; a write
+    into a gradient's array may come after it was sent. In a step gradcore.compile records,
+    synchronize() and the averaging of a clip run as Python at every replay, as the step does.
 
     `buffers`: how the model's buffers (BatchNorm's running mean and variance), which each
     rank's forward moves on its own data, are made to agree at each step (step, update,
@@ -142,6 +146,17 @@ class DistributedOptimizer:
         # synchronize() ran and no backward reached a parameter since: the step sums nothing
         self._synced = False
         self._stepping = False  # synchronize() called by step() or update()
+        # synchronize() (or a clip) ran outside a step once, on every rank alike: from then on
+        # whether to sum at the step is voted on, since one rank may have run a backward since
+        # and another not (see _average)
+        self._averaged_early = False
+        # without overlap, the hooks stay from one step to the next: set once the program
+        # averaged in a step gradcore.compile recorded (see _average)
+        self._hooks_stay = False
+        # registry_changes when _params were read from a Module target; None: read them again
+        # at every step (a list may change in place; a target of its own may list them its way)
+        self._read_at = None
+        self._number = next(_numbers)  # creation order: the same on every rank
         # id(parameter) -> a weak reference to its gradient as backward left it (the hooks
         # record it): one set anew before the averaging was changed on this rank alone
         self._final = {}
@@ -154,7 +169,8 @@ class DistributedOptimizer:
     _own = frozenset(("optimizer", "comm", "bucket_size", "overlap", "buffers", "model",
                       "_params", "_buckets", "_bucket_of", "_started", "_stale", "_checked",
                       "_names", "_target", "_hook_handles", "_buffers", "_synced", "_stepping",
-                      "_final", "_warned", "__weakref__"))
+                      "_averaged_early", "_hooks_stay", "_read_at", "_number", "_final",
+                      "_warned", "__weakref__"))
 
     def __getattr__(self, name):  # what is not ours is the optimizer's
         if name in DistributedOptimizer._own:
@@ -206,9 +222,23 @@ class DistributedOptimizer:
     def synchronize(self):
         """Replace every gradient with its mean over the ranks, and bring the buffers into
         agreement (see `buffers`), now. step() and update() do this themselves, unless
-        synchronize() ran since the last backward: call it before the step to change the
-        averaged gradients (clip_grad_norm_ calls it), and the step uses them as they are. A
-        backward between the two is summed again at the step."""
+        synchronize() ran since the last backward on every rank: call it before the step to
+        change the averaged gradients (clip_grad_norm_ calls it), and the step uses them as they
+        are. A backward between the two, on any rank, is summed again at the step. In a step
+        gradcore.compile records, it runs as Python at every replay, as the step does."""
+        _python_in_replays(functools.partial(self._average, unless_averaged=False))
+
+    def _average(self, unless_averaged, in_compiled_step=False):
+        """synchronize(); with `unless_averaged` (a step, a clip), nothing when no rank ran a
+        backward since the last averaging. Each rank knows only its own backwards: once the
+        program has averaged outside a step, the ranks vote on it (in the vote on stale
+        buckets, with overlap), so that every rank sums or none does. Before that no rank has
+        averaged since its last step, and every rank sums.
+
+        `in_compiled_step`: run by a line of a step gradcore.compile recorded. Without overlap
+        the hooks then stay on from step to step: a replayed backward calls none (keeping them
+        costs nothing there), whereas adding them here and removing them at each step changes
+        the parameters' hooks, after which gradcore.compile records the step again."""
         self._follow_parameters()
         if self._buckets is None:
             self._plan()
@@ -220,8 +250,14 @@ class DistributedOptimizer:
         # backward, or was set anew, `p.grad = ...`) on some rank, perhaps not on
         # this one: every rank sums them all again
         stale = self._stale or self._set_after_start()
-        if self.overlap and self.comm.size > 1:
-            stale = self.comm.any_rank(stale, "the gradient all-reduce")
+        needed = not (unless_averaged and self._synced)
+        vote = unless_averaged and self._averaged_early
+        if self.comm.size > 1 and (self.overlap or vote):
+            stale, needed = self.comm.any_ranks([stale, needed], "the gradient all-reduce")
+        if not self._stepping:
+            self._averaged_early = True  # every rank's program averages here alike
+        if not needed:  # no rank ran a backward since: no bucket has started either
+            return
         if stale:
             self._abandon()
         self._persist_lazy()
@@ -241,17 +277,17 @@ class DistributedOptimizer:
         self._final.clear()
         self._synced = True
         if not self._stepping:
+            self._hooks_stay = self._hooks_stay or in_compiled_step
             self._hook()  # without overlap, only until the step: to see a backward before it
 
     def _average_for_step(self):
-        """synchronize(), unless the program called it since the last backward (to clip the
+        """Average for the step, unless the program did since the last backward (to clip the
         averaged gradients): summing them again would cost a second all-reduce."""
-        if not self._synced:
-            self._stepping = True
-            try:
-                self.synchronize()
-            finally:
-                self._stepping = False
+        self._stepping = True
+        try:
+            self._average(unless_averaged=True)
+        finally:
+            self._stepping = False
         self._step_taken()
 
     def _step_taken(self):
@@ -259,7 +295,7 @@ class DistributedOptimizer:
         pays a pass over its graph while a leaf has one)."""
         self._synced = False
         self._final.clear()
-        if not self.overlap:
+        if not self.overlap and not self._hooks_stay:
             _remove_all(self._hook_handles)
 
     # ---------------------------------------------------------------- buckets
@@ -268,7 +304,9 @@ class DistributedOptimizer:
             self._abandon()
         _remove_all(self._hook_handles)
         self._target = self.optimizer.target
+        count = registry_changes[0]  # before the walk: a change during it is seen next time
         self._params = list(self.optimizer._parameters())
+        self._read_at = count if _lists_registered(self.optimizer, self._target) else None
         self._buckets = None
         self._bucket_of = {}
         self._checked = False  # other parameters: the ranks compare them again
@@ -291,17 +329,31 @@ class DistributedOptimizer:
         """Plan again if the optimizer's parameters are others than those planned (setup(other),
         a layer replaced, a bias added): its step reads them anew each time, and a parameter
         left out of the buckets would be trained on each rank's own gradient."""
-        if self.optimizer.target is self._target:
-            params = self.optimizer._parameters()  # what the optimizer's own step reads
-            if len(params) == len(self._params) and all(map(operator.is_, params,
-                                                            self._params)):
-                return
+        if self._current_parameters() is self._params:
+            return
         if self._checked and self.overlap and self.comm.size > 1:
             # buckets of the old plan may have started in backward on some ranks only: every
             # rank finishes them, in the same order, or none does
             if self.comm.any_rank(self._round_open(), "the gradient all-reduce"):
                 self._abandon()
         self._attach()
+
+    def _current_parameters(self):
+        """The optimizer's parameters as its step reads them now: `_params` itself while they
+        are the same ones. A model's are walked again only once a Module somewhere registered
+        or removed something (registry_changes): a walk of 100 parameters took 74 us, a fifth
+        of SGD's update of them, at every step and twice more for a clip."""
+        if self.optimizer.target is not self._target:
+            return self.optimizer._parameters()
+        count = registry_changes[0]
+        if self._read_at == count:
+            return self._params
+        params = self.optimizer._parameters()
+        if len(params) != len(self._params) or not all(map(operator.is_, params, self._params)):
+            return params
+        if self._read_at is not None:
+            self._read_at = count  # another module changed, or this one and back
+        return self._params
 
     def _plan(self):
         """Buckets of the parameters, last first, each of one backend, device and dtype."""
@@ -472,10 +524,12 @@ class DistributedOptimizer:
         warnings.warn(
             f"DistributedOptimizer: the gradient{'s' if len(changed) > 1 else ''} of "
             f"{_few(changed)} {'were' if len(changed) > 1 else 'was'} set anew after backward, "
-            "before the ranks' gradients were averaged: each rank changed its own (training "
-            "differs from one process on the whole batch). To change the averaged "
-            "gradients, call opt.synchronize() after backward and before the change; the step "
-            "then sums nothing again. If each rank's own change is what you want, ignore "
+            "before the ranks' gradients were averaged: each rank changed its own, so training "
+            "may differ from one process on the whole batch (it does not where every rank "
+            "makes a change that commutes with the mean, such as dividing by the same loss "
+            "scale). To change the averaged gradients instead, and silence this warning, call "
+            "opt.synchronize() after backward and before the change; the step then sums "
+            "nothing again. If each rank's own change is what you want, filter "
             "gradcore.distributed.LocalGradientWarning", LocalGradientWarning,
             stacklevel=_program_level())
 
@@ -542,6 +596,9 @@ class _Buffers:
     checks that the model still has the buffers planned, and no others."""
 
     def __init__(self, source, mode, comm):
+        # registry_changes when the model's buffers were last found as planned; None: look at
+        # every step (a model that lists its buffers its own way)
+        self.read_at = registry_changes[0] if _walks_own(source, Module.named_buffers) else None
         named = list(source())
         self.source = source
         self.planned = dict(named)  # name -> Variable, sized or not
@@ -566,8 +623,13 @@ class _Buffers:
     def _check_same_buffers(self):
         """DistributedError if the model gained, lost or replaced a buffer since the plan: the
         ranks agree on the buffers planned, and a new one would drift apart unseen."""
+        count = registry_changes[0]
+        if self.read_at == count:  # no Module registered or removed anything since
+            return
         planned, now = self.planned, dict(self.source())
         if now.keys() == planned.keys() and all(v is planned[n] for n, v in now.items()):
+            if self.read_at is not None:
+                self.read_at = count
             return
         changes = [f"{n} registered" for n in now if n not in planned]
         changes += [f"{n} removed" for n in planned if n not in now]
@@ -699,21 +761,61 @@ def _digest(p):
 
 
 _live = weakref.WeakSet()  # every DistributedOptimizer, for average_before_reading
+_numbers = itertools.count()  # DistributedOptimizer._number: the order they were made in
 
 
 def average_before_reading(params):
-    """synchronize() each DistributedOptimizer of several ranks over some of `params` that has
-    not averaged since its last step: clip_grad_norm_ and clip_grad_value_ call this, so that
-    `backward(); clip_grad_norm_(...); step()` clips the mean gradient, as one process on the
-    whole batch would (and as PyTorch's DDP, whose backward leaves the mean). A collective: every
-    rank must call them."""
+    """Average the gradients of each DistributedOptimizer of several ranks over some of
+    `params` (a list), unless no rank ran a backward since it last did: clip_grad_norm_ and
+    clip_grad_value_ call this, so that `backward(); clip_grad_norm_(...); step()` clips the
+    mean gradient, as one process on the whole batch would (and as PyTorch's DDP, whose
+    backward leaves the mean). A collective: every rank must call them."""
     if not _live:
         return
     ids = {id(p) for p in params}
-    for opt in list(_live):
-        if (not opt._synced and opt.comm.size > 1 and opt.optimizer.target is not None
-                and any(id(p) in ids for p in opt.optimizer._parameters())):
-            opt.synchronize()
+    # in the order they were made, the same on every rank: MPI pairs each rank's n-th sum with
+    # the others' n-th (a WeakSet's order follows addresses, which differ between processes)
+    averaging = [opt for opt in sorted(list(_live), key=operator.attrgetter("_number"))
+                 if opt.comm.size > 1 and opt.optimizer.target is not None
+                 and any(id(p) in ids for p in opt._current_parameters())]
+    if not averaging:
+        return
+    _python_in_replays(functools.partial(_average_each, averaging))
+
+
+def _average_each(optimizers, in_compiled_step=False):
+    for opt in optimizers:
+        opt._average(unless_averaged=True, in_compiled_step=in_compiled_step)
+
+
+def _python_in_replays(average):
+    """Call `average` (a partial taking in_compiled_step=) now. In a step gradcore.compile
+    records, as one opaque line of its tape, which runs it as Python at every replay, as the
+    optimizer's step: the all-reduce reads the gradients on the host, which a tape cannot, and
+    the ops after it (a clip's) replay with the averaged gradients."""
+    recorder = _variables.step_recorder
+    if recorder is not None and recorder.is_active():
+        recorder.opaque(functools.partial(average, in_compiled_step=True), ())
+    else:
+        average()
+
+
+def _lists_registered(optimizer, target):
+    """Whether `optimizer`'s parameters are what Module's own walk of `target` yields, which
+    changes only with registry_changes: not for a list (it may change in place), a target
+    that is no Module, or one (or an optimizer) that lists them its own way."""
+    return (isinstance(target, Module)
+            and getattr(optimizer._parameters, "__func__", None) is Optimizer._parameters
+            and _walks_own(target.parameters, Module.parameters)
+            and _walks_own(target.named_parameters, Module.named_parameters))
+
+
+def _walks_own(method, function):
+    """Whether the bound `method` is Module's `function`, walking Module's own registry
+    (neither it nor Module._entries overridden)."""
+    owner = getattr(method, "__self__", None)
+    return (getattr(method, "__func__", None) is function and isinstance(owner, Module)
+            and getattr(owner._entries, "__func__", None) is Module._entries)
 
 
 def _remove_all(handles):

@@ -30,6 +30,12 @@ _hook_ids = itertools.count()
 # Bumped whenever a Module gains, loses or replaces a Parameter, buffer or sub-Module (and
 # when a requires_grad or a hook changes): see gradcore.variable
 structure_changes = _variables.structure_changes
+# Bumped whenever any Module registers, replaces, empties (b = None) or unregisters a Parameter,
+# buffer or sub-Module: only then can what a Module's parameters() and buffers() yield change,
+# so a walk made at one count still holds while the count stays (DistributedOptimizer reads its
+# parameters and buffers again only when it moved). Unlike structure_changes, hooks and
+# requires_grad leave it alone.
+registry_changes = [0]
 # The modules in eval mode now, as a number that comes back when they do (training and
 # evaluating by turns finds the tapes of each again): a step gradcore.compile recorded ran each
 # module in the mode it had then, so another mode means another tape
@@ -98,6 +104,7 @@ class Module:
     def __init__(self):
         set_ = object.__setattr__
         set_(self, "_registered", {})         # name -> "parameter" | "buffer" | "module"
+        registry_changes[0] += 1  # a module initialised again loses what it registered
         set_(self, "_forward_pre_hooks", {})  # id -> hook(module, inputs)
         set_(self, "_forward_hooks", {})      # id -> hook(module, inputs, output)
         set_(self, "training", True)
@@ -120,10 +127,18 @@ class Module:
             # a new name goes last; an old one (a buffer included) keeps its place, takes this kind
             registered[name] = _MODULE if isinstance(value, Module) else _PARAMETER
             structure_changes[0] += 1
-        elif registered is not None and name in registered and value is not None:
+            registry_changes[0] += 1
+        elif registered is not None and name in registered:
+            # another value where one is registered; None empties the slot (b = None: no bias),
+            # which parameters() and state_dict then skip
             kind = registered[name]
             structure_changes[0] += 1
-            if kind == _BUFFER:
+            registry_changes[0] += 1
+            if value is None:
+                if _variables.step_recorder is not None and isinstance(self.__dict__.get(name),
+                                                                       Variable):
+                    _variables.step_recorder.module_state(self, name)
+            elif kind == _BUFFER:
                 if not isinstance(value, Variable):
                     raise TypeError(
                         f"cannot assign a {type(value).__name__} to {type(self).__name__}.{name}, "
@@ -153,6 +168,7 @@ class Module:
         registered = self.__dict__.get("_registered")
         if registered is not None and registered.pop(name, None) is not None:
             structure_changes[0] += 1
+            registry_changes[0] += 1
 
     def __setstate__(self, state):
         """Restore a module made by copy.copy, copy.deepcopy or pickle, entering its mode in
@@ -197,6 +213,7 @@ class Module:
         self._registered[name] = _BUFFER
         object.__setattr__(self, name, value)
         structure_changes[0] += 1  # a compiled step that reads the module's buffers records again
+        registry_changes[0] += 1
         return value
 
     # ---------------------------------------------------------------- traversal
@@ -396,6 +413,8 @@ class Module:
         """An ordered dict name -> array of every parameter and buffer ("l1.W", "bn.avg_mean"),
         the arrays themselves (not copies), on their devices. Raises ValueError if a lazy
         parameter has no data yet."""
+        for module in self.modules():
+            module._before_saving()
         state = collections.OrderedDict()
         lazy = []
         for name, _, _, v in self._named_entries("state_dict"):
@@ -406,9 +425,13 @@ class Module:
         if lazy:
             raise ValueError(
                 f"state_dict: {', '.join(lazy)} not initialised yet (lazy layers learn their "
-                "input size at the first call; an RNN's h2h at the second, the first to read a "
-                "state, as in DeZero): run the model forward first")
+                "input size at the first call): run the model forward first")
         return state
+
+    def _before_saving(self):
+        """Called on every module of a model by its state_dict (save too) before it collects
+        the arrays: a layer that makes some parameters later than its first call (RNN's h2h)
+        makes them here."""
 
     def load_state_dict(self, state, strict=True):
         """Copy the arrays of `state` (a mapping name -> array of any backend, Variable, or

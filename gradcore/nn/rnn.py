@@ -57,15 +57,14 @@ class RNN(Module):
         """Forget the hidden state: the next call starts a new sequence."""
         self.h = None
 
-    def state_dict(self):
-        """Module.state_dict, with h2h drawn first if x2h has been made but h2h not yet (its
-        shape, (hidden_size, hidden_size), is known then): an RNN saved after its first call,
-        or one that only ever sees one-step sequences, never reaches the second call that
-        would make h2h. One that does reach it first still draws h2h there, as DeZero does."""
+    def _before_saving(self):
+        """h2h drawn now if x2h has been made but h2h not yet (its shape, (hidden_size,
+        hidden_size), is known then): an RNN saved after its first call, or one that only ever
+        sees one-step sequences, never reaches the second call that would make h2h. One that
+        does reach it first still draws h2h there, as DeZero does."""
         if not _unfilled(self.x2h) and _unfilled(self.h2h):
             # where x2h's weights are, in the dtype h2h would take at its first call
             self.h2h._lazy_init(self.x2h.W, in_size=self.hidden_size)
-        return super().state_dict()
 
     def forward(self, x):
         _check_batch(self, x, self.h)

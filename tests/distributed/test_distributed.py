@@ -193,7 +193,35 @@ def test_a_gradient_set_anew_before_the_averaging_warns_with_overlap(changes_and
     assert len(warned) == 1
     assert ("the gradients of 0.W, 0.b, 1.W, 1.b were set anew after backward, before the "
             "ranks' gradients were averaged") in warned[0]
-    assert "call opt.synchronize() after backward and before the change" in warned[0]
+    assert "so training may differ from one process on the whole batch" in warned[0]
+    assert ("To change the averaged gradients instead, and silence this warning, call "
+            "opt.synchronize() after backward and before the change") in warned[0]
+
+
+def test_one_clip_over_two_optimizers_averages_each_with_itself(changes_and_settings):
+    """The ranks keep the optimizers in opposite orders: each is still summed with itself."""
+    for r in changes_and_settings:
+        assert r["two"]["max_difference"] < 1e-12  # the mean of the ranks' gradients, float64
+
+
+@pytest.mark.parametrize("form", ["clip", "clip twice", "synchronize"])
+@pytest.mark.parametrize("overlap", ["True", "False"])
+def test_a_backward_on_one_rank_after_the_averaging_is_summed_on_every_rank(
+        changes_and_settings, overlap, form):
+    """Rank 0 runs one more backward after the clip (or synchronize, or between two clips):
+    every rank sums again, as without the clip, and nothing waits out the deadline."""
+    first, second = (r["uneven"][f"{overlap} {form}"] for r in changes_and_settings)
+    assert first["digests"] == second["digests"]
+    assert first["max_difference"] < 1e-15  # as training without the clip, float64
+
+
+@pytest.mark.parametrize("overlap", ["True", "False"])
+def test_a_compiled_step_that_clips_replays_and_trains_as_one_process(changes_and_settings,
+                                                                     overlap):
+    for r in changes_and_settings:
+        result = r["compiled"][overlap]
+        assert (result["recordings"], result["replays"]) == (1, 4)
+        assert result["max_difference"] < 1e-14  # one process on the whole batch, clipped
 
 
 def test_lazy_layers_broadcast_before_their_first_call_agree(tmp_path):

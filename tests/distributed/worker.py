@@ -6,11 +6,13 @@ import os
 import sys
 import time
 import warnings
+import weakref
 
 import numpy as np
 
 import gradcore
 import gradcore.distributed as dist
+import gradcore.distributed.optimizer as distributed_optimizer
 import gradcore.functions as F
 from gradcore import nn, optim
 from gradcore.dataloaders import DataLoader
@@ -475,10 +477,140 @@ def clip_averaged(comm, out):
     return results
 
 
+class _InOrder(weakref.WeakSet):
+    """A WeakSet that iterates in the order its items were added, or in the opposite order
+    (`backwards`): processes whose addresses order the same items differently."""
+
+    def __init__(self, backwards):
+        super().__init__()
+        self.backwards = backwards
+        self.added = []
+
+    def add(self, item):
+        super().add(item)
+        self.added.append(weakref.ref(item))
+
+    def __iter__(self):
+        items = [ref() for ref in self.added if ref() is not None]
+        return iter(items[::-1] if self.backwards else items)
+
+
+def two_optimizers_clipped(comm, out):
+    """One clip_grad_norm_ over the parameters of two DistributedOptimizers of models of the
+    same shapes (a GAN's two, say): each is averaged with itself on the other ranks, although
+    odd ranks keep the optimizers in the opposite order (as their addresses may)."""
+    xs = np.random.RandomState(0).randn(comm.size, 4, 3)
+
+    def make(seed, comm=None):
+        gradcore.manual_seed(seed)
+        model = nn.Sequential(nn.Linear(2, in_size=3, dtype="float64"))
+        if comm is not None:
+            dist.broadcast_parameters(model, comm)
+        return model
+
+    def loss(a, b, x):
+        x = gradcore.Variable(x)
+        return F.sum(a(x) ** 2) + 10 * F.sum(b(x) ** 2)
+    live = distributed_optimizer._live
+    distributed_optimizer._live = _InOrder(backwards=comm.rank % 2 == 1)
+    try:
+        a, b = make(0, comm), make(1, comm)
+        opts = [dist.DistributedOptimizer(optim.SGD(m, lr=0.1), comm, overlap=False)
+                for m in (a, b)]
+        loss(a, b, xs[comm.rank]).backward()
+        for opt in opts:  # the first step of each compares the ranks
+            opt.step()
+            opt.zero_grad()
+        loss(a, b, xs[comm.rank]).backward()
+        nn.utils.clip_grad_norm_(list(a.parameters()) + list(b.parameters()), 1e9)
+    finally:
+        distributed_optimizer._live = live
+    alone_a, alone_b = make(0), make(1)
+    alone_a.load_state_dict(a.state_dict())
+    alone_b.load_state_dict(b.state_dict())
+    (sum(loss(alone_a, alone_b, x) for x in xs) / comm.size).backward()
+    pairs = zip((*a.parameters(), *b.parameters()), (*alone_a.parameters(),
+                                                     *alone_b.parameters()))
+    return {"max_difference": max(float(np.abs(p.grad.numpy() - q.grad.numpy()).max())
+                                  for p, q in pairs)}
+
+
+def uneven_accumulation(comm, out):
+    """Rank 0 runs one more backward than the others after the clip, or between two clips
+    (uneven shares): the step, or the second clip, sums again on every rank, as training
+    without the clip does (max_norm too large to clip: only the averaging differs)."""
+    x = gradcore.Variable(np.random.RandomState(comm.rank).randn(5, 3))
+    results = {}
+    for overlap in (True, False):
+        trained = {}
+        for form in ("plain", "clip", "clip twice", "synchronize"):
+            model = two_layers(comm)
+            opt = dist.DistributedOptimizer(optim.SGD(model, lr=0.01), comm, overlap=overlap)
+            for step in range(3):
+                opt.zero_grad()
+                F.sum(model(x) ** 2).backward()
+                if form == "synchronize":
+                    opt.synchronize()
+                elif form != "plain":
+                    nn.utils.clip_grad_norm_(model.parameters(), 1e9)
+                if comm.rank == 0 and step == 0:
+                    F.sum(model(x) ** 2).backward()  # one more batch on rank 0
+                if form == "clip twice":
+                    nn.utils.clip_grad_norm_(model.parameters(), 1e9)
+                opt.step()
+            trained[form] = model
+        for form, model in trained.items():
+            results[f"{overlap} {form}"] = {
+                "digests": digests(model),
+                "max_difference": max(float(np.abs(a.numpy() - b.numpy()).max()) for a, b in
+                                      zip(model.parameters(), trained["plain"].parameters()))}
+    return results
+
+
+def compiled_clip(comm, out):
+    """backward, clip_grad_norm_ and step() in a step under gradcore.compile: the averaging runs
+    as Python at every replay, the clip's ops replay after it, as one process on the whole
+    batch would train."""
+    rng = np.random.RandomState(0)
+    xs, ts = rng.randn(5, comm.size, 8, 3), rng.randn(5, comm.size, 8, 2)
+    xs[:, 1] *= 3  # rank 1's gradients are larger: clipping each rank's differs
+
+    def loss(model, x, t):
+        return F.mean_squared_error(model(gradcore.Variable(x)), gradcore.Variable(t))
+    alone = two_layers()
+    solo = optim.SGD(alone, lr=0.05)
+    for x, t in zip(xs, ts):
+        solo.zero_grad()
+        (sum(loss(alone, x[r], t[r]) for r in range(comm.size)) / comm.size).backward()
+        nn.utils.clip_grad_norm_(alone.parameters(), 0.5)
+        solo.step()
+    results = {}
+    for overlap in (True, False):
+        model = two_layers(comm)
+        opt = dist.DistributedOptimizer(optim.SGD(model, lr=0.05), comm, overlap=overlap)
+
+        @gradcore.compile
+        def step(x, t):
+            opt.zero_grad()
+            loss(model, x, t).backward()
+            norm = nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+            opt.step()
+            return norm
+        for x, t in zip(xs, ts):
+            step(x[comm.rank], t[comm.rank])
+        stats = step.stats()
+        results[str(overlap)] = {
+            "recordings": stats["recordings"], "replays": stats["replays"],
+            "max_difference": max(float(np.abs(a.numpy() - b.numpy()).max())
+                                  for a, b in zip(model.parameters(), alone.parameters()))}
+    return results
+
+
 def changes_and_settings(comm, out):
-    """The three scenarios above in one job (each launch costs seconds on a loaded machine)."""
+    """The scenarios above in one job (each launch costs seconds on a loaded machine)."""
     return {"settings": settings_differ(comm, out), "changes": model_changes(comm, out),
-            "clip": clip_averaged(comm, out)}
+            "clip": clip_averaged(comm, out), "two": two_optimizers_clipped(comm, out),
+            "uneven": uneven_accumulation(comm, out), "compiled": compiled_clip(comm, out)}
 
 
 # scenarios that run before dist.init: they get the timeout instead of the communicator

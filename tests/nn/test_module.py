@@ -82,6 +82,62 @@ def test_reassign_keeps_position_delete_unregisters_none_keeps_registered():
     assert names(net)[-1] == "a"
 
 
+def _registry(*models):
+    """What each model's parameters() and buffers() yield: names and identities."""
+    return [[(name, id(v)) for name, v in (*m.named_parameters(), *m.named_buffers())]
+            for m in models]
+
+
+def test_registry_changes_moves_with_every_change_to_the_parameters_and_buffers_listed():
+    """A DistributedOptimizer walks the model again only once registry_changes moved: each way
+    of changing what parameters() or buffers() yield must move it (one missed would train a
+    new layer on each rank's own gradient), and what changes none of it need not."""
+    from gradcore.nn.module import registry_changes
+    x = Variable(np.ones((4, 2)))
+    seq = nn.Sequential(nn.Linear(3, in_size=2), nn.BatchNorm(), nn.Linear(1, in_size=3))
+    blocks = nn.ModuleList([nn.Linear(2, in_size=2)])
+    mlp = nn.MLP((3, 1))
+    counter = Counter()
+    seq(x), mlp(x)
+    changes = {
+        "layer replaced": lambda: setattr(seq, "2", nn.Linear(1, in_size=3)),
+        "layer appended": lambda: seq.append(nn.Linear(2, in_size=1)),
+        "layer deleted": lambda: delattr(seq, "3"),
+        "item assigned": lambda: blocks.__setitem__(0, nn.Linear(2, in_size=2)),
+        "item appended": lambda: blocks.append(nn.Linear(1)),
+        "MLP layer replaced": lambda: setattr(mlp, "l1", nn.Linear(1)),
+        "MLP layers assigned": lambda: setattr(mlp, "layers", [mlp.l0]),
+        "bias removed (nobias)": lambda: setattr(seq[0], "nobias", True),
+        "bias added (nobias)": lambda: setattr(seq[0], "nobias", False),
+        "bias set to None": lambda: setattr(seq[2], "b", None),
+        "W set to None": lambda: setattr(seq[2], "W", None),
+        "W made again at the call": lambda: seq(x),
+        "BatchNorm slot set to None": lambda: setattr(seq[1], "gamma", None),
+        "BatchNorm slot made again": lambda: seq(x),
+        "buffer registered": lambda: counter.register_buffer("steps", np.zeros(1)),
+        "buffer replaced": lambda: setattr(counter, "steps", Variable(np.ones(1))),
+        "buffer set to None": lambda: setattr(counter, "steps", None),
+        "parameter deleted": lambda: delattr(counter, "w"),
+        "module initialised again": lambda: nn.Module.__init__(counter),
+    }
+    for what, change in changes.items():
+        before, count = _registry(seq, blocks, mlp, counter), registry_changes[0]
+        change()
+        assert _registry(seq, blocks, mlp, counter) != before, what  # a change, to be seen
+        assert registry_changes[0] != count, what
+    unchanged = {
+        "plain attribute": lambda: setattr(seq, "note", 1),
+        "forward": lambda: seq(x),
+        "values set": lambda: setattr(seq[0].W, "data", np.zeros((2, 3))),
+        "requires_grad": lambda: seq[0].W.requires_grad_(False),
+        "eval": seq.eval,
+    }
+    for what, keep in unchanged.items():
+        count = registry_changes[0]
+        keep()
+        assert registry_changes[0] == count, what
+
+
 def test_a_registered_name_refuses_other_values():
     net = Net()
     before = net.z

@@ -231,3 +231,16 @@ def test_a_lazy_lstm_moves_its_h2_weights_to_the_input_device(xp2):
     assert all(p.device == xp2.device for p in lstm.parameters())
     np.testing.assert_array_equal(xp2.numpy(lstm.h2f.W.data), h2f)  # moved, not drawn again
     assert lstm(xp2.asarray(np.ones((1, 3), np.float32))).device == xp2.device
+
+def test_a_model_holding_an_rnn_saves_after_its_first_call(tmp_path):
+    """A model's state_dict lets each of its layers finish what it makes later (RNN's h2h)."""
+    x = np.random.RandomState(1).rand(3, 4).astype(np.float32)
+    model = nn.Sequential(nn.RNN(5), nn.Linear(2))
+    model(x)
+    assert model[0].h2h.W.data is None
+    state = model.state_dict()
+    assert list(state) == ["0.x2h.W", "0.x2h.b", "0.h2h.W", "1.W", "1.b"]
+    assert state["0.h2h.W"].shape == (5, 5)
+    fresh = nn.Sequential(nn.RNN(5), nn.Linear(2))
+    fresh.load(model.save(tmp_path / "model"))
+    np.testing.assert_array_equal(fresh[0].h2h.W.data, state["0.h2h.W"])
