@@ -14,6 +14,9 @@ _AXIS_HINT = (" (the default axis=1 expects (N, C) rows); pass axis=-1 to normal
 
 # =============================================================================== sigmoid
 class Sigmoid(Function):
+    """y = 1 / (1 + exp(-x)), elementwise, stable for any |x|; gx = gy * y * (1 - y),
+    reusing the output."""
+
     def forward(self, x):
         xp = self.xp
         e = xp.exp(-xp.abs(x))  # in (0, 1]: exp never overflows, whatever the sign of x
@@ -38,6 +41,8 @@ def sigmoid_simple(x):
 
 # =============================================================================== relu
 class ReLU(Function):
+    """y = max(x, 0), elementwise; gx = gy where y != 0: 0 where x <= 0, gy at NaN
+    (as PyTorch)."""
     op_name = "relu"
 
     def forward(self, x):
@@ -56,6 +61,8 @@ def relu(x):
 
 
 class LeakyReLU(Function):
+    """y = x where x > 0, else slope * x; gx = gy times the same factor (1 or slope),
+    saved in forward."""
     op_name = "leaky_relu"
 
     def __init__(self, slope=0.2):
@@ -82,6 +89,9 @@ def leaky_relu(x, slope=0.2):
 
 # =============================================================================== softmax
 class Softmax(Function):
+    """y = exp(x) / sum(exp(x)) over `axis`, shifted by the max for stability;
+    gx = y * (gy - sum(y * gy)) over that axis."""
+
     def __init__(self, axis=1):
         self.axis = axis
 
@@ -118,6 +128,9 @@ def softmax_simple(x, axis=1):
 
 
 class LogSoftmax(Function):
+    """y = x - logsumexp(x) over `axis`, computed stably; gx = gy - exp(y) * sum(gy)
+    over that axis."""
+
     def __init__(self, axis=1):
         self.axis = axis
 

@@ -115,6 +115,9 @@ def _overlap_add(backend, device, col, shape, kernel, stride, pad):
 
 # =============================================================================== im2col / col2im
 class Im2col(Function):
+    """y = the kernel windows of x (N, C, H, W): (N*OH*OW, C*KH*KW) with to_matrix, else
+    (N, C, KH, KW, OH, OW); gx = col2im(gy), overlapping windows adding up."""
+
     def __init__(self, kernel_size, stride, pad, to_matrix):
         self.kernel, self.stride, self.pad = kernel_size, stride, pad
         self.to_matrix = to_matrix
@@ -139,6 +142,9 @@ def im2col(x, kernel_size, stride=1, pad=0, to_matrix=True):
 
 
 class Col2im(Function):
+    """y = windows `col` (laid out as Im2col's) summed back into an image (N, C, H, W),
+    overlaps adding up; gx = im2col(gy)."""
+
     def __init__(self, input_shape, kernel_size, stride, pad, to_matrix):
         self.input_shape = input_shape
         self.kernel, self.stride, self.pad = kernel_size, stride, pad
@@ -185,6 +191,9 @@ def _check_conv(x, W, b, x_channels, w_channels, what):
 
 
 class Conv2d(Function):
+    """y = cross-correlation of x (N, C, H, W) with W (OC, C, KH, KW), plus b (OC,):
+    (N, OC, OH, OW); gx = deconv2d(gy, W), gW from x's windows kept by forward."""
+
     def __init__(self, stride, pad):
         self.stride, self.pad = stride, pad
 
@@ -257,6 +266,9 @@ class Conv2dGradW(Function):
 
 
 class Deconv2d(Function):
+    """y = transposed convolution of x (N, C, H, W) with W (C, OC, KH, KW), plus b (OC,):
+    (N, OC, OH, OW), the adjoint of conv2d; gx = conv2d(gy, W)."""
+
     def __init__(self, stride, pad, outsize):
         self.stride, self.pad, self.outsize = stride, pad, outsize
 
@@ -330,6 +342,9 @@ def conv2d_simple(x, W, b=None, stride=1, pad=0):
 
 # =============================================================================== pooling
 class Pooling(Function):
+    """y = the max of each window of x (N, C, H, W): (N, C, OH, OW), padding as zeros;
+    gy goes to each window's first maximum only (none where that is NaN)."""
+
     def __init__(self, kernel, stride, pad):
         self.kernel, self.stride, self.pad = kernel, stride, pad
 

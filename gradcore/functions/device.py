@@ -6,6 +6,8 @@ from ..variable import Variable, dtype_kind
 
 
 class ToDevice(Function):
+    """y = x moved to the `device` given; gx = gy moved back to x's device."""
+
     def __init__(self, device):
         self.target = device
 
@@ -26,6 +28,7 @@ def to(x, device):
 
 
 class AsType(Function):
+    """y = x cast to `dtype`; gx = gy cast back to x's dtype."""
     op_name = "astype"
 
     def __init__(self, dtype):

@@ -17,6 +17,8 @@ def _swap_last(x):
 
 # =============================================================================== matmul
 class MatMul(Function):
+    """y = x @ W for x (..., n, k) and W (..., k, m), batched (leading axes broadcast; a 1-d
+    x acts as a row, a 1-d W as a column); gx, gW are summed over broadcast axes."""
     op_name = "matmul"
 
     def forward(self, x, W):
@@ -49,6 +51,8 @@ def matmul(x, W):
 
 # =============================================================================== linear
 class Linear(Function):
+    """y = x @ W + b for x (N, in), W (in, out) and b (out,) or absent, as one fused op;
+    gb = gy summed over the batch."""
     op_name = "linear"
 
     def forward(self, x, W, b=None):

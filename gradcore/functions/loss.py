@@ -121,6 +121,9 @@ def _move_array_to_variable(op, x0, x1):
 
 # =============================================================================== mean squared error
 class MeanSquaredError(Function):
+    """y = sum((x0 - x1) ** 2) / N, N the first axis of x0 - x1, 0-d;
+    gx0 = gy * 2 * (x0 - x1) / N, gx1 = -gx0."""
+
     def forward(self, x0, x1):
         diff = x0 - x1  # shapes that do not broadcast raise here, naming the op and both
         self.n = _batch_size(diff)
@@ -158,6 +161,9 @@ def mean_squared_error_simple(x0, x1):
 
 # ============================================================================ softmax cross entropy
 class SoftmaxCrossEntropy(Function):
+    """y = the mean over rows of -log softmax(x)[i, t_i] for logits x (N, C) and integer labels
+    t (N,), 0-d; gx = (softmax(x) - onehot(t)) * gy / N, and no gradient for t."""
+
     def forward(self, x, t):
         xp = self.xp
         if x.ndim != 2:
@@ -218,6 +224,9 @@ def softmax_cross_entropy_simple(x, t):
 
 # ============================================================================ sigmoid cross entropy
 class SigmoidCrossEntropy(Function):
+    """y = -sum(t log p + (1 - t) log(1 - p)) / N, p = sigmoid(x), from the logits
+    (stable), 0-d; gx = (sigmoid(x) - t) * gy / N, gt = -x * gy / N."""
+
     def forward(self, x, t):
         xp = self.xp
         _check_loss_operand_shapes(x, t, ("x", "t"))
@@ -250,6 +259,9 @@ def sigmoid_cross_entropy(x, t):
 
 # ============================================================================= binary cross entropy
 class BinaryCrossEntropy(Function):
+    """y = -sum(t log p + (1 - t) log(1 - p)) / N for probabilities p clipped to
+    [eps, 1 - eps], 0-d; gp is 0 where the clip is active."""
+
     def forward(self, p, t):
         xp = self.xp
         _check_loss_operand_shapes(p, t, ("p", "t"))

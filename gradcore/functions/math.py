@@ -13,6 +13,7 @@ from ..variable import Variable
 
 # =============================================================================== arithmetic
 class Add(Function):
+    """y = x0 + x1, broadcasting; gx0 = gx1 = gy (the engine sums each to its input's shape)."""
     integers_take_float_dtype = True
 
     def forward(self, x0, x1):
@@ -28,6 +29,7 @@ def add(x0, x1):
 
 
 class Sub(Function):
+    """y = x0 - x1, broadcasting; gx0 = gy, gx1 = -gy."""
     integers_take_float_dtype = True
 
     def forward(self, x0, x1):
@@ -43,6 +45,7 @@ def sub(x0, x1):
 
 
 class Mul(Function):
+    """y = x0 * x1, broadcasting; gx0 = gy * x1, gx1 = gy * x0."""
     integers_take_float_dtype = True
 
     def forward(self, x0, x1):
@@ -60,6 +63,8 @@ def mul(x0, x1):
 
 
 class Div(Function):
+    """y = x0 / x1, broadcasting; gx0 = gy / x1, gx1 = -gx0 * (x0 / x1) (no x1 ** 2 to overflow
+    or underflow)."""
     integers_take_float_dtype = True
 
     def forward(self, x0, x1):
@@ -80,6 +85,8 @@ def div(x0, x1):
 
 
 class Neg(Function):
+    """y = -x; gx = -gy."""
+
     def forward(self, x):
         return -x
 
@@ -112,6 +119,8 @@ def compare(op, x0, x1):
 
 
 class Copy(Function):
+    """y = a new array with x's values (PyTorch's clone); gx = gy."""
+
     def forward(self, x):
         return self.xp.asarray(x, copy=True)
 
@@ -137,6 +146,9 @@ def python_number(value):
 
 
 class Pow(Function):
+    """y = x ** c for a constant number c; gx = gy * c * x ** (c - 1), or 0 for c = 0 (not the
+    NaN that formula gives at x = 0)."""
+
     def __init__(self, c):
         self.c = python_number(c)
         if self.c is None:
@@ -160,6 +172,7 @@ def pow(x, c):
 
 
 class PowerOf(Function):
+    """y = c ** x for a constant c > 0; gx = gy * y * log(c), reusing the output."""
     op_name = "pow"
 
     def __init__(self, c):
@@ -185,6 +198,8 @@ def power_of(c, x):
 
 
 class Square(Function):
+    """y = x * x; gx = gy * 2 * x."""
+
     def forward(self, x):
         return x * x
 
@@ -307,6 +322,9 @@ def _data(x):
 
 # =============================================================================== maximum, minimum
 class Maximum(Function):
+    """y = xp.maximum(x0, x1), broadcasting; gy goes to the larger input, half to each at a
+    tie, and all of it to both where either is NaN (as PyTorch)."""
+
     def forward(self, x0, x1):
         return self.xp.maximum(x0, x1)
 
@@ -315,6 +333,9 @@ class Maximum(Function):
 
 
 class Minimum(Function):
+    """y = xp.minimum(x0, x1), broadcasting; gy goes to the smaller input, half to each at a
+    tie, and all of it to both where either is NaN (as PyTorch)."""
+
     def forward(self, x0, x1):
         return self.xp.minimum(x0, x1)
 
@@ -359,6 +380,9 @@ def _bound(name, bound):
 
 
 class Clip(Function):
+    """y = x limited to [x_min, x_max] (None: that side open); gx = gy where
+    x_min <= x <= x_max (inclusive), 0 outside."""
+
     def __init__(self, x_min, x_max):
         self.x_min = _bound("x_min", x_min)
         self.x_max = _bound("x_max", x_max)
@@ -384,6 +408,9 @@ def clip(x, x_min, x_max):
 
 
 class Where(Function):
+    """y = x0 where `condition` (a constant boolean array) is True, else x1, broadcasting;
+    gy goes to the side picked, 0 to the other."""
+
     def __init__(self, condition):
         self.condition = _data(condition)
 

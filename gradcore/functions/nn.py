@@ -15,6 +15,8 @@ from .shape import layout, reshape
 
 # =============================================================================== dropout
 class Dropout(Function):
+    """y = x * mask, the mask zeroing each element with probability `ratio` and scaling
+    the rest by 1 / (1 - ratio); gx = gy * the same mask."""
     op_name = "dropout"
 
     def __init__(self, dropout_ratio):
@@ -58,6 +60,8 @@ def _stat_axes(ndim):
 
 
 class BatchNorm(Function):
+    """y = gamma * (x - mean) / sqrt(var + eps) + beta per channel (axis 1): the batch's statistics
+    in train mode (updating the running ones; gx flows through them), the running ones in test."""
     op_name = "batch_norm"
 
     def __init__(self, mean, var, decay, eps, train):
@@ -183,6 +187,8 @@ def batch_norm(x, gamma, beta, mean, var, decay=0.9, eps=2e-5):
 
 # =============================================================================== embed_id
 class EmbedID(Function):
+    """y = W[x], rows of W (V, D) picked by integer ids x: x.shape + (D,); gW adds gy's
+    rows into the rows named (repeated ids add up), x gets none."""
     op_name = "embed_id"
 
     def forward(self, x, W):

@@ -15,6 +15,9 @@ def _kept_shape(shape, axes):
 
 # =============================================================================== sum, average
 class Sum(Function):
+    """y = the sum of x over `axis` (None: all; float16 accumulates in float32); gx = gy
+    broadcast back to x.shape."""
+
     def __init__(self, axis=None, keepdims=False, dtype=None):
         self.axis = axis
         self.keepdims = keepdims
@@ -70,6 +73,9 @@ def mean(x, axis=None, keepdims=False):
 
 # =============================================================================== max, min
 class Max(Function):
+    """y = the largest element of x over `axis` (None: all); gy goes to the positions that
+    hold it, split equally among ties (a constant share: the second derivative is 0)."""
+
     def __init__(self, axis=None, keepdims=False):
         self.axis = axis
         self.keepdims = keepdims
@@ -97,6 +103,9 @@ class Max(Function):
 
 
 class Min(Max):
+    """y = the smallest element of x over `axis` (None: all); gy goes to the positions that
+    hold it, split equally among ties, as in Max."""
+
     def _extreme(self, x, keepdims):
         return self.xp.min(x, axis=self.axes, keepdims=keepdims)
 
@@ -115,6 +124,8 @@ def min(x, axis=None, keepdims=False):
 
 # =============================================================================== logsumexp
 class LogSumExp(Function):
+    """y = log(sum(exp(x))) over `axis`, shifted by the max for stability (reduced axes
+    kept as size 1 by default); gx = gy * softmax(x) over those axes."""
     op_name = "logsumexp"
 
     def __init__(self, axis=1, keepdims=True):

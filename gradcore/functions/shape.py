@@ -16,6 +16,8 @@ def _normalize_shape(shape):
 
 # =============================================================================== reshape
 class Reshape(View):
+    """y = x with a new `shape` (the same number of elements); gx = gy reshaped to x.shape."""
+
     def __init__(self, shape):
         self.shape = shape
 
@@ -66,6 +68,8 @@ _RESULT = "the result of {} dimension(s)"  # an axis of the output: expand_dims,
 
 
 class ExpandDims(View):
+    """y = x with size-1 axes inserted at `axis` (axes of y); gx = gy reshaped to x.shape."""
+
     def __init__(self, axis):
         self.axis = axis
 
@@ -87,6 +91,8 @@ def expand_dims(x, axis):
 
 
 class Squeeze(View):
+    """y = x without its size-1 axes (all, or those in `axis`); gx = gy reshaped to x.shape."""
+
     def __init__(self, axis=None):
         self.axis = axis
 
@@ -121,6 +127,9 @@ def flatten(x):
 
 # =============================================================================== transpose
 class Transpose(View):
+    """y = x with its axes permuted by `axes` (None: reversed); gx = gy transposed by the
+    inverse permutation."""
+
     def __init__(self, axes=None):
         self.axes = axes
 
@@ -144,6 +153,8 @@ def transpose(x, axes=None):
 
 # =============================================================================== broadcasting
 class BroadcastTo(View):
+    """y = x broadcast to `shape`; gx = sum_to(gy, x.shape)."""
+
     def __init__(self, shape):
         self.shape = shape
 
@@ -164,6 +175,9 @@ def broadcast_to(x, shape):
 
 
 class SumTo(Function):
+    """y = x summed over its broadcast axes down to `shape` (float16 accumulates in float32);
+    gx = gy broadcast back to x.shape."""
+
     def __init__(self, shape):
         self.shape = shape
 
@@ -240,6 +254,9 @@ def broadcast_like(y, x):
 
 # =============================================================================== joining
 class Concatenate(Function):
+    """y = the inputs xs joined along an existing `axis` (other axes equal); gy is split
+    back at the inputs' boundaries into one gx each."""
+
     def __init__(self, axis=0):
         self.axis = axis
 
@@ -263,6 +280,9 @@ def concatenate(xs, axis=0):
 
 
 class Stack(Function):
+    """y = the inputs xs (all of one shape) joined along a new `axis`; gy is split along it
+    into one gx per input."""
+
     def __init__(self, axis=0):
         self.axis = axis
 
@@ -313,6 +333,9 @@ def _check_same_shapes(xs, axis, name):
 
 
 class Split(View):
+    """ys = pieces of x cut along `axis` (np.split's rules); gx = the gys joined, added up
+    where pieces overlap."""
+
     def __init__(self, indices_or_sections, axis=0):
         self.indices_or_sections = indices_or_sections
         self.axis = axis
@@ -371,6 +394,9 @@ def split(x, indices_or_sections, axis=0):
 
 # =============================================================================== indexing
 class GetItem(View):
+    """y = x[slices] by NumPy's indexing rules, on any backend; backward scatters gy into
+    zeros of x's shape, repeated indices adding up (GetItemGrad)."""
+
     def __init__(self, slices, key=None):
         self.slices = slices
         self.key = key  # `slices` as the backend's checked key, once known
@@ -397,6 +423,9 @@ class GetItem(View):
 
 
 class GetItemGrad(Function):
+    """gx = zeros of the input's shape with gy scatter-added at `key`, repeated indices
+    adding up (GetItem's backward); its own backward is GetItem again."""
+
     def __init__(self, key, in_shape, layout=None):
         self.key = key  # a key from the forward's backend.normalize_key
         self.in_shape = in_shape
