@@ -1,6 +1,6 @@
 """Recurrent layers that keep their state between calls: RNN and LSTM (DeZero's names)."""
 from .. import functions as F
-from .layers import Linear, _optional_size, _size, _unfilled
+from .layers import Linear, _normal, _optional_size, _size, _unfilled
 from .module import Module
 
 
@@ -60,14 +60,27 @@ class RNN(Module):
     def _before_saving(self):
         """h2h drawn now if x2h has been made but h2h not yet (its shape, (hidden_size,
         hidden_size), is known then): an RNN saved after its first call, or one that only ever
-        sees one-step sequences, never reaches the second call that would make h2h. One that
-        does reach it first still draws h2h there, as DeZero does."""
-        if not _unfilled(self.x2h) and _unfilled(self.h2h):
-            # where x2h's weights are, in the dtype h2h would take at its first call
-            self.h2h._lazy_init(self.x2h.W, in_size=self.hidden_size)
+        sees one-step sequences, never reaches the second call that would make h2h. The draw
+        leaves the random generator where it was, and the second call moves it past the same
+        draw, where DeZero draws h2h: the numbers drawn after it are those of a run that does
+        not save (h2h itself differs from that run's only where something drew in between)."""
+        if _unfilled(self.x2h) or not _unfilled(self.h2h):
+            return
+        W = self.x2h.W  # where x2h's weights are, in the dtype h2h would take at its first call
+        backend, device = W.backend, W.device
+        state = backend.random_state(device)
+        try:
+            self.h2h._lazy_init(W, in_size=self.hidden_size)
+        finally:
+            backend.set_random_state(device, state)
+        self._drawn_ahead = True
 
     def forward(self, x):
         _check_batch(self, x, self.h)
+        if self.h is not None and getattr(self, "_drawn_ahead", None) is not None:
+            self._drawn_ahead = None
+            W = self.h2h.W  # the saved weights stay: a checkpoint is what the model goes on with
+            _normal(W.backend, W.device, W.shape, W.dtype, 1.0)  # the draw the save skipped
         self.h = F.tanh(_preactivation(self.x2h, self.h2h, x, self.h))
         return self.h
 

@@ -244,3 +244,34 @@ def test_a_model_holding_an_rnn_saves_after_its_first_call(tmp_path):
     fresh = nn.Sequential(nn.RNN(5), nn.Linear(2))
     fresh.load(model.save(tmp_path / "model"))
     np.testing.assert_array_equal(fresh[0].h2h.W.data, state["0.h2h.W"])
+
+
+def test_saving_a_lazy_rnn_after_one_call_changes_no_later_draw():
+    """state_dict() draws h2h ahead of the second call with the generator put back, and the
+    second call moves the generator past that draw: what is drawn after it is what a run that
+    does not save draws, and so is h2h where nothing draws in between."""
+    x = np.random.RandomState(1).rand(2, 3).astype(np.float32)
+
+    def run(save, layers):
+        np.random.seed(0)
+        model = nn.Sequential(*layers())
+        model(x)
+        saved = model.state_dict()[f"{len(model) - 1 if layers is first else 0}.h2h.W"].copy() \
+            if save else None
+        second = model(x).data
+        rnn = model[len(model) - 1] if layers is first else model[0]
+        return second, rnn.h2h.W.data, np.random.rand(3), saved
+
+    def first():  # dropout draws before the RNN at every call
+        return [nn.Dropout(0.5), nn.RNN(4)]
+
+    def after():  # the RNN's draws come first
+        return [nn.RNN(4), nn.Dropout(0.5)]
+
+    plain, saved = run(False, after), run(True, after)
+    for a, b in zip(saved[:3], plain[:3]):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(saved[3], saved[1])  # the model goes on with what was saved
+    plain, saved = run(False, first), run(True, first)
+    np.testing.assert_array_equal(saved[2], plain[2])  # the generator where it would be
+    np.testing.assert_array_equal(saved[3], saved[1])
