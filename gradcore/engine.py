@@ -23,11 +23,11 @@ _new_variable = object.__new__
 _NUMPY_SCALARS = backends.NUMPY.scalar_types
 
 
-# leaf -> the hooks to call once a backward has added all it will to the leaf's .grad
-# (Variable.register_post_accumulate_grad_hook). Kept here, not on each Variable, so that
-# Variables without any pay nothing; a backward counts the leaves' pending ops only when some
-# leaf has hooks.
-post_accumulate_hooks = weakref.WeakKeyDictionary()
+# The leaves that have post-accumulate hooks (Variable.register_post_accumulate_grad_hook; the
+# hooks are in each leaf's _post_hooks slot, so a hook that refers to its own leaf, an optimizer
+# stepping it, makes an ordinary cycle the collector frees). Held weakly: while it is empty, a
+# backward pays one truth test for the feature; else it first counts each hooked leaf's ops
+hooked_leaves = weakref.WeakSet()
 
 
 def _seed(y, grad, create_graph, index=None):
@@ -362,7 +362,7 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING,
     # writes before any runs, so that a refused graph changes nothing. Post-accumulate hooks and
     # retain_grad: _pending checks them first; hooks on the Variables the walk passes through:
     # _check_before_hooks, when the first of them is about to run (a walk with none pays nothing)
-    hooked = post_accumulate_hooks and wanted is None
+    hooked = hooked_leaves and wanted is None
     pending = _pending(ys, hooked) if hooked or retain_grad else None
     unchecked = [(ys, boundary)] if pending is None else None
     ref = weakref.ref
@@ -522,7 +522,7 @@ def _pending(ys, hooked):
             _check_versions(f)
         if hooked:
             for x, need in zip(f.inputs, f.needs_input_grad):
-                if need and x.creator is None and x in post_accumulate_hooks:
+                if need and x.creator is None and hasattr(x, "_post_hooks"):
                     pending[x] = pending.get(x, 0) + 1
     return pending
 
@@ -596,9 +596,9 @@ def _add_to_grads(finished, shared, create_graph):
     with _accumulating:  # the sums only: nothing here calls back into user code
         for x, g in _owned(adding, shared, create_graph):
             x._grad = g if x._grad is None else x._grad + g
-    if post_accumulate_hooks:
+    if hooked_leaves:
         for x, _ in finished:
-            for hook in list(post_accumulate_hooks.get(x, ())):
+            for hook in list(getattr(x, "_post_hooks", ())):
                 hook(x)
 
 

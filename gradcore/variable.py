@@ -230,9 +230,11 @@ class Variable:
 
     # _writes is left unset until the first write, or a view's sharing of its base's (a
     # _WriteLog): nothing to store per op result.
-    # _sequence, set on a recorded op's result only, is its creator's sequence (see the walk)
+    # _sequence, set on a recorded op's result only, is its creator's sequence (see the walk).
+    # _post_hooks, set only while a leaf has post-accumulate hooks: their list (see
+    # engine.hooked_leaves)
     __slots__ = ("_data", "_backend", "name", "_grad", "creator", "generation", "_requires_grad",
-                 "_hooks", "_writes", "_sequence", "__weakref__")
+                 "_hooks", "_writes", "_sequence", "_post_hooks", "__weakref__")
     __array_priority__ = 200
     __array_ufunc__ = None  # `ndarray <op> Variable` defers to the Variable's reflected operator
 
@@ -385,7 +387,15 @@ class Variable:
         # recording's at every replay), so the step runs eagerly
         if step_recorder is not None:
             step_recorder.copied(self)
-        return super().__reduce_ex__(protocol)
+        reduced = super().__reduce_ex__(protocol)
+        if hasattr(self, "_post_hooks"):
+            # the post-accumulate hooks stay with this leaf (they step or send its gradient):
+            # a copy gets the gradient hooks only. Python's state of an object with __slots__ is
+            # (its __dict__ or None, {slot: value})
+            function, arguments, (attributes, slots), *rest = reduced
+            slots = {name: value for name, value in slots.items() if name != "_post_hooks"}
+            reduced = (function, arguments, (attributes, slots), *rest)
+        return reduced
 
     def _host_data(self):
         """`_data`, for reading or sharing its values: while a step is recorded
@@ -579,7 +589,10 @@ class Variable:
         if self.creator is not None:
             raise RuntimeError("register_post_accumulate_grad_hook: only a leaf Variable (one no "
                                "op made, such as a Parameter) accumulates into .grad")
-        hooks = engine.post_accumulate_hooks.setdefault(self, [])
+        hooks = getattr(self, "_post_hooks", None)
+        if hooks is None:
+            hooks = self._post_hooks = []
+            engine.hooked_leaves.add(self)
         hooks.append(hook)
         settings_changed(self)
         return _HookHandle(self, hook, hooks)
@@ -802,8 +815,9 @@ class _HookHandle:
                 variable._hooks.remove(self._hook)
         elif self._hook in self._post:
             self._post.remove(self._hook)
-            if not self._post and engine.post_accumulate_hooks.get(variable) is self._post:
-                del engine.post_accumulate_hooks[variable]  # no hooks left: no counting pass
+            if not self._post and getattr(variable, "_post_hooks", None) is self._post:
+                del variable._post_hooks  # no hooks left: no counting pass
+                engine.hooked_leaves.discard(variable)
 
 
 def as_variable(obj):

@@ -1,9 +1,11 @@
 """gradcore.compile: a replayed step gives what the eager step gives, bit for bit on NumPy."""
 import collections
 import functools
+import gc
 import sys
 import types
 import warnings
+import weakref
 
 import numpy as np
 import pytest
@@ -2977,3 +2979,72 @@ def test_a_cache_hit_asks_no_hooks_of_arguments_without_any(monkeypatch):
         vs[0].register_post_accumulate_grad_hook(hook)
         compiled(*vs)
     assert compiled.stats()["recordings"] == 2 and compiled.stats()["replays"] == 5 and asked
+
+
+# ====================================================================== what a step keeps
+def test_a_recording_leaves_no_cycle_and_a_dropped_step_frees_its_model_at_once():
+    """Recording makes traced arrays that refer to their Recorder, which held them: a cycle per
+    recording that kept the arrays and, through the parameters it touched, the model until the
+    collector ran. Every recording here (more keys than the cache keeps, one falling back) is
+    freed by reference counting alone."""
+    def make():
+        model = nn.Linear(3, 1)
+        model.W.data = np.array([[0.5], [-1.0], [2.0]])
+        opt = optim.SGD(model.parameters(), lr=0.1)
+
+        def step(x, read):
+            model.zero_grad()
+            loss = F.sum(model(x) ** 2)
+            loss.backward()
+            opt.step()
+            return float(loss.data) if read else loss  # read on the host: eager for that key
+        return model, step
+
+    (twin, eager), (model, step) = make(), make()
+    collecting = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        compiled = gradcore.compile(step, cache_size=2)
+        rng = np.random.default_rng(0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the fallback, and the keys past cache_size
+            for n in (1, 2, 3, 1, 2, 3, 2, 2):
+                x = rng.normal(size=(n, 3))
+                for read in (False, True):
+                    got, want = compiled(x, read), eager(x, read)
+                    assert same(got, want) if read else same(got.data, want.data)
+        assert same(model.W.data, twin.W.data) and compiled.stats()["replays"] > 0
+        assert gc.collect() == 0  # nothing for the collector
+        refs = [weakref.ref(o) for o in (compiled, model, model.W, model.W.data)]
+        del compiled, model, step
+        assert [r() for r in refs] == [None] * 4
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def test_keys_that_fall_back_are_kept_as_many_as_twice_the_tapes():
+    """A step read on the host falls back for each new shape; the keys kept are bounded like
+    the tapes, the least recently used forgotten (and counted); one that comes back records
+    again and falls back again."""
+    def step(x0):
+        x = gradcore.Variable(x0)
+        loss = F.sum(x * x)
+        loss.backward()
+        return float(loss.data), x.grad
+
+    compiled = gradcore.compile(step, cache_size=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for n in range(1, 11):
+            value, grad = compiled(np.arange(n, dtype=float))
+            assert value == sum(i * i for i in range(n)) and same(grad.data, 2.0 * np.arange(n))
+        stats = compiled.stats()
+        assert len(stats["why eager"]) == 4 and stats["eager keys forgotten"] == 6
+        assert stats["fallbacks"] == 10 and stats["recordings"] == 10
+        compiled(np.arange(10, dtype=float))  # kept: eager, no recording
+        compiled(np.arange(1, dtype=float))   # forgotten: recorded again, eager again
+    stats = compiled.stats()
+    assert (stats["recordings"], stats["fallbacks"], stats["eager calls"]) == (11, 11, 1)
+    assert len(stats["why eager"]) == 4 and "float" in stats["why eager"][-1]

@@ -7,8 +7,9 @@ import weakref
 import numpy as np
 import pytest
 
+import gradcore
 import gradcore.functions as F
-from gradcore import Variable
+from gradcore import Variable, nn, optim
 
 
 def _one_graph(x_data):
@@ -80,3 +81,43 @@ def test_a_1000_graph_loop_frees_everything_and_memory_stays_flat():
     peaks = _collected_by_refcount(run)
     growth = peaks[1000] - peaks[100]
     assert growth < 8, f"peak RSS grew from {peaks[100]:.1f} to {peaks[1000]:.1f} MB"
+
+
+# ====================================================================== what the library keeps
+def test_an_optimizer_stepping_in_a_post_accumulate_hook_goes_with_its_model():
+    """PyTorch's optimizer in backward: a hook stepping its parameter's optimizer refers to the
+    parameter (through `opts`). That cycle is the user's; the library adds no root that keeps
+    it, so the collector frees model and optimizers once dropped."""
+    def train():
+        model = nn.Linear(2, 1)
+        model.W.data = np.array([[1.0], [2.0]])
+        opts = {p: optim.SGD([p], lr=0.5) for p in model.parameters()}
+
+        def step(p):
+            opts[p].step()
+            p.cleargrad()
+        for p in model.parameters():
+            p.register_post_accumulate_grad_hook(step)
+        F.sum(model(np.array([[1.0, 3.0]]))).backward()
+        assert model.W.data.tolist() == [[0.5], [0.5]] and model.W.grad is None  # stepped
+        return [weakref.ref(o) for o in (*model.parameters(), *opts.values())]
+
+    refs = _collected_by_refcount(train)
+    gc.collect()
+    assert _alive(refs) == []
+
+
+def test_a_post_accumulate_hook_holds_no_reference_to_its_leaf():
+    def run():
+        w = Variable(np.array([1.0, 2.0]))
+        seen = []
+        handle = w.register_post_accumulate_grad_hook(lambda p: seen.append(p.grad.data.tolist()))
+        F.sum(w * w).backward()
+        hooked = len(gradcore.engine.hooked_leaves)
+        assert seen == [[2.0, 4.0]] and w in gradcore.engine.hooked_leaves
+        ref = weakref.ref(w)
+        del w
+        assert ref() is None and len(gradcore.engine.hooked_leaves) == hooked - 1
+        handle.remove()  # its leaf gone: nothing to do
+
+    _collected_by_refcount(run)

@@ -568,6 +568,27 @@ def test_deepcopy_and_pickle_keep_the_backend(xp):
         np.testing.assert_array_equal(xp.numpy(y.data), [1.0, 2.0])
 
 
+def test_a_copy_keeps_the_gradient_hooks_and_not_the_post_accumulate_ones():
+    # the post-accumulate hooks step or send this leaf's own gradient: a copy does without
+    import copy
+    import pickle
+
+    x = Variable(np.array([1.0, 2.0]), name="x")
+    calls = []
+    x.register_hook(_double)
+    x.register_post_accumulate_grad_hook(lambda p: calls.append(p.grad.data.tolist()))
+    for y in (copy.copy(x), copy.deepcopy(x), pickle.loads(pickle.dumps(x))):
+        assert not hasattr(y, "_post_hooks") and y not in gradcore.engine.hooked_leaves
+        F.sum(y * 3.0).backward()
+        assert y.grad.data.tolist() == [6.0, 6.0] and calls == []  # doubled, no post hook
+    F.sum(x * 3.0).backward()
+    assert calls == [[6.0, 6.0]]
+
+
+def _double(g):  # a gradient hook that pickles: a module-level function
+    return g * 2.0
+
+
 # =============================================================================== dtypes
 @pytest.mark.parametrize("dtype", ["int64", "int32", "uint8", "bool"])
 def test_integer_and_bool_variables_do_not_require_grad(xp, dtype):

@@ -43,6 +43,9 @@ from .tape import Diverged, Tape
 
 __all__ = ["compile", "Compiled", "ReplayMismatch"]
 
+# Keys that fell back to eager kept per tape the cache keeps (cache_size): one costs ~1 KB, far
+# less than a tape, and forgetting one costs a recording when it comes back, so more are kept
+EAGER_KEYS_PER_TAPE = 2
 _recording_lock = threading.Lock()  # one recording at a time: it switches the fast path off
 # While a thread records, the Variables its step touches hold traced arrays: no compiled call in
 # another thread may run then. Each call enters its thread's id here for as long as it runs
@@ -84,7 +87,9 @@ class Compiled:
         self.graphs = graphs
         self.cache_size = cache_size
         self._tapes = collections.OrderedDict()  # key -> Tape, the most recently used last
-        self._eager = {}  # key -> why calls with that key run eagerly
+        # key -> why calls with that key run eagerly, the most recently used last; the
+        # EAGER_KEYS_PER_TAPE * cache_size most recent are kept (one forgotten records again)
+        self._eager = collections.OrderedDict()
         self._again = {}  # key -> recordings in a row that asked to record again
         self._counts = collections.Counter()
         self._recent = None  # the tape used last, last in _tapes
@@ -131,6 +136,7 @@ class Compiled:
     def _without_tape(self, key, args):
         """A call whose key has no tape: eager if the key fell back, else recorded."""
         if key in self._eager:
+            self._eager.move_to_end(key)
             self._counts["eager calls"] += 1
             return self.fn(*args)
         # the functions reached, as they are bound now
@@ -159,8 +165,7 @@ class Compiled:
     def _record(self, key, args):
         why = _unrecordable(key, args)
         if why is not None:
-            self._eager[key] = why
-            self._counts["fallbacks"] += 1
+            self._fall_back(key, why)
             self._counts["eager calls"] += 1
             warnings.warn(f"gradcore.compile: {self.__name__} runs eagerly when {why}",
                           RuntimeWarning, stacklevel=4)
@@ -173,6 +178,7 @@ class Compiled:
         try:
             return self._record_without_collector(key, args, rec)
         finally:
+            rec.forget()
             if collecting:
                 gc.enable()
 
@@ -244,8 +250,7 @@ class Compiled:
             self._again.pop(key, None)
         if rec.fallback is not None:
             reason, where = rec.fallback
-            self._eager[key] = f"{reason} at {where}"
-            self._counts["fallbacks"] += 1
+            self._fall_back(key, f"{reason} at {where}")
             warnings.warn(f"gradcore.compile: {self.__name__} runs eagerly for these arguments: "
                           f"{reason} at {where}", RuntimeWarning, stacklevel=5)
         else:
@@ -270,6 +275,18 @@ class Compiled:
                 self._tapes.popitem(last=False)
             return _materialize(result, detach=True)  # as a replay returns it: no graph
         return _materialize(result)  # traced arrays it holds as the real ones
+
+    def _fall_back(self, key, why):
+        """Calls with `key` run eagerly from now on, for the reason `why`. A step called with
+        ever new shapes that all fall back (a loss read on the host, sequences of any length)
+        would add a key for each: the least recently used beyond EAGER_KEYS_PER_TAPE *
+        cache_size are forgotten (counted), and such a key records again if it comes back."""
+        self._eager[key] = why
+        self._again.pop(key, None)  # given up after recording again: nothing more to count
+        self._counts["fallbacks"] += 1
+        while len(self._eager) > EAGER_KEYS_PER_TAPE * self.cache_size:
+            self._eager.popitem(last=False)
+            self._counts["eager keys forgotten"] += 1
 
     def _keyed_by_identity(self, key, args, reached):
         """`key`, with each Variable argument that the step also reaches otherwise (`reached`:
@@ -304,15 +321,17 @@ class Compiled:
         return eager
 
     def stats(self):
-        """A dict: tapes held, ops in each, recordings, replays, eager calls, fallbacks, and
-        why each key that fell back did; on a library with device graphs (CuPy), the runs of
-        each tape replayed as graphs, and why a run is not."""
+        """A dict: tapes held, ops in each, recordings, replays, eager calls, fallbacks, why
+        each key that fell back and is kept did (the most recently used last), how many such
+        keys were forgotten; on a library with device graphs (CuPy), the runs of each tape
+        replayed as graphs, and why a run is not."""
         tapes = self.tapes()
         return {"tapes": len(tapes), "ops": [t.ops for t in tapes],
                 "recordings": self._counts["recordings"], "replays": self._counts["replays"],
                 "eager calls": self._counts["eager calls"],
                 "checked replays": self._counts["checked replays"],
                 "fallbacks": self._counts["fallbacks"], "why eager": list(self._eager.values()),
+                "eager keys forgotten": self._counts["eager keys forgotten"],
                 "graphs": [sum(g.graph is not None for g in t.graphed) for t in tapes],
                 "why not graphs": [g.why for t in tapes for g in t.graphed if g.why is not None]}
 
@@ -452,9 +471,9 @@ def _key(args, by_identity=None):
                           None if data is None or backend.single_device else
                           backend.device_of(data),
                           # the hooks on it: a tape runs those its recording ran (see
-                          # _POST_HOOKS for the post-accumulate ones, asked in C)
-                          _hooks_part(a) if a._hooks or _POST_HOOKS and (
-                              a.__weakref__ is not None and _weak(a) in _POST_HOOKS) else None,
+                          # _HOOKED_LEAVES for the post-accumulate ones)
+                          _hooks_part(a) if a._hooks or _HOOKED_LEAVES and hasattr(
+                              a, "_post_hooks") else None,
                           # a Parameter by identity too: the step may also reach it by name,
                           # and the tape then reads both through the argument
                           id(a) if kind is Parameter or by_identity and id(a) in by_identity
@@ -473,14 +492,10 @@ def _key(args, by_identity=None):
     return tuple(parts)
 
 
-# The dict inside engine.post_accumulate_hooks (a WeakKeyDictionary, whose own truth test and
-# `in` run in Python), keyed by weak references: empty while no Variable has such a hook. While
-# one has (a distributed optimizer registers one per parameter), _key asks of each Variable
-# argument, in C: one no weak reference points to is in no WeakKeyDictionary (a batch made into
-# a Variable for the call); another is looked up by `_weak(v) in _POST_HOOKS` (v's own weak
-# reference, or a new one, hashed as v)
-_POST_HOOKS = _engine.post_accumulate_hooks.data
-_weak = weakref.ref
+# The set inside engine.hooked_leaves (a WeakSet, whose own truth test runs in Python): empty
+# while no Variable has a post-accumulate hook, and _key then asks no Variable argument for its
+# _post_hooks. While one has (a distributed optimizer registers one per parameter), each is asked
+_HOOKED_LEAVES = _engine.hooked_leaves.data
 
 
 def _hooks_part(v):
@@ -904,7 +919,7 @@ def _hook_functions(obj):
     if isinstance(obj, Module):
         return [*obj.__dict__.get("_forward_pre_hooks", {}).values(),
                 *obj.__dict__.get("_forward_hooks", {}).values()]
-    return [*(obj._hooks or ()), *_engine.post_accumulate_hooks.get(obj, ())]
+    return [*(obj._hooks or ()), *getattr(obj, "_post_hooks", ())]
 
 
 def _user_functions(fn):

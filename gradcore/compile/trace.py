@@ -256,6 +256,17 @@ class Recorder:
         self.first_written = {}     # memory number -> the time a line first wrote into it
         self.opaque_times = []      # the time of each opaque line (an optimizer step)
 
+    def forget(self):
+        """Drop what the recording holds, once its tape is built or its call fell back. The
+        Variables the step made hold traced arrays that refer back here, and this holds them
+        (made_here, the lines, the Variables touched): kept, each recording would be a cycle
+        holding its arrays and, through the touched parameters, the model until the collector
+        ran. A tape has its own references to what it took. What stays is what a traced array
+        kept past the recording may still ask (_check_not_in_use)."""
+        thread, finished = self.thread, self.finished
+        self.__dict__.clear()
+        self.thread, self.finished = thread, finished
+
     # ------------------------------------------------------------ slots and lines
     def new_slot(self):
         self.slots += 1

@@ -40,20 +40,36 @@ registry_changes = [0]
 # evaluating by turns finds the tapes of each again): a step gradcore.compile recorded ran each
 # module in the mode it had then, so another mode means another tape
 mode_key = [0]
-_in_eval = {}       # id -> a weak reference to each module in eval mode (a module may be unhashable)
-_mode_numbers = {}  # frozenset of the ids of the modules in eval mode -> its number
+# id -> a weak reference to each live module in eval mode (a module may be unhashable); a
+# module's entry goes when it dies
+_in_eval = {}
+# frozenset of the ids of the modules in eval mode -> its number, the most recently used last;
+# none in eval mode, as at the start, is 0. Only the MODE_NUMBERS_KEPT most recent are kept (a
+# loop that makes a model per trial and evaluates it makes a set per model); a set forgotten
+# gets a new number when it comes back, never one handed out before, so no tape keyed by an old
+# number can match another set
+MODE_NUMBERS_KEPT = 64
+_mode_numbers = collections.OrderedDict({frozenset(): 0})
+_new_mode_number = itertools.count(1).__next__
 
 
 def _note_mode(module, training):
     if training:
         _in_eval.pop(id(module), None)
     else:
-        _in_eval[id(module)] = weakref.ref(module)
+        i = id(module)
+        _in_eval[i] = weakref.ref(module, lambda ref: _in_eval.get(i) is ref and _in_eval.pop(i))
 
 
 def _modes_changed():
     alive = frozenset(i for i, module in list(_in_eval.items()) if module() is not None)
-    mode_key[0] = _mode_numbers.setdefault(alive, len(_mode_numbers))
+    number = _mode_numbers.pop(alive, None)
+    if number is None:
+        number = _new_mode_number()
+        while len(_mode_numbers) >= MODE_NUMBERS_KEPT:
+            _mode_numbers.popitem(last=False)
+    _mode_numbers[alive] = number
+    mode_key[0] = number
 
 
 class IncompatibleKeys(collections.namedtuple("IncompatibleKeys",

@@ -1,7 +1,11 @@
 """gradcore.nn.Module: registration and order, traversal, modes, hooks, devices, aliases."""
 import copy
+import gc
 import hashlib
+import os
 import pickle
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -10,6 +14,7 @@ import pytest
 import gradcore
 import gradcore.functions as F
 import gradcore.nn as nn
+import gradcore.nn.module as modules
 from conftest import DEVICE1, DEVICE2, STRICT
 from gradcore import Parameter, Variable
 from gradcore.utils import download
@@ -503,6 +508,73 @@ def test_a_model_copied_in_eval_mode_drops_out_after_train_in_a_compiled_step(co
         np.testing.assert_allclose(y, want)
         assert np.count_nonzero(y == 0) > 0  # dropout is on
     np.testing.assert_allclose(model[1].avg_mean.data, twin[1].avg_mean.data)
+
+
+def test_the_eval_mode_tables_forget_dead_modules_and_stay_bounded():
+    """A loop that makes a model per trial and evaluates it (a hyper-parameter search) leaves
+    nothing behind in the tables gradcore.compile keys on: a dead module's entry goes at once,
+    and only the most recent sets of modules in eval mode keep their numbers."""
+    in_eval = len(modules._in_eval)
+    kept = []
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for trial in range(3 * modules.MODE_NUMBERS_KEPT):
+            model = nn.Sequential(nn.Linear(2, 1, nobias=True), nn.ReLU())
+            model[0].W.data = np.array([[1.0], [-2.0]])
+            model.eval()
+            assert model(np.array([[3.0, 1.0]])).data.tolist() == [[1.0]]
+            if trial % 2:
+                kept.append(model)  # the others die: every set of modules in eval mode is new
+        del model
+        assert len(modules._in_eval) == in_eval + 3 * len(kept)  # three modules per model
+        assert len(modules._mode_numbers) <= modules.MODE_NUMBERS_KEPT
+        del kept
+        assert len(modules._in_eval) == in_eval
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def test_a_set_of_eval_modules_forgotten_comes_back_with_a_number_never_handed_out(monkeypatch):
+    monkeypatch.setattr(modules, "MODE_NUMBERS_KEPT", 3)
+    model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
+    compiled = gradcore.compile(lambda x: model(Variable(x)))
+    x = np.random.default_rng(0).normal(size=(2, 4))
+    model.eval()
+    handed = {modules.mode_key[0]}
+    for _ in range(3):
+        np.testing.assert_array_equal(compiled(x).data, model[0](x).data)  # no dropout
+    others = [nn.Linear(2, 2) for _ in range(4)]
+    for m in others:  # 4 more sets: the model's alone is forgotten
+        m.eval()
+        handed.add(modules.mode_key[0])
+    for m in reversed(others):
+        m.train()
+    assert modules.mode_key[0] not in handed  # a new number: no tape is keyed by it
+    np.testing.assert_array_equal(compiled(x).data, model[0](x).data)
+    assert compiled.stats()["recordings"] == 2
+
+
+FIRST_EVAL = """
+import numpy as np
+import gradcore
+from gradcore import nn
+model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
+step = gradcore.compile(lambda x: model(gradcore.Variable(x)))
+x = np.ones((2, 4))
+step(x); step(x)  # recorded in train mode: dropout on
+model.eval()  # the first eval() of the process: another number than train mode's
+assert np.array_equal(step(x).data, model[0](x).data), "replayed the train-mode tape"
+"""
+
+
+def test_the_first_eval_of_a_process_does_not_replay_the_train_mode_tape():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(gradcore.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-W", "ignore", "-c", FIRST_EVAL], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
 
 
 class _Scaled(nn.Module):  # at module level, so that pickle finds it
