@@ -286,7 +286,7 @@ def train_mnist(device=None, epochs=MNIST_DEFAULTS["epochs"], batch_size=MNIST_D
     except DownloadError as e:
         raise DemoError(f"--task mnist needs MNIST, which is not in the cache folder and could "
                         f"not be downloaded. {e}") from None
-    except (OSError, ValueError) as e:  # a damaged mnist.npz, a cache folder it cannot make
+    except (OSError, ValueError) as e:  # a damaged mnist.npz
         raise DemoError(f"--task mnist could not read MNIST: {e}") from None
     for dataset in (train, test):  # flattened and scaled to [0, 1] once, not per example
         dataset.data = dataset.data.reshape(len(dataset), -1).astype(np.float32) / 255

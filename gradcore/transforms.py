@@ -1,6 +1,8 @@
 """Per-example transforms for datasets (DeZero's names): Compose, Normalize, Flatten, AsType,
-ToFloat, ToInt. They take and return one host (NumPy) array: a dataset applies them in
-`__getitem__`, before a DataLoader stacks the examples and moves the batch to its device."""
+ToFloat, ToInt. They take one host (NumPy) array and return a new one, never a view of the
+dataset's row, so that a transform after them may work in place (x += noise) as in DeZero: a
+dataset applies them in `__getitem__`, before a DataLoader stacks the examples and moves the batch
+to its device."""
 import numpy as np
 
 __all__ = ["Compose", "Normalize", "Flatten", "AsType", "ToFloat", "ToInt"]
@@ -69,23 +71,24 @@ class Normalize:
 
 
 class Flatten:
-    """The example as a 1-d array (C, H, W) -> (C*H*W,)."""
+    """The example as a new 1-d array (C, H, W) -> (C*H*W,)."""
 
     def __call__(self, x):
-        return np.asarray(x).reshape(-1)
+        return np.asarray(x).flatten()  # a copy even when a view would do (see the module note)
 
     def __repr__(self):
         return "Flatten()"
 
 
 class AsType:
-    """The example cast to `dtype` (float32 by default)."""
+    """The example cast to `dtype` (float32 by default), as a new array even when it has that
+    dtype already."""
 
     def __init__(self, dtype=np.float32):
         self.dtype = np.dtype(dtype)
 
     def __call__(self, x):
-        return np.asarray(x).astype(self.dtype, copy=False)
+        return np.asarray(x).astype(self.dtype)  # a copy even when the dtype is already right
 
     def __repr__(self):
         return f"{type(self).__name__}({self.dtype.name})"

@@ -556,6 +556,17 @@ def test_gradcore_data_with_a_tilde_is_under_the_home_folder(tmp_path, monkeypat
     assert cache_folder() == tmp_path / "relative" and cache_folder().is_absolute()
 
 
+def test_a_cache_folder_that_cannot_be_made_still_gets_the_offline_help(tmp_path, monkeypatch):
+    from gradcore.utils.download import DownloadError
+    (tmp_path / "data").write_text("a file where the cache folder should be")
+    monkeypatch.setenv("GRADCORE_DATA", str(tmp_path / "data"))
+    offline = type("Offline", (MNIST,), {"MIRRORS": ("http://127.0.0.1:1/",)})
+    with pytest.raises(DownloadError, match=r"(?s)cannot create the folder .*data.mnist .*set "
+                                            r"GRADCORE_DATA to a folder that is writable\n"
+                                            r"Offline reads these files"):
+        offline(progress=False)
+
+
 def test_fetch_takes_one_url_as_a_string(tmp_path):
     (tmp_path / "served").mkdir()
     (tmp_path / "served" / "a.bin").write_bytes(b"abc")

@@ -85,7 +85,9 @@ def test_mnist_unreadable_is_a_message_not_a_traceback(tmp_path, monkeypatch, ca
     (tmp_path / "file").write_text("")  # a cache folder that cannot be made
     monkeypatch.setenv("GRADCORE_DATA", str(tmp_path / "file" / "data"))
     assert demo.main(["--task", "mnist", "--no-plot"]) == 2
-    assert "--task mnist could not read MNIST: " in capsys.readouterr().err
+    assert ("--task mnist needs MNIST, which is not in the cache folder and could not be "
+            "downloaded. cannot download train-images-idx3-ubyte.gz: cannot create "
+            "the folder") in capsys.readouterr().err
 
 
 def test_mnist_unavailable_names_all_four_files(tmp_path, monkeypatch, capsys):

@@ -42,3 +42,24 @@ def test_astype_and_toint():
     assert AsType(np.float64)(np.ones(2, np.float32)).dtype == np.float64
     assert ToFloat is AsType and ToFloat()(np.ones(2, np.int64)).dtype == np.float32
     assert ToInt()(np.array([1.7, 2.2])).tolist() == [1, 2]
+
+
+def jitter(x):
+    """An augmentation that works in place, as DeZero's transforms allow after a cast."""
+    x += 0.5
+    return x
+
+
+@pytest.mark.parametrize("first", [ToFloat(), Flatten()], ids=["ToFloat", "Flatten"])
+def test_an_in_place_transform_after_a_cast_or_flatten_leaves_the_dataset_alone(first):
+    from gradcore.dataloaders import DataLoader
+    from gradcore.datasets import Shapes
+    ds = Shapes(transform=Compose([first, jitter]), num_per_class=5)  # float32 rows already
+    before = ds.data.copy()
+    for epoch in range(3):
+        batches = list(DataLoader(ds, batch_size=4, shuffle=False))
+    np.testing.assert_array_equal(ds.data, before)
+    x = np.concatenate([x for x, t in batches])
+    np.testing.assert_array_equal(x.reshape(before.shape), before + 0.5)  # one jitter, not three
+    row = ds.data[0]
+    assert not np.shares_memory(first(row), row)

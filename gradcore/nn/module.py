@@ -4,8 +4,6 @@ import collections
 import collections.abc
 import itertools
 import os
-import posixpath
-import urllib.parse
 import warnings
 import weakref
 
@@ -16,7 +14,8 @@ import backends
 from ..config import test_mode
 from .. import variable as _variables
 from ..utils import plot_dot_graph
-from ..utils.download import _checked_sha256, cache_folder, fetch, sha256_of_file
+from ..utils.download import (_checked_sha256, cache_folder, fetch, sha256_folder, sha256_of_file,
+                              url_file_name)
 from ..variable import Parameter, Variable
 from .checkpoint import (FORMAT_KEY, FORMAT_VERSION, CheckpointError, _checkpoint_path,
                          _open_checkpoint, _read_arrays, _read_headers, _write_atomically)
@@ -733,12 +732,12 @@ def _fetched(url, sha256, progress):
             "damaged or replaced download is never loaded. Get it from whoever publishes the "
             "file, or from a copy you trust: `sha256sum file`, or in Python "
             "hashlib.sha256(open(file, 'rb').read()).hexdigest()")
-    name = posixpath.basename(urllib.parse.unquote(urllib.parse.urlsplit(url).path))
+    name = url_file_name(url)
     if name in ("", ".", ".."):
         raise ValueError(f"load({url!r}): the URL names no file (its path ends with {name!r}); "
                          "give the URL of the .npz file itself")
     # a folder per SHA-256: two URLs ending in the same file name (model.npz) never collide
-    folder = cache_folder() / "weights" / sha256[:16]
+    folder = sha256_folder(cache_folder() / "weights", sha256)
     return str(fetch(name, [url], sha256, folder=folder, progress=progress))
 
 

@@ -4,8 +4,7 @@ helpers, and get_file / cache_dir for downloads."""
 from ..functions.conv import get_conv_outsize, get_deconv_outsize, pair
 from .arrays import array_allclose, array_equal, sum_to
 from .dot import get_dot_graph, plot_dot_graph
-from .download import cache_folder
-from .files import get_file
+from .files import files_folder, get_file
 from .gradcheck import GradcheckError, gradcheck, gradgradcheck, gradient_check, numerical_grad
 from .reductions import logsumexp, max_backward_shape, reshape_sum_backward
 
@@ -19,8 +18,8 @@ __all__ = [
 
 
 def __getattr__(name):
-    # cache_dir is read when asked for, so that it follows $GRADCORE_DATA as get_file does
-    # (DeZero's is a constant, ~/.dezero)
+    # cache_dir is the folder get_file keeps its files in, as DeZero's (~/.dezero) is; read when
+    # asked for, so that it follows $GRADCORE_DATA as get_file does
     if name == "cache_dir":
-        return str(cache_folder())
+        return str(files_folder())
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,8 +15,10 @@ import errno
 import hashlib
 import http.client
 import os
+import posixpath
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -26,7 +28,7 @@ except ImportError:  # Windows
     fcntl = None
     import msvcrt
 
-__all__ = ["DownloadError", "cache_folder", "fetch"]
+__all__ = ["DownloadError", "cache_folder", "fetch", "sha256_folder", "url_file_name"]
 
 CHUNK = 1 << 16
 
@@ -41,6 +43,18 @@ def cache_folder():
     is taken from the current folder now, so that later downloads go to the same place."""
     folder = os.environ.get("GRADCORE_DATA")
     return Path(folder).expanduser().absolute() if folder else Path.home() / ".gradcore"
+
+
+def sha256_folder(folder, sha256):
+    """`folder` / the first 16 hex digits of `sha256`: where a file is kept by its SHA-256, a
+    folder per checksum, so that two URLs ending in one name (model.npz) keep a file each."""
+    return Path(folder) / _checked_sha256(sha256, "fetch")[:16]
+
+
+def url_file_name(url):
+    """The last component of `url`'s path, unquoted ("model.npz"): the name a download of it
+    is kept under; "" (or "." / "..") where the URL names no file."""
+    return posixpath.basename(urllib.parse.unquote(urllib.parse.urlsplit(url).path))
 
 
 def sha256_of(path):
@@ -91,7 +105,17 @@ def fetch(name, urls, sha256, folder=None, progress=None, timeout=30):
     stream = sys.stderr if progress is None else progress
     if _cached(path, sha256):  # before the lock: a read-only cache folder still works
         return path
-    folder.mkdir(parents=True, exist_ok=True)
+    if path.exists():  # and is not a file: refused now, not at the rename after the download
+        raise DownloadError(f"cannot download {name} to {path}: a folder (or something else "
+                            "that is not a file) is there; move it away, or download the file "
+                            "under another name")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DownloadError(f"cannot download {name}: cannot create the folder {folder} "
+                            f"({e.strerror}: {e.filename}); make it writable (or move away a "
+                            "file in its way), or set GRADCORE_DATA to a folder that is "
+                            "writable") from None
     with _locked(path, stream):
         if _cached(path, sha256):  # another process downloaded it while this one waited
             return path
@@ -202,7 +226,7 @@ def _attempt(url, partial, sha256, stream, timeout):
             partial.unlink(missing_ok=True)
         resumed = partial.is_file() and partial.stat().st_size > 0
         try:
-            _download(url, partial, stream, timeout)
+            headers = _download(url, partial, stream, timeout)
             found = sha256_of(partial)
         except urllib.error.HTTPError as e:
             e.close()
@@ -213,13 +237,18 @@ def _attempt(url, partial, sha256, stream, timeout):
             return getattr(e, "reason", None) or e
         if found == sha256:
             return None
+        size = partial.stat().st_size
         partial.unlink()
-        if not resumed:
-            return f"the file's SHA-256 is {found}, not {sha256}"
+        if not resumed:  # what came back, for a page (a /blob/ or login URL) sent in its place
+            return (f"the file's SHA-256 is {found}, not {sha256}; the server sent {size} bytes "
+                    f"(Content-Type: {headers.get('Content-Type', 'none')}, Content-Encoding: "
+                    f"{headers.get('Content-Encoding', 'none')}): check that the URL serves the "
+                    "file itself (a /raw/ link, not a page)")
 
 
 def _download(url, partial, stream, timeout):
-    """`url` into `partial`, resuming after the bytes already there."""
+    """`url` into `partial`, resuming after the bytes already there; returns the response's
+    headers."""
     have = partial.stat().st_size if partial.is_file() else 0
     request = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
     with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -237,6 +266,7 @@ def _download(url, partial, stream, timeout):
     if stream:
         stream.write("\n")
         stream.flush()
+    return response.headers
 
 
 def _show(stream, name, done, total):

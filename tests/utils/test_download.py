@@ -15,12 +15,14 @@ from gradcore.utils.download import DownloadError, fetch
 
 BODY = bytes(range(256)) * 400  # 100 KiB
 DIGEST = hashlib.sha256(BODY).hexdigest()
+PAGE = b"<!DOCTYPE html><html><body>Sign in to download</body></html>\n" * 20  # 1220 bytes
 
 
 class Server:
     """A thread serving BODY at /file, honouring Range (416 for a range from the end on, as S3
-    answers); `cut` bytes: the next reply stops there (a broken connection); `delay` seconds
-    between 4 KiB blocks (a slow download). `requests` lists each request's Range header."""
+    answers), and an HTML page at /page (what a /blob/ or login URL answers); `cut` bytes: the
+    next reply stops there (a broken connection); `delay` seconds between 4 KiB blocks (a slow
+    download). `requests` lists each request's Range header."""
 
     def __init__(self, delay=0.0):
         self.requests, self.cut = [], None
@@ -29,6 +31,13 @@ class Server:
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):
                 owner.requests.append(self.headers.get("Range"))
+                if self.path == "/page":
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/html; charset=utf-8")
+                    self.send_header("Content-Length", str(len(PAGE)))
+                    self.end_headers()
+                    self.wfile.write(PAGE)
+                    return
                 if self.path != "/file":
                     self.send_error(404)
                     return
@@ -184,6 +193,36 @@ def test_a_lock_file_that_cannot_be_made_is_an_error_that_says_so(tmp_path):
     with pytest.raises(DownloadError, match=r"cannot download data.bin: cannot create "
                                             r".*data.bin.lock \(Is a directory\).*GRADCORE_DATA"):
         fetch("data.bin", ["http://127.0.0.1:1/file"], DIGEST, folder=tmp_path, progress=False)
+
+
+def test_a_folder_where_the_file_goes_is_refused_before_downloading(server, tmp_path):
+    (tmp_path / "mnist").mkdir()  # as a dataset's folder of the same name
+    with pytest.raises(DownloadError, match=r"cannot download mnist to .*mnist: a folder \(or "
+                                            r"something else that is not a file\) is there; "
+                                            r"move it away"):
+        fetch("mnist", [server.url + "/file"], DIGEST, folder=tmp_path, progress=False)
+    assert server.requests == [] and [p.name for p in tmp_path.iterdir()] == ["mnist"]
+
+
+@pytest.mark.parametrize("under", ["a file", "a file's folder"])
+def test_a_cache_folder_that_cannot_be_made_is_an_error_that_says_what_to_do(under, tmp_path):
+    (tmp_path / "taken").write_bytes(b"a file of the user's")
+    folder = tmp_path / "taken" if under == "a file" else tmp_path / "taken" / "cache"
+    with pytest.raises(DownloadError, match=r"cannot download data.bin: cannot create the folder "
+                                            r".*taken.*; make it writable \(or move away a file "
+                                            r"in its way\), or set GRADCORE_DATA"):
+        fetch("data.bin", ["http://127.0.0.1:1/file"], DIGEST, folder=folder, progress=False)
+    assert (tmp_path / "taken").read_bytes() == b"a file of the user's"
+
+
+def test_a_page_served_in_place_of_the_file_is_described(server, tmp_path):
+    with pytest.raises(DownloadError) as info:
+        fetch("model.npz", [server.url + "/page"], DIGEST, folder=tmp_path, progress=False)
+    assert (f"/page: the file's SHA-256 is {hashlib.sha256(PAGE).hexdigest()}, not {DIGEST}; the "
+            "server sent 1220 bytes (Content-Type: text/html; charset=utf-8, Content-Encoding: "
+            "none): check that the URL serves the file itself (a /raw/ link, not a page)"
+            ) in str(info.value)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_offline_says_which_file_to_put_where(tmp_path):
