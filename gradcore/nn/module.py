@@ -197,6 +197,7 @@ class Module:
             self.__dict__.update(state)
         for name, value in (slots or {}).items():
             object.__setattr__(self, name, value)  # as Python restores slots: no registering
+        registry_changes[0] += 1  # a restore into a live module (its __setstate__) changes it
         training = self.__dict__.get("training")
         if isinstance(training, bool):
             _note_mode(self, training)

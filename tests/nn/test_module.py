@@ -124,6 +124,8 @@ def test_registry_changes_moves_with_every_change_to_the_parameters_and_buffers_
         "buffer set to None": lambda: setattr(counter, "steps", None),
         "parameter deleted": lambda: delattr(counter, "w"),
         "module initialised again": lambda: nn.Module.__init__(counter),
+        "state restored into it": lambda: mlp.__setstate__(
+            dict(mlp.__dict__, l0=nn.Linear(3, in_size=2))),
     }
     for what, change in changes.items():
         before, count = _registry(seq, blocks, mlp, counter), registry_changes[0]
