@@ -2876,6 +2876,48 @@ def test_a_shape_its_arguments_fix_replays(call):
     assert compiled.stats()["replays"] == 3
 
 
+def test_a_size_written_through_a_view_falls_back():
+    """A size from the labels, written into a small buffer through a view of it, then read from
+    the buffer: the write names the view's slot, not the buffer's, yet it sets the size."""
+    W = gradcore.Parameter(np.ones(1))
+
+    def step(x, t):
+        xp = gradcore.Variable(x).xp
+        buf = xp.zeros(2, dtype=np.int64)
+        view = buf[0:1]
+        view[...] = t.max() + 1
+        z = gradcore.Variable(xp.ones(buf[0]))
+        loss = F.sum(z * W) * F.sum(gradcore.Variable(x))
+        W.cleargrad()
+        loss.backward()
+        return loss, W.grad.data.copy()
+
+    compiled = gradcore.compile(step)
+    with pytest.warns(RuntimeWarning, match="ones's result has a shape that depends on the valu"):
+        for t in ([0, 0], [1, 2], [3, 4]):
+            x, t = np.ones((2, 2)), np.array(t)
+            assert same(compiled(x, t), step(x, t))
+    assert compiled.stats()["replays"] == 0
+
+
+def test_a_branch_on_a_small_array_written_through_a_view_falls_back():
+    """As with a large array: a small one's view is in its memory, so the guard sees the write."""
+    def step(x, t):
+        buf = gradcore.Variable(x).xp.zeros(2, dtype=np.int64)
+        view = buf[0:1]
+        view[...] = t.max()
+        if buf[0] > 0:
+            return x * 2.0
+        return x * 3.0
+
+    compiled = gradcore.compile(step)
+    with pytest.warns(RuntimeWarning, match="decided a Python branch"):
+        for t in ([0, 0], [1, 2], [0, 0]):
+            x, t = np.ones(2), np.array(t)
+            assert same(compiled(x, t), step(x, t))
+    assert compiled.stats()["replays"] == 0
+
+
 def test_bincount_past_its_minlength_runs_eagerly():
     """The tape's counts have minlength's length while the labels stay below it: a guard tests
     that they do, and a call where one does not runs eagerly (a negative one raises there)."""

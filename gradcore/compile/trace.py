@@ -248,12 +248,14 @@ class Recorder:
         self.scanned = 0            # lines[:scanned] are taken into account below
         self.settled = 0            # lines[settled:] are where they were appended
         self.writers = {}           # slot -> the line that last wrote it (made it, or in place)
+        self.makers = {}            # slot -> the line that made it (its `out`)
         self.pinned = set()         # ids of the loads after a store or an opaque line: they
         self.stored = set()         # read what one left ("data", "grad": what those may set)
         self.times = {}             # id(line) -> its time; -1 once a guard moved it first
         self.roots = {}             # slot -> the memory number of its array
         self.held = {}              # memory number -> the time a Variable's data or grad got it
         self.first_written = {}     # memory number -> the time a line first wrote into it
+        self.in_place = {}          # memory number -> the lines that wrote into it in place
         self.opaque_times = []      # the time of each opaque line (an optimizer step)
 
     def forget(self):
@@ -307,8 +309,8 @@ class Recorder:
         self.scanned = self.settled = len(self.lines)  # the guard line writes nothing
 
     def _scan(self):
-        """Take the lines appended since the last guard into Recorder.writers, pinned, roots,
-        held, first_written and opaque_times (see __init__)."""
+        """Take the lines appended since the last guard into Recorder.writers, makers, pinned,
+        roots, held, first_written, in_place and opaque_times (see __init__)."""
         lines, writers, roots = self.lines, self.writers, self.roots
         for time in range(self.scanned, len(lines)):
             line = lines[time]
@@ -317,7 +319,7 @@ class Recorder:
             if kind == "load" and "data" in self.stored or kind == "load_grad" and self.stored:
                 self.pinned.add(id(line))
             if out is not None:
-                writers[out] = line
+                writers[out] = self.makers[out] = line
                 if line.array is not None:
                     roots[out] = line.array.root
             if kind == "load" or kind == "load_grad":
@@ -336,6 +338,7 @@ class Recorder:
                     memory = roots.get(slot)
                     if memory is not None:
                         self.first_written.setdefault(memory, time)
+                        self.in_place.setdefault(memory, []).append(line)
         self.scanned = len(lines)
 
     def _now_held(self, slot, time):
@@ -385,7 +388,7 @@ class Recorder:
                 continue
             if traced.slot in arguments or traced.slot not in self.writers:
                 return True
-            for line in _cone(self.writers[traced.slot], self.writers):
+            for line in self._sources(self.writers[traced.slot]):
                 kind = line.kind
                 if (kind == "load" or kind == "load_grad"
                         or (kind == "call" or kind == "method")
@@ -393,6 +396,27 @@ class Recorder:
                         or any(slot in arguments for slot in line.reads)):
                     return True
         return False
+
+    def _sources(self, line):
+        """`line` and every line whose result it may read, for from_inputs: for each slot read,
+        the line that made it, the last that wrote it and every line that wrote into its memory
+        in place, through any view (`view = buf[0:1]; view[...] = n` names the view's slot, not
+        buf's, and a write into buf names buf as a line that made it no longer). A write after
+        the read counts as well: too many lines only make a fallback more likely."""
+        makers, writers, roots, in_place = self.makers, self.writers, self.roots, self.in_place
+        found, todo, seen = [], [line], set()
+        while todo:
+            line = todo.pop()
+            if id(line) in seen:
+                continue
+            seen.add(id(line))
+            found.append(line)
+            for slot in line.reads:
+                for source in (makers.get(slot), writers.get(slot)):
+                    if source is not None:
+                        todo.append(source)
+                todo.extend(in_place.get(roots.get(slot), ()))
+        return found
 
     def give_up(self, reason):
         """The step cannot be replayed: keep the first reason and where it arose."""
@@ -440,9 +464,15 @@ class Recorder:
                 if (new_memory and getattr(result, "nbytes", REUSE_BYTES) < REUSE_BYTES
                         and inner.owns_memory(result)):
                     # too small to lend its memory, and its own (a view is never fresh): a
-                    # number of its own is all the buffer pass needs; no weak reference, and no
-                    # alias lookup (small arrays are never entered in self.arrays)
+                    # number of its own is all the buffer pass needs; no alias lookup (small
+                    # arrays are never entered in self.arrays). It is entered in self.memories
+                    # all the same: a view of it (`buf[0:1]`) must get its number, or a write
+                    # through the view would not count as a write into it (from_inputs, guard)
                     self.memory_count += 1
+                    try:
+                        self.memories[id(result)] = (weakref.ref(result), self.memory_count)
+                    except TypeError:  # no weak references: its views get numbers of their own
+                        pass
                     line.array = ArrayFacts(result, True, self.memory_count, inner.xp)
                     return backend.traced(result, out, self)
                 # fresh: memory of its own that no other slot holds (asarray(x) may be x itself,
