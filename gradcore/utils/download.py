@@ -105,7 +105,7 @@ def fetch(name, urls, sha256, folder=None, progress=None, timeout=30):
     stream = sys.stderr if progress is None else progress
     if _cached(path, sha256):  # before the lock: a read-only cache folder still works
         return path
-    if path.exists():  # and is not a file: refused now, not at the rename after the download
+    if path.exists() and not path.is_file():  # refused now, not at the rename after a download
         raise DownloadError(f"cannot download {name} to {path}: a folder (or something else "
                             "that is not a file) is there; move it away, or download the file "
                             "under another name")

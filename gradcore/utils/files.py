@@ -1,6 +1,7 @@
 """get_file (DeZero's dezero.utils name): a file from a URL, downloaded once into gradcore's
 cache folder through gradcore.utils.download.fetch."""
-from .download import _checked_sha256, cache_folder, fetch, sha256_folder, url_file_name
+from .download import (_checked_sha256, cache_folder, fetch, sha256_folder, sha256_of,
+                       url_file_name)
 
 
 def files_folder():
@@ -20,21 +21,28 @@ def get_file(url, file_name=None, sha256=None, progress=None):
     ending in one name keep a file each. `progress` as for fetch.
 
     DeZero's get_file(url, file_name) takes no checksum, and gradcore downloads nothing it
-    cannot check. Without `sha256` the result is the file named `file_name` in cache_dir, from
-    whichever URL it came: one put at cache_dir/file_name by hand, else the one an earlier call
-    with a sha256 downloaded. No such file, or several (from different URLs): ValueError."""
+    cannot check. A file put at cache_dir/file_name by hand comes first: with `sha256`, it is
+    used if its SHA-256 is that one; without, it is used as it is. Else, without `sha256`, the
+    result is the one file of that name an earlier call with a sha256 downloaded, from whichever
+    URL it came. No such file, or several (from different URLs): ValueError."""
     if file_name is None:
         file_name = url_file_name(url)
     if file_name in ("", ".", "..") or "/" in file_name or "\\" in file_name:
         raise ValueError(f"get_file({url!r}): the file name {file_name!r} is not a name for a "
                          "file in the cache folder; pass file_name='...' (no folders)")
     folder = files_folder()
+    by_hand = folder / file_name
     if sha256 is not None:
-        folder = sha256_folder(folder, _checked_sha256(sha256, "get_file"))
-        return str(fetch(file_name, [url], sha256, folder=folder, progress=progress))
-    kept = [folder / file_name]
-    if folder.is_dir():  # and the downloads, a folder per SHA-256
-        kept += [sub / file_name for sub in sorted(folder.iterdir()) if sub.is_dir()]
+        sha256 = _checked_sha256(sha256, "get_file")
+        if by_hand.is_file() and sha256_of(by_hand) == sha256:
+            return str(by_hand)
+        return str(fetch(file_name, [url], sha256, folder=sha256_folder(folder, sha256),
+                         progress=progress))
+    if by_hand.is_file():
+        return str(by_hand)
+    kept = []
+    if folder.is_dir():  # the downloads, a folder per SHA-256
+        kept = [sub / file_name for sub in sorted(folder.iterdir()) if sub.is_dir()]
     kept = [path for path in kept if path.is_file()]
     if len(kept) == 1:
         return str(kept[0])

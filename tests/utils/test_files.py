@@ -67,6 +67,21 @@ def test_get_file_without_a_checksum_takes_a_file_put_in_cache_dir_by_hand(tmp_p
                                                                         "labels.txt")
 
 
+def test_a_file_put_in_cache_dir_by_hand_is_used_when_its_checksum_is_the_one_given(
+        server, tmp_path, monkeypatch):
+    monkeypatch.setenv("GRADCORE_DATA", str(tmp_path))
+    (tmp_path / "files").mkdir()
+    by_hand = tmp_path / "files" / "labels.txt"
+    by_hand.write_bytes(BODY)
+    url = server.url + "/data/labels.txt"
+    assert utils.get_file(url, sha256=DIGEST, progress=False) == str(by_hand)
+    assert server.hits == []  # nothing downloaded
+    other = hashlib.sha256(b"another file").hexdigest()  # not the file by hand: downloaded, and
+    with pytest.raises(DownloadError):  # the server's file is not that one either
+        utils.get_file(url, sha256=other, progress=False)
+    assert utils.get_file(url) == str(by_hand)  # without a checksum the file by hand comes first
+
+
 def test_two_urls_ending_in_one_name_keep_a_file_each(server, tmp_path, monkeypatch):
     monkeypatch.setenv("GRADCORE_DATA", str(tmp_path))
     first = utils.get_file(server.url + "/data/labels.txt", sha256=DIGEST, progress=False)
