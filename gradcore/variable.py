@@ -145,6 +145,7 @@ sequence = itertools.count()
 # was recorded before that (in a loop of forward, backward, update: never).
 latest_write = [-1]
 _stamping = threading.Lock()
+_post_hooks_lock = threading.Lock()  # a leaf's post-accumulate hook list, made and emptied
 _KEPT_STAMPS = 64  # stamps kept per Variable: enough to tell every version a live graph saw
 
 
@@ -391,10 +392,14 @@ class Variable:
         if hasattr(self, "_post_hooks"):
             # the post-accumulate hooks stay with this leaf (they step or send its gradient):
             # a copy gets the gradient hooks only. Python's state of an object with __slots__ is
-            # (its __dict__ or None, {slot: value})
-            function, arguments, (attributes, slots), *rest = reduced
-            slots = {name: value for name, value in slots.items() if name != "_post_hooks"}
-            reduced = (function, arguments, (attributes, slots), *rest)
+            # (its __dict__ or None, {slot: value}); a subclass's own __getstate__ or
+            # __reduce__ may give another, left as it is
+            state = reduced[2] if len(reduced) > 2 else None
+            if (state.__class__ is tuple and len(state) == 2 and isinstance(state[1], dict)
+                    and "_post_hooks" in state[1]):
+                attributes, slots = state
+                slots = {name: value for name, value in slots.items() if name != "_post_hooks"}
+                reduced = (*reduced[:2], (attributes, slots), *reduced[3:])
         return reduced
 
     def _host_data(self):
@@ -589,11 +594,12 @@ class Variable:
         if self.creator is not None:
             raise RuntimeError("register_post_accumulate_grad_hook: only a leaf Variable (one no "
                                "op made, such as a Parameter) accumulates into .grad")
-        hooks = getattr(self, "_post_hooks", None)
-        if hooks is None:
-            hooks = self._post_hooks = []
-            engine.hooked_leaves.add(self)
-        hooks.append(hook)
+        with _post_hooks_lock:  # two threads registering on one leaf keep both hooks
+            hooks = getattr(self, "_post_hooks", None)
+            if hooks is None:
+                hooks = self._post_hooks = []
+                engine.hooked_leaves.add(self)
+            hooks.append(hook)
         settings_changed(self)
         return _HookHandle(self, hook, hooks)
 
@@ -813,11 +819,14 @@ class _HookHandle:
         if self._post is None:
             if variable._hooks and self._hook in variable._hooks:
                 variable._hooks.remove(self._hook)
-        elif self._hook in self._post:
-            self._post.remove(self._hook)
-            if not self._post and getattr(variable, "_post_hooks", None) is self._post:
-                del variable._post_hooks  # no hooks left: no counting pass
-                engine.hooked_leaves.discard(variable)
+        else:
+            with _post_hooks_lock:
+                if self._hook not in self._post:
+                    return
+                self._post.remove(self._hook)
+                if not self._post and getattr(variable, "_post_hooks", None) is self._post:
+                    del variable._post_hooks  # no hooks left: no counting pass
+                    engine.hooked_leaves.discard(variable)
 
 
 def as_variable(obj):

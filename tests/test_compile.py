@@ -3066,10 +3066,14 @@ def test_a_recording_leaves_no_cycle_and_a_dropped_step_frees_its_model_at_once(
             gc.enable()
 
 
-def test_keys_that_fall_back_are_kept_as_many_as_twice_the_tapes():
-    """A step read on the host falls back for each new shape; the keys kept are bounded like
-    the tapes, the least recently used forgotten (and counted); one that comes back records
-    again and falls back again."""
+def test_keys_that_fall_back_are_kept_up_to_a_bound(monkeypatch):
+    """A step read on the host falls back for each new shape; the keys kept are bounded
+    (EAGER_KEYS_KEPT, 4 here), the least recently used forgotten (and counted); one that comes
+    back records again and falls back again."""
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("gradcore.compile"), "EAGER_KEYS_KEPT", 4)
+
     def step(x0):
         x = gradcore.Variable(x0)
         loss = F.sum(x * x)

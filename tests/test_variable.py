@@ -918,3 +918,28 @@ def test_public_methods_have_docstrings():
     for member in (Variable.sum, Variable.max, Variable.min, Variable.matmul, Variable.dot,
                    Variable.T.fget, Variable.__format__):
         assert (member.__doc__ or "").strip(), member
+
+
+class _TaggedParameter(gradcore.Parameter):
+    """A user's Parameter with a state of its own (a dict, not Python's (dict, slots) pair)."""
+
+    __slots__ = ("tag",)
+
+    def __getstate__(self):
+        return {"data": self.data, "tag": self.tag}
+
+    def __setstate__(self, state):
+        gradcore.Parameter.__init__(self, state["data"])
+        self.tag = state["tag"]
+
+
+def test_a_subclass_with_its_own_state_copies_with_a_post_accumulate_hook():
+    import copy
+    import pickle
+
+    p = _TaggedParameter(np.array([1.0, 2.0]))
+    p.tag = "w"
+    p.register_post_accumulate_grad_hook(lambda v: None)  # as DistributedOptimizer does
+    for copied in (copy.copy(p), copy.deepcopy(p), pickle.loads(pickle.dumps(p))):
+        assert copied.tag == "w"
+        np.testing.assert_array_equal(copied.data, [1.0, 2.0])

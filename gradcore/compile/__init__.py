@@ -43,9 +43,10 @@ from .tape import Diverged, Tape
 
 __all__ = ["compile", "Compiled", "ReplayMismatch"]
 
-# Keys that fell back to eager kept per tape the cache keeps (cache_size): one costs ~1 KB, far
-# less than a tape, and forgetting one costs a recording when it comes back, so more are kept
-EAGER_KEYS_PER_TAPE = 2
+# Keys that fell back to eager kept, the most recently used: one costs ~1 KB, far less than a
+# tape, and one forgotten costs a recording when it comes back (a step cycling through more
+# shapes than this that all fall back records at every call), so many are kept
+EAGER_KEYS_KEPT = 1024
 _recording_lock = threading.Lock()  # one recording at a time: it switches the fast path off
 # While a thread records, the Variables its step touches hold traced arrays: no compiled call in
 # another thread may run then. Each call enters its thread's id here for as long as it runs
@@ -88,7 +89,7 @@ class Compiled:
         self.cache_size = cache_size
         self._tapes = collections.OrderedDict()  # key -> Tape, the most recently used last
         # key -> why calls with that key run eagerly, the most recently used last; the
-        # EAGER_KEYS_PER_TAPE * cache_size most recent are kept (one forgotten records again)
+        # EAGER_KEYS_KEPT most recent are kept (one forgotten records again)
         self._eager = collections.OrderedDict()
         self._again = {}  # key -> recordings in a row that asked to record again
         self._counts = collections.Counter()
@@ -279,12 +280,12 @@ class Compiled:
     def _fall_back(self, key, why):
         """Calls with `key` run eagerly from now on, for the reason `why`. A step called with
         ever new shapes that all fall back (a loss read on the host, sequences of any length)
-        would add a key for each: the least recently used beyond EAGER_KEYS_PER_TAPE *
-        cache_size are forgotten (counted), and such a key records again if it comes back."""
+        would add a key for each: the least recently used beyond EAGER_KEYS_KEPT are
+        forgotten (counted), and such a key records again if it comes back."""
         self._eager[key] = why
         self._again.pop(key, None)  # given up after recording again: nothing more to count
         self._counts["fallbacks"] += 1
-        while len(self._eager) > EAGER_KEYS_PER_TAPE * self.cache_size:
+        while len(self._eager) > EAGER_KEYS_KEPT:
             self._eager.popitem(last=False)
             self._counts["eager keys forgotten"] += 1
 
