@@ -1,5 +1,6 @@
 """The backward walk: a heap keyed (-generation, -sequence), each Function visited once."""
 from heapq import heappop, heappush
+import numbers
 import operator
 import threading
 import weakref
@@ -223,6 +224,26 @@ def _count_error(f, gxs):
                         f"{len(f.inputs)} input(s); return one per input (None for a constant)")
 
 
+def _raw_gradient(f, gx, x):
+    """gx, a raw gradient f's backward returned for x: an array of x's library on x's device as
+    it is; a number or a list made one there; another library's array, or one on another device,
+    refused (it would become x.grad as it is, a NumPy array for a CuPy parameter)."""
+    backend = x._backend
+    if backend.owns(gx):
+        if backend.device_of(gx) == x.device:
+            return gx
+        where = backend.device_of(gx)
+    elif isinstance(gx, (numbers.Number, list)):  # a Python or NumPy number, a nested list
+        return backend.asarray(gx, device=x.device)
+    else:
+        other = backends.backend_of(gx)
+        where = type(gx).__name__ if other is None else other.device_of(gx)
+    raise RuntimeError(
+        f"{f._name()}.backward returned a gradient on {where} for an input on {x.device}: "
+        "compute it with the input's array library (self.xp) and on its device, or return a "
+        "Variable made with gradcore's ops")
+
+
 def _conform(f, gx, x):
     """gx shaped and typed like x. A gradient of x broadcast to a larger shape (the backward of a
     broadcasting op) is summed back to x's shape, as PyTorch's engine does; any other shape is the
@@ -430,7 +451,7 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING,
                 if gx.__class__ is not Variable and not isinstance(gx, Variable):
                     # a raw array (DeZero's style), perhaps one f keeps (a gradient computed in
                     # forward): as shared, a leaf's .grad gets a copy of it (_owned)
-                    gx = Variable(gx, requires_grad=False)
+                    gx = Variable(_raw_gradient(f, gx, x), requires_grad=False)
                     shared[id(gx._data)] = gx._data
                 # gx shaped and typed like x? Where both are NumPy scalars of one class, the class
                 # says so: shape and dtype are slow to read on scalars (callgrind: chain 4.6% fewer

@@ -617,17 +617,28 @@ def _checked_backward(backward):
         if not recording() or self.sequence is None:
             return gxs
         graphed = [g for g in gys if isinstance(g, Variable) and has_graph(g)]
-        if not graphed:
-            return gxs
         several = gxs.__class__ is tuple
         results = list(gxs if several else (gxs,))
+        # a raw array (or number) was surely computed on raw arrays, whose derivative in the
+        # inputs would come out zero too (a hessian of zeros with the seed of ones, which has no
+        # graph): joined to the inputs that need a gradient as well
+        inputs = None
         for i, (gx, need) in enumerate(zip(results, self.needs_input_grad)):
-            if need and gx is not None and not (isinstance(gx, Variable) and has_graph(gx)):
-                data = gx.data if isinstance(gx, Variable) else gx
-                if not self.backend.owns(data):  # a Python number or NumPy scalar: an array
-                    data = self.backend.asarray(data, device=self.device)
-                results[i] = _OnceDifferentiable(type(self).__name__, i)(
-                    Variable(data, requires_grad=False), *graphed)
+            if not need or gx is None or isinstance(gx, Variable) and has_graph(gx):
+                continue
+            joined = graphed
+            if not isinstance(gx, Variable):
+                if inputs is None:
+                    inputs = [x for x, needs in zip(self.inputs, self.needs_input_grad)
+                              if needs and isinstance(x, Variable)]
+                joined = graphed + inputs
+            if not joined:
+                continue
+            data = gx.data if isinstance(gx, Variable) else gx
+            if not self.backend.owns(data):  # a Python number or NumPy scalar: an array
+                data = self.backend.asarray(data, device=self.device)
+            results[i] = _OnceDifferentiable(type(self).__name__, i)(
+                Variable(data, requires_grad=False), *joined)
         return tuple(results) if several else results[0]
     checked._checked = True
     return checked

@@ -873,6 +873,33 @@ def test_a_raw_backward_still_gives_first_derivatives_where_a_graph_is_recorded(
     np.testing.assert_array_equal(x.grad.data, [1.0, 2.0])
 
 
+def test_a_raw_backward_is_refused_at_second_order_from_the_seed_of_ones_too():
+    """The seed (ones) has no graph, so the gradient reaching RawSquare has none: its raw result
+    is joined to the input, and a hessian or a gradient penalty raises instead of giving 0."""
+    with pytest.raises(RuntimeError, match="RawSquare.backward is not differentiable"):
+        gradcore.func.hessian(lambda v: F.sum(RawSquare()(v)), np.array([1.0, 2.0]))
+    x = Variable(np.array([1.0, 2.0]))
+    g, = gradcore.grad(F.sum(RawSquare()(x)), x, create_graph=True)
+    np.testing.assert_array_equal(g.data, [2.0, 4.0])  # first derivatives as they are
+    with pytest.raises(RuntimeError, match="RawSquare.backward is not differentiable"):
+        gradcore.grad(F.sum(g * g) + F.sum(x * x), x)  # the true value, [10, 20], needs d(g)/dx
+
+
+def test_a_raw_gradient_of_another_library_or_device_is_refused_naming_the_op():
+    class ToNumPy(Function):  # a CuPy op's backward written with np. by mistake, say
+        def forward(self, x):
+            return x * 2
+
+        def backward(self, gy):
+            return np.asarray(STRICT.to_numpy(gy.data)) * 2
+
+    x = Variable(STRICT.asarray(np.array([1.0, 2.0]), device=DEVICE1))
+    with pytest.raises(RuntimeError, match="to_num_py.backward returned a gradient on cpu for "
+                                           "an input on array_api_strict:device1"):
+        F.sum(ToNumPy()(x)).backward()
+    assert x.grad is None
+
+
 def test_a_gradient_with_no_graph_from_an_output_that_got_none_is_not_refused():
     x0, x1 = Variable(np.array([1.0, 2.0])), Variable(np.array([3.0, 4.0]))
     a, b = Scale23()(x0, x1)
