@@ -10,6 +10,7 @@ import backends
 from . import anomaly
 from . import variable as _variables
 from .config import is_anomaly_enabled, using_config
+from .function import add_note
 from .functions.device import astype
 from .functions.math import copy
 from .functions.shape import sum_to
@@ -197,7 +198,7 @@ def _ops_behind(ys, boundary=()):
 def _reused(f):
     return RuntimeError(f"{f._name()}: a Variable computed by this {type(f).__name__} instance "
                         f"is not among its outputs: the instance was called again after it; "
-                        f"create one instance per call, {type(f).__name__}()(...)")
+                        f"create one instance per call, {f._new_instance_spelling()}")
 
 
 def _check_root(y, where):
@@ -220,8 +221,26 @@ def _check_root(y, where):
 
 
 def _count_error(f, gxs):
+    if len(gxs) == 1 and _is_list_of_gradients(gxs[0]):
+        return _list_error(f, gxs[0])
     return RuntimeError(f"{f._name()}.backward returned {len(gxs)} gradient(s) for "
                         f"{len(f.inputs)} input(s); return one per input (None for a constant)")
+
+
+def _is_list_of_gradients(gx):
+    """Is gx a list holding Variables or arrays, [gx0, gx1] meant as a tuple? A list of numbers
+    (nested or not) is one gradient, DeZero's style, and stays accepted."""
+    return gx.__class__ is list and any(
+        _is_list_of_gradients(item) if item.__class__ is list
+        else not isinstance(item, numbers.Number) for item in gx)
+
+
+def _list_error(f, gxs):
+    # a list of gradients would be taken as one gradient (an array of shape (len, ...)) or
+    # counted as one: say what was meant instead
+    return RuntimeError(
+        f"{f._name()}.backward returned a list of {len(gxs)} Variables or arrays: return a tuple "
+        f"with one gradient per input (return gx0, gx1), or the gradient itself for one input")
 
 
 def _raw_gradient(f, gx, x):
@@ -234,6 +253,8 @@ def _raw_gradient(f, gx, x):
             return gx
         where = backend.device_of(gx)
     elif isinstance(gx, (numbers.Number, list)):  # a Python or NumPy number, a nested list
+        if _is_list_of_gradients(gx):
+            raise _list_error(f, gx)
         return backend.asarray(gx, device=x.device)
     else:
         other = backends.backend_of(gx)
@@ -438,6 +459,8 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING,
                 else:  # the flag spares NumPy a no-op context (callgrind: hod 7% fewer)
                     gxs = f.backward(*gys)
                 if check_anomalies:  # anomaly mode always takes this branch
+                    if _is_list_of_gradients(gxs):  # refused before check_finite reads it
+                        raise _list_error(f, gxs)
                     anomaly.check_finite(f, gxs if gxs.__class__ is tuple else (gxs,))
             if gxs.__class__ is not tuple:
                 gxs = (gxs,)
@@ -642,10 +665,34 @@ def _check_grad_fits(x):
         "or dtype, or convert x.grad with it")
 
 
+def _name_failed_backward(error):
+    """If `error` came out of an op's backward (a user's, that raised from an inner op naming
+    only that one), add a note naming the op and where it was called. Read from the traceback
+    once the walk has failed, so that the walk itself pays nothing for it."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_frame.f_code is not _walk.__code__:
+        tb = tb.tb_next
+    if tb is None or tb.tb_next is None:
+        return  # not from the walk, or raised by the walk itself (its messages name the op)
+    f = tb.tb_frame.f_locals.get("f")  # the op the walk was running
+    # the frame the walk called is f's backward (or the wrapper of one) if its self is f; a
+    # hook's, a helper's of the walk, an anomaly check's is not
+    if f is None or tb.tb_next.tb_frame.f_locals.get("self") is not f:
+        return
+    message = (f"raised in {f._name()}.backward ({type(f).__qualname__}); "
+               f"{anomaly.where_created(f)}")
+    if message not in getattr(error, "__notes__", ()):  # a nested walk (checkpoint) noted it
+        add_note(error, message)
+
+
 def backward(y, grad=None, retain_grad=False, create_graph=False):
     """Backpropagate from `y`, accumulating into `.grad` of the leaves (see Variable.backward)."""
     _check_root(y, "backward")
-    _walk([y], [_seed(y, grad, create_graph)], retain_grad, create_graph)
+    try:
+        _walk([y], [_seed(y, grad, create_graph)], retain_grad, create_graph)
+    except Exception as error:
+        _name_failed_backward(error)
+        raise
 
 
 def grad_within(outputs, inputs, grad_outputs, create_graph):
@@ -689,7 +736,12 @@ def _grad(outputs, inputs, grad_outputs, create_graph, allow_unused, boundary,
              for i, (y, g) in enumerate(zip(outputs, grad_outputs))]
     if not boundary and any(map(_creator, inputs)):  # C loops: hod's one leaf pays ~nothing
         boundary = _lowest_computed(inputs)
-    captured = _walk(outputs, seeds, False, create_graph, set(inputs), boundary, boundary_hooks)
+    try:
+        captured = _walk(outputs, seeds, False, create_graph, set(inputs), boundary,
+                         boundary_hooks)
+    except Exception as error:
+        _name_failed_backward(error)
+        raise
     result = []
     for i, x in enumerate(inputs):
         g = captured.get(x)

@@ -1,6 +1,7 @@
 """Function: one node of the graph. __call__ unwraps, runs forward, wraps, and records."""
 import copyreg
 import functools
+import inspect
 import numbers
 import re
 import types
@@ -37,6 +38,14 @@ class _SavedOutput:
     def __init__(self, index, array):
         self.index = index
         self.array = array
+
+
+def add_note(error, message):
+    """Add `message` to `error` as a note, its type, message and attributes kept."""
+    if hasattr(error, "add_note"):
+        error.add_note(message)
+    else:  # Python 3.10: what add_note does (3.11's tracebacks print the notes)
+        error.__notes__ = [*getattr(error, "__notes__", ()), message]
 
 
 class Function:
@@ -491,11 +500,22 @@ class Function:
         return self.op_name or _snake_case(type(self).__name__)
 
     def _reused(self):
-        name = type(self).__name__
         return RuntimeError(
-            f"{self._name()}: this {name} instance was called already, and the graph holds that "
-            f"call; a Function instance records one call: create one per call, {name}()(...), "
-            f"or use {name}.apply(...)")
+            f"{self._name()}: this {type(self).__name__} instance was called already, and the "
+            f"graph holds that call; a Function instance records one call: create one per call, "
+            f"{self._new_instance_spelling()}")
+
+    def _new_instance_spelling(self):
+        """How to make a new instance per call, for the reuse errors: `Name()(...)`, or with
+        __init__ arguments `Name(...)(...)`, which apply cannot pass."""
+        name = type(self).__name__
+        try:
+            parameters = inspect.signature(type(self)).parameters
+        except (TypeError, ValueError):  # a signature Python cannot read: assume arguments
+            parameters = (None,)
+        if parameters:
+            return f"{name}(...)(...), with its arguments"
+        return f"{name}()(...), or use {name}.apply(...)"
 
     # Set by arithmetic (add, sub, mul, div): an integer array constant takes the floating dtype
     # of the Variable it meets, as PyTorch's integer tensors do (NumPy would make float32 times
@@ -560,10 +580,8 @@ class Function:
         if len(error.args) == 1 and isinstance(error.args[0], str) and (
                 str(error) == error.args[0]):  # a plain message: it becomes the explained one
             error.args = (message,)
-        elif hasattr(error, "add_note"):  # a message of the exception's own making: a note
-            error.add_note(message)
-        else:  # Python 3.10: what add_note does (3.11's tracebacks print the notes)
-            error.__notes__ = [*getattr(error, "__notes__", ()), message]
+        else:  # a message of the exception's own making: a note
+            add_note(error, message)
 
     def _wrap_output(self, y):
         """(array, backend) for a forward result that is neither an array nor a scalar of the

@@ -3094,3 +3094,29 @@ def test_keys_that_fall_back_are_kept_up_to_a_bound(monkeypatch):
     stats = compiled.stats()
     assert (stats["recordings"], stats["fallbacks"], stats["eager calls"]) == (11, 11, 1)
     assert len(stats["why eager"]) == 4 and "float" in stats["why eager"][-1]
+
+
+def test_anomaly_mode_runs_a_compiled_step_eagerly_and_says_so():
+    w = gradcore.Variable(np.array([1.0, 2.0]))
+
+    @gradcore.compile
+    def step(x):
+        loss = F.sum(F.sin(w * x))
+        w.cleargrad()
+        loss.backward()
+        return loss
+
+    with warnings.catch_warnings(record=True) as caught, gradcore.detect_anomaly():
+        warnings.simplefilter("always")
+        for _ in range(3):
+            step(np.array([1.0, 1.0]))
+    messages = [str(c.message) for c in caught]
+    assert messages == ["gradcore.compile: step runs eagerly while anomaly mode is on (it reads "
+                        "every op's values on the host); it records once "
+                        "gradcore.detect_anomaly() is left"]
+    assert caught[0].filename == __file__  # the user's call, not gradcore's
+    np.testing.assert_allclose(w.grad.numpy(), np.cos([1.0, 2.0]))
+    stats = step.stats()
+    assert (stats["eager calls"], stats["recordings"], stats["why eager"]) == (3, 0, [])
+    step(np.array([1.0, 1.0]))  # anomaly mode off: the step records
+    assert step.stats()["recordings"] == 1

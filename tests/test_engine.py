@@ -1284,3 +1284,62 @@ def test_grad_stores_the_gradient_of_a_variable_that_retains_it_as_pytorch(xp):
     np.testing.assert_array_equal(xp.numpy(gx.data), [8.0, 16.0])  # d/dx of sum(4x^2)
     np.testing.assert_array_equal(xp.numpy(h.grad.data), [4.0, 8.0])  # 2h
     assert x.grad is None
+
+
+# =============================================================================== a backward's list
+class _MulReturningList(Function):
+    def forward(self, a, b):
+        return a * b
+
+    def backward(self, gy):
+        a, b = self.inputs
+        return [gy * b, gy * a]  # meant as a tuple
+
+
+class _DoubleReturningList(Function):
+    def forward(self, x):
+        return x * 2
+
+    def backward(self, gy):
+        return [gy * 2]  # would become an array of shape (1, 3), summed back to (3,)
+
+
+@pytest.mark.parametrize("anomaly", [False, True])
+def test_a_backward_returning_a_list_of_gradients_is_told_to_return_a_tuple(anomaly):
+    a, b = Variable(np.array([1.0, 2.0, 3.0])), Variable(np.array([4.0, 5.0, 6.0]))
+    mode = gradcore.detect_anomaly() if anomaly else gradcore.enable_grad()
+    with mode:
+        y = _MulReturningList()(a, b)
+        with pytest.raises(RuntimeError, match=r"backward returned a list of 2 Variables or "
+                                               r"arrays: return a tuple"):
+            y.sum().backward()
+        x = Variable(np.array([1.0, 2.0, 3.0]))
+        z = _DoubleReturningList()(x)
+        with pytest.raises(RuntimeError, match=r"returned a list of 1 .*return a tuple"):
+            z.sum().backward()
+    assert x.grad is None
+
+
+class _BadBroadcastBackward(Function):
+    op_name = "bad_broadcast"
+
+    def forward(self, x):
+        return x * 2
+
+    def backward(self, gy):
+        return gy * Variable(np.ones(5))  # the bug: a constant of the wrong shape
+
+
+def test_an_error_in_a_users_backward_gets_a_note_naming_the_op_and_where_it_was_called():
+    x = Variable(np.ones(3))
+    with gradcore.detect_anomaly():
+        y = _BadBroadcastBackward()(x)  # the line the note names
+        with pytest.raises(ValueError, match=r"^mul: operands could not be broadcast") as info:
+            y.sum().backward()
+    notes = "".join(info.value.__notes__)
+    assert notes.startswith("raised in bad_broadcast.backward (_BadBroadcastBackward); "
+                            "bad_broadcast was called at:")
+    assert "y = _BadBroadcastBackward()(x)  # the line the note names" in notes
+    with pytest.raises(ValueError) as info:  # without anomaly mode: how to see the line
+        gradcore.grad(_BadBroadcastBackward()(x).sum(), x)
+    assert "inside gradcore.detect_anomaly()" in info.value.__notes__[-1]

@@ -440,6 +440,20 @@ def test_a_recorded_function_instance_refuses_a_second_call(xp):
     np.testing.assert_array_equal(x.grad.numpy(), [2.0, 4.0])
 
 
+
+def test_the_reuse_error_of_a_function_with_init_arguments_suggests_a_new_instance():
+    # apply cannot pass __init__ arguments (ScaleBy.apply(x) has no w): the message says
+    # ScaleBy(...)(...) instead
+    x = Variable(np.array([1.0, 2.0]))
+    scale = ScaleBy(Variable(np.array(3.0)))
+    y = scale(x)
+    with pytest.raises(RuntimeError, match=r"create one per call, ScaleBy\(\.\.\.\)\(\.\.\.\)") as info:
+        scale(x)
+    assert "apply" not in str(info.value)
+    y.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [3.0, 3.0])
+
+
 def test_an_instance_called_without_recording_may_be_called_again(xp):
     x = Variable(xp.asarray([1.0, 2.0]))
     square = F.Square()

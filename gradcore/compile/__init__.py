@@ -32,7 +32,7 @@ import backends
 
 from .. import engine as _engine
 from .. import variable as _variable
-from ..config import recording, training
+from ..config import is_anomaly_enabled, recording, training
 from ..function import _SavedOutput
 from ..nn import module as _module
 from ..nn.module import Module, mode_key, structure_changes
@@ -92,6 +92,7 @@ class Compiled:
         # EAGER_KEYS_KEPT most recent are kept (one forgotten records again)
         self._eager = collections.OrderedDict()
         self._again = {}  # key -> recordings in a row that asked to record again
+        self._warned_of_anomaly = False  # warned that anomaly mode keeps the calls eager
         self._counts = collections.Counter()
         self._recent = None  # the tape used last, last in _tapes
         self._keys_recorded = 0  # keys recorded for, one after another (the same twice: once)
@@ -153,6 +154,18 @@ class Compiled:
             self._last_key = key
         return self._record(key, args)
 
+    def _eager_in_anomaly_mode(self, args):
+        """A call with anomaly mode on runs eagerly: anomaly mode reads every op's values on the
+        host (fingerprints, finiteness), which a tape cannot replay, and a replay would skip its
+        checks. The key is not kept as fallen back: once anomaly mode is off, the call records."""
+        self._counts["eager calls"] += 1
+        if not self._warned_of_anomaly:  # once: every call of the step comes here
+            self._warned_of_anomaly = True
+            warnings.warn(f"gradcore.compile: {self.__name__} runs eagerly while anomaly mode is "
+                          "on (it reads every op's values on the host); it records once "
+                          "gradcore.detect_anomaly() is left", RuntimeWarning, stacklevel=5)
+        return self.fn(*args)
+
     def _warn_of_new_keys(self, key, surroundings):
         what = _change(self._last_key, key, surroundings)
         advice = ("keep to a few shapes and dtypes (pad a short last batch)"
@@ -164,6 +177,8 @@ class Compiled:
                       RuntimeWarning, stacklevel=4)
 
     def _record(self, key, args):
+        if is_anomaly_enabled():
+            return self._eager_in_anomaly_mode(args)
         why = _unrecordable(key, args)
         if why is not None:
             self._fall_back(key, why)
