@@ -77,7 +77,13 @@ def _run_hooks(x, g, shared):
             retain = True
             continue
         shared[id(g._data)] = g._data
-        result = hook(g)
+        try:
+            result = hook(g)
+        except Exception as error:  # NumPy's "output array is read-only" names no hook
+            add_note(error, f"raised in the hook {getattr(hook, '__qualname__', hook)!r} on "
+                            f"{_describe(x)} (a hook returns a new gradient: g's array may be "
+                            "another's gradient too, and must not be written in place)")
+            raise
         if result is not None:
             g = _hook_result(hook, x, result)
             shared[id(g._data)] = g._data  # the hook's: it may keep it (another's data, say)

@@ -1343,3 +1343,18 @@ def test_an_error_in_a_users_backward_gets_a_note_naming_the_op_and_where_it_was
     with pytest.raises(ValueError) as info:  # without anomaly mode: how to see the line
         gradcore.grad(_BadBroadcastBackward()(x).sum(), x)
     assert "inside gradcore.detect_anomaly()" in info.value.__notes__[-1]
+
+
+def test_an_error_in_a_hook_gets_a_note_naming_the_hook_and_its_variable():
+    a, b = Variable(np.array([1.0, 2.0]), name="a"), Variable(np.array([3.0, 4.0]))
+
+    def scale_in_place(g):
+        g.data *= 10  # the seed's broadcast, read-only: NumPy's error names no hook
+
+    a.register_hook(scale_in_place)
+    with pytest.raises(ValueError) as caught:
+        F.sum(a + b).backward()
+    note = " ".join(getattr(caught.value, "__notes__", ()))
+    assert ("raised in the hook 'test_an_error_in_a_hook_gets_a_note_naming_the_hook_and_its_"
+            "variable.<locals>.scale_in_place' on the Variable \"a\" of shape (2,)") in note
+    assert "must not be written in place" in note
