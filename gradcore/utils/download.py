@@ -51,6 +51,15 @@ def sha256_folder(folder, sha256):
     return Path(folder) / _checked_sha256(sha256, "fetch")[:16]
 
 
+def _in_the_way(folder):
+    """The nearest of `folder` and the folders above it that exists and is not a folder (a file
+    where a folder must be), or None."""
+    for part in (folder, *folder.parents):
+        if part.exists() or part.is_symlink():
+            return None if part.is_dir() else part
+    return None
+
+
 def url_file_name(url):
     """The last component of `url`'s path, unquoted ("model.npz"): the name a download of it
     is kept under; "" (or "." / "..") where the URL names no file."""
@@ -112,9 +121,11 @@ def fetch(name, urls, sha256, folder=None, progress=None, timeout=30):
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
+        blocking = _in_the_way(folder)
+        fix = (f"move away the file {blocking}, which is where a folder must be" if blocking
+               else "make the folder above it writable")
         raise DownloadError(f"cannot download {name}: cannot create the folder {folder} "
-                            f"({e.strerror}: {e.filename}); make it writable (or move away a "
-                            "file in its way), or set GRADCORE_DATA to a folder that is "
+                            f"({e.strerror}); {fix}, or set GRADCORE_DATA to a folder that is "
                             "writable") from None
     with _locked(path, stream):
         if _cached(path, sha256):  # another process downloaded it while this one waited

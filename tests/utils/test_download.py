@@ -3,6 +3,7 @@ mirrors, resuming."""
 import hashlib
 import http.server
 import io
+import re
 import socket
 import subprocess
 import sys
@@ -208,9 +209,11 @@ def test_a_folder_where_the_file_goes_is_refused_before_downloading(server, tmp_
 def test_a_cache_folder_that_cannot_be_made_is_an_error_that_says_what_to_do(under, tmp_path):
     (tmp_path / "taken").write_bytes(b"a file of the user's")
     folder = tmp_path / "taken" if under == "a file" else tmp_path / "taken" / "cache"
+    taken = str(tmp_path / "taken")
     with pytest.raises(DownloadError, match=r"cannot download data.bin: cannot create the folder "
-                                            r".*taken.*; make it writable \(or move away a file "
-                                            r"in its way\), or set GRADCORE_DATA"):
+                                            rf".*taken.*; move away the file {re.escape(taken)}, "
+                                            r"which is where a folder must be, or set "
+                                            r"GRADCORE_DATA"):
         fetch("data.bin", ["http://127.0.0.1:1/file"], DIGEST, folder=folder, progress=False)
     assert (tmp_path / "taken").read_bytes() == b"a file of the user's"
 
