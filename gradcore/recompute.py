@@ -16,7 +16,7 @@ import backends
 from . import engine, random
 from .config import Config, enable_grad, is_grad_enabled, recomputation, using_config
 from .function import Function
-from .variable import Variable, sequence
+from .variable import Variable, sequence, variables_returned
 
 __all__ = ["checkpoint"]
 
@@ -63,12 +63,7 @@ def checkpoint(fn, *args):
 
 def _results(out):
     """fn's results as a tuple, each checked to be a Variable."""
-    outputs = out if isinstance(out, tuple) else (out,)
-    for y in outputs:
-        if not isinstance(y, Variable):
-            raise TypeError(f"checkpoint: fn must return a Variable or a tuple of Variables, got "
-                            f"{type(y).__name__}")
-    return outputs
+    return variables_returned(out, "checkpoint: fn must return a Variable or a tuple of Variables")
 
 
 def _name(x):

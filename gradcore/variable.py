@@ -829,6 +829,16 @@ class _HookHandle:
                     engine.hooked_leaves.discard(variable)
 
 
+def variables_returned(out, refusal):
+    """A function's result `out` (a Variable, or a tuple of them) as a tuple, each checked to
+    be a Variable; else TypeError: `refusal` (what the function must return), then what it got."""
+    outputs = out if isinstance(out, tuple) else (out,)
+    for y in outputs:
+        if not isinstance(y, Variable):
+            raise TypeError(f"{refusal}, got {type(y).__qualname__}")
+    return outputs
+
+
 def as_variable(obj):
     """`obj` if it is a Variable, else `Variable(obj)`."""
     return obj if isinstance(obj, Variable) else Variable(obj)

@@ -6,7 +6,7 @@ import numpy
 import backends
 
 from ..cuda import as_numpy
-from ..variable import Variable, as_variable, has_graph
+from ..variable import Variable, as_variable, has_graph, variables_returned
 from .arrays import array_allclose
 
 EPS = 1e-4  # DeZero's step; in float64 the truncation error is O(EPS**2)
@@ -244,13 +244,8 @@ def _in_float64(xs):
 
 
 def _call_outputs(fn, xs):
-    out = fn(*xs)
-    outputs = out if isinstance(out, tuple) else (out,)
-    for y in outputs:
-        if not isinstance(y, Variable):
-            raise TypeError(f"gradcheck: fn must return Variables (a tuple of them for several "
-                            f"outputs), got {type(y).__qualname__}")
-    return outputs
+    return variables_returned(fn(*xs), "gradcheck: fn must return Variables (a tuple of them for "
+                                       "several outputs)")
 
 
 def _backward(outputs, xs, cotangents, create_graph=False):

@@ -2,29 +2,22 @@
 reshape_sum_backward, max_backward_shape, logsumexp), for any backend."""
 import backends
 
-from ..functions.reduce import logsumexp as logsumexp_op
+from ..functions.reduce import _kept_shape, logsumexp as logsumexp_op
 from ..functions.shape import normalize_axis
 from ..variable import Variable
-
-
-def _kept_shape(shape, axis):
-    """`shape` with the axes `axis` reduces as size 1 (None: all; an int or a tuple, negatives
-    counted from the end)."""
-    axes = normalize_axis(axis, len(shape))
-    return tuple(1 if a in axes else n for a, n in enumerate(shape))
 
 
 def max_backward_shape(x, axis):
     """The shape of `x` (an array or a Variable) with the axes that `axis` reduces as size 1:
     where the gradient of a max, min or sum over `axis` broadcasts from."""
-    return _kept_shape(tuple(x.shape), axis)
+    return _kept_shape(tuple(x.shape), normalize_axis(axis, len(x.shape)))
 
 
 def reshape_sum_backward(gy, x_shape, axis, keepdims):
     """`gy`, the gradient of sum(x, axis, keepdims) for an x of shape `x_shape`, reshaped with
     the summed axes back as size 1, so that it broadcasts to `x_shape`. `gy` is a Variable
     (the result is then differentiable) or an array of any backend."""
-    kept = _kept_shape(tuple(x_shape), axis)
+    kept = _kept_shape(tuple(x_shape), normalize_axis(axis, len(x_shape)))
     if tuple(gy.shape) == kept:  # keepdims=True gave it this shape already
         return gy
     if isinstance(gy, Variable):
