@@ -145,7 +145,6 @@ class DistributedOptimizer:
         self._hook_handles = []
         # synchronize() ran and no backward reached a parameter since: the step sums nothing
         self._synced = False
-        self._stepping = False  # synchronize() called by step() or update()
         # synchronize() (or a clip) ran outside a step once, on every rank alike: from then on
         # whether to sum at the step is voted on, since one rank may have run a backward since
         # and another not (see _average)
@@ -168,7 +167,7 @@ class DistributedOptimizer:
 
     _own = frozenset(("optimizer", "comm", "bucket_size", "overlap", "buffers", "model",
                       "_params", "_buckets", "_bucket_of", "_started", "_stale", "_checked",
-                      "_names", "_target", "_hook_handles", "_buffers", "_synced", "_stepping",
+                      "_names", "_target", "_hook_handles", "_buffers", "_synced",
                       "_averaged_early", "_hooks_stay", "_read_at", "_number", "_final",
                       "_warned", "__weakref__"))
 
@@ -228,7 +227,7 @@ class DistributedOptimizer:
         gradcore.compile records, it runs as Python at every replay, as the step does."""
         _python_in_replays(functools.partial(self._average, unless_averaged=False))
 
-    def _average(self, unless_averaged, in_compiled_step=False):
+    def _average(self, unless_averaged, in_compiled_step=False, stepping=False):
         """synchronize(); with `unless_averaged` (a step, a clip), nothing when no rank ran a
         backward since the last averaging. Each rank knows only its own backwards: once the
         program has averaged outside a step, the ranks vote on it (in the vote on stale
@@ -238,7 +237,8 @@ class DistributedOptimizer:
         `in_compiled_step`: run by a line of a step gradcore.compile recorded. Without overlap
         the hooks then stay on from step to step: a replayed backward calls none (keeping them
         costs nothing there), whereas adding them here and removing them at each step changes
-        the parameters' hooks, after which gradcore.compile records the step again."""
+        the parameters' hooks, after which gradcore.compile records the step again.
+        `stepping`: called by step() or update(), which take it from there."""
         self._follow_parameters()
         if self._buckets is None:
             self._plan()
@@ -254,7 +254,7 @@ class DistributedOptimizer:
         vote = unless_averaged and self._averaged_early
         if self.comm.size > 1 and (self.overlap or vote):
             stale, needed = self.comm.any_ranks([stale, needed], "the gradient all-reduce")
-        if not self._stepping:
+        if not stepping:
             self._averaged_early = True  # every rank's program averages here alike
         if not needed:  # no rank ran a backward since: no bucket has started either
             return
@@ -276,18 +276,14 @@ class DistributedOptimizer:
         self._started = 0
         self._final.clear()
         self._synced = True
-        if not self._stepping:
+        if not stepping:
             self._hooks_stay = self._hooks_stay or in_compiled_step
             self._hook()  # without overlap, only until the step: to see a backward before it
 
     def _average_for_step(self):
         """Average for the step, unless the program did since the last backward (to clip the
         averaged gradients): summing them again would cost a second all-reduce."""
-        self._stepping = True
-        try:
-            self._average(unless_averaged=True)
-        finally:
-            self._stepping = False
+        self._average(unless_averaged=True, stepping=True)
         self._step_taken()
 
     def _step_taken(self):
