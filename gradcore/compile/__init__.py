@@ -364,11 +364,17 @@ class Compiled:
         self._again.clear()
 
 
+def _unwrapped(fn):
+    """`fn`, or the function a functools.partial (of a partial...) calls."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return fn
+
+
 def _name_of(fn):
     """A name for the step `fn` in warnings and errors: its own, a partial's function's, else
     its class's (an object with __call__)."""
-    while isinstance(fn, functools.partial):
-        fn = fn.func
+    fn = _unwrapped(fn)
     name = getattr(fn, "__name__", None)
     return name if isinstance(name, str) else type(fn).__name__
 
@@ -376,8 +382,7 @@ def _name_of(fn):
 def _makes_a_generator(fn):
     """True if calling `fn` (a function, a partial of one, an object with __call__) returns a
     generator or coroutine instead of running its body."""
-    while isinstance(fn, functools.partial):
-        fn = fn.func
+    fn = _unwrapped(fn)
     if not isinstance(fn, (types.FunctionType, types.MethodType)):
         fn = getattr(type(fn), "__call__", fn)
     return (inspect.isgeneratorfunction(fn) or inspect.iscoroutinefunction(fn)
@@ -942,14 +947,12 @@ def _user_functions(fn):
     """The functions of the user's that calling `fn` runs first: `fn` itself, a partial's or a
     bound method's function, an object's __call__ (none for gradcore's, the standard library's
     or installed packages')."""
-    while isinstance(fn, functools.partial):
-        fn = fn.func
+    fn = _unwrapped(fn)
     fn = getattr(fn, "__func__", fn)
     if not isinstance(fn, types.FunctionType) and not isinstance(fn, type):
         fn = getattr(getattr(type(fn), "__call__", None), "__func__",
                      getattr(type(fn), "__call__", None))
-    if isinstance(fn, types.FunctionType) and not os.path.abspath(
-            fn.__code__.co_filename).startswith(_LIBRARIES):
+    if isinstance(fn, types.FunctionType) and _users_code(fn.__code__):
         return [fn]
     return []
 
@@ -981,8 +984,7 @@ def _surroundings(fn, also=()):
     those objects are not followed (Modules count their own changes: structure_changes). What
     stays the same from call to call is looked up once, here (again when a call finds no tape:
     see Compiled.__call__). Its `followed`: the ids of the code objects whose reads it gives."""
-    while isinstance(fn, functools.partial):
-        fn = fn.func  # its fixed arguments are constants of the tape, as attributes are
+    fn = _unwrapped(fn)  # a partial's fixed arguments are constants of the tape, as attributes
     if (getattr(fn, "__code__", None) is None and getattr(fn, "__func__", None) is None
             and not isinstance(fn, type) and hasattr(type(fn), "__call__")
             and hasattr(type(fn).__call__, "__code__")):
