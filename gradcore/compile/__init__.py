@@ -859,9 +859,9 @@ def _reach_kind(kind, obj):
     for what in (Variable, _GENERATOR_TYPES, dict, functools.partial):
         if issubclass(kind, what):
             return what, None
-    for base in _SEQUENCES:
-        if issubclass(kind, base):
-            return tuple, base.__iter__  # the base's own: no code of a subclass's runs
+    iterate = _sequence_iter(kind)
+    if iterate is not None:
+        return tuple, iterate
     if kind is staticmethod or kind is classmethod:
         return staticmethod, None
     if backends.backend_of(obj) is not None:  # an array (a backend knows it by its type)
@@ -869,12 +869,13 @@ def _reach_kind(kind, obj):
     return _OBJECT, _slot_descriptors(kind)
 
 
-def _items(kind, container):
-    """What `container`, of a class derived from one of _SEQUENCES, holds."""
+def _sequence_iter(kind):
+    """The __iter__ of the one of _SEQUENCES that the class `kind` derives from (the base's own:
+    no code of a subclass's runs), or None."""
     for base in _SEQUENCES:
         if issubclass(kind, base):
-            return base.__iter__(container)
-    return ()
+            return base.__iter__
+    return None
 
 
 def _namespace(obj):
@@ -1234,7 +1235,7 @@ def _made_in_step(rec, value):
         elif issubclass(kind, dict):
             todo.extend(dict.values(obj))
         elif issubclass(kind, _SEQUENCES):
-            todo.extend(_items(kind, obj))
+            todo.extend(_sequence_iter(kind)(obj))
         elif issubclass(kind, _SUSPENDED):  # what its frame holds, for the code run later
             frame = getattr(obj, "gi_frame", None) or getattr(obj, "cr_frame", None) or getattr(
                 obj, "ag_frame", None)
