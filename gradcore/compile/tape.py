@@ -299,7 +299,7 @@ def _view_of(lines, index, setitem, readers):
     view = Line("binary", operator.getitem, (target, key), None, line.out)
     view.array = ArrayFacts(probe, False, maker.array.root, xp)  # a view: the target's memory
     into = _with_out(line, _ufunc(line), line.out)
-    into.array = None  # its memory is the target's: never lent to another line's result
+    into.array = view.array  # the target's memory, as a view: never lent to another line
     return [view, into]
 
 
