@@ -77,13 +77,7 @@ def _run_hooks(x, g, shared):
             retain = True
             continue
         shared[id(g._data)] = g._data
-        try:
-            result = hook(g)
-        except Exception as error:  # NumPy's "output array is read-only" names no hook
-            add_note(error, f"raised in the hook {getattr(hook, '__qualname__', hook)!r} on "
-                            f"{_describe(x)} (a hook returns a new gradient: g's array may be "
-                            "another's gradient too, and must not be written in place)")
-            raise
+        result = _call_hook(hook, x, g)
         if result is not None:
             g = _hook_result(hook, x, result)
             shared[id(g._data)] = g._data  # the hook's: it may keep it (another's data, say)
@@ -122,8 +116,26 @@ def _hook_result(hook, x, g):
     return g
 
 
+def _call_hook(hook, x, argument):
+    """hook(argument), an exception it raises noted with the hook and x (NumPy's "output array
+    is read-only" names neither)."""
+    try:
+        return hook(argument)
+    except Exception as error:
+        hint = ""
+        if "read-only" in str(error):
+            hint = (" (a hook returns a new gradient: the array it is handed may be another's "
+                    "gradient too, and must not be written in place)")
+        add_note(error, f"raised in the hook {_hook_name(hook)} on {_describe(x)}{hint}")
+        raise
+
+
 def _hook_name(hook):
-    return getattr(hook, "__qualname__", None) or repr(hook)
+    """The hook's qualified name, else its repr, else its type's name (a repr may raise)."""
+    try:
+        return getattr(hook, "__qualname__", None) or repr(hook)
+    except Exception:
+        return f"of type {type(hook).__qualname__}"
 
 
 def _owned(finished, shared, create_graph):
@@ -649,7 +661,7 @@ def _add_to_grads(finished, shared, create_graph):
     if hooked_leaves:
         for x, _ in finished:
             for hook in list(getattr(x, "_post_hooks", ())):
-                hook(x)
+                _call_hook(hook, x, x)
 
 
 def _check_grad_fits(x):
@@ -687,8 +699,7 @@ def _name_failed_backward(error):
         return
     message = (f"raised in {f._name()}.backward ({type(f).__qualname__}); "
                f"{anomaly.where_created(f)}")
-    if message not in getattr(error, "__notes__", ()):  # a nested walk (checkpoint) noted it
-        add_note(error, message)
+    add_note(error, message)  # once: a nested walk (checkpoint) may have noted it
 
 
 def backward(y, grad=None, retain_grad=False, create_graph=False):

@@ -41,11 +41,20 @@ class _SavedOutput:
 
 
 def add_note(error, message):
-    """Add `message` to `error` as a note, its type, message and attributes kept."""
-    if hasattr(error, "add_note"):
-        error.add_note(message)
-    else:  # Python 3.10: what add_note does (3.11's tracebacks print the notes)
-        error.__notes__ = [*getattr(error, "__notes__", ()), message]
+    """Add `message` to `error` as a note, its type, message and attributes kept; once only (an
+    error raised again, or by a nested walk, has it already). Never raises: the error it notes
+    is the one its caller re-raises."""
+    notes = getattr(error, "__notes__", None)
+    if notes is not None and message in notes:
+        return
+    try:
+        if notes is None or notes.__class__ is list:
+            notes = error.__notes__ = [] if notes is None else notes
+            notes.append(message)  # what 3.11's add_note does; 3.10 has none
+        else:  # a tuple someone set: 3.11's add_note refuses it
+            error.__notes__ = [*notes, message]
+    except Exception:
+        pass  # an error that takes no attributes: it goes on without the note
 
 
 class Function:

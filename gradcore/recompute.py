@@ -57,8 +57,11 @@ def checkpoint(fn, *args):
                 "model once outside checkpoint, or give the layer its input size")
     node = Checkpoint(fn, args, where, draws, Config.train,
                       tuple(y.data for y in outputs) if several else outputs[0].data)
+    kind = type(out)
     del out, outputs  # the block's graph goes: only the node's inputs stay
-    return node(*[args[i] for i in where], *outside)
+    results = node(*[args[i] for i in where], *outside)
+    # a namedtuple fn returned comes back as one, as it does with grad off
+    return kind._make(results) if several and hasattr(kind, "_make") else results
 
 
 def _results(out):

@@ -833,9 +833,13 @@ def variables_returned(out, refusal):
     """A function's result `out` (a Variable, or a tuple of them) as a tuple, each checked to
     be a Variable; else TypeError: `refusal` (what the function must return), then what it got."""
     outputs = out if isinstance(out, tuple) else (out,)
+    if not outputs:
+        raise TypeError(f"{refusal}, got an empty tuple")
     for y in outputs:
         if not isinstance(y, Variable):
-            raise TypeError(f"{refusal}, got {type(y).__qualname__}")
+            inside = f"a {type(out).__qualname__} holding " if outputs is out else ""
+            flatten = "; flatten it" if isinstance(y, (tuple, list)) else ""
+            raise TypeError(f"{refusal}, got {inside}{type(y).__qualname__}{flatten}")
     return outputs
 
 

@@ -8,7 +8,7 @@ import pytest
 import gradcore
 import gradcore.functions as F
 from conftest import DEVICE1, STRICT, run_in_threads
-from gradcore import Function, Variable
+from gradcore import Function, Parameter, Variable
 
 
 def var(xp, values, dtype="float64", **kwargs):
@@ -1355,6 +1355,55 @@ def test_an_error_in_a_hook_gets_a_note_naming_the_hook_and_its_variable():
     with pytest.raises(ValueError) as caught:
         F.sum(a + b).backward()
     note = " ".join(getattr(caught.value, "__notes__", ()))
-    assert ("raised in the hook 'test_an_error_in_a_hook_gets_a_note_naming_the_hook_and_its_"
-            "variable.<locals>.scale_in_place' on the Variable \"a\" of shape (2,)") in note
+    assert ("raised in the hook test_an_error_in_a_hook_gets_a_note_naming_the_hook_and_its_"
+            "variable.<locals>.scale_in_place on the Variable \"a\" of shape (2,)") in note
     assert "must not be written in place" in note
+
+
+class _Clipper:
+    """A hook object whose repr fails (its attribute is set too late): the note must not hide
+    the hook's own error behind that one."""
+
+    def __call__(self, g):
+        raise ValueError("gradient exploded")
+
+    def __repr__(self):
+        return f"_Clipper({self.limit})"
+
+
+def test_a_hook_error_is_noted_once_and_never_replaced():
+    x = Variable(np.array([1.0, 2.0]))
+    x.register_hook(_Clipper())
+    with pytest.raises(ValueError, match="gradient exploded") as caught:
+        F.sum(x * 2.0).backward()
+    assert caught.value.__notes__ == [
+        "raised in the hook of type _Clipper on the Variable of shape (2,) and dtype float64"]
+
+    stored = KeyError("kept from an earlier run")
+    stored.__notes__ = ("a note someone set as a tuple",)
+
+    def raise_stored(g):
+        raise stored
+
+    y = Variable(np.array([1.0, 2.0]))
+    y.register_hook(raise_stored)
+    for _ in range(3):  # the same exception raised three times: one note from the engine
+        with pytest.raises(KeyError):
+            F.sum(y * 2.0).backward()
+    assert stored.__notes__[0] == "a note someone set as a tuple"
+    assert len(stored.__notes__) == 2 and "raise_stored on the Variable" in stored.__notes__[1]
+
+
+def test_an_error_in_a_post_accumulate_hook_gets_the_note_too():
+    w = Parameter(np.array([1.0, 2.0]), name="w")
+
+    def step_in_backward(p):
+        raise RuntimeError("optimizer state lost")
+
+    w.register_post_accumulate_grad_hook(step_in_backward)
+    with pytest.raises(RuntimeError, match="optimizer state lost") as caught:
+        F.sum(w * 3.0).backward()
+    note, = caught.value.__notes__
+    assert note.startswith("raised in the hook test_an_error_in_a_post_accumulate_hook_gets_the_"
+                           "note_too.<locals>.step_in_backward on the Variable \"w\"")
+    assert "written in place" not in note  # not a read-only array's error: no such hint

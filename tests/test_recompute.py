@@ -1,4 +1,5 @@
 """gradcore.checkpoint: the same gradients as without it, with less memory."""
+import collections
 import threading
 import tracemalloc
 
@@ -355,6 +356,22 @@ def test_checkpoint_checks_its_arguments():
         gradcore.checkpoint(lambda n: n, 3)
     with pytest.raises(TypeError, match="must return a Variable"):
         gradcore.checkpoint(lambda h: "no", np.ones(2))
+    with pytest.raises(TypeError, match="got an empty tuple"):
+        gradcore.checkpoint(lambda h: (), np.ones(2))
+    with pytest.raises(TypeError, match="got a tuple holding tuple; flatten it"):
+        gradcore.checkpoint(lambda h: ((h * 2.0,), h * 3.0), np.ones(2))
+
+
+def test_a_namedtuple_the_block_returns_comes_back_as_one_with_grad_on_and_off():
+    Moments = collections.namedtuple("Moments", "mean var")
+    x = Variable(np.array([1.0, 2.0, 3.0]))
+    block = lambda h: Moments(F.sum(h) / 3.0, F.sum(h * h) / 3.0)  # noqa: E731
+    with gradcore.no_grad():
+        off = gradcore.checkpoint(block, x)
+    on = gradcore.checkpoint(block, x)
+    assert type(off) is Moments and type(on) is Moments
+    (on.mean + on.var).backward()
+    np.testing.assert_allclose(x.grad.data, [1 / 3 + 2 / 3, 1 / 3 + 4 / 3, 1 / 3 + 6 / 3])
 
 
 # ============================================================ found by an adversarial review

@@ -92,6 +92,9 @@ def test_gradcheck_checks_its_arguments():
         gradcheck(lambda v: v, np.ones(2), mode="fast")
     with pytest.raises(TypeError, match="must return Variables"):
         gradcheck(lambda v: v.data, np.ones(2))
+    for check in (gradcheck, gradgradcheck):  # nothing to check is not a check that passed
+        with pytest.raises(TypeError, match="got an empty tuple"):
+            check(lambda v: (), np.ones(2))
 
 
 # ================================================ outputs with no graph (as PyTorch's gradcheck)
