@@ -88,12 +88,19 @@ class LRScheduler:
                              f"schedule), got {last_epoch!r}")
         self.optimizer = optimizer
         self.name = _rate_name(optimizer)
+        initial = getattr(optimizer, "initial_lr", None)
         self.base_lr = self._base_rate(epoch)
         self.last_epoch = epoch
         self.last_lr = None
         self._initial = True
         try:
             self.step()
+        except BaseException:
+            # a schedule refused at its first step leaves the optimizer as it found it: the
+            # initial_lr it recorded would be every later schedule's base_lr
+            if initial is None:
+                optimizer.initial_lr = None
+            raise
         finally:
             del self._initial  # not saved by state_dict: the class's False again
 
@@ -319,13 +326,20 @@ class OneCycleLR(LRScheduler):
                              f"{anneal_strategy!r}")
         if not 0 < pct_start < 1:
             raise ValueError(f"OneCycleLR: pct_start must be in (0, 1), got {pct_start}")
-        self.max_lr, self.total_steps = float(max_lr), _positive_int("total_steps", total_steps)
+        # checked before anything is set: the first step records initial_lr on the optimizer
+        self.max_lr = checked_hyperparameter("OneCycleLR", "max_lr", max_lr, rule="lr")
+        self.total_steps = _positive_int("total_steps", total_steps)
+        for name, factor in (("div_factor", div_factor), ("final_div_factor", final_div_factor)):
+            if checked_hyperparameter("OneCycleLR", name, factor, rule="lr") == 0.0:
+                raise ValueError(f"OneCycleLR: {name} must be > 0, got {factor!r}")
         self.initial_lr = self.max_lr / div_factor
         self.min_lr = self.initial_lr / final_div_factor
         # the step at the peak: at or before step 0 when pct_start * total_steps <= 1
         self.peak_step = float(pct_start * total_steps) - 1
         self.anneal_strategy = anneal_strategy
-        self.momentum_name = _momentum_name(optimizer) if cycle_momentum else None
+        # "" for none (not None: numpy.savez would keep that as an object array, which
+        # numpy.load refuses)
+        self.momentum_name = (_momentum_name(optimizer) if cycle_momentum else None) or ""
         rule = self.momentum_name or "momentum"  # the range the optimizer allows (beta1 < 1)
         self.base_momentum = checked_hyperparameter("OneCycleLR", "base_momentum", base_momentum,
                                                     rule=rule)
@@ -373,12 +387,12 @@ class OneCycleLR(LRScheduler):
 
     def _set(self, lr):
         super()._set(lr)
-        if self.momentum_name is not None:
+        if self.momentum_name:
             setattr(self.optimizer, self.momentum_name, self.momentum(self.last_epoch))
 
     def _restored(self, lr):
         restored = super()._restored(lr)
-        if self.momentum_name is not None:
+        if self.momentum_name:
             restored[self.momentum_name] = self.momentum(self.last_epoch)
         return restored
 
@@ -499,6 +513,8 @@ def _converted(where, key, like, value):
         fits = isinstance(value, (int, float)) and not isinstance(value, bool)
         value = float(value) if fits else None
     elif isinstance(like, str):
+        if value is None and like == "":
+            value = ""  # OneCycleLR's "no momentum" as older gradcores saved it
         kind, fits = "a str", isinstance(value, str)
     else:
         return value

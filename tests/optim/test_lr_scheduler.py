@@ -1,6 +1,7 @@
 """Learning-rate schedules: PyTorch's values (alone, composed, after a change by hand), closed
 forms, both optimizer styles, state_dict and resuming, OneCycleLR's momentum."""
 import math
+import re
 
 import numpy as np
 import pytest
@@ -255,6 +256,33 @@ def test_bad_arguments():
         one.step()
     with pytest.raises(ValueError, match="total_steps"):
         one.step()
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ({"max_lr": math.nan}, "max_lr must be a finite number >= 0, got nan"),
+    ({"max_lr": -1.0}, "max_lr must be a finite number >= 0, got -1.0"),
+    ({"max_lr": 1.0, "div_factor": 0}, "div_factor must be > 0, got 0"),
+    ({"max_lr": 1.0, "final_div_factor": 0.0}, "final_div_factor must be > 0, got 0.0")])
+def test_a_refused_one_cycle_names_its_argument_and_leaves_the_optimizer_as_it_was(arguments,
+                                                                                   message):
+    opt = optim.SGD(lr=0.1).setup(nn.Linear(2, in_size=3))
+    with pytest.raises(ValueError, match=f"OneCycleLR: {re.escape(message)}"):
+        sched.OneCycleLR(opt, total_steps=10, **arguments)
+    assert opt.initial_lr is None and opt.lr == 0.1
+    # a later schedule starts from the optimizer's own step size, not the refused one's
+    assert rates(sched.CosineAnnealingLR(opt, T_max=2), opt, "lr", 5) == pytest.approx(
+        [0.1, 0.05, 0.0, 0.05, 0.1, 0.05])
+
+
+def test_a_schedule_refused_at_its_first_step_records_no_initial_lr():
+    class Negative(sched.LRScheduler):
+        def rate(self, step):
+            return -self.base_lr  # the optimizer refuses it at the constructor's first step
+
+    opt = optim.SGD(lr=0.1).setup(nn.Linear(2, in_size=3))
+    with pytest.raises(ValueError, match="lr must be a finite number >= 0"):
+        Negative(opt)
+    assert opt.initial_lr is None and opt.lr == 0.1
 
 
 
@@ -529,7 +557,7 @@ def read_back_through_npz(state, tmp_path):
         return {k: f[k] for k in f.files}
 
 
-@pytest.mark.parametrize("name", CHAINABLE)  # OneCycleLR on SGD saves momentum_name None
+@pytest.mark.parametrize("name", SCHEDULES)  # OneCycleLR on SGD: a momentum_name of ""
 def test_a_schedule_resumes_from_its_state_read_back_through_npz(name, tmp_path):
     opt, first = trained_for(4, name)
     opt2, second = trained_for(0, name)
