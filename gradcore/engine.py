@@ -186,8 +186,8 @@ def _check_or_skip(f, wanted, known, grads, captured, shared, unchecked):
 
 
 def _check_before_hooks(unchecked, wanted, known):
-    """Before the first hook a walk runs on a Variable it passes through (not a leaf: those run
-    at the end): refuse now any op that the walk would refuse later (_check_versions), so that a
+    """Before the first hook a walk runs on a Variable it passes through (a leaf's run at the
+    end, or where it is released early for its post-accumulate hooks): refuse now any op that the walk would refuse later (_check_versions), so that a
     refused backward has called no hook. `unchecked` holds the walk's (roots, boundary) till
     then: one pass over the graph per walk that meets such a hook, none for any other walk."""
     ys, boundary = unchecked.pop()
@@ -295,8 +295,11 @@ def _conform(f, gx, x):
     if target != shape:
         if len(shape) > len(target) or any(
                 n != 1 and n != m for n, m in zip(reversed(shape), reversed(target))):
+            index = next(i for i, y in enumerate(f.inputs) if y is x)
             raise RuntimeError(f"{f._name()}.backward returned a gradient of shape {tuple(target)} "
-                               f"for an input of shape {tuple(shape)}")
+                               f"for its input {index}, of shape {tuple(shape)}: return one "
+                               "gradient per input, shaped like that input (or of a shape it "
+                               "broadcasts to, which is summed back)")
         gx = sum_to(gx, shape)
     return astype(gx, x.dtype)  # gx itself when the dtypes are equal
 
@@ -399,7 +402,9 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING,
     shared = {}
     leaves = []   # leaf Variables that received a gradient, each once
     captured = {}
-    heap = []     # (-generation, -sequence, f): newest first; the pair is unique, f never compared
+    # (-generation, -sequence, f): highest generation first, the newest op first within one;
+    # the pair is unique, so f is never compared
+    heap = []
     pushed = set()
     # x -> the sum the walk made for x's gradient: it is x's alone until x's creator takes it
     # (then a backward may hand it on, say to both inputs of an add), so later gradients of x

@@ -663,7 +663,14 @@ class Variable:
     def _numpy_reduction(self, name, axis, keepdims, keywords):
         """numpy.sum(x) (max, min) calls x.sum(axis=..., dtype=..., out=...): NumPy's result on
         the values of a Variable that needs no grad, as numpy.asarray(x) gives them; TypeError
-        for one that requires grad, whose graph NumPy would drop."""
+        for one that requires grad, whose graph NumPy would drop. A keyword NumPy does not pass
+        (PyTorch's dim=, keepdim=) is this method's TypeError, named in gradcore's spelling."""
+        unknown = [k for k in keywords if k not in _NUMPY_REDUCTION_KEYWORDS]
+        if unknown:
+            spelled = [f"{k}= (gradcore's {_TORCH_SPELLING[k]}=)" if k in _TORCH_SPELLING
+                       else f"{k}=" for k in unknown]
+            raise TypeError(f"Variable.{name}() got the unexpected keyword {', '.join(spelled)}; "
+                            f"it takes axis= and keepdims=")
         if self._requires_grad:
             raise TypeError(
                 f"numpy.{name}(x) on a Variable that requires grad would give its values and drop "
@@ -827,6 +834,11 @@ class _HookHandle:
                 if not self._post and getattr(variable, "_post_hooks", None) is self._post:
                     del variable._post_hooks  # no hooks left: no counting pass
                     engine.hooked_leaves.discard(variable)
+
+
+# what numpy.sum(x) (max, min) passes on to x.sum besides axis and keepdims
+_NUMPY_REDUCTION_KEYWORDS = frozenset(("dtype", "out", "initial", "where"))
+_TORCH_SPELLING = {"dim": "axis", "keepdim": "keepdims"}
 
 
 def variables_returned(out, refusal):

@@ -193,7 +193,7 @@ def test_backward_returning_a_wrongly_shaped_gradient():
             return F.sum(gy)
 
     x = Variable(np.ones(3))
-    with pytest.raises(RuntimeError, match=r"shape \(\) for an input of shape \(3,\)"):
+    with pytest.raises(RuntimeError, match=r"shape \(\) for its input 0, of shape \(3,\)"):
         Bad()(x).backward()
     assert x.grad is None
 
@@ -229,7 +229,8 @@ def test_a_gradient_that_does_not_broadcast_to_the_input_is_an_error():
 
     x = Variable(np.ones(3))
     with pytest.raises(RuntimeError, match=r"bad.backward returned a gradient of shape \(6,\) "
-                                           r"for an input of shape \(3,\)"):
+                                           r"for its input 0, of shape \(3,\): return one "
+                                           r"gradient per input, shaped like that input"):
         Bad()(x).backward()
     assert x.grad is None
 

@@ -882,6 +882,18 @@ def test_numpy_sum_max_min_give_values_without_grad_and_refuse_a_graph():
     assert x.sum(0, True).shape == (1, 2)  # axis and keepdims by position, as DeZero's
 
 
+@pytest.mark.parametrize("requires_grad", [True, False])
+def test_pytorchs_reduction_keywords_are_refused_in_gradcores_spelling(requires_grad):
+    # not NumPy calling x.sum (whose keywords it takes): the user, with PyTorch's names
+    x = Variable(np.ones((2, 3)), requires_grad=requires_grad)
+    with pytest.raises(TypeError, match=r"Variable\.sum\(\) got the unexpected keyword dim= "
+                                        r"\(gradcore's axis=\); it takes axis= and keepdims="):
+        x.sum(dim=0)
+    with pytest.raises(TypeError, match=r"Variable\.max\(\) got the unexpected keyword "
+                                        r"keepdim= \(gradcore's keepdims=\)"):
+        x.max(keepdim=True)
+
+
 def test_numpy_ufuncs_refuse_every_variable():
     """`__array_ufunc__ = None` (kept: operators with NumPy arrays stay fast): a ufunc given a
     Variable raises NumPy's own TypeError, with or without grad."""

@@ -7,7 +7,7 @@ import backends
 
 from .. import variable as _variables
 from ..config import enable_grad
-from ..variable import Variable, note_write
+from ..variable import Parameter, Variable, note_write
 from .hooks import ClipGrad, FreezeParam, WeightDecay
 from .hyperparameters import _is_number, as_integer, checked_hyperparameter
 from .param_state import ParamState
@@ -265,12 +265,17 @@ class Optimizer:
         params = self._parameters()
         if not params:
             target = self.target
+            plain = _plain_variables(target)
+            cause = (f"{', '.join(plain)} {'is a Variable' if len(plain) == 1 else 'are Variables'}"
+                     ", not a Parameter: only Parameters are trained; make it one (self.W = "
+                     "gradcore.Parameter(...))" if plain else
+                     "Layers kept in a plain list or dict are not registered: assign each to an "
+                     "attribute of the model (self.l1 = Linear(10)) or hold them in an "
+                     "nn.ModuleList")
             raise ValueError(
                 f"{type(self).__name__}: got an empty list of parameters: "
                 f"{type(target).__name__}.parameters() gives none, so no step can change "
-                "anything. Layers kept in a plain list or dict are not registered: assign each "
-                "to an attribute of the model (self.l1 = Linear(10)) or hold them in an "
-                "nn.ModuleList")
+                f"anything. {cause}")
         params = [p for p in params if p.grad is not None]
         for p in params:
             self._check(p)
@@ -593,3 +598,13 @@ def _same_names(where, what, given, expected):
                          + "; ".join(filter(None, [
                              f"unexpected {', '.join(extra)}" if extra else "",
                              f"missing {', '.join(missing)}" if missing else ""])))
+
+
+def _plain_variables(model):
+    """'Net.W'-style names of the Variables (not Parameters) that `model` and its sub-modules
+    hold as attributes: weights a newcomer made with Variable(...), which no optimizer sees."""
+    modules = model.named_modules() if callable(getattr(model, "named_modules", None)) else (
+        ("", model),)
+    return [f"{type(model).__name__}.{prefix + '.' if prefix else ''}{name}"
+            for prefix, module in modules for name, value in vars(module).items()
+            if isinstance(value, Variable) and not isinstance(value, Parameter)]

@@ -76,6 +76,8 @@ def _as_target(obj, where):
     params = _check_leaves(_unique_params(list(obj), where), where)
     if not params:
         raise ValueError(f"{where}: got an empty list of parameters (a generator such as "
-                         "model.parameters() that was already consumed?); pass the model itself "
-                         "or a fresh model.parameters()")
+                         "model.parameters() that was already consumed? or a model whose weights "
+                         "are plain Variables, not Parameters, which are not trained); pass the "
+                         "model itself (its error names such weights) or a fresh "
+                         "model.parameters()")
     return params

@@ -215,6 +215,21 @@ def test_a_step_on_a_model_with_no_parameters_at_all_is_refused(make):
         assert optimizer.t == 0  # refused before the count moved
 
 
+def test_a_model_whose_weights_are_plain_variables_is_told_to_make_them_parameters():
+    class Net(gradcore.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.W = gradcore.Variable(np.ones((2, 2)))  # a newcomer's weight: not a Parameter
+            self.head = gradcore.nn.Module()
+            self.head.b = gradcore.Variable(np.zeros(2))
+
+    with pytest.raises(ValueError, match=r"Net\.W, Net\.head\.b are Variables, not a Parameter: "
+                                         r"only Parameters are trained"):
+        SGD(0.1).setup(Net()).update()
+    with pytest.raises(ValueError, match="or a model whose weights are plain Variables"):
+        SGD(Net().parameters())
+
+
 def test_a_model_whose_lazy_layers_have_no_data_yet_still_steps():
     model = gradcore.nn.Linear(2)  # W and b: Parameters without data until the first call
     optimizer = SGD(lr=0.5).setup(model)
