@@ -51,13 +51,10 @@ def sha256_folder(folder, sha256):
     return Path(folder) / _checked_sha256(sha256, "fetch")[:16]
 
 
-def _in_the_way(folder):
-    """The nearest of `folder` and the folders above it that exists and is not a folder (a file
-    where a folder must be), or None."""
-    for part in (folder, *folder.parents):
-        if part.exists() or part.is_symlink():
-            return None if part.is_dir() else part
-    return None
+def _nearest_existing(folder):
+    """The nearest of `folder` and the folders above it that exists (a file in the way too)."""
+    return next((part for part in (folder, *folder.parents)
+                 if part.exists() or part.is_symlink()), None)
 
 
 def url_file_name(url):
@@ -121,12 +118,15 @@ def fetch(name, urls, sha256, folder=None, progress=None, timeout=30):
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        blocking = _in_the_way(folder)
-        fix = (f"move away the file {blocking}, which is where a folder must be" if blocking
-               else "make the folder above it writable")
+        existing = _nearest_existing(folder)
+        if existing is not None and not existing.is_dir():
+            fix = f"move away the file {existing}, which is where a folder must be"
+        else:  # the nearest folder there is the one mkdir could not write into
+            fix = f"make {existing} writable" if existing is not None else "fix the path"
+        failed = f": {e.filename}" if e.filename else ""
         raise DownloadError(f"cannot download {name}: cannot create the folder {folder} "
-                            f"({e.strerror}); {fix}, or set GRADCORE_DATA to a folder that is "
-                            "writable") from None
+                            f"({e.strerror}{failed}); {fix}, or set GRADCORE_DATA to a folder "
+                            "that is writable") from None
     with _locked(path, stream):
         if _cached(path, sha256):  # another process downloaded it while this one waited
             return path

@@ -3,6 +3,7 @@ mirrors, resuming."""
 import hashlib
 import http.server
 import io
+import os
 import re
 import socket
 import subprocess
@@ -216,6 +217,16 @@ def test_a_cache_folder_that_cannot_be_made_is_an_error_that_says_what_to_do(und
                                             r"GRADCORE_DATA"):
         fetch("data.bin", ["http://127.0.0.1:1/file"], DIGEST, folder=folder, progress=False)
     assert (tmp_path / "taken").read_bytes() == b"a file of the user's"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc, where no "
+                    "folder can be made (even by root, whom permissions do not stop)")
+def test_a_folder_that_cannot_be_written_is_named_with_the_one_that_failed():
+    with pytest.raises(DownloadError, match=r"cannot create the folder /proc/gradcore-test/files "
+                                            r"\(.*: /proc/gradcore-test\); make /proc writable, "
+                                            r"or set GRADCORE_DATA"):
+        fetch("data.bin", ["http://127.0.0.1:1/file"], DIGEST, folder="/proc/gradcore-test/files",
+              progress=False)
 
 
 def test_a_page_served_in_place_of_the_file_is_described(server, tmp_path):
