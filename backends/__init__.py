@@ -135,7 +135,13 @@ def to_device(array, device):
     target = _serving(source, device)
     if source is target:
         return source.to_device(array, device)
-    return target.asarray(source.to_numpy(array), device=device)
+    host = source.to_numpy(array)
+    if device.type != "cuda" and source.device_of(array).type != "cuda":
+        # host memory to host memory: the host array may be the array's own memory (NumPy's)
+        # and the target may wrap it as it is (array-api-strict's asarray, Dask's from_array):
+        # copied, so that a write to one is no write to the other, which no version would count
+        host = host.copy()
+    return target.asarray(host, device=device)
 
 
 def copy(array):

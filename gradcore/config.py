@@ -251,27 +251,32 @@ def set_detect_anomaly(mode):
     _set_anomaly(mode)
 
 
-class detect_anomaly(contextlib.ContextDecorator):
+def _reset_anomaly(tokens):
+    anomaly, recording = tokens
+    _recording.reset(recording)
+    _anomaly.reset(anomaly)
+
+
+class detect_anomaly(_Switch):
     """Anomaly mode for a block (`with gradcore.detect_anomaly():`) or a function (as a
     decorator). Ops record where they were called and fingerprints of the arrays their backward
     reads; backward then raises, naming the op and where it was created, when a gradient is NaN
     or infinite or when such an array was changed after forward (also by a direct write,
     `x.data[...] = 0`, which the version counters cannot see). Slow: for debugging. Off, it costs
-    nothing."""
+    nothing. Reusable as no_grad() is: nested, or from several threads at once."""
 
-    def __init__(self, mode=True):
-        self.mode = bool(mode)
-        self._tokens = []  # one pair per block entered: `with` may nest the same instance
+    __slots__ = ()
+    _set = staticmethod(_set_anomaly)
+    _reset = staticmethod(_reset_anomaly)
 
-    def _recreate_cm(self):  # as a decorator: a fresh instance per call (and per thread)
-        return type(self)(self.mode)
+    def __new__(cls, mode=True):
+        switch = object.__new__(cls)
+        switch._value = True if callable(mode) else bool(mode)
+        return switch(mode) if callable(mode) else switch  # `@detect_anomaly` too
 
-    def __enter__(self):
-        self._tokens.append(_set_anomaly(self.mode))
-        return self
+    @property
+    def mode(self):
+        return self._value
 
-    def __exit__(self, *exc):
-        anomaly, recording_token = self._tokens.pop()
-        _recording.reset(recording_token)
-        _anomaly.reset(anomaly)
-        return False
+    def __repr__(self):
+        return "detect_anomaly()" if self._value else "detect_anomaly(False)"

@@ -820,17 +820,19 @@ class _HookHandle:
 
     def remove(self):
         variable = self._variable()
-        if variable is None:
+        if variable is None or self._hook is None:
             return
+        hook, self._hook = self._hook, None  # removed once: the same callable registered again
+        # has a handle of its own, which a second remove() here must not take away
         settings_changed(variable)
         if self._post is None:
-            if variable._hooks and self._hook in variable._hooks:
-                variable._hooks.remove(self._hook)
+            if variable._hooks and hook in variable._hooks:
+                variable._hooks.remove(hook)
         else:
             with _post_hooks_lock:
-                if self._hook not in self._post:
+                if hook not in self._post:
                     return
-                self._post.remove(self._hook)
+                self._post.remove(hook)
                 if not self._post and getattr(variable, "_post_hooks", None) is self._post:
                     del variable._post_hooks  # no hooks left: no counting pass
                     engine.hooked_leaves.discard(variable)

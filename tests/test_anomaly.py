@@ -8,6 +8,7 @@ import pytest
 
 import gradcore
 import gradcore.functions as F
+from conftest import run_in_threads
 from gradcore import Variable
 from test_function import AddOneInPlace, ScaleBy  # Functions of a user's own
 
@@ -114,6 +115,31 @@ def test_the_switches():
     finally:
         gradcore.set_detect_anomaly(False)
     assert recording() is True
+
+
+def test_one_detect_anomaly_object_is_entered_from_several_threads_at_once():
+    shared = gradcore.detect_anomaly()
+    errors, inside, after = [], [], []
+    entered = threading.Barrier(4)
+
+    def block():
+        try:
+            with shared:
+                entered.wait()  # all four inside at once: each must leave its own entry
+                inside.append(gradcore.is_anomaly_enabled())
+            after.append(gradcore.is_anomaly_enabled())
+        except Exception as error:  # noqa: BLE001 -- reported below, with the thread's others
+            errors.append(error)
+
+    run_in_threads([block] * 4)
+    assert errors == [] and inside == [True] * 4 and after == [False] * 4
+
+    @gradcore.detect_anomaly  # without parentheses, as no_grad
+    def steps():
+        yield gradcore.is_anomaly_enabled()
+        yield gradcore.is_anomaly_enabled()
+
+    assert list(steps()) == [True, True] and not gradcore.is_anomaly_enabled()
 
 
 def test_nothing_is_recorded_while_it_is_off():

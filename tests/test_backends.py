@@ -14,6 +14,7 @@ import pytest
 import array_api_strict
 import backends
 import gradcore
+import gradcore.functions as F
 from backends import CPU, Device, DeviceUnavailableError, parse_device
 from conftest import DEVICE1, DEVICE2, STRICT
 
@@ -317,6 +318,24 @@ def test_to_device_moves_within_and_across_backends():
     assert type(home) is np.ndarray
     np.testing.assert_array_equal(home, a)
     assert backends.to_device(a, CPU) is a  # already there: no copy
+
+
+@pytest.mark.parametrize("device", ["array_api_strict:device1", "dask"])
+def test_a_move_across_libraries_in_host_memory_is_a_copy(device):
+    # array-api-strict's asarray and Dask's from_array would wrap NumPy's memory as it is: a
+    # write to the moved Variable would rewrite x behind its version, and x's gradient with it
+    if device == "dask":
+        pytest.importorskip("dask")
+    x = gradcore.Variable(np.array([1.0, 2.0, 3.0]))
+    moved = x.to(device)
+    y = F.sum(x * x)
+    moved.data -= 1.0
+    y.backward()
+    np.testing.assert_array_equal(x.data, [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(x.grad.data, [2.0, 4.0, 6.0])
+    back = backends.to_device(backends.to_device(x.data, device), "cpu")
+    back[0] = 10.0
+    assert x.data[0] == 1.0
 
 
 # =============================================================================== CUDA errors

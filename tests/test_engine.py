@@ -343,6 +343,23 @@ def test_hook_doubles_a_gradient_and_remove_undoes_it(xp):
     handle.remove()  # twice is harmless
 
 
+def test_a_handle_removed_twice_leaves_the_same_hook_registered_again():
+    def double(g):
+        return g * 2
+
+    def count(p):
+        calls.append(1)
+
+    x, calls = Parameter(np.array([1.0, 2.0])), []
+    first, second = x.register_hook(double), x.register_hook(double)
+    post_first, post_second = (x.register_post_accumulate_grad_hook(count) for _ in range(2))
+    for handle in (first, first, post_first, post_first):
+        handle.remove()
+    (x * 3).backward()
+    np.testing.assert_array_equal(x.grad.data, [6.0, 6.0])  # `second` still doubles
+    assert calls == [1]  # `post_second` still counts
+
+
 def test_hook_on_an_intermediate_changes_what_flows_on(xp):
     x = var(xp, 2.0)
     t = x * 3
