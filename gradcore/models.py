@@ -1,5 +1,6 @@
 """Models under DeZero's names (`from gradcore.models import VGG16, ResNet50`), with DeZero's
-MLP, Model and Sequential from gradcore.nn.
+MLP and Model from gradcore.nn, and DeZero's Sequential (layers l0, l1, ..., not the "0", "1"
+of gradcore.nn.Sequential).
 
 VGG16 and the ResNets follow the published architectures (Simonyan & Zisserman 2014; He et al.
 2015, with the stride of a bottleneck in its 3x3 convolution, as torchvision's ResNets have it),
@@ -17,10 +18,31 @@ import numbers
 import numpy
 
 from . import functions as F
-from .nn import MLP, BatchNorm, Conv2d, Linear, Model, Module, Sequential
+from . import nn
+from .nn import MLP, BatchNorm, Conv2d, Linear, Model, Module
+from .nn.layers import _IndexedLayers
 
 __all__ = ["Model", "MLP", "Sequential", "VGG16", "ResNet", "ResNet18", "ResNet34", "ResNet50",
            "ResNet101", "ResNet152", "SqueezeNet"]
+
+
+class Sequential(_IndexedLayers):
+    """DeZero's Sequential: layers (Modules, or callables such as F.relu) called one after
+    another, registered as l0, l1, ... as DeZero names them (parameters "l0.W"; a file DeZero's
+    save_weights wrote loads), with DeZero's `layers` list (see MLP.layers): forward runs the
+    sub-modules l0, l1, ... by index. gradcore.nn.Sequential is PyTorch's, its layers "0", "1".
+    """
+
+    _where = "Sequential"
+
+    def __init__(self, *layers):
+        super().__init__()
+        self.layers = layers
+
+    def forward(self, x):
+        for _, layer in self._layer_items():
+            x = layer(x)
+        return x
 
 
 def _check_pretrained(pretrained, where):
@@ -216,8 +238,8 @@ def _projection(in_channels, out_channels, stride):
     """The shortcut where the shape changes: a strided 1x1 convolution and batch norm."""
     if stride == 1 and in_channels == out_channels:
         return None
-    return Sequential(Conv2d(out_channels, 1, stride, 0, nobias=True, in_channels=in_channels),
-                      BatchNorm())
+    return nn.Sequential(Conv2d(out_channels, 1, stride, 0, nobias=True,
+                                in_channels=in_channels), BatchNorm())
 
 
 class ResNet(Module):
@@ -246,7 +268,7 @@ class ResNet(Module):
                 stride = 2 if stage > 0 and i == 0 else 1
                 blocks.append(block(in_channels, channels, stride))
                 in_channels = channels * block.expansion
-        self.blocks = Sequential(*blocks)
+        self.blocks = nn.Sequential(*blocks)
         self.fc = Linear(num_classes, in_size=in_channels)
 
     def forward(self, x):
@@ -349,7 +371,7 @@ class SqueezeNet(Module):
         for squeeze, expand1x1, expand3x3 in self.FIRES:
             fires.append(_Fire(in_channels, squeeze, expand1x1, expand3x3))
             in_channels = expand1x1 + expand3x3
-        self.fires = Sequential(*fires)
+        self.fires = nn.Sequential(*fires)
         self.classifier = Conv2d(num_classes, 1, in_channels=in_channels)
 
     def forward(self, x):

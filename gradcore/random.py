@@ -1,5 +1,6 @@
 """manual_seed: one call seeds the global generator of every backend in use. draw: how ops draw
-from those generators, so that gradcore.checkpoint draws a block's numbers again exactly."""
+from those generators, so that gradcore.checkpoint draws a block's numbers again exactly; noted:
+how ops read other state that may change before backward, so that it reads the same again."""
 import sys
 import threading
 
@@ -38,15 +39,40 @@ def draw(backend, kind, shape, dtype, device):
             if _watching:
                 _seen_by_others(backend, device)
             return getattr(backend, _METHODS[kind])(shape, dtype, device)
-    if replays:
-        replay = replays[-1]
+    replay, logs = _replay_and_logs(logs, replays)
+    if replay is not None:
         samples, noted = replay.draw(backend, kind, shape, dtype, device)
-        logs = logs[replay.depth:] if logs else ()  # a draw again is new to logs opened since
     else:
         samples, noted = _noted_draw(backend, kind, shape, dtype, device)
-    for log in logs:  # the open logs of enclosing blocks note it too
+    for log in logs:
         log.draws.append(noted)
     return samples
+
+
+def noted(what, read, *args):
+    """read(*args): an op's reading of state that may change in place before backward (batch
+    norm's running statistics), as arrays of its own; `what` names it. While a DrawLog is open on
+    this thread the result is noted with the draws; while one is replayed, the results noted come
+    back instead, in order, so that a checkpointed block computed again reads what it first read."""
+    local = _local.__dict__
+    logs, replays = local.get("logs"), local.get("replays")
+    if not logs and not replays:
+        return read(*args)
+    replay, logs = _replay_and_logs(logs, replays)
+    value = read(*args) if replay is None else replay.read(what, args)
+    for log in logs:
+        log.reads.append((what, args, value))
+    return value
+
+
+def _replay_and_logs(logs, replays):
+    """The replay open innermost on this thread (None if none), and the DrawLogs that note what an
+    op takes now: every open one (the logs of enclosing blocks too), or under a replay only those
+    opened since (what it hands back again is new to them alone)."""
+    if not replays:
+        return None, logs
+    replay = replays[-1]
+    return replay, logs[replay.depth:] if logs else ()
 
 
 def _seen_by_others(backend, device):
@@ -113,12 +139,14 @@ class _Watcher:
 
 class DrawLog(_Watcher):
     """A context manager noting the draws ops make on this thread while it is open, and where
-    `backend`'s generator for `device` (the block's) was as it opened and closed; `replay()`
-    draws the same numbers again."""
+    `backend`'s generator for `device` (the block's) was as it opened and closed, and what else
+    they read that may change (see noted); `replay()` draws the same numbers again and hands back
+    what they read."""
 
     def __init__(self, backend, device):
         super().__init__(backend, device)
         self.draws = []
+        self.reads = []  # (what, args, value) for each call of noted, in order
         self.state = self.start = self.end = None
         self.untracked = True
 
@@ -167,7 +195,7 @@ class _Replay(_Watcher):
 
     def __init__(self, log):
         super().__init__(log.backend, log.device)
-        self.log, self.taken = log, 0
+        self.log, self.taken, self.read_count = log, 0, 0
         self.at = log.start  # where the generator is when nothing but noted draws moved it
         self.now = self.depth = None
 
@@ -207,6 +235,18 @@ class _Replay(_Watcher):
             self.at = noted.position_after
         return samples, noted
 
+    def read(self, what, args):
+        """The value the next noted read of the first run got: of `what`, with `args`."""
+        reads, i = self.log.reads, self.read_count
+        if i == len(reads) or reads[i][:2] != (what, args):
+            first = f"{reads[i][0]} {reads[i][1]}" if i < len(reads) else "nothing more"
+            raise RuntimeError(
+                f"checkpoint: computed again, the block read other state than the first time "
+                f"(read {i + 1}: {what} {args}, where it first read {first}): what a "
+                "checkpointed block does must depend on its inputs alone")
+        self.read_count += 1
+        return reads[i][2]
+
     def _check(self, position, first):
         """The generator must be where it was the first time, or where the noted draws left it
         (nothing drew since): other moves mean other draws mixed in, then or now."""
@@ -228,6 +268,12 @@ class _Replay(_Watcher):
                     f"checkpoint: computed again, the block drew {self.taken} times where it "
                     f"first drew {len(log.draws)} times: what a checkpointed block draws must "
                     "depend on its inputs alone")
+            if error is None and self.read_count != len(log.reads):  # fewer: more raise in read
+                raise RuntimeError(
+                    f"checkpoint: computed again, the block's ops read state that may change "
+                    f"({log.reads[self.read_count][0]}) {self.read_count} times where they first "
+                    f"read it {len(log.reads)} times: what a checkpointed block does must depend "
+                    "on its inputs alone")
             if error is None and log.untracked:
                 self._check(log.backend.random_position(log.device), log.end)
         finally:

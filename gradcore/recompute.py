@@ -7,9 +7,11 @@ block's intermediate arrays are freed at once. One node stands for the whole blo
 graph, its inputs being the block's arguments and those outside Variables. Its backward runs the
 block again with recording on, from the same Variables, and differentiates that: random ops
 (dropout) draw the same numbers (each draw was noted with where the generator was: see
-random.DrawLog), batch norm leaves its running statistics as the first run left them, gradients
-reach the outside Variables through the outer walk (gradcore.grad leaves every .grad alone, as
-without a checkpoint), and with create_graph the gradients stay differentiable.
+random.DrawLog), batch norm leaves its running statistics as the first run left them and, in
+test mode, reads them as the first run read them (noted in the same log: a train-mode call may
+have updated them since), gradients reach the outside Variables through the outer walk
+(gradcore.grad leaves every .grad alone, as without a checkpoint), and with create_graph the
+gradients stay differentiable.
 """
 import backends
 
@@ -142,7 +144,7 @@ class Checkpoint(Function):
         return tuple(gradients.get(i) for i in range(len(self.inputs)))
 
     def _run_again(self, arguments):
-        """The block's results from `arguments`, with the random numbers it drew the first
-        time."""
+        """The block's results from `arguments`, with the random numbers it drew and the running
+        statistics it read the first time."""
         with self.draws.replay():
             return self.fn(*_filled(self.args, self.where, arguments))

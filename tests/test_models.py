@@ -105,6 +105,35 @@ def test_pretrained_0_or_none_is_false_as_dezero_s_if_pretrained_takes_it():
             models.ResNet18(pretrained=value)
 
 
+def test_sequential_is_dezero_s_its_layers_l0_l1_and_loads_a_dezero_file(tmp_path):
+    import gradcore.layers as L
+    # what DeZero's Sequential(L.Linear(3), L.Linear(2)).save_weights writes, in_size 4
+    W0, W1 = np.arange(12.0).reshape(4, 3) / 10, np.arange(6.0).reshape(3, 2) / 10
+    path = tmp_path / "dezero.npz"
+    np.savez_compressed(path, **{"l0/W": W0.astype(np.float32), "l0/b": np.ones(3, np.float32),
+                                 "l1/W": W1.astype(np.float32), "l1/b": np.zeros(2, np.float32)})
+    model = models.Sequential(L.Linear(3), F.relu, L.Linear(2))
+    assert model.layers == [model.l0, F.relu, model.l2] and model.l1.fn is F.relu
+    model = models.Sequential(L.Linear(3), L.Linear(2))
+    assert model.layers == [model.l0, model.l1]
+    model.load_weights(path)  # lazy: sized by the file
+    x = np.ones((1, 4), np.float32)
+    np.testing.assert_allclose(model(x).data, (x @ W0 + 1) @ W1, rtol=1e-6)
+    # and back: what gradcore saves loads into a fresh one
+    saved = model.save(tmp_path / "gradcore.npz")
+    assert sorted(nn.read_checkpoint(saved)) == ["l0.W", "l0.b", "l1.W", "l1.b"]
+    clone = models.Sequential(L.Linear(3), L.Linear(2))
+    clone.load_weights(saved)
+    np.testing.assert_array_equal(clone(x).data, model(x).data)
+    # DeZero's Sequential holds `self.layers`: a subclass setting it gets those as l0, l1
+    model.layers = [model.l1]
+    assert model.layers == [model.l0] and list(model.state_dict()) == ["l0.W", "l0.b"]
+    # gradcore.nn's is PyTorch's, and the models built of it keep their names
+    assert list(nn.Sequential(nn.Linear(2, in_size=1)).state_dict()) == ["0.W", "0.b"]
+    assert "blocks.0.conv1.W" in dict(models.ResNet18().named_parameters())
+    assert "fires.0.squeeze.W" in dict(models.SqueezeNet().named_parameters())
+
+
 def test_vgg16_preprocess_makes_bgr_minus_the_imagenet_mean_channels_first():
     rgb = np.array([[[10, 20, 30], [40, 50, 60]],
                     [[70, 80, 90], [250, 0, 128]]], np.uint8)  # (H, W, 3) = (2, 2, 3)

@@ -70,6 +70,119 @@ def test_batch_norm_in_a_block_updates_its_running_statistics_once():
     np.testing.assert_array_equal(norms[1].avg_var.data, norms[0].avg_var.data)
 
 
+def teacher_and_student(xp, use, nested=False):
+    """x's, gamma's and beta's gradients through a test-mode (teacher) branch of batch norm,
+    checkpointed if `use` (inside another checkpoint too if `nested`), and a train-mode branch
+    through the same statistics after it, which updates them in place before the one backward."""
+    rng = np.random.default_rng(3)
+    mean, var = xp.asarray(rng.standard_normal(3)), xp.asarray(rng.random(3) + 0.5)
+    gamma = Variable(xp.asarray(rng.random(3) + 0.5))
+    beta = Variable(xp.asarray(rng.standard_normal(3)))
+    x = Variable(xp.asarray(rng.standard_normal((4, 3))))
+
+    def norm(h):
+        return F.batch_norm(h, gamma, beta, mean, var)
+
+    def teacher(h):
+        if not use:
+            return norm(h) * h
+        if nested:
+            return gradcore.checkpoint(lambda u: gradcore.checkpoint(norm, u) * u, h)
+        return gradcore.checkpoint(lambda u: norm(u) * u, h)
+
+    with gradcore.test_mode():
+        y = teacher(x)
+    student = norm(Variable(xp.asarray(rng.standard_normal((8, 3)) * 5 + 2)))
+    F.sum(y * y + student[:4]).backward()
+    return [xp.numpy(v.grad.data) for v in (x, gamma, beta)]
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_a_test_mode_block_reads_the_running_statistics_of_its_first_run_again(xp2, nested):
+    for checked, plain in zip(teacher_and_student(xp2, True, nested),
+                              teacher_and_student(xp2, False)):
+        np.testing.assert_array_equal(checked, plain)
+
+
+def test_a_test_mode_block_reading_its_statistics_otherwise_the_second_time_is_refused():
+    rng = np.random.default_rng(4)
+    mean, var, gamma, beta = np.zeros(3), np.ones(3), Variable(np.ones(3)), Variable(np.zeros(3))
+    for counts, match in (([2, 1], r"running statistics\) 1 times where they first read it 2"),
+                          ([1, 2], r"read 2: batch_norm's running statistics.*nothing more")):
+        runs = iter(counts)
+
+        def block(h):
+            for _ in range(next(runs)):
+                h = F.batch_norm(h, gamma, beta, mean, var)
+            return h
+
+        with gradcore.test_mode():
+            y = gradcore.checkpoint(block, Variable(rng.standard_normal((4, 3))))
+        with pytest.raises(RuntimeError, match=match):
+            F.sum(y).backward()
+
+
+def test_another_threads_batch_norm_while_a_block_runs_is_none_of_the_blocks():
+    """While a test-mode block waits, another thread reads the same statistics in test mode and
+    updates them in train mode: backward reads what the block read, and only that."""
+    rng = np.random.default_rng(5)
+    norm = nn.BatchNorm()
+    norm(rng.standard_normal((8, 3)) * 5)
+    started, done = threading.Event(), threading.Event()
+
+    def other():
+        started.wait()
+        with gradcore.test_mode():
+            norm(rng.standard_normal((4, 3)))
+        norm(rng.standard_normal((8, 3)) * 50 + 3)
+        done.set()
+
+    def block(h):
+        h = norm(h) * h
+        if not done.is_set():  # the first run only
+            started.set()
+            done.wait()
+        return h
+
+    x = rng.standard_normal((4, 3))
+    plain, h = Variable(x), Variable(x)
+    with gradcore.test_mode():
+        F.sum((norm(plain) * plain) ** 2).backward()  # with the statistics as they are now
+    thread = threading.Thread(target=other)
+    thread.start()
+    with gradcore.test_mode():
+        y = gradcore.checkpoint(block, h)
+    thread.join()
+    F.sum(y * y).backward()
+    np.testing.assert_allclose(h.grad.data, plain.grad.data, rtol=1e-12)
+
+
+def test_a_compiled_step_with_a_checkpointed_test_mode_branch_reads_the_statistics_it_used():
+    def make(use):
+        norm = nn.BatchNorm(dtype=np.float64)
+        norm(np.linspace(-3.0, 5.0, 24).reshape(8, 3))
+
+        def step(x, t):
+            h = Variable(x)
+            with gradcore.test_mode():
+                y = gradcore.checkpoint(norm, h) if use else norm(h)
+            loss = F.sum(y * y) + F.sum(norm(t))  # the train-mode branch updates the statistics
+            norm.cleargrads()
+            loss.backward()
+            return h.grad, norm.gamma.grad, norm.beta.grad
+        return step, norm
+
+    (compiled, checked), (eager, plain) = make(True), make(False)
+    compiled = gradcore.compile(compiled)
+    rng = np.random.default_rng(6)
+    for i in range(4):
+        x, t = rng.standard_normal((4, 3)), rng.standard_normal((8, 3)) * (i + 2) + i
+        for got, want in zip(compiled(x, t), eager(x, t)):
+            np.testing.assert_allclose(got.data, want.data, rtol=1e-12)
+        np.testing.assert_allclose(checked.avg_var.data, plain.avg_var.data, rtol=1e-12)
+    assert compiled.stats()["replays"] == 3
+
+
 def _with_other_draws(when, xp):
     """A block of two dropouts during which another thread draws 50 numbers: in its first run
     between the masks, and, if `when` is "both", in its second run before the first mask (the

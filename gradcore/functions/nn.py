@@ -5,7 +5,7 @@ import backends
 
 from ..config import Config, recomputing
 from ..function import Function
-from ..random import draw
+from ..random import draw, noted
 from ..variable import Variable
 from .device import accumulator_dtype, astype
 from .loss import _backend_and_device
@@ -85,14 +85,20 @@ class BatchNorm(Function):
                 self._update(xp.reshape(mean, (-1,)), xp.reshape(var, (-1,)),
                              x.size // x.shape[1])
         else:
-            # copies (astype), kept for backward: a train-mode call before it updates the
-            # running statistics in place
-            mean = xp.reshape(xp.astype(self.running_mean, xw.dtype), shape)
-            var = xp.reshape(xp.astype(self.running_var, xw.dtype), shape)
-            self.statistics = mean, var
+            # copies, kept for backward: a train-mode call before it updates the running
+            # statistics in place. noted: a checkpointed block computed again during backward
+            # gets the copies its first run made, not the statistics as they are by then
+            mean, var = self.statistics = noted(
+                "batch_norm's running statistics", self._statistics, xw.dtype, shape)
         x_hat = (xw - mean) / xp.sqrt(var + self.eps)
         y = xp.reshape(gamma, shape) * x_hat + xp.reshape(beta, shape)
         return y if wide is None else xp.astype(y, x.dtype)
+
+    def _statistics(self, dtype, shape):
+        """Copies (astype) of the running mean and variance, as `dtype`, of shape `shape`."""
+        xp = self.xp
+        return (xp.reshape(xp.astype(self.running_mean, dtype), shape),
+                xp.reshape(xp.astype(self.running_var, dtype), shape))
 
     def _check(self, x, gamma, beta):
         if x.ndim < 2:

@@ -4,7 +4,10 @@ generator (gradcore.manual_seed repeats them). Returns the Parameter.
 
 Fans follow gradcore's layouts: a Linear weight W is (in, out), as in DeZero (PyTorch's is
 (out, in)), so fan_in is its first axis; a convolution's W is (out channels, in channels,
-kh, kw), so fan_in = in channels * kh * kw and fan_out = out channels * kh * kw.
+kh, kw), so fan_in = in channels * kh * kw and fan_out = out channels * kh * kw. Any weight of
+3 or more axes is read that way, so for Deconv2d's (in channels, out channels, kh, kw) the two
+fans come out swapped: fan_in is out channels * kh * kw, as PyTorch's fans of a ConvTranspose
+weight are (pass mode="fan_out" to kaiming_* for the input side).
 
 Numeric arguments are taken as Python floats (a NumPy scalar or a 0-d array of a real number is
 one; a bool is refused), so a fill computes in the Parameter's dtype: under NumPy 2 float32 data
@@ -120,10 +123,12 @@ def _fans(shape, where):
 
 
 def calculate_gain(nonlinearity, param=None):
-    """The gain PyTorch recommends for `nonlinearity`: 1 for linear and sigmoid, 5/3 for tanh,
-    sqrt(2) for relu, sqrt(2 / (1 + slope**2)) for leaky_relu (param: the slope, 0.01)."""
-    gains = {"linear": 1.0, "conv1d": 1.0, "conv2d": 1.0, "sigmoid": 1.0, "tanh": 5.0 / 3,
-             "relu": math.sqrt(2.0), "selu": 3.0 / 4}
+    """The gain PyTorch recommends for `nonlinearity`: 1 for linear, the convolutions (conv1d to
+    conv3d, conv_transpose1d to conv_transpose3d) and sigmoid, 5/3 for tanh, sqrt(2) for relu,
+    3/4 for selu, sqrt(2 / (1 + slope**2)) for leaky_relu (param: the slope, 0.01)."""
+    gains = {"linear": 1.0, "conv1d": 1.0, "conv2d": 1.0, "conv3d": 1.0,
+             "conv_transpose1d": 1.0, "conv_transpose2d": 1.0, "conv_transpose3d": 1.0,
+             "sigmoid": 1.0, "tanh": 5.0 / 3, "relu": math.sqrt(2.0), "selu": 3.0 / 4}
     if nonlinearity == "leaky_relu":
         slope = 0.01 if param is None else _number(param, "param", "calculate_gain")
         return math.sqrt(2.0 / (1 + slope ** 2))

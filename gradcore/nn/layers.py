@@ -669,30 +669,10 @@ def _layer_index(name):
     return None
 
 
-class MLP(Module):
-    """DeZero's multi-layer perceptron: one lazy Linear per entry of `fc_output_sizes`
-    (attributes l0, l1, ...), with `activation` between them and none after the last.
-
-    forward runs the sub-modules named l0, l1, ... in index order (see `layers`), as DeZero's
-    runs its list of them: replacing or deleting mlp.l1 changes what runs and what is saved
-    alike, and a layer a subclass adds under another name (self.head = Linear(2)) is its own
-    to call, never run by MLP.forward.
-    """
-
-    def __init__(self, fc_output_sizes, activation=F.sigmoid):
-        super().__init__()
-        try:
-            sizes = list(fc_output_sizes)
-        except TypeError:
-            raise TypeError(f"MLP: fc_output_sizes must be a sequence of ints, e.g. (10, 1), got "
-                            f"{fc_output_sizes!r}") from None
-        if not sizes:
-            raise ValueError("MLP: fc_output_sizes is empty; give at least one layer size")
-        if not callable(activation):
-            raise TypeError(f"MLP: activation must be callable, got {type(activation).__name__}")
-        self.activation = activation
-        for i, size in enumerate(sizes):
-            setattr(self, f"l{i}", Linear(_size(size, f"fc_output_sizes[{i}]", "MLP")))
+class _IndexedLayers(Module):
+    """Layers kept as DeZero's MLP and Sequential keep them: sub-modules named l0, l1, ...
+    (plain callables wrapped), run in index order, with a `layers` list beside them. Subclasses
+    set `_where`, the name errors give them."""
 
     def _layer_items(self):
         """(name, layer) for the sub-modules named l<i>, by index i; None ones skipped."""
@@ -709,12 +689,12 @@ class MLP(Module):
     def layers(self):
         """The layers forward runs, in order: the sub-modules l0, l1, ... by index (one deleted
         or set to None skipped), plain callables as given. A new list at each read: change the
-        layers by assigning mlp.l1, or the whole list.
+        layers by assigning model.l1, or the whole list.
 
-        Assigning a list (DeZero's MLP keeps `self.layers`, and a subclass may set it, e.g.
-        self.layers = [self.l0, self.l1, self.head]) makes its items l0, l1, ... (those already
-        there stay as they are) and removes any l<i> past its end, so the list is what runs,
-        trains and is saved."""
+        Assigning a list (DeZero's MLP and Sequential keep `self.layers`, and a subclass may set
+        it, e.g. self.layers = [self.l0, self.l1, self.head]) makes its items l0, l1, ...
+        (those already there stay as they are) and removes any l<i> past its end, so the list
+        is what runs, trains and is saved."""
         return [layer.fn if type(layer) is _Call else layer for _, layer in self._layer_items()]
 
     @layers.setter
@@ -722,12 +702,12 @@ class MLP(Module):
         try:
             layers = list(layers)
         except TypeError:
-            raise TypeError(f"MLP.layers must be a list of layers, got "
+            raise TypeError(f"{self._where}.layers must be a list of layers, got "
                             f"{type(layers).__name__}") from None
         for i, layer in enumerate(layers):
             if not callable(layer):
-                raise TypeError(f"MLP.layers[{i}]: a layer must be a Module or a callable, got "
-                                f"{type(layer).__name__}")
+                raise TypeError(f"{self._where}.layers[{i}]: a layer must be a Module or a "
+                                f"callable, got {type(layer).__name__}")
         for i, layer in enumerate(layers):
             current = self.__dict__.get(f"l{i}")
             if current is not layer and not (type(current) is _Call and current.fn is layer):
@@ -735,6 +715,34 @@ class MLP(Module):
         for name, _ in self._layer_items():
             if _layer_index(name) >= len(layers):
                 delattr(self, name)
+
+
+class MLP(_IndexedLayers):
+    """DeZero's multi-layer perceptron: one lazy Linear per entry of `fc_output_sizes`
+    (attributes l0, l1, ...), with `activation` between them and none after the last.
+
+    forward runs the sub-modules named l0, l1, ... in index order (see `layers`), as DeZero's
+    runs its list of them: replacing or deleting mlp.l1 changes what runs and what is saved
+    alike, and a layer a subclass adds under another name (self.head = Linear(2)) is its own
+    to call, never run by MLP.forward.
+    """
+
+    _where = "MLP"
+
+    def __init__(self, fc_output_sizes, activation=F.sigmoid):
+        super().__init__()
+        try:
+            sizes = list(fc_output_sizes)
+        except TypeError:
+            raise TypeError(f"MLP: fc_output_sizes must be a sequence of ints, e.g. (10, 1), got "
+                            f"{fc_output_sizes!r}") from None
+        if not sizes:
+            raise ValueError("MLP: fc_output_sizes is empty; give at least one layer size")
+        if not callable(activation):
+            raise TypeError(f"MLP: activation must be callable, got {type(activation).__name__}")
+        self.activation = activation
+        for i, size in enumerate(sizes):
+            setattr(self, f"l{i}", Linear(_size(size, f"fc_output_sizes[{i}]", "MLP")))
 
     def forward(self, x):
         layers = self._layer_items()

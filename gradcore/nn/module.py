@@ -411,7 +411,13 @@ class Module:
                 object.__setattr__(module, "_device", device)
             if name is not None:
                 object.__setattr__(module, "_dtype", name)
+            module._after_moving(device, name)
         return self
+
+    def _after_moving(self, device, dtype_name):
+        """Called on every module of a model by its to(), once the parameters and buffers are
+        on `device` (None: where they were) in the floating dtype `dtype_name` (None: as they
+        were): a layer that carries other state between calls (RNN's h) moves it here."""
 
     def to_cpu(self):
         """DeZero's name for to("cpu"); returns self."""
@@ -761,9 +767,12 @@ def _converted(data, device, dtype_name):
     if dtype_name is not None:
         backend = backends.backend_of(data)
         xp = backend.xp
-        if xp.isdtype(data.dtype, "real floating"):
+        dtype = getattr(xp, dtype_name)
+        # astype copies even to the dtype the array has (NumPy): a new array would bump the
+        # version and break a pending backward, and unlink the arrays state_dict handed out
+        if xp.isdtype(data.dtype, "real floating") and data.dtype != dtype:
             with backend.device_context(backend.device_of(data)):
-                data = xp.astype(data, getattr(xp, dtype_name))
+                data = xp.astype(data, dtype)
     return data
 
 

@@ -19,6 +19,17 @@ def _check_batch(layer, x, h):
             "another batch size")
 
 
+def _moved_state(h, device, dtype_name):
+    """The carried state h on `device` in `dtype_name` (None: as it is), moved through the graph
+    (F.to, F.astype: h itself where nothing changes), so that it goes on with the layer that
+    Module.to moved."""
+    if h is None:
+        return None
+    if device is not None:
+        h = F.to(h, device)
+    return h if dtype_name is None else F.astype(h, dtype_name)
+
+
 def _preactivation(x2h, h2h, x, h):
     """x2h(x) + h2h(h), or x2h(x) alone at the first step (h None). A lazy h2h is created at
     its first use, the second step, on h's device and dtype: the order DeZero draws in, so
@@ -31,8 +42,9 @@ class RNN(Module):
     """An Elman RNN: h = tanh(x2h(x) + h2h(h_prev)), x (N, in_size) -> h (N, hidden_size).
 
     The state `h` carries over from call to call (the graph through it too: cut it with
-    `h.unchain_backward()` for truncated backprop); `reset_state()` starts a new sequence, and
-    must come before a batch of another size (ValueError otherwise).
+    `h.unchain_backward()` for truncated backprop), and `to()` moves it with the layer;
+    `reset_state()` starts a new sequence, and must come before a batch of another size
+    (ValueError otherwise).
     x2h is Linear(hidden_size, in_size=in_size) and h2h Linear(hidden_size, no bias). With
     in_size given both are made here; without it, as in DeZero, x2h is made at the first call
     and h2h at the second, the first to read a state, or at a state_dict() (or save()) of this
@@ -56,6 +68,9 @@ class RNN(Module):
     def reset_state(self):
         """Forget the hidden state: the next call starts a new sequence."""
         self.h = None
+
+    def _after_moving(self, device, dtype_name):
+        self.h = _moved_state(self.h, device, dtype_name)
 
     def _before_saving(self):
         """h2h drawn now if x2h has been made but h2h not yet (its shape, (hidden_size,
@@ -93,7 +108,8 @@ class LSTM(Module):
     f, i, o = sigmoid(x2g(x) + h2g(h)), candidate u = tanh(x2u(x) + h2u(h)),
     c = f * c_prev + i * u, h = o * tanh(c).
 
-    The state (`h`, `c`) carries over from call to call; `reset_state()` clears it, and must
+    The state (`h`, `c`) carries over from call to call (`to()` moves it with the layer, as
+    RNN's); `reset_state()` clears it, and must
     come before a batch of another size (ValueError otherwise). The x2*
     Linears have biases (lazy if in_size is None), the h2* ones none (DeZero's layout). The h2*
     read the state, so they are made here, (hidden_size, hidden_size), as in DeZero (its
@@ -118,6 +134,10 @@ class LSTM(Module):
         """Forget h and c: the next call starts a new sequence."""
         self.h = None
         self.c = None
+
+    def _after_moving(self, device, dtype_name):
+        self.h = _moved_state(self.h, device, dtype_name)
+        self.c = _moved_state(self.c, device, dtype_name)
 
     def forward(self, x):
         h = self.h

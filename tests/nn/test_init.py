@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import gradcore
-from gradcore.nn import init
+from gradcore.nn import Deconv2d, init
 
 
 def parameter(xp, shape, dtype="float32"):
@@ -74,6 +74,22 @@ def test_fans_follow_gradcores_layouts_and_errors_say_what_to_do():
         init.xavier_uniform_(parameter(np, (4,)))
     with pytest.raises(ValueError, match="unknown nonlinearity 'swish'"):
         init.calculate_gain("swish")
+
+
+def test_calculate_gain_knows_pytorchs_convolution_names():
+    for name in ("conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+                 "conv_transpose3d"):
+        assert init.calculate_gain(name) == 1.0, name
+
+
+def test_a_deconv_weight_has_pytorchs_conv_transpose_fans_the_swapped_ones():
+    deconv = Deconv2d(8, kernel_size=3, in_channels=2)  # W (in 2, out 8, 3, 3)
+    assert deconv.W.shape == (2, 8, 3, 3)
+    gradcore.manual_seed(0)
+    init.kaiming_uniform_(deconv.W, nonlinearity="relu")  # bound sqrt(6 / fan_in), fan_in 8 * 9
+    assert abs(deconv.W.data).max() <= math.sqrt(6 / 72)
+    init.kaiming_uniform_(deconv.W, mode="fan_out", nonlinearity="relu")  # the input side, 2 * 9
+    assert math.sqrt(6 / 72) < abs(deconv.W.data).max() <= math.sqrt(6 / 18)
 
 
 # every numeric argument of every fill, as fill(p, v)

@@ -682,6 +682,24 @@ def test_to_dtype_and_device_together():
     assert lin.W.dtype == STRICT.xp.float32 and lin.W.device == DEVICE1
 
 
+@pytest.mark.parametrize("device", [None, DEVICE1])
+def test_to_the_dtype_and_device_it_has_writes_nothing(device):
+    lin = nn.Linear(3, in_size=2).to(device)
+    x = np.ones((2, 2), np.float32)
+    if device is not None:
+        x = STRICT.asarray(x, device=device)
+    F.sum(lin(x)).backward()  # gradients to move too
+    y = F.sum(lin(x))  # a graph recorded before to(): its backward must still run
+    state = lin.state_dict()
+    variables = [lin.W, lin.b, lin.W.grad, lin.b.grad]
+    before = [(v.data, v.version) for v in variables]
+    lin.to(device, dtype="float32")
+    assert all(v.data is data and v.version == version
+               for v, (data, version) in zip(variables, before))
+    assert state["W"] is lin.W.data and state["b"] is lin.b.data
+    y.backward()
+
+
 def test_bad_to_raises_and_changes_nothing():
     lin = nn.Linear(2, 3)
     W = lin.W.data

@@ -5,6 +5,7 @@ import pytest
 
 import gradcore.functions as F
 import gradcore.nn as nn
+from conftest import DEVICE1, STRICT
 
 
 def _np(xp, v):
@@ -231,6 +232,32 @@ def test_a_lazy_lstm_moves_its_h2_weights_to_the_input_device(xp2):
     assert all(p.device == xp2.device for p in lstm.parameters())
     np.testing.assert_array_equal(xp2.numpy(lstm.h2f.W.data), h2f)  # moved, not drawn again
     assert lstm(xp2.asarray(np.ones((1, 3), np.float32))).device == xp2.device
+
+
+@pytest.mark.parametrize("make", [nn.RNN, nn.LSTM])
+def test_to_moves_the_carried_state_with_the_layer(make):
+    """Moved mid-sequence (itself or in a model holding it), the layer goes on with its state
+    where its weights went, as the same steps taken there all along."""
+    rng = np.random.default_rng(2)
+    xs = [rng.standard_normal((2, 3)).astype(np.float32) for _ in range(2)]
+    model = nn.Sequential(make(4, in_size=3))
+    layer = model[0]
+    reference = make(4, in_size=3).to(DEVICE1, dtype="float64")
+    reference.load_state_dict(layer.state_dict())
+    layer(xs[0]).unchain_backward()  # truncated backprop: the graph behind is done with
+    model.to(DEVICE1, dtype="float64")
+    states = [layer.h] + ([layer.c] if make is nn.LSTM else [])
+    assert all(s.device == DEVICE1 and s.dtype == STRICT.xp.float64 for s in states)
+    for x in xs:
+        expected = reference(STRICT.asarray(x.astype(np.float64), device=DEVICE1))
+    y = layer(STRICT.asarray(xs[1].astype(np.float64), device=DEVICE1))
+    np.testing.assert_allclose(y.numpy(), expected.numpy(), atol=1e-6)  # step 1 in float32
+    F.sum(y).backward()
+    assert all(p.grad.device == DEVICE1 for p in layer.parameters())
+    h = layer.h
+    model.to(DEVICE1, dtype="float64")  # where it is: the state stays as it is
+    assert layer.h is h
+
 
 def test_a_model_holding_an_rnn_saves_after_its_first_call(tmp_path):
     """A model's state_dict lets each of its layers finish what it makes later (RNN's h2h)."""
