@@ -651,6 +651,44 @@ def test_check_must_be_a_count():
         gradcore.compile(chain, check=-1)
 
 
+class _DezeroMomentum(optim.Optimizer):
+    """A DeZero-style optimizer: hyperparameters and state (`vs`) of its own, none of them in
+    its state_dict()."""
+
+    def __init__(self, lr=0.1, momentum=0.9):
+        super().__init__()
+        self.rate, self.momentum, self.vs = lr, momentum, {}
+
+    def update_one(self, param):
+        v = self.vs.setdefault(id(param), np.zeros_like(param.data))
+        v *= self.momentum
+        v -= self.rate * param.grad.data
+        param.data += v
+
+
+@pytest.mark.parametrize("how", ["step(closure)", "state of its own"])
+def test_check_runs_the_eager_step_from_the_optimizers_state_before_the_replay(how):
+    """The eager step of a checked replay starts where the replay started, the optimizer's
+    state included: found whatever the step's line is bound to (step(closure) hands over a
+    bound method), and what it holds wherever it keeps it (not in its state_dict)."""
+    def make():
+        np.random.seed(0)
+        model = nn.MLP((8, 3))
+        model(np.zeros((1, 4)))
+        if how == "step(closure)":
+            opt = optim.Adam(model, lr=0.01)
+            return model, opt, _step_with_closure(model, opt)
+        return _training(_DezeroMomentum, model=model)
+
+    (eager_model, _, eager), (model, opt, step) = make(), make()
+    checked = gradcore.compile(step, check=True)
+    for x, t in _batches(5):
+        assert same(checked(x, t), eager(x, t))  # no ReplayMismatch: the step ran once
+    for p, q in zip(model.params(), eager_model.params()):
+        assert same(p.data, q.data)
+    assert checked.stats()["checked replays"] == 4 and checked.tapes()[0].optimizers() == [opt]
+
+
 def test_a_buffer_is_reused_only_where_nothing_else_sees_it():
     from gradcore.compile.tape import REUSE_BYTES
     n = REUSE_BYTES // 8 + 2  # float64 arrays big enough for reuse to pay
@@ -703,6 +741,34 @@ def test_an_array_passed_by_keyword_only_is_read_by_the_replay():
     for x in (np.array([-1.0, 0.5, 1.0]), np.array([1.0, 2.0, 0.25]), np.array([0.0, 3.0, 1.0])):
         assert same(compiled(x), step(x))
     assert compiled.stats()["replays"] == 2
+
+
+def test_a_call_with_keywords_replays_as_the_call_made_by_position():
+    def step(x, t=2.0, *, scale=1.0):
+        return F.sum(gradcore.Variable(x) * t) * scale
+
+    compiled = gradcore.compile(step)
+    x = np.arange(3.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for args, kwargs in [((x,), {"t": 3.0}), ((), {"x": x, "t": 3.0}), ((x, 3.0), {}),
+                             ((), {"t": 3.0, "x": x})]:
+            assert same(compiled(*args, **kwargs), step(x, 3.0))
+        assert same(compiled(x=x), step(x))  # the default filled in: step(x, 2.0)
+        assert same(compiled(x, 2.0), step(x))
+    assert compiled.stats()["recordings"] == 2 and compiled.stats()["replays"] == 4
+    with pytest.warns(RuntimeWarning, match="eagerly when called with keyword arguments: "
+                      "'scale' can only be given by keyword"):
+        assert same(compiled(x, scale=2.0), step(x, scale=2.0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once
+        assert same(compiled(x, scale=2.0), step(x, scale=2.0))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'y'"):
+        compiled(x, y=1.0)  # as eagerly
+    bound = gradcore.compile(functools.partial(step, scale=3.0))
+    for _ in range(3):
+        assert same(bound(x, t=1.0), step(x, 1.0, scale=3.0))
+    assert bound.stats()["replays"] == 2
 
 
 @pytest.mark.parametrize("by", ["keyword", "position"])
@@ -1348,6 +1414,57 @@ def test_a_container_of_arrays_runs_eagerly_with_one_warning_and_one_of_numbers_
     assert float(compiled(np.ones(3), [5, 0]).data) == 15.0  # a list: another key
 
 
+_Batch = collections.namedtuple("Batch", "x t")
+
+
+class _Tagged(tuple):
+    pass
+
+
+def test_a_namedtuple_or_dict_subclass_argument_is_keyed_as_a_tuple_or_dict():
+    w = gradcore.Parameter(np.ones(3))
+
+    def step(batch):
+        return F.sum(gradcore.Variable(batch.x) * w) * batch.t
+
+    compiled = gradcore.compile(step)
+    with pytest.warns(RuntimeWarning, match=r"argument 0 is a Batch holding arrays.*step\(\*batch"):
+        compiled(_Batch(np.ones(3), 2.0))
+    for i in range(4):  # a new batch at each call: eager, never a tape per batch
+        assert float(compiled(_Batch(np.full(3, float(i)), 2.0)).data) == 6.0 * i
+    assert compiled.stats()["recordings"] == 0 and compiled.stats()["eager calls"] == 5
+
+    def scaled(x, c):
+        return F.sum(gradcore.Variable(x)) * c["scale"] + c["missing"]
+
+    compiled = gradcore.compile(scaled)
+    for make in [lambda: collections.OrderedDict(scale=2.0, missing=0.0),
+                 lambda: collections.defaultdict(float, scale=2.0)]:
+        for _ in range(3):  # new objects holding the same numbers: one key
+            assert float(compiled(np.ones(3), make()).data) == 6.0
+    # a defaultdict making other values for a missing key: another key
+    assert float(compiled(np.ones(3), collections.defaultdict(lambda: 1.0, scale=2.0)).data) == 7.0
+    assert compiled.stats()["recordings"] == 3 and compiled.stats()["replays"] == 4
+    compiled = gradcore.compile(lambda x, c: F.sum(gradcore.Variable(x)) * c.scale)
+    for scale in (2.0, 3.0):  # attributes of its own besides what it holds: by identity
+        tagged = _Tagged()
+        tagged.scale = scale
+        assert float(compiled(np.ones(3), tagged).data) == 3.0 * scale
+
+
+class _Settings:
+    def __init__(self, scale):
+        self.scale = scale
+
+
+def test_a_step_recording_for_new_objects_says_they_are_keyed_by_identity():
+    compiled = gradcore.compile(lambda x, s: gradcore.Variable(x) * s.scale, cache_size=1)
+    with pytest.warns(RuntimeWarning, match=r"argument 1 \(a _Settings object -> another like "
+                      r"it\): such an argument is keyed by identity: pass the same one"):
+        for _ in range(3):
+            compiled(np.ones(2), _Settings(2.0))
+
+
 _REBOUND = """
 def step(x):
     return F.sum(gradcore.Variable(x) * (1.0 / temperature))
@@ -1377,6 +1494,24 @@ def test_minus_zero_is_another_argument_than_zero():
     for _ in range(3):
         assert (compiled(np.ones(2), 0.0).data == np.inf).all()
     assert (compiled(np.ones(2), -0.0).data == -np.inf).all()
+
+
+@pytest.mark.filterwarnings("ignore:divide by zero", "ignore:invalid value")
+def test_a_numpy_scalar_argument_is_a_weak_number_keyed_by_value(xp2):
+    """np.float64(0.5) is a Python number to eager code (float32 data stays float32, data on
+    another library or device takes it): so it is to a tape, a constant keyed by its value."""
+    w = gradcore.Parameter(xp2.asarray(np.arange(1.0, 4.0), dtype="float32"))
+
+    def step(s):
+        return w * s
+
+    compiled = gradcore.compile(step)
+    for s in [np.float64(0.5)] * 3 + [np.float64(0.25)] * 2 + [np.float64(0.0)] * 2 + [
+            np.float64(-0.0), np.float64("nan"), np.float64("nan"), np.float32(0.5)]:
+        got, want = compiled(s), step(s)
+        assert got.dtype == want.dtype == w.dtype and got.device == want.device
+        np.testing.assert_array_equal(xp2.numpy(got.data), xp2.numpy(want.data))
+    assert compiled.stats()["recordings"] == 6 and compiled.stats()["replays"] == 5
 
 
 def _falls_back(make, make_args, calls=4, match=None):
@@ -1565,6 +1700,18 @@ class _SharpnessAware(optim.SGD):
         return loss
 
 
+def _step_with_closure(model, opt):
+    """A training step through opt.step(closure)."""
+    def step(x, t):
+        def closure():
+            opt.zero_grad()
+            loss = F.softmax_cross_entropy(model(x), t)
+            loss.backward()
+            return loss
+        return opt.step(closure)
+    return step
+
+
 @pytest.mark.parametrize("kind", [optim.SGD, _OwnStepSGD, _SharpnessAware],
                          ids=["SGD", "its own step", "SAM"])
 def test_an_optimizer_step_with_a_closure_replays_as_eagerly(kind):
@@ -1575,16 +1722,7 @@ def test_an_optimizer_step_with_a_closure_replays_as_eagerly(kind):
         gradcore.manual_seed(0)
         model = nn.Linear(3)
         model(gradcore.Variable(np.zeros((1, 4))))
-        opt = kind(model.params(), lr=0.1)
-
-        def step(x, t):
-            def closure():
-                opt.zero_grad()
-                loss = F.softmax_cross_entropy(model(x), t)
-                loss.backward()
-                return loss
-            return opt.step(closure)
-        return model, step
+        return model, _step_with_closure(model, kind(model.params(), lr=0.1))
 
     (eager_model, eager), (model, step) = make(), make()
     compiled = gradcore.compile(step)
@@ -2482,6 +2620,34 @@ def test_a_thread_a_recording_waits_for_raises_instead_of_waiting_for_ever(monke
     compiled(np.ones((2, 4)))  # makes the lazy weights
     compiled(np.ones((2, 4)))  # records, the model's weights adopted
     assert raised and "recording in another thread" in raised[0]
+
+
+def test_a_compiled_call_in_an_optimizer_hook_runs_eagerly_while_the_step_records(monkeypatch):
+    # the hook runs as Python in the recording (an opaque line): a compiled call there is
+    # nested in the recording, as one in the step is, and must not wait for the recording lock
+    # its own thread holds
+    from gradcore.compile import trace
+    monkeypatch.setattr(trace, "WAIT_SECONDS", 0.5)
+
+    def make():
+        np.random.seed(0)
+        model, opt, step = _training(optim.SGD)
+        model(np.zeros((1, 4)))
+        norms = []
+        squared = gradcore.compile(lambda: sum(F.sum(p.grad * p.grad) for p in model.params()))
+        opt.add_hook(lambda params: norms.append(float(squared().data)))
+        return model, step, norms, squared
+
+    (eager_model, eager, eager_norms, _), (model, step, norms, squared) = make(), make()
+    compiled = gradcore.compile(step)
+    for x, t in _batches(4):
+        assert same(compiled(x, t), eager(x, t))
+    assert norms == eager_norms and len(norms) == 4
+    for p, q in zip(model.params(), eager_model.params()):
+        assert same(p.data, q.data)
+    assert compiled.stats()["recordings"] == 1 and compiled.stats()["replays"] == 3
+    assert squared.stats()["eager calls"] == 1  # in the recording; in replays it replays
+    assert squared.stats()["replays"] == 2
 
 
 # ========================================================================= NaN arguments

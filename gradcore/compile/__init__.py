@@ -93,6 +93,8 @@ class Compiled:
         self._eager = collections.OrderedDict()
         self._again = {}  # key -> recordings in a row that asked to record again
         self._warned_of_anomaly = False  # warned that anomaly mode keeps the calls eager
+        self._warned_of_keywords = False  # warned that a call with keywords runs eagerly
+        self._signature = None  # fn's inspect.Signature (False: none), read at a keyword call
         self._counts = collections.Counter()
         self._recent = None  # the tape used last, last in _tapes
         self._keys_recorded = 0  # keys recorded for, one after another (the same twice: once)
@@ -103,13 +105,22 @@ class Compiled:
         self._also = ()  # hooks of the user's a recording ran, not reached by name: followed too
 
     def __call__(self, *args, **kwargs):
-        if kwargs or getattr(trace._active, "recorder", None) is not None:
-            self._counts["eager calls"] += 1  # keywords, or in a recording (trace.recorder())
-            return self.fn(*args, **kwargs)
+        if kwargs:
+            return self._with_keywords(args, kwargs)
+        if getattr(trace._active, "recorder", None) is not None:
+            self._counts["eager calls"] += 1  # in a recording (trace.recorder())
+            return self.fn(*args)
         me = _get_ident()
-        _running_calls.append(me)
+        _running_calls.append(me)  # before _recording_thread is read: see _alone
         try:
-            if _recording_thread[0] is not None and _recording_thread[0] != me:
+            recording_thread = _recording_thread[0]
+            if recording_thread is not None:
+                if recording_thread == me:
+                    # called from code this thread's recording runs as Python (an optimizer's
+                    # hook): eager, as within the recording, or it would wait for the recording
+                    # lock its own thread holds
+                    self._counts["eager calls"] += 1
+                    return self.fn(*args)
                 _wait_for_recording(me)
             key = (_key(args, self._by_identity), self._surroundings(), structure_changes[0],
                    mode_key[0])
@@ -134,6 +145,40 @@ class Compiled:
             return _results(tape.results, arrays, args)
         finally:
             _running_calls.remove(me)
+
+    def _with_keywords(self, args, kwargs):
+        """A call given keyword arguments, as the same call made positionally (what a key and a
+        tape are made of), the defaults of the positional parameters not given filled in; eager
+        where that cannot be done (a keyword-only parameter or **kwargs given, no signature to
+        read), with one warning saying why."""
+        signature = self._signature
+        if signature is None:
+            try:
+                signature = inspect.signature(self.fn)
+            except (TypeError, ValueError):  # a builtin, a callable without a signature
+                signature = False
+            self._signature = signature
+        if signature is False:
+            why = "its signature cannot be read, to tell their positions. Pass them positionally"
+        else:
+            try:
+                bound = signature.bind(*args, **kwargs)
+            except TypeError:  # arguments it does not take: raised as eagerly
+                return self.fn(*args, **kwargs)
+            by_keyword = [name for name in bound.arguments if signature.parameters[name].kind
+                          in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.VAR_KEYWORD)]
+            if not by_keyword:
+                bound.apply_defaults()
+                return self(*bound.args)  # the positional parameters' (no keyword-only one's)
+            why = (f"{', '.join(map(repr, by_keyword))} can only be given by keyword, and a "
+                   "tape takes its arguments by position. Make them parameters that can be "
+                   "given by position")
+        self._counts["eager calls"] += 1
+        if not self._warned_of_keywords:  # once: every such call comes here
+            self._warned_of_keywords = True
+            warnings.warn(f"gradcore.compile: {self.__name__} runs eagerly when called with "
+                          f"keyword arguments: {why}", RuntimeWarning, stacklevel=3)
+        return self.fn(*args, **kwargs)
 
     def _without_tape(self, key, args):
         """A call whose key has no tape: eager if the key fell back, else recorded."""
@@ -167,9 +212,7 @@ class Compiled:
         return self.fn(*args)
 
     def _warn_of_new_keys(self, key, surroundings):
-        what = _change(self._last_key, key, surroundings)
-        advice = ("keep to a few shapes and dtypes (pad a short last batch)"
-                  if what.startswith("argument") else "pass what changes as an argument")
+        what, advice = _change(self._last_key, key, surroundings)
         warnings.warn(f"gradcore.compile: {self.__name__} has recorded for {self._keys_recorded} "
                       f"keys, more than cache_size={self.cache_size} keeps, so its calls keep "
                       "recording (each costs more than an eager call). The last two that "
@@ -219,7 +262,8 @@ class Compiled:
                     part = key[0][2 + i]
                     if part.__class__ is tuple and part[0] is SAME_AS:
                         seen.append(seen[part[1]])  # one object twice: one slot, as eagerly
-                    elif isinstance(a, Variable) or backends.is_array(a):
+                    elif isinstance(a, Variable) or (backends.is_array(a)
+                                                     and a.__class__ not in _NUMPY_SCALARS):
                         seen.append(rec.argument(i, a))
                     else:
                         seen.append(a)
@@ -473,10 +517,10 @@ _BY_VALUE = frozenset((int, float, bool, str, type(None)))  # arguments keyed by
 
 def _key(args, by_identity=None):
     """What a tape depends on besides the code: each argument's kind, shape, dtype, device
-    (Python scalars by value, other objects by identity), which arguments are one object or
-    share memory, and the grad and train switches. Read at every call: the device asked of a
-    backend only where it has more than one. `by_identity`: ids of the Variables keyed by
-    identity besides Parameters."""
+    (Python and NumPy scalars by value, other objects by identity), which arguments are one
+    object or share memory, and the grad and train switches. Read at every call: the device
+    asked of a backend only where it has more than one. `by_identity`: ids of the Variables
+    keyed by identity besides Parameters."""
     parts = [recording(), training()]
     arrays = []  # (index, argument, its array, its backend) of each array or Variable argument
     for i, a in enumerate(args):
@@ -503,7 +547,9 @@ def _key(args, by_identity=None):
         else:
             backend = backends.backend_of(a)
             if backend is None:
-                parts.append(_by_contents(a) if kind in _CONTAINERS else (kind, id(a)))
+                parts.append(_by_contents(a) if issubclass(kind, _CONTAINERS) else (kind, id(a)))
+            elif kind in _NUMPY_SCALARS:
+                parts.append(_scalar_part(a))
             else:
                 parts.append((kind, a.shape, a.dtype,
                               None if backend.single_device else backend.device_of(a)))
@@ -595,21 +641,43 @@ def _number_part(a):
     return (kind, a, str(a))
 
 
-_CONTAINERS = frozenset((tuple, list, dict))
+def _scalar_part(a):
+    """A NumPy scalar's part of a key (np.float64(0.7)): its type, and its value as a Python
+    number's part. Eager code takes it as a weak Python number (Function._constant), so a tape
+    takes it as a constant too, as it does a Python number: traced, it would be a 0-d array,
+    which makes float32 data float64 and is on the host, not where the data is."""
+    return (a.__class__, _number_part(a.item()))
+
+
+# Keyed by what they hold, their subclasses too (a namedtuple, an OrderedDict, a defaultdict):
+# by identity, each new batch object would record a tape of its own
+_CONTAINERS = (tuple, list, dict)
 HOLDS_ARRAYS = "holds arrays"  # a container argument's key when an array is in it
 
 
 def _by_contents(a):
-    """A tuple, list or dict argument's part of a key: its Python numbers, strings and None by
-    value (nested containers too), HOLDS_ARRAYS if an array or Variable is in it (a tape would
-    keep those as constants: such calls run eagerly), by identity if another object is."""
+    """A tuple, list or dict argument's part of a key (a subclass's too, read by the base
+    class's own iteration: no code of the subclass's runs): its Python numbers, strings and None
+    by value (nested containers too), HOLDS_ARRAYS if an array or Variable is in it (a tape would
+    keep those as constants: such calls run eagerly), by identity if another object is, or if it
+    is a subclass's with attributes of its own (which the step may read as well)."""
     kind = a.__class__
-    items = tuple(a.items()) if kind is dict else a
+    if kind is not tuple and kind is not list and kind is not dict and _namespace(a):
+        return (kind, id(a))
     values = []
-    for item in (v for pair in items for v in pair) if kind is dict else items:
+    if issubclass(kind, dict):
+        items = [v for pair in dict.items(a) for v in pair]
+        if issubclass(kind, collections.defaultdict):
+            # what it makes for a key it lacks, by identity (a tape holds its arguments)
+            values.append(id(collections.defaultdict.default_factory.__get__(a)))
+    else:
+        items = _sequence_iter(kind)(a)
+    for item in items:
         if item.__class__ in _BY_VALUE:
             values.append(_number_part(item))
-        elif item.__class__ in _CONTAINERS:
+        elif item.__class__ in _NUMPY_SCALARS:
+            values.append(_scalar_part(item))
+        elif issubclass(item.__class__, _CONTAINERS):
             part = _by_contents(item)
             if part[1] is HOLDS_ARRAYS:
                 return (kind, HOLDS_ARRAYS)
@@ -744,6 +812,11 @@ def _same_state(a, b):
 
 
 _NUMPY = backends.NUMPY.xp
+# NumPy's scalar types keyed by value (_scalar_part): its numbers and bools (a timedelta64 is an
+# integer to NumPy, not a number to eager code)
+_NUMPY_SCALARS = frozenset(kind for kind in _NUMPY.sctypeDict.values()
+                           if issubclass(kind, (_NUMPY.number, _NUMPY.bool_))
+                           and not issubclass(kind, _NUMPY.timedelta64))
 _NUMPY_RANDOM = _NUMPY.random
 # Generators a step may draw from past gradcore; the global ones (numpy.random's, which
 # gradcore's host backends draw from, and the random module's) are checked by _Generators
@@ -1020,25 +1093,42 @@ def _surroundings(fn, also=()):
 
 
 def _change(old, new, surroundings):
-    """What differs between the keys `old` and `new`, in words (the first difference found)."""
+    """What differs between the keys `old` and `new`, in words (the first difference found),
+    and what to do about it."""
     (parts, around, layers, modes), (new_parts, new_around, new_layers, new_modes) = old, new
-    for what, a, b in (("grad mode", parts[0], new_parts[0]), ("train mode", parts[1], new_parts[1]),
+    for what, a, b in (("grad mode", parts[0], new_parts[0]),
+                       ("train mode", parts[1], new_parts[1]),
                        ("the number of arguments", len(parts), len(new_parts))):
         if a != b:
-            return what
+            return what, _PASS_IT
     for i, (a, b) in enumerate(zip(parts[2:], new_parts[2:])):
         if a != b:
-            return f"argument {i} ({_signature(a)} -> {_signature(b)})"
+            if _identity_only(a, b):
+                return f"argument {i} ({_signature(a)} -> another like it)", _SAME_OBJECT
+            return (f"argument {i} ({_signature(a)} -> {_signature(b)})",
+                    "keep to a few shapes and dtypes (pad a short last batch)")
     if around != new_around:
         if len(around) == len(new_around) == len(surroundings.labels):
             return next(label for label, a, b in zip(surroundings.labels, around, new_around)
-                        if a != b)
-        return "the functions the step calls"
+                        if a != b), _PASS_IT
+        return "the functions the step calls", _PASS_IT
     if layers != new_layers:
-        return "a Module's layers, a requires_grad or a hook"
+        return "a Module's layers, a requires_grad or a hook", _PASS_IT
     if modes != new_modes:
-        return "a Module's train or eval mode"
-    return "nothing it can name"
+        return "a Module's train or eval mode", _PASS_IT
+    return "nothing it can name", _PASS_IT
+
+
+_PASS_IT = "pass what changes as an argument"
+_SAME_OBJECT = ("such an argument is keyed by identity: pass the same one at every call, or what "
+                "changes in it as arguments of their own")
+
+
+def _identity_only(a, b):
+    """True if two parts of keys for one argument differ only in the identity of the object
+    (the last entry of a part keyed by identity: another Parameter, another object of yours)."""
+    return (a[0].__class__ is type and a[0] not in _BY_VALUE and a[:-1] == b[:-1]
+            and a[-1].__class__ is int and b[-1].__class__ is int)
 
 
 def _signature(part):
@@ -1052,6 +1142,8 @@ def _signature(part):
             "" if hooks is None else f", with {len(hooks)} hook{'s' if len(hooks) > 1 else ''}")
     if kind in _BY_VALUE:
         return repr(part[1])
+    if kind in _NUMPY_SCALARS:
+        return f"{kind.__name__}({part[1][1]!r})"
     if len(part) == 4:
         return f"{kind.__name__} of shape {part[1]}, {part[2]}"
     return f"a {kind.__name__} object"

@@ -1,17 +1,19 @@
 """compile(fn, check=...): run a replay and the eager step from the same state, and compare.
 
 Everything either may change is saved first: the data and grads of the Variables the tape reads
-or writes and of the step's Variable arguments, the state of the optimizers it steps, and NumPy's
-global random generator (the one gradcore's NumPy and array-API backends draw from). The replay
-runs; its results and that state are kept; the saved state is put back; the eager step runs; the
-two must agree to the bit. The eager step's state is the one left in place.
+or writes and of the step's Variable arguments, what the optimizers it steps hold (their
+attributes and the arrays in them), and NumPy's global random generator (the one gradcore's
+NumPy and array-API backends draw from). The replay runs; its results and that state are kept;
+the saved state is put back; the eager step runs; the two must agree to the bit. The eager
+step's state is the one left in place.
 """
-import copy
-
 import numpy
 
 import backends
 
+from ..nn.module import Module
+from ..optim.optimizer import Optimizer
+from ..optim.param_state import ParamState
 from ..variable import Variable, _WriteLog
 
 
@@ -31,7 +33,7 @@ class Snapshot:
         self.grads = [v._grad for v in self.variables]
         self.logs = [_saved_log(v) for v in self.variables]  # versions: the eager step counts again
         self.optimizers = tape.optimizers()
-        self.states = [copy.deepcopy(opt.state_dict()) for opt in self.optimizers]
+        self.held = [_OwnState(opt) for opt in self.optimizers]
         self.random = backends.NUMPY.random_state(backends.CPU)
 
     def restore(self):
@@ -46,8 +48,8 @@ class Snapshot:
             v._grad = grad
         for v, saved in zip(self.variables, self.logs):
             _restore_log(v, saved)
-        for opt, state in zip(self.optimizers, self.states):
-            opt.load_state_dict(state)
+        for held in self.held:
+            held.restore()
         backends.NUMPY.set_random_state(backends.CPU, self.random)
 
     def now(self):
@@ -59,8 +61,88 @@ class Snapshot:
             state[f"{name} grad"] = None if v._grad is None else _host(v._grad._data)
             state[f"{name} version"] = v.version
         for i, opt in enumerate(self.optimizers):
-            state[f"{type(opt).__name__} {i} state"] = _host_tree(opt.state_dict())
+            name = f"{type(opt).__name__} {i}"
+            if hasattr(opt, "state_dict"):
+                state[f"{name} state"] = _host_tree(opt.state_dict())
+            for path, array in _held_by(opt)[1]:  # an optimizer keeping state its own way too
+                state[f"{name}{path}"] = _host(array)
         return state
+
+
+class _OwnState:
+    """What an optimizer holds of its own (_held_by), saved so that it can be put back where it
+    is, as the Variables' data is: the same dicts, lists and arrays, with the contents and values
+    they had (what holds them sees the state as it was)."""
+
+    def __init__(self, opt):
+        self.holders, self.arrays = _held_by(opt)
+        self.saved = [_copy(array) for _, array in self.arrays]
+
+    def restore(self):
+        # each array's values back in place; where that cannot be done (a view, a library
+        # without in-place writes), its holder is given a copy of the saved values instead
+        again = {}
+        for (_, array), saved in zip(self.arrays, self.saved):
+            backend = backends.backend_of(array)
+            if backend.owns_memory(array):
+                backend.assign(array, saved)
+            else:
+                again[id(array)] = _copy(saved)
+        for holder, held in self.holders:
+            if isinstance(holder, list):
+                holder[:] = [again.get(id(v), v) for v in held]
+            elif isinstance(holder, dict):
+                holder.clear()
+                holder.update((k, again.get(id(v), v)) for k, v in held)
+            else:  # an optimizer's attributes, as they were
+                attributes = holder.__dict__
+                attributes.clear()
+                attributes.update((k, again.get(id(v), v)) for k, v in held.items())
+
+
+def _held_by(opt):
+    """What the optimizer `opt` holds of its own: its attributes, and the dicts, lists, tuples
+    and arrays in them (Adam's state, a DeZero-style optimizer's `self.vs`, its step count),
+    through a ParamState and an optimizer it wraps (a DistributedOptimizer's); not its target,
+    nor a Module or Variable (the Snapshot holds their data). (holders, arrays): each object,
+    dict and list with what it holds now; each array with its path from `opt`, for a report."""
+    holders, arrays = [], []
+    seen, todo = set(), [(opt, "")]
+    while todo:
+        obj, path = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        backend = backends.backend_of(obj)
+        if backend is not None:
+            if backend.owns(obj):  # an array; a NumPy scalar is a value, put back as one
+                arrays.append((path, obj))
+            continue
+        if isinstance(obj, (Variable, Module)):
+            continue
+        if isinstance(obj, dict):
+            items = list(obj.items())
+            holders.append((obj, items))
+            todo.extend((v, f"{path}[{_label(k, i)}]") for i, (k, v) in enumerate(items))
+        elif isinstance(obj, list):
+            holders.append((obj, list(obj)))
+            todo.extend((v, f"{path}[{i}]") for i, v in enumerate(obj))
+        elif isinstance(obj, tuple):
+            todo.extend((v, f"{path}[{i}]") for i, v in enumerate(obj))
+        elif isinstance(obj, ParamState):
+            todo.append((obj._entries, f"{path}._entries"))
+        elif (obj is opt or isinstance(obj, Optimizer)) and isinstance(
+                getattr(obj, "__dict__", None), dict):
+            attributes = dict(obj.__dict__)
+            holders.append((obj, attributes))
+            todo.extend((v, f"{path}.{name}") for name, v in attributes.items()
+                        if name != "target")  # the parameters: the Snapshot's Variables
+    return holders, arrays
+
+
+def _label(key, i):
+    """A dict key in a report's path: a number or string as itself, else its position."""
+    return repr(key) if key.__class__ in (int, str) else f"#{i}"
 
 
 def compare(what, replayed, eager):

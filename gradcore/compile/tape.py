@@ -81,12 +81,12 @@ class Tape:
         return list(sites.values())
 
     def optimizers(self):
-        """The optimizers whose steps the tape runs (opaque lines of bound optimizer steps)."""
+        """The optimizers whose steps the tape runs (as its opaque lines name them: see
+        Recorder.opaque)."""
         found = {}
         for line in self.lines:
-            owner = getattr(getattr(line.target, "func", None), "__self__", None)
-            if line.kind == "opaque" and hasattr(owner, "state_dict"):
-                found[id(owner)] = owner
+            if line.kind == "opaque" and line.kwargs:
+                found[id(line.kwargs["optimizer"])] = line.kwargs["optimizer"]
         return list(found.values())
 
     def ready(self):

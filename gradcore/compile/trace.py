@@ -149,7 +149,8 @@ class Line:
     """One tape line. kind: "call" (out = target(*args, **kwargs)), "method" (out =
     args[0].target(*args[1:], **kwargs)), "binary", "unary", "in_place" (args[0] op= args[1]),
     "setitem" (args[0][args[1]] = args[2]), "load" (out = target._data), "load_grad" (out =
-    target._grad._data), "opaque" (target(*args) run eagerly), "store" (target._data = args[0]),
+    target._grad._data), "opaque" (target(*args) run eagerly; kwargs["optimizer"] the optimizer
+    whose step it is, if one's), "store" (target._data = args[0]),
     "store_grad" (target._grad = a new Variable of args[0], or None), "guard" (bool(args[0]) must
     be `target` again, else the call runs eagerly)."""
 
@@ -824,11 +825,14 @@ class Recorder:
             return self.template(data)
         return data
 
-    def opaque(self, method, args):
+    def opaque(self, method, args, optimizer=None):
         """Run `method(*args)` eagerly now and at every replay (an optimizer step: Python state
-        such as the learning rate or Adam's step count is read afresh each time)."""
+        such as the learning rate or Adam's step count is read afresh each time). `optimizer`:
+        the optimizer whose step it is, kept on the line for compile(check=...), which must save
+        and put back its state around a replay however the step was bound."""
         self.release()
-        self.append("opaque", method, args)
+        self.append("opaque", method, args, None if optimizer is None else {
+            "optimizer": optimizer})
         _active.recorder = None
         try:
             return method(*args)

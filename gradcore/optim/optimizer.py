@@ -34,7 +34,7 @@ def _eager_in_replay(method, closure_first=False):
                 # what step(closure) does: the closure's loss (grad mode on), then the step
                 with enable_grad():
                     loss = closure()
-                recorder.opaque(_this_step(self, step, method, recorder), ())
+                recorder.opaque(_this_step(self, step, method, recorder), (), self)
                 return loss
             if closure is not None:
                 recorder.give_up(
@@ -43,7 +43,7 @@ def _eager_in_replay(method, closure_first=False):
                     "call the closure and then step() without it in the compiled step")
                 return method(self, *args, **kwargs)
             run = _this_step(self, step, method, recorder)
-            return recorder.opaque(functools.partial(run, *args, **kwargs), ())
+            return recorder.opaque(functools.partial(run, *args, **kwargs), (), self)
         return method(self, *args, **kwargs)
     step._eager_in_replay = True
     return step
