@@ -230,6 +230,19 @@ def test_a_model_whose_weights_are_plain_variables_is_told_to_make_them_paramete
         SGD(Net().parameters())
 
 
+@pytest.mark.parametrize("make", [lambda ps: SGD(ps, lr=0.1), lambda ps: Adam(ps, lr=0.1)])
+def test_a_read_only_parameter_is_refused_before_any_parameter_is_stepped(make):
+    first = gradcore.Parameter(np.zeros(3), name="q")
+    frozen = gradcore.Parameter(np.broadcast_to(np.ones(1), (3,)), name="W")  # read-only
+    optimizer = make([first, frozen])
+    gradcore.functions.sum(first * 2.0 + frozen * 3.0).backward()
+    with pytest.raises(ValueError, match=r"parameter \(W, shape \(3,\)\) holds a read-only array "
+                                         r".*param\.data = param\.data\.copy\(\)"):
+        optimizer.step()
+    assert (first.data == 0.0).all() and first.version == 0  # nothing stepped, not half a step
+    assert getattr(optimizer, "t", 0) == 0
+
+
 def test_a_model_whose_lazy_layers_have_no_data_yet_still_steps():
     model = gradcore.nn.Linear(2)  # W and b: Parameters without data until the first call
     optimizer = SGD(lr=0.5).setup(model)
