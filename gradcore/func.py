@@ -2,16 +2,16 @@
 
 Each takes a function `f` of Variables or arrays and differentiates it with the engine: the
 transforms are loops around `gradcore.grad`, nothing more. Arrays in give arrays out; Variables
-in give Variables out, and where an input requires grad the results stay differentiable (the
-backward passes are recorded), so transforms compose: `jacobian(grad(f), x)` is a Hessian.
+in give Variables out. A result whose graph reaches a Variable that requires grad other than the
+point (a Variable argument, a model's parameter or an outer transform's variable that f read)
+stays differentiable with respect to it (the backward passes are recorded), so transforms
+compose: `jacobian(grad(f), x)` is a Hessian, and a gradient penalty reaches the parameters.
 
     import gradcore.func as gf
     gf.grad(lambda x: F.sum(F.sin(x)))(x)          # cos(x)
     gf.jacobian(lambda x: x * x, x)                # diag(2x)
     gf.hvp(f, x, v)                                # the Hessian of f at x times v
 """
-import contextlib
-import threading
 from copy import copy as shallow_copy
 
 from . import engine
@@ -24,57 +24,51 @@ __all__ = ["vjp", "jvp", "grad", "value_and_grad", "jacobian", "jacfwd", "hessia
 
 
 # ================================================================================ helpers
-_running = threading.local()  # .depth: how many transforms are evaluating f in this thread
-
-
-@contextlib.contextmanager
-def _evaluating():
-    """Around a call of the user's f: a transform called inside it is nested in this one."""
-    _running.depth = _nesting() + 1
-    try:
-        with enable_grad():
-            yield
-    finally:
-        _running.depth -= 1
-
-
-def _nesting():
-    return getattr(_running, "depth", 0)
-
-
 class _Inputs:
     """The primals as Variables the engine can differentiate with respect to, one of its own
-    per position: for a Variable that requires grad, a copy made by an op (an outer transform,
-    or the caller, differentiates through it; the same Variable at two positions, or an outer
+    per position: for a Variable that requires grad, a copy made by an op (the caller, or an
+    outer transform, differentiates through it; the same Variable at two positions, or an outer
     transform's variable read inside f, is then not confused with this position's); anything
     else, a new leaf that shares its array (an integer one requires no grad: its derivatives
-    are zeros). `arrays`: True when no primal was a Variable, so results go back as arrays.
+    are zeros). `arrays`: True when neither a primal nor one of `others` (the arguments not
+    differentiated) holds a Variable, so results go back as arrays.
+
+    The backward passes are recorded (`create_graph`) when f's result reaches a Variable that
+    requires grad other than these (see `evaluate`): something outside may differentiate the
+    results with respect to it.
 
     In no_grad(), the transform still differentiates f, but its results are constants to the
     caller and to any outer transform (torch.func: a transform respects a no_grad inside f, not
     one around it): no recorded backward passes. The grad mode that decides it is the one when
     the results go out: vjp's when it returns, vjp_fn's when that runs (see `under`)."""
 
-    def __init__(self, primals, where):
+    def __init__(self, primals, where, others=()):
         if not primals:
             raise TypeError(f"{where}: needs at least one primal (the point to differentiate at)")
-        self.arrays = _no_variable(primals)
+        self.arrays = _no_variable(primals) and not _variables_in(list(others))
         # copies even in no_grad: a vjp_fn called later in grad mode differentiates through them
         with enable_grad():
             self.variables = tuple(
                 copy(p) if isinstance(p, Variable) and p.requires_grad
                 else Variable(p.data if isinstance(p, Variable) else p) for p in primals)
-        self._inside = _nesting() > 0  # inside another transform's f
-        self._differentiable = not self.arrays and any(
-            isinstance(p, Variable) and p.requires_grad for p in primals)
+        # the leaves the transform differentiates with respect to: never "outside"
+        self.own = list(self.variables)
+        self.reaches = False
         self._set_mode(recording() is not False)
+
+    def evaluate(self, f):
+        """f at these inputs, with grad on (a no_grad around the transform cuts off its results,
+        not f's graph), noting whether its result reaches a Variable outside (a caller's
+        argument, a parameter f reads, an outer transform's variable)."""
+        with enable_grad():
+            out = f(*self.variables)
+        self.reaches = _reaches_outside(out, self.own)
+        self._set_mode(self.recording)
+        return out
 
     def _set_mode(self, recording):
         self.recording = recording
-        # record the backward passes when something outside may differentiate the results: a
-        # caller's Variable, or an outer transform whose variable f may read (a closure)
-        self.nested = recording and self._inside
-        self.create_graph = self.nested or recording and self._differentiable
+        self.create_graph = recording and self.reaches
 
     def under(self, recording):
         """These inputs, their results going out in grad mode `recording` (vjp_fn's when it
@@ -96,12 +90,14 @@ class _Inputs:
                     return True
         return False
 
-    def export(self, value, variables=False):
-        """`value` as the caller's kind (Variables if `variables`); inside another transform's f,
-        a result that depends on a variable of the outer transform's stays a Variable, so that
-        it can differentiate it. Under no_grad, constants (see the class)."""
+    def export(self, value, variables=False, reaches=None):
+        """`value` as the caller's kind (Variables if `variables`); with arrays in, a result
+        that depends on a Variable outside stays a Variable, so that the caller (or an outer
+        transform) can differentiate it. `reaches`: whether it does, where known (f's result:
+        `evaluate` walked its graph already). Under no_grad, constants (see the class)."""
         arrays = self.arrays and not variables
-        if arrays and self.nested and _reaches_outside(value, self.variables):
+        if arrays and self.recording and (
+                _reaches_outside(value, self.own) if reaches is None else reaches):
             return value
         return _export(value, arrays, detach=not self.recording)
 
@@ -163,15 +159,15 @@ def _no_variable(primals):
     return not any(isinstance(p, Variable) for p in primals)
 
 
-def _computed(values):
-    """Whether any of `values` (Variables) has a graph behind it: a transform's result that
-    depends on an outer transform's variable (see _Inputs.export)."""
-    return any(v.creator is not None for v in values)
-
-
 def _outputs(out, where):
     """f's result as a flat list of Variables and a function giving that shape back."""
     if isinstance(out, (tuple, list)):
+        for k, o in enumerate(out):
+            if isinstance(o, (tuple, list, dict)):
+                raise TypeError(
+                    f"{where}: f must return Variables or arrays, or a flat tuple of them; got a "
+                    f"{type(out).__name__} holding a {type(o).__name__} at position {k}: flatten "
+                    "it, ((a, b), c) -> (a, b, c)")
         flat = [_output(o, where) for o in out]
         kind = type(out)
         if kind is not tuple and hasattr(out, "_fields"):  # a namedtuple
@@ -212,7 +208,11 @@ def _shape(value):
 
 def _check_shape(where, value, what, like, of):
     """ValueError, naming the transform and its argument, unless `value` (a tangent, cotangent
-    or v) is shaped like `like` (the primal or result it goes with)."""
+    or v) is shaped like `like` (the primal or result it goes with); TypeError for None (as
+    torch.func refuses it: a zero derivative is spelled out)."""
+    if value is None:
+        raise TypeError(f"{where}: {what} is None; pass an array shaped like {of}, "
+                        f"{_shape(like)} (zeros where it contributes nothing)")
     shape, expected = _shape(value), _shape(like)
     if shape is not None and expected is not None and shape != expected:
         raise ValueError(f"{where}: {what} has shape {shape} but {of} has shape {expected}; "
@@ -228,11 +228,12 @@ def _zeros_like(x):
     return Variable(_zeros(x), requires_grad=False)
 
 
-def _basis(x):
-    """The identity matrix of x.size, typed and placed like x: its rows are unit vectors."""
-    backend = x._backend
-    with backend.device_context(x.device):
-        return backend.to_device(backend.xp.eye(x.size, dtype=x.dtype), x.device)
+def _unit(x, i):
+    """The i-th unit vector among x's elements (in C order), shaped, typed and placed like x.
+    Made one at a time, a new array each (a recorded backward pass keeps its seed), rather
+    than taken from an identity matrix of x.size squared elements."""
+    flat = x._backend.add_at(_zeros(x, (x.size,)), (i,), 1)
+    return x.xp.reshape(flat, tuple(x.shape))
 
 
 def _gradients(outputs, inputs, cotangents, create_graph):
@@ -252,15 +253,15 @@ def vjp(f, *primals):
     sum(f(*primals) * cotangent) with respect to it (a tuple, one per primal). The cotangent is
     shaped like f's result (a tuple of them if f returns a tuple)."""
     inputs, out, vjp_fn = _pullback(f, primals, "vjp")
-    return inputs.export(out), vjp_fn
+    return inputs.export(out, reaches=inputs.reaches), vjp_fn
 
 
-def _pullback(f, primals, where):
+def _pullback(f, primals, where, others=()):
     """vjp's work: the _Inputs (which export whatever else f gave, such as an aux), f's result
-    as f gave it, and vjp_fn."""
-    inputs = _Inputs(primals, where)
-    with _evaluating():
-        out = f(*inputs.variables)
+    as f gave it, and vjp_fn. `others`: f's arguments not differentiated (a Variable among them
+    gives Variables out)."""
+    inputs = _Inputs(primals, where, others)
+    out = inputs.evaluate(f)
     outputs, _ = _outputs(out, where)
 
     several = isinstance(out, (tuple, list))
@@ -317,26 +318,39 @@ def jvp(f, primals, tangents):
     inputs = _Inputs(primals, "jvp")
     for n, (x, t) in enumerate(zip(inputs.variables, tangents)):
         _check_shape("jvp", t, f"tangents[{n}]", x, f"primals[{n}]")
+    out, _, rebuild, push = _pushforward(f, inputs, "jvp")
     seeded = inputs.seeded(tangents)
-    with _evaluating():
-        out = f(*inputs.variables)
+    tangent_out = push(tangents, inputs.create_graph or seeded)
+    return (inputs.export(out, reaches=inputs.reaches),
+            inputs.export(rebuild(tangent_out), variables=seeded))
+
+
+def _pushforward(f, inputs, where):
+    """jvp's work, f evaluated once at `inputs` (_Inputs): f's result as f gave it and as a
+    flat list of Variables, a function giving that shape back, and push(tangents,
+    create_graph): J t, a Variable per result, for tangents one per primal (None for a zero
+    one). Each push is one backward pass through the pullback, which is recorded once here."""
+    out = inputs.evaluate(f)
     with enable_grad():
-        outputs, rebuild = _outputs(out, "jvp")
+        outputs, rebuild = _outputs(out, where)
         dummies = [Variable(_zeros(y)) for y in outputs]
+        inputs.own.extend(dummies)  # the pullback's graph reaches them: not "outside"
         pullback = _gradients(outputs, inputs.variables, dummies, create_graph=True)
+
+    def push(tangents, create_graph):
         # the pullback is linear in the dummies, which require grad: a gradient with no graph
         # does not depend on them (an author's backward on raw arrays raises instead of giving
         # one: see Function's rules)
         used = [(g, x, t) for g, x, t in zip(pullback, inputs.variables, tangents)
-                if g.creator is not None]
-        if not used:  # f does not depend on its inputs: the derivative is zero
-            return (inputs.export(out),
-                    inputs.export(rebuild([_zeros_like(y) for y in outputs]), variables=seeded))
-        result = engine.grad([g for g, _, _ in used], dummies,
-                             grad_outputs=[_like(x, t) for _, x, t in used],
-                             create_graph=inputs.create_graph or seeded, allow_unused=True)
-    tangent_out = [_zeros_like(y) if r is None else r for y, r in zip(outputs, result)]
-    return inputs.export(out), inputs.export(rebuild(tangent_out), variables=seeded)
+                if g.creator is not None and t is not None]
+        if not used:  # f does not depend on these inputs: the derivative is zero
+            return [_zeros_like(y) for y in outputs]
+        with enable_grad():
+            result = engine.grad([g for g, _, _ in used], dummies,
+                                 grad_outputs=[_like(x, t) for _, x, t in used],
+                                 create_graph=create_graph, allow_unused=True)
+        return [_zeros_like(y) if r is None else r for y, r in zip(outputs, result)]
+    return out, outputs, rebuild, push
 
 
 # ================================================================================ grad
@@ -363,16 +377,28 @@ def _is_index(n):
     return isinstance(n, int) and not isinstance(n, bool)
 
 
+def _check_pair(out):
+    """TypeError unless `out`, what an f with has_aux returned, is a pair (result, aux)."""
+    if isinstance(out, (tuple, list)) and len(out) == 2:
+        return
+    got = (f"a {type(out).__name__} of {len(out)}" if isinstance(out, (tuple, list))
+           else type(out).__name__)
+    raise TypeError(f"grad: with has_aux=True, f must return a pair (result, aux), got {got}"
+                    + ("; put the extra values in aux, as a tuple or a dict"
+                       if isinstance(out, (tuple, list)) and len(out) > 2 else ""))
+
+
 def value_and_grad(f, argnums=0, has_aux=False):
-    """A function returning `(f(*args), gradient)`: the gradient of f's (one-number) result with
-    respect to args[argnums] (a tuple of gradients when argnums is a tuple). With `has_aux`, f
-    returns `(result, aux)` and this returns `((result, aux), gradient)`, aux as f gave it."""
+    """A function returning `(f(*args, **kwargs), gradient)`: the gradient of f's (one-number)
+    result with respect to args[argnums] (a tuple of gradients when argnums is a tuple); the
+    other arguments and keyword arguments go to f as they are. With `has_aux`, f returns
+    `(result, aux)` and this returns `((result, aux), gradient)`, aux as f gave it."""
     if not (_is_index(argnums) or isinstance(argnums, tuple) and argnums
             and all(_is_index(n) for n in argnums)):
         raise TypeError(f"grad: argnums must be an int or a non-empty tuple of ints, got "
                         f"{argnums!r}")
 
-    def value_and_gradient(*args):
+    def value_and_gradient(*args, **kwargs):
         numbers = argnums if isinstance(argnums, tuple) else (argnums,)
         for n in numbers:
             if not -len(args) <= n < len(args):
@@ -390,16 +416,15 @@ def value_and_grad(f, argnums=0, has_aux=False):
             full = list(args)
             for n, value in zip(chosen, picked):
                 full[n] = value
-            out = f(*full)
+            out = f(*full, **kwargs)
             if not has_aux:
                 return out
-            if not (isinstance(out, (tuple, list)) and len(out) == 2):
-                raise TypeError("grad: with has_aux=True, f must return a pair (result, aux), "
-                                f"got {type(out).__name__}")
+            _check_pair(out)
             aux.append(out[1])
             return out[0]
-        inputs, out, vjp_fn = _pullback(of_chosen, [args[n] for n in chosen], "grad")
-        y = inputs.export(out)
+        others = [a for n, a in enumerate(args) if n not in chosen] + list(kwargs.values())
+        inputs, out, vjp_fn = _pullback(of_chosen, [args[n] for n in chosen], "grad", others)
+        y = inputs.export(out, reaches=inputs.reaches)
         _check_one_number(y)
         gs = vjp_fn(1.0)
         gs = gs if isinstance(argnums, tuple) else gs[0]
@@ -411,73 +436,68 @@ def value_and_grad(f, argnums=0, has_aux=False):
 
 def grad(f, argnums=0, has_aux=False):
     """A function returning the gradient of f's (one-number) result with respect to
-    args[argnums] (a tuple of them when argnums is a tuple). Composes: grad(grad(f)). With
-    `has_aux`, f returns `(result, aux)` and this returns `(gradient, aux)`."""
+    args[argnums] (a tuple of them when argnums is a tuple); keyword arguments go to f as they
+    are. Composes: grad(grad(f)). With `has_aux`, f returns `(result, aux)` and this returns
+    `(gradient, aux)`."""
     both = value_and_grad(f, argnums, has_aux)
 
-    def gradient(*args):
-        value, g = both(*args)
+    def gradient(*args, **kwargs):
+        value, g = both(*args, **kwargs)
         return (g, value[1]) if has_aux else g
     return gradient
 
 
 # ================================================================================ Jacobians
 def jacobian(f, x):
-    """The Jacobian of f at x by reverse mode: one backward pass per element of f's result.
-    Shaped f(x).shape + x.shape; with x a tuple of arguments, a tuple of Jacobians, one per
-    argument."""
+    """The Jacobian of f at x by reverse mode: f evaluated once, then one backward pass per
+    element of f's result. Shaped f(x).shape + x.shape; with x a tuple of arguments, a tuple of
+    Jacobians, one per argument."""
+    return _jacobian(f, x, "jacobian")
+
+
+def _jacobian(f, x, where):
     primals = x if isinstance(x, tuple) else (x,)
     for n, p in enumerate(primals):
-        _check_floating(p, n, "jacobian")
-    out, vjp_fn = vjp(f, *primals)
-    outputs, rebuild = _outputs(out, "jacobian")
-    points = [_output(p, "jacobian") for p in primals]
+        _check_floating(p, n, where)
+    inputs, out, vjp_fn = _pullback(f, primals, where)
+    outputs, rebuild = _outputs(out, where)
+    points = [_output(p, where) for p in primals]
     per_output = []
-    computed = False  # a row that depends on an outer transform's variable (see export)
     for k, y in enumerate(outputs):
         rows = [[] for _ in primals]
-        basis = _basis(y)
         for i in range(y.size):
-            unit = y.xp.reshape(basis[i, ...], y.shape)
-            gs = vjp_fn(rebuild([unit if j == k else _zeros(o) for j, o in enumerate(outputs)]))
+            gs = vjp_fn(rebuild([_unit(y, i) if j == k else _zeros(o)
+                                 for j, o in enumerate(outputs)]))
             for row, g in zip(rows, gs):
-                row.append(_output(g, "jacobian"))
-        computed = computed or any(_computed(row) for row in rows)
+                row.append(_output(g, where))
         jacobians = tuple(_stack(row, y.shape, p) for row, p in zip(rows, points))
         per_output.append(jacobians if isinstance(x, tuple) else jacobians[0])
-    return _export(rebuild(per_output), _no_variable(primals) and not computed)
+    return inputs.export(rebuild(per_output))
 
 
 def jacfwd(f, x):
-    """The Jacobian of f at x by forward mode (jvp): one pass per element of x. Shaped
-    f(x).shape + x.shape; with x a tuple, a tuple of Jacobians. Cheaper than jacobian when x has
-    fewer elements than f's result."""
+    """The Jacobian of f at x by forward mode: f evaluated once (its random draws and side
+    effects happen once), its pullback recorded once, then one backward pass through the
+    pullback per element of x. Shaped f(x).shape + x.shape; with x a tuple, a tuple of
+    Jacobians. A pass costs about twice one of jacobian's (it walks the pullback's graph and
+    f's behind it), so jacfwd is the cheaper when x has under half as many elements as f's
+    result."""
     primals = x if isinstance(x, tuple) else (x,)
     for n, p in enumerate(primals):
         _check_floating(p, n, "jacfwd")
+    inputs = _Inputs(primals, "jacfwd")
+    _, outputs, rebuild, push = _pushforward(f, inputs, "jacfwd")
     columns_per_input = []  # for each input, its columns: each a list, one per output of f
-    points = [_output(p, "jacfwd") for p in primals]
-    column, rebuild = None, None  # the last column: f's results' shapes and types
-    for k, px in enumerate(points):
-        basis = _basis(px)
-        columns = []
-        for j in range(px.size):
-            tangents = [q.xp.reshape(basis[j, ...], q.shape) if i == k else _zeros(q)
-                        for i, q in enumerate(points)]
-            _, column = jvp(f, primals, tangents)
-            column, rebuild = _outputs(column, "jacfwd")
-            columns.append(column)
-        columns_per_input.append(columns)
-    if column is None:  # every input is empty: one jvp along them gives f's results
-        _, column = jvp(f, primals, [_zeros(q) for q in points])
-        column, rebuild = _outputs(column, "jacfwd")
+    for k, px in enumerate(inputs.variables):
+        columns_per_input.append([
+            push([_unit(px, j) if i == k else None for i in range(len(primals))],
+                 inputs.create_graph) for j in range(px.size)])
     per_output = []
-    for o, y in enumerate(column):
+    for o, y in enumerate(outputs):
         jacobians = tuple(_stack_columns([c[o] for c in columns], p, y)
-                          for columns, p in zip(columns_per_input, points))
+                          for columns, p in zip(columns_per_input, inputs.variables))
         per_output.append(jacobians if isinstance(x, tuple) else jacobians[0])
-    computed = any(_computed(column) for columns in columns_per_input for column in columns)
-    return _export(rebuild(per_output), _no_variable(primals) and not computed)
+    return inputs.export(rebuild(per_output))
 
 
 def hessian(f, x):
@@ -485,7 +505,7 @@ def hessian(f, x):
     reverse), shaped x.shape + x.shape. With x a tuple of arguments, every block, as
     ((H_00, H_01, ...), (H_10, H_11, ...), ...), H_ij = d2f/dx_i dx_j shaped
     x[i].shape + x[j].shape."""
-    return jacobian(grad(f, _every_argnum(x)), x)
+    return _jacobian(grad(f, _every_argnum(x)), x, "hessian")
 
 
 def hvp(f, x, v):

@@ -226,7 +226,7 @@ def test_an_integer_point_is_refused_rather_than_given_zero_derivatives():
                         (lambda: gf.grad(lambda v: v * v)(3), "grad"),
                         (lambda: gf.jacobian(lambda v: v * v, np.array([1, 2])), "jacobian"),
                         (lambda: gf.jacfwd(lambda v: v * v, np.array([1, 2])), "jacfwd"),
-                        (lambda: gf.hessian(lambda v: F.sum(v * v), np.array([1, 2])), "jacobian")):
+                        (lambda: gf.hessian(lambda v: F.sum(v * v), np.array([1, 2])), "hessian")):
         with pytest.raises(TypeError, match=f"{where}: argument 0 has dtype int64.*floating"):
             call()
 
@@ -541,3 +541,132 @@ def test_forward_mode_through_a_backward_on_raw_arrays_is_refused_not_zero():
     v = gradcore.Variable(x)  # first derivatives alone still come from the raw backward
     RawCube.apply(v).backward()
     np.testing.assert_allclose(v.grad.data, 3 * x ** 2, rtol=1e-15)
+
+
+# ================================================ what f reads beside its point
+def test_a_gradient_stays_differentiable_with_respect_to_what_f_reads_beside_its_point():
+    """A gradient penalty: g = d/da sum(sin(a w)) = w cos(a w), and d/dw sum(g^2) =
+    2w cos^2(aw) - 2a w^2 cos(aw) sin(aw) (torch.func.grad agrees), whether w is an argument
+    not differentiated or a parameter f reads, and whatever the point a is."""
+    a, w0 = np.array([0.3, -0.7, 1.1]), np.array([0.5, 2.0, -1.0])
+    c, s = np.cos(a * w0), np.sin(a * w0)
+    want = 2 * w0 * c ** 2 - 2 * a * w0 ** 2 * c * s
+    f = lambda a, w: F.sum(F.sin(a * w))  # noqa: E731
+    for point in (a, gradcore.Variable(a, requires_grad=False)):
+        for gradient_at in (lambda w: gf.grad(f)(point, w),
+                            lambda w: gf.value_and_grad(f)(point, w)[1],
+                            lambda w: gf.grad(lambda a: f(a, w))(point),
+                            lambda w: gf.grad(lambda a: (f(a, w), w), has_aux=True)(point)[0]):
+            w = gradcore.Parameter(w0.copy())
+            g = gradient_at(w)
+            assert isinstance(g, gradcore.Variable)
+            np.testing.assert_allclose(g.data, w0 * c, rtol=1e-14)
+            F.sum(g * g).backward()
+            np.testing.assert_allclose(w.grad.data, want, rtol=1e-12)
+    # the value and an aux that depend on w stay differentiable: d/dw [f + sum(3w)] = a c + 3
+    w = gradcore.Parameter(w0.copy())
+    (value, aux), _ = gf.value_and_grad(lambda a: (f(a, w), w * 3.0), has_aux=True)(a)
+    (value + F.sum(aux)).backward()
+    np.testing.assert_allclose(w.grad.data, a * c + 3.0, rtol=1e-14)
+
+
+def test_grad_passes_keyword_arguments_to_f_undifferentiated():
+    """As torch.func.grad and jax.grad: d/da sum(sin(a) s) = s cos(a), and (a Variable among
+    them) d/ds sum(s cos(a)) = sum(cos(a))."""
+    x = np.array([0.3, -0.7])
+    f = lambda a, scale=1.0: F.sum(F.sin(a) * scale)  # noqa: E731
+    np.testing.assert_allclose(gf.grad(f)(x, scale=2.0), 2 * np.cos(x), rtol=1e-15)
+    value, g = gf.value_and_grad(f)(x, scale=2.0)
+    assert float(value) == pytest.approx(2 * np.sin(x).sum(), rel=1e-15)
+    np.testing.assert_allclose(g, 2 * np.cos(x), rtol=1e-15)
+    g, aux = gf.grad(lambda a, *, k: (F.sum(a * k), k), has_aux=True)(x, k=3.0)
+    np.testing.assert_array_equal(g, [3.0, 3.0])
+    assert aux == 3.0
+    scale = gradcore.Variable(np.array(2.0))
+    g = gf.grad(f)(x, scale=scale)
+    assert isinstance(g, gradcore.Variable)
+    F.sum(g).backward()
+    np.testing.assert_allclose(scale.grad.data, np.cos(x).sum(), rtol=1e-15)
+
+
+# ================================================ Jacobians: one evaluation, no identity
+def test_jacfwd_evaluates_f_once():
+    """Its columns come from one evaluation of f, as jacobian's rows do: one dropout mask, so
+    row i of the Jacobian of dropout(broadcast(sum(a))) is all 2 m_i (torch.func.jacfwd
+    refuses randomness instead)."""
+    calls = []
+
+    def f(a):
+        calls.append(a)
+        return F.dropout(F.broadcast_to(F.sum(a), (8,)), 0.5)
+    gradcore.manual_seed(0)
+    J = gf.jacfwd(f, np.linspace(0.1, 1.0, 6))
+    assert len(calls) == 1
+    assert J.shape == (8, 6) and set(np.unique(J)) <= {0.0, 2.0}
+    np.testing.assert_array_equal(J, J[:, :1] * np.ones(6))  # each row one value
+    calls.clear()
+    ja, jb = gf.jacfwd(lambda a, b: F.sin(a) * b, (np.ones(2), np.full(2, 3.0)))
+    np.testing.assert_allclose(ja, np.diag(3 * np.cos([1.0, 1.0])), rtol=1e-15)
+    np.testing.assert_allclose(jb, np.diag(np.sin([1.0, 1.0])), rtol=1e-15)
+    # through a Variable point it composes: the forward Jacobian of the gradient is the Hessian
+    x = gradcore.Variable(np.array([0.5, -0.2]))
+    H = gf.jacfwd(gf.grad(lambda a: F.sum(F.sin(a) * a)), x)
+    np.testing.assert_allclose(H.data, np.diag(2 * np.cos(x.data) - x.data * np.sin(x.data)),
+                               rtol=1e-14)
+    F.sum(H).backward()  # d/dx (2 cos x - x sin x) = -3 sin x - x cos x
+    np.testing.assert_allclose(x.grad.data, -3 * np.sin(x.data) - x.data * np.cos(x.data),
+                               rtol=1e-14)
+
+
+def test_jacobians_take_their_unit_vectors_one_at_a_time():
+    """No identity matrix of f(x).size (or x.size) squared elements: 18 MB here, for a
+    Jacobian of 12 kB."""
+    import tracemalloc
+    m = 1500
+    c = np.linspace(0, 1, m)
+    tracemalloc.start()
+    try:
+        J = gf.jacobian(lambda a: F.sin(a * c), np.array([0.5]))
+        g = gf.jacfwd(lambda w: F.sum(F.sin(w)), c)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_allclose(J[:, 0], c * np.cos(0.5 * c), rtol=1e-14)
+    np.testing.assert_allclose(g, np.cos(c), rtol=1e-14)
+    assert peak < m * m * 8 / 4, f"peak {peak / 1e6:.1f} MB"
+
+
+def test_jacobians_keep_the_dtype_and_device(xp):
+    x = xp.asarray([0.5, -0.2, 1.0], dtype="float32")
+    for jac in (gf.jacobian, gf.jacfwd):
+        J = jac(lambda a: F.sin(a) * 2.0, x)
+        assert backends_device(J) == xp.device and J.dtype == x.dtype
+        np.testing.assert_allclose(xp.numpy(J), np.diag(2 * np.cos([0.5, -0.2, 1.0])),
+                                   rtol=1e-6)
+
+
+def test_misuse_is_refused_with_what_to_do_instead():
+    x = np.array([0.3, -0.7])
+    nested = lambda a: ((a, a * 2.0), a * 3.0)  # noqa: E731
+    for call, where in ((lambda: gf.jacobian(nested, x), "jacobian"),
+                        (lambda: gf.jacfwd(nested, x), "jacfwd"),
+                        (lambda: gf.vjp(nested, x), "vjp"),
+                        (lambda: gf.jvp(nested, (x,), (x,)), "jvp")):
+        with pytest.raises(TypeError, match=rf"^{where}: f must return Variables or arrays, or "
+                                            r"a flat tuple of them; got a tuple holding a tuple "
+                                            r"at position 0: flatten it"):
+            call()
+    # None for a result or a primal one does not care about: refused, as torch.func does
+    _, vjp_fn = gf.vjp(lambda a: (a, F.sum(a)), x)
+    with pytest.raises(TypeError, match=r"^vjp_fn: cotangent\[1\] is None; pass an array "
+                                        r"shaped like result 1, \(\) \(zeros where it "
+                                        r"contributes nothing\)$"):
+        vjp_fn((np.ones(2), None))
+    with pytest.raises(TypeError, match=r"^jvp: tangents\[1\] is None; pass an array shaped "
+                                        r"like primals\[1\], \(2,\) \(zeros"):
+        gf.jvp(lambda a, b: a * b, (x, x), (np.ones(2), None))
+    with pytest.raises(TypeError, match=r"^hvp: v is None"):
+        gf.hvp(lambda a: F.sum(a * a), x, None)
+    with pytest.raises(TypeError, match=r"f must return a pair \(result, aux\), got a tuple of "
+                                        r"3; put the extra values in aux"):
+        gf.grad(lambda a: (F.sum(a), a, a), has_aux=True)(x)
