@@ -133,7 +133,9 @@ def to_device(array, device):
     device = parse_device(device)
     source = backend_of(array)
     target = _serving(source, device)
-    if source is target:
+    if source is target or source.inner is not None:
+        # an array wrapping another backend's is moved by its backend, wherever it goes: a
+        # wrapper (gradcore.compile's traced arrays) may not read its array on the host
         return source.to_device(array, device)
     host = source.to_numpy(array)
     if device.type != "cuda" and source.device_of(array).type != "cuda":
@@ -161,6 +163,7 @@ def asarray_on(obj, device, dtype=None):
         return target.asarray(obj, dtype=dtype, device=device)
     if source is not target or not source.single_device and source.device_of(obj) != device:
         obj = to_device(obj, device)
+        target = backend_of(obj)  # a wrapper's array moved to another library is a wrapper's
     if dtype is not None and obj.dtype != dtype:
         obj = target.asarray(obj, dtype=dtype, device=device)
     return obj

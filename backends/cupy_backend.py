@@ -124,6 +124,7 @@ class CupyBackend(Backend):
     needs_device_context = True
     captures_graphs = True
     multiplies_bool = True
+    _count = None  # the GPUs CUDA sees, once asked: fixed for the process from CUDA's start
 
     def __init__(self):
         cupy = import_cupy()
@@ -143,7 +144,9 @@ class CupyBackend(Backend):
         """The GPU index of a "cuda" Device; "cuda" alone means the current GPU."""
         if device is None or device.index is None:
             return self.xp.cuda.runtime.getDevice()
-        count = self.xp.cuda.runtime.getDeviceCount()
+        count = self._count
+        if count is None:  # asked once: _id runs at every device_context and creation
+            count = self._count = self.xp.cuda.runtime.getDeviceCount()
         if not 0 <= device.index < count:
             raise DeviceUnavailableError(
                 f"{device} does not exist: {count} CUDA device(s) found (cuda:0 to cuda:{count - 1})")
@@ -281,8 +284,8 @@ class CupyBackend(Backend):
                            "graph's capture cannot put back after refusing host copies")
 
     def graph_memory(self, device):
-        with self.xp.cuda.Device(self._id(device)):
-            return sum(graph.pool.total_bytes() for graph in list(self._graphs))
+        id = self._id(device)
+        return sum(graph.pool.total_bytes() for graph in list(self._graphs) if graph.device == id)
 
     def synchronize(self, device):
         with _CAPTURING:  # not while another thread captures a graph: CUDA would refuse

@@ -15,6 +15,8 @@ import gradcore
 import gradcore.functions as F
 from gradcore import nn, optim
 from gradcore.compile import fuse as fusion
+from gradcore.compile.tape import _fused_source
+from gradcore.compile.trace import ArrayFacts, Line, Ref
 
 
 def chain(x0):
@@ -88,9 +90,10 @@ def replays_like_eager(step, shape, calls=5):
     return compiled
 
 
-def _training(opt_cls, layers=(16, 3), dropout=False, model=None):
-    """A model (an MLP of `layers` by default), its optimizer and a train step; weights are
-    made at the first call."""
+def _training(opt_cls, layers=(16, 3), dropout=False, model=None,
+              criterion=F.softmax_cross_entropy):
+    """A model (an MLP of `layers` by default), its optimizer and a train step minimizing
+    `criterion`; weights are made at the first call."""
     model = nn.MLP(layers) if model is None else model
     opt = opt_cls().setup(model)
 
@@ -98,7 +101,7 @@ def _training(opt_cls, layers=(16, 3), dropout=False, model=None):
         h = model(x)
         if dropout:
             h = F.dropout(h, 0.3)
-        loss = F.softmax_cross_entropy(h, t)
+        loss = criterion(h, t)
         model.cleargrads()
         loss.backward()
         opt.update()
@@ -573,6 +576,55 @@ def test_replay_on_other_backends(xp2):
             tolerance = 1e-13 if xp2.name == "cupy" else 0
             np.testing.assert_allclose(xp2.numpy(g.data), xp2.numpy(e.data), rtol=tolerance)
     assert compiled.stats()["replays"] == 3
+
+
+@pytest.mark.parametrize("loss", ["softmax_cross_entropy", "mean_squared_error"])
+def test_numpy_labels_for_a_model_on_another_librarys_device_replay(loss):
+    # the loss moves NumPy labels to the model's device (array-api-strict's device1, as a GPU):
+    # a line of the tape, which moves each call's labels, not a read of a traced array on the
+    # host; float64 targets for a float32 model are cast there too
+    from conftest import DEVICE1, STRICT
+    eager_model, _, eager_step = _training(optim.SGD, criterion=getattr(F, loss))
+    model, _, step = _training(optim.SGD, criterion=getattr(F, loss))
+    compiled = gradcore.compile(step)
+    rng = np.random.default_rng(0)
+    for i in range(6):
+        x = STRICT.asarray(rng.standard_normal((8, 4)).astype(np.float32), device=DEVICE1)
+        t = rng.integers(0, 3, 8) if loss == "softmax_cross_entropy" else rng.standard_normal(
+            (8, 3))
+        np.random.seed(i)  # the lazy weights draw from it
+        expected = eager_step(x, t)
+        np.random.seed(i)
+        got = compiled(x, t)
+        assert got.device == DEVICE1 and got.dtype == expected.dtype
+        np.testing.assert_array_equal(STRICT.to_numpy(got.data), STRICT.to_numpy(expected.data))
+        for p, q in zip(model.params(), eager_model.params()):
+            assert p.device == DEVICE1
+            np.testing.assert_array_equal(STRICT.to_numpy(p.data), STRICT.to_numpy(q.data))
+    stats = compiled.stats()
+    assert (stats["replays"], stats["fallbacks"]) == (4, 0)  # weights made, recorded, replays
+
+
+def test_a_step_moving_arrays_between_libraries_replays():
+    # a NumPy argument to device1 and the loss back to the CPU, each gradient moved back by
+    # backward: lines of the tape, done again with each call's arrays
+    from conftest import DEVICE1, STRICT
+    W = gradcore.Parameter(STRICT.asarray(np.ones((4, 3)), device=DEVICE1))
+
+    def step(x0):
+        y = F.sum(F.tanh(F.matmul(gradcore.Variable(x0).to(DEVICE1), W))).to("cpu")
+        W.cleargrad()
+        (y * 2.0).backward()
+        return y, W.grad
+
+    compiled = gradcore.compile(step)
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        x0 = rng.standard_normal((2, 4))
+        (y, gW), (y_eager, gW_eager) = compiled(x0), step(x0)
+        assert same(y, y_eager) and gW.device == DEVICE1
+        np.testing.assert_array_equal(STRICT.to_numpy(gW.data), STRICT.to_numpy(gW_eager.data))
+    assert compiled.stats()["replays"] == 4
 
 
 @pytest.mark.parametrize("task", ["spiral", "conv"])
@@ -1211,6 +1263,136 @@ def test_check_turns_fusion_off(stand_in):
     for x in (1.0, 2.0, 3.0):
         compiled(np.asarray(x))
     assert stand_in.sources == [] and compiled.stats()["checked replays"] == 2
+
+
+def _kernel_sources(compiled):
+    tape, = compiled.tapes()
+    return [line.target.source for line in tape.lines if hasattr(line.target, "source")]
+
+
+def test_operators_cupys_fusion_cannot_trace_are_fused_as_ufunc_calls(stand_in):
+    # cupy.fuse traces through proxies without __rpow__, __abs__ or __pos__
+    def step(x0):
+        h = x0 * 3.0
+        return (2.0 ** h) * 2.0, abs(h) * 2.0, (+h) * 2.0
+
+    compiled = gradcore.compile(step)
+    for i in range(4):
+        x0 = np.linspace(-1.0, 1.0, 5) + i
+        assert same(compiled(x0), step(x0))
+    source, = _kernel_sources(compiled)
+    assert source.count("\n    v") == 7
+    assert "**" not in source and "abs(" not in source and "+v" not in source
+
+
+@pytest.mark.parametrize("dtype, first, fused", [
+    ("uint8", lambda v: v / 255.0, False),  # float64 eagerly; cupy.fuse: float16
+    ("bool", lambda v: v + 1, False),       # int64 eagerly; cupy.fuse: int8
+    ("int16", lambda v: v * 0.5, False),    # float64 eagerly; cupy.fuse: float32
+    ("float32", lambda v: v * 0.5, True),
+    ("int32", lambda v: v + 1, True)])
+def test_a_python_number_of_a_higher_kind_than_its_array_is_left_unfused(stand_in, dtype, first,
+                                                                          fused):
+    def step(x0):
+        return first(x0) * 2 - 1
+
+    compiled = gradcore.compile(step)
+    for i in range(4):
+        x0 = (np.arange(6) + i).astype(dtype)
+        assert same(compiled(x0), step(x0))
+    source, = _kernel_sources(compiled)
+    assert source.count("\n    v") == (3 if fused else 2)
+
+
+# ------------------------------------------------- fused kernels as CuPy's fusion traces them
+@pytest.fixture
+def cupy_fusion(monkeypatch):
+    """`trace(kernel, *dtypes)`: the dtypes of a cupy.fuse kernel's results, traced by CuPy as
+    its first call would, up to the launch (no GPU needed), on CuPy arrays of those dtypes.
+    Skips without CuPy or where its (private) tracer is not where CuPy 14 has it."""
+    try:
+        import cupy
+        from cupy._core import fusion as cupy_fusion
+        from cupy.cuda import memory
+        history, local = cupy_fusion._FusionHistory, cupy_fusion._thread_local
+        unowned = memory.UnownedMemory(1 << 20, 1 << 20, None, device_id=0)
+    except Exception as e:  # not installed (as in CI), or broken, or another layout
+        pytest.skip(f"CuPy's fusion tracer is not reachable: {type(e).__name__}: {e}")
+    monkeypatch.setattr(fusion, "FUSE_MIN_BYTES", 0)
+    monkeypatch.setattr(fusion, "_KERNELS", {})
+
+    def trace(kernel, *dtypes):
+        arrays = [cupy.ndarray((16,), dtype=d, memptr=memory.MemoryPointer(unowned, 0))
+                  for d in dtypes]
+        got = []
+
+        def spy(*args):
+            got.append(kernel.func(*args))
+            return got[-1]
+        local.history, local.is_old_fusing = history(), True
+        try:
+            local.history.get_fusion(spy, arrays, "fused")
+        finally:
+            local.history, local.is_old_fusing = None, False
+        results = got[0] if isinstance(got[0], tuple) else (got[0],)
+        return [np.dtype(r.dtype) for r in results]
+    return cupy, trace
+
+
+def _fused(xp, lines, dtypes, known=True):
+    """`lines` on `xp` arrays (each with facts of `dtypes[line.out]`, each read after them)
+    through fuse.fuse: the fused kernels, each with the dtypes of its inputs and those recorded
+    for its results. `known`: whether fuse is told the input's dtype (slot 0), as a tape tells
+    it an argument's; else it has the lines' results only."""
+    for line in lines:
+        array = types.SimpleNamespace(shape=(16,), dtype=dtypes[line.out], nbytes=16)
+        line.array = ArrayFacts(array, True, 0, xp)
+    last = {slot: len(lines) for line in lines for slot in (*line.reads, line.out)}
+    out = fusion.fuse(lines, last, _fused_source, {0: dtypes[0]} if known else None)
+    kernels, holders = [], {}
+    for line in out:
+        if hasattr(line.target, "source"):
+            results = [dtypes[line.out]] if line.array is not None else []
+            holders[line.out] = results  # a tuple of results: taken by the lines after it
+            kernels.append((line.target, [dtypes[slot] for slot in line.reads], results))
+        elif line.target is operator.getitem and line.reads[0] in holders:
+            holders[line.reads[0]].append(dtypes[line.out])
+    return kernels
+
+
+def test_cupy_ufuncs_and_the_operators_around_them_fuse_into_one_traceable_kernel(cupy_fusion):
+    cupy, trace = cupy_fusion
+    # +abs(2.0 ** tanh(x * 2.0)): CuPy's tanh is named "cupy_tanh"
+    lines = [Line("binary", operator.mul, (Ref(0), 2.0), None, 1),
+             Line("call", cupy.tanh, (Ref(1),), None, 2),
+             Line("binary", operator.pow, (2.0, Ref(2)), None, 3),
+             Line("unary", operator.abs, (Ref(3),), None, 4),
+             Line("unary", operator.pos, (Ref(4),), None, 5)]
+    float32 = np.dtype("float32")
+    (kernel, inputs, results), = _fused(cupy, lines, dict.fromkeys(range(6), float32))
+    assert kernel.source.count("\n    v") == 5
+    assert trace(kernel, *inputs) == results == [float32] * 5
+
+
+def test_fused_kernels_compute_in_the_dtypes_eager_code_recorded(cupy_fusion):
+    cupy, trace = cupy_fusion
+    checked = 0
+    for dtype in ("bool", "int8", "uint8", "int16", "uint16", "int32", "float16", "float32",
+                  "float64"):
+        for number in (True, 3, 2.5):
+            for op in (operator.add, operator.mul, operator.truediv, operator.lt):
+                try:
+                    first = op(np.ones(2, dtype), number).dtype  # what eager code records
+                except TypeError:  # bool - True and the like: no step records them
+                    continue
+                dtypes = {0: np.dtype(dtype), 1: first, 2: np.dtype(bool)}
+                for known in (True, False):  # the argument's dtype known, or only the results'
+                    lines = [Line("binary", op, (Ref(0), number), None, 1),
+                             Line("binary", operator.eq, (Ref(1), Ref(1)), None, 2)]
+                    for kernel, inputs, results in _fused(cupy, lines, dtypes, known):
+                        assert trace(kernel, *inputs) == results, (dtype, number, op, known)
+                        checked += 1
+    assert checked > 100  # most fuse: only a number of a higher kind than its array does not
 
 
 @pytest.mark.parametrize("draw", [

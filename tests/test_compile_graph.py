@@ -289,7 +289,8 @@ def test_a_staged_argument_keeps_its_layout(graph_stand_in):
 
 def test_an_index_arrays_bounds_check_stays_out_of_graphs(graph_stand_in):
     # the check reads the index array's extremes on the host: a wait for the device, which a
-    # capture refuses (and the run would then stay lines for good)
+    # capture refuses (and the run would then stay lines for good). The key it makes is new at
+    # every call: its index arrays are copied into the graphs' own, the rest compared by value
     W = gradcore.Parameter(np.random.default_rng(0).standard_normal((50, 8)))
 
     def step(x0, t):
@@ -300,13 +301,15 @@ def test_an_index_arrays_bounds_check_stays_out_of_graphs(graph_stand_in):
 
     compiled = gradcore.compile(step)
     rng = np.random.default_rng(1)
-    for _ in range(6):
+    for _ in range(12):  # past the captures a run makes before it stays lines
         x0, t = rng.standard_normal((16, 8)), rng.integers(0, 50, 16)
         assert same(compiled(x0, t), step(x0, t))
     tape, = compiled.tapes()
     inside = [getattr(line.target, "__name__", "") for g in tape.graphed for line in g.lines]
     assert "get_item" in inside and "normalize_key" not in inside
     assert compiled.stats()["why not graphs"] == []
+    # recorded, 2 replays as lines, then 9 through the graphs: each captured once
+    assert [(g.captures, g.launches) for g in tape.graphed] == [(1, 9)] * len(tape.graphed)
     with pytest.raises(IndexError):
         compiled(x0, np.full(16, 50))  # still checked at every call
 
@@ -371,7 +374,10 @@ def test_a_run_left_as_lines_hands_out_no_view_of_a_graphs_memory(graph_stand_in
         assert same(got.data, np.tanh(x0 * 2.0 + 1.0).reshape(3, 1))
 
 
-def test_a_training_step_on_a_device_of_another_library_replays_through_graphs(monkeypatch):
+@pytest.mark.parametrize("labels", ["strict", "numpy"])
+def test_a_training_step_on_a_device_of_another_library_replays_through_graphs(monkeypatch,
+                                                                               labels):
+    # NumPy labels are moved to device1 by the loss: a copy from the host, between graphs
     from conftest import DEVICE1, STRICT
     stand_in = StandInGraphs(STRICT)  # array-api-strict's device1 captures graphs here
     monkeypatch.setattr(STRICT, "captures_graphs", True, raising=False)
@@ -381,7 +387,8 @@ def test_a_training_step_on_a_device_of_another_library_replays_through_graphs(m
     compiled = gradcore.compile(step)
     kept = []
     for i, (x, t) in enumerate(_batches(6)):
-        x, t = STRICT.asarray(x, device=DEVICE1), STRICT.asarray(t, device=DEVICE1)
+        x = STRICT.asarray(x, device=DEVICE1)
+        t = STRICT.asarray(t, device=DEVICE1) if labels == "strict" else t
         np.random.seed(i)
         expected = eager_step(x, t)
         np.random.seed(i)
@@ -395,6 +402,11 @@ def test_a_training_step_on_a_device_of_another_library_replays_through_graphs(m
         np.testing.assert_array_equal(STRICT.to_numpy(got.data), expected)
     stats = compiled.stats()
     assert stats["graphs"][0] >= 1 and stand_in.launches > 0, stats["why not graphs"]
+    assert stats["why not graphs"] == [] and stats["replays"] == 4
+    tape, = compiled.tapes()
+    moves = [line for line in tape.lines if line.target is backends.to_device]
+    assert len(moves) == (labels == "numpy")
+    assert not any(line.target is backends.to_device for g in tape.graphed for line in g.lines)
 
 
 @pytest.mark.parametrize("read_after", [False, True])
@@ -418,3 +430,34 @@ def test_a_run_may_write_into_a_fresh_array_only_it_reads(graph_stand_in, read_a
         assert len(why) == 1 and "writes in place into an array that is new" in why[0]
     else:
         assert why == [] and graph_stand_in.launches > 0
+
+
+def test_cupy_graph_memory_is_the_devices_own_and_the_gpus_are_counted_once():
+    import contextlib
+    import types
+    import weakref
+
+    from backends.cupy_backend import CupyBackend
+
+    counted = []
+    runtime = types.SimpleNamespace(getDevice=lambda: 0,
+                                    getDeviceCount=lambda: counted.append(2) or 2)
+    backend = object.__new__(CupyBackend)  # no GPU here: __init__ would look for one
+    backend.xp = types.SimpleNamespace(cuda=types.SimpleNamespace(
+        runtime=runtime, Device=lambda id: contextlib.nullcontext()))
+    backend._graphs = weakref.WeakSet()
+
+    class Graph:  # a CudaGraph: the GPU it was captured on, its pool
+        def __init__(self, device, size):
+            self.device, self.pool = device, types.SimpleNamespace(total_bytes=lambda: size)
+
+    graphs = [Graph(0, 1024), Graph(1, 512)]
+    backend._graphs.update(graphs)
+    assert backend.graph_memory(backends.Device("cuda", 1)) == 512
+    assert backend.graph_memory(backends.Device("cuda", 0)) == 1024
+    assert backend.graph_memory(None) == 1024  # the current GPU's
+    for _ in range(3):
+        backend.device_context(backends.Device("cuda", 1))
+    with pytest.raises(backends.DeviceUnavailableError, match="cuda:2 does not exist"):
+        backend.device_context(backends.Device("cuda", 2))
+    assert counted == [2]  # asked once: the count is fixed for the process

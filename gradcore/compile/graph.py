@@ -12,10 +12,11 @@ What a graph cannot do stays out of it or is arranged around it:
 
 - A graph reads and writes the same memory at every launch. Arrays that are new at every call
   (the step's arguments, grads, a Variable's data the step replaces, what lines outside graphs
-  made) are copied into the graph's own buffers before each launch ("staged"). Arrays that stay
-  (a Parameter's data, updated in place; a constant; another graph's buffer) are read where they
-  are, and each launch checks that they are still the same arrays: where one was replaced, the
-  run is captured again, staging it (after CAPTURES captures, it stays lines).
+  made, the index arrays of a key checked outside them) are copied into the graph's own buffers
+  before each launch ("staged"). Arrays that stay (a Parameter's data, updated in place; a
+  constant; another graph's buffer) are read where they are, and each launch checks that they
+  are still the same arrays: where one was replaced, the run is captured again, staging it
+  (after CAPTURES captures, it stays lines).
 - What leaves the graphs for Python (a result, a grad or data stored on a Variable, a value a
   guard or an optimizer's step reads) is a copy: the graph writes its own memory again at the next
   launch, and a result the caller keeps must not change under them.
@@ -33,6 +34,7 @@ import functools
 import operator
 
 import backends
+from backends.indexing import NormalizedKey
 
 from .trace import _DRAWS, Line, Ref, _name, trace_backends, written
 
@@ -95,6 +97,8 @@ def _on_device(line, xp):
         return False  # from the host
     if line.kind == "call" and line.reads and _name("call", line.target) == "normalize_key":
         return False  # an index array's bounds are checked on the host: a wait for the device
+    if line.target is backends.to_device:
+        return False  # from another library (NumPy labels to the GPU): through the host
     return facts is None or facts.xp is xp
 
 
@@ -196,6 +200,20 @@ def _site(target):
     return ("argument", target) if target.__class__ is int else id(target)
 
 
+def _fits(value, buffer):
+    """True if the array `value` can be copied into the graph's `buffer` as it is."""
+    return (value.__class__ is buffer.__class__ and value.shape == buffer.shape
+            and value.dtype == buffer.dtype)
+
+
+def _fits_key(value, key, cls):
+    """True if the index key `value` is the graph's `key` but for its index arrays (of class
+    `cls`), which can be copied into the key's buffers as they are."""
+    return value.__class__ is key.__class__ and len(value) == len(key) and all(
+        _fits(v, k) if k.__class__ is cls else v is k or _same_constant(v, k)
+        for v, k in zip(value, key))
+
+
 def _same_constant(a, b):
     """True if `a` and `b` are equal Python values a graph may have taken as constants (numbers,
     strings, slices, None, tuples of them), as a key made afresh at every call is."""
@@ -236,6 +254,7 @@ class Graphed:
         self.launches = 0
         self._direct = ()      # (position, the array or object read there) for each direct input
         self._buffers = ()     # (position, the graph's buffer) for each staged input
+        self._keys = ()        # (position, the graph's key, its arrays buffers) per staged key
         self._results = ()     # the graph's output arrays
         self._copied = ()      # per output: True if a launch hands out a copy of it
 
@@ -245,7 +264,7 @@ class Graphed:
         if graph is not None:
             if self._same_inputs(values):
                 with self.backend.device_context(self._device):  # copies out made there
-                    graph.launch([(buffer, values[i]) for i, buffer in self._buffers])
+                    graph.launch(self._copies_in(values))
                     self.launches += 1
                     return self._handed_out()
             self.graph = None  # an input is another array now: capture again, staging it
@@ -276,11 +295,21 @@ class Graphed:
                 self.staged[i] = self.backend.owns(value)  # an array: stage it from now on
                 return False
         for i, buffer in self._buffers:
-            value = values[i]
-            if (value.__class__ is not buffer.__class__ or value.shape != buffer.shape
-                    or value.dtype != buffer.dtype):
+            if not _fits(values[i], buffer):
+                return False
+        cls = self.backend.array_type
+        for i, key in self._keys:
+            if not _fits_key(values[i], key, cls):
                 return False
         return True
+
+    def _copies_in(self, values):
+        """(buffer, value) for each array a launch copies in: staged inputs, keys' arrays."""
+        copies = [(buffer, values[i]) for i, buffer in self._buffers]
+        cls = self.backend.array_type
+        for i, key in self._keys:
+            copies += [(k, v) for k, v in zip(key, values[i]) if k.__class__ is cls]
+        return copies
 
     def _capture(self, values):
         backend = self.backend
@@ -295,17 +324,24 @@ class Graphed:
 
     def _capture_on(self, device, values):
         backend = self.backend
-        inputs, buffers, direct = list(values), [], []
+        inputs, buffers, keys, direct = list(values), [], [], []
         for i, value in enumerate(values):
             if self.staged[i] and value.__class__ is backend.array_type:
                 inputs[i] = self._copy(value)  # the graph's own: each launch copies into it
                 buffers.append((i, inputs[i]))
+            elif self.staged[i] and value.__class__ is NormalizedKey:
+                # an index key checked outside graphs, its index arrays new at every call: the
+                # graph indexes with a key of its own buffers, into which each launch copies them
+                inputs[i] = NormalizedKey(self._copy(k) if k.__class__ is backend.array_type
+                                          else k for k in value)
+                keys.append((i, inputs[i]))
             elif self.staged[i] and backends.is_array(value):
                 raise Uncapturable(f"it reads a {type(value).__name__}, which cannot be "
                                    "written into for each launch")
             else:
                 direct.append((i, value))
-        staged = [buffer for i, buffer in buffers if not self.scratch[i]]
+        staged = [buffer for i, buffer in buffers if not self.scratch[i]] + [
+            k for _, key in keys for k in key if k.__class__ is backend.array_type]
         xp = backend.xp
         overlaps = getattr(xp, "may_share_memory", None)
 
@@ -330,6 +366,7 @@ class Graphed:
         except Exception as e:  # what the library refused to capture (a wait on the device)
             raise CaptureFailed(f"the capture failed: {type(e).__name__}: {e}") from e
         self.graph, self._buffers, self._direct, self._results = graph, buffers, direct, results
+        self._keys = keys
         self._device = device
         self._copied = [escapes and result.__class__ is backend.array_type
                         for result, escapes in zip(results, self.escaping)]

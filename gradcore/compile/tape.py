@@ -55,7 +55,8 @@ class Tape:
         lines = _into_views(recorder.lines, results)
         lines, self.frees = _needed(lines, outputs)
         if fusing and fusable(lines):  # where the array library fuses (CuPy): see fuse.py
-            fused = fuse(lines, _last_uses(self.frees, outputs, len(lines)), _fused_source)
+            fused = fuse(lines, _last_uses(self.frees, outputs, len(lines)), _fused_source,
+                         recorder.dtypes)
             if fused is not lines:
                 lines, self.frees = _needed(fused, outputs)
         self.lines = _reuse_buffers(lines, self.frees, results)

@@ -224,6 +224,7 @@ class Recorder:
         self.objects = {}           # id(object) -> (object, slot): non-array results (index keys)
         self.adopted = {}           # id(Variable) -> _Adopted
         self.arguments = []         # (argument index, slot, is a Variable) per array argument
+        self.dtypes = {}            # slot -> dtype of each array no line makes (argument, load)
         self.grad_owners = {}       # id(grad Variable) -> the adopted Variable it is the grad of
         # the step created weights (lazy layers), or left an outside Variable's data with
         # another shape, dtype or library (a growing memory): the next call records again
@@ -533,7 +534,9 @@ class Recorder:
 
     def _note_memory(self, slot, array, variable=False):
         """Note the memory number of `array`, which no line makes (an argument's, a load's),
-        for the guards (Recorder._overwritten); a `variable` argument's as held from the start."""
+        for the guards (Recorder._overwritten); a `variable` argument's as held from the start.
+        Its dtype too, for fusion (fuse.py)."""
+        self.dtypes[slot] = getattr(array, "dtype", None)
         try:
             self.roots[slot] = self._memory(array)
         except TypeError:  # a scalar, or an array without weak references: never compared
@@ -1274,7 +1277,7 @@ class Namespace:
 
 
 # Backend methods that take or make arrays: each call is a tape line
-_RECORDED = ("asarray", "zeros", "empty", "to_device", "normalize_key", "get_item",
+_RECORDED = ("asarray", "zeros", "empty", "normalize_key", "get_item",
              "scatter_add", "add_at", "random_normal", "random_uniform")
 
 
@@ -1335,6 +1338,14 @@ class TraceBackend(backends.Backend):
         if isinstance(obj, Traced) and obj.value.__class__ in self.inner.scalar_types:
             return call(self, self.inner.ensure_array, (obj,), None)
         return obj
+
+    def to_device(self, array, device):
+        """`array` moved to `device` as a tape line, to another library's device too (NumPy
+        labels sent to the GPU by softmax_cross_entropy): a replay moves that call's array."""
+        target = backends.backend_for_device(device)
+        if target is self.inner:
+            return call(self, self.inner.to_device, (array, device), None)
+        return call(trace_backend(target), backends.to_device, (array, device), None)
 
     def to_numpy(self, array):
         give_up("a traced array was copied to the host (to_numpy)")
