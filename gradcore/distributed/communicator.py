@@ -2,15 +2,18 @@
 
 Every collective here is started non-blocking and waited for by `Communicator.wait`, which
 polls: it returns when the requests complete, raises DistributedError when another rank has
-sent word that it failed (an exception no one caught: see `init`), and raises one when the
-deadline passes (a rank that died without word, or stopped calling the collectives). So a job
-ends with a message naming the failing rank instead of hanging. Making the communicators waits
-so too (see `_meet`).
+sent word that it failed (an exception no one caught: see `init`) or that it exited (and the
+requests still do not complete), and raises one when the deadline passes (a rank that died
+without word, or stopped calling the collectives). So a job ends with a message naming the
+failing rank instead of hanging. Making the communicators waits so too (see `_meet`).
 
 Metadata (parameter names, random generator states) travels as JSON, never as pickles.
 """
+import atexit
 import json
+import os
 import sys
+import threading
 import time
 
 import numpy
@@ -18,7 +21,12 @@ import numpy
 __all__ = ["Communicator", "DistributedError", "init", "local_device"]
 
 DEFAULT_TIMEOUT = 300.0
-_FAILED = 7001  # the tag of a failure notice, on a communicator of its own
+# the tags of the notices, on a communicator of their own: a rank failed; a rank's program ended
+_FAILED, _EXITED = 7001, 7002
+# seconds a wait goes on after word that a rank exited: a collective whose part on that rank was
+# done before it exited completes meanwhile (at the end of a program, the last one); one it never
+# started cannot
+EXIT_GRACE = 2.0
 
 
 class DistributedError(RuntimeError):
@@ -55,8 +63,9 @@ class Communicator:
         self.mpi = _meet(mpi_comm, self.MPI, self.timeout)
         self._notices = mpi_comm.Dup()
         self._heard = set()  # the ranks whose failure notice this rank has read
+        self._exited = {}  # rank -> (how it exited, when this rank read that), from its notice
         # votes apart from the data: at a vote the ranks may have started different numbers of
-        # sums on self.mpi, and MPI pairs one communicator's collectives in the order started
+        # sums, and MPI pairs one communicator's collectives in the order started
         self._votes = mpi_comm.Dup()
         self.rank = self.mpi.Get_rank()
         self.size = self.mpi.Get_size()
@@ -73,19 +82,21 @@ class Communicator:
     # ---------------------------------------------------------------- waiting
     def wait(self, requests, what):
         """Block until every request in `requests` (mpi4py Requests) completes; `what` names
-        the collective in errors. Raises DistributedError if another rank reports a failure
-        or after `timeout` seconds."""
+        the collective in errors. Raises DistributedError if another rank reports a failure,
+        if one reports that it exited and the requests do not complete within EXIT_GRACE
+        seconds, or after `timeout` seconds."""
         test_all = self.MPI.Request.Testall
         if test_all(requests):
             return
-        deadline = time.monotonic() + self.timeout
+        began = time.monotonic()
+        deadline = began + self.timeout
         polls = 0
         # MPI moves a transfer on only inside MPI calls: keep testing (a pause between tests
         # would slow the transfer itself once it starts), as MPI's own blocking wait does
         while not test_all(requests):
             polls += 1
             if polls % 64 == 0:  # the notices and the clock now and then, not on every poll
-                self.check_notices(what)
+                self.check_notices(what, since=began)
                 if time.monotonic() > deadline:
                     raise DistributedError(
                         f"rank {self.rank}: {what} did not complete within {self.timeout:g} s: "
@@ -94,38 +105,65 @@ class Communicator:
                 if polls > 20000:  # a long wait: let another process have the core a moment
                     time.sleep(0)
 
-    def check_notices(self, what="the job"):
-        """Raise DistributedError if another rank has sent word that it failed."""
-        notice = self._notice()
-        if notice is not None:
-            source, message = notice
-            raise DistributedError(f"rank {source} failed ({message}); "
-                                   f"rank {self.rank} stops in {what}")
+    def check_notices(self, what="the job", since=None):
+        """Raise DistributedError if another rank has sent word that it failed. `since`: when
+        the caller began waiting (time.monotonic()) for requests still pending; then also if
+        another rank has sent word that it exited, EXIT_GRACE seconds or more both after
+        `since` and after this rank read that word."""
+        while (notice := self._notice()) is not None:
+            source, tag, message = notice
+            if tag == _FAILED:
+                raise DistributedError(f"rank {source} failed ({message}); "
+                                       f"rank {self.rank} stops in {what}")
+        if since is None or not self._exited:
+            return
+        now = time.monotonic()
+        gone = [(rank, how) for rank, (how, heard) in sorted(self._exited.items())
+                if now > max(since, heard) + EXIT_GRACE]
+        if gone:
+            rank, how = gone[0]
+            raise DistributedError(
+                f"rank {rank} exited ({how}) without taking part; rank {self.rank} stops in "
+                f"{what}: every rank must take part in every collective (as many steps on "
+                "every rank: dist.scatter_dataset gives every rank an equal share)")
 
     def _notice(self):
-        """(rank, message) of a failure notice that has arrived, read; None if none has."""
+        """(rank, tag, message) of a notice that has arrived, read and noted; None if none
+        has."""
         status = self.MPI.Status()
-        if not self._notices.Iprobe(source=self.MPI.ANY_SOURCE, tag=_FAILED, status=status):
+        if not self._notices.Iprobe(source=self.MPI.ANY_SOURCE, tag=self.MPI.ANY_TAG,
+                                    status=status):
             return None
-        source = status.Get_source()
+        source, tag = status.Get_source(), status.Get_tag()
         message = numpy.empty(status.Get_count(self.MPI.BYTE), dtype=numpy.uint8)
-        self._notices.Recv([message, self.MPI.BYTE], source=source, tag=_FAILED)
-        self._heard.add(source)
-        return source, message.tobytes().decode()
+        self._notices.Recv([message, self.MPI.BYTE], source=source, tag=tag)
+        message = message.tobytes().decode()
+        if tag == _EXITED:
+            self._exited.setdefault(source, (message, time.monotonic()))
+        else:
+            self._heard.add(source)
+        return source, tag, message
+
+    def _send_notice(self, tag, message, grace):
+        """Send `message` with `tag` to every other rank, and wait until MPI has sent it (small
+        messages go at once), `grace` seconds at most; returns when that wait had to end
+        (time.monotonic())."""
+        data = numpy.frombuffer(f"{message}".encode(), dtype=numpy.uint8).copy()
+        requests = [self._notices.Isend([data, self.MPI.BYTE], dest=r, tag=tag)
+                    for r in range(self.size) if r != self.rank]
+        deadline = time.monotonic() + grace
+        while not self.MPI.Request.Testall(requests) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        return deadline
 
     def notify_failure(self, message, grace=2.0):
         """Send word of this rank's failure (`message`) to every other rank, then wait, at most
         `grace` seconds, for word back from each rank not heard from yet. A rank that reads the
         notice stops in turn and, once it has said why, sends its own: mpiexec ends every rank
         as soon as one exits with an error, and without the wait the others could be ended
-        before saying why they stop."""
-        data = numpy.frombuffer(f"{message}".encode(), dtype=numpy.uint8).copy()
-        requests = [self._notices.Isend([data, self.MPI.BYTE], dest=r, tag=_FAILED)
-                    for r in range(self.size) if r != self.rank]
-        deadline = time.monotonic() + grace
-        while not self.MPI.Request.Testall(requests) and time.monotonic() < deadline:
-            time.sleep(0.001)
-        waiting = set(range(self.size)) - self._heard - {self.rank}
+        before saying why they stop. A rank that exited sends none."""
+        deadline = self._send_notice(_FAILED, message, grace)
+        waiting = set(range(self.size)) - self._heard - set(self._exited) - {self.rank}
         while waiting and time.monotonic() < deadline:
             notice = self._notice()
             if notice is None:
@@ -133,10 +171,33 @@ class Communicator:
             else:
                 waiting.discard(notice[0])
 
+    def notify_exit(self, how, grace=1.0):
+        """Send word that this rank's program is ending (`how`: "status 2", say) to every other
+        rank: one left waiting for it in a collective raises, naming it, instead of waiting out
+        its deadline. A rank that finished every collective with it never reads the word."""
+        self._send_notice(_EXITED, how, grace)
+
     # ---------------------------------------------------------------- collectives
-    def allreduce_start(self, buffer):
-        """Start summing the host array `buffer` over the ranks, in place; returns a request."""
-        return self.mpi.Iallreduce(self.MPI.IN_PLACE, buffer, op=self.MPI.SUM)
+    def allreduce_start(self, buffer, channel=None):
+        """Start summing the host array `buffer` over the ranks, in place, on `channel` (one
+        made by `duplicate`; None: this Communicator's own); returns a request."""
+        mpi = self.mpi if channel is None else channel
+        return mpi.Iallreduce(self.MPI.IN_PLACE, buffer, op=self.MPI.SUM)
+
+    def duplicate(self, what="a duplicate"):
+        """An MPI communicator of the same ranks whose collectives pair only with each other's:
+        MPI pairs each rank's n-th collective on a communicator with the others' n-th, so sums
+        started in an order that differs between the ranks (as backward finishes gradients)
+        need one of their own. Every rank must ask, in the same order; `release` frees it."""
+        channel, request = self.mpi.Idup()
+        self.wait([request], what)
+        return channel
+
+    def release(self, channel):
+        """Free `channel` (made by `duplicate`), unless MPI has ended already. Its sums still
+        pending complete; freeing is local to this rank."""
+        if not self.MPI.Is_finalized():
+            channel.Free()
 
     def any_rank(self, flag, what="a vote"):
         """Whether `flag` is true on at least one rank (every rank must ask, in the same
@@ -156,6 +217,27 @@ class Communicator:
     def barrier(self, what="a barrier"):
         """Return when every rank has reached it."""
         self.wait([self.mpi.Ibarrier()], what)
+
+    def from_root(self, make, root=0, what="a broadcast"):
+        """`make()`, called on `root` only, on every rank (its result JSON-able). If it raises
+        there, every rank raises at once, not at the deadline: `root` its exception, the others
+        DistributedError naming it."""
+        made = failure = None
+        if self.rank == root:
+            try:
+                made = make()
+            except Exception as e:
+                failure = e
+        sent = self.broadcast_json(
+            [made, None if failure is None else f"{type(failure).__name__}: {failure}"],
+            root, what)
+        if failure is not None:
+            raise failure
+        result, error = sent
+        if error is not None:
+            raise DistributedError(f"rank {root} failed in {what} ({error}); every rank stops "
+                                   "there")
+        return result
 
     def broadcast_json(self, obj, root=0, what="a broadcast"):
         """`obj` (JSON-able) as it is on `root`, on every rank."""
@@ -226,7 +308,9 @@ def init(backend="mpi", timeout=None):
     when not given; given to a later call, it becomes the made Communicator's), this call's own
     wait for every rank to call it included. From here on, an exception no one catches on this
     rank sends word to the others, whose next wait raises DistributedError naming this rank,
-    and then ends the job (MPI_Abort), so no rank is left waiting for it."""
+    and then ends the job (MPI_Abort), so no rank is left waiting for it. So does this rank's
+    exit (sys.exit, or the end of the program) where another rank waits for it in vain: that
+    wait raises within EXIT_GRACE seconds, naming it and sys.exit's status."""
     if backend not in ("mpi", "nccl"):
         raise ValueError(f"dist.init: backend must be 'mpi' or 'nccl', got {backend!r}")
     if backend in _communicators:
@@ -255,9 +339,24 @@ class MpiReducer:
     def __init__(self, comm):
         self.comm = comm
 
-    def start(self, buffer):
-        """Start summing `buffer` (a host array) over the ranks, in place; returns a request."""
-        return self.comm.allreduce_start(buffer)
+    def channel(self):
+        """What one DistributedOptimizer sums on (give it to `start`): an MPI communicator of
+        its own (Communicator.duplicate), so that no other optimizer's sums and no collective
+        of the program's pair with its own. A job of one rank sums alone: None there. Every
+        rank must ask, in the same order; `release` frees it."""
+        if self.comm.size == 1:
+            return None
+        return self.comm.duplicate("making a DistributedOptimizer (every rank makes each one, "
+                                   "in the same order)")
+
+    def release(self, channel):
+        """Free what `channel` made."""
+        self.comm.release(channel)
+
+    def start(self, buffer, channel=None):
+        """Start summing `buffer` (a host array) over the ranks, in place, on `channel` (see
+        `channel`; None: the Communicator's own); returns a request."""
+        return self.comm.allreduce_start(buffer, channel)
 
     def progress(self, handles):
         """Let MPI move the started sums on (it works only inside MPI calls)."""
@@ -273,7 +372,10 @@ def _report_failures(MPI):
     other ranks (and waits a moment for theirs: see Communicator.notify_failure), then ends the
     job with MPI_Abort. Without the abort the rank would not exit: mpi4py calls MPI_Finalize at
     exit, and MPICH's waits there until every other rank has called it too, so mpiexec (which
-    ends the job once a rank exits with an error) would see no rank end."""
+    ends the job once a rank exits with an error) would see no rank end.
+
+    In a job of several ranks, also send word when the program exits (`_report_exit`), which
+    sys.excepthook never hears of (SystemExit: sys.exit, argparse's errors)."""
     global _hook_installed
     if _hook_installed:
         return
@@ -291,6 +393,42 @@ def _report_failures(MPI):
         MPI.COMM_WORLD.Abort(1)
 
     sys.excepthook = excepthook
+    if MPI.COMM_WORLD.Get_size() > 1:
+        sys.exit = _noting_status(sys.exit)
+        # Python runs atexit's functions before mpi4py's MPI_Finalize (registered with
+        # Py_AtExit, which runs last), so MPI still works there
+        atexit.register(_report_exit, MPI, os.getpid())
+
+
+_exit_status = []  # the argument of the last sys.exit on the main thread, if one was called
+
+
+def _noting_status(exit):
+    """sys.exit (`exit`), noting its status for `_report_exit`: by the time Python runs the
+    atexit functions, it has let go of the SystemExit and its status."""
+    def noted_exit(status=None, /):
+        if threading.current_thread() is threading.main_thread():
+            _exit_status[:] = [status]
+        exit(status)
+    noted_exit.__doc__ = exit.__doc__
+    return noted_exit
+
+
+def _report_exit(MPI, pid):
+    """Send every other rank word that this rank's program ends, with sys.exit's status where
+    it was called: a rank left waiting for this one raises, naming it, instead of waiting out
+    its deadline. Not from a forked child, which shares the parent's MPI state."""
+    if os.getpid() != pid or MPI.Is_finalized():
+        return
+    how = "its program ended"  # no sys.exit: the end of the program, or SystemExit raised
+    if _exit_status:  # the exit status as Python makes it of sys.exit's argument
+        status = _exit_status[0]
+        how = ("status 0" if status is None else f"status {int(status)}"
+               if isinstance(status, int) else f"status 1: {str(status)[:200]}")
+    sys.stdout.flush()  # mpiexec may end this rank in MPI_Finalize once another reads the word
+    sys.stderr.flush()
+    for comm in _reporting:
+        comm.notify_exit(how)
 
 
 def local_device(comm=None):

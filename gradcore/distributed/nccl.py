@@ -84,17 +84,31 @@ class NcclReducer:
         # NCCL binds a communicator to the device current when it is made; the buckets are
         # allocated on the current device too
         cuda.Device(self.device).use()
-        made = _id_to_json(nccl.get_unique_id()) if comm.rank == 0 else None
-        sent = comm.broadcast_json(made, 0, "dist.init('nccl')")
+        # rank 0 alone makes the id: should it fail there, every rank raises at once
+        sent = comm.from_root(lambda: _id_to_json(nccl.get_unique_id()), 0, "dist.init('nccl')")
         self.nccl_comm = nccl.NcclCommunicator(comm.size, _id_from_json(sent), comm.rank)
         self.aborted = False
 
     def __repr__(self):
         return f"NcclReducer(rank {self.comm.rank} of {self.comm.size} on cuda:{self.device})"
 
-    def start(self, buffer):
+    def channel(self):
+        """What one DistributedOptimizer sums on: None, this reducer's one NCCL communicator,
+        shared. NCCL too pairs each rank's n-th sum on a communicator with the others' n-th,
+        but one communicator per optimizer would not make sums started in different orders
+        safe: their kernels, queued on the one current stream in those orders, would each
+        wait for a kernel queued behind the other on another rank. So where several
+        DistributedOptimizers sum here, give every one overlap=False: each then starts its
+        buckets in its own step, in the program's order, the same on every rank."""
+        return None
+
+    def release(self, channel):
+        """Nothing to free (see `channel`)."""
+
+    def start(self, buffer, channel=None):
         """Start summing `buffer` (a contiguous CuPy array on this rank's GPU) over the ranks,
-        in place; returns a CUDA event that completes with the sum."""
+        in place; returns a CUDA event that completes with the sum. `channel`: see
+        `channel`."""
         if self.aborted:
             raise DistributedError(f"rank {self.comm.rank}: NCCL was stopped by an earlier "
                                    "failure; no more sums can start")
@@ -126,10 +140,11 @@ class NcclReducer:
         no GPU keeps waiting for a rank that is gone."""
         what = "the gradient all-reduce"
         pending = list(handles)
-        deadline = time.monotonic() + self.comm.timeout
+        began = time.monotonic()
+        deadline = began + self.comm.timeout
         while True:
             pending = [event for event in pending if not event.done]
-            self._check(what)
+            self._check(what, began if pending else None)
             if not pending:
                 return
             if time.monotonic() > deadline:
@@ -141,10 +156,11 @@ class NcclReducer:
                     "steps.")
             time.sleep(0.0001)  # the GPU works meanwhile: leave the core to others
 
-    def _check(self, what):
-        """Raise DistributedError for another rank's failure notice or an NCCL error."""
+    def _check(self, what, since=None):
+        """Raise DistributedError for another rank's failure notice (or exit notice: see
+        Communicator.check_notices, `since`) or an NCCL error."""
         try:
-            self.comm.check_notices(what)
+            self.comm.check_notices(what, since)
             if not self.aborted:
                 self.nccl_comm.check_async_error()
         except DistributedError:

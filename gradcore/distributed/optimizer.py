@@ -4,12 +4,16 @@ Gradients travel in flat buckets: runs of consecutive parameters (last layers fi
 backward finishes them) of one dtype and device, up to `bucket_size` bytes each, so a small
 parameter does not cost a message of its own. Buckets are started in the same fixed order on
 every rank, whatever order their gradients become final in, so no rank ever waits on a
-collective another has not started. With `overlap`, a bucket starts while backward goes on, as
-soon as its last parameter's gradient is final (Variable.register_post_accumulate_grad_hook);
-parameters this rank had no gradient for at the last step are not waited for (if one gets a
-gradient after all, the step sums every bucket again, so the result is the same). Which buckets
-start in backward differs between ranks; the step makes every rank start the same ones, in the
-same order, and the ranks vote on summing again, so that every rank does or none does.
+collective another has not started. Each optimizer sums on a channel of its own (with MPI, a
+communicator duplicated when it is made), apart from the others' and the program's
+collectives: which optimizer's buckets start first in a backward may differ between the ranks,
+and MPI pairs each rank's n-th collective on a communicator with the others' n-th. With
+`overlap`, a bucket starts while backward goes on, as soon as its last parameter's gradient is
+final (Variable.register_post_accumulate_grad_hook); parameters this rank had no gradient for
+at the last step are not waited for (if one gets a gradient after all, the step sums every
+bucket again, so the result is the same). Which buckets start in backward differs between
+ranks; the step makes every rank start the same ones, in the same order, and the ranks vote on
+summing again, so that every rank does or none does.
 
 The plan follows the optimizer: a step that finds its parameters changed (a layer replaced, a
 bias added, setup(other)) plans the buckets again, and the ranks compare them anew. The first
@@ -88,6 +92,8 @@ class DistributedOptimizer:
     every rank holds the same parameters (a digest of each), and raises DistributedError naming
     what differs (see broadcast_parameters). Parameters the optimizer gains later (a layer
     replaced the same way on every rank) are planned and compared at the step that finds them.
+    Making one is a collective (with MPI, it sums on a communicator of its own, duplicated
+    here): every rank makes each DistributedOptimizer, in the same order.
 
     clip_grad_norm_ and clip_grad_value_ average the gradients first (synchronize(); the step
     then sums nothing again, unless a backward ran since on some rank: the ranks vote on it), so
@@ -129,6 +135,12 @@ class DistributedOptimizer:
                             f"agreement (a Module), got {type(model).__name__}")
         self.optimizer = optimizer
         self.comm = comm
+        # a collective: every rank makes its optimizers, in the same order
+        self._channel = comm.reducer.channel()
+        if self._channel is not None:
+            # freed with the optimizer: MPI has a few thousand communicators at most, and a
+            # program may make optimizers in a loop
+            weakref.finalize(self, comm.reducer.release, self._channel)
         self.bucket_size = bucket_size
         self.overlap = bool(overlap)
         self.buffers = buffers
@@ -169,7 +181,7 @@ class DistributedOptimizer:
                       "_params", "_buckets", "_bucket_of", "_started", "_stale", "_checked",
                       "_names", "_target", "_hook_handles", "_buffers", "_synced",
                       "_averaged_early", "_hooks_stay", "_read_at", "_number", "_final",
-                      "_warned", "__weakref__"))
+                      "_warned", "_channel", "__weakref__"))
 
     def __getattr__(self, name):  # what is not ours is the optimizer's
         if name in DistributedOptimizer._own:
@@ -265,7 +277,7 @@ class DistributedOptimizer:
             self._start(self._buckets[self._started])
         handles = [b.handle for b in self._buckets if b.handle is not None]
         if self._buffers is not None:  # after every bucket: the same order on every rank
-            handle = self._buffers.start(self.comm)
+            handle = self._buffers.start(self.comm, self._channel)
             if handle is not None:
                 handles.append(handle)
         self.comm.reducer.wait(handles)
@@ -451,7 +463,7 @@ class DistributedOptimizer:
             xp.multiply(data.reshape(-1), share, out=buffer[start:start + p.size])
             buffer[n + k] = 1  # summed: how many ranks had a gradient for p
         bucket.buffer = buffer
-        bucket.handle = reducer.start(buffer)
+        bucket.handle = reducer.start(buffer, self._channel)
         self._started += 1
 
     def _unpack(self, bucket):
@@ -642,9 +654,9 @@ class _Buffers:
         return [[name, list(shape), str(dtype)] for (name, _), (shape, dtype)
                 in zip(self.named, self.kinds)]
 
-    def start(self, comm):
-        """Pack the buffers and start their all-reduce; returns its handle (None: none is
-        sized)."""
+    def start(self, comm, channel):
+        """Pack the buffers and start their all-reduce on `channel` (the optimizer's); returns
+        its handle (None: none is sized)."""
         self._check_same_buffers()
         for (name, v), (shape, dtype) in zip(self.named, self.kinds):
             if v.data is None or tuple(v.shape) != shape or v.dtype != dtype:
@@ -668,7 +680,7 @@ class _Buffers:
                 self._pack(backend.xp, backend.xp.empty(n, dtype="float64"), comm, True)
         else:
             self._pack(numpy, numpy.empty(n, dtype=numpy.float64), comm, False)
-        return comm.reducer.start(self.buffer)
+        return comm.reducer.start(self.buffer, channel)
 
     def _pack(self, xp, buffer, comm, on_device):
         share = 1 / comm.size

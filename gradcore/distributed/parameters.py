@@ -16,19 +16,37 @@ def broadcast_parameters(model, comm, root=0):
 
     Layers not sized yet (sized at their first call) cannot be sent; instead every rank gets
     root's state of the random generators they draw their weights from, so that they draw the
-    same weights; the first step of a DistributedOptimizer checks that they did."""
+    same weights; the first step of a DistributedOptimizer checks that they did. If reading
+    root's arrays raises there (a device error, a lazy array's computation), every rank raises
+    at once: root its exception, the others DistributedError naming root and it."""
     entries = list(model.named_parameters()) + list(model.named_buffers())
     mine = [[name, None, None] if v.data is None else [name, list(v.shape), str(v.dtype)]
             for name, v in entries]
-    everyone = comm.allgather_json(mine, "broadcast_parameters' check")
-    problems = _differences(everyone, root)
+    sized = [v for _, v in entries if v.data is not None]
+    groups = {dtype: [v for v in sized if str(v.dtype) == dtype]
+              for dtype in sorted({str(v.dtype) for v in sized})}
+    # root reads its arrays before the check, whose all-gather carries word if it could not:
+    # the others would otherwise wait for its broadcast until the deadline
+    packed, failure = {}, None
+    if comm.rank == root:
+        try:
+            packed = {dtype: numpy.concatenate([v.numpy().reshape(-1) for v in group])
+                      for dtype, group in groups.items()}
+        except Exception as e:
+            failure = e
+    said = None if failure is None else f"{type(failure).__name__}: {failure}"
+    everyone = comm.allgather_json([mine, said], "broadcast_parameters' check")
+    if failure is not None:
+        raise failure
+    if everyone[root][1] is not None:
+        raise DistributedError(f"broadcast_parameters: rank {root} could not read its "
+                               f"parameters ({everyone[root][1]}); every rank stops there")
+    problems = _differences([m for m, _ in everyone], root)
     if problems:
         raise DistributedError(f"broadcast_parameters: the ranks' models differ: "
                                f"{'; '.join(problems)}. Build the same model on every rank.")
-    sized = [v for _, v in entries if v.data is not None]
-    for dtype in sorted({str(v.dtype) for v in sized}):
-        group = [v for v in sized if str(v.dtype) == dtype]
-        flat = numpy.concatenate([v.numpy().reshape(-1) for v in group]) if comm.rank == root \
+    for dtype, group in groups.items():
+        flat = packed[dtype] if comm.rank == root \
             else numpy.empty(sum(v.size for v in group), dtype=group[0].numpy().dtype)
         comm.broadcast(flat, root, "broadcast_parameters")
         start = 0
@@ -92,6 +110,6 @@ def _share_random_states(model, comm, root):
 
 def save_on_root(model, path, comm, root=0):
     """`model.save(path)` on rank `root` only; every rank returns once the file is written,
-    with the path written (".npz" appended if missing)."""
-    written = model.save(path) if comm.rank == root else None
-    return comm.broadcast_json(written, root, "save_on_root")
+    with the path written (".npz" appended if missing). If the save raises, every rank raises
+    at once: `root` its exception, the others DistributedError naming root and it."""
+    return comm.from_root(lambda: model.save(path), root, "save_on_root")

@@ -224,6 +224,46 @@ def test_a_compiled_step_that_clips_replays_and_trains_as_one_process(changes_an
         assert result["max_difference"] < 1e-14  # one process on the whole batch, clipped
 
 
+def test_each_optimizer_sums_with_itself_whatever_order_backward_finishes_them(tmp_path):
+    """Two optimizers whose buckets start in backward in opposite orders on the ranks, and the
+    program's own collectives between backward and the steps: each is the mean of the ranks'
+    gradients. Before each optimizer had a communicator of its own, MPI paired one's sums with
+    the other's (off by 2.0 here) or with the program's all-gather (a wait to the deadline)."""
+    for r in launch("own_channels", tmp_path, timeout=20.0, limit=90):
+        assert max(r["worst"]) < 1e-12, r["worst"]  # float64, at each step
+        assert r["made"] == 2100  # each optimizer's communicator freed with it
+
+
+def test_a_root_that_cannot_save_or_read_its_parameters_stops_every_rank_at_once(tmp_path):
+    first, second = launch("root_fails", tmp_path, timeout=20.0, limit=90)
+    assert first["save"].startswith("FileNotFoundError: ")  # rank 0's own
+    assert second["save"].startswith(
+        "DistributedError: rank 0 failed in save_on_root (FileNotFoundError: ")
+    assert str(tmp_path / "missing") in second["save"]
+    assert first["broadcast"] == "RuntimeError: the device is gone, on purpose"
+    assert second["broadcast"] == (
+        "DistributedError: broadcast_parameters: rank 0 could not read its parameters "
+        "(RuntimeError: the device is gone, on purpose); every rank stops there")
+    for r in (first, second):
+        assert r["seconds"] < 10  # at once, not at the deadline (20 s)
+        assert r["saved"] == str(tmp_path / "model.npz")  # the next collectives pair
+
+
+def test_a_rank_that_calls_sys_exit_stops_the_others_with_its_name_and_status(tmp_path):
+    start = time.monotonic()
+    output = launch("exits", tmp_path, timeout=30.0, expect_failure=True, limit=90)
+    assert ("DistributedError: rank 1 exited (status 2) without taking part; rank 0 stops in "
+            "the gradient all-reduce") in output
+    assert time.monotonic() - start < 20  # within EXIT_GRACE (2 s), not at the deadline
+
+
+def test_ranks_that_end_at_different_times_end_without_error(tmp_path):
+    start = time.monotonic()
+    first, second = launch("ends_apart", tmp_path)
+    assert first["heard"] == {"1": "its program ended"} and second["heard"] == {}
+    assert time.monotonic() - start < 20  # no rank waits for the others' word at its end
+
+
 def test_lazy_layers_broadcast_before_their_first_call_agree(tmp_path):
     first, second = launch("lazy", tmp_path)
     assert first["digests"] == second["digests"]

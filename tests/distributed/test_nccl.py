@@ -99,23 +99,24 @@ class FakeCuda:
 
 
 class FakeComm:
-    """What NcclReducer uses of a Communicator. Rank 0's broadcast_json returns its argument;
-    another rank's returns `from_root` (what rank 0 sent)."""
+    """What NcclReducer uses of a Communicator. On rank 0, from_root returns what its argument
+    makes; on another rank, `root_sent` (what rank 0 made)."""
 
-    def __init__(self, rank=0, size=1, local_rank=0, from_root=None, failure=None, timeout=5.0):
+    def __init__(self, rank=0, size=1, local_rank=0, root_sent=None, failure=None, timeout=5.0):
         self.rank, self.size, self.local_rank = rank, size, local_rank
-        self.from_root = from_root
+        self.root_sent = root_sent
         self.failure = failure
         self.timeout = timeout
         self.sent = []
         self.checked = []
 
-    def broadcast_json(self, obj, root=0, what="a broadcast"):
-        self.sent.append(obj)
-        json.dumps(obj)  # JSON must be able to carry it
-        return obj if self.rank == root else self.from_root
+    def from_root(self, make, root=0, what="a broadcast"):
+        made = make() if self.rank == root else None
+        self.sent.append(made)
+        json.dumps(made)  # JSON must be able to carry it
+        return made if self.rank == root else self.root_sent
 
-    def check_notices(self, what="the job"):
+    def check_notices(self, what="the job", since=None):
         self.checked.append(what)
         if self.failure:
             raise DistributedError(f"rank 1 failed ({self.failure}); rank {self.rank} stops in "
@@ -150,7 +151,7 @@ def test_another_rank_takes_rank_0s_id_over_mpi(unique_id):
     from_root = json.loads(json.dumps(rank0.sent[0]))  # as MPI carries it
 
     nccl, cuda = fake_nccl(unique_id=None), FakeCuda()
-    rank1 = FakeComm(rank=1, size=2, local_rank=1, from_root=from_root)
+    rank1 = FakeComm(rank=1, size=2, local_rank=1, root_sent=from_root)
     reducer = NcclReducer(rank1, nccl=nccl, cuda=cuda)
     assert nccl.calls == [("NcclCommunicator", 2, unique_id, 1)]  # no get_unique_id here
     assert type(nccl.calls[0][2]) is type(unique_id)  # what this CuPy's NcclCommunicator takes

@@ -3,6 +3,7 @@ does not need several processes, and its errors."""
 import copy
 import gc
 import sys
+import time
 import warnings
 import weakref
 
@@ -208,7 +209,13 @@ class _RankOfThree:
     def __getattr__(self, name):
         return getattr(self._comm, name)
 
-    def start(self, buffer):
+    def channel(self):
+        return None
+
+    def release(self, channel):
+        pass
+
+    def start(self, buffer, channel=None):
         buffer *= 3
         return "started"
 
@@ -241,7 +248,7 @@ def test_gradients_are_averaged_and_a_gradient_no_rank_had_stays_none(comm, on_d
 class _RankOfThreeAlone(_RankOfThree):
     """Rank 0 of 3 whose two other ranks send no gradients: each mean is a third of rank 0's."""
 
-    def start(self, buffer):
+    def start(self, buffer, channel=None):
         return "started"
 
 
@@ -252,9 +259,9 @@ class _Counting(_RankOfThree):
         super().__init__(comm, on_device)
         self.started = 0
 
-    def start(self, buffer):
+    def start(self, buffer, channel=None):
         self.started += 1
-        return super().start(buffer)
+        return super().start(buffer, channel)
 
 
 def _closure_step(model, opt, compiled):
@@ -504,9 +511,9 @@ class _CountingAlone(_RankOfThreeAlone):
 
     started = 0
 
-    def start(self, buffer):
+    def start(self, buffer, channel=None):
         self.started += 1
-        return super().start(buffer)
+        return super().start(buffer, channel)
 
 
 @pytest.mark.parametrize("overlap", [True, False])
@@ -703,6 +710,31 @@ def test_init_again_with_a_timeout_sets_it(comm):
             dist.init(timeout=0)
     finally:
         comm.timeout = before
+
+
+def test_word_that_a_rank_exited_stops_a_wait_once_the_grace_has_passed(comm):
+    """A collective whose part on the exited rank was done completes within EXIT_GRACE: a wait
+    raises only once that has passed both since it began and since this rank read the word."""
+    grace = dist.communicator.EXIT_GRACE
+    now = time.monotonic()
+    try:
+        comm._exited[1] = ("status 2", now - 2 * grace)  # read long ago
+        comm.check_notices("a wait")  # not waiting
+        comm.check_notices("a wait", since=now)  # begun just now
+        with pytest.raises(dist.DistributedError, match=r"rank 1 exited \(status 2\) without "
+                                                        r"taking part; rank 0 stops in a wait"):
+            comm.check_notices("a wait", since=now - 2 * grace)
+        comm._exited[1] = ("status 2", now)  # read just now
+        comm.check_notices("a wait", since=now - 2 * grace)
+    finally:
+        comm._exited.clear()
+
+
+def test_from_root_gives_roots_result_or_raises_its_error(comm):
+    assert comm.from_root(lambda: {"path": "a.npz"}) == {"path": "a.npz"}
+    with pytest.raises(ZeroDivisionError):  # the root's own
+        comm.from_root(lambda: 1 / 0)
+    assert comm.from_root(lambda: 3) == 3  # the next broadcast pairs as before
 
 
 def test_the_same_parameters_in_another_order_are_a_difference():

@@ -443,9 +443,9 @@ def clip_averaged(comm, out):
             started = []
             start = comm.reducer.start
 
-            def counted(buffer):
+            def counted(buffer, channel=None):
                 started[-1] += 1
-                return start(buffer)
+                return start(buffer, channel)
             comm.reducer.start = counted
             norms = []
             try:
@@ -604,6 +604,112 @@ def compiled_clip(comm, out):
             "max_difference": max(float(np.abs(a.numpy() - b.numpy()).max())
                                   for a, b in zip(model.parameters(), alone.parameters()))}
     return results
+
+
+def two_models(comm):
+    """Two float64 Linear layers of the same shape, broadcast: two models to train at once."""
+    gradcore.manual_seed(0)
+    models = [nn.Linear(3, in_size=3, dtype="float64") for _ in range(2)]
+    for model in models:
+        dist.broadcast_parameters(model, comm)
+    return models
+
+
+def deepened(x, depth):
+    for _ in range(depth):
+        x = F.tanh(x)
+    return x
+
+
+def own_channels(comm, out):
+    """Two DistributedOptimizers (overlap) of models that backward finishes in opposite orders
+    on rank 0 and the others: each optimizer's sums pair with its own on the other ranks. At
+    the last step, an all-gather and a barrier of the program's come between backward and the
+    steps, and only rank 0 uses `b` (so only it has started b's bucket by then). Then more
+    optimizers made and dropped than MPI has communicators."""
+    a, b = two_models(comm)
+    opts = [dist.DistributedOptimizer(optim.SGD(m, lr=0.0), comm) for m in (a, b)]
+    params = [*a.parameters(), *b.parameters()]
+    own, averaged = [], []
+    for step in range(4):
+        x = gradcore.Variable(np.random.RandomState(10 * step + comm.rank).randn(4, 3))
+        for opt in opts:
+            opt.zero_grad()
+        deep_a, deep_b = (3, 0) if comm.rank == 0 else (0, 3)
+        loss = F.sum(a(deepened(x, deep_a)))
+        if step < 3 or comm.rank == 0:
+            loss = loss + 2 * F.sum(b(deepened(x, deep_b)))
+        loss.backward()
+        own.append([None if p.grad is None else p.grad.numpy().tolist() for p in params])
+        if step == 3:
+            comm.allgather_json("the program's own")
+            comm.barrier()
+        for opt in opts:
+            opt.step()
+        averaged.append([p.grad.numpy() for p in params])
+    everyone = comm.allgather_json(own)
+    worst = []
+    for step, grads in enumerate(averaged):
+        expected = [sum(np.zeros(p.shape) if rank[step][k] is None else np.array(rank[step][k])
+                        for rank in everyone) / comm.size for k, p in enumerate(params)]
+        worst.append(max(float(np.abs(g - e).max()) for g, e in zip(grads, expected)))
+    made = 2100  # MPICH has 2046 communicators to give
+    for _ in range(made):
+        dist.DistributedOptimizer(optim.SGD(a, lr=0.0), comm)
+    return {"worst": worst, "made": made}
+
+
+def root_fails(comm, out):
+    """Rank 0 cannot save (the folder does not exist), then cannot read its parameters in
+    broadcast_parameters: every rank raises at once, naming it, and the collectives after
+    pair as before."""
+    model = nn.Linear(3, in_size=2)
+    dist.broadcast_parameters(model, comm)
+    results = {}
+    start = time.monotonic()
+    try:
+        dist.save_on_root(model, os.path.join(out, "missing", "model"), comm)
+    except Exception as e:
+        results["save"] = f"{type(e).__name__}: {e}"
+    numpy_of = gradcore.Variable.numpy
+    if comm.rank == 0:
+        def unreadable(v):
+            raise RuntimeError("the device is gone, on purpose")
+        gradcore.Variable.numpy = unreadable
+    try:
+        dist.broadcast_parameters(model, comm)
+    except Exception as e:
+        results["broadcast"] = f"{type(e).__name__}: {e}"
+    finally:
+        gradcore.Variable.numpy = numpy_of
+    results["seconds"] = time.monotonic() - start
+    results["saved"] = dist.save_on_root(model, os.path.join(out, "model"), comm)
+    return results
+
+
+def exits(comm, out):
+    """Rank 1 calls sys.exit(2) in its second step: rank 0 raises, naming it and its status."""
+    step = small_job(comm)
+    for i in range(3):
+        if i == 1 and comm.rank == 1:
+            sys.exit(2)
+        step()
+    return {}
+
+
+def ends_apart(comm, out):
+    """Every rank trains, then rank 0 goes on alone for longer than an exited rank is waited
+    for: the others' word that they exited makes no error at the end, and no wait."""
+    step = small_job(comm)
+    for _ in range(3):
+        step()
+    comm.barrier()
+    if comm.rank == 0:
+        time.sleep(dist.communicator.EXIT_GRACE + 0.5)
+        until = time.monotonic() + 5
+        while not comm._exited and time.monotonic() < until:  # MPI moves it on in its calls
+            comm.check_notices("the end")
+    return {"heard": {str(rank): how for rank, (how, _) in comm._exited.items()}}
 
 
 def changes_and_settings(comm, out):
