@@ -9,14 +9,14 @@ import cProfile
 import datetime
 import os
 import pstats
-import shlex
 import sys
 
 import backends
 
 from . import WORKLOADS, load, torch_compiled
-from .common import (TORCH_COMPILE, Progress, load_average, machine_info, prepare, resolve_device,
-                     run_child, run_workload, thread_environment, time_once, timing_figures)
+from .common import (TORCH_COMPILE, Progress, command_line, load_average, machine_info, prepare,
+                     resolve_device, run_child, run_workload, thread_environment, time_once,
+                     timing_figures)
 from .memory import measure, measured_kinds
 from .report import LOCAL, PUBLISHED, PUBLISHED_MD, print_table, write_all, write_json
 
@@ -141,7 +141,7 @@ def run_suite(args, argv):
     progress.say(f"running {len(workloads)} workload(s) on device {device}, "
                  f"{args.threads} thread(s) for BLAS and PyTorch")
     info = machine_info(device, args.threads)
-    command = shlex.join(["python", "-m", "benchmarks", *argv])
+    command = command_line(argv, os.environ)
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     records = {}
     try:
@@ -197,6 +197,7 @@ def run_one(workload, device, args, command, started, info, progress):
     repeat, warmup = _runs(workload, args)
     record = {
         "name": workload.name,
+        "device": str(device),
         "run_started": started,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": command,
@@ -205,8 +206,8 @@ def run_one(workload, device, args, command, started, info, progress):
                      "statistic": "median of the timed runs",
                      "clock": "time.perf_counter, device synchronized before each reading",
                      "gc": "enabled; gc.collect() before each timed run",
-                     "order": ("implementations take turns, one run each per round, each round "
-                               "starting one further along")},
+                     "order": ("implementations take turns, one run each per round, in orders "
+                               "where each follows every other as often (to within one run)")},
         "summary": workload.summary,
         "count": workload.count,
         "unit": workload.unit,

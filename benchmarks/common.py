@@ -1,10 +1,13 @@
 """What every workload shares: the Workload record, timing, device sync, machine info, runner."""
+import collections
 import dataclasses
 import gc
 import importlib
+import itertools
 import json
 import os
 import platform
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -29,6 +32,9 @@ REPLAY = "replay"
 TORCH_COMPILE = "torch_compile"
 # The id of a workload's time row; a memory row's id is its figure's key ("peak_mib")
 TIME_ROW = "time"
+# Environment variables that change what a workload runs (GRADCORE_BENCH_BIG_SIZE, _MLP_BATCH,
+# _GRAPHS) begin with this: a recorded command names those that were set
+SETTINGS_PREFIX = "GRADCORE_BENCH_"
 # The variables that fix the thread count of the BLAS under NumPy and of PyTorch's OpenMP pool.
 # They only act before those libraries load, so the suite sets them and starts itself again.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -91,6 +97,9 @@ class Workload:
     gradcore: Callable                    # gradcore(device) -> run
     floor: Callable                       # floor(device) -> run: by hand in NumPy/CuPy, no autodiff
     verify: Callable                      # verify(kind, result): AssertionError if result is wrong
+    # For a run that trains a model in place (mlp, conv), the check of where it has got to:
+    # verify_steps(kind, result, calls, device), `calls` the calls made since its factory returned
+    verify_steps: Optional[Callable] = None
     floor_label: str = ""                 # what the floor computes
     torch: Optional[Callable] = None      # torch(torch_module, torch_device) -> run
     replay: Optional[Callable] = None     # replay(device) -> run: gradcore's run, compiled
@@ -122,11 +131,15 @@ class Workload:
         return ids
 
 
-def ratio_target(text, key, limit, row=TIME_ROW):
+def ratio_target(text, key, limit, row=TIME_ROW, device_type=None):
     """A Target met when the ratio `key` is at most `limit`: a ratio of the times
     ("gradcore/torch", "replay/floor") or, after "memory ", of the headline memory figure
-    ("memory gradcore/torch", "memory replay/gradcore")."""
+    ("memory gradcore/torch", "memory replay/gradcore"). With `device_type` ("cpu"), a run on
+    another kind of device does not measure it (its floor is another library)."""
     def check(record):
+        device = record.get("device", "")
+        if device_type is not None and device and device.partition(":")[0] != device_type:
+            return f"n/a on {device}", None
         section = record.get("memory", {}) if key.startswith("memory ") else record
         ratio = section.get("ratios", {}).get(key.removeprefix("memory "))
         if ratio is None:
@@ -225,7 +238,8 @@ def replayed(run):
     """`run` compiled with gradcore.compile and run until it replays compiled Python (the first
     call records, the next ones interpret the tape), outside the clock. The returned run has
     `facts`: the median time of three recordings (after a first: it also makes the traced array
-    classes and warms up their code) and the tape's size."""
+    classes and warms up their code), the tape's size, and how many times `run` ran here
+    ("calls")."""
     graphs = graphs_wanted(os.environ)
     gradcore.compile(run)()  # a first recording pays what only the process's first one does
     recordings = []
@@ -404,6 +418,46 @@ class Contender:
     samples: list = dataclasses.field(default_factory=list)  # seconds per timed run
     result: object = None     # what the last run returned, for verify
     error: Optional[str] = None
+    # runs made since the factory returned: those it made as facts["calls"] (a replay's warm-up),
+    # then every call, timed or not (a training step's model advances at each)
+    calls: int = 0
+
+
+def wrong_result(workload, contender, device):
+    """Why the contender's last result is wrong, or None: `workload.verify`, then, for a run that
+    trains a model, `workload.verify_steps` after all its calls."""
+    try:
+        workload.verify(contender.key, contender.result)
+        if workload.verify_steps is not None:
+            workload.verify_steps(contender.key, contender.result, contender.calls, device)
+    except Exception as e:
+        return f"wrong result: {e}"
+    return None
+
+
+def turns(count, rounds):
+    """The order of each round's runs, as lists of indices into `count` implementations: each
+    round's order is the permutation whose successions (its first run after the previous round's
+    last included) have come least often so far, the first such in lexicographic order. So none
+    follows itself (given two or more), and for up to 6 (wide has 6, the most) each follows
+    every other as often, to within one, over any number of rounds: tests/test_benchmarks.py
+    counts."""
+    if not count:
+        return [[] for _ in range(rounds)]
+    done = collections.Counter()  # (before, after) -> how often `after` ran right after `before`
+    last, order = None, []
+    for _ in range(rounds):
+        def successions(permutation):
+            return list(zip((last, *permutation), permutation))[last is None:]
+
+        def cost(permutation):
+            counts = [done[pair] for pair in successions(permutation)]
+            return (permutation[0] == last, max(counts, default=0), sum(counts))
+        best = min(itertools.permutations(range(count)), key=cost)
+        done.update(successions(best))
+        last = best[-1]
+        order.append(list(best))
+    return order
 
 
 def candidates(workload):
@@ -439,7 +493,7 @@ def torch_compiled(torch, run):
 
     def timed():
         return compiled()
-    timed.facts = {"compile_s": compiling}
+    timed.facts = {"compile_s": compiling, "calls": 1}  # `run` ran once, compiling
     return timed
 
 
@@ -451,9 +505,10 @@ def missing(key):
 def run_workload(workload, device, repeat, warmup, threads, progress):
     """Time every implementation of `workload` on `device`; returns the JSON-ready record. They
     take turns, one run each per round (`warmup` untimed rounds, then `repeat` timed ones), so a
-    change in the machine's load hits all of them alike. Each round starts one further along, so
-    each follows every other as often: whatever a run leaves behind (a cache full of its arrays,
-    a thread pool not yet asleep: see IDLE_VARIABLES) is shared out alike."""
+    change in the machine's load hits all of them alike, in orders (`turns`) in which each
+    follows every other as often: whatever a run leaves behind (a cache full of its arrays, a
+    thread pool not yet asleep: see IDLE_VARIABLES) is shared out alike. Each implementation's
+    last result is checked right after its last run, outside the clock."""
     entries, contenders = {}, []
     for key, factory in candidates(workload):
         if factory is None:
@@ -468,17 +523,7 @@ def run_workload(workload, device, repeat, warmup, threads, progress):
             progress.say(f"{workload.name}/{key} FAILED while preparing: {entries[key]['error']}")
     progress.say(f"{workload.name}: timing {', '.join(c.key for c in contenders)} in turn, "
                  f"{warmup} warm-up + {repeat} timed runs each")
-    rounds = warmup + repeat
-    for round in range(rounds):
-        start = round % max(len(contenders), 1)
-        for c in [c for c in contenders[start:] + contenders[:start] if c.error is None]:
-            try:
-                seconds, c.result = time_once(c.run, c.sync)
-                if round >= warmup:
-                    c.samples.append(seconds)
-            except Exception as e:
-                c.error = f"{type(e).__name__}: {e}"
-        progress.advance(f"{workload.name}: round {round + 1}/{rounds}")
+    take_turns(workload, contenders, device, warmup, repeat, progress)
     for c in contenders:
         entries[c.key] = _entry(workload, c, warmup)
     results = {kind: entries[kind] for kind in (*KINDS, REPLAY)}
@@ -491,13 +536,39 @@ def run_workload(workload, device, repeat, warmup, threads, progress):
     }
 
 
+def take_turns(workload, contenders, device, warmup, repeat, progress=None):
+    """Run the contenders in turns (`turns`): `warmup` untimed rounds, then `repeat` timed ones,
+    their times added to each one's samples. One that raises, or whose last result is wrong
+    (checked right after its last run, outside the clock), gets an error and runs no more."""
+    rounds = warmup + repeat
+    for round, order in enumerate(turns(len(contenders), rounds)):
+        for c in [contenders[i] for i in order if contenders[i].error is None]:
+            c.calls += 1
+            try:
+                seconds, result = time_once(c.run, c.sync)
+            except Exception as e:
+                c.error = f"{type(e).__name__}: {e}"
+                continue
+            if round >= warmup:
+                c.samples.append(seconds)
+            if round == rounds - 1:
+                c.result = result
+                c.error = wrong_result(workload, c, device)
+                c.result = None
+            # let go of it before any other run: gradcore's holds its step's whole graph
+            del result
+        if progress is not None:
+            progress.advance(f"{workload.name}: round {round + 1}/{rounds}")
+
+
 def prepare(key, factory, device, threads):
     """A Contender for one implementation, its factory run here, outside the clock. PyTorch gets
     `threads` intra-op threads on the CPU: the count the suite pins for its whole process."""
     if key not in ("torch", TORCH_COMPILE):  # sync: wait for every kernel queued on the device
         run = factory(device)
+        facts = dict(getattr(run, "facts", {}))
         return Contender(key, run, lambda: backends.backend_for_device(device).synchronize(device),
-                         dict(getattr(run, "facts", {})))
+                         facts, calls=facts.get("calls", 0))
     torch = import_torch()
     where = torch_device(torch, device)
     if where == "cpu":
@@ -506,16 +577,12 @@ def prepare(key, factory, device, threads):
     run = factory(torch, where)
     facts = {"torch_device": where, "torch_threads": torch.get_num_threads(),
              **getattr(run, "facts", {})}
-    return Contender(key, run, sync, facts)
+    return Contender(key, run, sync, facts, calls=facts.get("calls", 0))
 
 
 def _entry(workload, contender, warmup):
-    """The record of one implementation: its figures, or why there are none."""
-    if contender.error is None:
-        try:
-            workload.verify(contender.key, contender.result)
-        except Exception as e:  # a wrong answer is reported, never timed
-            contender.error = f"wrong result: {e}"
+    """The record of one implementation: its figures, or why there are none (a wrong answer is
+    reported, never timed)."""
     if contender.error is not None:
         return {"status": "error", "error": contender.error}
     return {"status": "ok", **timing_figures(workload, contender.samples), "warmup": warmup,
@@ -597,10 +664,23 @@ def machine_info(device, threads):
                      "torch": _version("torch"), "matplotlib": _version("matplotlib")},
         "threads": _threads(threads),
         "env": {name: os.environ.get(name) for name in (
-            *THREAD_VARIABLES, *IDLE_VARIABLES, "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "CUDA_VISIBLE_DEVICES")},
+            *THREAD_VARIABLES, *IDLE_VARIABLES, "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
+            "CUDA_VISIBLE_DEVICES", *settings(os.environ))},
         "numpy_blas": _numpy_blas(),
         "git": _git(),
     }
+
+
+def settings(environ):
+    """The names of the variables of `environ` that change what a workload runs, sorted."""
+    return sorted(name for name in environ if name.startswith(SETTINGS_PREFIX))
+
+
+def command_line(argv, environ):
+    """The suite's command as run: `python -m benchmarks ARGV`, after the variables of `environ`
+    that change what runs (GRADCORE_BENCH_BIG_SIZE=1e9...), so that it runs the same again."""
+    return shlex.join([*(f"{name}={environ[name]}" for name in settings(environ)),
+                       "python", "-m", "benchmarks", *argv])
 
 
 def load_average():

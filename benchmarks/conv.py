@@ -164,7 +164,7 @@ def torch_loss(torch, params, x, t):
     return nnf.cross_entropy(h @ params["W3"] + params["b3"], t)
 
 
-make_gradcore, make_floor, make_torch, make_replay, verify = training_workload(
+make_gradcore, make_floor, make_torch, make_replay, verify, verify_steps = training_workload(
     init, gradcore_loss, floor_grads, torch_loss)
 
 WORKLOAD = Workload(
@@ -181,6 +181,7 @@ WORKLOAD = Workload(
                  "out (no gradient for the input), in-place update"),
     torch=make_torch,
     verify=verify,
+    verify_steps=verify_steps,
     memory=step_memory("conv", PARAMETERS),
     targets=REPLAY_TARGETS,
 )

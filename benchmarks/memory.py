@@ -16,19 +16,34 @@ the current resident set, so a baseline is what the process holds, not what its 
 peaked at. Before that, malloc_trim returns the pages malloc keeps after frees: a run after
 warm-up runs (a replay's) would reuse them, and its peak would not rise above a baseline that
 counts them. Elsewhere (macOS) ru_maxrss is the fallback.
+
+Every child runs with glibc malloc's mmap threshold fixed (MALLOC_VARIABLES); a child started
+without it, by hand, starts itself again with it.
 """
 import ctypes
 import json
+import os
 import resource
 import sys
 
 from . import load
 from .common import (KINDS, REPLAY, Unavailable, child_main, gradcore_ratios, import_torch,
                      measured, missing, prepare, proc_bytes, resolve_device, run_child,
-                     thread_environment)
+                     thread_environment, wrong_result)
 
 TIMEOUT_S = 600
 MIB = 1024 * 1024
+# glibc malloc's settings in every memory child, the same for each implementation. By default
+# an allocation above the mmap threshold (128 KiB) is mapped on its own and unmapped when freed,
+# but each such free raises the threshold (up to 32 MiB), and blocks below it come from the heap,
+# where freed memory is kept and reused as fragmentation allows: the resident peak then depends
+# on the order of allocations and frees (PyTorch's deep_checkpoint: 219 or 502 MiB, run to run).
+# Fixed, every array of 128 KiB or more is mapped on its own, and the peak counts about the bytes
+# in use, as the GPU meters do (deep_checkpoint: 157 MiB, run after run).
+MALLOC_VARIABLES = {"MALLOC_MMAP_THRESHOLD_": "131072"}
+MALLOC_NOTE = ("each child runs with glibc malloc's mmap threshold fixed at 128 KiB "
+               "(MALLOC_MMAP_THRESHOLD_=131072), so that its resident peak counts the arrays "
+               "in use")
 
 
 class Meter:
@@ -50,7 +65,8 @@ class Meter:
         if device.type == "cpu":
             if _vm_hwm() is not None:
                 self.source = ("VmHWM of /proc/self/status (peak resident set), reset by "
-                               "/proc/self/clear_refs at the baseline")
+                               "/proc/self/clear_refs at the baseline; MALLOC_MMAP_THRESHOLD_="
+                               f"{os.environ.get('MALLOC_MMAP_THRESHOLD_', 'unset')}")
                 self._peak = _vm_hwm
             else:
                 self.source = "ru_maxrss (peak resident set of the process)"
@@ -153,7 +169,7 @@ def measure(workload, device, threads, progress):
         else:
             progress.advance(f"{workload.name}: memory of {kind}, in a process of its own", 0)
             results[kind] = run_child("memory", [workload.name, kind, device, threads],
-                                      env=thread_environment(threads), timeout=TIMEOUT_S)
+                                      env=memory_environment(threads), timeout=TIMEOUT_S)
             if results[kind]["status"] == "error":
                 progress.say(f"{workload.name}/{kind} memory FAILED: {results[kind]['error']}")
         progress.advance(f"{workload.name}: memory of {kind} done")
@@ -161,8 +177,16 @@ def measure(workload, device, threads, progress):
             for label, key, with_ratios in workload.memory.rows]
     headline = rows[0]  # the figure a target reads ("memory gradcore/torch")
     figures = {kind: measured(entry, headline["key"]) for kind, entry in results.items()}
-    return {"summary": workload.memory.summary, "unit": "MiB", "rows": rows, "results": results,
+    summary = workload.memory.summary
+    if str(device).partition(":")[0] == "cpu":  # the GPU meters count no host memory
+        summary += f"; {MALLOC_NOTE}"
+    return {"summary": summary, "unit": "MiB", "rows": rows, "results": results,
             "ratios": gradcore_ratios(figures) if headline["ratios"] else {}}
+
+
+def memory_environment(threads):
+    """The environment of a memory child: thread_environment(threads) and MALLOC_VARIABLES."""
+    return {**thread_environment(threads), **MALLOC_VARIABLES}
 
 
 # ================================================================================== the child
@@ -177,16 +201,23 @@ def child(argv):
         print(json.dumps({"status": "skipped", "reason": str(e)}))
         return 0
     meter = Meter(kind, device)
-    figures, result = workload.memory.probe(contender.run, meter)
+
+    def run():
+        contender.calls += 1  # the probe's calls, for verify_steps
+        return contender.run()
+    figures, contender.result = workload.memory.probe(run, meter)
     contender.sync()
-    try:
-        workload.verify(kind, result)
-    except AssertionError as e:
-        print(json.dumps({"status": "error", "error": f"wrong result: {e}"}))
+    error = wrong_result(workload, contender, device)
+    if error:
+        print(json.dumps({"status": "error", "error": error}))
         return 0
     print(json.dumps({"status": "ok", **figures, **meter.facts(), **contender.facts}))
     return 0
 
 
 if __name__ == "__main__":
+    if any(os.environ.get(key) != value for key, value in MALLOC_VARIABLES.items()):
+        # malloc reads them once, as the process starts: start again with them
+        os.execve(sys.executable, [sys.executable, "-m", "benchmarks.memory", *sys.argv[1:]],
+                  {**os.environ, **MALLOC_VARIABLES})
     child_main(child)

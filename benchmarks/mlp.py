@@ -89,7 +89,7 @@ def torch_loss(torch, params, x, t):
     return torch.nn.functional.cross_entropy(y, t)
 
 
-make_gradcore, make_floor, make_torch, make_replay, verify = training_workload(
+make_gradcore, make_floor, make_torch, make_replay, verify, verify_steps = training_workload(
     init, gradcore_loss, floor_grads, torch_loss)
 
 WORKLOAD = Workload(
@@ -104,7 +104,9 @@ WORKLOAD = Workload(
                  "for the input), in-place update"),
     torch=make_torch,
     verify=verify,
+    verify_steps=verify_steps,
     memory=step_memory("mlp", PARAMETERS),
-    targets=(ratio_target("<= 1.15x the floor (NumPy on a CPU)", "gradcore/floor", 1.15),
+    targets=(ratio_target("<= 1.15x the floor (NumPy on a CPU)", "gradcore/floor", 1.15,
+                          device_type="cpu"),
              *REPLAY_TARGETS),
 )

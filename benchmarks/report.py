@@ -179,6 +179,12 @@ def print_table(report, micro):
          f"CPU(s) usable; {_threads(info['threads']['suite'])} for BLAS and PyTorch)")
     _say(f"times: median of the timed runs, the implementations taking turns; floor = "
          f"hand-written {library}, no autodiff; n/a = not run (see notes)")
+    loads = [record["load_average_at_start"][0] for record in report["workloads"].values()
+             if record.get("load_average_at_start")]
+    shared = shared_machine(report, f"1-minute load average up to {max(loads, default=0):.2f} "
+                                    "as the workloads started")
+    if shared:
+        _say(shared)
     print()
     records = report["workloads"].values()
     lines = table(records, micro)
@@ -316,6 +322,21 @@ def _run(record, report):
             (git.get("commit") or "")[:10], bool(git.get("dirty")))
 
 
+def shared_machine(report, loads):
+    """A sentence saying that other work shared the machine, where the 1-minute load average as
+    one of the report's workloads started was half its usable CPUs or more; "" otherwise.
+    `loads`: where the load averages are, or what they were, in parentheses after "on it"."""
+    info = report["machine"]
+    at_start = [record.get("load_average_at_start") for record in report["workloads"].values()]
+    if not any(load and load[0] >= 0.5 * (info.get("usable_cpus") or 1) for load in at_start):
+        return ""
+    host = "VM" if info.get("virtual_machine") else "machine"
+    return (f"Figures were taken on a shared {info.get('usable_cpus')}-core {host} while other "
+            f"jobs ran on it ({loads}), so they are noisy: the implementations take turns run "
+            "by run and each figure is a median, which keeps the ratios fair, but absolute times "
+            "vary from run to run.")
+
+
 def results_md(reports, where):
     """The text of RESULTS.md, to be saved in the folder `where`, from the JSON reports."""
     out = ["# Benchmark results", "",
@@ -339,15 +360,8 @@ def _device_section(relpath, report):
     if device.startswith("cuda"):
         machine = f"{info.get('gpu')} on a {machine}"
     out = [f"## {device}: {machine}", ""]
-    # a load of half the usable CPUs or more as a run started: other work shared the machine
-    at_start = [record.get("load_average_at_start") for record in records]
-    shared = ""
-    if any(load and load[0] >= 0.5 * (info.get("usable_cpus") or 1) for load in at_start):
-        host = "VM" if info.get("virtual_machine") else "machine"
-        shared = (f" Figures were taken on a shared {info.get('usable_cpus')}-core {host} "
-                  "while other jobs ran on it (see the load averages below), so they are noisy: "
-                  "the implementations take turns run by run and each figure is a median, which "
-                  "keeps the ratios fair, but absolute times vary from run to run.")
+    shared = shared_machine(report, "see the load averages below")
+    shared = f" {shared}" if shared else ""
     out += [f"NumPy {versions['numpy']}, PyTorch {versions['torch'] or 'not installed'}, "
             f"CuPy {versions['cupy'] or 'not installed'}, Python {versions['python']}, "
             f"BLAS {info.get('numpy_blas')}; {_threads(info['threads']['suite'])} for the BLAS "

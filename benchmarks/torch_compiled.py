@@ -5,15 +5,15 @@ our VM gradcore's eager figures came out 10-20% slower and its recordings ten ti
 the suite never compiles in its own process: `python -m benchmarks.torch_compiled NAME DEVICE
 THREADS REPEAT WARMUP` builds the workload's PyTorch run twice, eager and through
 torch.compile (the first call, which compiles, outside the clock), times them in turns as the
-suite does, checks both results, and prints one JSON line: the compiled run's figures, its
-compile time, and PyTorch eager's median in the same process.
+suite does (with two, each always runs right after the other), checks both last results,
+and prints one JSON line: the compiled run's figures, its compile time, and PyTorch eager's
+median in the same process.
 """
 import json
 import statistics
 
 from . import load
-from .common import (TORCH_COMPILE, Unavailable, child_main, prepare, resolve_device, time_once,
-                     torch_compiled)
+from .common import Unavailable, child_main, prepare, resolve_device, take_turns, torch_compiled
 
 TIMEOUT_S = 900  # a cold compile of chain or wide takes about a minute on our VM
 
@@ -24,22 +24,17 @@ def child(argv):
     device = resolve_device(device_name)
     try:
         eager = prepare("torch", workload.torch, device, int(threads))
-        compiled = prepare(TORCH_COMPILE, lambda torch, where: torch_compiled(
+        # verify knows PyTorch's run as "torch", compiled or not
+        compiled = prepare("torch", lambda torch, where: torch_compiled(
             torch, workload.torch(torch, where)), device, int(threads))
     except Unavailable as e:
         print(json.dumps({"status": "skipped", "reason": str(e)}))
         return 0
-    for round in range(int(warmup) + int(repeat)):
-        for contender in (eager, compiled):
-            seconds, contender.result = time_once(contender.run, contender.sync)
-            if round >= int(warmup):
-                contender.samples.append(seconds)
-    try:
-        for contender in (eager, compiled):
-            workload.verify("torch", contender.result)
-    except AssertionError as e:
-        print(json.dumps({"status": "error", "error": f"wrong result: {e}"}))
-        return 0
+    take_turns(workload, [eager, compiled], device, int(warmup), int(repeat))
+    for contender in (eager, compiled):
+        if contender.error is not None:
+            print(json.dumps({"status": "error", "error": contender.error}))
+            return 0
     print(json.dumps({
         "status": "ok", "compile_s": compiled.facts["compile_s"],
         "median_s_per_run": statistics.median(compiled.samples),

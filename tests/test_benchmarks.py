@@ -2,6 +2,8 @@
 `verify`, so a workload that rots (a renamed op, a changed factory) fails here, not in `make
 bench`; and what a run leaves behind (where its files go, the table, the chart, the progress)."""
 import argparse
+import collections
+import dataclasses
 import io
 import json
 import pathlib
@@ -9,19 +11,22 @@ import re
 import shutil
 import subprocess
 import sys
+import weakref
 
 import numpy as np
 import pytest
 
 import benchmarks
+import gradcore
 from benchmarks import __main__ as suite
-from benchmarks import memory, stripped, wide
-from benchmarks.common import (KINDS, REPLAY, Progress, Target, Unavailable, Workload,
-                               candidates, gradcore_ratios, graphs_wanted, progress_line,
-                               ratio_target, resolve_device, run_child, thread_environment,
-                               torch_device)
+from benchmarks import common, memory, stripped, wide
+from benchmarks.common import (KINDS, REPLAY, Contender, Progress, Target, Unavailable, Workload,
+                               candidates, gradcore_ratios, graphs_wanted, prepare, progress_line,
+                               ratio_target, resolve_device, run_child, run_workload,
+                               thread_environment, torch_device)
 from benchmarks.report import (LOCAL, bandwidth, chart_panels, print_table, reference_figure, rows, table,
                                targets_of, upgraded, write_all)
+from gradcore.compile.tape import INTERPRETED_REPLAYS
 
 REPO = pathlib.Path(__file__).parent.parent
 PUBLISHED_JSON = REPO / "benchmarks" / "results" / "cpu.json"
@@ -29,6 +34,7 @@ PUBLISHED_JSON = REPO / "benchmarks" / "results" / "cpu.json"
 # record, its row an index): what --only keeps from an older file must still be read
 ONE_TARGET_JSON = REPO / "tests" / "data" / "bench_cpu_one_target.json"
 
+CPU = resolve_device("cpu")
 ROWS = [(workload.name, key) for workload in benchmarks.load()
         for key, factory in candidates(workload) if factory is not None]
 
@@ -40,10 +46,13 @@ def test_each_implementation_runs_and_passes_verify(name, key):
     if key == "torch":
         factory = _torch_factory(factory)
     try:
-        run = factory(resolve_device("cpu"))
+        run = factory(CPU)
     except Unavailable as reason:  # what the suite shows as n/a: big without Dask, for one
         pytest.skip(str(reason))
-    workload.verify(key, run())
+    # what the suite checks after its runs (a training model's steps counted): here, after one
+    contender = Contender(key, run, lambda: None, {}, result=run(),
+                          calls=getattr(run, "facts", {}).get("calls", 0) + 1)
+    assert common.wrong_result(workload, contender, CPU) is None
 
 
 def test_torch_compile_is_timed_in_a_process_of_its_own():
@@ -169,6 +178,30 @@ def test_the_default_folder_is_ignored_by_git_and_the_published_files_are_tracke
         pytest.skip("not a git checkout")
     assert git("check-ignore", "-q", f"{pathlib.Path(LOCAL).relative_to(REPO)}/cpu.json") == 0
     assert git("ls-files", "--error-unmatch", "benchmarks/RESULTS.md", str(PUBLISHED_JSON)) == 0
+
+
+def test_the_terminal_says_when_the_machine_was_shared(capsys):
+    report = json.loads(PUBLISHED_JSON.read_text())
+    for record in report["workloads"].values():
+        record["load_average_at_start"] = [0.2, 0.1, 0.1]
+    print_table(report, "µs")
+    assert "shared" not in capsys.readouterr().out
+    report["workloads"]["chain"]["load_average_at_start"] = [2.31, 1.5, 1.2]
+    report["machine"]["usable_cpus"] = 2
+    print_table(report, "µs")
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("Figures were taken on a shared 2-core VM while other jobs ran on it (1-minute load "
+            "average up to 2.31 as the workloads started), so they are noisy") in out
+
+
+def test_the_recorded_command_names_the_variables_that_change_what_runs():
+    environ = {"GRADCORE_BENCH_BIG_SIZE": "1e9", "GRADCORE_BENCH_GRAPHS": "0", "HOME": "/root",
+               "OMP_NUM_THREADS": "1"}
+    assert common.command_line(["--only", "big"], environ) == (
+        "GRADCORE_BENCH_BIG_SIZE=1e9 GRADCORE_BENCH_GRAPHS=0 python -m benchmarks --only big")
+    assert common.command_line(["--only", "mlp"], {"GRADCORE_BENCH_MLP_BATCH": "4096"}) == (
+        "GRADCORE_BENCH_MLP_BATCH=4096 python -m benchmarks --only mlp")
+    assert common.command_line([], {}) == "python -m benchmarks"
 
 
 def test_the_terminal_report_fits_100_columns(capsys):
@@ -307,6 +340,91 @@ def test_a_replays_memory_child_measures_a_steady_state_step():
     figures = json.loads(done.stdout.splitlines()[-1])
     assert figures["status"] == "ok" and figures["tape_ops"] > 0
     assert figures["peak_mib"] > 1.0  # a step's activations and gradients: several MiB
+    # started by hand, without the malloc settings the suite gives it, it starts itself again
+    assert figures["meter"].endswith("; MALLOC_MMAP_THRESHOLD_=131072")
+
+
+def test_every_memory_child_runs_with_the_same_malloc_settings(monkeypatch):
+    environments = []
+
+    def child(module, args, env=None, timeout=None):
+        environments.append(env)
+        return {"status": "ok", "peak_mib": 1.0}
+
+    monkeypatch.setattr(memory, "run_child", child)
+    mlp, = benchmarks.load(["mlp"])
+    record = memory.measure(mlp, CPU, 1, Progress(40, io.StringIO()))
+    assert len(environments) == 4 and all(
+        env["MALLOC_MMAP_THRESHOLD_"] == "131072" and env["OMP_NUM_THREADS"] == "1"
+        for env in environments)
+    assert "(MALLOC_MMAP_THRESHOLD_=131072)" in record["summary"]
+    assert "MALLOC" not in memory.measure(mlp, "cuda:0", 1, Progress(40, io.StringIO()))["summary"]
+
+
+@pytest.mark.parametrize("kind", ["gradcore", "floor", "torch", REPLAY])
+def test_a_training_steps_memory_baseline_holds_no_gradient(kind):
+    """gradcore and PyTorch keep a step's gradients on the parameters, the floor drops its with
+    the result: the probe starts them all from parameters alone, and counts the gradients the
+    measured step makes."""
+    workload, = benchmarks.load(["mlp"])
+    if kind == "torch":
+        pytest.importorskip("torch")
+    contender = prepare(kind, getattr(workload, kind), CPU, 1)
+    model = contender.run()[1]
+    held = []
+
+    class Meter:
+        def start(self):
+            held.append([name for name, p in model.items() if getattr(p, "grad", None) is not None])
+
+        def peak_mib(self):
+            return 0.0
+
+    _, result = workload.memory.probe(contender.run, Meter())
+    assert held == [[]]
+    grads = result[2].values() if kind == "floor" else [p.grad for p in result[1].values()]
+    assert all(g is not None for g in grads)
+
+
+def test_a_replay_that_stops_computing_after_its_warm_up_is_reported(monkeypatch):
+    compile = gradcore.compile
+
+    class Frozen:
+        """A compiled step that works through replayed()'s warm-up, then returns its last result."""
+
+        def __init__(self, fn, **options):
+            self.compiled, self.last = compile(fn, **options), None
+            self.calls = 0
+
+        def __call__(self):
+            self.calls += 1
+            if self.calls <= 2 + INTERPRETED_REPLAYS:  # the recording and the warm-up
+                self.last = self.compiled()
+            return self.last
+
+        def stats(self):
+            return self.compiled.stats()
+
+    monkeypatch.setattr(gradcore, "compile", Frozen)
+    workload, = benchmarks.load(["mlp"])
+    workload = dataclasses.replace(workload, gradcore=None, floor=None, torch=None)  # the replay
+    entry = run_workload(workload, CPU, 2, 0, 1, Progress(1, io.StringIO()))["results"][REPLAY]
+    assert entry["status"] == "error", entry
+    assert entry["error"].startswith("wrong result: replay: loss of step "), entry
+
+
+@pytest.mark.parametrize("name", ["mlp", "conv"])
+@pytest.mark.parametrize("kind", ["gradcore", "floor", "torch"])
+def test_a_training_run_is_checked_against_the_floors_model_after_as_many_steps(name, kind):
+    workload, = benchmarks.load([name])
+    factory = getattr(workload, kind)
+    run = (_torch_factory(factory) if kind == "torch" else factory)(CPU)  # one step taken
+    for _ in range(3):
+        result = run()
+    workload.verify_steps(kind, result, 3, CPU)
+    for calls in (2, 4):  # one step off is caught
+        with pytest.raises(AssertionError, match=f"{kind}: loss of step {calls + 1} "):
+            workload.verify_steps(kind, result, calls, CPU)
 
 
 def test_ratio_targets_read_time_and_memory_ratios():
@@ -318,6 +436,10 @@ def test_ratio_targets_read_time_and_memory_ratios():
                       "replay peak memory <= gradcore's": ("0.950x", True)}
     record["memory"]["ratios"]["replay/gradcore"] = None
     assert workload.targets[2].check(record) == ("n/a", None)
+    # the floor on a GPU is CuPy's: the target about NumPy's is not measured there
+    assert workload.targets[0].check({**record, "device": "cpu"}) == ("2.00x", False)
+    assert workload.targets[0].check({**record, "device": "cuda:0"}) == ("n/a on cuda:0", None)
+    assert workload.targets[1].check({**record, "device": "cuda:0"})[1] is True
 
 
 def test_a_run_records_each_target_with_its_row(monkeypatch):
@@ -348,20 +470,92 @@ def test_the_suites_thread_pools_sleep_when_idle_so_turns_do_not_slow_each_other
     assert environment["OPENBLAS_THREAD_TIMEOUT"] == "4"
 
 
-def test_each_round_starts_one_further_along_so_each_runs_after_every_other():
+def _successions(order):
+    """{(before, after): how often `after` ran right after `before`} in the run order `order`."""
+    return collections.Counter(zip(order, order[1:]))
+
+
+def _untimed(run, sync):
+    """common.time_once without its gc.collect(), which takes 0.2 s in a test process that holds
+    PyTorch and more: for tests of the order of the runs, not their times."""
+    return 0.0, run()
+
+
+def test_each_implementation_runs_after_every_other_as_often(monkeypatch):
+    monkeypatch.setattr(common, "time_once", _untimed)
     order = []
 
     def builds(key):
         return lambda device: lambda: order.append(key)
 
+    # four implementations, as most workloads have, and the default rounds: 3 warm-up, 20 timed
     workload = Workload("tiny", "a run", 1, "run", "one run", gradcore=builds("gradcore"),
                         floor=builds("floor"), replay=builds("replay"),
+                        references=(("other", "a reference", builds("other")),),
                         verify=lambda kind, result: None)
-    args = argparse.Namespace(repeat=3, warmup=0, threads=1)
-    suite.run_one(workload, resolve_device("cpu"), args, "python -m benchmarks",
-                  "2026-01-02T03:04:00+00:00", {"git": None}, Progress(1, io.StringIO()))
-    assert order == ["gradcore", "floor", "replay", "floor", "replay", "gradcore",
-                     "replay", "gradcore", "floor"]
+    args = argparse.Namespace(repeat=20, warmup=3, threads=1)
+    suite.run_one(workload, CPU, args, "python -m benchmarks", "2026-01-02T03:04:00+00:00",
+                  {"git": None}, Progress(1, io.StringIO()))
+    keys = ("gradcore", "floor", "replay", "other")
+    assert all(sorted(order[i:i + 4]) == sorted(keys) for i in range(0, len(order), 4))
+    done = _successions(order)
+    assert not any(done[key, key] for key in keys)
+    counts = [done[a, b] for a in keys for b in keys if a != b]
+    assert max(counts) - min(counts) <= 1, done
+
+
+@pytest.mark.parametrize("count", range(1, 7))
+def test_turns_balance_the_successions_after_any_number_of_rounds(count):
+    rounds = common.turns(count, 40)
+    assert common.turns(count, 0) == [] and common.turns(0, 2) == [[], []]
+    assert all(sorted(order) == list(range(count)) for order in rounds)
+    assert rounds == common.turns(count, 40)  # the same every run
+    runs = []
+    for order in rounds:  # after every round: as balanced as whole rounds allow
+        runs += order
+        done = _successions(runs)
+        counts = [done[a, b] for a in range(count) for b in range(count) if a != b]
+        assert max(counts, default=0) - min(counts, default=0) <= 1, (len(runs), done)
+        assert count == 1 or not any(done[a, a] for a in range(count))
+
+
+def test_a_result_is_let_go_before_any_other_run_and_the_last_is_checked(monkeypatch):
+    monkeypatch.setattr(common, "time_once", _untimed)
+    alive, results, checked = [], [], []
+
+    class Result:
+        pass
+
+    def builds(key):
+        def run():
+            alive.append(sum(ref() is not None for ref in results))
+            result = Result()
+            results.append(weakref.ref(result))
+            return result
+        return lambda device: run
+
+    workload = Workload("tiny", "a run", 1, "run", "one run", gradcore=builds("gradcore"),
+                        floor=builds("floor"), replay=builds("replay"),
+                        verify=lambda kind, result: checked.append((kind, type(result))))
+    record = run_workload(workload, CPU, 3, 1, 1, Progress(1, io.StringIO()))
+    assert alive == [0] * 12  # gradcore's result holds its whole graph
+    assert sorted(checked) == [(kind, Result) for kind in ("floor", "gradcore", "replay")]
+    assert record["results"]["gradcore"]["status"] == "ok"
+
+
+def test_a_wrong_last_result_is_reported_and_not_timed():
+    def builds(value):
+        return lambda device: lambda: value
+
+    def verify(kind, result):
+        if result != 1:
+            raise AssertionError(f"{kind}: got {result}")
+
+    workload = Workload("tiny", "a run", 1, "run", "one run", gradcore=builds(2),
+                        floor=builds(1), verify=verify)
+    results = run_workload(workload, CPU, 2, 0, 1, Progress(1, io.StringIO()))["results"]
+    assert results["gradcore"] == {"status": "error", "error": "wrong result: gradcore: got 2"}
+    assert results["floor"]["status"] == "ok"
 
 
 def test_an_older_records_target_index_becomes_a_row_id():
