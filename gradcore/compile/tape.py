@@ -218,6 +218,9 @@ def _reuse_buffers(lines, frees, outputs):
             kept.update(line.reads)
     # what is kept past the tape lives on in the memory it views: all of that memory is kept
     kept_memory = {made[slot].root for slot in kept if slot in made}
+    # the memory of each array a line made of its own, by size: a view in C order as large as
+    # it (a reshape: relu's maximum after a convolution's matmul) lends it as the array would
+    whole = {facts.root: facts.nbytes for facts in made.values() if facts.fresh}
     rewritten = []
     for i, line in enumerate(lines):
         function = _ufunc(line) if line.array is not None and (
@@ -226,7 +229,9 @@ def _reuse_buffers(lines, frees, outputs):
             for slot in dict.fromkeys(line.reads):
                 facts = made.get(slot)
                 if (slot in frees[i] and slot not in outputs and slot not in kept
-                        and facts is not None and facts.fresh and facts.root not in kept_memory
+                        and facts is not None and facts.root not in kept_memory
+                        and (facts.fresh or facts.contiguous
+                             and whole.get(facts.root) == facts.nbytes)
                         and facts.shape == line.array.shape and facts.dtype == line.array.dtype
                         and not any(last[v] > i
                                     for v in views.get(facts.root, ()) if v != slot)):

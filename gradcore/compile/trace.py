@@ -166,12 +166,15 @@ class Line:
 class ArrayFacts:
     """What a line's array result was when it was recorded: for reusing its buffer later."""
 
-    __slots__ = ("shape", "dtype", "nbytes", "fresh", "root", "xp")
+    __slots__ = ("shape", "dtype", "nbytes", "fresh", "root", "xp", "contiguous")
 
     def __init__(self, array, fresh, root, xp):
         self.shape, self.dtype, self.fresh, self.xp = array.shape, array.dtype, fresh, xp
         self.nbytes = getattr(array, "nbytes", 0)  # unknown (array-api-strict): never reused
         self.root = root  # a number for the memory it is in: equal for an array and its views
+        # C order: a view in C order as large as its memory spans all of it, in the order a
+        # fresh result is laid out (NumPy's and CuPy's flags; unknown: False)
+        self.contiguous = getattr(getattr(array, "flags", None), "c_contiguous", False)
 
 
 _NESTED = frozenset((tuple, list, dict, slice))
