@@ -138,10 +138,12 @@ def to_device(array, device):
         # wrapper (gradcore.compile's traced arrays) may not read its array on the host
         return source.to_device(array, device)
     host = source.to_numpy(array)
-    if device.type != "cuda" and source.device_of(array).type != "cuda":
-        # host memory to host memory: the host array may be the array's own memory (NumPy's)
-        # and the target may wrap it as it is (array-api-strict's asarray, Dask's from_array):
-        # copied, so that a write to one is no write to the other, which no version would count
+    if not source.lazy and device.type != "cuda" and source.device_of(array).type != "cuda":
+        # host memory to host memory: the host array may be the array's own memory (NumPy's,
+        # array-api-strict's) and the target may wrap it as it is (array-api-strict's asarray,
+        # Dask's from_array): copied, so that a write to one is no write to the other, which no
+        # version would count. A lazy library's to_numpy computes an array of its own (Dask's
+        # compute): a copy would double a large array's memory on its way to the host
         host = host.copy()
     return target.asarray(host, device=device)
 

@@ -134,6 +134,23 @@ def test_sequential_is_dezero_s_its_layers_l0_l1_and_loads_a_dezero_file(tmp_pat
     assert "fires.0.squeeze.W" in dict(models.SqueezeNet().named_parameters())
 
 
+def test_sequential_loads_what_nn_sequential_saved_with_numbered_names(tmp_path):
+    # an nn.Sequential's file ("0.W", "2.W"), as models.Sequential also saved before it became
+    # DeZero's: its layers are models.Sequential's l0, l2
+    np.random.seed(0)
+    old = nn.Sequential(nn.Linear(3, in_size=4), nn.ReLU(), nn.Linear(2, in_size=3))
+    saved = old.save(tmp_path / "old.npz")
+    x = np.ones((1, 4))
+    for load in ("file", "state"):
+        model = models.Sequential(nn.Linear(3), nn.ReLU(), nn.Linear(2))
+        if load == "file":
+            model.load(saved)
+        else:
+            model.load_state_dict(old.state_dict())
+        np.testing.assert_array_equal(model(x).data, old(x).data)
+        assert list(model.state_dict()) == ["l0.W", "l0.b", "l2.W", "l2.b"]
+
+
 def test_vgg16_preprocess_makes_bgr_minus_the_imagenet_mean_channels_first():
     rgb = np.array([[[10, 20, 30], [40, 50, 60]],
                     [[70, 80, 90], [250, 0, 128]]], np.uint8)  # (H, W, 3) = (2, 2, 3)

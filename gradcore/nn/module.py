@@ -467,8 +467,9 @@ class Module:
         `strict`: names missing from `state` or not in the model are errors; with strict=False
         they are skipped and returned as IncompatibleKeys(missing_keys, unexpected_keys). The
         format marker of a file `save` wrote is skipped, so numpy.load(path) of one will do;
-        a name joined by '/' as DeZero's save_weights writes it ("l0/W") is taken as the
-        model's "l0.W" when that is one of the model's names and the state has no "l0.W".
+        a name joined by '/' as DeZero's save_weights writes it ("l0/W"), or numbered as
+        nn.Sequential's ("0.W"), is taken as the model's "l0.W" when that is one of the model's
+        names and the state has no "l0.W".
         Values must be real numbers that convert within their kind (float64 into float32 does;
         floats into an integer buffer, and integers or booleans into a floating one, do not)
         and that the model's dtype holds (300 does not fit int8, 1e5 is inf in float16).
@@ -488,7 +489,7 @@ class Module:
                 dotted = key.replace("/", ".")
                 if dotted in known and dotted not in state:
                     name = dotted
-            keys[name] = key
+            keys[_indexed_name(name, known, state)] = key
         names = dict.fromkeys(keys)
         hosts = {}
         unreadable = []
@@ -592,7 +593,8 @@ class Module:
         Lazy layers not sized yet (VGG16's convolutions, BatchNorm) take the shapes in the file,
         so a fresh model loads without a forward pass first; the sizes they already know
         (out_size, kernel_size) must match it. A file written by DeZero's save_weights loads
-        too: its names ("l0/W") are read as gradcore's ("l0.W"), with the same checks.
+        too: its names ("l0/W") are read as gradcore's ("l0.W"), with the same checks; so is a
+        file of nn.Sequential's numbered names ("0.W") loaded into models.Sequential ("l0.W").
 
         `path` may be an http:// or https:// URL: the file is downloaded once (resumed if
         broken, shown on `progress`, a stream: stderr when None, False for none) into
@@ -624,6 +626,9 @@ class Module:
                     raise CheckpointError(f"{path}: its SHA-256 is {found}, not {pinned}: a "
                                           "different or damaged file. Nothing was loaded.")
             headers = _read_headers(path, archive, size)
+            known = {name for name, _, _, _ in self._entries()}
+            headers = {_indexed_name(name, known, headers): header
+                       for name, header in headers.items()}
             specs = {name: (header.shape, header.dtype) for name, header in headers.items()}
             _refuse(path, self, self._compare(headers, specs, strict, "the file")[0])
             arrays = _read_arrays(path, archive, headers)
@@ -717,6 +722,16 @@ def _check_name(module, name, where):
             "name; use another, e.g. 'l1_W'")
     if not name:
         raise ValueError(f"{where} '' on {type(module).__name__}: the name is empty; give it one")
+
+
+def _indexed_name(name, known, names):
+    """`name`, or the model's "l0.W" for a "0.W" (as nn.Sequential, and models.Sequential before
+    it was DeZero's, saved what models.Sequential and MLP name "l0.W") where that is one of the
+    model's names (`known`) and not among the saved `names`."""
+    if not isinstance(name, str) or name in known:
+        return name
+    indexed = ".".join(f"l{part}" if part.isdigit() else part for part in name.split("."))
+    return indexed if indexed in known and indexed not in names else name
 
 
 def _refuse(path, model, problems):

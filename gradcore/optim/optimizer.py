@@ -277,8 +277,11 @@ class Optimizer:
                 f"{type(target).__name__}.parameters() gives none, so no step can change "
                 f"anything. {cause}")
         params = [p for p in params if p.grad is not None]
+        # a frozen parameter is never written: read-only weights may be frozen (FreezeParam)
+        frozen = {id(q) for hook in self.hooks if isinstance(hook, FreezeParam)
+                  for q in hook.freeze_params}
         for p in params:
-            self._check(p)
+            self._check(p, id(p) not in frozen)
         return params
 
     def _apply(self, params):
@@ -322,7 +325,7 @@ class Optimizer:
                 if backend.owns(a):
                     state[name] = next(done)
 
-    def _check(self, p):
+    def _check(self, p, written=True):
         where = type(self).__name__
         g = p.grad
         if not isinstance(g, Variable):
@@ -335,7 +338,7 @@ class Optimizer:
         if g.shape != p.shape:
             raise ValueError(f"{where}: the grad of {_describe(p)} has shape {tuple(g.shape)}; "
                              "it must have the parameter's shape")
-        if not getattr(getattr(p.data, "flags", None), "writeable", True):
+        if written and not getattr(getattr(p.data, "flags", None), "writeable", True):
             raise ValueError(f"{where}: {_describe(p)} holds a read-only array (from "
                              "numpy.load(mmap_mode='r'), broadcast_to or frombuffer, say), which "
                              "a step writes in place; give it a copy first: "
@@ -611,5 +614,6 @@ def _plain_variables(model):
     modules = model.named_modules() if callable(getattr(model, "named_modules", None)) else (
         ("", model),)
     return [f"{type(model).__name__}.{prefix + '.' if prefix else ''}{name}"
-            for prefix, module in modules for name, value in vars(module).items()
+            for prefix, module in modules
+            for name, value in getattr(module, "__dict__", {}).items()  # none with __slots__
             if isinstance(value, Variable) and not isinstance(value, Parameter)]

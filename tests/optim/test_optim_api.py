@@ -229,6 +229,15 @@ def test_a_model_whose_weights_are_plain_variables_is_told_to_make_them_paramete
     with pytest.raises(ValueError, match="or a model whose weights are plain Variables"):
         SGD(Net().parameters())
 
+    class Slotted:  # a target of the user's own, with __slots__ and nothing to train
+        __slots__ = ()
+
+        def params(self):
+            return []
+
+    with pytest.raises(ValueError, match=r"Slotted\.parameters\(\) gives none"):
+        SGD(0.1).setup(Slotted()).update()
+
 
 @pytest.mark.parametrize("make", [lambda ps: SGD(ps, lr=0.1), lambda ps: Adam(ps, lr=0.1)])
 def test_a_read_only_parameter_is_refused_before_any_parameter_is_stepped(make):
@@ -241,6 +250,12 @@ def test_a_read_only_parameter_is_refused_before_any_parameter_is_stepped(make):
         optimizer.step()
     assert (first.data == 0.0).all() and first.version == 0  # nothing stepped, not half a step
     assert getattr(optimizer, "t", 0) == 0
+    optimizer.add_hook(gradcore.optim.FreezeParam(frozen))  # frozen: never written, so allowed
+    optimizer.step()
+    # SGD: 0.1 x 2; Adam's first step: alpha times about 1 (m / sqrt(v) with eps)
+    np.testing.assert_allclose(first.data, [-0.2] * 3 if isinstance(optimizer, SGD)
+                               else [-0.1] * 3, rtol=1e-6)
+    np.testing.assert_array_equal(frozen.data, [1.0] * 3)
 
 
 def test_a_model_whose_lazy_layers_have_no_data_yet_still_steps():
