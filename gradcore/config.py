@@ -161,6 +161,10 @@ class _Switch:
                     return func(*args, **kwargs)
                 finally:
                     self._reset(token)
+        try:  # func's own: it takes what func takes (gradcore.compile binds keywords by it)
+            switched.__signature__ = inspect.signature(func)
+        except (TypeError, ValueError):  # a callable without one
+            pass
         return switched
 
 

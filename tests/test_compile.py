@@ -2,6 +2,7 @@
 import collections
 import functools
 import gc
+import inspect
 import operator
 import sys
 import types
@@ -806,8 +807,8 @@ def test_a_call_with_keywords_replays_as_the_call_made_by_position():
         for args, kwargs in [((x,), {"t": 3.0}), ((), {"x": x, "t": 3.0}), ((x, 3.0), {}),
                              ((), {"t": 3.0, "x": x})]:
             assert same(compiled(*args, **kwargs), step(x, 3.0))
-        assert same(compiled(x=x), step(x))  # the default filled in: step(x, 2.0)
-        assert same(compiled(x, 2.0), step(x))
+        assert same(compiled(x=x), step(x))  # the call as made, step(x): no default added
+        assert same(compiled(x), step(x))
     assert compiled.stats()["recordings"] == 2 and compiled.stats()["replays"] == 4
     with pytest.warns(RuntimeWarning, match="eagerly when called with keyword arguments: "
                       "'scale' can only be given by keyword"):
@@ -817,10 +818,81 @@ def test_a_call_with_keywords_replays_as_the_call_made_by_position():
         assert same(compiled(x, scale=2.0), step(x, scale=2.0))
     with pytest.raises(TypeError, match="unexpected keyword argument 'y'"):
         compiled(x, y=1.0)  # as eagerly
+    assert compiled.stats()["eager calls"] == 3
     bound = gradcore.compile(functools.partial(step, scale=3.0))
     for _ in range(3):
         assert same(bound(x, t=1.0), step(x, 1.0, scale=3.0))
     assert bound.stats()["replays"] == 2
+
+
+def test_a_parameter_left_out_before_one_given_by_keyword_takes_its_default():
+    def step(x, t=2.0, u=1.0):
+        return gradcore.Variable(x) * t - u
+
+    compiled = gradcore.compile(step)
+    x = np.arange(3.0)
+    assert same(compiled(x, 2.0, 3.0), step(x, 2.0, 3.0))
+    assert same(compiled(x, u=3.0), step(x, u=3.0))  # step(x, 2.0, 3.0): replayed
+    assert compiled.stats()["recordings"] == 1 and compiled.stats()["replays"] == 1
+
+
+def test_a_decorated_step_given_keywords_is_bound_by_the_wrapper_s_signature():
+    """A functools.wraps wrapper may pass other arguments than it takes (a flag of its own): the
+    wrapped function's signature would make step(x, t=t) step(x, t, False), which the wrapper
+    then gives `training` twice. Bound by the wrapper's (*args, **kwargs), the call runs
+    eagerly, said once; by position, it replays."""
+    def inject(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            return fn(*args, training=True, **kwargs)
+        return wrapper
+
+    @inject
+    def step(x, t, training=False):
+        return F.sum(gradcore.Variable(x) * t) * (2.0 if training else 1.0)
+
+    compiled = gradcore.compile(step)
+    x, t = np.ones(3), np.full(3, 2.0)
+    with pytest.warns(RuntimeWarning, match=r"keyword arguments: it takes 't' through \*\*kwargs "
+                      r".*Pass them by position"):
+        assert float(compiled(x, t=t).data) == 12.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once
+        assert float(compiled(x, t=t).data) == 12.0
+        for _ in range(3):
+            assert float(compiled(x, t).data) == 12.0
+    stats = compiled.stats()
+    assert (stats["eager calls"], stats["recordings"], stats["replays"]) == (2, 1, 2)
+
+
+def test_a_step_under_a_switch_decorator_given_keywords_replays():
+    # no_grad() and the other switches pass every argument on as given: their wrapper has the
+    # function's own signature, by which a keyword call is bound
+    @gradcore.no_grad()
+    def step(x, t):
+        return F.sum(gradcore.Variable(x) * t)
+
+    compiled = gradcore.compile(step)
+    x, t = np.ones(3), np.full(3, 2.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(4):
+            assert float(compiled(x, t=t).data) == 6.0
+    stats = compiled.stats()
+    assert (stats["eager calls"], stats["recordings"], stats["replays"]) == (0, 1, 3)
+
+
+def test_a_keyword_call_its_signature_refuses_runs_eagerly_counted_and_said():
+    def step(x, **options):  # declares less than it takes
+        return gradcore.Variable(x) * options.get("t", 1.0)
+
+    step.__signature__ = inspect.signature(lambda x: None)
+    compiled = gradcore.compile(step)
+    x = np.arange(3.0)
+    with pytest.warns(RuntimeWarning, match="keyword arguments: its signature does not take "
+                      "them"):
+        assert same(compiled(x, t=2.0), step(x, t=2.0))
+    assert compiled.stats()["eager calls"] == 1
 
 
 @pytest.mark.parametrize("by", ["keyword", "position"])
@@ -1688,6 +1760,39 @@ def test_a_global_rebound_to_a_new_number_never_replays_an_old_one():
     assert namespace["wrong"] == [] and namespace["compiled"].stats()["recordings"] == 20
 
 
+@pytest.mark.parametrize("make, advice", [
+    (float, "a number is keyed by its value, so each new one records a tape: pass one that "
+     r"changes at every call as a 0-d array of the data's library and dtype \(np\.asarray\(w, "
+     r"dtype=np\.float32\)\), which a replay reads afresh"),
+    (np.float64, "a number is keyed by its value"),
+    (lambda w: (w, "anneal"), r"such an argument is keyed by its value \(a tuple, list or dict "
+     r"by the numbers and strings in it\)"),
+], ids=["float", "numpy scalar", "tuple"])
+def test_a_number_changing_at_every_call_is_told_to_come_as_a_0d_array(make, advice):
+    """A number is keyed by its value: one changing at every call (an annealed loss weight)
+    records at every call. The warning says so, and to pass it as a 0-d array of the data's
+    dtype, which replays what the number gives eagerly, bit for bit."""
+    w = gradcore.Parameter(np.linspace(-1.0, 1.0, 4, dtype=np.float32))
+
+    def step(x, weight):
+        loss = F.sum(w * x) * (weight[0] if isinstance(weight, tuple) else weight)
+        w.cleargrad()
+        loss.backward()
+        return loss, w.grad
+
+    x = np.ones(4, np.float32)
+    compiled = gradcore.compile(step, cache_size=2)
+    with pytest.warns(RuntimeWarning, match="recorded for 3 keys.*differed in argument 1 .*: "
+                      + advice):
+        for i in range(3):
+            compiled(x, make(1.0 - i / 100))
+    advised = gradcore.compile(step)
+    for i in range(4):
+        weight = 1.0 - i / 100
+        assert same(advised(x, np.asarray(weight, dtype=np.float32)), step(x, weight))
+    assert advised.stats()["recordings"] == 1 and advised.stats()["replays"] == 3
+
+
 @pytest.mark.filterwarnings("ignore:divide by zero")
 def test_minus_zero_is_another_argument_than_zero():
     compiled = gradcore.compile(lambda x, s: gradcore.Variable(x) / s)
@@ -1712,6 +1817,22 @@ def test_a_numpy_scalar_argument_is_a_weak_number_keyed_by_value(xp2):
         assert got.dtype == want.dtype == w.dtype and got.device == want.device
         np.testing.assert_array_equal(xp2.numpy(got.data), xp2.numpy(want.data))
     assert compiled.stats()["recordings"] == 6 and compiled.stats()["replays"] == 5
+
+
+@pytest.mark.filterwarnings("ignore:divide by zero")
+def test_a_longdouble_or_complex_scalar_is_keyed_by_its_zero_s_sign_and_nan_as_a_float():
+    """item() of a longdouble is a longdouble, of a complex128 a complex: a NaN in either still
+    replays (a NaN equals nothing), and -0.0 is not 0.0 in either (nor 1-0j 1+0j)."""
+    x = gradcore.Variable(np.ones(3, np.float32))
+    by_real = gradcore.compile(lambda v, s: v / s.real)
+    by_imag = gradcore.compile(lambda v, s: v / s.imag)
+    for s in [np.longdouble("nan")] * 3 + [np.clongdouble(complex("nan"))] * 2:
+        assert np.isnan(by_real(x, s).data).all()
+    assert by_real.stats()["recordings"] == 2 and by_real.stats()["replays"] == 3
+    signs = [np.signbit(step(x, s).data).all() for step, s in [
+        (by_real, np.longdouble(0.0)), (by_real, np.longdouble(-0.0)),
+        (by_imag, np.complex128(complex(1.0, 0.0))), (by_imag, np.complex128(complex(1.0, -0.0)))]]
+    assert signs == [False, True, False, True]
 
 
 def _falls_back(make, make_args, calls=4, match=None):

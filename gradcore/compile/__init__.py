@@ -148,13 +148,15 @@ class Compiled:
 
     def _with_keywords(self, args, kwargs):
         """A call given keyword arguments, as the same call made positionally (what a key and a
-        tape are made of), the defaults of the positional parameters not given filled in; eager
-        where that cannot be done (a keyword-only parameter or **kwargs given, no signature to
-        read), with one warning saying why."""
+        tape are made of; a parameter left out before one given gets its default); eager where
+        that cannot be done (a keyword-only parameter or **kwargs given, no signature to read,
+        arguments it does not take), with one warning saying why."""
         signature = self._signature
         if signature is None:
             try:
-                signature = inspect.signature(self.fn)
+                # fn's own, not the one functools.wraps points to: a decorator's wrapper may
+                # take or pass other arguments than the function it wraps
+                signature = inspect.signature(self.fn, follow_wrapped=False)
             except (TypeError, ValueError):  # a builtin, a callable without a signature
                 signature = False
             self._signature = signature
@@ -163,22 +165,32 @@ class Compiled:
         else:
             try:
                 bound = signature.bind(*args, **kwargs)
-            except TypeError:  # arguments it does not take: raised as eagerly
-                return self.fn(*args, **kwargs)
-            by_keyword = [name for name in bound.arguments if signature.parameters[name].kind
-                          in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.VAR_KEYWORD)]
-            if not by_keyword:
-                bound.apply_defaults()
-                return self(*bound.args)  # the positional parameters' (no keyword-only one's)
-            why = (f"{', '.join(map(repr, by_keyword))} can only be given by keyword, and a "
-                   "tape takes its arguments by position. Make them parameters that can be "
-                   "given by position")
+            except TypeError as error:  # eagerly it raises as much, unless its signature lies
+                bound = None
+                why = f"its signature does not take them ({error})"
+            if bound is not None:
+                parameters = signature.parameters
+                keyword_only = [name for name in kwargs if name in parameters
+                                and parameters[name].kind is inspect.Parameter.KEYWORD_ONLY]
+                passed_on = [name for name in kwargs if name not in parameters
+                             or parameters[name].kind is inspect.Parameter.POSITIONAL_ONLY]
+                if keyword_only:
+                    why = (f"{', '.join(map(repr, keyword_only))} can only be given by "
+                           "keyword, and a tape takes its arguments by position. Make them "
+                           "parameters that can be given by position")
+                elif passed_on:
+                    why = (f"it takes {', '.join(map(repr, passed_on))} through **kwargs (a "
+                           "decorator's wrapper, say), and a tape takes its arguments by "
+                           "position. Pass them by position")
+                else:
+                    return self(*_by_position(bound))
         self._counts["eager calls"] += 1
+        result = self.fn(*args, **kwargs)  # before the warning: none for a call that raises
         if not self._warned_of_keywords:  # once: every such call comes here
             self._warned_of_keywords = True
             warnings.warn(f"gradcore.compile: {self.__name__} runs eagerly when called with "
                           f"keyword arguments: {why}", RuntimeWarning, stacklevel=3)
-        return self.fn(*args, **kwargs)
+        return result
 
     def _without_tape(self, key, args):
         """A call whose key has no tape: eager if the key fell back, else recorded."""
@@ -415,6 +427,18 @@ def _unwrapped(fn):
     return fn
 
 
+def _by_position(bound):
+    """The arguments of the call `bound` (an inspect.BoundArguments given no keyword-only
+    parameter) by position: those given, and the defaults of the parameters left out before the
+    last one given; none after it, so `step(x, t=t)` is `step(x, t)`, the call as made."""
+    if not bound.kwargs:  # no gap: each parameter given is at its position
+        return bound.args
+    given = set(bound.arguments)
+    bound.apply_defaults()
+    last = max(i for i, name in enumerate(bound.arguments) if name in given)
+    return bound.args[:last + 1]
+
+
 def _name_of(fn):
     """A name for the step `fn` in warnings and errors: its own, a partial's function's, else
     its class's (an object with __call__)."""
@@ -630,11 +654,12 @@ def _never(*_):
 
 
 def _number_part(a):
-    """A Python number's, string's or None's part of a key: its type and value (2 is not 2.0),
-    for a zero its sign (0.0 == -0.0, yet 1 / x tells them apart), and for a NaN its bits (a
-    NaN equals nothing, itself included: keyed by value, a NaN would record at every call)."""
+    """A Python number's, string's or None's part of a key (or a NumPy longdouble's, which
+    _scalar_part keeps as it is): its type and value (2 is not 2.0), for a zero its sign (0.0 ==
+    -0.0, yet 1 / x tells them apart), and for a NaN its bits (a NaN equals nothing, itself
+    included: keyed by value, a NaN would record at every call)."""
     kind = a.__class__
-    if kind is not float or a and a == a:
+    if kind is not float and kind is not _LONGDOUBLE or a and a == a:
         return (kind, a)
     if a != a:
         return (kind, "nan", struct.pack("<d", a))
@@ -643,10 +668,14 @@ def _number_part(a):
 
 def _scalar_part(a):
     """A NumPy scalar's part of a key (np.float64(0.7)): its type, and its value as a Python
-    number's part. Eager code takes it as a weak Python number (Function._constant), so a tape
-    takes it as a constant too, as it does a Python number: traced, it would be a 0-d array,
-    which makes float32 data float64 and is on the host, not where the data is."""
-    return (a.__class__, _number_part(a.item()))
+    number's part (a complex one's real and imaginary parts each: 1-0j is not 1+0j, a branch cut
+    tells them apart). Eager code takes it as a weak Python number (Function._constant), so a
+    tape takes it as a constant too, as it does a Python number: traced, it would be a 0-d
+    array, which makes float32 data float64 and is on the host, not where the data is."""
+    value = a.item()  # a Python number; a longdouble's or clongdouble's own (a float loses digits)
+    if a.__class__ in _COMPLEX_SCALARS:
+        return (a.__class__, _number_part(value.real), _number_part(value.imag))
+    return (a.__class__, _number_part(value))
 
 
 # Keyed by what they hold, their subclasses too (a namedtuple, an OrderedDict, a defaultdict):
@@ -817,6 +846,9 @@ _NUMPY = backends.NUMPY.xp
 _NUMPY_SCALARS = frozenset(kind for kind in _NUMPY.sctypeDict.values()
                            if issubclass(kind, (_NUMPY.number, _NUMPY.bool_))
                            and not issubclass(kind, _NUMPY.timedelta64))
+_COMPLEX_SCALARS = frozenset(kind for kind in _NUMPY_SCALARS
+                             if issubclass(kind, _NUMPY.complexfloating))
+_LONGDOUBLE = _NUMPY.longdouble  # item() gives a longdouble (as a float it would lose digits)
 _NUMPY_RANDOM = _NUMPY.random
 # Generators a step may draw from past gradcore; the global ones (numpy.random's, which
 # gradcore's host backends draw from, and the random module's) are checked by _Generators
@@ -1105,8 +1137,7 @@ def _change(old, new, surroundings):
         if a != b:
             if _identity_only(a, b):
                 return f"argument {i} ({_signature(a)} -> another like it)", _SAME_OBJECT
-            return (f"argument {i} ({_signature(a)} -> {_signature(b)})",
-                    "keep to a few shapes and dtypes (pad a short last batch)")
+            return f"argument {i} ({_signature(a)} -> {_signature(b)})", _advice(a, b)
     if around != new_around:
         if len(around) == len(new_around) == len(surroundings.labels):
             return next(label for label, a, b in zip(surroundings.labels, around, new_around)
@@ -1120,6 +1151,16 @@ def _change(old, new, surroundings):
 
 
 _PASS_IT = "pass what changes as an argument"
+# A number changing at every call (an annealed loss weight, a time t) records at every call: as
+# a 0-d array it is an argument the tape reads (as eagerly: float32 data times a float32 0-d
+# array is float32 data times the number)
+_A_NUMBER = ("a number is keyed by its value, so each new one records a tape: pass one that "
+             "changes at every call as a 0-d array of the data's library and dtype "
+             "(np.asarray(w, dtype=np.float32)), which a replay reads afresh, or keep to a few "
+             "values")
+_VALUES = ("such an argument is keyed by its value (a tuple, list or dict by the numbers and "
+           "strings in it): keep to a few values, or pass a number that changes at every call "
+           "as an argument of its own, a 0-d array of the data's library and dtype")
 _SAME_OBJECT = ("such an argument is keyed by identity: pass the same one at every call, or what "
                 "changes in it as arguments of their own")
 
@@ -1129,6 +1170,28 @@ def _identity_only(a, b):
     (the last entry of a part keyed by identity: another Parameter, another object of yours)."""
     return (a[0].__class__ is type and a[0] not in _BY_VALUE and a[:-1] == b[:-1]
             and a[-1].__class__ is int and b[-1].__class__ is int)
+
+
+def _advice(a, b):
+    """What to do about an argument whose part of a key went from `a` to `b`."""
+    if _is_number(a) and _is_number(b):
+        return _A_NUMBER
+    if _by_value(a) and _by_value(b):
+        return _VALUES
+    return "keep to a few shapes and dtypes (pad a short last batch)"
+
+
+def _is_number(part):
+    """True if `part` (an argument's part of a key) is a Python number's or NumPy scalar's."""
+    kind = part[0]
+    return kind is int or kind is float or kind in _NUMPY_SCALARS and kind is not _NUMPY.bool_
+
+
+def _by_value(part):
+    """True if `part` is a part of a key by value: a Python number's, string's, None's, a NumPy
+    scalar's, or a container's of those (_by_contents)."""
+    return part[0] in _BY_VALUE or part[0] in _NUMPY_SCALARS or (
+        len(part) == 3 and part[1] == "values")
 
 
 def _signature(part):
@@ -1143,7 +1206,7 @@ def _signature(part):
     if kind in _BY_VALUE:
         return repr(part[1])
     if kind in _NUMPY_SCALARS:
-        return f"{kind.__name__}({part[1][1]!r})"
+        return f"{kind.__name__}({', '.join(repr(value[1]) for value in part[1:])})"
     if len(part) == 4:
         return f"{kind.__name__} of shape {part[1]}, {part[2]}"
     return f"a {kind.__name__} object"
