@@ -11,12 +11,14 @@ import operator
 def normalize_key(xp, key, shape):
     """`key` (one index or a tuple) as a tuple that spells out every axis of `shape`.
 
-    Ellipsis becomes slices; ints and integer arrays are checked against their axis and made
-    non-negative; integer arrays become int64; a boolean mask becomes one integer array per axis
-    it covers (`nonzero`). Index arrays must already be `xp` arrays on the indexed array's device.
-    Raises IndexError (out of bounds, too many indices, a mask of the wrong shape) or TypeError
-    (an index that is not an int, slice, None, Ellipsis, or integer/boolean array). A key it
-    returned comes back as it is (the checks are not paid twice for a key used again).
+    Ellipsis becomes slices; slice bounds past an end are clipped to it (as NumPy reads them;
+    the array API leaves them unspecified); ints and integer arrays are checked against their
+    axis and made non-negative; integer arrays become int64; a boolean mask becomes one integer
+    array per axis it covers (`nonzero`). Index arrays must already be `xp` arrays on the
+    indexed array's device. Raises IndexError (out of bounds, too many indices, a mask of the
+    wrong shape) or TypeError (an index that is not an int, slice, None, Ellipsis, or
+    integer/boolean array). A key it returned comes back as it is (the checks are not paid
+    twice for a key used again).
     """
     if key.__class__ is NormalizedKey:
         return key
@@ -60,6 +62,12 @@ def normalize_key(xp, key, shape):
     axis = 0
     for kind, k in entries:
         if kind == "slice":
+            n, start, stop = shape[axis], k.start, k.stop
+            # bounds already in range, the common case, pass as they are: checked inline, as
+            # every get_item comes here
+            if not ((start is None or start.__class__ is int and -n <= start <= n)
+                    and (stop is None or stop.__class__ is int and -n <= stop <= n)):
+                k = _bounded_slice(k, n)
             out.append(k)
             axis += 1
         elif kind == "int":
@@ -90,6 +98,17 @@ def normalize_key(xp, key, shape):
     if len(arrays) > 1:
         _broadcast_shape(arrays)  # IndexError if they do not broadcast together
     return NormalizedKey(out)
+
+
+def _bounded_slice(k, n):
+    """The slice `k` of an axis of size `n` with its bounds in range, picking the same elements:
+    NumPy clips bounds past the ends (x[:10] of 4 rows, the last batch of x[i:i + B]); the
+    array API leaves them unspecified, and array-api-strict refuses them."""
+    r = range(*k.indices(n))
+    if not r:
+        return slice(0, 0, 1)
+    # a stop of -1 (before the first element, for a negative step) would read as the last one
+    return slice(r.start, None if r.stop < 0 else r.stop, r.step)
 
 
 class NormalizedKey(tuple):

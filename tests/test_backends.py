@@ -1,5 +1,6 @@
 """backends: Device values, type-keyed dispatch, moves between devices, and the CUDA errors."""
 import gc
+import itertools
 import pathlib
 import re
 import subprocess
@@ -15,7 +16,7 @@ import array_api_strict
 import backends
 import gradcore
 import gradcore.functions as F
-from backends import CPU, Device, DeviceUnavailableError, parse_device
+from backends import CPU, Device, DeviceUnavailableError, indexing, parse_device
 from conftest import DEVICE1, DEVICE2, STRICT
 
 
@@ -212,6 +213,8 @@ SCATTER_KEYS = {
     "mask": (np.array([[True, False, True]] * 4),),
     "mask-rows": (np.array([True, False, True, True]),),
     "basic": (slice(None, None, 2), 1),
+    "slice-past-ends": (slice(-9, 2), slice(1, 10)),
+    "slice-past-and-array": (slice(-1, -9, -1), np.array([0, 2, 0])),
 }
 
 
@@ -239,6 +242,19 @@ def test_get_item_with_a_normalized_key_reads_like_numpy(xp, name):
     assert xp.backend.normalize_key(checked, start.shape) is checked  # checked once
     np.testing.assert_array_equal(xp.numpy(xp.backend.get_item(xp.asarray(start), checked)),
                                   start[key])
+
+
+def test_normalize_key_puts_slice_bounds_in_range_picking_what_numpy_picks():
+    """The array API leaves bounds past an end unspecified (array-api-strict refuses them):
+    every slice of a small axis comes out with bounds in [-n, n] and NumPy's elements."""
+    bounds = [None, *range(-8, 9)]
+    for n in range(5):
+        a = np.arange(n)
+        for start, stop, step in itertools.product(bounds, bounds, [None, 1, 2, -1, -3]):
+            k = slice(start, stop, step)
+            clipped, = indexing.normalize_key(np, k, (n,))
+            assert all(b is None or -n <= b <= n for b in (clipped.start, clipped.stop)), (n, k)
+            np.testing.assert_array_equal(a[clipped], a[k], err_msg=f"{k} of {n}")
 
 
 def test_scatter_add_checks_bounds(xp):

@@ -4,6 +4,7 @@ from collections import OrderedDict, defaultdict, namedtuple
 import numpy as np
 import pytest
 
+import backends
 import gradcore
 import gradcore.func as gf
 import gradcore.functions as F
@@ -634,6 +635,27 @@ def test_jacobians_take_their_unit_vectors_one_at_a_time():
     np.testing.assert_allclose(J[:, 0], c * np.cos(0.5 * c), rtol=1e-14)
     np.testing.assert_allclose(g, np.cos(c), rtol=1e-14)
     assert peak < m * m * 8 / 4, f"peak {peak / 1e6:.1f} MB"
+
+
+def test_a_jacobian_row_walks_no_graph_and_scatters_nothing(monkeypatch):
+    """Per row, a backward pass and little else: a pass not recorded makes no graph, so none is
+    walked to ask whether it reaches a Variable outside (f's result is walked once), and the
+    unit vector is one item written into zeros, not an add_at."""
+    walks = []
+    walk = gf._reaches_outside
+    monkeypatch.setattr(gf, "_reaches_outside", lambda *a: walks.append(a) or walk(*a))
+    def add_at(*args):
+        raise AssertionError("add_at called")
+    monkeypatch.setattr(type(backends.NUMPY), "add_at", add_at)
+    x = np.array([0.5, -0.2, 1.0, 2.0])
+    for jac in (gf.jacobian, gf.jacfwd):
+        walks.clear()
+        np.testing.assert_allclose(jac(lambda a: F.sin(a) * 2.0, x), np.diag(2 * np.cos(x)),
+                                   rtol=1e-15)
+        assert len(walks) == 1, jac.__name__
+    walks.clear()
+    np.testing.assert_allclose(gf.grad(lambda a: F.sum(F.sin(a)))(x), np.cos(x), rtol=1e-15)
+    assert len(walks) == 1
 
 
 def test_jacobians_keep_the_dtype_and_device(xp):

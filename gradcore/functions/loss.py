@@ -68,8 +68,9 @@ def _float_dtype(x):
 
 
 def _class_labels(xp, t, n, c=None):
-    """t checked as N class indices, flattened from (N, 1) to (N,); with `c`, also checks that
-    every label is in [0, c) (before indexing: CuPy wraps out-of-range indices silently)."""
+    """t checked as N class indices, flattened from (N, 1) to (N,), as int64; with `c`, also
+    checks that every label is in [0, c) (before indexing: CuPy wraps out-of-range indices
+    silently)."""
     if not xp.isdtype(t.dtype, "integral"):
         raise TypeError(f"labels must be integer class indices, got dtype {t.dtype}; "
                         "convert them first, e.g. t.astype(int)")
@@ -81,10 +82,13 @@ def _class_labels(xp, t, n, c=None):
     if t.shape[0] != n:
         raise ValueError(f"got {t.shape[0]} labels for {n} rows of x; pass one class index "
                          "per row (t.shape[0] == x.shape[0])")
-    if c is not None and n and bool(xp.any((t < 0) | (t >= c))):
+    # int64, the dtype of the row and class ranges they meet: uint8 labels (raw MNIST files)
+    # cannot hold the row 300 or the class 256, and `t >= c` with such a c overflows them
+    labels = t if t.dtype == xp.int64 else xp.astype(t, xp.int64)
+    if c is not None and n and bool(xp.any((labels < 0) | (labels >= c))):
         raise IndexError(f"labels must lie in [0, {c}) for {c} classes, got values from "
                          f"{int(xp.min(t))} to {int(xp.max(t))}")
-    return t
+    return labels
 
 
 def _check_loss_operand_shapes(a, b, names, op=None):
@@ -190,8 +194,8 @@ class SoftmaxCrossEntropy(Function):
         t, = self.saved_tensors
         n, c = x.shape
         xp = self.xp
-        # one-hot of t: compare t with 0..c-1, created on x's device
-        classes = self.backend.to_device(xp.arange(c, dtype=t.dtype), self.device)
+        # one-hot of t (int64, as _class_labels made it): compare t with 0..c-1, on x's device
+        classes = self.backend.to_device(xp.arange(c, dtype=xp.int64), self.device)
         onehot = xp.astype(xp.reshape(t.data, (n, 1)) == xp.reshape(classes, (1, c)), x.dtype)
         return (softmax(x) - onehot) * (gy * _sample_weight(n)), None
 
@@ -217,7 +221,7 @@ def softmax_cross_entropy_simple(x, t):
             t = _class_labels(backend.xp, t, n, x.shape[1])
         except (TypeError, ValueError, IndexError) as e:
             raise type(e)(f"softmax_cross_entropy_simple: {e}") from None
-        rows = backend.to_device(backend.xp.arange(n, dtype=t.dtype), device)
+        rows = backend.to_device(backend.xp.arange(n, dtype=backend.xp.int64), device)
     p = clip(softmax(x), 1e-15, 1.0)
     return -sum(get_item(log(p), (rows, t))) / n
 

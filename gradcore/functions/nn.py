@@ -204,11 +204,15 @@ class EmbedID(Function):
         if W.ndim < 1:
             raise ValueError("W must have at least one axis (the ids pick along axis 0)")
         V = W.shape[0]
+        # compared and wrapped in int64: a narrow dtype cannot hold V (uint8 bytes for 256
+        # rows, int16 ids for 50,257), so `x >= V` and `x + V` would overflow in it
+        ids = x if x.dtype == xp.int64 else xp.astype(x, xp.int64)
+        low = 0 if x.dtype == xp.uint64 else -V  # a uint64 past int64's range turns negative
         # checked here, as W[x] would: CuPy's take wraps out-of-range ids silently
-        if x.size and bool(xp.any((x < -V) | (x >= V))):
+        if x.size and bool(xp.any((ids < low) | (ids >= V))):
             raise IndexError(f"ids must be in [-{V}, {V}) for a W of {V} rows; got ids from "
                              f"{int(xp.min(x))} to {int(xp.max(x))}")
-        self.ids = xp.where(x < 0, x + V, x)
+        self.ids = xp.where(ids < 0, ids + V, ids)
         # take needs 1-d ids; array-API indexing cannot spell W[x] for a 2-d W
         y = xp.take(W, xp.reshape(self.ids, (-1,)), axis=0)
         return xp.reshape(y, tuple(x.shape) + tuple(W.shape[1:]))

@@ -12,6 +12,9 @@ LABELS = np.array([0, 2, 1, 2])
 BINARY = np.array([1.0, 0.0, 0.0, 1.0, 1.0])
 SOFT = np.array([[0.2, 0.9], [1.0, 0.0], [0.5, 0.3]])
 PROB = (0.05, 0.95)
+# uint8 labels, as raw MNIST / CIFAR files hold them: a range of 300 rows or classes overflows them
+BYTE_LABELS_300_ROWS = np.random.default_rng(3).integers(0, 3, 300).astype(np.uint8)
+BYTE_LABELS_300_CLASSES = np.array([5, 7, 200, 30], np.uint8)  # 5 + 256 is a class too
 
 
 def np_mse(x0, x1):
@@ -50,7 +53,9 @@ CASES = [
     Case("softmax_cross_entropy-int32",       F.softmax_cross_entropy,         np_sce, ((4, 3),), args=(LABELS.astype(np.int32),)),
     Case("softmax_cross_entropy-column",      F.softmax_cross_entropy,         np_sce, ((4, 3),), args=(LABELS[:, None],)),
     Case("softmax_cross_entropy-wide",        F.softmax_cross_entropy,         np_sce, ((4, 3),), (-40.0, 40.0), args=(LABELS,)),
+    Case("softmax_cross_entropy-uint8",       F.softmax_cross_entropy,         np_sce, ((4, 300),), args=(BYTE_LABELS_300_CLASSES,)),
     Case("softmax_cross_entropy_simple",      F.softmax_cross_entropy_simple,  np_sce, ((4, 3),), args=(LABELS,)),
+    Case("softmax_cross_entropy_simple-uint8", F.softmax_cross_entropy_simple, np_sce, ((300, 3),), args=(BYTE_LABELS_300_ROWS,)),
     Case("sigmoid_cross_entropy",             F.sigmoid_cross_entropy,         np_sigmoid_ce, ((5,),), args=(BINARY,)),
     Case("sigmoid_cross_entropy-column",      F.sigmoid_cross_entropy,         np_sigmoid_ce, ((5, 1),), args=(BINARY.astype(np.int64),)),
     Case("sigmoid_cross_entropy-soft",        F.sigmoid_cross_entropy,         np_sigmoid_ce, ((3, 2),), (-8.0, 8.0), args=(SOFT,)),

@@ -55,6 +55,8 @@ def dropout_test(x):
 
 MEAN3, VAR3 = np.array([0.5, -1.0, 0.25]), np.array([0.5, 2.0, 1.5])
 IDS = np.array([[1, 3, 1], [0, 1, 4]])  # 1 three times: its row's gradient adds up
+BYTE_IDS = np.array([[0, 65, 255], [7, 7, 1]], np.uint8)  # into 256 rows, which uint8 cannot hold
+INT8_IDS = np.array([[-1, 127], [5, -128]], np.int8)      # into 200 rows: -1 + 200 overflows int8
 
 # fmt: off
 CASES = [
@@ -67,6 +69,8 @@ CASES = [
     Case("batch_norm-test",     bn_test,                           np_batch_norm, ((4, 3), (3,), (3,)), args=(MEAN3, VAR3)),
     Case("batch_norm-test-4d",  bn_test,                           np_batch_norm, ((2, 3, 2, 2), (3,), (3,)), args=(MEAN3, VAR3)),
     Case("embed_id",            lambda W, x: F.embed_id(x, W),     lambda W, x: W[x], ((5, 3),), args=(IDS,)),
+    Case("embed_id-uint8",      lambda W, x: F.embed_id(x, W),     lambda W, x: W[x], ((256, 2),), args=(BYTE_IDS,)),
+    Case("embed_id-int8",       lambda W, x: F.embed_id(x, W),     lambda W, x: W[x], ((200, 2),), args=(INT8_IDS,)),
 ]
 # fmt: on
 
@@ -345,6 +349,8 @@ def test_an_array_api_index_gradient_of_float16_adds_up_in_float32():
     (np.array([0, 4]), IndexError,
      r"embed_id: ids must be in \[-4, 4\) for a W of 4 rows; got ids from 0 to 4"),
     (np.array([-5, 1]), IndexError, r"embed_id: ids must be in \[-4, 4\)"),
+    # past int64's range: no negative id (the last row) once compared in int64
+    (np.array([0, 2**64 - 1], np.uint64), IndexError, r"got ids from 0 to 18446744073709551615"),
     (np.array([0.0, 1.0]), TypeError, r"embed_id: x must hold integer ids, got .*float64"),
 ])
 def test_embed_id_rejects_bad_ids(xp, ids, error, message):

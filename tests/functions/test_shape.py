@@ -42,6 +42,10 @@ CASES = [
     Case("get_item-newaxis",   lambda x, i: x[None, i, ..., None],   lambda x, i: x[None, i, ..., None], ((4, 3),), args=(REPEATED,)),
     Case("get_item-mask",      lambda x, m: x[m],                    lambda x, m: x[m], ((4, 3),), args=(MASK,)),
     Case("get_item-mask-rows", lambda x, m: x[m],                    lambda x, m: x[m], ((4, 3),), args=(MASK[:, 0],)),
+    # bounds past the ends, clipped as NumPy clips them (the last batch of x[i:i + B])
+    Case("get_item-past-end",  lambda x: x[2:10, -5:2],              lambda x: x[2:10, -5:2], ((4, 3),)),
+    Case("get_item-past-rev",  lambda x: x[-1:-6:-1, 9::-2],         lambda x: x[-1:-6:-1, 9::-2], ((4, 3),)),
+    Case("get_item-past-arr",  lambda x, j: x[:10, j],               lambda x, j: x[:10, j], ((4, 3),), args=(COLS,)),
     Case("expand_dims",        lambda x: F.expand_dims(x, 1),        lambda x: np.expand_dims(x, 1), ((2, 3),)),
     Case("expand_dims-neg",    lambda x: F.expand_dims(x, -1),       lambda x: np.expand_dims(x, -1), ((2, 3),)),
     Case("expand_dims-tuple",  lambda x: F.expand_dims(x, (0, 3)),   lambda x: np.expand_dims(x, (0, 3)), ((2, 3),)),
