@@ -558,7 +558,9 @@ class Variable:
 
     def detach(self):
         """A new leaf sharing `data`, with requires_grad=False, and its version: a write into
-        either (an optimizer step on this one) stops a backward through graphs of the other."""
+        either (an optimizer step on this one) stops a backward through graphs of the other.
+        An op's 0-d result, kept as a NumPy scalar (immutable), has no memory to share: a write
+        into one detached from it (`d.data[...] = 1`) is a write into a copy."""
         v = Variable(self._host_data(), name=self.name, requires_grad=False)
         share_versions(self, v)
         return v
