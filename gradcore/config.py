@@ -161,8 +161,9 @@ class _Switch:
                     return func(*args, **kwargs)
                 finally:
                     self._reset(token)
-        try:  # func's own: it takes what func takes (gradcore.compile binds keywords by it)
-            switched.__signature__ = inspect.signature(func)
+        try:  # func's own: it takes what func takes (gradcore.compile binds keywords by it);
+            # not followed through func's own wrapper, which may take other arguments than it
+            switched.__signature__ = inspect.signature(func, follow_wrapped=False)
         except (TypeError, ValueError):  # a callable without one
             pass
         return switched

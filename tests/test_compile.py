@@ -547,6 +547,40 @@ def test_random_programs_replay_as_they_run(seed, mode):
     assert compiled.stats()["replays"] == 5
 
 
+@pytest.mark.parametrize("mode", ["backward", "grad", "second order"])
+@pytest.mark.parametrize("seed", range(12))
+def test_random_programs_on_arrays_large_enough_to_lend_replay_as_they_run(seed, mode):
+    # 100 x 100 float64 (80 KB, past REUSE_BYTES): results go into the memory of inputs that die
+    # (out=), which 3-element arrays never exercise; a reshaped and transposed argument (the
+    # last call) makes the reshapes copy at replay
+    step = random_program(seed, mode)
+    compiled = gradcore.compile(step)
+    rng = np.random.default_rng(2000 + seed)
+    for call in range(6):
+        a0, a1 = rng.uniform(-1, 1, size=(2, 100, 100))
+        if call == 5:
+            a1 = np.asfortranarray(a1)
+        assert same(compiled(a0, a1), step(a0, a1))
+    assert any("out=" in line for line in compiled.tapes()[0].source.splitlines())
+
+
+def test_an_arguments_layout_is_part_of_the_key():
+    # a sum adds in memory order: over a Fortran-ordered argument eager code gets other last
+    # bits, which a tape recorded for C order would not
+    def step(x):
+        return F.sum(F.tanh(gradcore.Variable(x)) * 3.0)
+
+    compiled = gradcore.compile(step, cache_size=1)
+    rng = np.random.default_rng(0)
+    layouts = [np.ascontiguousarray, np.asfortranarray]
+    with pytest.warns(RuntimeWarning, match=r"argument 0 \(ndarray of shape \(100, 100\), "
+                      r"float64, laid out with strides \(800, 8\) -> \(8, 800\)\).*layout"):
+        for i in range(6):
+            x = layouts[i % 2](rng.standard_normal((100, 100)))
+            assert same(compiled(x), step(x))
+    assert compiled.stats()["recordings"] == 6  # one tape kept: each layout records again
+
+
 def test_a_program_whose_walk_once_varied_with_memory_layout_replays_as_it_runs():
     # A dead array's id taken by a new gradient sum made the walk see the sum as shared and copy
     # it; with create_graph the copy is a node, so later gradients were added in another order.
@@ -880,6 +914,26 @@ def test_a_step_under_a_switch_decorator_given_keywords_replays():
             assert float(compiled(x, t=t).data) == 6.0
     stats = compiled.stats()
     assert (stats["eager calls"], stats["recordings"], stats["replays"]) == (0, 1, 3)
+
+
+def test_a_switch_over_a_decorators_wrapper_keeps_the_wrappers_signature():
+    # no_grad() on a functools.wraps wrapper that passes y itself: the wrapper's (*args,
+    # **kwargs), not the inner signature, so no default of y is filled in beside the wrapper's
+    def fixed_y(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            return fn(*args, y=7.0, **kwargs)
+        return wrapper
+
+    @gradcore.no_grad()
+    @fixed_y
+    def step(x, y=2.0, z=3.0):
+        return gradcore.Variable(x) * y + z
+
+    compiled = gradcore.compile(step)
+    with pytest.warns(RuntimeWarning, match=r"through \*\*kwargs"):
+        for _ in range(3):
+            np.testing.assert_array_equal(compiled(np.ones(3), z=1.0).data, [8.0] * 3)
 
 
 def test_a_keyword_call_its_signature_refuses_runs_eagerly_counted_and_said():
@@ -2613,18 +2667,24 @@ def test_a_copy_that_is_a_view_at_a_replay_never_takes_a_result(where):
 
     compiled = gradcore.compile(step)
     rng = np.random.default_rng(0)
+    unused = np.zeros((128, 128))  # the parameter's case: an argument of one layout throughout
     for _ in range(3):
         transposed = rng.standard_normal((128, 128)).T
         w.data = transposed
-        assert same(compiled(transposed), step(transposed))
+        argument = transposed if where == "argument" else unused
+        assert same(compiled(argument), step(argument))
     x = rng.standard_normal((128, 128))  # contiguous
     w.data = x.copy()
-    want = step(x.copy())
+    argument = x.copy() if where == "argument" else unused
+    want = step(argument)
     w.data = x
     before = x.copy()
-    got = compiled(x)
+    got = compiled(x if where == "argument" else unused)
     assert np.array_equal(x, before)  # the caller's array (the parameter's data) is untouched
-    assert same(got, want) and compiled.stats()["replays"] == 3
+    stats = compiled.stats()
+    assert same(got, want)
+    # an argument's layout is part of the key (a new tape); a parameter's data is read as it is
+    assert (stats["recordings"], stats["replays"]) == ((2, 2) if where == "argument" else (1, 3))
 
 
 # ============================================== one object, or one memory, as two arguments

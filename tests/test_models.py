@@ -149,6 +149,11 @@ def test_sequential_loads_what_nn_sequential_saved_with_numbered_names(tmp_path)
             model.load_state_dict(old.state_dict())
         np.testing.assert_array_equal(model(x).data, old(x).data)
         assert list(model.state_dict()) == ["l0.W", "l0.b", "l2.W", "l2.b"]
+    # an nn.Sequential inside keeps its numbers: "0.0.W" is the model's "l0.0.W"
+    inner = nn.Sequential(nn.Sequential(nn.Linear(3, in_size=4)), nn.Linear(2, in_size=3))
+    model = models.Sequential(nn.Sequential(nn.Linear(3)), nn.Linear(2))
+    model.load(inner.save(tmp_path / "nested.npz"))
+    np.testing.assert_array_equal(model(x).data, inner(x).data)
 
 
 def test_vgg16_preprocess_makes_bgr_minus_the_imagenet_mean_channels_first():

@@ -540,8 +540,8 @@ _BY_VALUE = frozenset((int, float, bool, str, type(None)))  # arguments keyed by
 
 
 def _key(args, by_identity=None):
-    """What a tape depends on besides the code: each argument's kind, shape, dtype, device
-    (Python and NumPy scalars by value, other objects by identity), which arguments are one
+    """What a tape depends on besides the code: each argument's kind, shape, dtype, device and
+    strides (Python and NumPy scalars by value, other objects by identity), which arguments are one
     object or share memory, and the grad and train switches. Read at every call: the device
     asked of a backend only where it has more than one. `by_identity`: ids of the Variables
     keyed by identity besides Parameters."""
@@ -558,7 +558,7 @@ def _key(args, by_identity=None):
                           getattr(data, "dtype", None), a._requires_grad, a._grad is None,
                           a.creator is None,
                           None if data is None or backend.single_device else
-                          backend.device_of(data),
+                          backend.device_of(data), getattr(data, "strides", None),
                           # the hooks on it: a tape runs those its recording ran (see
                           # _HOOKED_LEAVES for the post-accumulate ones)
                           _hooks_part(a) if a._hooks or _HOOKED_LEAVES and hasattr(
@@ -575,8 +575,11 @@ def _key(args, by_identity=None):
             elif kind in _NUMPY_SCALARS:
                 parts.append(_scalar_part(a))
             else:
+                # strides: eager results follow an argument's layout (a sum over a Fortran-
+                # ordered array adds in another order), so a replay must be for that layout
                 parts.append((kind, a.shape, a.dtype,
-                              None if backend.single_device else backend.device_of(a)))
+                              None if backend.single_device else backend.device_of(a),
+                              getattr(a, "strides", None)))
                 arrays.append((i, a, a, backend))
     if len(arrays) > 1 and _may_alias(arrays):
         _note_aliases(parts, arrays)
@@ -1137,6 +1140,9 @@ def _change(old, new, surroundings):
         if a != b:
             if _identity_only(a, b):
                 return f"argument {i} ({_signature(a)} -> another like it)", _SAME_OBJECT
+            if _strides_only(a, b):
+                return (f"argument {i} ({_signature(a)}, laid out with strides "
+                        f"{_strides(a)} -> {_strides(b)})", _LAYOUT)
             return f"argument {i} ({_signature(a)} -> {_signature(b)})", _advice(a, b)
     if around != new_around:
         if len(around) == len(new_around) == len(surroundings.labels):
@@ -1163,6 +1169,23 @@ _VALUES = ("such an argument is keyed by its value (a tuple, list or dict by the
            "as an argument of its own, a 0-d array of the data's library and dtype")
 _SAME_OBJECT = ("such an argument is keyed by identity: pass the same one at every call, or what "
                 "changes in it as arguments of their own")
+_LAYOUT = ("an array's layout is part of its key (results follow it): pass arrays of one "
+           "layout, numpy.ascontiguousarray(x) say")
+
+
+def _strides(part):
+    """The strides in an array argument's or a Variable argument's part of a key."""
+    return part[-3] if part[0] is Variable else part[-1]
+
+
+def _strides_only(a, b):
+    """True if two parts of keys for one array or Variable argument differ only in strides."""
+    if a[0] is not b[0] or len(a) != len(b) or a[0] is SAME_AS or a[0] is SHARES_MEMORY:
+        return False
+    if a[0] is Variable:
+        return a[:-3] == b[:-3] and a[-2:] == b[-2:] and a[-3] != b[-3]
+    return (len(a) == 5 and a[0].__class__ is type and not issubclass(a[0], _CONTAINERS)
+            and a[:-1] == b[:-1] and a[-1] != b[-1])
 
 
 def _identity_only(a, b):
@@ -1207,7 +1230,7 @@ def _signature(part):
         return repr(part[1])
     if kind in _NUMPY_SCALARS:
         return f"{kind.__name__}({', '.join(repr(value[1]) for value in part[1:])})"
-    if len(part) == 4:
+    if len(part) == 5:
         return f"{kind.__name__} of shape {part[1]}, {part[2]}"
     return f"a {kind.__name__} object"
 

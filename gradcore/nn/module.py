@@ -730,8 +730,19 @@ def _indexed_name(name, known, names):
     model's names (`known`) and not among the saved `names`."""
     if not isinstance(name, str) or name in known:
         return name
-    indexed = ".".join(f"l{part}" if part.isdigit() else part for part in name.split("."))
-    return indexed if indexed in known and indexed not in names else name
+    parts = name.split(".")
+    digits = [i for i, part in enumerate(parts) if part.isdigit()]
+    # which numbered parts are models.Sequential's: an nn.Sequential inside keeps its numbers
+    found = set()
+    for chosen in itertools.product((False, True), repeat=min(len(digits), 8)):
+        renamed = list(parts)
+        for i, rename in zip(digits, chosen):
+            if rename:
+                renamed[i] = "l" + parts[i]
+        candidate = ".".join(renamed)
+        if candidate != name and candidate in known and candidate not in names:
+            found.add(candidate)
+    return found.pop() if len(found) == 1 else name
 
 
 def _refuse(path, model, problems):
