@@ -534,33 +534,35 @@ def random_program(seed, mode):
     return step
 
 
+def replays_random_program(seed, mode, shape, last=None):
+    """random_program(seed, mode) compiled and called 6 times on new inputs of `shape` (the
+    last pair passed through `last`, a change of layout), each result eager code's; the
+    compiled step."""
+    step = random_program(seed, mode)
+    compiled = gradcore.compile(step)
+    rng = np.random.default_rng(1000 + seed)
+    for call in range(6):
+        a0, a1 = rng.uniform(-1, 1, size=(2, *shape))
+        if call == 5 and last is not None:
+            a1 = last(a1)
+        assert same(compiled(a0, a1), step(a0, a1))
+    return compiled
+
+
 @pytest.mark.parametrize("mode", ["backward", "grad", "second order"])
 @pytest.mark.parametrize("seed", range(67))
 def test_random_programs_replay_as_they_run(seed, mode):
     # 201 recipes, each recorded once and replayed for 5 new inputs
-    step = random_program(seed, mode)
-    compiled = gradcore.compile(step)
-    rng = np.random.default_rng(1000 + seed)
-    for _ in range(6):
-        a0, a1 = rng.uniform(-1, 1, size=(2, 3))
-        assert same(compiled(a0, a1), step(a0, a1))
-    assert compiled.stats()["replays"] == 5
+    assert replays_random_program(seed, mode, (3,)).stats()["replays"] == 5
 
 
 @pytest.mark.parametrize("mode", ["backward", "grad", "second order"])
 @pytest.mark.parametrize("seed", range(12))
 def test_random_programs_on_arrays_large_enough_to_lend_replay_as_they_run(seed, mode):
     # 100 x 100 float64 (80 KB, past REUSE_BYTES): results go into the memory of inputs that die
-    # (out=), which 3-element arrays never exercise; a reshaped and transposed argument (the
-    # last call) makes the reshapes copy at replay
-    step = random_program(seed, mode)
-    compiled = gradcore.compile(step)
-    rng = np.random.default_rng(2000 + seed)
-    for call in range(6):
-        a0, a1 = rng.uniform(-1, 1, size=(2, 100, 100))
-        if call == 5:
-            a1 = np.asfortranarray(a1)
-        assert same(compiled(a0, a1), step(a0, a1))
+    # (out=), which 3-element arrays never exercise; a Fortran-ordered argument at the last call
+    # records a tape of its own (a sum over it adds in another order)
+    compiled = replays_random_program(seed, mode, (100, 100), np.asfortranarray)
     assert any("out=" in line for line in compiled.tapes()[0].source.splitlines())
 
 
@@ -587,12 +589,7 @@ def test_a_program_whose_walk_once_varied_with_memory_layout_replays_as_it_runs(
     # This recipe's replay then differed from eager in the last bit in most processes (after
     # the 201 programs above, run twice); the walk now holds what it tracks by id
     for seed in (116, 117, 118):
-        step = random_program(seed, "second order")
-        compiled = gradcore.compile(step)
-        rng = np.random.default_rng(1000 + seed)
-        for _ in range(6):
-            a0, a1 = rng.uniform(-1, 1, size=(2, 3))
-            assert same(compiled(a0, a1), step(a0, a1))
+        replays_random_program(seed, "second order", (3,))
 
 
 def test_replay_on_other_backends(xp2):
