@@ -91,21 +91,17 @@ class _OwnState:
         for holder, held in self.holders:
             if isinstance(holder, list):
                 holder[:] = [again.get(id(v), v) for v in held]
-            elif isinstance(holder, dict):
+            else:  # a dict, an optimizer's attributes among them
                 holder.clear()
                 holder.update((k, again.get(id(v), v)) for k, v in held)
-            else:  # an optimizer's attributes, as they were
-                attributes = holder.__dict__
-                attributes.clear()
-                attributes.update((k, again.get(id(v), v)) for k, v in held.items())
 
 
 def _held_by(opt):
     """What the optimizer `opt` holds of its own: its attributes, and the dicts, lists, tuples
     and arrays in them (Adam's state, a DeZero-style optimizer's `self.vs`, its step count),
     through a ParamState and an optimizer it wraps (a DistributedOptimizer's); not its target,
-    nor a Module or Variable (the Snapshot holds their data). (holders, arrays): each object,
-    dict and list with what it holds now; each array with its path from `opt`, for a report."""
+    nor a Module or Variable (the Snapshot holds their data). (holders, arrays): each dict
+    (an optimizer's attributes too) and list with what it holds now; each array with its path from `opt`, for a report."""
     holders, arrays = [], []
     seen, todo = set(), [(opt, "")]
     while todo:
@@ -133,9 +129,9 @@ def _held_by(opt):
             todo.append((obj._entries, f"{path}._entries"))
         elif (obj is opt or isinstance(obj, Optimizer)) and isinstance(
                 getattr(obj, "__dict__", None), dict):
-            attributes = dict(obj.__dict__)
-            holders.append((obj, attributes))
-            todo.extend((v, f"{path}.{name}") for name, v in attributes.items()
+            attributes = list(obj.__dict__.items())
+            holders.append((obj.__dict__, attributes))  # put back as a dict is
+            todo.extend((v, f"{path}.{name}") for name, v in attributes
                         if name != "target")  # the parameters: the Snapshot's Variables
     return holders, arrays
 
