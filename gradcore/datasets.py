@@ -147,8 +147,10 @@ class SinCurve(Dataset):
         else:
             y = np.cos(x)
         y = y.astype(np.float32)
-        self.data = y[:-1, None]
-        self.label = y[1:, None]
+        # copies: views of one buffer would overlap, so an in-place edit of one (data -= m)
+        # would shift the other too
+        self.data = y[:-1, None].copy()
+        self.label = y[1:, None].copy()
 
 
 class Shapes(Dataset):
@@ -168,7 +170,8 @@ class Shapes(Dataset):
         for name, value, low in (("size", size, 8), ("num_per_class", num_per_class, 1)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
                 raise ValueError(f"Shapes: {name} must be an int >= {low}, got {value!r}")
-        if not (isinstance(noise, (int, float, np.floating)) and 0 <= noise < float("inf")):
+        if isinstance(noise, bool) or not (isinstance(noise, (int, float, np.integer, np.floating))
+                                           and 0 <= noise < float("inf")):
             raise ValueError(f"Shapes: noise must be a number >= 0, got {noise!r}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))
                                  or seed < 0):

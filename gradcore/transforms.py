@@ -1,11 +1,15 @@
 """Per-example transforms for datasets (DeZero's names): Compose, Normalize, Flatten, AsType,
-ToFloat, ToInt. They take one host (NumPy) array and return a new one, never a view of the
-dataset's row, so that a transform after them may work in place (x += noise) as in DeZero: a
-dataset applies them in `__getitem__`, before a DataLoader stacks the examples and moves the batch
-to its device."""
+ToFloat, ToInt on arrays; Convert, Resize, CenterCrop, ToArray, ToPIL on PIL images (Pillow is
+imported when one of them first runs); RandomHorizontalFlip on either. Those that give an array
+take one host (NumPy) array and return a new one, never a view of the dataset's row, so that a
+transform after them may work in place (x += noise) as in DeZero: a dataset applies them in
+`__getitem__`, before a DataLoader stacks the examples and moves the batch to its device."""
 import numpy as np
 
-__all__ = ["Compose", "Normalize", "Flatten", "AsType", "ToFloat", "ToInt"]
+from .functions.conv import pair
+
+__all__ = ["Compose", "Normalize", "Flatten", "AsType", "ToFloat", "ToInt", "Convert", "Resize",
+           "CenterCrop", "ToArray", "ToPIL", "RandomHorizontalFlip"]
 
 
 def _check_callable(owner, f):
@@ -18,6 +22,12 @@ class Compose:
     """Apply `transforms` one after the other: Compose([Flatten(), ToFloat()])(x)."""
 
     def __init__(self, transforms=()):
+        if transforms is None:  # DeZero's Compose(None) gives each example back as it is
+            transforms = ()
+        if callable(transforms) or not hasattr(transforms, "__iter__"):
+            raise TypeError(f"Compose: transforms must be a list of callables "
+                            f"(Compose([Flatten(), ToFloat()])), got {type(transforms).__name__}; "
+                            "put a single transform in a list, or use it without Compose")
         transforms = list(transforms)
         for f in transforms:
             _check_callable("Compose", f)
@@ -105,3 +115,141 @@ class ToInt(AsType):
         if not np.issubdtype(self.dtype, np.integer):
             raise ValueError(f"ToInt: dtype must be an integer dtype, got {self.dtype.name}; "
                              "use AsType for other dtypes")
+
+
+# =============================================================================== PIL images
+def _pil():
+    """PIL.Image, imported here: Pillow is needed only by the image transforms."""
+    try:
+        from PIL import Image
+    except ImportError:
+        raise ImportError("gradcore.transforms: Convert, Resize, CenterCrop, ToArray and ToPIL "
+                          "work on PIL images, and Pillow is not installed: pip install "
+                          "pillow") from None
+    return Image
+
+
+def _size(owner, size):
+    """`size` (an int, or a pair (width, height)) as a pair of positive ints."""
+    try:
+        width, height = pair(size)
+    except ValueError:
+        width = height = 0
+    if width < 1 or height < 1:
+        raise ValueError(f"{owner}: size must be a positive int or a pair (width, height) of "
+                         f"them, got {size!r}")
+    return width, height
+
+
+class Convert:
+    """The image in PIL mode `mode` ("RGB", "L", ...); "BGR" gives an RGB image whose red and
+    blue channels are swapped (as Caffe's VGG16 weights expect)."""
+
+    def __init__(self, mode="RGB"):
+        self.mode = mode
+
+    def __call__(self, img):
+        Image = _pil()
+        if self.mode == "BGR":
+            r, g, b = img.convert("RGB").split()
+            return Image.merge("RGB", (b, g, r))
+        return img.convert(self.mode)
+
+    def __repr__(self):
+        return f"Convert({self.mode!r})"
+
+
+class Resize:
+    """The image resized to `size`: an int (a square) or a pair (width, height), as PIL's
+    sizes are. `mode`: a PIL filter (Image.NEAREST, ...); None is Image.BILINEAR, DeZero's."""
+
+    def __init__(self, size, mode=None):
+        self.size = _size("Resize", size)
+        self.mode = mode
+
+    def __call__(self, img):
+        mode = _pil().BILINEAR if self.mode is None else self.mode
+        return img.resize(self.size, mode)
+
+    def __repr__(self):
+        return f"Resize({self.size!r}, mode={self.mode!r})"
+
+
+class CenterCrop:
+    """The middle `size` of the image: an int (a square) or a pair (width, height); where the
+    margins cannot be equal, the right and bottom ones are the larger by a pixel. A size larger
+    than the image pads it with black (PIL's crop)."""
+
+    def __init__(self, size):
+        self.size = _size("CenterCrop", size)
+
+    def __call__(self, img):
+        width, height = img.size
+        left, top = (width - self.size[0]) // 2, (height - self.size[1]) // 2
+        return img.crop((left, top, left + self.size[0], top + self.size[1]))
+
+    def __repr__(self):
+        return f"CenterCrop({self.size!r})"
+
+
+class ToArray:
+    """A PIL image as an array (C, H, W) of `dtype` (float32 by default), the pixel values
+    unscaled (0 to 255 for 8-bit images); a grey image gives one channel. An array is given
+    back as it is (a copy)."""
+
+    def __init__(self, dtype=np.float32):
+        self.dtype = np.dtype(dtype)
+
+    def __call__(self, img):
+        if isinstance(img, np.ndarray):
+            return img.copy()
+        if not isinstance(img, _pil().Image):
+            raise TypeError(f"ToArray: expected a PIL image or a NumPy array, got "
+                            f"{type(img).__name__}")
+        x = np.asarray(img)
+        x = x[None] if x.ndim == 2 else x.transpose(2, 0, 1)  # (H, W, C) -> (C, H, W)
+        return x.astype(self.dtype)
+
+    def __repr__(self):
+        return f"ToArray({self.dtype.name})"
+
+
+class ToPIL:
+    """An array (C, H, W) (or (H, W)) as a PIL image: uint8 with 3 channels is RGB, 4 RGBA,
+    1 a grey image."""
+
+    def __call__(self, x):
+        x = np.asarray(x)
+        if x.ndim == 3:
+            x = x[0] if x.shape[0] == 1 else x.transpose(1, 2, 0)  # (C, H, W) -> (H, W, C)
+        try:
+            return _pil().fromarray(x)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"ToPIL: PIL cannot make an image of a {x.dtype} array of shape "
+                            f"{x.shape} ({e}); colour images are uint8 arrays (C, H, W): cast "
+                            "with AsType(np.uint8) first") from None
+
+    def __repr__(self):
+        return "ToPIL()"
+
+
+class RandomHorizontalFlip:
+    """The image (PIL) or array (..., H, W) mirrored left to right with probability `p`. Draws
+    from NumPy's global generator, as DataLoader's shuffle: np.random.seed(n) (or
+    gradcore.manual_seed(n)) repeats the flips."""
+
+    def __init__(self, p=0.5):
+        if isinstance(p, bool) or not (isinstance(p, (int, float, np.integer, np.floating))
+                                       and 0 <= p <= 1):
+            raise ValueError(f"RandomHorizontalFlip: p must be a probability in [0, 1], "
+                             f"got {p!r}")
+        self.p = float(p)
+
+    def __call__(self, img):
+        flip = np.random.random() < self.p
+        if isinstance(img, np.ndarray):
+            return img[..., ::-1].copy() if flip else img.copy()
+        return img.transpose(_pil().FLIP_LEFT_RIGHT) if flip else img
+
+    def __repr__(self):
+        return f"RandomHorizontalFlip(p={self.p})"

@@ -126,6 +126,16 @@ def test_sin_curve():
     np.testing.assert_array_equal(SinCurve().data, train.data)  # the noise is seeded
 
 
+def test_sin_curve_data_and_label_are_arrays_of_their_own():
+    # standardizing both in place, as for a regression target, shifts each once
+    ref, train = SinCurve(), SinCurve()
+    train.data -= 0.5
+    train.label -= 0.5
+    np.testing.assert_array_equal(train.data, ref.data - np.float32(0.5))
+    np.testing.assert_array_equal(train.label, ref.label - np.float32(0.5))
+    assert not np.shares_memory(train.data, train.label)
+
+
 # =============================================================================== Shapes
 def test_shapes_shapes_dtypes_labels():
     ds = Shapes()
@@ -174,11 +184,20 @@ def test_shapes_draw_their_class():
     ({"size": 4}, r"size must be an int >= 8, got 4"),
     ({"num_per_class": 0}, r"num_per_class must be an int >= 1"),
     ({"noise": -1.0}, r"noise must be a number >= 0"),
+    ({"noise": True}, r"noise must be a number >= 0, got True"),  # as size=True is refused
     ({"seed": "a"}, r"seed must be None or an int >= 0"),
 ])
 def test_shapes_argument_errors(kwargs, match):
     with pytest.raises(ValueError, match="Shapes: " + match):
         Shapes(**kwargs)
+
+
+@pytest.mark.parametrize("noise", [np.int64(0), np.float32(0.0)], ids=["int64", "float32"])
+def test_shapes_take_numpy_numbers_for_noise(noise):
+    # as for size= and num_per_class=; noise 0 leaves each image its shape times one brightness
+    a, b = Shapes(noise=0, num_per_class=2), Shapes(noise=noise, num_per_class=2)
+    assert b.noise == 0.0 and type(b.noise) is float
+    np.testing.assert_array_equal(a.data, b.data)
 
 
 # =============================================================================== MNIST

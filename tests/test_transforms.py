@@ -1,8 +1,11 @@
 """gradcore.transforms: per-example transforms on host arrays."""
+import sys
+
 import numpy as np
 import pytest
 
-from gradcore.transforms import AsType, Compose, Flatten, Normalize, ToFloat, ToInt
+from gradcore.transforms import (AsType, CenterCrop, Compose, Convert, Flatten, Normalize,
+                                 RandomHorizontalFlip, Resize, ToArray, ToFloat, ToInt, ToPIL)
 
 
 def test_compose_flatten_tofloat_normalize():
@@ -63,3 +66,105 @@ def test_an_in_place_transform_after_a_cast_or_flatten_leaves_the_dataset_alone(
     np.testing.assert_array_equal(x.reshape(before.shape), before + 0.5)  # one jitter, not three
     row = ds.data[0]
     assert not np.shares_memory(first(row), row)
+
+
+# =============================================================================== Compose
+def test_compose_of_none_gives_the_example_back():
+    x = np.arange(6.0).reshape(2, 3)
+    assert Compose(None)(x) is x  # as DeZero's Compose with no transforms
+
+
+@pytest.mark.parametrize("transforms", [Flatten(), 3], ids=["one transform", "an int"])
+def test_compose_of_something_not_a_list_says_what_it_takes(transforms):
+    with pytest.raises(TypeError, match=r"Compose: transforms must be a list of callables .*got "
+                                        rf"{type(transforms).__name__}"):
+        Compose(transforms)
+
+
+# =============================================================================== PIL images
+Image = pytest.importorskip("PIL.Image")  # Pillow comes with matplotlib; gradcore needs neither
+
+
+def rgb(width, height):
+    """An RGB image whose pixel (row r, column c) is (10 r + c, 100 + c, 200 - r)."""
+    r, c = np.mgrid[:height, :width]
+    return Image.fromarray(np.stack([10 * r + c, 100 + c, 200 - r], axis=-1).astype(np.uint8))
+
+
+def test_to_array_gives_channels_first_unscaled_float32():
+    x = ToArray()(rgb(3, 2))
+    assert x.shape == (3, 2, 3) and x.dtype == np.float32
+    np.testing.assert_array_equal(x[0], [[0, 1, 2], [10, 11, 12]])
+    np.testing.assert_array_equal(x[1], [[100, 101, 102], [100, 101, 102]])
+    np.testing.assert_array_equal(x[2], [[200, 200, 200], [199, 199, 199]])
+    grey = ToArray(np.uint8)(Image.fromarray(np.array([[1, 2], [3, 4]], np.uint8)))
+    assert grey.dtype == np.uint8 and grey.tolist() == [[[1, 2], [3, 4]]]
+    row = np.ones((1, 2, 2))
+    assert ToArray()(row).tolist() == row.tolist() and not np.shares_memory(ToArray()(row), row)
+    with pytest.raises(TypeError, match="ToArray: expected a PIL image or a NumPy array, got list"):
+        ToArray()([[1, 2]])
+
+
+def test_to_pil_takes_channels_first_arrays():
+    img = ToPIL()(np.array([[[0, 1]], [[2, 3]], [[4, 5]]], np.uint8))  # (3, 1, 2)
+    assert img.mode == "RGB" and img.size == (2, 1)
+    assert img.getpixel((0, 0)) == (0, 2, 4) and img.getpixel((1, 0)) == (1, 3, 5)
+    grey = ToPIL()(np.array([[[7, 8]]], np.uint8))  # one channel
+    assert grey.mode == "L" and np.asarray(grey).tolist() == [[7, 8]]
+    assert ToPIL()(ToArray(np.uint8)(rgb(3, 2))).tobytes() == rgb(3, 2).tobytes()
+    with pytest.raises(TypeError, match=r"ToPIL: PIL cannot make an image of a float32 array of "
+                                        r"shape \(1, 2, 3\).*AsType\(np.uint8\)"):
+        ToPIL()(np.zeros((3, 1, 2), np.float32))
+
+
+def test_convert_to_a_mode_and_to_bgr():
+    img = rgb(2, 1)
+    assert Convert("L")(img).mode == "L"
+    grey = Image.fromarray(np.array([[9, 10]], np.uint8))
+    assert Convert()(grey).mode == "RGB" and Convert()(grey).getpixel((1, 0)) == (10, 10, 10)
+    bgr = Convert("BGR")(img)
+    assert bgr.mode == "RGB" and bgr.getpixel((1, 0)) == (200, 101, 1)  # red and blue swapped
+
+
+def test_resize_to_width_and_height_bilinear_by_default():
+    line = Image.fromarray(np.array([[0, 255]], np.uint8))
+    # the centres of 4 pixels fall at -0.25, 0.25, 0.75, 1.25 of the old ones: interpolated
+    # linearly between 0 and 255, held at the ends (PIL's own default, bicubic, gives 53 and 202)
+    assert np.asarray(Resize((4, 1))(line)).tolist() == [[0, 64, 191, 255]]
+    square = Resize(2, mode=Image.NEAREST)(rgb(4, 4))
+    assert square.size == (2, 2)
+    # each new pixel's centre falls at old pixel 1 or 3 (from the left and from the top)
+    np.testing.assert_array_equal(ToArray()(square)[0], [[11, 13], [31, 33]])
+    with pytest.raises(ValueError, match=r"Resize: size must be a positive int or a pair "
+                                         r"\(width, height\) of them, got \(0, 3\)"):
+        Resize((0, 3))
+
+
+def test_center_crop_takes_the_middle():
+    x = ToArray()(CenterCrop((2, 1))(rgb(5, 4)))  # margins 1 left, 2 right; 1 top, 2 bottom
+    assert x.shape == (3, 1, 2)
+    np.testing.assert_array_equal(x[0], [[11, 12]])
+    assert ToArray()(CenterCrop(2)(rgb(4, 4)))[0].tolist() == [[11, 12], [21, 22]]
+
+
+def test_random_horizontal_flip_draws_from_numpy_global_generator():
+    x = np.arange(12).reshape(1, 2, 6)
+    np.random.seed(0)
+    flips = np.random.random(8) < 0.5  # the draws the transform will see after the same seed
+    np.random.seed(0)
+    f = RandomHorizontalFlip()
+    out = [f(x) for _ in range(8)]
+    assert flips.any() and not flips.all()
+    for y, flipped in zip(out, flips):
+        np.testing.assert_array_equal(y, x[..., ::-1] if flipped else x)
+        assert not np.shares_memory(y, x)
+    assert ToArray()(RandomHorizontalFlip(p=1.0)(rgb(3, 1)))[0].tolist() == [[2, 1, 0]]
+    assert RandomHorizontalFlip(p=0)(rgb(3, 1)).tobytes() == rgb(3, 1).tobytes()
+    with pytest.raises(ValueError, match="RandomHorizontalFlip: p must be a probability"):
+        RandomHorizontalFlip(p=1.5)
+
+
+def test_image_transforms_say_to_install_pillow_when_it_is_missing(monkeypatch):
+    monkeypatch.setitem(sys.modules, "PIL", None)  # as if Pillow were not installed
+    with pytest.raises(ImportError, match="Pillow is not installed: pip install pillow"):
+        Resize(2)(object())

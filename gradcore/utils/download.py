@@ -95,9 +95,9 @@ def _checked_sha256(sha256, caller="load"):
 def fetch(name, urls, sha256, folder=None, progress=None, timeout=30):
     """The path of `name` in the cache folder, downloaded from the first of `urls` that gives
     it with this `sha256` (64 hex digits, either case) if it is not there yet. `progress`: a
-    stream for a progress line (stderr when None; False for none). Safe to call from several
-    processes at once: one downloads while the others wait for it. `urls`: a list (or any
-    iterable) of URLs, or one URL as a str."""
+    stream for a progress line (stderr when None or True; False for none). Safe to call from
+    several processes at once: one downloads while the others wait for it. `urls`: a list (or
+    any iterable) of URLs, or one URL as a str."""
     if isinstance(urls, str):
         urls = [urls]
     elif isinstance(urls, (bytes, bytearray)):
@@ -106,9 +106,9 @@ def fetch(name, urls, sha256, folder=None, progress=None, timeout=30):
     if sha256 is None:
         raise ValueError("fetch: sha256 must be the file's SHA-256 as 64 hex digits, not None")
     sha256 = _checked_sha256(sha256, "fetch")
+    stream = _progress_stream(progress)
     folder = Path(folder) if folder is not None else cache_folder()
     path = folder / name
-    stream = sys.stderr if progress is None else progress
     if _cached(path, sha256):  # before the lock: a read-only cache folder still works
         return path
     if path.exists() and not path.is_file():  # refused now, not at the rename after a download
@@ -148,6 +148,19 @@ def fetch(name, urls, sha256, folder=None, progress=None, timeout=30):
                         f"(SHA-256 {sha256}){elsewhere}")
 
 
+def _progress_stream(progress):
+    """Where fetch shows its progress: a stream, or None for nowhere."""
+    if progress is None or progress is True:  # True: PyTorch's spelling (progress=True)
+        return sys.stderr
+    if progress is False:
+        return None
+    if not callable(getattr(progress, "write", None)):
+        raise TypeError(f"fetch: progress must be a stream (with a write method), True or None "
+                        f"for stderr, or False for none; got {type(progress).__name__} "
+                        f"{progress!r}")
+    return progress
+
+
 def _cached(path, sha256):
     """True if the file at `path` is there with this `sha256`, False if it is not there;
     DownloadError if another file is."""
@@ -166,15 +179,10 @@ def _locked(path, stream):
     processes; says on `stream` when it waits for one. The lock file is removed on release."""
     lock = path.with_name(path.name + ".lock")
     while True:
-        try:
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
-        except OSError as e:
-            raise DownloadError(e.errno, f"cannot download {path.name}: cannot create {lock} "
-                                f"({e.strerror}); make the folder writable, or set "
-                                "GRADCORE_DATA to a folder that is") from None
+        fd = _open_lock(lock, path.name)
         try:
             if not _try_lock(fd):
-                if stream:
+                if stream is not None:
                     stream.write(f"{path.name}: another process is downloading it; waiting\n")
                     stream.flush()
                 _lock(fd)
@@ -197,6 +205,33 @@ def _locked(path, stream):
             else:  # Windows cannot remove an open file; its lock must be undone before close
                 msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
         os.close(fd)  # releases the lock
+
+
+def _open_lock(lock, name):
+    """A descriptor of the lock file `lock`, created if missing. One there that this user may
+    not write (another user's download made it, with umask 022) is opened read-only: flock and
+    msvcrt.locking need no more."""
+    for _ in range(2):  # twice: the file can go (its holder done) between the two opens
+        try:
+            return os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+        except PermissionError as e:
+            refused = e
+        except OSError as e:
+            refused = e
+            break
+        try:
+            return os.open(lock, os.O_RDONLY)
+        except FileNotFoundError:  # not there: creating it was refused (or its holder removed it)
+            continue
+        except OSError as e:
+            raise DownloadError(e.errno, f"cannot download {name}: the lock file {lock} is there "
+                                f"but this user can neither write nor read it ({e.strerror}); "
+                                "another user's download made it? Remove it once no download "
+                                "of the file is running, or set GRADCORE_DATA to a folder of "
+                                "your own") from None
+    raise DownloadError(refused.errno, f"cannot download {name}: cannot create {lock} "
+                        f"({refused.strerror}); make the folder writable, or set GRADCORE_DATA "
+                        "to a folder that is")
 
 
 def _try_lock(fd):
@@ -274,14 +309,14 @@ def _download(url, partial, stream, timeout):
                 _show(stream, partial.name[:-5], done, total)
         if total is not None and done != total:
             raise OSError(f"the connection closed after {done} of {total} bytes")
-    if stream:
+    if stream is not None:
         stream.write("\n")
         stream.flush()
     return response.headers
 
 
 def _show(stream, name, done, total):
-    if not stream:
+    if stream is None:
         return
     if total:
         filled = 30 * done // total

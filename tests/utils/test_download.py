@@ -5,6 +5,7 @@ import http.server
 import io
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -197,6 +198,72 @@ def test_a_lock_file_that_cannot_be_made_is_an_error_that_says_so(tmp_path):
         fetch("data.bin", ["http://127.0.0.1:1/file"], DIGEST, folder=tmp_path, progress=False)
 
 
+FETCH_AS_A_USER = """
+import sys
+from gradcore.utils.download import DownloadError, fetch
+try:
+    path = fetch("data.bin", [sys.argv[1]], sys.argv[2], folder=sys.argv[3], progress=False)
+except DownloadError as e:
+    print(e)
+else:
+    print("fetched", path.name)
+"""
+
+
+def fetch_as_a_user(url, folder):
+    """Start fetch(data.bin) in a process that file permissions stop: as root, one without the
+    capabilities that pass them by (skips where setpriv cannot drop them)."""
+    if not hasattr(os, "geteuid"):
+        pytest.skip("needs POSIX file permissions")
+    command = [sys.executable, "-c", FETCH_AS_A_USER, url, DIGEST, str(folder)]
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("as root, needs setpriv to drop CAP_DAC_OVERRIDE")
+        command = ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner", *command]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def outcome(process):
+    out, err = process.communicate(timeout=60)
+    if process.returncode and err.startswith("setpriv"):
+        pytest.skip(f"setpriv cannot drop the capabilities here: {err.strip()}")
+    assert process.returncode == 0, err
+    return out.strip()
+
+
+def test_a_lock_file_of_another_user_is_taken_read_only(server, tmp_path):
+    # another user's download made it (umask 022: not writable here) and ended without removing it
+    (tmp_path / "data.bin.lock").touch(0o444)
+    assert outcome(fetch_as_a_user(server.url + "/file", tmp_path)) == "fetched data.bin"
+    assert (tmp_path / "data.bin").read_bytes() == BODY
+    assert [p.name for p in tmp_path.iterdir()] == ["data.bin"]
+
+
+def test_a_fetch_waits_on_a_lock_file_it_cannot_write(server, tmp_path):
+    fcntl = pytest.importorskip("fcntl")
+    (tmp_path / "data.bin.lock").touch(0o444)
+    with open(tmp_path / "data.bin.lock") as held:  # another user's download, still running
+        fcntl.flock(held, fcntl.LOCK_EX)
+        waiting = fetch_as_a_user(server.url + "/file", tmp_path)
+        time.sleep(0.5)
+        assert waiting.poll() is None and server.requests == []  # it waits, downloading nothing
+        (tmp_path / "data.bin").write_bytes(BODY)  # what the other download renamed into place
+        fcntl.flock(held, fcntl.LOCK_UN)
+        assert outcome(waiting) == "fetched data.bin"
+    assert server.requests == []
+
+
+def test_a_lock_file_that_cannot_be_opened_is_named_with_what_to_do(server, tmp_path):
+    (tmp_path / "data.bin.lock").touch(0o000)
+    message = outcome(fetch_as_a_user(server.url + "/file", tmp_path))
+    assert re.fullmatch(r"\[Errno 13\] cannot download data.bin: the lock file .*data.bin.lock is "
+                        r"there but this user can neither write nor read it \(Permission "
+                        r"denied\); another user's download made it\? Remove it once no "
+                        r"download of the file is running, or set GRADCORE_DATA to a folder of "
+                        r"your own", message), message
+    assert server.requests == []
+
+
 def test_a_folder_where_the_file_goes_is_refused_before_downloading(server, tmp_path):
     (tmp_path / "mnist").mkdir()  # as a dataset's folder of the same name
     with pytest.raises(DownloadError, match=r"cannot download mnist to .*mnist: a folder \(or "
@@ -269,6 +336,22 @@ def test_a_part_file_that_cannot_resume_is_downloaded_again_whole(left, case, tm
     assert path.read_bytes() == BODY, case
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.bin"]  # no .part left
     assert server.requests == [f"bytes={len(left)}-", None]  # tried to resume, then whole
+
+
+def test_progress_true_shows_it_on_stderr(server, tmp_path, capsys):
+    # PyTorch's spelling (torch.hub's progress=True); MNIST and CIFAR10 pass theirs on to fetch
+    path = fetch("data.bin", [server.url + "/file"], DIGEST, folder=tmp_path, progress=True)
+    assert path.read_bytes() == BODY and [p.name for p in tmp_path.iterdir()] == ["data.bin"]
+    assert capsys.readouterr().err.endswith("data.bin: [" + "#" * 30 + "] 100%\n")
+
+
+@pytest.mark.parametrize("progress", [1, "stderr"])
+def test_a_progress_that_is_not_a_stream_is_refused_first(progress, server, tmp_path):
+    with pytest.raises(TypeError, match=r"fetch: progress must be a stream \(with a write "
+                                        r"method\), True or None for stderr, or False for none; "
+                                        rf"got {type(progress).__name__}"):
+        fetch("data.bin", [server.url + "/file"], DIGEST, folder=tmp_path, progress=progress)
+    assert server.requests == [] and list(tmp_path.iterdir()) == []
 
 
 def test_public_functions_have_docstrings():
