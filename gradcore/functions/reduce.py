@@ -74,7 +74,8 @@ def mean(x, axis=None, keepdims=False):
 # =============================================================================== max, min
 class Max(Function):
     """y = the largest element of x over `axis` (None: all); gy goes to the positions that
-    hold it, split equally among ties (a constant share: the second derivative is 0)."""
+    hold it, split equally among ties (a constant share: the second derivative is 0), as
+    PyTorch's max() splits it, where DeZero's gives each tied position all of gy."""
 
     def __init__(self, axis=None, keepdims=False):
         self.axis = axis

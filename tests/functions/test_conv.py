@@ -143,6 +143,21 @@ def test_im2col_and_col2im_are_adjoint(xp):
     np.testing.assert_allclose(left, np.sum(x * xp.numpy(img.data)), rtol=1e-12)
 
 
+def test_dezero_array_forms_of_im2col_and_col2im():
+    """functions_conv.im2col_array / col2im_array: arrays in and out, no graph, a new array. A
+    1x1x3x3 image with 2x2 windows, stride 1: four windows, and col2im counts each pixel as often
+    as windows cover it (the middle one 4 times)."""
+    from gradcore.functions_conv import col2im_array, im2col_array
+    img = np.arange(9.0).reshape(1, 1, 3, 3)
+    col = im2col_array(img, 2)
+    assert type(col) is np.ndarray
+    np.testing.assert_array_equal(col, [[0, 1, 3, 4], [1, 2, 4, 5], [3, 4, 6, 7], [4, 5, 7, 8]])
+    assert not np.shares_memory(col, img)
+    back = col2im_array(np.ones_like(col), img.shape, 2)
+    np.testing.assert_array_equal(back[0, 0], [[1, 2, 1], [2, 4, 2], [1, 2, 1]])
+    assert im2col_array(img, 2, to_matrix=False).shape == (1, 1, 2, 2, 2, 2)
+
+
 def test_conv2d_backward_matches_conv2d_simple(xp):
     """The fused conv2d against its composition oracle, gradients of every input included."""
     rng = np.random.default_rng(1)
