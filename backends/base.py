@@ -87,6 +87,12 @@ class Backend:
         another. False when the library cannot tell (a caller that must own it then copies)."""
         return False
 
+    def writable(self, array):
+        """False if `array` refuses writes in place (NumPy's read-only arrays: numpy.load with
+        mmap_mode='r', broadcast_to, frombuffer), read from NumPy-style `flags` without a copy;
+        True where the library cannot tell."""
+        return getattr(getattr(array, "flags", None), "writeable", True)
+
     def device_of(self, array):
         """The `Device` that `array` lives on."""
         raise NotImplementedError

@@ -155,6 +155,9 @@ class CupyBackend(Backend):
     def owns_memory(self, array):
         return array.base is None  # CuPy arrays are always writable
 
+    def writable(self, array):
+        return True
+
     def device_of(self, array):
         return self._device(array.device.id)
 

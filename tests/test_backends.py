@@ -17,7 +17,7 @@ import backends
 import gradcore
 import gradcore.functions as F
 from backends import CPU, Device, DeviceUnavailableError, indexing, parse_device
-from conftest import DEVICE1, DEVICE2, STRICT
+from conftest import CASES, DEVICE1, DEVICE2, STRICT
 
 
 # =============================================================================== Device values
@@ -152,6 +152,23 @@ def test_random_draw_gives_the_global_generators_numbers_from_a_state_and_leaves
     if position is not None:
         assert backend.random_position(device, state) != position
         assert backend.random_position(device, backend.random_state(device)) == position
+
+
+def test_writable_tells_a_read_only_array_without_copying_it(xp):
+    read_only = np.ones(3)
+    read_only.flags.writeable = False
+    backend = xp.backend
+    assert backend.writable(xp.asarray(np.ones(3)))
+    # NumPy and array-api-strict share the read-only memory; CuPy copies it to the GPU
+    assert backend.writable(xp.asarray(read_only)) is (xp.name == "cupy")
+    assert read_only.flags.writeable is False
+
+
+def test_dask_arrays_are_writable_as_they_are_never_written_in_place():
+    read_only = np.ones(3)
+    read_only.flags.writeable = False
+    dask = CASES["dask"]()
+    assert dask.backend.writable(dask.asarray(read_only))
 
 
 def test_ensure_array_rewraps_scalars(xp):

@@ -53,10 +53,7 @@ def _write_atomically(path, arrays):
     fd, temporary = _new_file(final, path)
     try:
         with os.fdopen(fd, "wb") as f:
-            with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-                for name, a in arrays.items():
-                    with archive.open(name + ".npy", "w", force_zip64=True) as entry:
-                        numpy.lib.format.write_array(entry, a, allow_pickle=False)
+            _write_archive(f, arrays)
             f.flush()
             os.fsync(f.fileno())  # on disk before the rename makes it the checkpoint
         if mode is not None:
@@ -66,6 +63,20 @@ def _write_atomically(path, arrays):
         with contextlib.suppress(OSError):
             os.remove(temporary)
         raise
+
+
+def _write_archive(f, arrays):
+    """Write `arrays` (name -> NumPy array) into the binary file object `f` as an .npz archive
+    (as numpy.savez_compressed writes one, never pickling); `f` stays open."""
+    with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, a in arrays.items():
+            with archive.open(name + ".npy", "w", force_zip64=True) as entry:
+                numpy.lib.format.write_array(entry, a, allow_pickle=False)
+
+
+def _is_file_object(path):
+    """True if `path` is a file object (io.BytesIO, open(p, "rb")) in place of a path."""
+    return hasattr(path, "read") or hasattr(path, "write")
 
 
 def _new_file(final, path):
@@ -103,6 +114,16 @@ def _temporary_stem(base):
     return encoded[:keep].decode("utf-8", "ignore")
 
 
+def _checkpoint_source(path):
+    """(what to open, its name in messages) for the checkpoint `path`: a file object as it is,
+    named by its `name` (open()'s path) or else its type; a path as _checkpoint_path gives it."""
+    if _is_file_object(path):
+        name = getattr(path, "name", None)
+        return path, name if isinstance(name, str) else f"the {type(path).__name__} given"
+    path = _checkpoint_path(path)
+    return path, path
+
+
 def _checkpoint_path(path):
     """The checkpoint file that `path` names, as a string: the file `save(path)` writes.
     Without ".npz" at its end, that is path + ".npz" when such a file exists, else `path`;
@@ -122,16 +143,28 @@ _Header = collections.namedtuple("_Header", ["info", "shape", "dtype"])
 
 
 @contextlib.contextmanager
-def _open_checkpoint(path):
-    """(zipfile.ZipFile, file size) of the checkpoint `path`: its zip directory read, nothing
-    decompressed. FileNotFoundError if it is missing; CheckpointError if it is no zip archive."""
-    with open(path, "rb") as f:
+def _open_checkpoint(source, path):
+    """(zipfile.ZipFile, file size) of the checkpoint `source` (a path, or a binary file object
+    read from where it is, and left open), named `path` in messages: its zip directory read,
+    nothing decompressed. FileNotFoundError if it is missing; CheckpointError if it is no zip
+    archive."""
+    with contextlib.ExitStack() as stack:
+        if not _is_file_object(source):
+            f = stack.enter_context(open(source, "rb"))
+        elif source.seekable():
+            f = source
+        else:
+            raise TypeError(f"cannot read a checkpoint from {path}: it cannot seek, which "
+                            "reading a zip archive needs; read it into an io.BytesIO first, or "
+                            "pass a path")
+        start = f.tell()
         if f.read(6) == b"\x93NUMPY":
             raise CheckpointError(
                 f"{path} is not a gradcore checkpoint: it holds a single array (.npy), not an "
                 ".npz archive; write checkpoints with Module.save")
         try:
-            f.seek(0)
+            size = f.seek(0, os.SEEK_END)
+            f.seek(start)
             archive = zipfile.ZipFile(f)
         except _DAMAGED as e:
             raise CheckpointError(
@@ -139,7 +172,7 @@ def _open_checkpoint(path):
                 f"or it is truncated or damaged ({_described(e)}); write checkpoints with "
                 "Module.save") from e
         with archive:
-            yield archive, os.fstat(f.fileno()).st_size
+            yield archive, size
 
 
 def _described(error):
@@ -275,11 +308,11 @@ def _read_arrays(path, archive, headers):
 
 def read_checkpoint(path):
     """The arrays of a checkpoint written by Module.save (`path` names the file as for save:
-    path + ".npz" when that file exists), or by DeZero's save_weights (its "l0/W" read as
-    "l0.W"), as a dict name -> NumPy array. Raises CheckpointError
-    (a ValueError) for a file that is not a readable gradcore checkpoint, with every header
-    checked before any array is decompressed; nothing is ever unpickled. A missing file raises
-    FileNotFoundError."""
-    path = _checkpoint_path(path)
-    with _open_checkpoint(path) as (archive, size):
+    path + ".npz" when that file exists; or is a binary file object), or by DeZero's
+    save_weights (its "l0/W" read as "l0.W"), as a dict name -> NumPy array. Raises
+    CheckpointError (a ValueError) for a file that is not a readable gradcore checkpoint, with
+    every header checked before any array is decompressed; nothing is ever unpickled. A missing
+    file raises FileNotFoundError."""
+    source, path = _checkpoint_source(path)
+    with _open_checkpoint(source, path) as (archive, size):
         return _read_arrays(path, archive, _read_headers(path, archive, size))

@@ -17,8 +17,9 @@ from ..utils import plot_dot_graph
 from ..utils.download import (_checked_sha256, cache_folder, fetch, sha256_folder, sha256_of_file,
                               url_file_name)
 from ..variable import Parameter, Variable
-from .checkpoint import (FORMAT_KEY, FORMAT_VERSION, CheckpointError, _checkpoint_path,
-                         _open_checkpoint, _read_arrays, _read_headers, _write_atomically)
+from .checkpoint import (FORMAT_KEY, FORMAT_VERSION, CheckpointError, _checkpoint_source,
+                         _is_file_object, _open_checkpoint, _read_arrays, _read_headers,
+                         _write_archive, _write_atomically)
 
 _PARAMETER, _BUFFER, _MODULE = "parameter", "buffer", "module"
 _FLOAT_NAMES = ("float16", "float32", "float64")
@@ -469,7 +470,7 @@ class Module:
         format marker of a file `save` wrote is skipped, so numpy.load(path) of one will do;
         a name joined by '/' as DeZero's save_weights writes it ("l0/W"), or numbered as
         nn.Sequential's ("0.W"), is taken as the model's "l0.W" when that is one of the model's
-        names and the state has no "l0.W".
+        names and the state has no "l0.W"; two keys taken as one name are an error.
         Values must be real numbers that convert within their kind (float64 into float32 does;
         floats into an integer buffer, and integers or booleans into a floating one, do not)
         and that the model's dtype holds (300 does not fit int8, 1e5 is inf in float16).
@@ -480,7 +481,7 @@ class Module:
                             f"state_dict()), got {type(state).__name__}")
         entries = self._named_entries("load_state_dict")
         known = {name for name, _, _, _ in entries}
-        keys = {}  # name in the model's terms -> its key in `state`
+        renamed = []  # (key in `state`, its name in the model's terms)
         for key in state:
             if key == FORMAT_KEY and key not in known:
                 continue
@@ -489,7 +490,8 @@ class Module:
                 dotted = key.replace("/", ".")
                 if dotted in known and dotted not in state:
                     name = dotted
-            keys[_indexed_name(name, known, state)] = key
+            renamed.append((key, _indexed_name(name, known, state)))
+        keys, clashes = _keyed_by_name(renamed)
         names = dict.fromkeys(keys)
         hosts = {}
         unreadable = []
@@ -501,9 +503,10 @@ class Module:
                     unreadable.append(f"{name}: {e}")
         specs = {name: (host.shape, host.dtype) for name, host in hosts.items()}
         problems, missing, unexpected = self._compare(names, specs, strict, "the state", hosts)
-        if problems or unreadable:
+        problems = clashes + problems + unreadable
+        if problems:
             raise ValueError(f"load_state_dict into {type(self).__name__}: "
-                             + "; ".join(problems + unreadable) + ". Nothing was loaded.")
+                             + "; ".join(problems) + ". Nothing was loaded.")
         new = []  # every array placed first: a failure leaves the model as it was
         for name, owner, _, v in entries:
             if name not in hosts:
@@ -569,6 +572,9 @@ class Module:
         """Write every parameter and buffer to the .npz file `path` (".npz" is appended if
         missing) through the host, whatever device the model is on; the model stays where it
         is. No pickle: arrays only, plus a format marker entry. Returns the path written.
+        `path` may be a binary file object (io.BytesIO, open(p, "wb")), as numpy.savez takes: the
+        archive is written into it where it is (the whole-file replace below is for paths), it
+        stays open, and it is returned.
 
         The file is replaced whole: readers and concurrent saves (threads or processes) see the
         old checkpoint or a new one, never a mix. An existing file keeps its permissions; a
@@ -580,6 +586,9 @@ class Module:
             raise ValueError(f"save: a parameter is named {FORMAT_KEY!r}, the name reserved for "
                              "the checkpoint marker; rename it")
         arrays[FORMAT_KEY] = numpy.asarray(FORMAT_VERSION)
+        if _is_file_object(path):  # the caller's file: no atomic rename to make
+            _write_archive(path, arrays)
+            return path
         path = os.fsdecode(path)  # bytes too, as load takes them
         if not path.endswith(".npz"):
             path += ".npz"
@@ -595,6 +604,8 @@ class Module:
         (out_size, kernel_size) must match it. A file written by DeZero's save_weights loads
         too: its names ("l0/W") are read as gradcore's ("l0.W"), with the same checks; so is a
         file of nn.Sequential's numbered names ("0.W") loaded into models.Sequential ("l0.W").
+        `path` may be a binary file object (io.BytesIO, open(p, "rb")) that can seek, read
+        from where it is and left open; `sha256` is then that of everything it holds.
 
         `path` may be an http:// or https:// URL: the file is downloaded once (resumed if
         broken, shown on `progress`, a stream: stderr when None, False for none) into
@@ -614,9 +625,10 @@ class Module:
         sha256 = _checked_sha256(sha256)
         if _is_url(path):
             path, pinned = _fetched(path, sha256, progress), None  # fetch checked the SHA-256
+            source = path
         else:
-            path, pinned = _checkpoint_path(path), sha256
-        with _open_checkpoint(path) as (archive, size):
+            (source, path), pinned = _checkpoint_source(path), sha256
+        with _open_checkpoint(source, path) as (archive, size):
             if pinned is not None:
                 # hashed through the handle the archive is read from (ZipFile.fp), not by name
                 # again: a checkpoint saved over `path` meanwhile (an atomic rename) is a new
@@ -627,10 +639,11 @@ class Module:
                                           "different or damaged file. Nothing was loaded.")
             headers = _read_headers(path, archive, size)
             known = {name for name, _, _, _ in self._entries()}
-            headers = {_indexed_name(name, known, headers): header
-                       for name, header in headers.items()}
+            keys, clashes = _keyed_by_name((name, _indexed_name(name, known, headers))
+                                           for name in headers)
+            headers = {name: headers[key] for name, key in keys.items()}
             specs = {name: (header.shape, header.dtype) for name, header in headers.items()}
-            _refuse(path, self, self._compare(headers, specs, strict, "the file")[0])
+            _refuse(path, self, clashes + self._compare(headers, specs, strict, "the file")[0])
             arrays = _read_arrays(path, archive, headers)
         # the values, now read, against the dtypes they load into (300 does not fit int8)
         _refuse(path, self, self._compare(headers, specs, strict, "the file", arrays)[0])
@@ -743,6 +756,20 @@ def _indexed_name(name, known, names):
         if candidate != name and candidate in known and candidate not in names:
             found.add(candidate)
     return found.pop() if len(found) == 1 else name
+
+
+def _keyed_by_name(renamed):
+    """(name -> key, clashes) from `renamed`, pairs (key, the model's name it is taken as): a
+    phrase in `clashes` for each name two keys are taken as (DeZero's "l0/W" and nn.Sequential's
+    "0.W" are both "l0.W"), where one would silently be loaded in place of the other."""
+    keys, clashes = {}, []
+    for key, name in renamed:
+        if name in keys:
+            clashes.append(f"{keys[name]!r} and {key!r} are both taken as the model's {name!r}; "
+                           "keep one of them")
+        else:
+            keys[name] = key
+    return keys, clashes
 
 
 def _refuse(path, model, problems):

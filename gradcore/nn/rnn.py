@@ -1,7 +1,8 @@
 """Recurrent layers that keep their state between calls: RNN and LSTM (DeZero's names)."""
 from .. import functions as F
+from ..variable import Variable
 from .layers import Linear, _normal, _optional_size, _size, _unfilled
-from .module import Module
+from .module import Module, _converted
 
 
 def _check_batch(layer, x, h):
@@ -20,14 +21,13 @@ def _check_batch(layer, x, h):
 
 
 def _moved_state(h, device, dtype_name):
-    """The carried state h on `device` in `dtype_name` (None: as it is), moved through the graph
-    (F.to, F.astype: h itself where nothing changes), so that it goes on with the layer that
-    Module.to moved."""
+    """The carried state h on `device` in `dtype_name` (None: as it is), as Module.to moved the
+    layer: h itself where nothing changes, else detached, as after h.unchain_backward(). to()
+    has written the parameters the graph behind h read, so no backward could go through it."""
     if h is None:
         return None
-    if device is not None:
-        h = F.to(h, device)
-    return h if dtype_name is None else F.astype(h, dtype_name)
+    data = _converted(h.data, device, dtype_name)
+    return h if data is h.data else Variable(data, name=h.name, requires_grad=False)
 
 
 def _preactivation(x2h, h2h, x, h):
@@ -42,9 +42,9 @@ class RNN(Module):
     """An Elman RNN: h = tanh(x2h(x) + h2h(h_prev)), x (N, in_size) -> h (N, hidden_size).
 
     The state `h` carries over from call to call (the graph through it too: cut it with
-    `h.unchain_backward()` for truncated backprop), and `to()` moves it with the layer;
-    `reset_state()` starts a new sequence, and must come before a batch of another size
-    (ValueError otherwise).
+    `h.unchain_backward()` for truncated backprop), and `to()` moves it with the layer, cut
+    from its graph (to() writes the parameters that graph read); `reset_state()` starts a new
+    sequence, and must come before a batch of another size (ValueError otherwise).
     x2h is Linear(hidden_size, in_size=in_size) and h2h Linear(hidden_size, no bias). With
     in_size given both are made here; without it, as in DeZero, x2h is made at the first call
     and h2h at the second, the first to read a state, or at a state_dict() (or save()) of this
@@ -108,8 +108,8 @@ class LSTM(Module):
     f, i, o = sigmoid(x2g(x) + h2g(h)), candidate u = tanh(x2u(x) + h2u(h)),
     c = f * c_prev + i * u, h = o * tanh(c).
 
-    The state (`h`, `c`) carries over from call to call (`to()` moves it with the layer, as
-    RNN's); `reset_state()` clears it, and must
+    The state (`h`, `c`) carries over from call to call (`to()` moves it with the layer, cut
+    from its graph, as RNN's); `reset_state()` clears it, and must
     come before a batch of another size (ValueError otherwise). The x2*
     Linears have biases (lazy if in_size is None), the h2* ones none (DeZero's layout). The h2*
     read the state, so they are made here, (hidden_size, hidden_size), as in DeZero (its

@@ -97,9 +97,9 @@ class LRScheduler:
             self.step()
         except BaseException:
             # a schedule refused at its first step leaves the optimizer as it found it: the
-            # initial_lr it recorded would be every later schedule's base_lr
-            if initial is None:
-                optimizer.initial_lr = None
+            # initial_lr it recorded (OneCycleLR's, over an earlier one too) would be every
+            # later schedule's base_lr
+            optimizer.initial_lr = initial
             raise
         finally:
             del self._initial  # not saved by state_dict: the class's False again

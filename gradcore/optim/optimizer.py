@@ -338,11 +338,12 @@ class Optimizer:
         if g.shape != p.shape:
             raise ValueError(f"{where}: the grad of {_describe(p)} has shape {tuple(g.shape)}; "
                              "it must have the parameter's shape")
-        if written and not getattr(getattr(p.data, "flags", None), "writeable", True):
+        if written and not p.backend.writable(p.data):
             raise ValueError(f"{where}: {_describe(p)} holds a read-only array (from "
                              "numpy.load(mmap_mode='r'), broadcast_to or frombuffer, say), which "
                              "a step writes in place; give it a copy first: "
-                             "param.data = param.data.copy()")
+                             "param.data = param.data.copy() (array API: "
+                             "param.xp.asarray(param.data, copy=True))")
         if g.backend is not p.backend or (not p.backend.single_device and g.device != p.device):
             raise ValueError(f"{where}: {_describe(p)} is on {p.device} but its grad is on "
                              f"{g.device}; move both together (param.to_gpu()/to_cpu() move "

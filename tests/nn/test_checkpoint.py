@@ -1,9 +1,11 @@
 """state_dict / load_state_dict and .npz checkpoints (save / load): round trips across devices,
 and every bad file refused with the model left as it was."""
 import contextlib
+import hashlib
 import io
 import os
 import pathlib
+import re
 import stat
 import struct
 import subprocess
@@ -103,6 +105,33 @@ def test_save_load_round_trip_across_devices(tmp_path, src_device, dst_device):
         xd = x if device is None else STRICT.asarray(x, device=device)
         ys.append(model.eval()(xd).numpy())
     np.testing.assert_array_equal(ys[0], ys[1])
+
+
+def test_save_and_load_take_file_objects_as_numpy_savez_does(tmp_path):
+    source, target = built(0), built(1)
+    expected = snapshot(source)
+    buffer = io.BytesIO()
+    assert source.save(buffer) is buffer and not buffer.closed
+    path = source.save(tmp_path / "model")
+    assert buffer.getvalue() == pathlib.Path(path).read_bytes()  # the file save writes
+    buffer.seek(0)
+    target.load(buffer)
+    assert_same(snapshot(target), expected)
+    assert_same(nn.read_checkpoint(io.BytesIO(buffer.getvalue())), expected)
+    # an open file: checked as its path is, its SHA-256 too, and left open
+    digest = hashlib.sha256(buffer.getvalue()).hexdigest()
+    with open(path, "rb") as f:
+        built(2).load(f, sha256=digest)
+        assert not f.closed
+        f.seek(0)
+        with pytest.raises(nn.CheckpointError, match=f"{re.escape(path)}: its SHA-256 is "
+                                                     f"{digest}, not 0+: a different"):
+            built(2).load(f, sha256="0" * 64)
+    with pytest.raises(nn.CheckpointError, match="the BytesIO given is not a gradcore checkpoint"):
+        target.load(io.BytesIO(b"PK not a zip archive"))
+    with pytest.raises(TypeError, match=r"from the RawIOBase given: it cannot seek.*io\.BytesIO"):
+        target.load(io.RawIOBase())
+    assert_same(snapshot(target), expected)
 
 
 def test_dezero_names_and_a_lazy_model(tmp_path):
@@ -587,9 +616,16 @@ def test_a_damaged_or_foreign_file_raises_checkpoint_error(tmp_path, make, match
     model.save(good)
     path = tmp_path / "bad.npz"
     make(path, good, model)
+    def from_open_file(load):
+        def loading(path):
+            with open(path, "rb") as f:
+                return load(f)
+        return loading
+
     tracemalloc.start()
     try:
-        for load in (model.load, nn.read_checkpoint):  # with a model and without
+        # with a model and without, and from an open file (named by its path)
+        for load in (model.load, nn.read_checkpoint, from_open_file(model.load)):
             with pytest.raises(nn.CheckpointError, match=match) as error:
                 load(path)
             assert str(path) in str(error.value)
@@ -1000,3 +1036,33 @@ def test_load_state_dict_takes_a_slash_name_for_a_dotted_one_of_the_model():
     # not when the state has the model's own name too, nor for a name the model lacks
     with pytest.raises(ValueError, match=r"not in the model: l0/W, x/W\. Nothing was loaded"):
         model.load_state_dict({"l0.W": W, "l0.b": np.ones(2), "l0/W": W, "x/W": W})
+
+
+CLASHING = {"l0/W": np.full((2, 2), 1.0, np.float32), "0.W": np.full((2, 2), 2.0, np.float32),
+            "l0.b": np.zeros(2, np.float32)}  # "l0/W" and "0.W" are both the model's "l0.W"
+
+
+def test_two_keys_of_a_state_taken_as_one_name_of_the_model_are_refused_naming_both():
+    from gradcore import models
+    model = models.MLP((2,))
+    model(np.zeros((1, 2), np.float32))
+    before = model.l0.W.data.copy()
+    with pytest.raises(ValueError, match=r"load_state_dict into MLP: 'l0/W' and '0\.W' are both "
+                                         r"taken as the model's 'l0\.W'; keep one of them\. "
+                                         r"Nothing was loaded"):
+        model.load_state_dict(CLASHING)
+    np.testing.assert_array_equal(model.l0.W.data, before)
+
+
+def test_two_entries_of_a_file_taken_as_one_name_of_the_model_are_refused_naming_both(tmp_path):
+    from gradcore import models
+    # nested numbered names, "0.0.W" and "l0.0.W", are both the model's "l0.l0.W"
+    nested = models.Sequential(models.Sequential(nn.Linear(2, in_size=2)))
+    before = nested.l0.l0.W.data.copy()
+    path = tmp_path / "clash.npz"
+    np.savez(path, **{nn.FORMAT_KEY: np.asarray(nn.FORMAT_VERSION), "0.0.W": CLASHING["l0/W"],
+                      "l0.0.W": CLASHING["0.W"], "l0.l0.b": CLASHING["l0.b"]})
+    with pytest.raises(nn.CheckpointError, match=r"'0\.0\.W' and 'l0\.0\.W' are both taken as "
+                                                 r"the model's 'l0\.l0\.W'"):
+        nested.load(path)
+    np.testing.assert_array_equal(nested.l0.l0.W.data, before)

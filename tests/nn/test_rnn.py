@@ -3,6 +3,7 @@ truncated backprop, a batch of another size refused."""
 import numpy as np
 import pytest
 
+import gradcore
 import gradcore.functions as F
 import gradcore.nn as nn
 from conftest import DEVICE1, STRICT
@@ -257,6 +258,40 @@ def test_to_moves_the_carried_state_with_the_layer(make):
     h = layer.h
     model.to(DEVICE1, dtype="float64")  # where it is: the state stays as it is
     assert layer.h is h
+
+
+@pytest.mark.parametrize("make", [nn.RNN, nn.LSTM])
+@pytest.mark.parametrize("move", [{"device": DEVICE1}, {"dtype": "float32"}])
+def test_a_layer_moved_mid_sequence_trains_on_from_its_state(make, move):
+    """to() writes every parameter, so no backward could go through the graph behind the
+    carried state: the state moves detached (as after unchain_backward()), and training goes
+    on from it with the gradients of the steps taken since the move."""
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal((2, 3)) for _ in range(4)]
+    layer = make(4, in_size=3).to(dtype="float64")
+    layer(xs[0])
+    layer(xs[1])  # the state carries the graph of both calls
+    names = ["h", "c"] if make is nn.LSTM else ["h"]
+    held = {name: getattr(layer, name).data for name in names}
+    reference = make(4, in_size=3).to(dtype="float64")  # on the host, from the same state
+    reference.load_state_dict({k: v.copy() for k, v in layer.state_dict().items()})
+    for name in names:
+        setattr(reference, name, gradcore.Variable(held[name]))
+    layer.to(**move)
+    for name in names:
+        state = getattr(layer, name)
+        assert state.creator is None and not state.requires_grad
+        np.testing.assert_allclose(state.numpy(), held[name], rtol=1e-6)
+    device, dtype = move.get("device", "cpu"), move.get("dtype", "float64")
+    ys = [layer(gradcore.Variable(x.astype(dtype)).to(device)) for x in xs[2:]]
+    expected = [reference(x) for x in xs[2:]]  # the second step's graph runs into the first's
+    F.sum(ys[0] + ys[1]).backward()
+    F.sum(expected[0] + expected[1]).backward()
+    for (name, p), q in zip(layer.named_parameters(), reference.parameters()):
+        np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-4, err_msg=name)
+    gradcore.optim.SGD(layer, lr=0.1).step()
+    for p, q in zip(layer.parameters(), reference.parameters()):
+        np.testing.assert_allclose(p.numpy(), q.data - 0.1 * q.grad.data, rtol=1e-5)
 
 
 def test_a_model_holding_an_rnn_saves_after_its_first_call(tmp_path):

@@ -285,6 +285,16 @@ def test_a_schedule_refused_at_its_first_step_records_no_initial_lr():
     assert opt.initial_lr is None and opt.lr == 0.1
 
 
+def test_a_one_cycle_refused_at_its_first_step_keeps_the_earlier_initial_lr():
+    opt = optim.MomentumSGD(lr=0.1).setup(nn.Linear(2, in_size=3))
+    sched.StepLR(opt, step_size=1, gamma=0.5)  # records initial_lr = 0.1
+    with pytest.raises(ValueError, match="lr must be a finite number >= 0, got inf"):
+        # max_lr / div_factor is inf: the first step size is refused
+        sched.OneCycleLR(opt, max_lr=1.0, total_steps=10, div_factor=1e-310)
+    assert opt.initial_lr == 0.1 and opt.lr == 0.1
+    assert sched.StepLR(opt, step_size=1, gamma=0.5).base_lr == 0.1
+
+
 
 @pytest.mark.parametrize("name", SCHEDULES)
 def test_stepped_alone_a_schedule_follows_its_closed_form(name):

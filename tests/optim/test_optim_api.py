@@ -7,6 +7,7 @@ import pytest
 import gradcore
 import gradcore.optim as optim
 from gradcore.optim import SGD, AdaDelta, AdaGrad, Adam, AdamW, MomentumSGD, Optimizer
+from conftest import DEVICE1, STRICT
 
 
 def param(values=(1.0, -2.0)):
@@ -256,6 +257,24 @@ def test_a_read_only_parameter_is_refused_before_any_parameter_is_stepped(make):
     np.testing.assert_allclose(first.data, [-0.2] * 3 if isinstance(optimizer, SGD)
                                else [-0.1] * 3, rtol=1e-6)
     np.testing.assert_array_equal(frozen.data, [1.0] * 3)
+
+
+def test_a_read_only_array_api_parameter_is_refused_before_any_parameter_is_stepped():
+    read_only = np.ones(3)
+    read_only.flags.writeable = False  # as numpy.load(mmap_mode='r') gives
+    first = gradcore.Parameter(STRICT.asarray(np.zeros(3), device=DEVICE1), name="q")
+    frozen = gradcore.Parameter(STRICT.asarray(read_only, device=DEVICE1), name="W")  # shared
+    optimizer = SGD([first, frozen], lr=0.1)
+    gradcore.functions.sum(first * 2.0 + frozen * 3.0).backward()
+    with pytest.raises(ValueError, match=r"parameter \(W, shape \(3,\)\) holds a read-only array "
+                                         r".*param\.xp\.asarray\(param\.data, copy=True\)"):
+        optimizer.step()
+    assert first.version == 0
+    np.testing.assert_array_equal(STRICT.to_numpy(first.data), [0.0] * 3)
+    frozen.data = frozen.xp.asarray(frozen.data, copy=True)  # the fix the message gives
+    optimizer.step()
+    np.testing.assert_allclose(STRICT.to_numpy(first.data), [-0.2] * 3)
+    np.testing.assert_allclose(STRICT.to_numpy(frozen.data), [0.7] * 3)
 
 
 def test_a_model_whose_lazy_layers_have_no_data_yet_still_steps():
