@@ -2,6 +2,7 @@
 of a dataset as arrays on a device: NumPy on the CPU by default, CuPy on "cuda", or any
 registered backend's device. Examples are gathered on the host and each batch is moved once."""
 import math
+import threading
 
 import numpy as np
 
@@ -83,8 +84,10 @@ class DataLoader:
     (iteration = 0, a new order) and stops, so the next `for` loop is the next epoch. So a
     `for` loop left with `break` leaves the rest of its epoch to the next loop (call `reset()`
     first for a whole epoch), and two loops over one loader at once (nested, or
-    zip(loader, loader)) would share the position: the outer loop then raises RuntimeError at
-    its next step; use a second DataLoader over the same dataset instead. With shuffle=True the
+    zip(loader, loader), or one loop in each of two threads) would share the position: a loop
+    raises RuntimeError at its next step when another took batches since its last (the outer
+    one, when nested); use a second DataLoader over the same dataset instead. next(loader)
+    from several threads hands each batch to one of them. With shuffle=True the
     order is np.random.permutation (NumPy's global generator): np.random.seed(n) before
     building the loader reproduces every epoch.
 
@@ -110,7 +113,18 @@ class DataLoader:
         self.shuffle = bool(shuffle)
         self.data_size = len(dataset)
         self.max_iter = math.ceil(self.data_size / self.batch_size)
+        # held while a batch is made: threads sharing the loader take each batch once
+        # (reentrant: a `for` loop holds it around next())
+        self._lock = threading.RLock()
         self.reset()
+
+    def __getstate__(self):  # a copy or an unpickled loader gets a lock of its own
+        state = self.__dict__.copy()
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state, _lock=threading.RLock())
 
     @property
     def device(self):
@@ -141,15 +155,16 @@ class DataLoader:
         return self.index[i * n:(i + 1) * n]
 
     def __next__(self):
-        if self.iteration >= self.max_iter:
-            self.reset()
-            raise StopIteration
-        x, t = _gather(type(self).__name__, self.dataset, self._batch_index())
-        x = backends.to_device(x, self._device)
-        if t is not None:
-            t = backends.to_device(t, self._device)
-        self.iteration += 1
-        return x, t
+        with self._lock:
+            if self.iteration >= self.max_iter:
+                self.reset()
+                raise StopIteration
+            x, t = _gather(type(self).__name__, self.dataset, self._batch_index())
+            x = backends.to_device(x, self._device)
+            if t is not None:
+                t = backends.to_device(t, self._device)
+            self.iteration += 1
+            return x, t
 
     def next(self):
         """The next batch (DeZero's name for next(loader))."""
@@ -190,21 +205,25 @@ class _Loop:
         loader = self.loader
         if self.done:
             raise StopIteration
-        if self.taken is not None and self.taken != loader._taken:
-            self.done = True
-            name = type(loader).__name__
-            raise RuntimeError(
-                f"{name}: another loop over this loader took batches while this one ran "
-                "(nested loops, or zip(loader, loader)); they share one position, so this loop "
-                f"would never end or would skip batches. Give the inner loop a {name} of its "
-                f"own over the same dataset: {name}(loader.dataset, batch_size, ...)")
-        try:
-            batch = loader.__next__()
-        except StopIteration:
-            self.done = True
-            raise
-        loader._taken += 1
-        self.taken = loader._taken
+        # the check, the batch and the count in one piece: a loop in another thread cannot
+        # take a batch in between
+        with loader._lock:
+            if self.taken is not None and self.taken != loader._taken:
+                self.done = True
+                name = type(loader).__name__
+                raise RuntimeError(
+                    f"{name}: another loop over this loader took batches while this one ran "
+                    "(nested loops, zip(loader, loader), or a loop in another thread); they "
+                    "share one position, so this loop would never end or would skip batches. "
+                    f"Give the other loop a {name} of its own over the same dataset: "
+                    f"{name}(loader.dataset, batch_size, ...)")
+            try:
+                batch = loader.__next__()
+            except StopIteration:
+                self.done = True
+                raise
+            loader._taken += 1
+            self.taken = loader._taken
         return batch
 
 

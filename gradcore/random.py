@@ -14,6 +14,11 @@ _local = threading.local()  # .logs: the DrawLogs open on this thread; .replays:
 # The DrawLogs and replays open on any thread: each learns whether another thread's op drew from
 # its generator while it was open
 _watching = []
+# Held by a replay that sets a global generator back, from its start to its end, so one thread
+# at a time does (two would each put the generator "back" where the other had set it); the
+# other threads' ops draw meanwhile from where the generator stands for them (_drawn_aside)
+_setting_back = threading.RLock()
+_WAIT = 60  # seconds a replay waits for another thread's to end before it raises
 
 
 def manual_seed(seed):
@@ -37,7 +42,9 @@ def draw(backend, kind, shape, dtype, device):
     if not logs and not replays:
         with _lock:
             if _watching:
-                _seen_by_others(backend, device)
+                replay = _seen_by_others(backend, device)
+                if replay is not None:
+                    return _drawn_aside(replay, backend, kind, shape, dtype, device)[0]
             return getattr(backend, _METHODS[kind])(shape, dtype, device)
     replay, logs = _replay_and_logs(logs, replays)
     if replay is not None:
@@ -75,12 +82,50 @@ def _replay_and_logs(logs, replays):
     return replay, logs[replay.depth:] if logs else ()
 
 
-def _seen_by_others(backend, device):
-    """Tell the logs and replays of other threads on this generator that an op drew from it."""
-    me = threading.get_ident()
-    for watcher in _watching:
+def _seen_by_others(backend, device, set_back=False):
+    """Tell the logs and replays of other threads on this generator that an op drew from it
+    (`set_back`: that a replay set it back, so their blocks' own numpy.random draws come from
+    numbers it hands out again). Returns the replay among them that has set it back, if one
+    has (see _set_back_elsewhere)."""
+    me, replay = threading.get_ident(), None
+    for watcher in _watching:  # the outermost first, should that thread nest replays
         if watcher.thread != me and watcher.drawn_from(backend, device):
             watcher.others = True
+            watcher.beside = watcher.beside or set_back
+            if watcher.sets_back and replay is None:
+                replay = watcher
+    return replay
+
+
+def _set_back_elsewhere(backend, device):
+    """The replay of another thread that has set this generator back, if one is open: it holds
+    where the generator stands for this thread (`now`). Called under _lock."""
+    me = threading.get_ident()
+    for watcher in _watching:
+        if watcher.sets_back and watcher.thread != me and watcher.drawn_from(backend, device):
+            return watcher
+    return None
+
+
+def _drawn_aside(replay, backend, kind, shape, dtype, device):
+    """(samples, state, state after) drawn from where `replay`, of another thread, put this
+    generator aside, moving it on there: numbers the replay hands out again are not handed to
+    this thread's ops too. Called under _lock."""
+    state = replay.now
+    with backend.random_lock(device):  # the replaying block's numpy.random calls wait
+        set_back = backend.random_state(device)
+        backend.set_random_state(device, state)
+        samples = getattr(backend, _METHODS[kind])(shape, dtype, device)
+        replay.now = backend.random_state(device)
+        backend.set_random_state(device, set_back)
+    return samples, state, replay.now
+
+
+def _state_here(backend, device):
+    """(the state of this generator as this thread's ops draw from it, whether another thread's
+    replay has set the generator itself back). Called under _lock."""
+    replay = _set_back_elsewhere(backend, device)
+    return (backend.random_state(device), False) if replay is None else (replay.now, True)
 
 
 class Draw:
@@ -107,34 +152,30 @@ class Draw:
 def _noted_draw(backend, kind, shape, dtype, device):
     # the generator's own lock too: numpy.random called by any thread waits for the three steps
     with _lock, backend.random_lock(device):
-        if _watching:
-            _seen_by_others(backend, device)
-        state = backend.random_state(device)
-        samples = getattr(backend, _METHODS[kind])(shape, dtype, device)
-        state_after = backend.random_state(device)
+        replay = _seen_by_others(backend, device) if _watching else None
+        if replay is None:
+            state = backend.random_state(device)
+            samples = getattr(backend, _METHODS[kind])(shape, dtype, device)
+            state_after = backend.random_state(device)
+        else:
+            samples, state, state_after = _drawn_aside(replay, backend, kind, shape, dtype, device)
     return samples, Draw(backend, kind, shape, dtype, device, state, state_after)
 
 
 class _Watcher:
     """Open on one thread, for one generator: `others` turns True when an op of another thread
-    draws from it."""
+    draws from it, `beside` when a replay of another thread sets it back."""
+
+    sets_back = False  # True while a replay has set the generator back
 
     def __init__(self, backend, device):
         self.backend, self.device = backend, device
-        self.thread, self.others = threading.get_ident(), False
+        self.thread, self.others, self.beside = threading.get_ident(), False, False
 
     def drawn_from(self, backend, device):
         """True if `backend` draws for `device` from this generator (ops give the device None
         where their backend has one device)."""
         return backend is self.backend and (backend.single_device or device == self.device)
-
-    def _watch(self):
-        with _lock:
-            _watching.append(self)
-
-    def _unwatch(self):
-        with _lock:
-            _watching.remove(self)
 
 
 class DrawLog(_Watcher):
@@ -152,16 +193,19 @@ class DrawLog(_Watcher):
 
     def __enter__(self):
         with _lock:
-            self.state = self.backend.random_state(self.device)
+            self.state, self.beside = _state_here(self.backend, self.device)
+            self.others = self.beside
+            _watching.append(self)
         self.start = self.backend.random_position(self.device, self.state)
-        self._watch()
         _local.__dict__.setdefault("logs", []).append(self)
         return self
 
     def __exit__(self, *exc):
         _local.logs.remove(self)
-        self._unwatch()
-        self.end = self.backend.random_position(self.device)
+        with _lock:
+            _watching.remove(self)
+            end = _state_here(self.backend, self.device)[0]
+        self.end = self.backend.random_position(self.device, end)
         self.untracked = self.others or self._moved_otherwise()
         return False
 
@@ -191,7 +235,10 @@ class _Replay(_Watcher):
     back where it was as the block began and moved on as then, so the block's own draws repeat
     too; it must have moved, between noted draws, as the first time or not at all, and no other
     thread's op may draw from it meanwhile (their draws could be the block's, in another order);
-    afterwards it is put back where it is now."""
+    afterwards it is put back where it is now. One thread at a time sets a generator back; other
+    threads' ops draw meanwhile from where it stands for them. A block that ran the first time
+    while another thread's replay had set the generator back drew its own numpy.random numbers
+    from there: only its noted draws may move the generator now."""
 
     def __init__(self, log):
         super().__init__(log.backend, log.device)
@@ -202,11 +249,23 @@ class _Replay(_Watcher):
     def __enter__(self):
         log = self.log
         if log.untracked:
-            with _lock:
-                _seen_by_others(log.backend, log.device)
-                self.now = log.backend.random_state(log.device)
-                log.backend.set_random_state(log.device, log.state)
-            self._watch()
+            if not _setting_back.acquire(timeout=_WAIT):
+                raise RuntimeError(
+                    f"checkpoint: waited {_WAIT} s for another thread's checkpointed block, "
+                    "computed again, to end: one thread at a time may set the global random "
+                    "generator back to where its block began (does that block wait for this "
+                    "thread?). Blocks whose random numbers come from gradcore's ops (F.dropout) "
+                    "in their own threads alone are computed again without setting it back")
+            try:
+                with _lock:
+                    _seen_by_others(log.backend, log.device, set_back=True)
+                    self.now = log.backend.random_state(log.device)
+                    log.backend.set_random_state(log.device, log.state)
+                    self.sets_back = True
+                    _watching.append(self)
+            except BaseException:
+                _setting_back.release()
+                raise
         self.depth = len(_local.__dict__.get("logs") or ())
         _local.__dict__.setdefault("replays", []).append(self)
         return self
@@ -249,7 +308,10 @@ class _Replay(_Watcher):
 
     def _check(self, position, first):
         """The generator must be where it was the first time, or where the noted draws left it
-        (nothing drew since): other moves mean other draws mixed in, then or now."""
+        (nothing drew since): other moves mean other draws mixed in, then or now. Where the
+        block first ran beside another thread's replay, only the latter."""
+        if self.log.beside:
+            first = self.at
         if self.others or position is not None and position != first and position != self.at:
             raise RuntimeError(
                 "checkpoint: the block's random numbers cannot be drawn again as it drew them: "
@@ -278,8 +340,12 @@ class _Replay(_Watcher):
                 self._check(log.backend.random_position(log.device), log.end)
         finally:
             if log.untracked:
-                self._unwatch()
-                with _lock:
-                    _seen_by_others(log.backend, log.device)
-                    log.backend.set_random_state(log.device, self.now)
+                try:
+                    with _lock:
+                        _watching.remove(self)
+                        self.sets_back = False
+                        _seen_by_others(log.backend, log.device)
+                        log.backend.set_random_state(log.device, self.now)
+                finally:
+                    _setting_back.release()
         return False

@@ -1,5 +1,7 @@
 """gradcore.dataloaders: DataLoader and SeqDataLoader batches, order, shuffling, devices."""
 import collections
+import sys
+import threading
 
 import numpy as np
 import pytest
@@ -75,7 +77,7 @@ def test_loops_over_one_loader_at_once_raise_instead_of_never_ending(loader_clas
     loader = loader_class(Counting(6), batch_size=2)
     outer = 0
     with pytest.raises(RuntimeError, match=rf"{loader_class.__name__}: another loop over this "
-                                           r"loader took batches.*nested loops, or "
+                                           r"loader took batches.*nested loops, "
                                            r"zip\(loader, loader\).*of its own"):
         for _ in loader:  # without the check, each inner epoch's reset restarted this one
             outer += 1
@@ -90,6 +92,78 @@ def test_loops_over_one_loader_at_once_raise_instead_of_never_ending(loader_clas
     assert len(epoch(loader)) == 3  # a loop after those is a whole epoch
     inner = loader_class(loader.dataset, batch_size=2)  # what the error says to do
     assert sum(len(epoch(inner)) for _ in loader) == 9
+
+
+def test_loops_in_two_threads_take_each_batch_once_or_raise():
+    """A loop in each of two threads: one of them gets the RuntimeError and every batch of the
+    epoch goes to one loop, once, even when the other loop comes in while a batch is made."""
+    making, taken_meanwhile = threading.Event(), threading.Event()
+
+    class Slow:
+        def __len__(self):
+            return 6
+
+        def __getitem__(self, i):
+            if i == 1 and not making.is_set():  # the first loop, making its second batch
+                making.set()
+                taken_meanwhile.wait(0.5)  # the other loop would take a batch now
+            return np.float64(i), np.int64(i)
+
+    loader = DataLoader(Slow(), batch_size=1, shuffle=False)
+    got, errors = [], []
+
+    def loop(first):
+        if not first:
+            making.wait()
+        try:
+            for _, t in loader:
+                got.append(int(t[0]))
+                if not first:
+                    taken_meanwhile.set()
+                elif t[0] == 1:  # the other loop takes a batch before this one's next
+                    taken_meanwhile.wait(5)
+        except RuntimeError as e:
+            errors.append(str(e))
+
+    threads = [threading.Thread(target=loop, args=(first,)) for first in (True, False)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(got) == [0, 1, 2, 3, 4, 5]
+    assert len(errors) == 1 and "a loop in another thread" in errors[0]
+    assert loader.iteration == 0  # the epoch ended once
+
+
+def test_next_from_threads_hands_each_batch_out_once():
+    loader = DataLoader(Counting(4000), batch_size=1, shuffle=False)
+    got = []
+
+    def take():
+        for _ in range(1000):
+            got.append(int(next(loader)[0][0]))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch inside next() often
+    try:
+        threads = [threading.Thread(target=take) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert sorted(got) == list(range(4000))
+
+
+def test_a_copied_loader_has_a_lock_of_its_own():
+    import copy
+    import pickle
+    loader = DataLoader(Counting(4), batch_size=2, shuffle=False)
+    next(loader)
+    for twin in (copy.deepcopy(loader), pickle.loads(pickle.dumps(loader))):
+        assert twin._lock is not loader._lock
+        assert [x.tolist() for x, _ in epoch(twin)] == [[2, 3]]
 
 
 def test_spiral_batches():

@@ -10,6 +10,7 @@ import backends
 import gradcore
 import gradcore.functions as F
 from gradcore import Variable, nn
+from gradcore.config import recomputing
 
 
 def deep(x, layers=40, every=None):
@@ -366,6 +367,182 @@ def test_a_block_that_waits_for_threads_drawing_returns():
     thread.start()
     thread.join(30)
     assert done, "checkpoint did not return: a lock held across the block?"
+
+
+# --- recomputations that set NumPy's generator back, with other threads at work
+def _numpy_position():
+    return backends.NUMPY.random_position(backends.CPU)
+
+
+def _keep_doubled(h, before=None, after=None):
+    """h * 2 where the block's own numpy.random draw keeps it (so dy/dx = y / x); before()
+    and after() run around the draw."""
+    if before:
+        before()
+    keep = np.random.rand(*h.shape) > 0.5
+    if after:
+        after()
+    return h * keep * 2.0
+
+
+def _in_threads(target, names):
+    threads = [threading.Thread(target=target, name=name) for name in names]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+
+
+def test_backward_through_one_block_in_two_threads_leaves_numpy_s_generator_where_it_was():
+    """Each recomputation sets the generator back to where the block began and, at its end,
+    puts it back where it found it: two at once would put it "back" where the other had set it."""
+    a_inside, b_inside, a_done = threading.Event(), threading.Event(), threading.Event()
+
+    def block(h):
+        name = threading.current_thread().name
+        if name == "a":  # b's recomputation would begin meanwhile ...
+            a_inside.set()
+            b_inside.wait(0.5)
+        elif name == "b":  # ... and end after a's
+            b_inside.set()
+            a_done.wait(0.5)
+        return _keep_doubled(h)
+
+    np.random.seed(0)
+    x = Variable(np.random.rand(200) + 1)
+    y = gradcore.checkpoint(block, x)
+    before, grads = _numpy_position(), {}
+
+    def backward():
+        name = threading.current_thread().name
+        if name == "b":
+            a_inside.wait(5)
+        grads[name], = gradcore.grad(F.sum(y), [x])
+        a_done.set()
+
+    _in_threads(backward, "ab")
+    assert _numpy_position() == before
+    for name in "ab":
+        np.testing.assert_array_equal(grads[name].data, y.data / x.data)
+
+
+def test_blocks_computed_again_in_two_threads_at_once_get_their_own_numbers():
+    """Two blocks drawing from numpy.random themselves, computed again in two threads at once:
+    each draws its own numbers again, not numbers from where the other set the generator."""
+    a_inside, b_inside, a_drew, b_done = (threading.Event() for _ in range(4))
+
+    def block(h):
+        name = threading.current_thread().name
+        if name == "a":
+            return _keep_doubled(h, lambda: (a_inside.set(), b_inside.wait(0.5)),
+                                 lambda: (a_drew.set(), b_done.wait(0.5)))
+        if name == "b":
+            return _keep_doubled(h, lambda: (b_inside.set(), a_drew.wait(0.5)))
+        return _keep_doubled(h)
+
+    np.random.seed(1)
+    x = {name: Variable(np.random.rand(200) + 1) for name in "ab"}
+    y = {name: gradcore.checkpoint(block, x[name]) for name in "ab"}
+
+    def backward():
+        name = threading.current_thread().name
+        if name == "b":
+            a_inside.wait(5)
+        try:
+            y[name].backward()
+        finally:
+            b_done.set()
+
+    _in_threads(backward, "ab")
+    for name in "ab":
+        np.testing.assert_array_equal(x[name].grad.data, y[name].data / x[name].data)
+
+
+def test_dropout_in_another_thread_while_a_block_is_computed_again_draws_new_numbers():
+    """While the block's recomputation has set the generator back, another thread's dropout
+    draws from where the generator is for it, not the block's numbers again."""
+    masks = []
+
+    def other():
+        masks.append(F.dropout(Variable(np.ones(50)), 0.5).data)
+
+    def block(h):
+        if recomputing():  # work handed to a thread, say
+            thread = threading.Thread(target=other)
+            thread.start()
+            thread.join()
+        return _keep_doubled(h)
+
+    np.random.seed(2)
+    y = gradcore.checkpoint(block, Variable(np.ones(50)))
+    generator = np.random.RandomState()
+    generator.set_state(np.random.get_state())
+    expected = (generator.rand(50) > 0.5) * 2.0
+    with pytest.raises(RuntimeError, match="another thread"):  # it may be the block's work
+        F.sum(y).backward()
+    np.testing.assert_array_equal(masks[0], expected)
+    assert _numpy_position() == backends.NUMPY.random_position(backends.CPU,
+                                                                generator.get_state())
+
+
+def test_a_block_drawing_numpy_itself_while_another_threads_block_is_computed_again_is_refused():
+    """Its own numpy.random draw came from where the other recomputation had set the generator:
+    computed again, it cannot draw that again, even when another thread's dropout moved the
+    generator meanwhile by as many numbers as it draws itself."""
+    a_inside, b_ran = threading.Event(), threading.Event()
+
+    def block_a(h):
+        if threading.current_thread().name == "a":
+            a_inside.set()
+            b_ran.wait(5)
+        return _keep_doubled(h)
+
+    def block_b(h):
+        y = _keep_doubled(h)
+        if not recomputing():
+            thread = threading.Thread(target=lambda: F.dropout(Variable(np.ones(50)), 0.5))
+            thread.start()
+            thread.join()
+        return y
+
+    np.random.seed(3)
+    y_a = gradcore.checkpoint(block_a, Variable(np.ones(50)))
+
+    def backward():
+        with pytest.raises(RuntimeError, match="another thread"):  # the dropout: maybe a's
+            F.sum(y_a).backward()
+
+    thread = threading.Thread(target=backward, name="a")
+    thread.start()
+    a_inside.wait(5)
+    y_b = gradcore.checkpoint(block_b, Variable(np.ones(50)))
+    b_ran.set()
+    thread.join()
+    with pytest.raises(RuntimeError, match="cannot be drawn again"):
+        F.sum(y_b).backward()
+
+
+def test_a_recomputation_waiting_for_another_that_waits_for_it_raises(monkeypatch):
+    monkeypatch.setattr(gradcore.random, "_WAIT", 0.2)
+    a_inside, b_failed = threading.Event(), threading.Event()
+
+    def block(h):
+        if threading.current_thread().name == "a":
+            a_inside.set()
+            b_failed.wait(5)  # b's backward, say, at a barrier
+        return _keep_doubled(h)
+
+    np.random.seed(4)
+    x_a, x_b = Variable(np.random.rand(20) + 1), Variable(np.random.rand(20) + 1)
+    y_a, y_b = gradcore.checkpoint(block, x_a), gradcore.checkpoint(block, x_b)
+    thread = threading.Thread(target=lambda: F.sum(y_a).backward(), name="a")
+    thread.start()
+    a_inside.wait(5)
+    with pytest.raises(RuntimeError, match=r"waited 0\.2 s for another thread's checkpointed"):
+        F.sum(y_b).backward()
+    b_failed.set()
+    thread.join()
+    np.testing.assert_array_equal(x_a.grad.data, y_a.data / x_a.data)
 
 
 def test_a_block_without_random_ops_ignores_other_draws_and_leaves_the_generator_alone():
