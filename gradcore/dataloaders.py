@@ -62,7 +62,8 @@ def _gather(owner, dataset, index):
     xs, ts = [], []
     for i in index.tolist():
         example = dataset[i]
-        if not isinstance(example, tuple) or len(example) != 2:
+        # a list too: DeZero reads example[0] and example[1], so [x, t] datasets exist
+        if not isinstance(example, (tuple, list)) or len(example) != 2:
             raise TypeError(f"{owner}: dataset[{i}] must be an (x, t) pair (t None when there "
                             f"is no label), got {type(example).__name__}")
         xs.append(example[0])
@@ -92,7 +93,9 @@ class DataLoader:
     building the loader reproduces every epoch.
 
     `dataset` is anything with `len()` and `dataset[i] -> (x, t)` holding host data (NumPy
-    arrays or numbers). `gpu=True` is DeZero's spelling of device="cuda".
+    arrays or numbers); an example may be a list [x, t] too, as in DeZero. `gpu=True` is
+    DeZero's spelling of device="cuda", and True or False in device's place is DeZero's gpu
+    passed by position: DataLoader(dataset, 10, True, False) is DeZero's call.
     """
 
     _taken = 0  # batches taken by `for` loops (_Loop): each checks that no other took one
@@ -107,6 +110,11 @@ class DataLoader:
             raise ValueError(f"{name}: batch_size must be a positive int, got {batch_size!r}")
         if not isinstance(shuffle, (bool, np.bool_)):
             raise TypeError(f"{name}: shuffle must be True or False, got {shuffle!r}")
+        if isinstance(device, (bool, np.bool_)):  # DeZero's gpu, passed by position
+            if gpu and not device:
+                raise ValueError(f"{name}: gpu=True, but False in device's place is DeZero's "
+                                 "gpu=False; pass one of them")
+            device, gpu = None, bool(device)
         self._device = _checked_device(name, device, gpu)
         self.dataset = dataset
         self.batch_size = int(batch_size)
@@ -191,7 +199,11 @@ class DataLoader:
 class _Loop:
     """One `for` loop over a DataLoader: the loader's own batches, from its one position (as
     DeZero's loader, which is its own iterator), but a RuntimeError, not a loop that never
-    ends, when another loop over the same loader took batches since this one's last."""
+    ends, when another loop over the same loader took batches since this one's last.
+
+    It stands for the loader as DeZero's iter(loader) does: it.next(), it.reset() and the
+    loader's attributes (it.iteration, it.max_iter, it.dataset, ...) work on it, and after an
+    epoch's StopIteration its next step starts the next epoch."""
 
     __slots__ = ("loader", "taken", "done")
 
@@ -220,18 +232,38 @@ class _Loop:
             try:
                 batch = loader.__next__()
             except StopIteration:
-                self.done = True
+                # the loader reset itself: this loop's next step starts an epoch, as a new
+                # loop's would (DeZero code reuses iter(loader) across epochs)
+                self.taken = None
                 raise
             loader._taken += 1
             self.taken = loader._taken
         return batch
+
+    def next(self):
+        """The next batch (DeZero's name for next(it))."""
+        return self.__next__()
+
+    def reset(self):
+        """Start a new epoch of the loader, this loop with it (also after its RuntimeError)."""
+        with self.loader._lock:
+            self.loader.reset()
+            self.taken, self.done = None, False
+
+    def __getattr__(self, name):
+        # the rest of the loader's surface: DeZero's iter(loader) is the loader itself. Not
+        # private names, nor the slots while unset (copy and pickle probe before filling them)
+        if name.startswith("_") or name in _Loop.__slots__:
+            raise AttributeError(f"'_Loop' object has no attribute {name!r}")
+        return getattr(self.loader, name)
 
 
 class SeqDataLoader(DataLoader):
     """Batches of a time series for truncated BPTT: batch_size parallel streams, stream k
     starting at k * jump, jump = len(dataset) // batch_size; step i (0 to max_iter - 1,
     max_iter = ceil(len(dataset) / batch_size) as for DataLoader) yields example k * jump + i of
-    every stream k. Never shuffles. x and t have shape (batch_size, ...).
+    every stream k. Never shuffles. x and t have shape (batch_size, ...). `device` and `gpu` as
+    for DataLoader: SeqDataLoader(dataset, 30, False) is DeZero's call.
 
     This is DeZero's formula, kept so that DeZero programs run unchanged. When batch_size
     divides len(dataset), an epoch yields every example once. Otherwise each stream takes

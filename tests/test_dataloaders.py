@@ -72,6 +72,38 @@ def test_a_loop_left_with_break_leaves_the_rest_of_the_epoch_to_the_next():
     assert taken == [[0, 1], [2, 3], [4, 5], [6, 7]] and loader.iteration == 0
 
 
+def test_iter_of_a_loader_has_dezero_loader_surface():
+    # DeZero's iter(loader) is the loader: programs call it.next(), it.reset(), read it.iteration
+    loader = DataLoader(Counting(5), batch_size=2, shuffle=False)
+    it = iter(loader)
+    assert it.next()[0].tolist() == [0, 1] and it.iteration == loader.iteration == 1
+    assert it.max_iter == 3 and it.data_size == 5 and it.batch_size == 2
+    assert it.dataset is loader.dataset and it.shuffle is False and it.gpu is False
+    assert it.index.tolist() == [0, 1, 2, 3, 4] and it.to_cpu() is loader
+    it.reset()
+    assert it.iteration == 0 and [x.tolist() for x, _ in it] == [[0, 1], [2, 3], [4]]
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        it.nothing
+
+
+def test_iter_of_a_loader_reused_across_epochs_and_loops():
+    # DeZero code keeps it = iter(loader) across epochs: each epoch is whole, even with
+    # another loop over the loader in between
+    loader = DataLoader(Counting(4), batch_size=2, shuffle=False)
+    it = iter(loader)
+    assert [x.tolist() for x, _ in it] == [[0, 1], [2, 3]]
+    assert len(epoch(loader)) == 2
+    assert [x.tolist() for x, _ in it] == [[0, 1], [2, 3]]
+    it.next()
+    with pytest.raises(RuntimeError, match="another loop over this loader"):
+        for _ in loader:
+            it.next()  # two loops at once are still caught through it.next()
+    with pytest.raises(StopIteration):
+        it.next()  # a loop that lost its place stays stopped...
+    it.reset()  # ...until reset()
+    assert [x.tolist() for x, _ in it] == [[0, 1], [2, 3]]
+
+
 @pytest.mark.parametrize("loader_class", [DataLoader, SeqDataLoader])
 def test_loops_over_one_loader_at_once_raise_instead_of_never_ending(loader_class):
     loader = loader_class(Counting(6), batch_size=2)
@@ -237,6 +269,26 @@ def test_device_strings_and_moves():
     assert STRICT.device_of(x) == DEVICE1 and STRICT.device_of(t) == DEVICE1
 
 
+@pytest.mark.parametrize("make", [lambda ds, flag: DataLoader(ds, 2, False, flag),
+                                  lambda ds, flag: SeqDataLoader(ds, 2, flag)],
+                         ids=["DataLoader", "SeqDataLoader"])
+def test_dezero_gpu_flag_by_position(make):
+    # DeZero: DataLoader(dataset, batch_size, shuffle=True, gpu=False), SeqDataLoader(dataset,
+    # batch_size, gpu=False)
+    for flag in (False, np.False_):
+        loader = make(Counting(6), flag)
+        assert loader.device == "cpu" and loader.gpu is False
+        x, t = next(loader)
+        assert isinstance(x, np.ndarray) and x.tolist()[0] == 0.0 and t.tolist()[0] == 100
+    if not gradcore.cuda_available():  # True is gpu=True: the CUDA device
+        with pytest.raises(backends.DeviceUnavailableError, match=r"Loader: .*CUDA"):
+            make(Counting(6), True)
+    with pytest.raises(ValueError, match=r"gpu=True, but False in device's place is DeZero's gpu=False"):
+        DataLoader(Counting(6), 2, False, False, gpu=True)
+    with pytest.raises(TypeError, match=r"a device is a gradcore Device"):
+        make(Counting(6), False).to(False)  # only the constructor takes DeZero's flag
+
+
 def test_bad_devices_are_refused_up_front():
     with pytest.raises(ValueError, match=r"DataLoader: unknown device nowhere:1"):
         DataLoader(Counting(4), 2, device="nowhere:1")
@@ -291,6 +343,29 @@ def test_any_sequence_of_pairs_and_unlabelled_sets():
 
     x, t = next(DataLoader(Unlabelled(), batch_size=2))
     assert x.shape == (2, 2) and t is None
+
+
+def test_examples_as_lists_batch_as_pairs_do():
+    # DeZero indexes example[0] and example[1], so datasets returning [x, t] exist
+    class Listed(Counting):
+        def __getitem__(self, index):
+            return list(super().__getitem__(index))
+
+    for shuffle in (False, True):
+        np.random.seed(2)
+        rows = epoch(DataLoader(Counting(7), 3, shuffle=shuffle))  # one fancy index a batch
+        np.random.seed(2)
+        listed = epoch(DataLoader(Listed(7), 3, shuffle=shuffle))  # example by example
+        assert len(rows) == len(listed) == 3
+        for (x0, t0), (x1, t1) in zip(rows, listed):
+            assert x0.dtype == x1.dtype == np.float32 and t0.dtype == t1.dtype == np.int64
+            np.testing.assert_array_equal(x0, x1)
+            np.testing.assert_array_equal(t0, t1)
+    x, t = next(DataLoader([[np.full(2, i, np.float32), i] for i in range(3)], 3, False))
+    np.testing.assert_array_equal(x, [[0, 0], [1, 1], [2, 2]])
+    assert t.tolist() == [0, 1, 2]
+    with pytest.raises(TypeError, match=r"dataset\[0\] must be an \(x, t\) pair.*got list"):
+        next(DataLoader([[1.0, 2, 3]], 1, shuffle=False))
 
 
 def test_bad_datasets_and_arguments():
