@@ -773,6 +773,159 @@ def test_check_runs_the_eager_step_from_the_optimizers_state_before_the_replay(h
     assert checked.stats()["checked replays"] == 4 and checked.tapes()[0].optimizers() == [opt]
 
 
+class _ClockedSGD(optim.Optimizer):
+    """SGD with lr / t, its step count t kept in an object of its own."""
+
+    defaults = {"lr": 0.1}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.clock = types.SimpleNamespace(t=0)
+
+    def update(self):
+        self.clock.t += 1
+        super().update()
+
+    def update_one(self, param):
+        param.data -= (self.lr / self.clock.t) * param.grad.data
+
+
+def test_check_puts_back_the_state_an_optimizer_keeps_in_an_object_of_its_own():
+    def make():
+        W = gradcore.Parameter(np.ones(3))
+        opt = _ClockedSGD().setup([W])
+
+        def step(x):
+            loss = F.sum(W * gradcore.Variable(x))
+            W.cleargrad()
+            loss.backward()
+            opt.update()
+            return loss
+        return W, opt, step
+
+    (W_eager, _, eager), (W, opt, step) = make(), make()
+    checked = gradcore.compile(step, check=True)
+    for i in range(4):
+        checked(np.full(3, i + 1.0))
+        eager(np.full(3, i + 1.0))
+    # lr / t: 1 - 0.1 * (1/1 + 2/2 + 3/3 + 4/4), as eager code steps it (no ReplayMismatch)
+    assert opt.clock.t == 4 and same(W.data, W_eager.data) and np.allclose(W.data, 0.6)
+    assert checked.stats()["checked replays"] == 3
+
+
+def test_check_steps_a_parameter_the_tape_never_reads_once():
+    # B keeps a grad from earlier, unused by the loss: opt.update() steps it at the replay, and
+    # again at the eager step unless the check put it back in between
+    def make():
+        A, B = gradcore.Parameter(np.ones(3)), gradcore.Parameter(np.ones(3))
+        B.grad = gradcore.Variable(np.full(3, 0.5))
+        opt = optim.SGD(lr=0.1).setup([A, B])
+
+        def step(x):
+            A.cleargrad()
+            loss = F.sum(A * gradcore.Variable(x))
+            loss.backward()
+            opt.update()
+            return loss
+        return B, step
+
+    (B_eager, eager), (B, step) = make(), make()
+    checked = gradcore.compile(step, check=True)
+    for i in range(5):
+        checked(np.arange(3.0) + i)
+        eager(np.arange(3.0) + i)
+    assert np.allclose(B.data, 0.75) and same(B.data, B_eager.data)  # 1 - 5 * 0.1 * 0.5
+    assert checked.stats()["checked replays"] == 4
+
+
+def test_check_puts_back_a_grads_data_the_step_wrote():
+    W = gradcore.Parameter(np.ones(4))
+    W.grad = gradcore.Variable(np.full(4, 8.0))
+
+    def step(scale):
+        W.grad.data = W.grad.data * scale  # accumulated gradients averaged, say
+        return W.grad
+
+    checked = gradcore.compile(step, check=True)
+    for _ in range(4):
+        checked(np.asarray(0.5))  # no ReplayMismatch: the eager step starts from the same grad
+    assert same(W.grad.data, np.full(4, 0.5)) and checked.stats()["checked replays"] == 3
+
+
+def test_checked_calls_in_two_threads_run_one_at_a_time():
+    # each checked call sets NumPy's global generator back between its replay and its eager
+    # step: another's draws in between (here a whole checked call, run while this one's replay
+    # is paused before its dropout) would move it, and the two runs would draw other masks
+    import threading
+    W = gradcore.Parameter(np.ones((8, 8)))
+    opt = optim.SGD().setup([W])
+    main, paused, done = threading.current_thread(), threading.Event(), threading.Event()
+    pauses = []
+
+    def pause(params):  # the optimizer's hook: runs in the replay, before the draw
+        if threading.current_thread() is main and pauses == ["armed"]:
+            pauses.append("paused")
+            paused.set()
+            done.wait(0.5)  # the other thread's checked call ends here unless it must wait
+
+    opt.add_hook(pause)
+
+    @gradcore.compile(check=True)
+    def step(x):
+        opt.update()  # no grads: nothing stepped, the hooks run
+        return F.dropout(F.relu(x * W), 0.5)
+
+    errors = []
+
+    def other():
+        paused.wait(5)
+        try:
+            step(np.full((8, 8), 2.0))
+        except gradcore.compile.ReplayMismatch as error:
+            errors.append(error)
+        done.set()
+
+    step(np.ones((8, 8)))  # recorded
+    pauses.append("armed")
+    thread = threading.Thread(target=other)
+    thread.start()
+    try:
+        step(np.ones((8, 8)))
+    except gradcore.compile.ReplayMismatch as error:
+        errors.append(error)
+    thread.join()
+    assert pauses == ["armed", "paused"] and errors == []
+    assert step.stats()["checked replays"] == 2
+
+
+def _pickled_step(x0):
+    return F.sum(gradcore.Variable(x0) * 2.0)
+
+
+@gradcore.compile
+def _decorated_step(x0):
+    return F.sum(gradcore.Variable(x0) * 3.0)
+
+
+@pytest.mark.parametrize("how", ["pickle", "deepcopy", "copy"])
+def test_a_compiled_function_pickles_and_copies_as_the_function_compiled_again(how):
+    import copy
+    import pickle
+    copier = {"pickle": lambda f: pickle.loads(pickle.dumps(f)), "deepcopy": copy.deepcopy,
+              "copy": copy.copy}[how]
+    compiled = gradcore.compile(_pickled_step, cache_size=3, check=2)
+    x = np.ones((2, 3))
+    compiled(x), compiled(x)
+    again = copier(compiled)
+    assert again is not compiled and again.fn is _pickled_step
+    assert (again.cache_size, again.check, again.graphs) == (3, 2, True)
+    assert again.stats()["tapes"] == 0  # a tape is this process's: it records anew
+    assert float(again(x).data) == float(again(x).data) == 12.0
+    assert again.stats()["checked replays"] == 1
+    # decorated, it is its module's name for it: the same object, as a function is
+    assert copier(_decorated_step) is _decorated_step
+
+
 def test_a_buffer_is_reused_only_where_nothing_else_sees_it():
     from gradcore.compile.tape import REUSE_BYTES
     n = REUSE_BYTES // 8 + 2  # float64 arrays big enough for reuse to pay
@@ -793,6 +946,56 @@ def test_a_buffer_is_reused_only_where_nothing_else_sees_it():
     add_line, = [line for line in source.splitlines() if " + 1.0" in line or "add" in line
                  and "1.0" in line]
     assert "out=" not in add_line
+
+
+def laid_out_alike(a, b):
+    """True if the arrays a and b hold the same values in the same layout."""
+    return same(a, b) and a.strides == b.strides
+
+
+def test_a_result_laid_out_otherwise_than_a_dead_input_gets_memory_of_its_own():
+    # tanh(x.T) is Fortran-ordered; eagerly, it minus a C-ordered y is C-ordered. Written into
+    # tanh's memory (out=) it would be Fortran-ordered, and a sum over axis 0 adds in another
+    # order: other last bits
+    def step(x, y):
+        b = np.tanh(x.T) - y
+        return b, b.sum(axis=0)
+
+    compiled = gradcore.compile(step)
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        x, y = rng.uniform(-1, 1, (2, 100, 100))
+        (b, total), (eager_b, eager_total) = compiled(x, y), step(x, y)
+        assert laid_out_alike(b, eager_b) and b.strides == (800, 8)
+        assert same(total, eager_total)
+    assert compiled.stats()["replays"] == 4
+
+
+def test_a_parameter_laid_out_otherwise_since_it_was_recorded_replays_as_eager_code_runs():
+    # the parameter's layout is not part of the key: the tape recorded for C order must not
+    # write (tanh(W) * 2) - x into tanh's memory once W is Fortran-ordered, where eager NumPy
+    # gives a C-ordered result (mixed layouts)
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((100, 100)) * 0.1
+
+    def make():
+        W = gradcore.Parameter(w.copy())
+
+        def step(x):
+            z = F.tanh(W * 1.0) * 2.0 - gradcore.Variable(x)
+            return F.sum(z, axis=0), z
+        return W, step
+
+    (eager_W, eager), (W, step) = make(), make()
+    compiled = gradcore.compile(step)
+    for call in range(6):
+        if call == 2:  # the second replay (interpreted), and the compiled ones after it
+            eager_W.data, W.data = np.asfortranarray(eager_W.data), np.asfortranarray(W.data)
+        x = rng.standard_normal((100, 100))
+        (total, z), (eager_total, eager_z) = compiled(x), eager(x)
+        assert laid_out_alike(z.data, eager_z.data) and same(total, eager_total)
+    assert compiled.stats()["replays"] == 5
+    assert "out=" in compiled.tapes()[0].source  # C order (the first calls): lent as before
 
 
 def test_a_branch_on_a_value_after_a_change_falls_back():

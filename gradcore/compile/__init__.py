@@ -55,6 +55,10 @@ _recording_lock = threading.Lock()  # one recording at a time: it switches the f
 _running_calls = []
 _recording_thread = [None]
 _get_ident = threading.get_ident
+# Held by a checked call (check=...) from its snapshot to its comparison: each puts NumPy's
+# global generator back between its replay and its eager step, which would rewind it under
+# another checked call (their draws would differ: a false ReplayMismatch)
+_checking = threading.RLock()
 
 
 class Compiled:
@@ -145,6 +149,17 @@ class Compiled:
             return _results(tape.results, arrays, args)
         finally:
             _running_calls.remove(me)
+
+    def __reduce__(self):
+        """Pickled and deep-copied as the function it compiles, compiled again, with no tape (a
+        tape holds this process's arrays and code); one its module names (`@gradcore.compile`
+        on a definition) by that name, as a function is."""
+        named = sys.modules.get(getattr(self, "__module__", None))
+        for part in getattr(self, "__qualname__", "").split("."):
+            named = getattr(named, part, None)
+        if named is self:
+            return self.__qualname__
+        return Compiled, (self.fn, self.cache_size, self.check, self.graphs)
 
     def _with_keywords(self, args, kwargs):
         """A call given keyword arguments, as the same call made positionally (what a key and a
@@ -377,7 +392,16 @@ class Compiled:
         return (tuple(parts), *key[1:]) if parts != list(key[0]) else key
 
     def _checked(self, tape, args):
-        """Replay, then run eagerly from the same state; ReplayMismatch unless they agree."""
+        """Replay, then run eagerly from the same state; ReplayMismatch unless they agree. One
+        checked call at a time (_checking)."""
+        if not _checking.acquire(blocking=False):
+            _wait_for_checking()
+        try:
+            return self._checked_alone(tape, args)
+        finally:
+            _checking.release()
+
+    def _checked_alone(self, tape, args):
         snapshot = Snapshot(tape, args)
         try:
             replayed = _results(tape.results, tape.run(*args), args)
@@ -492,6 +516,28 @@ def _wait_for_recording(me):
             _recording_lock.release()
         finally:
             _running_calls.extend([me] * count)
+
+
+def _wait_for_checking():
+    """Take _checking, held by a checked call in another thread. This thread's calls are not
+    counted meanwhile (a recording that call's eager step makes would wait for them), and a
+    recording started meanwhile is waited for, as a call that starts waits for one."""
+    me = _get_ident()
+    count = _leave(me)
+    try:
+        if not _checking.acquire(timeout=trace.WAIT_SECONDS):
+            raise RuntimeError(
+                f"gradcore.compile: a checked call (check=...) waited {trace.WAIT_SECONDS} s for "
+                "one in another thread to end (they run one at a time); that one may be waiting "
+                "for this thread. Check the step from one thread, or compile it with check=False")
+    finally:
+        _running_calls.extend([me] * count)
+    if _recording_thread[0] is not None and _recording_thread[0] != me:
+        try:
+            _wait_for_recording(me)
+        except BaseException:
+            _checking.release()
+            raise
 
 
 def _leave(me):

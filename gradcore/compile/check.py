@@ -1,12 +1,17 @@
 """compile(fn, check=...): run a replay and the eager step from the same state, and compare.
 
 Everything either may change is saved first: the data and grads of the Variables the tape reads
-or writes and of the step's Variable arguments, what the optimizers it steps hold (their
-attributes and the arrays in them), and NumPy's global random generator (the one gradcore's
-NumPy and array-API backends draw from). The replay runs; its results and that state are kept;
-the saved state is put back; the eager step runs; the two must agree to the bit. The eager
-step's state is the one left in place.
+or writes, of the step's Variable arguments and of the parameters of the optimizers it steps
+(each grad's data too), what those optimizers hold (their attributes and the dicts, lists,
+arrays and objects of the user's in them), and NumPy's global random generator (the one
+gradcore's NumPy and array-API backends draw from). The replay runs; its results and that state
+are kept; the saved state is put back; the eager step runs; the two must agree to the bit. The
+eager step's state is the one left in place. One checked call runs at a time (the generator is
+set back between the two runs); other threads' own draws from it meanwhile are not waited for.
 """
+import sys
+import types
+
 import numpy
 
 import backends
@@ -25,14 +30,18 @@ class Snapshot:
     """What a step may change, saved so that it can be put back."""
 
     def __init__(self, tape, args):
-        self.variables = list({id(v): v for v in (*tape.variables(),
-                                                  *(a for a in args if isinstance(a, Variable)))
-                               }.values())
+        self.optimizers = tape.optimizers()
+        # an optimizer steps every parameter with a grad, those the tape never reads included
+        found = {id(v): v for v in (*tape.variables(),
+                                    *(a for a in args if isinstance(a, Variable)),
+                                    *(p for opt in self.optimizers for p in _parameters(opt)))}
+        # each grad as a Variable of its own: the step may write its data (W.grad.data = ...)
+        found.update((id(v._grad), v._grad) for v in list(found.values()) if v._grad is not None)
+        self.variables = list(found.values())
         self.arrays = [v._data for v in self.variables]
         self.data = [_copy(v._data) for v in self.variables]
         self.grads = [v._grad for v in self.variables]
         self.logs = [_saved_log(v) for v in self.variables]  # versions: the eager step counts again
-        self.optimizers = tape.optimizers()
         self.held = [_OwnState(opt) for opt in self.optimizers]
         self.random = backends.NUMPY.random_state(backends.CPU)
 
@@ -96,12 +105,21 @@ class _OwnState:
                 holder.update((k, again.get(id(v), v)) for k, v in held)
 
 
+def _parameters(opt):
+    """The parameters `opt` steps (a gradcore Optimizer's; none known for another kind)."""
+    parameters = getattr(opt, "_parameters", None)
+    if parameters is None or getattr(opt, "target", None) is None:
+        return ()
+    return parameters()
+
+
 def _held_by(opt):
-    """What the optimizer `opt` holds of its own: its attributes, and the dicts, lists, tuples
-    and arrays in them (Adam's state, a DeZero-style optimizer's `self.vs`, its step count),
-    through a ParamState and an optimizer it wraps (a DistributedOptimizer's); not its target,
-    nor a Module or Variable (the Snapshot holds their data). (holders, arrays): each dict
-    (an optimizer's attributes too) and list with what it holds now; each array with its path from `opt`, for a report."""
+    """What the optimizer `opt` holds of its own: its attributes, and the dicts, lists, tuples,
+    arrays and objects of the user's (_plain) in them (Adam's state, a DeZero-style optimizer's
+    `self.vs`, its step count, a counter in an object of its own), through a ParamState and an
+    optimizer it wraps (a DistributedOptimizer's); not its target, nor a Module or Variable (the
+    Snapshot holds their data). (holders, arrays): each dict (an object's attributes too) and
+    list with what it holds now; each array with its path from `opt`, for a report."""
     holders, arrays = [], []
     seen, todo = set(), [(opt, "")]
     while todo:
@@ -127,13 +145,25 @@ def _held_by(opt):
             todo.extend((v, f"{path}[{i}]") for i, v in enumerate(obj))
         elif isinstance(obj, ParamState):
             todo.append((obj._entries, f"{path}._entries"))
-        elif (obj is opt or isinstance(obj, Optimizer)) and isinstance(
-                getattr(obj, "__dict__", None), dict):
+        elif obj is opt or isinstance(obj, Optimizer) or _plain(obj):
             attributes = list(obj.__dict__.items())
             holders.append((obj.__dict__, attributes))  # put back as a dict is
+            # an optimizer's target: the parameters, the Snapshot's Variables
+            optimizer = obj is opt or isinstance(obj, Optimizer)
             todo.extend((v, f"{path}.{name}") for name, v in attributes
-                        if name != "target")  # the parameters: the Snapshot's Variables
+                        if name != "target" or not optimizer)
     return holders, arrays
+
+
+def _plain(obj):
+    """True for an object of the user's that keeps its attributes in a dict (a SimpleNamespace,
+    a dataclass's or another class's object): what an optimizer keeps there is saved as its own
+    attributes are. Not the standard library's others (modules, functions, threads, loggers),
+    whose attributes are no step's state."""
+    kind = type(obj)
+    return isinstance(getattr(obj, "__dict__", None), dict) and (
+        kind is types.SimpleNamespace
+        or (kind.__module__ or "").partition(".")[0] not in sys.stdlib_module_names)
 
 
 def _label(key, i):
@@ -150,7 +180,10 @@ def compare(what, replayed, eager):
                              f"eager step at {where}: {detail}. Something the step depends on "
                              "is not among its arguments (a Python number or array read from "
                              "outside that changed), or an op is not replayable: pass what "
-                             "changes as an argument, or leave this step uncompiled")
+                             "changes as an argument, or leave this step uncompiled. (Or "
+                             "another thread's code drew from NumPy's global random generator "
+                             "during the check, which sets it back between the two runs: "
+                             "checked calls run one at a time, but other code does not wait)")
 
 
 def _saved_log(v):

@@ -59,7 +59,7 @@ class Tape:
                          recorder.dtypes)
             if fused is not lines:
                 lines, self.frees = _needed(fused, outputs)
-        self.lines = _reuse_buffers(lines, self.frees, results)
+        self.lines = _reuse_buffers(lines, self.frees, results, recorder.layouts)
         self.arguments = recorder.arguments
         self.replays = 0
         self.graphs = graphs  # runs of device lines become device graphs when compiled (graph.py)
@@ -198,13 +198,15 @@ _KIND, _ARRAY = (operator.attrgetter(name) for name in ("kind", "array"))
 _NBYTES = operator.attrgetter("nbytes")
 
 
-def _reuse_buffers(lines, frees, outputs):
+def _reuse_buffers(lines, frees, outputs, layouts):
     """Lines rewritten to write their result into the memory of an input they read last, as
     `multiply(a, b, out=a)`: a replay allocates less (eager code cannot know that `a` dies
-    there). The input must be an array a line made (no one else's), of the result's shape and
-    dtype, held by nothing after the line: not a result, not in the memory of an array stored
-    (as a Variable's data or grad: `state.data = a.reshape(-1)` keeps `a`'s memory), handed to
-    an opaque line or kept in an index key, with no view of it used later."""
+    there). The input must be an array a line made (no one else's), of the result's shape,
+    dtype and strides, held by nothing after the line: not a result, not in the memory of an
+    array stored (as a Variable's data or grad: `state.data = a.reshape(-1)` keeps `a`'s
+    memory), handed to an opaque line or kept in an index key, with no view of it used later.
+    A rewritten line lends only where its inputs are laid out at the replay as they were
+    recorded (_Lent). `layouts`: the strides of the arrays no line made (Recorder.layouts)."""
     if max(map(_NBYTES, filter(None, map(_ARRAY, lines))), default=0) < REUSE_BYTES:
         return lines  # nothing large enough to lend its memory (asked in C, line by line)
     last = _last_uses(frees, outputs, len(lines))
@@ -233,9 +235,14 @@ def _reuse_buffers(lines, frees, outputs):
                         and (facts.fresh or facts.contiguous
                              and whole.get(facts.root) == facts.nbytes)
                         and facts.shape == line.array.shape and facts.dtype == line.array.dtype
+                        # eager NumPy lays a result out after all its inputs (`tanh(x.T) - y`:
+                        # C order); out= would give it the lent input's layout
+                        and facts.strides == line.array.strides
                         and not any(last[v] > i
                                     for v in views.get(facts.root, ()) if v != slot)):
-                    line = _with_out(line, function, slot)
+                    inputs = _input_layouts(line, made, layouts)
+                    if inputs is not None:
+                        line = _with_out(line, function, slot, inputs)
                     break
         rewritten.append(line)
     return rewritten
@@ -309,8 +316,37 @@ def _view_of(lines, index, setitem, readers):
     return [view, into]
 
 
-def _with_out(line, function, slot):
-    new = Line("call", function, line.args, {"out": Ref(slot)}, line.out)
+def _input_layouts(line, made, layouts):
+    """((slot, strides), ...) of the arrays `line` reads, as recorded (0-d ones left out: they
+    have one layout), or None if one's is unknown."""
+    found = []
+    for slot in dict.fromkeys(line.reads):
+        facts = made.get(slot)
+        strides = facts.strides if facts is not None else layouts.get(slot)
+        if strides is None:
+            return None
+        if strides:
+            found.append((slot, strides))
+    return tuple(found)
+
+
+class _Lent(Line):
+    """A line writing its result into the memory of an input (`out=`), where the arrays it
+    reads have the strides they were recorded with (`layouts`: (slot, strides) of each); else
+    it makes a new array, as eager code does. Their layouts decide the result's, and one may be
+    another at a replay: a parameter's data given another layout since (np.asfortranarray, a
+    loader), or an array an optimizer's step made."""
+
+    __slots__ = ("layouts",)
+
+
+def _with_out(line, function, slot, layouts=None):
+    """`line` as a call of `function` writing into the slot's array; a _Lent if `layouts`."""
+    if layouts is None:
+        new = Line("call", function, line.args, {"out": Ref(slot)}, line.out)
+    else:
+        new = _Lent("call", function, line.args, {"out": Ref(slot)}, line.out)
+        new.layouts = layouts
     new.array = line.array
     return new
 
@@ -396,10 +432,20 @@ def _operation(line, w):
     return f"{a} {BINARY[line.target]} {b}"
 
 
+def _call(line, w):
+    """A call line's statement; a _Lent's writes into its input only where the inputs' strides
+    are those recorded."""
+    call = f"{w.bind(line.target, 'f')}({w.arguments(line.args, line.kwargs)})"
+    if line.__class__ is not _Lent:
+        return f"v{line.out} = {call}"
+    laid_out = " and ".join(f"v{slot}.strides == {strides!r}" for slot, strides in line.layouts)
+    return (f"v{line.out} = {call} if {laid_out} else "
+            f"{w.bind(line.target, 'f')}({w.arguments(line.args, None)})")
+
+
 # kind -> the Python statement of a line of that kind (`w` names what the source refers to)
 _STATEMENTS = {
-    "call": lambda line, w: f"v{line.out} = {w.bind(line.target, 'f')}("
-                            f"{w.arguments(line.args, line.kwargs)})",
+    "call": _call,
     "method": lambda line, w: f"v{line.out} = {w.expression(line.args[0])}.{line.target}("
                               f"{w.arguments(line.args[1:], line.kwargs)})",
     "binary": lambda line, w: f"v{line.out} = {_operation(line, w)}",
@@ -464,7 +510,8 @@ def _interpreted(lines, frees, arguments, outputs, inspect=None):
             if kind in _CALLS:
                 if kind == "method":
                     target = getattr(xs.pop(0), target)
-                if line.kwargs:
+                if line.kwargs and (line.__class__ is not _Lent or all(
+                        values[slot].strides == strides for slot, strides in line.layouts)):
                     values[line.out] = target(*xs, **_resolve(line.kwargs, values))
                 else:
                     values[line.out] = target(*xs)

@@ -166,7 +166,7 @@ class Line:
 class ArrayFacts:
     """What a line's array result was when it was recorded: for reusing its buffer later."""
 
-    __slots__ = ("shape", "dtype", "nbytes", "fresh", "root", "xp", "contiguous")
+    __slots__ = ("shape", "dtype", "nbytes", "fresh", "root", "xp", "contiguous", "strides")
 
     def __init__(self, array, fresh, root, xp):
         self.shape, self.dtype, self.fresh, self.xp = array.shape, array.dtype, fresh, xp
@@ -175,6 +175,9 @@ class ArrayFacts:
         # C order: a view in C order as large as its memory spans all of it, in the order a
         # fresh result is laid out (NumPy's and CuPy's flags; unknown: False)
         self.contiguous = getattr(getattr(array, "flags", None), "c_contiguous", False)
+        # the layout: a result written into an input's memory (out=) takes that input's, where
+        # eager code gives it one that follows all its inputs'
+        self.strides = getattr(array, "strides", None)
 
 
 _NESTED = frozenset((tuple, list, dict, slice))
@@ -228,6 +231,9 @@ class Recorder:
         self.adopted = {}           # id(Variable) -> _Adopted
         self.arguments = []         # (argument index, slot, is a Variable) per array argument
         self.dtypes = {}            # slot -> dtype of each array no line makes (argument, load)
+        # slot -> strides of each array no line's ArrayFacts describe (argument, load, constant,
+        # an item of a tuple result): a line lending memory checks its inputs' at each replay
+        self.layouts = {}
         self.grad_owners = {}       # id(grad Variable) -> the adopted Variable it is the grad of
         # the step created weights (lazy layers), or left an outside Variable's data with
         # another shape, dtype or library (a growing memory): the next call records again
@@ -511,6 +517,7 @@ class Recorder:
             for i, r in enumerate(result):
                 slot = self.new_slot()
                 self.append("binary", operator.getitem, (Ref(out), i), None, slot)
+                self.layouts[slot] = getattr(r, "strides", None)
                 items.append(backend.traced(r, slot, self))
             return type(result)(items)
         self.objects[id(result)] = (result, out)
@@ -538,8 +545,9 @@ class Recorder:
     def _note_memory(self, slot, array, variable=False):
         """Note the memory number of `array`, which no line makes (an argument's, a load's),
         for the guards (Recorder._overwritten); a `variable` argument's as held from the start.
-        Its dtype too, for fusion (fuse.py)."""
+        Its dtype too, for fusion (fuse.py), and its layout (Recorder.layouts)."""
         self.dtypes[slot] = getattr(array, "dtype", None)
+        self.layouts[slot] = getattr(array, "strides", None)
         try:
             self.roots[slot] = self._memory(array)
         except TypeError:  # a scalar, or an array without weak references: never compared
@@ -562,6 +570,7 @@ class Recorder:
             backend = trace_backend(v._backend)
             slot = self.new_slot()
             self.append("constant", data, out=slot)
+            self.layouts[slot] = getattr(data, "strides", None)
         else:
             backend = trace_backend(v._backend)
             slot = self.new_slot()
@@ -657,6 +666,7 @@ class Recorder:
         `backend` as a constant line of the tape."""
         slot = self.new_slot()
         self.append("constant", data, out=slot)
+        self.layouts[slot] = getattr(data, "strides", None)
         return _variable.Variable(backend.traced(data, slot, self), requires_grad=False)
 
     def not_replayed(self, what):
