@@ -363,36 +363,43 @@ def _pushforward(f, inputs, where):
 
 
 # ================================================================================ grad
-def _check_one_number(y):
+def _check_one_number(y, where):
     if isinstance(y, (int, float)) and not isinstance(y, bool):  # a constant: zero gradients
         return
     if getattr(y, "size", None) != 1:
         got = f"shape {tuple(y.shape)}" if hasattr(y, "shape") else type(y).__name__
-        raise ValueError(f"grad: f must return one number (size 1) to take its gradient, got "
-                         f"{got}; reduce it first (F.sum) or use jacobian")
+        raise ValueError(f"{where}: f must return one number (size 1) to take its gradient, "
+                         f"got {got}; reduce it first (F.sum) or use jacobian")
 
 
-def _check_floating(arg, n, where="grad"):
+def _check_floating(arg, n, where):
     """TypeError for an argument to differentiate with respect to that holds integers: its
     derivatives would come out as zeros (vjp and jvp give those, for labels beside logits)."""
     x = arg if isinstance(arg, Variable) else Variable(arg, requires_grad=False)
     if dtype_kind(x.backend, x.dtype) != "float":
         raise TypeError(
             f"{where}: argument {n} has dtype {x.dtype}, which cannot carry a gradient; "
-            "differentiate at a floating-point point (2.0, not 2; or x.astype(float))")
+            f"differentiate at a floating-point point ({_floating(arg)})")
+
+
+def _floating(arg):
+    """How to write `arg`, an integer point, as a floating-point one."""
+    if isinstance(arg, int):  # a Python number (a bool too)
+        return f"{float(arg)!r}, not {arg!r}"
+    return 'F.astype(x, "float64")' if isinstance(arg, Variable) else "x.astype(float)"
 
 
 def _is_index(n):
     return isinstance(n, int) and not isinstance(n, bool)
 
 
-def _check_pair(out):
+def _check_pair(out, where):
     """TypeError unless `out`, what an f with has_aux returned, is a pair (result, aux)."""
     if isinstance(out, (tuple, list)) and len(out) == 2:
         return
     got = (f"a {type(out).__name__} of {len(out)}" if isinstance(out, (tuple, list))
            else type(out).__name__)
-    raise TypeError(f"grad: with has_aux=True, f must return a pair (result, aux), got {got}"
+    raise TypeError(f"{where}: with has_aux=True, f must return a pair (result, aux), got {got}"
                     + ("; put the extra values in aux, as a tuple or a dict"
                        if isinstance(out, (tuple, list)) and len(out) > 2 else ""))
 
@@ -402,23 +409,29 @@ def value_and_grad(f, argnums=0, has_aux=False):
     result with respect to args[argnums] (a tuple of gradients when argnums is a tuple); the
     other arguments and keyword arguments go to f as they are. With `has_aux`, f returns
     `(result, aux)` and this returns `((result, aux), gradient)`, aux as f gave it."""
+    return _value_and_grad(f, argnums, has_aux, "value_and_grad")
+
+
+def _value_and_grad(f, argnums, has_aux, where):
+    """value_and_grad, its errors naming `where`: the transform the user called (grad, hessian
+    and hvp are built on it)."""
     if not (_is_index(argnums) or isinstance(argnums, tuple) and argnums
             and all(_is_index(n) for n in argnums)):
-        raise TypeError(f"grad: argnums must be an int or a non-empty tuple of ints, got "
+        raise TypeError(f"{where}: argnums must be an int or a non-empty tuple of ints, got "
                         f"{argnums!r}")
 
     def value_and_gradient(*args, **kwargs):
         numbers = argnums if isinstance(argnums, tuple) else (argnums,)
         for n in numbers:
             if not -len(args) <= n < len(args):
-                raise IndexError(f"grad: argnums {n} for a function called with {len(args)} "
+                raise IndexError(f"{where}: argnums {n} for a function called with {len(args)} "
                                  "argument(s)")
         chosen = [n % len(args) for n in numbers]
         if len(set(chosen)) != len(chosen):
-            raise ValueError(f"grad: argnums elements must be unique, got {argnums!r} for a "
+            raise ValueError(f"{where}: argnums elements must be unique, got {argnums!r} for a "
                              f"function called with {len(args)} argument(s)")
         for n in chosen:
-            _check_floating(args[n], n)
+            _check_floating(args[n], n, where)
         aux = []
 
         def of_chosen(*picked):
@@ -428,13 +441,13 @@ def value_and_grad(f, argnums=0, has_aux=False):
             out = f(*full, **kwargs)
             if not has_aux:
                 return out
-            _check_pair(out)
+            _check_pair(out, where)
             aux.append(out[1])
             return out[0]
         others = [a for n, a in enumerate(args) if n not in chosen] + list(kwargs.values())
-        inputs, out, vjp_fn = _pullback(of_chosen, [args[n] for n in chosen], "grad", others)
+        inputs, out, vjp_fn = _pullback(of_chosen, [args[n] for n in chosen], where, others)
         y = inputs.export(out, reaches=inputs.reaches)
-        _check_one_number(y)
+        _check_one_number(y, where)
         gs = vjp_fn(1.0)
         gs = gs if isinstance(argnums, tuple) else gs[0]
         if has_aux:  # aux goes back as a result does
@@ -448,7 +461,12 @@ def grad(f, argnums=0, has_aux=False):
     args[argnums] (a tuple of them when argnums is a tuple); keyword arguments go to f as they
     are. Composes: grad(grad(f)). With `has_aux`, f returns `(result, aux)` and this returns
     `(gradient, aux)`."""
-    both = value_and_grad(f, argnums, has_aux)
+    return _grad(f, argnums, has_aux, "grad")
+
+
+def _grad(f, argnums, has_aux, where):
+    """grad, its errors naming `where` (see _value_and_grad)."""
+    both = _value_and_grad(f, argnums, has_aux, where)
 
     def gradient(*args, **kwargs):
         value, g = both(*args, **kwargs)
@@ -514,30 +532,33 @@ def hessian(f, x):
     reverse), shaped x.shape + x.shape. With x a tuple of arguments, every block, as
     ((H_00, H_01, ...), (H_10, H_11, ...), ...), H_ij = d2f/dx_i dx_j shaped
     x[i].shape + x[j].shape."""
-    return _jacobian(grad(f, _every_argnum(x)), x, "hessian")
+    return _jacobian(_grad(f, _every_argnum(x), False, "hessian"), x, "hessian")
 
 
 def hvp(f, x, v):
     """The Hessian of f at x times v, without forming the Hessian: one gradient recorded as a
     graph, and one backward pass through it. With x a tuple of arguments, v and the result are
     tuples shaped like x."""
+    primals = x if isinstance(x, tuple) else (x,)
+    for n, p in enumerate(primals):  # as the caller gave them: grad sees them as Variables
+        _check_floating(p, n, "hvp")
     # the Hessian is symmetric: the vjp of the gradient is the Hessian's product with v
     if not isinstance(x, tuple):
         _check_shape("hvp", v, "v", x, "x")
-        _, vjp_fn = vjp(grad(f), x)
+        _, _, vjp_fn = _pullback(_grad(f, 0, False, "hvp"), primals, "hvp")
         return vjp_fn(v)[0]
     v = tuple(v) if isinstance(v, (tuple, list)) else (v,)
     if len(v) != len(x):
         raise ValueError(f"hvp: {len(v)} vectors in v for {len(x)} arguments in x")
     for n, (vn, xn) in enumerate(zip(v, x)):
         _check_shape("hvp", vn, f"v[{n}]", xn, f"x[{n}]")
-    _, vjp_fn = vjp(grad(f, _every_argnum(x)), *x)
+    _, _, vjp_fn = _pullback(_grad(f, _every_argnum(x), False, "hvp"), x, "hvp")
     return vjp_fn(v)
 
 
 def _every_argnum(x):
     """grad's argnums for every argument in x if it is a tuple, else 0 (x itself; an empty
-    tuple too, for vjp to refuse as no primal)."""
+    tuple too, for _Inputs to refuse as no primal)."""
     return tuple(range(len(x))) if isinstance(x, tuple) and x else 0
 
 

@@ -50,13 +50,16 @@ def checkpoint(fn, *args):
     several = isinstance(out, tuple)
     outputs = _results(out)
     outside = _outside_variables(outputs, leaves, start)
-    for x in outside:  # a Parameter written while the block ran: a lazily created weight
-        log = getattr(x, "_writes", None)
-        if log is not None and log.stamps and log.stamps[-1] > start:
-            raise RuntimeError(
-                f"checkpoint: the block created a weight ({_name(x)}) as it ran, drawing random "
-                "numbers that its recomputation could not draw again; create it first: call the "
-                "model once outside checkpoint, or give the layer its input size")
+    # lazily created weights, in the order they were made
+    created = sorted((x for x in outside if _written_since(x, start)),
+                     key=lambda x: x._writes.stamps[-1])
+    if created:
+        # every one is named: which of them drew random numbers (W, not a zero b) is not known
+        raise RuntimeError(
+            f"checkpoint: the block created {_names(created)} as it ran; its recomputation "
+            "would not create them again, nor draw the random numbers their initializers drew; "
+            "create them first: call the model once outside checkpoint, or give the layer its "
+            "input size")
     node = Checkpoint(fn, args, where, draws, Config.train,
                       tuple(y.data for y in outputs) if several else outputs[0].data)
     kind = type(out)
@@ -71,8 +74,17 @@ def _results(out):
     return variables_returned(out, "checkpoint: fn must return a Variable or a tuple of Variables")
 
 
-def _name(x):
-    return f"{x.name!r}, shape {tuple(x.shape)}" if x.name else f"shape {tuple(x.shape)}"
+def _written_since(x, start):
+    """Whether gradcore wrote x's data after sequence number `start`."""
+    log = getattr(x, "_writes", None)
+    return log is not None and bool(log.stamps) and log.stamps[-1] > start
+
+
+def _names(weights):
+    """The weights in words: "a weight ('W', shape (3, 4))", "2 weights ('W', ...; 'b', ...)"."""
+    named = "; ".join(f"{x.name!r}, shape {tuple(x.shape)}" if x.name
+                      else f"shape {tuple(x.shape)}" for x in weights)
+    return f"a weight ({named})" if len(weights) == 1 else f"{len(weights)} weights ({named})"
 
 
 def _filled(args, where, values):

@@ -227,9 +227,46 @@ def test_an_integer_point_is_refused_rather_than_given_zero_derivatives():
                         (lambda: gf.grad(lambda v: v * v)(3), "grad"),
                         (lambda: gf.jacobian(lambda v: v * v, np.array([1, 2])), "jacobian"),
                         (lambda: gf.jacfwd(lambda v: v * v, np.array([1, 2])), "jacfwd"),
-                        (lambda: gf.hessian(lambda v: F.sum(v * v), np.array([1, 2])), "hessian")):
-        with pytest.raises(TypeError, match=f"{where}: argument 0 has dtype int64.*floating"):
+                        (lambda: gf.hessian(lambda v: F.sum(v * v), np.array([1, 2])), "hessian"),
+                        (lambda: gf.value_and_grad(lambda v: F.sum(v * v))(np.array([1, 2])),
+                         "value_and_grad"),
+                        (lambda: gf.hvp(lambda v: F.sum(v * v), np.array([1, 2]), np.ones(2)),
+                         "hvp")):
+        with pytest.raises(TypeError, match=f"^{where}: argument 0 has dtype int64.*floating"):
             call()
+
+
+def test_the_integer_point_refused_is_shown_how_to_write_as_floating_point():
+    square = lambda v: F.sum(v * v)  # noqa: E731
+    for point, hint in ((3, "(3.0, not 3)"), (True, "(1.0, not True)"),
+                        (np.array([1, 2]), "(x.astype(float))"),
+                        (gradcore.Variable(np.array([1, 2])), '(F.astype(x, "float64"))')):
+        for call in (lambda: gf.grad(square)(point), lambda: gf.hvp(square, point, 1.0)):
+            with pytest.raises(TypeError) as error:
+                call()
+            assert str(error.value).endswith("differentiate at a floating-point point " + hint)
+
+
+def test_a_transform_built_on_another_names_itself_in_its_errors():
+    """hessian and hvp are built on grad, grad on value_and_grad, hvp on vjp's pullback: an
+    error names the transform the user called."""
+    x, vector = np.ones(2), lambda a: a * a  # noqa: E731
+    for call, where in ((lambda: gf.value_and_grad(vector)(x), "value_and_grad"),
+                        (lambda: gf.hessian(vector, x), "hessian"),
+                        (lambda: gf.hvp(vector, x, x), "hvp"),
+                        (lambda: gf.hvp(vector, (x,), (x,)), "hvp")):
+        with pytest.raises(ValueError, match=rf"^{where}: f must return one number \(size 1\)"):
+            call()
+    with pytest.raises(TypeError, match=r"^hvp: needs at least one primal"):
+        gf.hvp(lambda: 1.0, (), ())
+    with pytest.raises(TypeError, match=r"^hessian: f must return Variables or arrays"):
+        gf.hessian(lambda a: "text", x)
+    with pytest.raises(IndexError, match=r"^value_and_grad: argnums 2 for a function called "
+                                         r"with 1 argument\(s\)"):
+        gf.value_and_grad(F.sum, argnums=2)(x)
+    with pytest.raises(TypeError, match=r"^value_and_grad: with has_aux=True, f must return a "
+                                        r"pair"):
+        gf.value_and_grad(F.sum, has_aux=True)(x)
 
 
 def test_labels_beside_logits_get_zero_derivatives_from_vjp():

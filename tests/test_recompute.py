@@ -41,8 +41,12 @@ def test_parameters_inside_a_block_get_their_gradients_and_dropout_repeats():
 
     eager, checked = make(), make()
     x = np.random.default_rng(1).standard_normal((5, 3))
-    with pytest.raises(RuntimeError, match="created a weight.*call the model once"):
+    # both weights named, in the order they were made: W drew random numbers, b is zeros
+    with pytest.raises(RuntimeError, match=r"created 2 weights \('W', shape \(3, 4\); 'b', "
+                                           r"shape \(4,\)\) as it ran.*call the model once"):
         gradcore.checkpoint(lambda h: nn.Linear(4)(h), x)
+    with pytest.raises(RuntimeError, match=r"created a weight \('W', shape \(3, 4\)\) as"):
+        gradcore.checkpoint(lambda h: nn.Linear(4, nobias=True)(h), x)
     for model in (eager, checked):
         np.random.seed(3)
         model(x)  # the lazy layers make their weights
