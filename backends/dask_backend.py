@@ -13,10 +13,9 @@ import weakref
 
 import numpy
 
-from .array_api_backend import ArrayAPIBackend
 from .base import Backend, DeviceUnavailableError, HostRandom
 from .device import Device
-from .indexing import flat_positions, is_advanced, normalize_key
+from .indexing import flat_positions, gather, is_advanced, normalize_key
 
 DASK = Device("dask")
 
@@ -38,7 +37,7 @@ class Namespace:
     chunks the axes it makes (Dask's makes each one a single chunk: a gradient broadcast over
     1e9 elements would be one chunk of 8 GB), or takes the chunks asked for (`laid_out`), a
     clip that never broadcasts its bounds to one chunk, and a reshape that works whatever the
-    chunks."""
+    chunks (and on the NumPy index arrays `get_item` takes with)."""
 
     def __init__(self, xp, da):
         self._xp = xp
@@ -83,6 +82,8 @@ class Namespace:
         return y if y.dtype == x.dtype else y.astype(x.dtype)  # the array API keeps x's dtype
 
     def reshape(self, x, shape, copy=None):
+        if isinstance(x, numpy.ndarray):  # an index array read on the host (get_item)
+            return numpy.reshape(x, shape)
         if x.size == 0 and x.npartitions > 1:
             # Dask cannot reshape an empty array of several chunks, not even to (-1,); there
             # is nothing in them, so one chunk costs nothing
@@ -120,15 +121,22 @@ class DaskBackend(HostRandom, Backend):
         self._assigned = weakref.WeakValueDictionary()
 
     def normalize_key(self, index, shape):
-        parts = index if isinstance(index, tuple) else (index,)
-        if any(_is_mask(k) for k in parts):
-            # where a mask is true decides the result's shape, which Dask knows only once it has
-            # computed them: the mask is computed now (NumPy's rule: a k-d mask reads as the k
-            # index arrays of its nonzero positions)
-            index = tuple(i for k in parts for i in (
-                [self.da.from_array(p) for p in numpy.nonzero(numpy.asarray(k))]
-                if _is_mask(k) else [k]))
-        return normalize_key(self.xp, index, shape)
+        return normalize_key(self.xp, index, shape, nonzero=self._nonzero)
+
+    def _nonzero(self, mask):
+        # where a mask is true decides the result's shape, which Dask knows only once it has
+        # computed them: the mask is computed now (its shape checked first)
+        return [self.da.from_array(p) for p in numpy.nonzero(numpy.asarray(mask))]
+
+    def get_item(self, array, key):
+        if not is_advanced(key):
+            return array[tuple(key)]
+        # Dask's take with a Dask index array can be wrong: [0] on an axis of one chunk keeps
+        # the whole axis in its shape, and a slice that leaves an empty chunk adds rows. With
+        # NumPy index arrays it is right: they are computed (small: one entry per pick)
+        arrays = iter(self.dask.compute(*(k for k in key if hasattr(k, "shape"))))
+        key = tuple(next(arrays) if hasattr(k, "shape") else k for k in key)
+        return gather(self.xp, array, key)
 
     def assign(self, target, value):
         # target[...] = value would make a graph that writes over target's own: each assign
@@ -201,7 +209,7 @@ class DaskBackend(HostRandom, Backend):
 
     def add_at(self, target, key, values):
         if not is_advanced(key):
-            return ArrayAPIBackend.add_at(self, target, key, values)
+            return self._add_at_slices(target, key, values)
         # integer-array keys: every value goes to its flat position, added up there block by
         # block (repeated positions add up), then added to the target
         positions = flat_positions(self.xp, target.shape, key)
@@ -213,6 +221,43 @@ class DaskBackend(HostRandom, Backend):
         # chunked as the positions (a multi-chunk array flattens in other chunks)
         values = self.xp.reshape(values, (-1,)).rechunk(positions.chunks)
         target[...] = target + _summed(self.da, positions, values, target)
+        return target
+
+    def _add_at_slices(self, target, key, values):
+        """add_at for a key of ints, slices and None. Dask's __setitem__ writes an int beside a
+        negative-step slice in reverse order (or fails), and fails on an empty slice: it gets
+        one non-empty, positive-step slice per axis, and `values` shaped and flipped to match."""
+        slices = []  # one per axis of target, each with a positive step
+        picked = []  # the shape target[key] has
+        flips = []   # the axes of `values` whose slice ran backwards
+        shape = []   # the shape `values` takes for `slices`: 1 where an int was
+        for k in key:
+            if k is None:
+                picked.append(1)  # a new axis: in values, not in target
+            elif k.__class__ is int:
+                slices.append(slice(k, k + 1))
+                shape.append(1)
+            elif k is not Ellipsis:  # an empty one covers no axis
+                r = range(*k.indices(target.shape[len(slices)]))
+                if not r:
+                    return target  # nothing picked: nothing to add
+                if r.step < 0:
+                    flips.append(len(picked))
+                    r = r[::-1]
+                # bounds in range, stopping at the last element picked
+                slices.append(slice(r[0], r[-1] + 1, r.step))
+                picked.append(len(r))
+                shape.append(len(r))
+        # Dask's reshape and __setitem__ fail on an empty chunk, which gy has where x[key] has
+        # one (a slice reaching into a chunk it picks nothing from), and so may the target
+        values = _without_empty_chunks(self.xp.broadcast_to(values, tuple(picked)))
+        if flips:
+            values = values[tuple(slice(None, None, -1) if d in flips else slice(None)
+                                  for d in range(values.ndim))]
+        values = self.xp.reshape(values, tuple(shape)).astype(target.dtype, copy=False)
+        slices = tuple(slices)
+        total = target[slices] + values  # basic indices never repeat an element
+        target[slices] = _without_empty_chunks(total)
         return target
 
     def host_samples(self, generator, kind, shape, dtype, device):
@@ -317,13 +362,14 @@ def _broadcast_block(block, shape, _):
     return numpy.broadcast_to(block, shape)
 
 
+def _without_empty_chunks(array):
+    """`array` with each empty chunk merged into its neighbour (none of its axes is empty)."""
+    return array.rechunk(tuple(tuple(n for n in c if n) for c in array.chunks))
+
+
 def _rebind(target, value):
     """The Dask array `target` made to hold `value`'s graph (same shape and chunks), in place."""
     target._meta = value._meta
     target.dask = value.dask
     target._name = value.name
     target._chunks = value.chunks
-
-
-def _is_mask(k):
-    return getattr(k, "ndim", 0) > 0 and str(getattr(k, "dtype", "")) == "bool"

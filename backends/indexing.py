@@ -8,13 +8,14 @@ import operator
 # give NumPy's result from array-API calls alone, for reading an item and for scatter_add.
 
 
-def normalize_key(xp, key, shape):
+def normalize_key(xp, key, shape, nonzero=None):
     """`key` (one index or a tuple) as a tuple that spells out every axis of `shape`.
 
     Ellipsis becomes slices; slice bounds past an end are clipped to it (as NumPy reads them;
     the array API leaves them unspecified); ints and integer arrays are checked against their
-    axis and made non-negative; integer arrays become int64; a boolean mask becomes one integer
-    array per axis it covers (`nonzero`). Index arrays must already be `xp` arrays on the
+    axis and made non-negative; integer arrays become int64; a boolean mask, once its shape is
+    checked, becomes one integer array per axis it covers (`nonzero`: xp.nonzero unless given;
+    Dask's leaves their sizes unknown). Index arrays must already be `xp` arrays on the
     indexed array's device. Raises IndexError (out of bounds, too many indices, a mask of the
     wrong shape) or TypeError (an index that is not an int, slice, None, Ellipsis, or
     integer/boolean array). A key it returned comes back as it is (the checks are not paid
@@ -92,7 +93,7 @@ def normalize_key(xp, key, shape):
             if tuple(k.shape) != covered:
                 raise IndexError(f"a boolean index of shape {tuple(k.shape)} does not match the "
                                  f"shape {covered} of the axes it masks (from axis {axis})")
-            out.extend(xp.nonzero(k))
+            out.extend(xp.nonzero(k) if nonzero is None else nonzero(k))
             axis += k.ndim
     arrays = [tuple(k.shape) for k in out if hasattr(k, "shape")]
     if len(arrays) > 1:

@@ -2,6 +2,7 @@
 sane chunks, train as on NumPy without growing their task graphs, and run unchanged on a
 dask.distributed cluster. (Every op of the tables on Dask: tests/functions/test_ops_on_dask.py.)"""
 import os
+import re
 import subprocess
 import sys
 import tracemalloc
@@ -234,6 +235,93 @@ def test_an_index_that_picks_nothing_has_a_zero_gradient(name, f):
     assert y_dask == y == 0.0
     np.testing.assert_array_equal(gx_dask, np.zeros_like(A))
     np.testing.assert_array_equal(gx, gx_dask)
+
+
+def _basic_keys(count, shape, seed=0):
+    """`count` random keys of ints, slices (negative steps, empty ones, bounds past the ends),
+    None and Ellipsis for an array of `shape`: all that NumPy takes."""
+    rng = np.random.RandomState(seed)
+    keys = []
+    while len(keys) < count:
+        key, axis = [], 0
+        for _ in range(rng.randint(1, 5)):
+            pick = rng.rand()
+            if pick < 0.15:
+                key.append(None if pick < 0.1 or Ellipsis in key else Ellipsis)
+                continue
+            if axis == len(shape):
+                break
+            n = shape[axis]
+            if pick < 0.4:
+                key.append(int(rng.randint(-n, n)))
+            else:
+                start, stop = (rng.choice([None, -7, -2, 0, 1, 3, 7]) for _ in range(2))
+                key.append(slice(start, stop, rng.choice([None, 1, 2, -1, -2, -3])))
+            axis += 1
+        try:
+            np.empty(shape)[tuple(key)]
+        except IndexError:  # an int out of bounds for the axis an Ellipsis moved it to
+            continue
+        keys.append(tuple(key))
+    return keys
+
+
+B = np.arange(120.0).reshape(5, 4, 6)
+# keys whose gradient Dask's __setitem__ gets wrong if given them as they are: an int beside a
+# negative step (reversed, or an error), an empty slice, a slice reaching into a chunk it picks
+# nothing from; then random ones
+BASIC_KEYS = [(2, slice(None, None, -1)), (1, slice(2, None, -1)), (2, slice(None, -4, -2)),
+              (-3, slice(None, -2, -1), -4), (slice(-5, None, -1), 1, slice(3, -1, 2)),
+              slice(10, None), slice(3, 3), (slice(None), slice(5, None)), slice(-3, -1, -1),
+              (slice(None, 4), slice(1, -1, 2), Ellipsis, None), (-2, slice(1, -1, 2), 1)
+              ] + _basic_keys(40, B.shape)
+
+
+@pytest.mark.parametrize("chunks", [(2, 3, 4), (3, 2, 5), ((2, 0, 3), (4, 0), (3, 3, 0))],
+                         ids=["chunks", "other chunks", "empty chunks"])
+def test_basic_keys_pick_and_differentiate_as_on_numpy(chunks):
+    for key in BASIC_KEYS:
+        picked = B[key]
+        weights = np.arange(1.0, picked.size + 1).reshape(picked.shape)  # tells order apart
+        expected = np.zeros(B.shape)
+        np.add.at(expected, key, weights)
+        x = gradcore.Variable(da.from_array(B, chunks=chunks))
+        y = x[key]
+        F.sum(y * gradcore.Variable(weights).to("dask")).backward()
+        assert isinstance(x.grad.data, da.Array) and x.grad.data.chunks == x.data.chunks, key
+        value, grad = dask.compute(y.data, x.grad.data)
+        np.testing.assert_array_equal(value, picked, err_msg=str(key))
+        np.testing.assert_array_equal(grad, expected, err_msg=str(key))
+
+
+@pytest.mark.parametrize("chunks, key", [
+    # Dask's take with a Dask index [0], on an axis of one chunk, gives the axis' whole size
+    ((5, 4, 6), np.array([0])),
+    ((5, 4, 6), np.array([True, False, False, False, False])),
+    # the slice leaves chunks (1, 0), from which Dask's take with a Dask index picks two rows
+    ((2, 3, 4), (slice(1, 3, 2), np.array([0, 1, 2]))),
+])
+def test_index_arrays_pick_what_numpy_picks(chunks, key):
+    x = gradcore.Variable(da.from_array(B, chunks=chunks))
+    y = x[key]
+    F.mean(y).backward()
+    assert y.shape == B[key].shape
+    value, mean, grad = dask.compute(y.data, F.mean(y).data, x.grad.data)
+    np.testing.assert_array_equal(value, B[key])
+    assert mean == B[key].mean()
+    expected = np.zeros(B.shape)
+    expected[key] = 1 / B[key].size
+    np.testing.assert_array_equal(grad, expected)
+
+
+@pytest.mark.parametrize("mask", [[True, False], [True, False, True, False, False],
+                                  [[True, False], [False, True]]])
+@pytest.mark.parametrize("on", [np.asarray, da.from_array], ids=["NumPy", "Dask"])
+def test_a_mask_of_the_wrong_shape_is_refused(mask, on):
+    x = gradcore.Variable(da.from_array(np.arange(12.0).reshape(3, 4), chunks=2))
+    mask = np.array(mask)
+    with pytest.raises(IndexError, match=re.escape(f"a boolean index of shape {mask.shape}")):
+        x[on(mask)]
 
 
 @pytest.mark.parametrize("dtype, n", [(np.float16, 20_000), (np.float32, 200_000)])
