@@ -220,14 +220,15 @@ class Communicator:
 
     def from_root(self, make, root=0, what="a broadcast"):
         """`make()`, called on `root` only, on every rank (its result JSON-able). If it raises
-        there, every rank raises at once, not at the deadline: `root` its exception, the others
-        DistributedError naming it."""
+        there, or its result is not JSON-able, every rank raises at once, not at the deadline:
+        `root` its exception, the others DistributedError naming it."""
         made = failure = None
         if self.rank == root:
             try:
                 made = make()
+                json.dumps(made)  # here, so that the others hear of a result that cannot go
             except Exception as e:
-                failure = e
+                made, failure = None, e
         sent = self.broadcast_json(
             [made, None if failure is None else f"{type(failure).__name__}: {failure}"],
             root, what)

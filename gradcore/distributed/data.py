@@ -1,4 +1,6 @@
 """scatter_dataset: this rank's equal share of a data set."""
+import secrets
+
 import numpy
 
 from ..datasets import Dataset, rows_of_arrays
@@ -42,9 +44,10 @@ def scatter_dataset(dataset, comm, shuffle=False, seed=0):
     """This rank's share of `dataset`: `ceil(len / size)` examples on every rank, so that every
     rank takes the same number of steps (a rank with fewer would leave the others waiting in
     the all-reduce). Rank r takes the r-th block of the examples in order (`shuffle`: in an
-    order drawn from `seed`, the same on every rank); when the length does not divide evenly,
+    order drawn from `seed`, the same on every rank; seed=None: a fresh seed drawn by rank 0
+    and sent to the others, so a collective then); when the length does not divide evenly,
     the last shares are made up with examples from the start again, the fewest needed
-    (size - len % size of them). Every rank builds `dataset` itself; nothing is sent.
+    (size - len % size of them). Every rank builds `dataset` itself; nothing else is sent.
 
     share[i] is always dataset[j] for its example j. A Dataset whose examples are rows of the
     arrays `data` and `label` (the base class's __getitem__) gives a Share: its rows copied,
@@ -53,6 +56,10 @@ def scatter_dataset(dataset, comm, shuffle=False, seed=0):
     n = len(dataset)
     if n == 0:
         raise ValueError("scatter_dataset: the dataset is empty")
+    if shuffle and seed is None:
+        # each rank's own fresh seed would shuffle differently: some examples on two ranks,
+        # others on none
+        seed = comm.from_root(lambda: secrets.randbits(32), 0, "scatter_dataset's seed")
     order = numpy.random.RandomState(seed).permutation(n) if shuffle else numpy.arange(n)
     per_rank = -(-n // comm.size)
     padded = order[numpy.arange(per_rank * comm.size) % n]

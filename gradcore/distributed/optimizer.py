@@ -16,7 +16,8 @@ ranks; the step makes every rank start the same ones, in the same order, and the
 summing again, so that every rank does or none does.
 
 The plan follows the optimizer: a step that finds its parameters changed (a layer replaced, a
-bias added, setup(other)) plans the buckets again, and the ranks compare them anew. The first
+bias added, setup(other)), or resized or cast (p.data = a larger array, model.to(dtype=...)), or
+the buffers resized or cast, plans the buckets again, and the ranks compare them anew. The first
 step after a plan also compares the ranks' settings (bucket_size, overlap, buffers), whose
 differences would otherwise pair sums of different lengths.
 
@@ -43,11 +44,14 @@ from ..nn.module import Module, registry_changes
 from ..optim.optimizer import Optimizer, _eager_in_replay
 from ..variable import Variable, dtype_kind, note_write
 from .communicator import DistributedError
+from .parameters import restore_random_states
 
 __all__ = ["DistributedOptimizer", "DEFAULT_BUCKET_SIZE", "LocalGradientWarning"]
 
 DEFAULT_BUCKET_SIZE = 4 * 2 ** 20  # bytes
 BUFFER_MODES = ("mean", "root", None)
+# what a plan depends on, per parameter: a change of any makes the step plan again
+_layout = operator.attrgetter("size", "dtype", "backend")
 
 
 class LocalGradientWarning(UserWarning):
@@ -82,7 +86,8 @@ class DistributedOptimizer:
     """`optimizer` (either style: step() or DeZero's update()) whose steps first replace every
     parameter's gradient with its mean over the ranks of `comm`; the optimizer's hooks
     (WeightDecay, ClipGrad, ...) run after that averaging. A parameter no rank has a gradient
-    for keeps None; one that some ranks lack counts as zeros there. Every other attribute
+    for keeps None; one that some ranks lack counts as zeros there; an integer or bool one
+    (which has none) is left out of the averaging. Every other attribute
     (lr, state_dict, add_hook, `defaults`, where learning-rate schedules look for lr or Adam's
     alpha, ...) is the optimizer's.
 
@@ -91,7 +96,8 @@ class DistributedOptimizer:
     be given the same bucket_size, overlap and buffers: the first step compares them, and that
     every rank holds the same parameters (a digest of each), and raises DistributedError naming
     what differs (see broadcast_parameters). Parameters the optimizer gains later (a layer
-    replaced the same way on every rank) are planned and compared at the step that finds them.
+    replaced the same way on every rank), or resized or cast later (p.data = a larger array,
+    model.to(dtype=...)), are planned and compared at the step that finds them.
     Making one is a collective (with MPI, it sums on a communicator of its own, duplicated
     here): every rank makes each DistributedOptimizer, in the same order.
 
@@ -113,8 +119,9 @@ class DistributedOptimizer:
     and save_on_root saves rank 0's). The model is the optimizer's target when it was given the
     model (`optim.SGD(model, lr=...)`, `setup(model)`), else `model=`; given only parameters and
     no `model`, there are no buffers to see. The buffers sized at the first step are the ones
-    kept in agreement (the ranks check they have the same names, shapes and dtypes); a buffer
-    registered, removed, replaced or sized after it raises DistributedError. PyTorch's
+    kept in agreement (the ranks check they have the same names, shapes and dtypes; one
+    resized or cast later is planned and compared again); a buffer registered, removed,
+    replaced or sized after it raises DistributedError. PyTorch's
     DDP instead broadcasts rank 0's buffers at every forward (broadcast_buffers=True): each
     rank's batch statistics are then used for normalising but only rank 0's enter the running
     ones; "mean" lets every rank's data count, at the step.
@@ -148,10 +155,12 @@ class DistributedOptimizer:
         self._buffers = None  # planned with the buckets
         self._params = []
         self._buckets = None  # planned at the first gradients
+        self._layouts = None  # _layout of each parameter, as planned
         self._bucket_of = {}
         self._started = 0  # buckets started this step: they start in order
         self._stale = False  # a gradient changed after its bucket had started
         self._checked = False
+        self._restore_due = False  # checked: give back generators (see restore_random_states)
         self._names = None  # id(parameter) -> its name in the target, for messages
         self._target = None  # the optimizer's target that _params were read from
         self._hook_handles = []
@@ -181,7 +190,7 @@ class DistributedOptimizer:
                       "_params", "_buckets", "_bucket_of", "_started", "_stale", "_checked",
                       "_names", "_target", "_hook_handles", "_buffers", "_synced",
                       "_averaged_early", "_hooks_stay", "_read_at", "_number", "_final",
-                      "_warned", "_channel", "__weakref__"))
+                      "_warned", "_channel", "_layouts", "_restore_due", "__weakref__"))
 
     def __getattr__(self, name):  # what is not ours is the optimizer's
         if name in DistributedOptimizer._own:
@@ -199,7 +208,9 @@ class DistributedOptimizer:
                 f"{self.comm.size}, bucket_size={self.bucket_size})")
 
     def setup(self, target):
-        """DeZero's style: optimize `target`'s parameters. Returns self."""
+        """DeZero's style: optimize `target`'s parameters. Returns self. After a step, a
+        collective with overlap (the ranks agree on the buckets a backward started): call it on
+        every rank."""
         self.optimizer.setup(target)
         self._attach()
         return self
@@ -223,10 +234,17 @@ class DistributedOptimizer:
         return loss
 
     def zero_grad(self, *args, **kwargs):
-        """The optimizer's zero_grad (with its arguments); buckets started for gradients now
-        dropped are let go."""
-        if self._round_open():
-            self._abandon()
+        """The optimizer's zero_grad (with its arguments). Buckets a backward started for the
+        gradients now dropped are let go of at the next step, on every rank together, and the
+        step sums every bucket again."""
+        if self._started:
+            # not finished here: a backward this rank alone ran (for logging, say) started them
+            # on this rank only, and MPI would pair them with the others' next sums. The step's
+            # vote on stale buckets makes every rank let go of its own and sum again
+            self._stale = True
+        elif self._buckets is not None:
+            for bucket in self._buckets:
+                bucket.ready.clear()
         self._step_taken()
         self.optimizer.zero_grad(*args, **kwargs)
 
@@ -256,7 +274,13 @@ class DistributedOptimizer:
             self._plan()
         if not self._checked:
             self._check_same_parameters()
-            self._checked = True
+            self._checked = self._restore_due = True
+        if self._restore_due and _variables.step_recorder is None:
+            # lazy layers broadcast before their first call drew root's weights, checked now:
+            # each rank draws from its own generators again (not while gradcore.compile records
+            # a step, whose draws must lead where the recording ends: at the next averaging)
+            restore_random_states()
+            self._restore_due = False
         self._warn_if_set_here()
         # a gradient changed after its bucket started (it came late, came in a second
         # backward, or was set anew, `p.grad = ...`) on some rank, perhaps not on
@@ -308,8 +332,7 @@ class DistributedOptimizer:
 
     # ---------------------------------------------------------------- buckets
     def _attach(self):
-        if self._round_open():
-            self._abandon()
+        self._end_round()
         _remove_all(self._hook_handles)
         self._target = self.optimizer.target
         count = registry_changes[0]  # before the walk: a change during it is seen next time
@@ -333,18 +356,36 @@ class DistributedOptimizer:
         self._hook_handles.extend(p.register_post_accumulate_grad_hook(hook)
                                   for p in self._params)
 
+    def _end_round(self):
+        """Let go of the buckets a backward started, before the plan is dropped: with overlap
+        they may have started on some ranks only, so every rank finishes them, in the same
+        order, or none does."""
+        round_open = self._round_open()
+        if self._checked and self.overlap and self.comm.size > 1:
+            round_open = self.comm.any_rank(round_open, "the gradient all-reduce")
+        if round_open:
+            self._abandon()
+
     def _follow_parameters(self):
         """Plan again if the optimizer's parameters are others than those planned (setup(other),
         a layer replaced, a bias added): its step reads them anew each time, and a parameter
-        left out of the buckets would be trained on each rank's own gradient."""
-        if self._current_parameters() is self._params:
+        left out of the buckets would be trained on each rank's own gradient. Also if one was
+        resized or cast, or a buffer kept in agreement was (model.to(dtype=...)): the buckets'
+        offsets and dtypes are the plan's."""
+        if self._current_parameters() is self._params and not self._layout_changed():
             return
-        if self._checked and self.overlap and self.comm.size > 1:
-            # buckets of the old plan may have started in backward on some ranks only: every
-            # rank finishes them, in the same order, or none does
-            if self.comm.any_rank(self._round_open(), "the gradient all-reduce"):
-                self._abandon()
         self._attach()
+
+    def _layout_changed(self):
+        """Whether a planned parameter or buffer has another size, dtype or backend now, or a
+        parameter none (p.data = None: the plan then says it is not initialised)."""
+        if self._buckets is None:
+            return False
+        try:
+            layouts = list(map(_layout, self._params))
+        except AttributeError:  # None has no size
+            return True
+        return layouts != self._layouts or self._buffers is not None and self._buffers.changed()
 
     def _current_parameters(self):
         """The optimizer's parameters as its step reads them now: `_params` itself while they
@@ -369,8 +410,10 @@ class DistributedOptimizer:
         if unsized:
             raise DistributedError(f"DistributedOptimizer: {', '.join(unsized)} not initialised "
                                    "yet: the first step comes after a forward and backward")
+        # an integer or bool parameter (an index table) never has a gradient
+        floating = [p for p in self._params if dtype_kind(p.backend, p.dtype) == "float"]
         buckets, run, size = [], [], 0
-        for p in reversed(self._params):
+        for p in reversed(floating):
             nbytes = p.size * _itemsize(p)
             if run and ((p.backend, p.device, p.dtype) != (run[0].backend, run[0].device,
                                                             run[0].dtype)
@@ -383,6 +426,7 @@ class DistributedOptimizer:
             buckets.append(_Bucket(run))
         self._buckets = buckets
         self._bucket_of = {id(p): b for b in buckets for p in b.params}
+        self._layouts = list(map(_layout, self._params))
         model = self.model if self.model is not None else self.optimizer.target
         named = getattr(model, "named_buffers", None)
         self._buffers = None
@@ -451,16 +495,19 @@ class DistributedOptimizer:
         # 6.85 MiB took 2.7-2.9 ms instead of 4.1-4.3 (benchmarks.distributed, 2 ranks)
         share = 1 / self.comm.size
         packed = bucket.packed = []
-        for k, (p, start) in enumerate(zip(bucket.params, bucket.offsets)):
+        for k, (p, start, end) in enumerate(zip(bucket.params, bucket.offsets,
+                                                bucket.offsets[1:])):
             g = p.grad
             packed.append(g)
-            if g is None:
-                buffer[start:start + p.size] = 0
+            # another size: p was resized since the plan (in backward, before the step saw it),
+            # and the step plans again before any sum of this plan is used
+            if g is None or g.size != end - start:
+                buffer[start:end] = 0
                 buffer[n + k] = 0
                 bucket.idle.add(id(p))
                 continue
             data = g.data if reducer.on_device else p.backend.to_numpy(g.data)
-            xp.multiply(data.reshape(-1), share, out=buffer[start:start + p.size])
+            xp.multiply(data.reshape(-1), share, out=buffer[start:end])
             buffer[n + k] = 1  # summed: how many ranks had a gradient for p
         bucket.buffer = buffer
         bucket.handle = reducer.start(buffer, self._channel)
@@ -654,16 +701,23 @@ class _Buffers:
         return [[name, list(shape), str(dtype)] for (name, _), (shape, dtype)
                 in zip(self.named, self.kinds)]
 
+    def changed(self):
+        """Whether a planned buffer has another shape or dtype now (model.to(dtype=...)): the
+        optimizer plans again, and the ranks compare the buffers anew."""
+        return any(v.data is not None and (tuple(v.shape), v.dtype) != kind
+                   for (_, v), kind in zip(self.named, self.kinds))
+
     def start(self, comm, channel):
         """Pack the buffers and start their all-reduce on `channel` (the optimizer's); returns
         its handle (None: none is sized)."""
         self._check_same_buffers()
         for (name, v), (shape, dtype) in zip(self.named, self.kinds):
-            if v.data is None or tuple(v.shape) != shape or v.dtype != dtype:
+            if v.data is None:
                 raise DistributedError(
-                    f"DistributedOptimizer: the buffer {name} changed since the first step "
+                    f"DistributedOptimizer: the buffer {name} was emptied since the first step "
                     f"(it was {shape} {dtype}): the ranks keep the buffers they had then in "
-                    "agreement; make the model's buffers before the first step")
+                    "agreement; give it data again (the same on every rank), or pass "
+                    "buffers=None")
         for name, v in self.unsized:
             if v.data is not None:
                 raise DistributedError(
@@ -690,7 +744,10 @@ class _Buffers:
             self.host_dtypes.append(data.dtype)
             part = buffer[start:start + v.size]
             if averaged:
-                xp.multiply(data.reshape(-1), share, out=part)
+                # in float64 (a float32 buffer times a Python float computes in float32): a
+                # share rounded to the buffer's dtype makes the mean of equal values differ
+                part[...] = data.reshape(-1)
+                part *= share
             elif comm.rank == 0:
                 part[...] = data.reshape(-1)
             else:

@@ -7,6 +7,10 @@ from .communicator import DistributedError
 
 __all__ = ["broadcast_parameters", "save_on_root"]
 
+# this rank's own random generator states, kept while it draws from root's for its lazy layers
+# (see _share_random_states): None (NumPy's global generator) or a CuPy device -> its state
+_own_states = {}
+
 
 def broadcast_parameters(model, comm, root=0):
     """Give every rank `root`'s parameters and buffers (BatchNorm's running statistics), after
@@ -16,9 +20,11 @@ def broadcast_parameters(model, comm, root=0):
 
     Layers not sized yet (sized at their first call) cannot be sent; instead every rank gets
     root's state of the random generators they draw their weights from, so that they draw the
-    same weights; the first step of a DistributedOptimizer checks that they did. If reading
-    root's arrays raises there (a device error, a lazy array's computation), every rank raises
-    at once: root its exception, the others DistributedError naming root and it."""
+    same weights; the first step of a DistributedOptimizer checks that they did, and then gives
+    each rank its own generators back, as they were before this call (until then, dropout and
+    shuffles draw alike on every rank). If reading root's arrays raises there (a device error,
+    a lazy array's computation), every rank raises at once: root its exception, the others
+    DistributedError naming root and it."""
     entries = list(model.named_parameters()) + list(model.named_buffers())
     mine = [[name, None, None] if v.data is None else [name, list(v.shape), str(v.dtype)]
             for name, v in entries]
@@ -94,22 +100,47 @@ def _differences(everyone, root):
 
 def _share_random_states(model, comm, root):
     """Root's state of NumPy's global generator (which lazy layers draw from on the CPU and on
-    array-API devices) on every rank, and for CuPy devices the model uses, a seed from root."""
+    array-API devices) on every rank, and for CuPy devices the model uses, a seed from root.
+    The other ranks keep their own states, for restore_random_states (the first ones kept: a
+    second lazy model broadcast before then would keep root's)."""
     state = numpy.random.get_state()
     sent = [state[0], state[1].tolist(), *state[2:]] if comm.rank == root else None
     name, keys, *rest = comm.broadcast_json(sent, root, "broadcast_parameters")
+    if comm.rank != root:
+        _own_states.setdefault(None, state)
     numpy.random.set_state((name, numpy.asarray(keys, dtype=numpy.uint32), *rest))
     devices = {v.device for v in model.parameters() if v.data is not None}
     devices |= {model._device} if getattr(model, "_device", None) is not None else set()
     for device in sorted(devices, key=str):
         backend = backends.backend_for_device(device)
         if backend.name == "cupy":
-            seed = comm.broadcast_json(backend.random_state(device), root, "a seed")
+            own = backend.random_state(device)  # root's is the seed sent
+            seed = comm.broadcast_json(own, root, "a seed")
+            if comm.rank != root:
+                _own_states.setdefault(device, own)
             backend.set_random_state(device, seed)
+
+
+def restore_random_states():
+    """Give this rank back the random generator states broadcast_parameters replaced with
+    root's for lazy layers (nothing if it replaced none): a DistributedOptimizer calls it once
+    its first step has checked that the ranks drew the same weights. Otherwise every rank would
+    draw the same dropout masks and shuffles, whatever seed each was given."""
+    for device, state in _own_states.items():
+        if device is None:
+            numpy.random.set_state(state)
+        else:
+            backends.backend_for_device(device).set_random_state(device, state)
+    _own_states.clear()
 
 
 def save_on_root(model, path, comm, root=0):
     """`model.save(path)` on rank `root` only; every rank returns once the file is written,
-    with the path written (".npz" appended if missing). If the save raises, every rank raises
-    at once: `root` its exception, the others DistributedError naming root and it."""
-    return comm.from_root(lambda: model.save(path), root, "save_on_root")
+    with the path written (".npz" appended if missing), or None where root's `path` is a binary
+    file object (written into where it is; the other ranks' `path` is not used). If the save
+    raises, every rank raises at once: `root` its exception, the others DistributedError naming
+    root and it."""
+    def save():
+        written = model.save(path)
+        return written if isinstance(written, str) else None  # a file object stays on root
+    return comm.from_root(save, root, "save_on_root")

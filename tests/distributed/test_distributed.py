@@ -42,13 +42,14 @@ def test_ranks_know_who_they_are(tmp_path):
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_shares_are_equal_and_cover_every_example(tmp_path, ranks):
     results = launch("shares", tmp_path, ranks=ranks)
-    for kind in ("plain", "mixed"):
+    for kind in ("plain", "mixed", "fresh"):  # fresh: seed=None, rank 0's seed on every rank
         shares = [r[kind] for r in results]
         assert len({len(s) for s in shares}) == 1  # every rank takes as many steps
         everything = [i for s in shares for i in s]
         assert sorted(set(everything)) == list(range(100))
         assert len(everything) - 100 == (-100) % ranks  # the fewest made up from the start
     assert results[0]["plain"][:3] == [0, 1, 2] and results[0]["mixed"][:3] != [0, 1, 2]
+    assert results[0]["fresh"] != results[0]["mixed"]
 
 
 def test_both_optimizer_styles_end_bit_identical_on_every_rank(tmp_path):
@@ -224,6 +225,15 @@ def test_a_compiled_step_that_clips_replays_and_trains_as_one_process(changes_an
         assert result["max_difference"] < 1e-14  # one process on the whole batch, clipped
 
 
+@pytest.mark.parametrize("then", ["zero_grad", "setup"])
+def test_a_backward_on_one_rank_then_dropped_leaves_training_as_it_was(changes_and_settings,
+                                                                        then):
+    """Rank 0 alone runs a backward (overlap: its buckets start), then zero_grad on rank 0 or
+    setup(model) on every rank drops it."""
+    first, second = (r["one_rank_backward"] for r in changes_and_settings)
+    assert first[then] == second[then] == first["nothing"]  # float64, to the bit
+
+
 def test_each_optimizer_sums_with_itself_whatever_order_backward_finishes_them(tmp_path):
     """Two optimizers whose buckets start in backward in opposite orders on the ranks, and the
     program's own collectives between backward and the steps: each is the mean of the ranks'
@@ -240,6 +250,10 @@ def test_a_root_that_cannot_save_or_read_its_parameters_stops_every_rank_at_once
     assert second["save"].startswith(
         "DistributedError: rank 0 failed in save_on_root (FileNotFoundError: ")
     assert str(tmp_path / "missing") in second["save"]
+    # a result no JSON carries fails on every rank too, not at the deadline
+    assert first["unsent"] == "TypeError: Object of type set is not JSON serializable"
+    assert second["unsent"] == ("DistributedError: rank 0 failed in a set (TypeError: Object "
+                                "of type set is not JSON serializable); every rank stops there")
     assert first["broadcast"] == "RuntimeError: the device is gone, on purpose"
     assert second["broadcast"] == (
         "DistributedError: broadcast_parameters: rank 0 could not read its parameters "
@@ -267,11 +281,16 @@ def test_ranks_that_end_at_different_times_end_without_error(tmp_path):
 def test_lazy_layers_broadcast_before_their_first_call_agree(tmp_path):
     first, second = launch("lazy", tmp_path)
     assert first["digests"] == second["digests"]
+    # then each rank draws its own numbers: rank 1 from its seed (1), where it was at the
+    # broadcast; rank 0 goes on from where the lazy layers left its generator
+    assert second["drawn"] == np.random.RandomState(1).rand(3).tolist()
+    assert first["drawn"] != second["drawn"]
 
 
 def test_save_on_root_writes_once_and_every_rank_sees_it(tmp_path):
     for r in launch("save", tmp_path):
         assert r["path"] == str(tmp_path / "model.npz") and r["exists"] and r["same"]
+        assert r["into_file"] is None and r["same_from_file"]  # rank 0's file object
 
 
 def test_a_rank_that_raises_stops_the_others_with_its_name(tmp_path):

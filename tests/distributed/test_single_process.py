@@ -576,6 +576,117 @@ def test_a_model_changed_after_the_first_step_is_planned_and_averaged(comm, over
     assert [id(p) for p in opt._params] == [id(p) for p in model.parameters()]
 
 
+class _Pair(nn.Module):
+    """Two float64 parameters, a (3,) and b (4,): the loss sum(a * xa) + sum(b * xb) gives them
+    the gradients xa and xb."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Parameter(np.zeros(3))
+        self.b = nn.Parameter(np.zeros(4))
+
+    def forward(self, xa, xb):
+        return F.sum(self.a * xa) + F.sum(self.b * xb)
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_a_parameter_resized_or_cast_after_the_first_step_is_planned_again(comm, overlap):
+    """The buckets' offsets and dtypes are the plan's: a parameter given a larger array, or a
+    model cast, after the first step (the same on every rank) is planned again."""
+    model = _Pair().to(dtype="float32")
+    # the two other ranks send zeros: each mean is a third of this rank's gradient
+    opt = dist.DistributedOptimizer(optim.SGD(model, lr=0.0),
+                                    _RankOfThreeAlone(comm, on_device=False), overlap=overlap)
+    for _ in range(2):  # from the second step on, buckets start in backward (overlap)
+        opt.zero_grad()
+        model(np.ones(3, np.float32), np.ones(4, np.float32)).backward()
+        opt.step()
+    model.a.data = np.zeros(5, np.float32)  # a's gradient would have run over into the flags
+    xa, xb = np.arange(5, dtype=np.float32) + 10, np.arange(4, dtype=np.float32) + 100
+    for _ in range(2):
+        opt.zero_grad()
+        model(xa, xb).backward()
+        opt.step()
+        np.testing.assert_allclose(model.a.grad.numpy(), xa / 3, rtol=2.4e-7)
+        np.testing.assert_allclose(model.b.grad.numpy(), xb / 3, rtol=2.4e-7)
+    model.to(dtype="float64")  # float32 buckets would round 1 + 1e-10 to 1
+    for _ in range(2):
+        opt.zero_grad()
+        model(np.full(5, 1 + 1e-10), np.ones(4)).backward()
+        opt.step()
+        assert model.a.grad.dtype == np.float64
+        np.testing.assert_allclose(model.a.grad.numpy(), np.full(5, (1 + 1e-10) / 3),
+                                   rtol=1e-15)
+
+
+def test_buffers_cast_after_the_first_step_are_planned_again(comm):
+    x = np.random.RandomState(0).randn(4, 2).astype(np.float32)
+    model = _Counted()
+    opt = dist.DistributedOptimizer(optim.SGD(model, lr=0.1),
+                                    _RankOfThreeAlone(comm, on_device=False))
+    for step in range(3):
+        if step == 1:
+            model.to(dtype="float64")  # was: every later step raised for BatchNorm's buffers
+            x = x.astype(np.float64)
+        opt.zero_grad()
+        F.sum(model(x)).backward()
+        own = {name: b.numpy().copy() for name, b in model.named_buffers()}
+        opt.step()
+        for name, b in model.named_buffers():  # a third of this rank's; rank 0's integers
+            expected = own[name] if name == "seen" else own[name] / 3
+            assert b.dtype == expected.dtype
+            np.testing.assert_allclose(b.numpy(), expected, rtol=1e-15, err_msg=name)
+    assert model.bn.avg_mean.dtype == np.float64
+
+
+class _Table(nn.Module):
+    """A Linear beside float32 and float16 buffers that no forward changes."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(2, in_size=4)
+        table = np.random.RandomState(0).rand(1000) + 0.5
+        self.register_buffer("t32", table.astype(np.float32))
+        self.register_buffer("t16", table.astype(np.float16))
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+@pytest.mark.parametrize("on_device", [False, True], ids=["host", "device"])
+def test_the_mean_of_buffers_equal_on_every_rank_is_that_buffer(comm, on_device):
+    """Each rank's share (1 / 3) is taken in float64: rounded to float32 (float16), about a
+    quarter of the elements came back an ulp off."""
+    model = _Table()
+    before = {name: b.numpy().copy() for name, b in model.named_buffers()}
+    opt = dist.DistributedOptimizer(optim.SGD(model, lr=0.1), _RankOfThree(comm, on_device))
+    F.sum(model(np.ones((2, 4), np.float32))).backward()
+    opt.step()
+    for name, b in model.named_buffers():
+        np.testing.assert_array_equal(b.numpy(), before[name], err_msg=name)
+
+
+def test_an_integer_parameter_is_left_out_of_the_averaging(comm):
+    """An index table kept as a Parameter has no gradient: planning a bucket for it failed
+    (NumPy's finfo of an integer dtype)."""
+    class Indexed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(np.ones(3))
+            self.index = nn.Parameter(np.arange(2), requires_grad=False)
+
+        def forward(self, x):
+            return F.sum(self.w * x)
+
+    model = Indexed()
+    opt = dist.DistributedOptimizer(optim.SGD(model, lr=0.5), comm)
+    model(np.full(3, 2.0)).backward()
+    opt.step()
+    np.testing.assert_array_equal(model.w.numpy(), np.zeros(3))  # 1 - 0.5 * 2
+    np.testing.assert_array_equal(model.index.numpy(), [0, 1])
+    assert [p for bucket in opt._buckets for p in bucket.params] == [model.w]
+
+
 def test_a_step_walks_the_model_only_where_a_module_changed(comm, monkeypatch):
     """The optimizer's own update reads the parameters (one walk of the model); the averaging
     reads them again, and the buffers, only after some Module registered or removed something:

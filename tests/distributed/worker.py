@@ -1,6 +1,7 @@
 """Run under `mpiexec -n K python worker.py SCENARIO OUT`: each rank runs SCENARIO and writes what
 it measured to OUT/rank<r>.json for tests/distributed/test_distributed.py to check."""
 import hashlib
+import io
 import json
 import os
 import sys
@@ -107,11 +108,14 @@ def equivalence(comm, out):
 
 
 def shares(comm, out):
-    """scatter_dataset on 100 examples: equal lengths, every example somewhere."""
+    """scatter_dataset on 100 examples: equal lengths, every example somewhere (seed=None: a
+    seed of rank 0's)."""
     data = Subset(np.arange(100, dtype=np.float32)[:, None], np.arange(100))
     plain = dist.scatter_dataset(data, comm)
     mixed = dist.scatter_dataset(data, comm, shuffle=True, seed=3)
-    return {"plain": plain.label.tolist(), "mixed": mixed.label.tolist()}
+    fresh = dist.scatter_dataset(data, comm, shuffle=True, seed=None)
+    return {"plain": plain.label.tolist(), "mixed": mixed.label.tolist(),
+            "fresh": fresh.label.tolist()}
 
 
 def buckets(comm, out):
@@ -263,7 +267,8 @@ def forgot_broadcast(comm, out):
 
 
 def lazy(comm, out):
-    """A model sized at its first call, broadcast before: the ranks draw the same weights."""
+    """A model sized at its first call, broadcast before: the ranks draw the same weights, then
+    each rank's own numbers again (from its seed, where it left it, apart from rank 0)."""
     gradcore.manual_seed(comm.rank)
     model = nn.MLP((8, 3))
     dist.broadcast_parameters(model, comm)
@@ -271,7 +276,7 @@ def lazy(comm, out):
     x = np.random.RandomState(comm.rank).randn(4, 2).astype(np.float32)
     F.sum(model(gradcore.Variable(x))).backward()
     opt.step()  # the check at the first step passes only if the weights agree
-    return {"digests": digests(model)}
+    return {"digests": digests(model), "drawn": np.random.rand(3).tolist()}
 
 
 def save(comm, out):
@@ -281,9 +286,19 @@ def save(comm, out):
     exists = os.path.exists(path)  # every rank returns after the file is written
     clone = nn.Linear(3, in_size=2)
     clone.load(path)
+    # a file object on rank 0 (the others' path is not used): written into, None returned
+    written = io.BytesIO() if comm.rank == 0 else None
+    into_file = dist.save_on_root(model, written, comm)
+    if comm.rank == 0:
+        from_file = nn.Linear(3, in_size=2)
+        from_file.load(io.BytesIO(written.getvalue()))
     return {"path": path, "exists": exists,
             "same": all(np.array_equal(a.numpy(), b.numpy())
-                        for a, b in zip(model.parameters(), clone.parameters()))}
+                        for a, b in zip(model.parameters(), clone.parameters())),
+            "into_file": into_file,
+            "same_from_file": comm.rank != 0 or all(
+                np.array_equal(a.numpy(), b.numpy())
+                for a, b in zip(model.parameters(), from_file.parameters()))}
 
 
 def small_job(comm):
@@ -671,6 +686,10 @@ def root_fails(comm, out):
         dist.save_on_root(model, os.path.join(out, "missing", "model"), comm)
     except Exception as e:
         results["save"] = f"{type(e).__name__}: {e}"
+    try:
+        comm.from_root(lambda: {1, 2}, what="a set")  # made, but no JSON can carry it
+    except Exception as e:
+        results["unsent"] = f"{type(e).__name__}: {e}"
     numpy_of = gradcore.Variable.numpy
     if comm.rank == 0:
         def unreadable(v):
@@ -712,11 +731,40 @@ def ends_apart(comm, out):
     return {"heard": {str(rank): how for rank, (how, _) in comm._exited.items()}}
 
 
+def backward_on_one_rank(comm, out):
+    """Rank 0 alone runs a backward between two steps (for logging), overlap on, then drops its
+    gradients with zero_grad, or every rank calls setup(model): the buckets it started are let
+    go of on every rank together, and training goes on as without it (they were paired with
+    rank 1's next sums)."""
+    x = np.random.RandomState(0).randn(8, 3)
+    results = {}
+    for then in ("nothing", "zero_grad", "setup"):
+        model = two_layers(comm)
+        opt = dist.DistributedOptimizer(optim.SGD(model, lr=0.1), comm, bucket_size=48)
+        try:
+            for step in range(4):
+                opt.zero_grad()
+                F.sum(model(x[4 * comm.rank:4 * comm.rank + 4]) ** 2).backward()
+                opt.step()
+                if then != "nothing" and step == 1:
+                    if comm.rank == 0:
+                        F.sum(model(x[:1])).backward()
+                    if then == "setup":
+                        opt.setup(model)
+                    elif comm.rank == 0:
+                        opt.zero_grad()
+            results[then] = digests(model)
+        except dist.DistributedError as e:  # a rank waits for sums the other never starts
+            results[then] = str(e)
+    return results
+
+
 def changes_and_settings(comm, out):
     """The scenarios above in one job (each launch costs seconds on a loaded machine)."""
     return {"settings": settings_differ(comm, out), "changes": model_changes(comm, out),
             "clip": clip_averaged(comm, out), "two": two_optimizers_clipped(comm, out),
-            "uneven": uneven_accumulation(comm, out), "compiled": compiled_clip(comm, out)}
+            "uneven": uneven_accumulation(comm, out), "compiled": compiled_clip(comm, out),
+            "one_rank_backward": backward_on_one_rank(comm, out)}
 
 
 # scenarios that run before dist.init: they get the timeout instead of the communicator
