@@ -659,6 +659,132 @@ def test_a_step_moving_arrays_between_libraries_replays():
     assert compiled.stats()["replays"] == 4
 
 
+def _dask():
+    """dask.array, or the test skipped without the dask extra."""
+    pytest.importorskip("array_api_compat", reason="needs the dask extra")
+    return pytest.importorskip("dask.array", reason="needs the dask extra")
+
+
+def _dask_loss_step(da):
+    """A loss step on Dask: (step(x, t) -> (loss, W.grad, x.grad), W)."""
+    rng = np.random.default_rng(0)
+    W = gradcore.Parameter(da.from_array(rng.standard_normal((2, 3)), chunks=(1, 3)))
+
+    def step(x0, t):
+        x = gradcore.Variable(x0)
+        loss = F.softmax_cross_entropy(F.matmul(x, W), t)
+        W.cleargrad()
+        loss.backward()
+        return loss, W.grad, x.grad
+    return step
+
+
+def test_a_loss_step_on_dask_replays_as_eager_code_computing_no_more():
+    # softmax_cross_entropy's backward moves its classes (xp.arange) to the op's device, None on
+    # a one-device backend: recorded, that meant the CPU, a NumPy array Dask's reshape refused
+    # (`python -m gradcore.demo --device dask --compile` crashed), or one computed at each replay
+    da = _dask()
+    from dask.callbacks import Callback
+
+    class Computes(Callback):  # how many times Dask computes in the block
+        count = 0
+
+        def _start(self, dsk):
+            self.count += 1
+
+    step = _dask_loss_step(da)
+    compiled = gradcore.compile(step)
+    rng = np.random.default_rng(1)
+    for _ in range(4):
+        x = da.from_array(rng.standard_normal((6, 2)), chunks=(2, 2))
+        t = da.from_array(rng.integers(0, 3, 6), chunks=2)
+        with Computes() as replayed:
+            got = compiled(x, t)
+        with Computes() as eager:
+            expected = step(x, t)
+        assert all(isinstance(v.data, da.Array) for v in got)
+        assert same(got, expected)
+        assert replayed.count == eager.count == 1  # the labels' range check, nothing else
+    assert compiled.stats()["replays"] == 3
+
+
+def test_a_step_on_dask_lays_out_what_it_makes_as_eager_code():
+    # on a lazy backend ops lay out what they make in an input's chunks (the labels in the
+    # logits' row chunks, a gradient in its input's): recorded too, so a replay adds up in the
+    # same chunks, to the same last bits
+    da = _dask()
+    step = _dask_loss_step(da)
+    compiled = gradcore.compile(step)
+    rng = np.random.default_rng(1)
+    for _ in range(4):
+        x = da.from_array(rng.standard_normal((6, 2)), chunks=(2, 1))
+        t = da.from_array(rng.integers(0, 3, 6), chunks=3)
+        got, expected = compiled(x, t), step(x, t)
+        assert got[2].data.chunks == expected[2].data.chunks == x.chunks
+        assert same(got, expected)
+    assert compiled.stats()["replays"] == 3
+
+
+def test_a_dask_arguments_chunks_are_part_of_the_key():
+    # a sum over a Dask array adds chunk by chunk: another chunking is another layout, as
+    # another strides is on NumPy
+    da = _dask()
+    step = _dask_loss_step(da)
+    compiled = gradcore.compile(step, cache_size=1)
+    rng = np.random.default_rng(1)
+    chunkings = [((2, 2, 2), (1, 1)), ((3, 3), (2,))]
+    with pytest.warns(RuntimeWarning, match=r"argument 0 \(Array of shape \(6, 2\), float64, laid "
+                      r"out with chunks \(\(2, 2, 2\), \(1, 1\)\) -> \(\(3, 3\), \(2,\)\)\)"):
+        for i in range(6):
+            x = da.from_array(rng.standard_normal((6, 2)), chunks=chunkings[i % 2])
+            t = da.from_array(rng.integers(0, 3, 6), chunks=2)
+            got, expected = compiled(x, t), step(x, t)
+            assert got[2].data.chunks == expected[2].data.chunks
+            assert same(got, expected)
+    assert compiled.stats()["recordings"] == 6  # one tape kept: each chunking records again
+
+
+def test_batch_norm_statistics_on_dask_stay_persisted_in_a_replay():
+    # BatchNorm assigns its running statistics whole, which on Dask gives them the new values'
+    # graph, persisted by the optimizer's step; a setitem would keep every earlier step's graph
+    da = _dask()
+    rng = np.random.default_rng(0)
+    batches = [(rng.standard_normal((12, 2)), rng.integers(0, 3, 12)) for _ in range(6)]
+    models = []
+    for compiled in (False, True):
+        np.random.seed(0)  # the weights draw from it
+        model = nn.Sequential(nn.Linear(8, in_size=2), nn.BatchNorm(), nn.Linear(3)).to("dask")
+        _, _, step = _training(optim.SGD, model=model)
+        step = gradcore.compile(step) if compiled else step
+        losses = [step(da.from_array(x, chunks=(6, 2)), da.from_array(t, chunks=6)) for x, t
+                  in batches]
+        models.append((model, losses))
+    (eager, eager_losses), (model, losses) = models
+    assert same(losses, eager_losses)
+    for (name, a), b in zip(model.state_dict().items(), eager.state_dict().values()):
+        assert same(a, b) and len(a.__dask_graph__()) == len(b.__dask_graph__()) == 1, name
+
+
+def test_max_pooling_on_dask_replays_its_gradient():
+    # pooling's backward fills the windows of a new array (gx[window] = gy * mask): on NumPy the
+    # product is written into the view directly (out=); a Dask array has no views, so a
+    # replay wrote into a copy and left gx empty
+    da = _dask()
+
+    def step(x0):
+        x = gradcore.Variable(x0)
+        F.sum(F.pooling(x, 2, 2) * 3.0).backward()
+        return x.grad
+
+    compiled = gradcore.compile(step)
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        x = da.from_array(rng.standard_normal((2, 2, 4, 4)), chunks=(1, 1, 2, 2))
+        got, expected = compiled(x), step(x)
+        assert same(got, expected) and np.count_nonzero(np.asarray(got.data)) == 2 * 2 * 2 * 2
+    assert compiled.stats()["replays"] == 3
+
+
 @pytest.mark.parametrize("task", ["spiral", "conv"])
 def test_the_demo_trains_the_same_model_replayed(task):
     from gradcore import demo

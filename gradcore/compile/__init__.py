@@ -604,7 +604,8 @@ def _key(args, by_identity=None):
                           getattr(data, "dtype", None), a._requires_grad, a._grad is None,
                           a.creator is None,
                           None if data is None or backend.single_device else
-                          backend.device_of(data), getattr(data, "strides", None),
+                          backend.device_of(data),
+                          getattr(data, "strides", None) or _layout(data, backend),
                           # the hooks on it: a tape runs those its recording ran (see
                           # _HOOKED_LEAVES for the post-accumulate ones)
                           _hooks_part(a) if a._hooks or _HOOKED_LEAVES and hasattr(
@@ -621,15 +622,23 @@ def _key(args, by_identity=None):
             elif kind in _NUMPY_SCALARS:
                 parts.append(_scalar_part(a))
             else:
-                # strides: eager results follow an argument's layout (a sum over a Fortran-
-                # ordered array adds in another order), so a replay must be for that layout
                 parts.append((kind, a.shape, a.dtype,
                               None if backend.single_device else backend.device_of(a),
-                              getattr(a, "strides", None)))
+                              getattr(a, "strides", None) or _layout(a, backend)))
                 arrays.append((i, a, a, backend))
     if len(arrays) > 1 and _may_alias(arrays):
         _note_aliases(parts, arrays)
     return tuple(parts)
+
+
+def _layout(array, backend):
+    """An array's layout for its key, where it has no strides to read in line (Dask's, a 0-d
+    NumPy array's): eager results follow the layout (a sum over a Fortran-ordered array adds in
+    another order, one over a Dask array adds chunk by chunk), so a replay must be for that
+    layout. A lazy backend's layout (Dask: the chunks), else the strides, or None."""
+    if array is not None and backend.lazy:
+        return backend.layout(array)
+    return getattr(array, "strides", None)
 
 
 # The set inside engine.hooked_leaves (a WeakSet, whose own truth test runs in Python): empty
@@ -1187,7 +1196,8 @@ def _change(old, new, surroundings):
             if _identity_only(a, b):
                 return f"argument {i} ({_signature(a)} -> another like it)", _SAME_OBJECT
             if _strides_only(a, b):
-                return (f"argument {i} ({_signature(a)}, laid out with strides "
+                layout = "chunks" if any(isinstance(n, tuple) for n in _strides(a)) else "strides"
+                return (f"argument {i} ({_signature(a)}, laid out with {layout} "
                         f"{_strides(a)} -> {_strides(b)})", _LAYOUT)
             return f"argument {i} ({_signature(a)} -> {_signature(b)})", _advice(a, b)
     if around != new_around:
@@ -1216,7 +1226,8 @@ _VALUES = ("such an argument is keyed by its value (a tuple, list or dict by the
 _SAME_OBJECT = ("such an argument is keyed by identity: pass the same one at every call, or what "
                 "changes in it as arguments of their own")
 _LAYOUT = ("an array's layout is part of its key (results follow it): pass arrays of one "
-           "layout, numpy.ascontiguousarray(x) say")
+           "layout, numpy.ascontiguousarray(x) say, or Dask arrays of one chunking "
+           "(x.rechunk(chunks))")
 
 
 def _strides(part):

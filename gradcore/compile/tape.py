@@ -266,8 +266,8 @@ def _into_views(lines, outputs):
     (`z[key] = a * b`: max pooling's backward filling its strided windows) is written there
     directly, `multiply(a, b, out=z[key])`: the replay makes no array in between and copies
     nothing (conv: 3 MB less written per step).
-    Only for a basic index (slices, integers: a view), a result of the view's shape and of z's
-    dtype, read by nothing else."""
+    Only for a basic index (slices, integers: a view) of strided memory (NumPy's, CuPy's), a
+    result of the view's shape and of z's dtype, read by nothing else."""
     if "setitem" not in map(_KIND, lines):
         return lines  # the common case, asked in C: no Python step per line
     readers = None
@@ -304,6 +304,8 @@ def _view_of(lines, index, setitem, readers):
     maker = next((other for other in reversed(lines[:index]) if other.out == target.slot), None)
     if maker is None or maker.array is None or maker.array.dtype != line.array.dtype:
         return None
+    if maker.array.strides is None:
+        return None  # no strided memory (Dask's): target[key] is a new array, not a view of it
     xp = line.array.xp
     # the view as an array of the target's shape that takes no memory gives it
     probe = xp.broadcast_to(xp.empty((), dtype=maker.array.dtype), maker.array.shape)[key]

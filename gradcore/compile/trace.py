@@ -870,8 +870,9 @@ class _Adopted:
 
 # Calls that change an argument in place or draw random numbers: kept even if no result needs them
 _DRAWS = frozenset(("random_normal", "random_uniform"))
-_ADDS_INTO_FIRST = frozenset(("scatter_add", "add_at"))
-_SIDE_EFFECT_CALLS = _ADDS_INTO_FIRST | _DRAWS
+# Backend methods that change their first argument in place (and return it)
+_WRITES_INTO_FIRST = frozenset(("scatter_add", "add_at", "assign"))
+_SIDE_EFFECT_CALLS = _WRITES_INTO_FIRST | _DRAWS
 # Attributes that hand out an array's memory as something other than an array
 _MEMORY_ATTRIBUTES = frozenset(("flat", "ctypes", "data"))
 # Methods and functions that change their first argument in place (and return None)
@@ -943,7 +944,7 @@ def written(line):
         return []
     target = line.target
     name = _name(kind, target)
-    found = slots_in(args[:1], []) if name in _IN_PLACE or name in _ADDS_INTO_FIRST else []
+    found = slots_in(args[:1], []) if name in _IN_PLACE or name in _WRITES_INTO_FIRST else []
     if line.kwargs and "out" in line.kwargs:
         slots_in(line.kwargs["out"], found)
     nin = getattr(target, "nin", None)  # a ufunc: arguments past its inputs are outputs
@@ -1312,6 +1313,7 @@ class TraceBackend(backends.Backend):
         self.single_device = inner.single_device
         self.needs_device_context = inner.needs_device_context
         self.multiplies_bool = inner.multiplies_bool  # no cast recorded where eager makes none
+        self.lazy = inner.lazy  # Dask: ops lay out what they make as eagerly (laid_out below)
         self.plain = False
         for name in _RECORDED:
             setattr(self, name, self._recorded(getattr(inner, name), name in _DRAWS))
@@ -1352,10 +1354,32 @@ class TraceBackend(backends.Backend):
             return call(self, self.inner.ensure_array, (obj,), None)
         return obj
 
+    def assign(self, target, value):
+        if type(self.inner).assign is backends.Backend.assign:
+            return super().assign(target, value)  # target[...] = value: a setitem line
+        # the inner backend's own (Dask's rebinds target to value's graph, persisted with the
+        # parameters, where a setitem would keep every earlier graph), as a line writing target
+        rec = recorder()
+        if rec is not None and isinstance(target, Traced):
+            rec.writes_into(target)
+        call(self, self.inner.assign, (target, value), None)
+        return target
+
+    def layout(self, array):
+        return self.inner.layout(unwrap(array))
+
+    def laid_out(self, array, layout):
+        return call(self, self.inner.laid_out, (array, layout), None)
+
+    def check_known_shape(self, array):
+        self.inner.check_known_shape(unwrap(array))
+
     def to_device(self, array, device):
         """`array` moved to `device` as a tape line, to another library's device too (NumPy
         labels sent to the GPU by softmax_cross_entropy): a replay moves that call's array."""
-        target = backends.backend_for_device(device)
+        # None is a one-device backend's own device (an op's self.device on Dask), as the inner
+        # backend reads it, not "cpu": Dask's arange would otherwise become a NumPy array
+        target = self.inner if device is None else backends.backend_for_device(device)
         if target is self.inner:
             return call(self, self.inner.to_device, (array, device), None)
         return call(trace_backend(target), backends.to_device, (array, device), None)
