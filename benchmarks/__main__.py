@@ -14,15 +14,14 @@ import sys
 import backends
 
 from . import WORKLOADS, load, torch_compiled
-from .common import (TORCH_COMPILE, Progress, command_line, load_average, machine_info, prepare,
-                     resolve_device, run_child, run_workload, thread_environment, time_once,
-                     timing_figures)
-from .memory import measure, measured_kinds
+from .common import (TORCH_COMPILE, Progress, check_targets, command_line, load_average,
+                     machine_info, prepare, resolve_device, run_child, run_workload,
+                     thread_environment, time_once, timing_figures)
+from .memory import MEMORY_WEIGHT, measure, measured_kinds
 from .report import LOCAL, PUBLISHED, PUBLISHED_MD, print_table, write_all, write_json
 
 DEFAULT_REPEAT = 20
 DEFAULT_WARMUP = 3
-MEMORY_WEIGHT = 10  # one memory child counts as this many timing rounds in the progress bar
 
 
 def parse_args(argv):
@@ -36,9 +35,10 @@ def parse_args(argv):
                              "keep their last figures in the destination's JSON")
     parser.add_argument("--repeat", type=_at_least(1), metavar="N",
                         help=f"timed runs per figure, the median is reported (default "
-                             f"{DEFAULT_REPEAT}; 5 for deep)")
+                             f"{DEFAULT_REPEAT}{_own_defaults('repeat')})")
     parser.add_argument("--warmup", type=_at_least(0), metavar="N",
-                        help=f"untimed runs before timing (default {DEFAULT_WARMUP}; 1 for deep)")
+                        help=f"untimed runs before timing (default "
+                             f"{DEFAULT_WARMUP}{_own_defaults('warmup')})")
     parser.add_argument("--threads", type=_at_least(1), default=1, metavar="N",
                         help="threads for the BLAS under NumPy and for PyTorch, the same for both "
                              "(default 1: spinning BLAS threads on a busy machine swamp the "
@@ -72,17 +72,51 @@ def parse_args(argv):
         args.device = resolve_device(args.device)
     except backends.DeviceUnavailableError as e:
         parser.error(f"--device {args.device}: {e}")
+    if not args.profile:  # checked before the run, which takes minutes, not after it
+        folder = destination(args)[0]
+        problem = _unwritable(folder)
+        if problem:
+            where = f"--publish: {_shown(folder)}" if args.publish else f"--out {args.out}"
+            parser.error(f"{where}: {problem}")
     return args
 
 
 def _at_least(minimum):
     """An argparse type: an integer of at least `minimum`."""
     def parse(text):
-        value = int(text)
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(f"must be a whole number >= {minimum}, got {text!r}")
         return value
     return parse
+
+
+def _own_defaults(setting):
+    """"; 5 for deep, deep_checkpoint and big": the workloads whose own default for `setting`
+    ("repeat" or "warmup") replaces the suite's, for --help."""
+    names = {}
+    for workload in load():
+        if getattr(workload, setting) is not None:
+            names.setdefault(getattr(workload, setting), []).append(workload.name)
+    return "".join(f"; {value} for " + (f"{', '.join(these[:-1])} and {these[-1]}"
+                                         if len(these) > 1 else these[0])
+                   for value, these in names.items())
+
+
+def _unwritable(folder):
+    """Why the suite cannot write its results to `folder`, made here if need be; "" if it can."""
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        return "not a folder: name a folder for the results (it is made if need be)"
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        return f"cannot make that folder ({e.strerror}): name another"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return "cannot write to that folder: name another"
+    return ""
 
 
 def destination(args):
@@ -132,12 +166,25 @@ def _runs(workload, args):
     return repeat, warmup
 
 
+def _compiles(workload, args):
+    """Whether the suite times torch.compile of `workload`'s PyTorch run."""
+    return workload.timed and workload.torch is not None and not args.no_torch_compile
+
+
+def _units(workload, args):
+    """The progress bar's units of work for `workload`: 1 per timing round; for the torch.compile
+    child, as many as the rounds it times (two PyTorch runs each, after compiling); MEMORY_WEIGHT
+    per memory child."""
+    rounds = sum(_runs(workload, args)) if workload.timed else 0
+    compiling = rounds if _compiles(workload, args) else 0
+    children = len(measured_kinds(workload)) * MEMORY_WEIGHT if workload.memory else 0
+    return rounds + compiling + children
+
+
 def run_suite(args, argv):
     device = args.device
     workloads = load(args.only)
-    plan = sum((sum(_runs(w, args)) if w.timed else 0)
-               + (len(measured_kinds(w)) * MEMORY_WEIGHT if w.memory else 0) for w in workloads)
-    progress = Progress(plan)
+    progress = Progress(sum(_units(w, args) for w in workloads))
     progress.say(f"running {len(workloads)} workload(s) on device {device}, "
                  f"{args.threads} thread(s) for BLAS and PyTorch")
     info = machine_info(device, args.threads)
@@ -162,9 +209,13 @@ def run_suite(args, argv):
         "workloads": records,
     }
     folder, markdown = destination(args)
-    path = write_json(report, folder)
-    print_table(report, _micro())
-    written = write_all(folder, markdown)
+    print_table(report, _micro())  # first, so that a failure to write loses no figure from view
+    try:
+        path = write_json(report, folder)
+        written = write_all(folder, markdown)
+    except OSError as e:
+        print(f"\nthe results were not saved: {e}", file=sys.stderr)
+        return 1
     hint = "" if args.publish else " (not the committed figures: --publish writes those)"
     print(f"\nwritten{hint}:\n  " + "\n  ".join(_shown(p) for p in [path, *written]))
     failed = [f"{name}/{kind}" for name, record in records.items()
@@ -185,6 +236,7 @@ def _torch_compiled(workload, device, args, repeat, warmup, progress):
                  "a minute)")
     entry = run_child("torch_compiled", [workload.name, device, args.threads, repeat, warmup],
                       env=thread_environment(args.threads), timeout=torch_compiled.TIMEOUT_S)
+    progress.advance(f"{workload.name}: torch.compile done", repeat + warmup)
     if entry.get("status") == "ok":
         entry.update(timing_figures(workload, entry["samples_s_per_run"]))
     elif entry.get("status") == "error":
@@ -226,11 +278,7 @@ def run_one(workload, device, args, command, started, info, progress):
         progress.say(f"{workload.name}: memory, one fresh process per implementation")
         record["memory"] = measure(workload, device, args.threads, progress)
     record["load_average_at_end"] = load_average()
-    record["targets"] = []
-    for target in workload.targets:
-        measured, met = target.check(record)
-        record["targets"].append({"text": target.text, "measured": measured, "met": met,
-                                  "row": target.row})
+    record["targets"] = check_targets(workload.targets, record)
     return record
 
 

@@ -40,8 +40,9 @@ def chain_floor(xp, x0):
     """The forward arithmetic alone on 0-d arrays, no autodiff; returns y.
 
     NumPy hands back a numpy.float64 scalar from 0-d arithmetic; `asarray` makes it a 0-d array
-    again, as gradcore must (see `chain_numpy_scalars` for the scalar-only figure). CuPy keeps
-    0-d arrays, and its `asarray` of a CuPy array returns it unchanged.
+    again, as eager gradcore must (see `chain_numpy_scalars` for the scalar-only figure, the
+    floor of the replay, whose tape runs on scalars). CuPy keeps 0-d arrays, and its `asarray`
+    of a CuPy array returns it unchanged.
     """
     asarray = xp.asarray
     y = x0
@@ -100,12 +101,13 @@ WORKLOAD = Workload(
     gradcore=make_gradcore,
     replay=make_replay,
     floor=make_floor,
-    floor_label=("the forward arithmetic alone, results kept as 0-d arrays as gradcore keeps "
-                 "them (no autodiff, no backward)"),
+    floor_label=("the forward arithmetic alone, results kept as 0-d arrays as eager gradcore "
+                 "keeps them (no autodiff, no backward)"),
     torch=make_torch,
     verify=verify,
     references=(("numpy_scalars", "the literal NumPy loop, forward only, which runs on "
                  "numpy.float64 scalars after the first op", make_numpy_scalars),),
+    replay_floor="numpy_scalars",  # on NumPy the tape runs on numpy.float64 scalars too
     targets=(ratio_target("<= 0.6x PyTorch, time per op", "gradcore/torch", 0.6),
              ratio_target("replay <= 0.25x PyTorch", "replay/torch", 0.25, row="replay")),
 )

@@ -103,6 +103,12 @@ class Workload:
     floor_label: str = ""                 # what the floor computes
     torch: Optional[Callable] = None      # torch(torch_module, torch_device) -> run
     replay: Optional[Callable] = None     # replay(device) -> run: gradcore's run, compiled
+    # The key of a reference that does the floor's arithmetic the way the replay's tape runs it,
+    # where the floor deliberately does not (chain on NumPy: the tape runs on numpy.float64
+    # scalars, the floor keeps 0-d arrays as eager gradcore must): where it ran, the table's
+    # replay time row shows it as its floor, and its ratio to it (the record's "replay/floor",
+    # which targets read, stays the floor's)
+    replay_floor: str = ""
     references: tuple = ()                # more (key, label, factory(device)) figures, as notes
     time_unit: str = "us"                 # a key of SCALES
     timed: bool = True                    # False: only the memory figure (leak)
@@ -146,6 +152,15 @@ def ratio_target(text, key, limit, row=TIME_ROW, device_type=None):
             return "n/a", None
         return f"{number(ratio)}x", ratio <= limit
     return Target(text, check, row)
+
+
+def check_targets(targets, record):
+    """The JSON entries of `targets` (Target) checked against `record`."""
+    entries = []
+    for target in targets:
+        measured, met = target.check(record)
+        entries.append({"text": target.text, "measured": measured, "met": met, "row": target.row})
+    return entries
 
 
 def number(value):
@@ -481,8 +496,10 @@ def _call_overhead(run, calls=2000):
 
 def torch_compiled(torch, run):
     """`run` (PyTorch's) through torch.compile, compiled by a first call outside the clock; its
-    `facts` say how long that took. Unavailable if it fails here."""
+    `facts` say how long that took, how many graphs it compiled (None: not known; 0: Dynamo runs
+    `run` eagerly) and why it broke graphs. Unavailable if it fails here."""
     compiled = torch.compile(run)
+    before = _dynamo_counts()
     start = time.perf_counter()
     try:
         compiled()
@@ -490,11 +507,29 @@ def torch_compiled(torch, run):
         raise Unavailable(f"torch.compile failed here: {type(e).__name__}: "
                           f"{str(e).splitlines()[0] if str(e) else ''}") from None
     compiling = time.perf_counter() - start
+    after = _dynamo_counts()
+    graphs, breaks, why = None, None, None  # where this PyTorch does not count them
+    if before and after:
+        graphs, breaks = after[0] - before[0], after[1] - before[1]
+        why = next((reason.splitlines()[0] for reason, count in after[2].items()
+                    if count > before[2].get(reason, 0)), None)
 
     def timed():
         return compiled()
-    timed.facts = {"compile_s": compiling, "calls": 1}  # `run` ran once, compiling
+    timed.facts = {"compile_s": compiling, "graphs": graphs, "graph_breaks": breaks,
+                   "first_graph_break": why, "calls": 1}  # `run` ran once, compiling
     return timed
+
+
+def _dynamo_counts():
+    """(graphs compiled, graph breaks, {break reason: count}) in this process so far, from
+    torch.compile's own counters; None where this PyTorch keeps none."""
+    try:
+        counters = importlib.import_module("torch._dynamo.utils").counters
+        return (counters["stats"]["unique_graphs"], sum(counters["graph_break"].values()),
+                dict(counters["graph_break"]))
+    except (ImportError, AttributeError, KeyError, TypeError):
+        return None
 
 
 def missing(key):

@@ -81,8 +81,10 @@ def parse_args(argv):
     parser.add_argument("--json", metavar="PATH", help="rank 0 writes the figures there")
     args = parser.parse_args(argv)
     args.warmup = QUICK_WARMUP if args.quick else DEFAULT_WARMUP
-    args.steps = args.steps or (QUICK_STEPS if args.quick else DEFAULT_STEPS)
-    args.reps = args.reps or (QUICK_REPS if args.quick else DEFAULT_REPS)
+    if args.steps is None:  # not `or`: an explicit 0 must reach the check below
+        args.steps = QUICK_STEPS if args.quick else DEFAULT_STEPS
+    if args.reps is None:
+        args.reps = QUICK_REPS if args.quick else DEFAULT_REPS
     if min(args.steps, args.reps, args.threads) < 1:
         parser.error("--steps, --reps and --threads must be at least 1")
     return args

@@ -33,6 +33,7 @@ from .common import (KINDS, REPLAY, Unavailable, child_main, gradcore_ratios, im
 
 TIMEOUT_S = 600
 MIB = 1024 * 1024
+MEMORY_WEIGHT = 10  # a child counts as this many timing rounds in the suite's progress bar
 # glibc malloc's settings in every memory child, the same for each implementation. By default
 # an allocation above the mmap threshold (128 KiB) is mapped on its own and unmapped when freed,
 # but each such free raises the threshold (up to 32 MiB), and blocks below it come from the heap,
@@ -172,7 +173,7 @@ def measure(workload, device, threads, progress):
                                       env=memory_environment(threads), timeout=TIMEOUT_S)
             if results[kind]["status"] == "error":
                 progress.say(f"{workload.name}/{kind} memory FAILED: {results[kind]['error']}")
-        progress.advance(f"{workload.name}: memory of {kind} done")
+        progress.advance(f"{workload.name}: memory of {kind} done", MEMORY_WEIGHT)
     rows = [{"label": label, "key": key, "ratios": with_ratios}
             for label, key, with_ratios in workload.memory.rows]
     headline = rows[0]  # the figure a target reads ("memory gradcore/torch")

@@ -11,8 +11,8 @@ import os
 import textwrap
 
 from . import WORKLOADS, load
-from .common import (KINDS, REPLAY, TIME_ROW, TORCH_COMPILE, gradcore_ratios, measured,
-                     median_ratio, number, per_unit, replay_row)
+from .common import (KINDS, REPLAY, TIME_ROW, TORCH_COMPILE, check_targets, gradcore_ratios,
+                     measured, median_ratio, number, per_unit, ratio, replay_row)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PUBLISHED = os.path.join(HERE, "results")
@@ -23,6 +23,7 @@ HEADERS = {"gradcore": "gradcore", "floor": "floor", "torch": "PyTorch"}
 NAMES = {**HEADERS, "torch_compile": "torch.compile"}  # every implementation, for the notes
 RATIO_HEADERS = {"gradcore/torch": "gradcore/PyTorch", "gradcore/floor": "gradcore/floor"}
 LIBRARIES = {"numpy": "NumPy", "cupy": "CuPy"}
+REPORT_KEYS = ("device", "floor_library", "machine", "workloads")  # what a report has, at least
 
 
 # ================================================================================ figures
@@ -80,7 +81,7 @@ def rows(record, micro="µs"):
         replay = record["results"].get(REPLAY, {"status": "none"})
         if replay["status"] != "none":
             out.append(_replay_row(TIME_ROW, unit, per_unit(replay, record), replay,
-                                   record["ratios"]))
+                                   record["ratios"], replay_floor(record)))
     memory = record.get("memory") or {"rows": (), "results": {}}
     results = memory["results"]
     for spec in memory["rows"]:
@@ -102,16 +103,34 @@ def _row(row_id, label, unit, values, entries, ratios):
     cells += ["-" if ratios is None else "n/a" if ratios.get(key) is None
               else f"{number(ratios[key])}x" for key in RATIO_HEADERS]
     return {"id": row_id, "label": label, "unit": unit, "values": values, "ratios": ratios,
-            "cells": [label, unit, *cells], "replay": False}
+            "cells": [label, unit, *cells], "replay": False, "floor_key": None}
 
 
-def _replay_row(under, unit, value, entry, ratios):
+def _replay_row(under, unit, value, entry, ratios, floor=None):
     """The replay's row under the row `under`: gradcore.compile's figure in gradcore's column,
-    its ratios to PyTorch and the floor (from `ratios`, "replay/torch"...) in gradcore's."""
+    its ratios to PyTorch and the floor (from `ratios`, "replay/torch"...) in gradcore's. With
+    `floor` (a reference's entry: see `replay_floor`), that reference's figure in the floor's
+    column, and the ratio to it in gradcore/floor."""
     ratios = {f"gradcore/{other}": ratios.get(f"{REPLAY}/{other}") for other in ("torch", "floor")}
-    row = _row(replay_row(under), f"  {REPLAY}", unit, {"gradcore": value}, {"gradcore": entry},
-               ratios)
-    return {**row, "replay": True}
+    values, entries = {"gradcore": value}, {"gradcore": entry}
+    if floor is not None:
+        values["floor"], entries["floor"] = floor["figure"], floor["entry"]
+        ratios["gradcore/floor"] = ratio(value, floor["figure"])
+    row = _row(replay_row(under), f"  {REPLAY}", unit, values, entries, ratios)
+    return {**row, "replay": True, "floor_key": floor["key"] if floor else None}
+
+
+def replay_floor(record):
+    """The reference that stands as the floor of the record's replay time row (its workload's
+    `replay_floor`), where it ran: {"key", "label", "entry", "figure": per unit}; else None."""
+    if record.get("name") not in WORKLOADS:
+        return None
+    key = load([record["name"]])[0].replay_floor
+    entry = record.get("references", {}).get(key, {})
+    figure = per_unit(entry, record)
+    if not key or figure is None:
+        return None
+    return {"key": key, "label": entry["label"], "entry": entry, "figure": figure}
 
 
 def targets_of(record):
@@ -126,6 +145,20 @@ def targets_of(record):
     ids = ([TIME_ROW] if record.get("timed", True) else []) + [
         spec["key"] for spec in (record.get("memory") or {}).get("rows", ())]
     return [{**target, "row": ids[min(target.get("row", 0), len(ids) - 1)] if ids else TIME_ROW}]
+
+
+def checked(report):
+    """`report` with the targets of each record checked again by its workload's Targets as they
+    are now (a rule can change after a run: mlp's floor target became CPU-only), a record that
+    names no device taken to be on the report's."""
+    workloads = {}
+    for name, record in report["workloads"].items():
+        record = upgraded(record)
+        if name in WORKLOADS:
+            record = {**record, "device": record.get("device") or report["device"]}
+            record["targets"] = check_targets(load([name])[0].targets, record)
+        workloads[name] = record
+    return {**report, "workloads": workloads}
 
 
 def upgraded(record):
@@ -210,6 +243,11 @@ def _say(line):
     print(textwrap.fill(line, WIDTH, subsequent_indent=indent))
 
 
+def _replay_floor_text(floor):
+    return (f"the replay row's floor is the reference ({floor['label']}): the replay's tape "
+            "computes as it does, the floor does not")
+
+
 def _notes(record, library, report):
     """The lines under the table that say what a workload's rows measured."""
     lines = [f"  {record['name']}: {record['summary']}", f"    counted: {record['convention']}"]
@@ -236,7 +274,8 @@ def _notes(record, library, report):
         versus = compiled["median_s_per_run"] / compiled["torch_eager_median_s_per_run"]
         lines.append(f"    torch.compile of the PyTorch run: {number(per_unit(compiled, record))} "
                      f"{unit}/{record['unit']}, {versus:.3g}x PyTorch eager timed beside it in a "
-                     f"process of its own, after {compiled['compile_s']:.3g} s of compiling")
+                     f"process of its own, after {compiled['compile_s']:.3g} s of compiling"
+                     + (f" {compiled['graphs']} graph(s)" if compiled.get("graphs") else ""))
     replay = results.get(REPLAY, {})
     if replay.get("status") == "ok":
         eager = measured(results.get("gradcore", {}), "median_s_per_run")
@@ -251,6 +290,9 @@ def _notes(record, library, report):
                         if replay.get("why_not_graphs") else "")
                      + (f"; a call costs {replay['call_overhead_us']:.2g} µs besides its ops"
                         if "call_overhead_us" in replay else ""))
+    floor = replay_floor(record)
+    if floor:
+        lines.append(f"    {_replay_floor_text(floor)}")
     for key, entry in record.get("references", {}).items():
         if entry["status"] == "ok":
             lines.append(f"    reference, {reference_figure(entry, record)}")
@@ -297,11 +339,18 @@ def _write(path, text):
 
 
 def write_all(folder, markdown):
-    """The results markdown (at `markdown`) and a chart per FOLDER/*.json, from those files.
-    Returns the paths written: none when there is no JSON file."""
-    reports = [(path, _read_json(path)) for path in glob.glob(os.path.join(folder, "*.json"))]
-    reports = sorted([(path, report) for path, report in reports if report is not None],
-                     key=lambda pair: (pair[1].get("device") != "cpu", pair[0]))  # the CPU first
+    """The results markdown (at `markdown`) and a chart per FOLDER/*.json, from those files;
+    a JSON file that is no report of the suite's is left alone, with a note. Returns the paths
+    written: none when there is no report."""
+    reports = []
+    for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
+        report = _read_json(path)
+        if isinstance(report, dict) and all(key in report for key in REPORT_KEYS):
+            reports.append((path, checked(report)))
+        elif report is not None:  # a file of the user's in --out's folder
+            print(f"note: {path} is left out of the results: it is no report of the suite's "
+                  f"(those have the keys {', '.join(REPORT_KEYS)})")
+    reports.sort(key=lambda pair: pair[1]["device"] != "cpu")  # the CPU first
     if not reports:
         return []
     _write(markdown, results_md(reports, os.path.dirname(markdown)))
@@ -324,11 +373,13 @@ def _run(record, report):
 
 def shared_machine(report, loads):
     """A sentence saying that other work shared the machine, where the 1-minute load average as
-    one of the report's workloads started was half its usable CPUs or more; "" otherwise.
-    `loads`: where the load averages are, or what they were, in parentheses after "on it"."""
+    one of the report's workloads started was 1 (the suite's own process, busy all along) plus
+    half its usable CPUs or more; "" otherwise. `loads`: where the load averages are, or what
+    they were, in parentheses after "on it"."""
     info = report["machine"]
     at_start = [record.get("load_average_at_start") for record in report["workloads"].values()]
-    if not any(load and load[0] >= 0.5 * (info.get("usable_cpus") or 1) for load in at_start):
+    threshold = 1 + 0.5 * (info.get("usable_cpus") or 1)
+    if not any(load and load[0] >= threshold for load in at_start):
         return ""
     host = "VM" if info.get("virtual_machine") else "machine"
     return (f"Figures were taken on a shared {info.get('usable_cpus')}-core {host} while other "
@@ -401,6 +452,10 @@ def _device_section(relpath, report):
         for entry in record.get("references", {}).values():
             if entry["status"] == "ok":
                 line += f" Reference, {reference_figure(entry, record)}."
+        floor = replay_floor(record)
+        if floor:
+            text = _replay_floor_text(floor)
+            line += f" {text[0].upper()}{text[1:]}."
         rates = bandwidth(record, report)
         if rates:
             line += f" {rates[0].upper()}{rates[1:]}."
@@ -458,6 +513,8 @@ def write_chart(path, report):
         kinds = [k for k in KINDS if row["values"][k] is not None]
         heights = [row["values"][k] for k in kinds]
         names = {**labels, "gradcore": REPLAY} if row["replay"] else labels
+        if row["floor_key"]:
+            names = {**names, "floor": row["floor_key"]}
         bars = ax.bar([names[k] for k in kinds], heights, color=[colours[k] for k in kinds])
         ax.bar_label(bars, labels=[number(value) for value in heights], fontsize=8)
         ax.set_title(title, fontsize=9 if len(runs) == 1 else 8)

@@ -6,8 +6,9 @@ the suite never compiles in its own process: `python -m benchmarks.torch_compile
 THREADS REPEAT WARMUP` builds the workload's PyTorch run twice, eager and through
 torch.compile (the first call, which compiles, outside the clock), times them in turns as the
 suite does (with two, each always runs right after the other), checks both last results,
-and prints one JSON line: the compiled run's figures, its compile time, and PyTorch eager's
-median in the same process.
+and prints one JSON line: the compiled run's figures, its compile time and graphs, and PyTorch
+eager's median in the same process. Where torch.compile compiles no graph (hod: Dynamo skips a
+frame that calls torch.autograd.grad) the entry is "skipped": its run would be PyTorch eager.
 """
 import json
 import statistics
@@ -30,13 +31,21 @@ def child(argv):
     except Unavailable as e:
         print(json.dumps({"status": "skipped", "reason": str(e)}))
         return 0
+    facts = compiled.facts
+    if facts["graphs"] == 0:  # Dynamo skipped every frame: timing it would time PyTorch eager
+        why = f" (the first: {facts['first_graph_break']})" if facts["first_graph_break"] else ""
+        print(json.dumps({"status": "skipped", "reason": (
+            f"ran eagerly: torch.compile compiled no graph, {facts['graph_breaks']} graph "
+            f"break(s){why}")}))
+        return 0
     take_turns(workload, [eager, compiled], device, int(warmup), int(repeat))
     for contender in (eager, compiled):
         if contender.error is not None:
             print(json.dumps({"status": "error", "error": contender.error}))
             return 0
     print(json.dumps({
-        "status": "ok", "compile_s": compiled.facts["compile_s"],
+        "status": "ok", "compile_s": facts["compile_s"],
+        "graphs": facts["graphs"], "graph_breaks": facts["graph_breaks"],
         "median_s_per_run": statistics.median(compiled.samples),
         "samples_s_per_run": compiled.samples,
         "torch_eager_median_s_per_run": statistics.median(eager.samples),

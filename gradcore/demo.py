@@ -81,13 +81,23 @@ def resolve_device(device):
     return device
 
 
-def _require_matplotlib():
+def _require_plotting(out):
+    """Check, before any training, that the PNGs can be drawn (matplotlib) and written: the
+    folder `out`, made here if need be. DemoError says what to do otherwise."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         raise DemoError("the demo draws its PNGs with matplotlib, which is not installed: "
                         "pip install 'gradcore[demo]' (or pip install matplotlib), or run with "
                         "--no-plot") from None
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:  # a file of that name, no permission...
+        raise DemoError(f"--out {out}: cannot make the folder for the PNGs ({e.strerror}): "
+                        "name another folder, or run with --no-plot") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise DemoError(f"--out {out}: cannot write to that folder: name another folder, or run "
+                        "with --no-plot")
 
 
 # =============================================================================== progress
@@ -213,7 +223,7 @@ def train_spiral(device=None, epochs=SPIRAL_DEFAULTS["epochs"],
             progress, out = False, None
     device = resolve_device(device)
     if out is not None:
-        _require_matplotlib()
+        _require_plotting(out)
     manual_seed(seed)  # the initial weights and the shuffling
     train, test = Spiral(train=True), Spiral(train=False)
     model = MLP((hidden, hidden, 3), activation=F.relu)
@@ -256,7 +266,7 @@ def train_conv(device=None, epochs=CONV_DEFAULTS["epochs"], batch_size=CONV_DEFA
     """
     device = resolve_device(device)
     if out is not None:
-        _require_matplotlib()
+        _require_plotting(out)
     manual_seed(seed)
     train = Shapes(train=True, num_per_class=num_per_class)
     test = Shapes(train=False, num_per_class=max(1, num_per_class // 2))
@@ -280,7 +290,7 @@ def train_mnist(device=None, epochs=MNIST_DEFAULTS["epochs"], batch_size=MNIST_D
     """
     device = resolve_device(device)
     if out is not None:
-        _require_matplotlib()
+        _require_plotting(out)
     try:
         train, test = MNIST(train=True, transform=None), MNIST(train=False, transform=None)
     except DownloadError as e:
@@ -310,9 +320,13 @@ def _figure(size):
 
 
 def _save(fig, out, name):
-    os.makedirs(out, exist_ok=True)
+    """Write `fig` as out/name (the folder made by _require_plotting); the path."""
     path = os.path.join(out, name)
-    fig.savefig(path)
+    try:
+        fig.savefig(path)
+    except OSError as e:  # the folder went away or filled up during training
+        raise DemoError(f"cannot write {path} ({e.strerror or e}): name another folder with "
+                        "--out, or run with --no-plot") from None
     return path
 
 

@@ -20,16 +20,17 @@ import benchmarks
 import gradcore
 from benchmarks import __main__ as suite
 from benchmarks import common, memory, stripped, wide
-from benchmarks.common import (KINDS, REPLAY, Contender, Progress, Target, Unavailable, Workload,
-                               candidates, gradcore_ratios, graphs_wanted, prepare, progress_line,
-                               ratio_target, resolve_device, run_child, run_workload,
-                               thread_environment, torch_device)
-from benchmarks.report import (LOCAL, bandwidth, chart_panels, print_table, reference_figure, rows, table,
-                               targets_of, upgraded, write_all)
+from benchmarks.common import (KINDS, REPLAY, Contender, Memory, Progress, Target, Unavailable,
+                               Workload, candidates, gradcore_ratios, graphs_wanted, prepare,
+                               progress_line, ratio_target, resolve_device, run_child,
+                               run_workload, thread_environment, torch_device)
+from benchmarks.report import (LOCAL, bandwidth, chart_panels, print_table, reference_figure, rows,
+                               shared_machine, table, targets_of, upgraded, write_all)
 from gradcore.compile.tape import INTERPRETED_REPLAYS
 
 REPO = pathlib.Path(__file__).parent.parent
 PUBLISHED_JSON = REPO / "benchmarks" / "results" / "cpu.json"
+PUBLISHED_CUDA_JSON = REPO / "benchmarks" / "results" / "cuda.json"
 # A results file as the suite wrote it before workloads had several targets (one "target" per
 # record, its row an index): what --only keeps from an older file must still be read
 ONE_TARGET_JSON = REPO / "tests" / "data" / "bench_cpu_one_target.json"
@@ -58,12 +59,25 @@ def test_each_implementation_runs_and_passes_verify(name, key):
 def test_torch_compile_is_timed_in_a_process_of_its_own():
     pytest.importorskip("torch")
     from benchmarks import torch_compiled
-    entry = run_child("torch_compiled", ["hod", "cpu", 1, 2, 1],  # the quickest to compile
+    entry = run_child("torch_compiled", ["conv", "cpu", 1, 2, 1],  # the quickest to compile
                       env=thread_environment(1), timeout=torch_compiled.TIMEOUT_S)
     assert entry["status"] == "ok", entry
     assert entry["compile_s"] > 0 and len(entry["samples_s_per_run"]) == 2
+    assert entry["graphs"] >= 1
     assert entry["median_s_per_run"] > 0 and entry["torch_eager_median_s_per_run"] > 0
     assert (entry["torch_device"], entry["torch_threads"]) == ("cpu", 1)
+
+
+def test_torch_compile_that_compiles_no_graph_is_not_a_figure():
+    """hod calls torch.autograd.grad, where Dynamo skips the frame: the run is PyTorch eager."""
+    pytest.importorskip("torch")
+    from benchmarks import torch_compiled
+    entry = run_child("torch_compiled", ["hod", "cpu", 1, 2, 1], env=thread_environment(1),
+                      timeout=torch_compiled.TIMEOUT_S)
+    assert entry["status"] == "skipped", entry
+    assert entry["reason"].startswith("ran eagerly: torch.compile compiled no graph, 1 graph "
+                                      "break(s) (the first: ")
+    assert "torch.autograd.grad" in entry["reason"]
 
 
 def _torch_factory(factory):
@@ -244,6 +258,132 @@ def test_progress_in_a_log_prints_only_the_messages_as_plain_lines():
     assert re.fullmatch(r"\[bench\]  50%  0:0\d, ~0:0\d left  chain: FAILED\n", log.getvalue())
 
 
+def _tiny(**fields):
+    """A workload of one trivial run per implementation, for tests of the suite's machinery."""
+    def builds(device):
+        return lambda: 1
+
+    return Workload("tiny", "a run", 1, "run", "one run", gradcore=builds, floor=builds,
+                    verify=lambda kind, result: None, **fields)
+
+
+@pytest.mark.parametrize("option", ["--repeat", "--warmup", "--threads"])
+def test_a_count_that_is_no_whole_number_is_named_so(option, capsys):
+    with pytest.raises(SystemExit):
+        suite.parse_args(["--device", "cpu", option, "abc"])
+    minimum = 0 if option == "--warmup" else 1
+    assert (f"argument {option}: must be a whole number >= {minimum}, got 'abc'"
+            in capsys.readouterr().err)
+    with pytest.raises(SystemExit):
+        suite.parse_args(["--device", "cpu", option, "-1"])
+    assert f"must be a whole number >= {minimum}, got '-1'" in capsys.readouterr().err
+
+
+def test_help_names_every_workload_with_its_own_runs(capsys):
+    assert suite._own_defaults("repeat") == "; 5 for deep, deep_checkpoint and big"
+    assert suite._own_defaults("warmup") == "; 1 for deep, deep_checkpoint and big"
+    with pytest.raises(SystemExit):
+        suite.parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default 20; 5 for deep, deep_checkpoint and big)" in text
+    assert "(default 3; 1 for deep, deep_checkpoint and big)" in text
+
+
+def test_an_out_folder_that_cannot_be_written_is_refused_before_the_run(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    for out, problem in ((afile, "not a folder: name a folder for the results"),
+                         (afile / "sub", "cannot make that folder (")):
+        with pytest.raises(SystemExit) as info:
+            suite.parse_args(["--device", "cpu", "--out", str(out)])
+        assert info.value.code == 2
+        assert f"error: --out {out}: {problem}" in capsys.readouterr().err
+    made = tmp_path / "new" / "folder"
+    assert suite.parse_args(["--device", "cpu", "--out", str(made)]).out == str(made)
+    assert made.is_dir()
+
+
+def test_the_table_is_printed_before_the_files_are_written(tmp_path, monkeypatch, capsys):
+    def cannot_write(report, folder):
+        raise OSError(28, "No space left on device")
+
+    argv = ["--device", "cpu", "--out", str(tmp_path), "--repeat", "1", "--warmup", "0"]
+    args = suite.parse_args(argv)
+    monkeypatch.setattr(suite, "load", lambda names: [_tiny()])
+    monkeypatch.setattr(suite, "write_json", cannot_write)
+    assert suite.run_suite(args, argv) == 1
+    out, err = capsys.readouterr()
+    assert re.search(r"^tiny +\S+/run ", out, re.MULTILINE)  # the table's row
+    assert "the results were not saved: [Errno 28] No space left on device" in err
+
+
+def test_the_progress_bar_ends_full_after_timing_torch_compile_and_memory(monkeypatch):
+    """Each memory child counts MEMORY_WEIGHT units, a torch.compile child its rounds."""
+    figures = {"status": "ok", "peak_mib": 1.0}
+    monkeypatch.setattr(memory, "run_child", lambda *args, **kwargs: figures)
+    monkeypatch.setattr(suite, "run_child", lambda *args, **kwargs: {"status": "skipped",
+                                                                     "reason": "test"})
+    monkeypatch.setattr(common, "time_once", _untimed)
+    workload = _tiny(torch=lambda torch, where: lambda: 1, memory=Memory(
+        "peak", None, (("tiny, peak", "peak_mib", True),)))
+    for compiles in (True, False):
+        args = argparse.Namespace(repeat=3, warmup=1, threads=1, no_torch_compile=not compiles)
+        total = suite._units(workload, args)
+        assert total == 4 + 4 * compiles + 3 * memory.MEMORY_WEIGHT
+        progress = Progress(total, io.StringIO())
+        suite.run_one(workload, CPU, args, "python -m benchmarks", "2026-01-02T03:04:00+00:00",
+                      {"git": None}, progress)
+        assert progress.done == total
+
+
+def test_distributed_refuses_zero_steps_and_reps(capsys):
+    from benchmarks import distributed
+    for argv in (["--steps", "0"], ["--reps", "0"], ["--quick", "--steps", "0"]):
+        with pytest.raises(SystemExit):
+            distributed.parse_args(argv)
+        assert "--steps, --reps and --threads must be at least 1" in capsys.readouterr().err
+    args = distributed.parse_args(["--quick"])
+    assert (args.steps, args.reps) == (distributed.QUICK_STEPS, distributed.QUICK_REPS)
+
+
+def test_the_suites_own_load_is_no_sign_of_a_shared_machine():
+    """The suite keeps one CPU busy: on 2 CPUs a load of 1.0 is the suite alone."""
+    def report(load):
+        return {"machine": {"usable_cpus": 2, "virtual_machine": True},
+                "workloads": {"chain": {"load_average_at_start": [0.02, 0.0, 0.0]},
+                              "hod": {"load_average_at_start": [load, 0.6, 0.3]}}}
+
+    assert shared_machine(report(1.0), "see below") == ""
+    assert shared_machine(report(1.99), "see below") == ""
+    assert shared_machine(report(2.0), "see below").startswith(
+        "Figures were taken on a shared 2-core VM while other jobs ran on it (see below)")
+
+
+def test_results_md_leaves_out_a_json_file_that_is_no_report(tmp_path, capsys):
+    shutil.copy(PUBLISHED_JSON, tmp_path / "cpu.json")
+    (tmp_path / "package.json").write_text('{"name": "not a benchmark report"}')
+    (tmp_path / "list.json").write_text("[1, 2]")
+    written = write_all(str(tmp_path), str(tmp_path / "RESULTS.md"))
+    assert str(tmp_path / "RESULTS.md") in written
+    assert "## cpu:" in (tmp_path / "RESULTS.md").read_text()
+    out = capsys.readouterr().out
+    for name in ("package.json", "list.json"):
+        assert f"note: {tmp_path / name} is left out of the results: it is no report" in out
+
+
+def test_results_md_checks_the_targets_again_on_the_reports_device(tmp_path):
+    """The published cuda.json's mlp record names no device and holds a CPU-only target as
+    NOT met, checked by an older rule: the markdown says what the rule says now."""
+    report = json.loads(PUBLISHED_CUDA_JSON.read_text())
+    mlp = report["workloads"]["mlp"]
+    assert "device" not in mlp and mlp["targets"][0]["met"] is False
+    (tmp_path / "cuda.json").write_text(json.dumps(report))
+    write_all(str(tmp_path), str(tmp_path / "RESULTS.md"))
+    line, = [line for line in (tmp_path / "RESULTS.md").read_text().splitlines()
+             if line.startswith("| mlp |")]
+    assert line.endswith("| ≤ 1.15x the floor (NumPy on a CPU): not measured |")
+
+
 def test_nothing_in_benchmarks_cites_an_issue():
     for path in [*(REPO / "benchmarks").glob("*.py"), REPO / "benchmarks" / "RESULTS.md"]:
         assert not re.search(r"\bissue\b", path.read_text(), re.IGNORECASE), path
@@ -312,6 +452,22 @@ def test_a_replay_memory_row_sits_under_its_memory_row_with_its_own_ratios():
     assert table_rows[3]["replay"] and not table_rows[2]["replay"]
     no_replay = {kind: PEAKS[kind] for kind in KINDS}
     assert [row["id"] for row in rows(_record(workload, TIMES, no_replay))][2:] == ["peak_mib"]
+
+
+def test_chains_replay_row_is_compared_with_the_scalar_loop_it_computes_like():
+    """chain's tape runs on numpy.float64 scalars, the floor on 0-d arrays: the replay's floor
+    is the numpy_scalars reference where it ran (the CPU), else the floor (CuPy keeps arrays)."""
+    workload, = benchmarks.load(["chain"])
+    record = {**_record(workload, TIMES), "references": {"numpy_scalars": {
+        "status": "ok", "label": "the literal loop", "median_us_per_op": 0.25,
+        "median_s_per_run": 0.25}}}
+    replay = rows(record)[1]
+    assert replay["cells"] == ["  replay", "µs/op", "0.500", "0.250", "", "0.125x", "2.00x"]
+    assert replay["floor_key"] == "numpy_scalars"
+    record["references"]["numpy_scalars"] = {"status": "skipped", "reason": "NumPy only",
+                                             "label": "the literal loop"}
+    assert rows(record)[1]["cells"] == ["  replay", "µs/op", "0.500", "", "", "0.125x", "0.500x"]
+    assert "eager gradcore" in workload.floor_label
 
 
 def test_memory_measures_the_replay_in_a_child_of_its_own_when_there_is_one(monkeypatch):

@@ -3,6 +3,7 @@ its PNGs, its progress bar and its errors."""
 import io
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -143,6 +144,23 @@ def test_missing_matplotlib_is_named_before_training(tmp_path, capsys, monkeypat
     assert "epoch" not in err and out == ""  # nothing was trained
     assert not (tmp_path / "out").exists()
     assert demo.main(["--device", "cpu", "--epochs", "1", "--no-plot"]) == 0
+
+
+def test_an_out_folder_that_cannot_be_made_is_named_before_training(tmp_path, capsys,
+                                                                     monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", types.ModuleType("matplotlib"))  # importable
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    for out in (afile, afile / "sub"):
+        assert demo.main(["--device", "cpu", "--epochs", "1", "--out", str(out)]) == 2
+        out_text, err = capsys.readouterr()
+        assert err.startswith(f"gradcore.demo: error: --out {out}: cannot make the folder for "
+                              "the PNGs (")
+        assert err.endswith("name another folder, or run with --no-plot\n")
+        assert "epoch" not in err and "Traceback" not in err and out_text == ""
+    for train in (demo.train_conv, demo.train_mnist):  # every task checks before training
+        with pytest.raises(demo.DemoError, match=r"^--out .*afile: cannot make the folder"):
+            train(device="cpu", out=str(afile), progress=False)
 
 
 def test_bad_devices_are_reported(capsys):
