@@ -222,8 +222,11 @@ def _reused(f):
 def _check_root(y, where):
     if not isinstance(y, Variable):
         raise TypeError(f"{where}: expected a Variable, got {type(y).__name__}")
+    if y._data is None:
+        raise RuntimeError(f"{where}: this Variable has no data (data is None), so there is "
+                           "nothing to differentiate; give it an array first (x.data = ...)")
     if y.creator is None and not y.requires_grad:
-        if y._data is not None and dtype_kind(y._backend, y.dtype) != "float":
+        if dtype_kind(y._backend, y.dtype) != "float":
             raise RuntimeError(
                 f"{where}: this Variable holds {y.dtype} data and has no graph: only "
                 "floating-point Variables require grad, so nothing computed from integers or "
@@ -343,9 +346,10 @@ def _behind(f, wanted, known):
     asking for every Function is a pass over the graph that costs hod (gradcore.grad with
     create_graph, every Function on the path) ~15% more instructions (callgrind). So the walk
     asks only where running an f off the paths could be seen: f would refuse a write made since
-    it was recorded, an output of f has hooks, anomaly mode checks f. Elsewhere such an f may
-    still run: what it hands on reaches no wanted Variable, and a leaf that is not wanted gets
-    neither a gradient nor a hook call (_finish)."""
+    it was recorded, an output of f has hooks, anomaly mode checks f, f's backward raised (the
+    walk goes on without it if it is off the paths). Elsewhere such an f may still run: what it
+    hands on reaches no wanted Variable, and a leaf that is not wanted gets neither a gradient
+    nor a hook call (_finish)."""
     if f in known:
         return known[f]
     found, stack = [], [f]
@@ -471,16 +475,23 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING,
                     if wanted is not None and not _behind(f, wanted, known):
                         continue  # off the paths: neither checked nor run
                     anomaly.check_unchanged(f)
-                if backend.needs_device_context:
-                    with backend.device_context(f.device):
+                try:
+                    if backend.needs_device_context:
+                        with backend.device_context(f.device):
+                            gxs = f.backward(*gys)
+                    elif check_anomalies:
+                        # check_finite reports a NaN or infinity naming the op: NumPy's own
+                        # warning of it, naming a line of gradcore, would only come first
+                        with backend.arithmetic_warnings_off():
+                            gxs = f.backward(*gys)
+                    else:  # the flag spares NumPy a no-op context (callgrind: hod 7% fewer)
                         gxs = f.backward(*gys)
-                elif check_anomalies:
-                    # check_finite reports a NaN or infinity naming the op: NumPy's own warning
-                    # of it, naming a line of gradcore, would only come first
-                    with backend.arithmetic_warnings_off():
-                        gxs = f.backward(*gys)
-                else:  # the flag spares NumPy a no-op context (callgrind: hod 7% fewer)
-                    gxs = f.backward(*gys)
+                except Exception:
+                    # gradcore.grad needs no f off the paths to its inputs (see _behind): its
+                    # error (a backward that is not differentiable again) cannot matter
+                    if wanted is not None and not _behind(f, wanted, known):
+                        continue
+                    raise
                 if check_anomalies:  # anomaly mode always takes this branch
                     if _is_list_of_gradients(gxs):  # refused before check_finite reads it
                         raise _list_error(f, gxs)

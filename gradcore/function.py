@@ -102,34 +102,48 @@ class Function:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
+        # An author's Function: each call checked after it runs (_checked_call), and its backward
+        # when recorded (_checked_backward). gradcore's own ops need neither: their outputs are
+        # fresh floating-point arrays, views come from View, and their backwards are written
+        # with gradcore's ops; so they pay nothing for the checks
+        author = not cls.__module__.startswith("gradcore.")
+        backward = cls.__dict__.get("backward")
+        if author and backward is not None and not getattr(backward, "_checked", False):
+            cls.backward = _checked_backward(backward)
         inherited = cls.__call__
-        if not any(getattr(inherited, mark, False) for mark in ("_template", "_view", "_checked")):
-            return  # an author's own __call__: kept as it is
-        # Function's __call__ (or View's or _checked_call, around it). A copy of __call__'s code
-        # per subclass: CPython specialises attribute access per code object and type, and one
-        # copy shared by Mul, Add, ... sees a new type each call (callgrind: without it 3.8%
-        # more instructions per op of `chain`, 3.3% per branch of `wide`)
-        call = Function.__call__
-        copy = types.FunctionType(call.__code__.replace(), call.__globals__, call.__name__,
+        own = not any(getattr(inherited, mark, False)
+                      for mark in ("_template", "_view", "_checked"))
+        # A copy of _plain_call's code per subclass: CPython specialises attribute access per
+        # code object and type, and one copy shared by Mul, Add, ... sees a new type each call
+        # (callgrind: without it 3.8% more instructions per op of `chain`, 3.3% per branch of
+        # `wide`)
+        call = Function._plain_call
+        copy = types.FunctionType(call.__code__.replace(), call.__globals__, "__call__",
                                   call.__defaults__)
         copy.__qualname__, copy.__doc__ = f"{cls.__qualname__}.__call__", call.__doc__
         copy._template = True
-        if not cls.__module__.startswith("gradcore."):
-            # an author's Function: each call checked after it runs (_checked_call), and its
-            # backward when recorded (_checked_backward). gradcore's own ops need neither: their
-            # outputs are fresh floating-point arrays, views come from View, and their backwards
-            # are written with gradcore's ops; so they pay nothing for the checks
+        if own:
+            # a __call__ of the author's own, kept: it reaches this copy through
+            # super().__call__ (Function's and View's run self._plain_call), inside the checks
+            cls._plain_call = _inside_checks(copy) if author else copy
+        elif author:
             cls._plain_call = copy
             cls.__call__ = Function._checked_call
-            backward = cls.__dict__.get("backward")
-            if backward is not None and not getattr(backward, "_checked", False):
-                cls.backward = _checked_backward(backward)
         elif getattr(inherited, "_view", False):
             cls._plain_call = copy  # View.__call__ runs it, then shares the version
         else:
             cls.__call__ = copy
 
-    def __call__(self, x0=_NO_INPUT, x1=_NO_INPUT, *more):
+    def __call__(self, *inputs):
+        """Run forward on the inputs' arrays; record this call in the graph if grad mode is on
+        and an input requires grad. Inputs: Variables, arrays (constants), Python scalars."""
+        # Each subclass runs its own copy of _plain_call instead (__init_subclass__): this runs
+        # only as super().__call__ in an author's own __call__
+        return self._plain_call(*inputs)
+
+    __call__._template = True  # gradcore's: a subclass that inherits it gets a copy of _plain_call
+
+    def _plain_call(self, x0=_NO_INPUT, x1=_NO_INPUT, *more):
         """Run forward on the inputs' arrays; record this call in the graph if grad mode is on
         and an input requires grad. Inputs: Variables, arrays (constants), Python scalars."""
         if self.sequence is not None:
@@ -205,7 +219,7 @@ class Function:
             return y
         return _init_slots(_new_variable(Variable), ys, backend, None, 0, False)
 
-    __call__._template = True  # __init_subclass__ copies it for each subclass that inherits it
+    _plain_call._template = True  # __init_subclass__ copies it for each subclass
 
     def _call(self, inputs):
         """__call__ for any inputs on any backend; raw arrays become constants."""
@@ -340,12 +354,26 @@ class Function:
     def _checked_call(self, *inputs):
         """__call__ of an author's Function (see the class's rules): the plain call, a copy per
         class as for every Function, then what gradcore's own ops need not check."""
+        return self._run_checked(type(self)._plain_call, inputs)
+
+    _checked_call._checked = True  # __init_subclass__ recognises it as gradcore's __call__
+
+    def _run_checked(self, plain, inputs):
+        """`plain(self, *inputs)` (a class's copy of _plain_call) inside the checks of an
+        author's Function; inside them already (an author's __call__ reached another's through
+        super()), the plain call alone."""
+        if getattr(self, "_given", None) is not None:
+            return plain(self, *inputs)
         self._given = inputs  # what mark_dirty looks the arrays up in
         before = anomaly.before_forward(inputs) if is_anomaly_enabled() else None
+        lent = _lend_views(inputs) if len(inputs) > 1 else None
         try:
-            ys = self._plain_call(*inputs)
+            ys = plain(self, *inputs)
         finally:
             del self._given
+            if lent:
+                for x, data in lent:
+                    x._data = data
         if before:
             anomaly.check_forward_writes(self, before)
         for y in ys if ys.__class__ is tuple else (ys,):
@@ -357,8 +385,6 @@ class Function:
             if x is not None:  # as View's outputs
                 share_versions(x, y)
         return ys
-
-    _checked_call._checked = True  # __init_subclass__ recognises it as gradcore's __call__
 
     def mark_dirty(self, *arrays):
         """In forward: say that forward wrote into these arrays, inputs it got (PyTorch's
@@ -490,6 +516,8 @@ class Function:
 
     def __setstate__(self, state):
         outputs = state.pop("_outputs", None)
+        if state.get("sequence") is not None:  # recorded, perhaps by another process's clock
+            state["sequence"] = _variables.restored(state["sequence"])
         for name, value in state.items():
             object.__setattr__(self, name, value)
         if outputs.__class__ is list:  # outputs of a forward that returned a tuple
@@ -630,6 +658,33 @@ class View(Function):
         return ys
 
     __call__._view = True
+
+
+def _lend_views(inputs):
+    """For the call of an author's Function: each input Variable whose array object an earlier
+    input Variable holds too (x.detach() and x, two leaves over one array) holds a view of it
+    instead, so that forward gets one object per Variable and an array it saves comes back as
+    the Variable it came from (_resolve_saved). Returns [(Variable, its array)] to put back.
+    Not while a step is recorded: each Variable is given its own traced array there."""
+    lent = []
+    if _variables.step_recorder is not None:
+        return lent
+    holders = {}
+    for x in inputs:
+        if isinstance(x, Variable) and x._data is not None:
+            data = x._data
+            if holders.setdefault(id(data), x) is not x:
+                lent.append((x, data))
+                x._data = x._backend.xp.reshape(data, data.shape)  # a view: a new object
+    return lent
+
+
+def _inside_checks(plain):
+    """`plain` (a class's copy of _plain_call) run inside the checks of an author's Function:
+    the _plain_call of an author's class with a __call__ of its own."""
+    def checked(self, *inputs):
+        return self._run_checked(plain, inputs)
+    return checked
 
 
 def _checked_backward(backward):

@@ -84,7 +84,23 @@ def _check_data(data):
         data = backend.ensure_array(data)  # NumPy scalars become 0-d arrays
     elif backend.lazy:
         backend.check_known_shape(data)  # a recipe whose shape is not known yet: refused now
-    return data, backend, _numeric_kind(backend, data.dtype)
+    accepted = _ACCEPTED.get(backend)
+    kind = None if accepted is None else accepted.get(data.dtype)
+    if kind is None:  # a dtype seen for the first time, one held as another, or one refused
+        data = _native(data)
+        kind = _numeric_kind(backend, data.dtype)
+        _ACCEPTED.setdefault(backend, {})[data.dtype] = kind
+    return data, backend, kind
+
+
+def _native(data):
+    """`data` in the machine's byte order: a copy of data in the other one (a .npy file written
+    on another machine, numpy.frombuffer(..., ">f8")), whose gradients, computed in native
+    order, would never match its dtype (a hook's result refused); else `data` itself."""
+    dtype = data.dtype
+    if getattr(dtype, "isnative", True):  # only NumPy's dtypes have a byte order
+        return data
+    return data.astype(dtype.type)  # the type: NumPy's own native dtype, not an equal copy
 
 
 def _holds_variable(items):
@@ -107,6 +123,9 @@ def _numeric_kind(backend, dtype):
 # backend -> {dtype: "float" or "integral" (bool and integers)}, filled on first sight. Per backend:
 # array-api-strict's dtypes hash like NumPy's and warn when compared with them
 _KINDS = {}
+# The same for the dtypes Variable(data) takes as they are, for _check_data's one lookup: a dtype
+# in the other byte order (_native) or a refused one is never here, so it is looked at each time
+_ACCEPTED = {}
 
 
 def dtype_kind(backend, dtype):
@@ -147,6 +166,18 @@ latest_write = [-1]
 _stamping = threading.Lock()
 _post_hooks_lock = threading.Lock()  # a leaf's post-accumulate hook list, made and emptied
 _KEPT_STAMPS = 64  # stamps kept per Variable: enough to tell every version a live graph saw
+# A number of that clock read back from a pickle or a copy (a Function's sequence, an op
+# result's _sequence, a write's stamp) may be another process's, whose clock ran on its own: it
+# is moved this far into the past. The numbers of one pickle move together, so they keep their
+# order, and whatever is recorded or written after (larger) comes after them: a later write is
+# seen, a later consumer's gradient is added before the old op runs. No clock changes: no lock
+_RESTORED_SHIFT = 2 ** 64
+
+
+def restored(number):
+    """A number of the clock (`sequence`) read back from a pickle or a copy, moved into the
+    past (see _RESTORED_SHIFT)."""
+    return number - _RESTORED_SHIFT
 
 
 class _WriteLog:
@@ -159,6 +190,11 @@ class _WriteLog:
     def __init__(self, count=0, stamps=()):
         self.count = count
         self.stamps = collections.deque(stamps, maxlen=_KEPT_STAMPS) if stamps else ()
+
+    def __setstate__(self, state):
+        # a copy or pickle: Python's state of a class with __slots__, (None, {slot: value})
+        slots = state[1]
+        self.__init__(slots["count"], [restored(s) for s in slots["stamps"]])
 
 
 def note_write(x):
@@ -401,6 +437,36 @@ class Variable:
                 slots = {name: value for name, value in slots.items() if name != "_post_hooks"}
                 reduced = (*reduced[:2], (attributes, slots), *reduced[3:])
         return reduced
+
+    def __copy__(self):
+        """copy.copy: a new Variable over the same data. Of a computed Variable, its result
+        through an identity op (a view of the data, sharing its version), so that a gradient
+        reaching the copy flows on into this one's graph, as through PyTorch's clone(); made
+        under no_grad, it has no graph, as any op's result. Of a leaf, Python's shallow copy: a
+        leaf of its own with this one's data, version, name and gradient hooks."""
+        if self.creator is None:
+            make, args, state = self.__reduce_ex__(4)[:3]
+            copied = make(*args)
+            if state is not None:
+                copied.__setstate__(state)
+            return copied
+        if step_recorder is not None:  # as in __reduce_ex__: the step runs eagerly
+            step_recorder.copied(self)
+        y = Reshape(self.shape)(self)  # to its own shape: the identity
+        y.name = self.name
+        return y
+
+    def __setstate__(self, state):
+        """Restore a copy or an unpickled Variable from Python's state of an object with
+        __slots__: (its __dict__ or None, {slot: value}). An op result's _sequence is moved into
+        the past, as its creator's sequence is (see variable.restored)."""
+        attributes, slots = state if state.__class__ is tuple else (state, None)
+        if attributes:
+            self.__dict__.update(attributes)
+        for name, value in (slots or {}).items():
+            setattr(self, name, value)
+        if getattr(self, "_sequence", None) is not None:
+            self._sequence = restored(self._sequence)
 
     def _host_data(self):
         """`_data`, for reading or sharing its values: while a step is recorded
@@ -878,6 +944,6 @@ from .functions.math import Add, Div, Mul, Neg, Sub, compare, pow, power_of  # n
 from .functions.math import abs as abs_  # noqa: E402
 from .functions.linalg import matmul  # noqa: E402
 from .functions.device import to  # noqa: E402
-from .functions.shape import get_item, reshape, transpose  # noqa: E402
+from .functions.shape import Reshape, get_item, reshape, transpose  # noqa: E402
 from .functions.reduce import sum  # noqa: E402
 from .functions.reduce import max as reduce_max, min as reduce_min  # noqa: E402

@@ -1029,6 +1029,14 @@ def test_backward_on_an_integer_result_says_only_floating_point_variables_requir
     assert y.grad.item() == 4.0
 
 
+def test_backward_and_grad_on_a_variable_without_data_say_so():
+    empty = Variable(None)
+    with pytest.raises(RuntimeError, match=r"backward: this Variable has no data \(data is None\)"):
+        empty.backward()
+    with pytest.raises(RuntimeError, match=r"grad: this Variable has no data \(data is None\)"):
+        gradcore.grad(empty, [Variable(np.array(1.0))])
+
+
 def test_a_float_result_without_a_graph_names_integer_inputs_and_accuracy():
     with pytest.raises(RuntimeError, match=r"has no graph: .*no_grad\(\).*integer and bool "
                                            r"Variables never do.*Variable\(np.array\(2.0\)\)"):
@@ -1154,6 +1162,29 @@ def test_grad_skips_only_what_leads_to_no_input_around_a_written_leaf(xp):
     w.data = xp.asarray([1.0, 1.0])
     with pytest.raises(RuntimeError, match="mul: its input 1.*was written after mul ran"):
         gradcore.grad(z, x)  # mul(x, w) is on the path and read w: refused
+
+
+class _RawSquare(Function):
+    """x ** 2 with DeZero's first backward, on raw arrays: not differentiable again."""
+
+    def forward(self, x):
+        return x ** 2
+
+    def backward(self, gy):
+        return 2 * self.inputs[0].data * gy.data
+
+
+def test_grad_goes_on_past_an_op_off_the_paths_whose_backward_raises():
+    # z = sum(2x) + sum(3w^2): dz/dw = 6w, as torch gives with once_differentiable. The raw
+    # backward's node lies on the path to x only: its error is raised for x, not for w
+    x, w = Variable(np.array([1.0, 2.0])), Variable(np.array([3.0, 4.0]))
+    y = F.sum(_RawSquare()(x)) + F.sum(w ** 3)
+    gx, gw = gradcore.grad(y, [x, w], create_graph=True)
+    z = F.sum(gx) + F.sum(gw)
+    gw2, = gradcore.grad(z, [w])
+    np.testing.assert_array_equal(gw2.data, [18.0, 24.0])
+    with pytest.raises(RuntimeError, match="_RawSquare.backward is not differentiable"):
+        gradcore.grad(z, [x])
 
 
 # ================================================ users' own Functions

@@ -6,6 +6,7 @@ import gradcore
 import gradcore.functions as F
 from conftest import DEVICE1, DEVICE2, STRICT
 from gradcore import Function, Variable
+from gradcore.function import View
 
 
 def var(xp, values, dtype="float64", **kwargs):
@@ -257,12 +258,12 @@ def test_each_function_class_runs_its_own_copy_of_call():
 
     # an author's Function runs its copy inside the checks gradcore's own ops need not pay for
     calls = {F.Mul.__call__, F.Add.__call__, Twice._plain_call, Thrice._plain_call,
-             Function.__call__}
+             Function._plain_call}
     assert len(calls) == 5
     assert Twice.__call__ is Thrice.__call__ is Function._checked_call
     assert F.Mul.__call__ is not Function._checked_call
-    assert Twice._plain_call.__code__ is not Function.__call__.__code__
-    assert Twice._plain_call.__code__.co_code == Function.__call__.__code__.co_code
+    assert Twice._plain_call.__code__ is not Function._plain_call.__code__
+    assert Twice._plain_call.__code__.co_code == Function._plain_call.__code__.co_code
     assert Own()(1.0) == "own" and OwnChild()(1.0) == "own"  # an author's __call__ is kept
     x = Variable(np.array(2.0))
     y = Thrice()(Twice()(x))
@@ -537,17 +538,80 @@ def test_a_module_carrying_a_computed_state_is_copied_with_its_graph(how):
         np.testing.assert_array_equal(q.grad.data, p.grad.data)
 
 
-def test_a_graph_and_its_copy_in_one_backward():
-    """The copy's Functions have the originals' generations and sequence numbers: the walk's
-    heap meets equal keys, and either may run first (neither feeds the other)."""
+def test_two_copies_of_a_graph_in_one_backward():
+    """Two copies of one graph have the same generations and sequence numbers: the walk's heap
+    meets equal keys, and either may run first (neither feeds the other)."""
     W = Variable(np.array([0.5, -1.5]))
     y = F.tanh(F.exp(W * 2.0))
-    y2 = _copied("deepcopy", y)
-    W2 = y2.creator.inputs[0].creator.inputs[0].creator.inputs[0]
-    F.sum(y + y2).backward()
+    y1, y2 = _copied("deepcopy", y), _copied("deepcopy", y)
+    assert y1.creator.sequence == y2.creator.sequence
+    W1, W2 = (c.creator.inputs[0].creator.inputs[0].creator.inputs[0] for c in (y1, y2))
+    F.sum(y + y1 + y2).backward()
     expected = (1 - np.tanh(np.exp(2 * W.data)) ** 2) * np.exp(2 * W.data) * 2
     np.testing.assert_allclose(W.grad.data, expected, rtol=1e-14)
+    np.testing.assert_array_equal(W1.grad.data, W.grad.data)
     np.testing.assert_array_equal(W2.grad.data, W.grad.data)
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_a_copied_graph_keeps_the_order_of_its_writes(how):
+    """A write before forward, copied with the graph, stays before it; one after forward stays
+    after it; one made to the copy after copying comes after the whole copied graph."""
+    a = Variable(np.array([0.3, 1.1]))
+    a.data = a.data * 1.0  # before forward: backward may run
+    y = F.sin(a)
+    a2, y2 = _copied(how, (a, y))
+    F.sum(y2).backward()
+    np.testing.assert_allclose(a2.grad.data, np.cos([0.3, 1.1]), rtol=1e-15)
+
+    a.data = a.data + 1.0  # after forward, before copying: the copy refuses too
+    a2, y2 = _copied(how, (a, y))
+    with pytest.raises(RuntimeError, match="was written after sin ran in forward"):
+        F.sum(y2).backward()
+
+    b = Variable(np.array([0.3, 1.1]))
+    b2, z2 = _copied(how, (b, F.sin(b)))
+    b2.data = b2.data + 1.0  # after copying
+    with pytest.raises(RuntimeError, match="was written after sin ran in forward"):
+        F.sum(z2).backward()
+
+
+_OTHER_PROCESS = """
+import pickle, sys
+import gradcore.functions as F
+a, y = pickle.load(open(sys.argv[1], "rb"))
+a.data = a.data + 1.0  # written after y's forward
+try:
+    F.sum(y).backward()
+    print("ran")
+except RuntimeError:
+    print("refused")
+a, y = pickle.load(open(sys.argv[1], "rb"))
+y.register_hook(lambda g: g * g)  # sees y's whole gradient, 2 + 3 = 5, only if run last
+F.sum(y * 2.0 + y * 3.0).backward()
+print(repr(a.grad.data.tolist()))
+"""
+
+
+def test_a_graph_unpickled_in_another_process_comes_before_what_that_process_does(tmp_path):
+    """The saving process's clock ran far ahead of the loading one's: the unpickled graph still
+    comes before a write and the ops recorded there, so the write is refused and a hook on the
+    unpickled y sees the gradients of both later ops."""
+    import pickle
+    import subprocess
+    import sys
+
+    for _ in range(1000):  # the saving process has run for a while
+        F.sin(Variable(np.ones(1)))
+    a = Variable(np.array([0.3, 1.1]))
+    path = tmp_path / "graph.pkl"
+    path.write_bytes(pickle.dumps((a, F.sin(a))))
+    done = subprocess.run([sys.executable, "-c", _OTHER_PROCESS, str(path)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    write, grad = done.stdout.split("\n")[:2]
+    assert write == "refused"
+    np.testing.assert_allclose(eval(grad), 25 * np.cos([0.3, 1.1]), rtol=1e-14)
 
 
 # ======================================================================= an author's Function
@@ -710,6 +774,36 @@ def test_a_saved_output_the_caller_dropped_stays_differentiable():
     assert revived.creator is f and revived.generation == e2.generation
     assert revived._sequence == f.sequence and f.outputs[0]() is revived
     assert f.saved_tensors[0] is revived  # while it lives, the same Variable
+
+
+class MulSaved(Function):
+    """a * b, saving both arrays (the README's save_for_backward pattern)."""
+
+    def forward(self, a, b):
+        self.save_for_backward(a, b)
+        return a * b
+
+    def backward(self, gy):
+        a, b = self.saved_tensors
+        return gy * b, gy * a
+
+
+def test_saved_arrays_of_two_inputs_over_one_array_come_back_as_their_own_variables(xp):
+    # y = sum(stop(x) x x): g = 2 stop(x) x = [18, 32], d(sum g)/dx = 2 stop(x) = [6, 8] (torch);
+    # before, both saved arrays came back as x, and the second derivative was 3x = [9, 12]
+    x = var(xp, [3.0, 4.0])
+    y = F.sum(MulSaved()(x.detach(), x) * x)
+    g, = gradcore.grad(y, x, create_graph=True)
+    np.testing.assert_array_equal(xp.numpy(g.data), [18.0, 32.0])
+    h, = gradcore.grad(F.sum(g), x)
+    np.testing.assert_array_equal(xp.numpy(h.data), [6.0, 8.0])
+
+    array = xp.asarray([1.0, 2.0])
+    x0, x1 = Variable(array), Variable(array)  # two leaves over one array
+    f = MulSaved()
+    f(x0, x1)
+    assert f.saved_tensors[0] is x0 and f.saved_tensors[1] is x1
+    assert x0.data is array and x1.data is array  # each holds its array again after the call
 
 
 class ScaleBy(Function):
@@ -898,6 +992,71 @@ def test_a_raw_backward_is_refused_at_second_order_from_the_seed_of_ones_too():
     np.testing.assert_array_equal(g.data, [2.0, 4.0])  # first derivatives as they are
     with pytest.raises(RuntimeError, match="RawSquare.backward is not differentiable"):
         gradcore.grad(F.sum(g * g) + F.sum(x * x), x)  # the true value, [10, 20], needs d(g)/dx
+
+
+class Logged(Function):
+    """A Function with a __call__ of its own (logging, say) that reaches Function's through
+    super(): its subclasses below keep the checks of an author's Function."""
+
+    def __call__(self, *inputs):
+        self.called = True
+        return super().__call__(*inputs)
+
+
+class LoggedSquare(Logged):
+    def forward(self, x):
+        return x ** 2
+
+    def backward(self, gy):  # on raw arrays, as RawSquare's
+        return 2 * self.inputs[0].data * gy.data
+
+
+class LoggedRound(Logged):
+    forward, backward = RoundToInt.forward, RoundToInt.backward
+
+
+class LoggedAddOne(Logged):
+    announce = True
+    forward, backward = AddOneInPlace.forward, AddOneInPlace.backward
+
+
+class LoggedView(View):
+    forward, backward = Row.forward, Row.backward
+
+    def __call__(self, x):
+        return super().__call__(x)
+
+
+class LoggedRow(Row):
+    """Row's checked __call__ reached from an own one: the checks run once."""
+
+    def __call__(self, x):
+        return super().__call__(x)
+
+
+def test_a_functions_own_call_keeps_the_checks_of_an_authors_function():
+    x = Variable(np.array(3.0))
+    f = LoggedSquare()
+    g, = gradcore.grad(f(x), x, create_graph=True)
+    assert f.called and g.item() == 6.0
+    with pytest.raises(RuntimeError, match="LoggedSquare.backward is not differentiable"):
+        gradcore.grad(g * x, x)  # 12 by hand; 6 before, the raw gradient taken as a constant
+
+    y = LoggedRound()(Variable(np.array([0.2, 1.7])))
+    assert y.dtype == np.int64 and not y.requires_grad and y.creator is None
+
+    x = Variable(np.array([1.0, 2.0]))
+    a = x * x
+    b = LoggedAddOne()(x)  # mark_dirty in forward works, and b shares x's version
+    assert x.version == b.version == 1
+    with pytest.raises(RuntimeError, match=r"mul: its input 0, .* was written after mul ran"):
+        F.sum(a + b).backward()
+
+    for cls in (LoggedView, LoggedRow):  # under View's __call__, under an author's
+        W = gradcore.Parameter(np.array([[1.0, 2.0], [3.0, 4.0]]))
+        row = cls()(W)
+        _sgd_step(W)
+        assert row.version == W.version == 1
 
 
 def test_a_raw_gradient_of_another_library_or_device_is_refused_naming_the_op():

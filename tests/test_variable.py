@@ -568,6 +568,26 @@ def test_deepcopy_and_pickle_keep_the_backend(xp):
         np.testing.assert_array_equal(xp.numpy(y.data), [1.0, 2.0])
 
 
+def test_a_shallow_copy_of_a_computed_variable_passes_its_gradient_on(xp):
+    """copy.copy joins the copy to the graph by an identity op over the same data (PyTorch's
+    clone, without copying); before, backward through it blamed a reused Function instance,
+    or raised AttributeError once the original was gone."""
+    import copy
+
+    x = var(xp, [1.0, 2.0])
+    h = x * x
+    y = copy.copy(h)
+    assert y is not h and y.creator is not h.creator and y.version == h.version
+    F.sum(y * 3.0).backward()
+    np.testing.assert_array_equal(xp.numpy(x.grad.data), [6.0, 12.0])  # 3 * 2x
+    x.cleargrad()
+    copy.copy(x * x).backward()  # the original a temporary
+    np.testing.assert_array_equal(xp.numpy(x.grad.data), [2.0, 4.0])
+    with gradcore.no_grad():
+        assert copy.copy(h).creator is None
+    assert copy.copy(x).creator is None  # a leaf: a leaf of its own
+
+
 def test_a_copy_keeps_the_gradient_hooks_and_not_the_post_accumulate_ones():
     # the post-accumulate hooks step or send this leaf's own gradient: a copy does without
     import copy
@@ -590,6 +610,21 @@ def _double(g):  # a gradient hook that pickles: a module-level function
 
 
 # =============================================================================== dtypes
+def test_data_in_the_other_byte_order_is_held_in_the_native_one():
+    """From a .npy file of another machine, say: the gradients, computed in the native order,
+    then match the Variable's dtype (a hook's result, a .grad set by hand)."""
+    x = Variable(np.array([1.0, 2.0], dtype=">f8"))
+    assert x.dtype == np.float64 and x.dtype.isnative
+    x.register_hook(lambda g: g * 10.0)
+    F.sum(x * 2.0).backward()
+    np.testing.assert_array_equal(x.grad.data, [20.0, 20.0])
+    x.grad = np.array([1.0, 1.0])
+    x.data = np.frombuffer(np.array([3.0, 4.0], dtype=">f8").tobytes(), dtype=">f8")
+    assert x.dtype.isnative and x.data.tolist() == [3.0, 4.0]
+    i = Variable(np.array([3, 4], dtype=">i4"))
+    assert i.dtype == np.int32 and i.data.tolist() == [3, 4]
+
+
 @pytest.mark.parametrize("dtype", ["int64", "int32", "uint8", "bool"])
 def test_integer_and_bool_variables_do_not_require_grad(xp, dtype):
     x = Variable(xp.asarray([1, 0, 1], dtype=dtype))
