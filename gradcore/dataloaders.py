@@ -2,7 +2,9 @@
 of a dataset as arrays on a device: NumPy on the CPU by default, CuPy on "cuda", or any
 registered backend's device. Examples are gathered on the host and each batch is moved once."""
 import math
+import os
 import threading
+import weakref
 
 import numpy as np
 
@@ -74,6 +76,20 @@ def _gather(owner, dataset, index):
     return _stack(owner, xs, "inputs"), None if all(unlabelled) else _stack(owner, ts, "labels")
 
 
+
+# Every loader, for a forked child (multiprocessing's workers on Linux) to give each a lock of
+# its own: the parent's thread that held one mid-batch does not exist there
+_loaders = weakref.WeakSet()
+
+
+def _after_fork():
+    for loader in list(_loaders):
+        if not loader._lock._is_owned():
+            loader._lock = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
 class DataLoader:
     """Iterate over `dataset` in mini-batches: each step yields (x, t), x of shape
     (batch_size, ...) and t of shape (batch_size, ...) (None for an unlabelled dataset), as
@@ -124,6 +140,7 @@ class DataLoader:
         # held while a batch is made: threads sharing the loader take each batch once
         # (reentrant: a `for` loop holds it around next())
         self._lock = threading.RLock()
+        _loaders.add(self)
         self.reset()
 
     def __getstate__(self):  # a copy or an unpickled loader gets a lock of its own
@@ -133,6 +150,7 @@ class DataLoader:
 
     def __setstate__(self, state):
         self.__dict__.update(state, _lock=threading.RLock())
+        _loaders.add(self)
 
     @property
     def device(self):

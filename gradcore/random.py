@@ -1,6 +1,7 @@
 """manual_seed: one call seeds the global generator of every backend in use. draw: how ops draw
 from those generators, so that gradcore.checkpoint draws a block's numbers again exactly; noted:
 how ops read other state that may change before backward, so that it reads the same again."""
+import os
 import sys
 import threading
 
@@ -19,6 +20,21 @@ _watching = []
 # other threads' ops draw meanwhile from where the generator stands for them (_drawn_aside)
 _setting_back = threading.RLock()
 _WAIT = 60  # seconds a replay waits for another thread's to end before it raises
+
+
+def _after_fork():
+    """In the child of an os.fork (multiprocessing's workers on Linux): the parent's other
+    threads are not there, so neither are their logs and replays, and a lock one of them held
+    would never be released; the forking thread keeps what it holds."""
+    global _lock, _setting_back
+    me = threading.get_ident()
+    _watching[:] = [watcher for watcher in _watching if watcher.thread == me]
+    _lock = threading.Lock()  # held around a draw only: never by the thread that forks
+    if not _setting_back._is_owned():
+        _setting_back = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def manual_seed(seed):

@@ -100,3 +100,38 @@ def run_in_threads(targets, switch_interval=1e-6):
             thread.join()
     finally:
         sys.setswitchinterval(interval)
+
+
+def forked_child_takes(module, names):
+    """Fork while another thread holds the locks `module.<name>` (a multiprocessing worker
+    started mid-work): True if the child takes each at once, as it must, that thread not
+    existing there. Skips where os.fork does not exist."""
+    import os
+    import threading
+
+    if not hasattr(os, "fork"):
+        pytest.skip("needs os.fork")
+    held, done = threading.Event(), threading.Event()
+
+    def hold():
+        locks = [getattr(module, name) for name in names]
+        for lock in locks:
+            lock.acquire()
+        held.set()
+        done.wait(10)
+        for lock in locks:
+            lock.release()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    assert held.wait(10)
+    try:
+        pid = os.fork()
+        if pid == 0:
+            took = all(getattr(module, name).acquire(timeout=2) for name in names)
+            os._exit(0 if took else 1)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        done.set()
+        thread.join()
+    return os.waitstatus_to_exitcode(status) == 0

@@ -4014,3 +4014,12 @@ def test_anomaly_mode_runs_a_compiled_step_eagerly_and_says_so():
     assert (stats["eager calls"], stats["recordings"], stats["why eager"]) == (3, 0, [])
     step(np.array([1.0, 1.0]))  # anomaly mode off: the step records
     assert step.stats()["recordings"] == 1
+
+
+def test_a_forked_child_takes_the_locks_another_threads_recording_or_check_held():
+    """A fork while another thread records a step or runs a checked call: the child's compiled
+    calls do not wait for a thread it lacks."""
+    from conftest import forked_child_takes
+
+    compiled = sys.modules["gradcore.compile"]  # the package: gradcore.compile is the function
+    assert forked_child_takes(compiled, ["_recording_lock", "_checking"])

@@ -1,7 +1,10 @@
 """gradcore.dataloaders: DataLoader and SeqDataLoader batches, order, shuffling, devices."""
 import collections
+import os
+import signal
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -443,3 +446,42 @@ def test_seq_loader_device(xp2):
 def test_seq_loader_needs_enough_examples():
     with pytest.raises(ValueError, match=r"batch_size \(7\) is the number of parallel streams"):
         SeqDataLoader(Counting(6), batch_size=7)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_gets_batches_while_another_thread_of_the_parent_makes_one():
+    """A thread of the parent holds the loader's lock mid-batch as the process forks: the child
+    (a multiprocessing worker) gets its batch instead of waiting forever on that lock."""
+    started, release = threading.Event(), threading.Event()
+
+    class Slow(list):
+        def __getitem__(self, i):
+            if threading.current_thread() is not threading.main_thread():
+                started.set()
+                release.wait(10)
+            return super().__getitem__(i)
+
+    loader = DataLoader(Slow((np.float32(i), np.int64(i)) for i in range(8)), 4, shuffle=False)
+    thread = threading.Thread(target=loader.next)
+    thread.start()
+    assert started.wait(10)
+    pid = os.fork()
+    if pid == 0:  # the child: its batch must come at once
+        code = 1
+        try:
+            x, t = loader.next()
+            code = 0 if len(x) == 4 else 1
+        finally:
+            os._exit(code)
+    release.set()
+    thread.join()
+    for _ in range(100):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the child waited on a lock held by a thread it does not have")
+    assert os.waitstatus_to_exitcode(status) == 0

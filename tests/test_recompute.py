@@ -785,3 +785,12 @@ def test_under_no_grad_the_block_still_gets_variables_and_must_return_them():
     h = Variable(x)
     with gradcore.no_grad():
         assert gradcore.checkpoint(lambda u: u, h) is h  # a plain call: handed back as it is
+
+
+def test_a_forked_child_takes_the_generator_locks_another_thread_held():
+    """A fork while another thread recomputes a block (holding the lock that sets the generator
+    back) or draws: the child's draws and recomputations do not wait for a thread it lacks."""
+    from conftest import forked_child_takes
+
+    from gradcore import random
+    assert forked_child_takes(random, ["_setting_back", "_lock"])

@@ -61,6 +61,22 @@ _get_ident = threading.get_ident
 _checking = threading.RLock()
 
 
+def _after_fork():
+    """In the child of an os.fork: the parent's other threads are not there, so a recording or
+    checked call of theirs is not either, and the locks they held would never be released."""
+    global _recording_lock, _checking
+    me = _get_ident()
+    if _recording_thread[0] != me:
+        _recording_lock = threading.Lock()
+        _recording_thread[0] = None
+    _running_calls[:] = [thread for thread in _running_calls if thread == me]
+    if not _checking._is_owned():
+        _checking = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
 class Compiled:
     """A function compiled with gradcore.compile: call it as the function; `stats()` says what
     happened so far."""
