@@ -43,8 +43,8 @@ from ..config import enable_grad
 from ..nn.module import Module, registry_changes
 from ..optim.optimizer import Optimizer, _eager_in_replay
 from ..variable import Variable, dtype_kind, note_write
+from . import parameters as _broadcast
 from .communicator import DistributedError
-from .parameters import restore_random_states
 
 __all__ = ["DistributedOptimizer", "DEFAULT_BUCKET_SIZE", "LocalGradientWarning"]
 
@@ -160,7 +160,6 @@ class DistributedOptimizer:
         self._started = 0  # buckets started this step: they start in order
         self._stale = False  # a gradient changed after its bucket had started
         self._checked = False
-        self._restore_due = False  # checked: give back generators (see restore_random_states)
         self._names = None  # id(parameter) -> its name in the target, for messages
         self._target = None  # the optimizer's target that _params were read from
         self._hook_handles = []
@@ -190,7 +189,7 @@ class DistributedOptimizer:
                       "_params", "_buckets", "_bucket_of", "_started", "_stale", "_checked",
                       "_names", "_target", "_hook_handles", "_buffers", "_synced",
                       "_averaged_early", "_hooks_stay", "_read_at", "_number", "_final",
-                      "_warned", "_channel", "_layouts", "_restore_due", "__weakref__"))
+                      "_warned", "_channel", "_layouts", "__weakref__"))
 
     def __getattr__(self, name):  # what is not ours is the optimizer's
         if name in DistributedOptimizer._own:
@@ -274,13 +273,12 @@ class DistributedOptimizer:
             self._plan()
         if not self._checked:
             self._check_same_parameters()
-            self._checked = self._restore_due = True
-        if self._restore_due and _variables.step_recorder is None:
-            # lazy layers broadcast before their first call drew root's weights, checked now:
-            # each rank draws from its own generators again (not while gradcore.compile records
-            # a step, whose draws must lead where the recording ends: at the next averaging)
-            restore_random_states()
-            self._restore_due = False
+            self._checked = True
+        if _broadcast.random_states_lent() and _variables.step_recorder is None:
+            # lazy layers broadcast before their first call draw root's weights: once all are
+            # sized, each rank draws from its own generators again (not while gradcore.compile
+            # records a step, whose draws must lead where the recording ends)
+            _broadcast.restore_random_states()
         self._warn_if_set_here()
         # a gradient changed after its bucket started (it came late, came in a second
         # backward, or was set anew, `p.grad = ...`) on some rank, perhaps not on
@@ -622,11 +620,16 @@ class DistributedOptimizer:
                 problems.append(f"rank {rank} differs from rank 0 in {', '.join(differ[:5])}"
                                 + (f" and {len(differ) - 5} more" if len(differ) > 5 else ""))
         if problems:
+            given_back = (
+                ". The ranks draw from their own random generators again since an earlier step "
+                "(every lazy model broadcast before it was sized by then): a layer sized after "
+                "that, in a model not broadcast again before its first call, draws other "
+                "weights on each rank" if _broadcast._given_back[0] else "")
             raise DistributedError(
                 "DistributedOptimizer: the ranks start from different parameters (" +
                 "; ".join(problems) + "): call dist.broadcast_parameters(model, comm) once the "
                 "model is built, on every rank, before training (and change the model the same "
-                "way on every rank)")
+                "way on every rank)" + given_back)
         if any(p != plans[0] for p in plans):  # follows from the above: a last safeguard
             raise DistributedError(
                 "DistributedOptimizer: the ranks planned different buckets (parameters per "

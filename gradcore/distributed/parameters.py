@@ -1,4 +1,6 @@
 """broadcast_parameters: every rank starts from rank 0's model; save_on_root: one writer."""
+import weakref
+
 import numpy
 
 import backends
@@ -10,6 +12,11 @@ __all__ = ["broadcast_parameters", "save_on_root"]
 # this rank's own random generator states, kept while it draws from root's for its lazy layers
 # (see _share_random_states): None (NumPy's global generator) or a CuPy device -> its state
 _own_states = {}
+# the lazy models broadcast since the generators were last given back: they are given back once
+# every one is sized (held weakly: a model dropped before its first call holds nothing up)
+_lazy_models = weakref.WeakSet()
+# whether this process gave its generators back after a lazy broadcast (for the check's error)
+_given_back = [False]
 
 
 def broadcast_parameters(model, comm, root=0):
@@ -20,11 +27,12 @@ def broadcast_parameters(model, comm, root=0):
 
     Layers not sized yet (sized at their first call) cannot be sent; instead every rank gets
     root's state of the random generators they draw their weights from, so that they draw the
-    same weights; the first step of a DistributedOptimizer checks that they did, and then gives
-    each rank its own generators back, as they were before this call (until then, dropout and
-    shuffles draw alike on every rank). If reading root's arrays raises there (a device error,
-    a lazy array's computation), every rank raises at once: root its exception, the others
-    DistributedError naming root and it."""
+    same weights; the first step of a DistributedOptimizer checks that they did. Once every
+    model so broadcast is sized, the next step of a DistributedOptimizer (after its first
+    check) gives each rank its own generators back, as they were before the first of those
+    broadcasts (until then, dropout and shuffles draw alike on every rank). If reading root's
+    arrays raises there (a device error, a lazy array's computation), every rank raises at
+    once: root its exception, the others DistributedError naming root and it."""
     entries = list(model.named_parameters()) + list(model.named_buffers())
     mine = [[name, None, None] if v.data is None else [name, list(v.shape), str(v.dtype)]
             for name, v in entries]
@@ -62,6 +70,7 @@ def broadcast_parameters(model, comm, root=0):
             start += v.size
     if len(sized) < len(entries):
         _share_random_states(model, comm, root)
+        _lazy_models.add(model)
 
 
 def _differences(everyone, root):
@@ -101,8 +110,8 @@ def _differences(everyone, root):
 def _share_random_states(model, comm, root):
     """Root's state of NumPy's global generator (which lazy layers draw from on the CPU and on
     array-API devices) on every rank, and for CuPy devices the model uses, a seed from root.
-    The other ranks keep their own states, for restore_random_states (the first ones kept: a
-    second lazy model broadcast before then would keep root's)."""
+    The other ranks keep their own states, for restore_random_states: those from before the
+    first lazy broadcast since the last restore (a later one finds root's in place)."""
     state = numpy.random.get_state()
     sent = [state[0], state[1].tolist(), *state[2:]] if comm.rank == root else None
     name, keys, *rest = comm.broadcast_json(sent, root, "broadcast_parameters")
@@ -121,17 +130,30 @@ def _share_random_states(model, comm, root):
             backend.set_random_state(device, seed)
 
 
+def random_states_lent():
+    """Whether this rank may still draw from root's generators for lazy layers (see
+    restore_random_states)."""
+    return bool(_own_states or _lazy_models)
+
+
 def restore_random_states():
     """Give this rank back the random generator states broadcast_parameters replaced with
-    root's for lazy layers (nothing if it replaced none): a DistributedOptimizer calls it once
-    its first step has checked that the ranks drew the same weights. Otherwise every rank would
-    draw the same dropout masks and shuffles, whatever seed each was given."""
+    root's for lazy layers, once every lazy model it broadcast is sized (one not yet sized
+    would draw other weights on each rank). A DistributedOptimizer calls it at its steps, after
+    its first check, while random_states_lent(); otherwise every rank would draw the same
+    dropout masks and shuffles, whatever seed each was given."""
+    for model in list(_lazy_models):
+        if all(p.data is not None for _, p in model.named_parameters()):
+            _lazy_models.discard(model)
+    if _lazy_models:
+        return
     for device, state in _own_states.items():
         if device is None:
             numpy.random.set_state(state)
         else:
             backends.backend_for_device(device).set_random_state(device, state)
     _own_states.clear()
+    _given_back[0] = True
 
 
 def save_on_root(model, path, comm, root=0):

@@ -281,10 +281,17 @@ def test_ranks_that_end_at_different_times_end_without_error(tmp_path):
 def test_lazy_layers_broadcast_before_their_first_call_agree(tmp_path):
     first, second = launch("lazy", tmp_path)
     assert first["digests"] == second["digests"]
+    # the head, first called after the encoder's first step, drew root's weights too: the
+    # generators came back only once both models were sized
+    assert first["head"] == second["head"]
+    assert first["between"] == second["between"]
     # then each rank draws its own numbers: rank 1 from its seed (1), where it was at the
-    # broadcast; rank 0 goes on from where the lazy layers left its generator
+    # first broadcast; rank 0 goes on from where the lazy layers left its generator
     assert second["drawn"] == np.random.RandomState(1).rand(3).tolist()
     assert first["drawn"] != second["drawn"]
+    for r in (first, second):  # a lazy model never broadcast: the error says why it differs
+        assert "rank 1 differs from rank 0 in parameter 0 (2, 2)" in r["late"]
+        assert "draw from their own random generators again since an earlier step" in r["late"]
 
 
 def test_save_on_root_writes_once_and_every_rank_sees_it(tmp_path):

@@ -855,3 +855,19 @@ def test_the_same_parameters_in_another_order_are_a_difference():
     assert _differences([root, list(root)], 0) == []
     assert _differences([root, swapped], 0) == [
         "rank 1 lists l2.W where rank 0 lists l1.W (the same names in another order)"]
+
+
+def test_a_lazy_model_broadcast_holds_the_generators_until_it_is_sized_or_dropped(comm):
+    from gradcore.distributed.parameters import random_states_lent, restore_random_states
+    sized, dropped = nn.Linear(2), nn.Linear(2)
+    dist.broadcast_parameters(sized, comm)
+    dist.broadcast_parameters(dropped, comm)
+    restore_random_states()
+    assert random_states_lent()  # neither is sized: both would draw other weights per rank
+    sized(gradcore.Variable(np.ones((1, 3), np.float32)))
+    restore_random_states()
+    assert random_states_lent()  # `dropped` is not sized yet
+    del dropped
+    gc.collect()
+    restore_random_states()
+    assert not random_states_lent()  # held weakly: a model dropped unsized holds nothing up

@@ -267,16 +267,33 @@ def forgot_broadcast(comm, out):
 
 
 def lazy(comm, out):
-    """A model sized at its first call, broadcast before: the ranks draw the same weights, then
-    each rank's own numbers again (from its seed, where it left it, apart from rank 0)."""
+    """Two models sized at their first call, broadcast before: the ranks draw the same weights
+    for both, though the first trains a step before the second's first call; then each rank's
+    own numbers again (from its seed, where it left it, apart from rank 0). A lazy model not
+    broadcast, sized after that, differs: its first step says the generators were given back."""
     gradcore.manual_seed(comm.rank)
-    model = nn.MLP((8, 3))
-    dist.broadcast_parameters(model, comm)
-    opt = dist.DistributedOptimizer(optim.SGD(model.parameters(), lr=0.1), comm)
-    x = np.random.RandomState(comm.rank).randn(4, 2).astype(np.float32)
-    F.sum(model(gradcore.Variable(x))).backward()
+    encoder, head = nn.MLP((8, 4)), nn.MLP((5, 3))
+    dist.broadcast_parameters(encoder, comm)
+    dist.broadcast_parameters(head, comm)
+    opt = dist.DistributedOptimizer(optim.SGD(encoder.parameters(), lr=0.1), comm)
+    x = gradcore.Variable(np.random.RandomState(comm.rank).randn(4, 2).astype(np.float32))
+    F.sum(encoder(x)).backward()
     opt.step()  # the check at the first step passes only if the weights agree
-    return {"digests": digests(model), "drawn": np.random.rand(3).tolist()}
+    between = np.random.rand(2).tolist()  # the head is not sized yet: still root's numbers
+    head_opt = dist.DistributedOptimizer(optim.SGD(head.parameters(), lr=0.1), comm)
+    F.sum(head(encoder(x))).backward()
+    head_opt.step()
+    drawn = np.random.rand(3).tolist()
+    late = nn.Linear(2)
+    late_opt = dist.DistributedOptimizer(optim.SGD(late.parameters(), lr=0.1), comm)
+    F.sum(late(x)).backward()
+    try:
+        late_opt.step()
+        error = None
+    except dist.DistributedError as e:
+        error = str(e)
+    return {"digests": digests(encoder), "head": digests(head), "between": between,
+            "drawn": drawn, "late": error}
 
 
 def save(comm, out):
