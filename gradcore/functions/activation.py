@@ -70,6 +70,10 @@ class LeakyReLU(Function):
 
     def forward(self, x):
         xp = self.xp
+        if not xp.isdtype(x.dtype, "real floating"):  # the factor, in x's dtype, would truncate
+            raise TypeError(f"x must be a floating-point array, got {x.dtype} (a slope of "
+                            f"{self.slope} would be truncated to an integer); cast it first, "
+                            "e.g. F.astype(x, 'float32')")
         factor = xp.where(x > 0, xp.ones_like(x), xp.full_like(x, self.slope))  # the slope
         self.save_for_backward(factor)
         return x * factor  # x * 1 is exact
@@ -80,7 +84,8 @@ class LeakyReLU(Function):
 
 
 def leaky_relu(x, slope=0.2):
-    """x where x > 0, else slope * x, elementwise."""
+    """x where x > 0, else slope * x, elementwise, for floating-point x (integer x: TypeError,
+    as in PyTorch)."""
     number = python_number(slope)
     if number is None:
         raise TypeError(f"leaky_relu: slope must be a number, got {type(slope).__name__}")

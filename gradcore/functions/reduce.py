@@ -2,7 +2,7 @@
 import math
 
 from ..function import Function
-from ..variable import Variable
+from ..variable import Variable, dtype_kind
 from .device import accumulator_dtype, astype
 from .math import exp
 from .shape import broadcast_like, normalize_axis, reshape
@@ -49,21 +49,30 @@ def sum(x, axis=None, keepdims=False):
 
 def average(x, axis=None, keepdims=False):
     """Mean of the elements over `axis` (None: all; int or tuple, negatives allowed); nan over an
-    empty axis, as in NumPy."""
+    empty axis, as in NumPy. Integers and bools are averaged in float64, as NumPy's mean does."""
     if not isinstance(x, Variable):
         x = Variable(x, requires_grad=False)  # a raw array is a constant, as in every op
     try:
         axes = normalize_axis(axis, x.ndim)
     except (TypeError, ValueError) as e:
         raise type(e)(f"average: {e} (inputs: {tuple(x.shape)})") from None
+    dtype = x.dtype
+    if dtype_kind(x.backend, dtype) == "integral":
+        # cast first, as NumPy's mean: the array API refuses an integer sum times a float
+        x = astype(x, "float64")
+        dtype = x.dtype
     count = math.prod(x.shape[a] for a in axes)
     # a Python float: float32 stays float32. The mean of nothing is nan, as in NumPy (without its
     # warning): the empty sum, 0, times nan; its gradient is empty (no element was averaged)
     scale = 1.0 / count if count else math.nan
-    wide = accumulator_dtype(x.xp, x.dtype)
+    wide = accumulator_dtype(x.xp, dtype)
     if wide is None:
+        if count and getattr(dtype, "itemsize", 0) > 8:
+            # longdouble: divided, as 1 / count, a Python float, is rounded to double (the mean
+            # of three ones would be 0.99999999999999994449); complex128 takes this path too
+            return sum(x, axes, keepdims) / count
         return sum(x, axes, keepdims) * scale
-    return astype(Sum(axes, keepdims, wide)(x) * scale, x.dtype)  # float16: summed in float32
+    return astype(Sum(axes, keepdims, wide)(x) * scale, dtype)  # float16: summed in float32
 
 
 def mean(x, axis=None, keepdims=False):
@@ -98,8 +107,13 @@ class Max(Function):
         xp = self.xp
         kept = _kept_shape(x.shape, self.axes)
         y_data = xp.reshape(self._extreme(x.data, True) if y is None else y.data, kept)
-        hits = xp.astype(x.data == y_data, gy.dtype)
+        # ties counted in float32 for float16: in float16 a count stops at 2048 along a strided
+        # axis (NumPy adds one at a time there) and is inf past 65,504
+        wide = accumulator_dtype(xp, gy.dtype)
+        hits = xp.astype(x.data == y_data, gy.dtype if wide is None else wide)
         share = hits / xp.sum(hits, axis=self.axes, keepdims=True)
+        if wide is not None:
+            share = xp.astype(share, gy.dtype)
         return broadcast_like(reshape(gy, kept), x) * Variable(share, requires_grad=False)
 
 

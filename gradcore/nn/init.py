@@ -174,15 +174,18 @@ def kaiming_normal_(p, a=0.0, mode="fan_in", nonlinearity="leaky_relu"):
 
 def orthogonal_(p, gain=1.0):
     """A (semi-)orthogonal matrix from the QR decomposition of a normal one, the weight seen as
-    (first axis, the rest flattened), times `gain`."""
+    (first axis, the rest flattened), times `gain`. Drawn and decomposed in float32 for float16
+    weights and in float64 for longdouble ones (linalg takes only float32 and float64), then
+    cast to the weight's dtype."""
     gain = _number(gain, "gain", "orthogonal_")
     data = _floating(p, "orthogonal_")
     if data.ndim < 2:
         raise ValueError(f"orthogonal_: needs 2 or more axes, got shape {tuple(data.shape)}")
     xp, backend, device = p.xp, p.backend, p.device
     rows, cols = data.shape[0], math.prod(data.shape[1:])
+    dtype = xp.float32 if xp.finfo(data.dtype).bits <= 32 else xp.float64  # what linalg takes
     with backend.device_context(device):
-        flat = backend.random_normal((max(rows, cols), min(rows, cols)), data.dtype, device)
+        flat = backend.random_normal((max(rows, cols), min(rows, cols)), dtype, device)
         q, r = xp.linalg.qr(flat)
         diagonal = getattr(xp.linalg, "diagonal", None) or xp.diagonal  # CuPy: no linalg.diagonal
         q = q * xp.sign(diagonal(r))  # a unique Q: the diagonal of R made positive

@@ -16,7 +16,7 @@ from .. import variable as _variables
 from ..utils import plot_dot_graph
 from ..utils.download import (_checked_sha256, cache_folder, fetch, sha256_folder, sha256_of_file,
                               url_file_name)
-from ..variable import Parameter, Variable
+from ..variable import Parameter, Variable, note_write
 from .checkpoint import (FORMAT_KEY, FORMAT_VERSION, CheckpointError, _checkpoint_source,
                          _is_file_object, _open_checkpoint, _read_arrays, _read_headers,
                          _write_archive, _write_atomically)
@@ -326,12 +326,38 @@ class Module:
         for _, b in self.named_buffers():
             yield b
 
-    def zero_grad(self):
-        """Forget every parameter's gradient (sets `.grad` to None)."""
-        for p in self.parameters():
-            p.cleargrad()
+    def zero_grad(self, set_to_none=True):
+        """Forget every parameter's gradient (`.grad` = None, PyTorch's default); with
+        set_to_none=False fill each with zeros instead, as Optimizer.zero_grad does."""
+        _zero_grads(self.parameters(), set_to_none, type(self).__name__)
 
     cleargrads = zero_grad  # DeZero's name
+
+    def requires_grad_(self, requires_grad=True):
+        """Set `requires_grad` on every parameter (False freezes the model: backward computes
+        no gradient for them); returns self."""
+        for p in self.parameters():
+            p.requires_grad_(requires_grad)
+        return self
+
+    def apply(self, fn):
+        """Call `fn(module)` on every sub-module, children before their parent, then on this
+        module (PyTorch's order; a module reachable twice is called once); returns self."""
+        if not callable(fn):
+            raise TypeError(f"apply expects a callable taking a module, got {type(fn).__name__}")
+        seen, order = set(), []
+        stack = [(self, False)]
+        while stack:  # a walk, not recursion: depth first, each module after its children
+            module, children_done = stack.pop()
+            if children_done:
+                order.append(module)
+            elif id(module) not in seen:
+                seen.add(id(module))
+                stack.append((module, True))
+                stack.extend((child, False) for child in reversed(list(module.children())))
+        for module in order:  # the modules as they were: fn may replace sub-modules
+            fn(module)
+        return self
 
     # ---------------------------------------------------------------- modes
     def train(self, mode=True):
@@ -404,21 +430,24 @@ class Module:
             for target in (v, v.grad):
                 if target is not None and target.data is not None:
                     moves.append((target, _converted(target.data, device, name)))
+        wrote = False  # grads count too, harmlessly: one moves only where its parameter does
         for target, data in moves:
             if data is not target.data:  # there already: no write, graphs that saved it stay
                 target.data = data
+                wrote = True
         for module in self.modules():
             if device is not None:
                 object.__setattr__(module, "_device", device)
             if name is not None:
                 object.__setattr__(module, "_dtype", name)
-            module._after_moving(device, name)
+            module._after_moving(device, name, wrote)
         return self
 
-    def _after_moving(self, device, dtype_name):
+    def _after_moving(self, device, dtype_name, wrote):
         """Called on every module of a model by its to(), once the parameters and buffers are
         on `device` (None: where they were) in the floating dtype `dtype_name` (None: as they
-        were): a layer that carries other state between calls (RNN's h) moves it here."""
+        were); `wrote`: whether that wrote any of them, anywhere in the model. A layer that
+        carries other state between calls (RNN's h) moves it here."""
 
     def to_cpu(self):
         """DeZero's name for to("cpu"); returns self."""
@@ -827,6 +856,31 @@ def _converted(data, device, dtype_name):
             with backend.device_context(backend.device_of(data)):
                 data = xp.astype(data, dtype)
     return data
+
+
+def _zero_grads(params, set_to_none, where):
+    """Forget the gradient of each of `params` (grad = None), or with set_to_none=False fill it
+    with zeros: in place where its array is its own, else a new zero gradient (a view or a
+    read-only array may share its memory with another). `where` names the caller's class for
+    gradcore.compile. Module.zero_grad and Optimizer.zero_grad share it."""
+    if set_to_none:
+        for p in params:
+            p.grad = None
+        return
+    recorder = _variables.step_recorder
+    if recorder is not None:  # an in-place write a tape would not see: run such steps eagerly
+        recorder.not_replayed(f"{where}.zero_grad(set_to_none=False)")
+    for p in params:
+        g = p.grad
+        if g is None:
+            continue
+        backend = g.backend
+        with backend.device_context(g.device):
+            if backend.owns_memory(g.data):
+                g._data = backend.assign(g.data, 0)
+                note_write(g)
+            else:
+                p.grad = Variable(backend.zeros(g.shape, g.dtype, g.device), requires_grad=False)
 
 
 def _to_host(array):

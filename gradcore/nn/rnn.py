@@ -20,14 +20,17 @@ def _check_batch(layer, x, h):
             "another batch size")
 
 
-def _moved_state(h, device, dtype_name):
+def _moved_state(h, device, dtype_name, wrote):
     """The carried state h on `device` in `dtype_name` (None: as it is), as Module.to moved the
-    layer: h itself where nothing changes, else detached, as after h.unchain_backward(). to()
-    has written the parameters the graph behind h read, so no backward could go through it."""
+    layer: detached, as after h.unchain_backward(), where to() `wrote` a parameter or buffer
+    (the graph behind h read them, so no backward could go through it), even if h itself was
+    already there; h itself, with its graph, where to() wrote nothing."""
     if h is None:
         return None
     data = _converted(h.data, device, dtype_name)
-    return h if data is h.data else Variable(data, name=h.name, requires_grad=False)
+    if data is h.data and not wrote:
+        return h
+    return Variable(data, name=h.name, requires_grad=False)
 
 
 def _preactivation(x2h, h2h, x, h):
@@ -69,8 +72,8 @@ class RNN(Module):
         """Forget the hidden state: the next call starts a new sequence."""
         self.h = None
 
-    def _after_moving(self, device, dtype_name):
-        self.h = _moved_state(self.h, device, dtype_name)
+    def _after_moving(self, device, dtype_name, wrote):
+        self.h = _moved_state(self.h, device, dtype_name, wrote)
 
     def _before_saving(self):
         """h2h drawn now if x2h has been made but h2h not yet (its shape, (hidden_size,
@@ -135,9 +138,9 @@ class LSTM(Module):
         self.h = None
         self.c = None
 
-    def _after_moving(self, device, dtype_name):
-        self.h = _moved_state(self.h, device, dtype_name)
-        self.c = _moved_state(self.c, device, dtype_name)
+    def _after_moving(self, device, dtype_name, wrote):
+        self.h = _moved_state(self.h, device, dtype_name, wrote)
+        self.c = _moved_state(self.c, device, dtype_name, wrote)
 
     def forward(self, x):
         h = self.h

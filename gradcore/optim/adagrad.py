@@ -1,12 +1,14 @@
 """AdaGrad and AdaDelta: per-element step sizes from accumulated squared gradients."""
-from .optimizer import Optimizer
+from .optimizer import Optimizer, nonzero_eps
 from .params import grad_array, set_data
 
 
 class AdaGrad(Optimizer):
     """h <- h + grad**2;  param <- param - lr * grad / (sqrt(h) + eps).
 
-    `AdaGrad(lr=0.001, eps=1e-8)`, optionally after the parameters (see Optimizer).
+    `AdaGrad(lr=0.001, eps=1e-8)`, optionally after the parameters (see Optimizer). Where the
+    parameter's dtype cannot hold eps (float16: 1e-8 rounds to 0), eps is its smallest positive
+    number (6e-8): a zero gradient then leaves the element as it is, not 0 / 0 = NaN.
     State per parameter: "h".
     """
 
@@ -21,7 +23,8 @@ class AdaGrad(Optimizer):
         h += g * g
         state["h"] = h
         p = param.data
-        p -= float(self.lr) * g / (xp.sqrt(h) + float(self.eps))
+        eps = nonzero_eps(xp, p.dtype, float(self.eps))  # float16: 1e-8 would be 0, and 0 / 0 NaN
+        p -= float(self.lr) * g / (xp.sqrt(h) + eps)
         set_data(param, p)
 
 
@@ -33,7 +36,8 @@ class AdaDelta(Optimizer):
     param <- param - lr * dx
 
     `AdaDelta(rho=0.95, eps=1e-6, lr=1.0)`: DeZero's two positionally, then PyTorch's `lr`
-    (DeZero has none: lr=1). State per parameter: "msg", "msdx".
+    (DeZero has none: lr=1). An eps below the smallest positive number of the parameter's dtype
+    (float16: 6e-8) is taken as that number, as in AdaGrad. State per parameter: "msg", "msdx".
     """
 
     defaults = {"rho": 0.95, "eps": 1e-6, "lr": 1.0}
@@ -41,8 +45,8 @@ class AdaDelta(Optimizer):
 
     def update_one(self, param):
         xp = param.xp
-        rho, eps = float(self.rho), float(self.eps)
         g = grad_array(param)
+        rho, eps = float(self.rho), nonzero_eps(xp, g.dtype, float(self.eps))  # never 0 / 0
         state = self.param_state(param)
         msg, msdx = state["msg"], state["msdx"]
         msg *= rho

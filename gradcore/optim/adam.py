@@ -1,7 +1,7 @@
 """Adam and AdamW."""
 import math
 
-from .optimizer import Optimizer
+from .optimizer import Optimizer, nonzero_eps
 from .params import grad_array, set_data
 
 
@@ -28,6 +28,10 @@ class Adam(Optimizer):
     sqrt(v_hat) is the gradient's size |g| at t=1 and about it later. At t=1: 0.3% where
     eps = 1e-4 |g|, 3% where eps = 1e-3 |g| (eps=1e-3, |g| = 1), 23% where eps = 1e-2 |g|,
     74% where eps = 0.1 |g| (the default eps=1e-8, |g| = 1e-7).
+
+    Where the parameter's dtype cannot hold eps (float16: 1e-8 rounds to 0), eps is its smallest
+    positive number (6e-8), so that an element whose gradient is 0 stays as it is instead of
+    becoming 0 / 0 = NaN (PyTorch's float16 Adam gives NaN there).
 
     State per parameter: "m", "v" (arrays) and the count "step".
     """
@@ -100,7 +104,8 @@ class Adam(Optimizer):
         m += (1 - beta1) * (g - m)
         v += (1 - beta2) * (g * g - v)
         state["m"], state["v"] = m, v
-        p -= self._step_size(counts["step"]) * m / (xp.sqrt(v) + float(self.eps))
+        eps = nonzero_eps(xp, p.dtype, float(self.eps))  # float16: 1e-8 would be 0, and 0 / 0 NaN
+        p -= self._step_size(counts["step"]) * m / (xp.sqrt(v) + eps)
         set_data(param, p)
 
 

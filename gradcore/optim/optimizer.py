@@ -7,6 +7,7 @@ import backends
 
 from .. import variable as _variables
 from ..config import enable_grad
+from ..nn.module import _host_array, _numpy_dtype, _unfit, _zero_grads
 from ..variable import Parameter, Variable, note_write
 from .hooks import ClipGrad, FreezeParam, WeightDecay
 from .hyperparameters import _is_number, as_integer, checked_hyperparameter
@@ -234,26 +235,7 @@ class Optimizer:
         backward (PyTorch's default, set_to_none=True); with set_to_none=False each gradient is
         filled with zeros instead, in place where its array is its own (else a new zero
         gradient), and the parameter still takes part in the next step."""
-        if set_to_none:
-            for p in self._parameters():
-                p.grad = None
-            return
-        recorder = _variables.step_recorder
-        if recorder is not None:  # an in-place write a tape would not see: run such steps eagerly
-            recorder.not_replayed(f"{type(self).__name__}.zero_grad(set_to_none=False)")
-        for p in self._parameters():
-            g = p.grad
-            if g is None:
-                continue
-            data = g.data
-            backend = g.backend
-            with backend.device_context(g.device):
-                if backend.owns_memory(data):
-                    g._data = backend.assign(data, 0)
-                    note_write(g)
-                else:  # a view or read-only: another array may share its memory
-                    p.grad = Variable(backend.zeros(g.shape, g.dtype, g.device),
-                                      requires_grad=False)
+        _zero_grads(self._parameters(), set_to_none, type(self).__name__)
 
     def update_one(self, param):
         """Update `param.data` in place from `param.grad` (subclasses write this)."""
@@ -476,6 +458,16 @@ Optimizer.update = _eager_in_replay(Optimizer.update)
 Optimizer.step = _eager_in_replay(Optimizer.step, closure_first=True)
 
 
+def nonzero_eps(xp, dtype, eps):
+    """`eps` (a float), or the smallest positive number of `dtype` where eps would round to 0 in
+    it (float16: 1e-8 does), so that sqrt(v) + eps is never 0 and a zero gradient's step is 0,
+    not 0 / 0. float32 and float64 hold 1e-8: eps as given. In float16, sqrt(v) + 1e-8 is
+    sqrt(v) for any sqrt(v) above its subnormals, so only the 0 / 0 changes."""
+    info = xp.finfo(dtype)
+    smallest = float(info.smallest_normal) * float(info.eps)  # the array API names no subnormal
+    return eps if eps >= smallest else smallest
+
+
 def _on_param(array, param, copy=False):
     """`array` on `param`'s device, in its dtype; a new array if `copy`."""
     moved = backends.to_device(array, param.device)
@@ -594,8 +586,20 @@ def _checked_state(where, state, params, state_names, state_counters=()):
             if tuple(a.shape) != tuple(p.shape):
                 raise ValueError(f"{where}: state {name!r} of parameter {position} has "
                                  f"shape {tuple(a.shape)}, the parameter {tuple(p.shape)}")
+            _check_fits(where, f"state {name!r} of parameter {position}", a, p)
         loaded.append((p, arrays, counts))
     return loaded
+
+
+def _check_fits(where, what, array, param):
+    """ValueError if a value of `array` does not fit `param`'s dtype, which it is cast to (1e5
+    into float16 would be inf), as Module.load_state_dict checks a model's values."""
+    target = _numpy_dtype(param.dtype)
+    if _numpy_dtype(array.dtype) == target:
+        return  # no cast: no copy to the host
+    problem = _unfit(_host_array(array), target, what)
+    if problem is not None:
+        raise ValueError(f"{where}: {problem}. Nothing was loaded.")
 
 
 def _same_names(where, what, given, expected):

@@ -183,6 +183,16 @@ def test_leaky_relu_slope_must_be_a_number():
         F.leaky_relu(x, slope=np.ones(3))
 
 
+def test_leaky_relu_refuses_integer_input(xp):
+    # in int64 the slope 0.5 would be 0: [-1, 2] would give [0, 2] (PyTorch refuses too)
+    x = gradcore.Variable(xp.asarray([-1, 2]))
+    with pytest.raises(TypeError, match=r"leaky_relu: x must be a floating-point array, got "
+                                        r".*int.*; cast it first"):
+        F.leaky_relu(x, 0.5)
+    y = F.leaky_relu(F.astype(x, "float64"), 0.5)
+    np.testing.assert_array_equal(xp.numpy(y.data), [-0.5, 2.0])
+
+
 def test_softmax_family_of_float16_sums_in_float32():
     # over a 70,000-wide axis the sum of exp() passes float16's 65,504: it is taken in float32,
     # as PyTorch does, and the result cast back

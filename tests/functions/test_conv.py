@@ -357,3 +357,15 @@ def test_average_pooling_of_float16_sums_in_float32(xp):
     np.testing.assert_array_equal(xp.numpy(y.data), np.full((1, 1, 2, 2), 30_000.0))
     y.backward()
     np.testing.assert_array_equal(xp.numpy(x.grad.data), np.full((1, 1, 4, 4), 0.25))
+
+
+@float16_backends
+@pytest.mark.parametrize("op", [F.conv2d, F.deconv2d])
+def test_weight_gradient_of_float16_sums_the_batch_in_float32(xp, op):
+    # NumPy adds along the batch axis one value at a time: in float16, 20,000 times 0.1 is 256
+    # (two channels: with one, the batch axis of the products is contiguous and summed pairwise)
+    x = gradcore.Variable(xp.asarray(np.full((20_000, 2, 1, 1), 0.1), dtype="float16"))
+    W = gradcore.Variable(xp.ones((2, 2, 1, 1), dtype=xp.float16))
+    op(x, W).backward()
+    assert W.grad.dtype == xp.float16
+    np.testing.assert_array_equal(xp.numpy(W.grad.data), np.full((2, 2, 1, 1), 2_000.0))

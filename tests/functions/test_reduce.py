@@ -175,3 +175,37 @@ def test_sum_of_float16_accumulates_in_float32(xp):
     y.backward()
     assert x.grad.dtype == xp.float16
     np.testing.assert_array_equal(xp.numpy(x.grad.data), np.ones((10_000, 2)))
+
+
+@float16_backends
+@pytest.mark.parametrize("op", [F.max, F.min])
+@pytest.mark.parametrize("shape, axis", [((3_000, 2), 0), ((70_000,), None)])
+def test_max_and_min_of_float16_count_ties_in_float32(xp, op, shape, axis):
+    # counted in float16, 3,000 tied zeros along axis 0 stop at 2,048 (shares adding to 1.46)
+    # and 70,000 are inf (every share 0)
+    x = gradcore.Variable(xp.zeros(shape, dtype=xp.float16))
+    op(x, axis=axis).backward()
+    assert x.grad.dtype == xp.float16
+    n = shape[0]
+    np.testing.assert_array_equal(xp.numpy(x.grad.data), np.full(shape, np.float16(1 / n)))
+
+
+@pytest.mark.parametrize("op", [F.mean, F.average])
+@pytest.mark.parametrize("values", [[1, 2, 4], [True, False, True]], ids=["int", "bool"])
+def test_mean_of_integers_is_taken_in_float64_like_numpy(xp, op, values):
+    # the array API refuses an integer sum times a Python float: "mul: Python float scalars can
+    # only be promoted with floating-point arrays", from a mean the caller never wrote as mul
+    y = op(gradcore.Variable(xp.asarray(values)))
+    assert y.dtype == xp.float64
+    np.testing.assert_allclose(xp.numpy(y.data), np.mean(values), rtol=4e-16)  # 7 * (1 / 3)
+
+
+@pytest.mark.skipif(np.finfo(np.longdouble).eps >= np.finfo(np.float64).eps,
+                    reason="longdouble is float64 on this platform")
+def test_mean_of_longdouble_keeps_its_digits():
+    # 1 / 3 as a Python float is rounded to double: the mean of three ones would be 1 - 5.6e-17
+    x = gradcore.Variable(np.ones(3, np.longdouble))
+    y = F.mean(x)
+    assert y.dtype == np.longdouble and y.data == 1
+    y.backward()
+    np.testing.assert_array_equal(x.grad.data, np.full(3, np.longdouble(1) / 3))

@@ -54,6 +54,17 @@ def test_orthogonal(xp2):
         np.testing.assert_allclose(gram, np.eye(small), atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype, tolerance", [("float16", 2e-3), ("longdouble", 1e-14)])
+def test_orthogonal_in_a_dtype_linalg_does_not_take(dtype, tolerance):
+    # NumPy's linalg takes float32 and float64 only: decomposed in one of them, then cast
+    for shape in ((6, 4), (4, 6)):
+        p = init.orthogonal_(parameter(np, shape, dtype))
+        assert p.dtype == np.dtype(dtype)
+        q = p.data.astype(np.float64)
+        gram = q.T @ q if shape[0] >= shape[1] else q @ q.T
+        np.testing.assert_allclose(gram, np.eye(4), atol=tolerance)
+
+
 def test_a_seed_repeats_the_draw():
     a, b = parameter(np, (5, 5)), parameter(np, (5, 5))
     gradcore.manual_seed(3)

@@ -386,6 +386,52 @@ def test_zero_grad_and_cleargrads():
     assert all(p.grad is None for p in net.parameters())
 
 
+def test_zero_grad_set_to_none_false_fills_zeros_in_place():
+    net = Block()
+    F.sum(net(np.ones((4, 2)))).backward()
+    grads = [(p.grad, p.grad.data) for p in net.parameters()]
+    assert net.zero_grad(set_to_none=False) is None
+    for p, (grad, array) in zip(net.parameters(), grads):
+        assert p.grad is grad and grad.data is array  # in place, as Optimizer.zero_grad(False)
+        np.testing.assert_array_equal(array, np.zeros(p.shape))
+    net.fc.W.grad = Variable(np.broadcast_to(np.ones(3, np.float32), (2, 3)), requires_grad=False)
+    net.zero_grad(False)  # read-only: a new zero gradient instead
+    np.testing.assert_array_equal(net.fc.W.grad.data, np.zeros((2, 3)))
+    net.zero_grad(set_to_none=True)
+    assert all(p.grad is None for p in net.parameters())
+
+
+def test_requires_grad_sets_every_parameter():
+    net = Net()  # head lazy: its parameters are set too
+    assert net.block.requires_grad_(False) is net.block
+    assert [p.requires_grad for p in net.parameters()] == [True, False, False, False, True, True,
+                                                           True]
+    F.sum(net(np.ones((4, 2)))).backward()
+    assert net.block.fc.W.grad is None and net.block.scale.grad is None  # frozen
+    np.testing.assert_array_equal(net.head.b.grad.data, [4.0])
+    assert net.requires_grad_() is net
+    assert all(p.requires_grad for p in net.parameters())
+
+
+def test_apply_calls_children_before_their_parent():
+    net = Net()
+    order = {id(m): name for name, m in net.named_modules()}
+    called = []
+    assert net.apply(lambda m: called.append(order[id(m)])) is net
+    assert called == ["block.fc", "block", "head", ""]  # PyTorch's order
+    shared = nn.Linear(2, 2)
+    outer = nn.Module()
+    outer.a = nn.Sequential(shared)
+    outer.b = shared
+    called = []
+    outer.apply(called.append)
+    assert called == [shared, outer.a, outer]  # a module reachable twice: called once
+    block = Block().apply(lambda m: isinstance(m, nn.Linear) and m.b.data.fill(0.5))
+    np.testing.assert_array_equal(block.fc.b.data, [0.5, 0.5, 0.5])  # an initialiser
+    with pytest.raises(TypeError, match="apply expects a callable"):
+        block.apply("init")
+
+
 def test_aliases():
     import gradcore.layers as L
     import gradcore.models as models

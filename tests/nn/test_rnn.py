@@ -294,6 +294,49 @@ def test_a_layer_moved_mid_sequence_trains_on_from_its_state(make, move):
         np.testing.assert_allclose(p.numpy(), q.data - 0.1 * q.grad.data, rtol=1e-5)
 
 
+@pytest.mark.parametrize("make", [nn.RNN, nn.LSTM])
+def test_to_that_writes_the_weights_cuts_a_state_already_in_that_dtype(make):
+    """A float64 input gives a float32 layer a float64 state: to(dtype="float64") leaves the
+    state's array as it is but writes the weights its graph read, so the state is cut all the
+    same, and training goes on from it as after unchain_backward()."""
+    rng = np.random.default_rng(4)
+    x0, x1 = rng.standard_normal((2, 2, 3))
+    layer = make(4, in_size=3)
+    layer(x0)
+    names = ["h", "c"] if make is nn.LSTM else ["h"]
+    held = {name: getattr(layer, name) for name in names}
+    assert all(s.dtype == np.float64 and s.creator is not None for s in held.values())
+    layer.to(dtype="float64")
+    for name in names:
+        state = getattr(layer, name)
+        assert state.creator is None and not state.requires_grad
+        assert state.data is held[name].data  # cut, not copied
+    reference = make(4, in_size=3).to(dtype="float64")
+    reference.load_state_dict({k: v.copy() for k, v in layer.state_dict().items()})
+    for name in names:
+        setattr(reference, name, gradcore.Variable(held[name].data))
+    F.sum(layer(x1)).backward()
+    F.sum(reference(x1)).backward()
+    for (name, p), q in zip(layer.named_parameters(), reference.parameters()):
+        np.testing.assert_allclose(p.grad.data, q.grad.data, rtol=1e-12, err_msg=name)
+    if make is nn.RNN:  # by hand: dy/da = 1 - tanh(a)**2, a = x1 W + h0 U + b
+        h0, W, U = held["h"].data, layer.x2h.W.data, layer.h2h.W.data
+        g = 1 - np.tanh(x1 @ W + h0 @ U + layer.x2h.b.data) ** 2
+        np.testing.assert_allclose(layer.x2h.W.grad.data, x1.T @ g, rtol=1e-12)
+        np.testing.assert_allclose(layer.h2h.W.grad.data, h0.T @ g, rtol=1e-12)
+
+
+def test_a_model_that_writes_another_layer_cuts_the_state():
+    """The state's graph reads the layers before the RNN too: to() writing only theirs cuts it."""
+    x = np.random.default_rng(5).standard_normal((2, 3))
+    model = nn.Sequential(nn.Linear(3, in_size=3), nn.RNN(4, in_size=3).to(dtype="float64"))
+    model(x)
+    model.to(dtype="float64")  # writes the Linear's weights, not the RNN's
+    assert model[1].h.creator is None
+    F.sum(model(x)).backward()
+    assert model[0].W.grad is not None
+
+
 def test_a_model_holding_an_rnn_saves_after_its_first_call(tmp_path):
     """A model's state_dict lets each of its layers finish what it makes later (RNN's h2h)."""
     x = np.random.RandomState(1).rand(3, 4).astype(np.float32)

@@ -263,6 +263,23 @@ def test_loading_checks_everything_before_changing_anything(change, error, messa
     assert target.state[params[0]] is before and params[1] not in target.state
 
 
+def test_state_that_does_not_fit_the_parameters_dtype_is_refused():
+    # Adam's v = 1e5 from a float64 model would be inf in float16 (Module.load_state_dict
+    # refuses the same value); a v that fits loads, cast
+    saved = Adam([gradcore.Parameter(np.zeros(2))]).state_dict()
+    saved["state"] = {0: {"m": np.zeros(2), "v": np.array([1.0, 1e5]), "step": 1}}
+    W = gradcore.Parameter(np.zeros(2, np.float16))
+    target = Adam([W])
+    with pytest.raises(ValueError, match=r"float64 value 100000.0 in state 'v' of parameter 0 "
+                                         r"does not fit the model's float16 .* Nothing was loaded"):
+        target.load_state_dict(saved)
+    assert W not in target.state
+    saved["state"][0]["v"] = np.array([1.0, 6e4])
+    target.load_state_dict(saved)
+    assert target.state[W]["v"].dtype == np.float16
+    np.testing.assert_array_equal(target.state[W]["v"], [1.0, 6e4])
+
+
 def test_loading_a_non_dict_says_what_is_expected():
     with pytest.raises(TypeError, match="expected a dict from optimizer.state_dict.*got list"):
         SGD(params_on(NUMPY)).load_state_dict([1, 2])

@@ -171,6 +171,23 @@ def test_float32_stays_float32(xp2, cls, hyper):
     np.testing.assert_allclose(xp2.numpy(W.data), xp2.numpy(float64.data), rtol=1e-5)
 
 
+@pytest.mark.parametrize("cls, hyper", [(Adam, {}), (AdamW, {}), (AdaGrad, {}),
+                                        (AdaDelta, {"eps": 1e-8})],
+                         ids=["Adam", "AdamW", "AdaGrad", "AdaDelta"])
+def test_float16_takes_no_nan_step_where_the_gradient_is_zero(cls, hyper):
+    # float16 cannot hold eps = 1e-8: sqrt(0) + eps would be 0 there, and the step 0 / 0 = NaN
+    W = gradcore.Parameter(np.array([1.0, 2.0], np.float16))
+    optimizer = cls([W], **hyper)
+    W.grad = gradcore.Variable(np.array([0.0, 1.0], np.float16))
+    optimizer.step()
+    float64 = gradcore.Parameter(np.array([1.0, 2.0]))  # the same step in float64, as a reference
+    reference = cls([float64], **hyper)
+    float64.grad = gradcore.Variable(np.array([0.0, 1.0]))
+    reference.step()
+    assert W.dtype == np.float16
+    np.testing.assert_allclose(W.data, float64.data, rtol=1e-3)
+
+
 def test_a_float64_gradient_is_applied_in_the_parameter_dtype(xp2):
     W = gradcore.Parameter(xp2.asarray(W0, "float32"))
     with pytest.raises(ValueError, match="dtype"):
