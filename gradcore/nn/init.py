@@ -113,6 +113,9 @@ def normal_(p, mean=0.0, std=1.0):
 
 
 def _fans(shape, where):
+    """(fan_in, fan_out) of a weight of `shape`. A fan of 0 means an empty weight, which has
+    nothing to draw: the initialisers take it as 1, leaving the weight as it is (PyTorch's no-op)
+    instead of dividing by 0."""
     if len(shape) < 2:
         raise ValueError(f"{where}: needs a weight of 2 or more axes to have fans, got shape "
                          f"{tuple(shape)}")
@@ -142,7 +145,7 @@ def xavier_uniform_(p, gain=1.0):
     """Glorot's uniform: bound gain * sqrt(6 / (fan_in + fan_out))."""
     gain = _number(gain, "gain", "xavier_uniform_")
     fan_in, fan_out = _fans(_data(p, "xavier_uniform_").shape, "xavier_uniform_")
-    bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
+    bound = gain * math.sqrt(6.0 / max(fan_in + fan_out, 1))  # an empty weight: see _fans
     return uniform_(p, -bound, bound)
 
 
@@ -150,7 +153,7 @@ def xavier_normal_(p, gain=1.0):
     """Glorot's normal: std gain * sqrt(2 / (fan_in + fan_out))."""
     gain = _number(gain, "gain", "xavier_normal_")
     fan_in, fan_out = _fans(_data(p, "xavier_normal_").shape, "xavier_normal_")
-    return normal_(p, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)))
+    return normal_(p, 0.0, gain * math.sqrt(2.0 / max(fan_in + fan_out, 1)))
 
 
 def _kaiming_std(p, a, mode, nonlinearity, where):
@@ -158,7 +161,7 @@ def _kaiming_std(p, a, mode, nonlinearity, where):
         raise ValueError(f"{where}: mode must be 'fan_in' or 'fan_out', got {mode!r}")
     fan_in, fan_out = _fans(_data(p, where).shape, where)
     gain = calculate_gain(nonlinearity, _number(a, "a", where))
-    return gain / math.sqrt(fan_in if mode == "fan_in" else fan_out)
+    return gain / math.sqrt(max(fan_in if mode == "fan_in" else fan_out, 1))
 
 
 def kaiming_uniform_(p, a=0.0, mode="fan_in", nonlinearity="leaky_relu"):

@@ -87,6 +87,17 @@ def test_fans_follow_gradcores_layouts_and_errors_say_what_to_do():
         init.calculate_gain("swish")
 
 
+@pytest.mark.parametrize("shape", [(0, 3), (3, 0), (0, 0), (0, 2, 3, 3)])
+@pytest.mark.parametrize("fill", [init.xavier_uniform_, init.xavier_normal_,
+                                  init.kaiming_uniform_, init.kaiming_normal_])
+def test_an_empty_weight_is_left_as_it_is(fill, shape):
+    """A weight with no elements has a fan of 0: nothing to draw, no division by it (PyTorch:
+    a no-op)."""
+    p = gradcore.Parameter(np.zeros(shape, np.float32))
+    assert fill(p) is p
+    assert p.shape == shape and p.dtype == np.float32
+
+
 def test_calculate_gain_knows_pytorchs_convolution_names():
     for name in ("conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
                  "conv_transpose3d"):
