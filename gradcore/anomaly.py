@@ -2,6 +2,7 @@
 import hashlib
 import os
 import traceback
+import weakref
 
 import numpy
 
@@ -10,6 +11,11 @@ import backends
 from .variable import Variable, note_write
 
 _HERE = (os.path.join("gradcore", "function.py"), os.path.join("gradcore", "anomaly.py"))
+
+# The Functions recorded in anomaly mode, held weakly: backward checks their fingerprints
+# whatever the mode it runs in (a forward inside detect_anomaly(), its backward after it). While
+# none lives, a walk pays one truth test for it
+recorded = weakref.WeakSet()
 
 
 class _Record:
@@ -28,13 +34,15 @@ def record(f):
     while stack and stack[-1].filename.endswith(_HERE):  # __call__ and this function
         stack.pop()
     f._anomaly = _Record(stack, [(what, _fingerprint(a)) for what, a in _read_by_backward(f)])
+    recorded.add(f)
 
 
 def _read_by_backward(f):
     """(description, array) for each array f's backward may read: inputs, outputs, saved values
     (a saved Variable among the inputs and outputs: _variables_read)."""
     for role, x in f._variables_read():
-        yield role, x._data
+        if x._data is not None:  # released since (x.data = None): reading it fails anyway
+            yield role, x._data
     for i, v in enumerate(f._saved):
         if backends.backend_of(v) is not None and not isinstance(v, numpy.generic):
             yield f"saved value {i}", v

@@ -10,7 +10,7 @@ import backends
 from . import anomaly
 from . import variable as _variables
 from .config import is_anomaly_enabled, using_config
-from .function import add_note
+from .function import add_note, elsewhere, gradient_elsewhere
 from .functions.device import astype
 from .functions.math import copy
 from .functions.shape import sum_to
@@ -31,6 +31,11 @@ _NUMPY_SCALARS = backends.NUMPY.scalar_types
 # backward pays one truth test for the feature; else it first counts each hooked leaf's ops
 hooked_leaves = weakref.WeakSet()
 
+# The .grad Variables the walk stored on non-leaves (retain_grad), held weakly: a non-leaf's
+# .grad that is none of them was set by hand, and backward() seeds with it (DeZero's
+# y.grad = v; y.backward())
+_retained = weakref.WeakSet()
+
 
 def _seed(y, grad, create_graph, index=None):
     """The seed gradient for the output y, checked: `grad` (None: ones) as a Variable shaped,
@@ -46,6 +51,8 @@ def _seed(y, grad, create_graph, index=None):
     else:
         seed = f"grad: grad_outputs[{index}], the seed for output {index},"
         output, given = f"outputs[{index}]", f"grad_outputs[{index}]"
+    if grad._data is None:
+        raise ValueError(f"{seed} has no data (data is None); pass {given} holding an array")
     if tuple(grad.shape) != tuple(y.shape):
         raise ValueError(f"{seed} has shape {tuple(grad.shape)} but {output} has shape "
                          f"{tuple(y.shape)}; pass {given} shaped like {output}")
@@ -65,6 +72,8 @@ def _seed(y, grad, create_graph, index=None):
 def _describe(x):
     """'the Variable "name" of shape (3,) and dtype float32' for messages."""
     name = f'"{x.name}" ' if x.name else ""
+    if x._data is None:
+        return f"the Variable {name}whose data was released (set to None)"
     return f"the Variable {name}of shape {tuple(x.shape)} and dtype {x.dtype}"
 
 
@@ -92,12 +101,13 @@ def _retain(y, g, shared):
     retained .grad) or a view of one (a reshape's backward, a broadcast), so that no two .grads
     share memory. Marks g's array shared: whoever else gets g from here gets a copy."""
     data = g._data
-    kept = copy(g) if id(data) in shared or not y._backend.owns_memory(data) else g
+    kept = copy(g) if id(data) in shared or not g._backend.owns_memory(data) else g
     shared[id(data)] = data
     if y._grad is not None:
         _check_grad_fits(y)
     with _accumulating:  # several threads may retain into one y (a shared graph), as into leaves
         y._grad = kept if y._grad is None else y._grad + kept
+        _retained.add(y._grad)
 
 
 def _hook_result(hook, x, g):
@@ -152,7 +162,7 @@ def _owned(finished, shared, create_graph):
     owned = []
     for x, g in finished:
         data = g._data
-        if id(data) in shared or data is x._data or not x._backend.owns_memory(data):
+        if id(data) in shared or data is x._data or not g._backend.owns_memory(data):
             g = copy(g) if create_graph else Variable(backends.copy(data), requires_grad=False)
         owned.append((x, g))
     return owned
@@ -163,7 +173,10 @@ def _check_versions(f):
     (backward would compute with the new values: PyTorch's "modified by an inplace operation")."""
     for role, x in f._variables_read():
         log = getattr(x, "_writes", None)
-        if log is not None and log.stamps and log.stamps[-1] > f.sequence:
+        # released data (x.data = None) holds no new values to compute with: a backward that
+        # reads it fails, and the walk says why (_explain_failed_backward)
+        if log is not None and log.stamps and log.stamps[-1] > f.sequence and (
+                x._data is not None):
             then, exact = version_at(x, f.sequence)
             name = f._name()
             raise RuntimeError(
@@ -280,21 +293,26 @@ def _raw_gradient(f, gx, x):
     else:
         other = backends.backend_of(gx)
         where = type(gx).__name__ if other is None else other.device_of(gx)
-    raise RuntimeError(
-        f"{f._name()}.backward returned a gradient on {where} for an input on {x.device}: "
-        "compute it with the input's array library (self.xp) and on its device, or return a "
-        "Variable made with gradcore's ops")
+    raise gradient_elsewhere(f, where, x.device)
 
 
 def _conform(f, gx, x):
     """gx shaped and typed like x. A gradient of x broadcast to a larger shape (the backward of a
     broadcasting op) is summed back to x's shape, as PyTorch's engine does; any other shape is the
     op's bug: raise. The dtype becomes x's (float32 - a float64 constant gives a float64 result,
-    but the float32 input still gets a float32 gradient)."""
-    shape, target = x._data.shape, gx._data.shape
+    but the float32 input still gets a float32 gradient). A gradient on another library or
+    device than x is refused, as a raw array is (_raw_gradient)."""
+    if x._data is None:  # released after forward (x.data = None): as it was then
+        shape, dtype, backend, device = _released_as(f, x)
+    else:
+        shape, dtype, backend = x._data.shape, x._data.dtype, x._backend
+        device = x.device if not backend.single_device else None
+    if elsewhere(gx, backend, device):
+        raise gradient_elsewhere(f, gx.device, device or x.device)
+    target = gx._data.shape
     if dtype_kind(gx._backend, gx.dtype) == "complex":
         raise RuntimeError(f"{f._name()}.backward returned a complex gradient for a real input of "
-                           f"dtype {x.dtype}; gradcore differentiates real numbers only")
+                           f"dtype {dtype}; gradcore differentiates real numbers only")
     if target != shape:
         if len(shape) > len(target) or any(
                 n != 1 and n != m for n, m in zip(reversed(shape), reversed(target))):
@@ -304,7 +322,17 @@ def _conform(f, gx, x):
                                "gradient per input, shaped like that input (or of a shape it "
                                "broadcasts to, which is summed back)")
         gx = sum_to(gx, shape)
-    return astype(gx, x.dtype)  # gx itself when the dtypes are equal
+    return astype(gx, dtype)  # gx itself when the dtypes are equal
+
+
+def _released_as(f, x):
+    """(shape, dtype, backend, device) of the array f's input x held before `x.data = None`."""
+    was = _variables.released.get(x)
+    if was is None:
+        index = next(i for i, y in enumerate(f.inputs) if y is x)
+        raise RuntimeError(f"{f._name()}: its input {index} has no data (data is None) at "
+                           "backward, so its gradient cannot be shaped; give it its array back")
+    return was
 
 
 def _output_grads(f, grads, retain_grad, wanted, captured, shared, known, unchecked):
@@ -436,8 +464,10 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING,
     unchecked = [(ys, boundary)] if pending is None else None
     ref = weakref.ref
     check_anomalies = is_anomaly_enabled()
+    # ops recorded in anomaly mode have their fingerprints checked in any mode
+    check_records = check_anomalies or bool(anomaly.recorded)
     # no gradient kept but the leaves', no anomaly checks: the short path below may run
-    leaves_only = not retain_grad and wanted is None and not check_anomalies
+    leaves_only = not retain_grad and wanted is None and not check_records
     written = latest_write
     following = None  # the Function to run next without the heap (see _schedule)
     with using_config("enable_backprop", create_graph):
@@ -471,10 +501,10 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING,
                     continue
                 gys = _output_grads(f, grads, retain_grad, wanted, captured, shared, known,
                                     unchecked)
-                if check_anomalies:
+                if check_records:
                     if wanted is not None and not _behind(f, wanted, known):
                         continue  # off the paths: neither checked nor run
-                    anomaly.check_unchanged(f)
+                    anomaly.check_unchanged(f)  # nothing for an op recorded outside the mode
                 try:
                     if backend.needs_device_context:
                         with backend.device_context(f.device):
@@ -513,12 +543,14 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING,
                 # gx shaped and typed like x? Where both are NumPy scalars of one class, the class
                 # says so: shape and dtype are slow to read on scalars (callgrind: chain 4.6% fewer
                 # instructions per op, wide 0.7% more per branch). Else compare them (`is not`:
-                # NumPy's and CuPy's built-in dtypes are singletons; _conform compares)
+                # NumPy's and CuPy's built-in dtypes are singletons; _conform compares). An x
+                # whose data was released (x.data = None) goes to _conform, which knows its shape
                 data, x_data = gx._data, x._data
                 data_class = data.__class__
                 if (data_class is array_type or data_class is not x_data.__class__
                         or data_class not in _NUMPY_SCALARS) and (
-                        data.shape != x_data.shape or data.dtype is not x_data.dtype):
+                        x_data is None or data.shape != x_data.shape
+                        or data.dtype is not x_data.dtype):
                     gx = _conform(f, gx, x)
                 previous = grads.get(x)
                 if previous is not None:  # x was reached before: its creator is queued already
@@ -685,6 +717,8 @@ def _check_grad_fits(x):
     x.data was given another shape or dtype since, and adding to it would broadcast the old
     gradient over the new data (or keep its old dtype)."""
     old, data = x._grad._data, x._data
+    if data is None:  # released (x.data = None): no shape to hold the old gradient against
+        return
     # dtypes of two libraries never compare equal (a step being recorded wraps the arrays):
     # there the sum's own op says what is wrong
     same_library = x._grad._backend is x._backend
@@ -699,32 +733,64 @@ def _check_grad_fits(x):
         "or dtype, or convert x.grad with it")
 
 
-def _name_failed_backward(error):
-    """If `error` came out of an op's backward (a user's, that raised from an inner op naming
-    only that one), add a note naming the op and where it was called. Read from the traceback
-    once the walk has failed, so that the walk itself pays nothing for it."""
+def _failed_backward(error):
+    """The op whose backward raised `error` in the walk (a user's, that raised from an inner op
+    naming only that one), else None. Read from the traceback once the walk has failed, so that
+    the walk itself pays nothing for it."""
     tb = error.__traceback__
     while tb is not None and tb.tb_frame.f_code is not _walk.__code__:
         tb = tb.tb_next
     if tb is None or tb.tb_next is None:
-        return  # not from the walk, or raised by the walk itself (its messages name the op)
+        return None  # not from the walk, or raised by the walk itself (its messages name the op)
     f = tb.tb_frame.f_locals.get("f")  # the op the walk was running
     # the frame the walk called is f's backward (or the wrapper of one) if its self is f; a
     # hook's, a helper's of the walk, an anomaly check's is not
     if f is None or tb.tb_next.tb_frame.f_locals.get("self") is not f:
-        return
-    message = (f"raised in {f._name()}.backward ({type(f).__qualname__}); "
-               f"{anomaly.where_created(f)}")
-    add_note(error, message)  # once: a nested walk (checkpoint) may have noted it
+        return None
+    return f
+
+
+def _explain_failed_backward(error):
+    """`error`, from a walk, noted with the op whose backward raised it and where that op was
+    called; a RuntimeError instead (from `error`) if that op reads a Variable whose data was
+    released after forward (`t.data = None`), the likely cause."""
+    f = _failed_backward(error)
+    if f is None:
+        return error
+    for role, x in f._variables_read():
+        if x._data is None:
+            name = f._name()
+            return RuntimeError(
+                f"{name}.backward failed ({type(error).__name__}: {error}), and its {role} is "
+                f"{_describe(x)} after {name} ran in forward: a backward that reads it cannot "
+                "run. Release (x.data = None) only Variables whose ops' backward reads neither "
+                "its inputs nor its outputs (add's: t = matmul(x, W); y = t + b; t.data = None), "
+                "or release after backward")
+    # once: a nested walk (checkpoint) may have noted it
+    add_note(error, f"raised in {f._name()}.backward ({type(f).__qualname__}); "
+                    f"{anomaly.where_created(f)}")
+    return error
 
 
 def backward(y, grad=None, retain_grad=False, create_graph=False):
     """Backpropagate from `y`, accumulating into `.grad` of the leaves (see Variable.backward)."""
     _check_root(y, "backward")
+    given = None
+    if grad is None and y.creator is not None and y._grad is not None and (
+            y._grad not in _retained):
+        # a .grad set by hand on a computed y is the seed, taken off y as DeZero clears it
+        given = grad = y.grad
+    seed = _seed(y, grad, create_graph)
+    if given is not None:
+        y.cleargrad()
     try:
-        _walk([y], [_seed(y, grad, create_graph)], retain_grad, create_graph)
+        _walk([y], [seed], retain_grad, create_graph)
     except Exception as error:
-        _name_failed_backward(error)
+        if given is not None and y._grad is None:  # refused: y as it was
+            y._grad = given
+        explained = _explain_failed_backward(error)
+        if explained is not error:
+            raise explained from error
         raise
 
 
@@ -773,7 +839,9 @@ def _grad(outputs, inputs, grad_outputs, create_graph, allow_unused, boundary,
         captured = _walk(outputs, seeds, False, create_graph, set(inputs), boundary,
                          boundary_hooks)
     except Exception as error:
-        _name_failed_backward(error)
+        explained = _explain_failed_backward(error)
+        if explained is not error:
+            raise explained from error
         raise
     result = []
     for i, x in enumerate(inputs):

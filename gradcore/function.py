@@ -17,16 +17,18 @@ from .variable import (_SCALARS, Variable, _init_slots, dtype_kind, has_graph, n
 _new_variable = object.__new__
 _weakref = weakref.ref
 _NO_INPUT = object()  # __call__'s default for x0 and x1: fewer inputs were given
+# What a call sets in an instance's __dict__ (Function's slots are set per call as well): not
+# carried over to the copy a second call runs on (Function._twin)
+_SET_PER_CALL = frozenset(("sequence", "device", "_anomaly", "_given"))
 
 
 def _snake_case(name):
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
 
 
-def _operand(data, backend):
-    """An input's 0-d array as forward gets it: a scalar where the backend has them (NumPy's
-    arithmetic on scalars is ~4x faster than on 0-d arrays), else the array."""
-    return data[()] if backend.scalar_types else data
+def _given_inputs(x0, x1, more):
+    """_plain_call's arguments as the tuple of inputs given."""
+    return (x0, x1, *more) if x1 is not _NO_INPUT else (x0,) if x0 is not _NO_INPUT else ()
 
 
 class _SavedOutput:
@@ -64,9 +66,12 @@ class Function:
     written with gradcore ops, so differentiating it again (create_graph) just works. A gradient
     may come back broadcast (the shape of the op's result): the engine sums it to the input's.
 
-    On NumPy, a 0-d input reaches forward as a NumPy scalar and a scalar result is kept as it is
-    (NumPy's arithmetic on scalars is several times faster than on 0-d arrays); Variable.data
-    still hands out a 0-d array.
+    On NumPy, gradcore's own ops get a 0-d input as a NumPy scalar (NumPy's arithmetic on scalars
+    is several times faster than on 0-d arrays); an author's forward gets the input's 0-d array,
+    as in DeZero. A scalar result is kept as it is; Variable.data still hands out a 0-d array.
+
+    An instance records one call: called again, it runs that call on a copy of itself (_twin),
+    so the graph keeps the first call as it was (DeZero's numerical_diff(f, x) calls f twice).
 
     Rules for a Function of your own (the checks run around its calls only, _checked_call and
     _checked_backward: gradcore's own ops pay nothing for them):
@@ -92,10 +97,11 @@ class Function:
     # A slot written per call reads cheaper than a class default (callgrind: chain 0.7% and wide
     # 0.8% fewer instructions)
     # The creation order, set when the call is recorded: the heap's tie-break within a generation.
-    # Not a slot, so that a new instance reads None: __call__ refuses an instance already recorded,
-    # before forward can overwrite what that call's backward reads. The price, measured: ~430 of
-    # the ~25,000 instructions per op of `chain` (a class default read and an instance dict per
-    # node); every cheaper form tried left some second call unrefused
+    # Not a slot, so that a new instance reads None: __call__ runs a second call of an instance
+    # already recorded on a copy (_twin), before forward can overwrite what the first call's
+    # backward reads. The price, measured: ~430 of the ~25,000 instructions per op of `chain` (a
+    # class default read and an instance dict per node); every cheaper form tried left some
+    # second call undetected
     sequence = None
     device = None  # set per call for backends with several devices (NumPy has one)
     op_name = None  # the name errors use; by default the class name in snake case
@@ -107,9 +113,16 @@ class Function:
         # fresh floating-point arrays, views come from View, and their backwards are written
         # with gradcore's ops; so they pay nothing for the checks
         author = not cls.__module__.startswith("gradcore.")
-        backward = cls.__dict__.get("backward")
-        if author and backward is not None and not getattr(backward, "_checked", False):
-            cls.backward = _checked_backward(backward)
+        if author:
+            backward = cls.__dict__.get("backward")
+            if backward is not None and not getattr(backward, "_checked", False):
+                cls.backward = _checked_backward(backward)
+            # an author's forward gets 0-d arrays, as in DeZero: item assignment and in-place
+            # writes (x += 1; self.mark_dirty(x)) work on them as on any other shape
+            cls._operand = _array_operand
+            call_of_its_own = cls.__dict__.get("__call__")
+            if call_of_its_own is not None:  # it may set attributes: run it on the copy too
+                cls.__call__ = _on_a_twin_when_called_again(call_of_its_own)
         inherited = cls.__call__
         own = not any(getattr(inherited, mark, False)
                       for mark in ("_template", "_view", "_checked"))
@@ -146,8 +159,8 @@ class Function:
     def _plain_call(self, x0=_NO_INPUT, x1=_NO_INPUT, *more):
         """Run forward on the inputs' arrays; record this call in the graph if grad mode is on
         and an input requires grad. Inputs: Variables, arrays (constants), Python scalars."""
-        if self.sequence is not None:
-            raise self._reused()
+        if self.sequence is not None:  # called before: this call runs on a copy (_twin)
+            return self._twin()._plain_call(*_given_inputs(x0, x1, more))
         # The common case in line: one or two inputs, Variables or a Variable and a Python
         # scalar, on a backend with one device and no device context (NumPy). The rest: _call.
         c0 = x0.__class__
@@ -158,12 +171,11 @@ class Function:
         else:
             backend = None
         if backend is None or not backend.plain or more:
-            return self._call((x0, x1, *more) if x1 is not _NO_INPUT else
-                              (x0,) if x0 is not _NO_INPUT else ())
+            return self._call(_given_inputs(x0, x1, more))
         if c0 is Variable:
             d0 = x0._data
             if d0.ndim == 0 and d0.__class__ is backend.array_type:
-                d0 = _operand(d0, backend)
+                d0 = self._operand(d0, backend)
             r0 = x0._requires_grad
             generation = x0.generation if r0 else -1  # -1: no input requires grad
         else:
@@ -175,7 +187,7 @@ class Function:
         elif x1.__class__ is Variable and x1._backend is backend:
             d1 = x1._data
             if d1.ndim == 0 and d1.__class__ is backend.array_type:
-                d1 = _operand(d1, backend)
+                d1 = self._operand(d1, backend)
             r1 = x1._requires_grad
             if r1 and x1.generation > generation:
                 generation = x1.generation
@@ -189,7 +201,7 @@ class Function:
         self._saved = ()
         try:
             ys = self.forward(d0) if r1 is None else self.forward(d0, d1)
-        except (ValueError, TypeError, IndexError) as e:
+        except Exception as e:
             self._explain(e, (x0,) if r1 is None else (x0, x1))
             raise
         if self._saved:  # forward called save_for_backward
@@ -221,6 +233,25 @@ class Function:
 
     _plain_call._template = True  # __init_subclass__ copies it for each subclass
 
+    def _operand(self, data, backend):
+        """An input's 0-d array as gradcore's own forward gets it: a scalar where the backend has
+        them (NumPy's arithmetic on scalars is ~4x faster than on 0-d arrays), else the array."""
+        return data[()] if backend.scalar_types else data
+
+    def _twin(self):
+        """A copy of this instance for another call, as DeZero runs one instance twice (its step
+        4's numerical_diff(f, x)) while the graph keeps this one's call: the attributes its
+        __init__ set are shared, what a call sets (the graph's fields, the saved values, the
+        anomaly record) starts empty, so the copy's forward cannot overwrite what this
+        instance's backward reads."""
+        twin = object.__new__(type(self))
+        twin.__dict__.update({name: value for name, value in self.__dict__.items()
+                              if name not in _SET_PER_CALL})
+        for name in copyreg._slotnames(type(self)):  # slots of an author's subclass
+            if name not in Function.__slots__ and hasattr(self, name):
+                setattr(twin, name, getattr(self, name))
+        return twin
+
     def _call(self, inputs):
         """__call__ for any inputs on any backend; raw arrays become constants."""
         if _variables.step_recorder is not None:  # gradcore.compile is recording a step
@@ -237,7 +268,7 @@ class Function:
                         self._raise_mixed(inputs)
                     backend = x._backend
                 if data.ndim == 0 and data.__class__ is backend.array_type:
-                    data = _operand(data, backend)
+                    data = self._operand(data, backend)
                 xs.append(data)
                 needs.append(x._requires_grad)
                 if x._requires_grad and x.generation > generation:
@@ -264,7 +295,7 @@ class Function:
                     ys = self.forward(*xs)
             else:
                 ys = self.forward(*xs)
-        except (ValueError, TypeError, IndexError) as e:
+        except Exception as e:
             self._explain(e, inputs)
             raise
         if self._saved:
@@ -362,8 +393,11 @@ class Function:
         """`plain(self, *inputs)` (a class's copy of _plain_call) inside the checks of an
         author's Function; inside them already (an author's __call__ reached another's through
         super()), the plain call alone."""
+        _arrays_for_author(inputs)
         if getattr(self, "_given", None) is not None:
             return plain(self, *inputs)
+        if self.sequence is not None:  # called before: this call runs on a copy (_twin)
+            return self._twin()._run_checked(plain, inputs)
         self._given = inputs  # what mark_dirty looks the arrays up in
         before = anomaly.before_forward(inputs) if is_anomaly_enabled() else None
         lent = _lend_views(inputs) if len(inputs) > 1 else None
@@ -406,7 +440,7 @@ class Function:
                     note_write(x)
                     break
             else:
-                if self.backend.owns(a):  # a NumPy scalar (a 0-d input) is never written into
+                if self.backend.owns(a):  # a Python number (a constant) is never written into
                     raise ValueError(f"{self._name()}: mark_dirty got an array that is none of "
                                      "the inputs' arrays; pass the arrays forward received")
 
@@ -520,6 +554,8 @@ class Function:
             state["sequence"] = _variables.restored(state["sequence"])
         for name, value in state.items():
             object.__setattr__(self, name, value)
+        if "_anomaly" in state:  # its fingerprints are checked as the original's
+            anomaly.recorded.add(self)
         if outputs.__class__ is list:  # outputs of a forward that returned a tuple
             self._outputs = tuple([_dead_output if y is None else _weakref(y) for y in outputs])
         elif "generation" in state:  # recorded: one output, alive or not
@@ -535,12 +571,6 @@ class Function:
     def _name(self):
         """The op's name in messages: `op_name`, else the class name in snake case."""
         return self.op_name or _snake_case(type(self).__name__)
-
-    def _reused(self):
-        return RuntimeError(
-            f"{self._name()}: this {type(self).__name__} instance was called already, and the "
-            f"graph holds that call; a Function instance records one call: create one per call, "
-            f"{self._new_instance_spelling()}")
 
     def _new_instance_spelling(self):
         """How to make a new instance per call, for the reuse errors: `Name()(...)`, or with
@@ -679,12 +709,69 @@ def _lend_views(inputs):
     return lent
 
 
+def _array_operand(self, data, backend):
+    """Function._operand of an author's Function: the 0-d array itself."""
+    return data
+
+
+def _arrays_for_author(inputs):
+    """Each input Variable's NumPy scalar (an op's 0-d result, kept as a scalar) made the 0-d
+    array that Variable.data gives, and kept: an author's forward gets that very array."""
+    for x in inputs:
+        if isinstance(x, Variable):
+            data = x._data
+            if data is not None and data.__class__ is not x._backend.array_type:
+                x._data = x._backend.ensure_array(data)
+
+
+def _on_a_twin_when_called_again(call):
+    """An author's own __call__, run on a copy of the instance when it was called before
+    (Function._twin), so that the attributes it sets leave the first call's graph be."""
+    @functools.wraps(call)
+    def fresh(self, *args, **kwargs):
+        if self.sequence is not None:
+            self = self._twin()
+        return call(self, *args, **kwargs)
+    return fresh
+
+
 def _inside_checks(plain):
     """`plain` (a class's copy of _plain_call) run inside the checks of an author's Function:
     the _plain_call of an author's class with a __call__ of its own."""
     def checked(self, *inputs):
         return self._run_checked(plain, inputs)
     return checked
+
+
+def gradient_elsewhere(f, where, device):
+    """The RuntimeError for f's backward returning a gradient on `where` (a device, or a type's
+    name) for an input on `device`: it would become that input's .grad as it is."""
+    return RuntimeError(
+        f"{f._name()}.backward returned a gradient on {where} for an input on {device}: "
+        "compute it with the input's array library (self.xp) and on its device, or return a "
+        "Variable made with gradcore's ops from the gradients and inputs backward got")
+
+
+def elsewhere(g, backend, device):
+    """True if the Variable g is not of `backend`'s library, or not on `device` (asked only of a
+    backend with several devices). A backend wrapping another's arrays (a step being recorded)
+    counts as that one."""
+    if (g._backend.inner or g._backend) is not (backend.inner or backend):
+        return True
+    return not backend.single_device and g.device != device
+
+
+def _check_places(f, gxs):
+    """RuntimeError if an author's backward returned a Variable on another library or device
+    than its input (the walk checks raw arrays, and shapes and dtypes, itself)."""
+    backend = f.backend  # the inputs': one library, one device
+    for gx, x, need in zip(gxs if gxs.__class__ is tuple else (gxs,), f.inputs,
+                           f.needs_input_grad):
+        if need and isinstance(gx, Variable) and (
+                gx._backend is not backend or not backend.single_device):
+            if gx._data is not None and x._data is not None and elsewhere(
+                    gx, backend, x.device):
+                raise gradient_elsewhere(f, gx.device, x.device)
 
 
 def _checked_backward(backward):
@@ -696,6 +783,11 @@ def _checked_backward(backward):
     @functools.wraps(backward)
     def checked(self, *gys):
         gxs = backward(self, *gys)
+        backend = self.backend
+        # one gradient of the inputs' library, which has one device: in line (0.3 us a call less)
+        if gxs.__class__ is tuple or not backend.single_device or (
+                isinstance(gxs, Variable) and gxs._backend is not backend):
+            _check_places(self, gxs)
         if not recording() or self.sequence is None:
             return gxs
         graphed = [g for g in gys if isinstance(g, Variable) and has_graph(g)]

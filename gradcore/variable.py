@@ -165,6 +165,10 @@ sequence = itertools.count()
 latest_write = [-1]
 _stamping = threading.Lock()
 _post_hooks_lock = threading.Lock()  # a leaf's post-accumulate hook list, made and emptied
+# Variable -> (shape, dtype, backend, device) of the array it held before `x.data = None` (DeZero
+# frees an intermediate's memory so, book step 43: t = matmul(x, W); y = t + b; t.data = None):
+# the walk still gives t a gradient shaped and placed like it. Held weakly, emptied on new data
+released = weakref.WeakKeyDictionary()
 _KEPT_STAMPS = 64  # stamps kept per Variable: enough to tell every version a live graph saw
 # A number of that clock read back from a pickle or a copy (a Function's sequence, an op
 # result's _sequence, a write's stamp) may be another process's, whose clock ran on its own: it
@@ -312,6 +316,10 @@ class Variable:
             self._writes = fresh_log(self)
         # else the same memory, perhaps (x.data = x.data.reshape(...)): the log stays shared,
         # so a later write through x counts for the views of the old array too
+        if data is None and old is not None:
+            released[self] = (old.shape, old.dtype, self._backend, self.device)
+        elif released:
+            released.pop(self, None)
         self._data, self._backend = data, backend
         note_write(self)
         if id(self) in _watched and old is not None and (
@@ -558,7 +566,10 @@ class Variable:
         given data of another shape or dtype meanwhile must be cleared, else RuntimeError).
 
         `grad` is the seed (array or Variable shaped like this one); by default ones, i.e. the
-        gradient of `sum(self)`. `retain_grad` keeps gradients of intermediate Variables too
+        gradient of `sum(self)`. On a computed Variable a `.grad` set by hand (DeZero's
+        `y.grad = v; y.backward()`), not one retain_grad kept, is the default seed instead, and
+        is taken off as DeZero does: `y.grad` is None after (or what retain_grad keeps).
+        `retain_grad` keeps gradients of intermediate Variables too
         (`x.retain_grad()` keeps one's); `create_graph` records the backward pass so gradients
         can be differentiated again. `retain_graph` is accepted for PyTorch code and changes
         nothing: backward never frees the graph, which lives as long as a Variable refers to it,

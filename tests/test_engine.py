@@ -323,6 +323,52 @@ def test_a_seed_on_another_device_is_rejected_before_anything_changes():
     assert x.grad is None
 
 
+def test_a_grad_set_on_the_output_is_the_seed_as_in_dezero(xp):
+    x = var(xp, [1.0, 2.0])
+    y = x * 3.0
+    y.grad = var(xp, [1.0, 10.0], requires_grad=False)  # the book's y.grad = np.array(1.0)
+    y.backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [3.0, 30.0])
+    assert y.grad is None  # taken, as DeZero clears it: the next backward seeds with ones
+    y.backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [6.0, 33.0])
+
+
+def test_a_grad_set_on_an_output_that_retains_its_grad_is_the_seed_once():
+    x = Variable(np.array([1.0, 2.0]))
+    y = x * 3.0
+    y.retain_grad()
+    y.grad = np.array([1.0, 10.0])
+    y.backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [3.0, 30.0])
+    np.testing.assert_array_equal(y.grad.numpy(), [1.0, 10.0])  # kept by retain_grad
+    y.backward()  # a retained .grad is no seed: ones, and it adds up
+    np.testing.assert_array_equal(x.grad.numpy(), [6.0, 33.0])
+    np.testing.assert_array_equal(y.grad.numpy(), [2.0, 11.0])
+
+
+def test_a_grad_retained_by_an_earlier_backward_is_no_seed():
+    x = Variable(np.array([1.0, 2.0]))
+    y = x * 3.0
+    z = y * y
+    z.backward(retain_grad=True)  # y.grad = 2 y = [6, 12]
+    x.cleargrad()
+    y.backward()  # seeded with ones, not y.grad
+    np.testing.assert_array_equal(x.grad.numpy(), [3.0, 3.0])
+    np.testing.assert_array_equal(y.grad.numpy(), [6.0, 12.0])
+
+
+def test_a_grad_set_on_the_output_stays_when_backward_is_refused():
+    x = Variable(np.array([1.0, 2.0]))
+    y = x * 3.0
+    v = Variable(np.array([1.0, 10.0]), requires_grad=False)
+    y.grad = v
+    x.data = np.array([5.0, 5.0])  # mul's backward would read the new values
+    with pytest.raises(RuntimeError, match="written after mul ran"):
+        y.backward()
+    assert y.grad is v and x.grad is None
+
+
 def test_a_float64_seed_keeps_float32_gradients(xp):
     x = var(xp, [1.0, 2.0], "float32")
     y = x * 2.0

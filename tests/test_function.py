@@ -428,32 +428,76 @@ def test_mixing_cpu_and_cuda_is_a_type_error():
 
 
 # =============================================================================== one call per instance
-def test_a_recorded_function_instance_refuses_a_second_call(xp):
+def test_a_second_call_of_an_instance_runs_on_a_copy_and_keeps_the_first_graph(xp):
+    # DeZero's step 4: numerical_diff(f, x) calls one Square instance twice
     x = Variable(xp.asarray([1.0, 2.0]))
     square = F.Square()
     y = square(x)
-    with pytest.raises(RuntimeError, match=r"square: this Square instance was called already.*"
-                                           r"Square\(\)\(...\), or use Square.apply"):
-        square(y)
-    with pytest.raises(RuntimeError, match="called already"):
-        with gradcore.no_grad():  # would still overwrite what backward reads
-            square(x)
+    z = square(y)  # x ** 4
+    assert z.creator is not square and y.creator is square and square.inputs[0] is x
+    with gradcore.no_grad():
+        w = square(x)
+    np.testing.assert_array_equal(w.numpy(), [1.0, 4.0])
+    z.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [4.0, 32.0])  # 4 x^3
+    x.cleargrad()
     y.sum().backward()  # the first call's node is intact
     np.testing.assert_array_equal(x.grad.numpy(), [2.0, 4.0])
 
 
+def test_numerical_diff_with_one_function_instance_as_in_dezero_step_4():
+    class Square(Function):  # the book's, with a backward on raw arrays
+        def forward(self, x):
+            return x ** 2
 
-def test_the_reuse_error_of_a_function_with_init_arguments_suggests_a_new_instance():
-    # apply cannot pass __init__ arguments (ScaleBy.apply(x) has no w): the message says
-    # ScaleBy(...)(...) instead
-    x = Variable(np.array([1.0, 2.0]))
+        def backward(self, gy):
+            return 2 * self.inputs[0].data * gy
+
+    def numerical_diff(f, x, eps=1e-4):
+        y0, y1 = f(Variable(x.data - eps)), f(Variable(x.data + eps))
+        return (y1.data - y0.data) / (2 * eps)
+
+    f = Square()
+    assert abs(numerical_diff(f, Variable(np.array(2.0))) - 4.0) < 1e-8
+    y = f(Variable(np.array(3.0)))
+    y.backward()
+    assert y.creator.inputs[0].grad.item() == 6.0
+
+
+def test_the_copy_a_second_call_runs_on_shares_settings_not_what_a_call_saved():
+    # ScaleBy's w (an __init__ argument) goes to the copy; what forward saved, the inputs and
+    # the outputs stay the first call's
+    x1, x2 = Variable(np.array([1.0, 2.0])), Variable(np.array([5.0]))
     scale = ScaleBy(Variable(np.array(3.0)))
-    y = scale(x)
-    with pytest.raises(RuntimeError, match=r"create one per call, ScaleBy\(\.\.\.\)\(\.\.\.\)") as info:
-        scale(x)
-    assert "apply" not in str(info.value)
-    y.sum().backward()
-    np.testing.assert_array_equal(x.grad.numpy(), [3.0, 3.0])
+    y1 = scale(x1)
+    y2 = scale(x2)
+    assert y2.creator.w is scale.w and y2.creator.inputs[0] is x2
+    y1.sum().backward()
+    y2.sum().backward()
+    np.testing.assert_array_equal(x1.grad.numpy(), [3.0, 3.0])
+    np.testing.assert_array_equal(x2.grad.numpy(), [3.0])
+
+
+def test_an_authors_own_call_setting_attributes_runs_on_the_copy_when_called_again():
+    class Scaled(Function):
+        def __call__(self, x, factor):
+            self.factor = factor  # read by backward: must stay the first call's
+            return super().__call__(x)
+
+        def forward(self, x):
+            return x * self.factor
+
+        def backward(self, gy):
+            return gy * self.factor
+
+    x = Variable(np.array([1.0, 2.0]))
+    f = Scaled()
+    y1 = f(x, 2.0)
+    y2 = f(x, 10.0)
+    np.testing.assert_array_equal(y2.numpy(), [10.0, 20.0])
+    assert f.factor == 2.0 and y2.creator.factor == 10.0
+    y1.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 2.0])
 
 
 def test_an_instance_called_without_recording_may_be_called_again(xp):
@@ -947,6 +991,80 @@ def test_an_error_from_forward_keeps_its_type_and_says_the_op():
         a + b  # NumPy's own error, a plain message: the op and shapes go into it
 
 
+@pytest.mark.parametrize("error", [FloatingPointError("divide by zero encountered in divide"),
+                                   ZeroDivisionError("division by zero"), KeyError("w"),
+                                   RuntimeError("no solution")],
+                         ids=["floating_point", "zero_division", "key", "runtime"])
+def test_any_error_from_forward_says_the_op_and_the_shapes(error):
+    class Ratio(Function):
+        def forward(self, x):
+            raise error
+
+    with pytest.raises(type(error)) as info:
+        Ratio.apply(Variable(np.ones(3)))
+    assert info.value is error
+    said = str(error) + " ".join(getattr(error, "__notes__", []))
+    assert "ratio: " in said and "(inputs: (3,))" in said
+
+
+def test_numpys_floating_point_error_from_forward_names_the_op():
+    class Ratio(Function):
+        def forward(self, x):
+            with np.errstate(all="raise"):
+                return x / (x - x)
+
+    with pytest.raises(FloatingPointError, match=r"^ratio: divide by zero.*\(inputs: \(3,\)\)$"):
+        Ratio.apply(Variable(np.ones(3)))
+
+
+# ================================================ users' own Functions: 0-d inputs
+class LeakyReLU(Function):
+    """dezero/functions.py's forward: item assignment into a copy of its input."""
+
+    def forward(self, x):
+        y = x.copy()
+        y[x <= 0] *= 0.2
+        return y
+
+    def backward(self, gy):
+        return gy * np.where(self.inputs[0].data > 0, 1.0, 0.2)
+
+
+@pytest.mark.parametrize("make", [lambda: Variable(np.array(-1.0)),
+                                  lambda: Variable(np.array(-0.5)) * 2.0],  # held as a scalar
+                         ids=["leaf", "op_result"])
+def test_an_authors_forward_gets_a_0d_input_as_a_0d_array_as_in_dezero(make):
+    x = make()
+    y = LeakyReLU()(x)
+    y.backward()
+    assert y.item() == pytest.approx(-0.2) and y.data.shape == ()
+    leaf = x if x.creator is None else x.creator.inputs[0]
+    assert leaf.grad.item() == pytest.approx(0.2 * (1.0 if x.creator is None else 2.0))
+
+
+def test_an_in_place_forward_writes_a_0d_input_as_any_other():
+    class AddOne_(Function):  # the README's recipe
+        def forward(self, x):
+            x += 1
+            self.mark_dirty(x)
+            return x
+
+        def backward(self, gy):
+            return gy
+
+    for shape in [(1,), ()]:
+        b = Variable(np.zeros(shape)) * 1.0
+        before = b.version
+        AddOne_()(b)
+        np.testing.assert_array_equal(b.data, np.ones(shape))
+        assert b.version == before + 1
+
+
+def test_gradcores_own_ops_still_compute_0d_inputs_as_numpy_scalars():
+    y = Variable(np.array(2.0)) * 3.0
+    assert y._data.__class__ is np.float64 and y.item() == 6.0
+
+
 # ================================================ users' own Functions: create_graph, compile, errors
 class RawSquare(Function):
     """DeZero's first Square: backward on raw arrays, first derivatives only."""
@@ -1072,6 +1190,75 @@ def test_a_raw_gradient_of_another_library_or_device_is_refused_naming_the_op():
                                            "an input on array_api_strict:device1"):
         F.sum(ToNumPy()(x)).backward()
     assert x.grad is None
+
+
+@pytest.mark.parametrize("place", ["device2", "numpy_for_strict", "strict_for_numpy"])
+def test_a_variable_gradient_of_another_library_or_device_is_refused_naming_the_op(place):
+    from conftest import DEVICE2
+
+    x_device, g_device = {"device2": (DEVICE1, DEVICE2), "numpy_for_strict": (DEVICE1, None),
+                          "strict_for_numpy": (None, DEVICE1)}[place]
+
+    def make(device):
+        values = np.array([1.0, 2.0])
+        return Variable(values if device is None else STRICT.asarray(values, device=device),
+                        requires_grad=False)
+
+    class Elsewhere(Function):
+        def forward(self, x):
+            return x * 2
+
+        def backward(self, gy):
+            return make(g_device)
+
+    for compute in (lambda x: F.sum(Elsewhere()(x)).backward(),
+                    lambda x: gradcore.grad(F.sum(Elsewhere()(x)), x)):
+        x = make(x_device)
+        x.requires_grad = True
+        with pytest.raises(RuntimeError, match=f"elsewhere.backward returned a gradient on "
+                                               f"{make(g_device).device} for an input on "
+                                               f"{x.device}"):
+            compute(x)
+        assert x.grad is None
+
+
+def test_an_authors_backward_is_checked_for_the_device_where_it_returns():
+    # the walk's own test of a gradient's shape and dtype lets a same-dtype gradient on another
+    # device by where dtypes are singletons (NumPy's, CuPy's: GPU 1 for GPU 0): the checked
+    # backward of an author's Function refuses it as it returns
+    from conftest import DEVICE2
+
+    class Elsewhere(Function):
+        def forward(self, x):
+            return x * 2
+
+        def backward(self, gy):
+            return Variable(STRICT.asarray(np.ones(2), device=DEVICE2), requires_grad=False)
+
+    x = Variable(STRICT.asarray(np.ones(2), device=DEVICE1))
+    y = Elsewhere()(x)
+    with pytest.raises(RuntimeError, match="elsewhere.backward returned a gradient on "
+                                           "array_api_strict:device2 for an input on "
+                                           "array_api_strict:device1"):
+        y.creator.backward(Variable(STRICT.asarray(np.ones(2), device=DEVICE1)))
+
+
+def test_a_gradient_of_another_library_reaching_the_walk_is_refused_naming_the_op():
+    from gradcore.engine import _conform  # the walk's own check: gradcore's ops, say
+
+    class Twice(Function):
+        def forward(self, x):
+            return x * 2
+
+        def backward(self, gy):
+            return gy * 2
+
+    x = Variable(np.array([1.0, 2.0]))
+    y = Twice()(x)
+    gx = Variable(STRICT.asarray(np.array([[1.0, 1.0]]), device=DEVICE1), requires_grad=False)
+    with pytest.raises(RuntimeError, match="twice.backward returned a gradient on "
+                                           "array_api_strict:device1 for an input on cpu"):
+        _conform(y.creator, gx, x)
 
 
 def test_a_gradient_with_no_graph_from_an_output_that_got_none_is_not_refused():

@@ -68,6 +68,58 @@ def test_an_output_written_after_forward_is_refused(xp):
         y.backward()
 
 
+# ================================================== data released after forward (t.data = None)
+def test_dezeros_linear_simple_releasing_an_intermediate_still_differentiates(xp):
+    # book step 43: add's backward reads neither input, matmul's not its output
+    x = var(xp, [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    W = var(xp, [[1.0, 0.0, -1.0, 2.0], [0.5, 1.0, 0.0, -2.0]])
+    b = var(xp, [0.0, 0.0, 0.0, 0.0])
+    t = F.matmul(x, W)
+    y = t + b
+    t.data = None
+    F.sum(y).backward()
+    np.testing.assert_array_equal(W.grad.numpy(), [[9.0] * 4, [12.0] * 4])  # x.T @ ones
+    np.testing.assert_array_equal(x.grad.numpy(), [[2.0, -0.5]] * 3)  # ones @ W.T
+    np.testing.assert_array_equal(b.grad.numpy(), [3.0] * 4)
+
+
+def test_a_released_input_gets_its_gradient_summed_to_the_shape_it_had():
+    a = Variable(np.ones(4))
+    t = a * 2.0
+    y = t + Variable(np.ones((3, 4)))  # t broadcast
+    t.retain_grad()
+    t.data = None
+    y.sum().backward()
+    np.testing.assert_array_equal(t.grad.data, [3.0] * 4)
+    np.testing.assert_array_equal(a.grad.data, [6.0] * 4)
+
+
+@pytest.mark.parametrize("make", [lambda x: F.exp(x), lambda x: (x * 2.0) * x],
+                         ids=["output_read", "input_read"])
+def test_a_backward_reading_released_data_says_so_naming_the_op(make):
+    x = Variable(np.array([1.0, 2.0]))
+    t = make(x)
+    y = (t + 1.0).sum()
+    released = t if t.creator.inputs[0] is x else t.creator.inputs[0]
+    released.data = None
+    op = t.creator._name()
+    with pytest.raises(RuntimeError, match=rf"{op}.backward failed .*, and its (output|input) 0 "
+                                           r"is the Variable whose data was released \(set to "
+                                           r"None\) after"):
+        y.backward()
+    assert x.grad is None
+
+
+def test_released_data_given_an_array_again_is_a_write_as_any():
+    x = Variable(np.array([1.0, 2.0]))
+    t = x * 2.0
+    y = t + 1.0
+    t.data = None
+    t.data = np.zeros(2)
+    with pytest.raises(RuntimeError, match=MODIFIED.format(op="add", now=2, then=0)):
+        y.sum().backward()
+
+
 def test_writes_before_forward_and_after_backward_are_fine(xp):
     x = var(xp, [1.0, 2.0])
     x.data = xp.asarray([3.0, 4.0])
