@@ -2,7 +2,6 @@
 import collections
 import os
 import signal
-import sys
 import threading
 import time
 
@@ -11,7 +10,7 @@ import pytest
 
 import backends
 import gradcore
-from conftest import DEVICE1, STRICT
+from conftest import DEVICE1, STRICT, run_in_threads
 from gradcore.dataloaders import DataLoader, SeqDataLoader
 from gradcore.datasets import Dataset, SinCurve, Spiral
 
@@ -178,16 +177,7 @@ def test_next_from_threads_hands_each_batch_out_once():
         for _ in range(1000):
             got.append(int(next(loader)[0][0]))
 
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # threads switch inside next() often
-    try:
-        threads = [threading.Thread(target=take) for _ in range(4)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        sys.setswitchinterval(interval)
+    run_in_threads([take] * 4)  # threads switch inside next() often
     assert sorted(got) == list(range(4000))
 
 
