@@ -145,9 +145,11 @@ _Header = collections.namedtuple("_Header", ["info", "shape", "dtype"])
 @contextlib.contextmanager
 def _open_checkpoint(source, path):
     """(zipfile.ZipFile, file size) of the checkpoint `source` (a path, or a binary file object
-    read from where it is, and left open), named `path` in messages: its zip directory read,
-    nothing decompressed. FileNotFoundError if it is missing; CheckpointError if it is no zip
-    archive."""
+    read from where it is, and left open: at the end of the archive once it was read, where it
+    was after an error), named `path` in messages: its zip directory read, nothing
+    decompressed. FileNotFoundError if it is missing; CheckpointError if it is no zip archive,
+    or one that does not begin where the file is (another archive follows it, or other bytes
+    come before it)."""
     with contextlib.ExitStack() as stack:
         if not _is_file_object(source):
             f = stack.enter_context(open(source, "rb"))
@@ -165,14 +167,49 @@ def _open_checkpoint(source, path):
         try:
             size = f.seek(0, os.SEEK_END)
             f.seek(start)
-            archive = zipfile.ZipFile(f)
+            archive = stack.enter_context(zipfile.ZipFile(f))
+            end = _archive_end(f, archive)
         except _DAMAGED as e:
+            f.seek(start)
             raise CheckpointError(
                 f"{path} is not a gradcore checkpoint: it is not a readable .npz (zip) archive, "
                 f"or it is truncated or damaged ({_described(e)}); write checkpoints with "
                 "Module.save") from e
-        with archive:
+        # zipfile reads the directory at the end of the file: with two archives in one stream
+        # that is the last one's, whatever the position
+        found = min((info.header_offset for info in archive.infolist()),
+                    default=archive.start_dir)
+        if found != start:
+            f.seek(start)
+            raise CheckpointError(
+                f"{path} is not one whole checkpoint from byte {start}, where reading began: "
+                f"the zip archive found begins at byte {found} (another archive follows the "
+                "one there, as when two checkpoints are saved into one stream, or other bytes "
+                "come before it). Save each checkpoint into a file or io.BytesIO of its own")
+        try:
             yield archive, size
+        except BaseException:
+            f.seek(start)
+            raise
+        f.seek(end)
+
+
+def _archive_end(f, archive):
+    """The offset just past `archive` in `f`: its central directory (at archive.start_dir)
+    walked entry by entry, then the zip64 end records if there are any, then the end record
+    and its comment."""
+    f.seek(archive.start_dir)
+    for _ in archive.infolist():
+        # a 46-byte directory entry, then its name, extra field and comment
+        name_size, extra_size, comment_size = struct.unpack("<28xHHH12x", f.read(46))
+        f.seek(name_size + extra_size + comment_size, os.SEEK_CUR)
+    if f.read(4) == b"PK\x06\x06":  # a zip64 end record: its size after the first 12 bytes
+        size, = struct.unpack("<Q", f.read(8))
+        f.seek(size + 20, os.SEEK_CUR)  # and its 20-byte locator
+    else:
+        f.seek(-4, os.SEEK_CUR)
+    comment_size, = struct.unpack("<20xH", f.read(22))
+    return f.tell() + comment_size
 
 
 def _described(error):

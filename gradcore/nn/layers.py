@@ -103,13 +103,13 @@ def _declare_weight_and_bias(layer, nobias, dtype, where):
 
 def _set_nobias(layer, nobias):
     """nobias=True removes b (b = None); nobias=False gives a layer without one a b with no
-    data yet, filled with zeros at the next call."""
+    data yet (the Parameter it had, if any: see _emptied), filled with zeros at the next call."""
     if not isinstance(nobias, (bool, numpy.bool_)):
         raise TypeError(f"{type(layer).__name__}: nobias must be True or False, got {nobias!r}")
     if nobias:
         layer.b = None
     elif layer.__dict__.get("b") is None:
-        layer.b = Parameter(None, name="b")
+        layer.b = _emptied(layer, "b")
 
 
 # Linear's and the convolutions' `nobias`: whether b is None, so that it, extra_repr and what
@@ -150,7 +150,31 @@ def _given_size(layer, axis, value, what):
 def _refill_slots(layer):
     """Put a lazy Parameter back into W where it was set to None (b = None stays: no bias)."""
     if layer.W is None:
-        layer.W = Parameter(None, name="W")
+        layer.W = _emptied(layer, "W")
+
+
+def _setattr_setting_aside(layer, name, value):
+    """Module.__setattr__ for a layer that makes its parameter slots (`_refilled`) again after
+    they were set to None: the Parameter that None replaced is set aside for _emptied."""
+    old = layer.__dict__.get(name)
+    Module.__setattr__(layer, name, value)
+    if name in layer._refilled:
+        if value is None and isinstance(old, Parameter):
+            layer.__dict__.setdefault("_set_aside", {})[name] = old
+        else:
+            layer.__dict__.get("_set_aside", {}).pop(name, None)
+
+
+def _emptied(layer, name):
+    """A Parameter with no data or grad for the slot `name` of `layer`, to be filled at its next
+    call: the one the slot held before it was set to None, so that an optimizer given it (as a
+    list: Adam(model.parameters())) goes on updating it; a new one if it held none."""
+    p = layer.__dict__.get("_set_aside", {}).get(name)
+    if p is None:
+        return Parameter(None, name=name)
+    p.data = None
+    p.cleargrad()
+    return p
 
 
 # =============================================================================== linear
@@ -183,17 +207,23 @@ class Linear(Module):
 
     `Linear(out_size)` (DeZero) learns in_size from the first input, and creates W and b then on
     that input's device in the layer's dtype (that of its last `to(dtype=)`, else `dtype`); W
-    set to None is created again so at the next call. `Linear(in_size, out_size)` or
+    set to None is created again so at the next call, as the same Parameter (an optimizer given
+    it goes on updating it; one with state for it, as Adam, refuses a new shape until
+    `del optimizer.state[layer.W]`). `Linear(in_size, out_size)` or
     `Linear(out_size, in_size=...)` creates them now, on the CPU. `dtype`: float32 unless
     gradcore.set_default_dtype says otherwise (a float64 input then gives a float64 result, as
     NumPy computes it, and float32 gradients for W and b). W is drawn as
     randn(in_size, out_size) * sqrt(1 / in_size) (seed with numpy.random.seed or
     gradcore.manual_seed), b is zeros. `nobias=True` leaves b out (b is None); so does setting
     b to None later, as in DeZero: the layer has no bias from then on (nobias reads True, and
-    state_dict has no "b"); `layer.nobias = False` gives it a zero bias at the next call.
+    state_dict has no "b"); `layer.nobias = False` gives it a zero bias at the next call (the
+    Parameter b it had, if any). To make W anew instead (untie a W shared with another layer),
+    assign a new one: layer.W = gradcore.Parameter(None).
     """
 
     nobias = _NOBIAS
+    __setattr__ = _setattr_setting_aside
+    _refilled = ("W", "b")
 
     def __init__(self, *sizes, out_size=None, nobias=False, dtype=None, in_size=None):
         super().__init__()
@@ -255,6 +285,8 @@ class _ConvBase(Module):
     _name = None
     _in_axis = None  # the axis of W that runs over the input channels
     nobias = _NOBIAS  # b = None drops the bias, as Linear's
+    __setattr__ = _setattr_setting_aside
+    _refilled = ("W", "b")
 
     def __init__(self, out_channels, kernel_size, stride=1, pad=0, nobias=False,
                  dtype=None, in_channels=None):
@@ -329,7 +361,8 @@ class Conv2d(_ConvBase):
 
     `in_channels=None` (the default, as DeZero) learns C from the first input and creates W and
     b then on its device; otherwise they are created now on the CPU in `dtype`. W set to None
-    is created again at the next call; b set to None (or nobias=True) means no bias, as Linear's.
+    is created again at the next call, as the same Parameter; b set to None (or nobias=True)
+    means no bias, as Linear's.
     """
 
     _name = "Conv2d"
@@ -365,7 +398,8 @@ class BatchNorm(Module):
 
     gamma (ones) and beta (zeros) are parameters; the running statistics avg_mean (zeros) and
     avg_var (ones) are buffers (saved and moved, not trained). All four are created at the first
-    call (and any set to None at the next: none can be left out, unlike Linear's b), shaped
+    call (and any set to None at the next, gamma and beta as the same Parameters: none can be
+    left out, unlike Linear's b), shaped
     (C,) on the input's device in the layer's dtype (that of its last `to(dtype=)`, else
     `dtype`: float32, or what gradcore.set_default_dtype set). In train mode the batch
     statistics are used and the running ones updated (decay); in eval / test mode the running
@@ -375,6 +409,8 @@ class BatchNorm(Module):
     # slot -> (value it starts at, a parameter rather than a buffer)
     _SLOTS = {"avg_mean": (0.0, False), "avg_var": (1.0, False), "gamma": (1.0, True),
               "beta": (0.0, True)}
+    __setattr__ = _setattr_setting_aside
+    _refilled = ("gamma", "beta")
 
     def __init__(self, decay=0.9, eps=2e-5, dtype=None):
         super().__init__()
@@ -415,7 +451,7 @@ class BatchNorm(Module):
             for name, (fill, is_parameter) in self._SLOTS.items():
                 v = getattr(self, name)
                 if v is None:
-                    v = Parameter(None, name=name) if is_parameter else Variable(
+                    v = _emptied(self, name) if is_parameter else Variable(
                         None, name=name, requires_grad=False)
                     setattr(self, name, v)
                 if v.data is None:

@@ -134,6 +134,45 @@ def test_save_and_load_take_file_objects_as_numpy_savez_does(tmp_path):
     assert_same(snapshot(target), expected)
 
 
+def test_a_file_object_is_read_from_where_it_is_and_left_after_the_checkpoint():
+    source = built(0)
+    one = io.BytesIO()
+    source.save(one)
+    size = len(one.getvalue())
+    stream = io.BytesIO(b"head" + one.getvalue() + b"tail")
+    stream.seek(4)
+    target = built(1)
+    target.load(stream)
+    assert_same(snapshot(target), snapshot(source))
+    assert stream.tell() == 4 + size and stream.read() == b"tail"
+    stream.seek(4)
+    assert_same(nn.read_checkpoint(stream), snapshot(source))
+    assert stream.tell() == 4 + size
+
+
+def test_two_checkpoints_in_one_stream_are_refused_not_read_as_the_last(tmp_path):
+    # zipfile finds the directory at the end of a stream: the second checkpoint's
+    first, second, target = built(0), built(1), built(2)
+    stream = io.BytesIO()
+    first.save(stream)
+    size = stream.tell()
+    second.save(stream)
+    stream.seek(0)
+    before = snapshot(target)
+    message = (rf"the BytesIO given is not one whole checkpoint from byte 0, where reading "
+               rf"began: the zip archive found begins at byte {size} \(another archive")
+    for load in (target.load, nn.read_checkpoint):
+        with pytest.raises(nn.CheckpointError, match=message):
+            load(stream)
+        assert stream.tell() == 0
+    assert_same(snapshot(target), before)
+    # a file with bytes before its archive is no whole checkpoint either
+    path = tmp_path / "prefixed.npz"
+    path.write_bytes(b"junk" + stream.getvalue()[:size])
+    with pytest.raises(nn.CheckpointError, match="begins at byte 4"):
+        target.load(path)
+    assert_same(snapshot(target), before)
+
 def test_dezero_names_and_a_lazy_model(tmp_path):
     source = nn.MLP((4, 2))
     x = np.ones((3, 5), dtype=np.float32)

@@ -439,6 +439,67 @@ def test_a_weight_or_batch_norm_slot_set_to_none_is_created_again_at_the_next_ca
     assert nobias.b is None and list(nobias.state_dict()) == ["W"]
 
 
+@pytest.mark.parametrize("make, x, slots", [
+    (lambda: nn.Linear(2), np.ones((2, 3), np.float32), ("W",)),
+    (lambda: nn.Conv2d(2, 1, in_channels=1), np.ones((2, 1, 3, 3), np.float32), ("W",)),
+    (lambda: nn.BatchNorm(), np.arange(6, dtype=np.float32).reshape(3, 2), ("gamma", "beta")),
+])
+def test_a_slot_set_to_none_comes_back_as_the_parameter_a_list_built_optimizer_holds(make, x,
+                                                                                      slots):
+    layer = make()
+    layer(x)
+    optimizer = gradcore.optim.SGD(list(layer.parameters()), lr=0.5)
+    held = {name: getattr(layer, name) for name in slots}
+    for name in slots:
+        setattr(layer, name, None)
+    layer(x)
+    optimizer.zero_grad()
+    F.sum((layer(x) - 1) ** 2).backward()
+    before = {name: p.data.copy() for name, p in held.items()}
+    optimizer.step()
+    for name, p in held.items():
+        assert getattr(layer, name) is p
+        np.testing.assert_allclose(p.data, before[name] - 0.5 * p.grad.data)
+        assert np.abs(p.grad.data).max() > 0  # so the step moved it
+
+
+def test_a_weight_made_again_keeps_its_parameter_and_a_new_shape_stops_adam():
+    lin = nn.Linear(3, 2)
+    x = np.ones((2, 3), np.float32)
+    W = lin.W
+    lin.W = None
+    assert lin.W is None and list(lin.state_dict()) == ["b"]  # empty until the next call
+    lin(np.ones((2, 3), np.float32))
+    assert lin.W is W and W.grad is None
+    # the same weights by hand: W and b, both 1, step by SGD; d sum(x @ W + b) / dW = x.T @ 1
+    lin.W.data[...], lin.b.data[...] = 1, 1
+    sgd = gradcore.optim.SGD(lin.parameters(), lr=0.25)
+    lin.W = None
+    lin.nobias = True
+    lin.nobias = False  # the same b, as zeros again
+    lin(x)
+    lin.W.data[...] = 1
+    F.sum(lin(x)).backward()
+    sgd.step()
+    np.testing.assert_array_equal(W.data, np.full((3, 2), 0.5, np.float32))  # 1 - 0.25 * 2
+    np.testing.assert_array_equal(lin.b.data, [-0.5, -0.5])  # 0 - 0.25 * 2
+    # Adam's moments are W's: another shape is refused, not mixed with the old ones
+    adam = gradcore.optim.Adam(lin.parameters())
+    F.sum(lin(x)).backward()
+    adam.step()
+    lin.W = None
+    adam.zero_grad()
+    F.sum(lin(np.ones((2, 5), np.float32))).backward()
+    with pytest.raises(ValueError, match=r"changed shape since its state 'm' was made .*del "):
+        adam.step()
+    # a Parameter assigned by hand is the layer's from then on, with its values
+    new = gradcore.Parameter(np.ones((5, 2), np.float32))
+    lin.W = None
+    lin.W = new
+    lin(np.ones((2, 5), np.float32))
+    assert lin.W is new and new.data.sum() == 10
+
+
 @pytest.mark.parametrize("make, x", [
     (lambda: nn.Linear(3, 2), np.ones((4, 3), np.float32)),
     (lambda: nn.Linear(2), np.ones((4, 3), np.float32)),  # b = None before the first call
