@@ -58,6 +58,10 @@ def _check_data(data):
     if data is None:
         return None, None, "float"
     backend = backend_of(data)
+    if backend is not None and backend.inner is not None and step_recorder is None:
+        # a traced array a compiled step kept (in a dict, a list) past its recording: outside
+        # a recording, the array it wraps, the one eager code would have kept
+        data, backend = data.value, backend.inner
     if backend is None:
         if isinstance(data, (*_SCALARS, list, tuple)):
             try:

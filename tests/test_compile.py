@@ -257,6 +257,64 @@ def test_indices_that_depend_on_values_fall_back_as_a_function_or_a_method(nonze
     assert compiled.stats()["fallbacks"] == 1 and compiled.stats()["replays"] == 0
 
 
+@pytest.mark.parametrize("masked", [
+    lambda h, m: h[h.data > 1.5], lambda h, m: h[m], lambda h, m: h[(m,)]],
+    ids=["computed", "argument", "in-a-tuple"])
+def test_a_variable_indexed_with_a_boolean_mask_falls_back(masked):
+    # the mask becomes as many indices as it has true values: a tape would keep this call's
+    # count (F.mean dividing by 2 where 3 pass; backward's scatter of 2 values into 3 places)
+    W = gradcore.Parameter(np.ones(4))
+
+    def step(x, m):
+        loss = F.mean(masked(W * x, m) ** 2)
+        W.cleargrad()
+        loss.backward()
+        return loss, W.grad
+
+    compiled = gradcore.compile(step)
+    with pytest.warns(RuntimeWarning, match="boolean mask gives a shape that depends"):
+        compiled(np.arange(4.0), np.arange(4.0) > 1.5)
+    for shift in (1.0, 0.0, 1.0):  # 3 values pass, then 2, then 3
+        x = np.arange(4.0) + shift
+        assert same(compiled(x, x > 1.5), step(x, x > 1.5))
+    assert float(compiled(x, x > 1.5)[0].data) == np.mean(x[x > 1.5] ** 2)  # 29 / 3
+    assert compiled.stats()["replays"] == 0
+
+
+@pytest.mark.parametrize("use, line", [
+    (lambda d: np.nonzero(d > 1.5)[0], "nonzero"), (lambda d: np.unique(d), "unique"),
+    (lambda d: np.repeat(d, (d > 1.5).astype(np.int64)), "repeat")],
+    ids=["nonzero", "unique", "repeat"])
+def test_a_fallback_inside_a_numpy_function_names_the_users_line(use, line):
+    # np.nonzero(d) runs d.nonzero() in NumPy's fromnumeric.py: the warning names the line
+    # here that called NumPy (the lambda's)
+    def step(x0):
+        h = gradcore.Variable(x0) * 2.0
+        return h, use(h.data)
+
+    compiled = gradcore.compile(step)
+    with pytest.warns(RuntimeWarning, match=line) as caught:
+        compiled(np.arange(4.0))
+    assert str(caught[0].message).endswith(f" at {__file__}:{use.__code__.co_firstlineno}")
+
+
+@pytest.mark.parametrize("read, advice", [
+    (lambda h: float(F.sum(h).data), "return the value from the step and read it after the call"),
+    (lambda h: h.data.flat[0], r"use x.xp's functions instead, e.g. xp.reshape\(x, -1\)"),
+    (lambda h: np.add(np.zeros(4), h.data, out=np.zeros(4)), "add it up after the call"),
+    (lambda h: np.nonzero(h.data), "outside the step and pass it as an argument"),
+    (lambda h: np.arange(h.data.sum()), "call x.xp's function on it instead")],
+    ids=["float", "flat", "out", "nonzero", "arange"])
+def test_a_fallback_warning_says_what_to_do(read, advice):
+    def step(x0):
+        h = gradcore.Variable(x0) * 2.0
+        read(h)
+        return h
+
+    with pytest.warns(RuntimeWarning, match=advice):
+        gradcore.compile(step)(np.arange(4.0))
+
+
 def test_arrays_over_one_buffer_share_memory_though_their_bases_differ():
     # numpy.frombuffer's base is a new memoryview at each call: the buffer is the owner
     def step(a, b):
@@ -352,6 +410,34 @@ def test_a_compiled_steps_results_hold_no_graph_from_the_first_call_on():
         with pytest.raises(RuntimeError, match="returned by a gradcore.compile step"):
             y.backward()
     assert compiled.stats()["replays"] == 2
+
+
+def test_numpy_reading_a_traced_scalar_as_an_array_falls_back():
+    # np.arange(n) asks n.__array__(dtype=..., copy=...), which a NumPy scalar's refuses
+    def step(x0):
+        h = gradcore.Variable(x0) * 2.0
+        return F.sum(h) * np.arange(h.data.sum()).size
+
+    compiled = gradcore.compile(step)
+    with pytest.warns(RuntimeWarning, match=r"read on the host \(__array__\)"):
+        assert same(compiled(np.arange(4.0)), step(np.arange(4.0)))  # 12 * 12
+    assert same(compiled(np.arange(4.0) + 1), step(np.arange(4.0) + 1))
+    assert float(compiled(np.arange(4.0) + 1).data) == 20 * 20
+
+
+@pytest.mark.parametrize("use", [
+    lambda h: np.copyto(h, h * 2.0), lambda h: np.copyto(h, 0.0, where=h > 2.0),
+    lambda h: np.concatenate([h, h * 3.0]), lambda h: np.where(h > 2.0, h, -h),
+    lambda h: np.histogram(h, bins=3)[0]],
+    ids=["copyto", "copyto-where", "concatenate", "where", "histogram"])
+def test_numpy_functions_on_traced_arrays_are_tape_lines(use):
+    # written in C (copyto takes ndarrays only), or a fixed number of bins: recorded, replayed
+    def step(x0):
+        h = (gradcore.Variable(x0) * 2.0).data
+        result = use(h)
+        return h if result is None else result
+
+    assert replays_like_eager(step, 5, calls=4).stats()["replays"] == 3
 
 
 def test_an_arrays_memory_reached_past_the_tape_falls_back():
@@ -4023,3 +4109,29 @@ def test_a_forked_child_takes_the_locks_another_threads_recording_or_check_held(
 
     compiled = sys.modules["gradcore.compile"]  # the package: gradcore.compile is the function
     assert forked_child_takes(compiled, ["_recording_lock", "_checking"])
+
+
+def test_an_array_kept_from_a_recording_computes_as_its_array_after_it():
+    # h.data stored in the step's dict or list while it records is a traced array (a write into
+    # it in place must fall back at the next recording); outside a recording, gradcore's ops
+    # take it as the array it wraps, as eager code would have kept
+    W = gradcore.Parameter(np.ones(3))
+    store, kept = {}, []
+
+    def step(x, first):
+        if first:
+            store["a"] = (W * x).data
+            kept.append(store["a"])
+        else:
+            store["a"] += 10  # into an array from an earlier recording: falls back
+        return F.sum(W * store["a"])
+
+    compiled = gradcore.compile(step)
+    x = np.arange(3.0)
+    losses = [float(compiled(x, True).data)]
+    with pytest.warns(RuntimeWarning, match="wrote in place into an array from outside"):
+        losses.append(float(compiled(x, False).data))
+    losses += [float(compiled(x, False).data) for _ in range(2)]  # eager: the key fell back
+    assert losses == [3.0, 33.0, 63.0, 93.0]
+    assert np.array_equal((W * kept[0]).data, [30.0, 31.0, 32.0])
+    assert np.array_equal(gradcore.Variable(kept[0]).data, [30.0, 31.0, 32.0])

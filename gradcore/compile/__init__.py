@@ -21,7 +21,6 @@ import os
 import random
 import struct
 import sys
-import sysconfig
 import threading
 import time
 import types
@@ -40,6 +39,7 @@ from ..variable import Parameter, Variable
 from . import trace
 from .check import ReplayMismatch, Snapshot, _host_tree, compare
 from .tape import Diverged, Tape
+from .trace import _LIBRARIES, _users_code
 
 __all__ = ["compile", "Compiled", "ReplayMismatch"]
 
@@ -1085,12 +1085,6 @@ def _slot_descriptors(kind):
     return tuple(found)
 
 
-def _users_code(code):
-    """True if `code` is the user's: not gradcore's, the standard library's or an installed
-    package's."""
-    return not os.path.abspath(code.co_filename).startswith(_LIBRARIES)
-
-
 def _users_namespace(obj):
     """True if the module or class `obj` is the user's: defined in a file of the user's, or a
     module made at run time (types.ModuleType, with no spec; a built-in one has one). Read from
@@ -1347,13 +1341,6 @@ def _reads(fn, also=()):
                 continue
             todo += [g for called in reached for g in _user_functions(called)]
     return cells, spaces, names, cell_labels + name_labels, frozenset(seen)
-
-
-# Where functions a step calls are not followed for the globals they read: gradcore, backends,
-# the standard library and installed packages (their globals are not the user's settings)
-_LIBRARIES = tuple(dict.fromkeys(os.path.abspath(path) for path in (
-    os.path.dirname(os.path.dirname(__file__)), os.path.dirname(backends.__file__),
-    *(sysconfig.get_paths()[name] for name in ("stdlib", "platstdlib", "purelib", "platlib")))))
 
 
 def _content(cell):

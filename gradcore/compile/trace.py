@@ -16,9 +16,12 @@ import bisect
 import operator
 import os
 import sys
+import sysconfig
 import threading
 import types
 import weakref
+
+import numpy
 
 import backends
 
@@ -71,6 +74,11 @@ SIZE_ARGUMENTS = {
     "array_split": (slice(1, 2), ("indices_or_sections",)),
     "delete": (slice(1, 2), ("obj",)),
 }
+# Backend methods that take an index by NumPy's rules, and where it is among their arguments: a
+# boolean mask there becomes as many indices as it has true values (xp.nonzero)
+INDEX_ARGUMENTS = {"normalize_key": 0, "scatter_add": 1}
+MASKED = ("indexing with a boolean mask gives a shape that depends on the values (keep the shape "
+          "instead: multiply by the mask, or F.where(mask, x, 0))")
 # Functions given a number of bins: a traced number, or a rule that reads the values ("auto")
 BINS = frozenset(("histogram", "histogram_bin_edges", "histogram2d", "histogramdd"))
 
@@ -122,15 +130,26 @@ def _check_not_in_use(args, kwargs):
                 "threads use its model, or use the model from one thread")
 
 
+# Code that is not the user's: gradcore, backends, the standard library and installed packages.
+# A step's calls into it are not followed for the globals they read (their globals are not the
+# user's settings), and a fallback names the user's line that called it
+_LIBRARIES = tuple(dict.fromkeys(os.path.abspath(path) for path in (
+    os.path.dirname(os.path.dirname(__file__)), os.path.dirname(backends.__file__),
+    *(sysconfig.get_paths()[name] for name in ("stdlib", "platstdlib", "purelib", "platlib")))))
+
+
+def _users_code(code):
+    """True if `code` is the user's: not gradcore's, the standard library's or an installed
+    package's."""
+    return not os.path.abspath(code.co_filename).startswith(_LIBRARIES)
+
+
 def _user_frame():
-    """'file:line' of the innermost frame outside gradcore and backends: where the user's code
-    asked for what the tape cannot replay."""
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    library = (here, os.path.join(os.path.dirname(here), "backends"))
+    """'file:line' of the innermost frame of the user's code: where it asked, maybe through
+    NumPy (np.nonzero runs x.nonzero()), for what the tape cannot replay."""
     frame = sys._getframe(1)
     while frame is not None:
-        name = os.path.abspath(frame.f_code.co_filename)
-        if not name.startswith(library):
+        if _users_code(frame.f_code):
             return f"{frame.f_code.co_filename}:{frame.f_lineno}"
         frame = frame.f_back
     return "an unknown place"
@@ -1006,6 +1025,13 @@ def _known(rec, args, kwargs):
     return any(id(a) in objects for a in args) if objects else False
 
 
+def _masked_index(name, args, kwargs):
+    """True if the Backend method `name` (in INDEX_ARGUMENTS) is given a boolean mask as its
+    index."""
+    position = INDEX_ARGUMENTS[name]
+    return _is_mask(args[position] if len(args) > position else (kwargs or {}).get("index"))
+
+
 def _sized_by_values(rec, name, args, kwargs):
     """True if a call of `name` (in SIZE_ARGUMENTS) is given a value computed from the step's
     inputs where it reads a size: its result's shape would come from the values."""
@@ -1088,14 +1114,18 @@ def call(backend, function, args, kwargs, kind="call"):
         return result  # nothing traced in or out: a query (isdtype, finfo, result_type)
     if kind != "binary" and kind != "unary":  # an operator's result is shaped by its operands
         name = _name(kind, function)
+        if name in INDEX_ARGUMENTS and _masked_index(name, args, kwargs):
+            rec.give_up(MASKED)  # a Variable's v[mask]: GetItem's key becomes indices here
         # the function xp.nonzero(x) or the method x.nonzero(); where(c) alone is nonzero(c);
         # a size the step computed (repeat(x, counts), zeros(n)); bins chosen from the values
-        if (name in DATA_DEPENDENT_SHAPES or name == "where" and len(args) == 1 and not kwargs
-                or name in SIZE_ARGUMENTS and _sized_by_values(rec, name, args, kwargs)
-                or name in BINS and _binned_by_values(rec, args, kwargs)
-                or name == "bincount" and not _counted_to_fixed_length(rec, args, kwargs,
-                                                                       result)):
-            rec.give_up(f"{name}'s result has a shape that depends on the values")
+        elif (name in DATA_DEPENDENT_SHAPES or name == "where" and len(args) == 1 and not kwargs
+              or name in SIZE_ARGUMENTS and _sized_by_values(rec, name, args, kwargs)
+              or name in BINS and _binned_by_values(rec, args, kwargs)
+              or name == "bincount" and not _counted_to_fixed_length(rec, args, kwargs,
+                                                                     result)):
+            rec.give_up(f"{name}'s result has a shape that depends on the values (compute "
+                        "what sets it, indices or a size, outside the step and pass it as an "
+                        "argument)")
         elif result is None and name not in _IN_PLACE:
             rec.give_up(f"{name}() returned None: what it did is unknown to the tape (it may "
                         "have changed an array in place, or written one somewhere)")
@@ -1146,10 +1176,27 @@ def _unary(op):
 
 def _host_read(name):
     def method(self, *args, **kwargs):
-        give_up(f"a traced array's value was read on the host ({name})")
+        give_up(_read_on_host(name))
         return getattr(self.value, name)(*args, **kwargs)
     method.__name__ = name
     return method
+
+
+# What to do instead of each host read (the rest: float(loss), .item(), print)
+_INSTEAD_OF_READING = {
+    "__index__": "compute an index or a size outside the step and pass it as an argument",
+    "__array__": "NumPy made it an array of its own: call x.xp's function on it instead, or "
+                 "return it from the step and use it after the call",
+    "__copy__": "copy it with x.xp.asarray(a, copy=True)",
+    "__deepcopy__": "copy it with x.xp.asarray(a, copy=True)",
+}
+
+
+def _read_on_host(name):
+    instead = _INSTEAD_OF_READING.get(
+        name, "return the value from the step and read it after the call")
+    return (f"a traced array's value was read on the host ({name}), which a replay cannot do "
+            f"({instead})")
 
 
 class Traced:
@@ -1170,10 +1217,33 @@ class Traced:
         if method == "__call__" and not any(
                 not isinstance(o, Traced) for o in kwargs.get("out", ())):
             return call(self.backend, ufunc, inputs, kwargs)
-        give_up(f"NumPy's {ufunc.__name__} wrote into an array the tape does not hold (out=)"
+        give_up(f"NumPy's {ufunc.__name__} wrote into an array the tape does not hold (out=), "
+                "which a replay would not write into (return the value from the step and add "
+                "it up after the call, or write into an array made with x.xp)"
                 if method == "__call__" else
-                f"NumPy's {ufunc.__name__}.{method} ran on a traced array")
+                f"NumPy's {ufunc.__name__}.{method} ran on a traced array (use gradcore's "
+                "ops or x.xp's functions instead)")
         return getattr(ufunc, method)(*unwrap(inputs), **unwrap(kwargs))
+
+    def __array_function__(self, function, kinds, args, kwargs):
+        """A NumPy function given a traced array. One written in Python (np.mean, np.nonzero)
+        runs as it does on an array, through the methods and ufuncs it calls on this one. One
+        written in C (np.copyto, np.concatenate), which takes ndarrays only, is a tape line of
+        its own, as xp's functions are, and so is one whose result's shape depends on the
+        values (np.unique, np.histogram), which then falls back for that reason; one writing
+        into an array of the caller's (out=) falls back as a ufunc's does."""
+        implementation = getattr(function, "_implementation", None)
+        name = function.__name__
+        if (isinstance(implementation, types.FunctionType)
+                and name not in DATA_DEPENDENT_SHAPES and name not in BINS):
+            return implementation(*args, **kwargs)
+        out = kwargs.get("out")
+        if out is not None and not isinstance(out, Traced):
+            give_up(f"NumPy's {name} wrote into an array the tape does not hold "
+                    "(out=), which a replay would not write into (write into an array made "
+                    "with x.xp)")
+            return function(*unwrap(args), **unwrap(kwargs))
+        return call(self.backend, function, args, kwargs)
 
     def __init__(self, value, slot, recorder=None):
         self.value = value
@@ -1197,7 +1267,7 @@ class Traced:
 
     def __getitem__(self, key):
         if _is_mask(key):
-            give_up("indexing with a boolean mask gives a shape that depends on values")
+            give_up(MASKED)
         return call(self.backend, operator.getitem, (self, key), None, "binary")
 
     def __setitem__(self, key, value):
@@ -1219,7 +1289,8 @@ class Traced:
         if self.backend.inner.owns(attribute):
             return call(self.backend, operator.attrgetter(name), (self,), None)
         if name in _MEMORY_ATTRIBUTES:  # reads and writes through it would bypass the tape
-            give_up(f"a traced array's memory was reached through .{name}")
+            give_up(f"a traced array's memory was reached through .{name}, past the tape (use "
+                    "x.xp's functions instead, e.g. xp.reshape(x, -1) for .flat)")
         return attribute
 
     def __array_namespace__(self, api_version=None):
@@ -1245,10 +1316,15 @@ class Traced:
     # it (a model snapshot taken in the step would be a constant of every replay): the step
     # falls back, and the copy is the real array's
     for _name in ("__float__", "__int__", "__index__", "__complex__", "item",
-                  "tolist", "__array__", "__dlpack__", "__repr__", "__str__", "__format__",
+                  "tolist", "__dlpack__", "__repr__", "__str__", "__format__",
                   "__copy__", "__deepcopy__", "__reduce_ex__"):
         locals()[_name] = _host_read(_name)
     del _op, _name
+
+    def __array__(self, dtype=None, copy=None):
+        # through numpy.asarray: a NumPy scalar's own __array__ takes no dtype or copy
+        give_up(_read_on_host("__array__"))
+        return numpy.asarray(self.value, dtype=dtype, copy=copy)
 
     __hash__ = object.__hash__
 
