@@ -17,6 +17,10 @@ from .functions.shape import sum_to
 from .variable import (RETAIN_GRAD, Variable, _init_slots, dtype_kind, gradient_mismatch,
                        latest_write, version_at)
 
+# Comments below weigh costs on the workloads in benchmarks/ (python -m benchmarks): chain, a
+# long chain of scalar ops; wide, many small branches off one input; hod, higher-order
+# derivatives (gradcore.grad with create_graph). "callgrind": instructions counted on them.
+
 # Held while gradients are added into leaves' .grad: backward in several threads into one leaf
 # must not lose a sum (x.grad = x.grad + g reads, then writes)
 _accumulating = threading.Lock()
@@ -187,23 +191,26 @@ def _check_versions(f):
                 "does this: run forward again after the change, or backward before it")
 
 
-def _check_or_skip(f, wanted, known, grads, captured, shared, unchecked):
-    """f was recorded before some write: refuse it if what its backward reads was written since
-    (_check_versions). Under gradcore.grad, an f off the paths to the wanted Variables is skipped
-    instead: True, with its outputs' gradients taken (a wanted one's captured)."""
+def _skip_or_check_versions(f, wanted, known, grads, captured, shared, unchecked_roots):
+    """For an f recorded before some write: True if the walk skips f, else False once f is
+    checked. Under gradcore.grad, an f off the paths to the wanted Variables is skipped: its
+    outputs' gradients are taken out of `grads` (a wanted output's into `captured`), as running
+    it would. Any other f is refused if what its backward reads was written since
+    (_check_versions)."""
     if wanted is not None and not _behind(f, wanted, known):
-        _output_grads(f, grads, False, wanted, captured, shared, known, unchecked)
+        _output_grads(f, grads, False, wanted, captured, shared, known, unchecked_roots)
         return True
     _check_versions(f)
     return False
 
 
-def _check_before_hooks(unchecked, wanted, known):
+def _check_before_hooks(unchecked_roots, wanted, known):
     """Before the first hook a walk runs on a Variable it passes through (a leaf's run at the
-    end, or where it is released early for its post-accumulate hooks): refuse now any op that the walk would refuse later (_check_versions), so that a
-    refused backward has called no hook. `unchecked` holds the walk's (roots, boundary) till
-    then: one pass over the graph per walk that meets such a hook, none for any other walk."""
-    ys, boundary = unchecked.pop()
+    end, or where it is released early for its post-accumulate hooks): refuse now any op that the
+    walk would refuse later (_check_versions), so that a refused backward has called no hook.
+    `unchecked_roots` is the walk's [(roots, boundary)]; emptied here, so that a walk makes this
+    pass over the graph at most once, and only if it meets such a hook."""
+    ys, boundary = unchecked_roots.pop()
     written = latest_write[0]
     for f in _ops_behind(ys, boundary):
         if f.sequence < written and (wanted is None or _behind(f, wanted, known)):
@@ -335,7 +342,7 @@ def _released_as(f, x):
     return was
 
 
-def _output_grads(f, grads, retain_grad, wanted, captured, shared, known, unchecked):
+def _output_grads(f, grads, retain_grad, wanted, captured, shared, known, unchecked_roots):
     """The gradients for f's outputs, after their hooks; zeros for a dead or unused output.
     gradcore.grad (`wanted`) captures a wanted output's gradient, and runs the hooks of f's
     outputs only if f is on a path to a wanted Variable (_on_path)."""
@@ -349,8 +356,8 @@ def _output_grads(f, grads, retain_grad, wanted, captured, shared, known, unchec
             gys.append(f.zeros_for_output(i))
             continue
         if y._hooks and (wanted is None or _on_path(f, wanted, known)):
-            if unchecked:
-                _check_before_hooks(unchecked, wanted, known)
+            if unchecked_roots:
+                _check_before_hooks(unchecked_roots, wanted, known)
             g = _run_hooks(y, g, shared)
         if retain_grad:
             _retain(y, g, shared)
@@ -461,7 +468,10 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING,
     # _check_before_hooks, when the first of them is about to run (a walk with none pays nothing)
     hooked = hooked_leaves and wanted is None
     pending = _pending(ys, hooked) if hooked or retain_grad else None
-    unchecked = [(ys, boundary)] if pending is None else None
+    # the "checked yet?" flag of _check_before_hooks: [(ys, boundary)] until the ops behind ys are
+    # checked for writes; a list, so that its emptying there is seen by every helper handed it.
+    # Empty, or None (_pending has checked them): nothing left to check
+    unchecked_roots = [(ys, boundary)] if pending is None else None
     ref = weakref.ref
     check_anomalies = is_anomaly_enabled()
     # ops recorded in anomaly mode have their fingerprints checked in any mode
@@ -469,11 +479,11 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING,
     # no gradient kept but the leaves', no anomaly checks: the short path below may run
     leaves_only = not retain_grad and wanted is None and not check_records
     written = latest_write
-    following = None  # the Function to run next without the heap (see _schedule)
+    next_op = None  # the Function to run next without the heap (see _schedule)
     with using_config("enable_backprop", create_graph):
-        while following is not None or heap:
-            if following is not None:
-                f, following = following, None
+        while next_op is not None or heap:
+            if next_op is not None:
+                f, next_op = next_op, None
             else:
                 f = heappop(heap)[2]
             out = f._outputs  # one output: its weak reference; several: a tuple of them
@@ -491,16 +501,16 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING,
                 except KeyError:  # f's output now is another Variable than the one reaching f
                     raise _reused(f) from None
                 if y._hooks:
-                    if unchecked:
-                        _check_before_hooks(unchecked, None, None)
+                    if unchecked_roots:
+                        _check_before_hooks(unchecked_roots, None, None)
                     gy = _run_hooks(y, gy, shared)
                 gxs = f.backward(gy)
             else:
-                if f.sequence < written[0] and _check_or_skip(f, wanted, known, grads,
-                                                               captured, shared, unchecked):
+                if f.sequence < written[0] and _skip_or_check_versions(
+                        f, wanted, known, grads, captured, shared, unchecked_roots):
                     continue
                 gys = _output_grads(f, grads, retain_grad, wanted, captured, shared, known,
-                                    unchecked)
+                                    unchecked_roots)
                 if check_records:
                     if wanted is not None and not _behind(f, wanted, known):
                         continue  # off the paths: neither checked nor run
@@ -540,17 +550,18 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING,
                     # forward): as shared, a leaf's .grad gets a copy of it (_owned)
                     gx = Variable(_raw_gradient(f, gx, x), requires_grad=False)
                     shared[id(gx._data)] = gx._data
-                # gx shaped and typed like x? Where both are NumPy scalars of one class, the class
-                # says so: shape and dtype are slow to read on scalars (callgrind: chain 4.6% fewer
-                # instructions per op, wide 0.7% more per branch). Else compare them (`is not`:
-                # NumPy's and CuPy's built-in dtypes are singletons; _conform compares). An x
-                # whose data was released (x.data = None) goes to _conform, which knows its shape
+                # gx needs _conform unless it is shaped and typed like x already. A NumPy scalar
+                # of the same class as x's data is: shape and dtype are slow to read on scalars
+                # (callgrind: chain 4.6% fewer instructions per op, wide 0.7% more per branch).
+                # Otherwise compare shape and dtype (`is not`: NumPy's and CuPy's built-in dtypes
+                # are singletons; _conform compares). An x whose data was released (x.data = None)
+                # always goes to _conform, which knows its shape
                 data, x_data = gx._data, x._data
                 data_class = data.__class__
-                if (data_class is array_type or data_class is not x_data.__class__
-                        or data_class not in _NUMPY_SCALARS) and (
-                        x_data is None or data.shape != x_data.shape
-                        or data.dtype is not x_data.dtype):
+                same_scalar_class = (data_class is not array_type and data_class is x_data.__class__
+                                     and data_class in _NUMPY_SCALARS)
+                if not same_scalar_class and (x_data is None or data.shape != x_data.shape
+                                              or data.dtype is not x_data.dtype):
                     gx = _conform(f, gx, x)
                 previous = grads.get(x)
                 if previous is not None:  # x was reached before: its creator is queued already
@@ -566,10 +577,10 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING,
                         continue
                     pushed.add(creator)
                 # _schedule's first cases in line: a chain, or the spine of a wide graph
-                if following is None and (not heap or creator.generation > -heap[0][0]):
-                    following = creator
+                if next_op is None and (not heap or creator.generation > -heap[0][0]):
+                    next_op = creator
                 else:
-                    following = _schedule(heap, following, creator)
+                    next_op = _schedule(heap, next_op, creator)
             if pending:
                 _release(f, gxs, pending, grads, shared, create_graph)
 
@@ -590,16 +601,16 @@ def _accumulate(grads, sums, x, previous, gx, create_graph):
         grads[x] = sums[x] = _init_slots(_new_variable(Variable), total, x._backend)
 
 
-def _schedule(heap, following, creator):
+def _schedule(heap, next_op, creator):
     """Queue `creator`, whose output has just received its first gradient; return the Function
     to run next without going through the heap, or None.
 
     Invariant: the heap pops the highest (generation, sequence), and whatever can still add to a
     Function's outputs has a higher generation, or the same and began later, so a popped
-    Function's gradients are complete. `following` is a Function for which that holds already:
+    Function's gradients are complete. `next_op` is a Function for which that holds already:
     nothing queued can still add to its outputs (a chain, the spine or a branch of a wide graph).
     """
-    if following is None:
+    if next_op is None:
         if not heap:
             return creator
         # creator runs next if it outranks the heap's top, and also if that top is one generation
@@ -614,11 +625,11 @@ def _schedule(heap, following, creator):
         key = (-creator.generation, -creator.sequence, creator)
     else:  # two are done: the higher ranked runs next, the other waits in the heap
         key = (-creator.generation, -creator.sequence, creator)
-        other = (-following.generation, -following.sequence, following)
+        other = (-next_op.generation, -next_op.sequence, next_op)
         if key < other:
-            following, key = creator, other
+            next_op, key = creator, other
     heappush(heap, key)
-    return following
+    return next_op
 
 
 def _pending(ys, hooked):
