@@ -11,6 +11,7 @@ or whose shapes depend on values stays eager for those arguments, with one warni
 line.
 """
 import collections
+import contextlib
 import dis
 import functools
 import gc
@@ -521,8 +522,7 @@ def _wait_for_recording(me):
     """A compiled call in thread `me` found a recording running in another thread: wait for it
     to end (this thread's calls not counted meanwhile, or the two would wait for each other)."""
     while _recording_thread[0] is not None and _recording_thread[0] != me:
-        count = _leave(me)
-        try:
+        with _uncounted(me):
             if not _recording_lock.acquire(timeout=trace.WAIT_SECONDS):
                 raise RuntimeError(
                     f"gradcore.compile: a compiled call waited {trace.WAIT_SECONDS} s for a "
@@ -530,8 +530,6 @@ def _wait_for_recording(me):
                     "waiting for this thread. Call each compiled step once per signature "
                     "before threads call them, or call them from one thread")
             _recording_lock.release()
-        finally:
-            _running_calls.extend([me] * count)
 
 
 def _wait_for_checking():
@@ -539,15 +537,12 @@ def _wait_for_checking():
     counted meanwhile (a recording that call's eager step makes would wait for them), and a
     recording started meanwhile is waited for, as a call that starts waits for one."""
     me = _get_ident()
-    count = _leave(me)
-    try:
+    with _uncounted(me):
         if not _checking.acquire(timeout=trace.WAIT_SECONDS):
             raise RuntimeError(
                 f"gradcore.compile: a checked call (check=...) waited {trace.WAIT_SECONDS} s for "
                 "one in another thread to end (they run one at a time); that one may be waiting "
                 "for this thread. Check the step from one thread, or compile it with check=False")
-    finally:
-        _running_calls.extend([me] * count)
     if _recording_thread[0] is not None and _recording_thread[0] != me:
         try:
             _wait_for_recording(me)
@@ -562,6 +557,17 @@ def _leave(me):
     for _ in range(count):
         _running_calls.remove(me)
     return count
+
+
+@contextlib.contextmanager
+def _uncounted(me):
+    """This thread's calls out of _running_calls while it waits (a recording in another thread
+    waits for them: the two would wait for each other), back in afterwards."""
+    count = _leave(me)
+    try:
+        yield
+    finally:
+        _running_calls.extend([me] * count)
 
 
 class _alone:
