@@ -765,6 +765,14 @@ def _dask_loss_step(da):
     return step
 
 
+def _dask_batches(da, x_chunks, t_chunks):
+    """Four (x, t) for _dask_loss_step: logits (6, 2) and labels of 3 classes, in these chunks."""
+    rng = np.random.default_rng(1)
+    for _ in range(4):
+        yield (da.from_array(rng.standard_normal((6, 2)), chunks=x_chunks),
+               da.from_array(rng.integers(0, 3, 6), chunks=t_chunks))
+
+
 def test_a_loss_step_on_dask_replays_as_eager_code_computing_no_more():
     # softmax_cross_entropy's backward moves its classes (xp.arange) to the op's device, None on
     # a one-device backend: recorded, that meant the CPU, a NumPy array Dask's reshape refused
@@ -780,10 +788,7 @@ def test_a_loss_step_on_dask_replays_as_eager_code_computing_no_more():
 
     step = _dask_loss_step(da)
     compiled = gradcore.compile(step)
-    rng = np.random.default_rng(1)
-    for _ in range(4):
-        x = da.from_array(rng.standard_normal((6, 2)), chunks=(2, 2))
-        t = da.from_array(rng.integers(0, 3, 6), chunks=2)
+    for x, t in _dask_batches(da, (2, 2), 2):
         with Computes() as replayed:
             got = compiled(x, t)
         with Computes() as eager:
@@ -801,10 +806,7 @@ def test_a_step_on_dask_lays_out_what_it_makes_as_eager_code():
     da = _dask()
     step = _dask_loss_step(da)
     compiled = gradcore.compile(step)
-    rng = np.random.default_rng(1)
-    for _ in range(4):
-        x = da.from_array(rng.standard_normal((6, 2)), chunks=(2, 1))
-        t = da.from_array(rng.integers(0, 3, 6), chunks=3)
+    for x, t in _dask_batches(da, (2, 1), 3):
         got, expected = compiled(x, t), step(x, t)
         assert got[2].data.chunks == expected[2].data.chunks == x.chunks
         assert same(got, expected)
