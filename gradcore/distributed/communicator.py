@@ -21,12 +21,17 @@ import numpy
 __all__ = ["Communicator", "DistributedError", "init", "local_device"]
 
 DEFAULT_TIMEOUT = 300.0
-# the tags of the notices, on a communicator of their own: a rank failed; a rank's program ended
-_FAILED, _EXITED = 7001, 7002
+# the tags of the notices, on a communicator of their own: a rank failed; a rank's program ended;
+# a rank read a failure notice and stops (it sends its own once it has said why)
+_FAILED, _EXITED, _STOPPING = 7001, 7002, 7003
 # seconds a wait goes on after word that a rank exited: a collective whose part on that rank was
 # done before it exited completes meanwhile (at the end of a program, the last one); one it never
 # started cannot
 EXIT_GRACE = 2.0
+# seconds a failing rank waits, at most, for word back from a rank that read its notice and stops:
+# printing a traceback can take seconds on a loaded machine, and the job ends when the failing
+# rank stops waiting (a rank that never read the notice is waited for `grace` seconds only)
+STOPPING_GRACE = 30.0
 
 
 class DistributedError(RuntimeError):
@@ -63,6 +68,7 @@ class Communicator:
         self.mpi = _meet(mpi_comm, self.MPI, self.timeout)
         self._notices = mpi_comm.Dup()
         self._heard = set()  # the ranks whose failure notice this rank has read
+        self._stopping = set()  # the ranks that read this rank's failure notice and stop
         self._exited = {}  # rank -> (how it exited, when this rank read that), from its notice
         # votes apart from the data: at a vote the ranks may have started different numbers of
         # sums, and MPI pairs one communicator's collectives in the order started
@@ -113,6 +119,9 @@ class Communicator:
         while (notice := self._notice()) is not None:
             source, tag, message = notice
             if tag == _FAILED:
+                # say at once that this rank stops, so that the failing rank waits for the
+                # word this rank sends once it has printed why
+                self._send_notice(_STOPPING, "", 1.0, [source])
                 raise DistributedError(f"rank {source} failed ({message}); "
                                        f"rank {self.rank} stops in {what}")
         if since is None or not self._exited:
@@ -140,35 +149,44 @@ class Communicator:
         message = message.tobytes().decode()
         if tag == _EXITED:
             self._exited.setdefault(source, (message, time.monotonic()))
+        elif tag == _STOPPING:
+            self._stopping.add(source)
         else:
             self._heard.add(source)
         return source, tag, message
 
-    def _send_notice(self, tag, message, grace):
-        """Send `message` with `tag` to every other rank, and wait until MPI has sent it (small
-        messages go at once), `grace` seconds at most; returns when that wait had to end
-        (time.monotonic())."""
+    def _send_notice(self, tag, message, grace, ranks=None):
+        """Send `message` with `tag` to `ranks` (None: every other rank), and wait until MPI
+        has sent it (small messages go at once), `grace` seconds at most; returns when that wait
+        had to end (time.monotonic())."""
         data = numpy.frombuffer(f"{message}".encode(), dtype=numpy.uint8).copy()
-        requests = [self._notices.Isend([data, self.MPI.BYTE], dest=r, tag=tag)
-                    for r in range(self.size) if r != self.rank]
+        if ranks is None:
+            ranks = [r for r in range(self.size) if r != self.rank]
+        requests = [self._notices.Isend([data, self.MPI.BYTE], dest=r, tag=tag) for r in ranks]
         deadline = time.monotonic() + grace
         while not self.MPI.Request.Testall(requests) and time.monotonic() < deadline:
             time.sleep(0.001)
         return deadline
 
     def notify_failure(self, message, grace=2.0):
-        """Send word of this rank's failure (`message`) to every other rank, then wait, at most
-        `grace` seconds, for word back from each rank not heard from yet. A rank that reads the
-        notice stops in turn and, once it has said why, sends its own: mpiexec ends every rank
-        as soon as one exits with an error, and without the wait the others could be ended
-        before saying why they stop. A rank that exited sends none."""
+        """Send word of this rank's failure (`message`) to every other rank, then wait for word
+        back from each rank not heard from yet. A rank that reads the notice says at once that
+        it stops, and once it has printed why, sends its own failure notice: mpiexec ends every
+        rank as soon as one exits with an error, and without the wait the others could be ended
+        before saying why they stop. A rank that has not read the notice within `grace` seconds
+        (busy outside gradcore, or exited) is not waited for; one that said it stops is, for
+        STOPPING_GRACE seconds at most."""
         deadline = self._send_notice(_FAILED, message, grace)
+        last = deadline - grace + STOPPING_GRACE
         waiting = set(range(self.size)) - self._heard - set(self._exited) - {self.rank}
-        while waiting and time.monotonic() < deadline:
+        while waiting:
+            now = time.monotonic()
+            if now > last or (now > deadline and not waiting & self._stopping):
+                return
             notice = self._notice()
             if notice is None:
                 time.sleep(0.001)
-            else:
+            elif notice[1] != _STOPPING:
                 waiting.discard(notice[0])
 
     def notify_exit(self, how, grace=1.0):

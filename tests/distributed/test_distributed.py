@@ -300,9 +300,10 @@ def test_save_on_root_writes_once_and_every_rank_sees_it(tmp_path):
         assert r["into_file"] is None and r["same_from_file"]  # rank 0's file object
 
 
-def test_a_rank_that_raises_stops_the_others_with_its_name(tmp_path):
+@pytest.mark.parametrize("scenario", ["fails", "fails_slowly"])
+def test_a_rank_that_raises_stops_the_others_with_its_name(tmp_path, scenario):
     start = time.monotonic()
-    output = launch("fails", tmp_path, expect_failure=True)
+    output = launch(scenario, tmp_path, expect_failure=True)
     assert "ValueError: a bad batch, on purpose" in output
     assert ("DistributedError: rank 1 failed (ValueError: a bad batch, on purpose); rank 0 "
             "stops in the gradient all-reduce") in output

@@ -340,6 +340,16 @@ def fails(comm, out):
     return {}
 
 
+def fails_slowly(comm, out):
+    """`fails`, with rank 0 slow to say why it stops (as printing a traceback can be on a loaded
+    machine): rank 1 waits for its word before it ends the job."""
+    try:
+        return fails(comm, out)
+    except dist.DistributedError:
+        time.sleep(3.0)  # past the 2 s a failing rank waits for a rank that did not answer
+        raise
+
+
 def stuck(comm, out):
     """Rank 1 stops taking part for longer than the timeout: rank 0 raises at the deadline."""
     step = small_job(comm)
