@@ -32,6 +32,8 @@ EXIT_GRACE = 2.0
 # printing a traceback can take seconds on a loaded machine, and the job ends when the failing
 # rank stops waiting (a rank that never read the notice is waited for `grace` seconds only)
 STOPPING_GRACE = 30.0
+# seconds a failing rank waits before it ends the job: see _report_failures
+FORWARD_PAUSE = 1.0
 
 
 class DistributedError(RuntimeError):
@@ -68,7 +70,7 @@ class Communicator:
         self.mpi = _meet(mpi_comm, self.MPI, self.timeout)
         self._notices = mpi_comm.Dup()
         self._heard = set()  # the ranks whose failure notice this rank has read
-        self._stopping = set()  # the ranks that read this rank's failure notice and stop
+        self._stopping = set()  # the ranks that read a failure notice and stop
         self._exited = {}  # rank -> (how it exited, when this rank read that), from its notice
         # votes apart from the data: at a vote the ranks may have started different numbers of
         # sums, and MPI pairs one communicator's collectives in the order started
@@ -119,9 +121,10 @@ class Communicator:
         while (notice := self._notice()) is not None:
             source, tag, message = notice
             if tag == _FAILED:
-                # say at once that this rank stops, so that the failing rank waits for the
-                # word this rank sends once it has printed why
-                self._send_notice(_STOPPING, "", 1.0, [source])
+                # say at once that this rank stops, so that a failing rank waits for the word
+                # this rank sends once it has printed why: to every rank, as another may fail
+                # too, its notice still on its way
+                self._send_notice(_STOPPING, "", 1.0)
                 raise DistributedError(f"rank {source} failed ({message}); "
                                        f"rank {self.rank} stops in {what}")
         if since is None or not self._exited:
@@ -155,14 +158,13 @@ class Communicator:
             self._heard.add(source)
         return source, tag, message
 
-    def _send_notice(self, tag, message, grace, ranks=None):
-        """Send `message` with `tag` to `ranks` (None: every other rank), and wait until MPI
-        has sent it (small messages go at once), `grace` seconds at most; returns when that wait
-        had to end (time.monotonic())."""
+    def _send_notice(self, tag, message, grace):
+        """Send `message` with `tag` to every other rank, and wait until MPI has sent it (small
+        messages go at once), `grace` seconds at most; returns when that wait had to end
+        (time.monotonic())."""
         data = numpy.frombuffer(f"{message}".encode(), dtype=numpy.uint8).copy()
-        if ranks is None:
-            ranks = [r for r in range(self.size) if r != self.rank]
-        requests = [self._notices.Isend([data, self.MPI.BYTE], dest=r, tag=tag) for r in ranks]
+        requests = [self._notices.Isend([data, self.MPI.BYTE], dest=r, tag=tag)
+                    for r in range(self.size) if r != self.rank]
         deadline = time.monotonic() + grace
         while not self.MPI.Request.Testall(requests) and time.monotonic() < deadline:
             time.sleep(0.001)
@@ -409,6 +411,9 @@ def _report_failures(MPI):
         sys.stderr.flush()
         for comm in _reporting:
             comm.notify_failure(f"{kind.__name__}: {value}")
+        # MPI_Abort ends every rank at once, and mpiexec drops output it has not forwarded yet:
+        # a moment for what this rank (and one whose word just came) printed to get out
+        time.sleep(FORWARD_PAUSE)
         MPI.COMM_WORLD.Abort(1)
 
     sys.excepthook = excepthook

@@ -407,7 +407,9 @@ class DistributedOptimizer:
         unsized = [self._name(p) for p in self._params if p.data is None]
         if unsized:
             raise DistributedError(f"DistributedOptimizer: {', '.join(unsized)} not initialised "
-                                   "yet: the first step comes after a forward and backward")
+                                   "yet: the first step comes after a forward and backward "
+                                   "(a layer the forward never calls is never sized: leave its "
+                                   "parameters out of the optimizer)")
         # an integer or bool parameter (an index table) never has a gradient
         floating = [p for p in self._params if dtype_kind(p.backend, p.dtype) == "float"]
         buckets, run, size = [], [], 0
@@ -643,7 +645,8 @@ class DistributedOptimizer:
             named = getattr(target, "named_parameters", None)
             names = {id(v): k for k, v in named()} if callable(named) else {}
             self._names = names
-        return names.get(id(p)) or f"parameter {self._params.index(p)} {tuple(p.shape)}"
+        shape = "" if p.data is None else f" {tuple(p.shape)}"  # a lazy layer's, not sized yet
+        return names.get(id(p)) or f"parameter {self._params.index(p)}{shape}"
 
 
 class _Buffers:

@@ -871,3 +871,17 @@ def test_a_lazy_model_broadcast_holds_the_generators_until_it_is_sized_or_droppe
     gc.collect()
     restore_random_states()
     assert not random_states_lent()  # held weakly: a model dropped unsized holds nothing up
+
+
+def test_a_layer_the_forward_never_calls_is_named_as_not_sized(comm):
+    model = nn.MLP((8, 3))
+    model.spare = nn.Linear(5)  # lazy, and no forward calls it
+    dist.broadcast_parameters(model, comm)
+    for target, names in ((model, "spare.W, spare.b"), (model.parameters(), "parameter 4, "
+                                                                            "parameter 5")):
+        opt = dist.DistributedOptimizer(optim.SGD(target, lr=0.1), comm)
+        F.sum(model(np.ones((4, 3), np.float32))).backward()
+        with pytest.raises(dist.DistributedError, match=f"{names} not initialised yet: .* "
+                                                        "leave its parameters out"):
+            opt.step()
+        model.cleargrads()

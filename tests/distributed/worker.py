@@ -330,24 +330,31 @@ def small_job(comm):
     return step
 
 
-def fails(comm, out):
-    """Rank 1 raises in its third step: the other ranks stop with an error naming it."""
+def fails(comm, out, failing=(1,)):
+    """Rank 1 (the `failing` ranks) raises in its third step: the other ranks stop with an
+    error naming it."""
     step = small_job(comm)
     for i in range(5):
-        if i == 2 and comm.rank == 1:
+        if i == 2 and comm.rank in failing:
             raise ValueError("a bad batch, on purpose")
         step()
     return {}
 
 
-def fails_slowly(comm, out):
+def fails_slowly(comm, out, failing=(1,)):
     """`fails`, with rank 0 slow to say why it stops (as printing a traceback can be on a loaded
-    machine): rank 1 waits for its word before it ends the job."""
+    machine): the failing ranks wait for its word before they end the job."""
     try:
-        return fails(comm, out)
+        return fails(comm, out, failing)
     except dist.DistributedError:
         time.sleep(3.0)  # past the 2 s a failing rank waits for a rank that did not answer
         raise
+
+
+def two_fail_slowly(comm, out):
+    """`fails_slowly` with ranks 1 and 2 raising in the same step: rank 0 reads one's notice
+    first, the other's may still be on its way, and both wait for rank 0's word."""
+    return fails_slowly(comm, out, failing=(1, 2))
 
 
 def stuck(comm, out):
