@@ -28,8 +28,9 @@ def _with_grads(parameters):
 def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False):
     """Scale the gradients of `parameters` together so that their total `norm_type`-norm (2,
     1, any p > 0, or math.inf) is at most `max_norm`; returns that total norm, before clipping,
-    as a 0-d Variable on the first gradient's device. error_if_nonfinite=True raises (a host
-    read) when the norm is nan or inf instead of scaling by it."""
+    as a 0-d Variable on the first gradient's device, in the widest of the gradients' dtypes
+    (float32 at least). error_if_nonfinite=True raises (a host read) when the norm is nan or inf
+    instead of scaling by it."""
     norm_type = float(norm_type)
     if not norm_type > 0:
         raise ValueError(f"clip_grad_norm_: norm_type must be positive (or math.inf), got "
@@ -40,9 +41,12 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     first = params[0].grad.data
     backend, device = backends.backend_of(first), params[0].grad.device
     xp = backend.xp
-    # float16 is summed in float32: its powers overflow past ~256 (for the 2-norm), and a total
-    # of inf would zero every gradient; the norm is returned in the gradients' dtype, as PyTorch's
-    total_dtype = _wide_dtype(xp, first.dtype)
+    # the total is summed in the widest of the gradients' dtypes, whatever their order, and never
+    # below float32: a float64 gradient's power overflows float32, float16's past ~256 (for the
+    # 2-norm), and a total of inf would zero every gradient
+    total_dtype = xp.float32
+    for dtype in {p.grad.dtype for p in params}:
+        total_dtype = xp.result_type(total_dtype, dtype)
     with backend.device_context(device):
         parts = []
         for p in params:
@@ -56,19 +60,12 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
             raise RuntimeError(f"clip_grad_norm_: the total norm of the gradients is "
                                f"{float(total)}; pass error_if_nonfinite=False to scale by it")
         scale = xp.clip(max_norm / (total + 1e-6), None, 1.0)  # CuPy's clip: no max=
-        if total_dtype != first.dtype:
-            total = xp.astype(total, first.dtype)
     for p in params:
         g = p.grad
         with g.backend.device_context(g.device):
             factor = backends.to_device(xp.astype(scale, g.dtype), g.device)
             p.grad = Variable(g.data * factor, requires_grad=False)
     return Variable(total, requires_grad=False)
-
-
-def _wide_dtype(xp, dtype):
-    """`dtype`, or float32 if it is narrower (float16)."""
-    return xp.float32 if xp.finfo(dtype).bits < 32 else dtype
 
 
 def _widened(xp, g):

@@ -143,17 +143,21 @@ class LRScheduler:
 
     def _advance(self, first):
         _not_replayed(self)
-        self.last_epoch += 1
-        now = float(getattr(self.optimizer, self.name))
-        if type(self).next_rate is LRScheduler.next_rate:  # not chainable: the closed form
-            lr = self.rate(self.last_epoch)
-        elif not first:
-            lr = self.next_rate(now)
-        elif self.last_epoch == 0:
-            lr = self.start_rate(now)
-        else:  # resumed (last_epoch= given): the restored step size is already this step's
-            lr = now
-        self._set(lr)
+        self.last_epoch += 1  # counted first: rate and next_rate read it
+        try:
+            now = float(getattr(self.optimizer, self.name))
+            if type(self).next_rate is LRScheduler.next_rate:  # not chainable: the closed form
+                lr = self.rate(self.last_epoch)
+            elif not first:
+                lr = self.next_rate(now)
+            elif self.last_epoch == 0:
+                lr = self.start_rate(now)
+            else:  # resumed (last_epoch= given): the restored step size is already this step's
+                lr = now
+            self._set(lr)
+        except BaseException:
+            self.last_epoch -= 1  # a step the optimizer (or the schedule) refused is not counted
+            raise
 
     def _set(self, lr):
         lr = self._rounded_to_zero(lr)
@@ -215,7 +219,8 @@ class StepLR(LRScheduler):
     """base * gamma ** (step // step_size): the step size times gamma every step_size steps."""
 
     def __init__(self, optimizer, step_size, gamma=0.1, last_epoch=-1):
-        self.step_size, self.gamma = _positive_int("step_size", step_size), float(gamma)
+        self.step_size = _positive_int("step_size", step_size)
+        self.gamma = checked_hyperparameter("StepLR", "gamma", gamma, rule="lr")
         super().__init__(optimizer, last_epoch)
 
     def rate(self, step):
@@ -230,7 +235,8 @@ class MultiStepLR(LRScheduler):
     each milestone (one listed twice counts twice)."""
 
     def __init__(self, optimizer, milestones, gamma=0.1, last_epoch=-1):
-        self.milestones, self.gamma = sorted(int(m) for m in milestones), float(gamma)
+        self.milestones = sorted(_milestone(m) for m in milestones)
+        self.gamma = checked_hyperparameter("MultiStepLR", "gamma", gamma, rule="lr")
         super().__init__(optimizer, last_epoch)
 
     def rate(self, step):
@@ -247,7 +253,7 @@ class ExponentialLR(LRScheduler):
     """base * gamma ** step: the step size times gamma at every step."""
 
     def __init__(self, optimizer, gamma, last_epoch=-1):
-        self.gamma = float(gamma)
+        self.gamma = checked_hyperparameter("ExponentialLR", "gamma", gamma, rule="lr")
         super().__init__(optimizer, last_epoch)
 
     def rate(self, step):
@@ -263,7 +269,8 @@ class CosineAnnealingLR(LRScheduler):
     cosines (PyTorch's recursion), so that it composes with other schedules."""
 
     def __init__(self, optimizer, T_max, eta_min=0.0, last_epoch=-1):
-        self.T_max, self.eta_min = _positive_int("T_max", T_max), float(eta_min)
+        self.T_max = _positive_int("T_max", T_max)
+        self.eta_min = checked_hyperparameter("CosineAnnealingLR", "eta_min", eta_min, rule="lr")
         super().__init__(optimizer, last_epoch)
 
     def rate(self, step):
@@ -527,4 +534,13 @@ def _positive_int(name, value):
     number = as_integer(value)
     if number is None or number < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return number
+
+
+def _milestone(value):
+    # a step count: int() would make 2.5 a milestone at 2, which PyTorch's count never reaches
+    number = as_integer(value)
+    if number is None or number < 0:
+        raise ValueError(f"MultiStepLR: each milestone must be an int >= 0 (a step count), got "
+                         f"{value!r}")
     return number

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import gradcore
+from conftest import CASES
 from gradcore.nn.utils import clip_grad_norm_, clip_grad_value_
 
 
@@ -60,3 +61,43 @@ def test_clip_grad_value_and_the_errors(xp2):
     with pytest.raises(ValueError, match="norm_type must be positive"):
         clip_grad_norm_(params, 1.0, norm_type=0)
     assert float(clip_grad_norm_([gradcore.Parameter(np.ones(2))], 1.0).data) == 0.0
+
+
+def param_with_grad(xp, values, dtype):
+    p = gradcore.Parameter(xp.asarray(np.zeros(len(values)), dtype))
+    p.grad = gradcore.Variable(xp.asarray(values, dtype), requires_grad=False)
+    return p
+
+
+@pytest.mark.parametrize("float64_first", [False, True])
+def test_clip_grad_norm_sums_in_the_widest_dtype_in_either_order(xp2, float64_first):
+    # [1e20] squared overflows float32: summed in float64 the norm is 1e20, the scale 1e-20
+    small = param_with_grad(xp2, [3e-20, 4e-20], "float32")
+    big = param_with_grad(xp2, [1e20], "float64")
+    total = clip_grad_norm_([big, small] if float64_first else [small, big], 1.0)
+    assert total.dtype == xp2.float64 and total.device == xp2.device
+    np.testing.assert_allclose(float(xp2.numpy(total.data)), 1e20, rtol=1e-12)
+    np.testing.assert_allclose(xp2.numpy(big.grad.data), [1.0], rtol=1e-12)
+    np.testing.assert_allclose(xp2.numpy(small.grad.data), [3e-40, 4e-40], rtol=1e-5)
+    assert small.grad.dtype == xp2.float32 and big.grad.dtype == xp2.float64
+
+
+def test_clip_grad_norm_scales_float64_by_a_float64_factor(xp2):
+    # a float32 gradient first: the float64 one is still scaled by 2.5 / (5 + 1e-6) in float64
+    # (a float32-rounded factor is 3.7e-8 off)
+    params = [param_with_grad(xp2, [3.0], "float32"), param_with_grad(xp2, [4.0], "float64")]
+    clip_grad_norm_(params, 2.5)
+    np.testing.assert_allclose(xp2.numpy(params[1].grad.data), [4.0 * 2.5 / (5.0 + 1e-6)],
+                               rtol=1e-15)
+
+
+@pytest.mark.parametrize("names", [("strict", "strict-device1"), ("strict-device1", "strict")])
+def test_clip_grad_norm_over_devices_and_dtypes(names):
+    first, second = (CASES[name]() for name in names)
+    params = [param_with_grad(first, [3.0], "float32"), param_with_grad(second, [4.0], "float64")]
+    total = clip_grad_norm_(params, 2.5)
+    assert total.device == first.device and total.dtype == first.float64
+    assert float(first.numpy(total.data)) == 5.0
+    for p, case, g in zip(params, (first, second), (3.0, 4.0)):
+        assert p.grad.device == case.device
+        np.testing.assert_allclose(case.numpy(p.grad.data), [g * 2.5 / (5.0 + 1e-6)], rtol=1e-7)

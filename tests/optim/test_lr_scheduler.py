@@ -256,6 +256,54 @@ def test_bad_arguments():
         one.step()
     with pytest.raises(ValueError, match="total_steps"):
         one.step()
+    assert one.last_epoch == 3  # the refused step is not counted
+
+
+@pytest.mark.parametrize("name, arguments, message", [
+    ("StepLR", {"step_size": 2, "gamma": -0.5}, "gamma must be a finite number >= 0, got -0.5"),
+    ("MultiStepLR", {"milestones": [2], "gamma": -1}, "gamma must be a finite number >= 0, got "
+                                                       "-1.0"),
+    ("ExponentialLR", {"gamma": -0.5}, "gamma must be a finite number >= 0, got -0.5"),
+    ("ExponentialLR", {"gamma": math.nan}, "gamma must be a finite number >= 0, got nan"),
+    ("CosineAnnealingLR", {"T_max": 4, "eta_min": -0.05}, "eta_min must be a finite number >= 0, "
+                                                          "got -0.05")])
+def test_a_gamma_or_eta_min_below_zero_is_refused_by_the_constructor(name, arguments, message):
+    # a later step would make a step size below zero, which the optimizer refuses
+    opt = optim.SGD(lr=0.1).setup(nn.Linear(2, in_size=3))
+    with pytest.raises(ValueError, match=f"{name}: {re.escape(message)}"):
+        getattr(sched, name)(opt, **arguments)
+    assert opt.initial_lr is None and opt.lr == 0.1
+
+
+def test_a_step_the_optimizer_refuses_is_not_counted():
+    opt = optim.SGD(lr=0.1).setup(nn.Linear(2, in_size=3))
+    growth = sched.ExponentialLR(opt, gamma=1e300)
+    growth.step()
+    assert opt.lr == pytest.approx(1e299) and growth.last_epoch == 1
+    with pytest.raises(ValueError, match="lr must be a finite number >= 0, got inf"):
+        growth.step()  # 1e299 * 1e300 is inf
+    assert growth.last_epoch == 1 and opt.lr == growth.get_last_lr()[0] == pytest.approx(1e299)
+    opt.lr = 1e-300  # set by hand: the schedule goes on from it, at the step it was at
+    growth.step()
+    assert growth.last_epoch == 2 and opt.lr == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("milestones", [[2.5], [3, -1], ["2"], [True], [np.float64(2.0)]])
+def test_a_milestone_that_is_not_a_step_count_is_refused(milestones):
+    # int(2.5) would put a milestone at step 2, where PyTorch's count never reaches 2.5
+    opt = optim.SGD(lr=0.1).setup(nn.Linear(2, in_size=3))
+    bad = next(m for m in milestones if not isinstance(m, int) or isinstance(m, bool) or m < 0)
+    with pytest.raises(ValueError, match=re.escape(
+            f"MultiStepLR: each milestone must be an int >= 0 (a step count), got {bad!r}")):
+        sched.MultiStepLR(opt, milestones, gamma=0.5)
+    assert opt.initial_lr is None and opt.lr == 0.1
+
+
+def test_milestones_may_be_numpy_integers():
+    opt = optim.SGD(lr=0.1).setup(nn.Linear(2, in_size=3))
+    decay = sched.MultiStepLR(opt, np.array([2, 0]), gamma=0.5)  # 0: applies at once
+    assert decay.milestones == [0, 2] and all(type(m) is int for m in decay.milestones)
+    assert rates(decay, opt, "lr", 3) == pytest.approx([0.05, 0.05, 0.025, 0.025])
 
 
 @pytest.mark.parametrize("arguments, message", [
