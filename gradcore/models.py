@@ -349,7 +349,9 @@ class SqueezeNet(Module):
 
     Every layer is sized at construction. Initialisation is gradcore's Conv2d default (randn *
     sqrt(1 / fan_in), zero biases), not torchvision's; parameters and shapes are the same, so its
-    weights load once converted to an .npz of these names.
+    weights load once converted to an .npz of these names. `pretrained` is DeZero's, here by
+    keyword (num_classes comes first): True raises, as no weights are downloaded (load some
+    with model.load).
     """
 
     # (squeeze, expand 1x1, expand 3x3) channels of each Fire
@@ -358,7 +360,15 @@ class SqueezeNet(Module):
     # version -> ((channels, kernel size) of conv1, the Fires (1-based) a max pooling follows)
     VERSIONS = {"1.0": ((96, 7), (3, 7)), "1.1": ((64, 3), (2, 4))}
 
-    def __init__(self, num_classes=1000, version="1.0"):
+    def __init__(self, num_classes=1000, version="1.0", *, pretrained=False):
+        # a bool here is DeZero's SqueezeNet(pretrained): True gets VGG16's and the ResNets'
+        # message, False is refused too rather than built with 1000 classes
+        if isinstance(num_classes, (bool, numpy.bool_)):
+            _check_pretrained(num_classes, "SqueezeNet")
+            raise TypeError(f"SqueezeNet: num_classes must be a positive int, got {num_classes!r} "
+                            "(DeZero's pretrained is the first argument there, a keyword here): "
+                            "leave it out, or pass pretrained=False")
+        _check_pretrained(pretrained, "SqueezeNet")
         super().__init__()
         if version not in self.VERSIONS:
             raise ValueError(f"SqueezeNet: version must be one of {', '.join(self.VERSIONS)} "

@@ -3,6 +3,7 @@ SqueezeNet against a PyTorch build of it; loading weights from a URL, checked by
 import functools
 import hashlib
 import http.server
+import re
 import threading
 
 import numpy as np
@@ -89,6 +90,25 @@ def test_dezero_calls_build_the_models_and_pretrained_true_says_how_to_load_weig
         with pytest.raises(TypeError, match=where + r": pretrained must be True or False .*got "
                            r"10; pass num_classes by keyword \(num_classes=10\)"):
             make()
+
+
+def test_squeezenet_takes_dezero_s_pretrained_by_keyword():
+    """DeZero's SqueezeNet(pretrained=False): here num_classes comes first, so a bool there is
+    DeZero's pretrained, refused with the others' messages, never built as a number of
+    classes."""
+    assert models.SqueezeNet(pretrained=False, num_classes=3).classifier.W.shape == (3, 512, 1, 1)
+    for make in (lambda: models.SqueezeNet(True), lambda: models.SqueezeNet(np.True_),
+                 lambda: models.SqueezeNet(pretrained=True)):
+        with pytest.raises(ValueError, match=r"SqueezeNet\(pretrained=True\): gradcore bundles "
+                           r"and downloads no weights.*model\.load\(path\)"):
+            make()
+    for value in (False, np.False_):
+        with pytest.raises(TypeError, match=r"SqueezeNet: num_classes must be a positive int, "
+                           rf"got {re.escape(repr(value))} .*pass pretrained=False$"):
+            models.SqueezeNet(value)
+    with pytest.raises(TypeError, match=r"SqueezeNet: pretrained must be True or False .*got "
+                       r"10; pass num_classes by keyword \(num_classes=10\)"):
+        models.SqueezeNet(pretrained=10)
 
 
 def test_pretrained_0_or_none_is_false_as_dezero_s_if_pretrained_takes_it():

@@ -1021,7 +1021,7 @@ def _lazy_shape_problems(model, entries, specs, source):
         if len(learnt) > 1 and lazy:
             listed = ", ".join(f"{name} {shape} in {where}" for name, (shape, where) in
                                shown.items())
-            problems.append(f"{listed}: a {type(module).__name__} learns one size from its "
+            problems.append(f"{listed}: the {type(module).__name__} learns one size from its "
                             "input for every ? of its shapes, so these must agree")
     return problems
 

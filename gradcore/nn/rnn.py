@@ -133,6 +133,10 @@ class LSTM(Module):
         self.h2u = Linear(H, in_size=H, nobias=True)
         self.reset_state()
 
+    def _shapes(self, size=None):
+        """The four x2*.W are (in_size, hidden_size), one in_size for all: they read the same x."""
+        return {f"x2{gate}.W": (size, self.hidden_size) for gate in "fiou"}
+
     def reset_state(self):
         """Forget h and c: the next call starts a new sequence."""
         self.h = None

@@ -290,7 +290,7 @@ def test_a_lazy_layers_learnt_size_must_be_one_size_across_its_entries(tmp_path)
              "beta": np.zeros(3)}
     bn = nn.BatchNorm()
     with pytest.raises(ValueError, match=r"avg_mean \(3,\) in the state, .*gamma \(5,\) in the "
-                       r"state.*: a BatchNorm learns one size from its input .* must agree"):
+                       r"state.*: the BatchNorm learns one size from its input .* must agree"):
         bn.load_state_dict(state)
     path = str(tmp_path / "bn.npz")
     np.savez(path, **{nn.FORMAT_KEY: np.asarray(nn.FORMAT_VERSION)}, **state)

@@ -135,6 +135,27 @@ def test_a_lazy_layer_refuses_a_state_weight_not_hidden_by_hidden(make, h2h):
     assert all(p.data is before[name] for name, p in lazy.named_parameters())
 
 
+def test_a_lazy_lstm_refuses_gates_that_disagree_on_the_input_size():
+    """The four x2* read one x, so they must take one in_size from a state: else every later
+    call would fail in one gate's matmul."""
+    source = nn.LSTM(3, in_size=5)
+    bad = dict(source.state_dict(), **{"x2o.W": np.zeros((6, 3), np.float32)})
+    lazy = nn.LSTM(3)
+    with pytest.raises(ValueError, match=r"x2f\.W \(5, 3\) in the state, .*x2o\.W \(6, 3\) in "
+                       r"the state, .*: the LSTM learns one size from its input for every \? of its "
+                       r"shapes, so these must agree\. Nothing was loaded"):
+        lazy.load_state_dict(bad)
+    assert all(p.data is None for name, p in lazy.named_parameters() if name.startswith("x2"))
+    # one gate filled first (a partial load): a later load must agree with it
+    lazy.load_state_dict({"x2f.W": source.x2f.W.data}, strict=False)
+    with pytest.raises(ValueError, match=r"x2f\.W \(5, 3\) in the model, x2i\.W \(6, 3\) in "
+                       r"the state.*must agree"):
+        lazy.load_state_dict({"x2i.W": np.zeros((6, 3), np.float32)}, strict=False)
+    lazy.load_state_dict(source.state_dict())  # one in_size: loads, and runs as the source
+    x = np.linspace(-1, 1, 10, dtype=np.float32).reshape(2, 5)
+    np.testing.assert_array_equal(lazy(x).data, source(x).data)
+
+
 def _linear_draw(in_size, out_size):
     """What a Linear draws for W from NumPy's global generator: randn(in, out) * sqrt(1 / in),
     in float32 (DeZero's initialisation, and gradcore's)."""
