@@ -2,6 +2,7 @@
 from heapq import heappop, heappush
 import numbers
 import operator
+import os
 import threading
 import weakref
 
@@ -27,6 +28,17 @@ _accumulating = threading.Lock()
 _new_variable = object.__new__
 # one class, one dtype and shape (): comparing two scalars' classes compares shapes and dtypes
 _NUMPY_SCALARS = backends.NUMPY.scalar_types
+
+
+def _after_fork():
+    """In the child of an os.fork (multiprocessing's workers on Linux): a sum another thread of
+    the parent was adding would never release _accumulating there. The forking thread never
+    holds it: nothing under it calls user code."""
+    global _accumulating
+    _accumulating = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 # The leaves that have post-accumulate hooks (Variable.register_post_accumulate_grad_hook; the

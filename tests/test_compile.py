@@ -4113,6 +4113,51 @@ def test_a_forked_child_takes_the_locks_another_threads_recording_or_check_held(
     assert forked_child_takes(compiled, ["_recording_lock", "_checking"])
 
 
+
+def test_a_forked_child_ends_a_recording_another_thread_was_making():
+    """A fork while another thread records a step (a DataLoader worker started meanwhile): in
+    the child the model holds its arrays again and an eager step on it runs at once."""
+    import os
+    import signal
+    import threading
+
+    if not hasattr(os, "fork"):
+        pytest.skip("needs os.fork")
+    model = nn.Linear(2, in_size=3)
+    model.W.data[...] = 1.0
+    inside, release = threading.Event(), threading.Event()
+
+    @gradcore.compile
+    def step(x):
+        model.cleargrads()
+        y = model(x)
+        inside.set()
+        release.wait(10)  # the recording is half made when the main thread forks
+        F.sum(y).backward()
+        return y
+
+    thread = threading.Thread(target=step, args=(np.ones((4, 3), np.float32),))
+    thread.start()
+    assert inside.wait(10)
+    try:
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(10)  # the child waiting for the recording thread: killed
+            plain_arrays = type(model.W.data) is np.ndarray
+            model.cleargrads()
+            F.sum(model(np.ones((4, 3), np.float32))).backward()
+            optim.SGD(lr=0.5).setup(model).update()
+            # d sum(x @ W + b) / dW = x.T @ ones = 4 everywhere: W = 1 - 0.5 * 4; b = -0.5 * 4
+            right = (np.array_equal(model.W.data, np.full((3, 2), -1.0, np.float32))
+                     and np.array_equal(model.b.data, [-2.0, -2.0]))
+            os._exit(0 if plain_arrays and right else 1)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        release.set()
+        thread.join()
+    assert os.waitstatus_to_exitcode(status) == 0
+    np.testing.assert_array_equal(model.W.data, np.ones((3, 2), np.float32))  # the parent's
+
 def test_an_array_kept_from_a_recording_computes_as_its_array_after_it():
     # h.data stored in the step's dict or list while it records is a traced array (a write into
     # it in place must fall back at the next recording); outside a recording, gradcore's ops

@@ -7,7 +7,7 @@ import pytest
 
 import gradcore
 import gradcore.functions as F
-from conftest import DEVICE1, STRICT, run_in_threads
+from conftest import DEVICE1, STRICT, forked_child_takes, run_in_threads
 from gradcore import Function, Parameter, Variable
 
 
@@ -1501,3 +1501,11 @@ def test_an_error_in_a_post_accumulate_hook_gets_the_note_too():
     assert note.startswith("raised in the hook test_an_error_in_a_post_accumulate_hook_gets_the_"
                            "note_too.<locals>.step_in_backward on the Variable \"w\"")
     assert "written in place" not in note  # not a read-only array's error: no such hint
+
+
+def test_a_forked_child_takes_the_lock_another_threads_sum_into_a_leaf_held():
+    """A fork while another thread adds a gradient into a leaf (a multiprocessing worker started
+    mid-backward): the child's backward does not wait for a thread it lacks."""
+    from gradcore import engine
+
+    assert forked_child_takes(engine, ["_accumulating"])

@@ -55,6 +55,9 @@ _recording_lock = threading.Lock()  # one recording at a time: it switches the f
 # lock, names its thread in _recording_thread and waits until no other thread's id is left
 _running_calls = []
 _recording_thread = [None]
+# The recording running, as _stop takes it (the Recorder, the backends' `plain` before it), so
+# that a forked child can end one whose thread it lacks; None between recordings
+_recording = [None]
 _get_ident = threading.get_ident
 # Held by a checked call (check=...) from its snapshot to its comparison: each puts NumPy's
 # global generator back between its replay and its eager step, which would rewind it under
@@ -70,6 +73,10 @@ def _after_fork():
     if _recording_thread[0] != me:
         _recording_lock = threading.Lock()
         _recording_thread[0] = None
+        if _recording[0] is not None:
+            # ended as its thread would have: the Variables it adopted get their arrays back,
+            # and the ops and grads that would wait for it (Recorder.wait_for_release) go on
+            _stop(*_recording[0])
     _running_calls[:] = [thread for thread in _running_calls if thread == me]
     if not _checking._is_owned():
         _checking = threading.RLock()
@@ -1373,9 +1380,10 @@ def _global_names(code):
 def _start(rec):
     """Make `rec` the recorder and send every op through Function._call, where inputs are
     adopted; returns what _stop puts back."""
+    plain = {backend: backend.plain for backend in backends.registered()}
+    _recording[0] = rec, plain
     trace._active.recorder = rec
     _variable.step_recorder = rec
-    plain = {backend: backend.plain for backend in backends.registered()}
     for backend in plain:
         backend.plain = False
     if threading.active_count() > 1:
@@ -1396,6 +1404,7 @@ def _stop(rec, plain):
         rec.release()
     finally:
         rec.finished.set()  # other threads waiting for its Variables go on
+        _recording[0] = None
 
 
 def _shape(rec, value, slots, args, logs=None):

@@ -2,6 +2,7 @@
 activations, and the containers Sequential, ModuleList and MLP."""
 import numbers
 import operator
+import weakref
 
 import numpy
 
@@ -147,10 +148,16 @@ def _given_size(layer, axis, value, what):
     return value
 
 
-def _refill_slots(layer):
-    """Put a lazy Parameter back into W where it was set to None (b = None stays: no bias)."""
+def _refill_slots(layer, shape):
+    """Put a lazy Parameter for `shape` back into W where it was set to None (b = None stays:
+    no bias)."""
     if layer.W is None:
-        layer.W = _emptied(layer, "W")
+        layer.W = _emptied(layer, "W", shape)
+
+
+# Every layer that has held a Parameter in one of its `_refilled` slots, so that _emptied sees
+# a Parameter another layer still holds (b.W = a.W ties b to a's W); weak: layers come and go
+_slot_layers = weakref.WeakSet()
 
 
 def _setattr_setting_aside(layer, name, value):
@@ -163,14 +170,26 @@ def _setattr_setting_aside(layer, name, value):
             layer.__dict__.setdefault("_set_aside", {})[name] = old
         else:
             layer.__dict__.get("_set_aside", {}).pop(name, None)
+            if isinstance(value, Parameter):
+                _slot_layers.add(layer)
 
 
-def _emptied(layer, name):
+def _held_by_another_layer(layer, p):
+    """Whether a layer other than `layer` has `p` in one of its slots."""
+    return any(other is not layer and any(other.__dict__.get(n) is p for n in other._refilled)
+               for other in list(_slot_layers))
+
+
+def _emptied(layer, name, shape=None):
     """A Parameter with no data or grad for the slot `name` of `layer`, to be filled at its next
-    call: the one the slot held before it was set to None, so that an optimizer given it (as a
-    list: Adam(model.parameters())) goes on updating it; a new one if it held none."""
+    call with an array of `shape` (None: the slot's shape cannot change, as b's): the one the
+    slot held before it was set to None, so that an optimizer given it (as a list:
+    Adam(model.parameters())) goes on updating it; a new one if it held none, if that one has
+    another shape (its optimizer state, made for the old shape, stays with it), or if another
+    layer still holds it (emptying it would wipe that layer's weight)."""
     p = layer.__dict__.get("_set_aside", {}).get(name)
-    if p is None:
+    if (p is None or shape is not None and p.data is not None and tuple(p.shape) != shape
+            or _held_by_another_layer(layer, p)):
         return Parameter(None, name=name)
     p.data = None
     p.cleargrad()
@@ -207,9 +226,10 @@ class Linear(Module):
 
     `Linear(out_size)` (DeZero) learns in_size from the first input, and creates W and b then on
     that input's device in the layer's dtype (that of its last `to(dtype=)`, else `dtype`); W
-    set to None is created again so at the next call, as the same Parameter (an optimizer given
-    it goes on updating it; one with state for it, as Adam, refuses a new shape until
-    `del optimizer.state[layer.W]`). `Linear(in_size, out_size)` or
+    set to None is created again so at the next call: as the same Parameter where it keeps its
+    shape and no other layer holds it (so an optimizer given it as a list goes on updating
+    it), else as a new one (with new optimizer state under `setup(model)`; another layer tied
+    to the old one keeps it). `Linear(in_size, out_size)` or
     `Linear(out_size, in_size=...)` creates them now, on the CPU. `dtype`: float32 unless
     gradcore.set_default_dtype says otherwise (a float64 input then gives a float64 result, as
     NumPy computes it, and float32 gradients for W and b). W is drawn as
@@ -217,7 +237,7 @@ class Linear(Module):
     gradcore.manual_seed), b is zeros. `nobias=True` leaves b out (b is None); so does setting
     b to None later, as in DeZero: the layer has no bias from then on (nobias reads True, and
     state_dict has no "b"); `layer.nobias = False` gives it a zero bias at the next call (the
-    Parameter b it had, if any). To make W anew instead (untie a W shared with another layer),
+    Parameter b it had, unless another layer holds it). To make W anew whatever its shape,
     assign a new one: layer.W = gradcore.Parameter(None).
     """
 
@@ -249,8 +269,8 @@ class Linear(Module):
 
     def _initialize(self, backend, device, dtype, in_size):
         """Fill W and b where they have no data yet (lazy creation, or a partial load)."""
-        _refill_slots(self)
         shapes = self._shapes(in_size)
+        _refill_slots(self, shapes["W"])
         if self.W.data is None:
             self.W.data = _normal(backend, device, shapes["W"], dtype, (1.0 / in_size) ** 0.5)
         if self.b is not None and self.b.data is None:
@@ -328,9 +348,9 @@ class _ConvBase(Module):
         return {"W": self._w_shape(size), "b": (self.out_channels,)}
 
     def _initialize(self, backend, device, dtype, C):
-        _refill_slots(self)
         KH, KW = pair(self.kernel_size)
         shapes = self._shapes(C)
+        _refill_slots(self, shapes["W"])
         if self.W.data is None:
             self.W.data = _normal(backend, device, shapes["W"], dtype,
                                   (1.0 / (C * KH * KW)) ** 0.5)
@@ -361,8 +381,8 @@ class Conv2d(_ConvBase):
 
     `in_channels=None` (the default, as DeZero) learns C from the first input and creates W and
     b then on its device; otherwise they are created now on the CPU in `dtype`. W set to None
-    is created again at the next call, as the same Parameter; b set to None (or nobias=True)
-    means no bias, as Linear's.
+    is created again at the next call (the same Parameter where Linear's W would be); b set to
+    None (or nobias=True) means no bias, as Linear's.
     """
 
     _name = "Conv2d"
@@ -398,8 +418,8 @@ class BatchNorm(Module):
 
     gamma (ones) and beta (zeros) are parameters; the running statistics avg_mean (zeros) and
     avg_var (ones) are buffers (saved and moved, not trained). All four are created at the first
-    call (and any set to None at the next, gamma and beta as the same Parameters: none can be
-    left out, unlike Linear's b), shaped
+    call (and any set to None at the next, gamma and beta as the same Parameters where Linear's
+    W would be: none can be left out, unlike Linear's b), shaped
     (C,) on the input's device in the layer's dtype (that of its last `to(dtype=)`, else
     `dtype`: float32, or what gradcore.set_default_dtype set). In train mode the batch
     statistics are used and the running ones updated (decay); in eval / test mode the running
@@ -451,7 +471,7 @@ class BatchNorm(Module):
             for name, (fill, is_parameter) in self._SLOTS.items():
                 v = getattr(self, name)
                 if v is None:
-                    v = _emptied(self, name) if is_parameter else Variable(
+                    v = _emptied(self, name, shapes[name]) if is_parameter else Variable(
                         None, name=name, requires_grad=False)
                     setattr(self, name, v)
                 if v.data is None:

@@ -1,10 +1,13 @@
-"""gradcore.functions.device: astype's dtypes. Float casts are differentiable (tests/test_engine.py
-checks them twice over); integer and bool casts are constants; complex casts are refused."""
+"""gradcore.functions.device: astype's dtypes, and the float32 that float16 sums are accumulated
+in. Float casts are differentiable (tests/test_engine.py checks them twice over); integer and bool
+casts are constants; complex casts are refused."""
 import numpy as np
 import pytest
 
 import gradcore
 import gradcore.functions as F
+from gradcore.functions.device import accumulator_dtype
+from conftest import CASES as BACKENDS
 
 
 @pytest.mark.parametrize("dtype", ["int64", "int32", "uint8", "bool"])
@@ -71,3 +74,18 @@ def test_astype_to_what_is_no_dtype_says_what_to_pass(xp):
     with pytest.raises(TypeError, match=r"astype: 'floaty' is not a dtype \w+ has .*pass one of "
                                         "its dtypes or a name such as 'float32'"):
         F.astype(x, "floaty")
+
+
+@pytest.mark.parametrize("backend", ["numpy", "dask", pytest.param("cupy", marks=pytest.mark.gpu)])
+def test_float16_is_accumulated_in_float32_on_every_backend_that_has_it(backend):
+    # float16 known by its width: the Dask namespace has no xp.float16 to compare with
+    xp = BACKENDS[backend]()
+    half = xp.asarray([1.0], dtype="float16").dtype
+    assert accumulator_dtype(xp.namespace, half) == xp.float32
+    for dtype in ("float32", "float64", "int16"):
+        assert accumulator_dtype(xp.namespace, xp.asarray([1], dtype=dtype).dtype) is None
+    # 70,000 ones sum to inf in float16, and so does a count of 70,000 ties
+    x = gradcore.Variable(xp.asarray(np.ones(70_000), dtype="float16"))
+    assert float(xp.numpy(F.mean(x).data)) == 1.0
+    F.max(x).backward()
+    np.testing.assert_array_equal(xp.numpy(x.grad.data), np.full(70_000, np.float16(1 / 70_000)))
