@@ -13,6 +13,8 @@ compose: `jacobian(grad(f), x)` is a Hessian, and a gradient penalty reaches the
     gf.hvp(f, x, v)                                # the Hessian of f at x times v
 """
 from copy import copy as shallow_copy
+import threading
+import weakref
 
 from . import engine
 from .config import enable_grad, recording
@@ -21,6 +23,29 @@ from .functions.shape import reshape, stack, transpose
 from .variable import Variable, dtype_kind, has_graph
 
 __all__ = ["vjp", "jvp", "grad", "value_and_grad", "jacobian", "jacfwd", "hessian", "hvp"]
+
+# The Variables the transforms made for their primals, and jvp's dummies. Such a leaf is
+# "outside" (see _reaches_outside) only for the transforms nested in the one that made it, while
+# that one evaluates f: once it has, nothing but that transform differentiates with respect to it
+_made = weakref.WeakSet()
+
+
+class _Evaluating(threading.local):
+    """Per thread, `stack`: the Variables of each transform evaluating f now, outermost first.
+    Set in __init__, which runs in each thread: reading an attribute a thread lacks would cost
+    ~0.7 us, at each call of a compiled function (see transforming)."""
+
+    def __init__(self):
+        self.stack = []
+
+
+_evaluating = _Evaluating()
+
+
+def transforming():
+    """Whether a transform is evaluating its f in this thread (gradcore.compile runs eagerly
+    there: a tape's results hold no graph to differentiate)."""
+    return bool(_evaluating.stack)
 
 
 # ================================================================================ helpers
@@ -45,12 +70,13 @@ class _Inputs:
     def __init__(self, primals, where, others=()):
         if not primals:
             raise TypeError(f"{where}: needs at least one primal (the point to differentiate at)")
+        for n, p in enumerate(primals):
+            _check_point(p, n, where)
         self.arrays = _no_variable(primals) and not _variables_in(list(others))
         # copies even in no_grad: a vjp_fn called later in grad mode differentiates through them
         with enable_grad():
-            self.variables = tuple(
-                copy(p) if isinstance(p, Variable) and p.requires_grad
-                else Variable(p.data if isinstance(p, Variable) else p) for p in primals)
+            self.variables = tuple(map(_own_variable, primals))
+        _made.update(self.variables)
         # the leaves the transform differentiates with respect to: never "outside"
         self.own = list(self.variables)
         self.reaches = False
@@ -60,8 +86,13 @@ class _Inputs:
         """f at these inputs, with grad on (a no_grad around the transform cuts off its results,
         not f's graph), noting whether its result reaches a Variable outside (a caller's
         argument, a parameter f reads, an outer transform's variable)."""
-        with enable_grad():
-            out = f(*self.variables)
+        stack = _evaluating.stack
+        stack.append(self.variables)
+        try:
+            with enable_grad():
+                out = f(*self.variables)
+        finally:
+            stack.pop()
         self.reaches = _reaches_outside(out, self.own)
         self._set_mode(self.recording)
         return out
@@ -108,6 +139,21 @@ class _Inputs:
         return self.export(value, variables, reaches=None if self.create_graph else False)
 
 
+def _own_variable(p):
+    """The primal p as a Variable of a transform's own: for a Variable that requires grad, a
+    copy made by an op (see _Inputs); else a new leaf sharing p's array, which requires grad
+    if it holds floating-point numbers."""
+    if not isinstance(p, Variable):
+        return Variable(p)
+    if p.requires_grad:
+        return copy(p)
+    # detach() shares p's write log: a write to p (p.data -= 1) stops vjp_fn, as it stops
+    # backward, instead of vjp_fn computing with the new values
+    x = p.detach()
+    x.requires_grad = dtype_kind(x._backend, x.dtype) == "float"
+    return x
+
+
 def _variables_in(value):
     """The Variables in `value`: a Variable, or tuples, lists and dicts nesting them."""
     if isinstance(value, Variable):
@@ -121,8 +167,9 @@ def _variables_in(value):
 
 def _reaches_outside(value, own):
     """Whether the graph behind the Variables in `value` reaches a leaf that requires grad other
-    than the Variables `own`."""
+    than the Variables `own` and the leaves of the transforms nested in this one (see _made)."""
     own = set(map(id, own))
+    enclosing = {id(x) for xs in _evaluating.stack for x in xs}
     stack = _variables_in(value)
     seen = set()
     while stack:
@@ -131,7 +178,7 @@ def _reaches_outside(value, own):
             continue
         seen.add(id(x))
         if x.creator is None:
-            if x.requires_grad and id(x) not in own:
+            if x.requires_grad and id(x) not in own and (x not in _made or id(x) in enclosing):
                 return True
         else:
             stack.extend(v for v in x.creator.inputs if isinstance(v, Variable))
@@ -185,11 +232,14 @@ def _outputs(out, where):
 def _output(value, where):
     if isinstance(value, Variable):
         return value
-    try:
-        return Variable(value, requires_grad=False)
-    except TypeError:
-        raise TypeError(f"{where}: f must return Variables or arrays (or a tuple of them), got "
-                        f"{type(value).__name__}") from None
+    if value is not None:  # Variable() takes None (released data): not a result
+        try:
+            return Variable(value, requires_grad=False)
+        except TypeError:
+            pass
+    raise TypeError(f"{where}: f must return Variables or arrays (or a tuple of them), got "
+                    f"{type(value).__name__}"
+                    + ("; does it lack a return statement?" if value is None else ""))
 
 
 def _like(x, value):
@@ -201,28 +251,43 @@ def _like(x, value):
     return Variable(value, requires_grad=False)
 
 
-def _shape(value):
-    """The shape `value` (a Variable, an array, a list) has as a Variable; None for a number
-    (it is broadcast: see _like) or anything that is not one."""
-    if isinstance(value, (int, float)):
+def _variable_of(value):
+    """`value` (a Variable, an array, a list) as a Variable; None for a number (it is broadcast
+    and placed like its primal or result: see _like) or anything that is not one."""
+    if value is None or isinstance(value, (int, float)):
         return None
     try:
-        return tuple(_output(value, "").shape)
+        return _output(value, "")
     except TypeError:
         return None
 
 
+def _shape(value):
+    """The shape `value` has as a Variable (see _variable_of), or None."""
+    v = _variable_of(value)
+    return None if v is None else tuple(v.shape)
+
+
 def _check_shape(where, value, what, like, of):
     """ValueError, naming the transform and its argument, unless `value` (a tangent, cotangent
-    or v) is shaped like `like` (the primal or result it goes with); TypeError for None (as
-    torch.func refuses it: a zero derivative is spelled out)."""
+    or v) is shaped and placed like `like` (the primal or result it goes with); TypeError for
+    None (as torch.func refuses it: a zero derivative is spelled out)."""
     if value is None:
         raise TypeError(f"{where}: {what} is None; pass an array shaped like {of}, "
                         f"{_shape(like)} (zeros where it contributes nothing)")
-    shape, expected = _shape(value), _shape(like)
-    if shape is not None and expected is not None and shape != expected:
-        raise ValueError(f"{where}: {what} has shape {shape} but {of} has shape {expected}; "
-                         f"pass one shaped like {of}")
+    given, expected = _variable_of(value), _variable_of(like)
+    if given is None or expected is None:
+        return
+    if given._data is None:
+        raise ValueError(f"{where}: {what} holds no data (data is None); pass one holding an "
+                         f"array shaped like {of}")
+    if tuple(given.shape) != tuple(expected.shape):
+        raise ValueError(f"{where}: {what} has shape {tuple(given.shape)} but {of} has shape "
+                         f"{tuple(expected.shape)}; pass one shaped like {of}")
+    if given._backend is not expected._backend or given.device != expected.device:
+        raise ValueError(f"{where}: {what} is on {given.device} but {of} is on "
+                         f"{expected.device}; move it there first, e.g. "
+                         f"gradcore.Variable({what.removeprefix('the ')}).to('{expected.device}')")
 
 
 def _zeros(x, shape=None):
@@ -343,6 +408,7 @@ def _pushforward(f, inputs, where):
     with enable_grad():
         outputs, rebuild = _outputs(out, where)
         dummies = [Variable(_zeros(y)) for y in outputs]
+        _made.update(dummies)
         inputs.own.extend(dummies)  # the pullback's graph reaches them: not "outside"
         pullback = _gradients(outputs, inputs.variables, dummies, create_graph=True)
 
@@ -372,9 +438,38 @@ def _check_one_number(y, where):
                          f"got {got}; reduce it first (F.sum) or use jacobian")
 
 
+# How a transform is given several arrays, for the error refusing a tuple, list or dict of them
+_SEVERAL = {
+    "grad": "f(a, b) with argnums=(0, 1)",
+    "value_and_grad": "f(a, b) with argnums=(0, 1)",
+    "jacobian": "f(a, b) with x=(a, b)",
+    "jacfwd": "f(a, b) with x=(a, b)",
+    "hessian": "f(a, b) with x=(a, b)",
+    "hvp": "f(a, b) with x=(a, b), v=(va, vb)",
+    "vjp": "vjp(f, a, b)",
+    "jvp": "jvp(f, (a, b), (ta, tb))",
+}
+
+
+def _check_point(arg, n, where):
+    """TypeError for an argument to differentiate with respect to that holds no array: None, a
+    Variable whose data is None, or a tuple, list or dict (pytrees are not supported: NumPy
+    would stack a tuple of arrays into one)."""
+    if arg is None or isinstance(arg, Variable) and arg._data is None:
+        what = "it is None" if arg is None else "a Variable whose data is None"
+        raise TypeError(f"{where}: argument {n} holds no data ({what}); pass an array or a "
+                        "Variable holding one")
+    if isinstance(arg, (tuple, list, dict)):
+        raise TypeError(f"{where}: argument {n} is a {type(arg).__name__}; a transform takes "
+                        "arrays and Variables, not tuples, lists or dicts of them: pass each "
+                        f"array as its own argument, {_SEVERAL.get(where, 'f(a, b)')}")
+
+
 def _check_floating(arg, n, where):
     """TypeError for an argument to differentiate with respect to that holds integers: its
-    derivatives would come out as zeros (vjp and jvp give those, for labels beside logits)."""
+    derivatives would come out as zeros (vjp and jvp give those, for labels beside logits);
+    or no array at all (_check_point)."""
+    _check_point(arg, n, where)
     x = arg if isinstance(arg, Variable) else Variable(arg, requires_grad=False)
     if dtype_kind(x.backend, x.dtype) != "float":
         raise TypeError(

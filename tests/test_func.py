@@ -729,3 +729,118 @@ def test_misuse_is_refused_with_what_to_do_instead():
     with pytest.raises(TypeError, match=r"f must return a pair \(result, aux\), got a tuple of "
                                         r"3; put the extra values in aux"):
         gf.grad(lambda a: (F.sum(a), a, a), has_aux=True)(x)
+
+
+def test_vjp_fn_refuses_a_primal_written_after_f_ran_as_backward_does():
+    """A Variable primal that requires no grad, written through gradcore (a.data -= 1: its
+    version counts it): vjp_fn would compute d(a*b)/db with the new a, [0, 1]."""
+    a = gradcore.Variable(np.array([1.0, 2.0]), requires_grad=False)
+    _, vjp_fn = gf.vjp(lambda a, b: a * b, a, np.array([3.0, 4.0]))
+    np.testing.assert_array_equal(vjp_fn(np.ones(2))[1], [1.0, 2.0])
+    a.data -= 1
+    with pytest.raises(RuntimeError, match=r"^mul: its input 0.*was written after mul ran"):
+        vjp_fn(np.ones(2))
+    assert not a.requires_grad  # the caller's Variable is left as it was
+
+
+def test_transforming_is_true_while_a_transform_evaluates_f():
+    """gradcore.compile reads it to run eagerly there, a tape's results holding no graph."""
+    seen = []
+
+    def f(a):
+        seen.append(gf.transforming())
+        return F.sum(a * a)
+    assert not gf.transforming()
+    gf.grad(f)(np.ones(2))
+    gf.jacfwd(lambda a: gf.grad(f)(a), np.ones(2))
+    assert seen == [True, True] and not gf.transforming()
+    with pytest.raises(ZeroDivisionError):
+        gf.vjp(lambda a: 1 / 0, np.ones(2))
+    assert not gf.transforming()
+
+
+def test_a_point_holding_no_data_is_refused_naming_the_transform():
+    sum_of = lambda a: F.sum(a)  # noqa: E731
+    for call, where in ((lambda p: gf.grad(sum_of)(p), "grad"),
+                        (lambda p: gf.value_and_grad(sum_of)(p), "value_and_grad"),
+                        (lambda p: gf.jacobian(F.sin, p), "jacobian"),
+                        (lambda p: gf.jacfwd(F.sin, p), "jacfwd"),
+                        (lambda p: gf.hessian(sum_of, p), "hessian"),
+                        (lambda p: gf.hvp(sum_of, p, np.ones(2)), "hvp"),
+                        (lambda p: gf.vjp(F.sin, p), "vjp"),
+                        (lambda p: gf.jvp(F.sin, (p,), (np.ones(2),)), "jvp")):
+        with pytest.raises(TypeError, match=rf"^{where}: argument 0 holds no data \(it is "
+                                            r"None\); pass an array or a Variable holding one$"):
+            call(None)
+        with pytest.raises(TypeError, match=rf"^{where}: argument 0 holds no data \(a "
+                                            r"Variable whose data is None\)"):
+            call(gradcore.Variable(None))
+
+
+def test_nested_transforms_of_arrays_give_arrays():
+    """The inner grad's own variable for w (an array) is no Variable outside the outer
+    transform: its results are arrays, d/dx 2 w sin(x) = diag(2 w cos(x))."""
+    x, w = np.array([0.3, 0.7]), np.array([2.0, 3.0])
+    f = lambda a, w: F.sum(F.sin(a) * w * w)  # noqa: E731
+    d_dw = lambda a: gf.grad(f, 1)(a, w)  # noqa: E731
+    expected = np.diag(2 * w * np.cos(x))
+    for result, want in ((gf.jacobian(d_dw, x), expected), (gf.jacfwd(d_dw, x), expected),
+                         (gf.grad(lambda a: F.sum(d_dw(a)))(x), expected.sum(0)),
+                         (gf.hessian(lambda a: F.sum(d_dw(a) * a), x),
+                          np.diag(2 * w * (2 * np.cos(x) - x * np.sin(x))))):
+        assert type(result) is np.ndarray
+        np.testing.assert_allclose(result, want, rtol=1e-14)
+
+
+def test_an_f_returning_none_is_refused_naming_the_transform():
+    x = np.array([0.3, 0.7])
+
+    def forgot_return(a):
+        F.sin(a)
+    for call, where in ((lambda: gf.jacobian(forgot_return, x), "jacobian"),
+                        (lambda: gf.jacfwd(forgot_return, x), "jacfwd"),
+                        (lambda: gf.jvp(forgot_return, (x,), (x,)), "jvp"),
+                        (lambda: gf.vjp(forgot_return, x), "vjp"),
+                        (lambda: gf.grad(forgot_return)(x), "grad"),
+                        (lambda: gf.jacobian(lambda a: (a, None), x), "jacobian")):
+        with pytest.raises(TypeError, match=rf"^{where}: f must return Variables or arrays \(or "
+                                            r"a tuple of them\), got NoneType; does it lack a "
+                                            r"return statement\?$"):
+            call()
+
+
+def test_a_seed_on_another_device_is_refused_naming_the_transform_and_argument():
+    from conftest import DEVICE1, STRICT
+    x = STRICT.asarray(np.array([0.3, 0.7]), device=DEVICE1)
+    on = "is on cpu but {} is on array_api_strict:device1; move it there first, e.g. "
+    for call, message in (
+            (lambda: gf.vjp(F.sin, x)[1](np.ones(2)), "vjp_fn: the cotangent " + on.format(
+                "f's result") + "gradcore.Variable(cotangent).to('array_api_strict:device1')"),
+            (lambda: gf.vjp(lambda a: (a, a), x)[1]((x, np.ones(2))),
+             "vjp_fn: cotangent[1] " + on.format("result 1")
+             + "gradcore.Variable(cotangent[1]).to('array_api_strict:device1')"),
+            (lambda: gf.jvp(F.sin, (x,), (np.ones(2),)), "jvp: tangents[0] " + on.format(
+                "primals[0]") + "gradcore.Variable(tangents[0]).to('array_api_strict:device1')"),
+            (lambda: gf.hvp(lambda a: F.sum(F.sin(a)), x, np.ones(2)), "hvp: v " + on.format(
+                "x") + "gradcore.Variable(v).to('array_api_strict:device1')")):
+        with pytest.raises(ValueError) as error:
+            call()
+        assert str(error.value) == message
+
+
+def test_tuples_lists_and_dicts_of_arrays_are_refused_as_points():
+    """Pytrees are not supported: NumPy would stack a tuple of arrays into one point."""
+    a = np.array([1.0, 2.0])
+    for call, where, kind, how in (
+            (lambda: gf.grad(lambda p: F.sum(p[0] * p[1]))((a, a)), "grad", "tuple",
+             "f(a, b) with argnums=(0, 1)"),
+            (lambda: gf.grad(lambda p: F.sum(p["w"]))({"w": a}), "grad", "dict",
+             "f(a, b) with argnums=(0, 1)"),
+            (lambda: gf.jacobian(F.sin, [a, a]), "jacobian", "list", "f(a, b) with x=(a, b)"),
+            (lambda: gf.vjp(F.sin, (a, a)), "vjp", "tuple", "vjp(f, a, b)"),
+            (lambda: gf.jvp(F.sin, ((a, a),), (a,)), "jvp", "tuple", "jvp(f, (a, b), (ta, tb))")):
+        with pytest.raises(TypeError) as error:
+            call()
+        assert str(error.value) == (
+            f"{where}: argument 0 is a {kind}; a transform takes arrays and Variables, not "
+            f"tuples, lists or dicts of them: pass each array as its own argument, {how}")
