@@ -18,7 +18,7 @@ import backends
 from . import engine, random
 from .config import Config, enable_grad, is_grad_enabled, recomputation, using_config
 from .function import Function
-from .variable import Variable, sequence, variables_returned
+from .variable import Variable, has_graph, sequence, variables_returned
 
 __all__ = ["checkpoint"]
 
@@ -49,7 +49,13 @@ def checkpoint(fn, *args):
         out = fn(*_filled(args, where, leaves))
     several = isinstance(out, tuple)
     outputs = _results(out)
-    outside = _outside_variables(outputs, leaves, start)
+    # a result with no graph in the block (a detached value, an index) gets none from the node:
+    # it comes back as the block returned it
+    plain = {k: y for k, y in enumerate(outputs) if not has_graph(y)}
+    if len(plain) == len(outputs):  # nothing to differentiate, so nothing to recompute
+        return out
+    # not those: the node would hold them, and refuse its backward after a write into one
+    outside = _outside_variables([y for y in outputs if has_graph(y)], leaves, start)
     # lazily created weights, in the order they were made
     created = sorted((x for x in outside if _written_since(x, start)),
                      key=lambda x: x._writes.stamps[-1])
@@ -65,6 +71,8 @@ def checkpoint(fn, *args):
     kind = type(out)
     del out, outputs  # the block's graph goes: only the node's inputs stay
     results = node(*[args[i] for i in where], *outside)
+    if plain:
+        results = tuple(plain.get(k, y) for k, y in enumerate(results))
     # a namedtuple fn returned comes back as one, as it does with grad off
     return kind._make(results) if several and hasattr(kind, "_make") else results
 
@@ -129,13 +137,20 @@ class Checkpoint(Function):
         results, self.results = self.results, None  # the arrays live on in the outputs only
         return results
 
+    def zeros_for_output(self, i):
+        """The walk's gradient for a result it did not reach (unused or dead): None, not zeros,
+        so backward leaves that result out and an argument only it reads gets no gradient, as
+        without checkpoint (WeightDecay would act on a zero one)."""
+        return None
+
     def backward(self, *gys):
         arguments = self.inputs[:len(self.where)]
         create_graph = is_grad_enabled()
         with enable_grad(), using_config("train", self.train), recomputation():
             out = self._run_again(arguments)
         outputs = out if isinstance(out, tuple) else (out,)
-        pairs = [(y, g) for y, g in zip(outputs, gys) if y.creator is not None]
+        pairs = [(y, g) for y, g in zip(outputs, gys)
+                 if y.creator is not None and g is not None]
         # one position per Variable: one passed twice, or passed and also read from outside,
         # gets its whole gradient once (grad_within gives it at each position)
         first = {}

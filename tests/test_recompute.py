@@ -794,3 +794,46 @@ def test_a_forked_child_takes_the_generator_locks_another_thread_held():
 
     from gradcore import random
     assert forked_child_takes(random, ["_setting_back", "_lock"])
+
+
+def test_a_result_with_no_graph_in_the_block_has_none_after_it():
+    # a detached value the block returns: without the node as its creator, its gradient is
+    # refused (not zeros), gradcheck leaves it out, and a write into it stops no backward
+    def block(h):
+        return F.sin(h), (h * 3.0).detach()
+    z = Variable(np.array([0.5, -1.0]))
+    y, d = gradcore.checkpoint(block, z)
+    assert d.creator is None and not d.requires_grad
+    np.testing.assert_array_equal(d.data, [1.5, -3.0])
+    with pytest.raises(RuntimeError, match="this Variable has no graph"):
+        gradcore.grad(F.sum(d), [z])
+    d.data = np.zeros(2)
+    F.sum(y).backward()
+    np.testing.assert_allclose(z.grad.data, np.cos([0.5, -1.0]), rtol=1e-15)
+    assert gradcore.utils.gradcheck(lambda h: gradcore.checkpoint(block, h), z)
+    # no result with a graph: nothing to recompute, so no node at all
+    alone = gradcore.checkpoint(lambda h: (h * 2.0).detach(), z)
+    assert alone.creator is None and not alone.requires_grad
+
+
+def test_an_argument_only_an_unused_result_reads_gets_no_gradient():
+    # the walk hands the node nothing for a result the loss does not use (or a dead one), so
+    # the argument only that result reads gets None, as without checkpoint: zeros would be
+    # decayed by WeightDecay; a zero gradient that does reach it stays one
+    def block(a, b):
+        return a * 2.0, b * 3.0
+    for checkpointed in (False, True):
+        x, w = Variable(np.ones(3)), Variable(np.full(3, 2.0))
+        a, b = gradcore.checkpoint(block, x, w) if checkpointed else block(x, w)
+        gx, gw = gradcore.grad(F.sum(a), [x, w], allow_unused=True)
+        np.testing.assert_array_equal(gx.data, [2.0, 2.0, 2.0])
+        assert gw is None
+        with pytest.raises(RuntimeError, match="input 1 was not used"):
+            gradcore.grad(F.sum(a), [x, w])
+        gw, = gradcore.grad(F.sum(a) + F.sum(b * 0.0), [w])
+        np.testing.assert_array_equal(gw.data, [0.0, 0.0, 0.0])
+        F.sum(a).backward()
+        assert w.grad is None
+        del b
+        F.sum(a).backward()
+        assert w.grad is None

@@ -1,5 +1,6 @@
 """Gradient checks: a central-difference gradient, and backward compared against it."""
 import itertools
+import math
 
 import numpy
 
@@ -121,7 +122,8 @@ SEED_SCALE = 1.75
 def gradcheck(fn, inputs, *, eps=None, rtol=None, atol=None, mode="elements", seed=0,
               dtype="float64", raise_exception=True):
     """Check backward against central differences for `fn` (Variables -> a Variable or a tuple
-    of them) at `inputs` (an array or Variable, or a tuple of them; at least one floating).
+    of them) at `inputs` (an array or Variable, or a tuple or list of them, one input each as in
+    PyTorch: one input written as a list of numbers goes in numpy.array; at least one floating).
 
     mode="elements" compares every entry of every Jacobian d output / d input: a backward pass
     per output element, two calls of fn per input element. mode="directional" compares, for
@@ -136,7 +138,9 @@ def gradcheck(fn, inputs, *, eps=None, rtol=None, atol=None, mode="elements", se
     1e-5, 1e-8; float32 1e-6, 1e-4, 1e-5, which allow for float32's rounding of backward only
     (other dtypes: pass them). On a mismatch, raises GradcheckError (or, with
     raise_exception=False, returns False) naming the worst element: which input and index,
-    which output and index, backward's value and the finite difference.
+    which output and index, backward's value and the finite difference. As in PyTorch, a NaN
+    matches nothing (a NaN from backward, or from fn near the point, fails) and an infinity
+    only the same infinity.
 
     As in PyTorch, an output with no graph (computed under no_grad: a running statistic) is
     not checked; if no output has one, the finite differences must find every output constant.
@@ -189,8 +193,8 @@ def gradgradcheck(fn, inputs, grad_outputs=None, **options):
     if grad_outputs is None:
         rng = numpy.random.default_rng(options.get("seed", 0))
         grad_outputs = tuple(_on(y, rng.uniform(-1, 1, tuple(y.shape))) for y in outputs)
-    elif not isinstance(grad_outputs, tuple):
-        grad_outputs = (grad_outputs,)
+    else:
+        grad_outputs = _as_tuple(grad_outputs)
     count = len(xs)
 
     def first_derivative(*args):
@@ -213,9 +217,8 @@ def _checked_inputs(inputs, dtype, where):
     """The inputs as new leaf Variables (copies: the caller's stay as they are), the floating
     ones in `dtype`; integer and bool ones (labels, indices, masks) keep their dtype and are
     constants: nothing is differentiated or perturbed along them."""
-    inputs = inputs if isinstance(inputs, tuple) else (inputs,)
     xs = []
-    for i, x in enumerate(inputs):
+    for i, x in enumerate(_as_tuple(inputs)):
         x = as_variable(x)
         if x.data is None:
             raise ValueError(f"{where}: input {i} has no data")
@@ -230,6 +233,12 @@ def _checked_inputs(inputs, dtype, where):
                         "nothing to differentiate; differentiate at a floating-point point "
                         "(1.0, not 1; or x.astype(float))")
     return tuple(xs)
+
+
+def _as_tuple(values):
+    """A tuple or list as a tuple, anything else as a tuple of one (PyTorch's reading of
+    gradcheck's inputs: a list, stacked into one array, would check another function)."""
+    return tuple(values) if isinstance(values, (tuple, list)) else (values,)
 
 
 def _in_float64(xs):
@@ -296,14 +305,27 @@ def _elements(fn, xs, points, outputs, checked, eps, rtol, atol):
                 numeric = _difference(fn, points, i, index, eps)[k].reshape(-1)
                 for j in range(host_y.size):
                     got = float(analytic[j][i][index])
-                    error = abs(got - numeric[j]) - rtol * abs(numeric[j])
-                    if error > atol and (worst is None or error > worst[0]):
+                    error = _excess(got, numeric[j], rtol, atol)
+                    if error is not None and (worst is None or error > worst[0]):
                         worst = (error, i, index, k, j, got, float(numeric[j]))
     if worst is None:
         return None
     _, i, index, k, j, got, numeric = worst
     return (f"gradcheck FAILED: d output {k}[{j}] / d input {i}{list(index)}: backward gives "
             f"{got:.10g}, central differences {numeric:.10g} (rtol={rtol}, atol={atol})")
+
+
+def _excess(got, numeric, rtol, atol):
+    """How far backward's `got` lies outside |got - numeric| <= atol + rtol |numeric| (> 0), or
+    None inside it. Non-finite values as numpy.isclose and torch.allclose (PyTorch's gradcheck)
+    take them: equal infinities agree; a NaN agrees with nothing, not even a NaN (fn undefined
+    near the point checks nothing there), and ranks worst, as any infinite excess does."""
+    if got == numeric:  # equal infinities, where the difference below is NaN
+        return None
+    error = abs(got - numeric) - rtol * abs(numeric)
+    if error <= atol:
+        return None
+    return math.inf if math.isnan(error) else error
 
 
 def _difference(fn, xs, i, index, eps):
@@ -343,8 +365,8 @@ def _directional(fn, xs, points, outputs, checked, eps, rtol, atol, seed):
         for i in inputs:
             got = 0.0 if gs[i] is None else float(numpy.sum(as_numpy(gs[i].data) * v[i]))
             numeric = float(numpy.sum(along[i][k] * u[k]))
-            error = abs(got - numeric) - rtol * abs(numeric)
-            if error > atol and (worst is None or error > worst[0]):
+            error = _excess(got, numeric, rtol, atol)
+            if error is not None and (worst is None or error > worst[0]):
                 worst = (error, k, i, got, numeric)
     if worst is None:
         return None

@@ -291,6 +291,81 @@ def test_gradgradcheck_reports_a_backward_on_raw_arrays_as_its_failure():
             gradgradcheck(lambda v: RawSin()(v), x, mode=mode)
 
 
+# ================================================ NaN and infinity, as PyTorch's gradcheck
+class SquareOverX(Function):
+    """x * x with the backward 2 gy x^2 / x: right except at x = 0, where it is NaN (0 / 0)."""
+
+    def forward(self, x):
+        return x * x
+
+    def backward(self, gy):
+        x, = self.inputs
+        return gy * 2.0 * (x * x) / x
+
+
+@pytest.mark.parametrize("mode", ["elements", "directional"])
+def test_a_nan_from_backward_or_from_fn_fails_and_is_named(mode):
+    # `NaN > atol` is False: a NaN once passed as a match. Now it matches nothing, as in
+    # torch.allclose (equal_nan=False), and is reported as the worst entry
+    x = np.array([-1.0, 0.0, 0.5])
+    assert gradcheck(lambda v: SquareOverX()(v), x[[0, 2]], mode=mode)  # right off x = 0
+    message = (r"d output 0\[0\] / d input 0\[1\]: backward gives nan, central differences 0 "
+               if mode == "elements" else r"u \. J v is nan by backward")
+    with np.errstate(all="ignore"):  # NumPy's warnings of the 0 / 0
+        with pytest.raises(GradcheckError, match=message):
+            gradcheck(lambda v: SquareOverX()(v), x, mode=mode)
+        with pytest.raises(GradcheckError):
+            gradgradcheck(lambda v: SquareOverX()(v), x, mode=mode)
+        # NaN on both sides (fn undefined around the point) checks nothing: a failure too
+        with pytest.raises(GradcheckError, match="nan"):
+            gradcheck(F.sqrt, np.array([4.0, -1.0]), mode=mode)
+
+
+class Cliff(Function):
+    """0 up to x = 0, infinite beyond: the central differences at 0 are infinite; backward
+    gives `slope` there."""
+
+    def __init__(self, slope):
+        self.slope = slope
+
+    def forward(self, x):
+        return np.where(x > 0, np.inf, 0.0)
+
+    def backward(self, gy):
+        x, = self.inputs
+        return gy * gradcore.Variable(np.where(x.data == 0, self.slope, 0.0), requires_grad=False)
+
+
+@pytest.mark.parametrize("mode", ["elements", "directional"])
+def test_an_infinity_matches_the_same_infinity_only(mode):
+    # as numpy.isclose and torch.allclose: equal infinities are close, any other value is not
+    x = np.array([0.0])
+    with np.errstate(all="ignore"):  # NumPy's warnings of inf - inf
+        assert gradcheck(lambda v: Cliff(np.inf)(v), x, mode=mode)
+        for slope in (-np.inf, 1e300, np.nan):
+            with pytest.raises(GradcheckError):
+                gradcheck(lambda v: Cliff(slope)(v), x, mode=mode)
+        with pytest.raises(GradcheckError, match="backward gives -inf, central differences inf"):
+            gradcheck(lambda v: Cliff(-np.inf)(v), x)
+
+
+# ================================================ inputs as a list
+def test_a_list_of_inputs_is_several_inputs_as_a_tuple_is():
+    # as in PyTorch; stacked into one (2, 4) input, fn(a, b) failed with Python's missing
+    # argument, and fn(*xs) had another function checked
+    x, y = point()
+    seen = []
+
+    def product(*xs):
+        seen.append(len(xs))
+        return ScaledProduct()(*xs)
+    assert gradcheck(product, [x, y]) and seen[0] == 2
+    with pytest.raises(GradcheckError, match=r"d output 0\[2\] / d input 0\[2\]"):
+        gradcheck(lambda a, b: ScaledProduct(wrong=True)(a, b), [x, y])
+    assert gradgradcheck(lambda a, b: ScaledProduct()(a, b), [x, y],
+                         grad_outputs=[np.ones(4), np.full(4, 0.5)])
+
+
 # ================================================ every backend
 @pytest.mark.parametrize("mode", ["elements", "directional"])
 def test_gradcheck_and_gradgradcheck_on_every_backend(xp, mode):
