@@ -537,6 +537,7 @@ class Function:
         the state, with the outputs as the Variables themselves (None for a dead one). Held
         weakly, they would be copied as they are, leading the copied graph to the original's
         outputs (and pickle refuses weak references)."""
+        _variables.begin_pickling(self)  # a graph being pickled: see variable._OpsFirst
         # copyreg._slotnames: the slots of the whole class chain, as pickle itself finds them
         state = {name: getattr(self, name) for name in copyreg._slotnames(type(self))
                  if hasattr(self, name)}

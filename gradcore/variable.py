@@ -1,6 +1,7 @@
 """Variable (a node holding an array and its gradient), Parameter, as_variable, as_array."""
 import builtins
 import collections
+import copy
 import itertools
 import operator
 import threading
@@ -437,18 +438,20 @@ class Variable:
         if step_recorder is not None:
             step_recorder.copied(self)
         reduced = super().__reduce_ex__(protocol)
-        if hasattr(self, "_post_hooks"):
-            # the post-accumulate hooks stay with this leaf (they step or send its gradient):
-            # a copy gets the gradient hooks only. Python's state of an object with __slots__ is
-            # (its __dict__ or None, {slot: value}); a subclass's own __getstate__ or
-            # __reduce__ may give another, left as it is
-            state = reduced[2] if len(reduced) > 2 else None
-            if (state.__class__ is tuple and len(state) == 2 and isinstance(state[1], dict)
-                    and "_post_hooks" in state[1]):
-                attributes, slots = state
-                slots = {name: value for name, value in slots.items() if name != "_post_hooks"}
-                reduced = (*reduced[:2], (attributes, slots), *reduced[3:])
-        return reduced
+        if self.creator is None and not hasattr(self, "_post_hooks"):
+            return reduced  # a leaf (a parameter): Python's own state, nothing more to do
+        # Python's state of an object with __slots__ is (its __dict__ or None, {slot: value});
+        # a subclass's own __getstate__ or __reduce__ may give another, left as it is
+        state = reduced[2] if len(reduced) > 2 else None
+        if not (state.__class__ is tuple and len(state) == 2 and isinstance(state[1], dict)):
+            return reduced
+        attributes, slots = state
+        # the post-accumulate hooks stay with this leaf (they step or send its gradient): a
+        # copy gets the gradient hooks only
+        slots = {name: value for name, value in slots.items() if name != "_post_hooks"}
+        if self.creator is not None:  # its graph first, oldest op first: see _OpsFirst
+            slots = {"_ops_first": _OpsFirst(self), **slots}
+        return (*reduced[:2], (attributes, slots), *reduced[3:])
 
     def __copy__(self):
         """copy.copy: a new Variable over the same data. Of a computed Variable, its result
@@ -476,7 +479,8 @@ class Variable:
         if attributes:
             self.__dict__.update(attributes)
         for name, value in (slots or {}).items():
-            setattr(self, name, value)
+            if name != "_ops_first":  # the graph, copied first (see _OpsFirst): no slot
+                setattr(self, name, value)
         if getattr(self, "_sequence", None) is not None:
             self._sequence = restored(self._sequence)
 
@@ -869,6 +873,72 @@ class _RetainGrad:
 
 
 RETAIN_GRAD = _RetainGrad()
+
+
+class _OpsFirst:
+    """First in the state of a computed Variable being copied or pickled: the Functions of its
+    graph, for the copier or pickler to take oldest first. Each then finds its inputs' creators
+    made already, so the copy goes a few frames deep whatever the graph's length; taken as they
+    come, each op nests its inputs' ~14 frames deeper, past Python's recursion limit some 70
+    ops back (an RNN's state in truncated BPTT). Copied it leaves None, pickled a list:
+    Variable.__setstate__ drops either."""
+
+    __slots__ = ("y", "__weakref__")
+
+    def __init__(self, y):
+        self.y = y
+
+    def __deepcopy__(self, memo):
+        # memo: the ids of what this copy has begun, the Functions among them included
+        for f in _ops_to_copy(self.y, memo):
+            copy.deepcopy(f, memo)
+        return None
+
+    def __reduce_ex__(self, protocol):
+        # a list, which the pickler fills from the iterator
+        return list, (), None, iter(_ops_to_copy(self.y, _pickled_so_far(self)))
+
+
+# While this thread pickles a graph: .session, (a weak reference to an _OpsFirst that pickling
+# holds, the ids of the Functions it has begun to pickle)
+_pickling = threading.local()
+_by_sequence = operator.attrgetter("sequence")
+
+
+def _pickled_so_far(token):
+    """The ids of the Functions the pickling under way in this thread has begun, as a deep
+    copy's memo has them. Pickle has no memo to look in, so they are noted here (begin_pickling)
+    while the object `token` lives: the pickler's memo holds it until that pickling ends, done
+    or failed. A new pickling starts with `token`."""
+    session = getattr(_pickling, "session", None)
+    if session is None or session[0]() is None:
+        begun = set()
+        session = _pickling.session = (weakref.ref(token, lambda _: begun.clear()), begun)
+    return session[1]
+
+
+def begin_pickling(f):
+    """Count the Function f as begun by the pickling of a graph under way, if one is: the
+    pickler asks for f's state (Function.__getstate__) as it starts on f."""
+    session = getattr(_pickling, "session", None)
+    if session is not None and session[0]() is not None:
+        session[1].add(id(f))
+
+
+def _ops_to_copy(y, begun):
+    """The Functions behind the computed Variable `y` that are not begun (`begun`: ids) nor
+    behind one begun, oldest first: creation order, in which an op's inputs were made first."""
+    found = {}
+    stack = [y.creator]
+    while stack:
+        f = stack.pop()
+        if id(f) in found or id(f) in begun:
+            continue
+        found[id(f)] = f
+        for x in f.inputs:
+            if isinstance(x, Variable) and x.creator is not None:
+                stack.append(x.creator)
+    return sorted(found.values(), key=_by_sequence)
 
 
 def _init_slots(y, data, backend, creator=None, generation=0, requires_grad=False):

@@ -609,6 +609,130 @@ def _double(g):  # a gradient hook that pickles: a module-level function
     return g * 2.0
 
 
+def _copied_whole(how, obj):
+    """copy.deepcopy or a pickle round trip of `obj`, which must leave the recursion limit be."""
+    import copy
+    import pickle
+    import sys
+
+    limit = sys.getrecursionlimit()
+    copied = copy.deepcopy(obj) if how == "deepcopy" else pickle.loads(pickle.dumps(obj))
+    assert sys.getrecursionlimit() == limit
+    return copied
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_a_deep_chain_is_copied_with_its_graph(how):
+    """Copied op by op as the copier meets them, 500 ops took ~7000 frames (RecursionError
+    past ~70): the graph is copied oldest op first, a few frames deep whatever its length."""
+    x = Variable(np.array([1.0, 2.0, 3.0]))
+    y = x
+    for _ in range(500):
+        y = y * 1.01
+    x2, y2 = _copied_whole(how, (x, y))
+    np.testing.assert_array_equal(y2.data, y.data)
+    F.sum(y2).backward()
+    assert x.grad is None
+    np.testing.assert_allclose(x2.grad.data, [1.01 ** 500] * 3, rtol=1e-12)
+    F.sum(y).backward()
+    np.testing.assert_array_equal(x2.grad.data, x.grad.data)
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_a_long_recurrence_is_copied_with_its_graph(how):
+    """An RNN's state 300 steps into truncated BPTT, h = tanh(h @ W + x_t): backward through
+    the copy gives the gradients of backpropagation through time written in NumPy."""
+    rng = np.random.default_rng(0)
+    W = Variable(rng.standard_normal((3, 3)) * 0.5)
+    xs = [Variable(rng.standard_normal((1, 3))) for _ in range(300)]
+    h = Variable(np.zeros((1, 3)), requires_grad=False)
+    for x in xs:
+        h = F.tanh(h @ W + x)
+    W2, xs2, h2 = _copied_whole(how, (W, xs, h))
+    F.sum(h2).backward()
+    F.sum(h).backward()
+    np.testing.assert_array_equal(W2.grad.data, W.grad.data)
+    np.testing.assert_array_equal(xs2[0].grad.data, xs[0].grad.data)
+
+    hs = [np.zeros((1, 3))]
+    for x in xs:
+        hs.append(np.tanh(hs[-1] @ W.data + x.data))
+    gh, gW = np.ones((1, 3)), np.zeros((3, 3))
+    for t in reversed(range(300)):
+        ga = gh * (1 - hs[t + 1] ** 2)  # d tanh = 1 - y**2
+        gW += hs[t].T @ ga
+        gx0, gh = ga, ga @ W.data.T
+    np.testing.assert_allclose(W2.grad.data, gW, rtol=1e-10)
+    np.testing.assert_allclose(xs2[0].grad.data, gx0, rtol=1e-10)
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_a_deep_graph_with_branches_is_copied_with_it(how):
+    """200 steps of a diamond (h feeds sin and cos, added) and an op with two outputs (split),
+    1200 ops: the copy's gradient is the Jacobians' product, worked out in NumPy."""
+    x = Variable(np.array([0.1, 0.2, 0.3, 0.4]))
+    h = x
+    for _ in range(200):
+        a, b = F.split(F.sin(h) + F.cos(h), 2)
+        h = F.concatenate([b, a * 0.5])
+    x2, h2 = _copied_whole(how, (x, h))
+    F.sum(h2).backward()
+    F.sum(h).backward()
+    np.testing.assert_array_equal(x2.grad.data, x.grad.data)
+
+    P = np.array([[0, 0, 1, 0], [0, 0, 0, 1], [0.5, 0, 0, 0], [0, 0.5, 0, 0]])  # dh'/du
+    hs = [x.data]
+    for _ in range(200):
+        hs.append(P @ (np.sin(hs[-1]) + np.cos(hs[-1])))
+    g = np.ones(4)
+    for v in reversed(hs[:-1]):
+        g = (P.T @ g) * (np.cos(v) - np.sin(v))
+    np.testing.assert_allclose(x2.grad.data, g, rtol=1e-10)
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_each_op_of_a_copied_graph_is_listed_once(monkeypatch, how):
+    """The states of a recurrence, first to last (an RNN's outputs a model keeps): each op is
+    put in order once, not again for every state behind which it lies (quadratic time)."""
+    listed = []
+
+    def ops_to_copy(y, begun):
+        ops = real(y, begun)
+        listed.extend(ops)
+        return ops
+
+    real = variable_module._ops_to_copy
+    monkeypatch.setattr(variable_module, "_ops_to_copy", ops_to_copy)
+    x = Variable(np.array([1.0, 2.0]))
+    states = [x]
+    for _ in range(200):
+        states.append(F.tanh(states[-1] * 0.5))
+    copied = _copied_whole(how, states)
+    assert len(listed) == len(set(listed)) == 400
+    F.sum(copied[-1]).backward()
+    F.sum(states[-1]).backward()
+    np.testing.assert_array_equal(copied[0].grad.data, x.grad.data)
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_a_gradient_with_a_deep_graph_is_copied_with_it(how):
+    """create_graph: x.grad carries the graph of a 300-op backward, which reaches back into the
+    forward graph; the copy differentiates it again. L = sum((c x)**2), c = 1.01**300:
+    dL/dx = 2 c**2 x, and its derivative 2 c**2."""
+    x = Variable(np.array([0.3, -0.2]))
+    h = x
+    for _ in range(300):
+        h = h * 1.01
+    F.sum(h * h).backward(create_graph=True)
+    x2 = _copied_whole(how, x)
+    c2 = 1.01 ** 600
+    np.testing.assert_allclose(x2.grad.data, 2 * c2 * x.data, rtol=1e-12)
+    gg, = gradcore.grad(F.sum(x2.grad), [x2])
+    np.testing.assert_allclose(gg.data, [2 * c2] * 2, rtol=1e-12)
+    ggx, = gradcore.grad(F.sum(x.grad), [x])
+    np.testing.assert_array_equal(gg.data, ggx.data)
+
+
 # =============================================================================== dtypes
 def test_data_in_the_other_byte_order_is_held_in_the_native_one():
     """From a .npy file of another machine, say: the gradients, computed in the native order,
