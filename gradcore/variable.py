@@ -4,6 +4,7 @@ import collections
 import copy
 import itertools
 import operator
+import os
 import threading
 import weakref
 
@@ -170,6 +171,18 @@ sequence = itertools.count()
 latest_write = [-1]
 _stamping = threading.Lock()
 _post_hooks_lock = threading.Lock()  # a leaf's post-accumulate hook list, made and emptied
+
+
+def _after_fork():
+    """In the child of an os.fork (multiprocessing's workers on Linux): a write another thread
+    of the parent was stamping, or a hook list it was changing, would never release its lock
+    there. The forking thread holds neither while it forks: no user code runs under them."""
+    global _stamping, _post_hooks_lock
+    _stamping = threading.Lock()
+    _post_hooks_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 # Variable -> (shape, dtype, backend, device) of the array it held before `x.data = None` (DeZero
 # frees an intermediate's memory so, book step 43: t = matmul(x, W); y = t + b; t.data = None):
 # the walk still gives t a gradient shaped and placed like it. Held weakly, emptied on new data

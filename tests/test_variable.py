@@ -5,7 +5,7 @@ import pytest
 import gradcore
 import gradcore.functions as F
 import gradcore.variable as variable_module
-from conftest import DEVICE1, DEVICE2, STRICT
+from conftest import DEVICE1, DEVICE2, STRICT, forked_child_takes
 from gradcore import Parameter, Variable, as_array, as_variable
 
 
@@ -1114,3 +1114,10 @@ def test_a_subclass_with_its_own_state_copies_with_a_post_accumulate_hook():
     for copied in (copy.copy(p), copy.deepcopy(p), pickle.loads(pickle.dumps(p))):
         assert copied.tag == "w"
         np.testing.assert_array_equal(copied.data, [1.0, 2.0])
+
+
+def test_a_forked_child_takes_the_locks_another_threads_write_or_hook_under():
+    """A fork while another thread stamps a write or changes a leaf's post-accumulate hooks (a
+    multiprocessing worker started mid-step): the child's writes do not wait for a thread it
+    lacks."""
+    assert forked_child_takes(variable_module, ["_stamping", "_post_hooks_lock"])
