@@ -505,6 +505,72 @@ def test_numpy_writing_into_the_callers_array_falls_back(write, why):
     assert compiled.stats()["fallbacks"] == 1 and compiled.stats()["replays"] == 0
 
 
+_BUFFER = np.zeros(3)  # an array of the user's that the step writes into
+
+
+@pytest.mark.parametrize("write", [
+    lambda out, h, xp: np.copyto(out, h), lambda out, h, xp: np.putmask(out, h > 0, h),
+    lambda out, h, xp: np.place(out, h > 0, h), lambda out, h, xp: np.put(out, [0, 2], h[:2]),
+    lambda out, h, xp: xp.putmask(out, h > 0, h), lambda out, h, xp: h.clip(0.0, 1.0, out=out),
+    lambda out, h, xp: np.dot(np.eye(3), h, out)],  # out given by position
+    ids=["copyto", "putmask", "place", "put", "xp-putmask", "method-out", "dot-out"])
+@pytest.mark.parametrize("where, why", [
+    ("yours", "wrote into an array the tape does not hold"),
+    ("made in the step", "wrote into an array the tape does not hold"),
+    ("wrapped in a Variable", "wrote in place into an array it made outside gradcore's ops")],
+    ids=["yours", "made-in-the-step", "wrapped-in-a-Variable"])
+def test_a_write_into_an_array_the_tape_does_not_hold_falls_back(write, where, why):
+    # the tape would hold the array as a constant: what reads it after the write (NumPy, the
+    # step's result) would read the recording's values, or carry them from call to call
+    def step(x0):
+        x = gradcore.Variable(x0)
+        h = (x * 2.0).data
+        if where == "yours":
+            out = _BUFFER
+        elif where == "made in the step":
+            out = np.zeros(3)
+        else:
+            out = gradcore.Variable(np.zeros(3)).data
+        write(out, h, x.xp)
+        return out * 1.0  # a copy, read after the write
+
+    compiled = gradcore.compile(step)
+    rng = np.random.default_rng(0)
+    with pytest.warns(RuntimeWarning, match=why):
+        compiled(rng.standard_normal(3))
+    for _ in range(3):
+        x0 = rng.standard_normal(3)
+        assert same(compiled(x0), step(x0))  # the same writes into _BUFFER: the same values
+    assert compiled.stats()["fallbacks"] == 1 and compiled.stats()["replays"] == 0
+
+
+def test_numpy_functions_writing_into_a_traced_array_are_tape_lines():
+    # np.place hands its array to C, which takes ndarrays only; np.fill_diagonal reaches .flat
+    def step(x0):
+        h = (gradcore.Variable(x0) * 2.0).data
+        a, b, c = h * 0.0, h * 1.0, h[:, None] * h
+        np.place(a, h > 0, h)
+        np.put(b, [0], h[2:])
+        np.fill_diagonal(c, h[0])
+        return a, b, c
+
+    assert replays_like_eager(step, 3, calls=4).stats()["replays"] == 3
+
+
+def test_numpy_copyto_given_its_destination_by_keyword_falls_back():
+    def step(x0):
+        h = (gradcore.Variable(x0) * 2.0).data
+        out = h * 0.0
+        np.copyto(dst=out, src=h + 1.0)
+        return out
+
+    compiled = gradcore.compile(step)
+    with pytest.warns(RuntimeWarning, match=r"copyto\(\) was given the array it writes into by "
+                                            r"keyword"):
+        assert same(compiled(np.arange(3.0)), np.arange(3.0) * 2.0 + 1.0)
+    assert same(compiled(np.ones(3)), np.full(3, 3.0))
+
+
 def test_a_check_that_comes_out_otherwise_runs_the_step_eagerly():
     # the labels' range check is a guard: labels out of range at a replay raise as eagerly
     _, _, step = _training(optim.SGD)
@@ -4113,50 +4179,79 @@ def test_a_forked_child_takes_the_locks_another_threads_recording_or_check_held(
     assert forked_child_takes(compiled, ["_recording_lock", "_checking"])
 
 
-
-def test_a_forked_child_ends_a_recording_another_thread_was_making():
-    """A fork while another thread records a step (a DataLoader worker started meanwhile): in
-    the child the model holds its arrays again and an eager step on it runs at once."""
+def _forked_while_recording(step, args, child):
+    """True if `child()` comes out true in the child of an os.fork made while another thread
+    records `step(*args, halfway)` (a DataLoader worker started meanwhile), halfway: where the
+    step calls `halfway()`. The child is killed after 10 s (waiting for the recording thread).
+    Skips where os.fork does not exist."""
     import os
     import signal
     import threading
 
     if not hasattr(os, "fork"):
         pytest.skip("needs os.fork")
-    model = nn.Linear(2, in_size=3)
-    model.W.data[...] = 1.0
     inside, release = threading.Event(), threading.Event()
 
-    @gradcore.compile
-    def step(x):
-        model.cleargrads()
-        y = model(x)
+    def halfway():
         inside.set()
-        release.wait(10)  # the recording is half made when the main thread forks
-        F.sum(y).backward()
-        return y
+        release.wait(10)
 
-    thread = threading.Thread(target=step, args=(np.ones((4, 3), np.float32),))
+    thread = threading.Thread(target=gradcore.compile(step), args=(*args, halfway))
     thread.start()
     assert inside.wait(10)
     try:
         pid = os.fork()
         if pid == 0:
-            signal.alarm(10)  # the child waiting for the recording thread: killed
-            plain_arrays = type(model.W.data) is np.ndarray
-            model.cleargrads()
-            F.sum(model(np.ones((4, 3), np.float32))).backward()
-            optim.SGD(lr=0.5).setup(model).update()
-            # d sum(x @ W + b) / dW = x.T @ ones = 4 everywhere: W = 1 - 0.5 * 4; b = -0.5 * 4
-            right = (np.array_equal(model.W.data, np.full((3, 2), -1.0, np.float32))
-                     and np.array_equal(model.b.data, [-2.0, -2.0]))
-            os._exit(0 if plain_arrays and right else 1)
+            right = False
+            try:  # the child leaves here whatever happens: never into the parent's tests
+                signal.alarm(10)
+                right = child()
+            finally:
+                os._exit(0 if right else 1)
         _, status = os.waitpid(pid, 0)
     finally:
         release.set()
         thread.join()
-    assert os.waitstatus_to_exitcode(status) == 0
+    return os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_forked_child_ends_a_recording_another_thread_was_making():
+    """In the child the model holds its arrays again and an eager step on it runs at once."""
+    model = nn.Linear(2, in_size=3)
+    model.W.data[...] = 1.0
+
+    def step(x, halfway):
+        model.cleargrads()
+        y = model(x)
+        halfway()
+        F.sum(y).backward()
+        return y
+
+    def child():
+        plain_arrays = type(model.W.data) is np.ndarray
+        model.cleargrads()
+        F.sum(model(np.ones((4, 3), np.float32))).backward()
+        optim.SGD(lr=0.5).setup(model).update()
+        # d sum(x @ W + b) / dW = x.T @ ones = 4 everywhere: W = 1 - 0.5 * 4; b = -0.5 * 4
+        return (plain_arrays and np.array_equal(model.W.data, np.full((3, 2), -1.0, np.float32))
+                and np.array_equal(model.b.data, [-2.0, -2.0]))
+
+    assert _forked_while_recording(step, (np.ones((4, 3), np.float32),), child)
     np.testing.assert_array_equal(model.W.data, np.ones((3, 2), np.float32))  # the parent's
+
+
+def test_a_forked_child_collects_garbage_again():
+    """A recording turns the garbage collector off for as long as it runs: a child forked
+    meanwhile, which lacks the recording thread, turns it back on."""
+    def step(x, halfway):
+        y = gradcore.Variable(x) * 2.0
+        halfway()
+        return y
+
+    assert gc.isenabled()
+    assert _forked_while_recording(step, (np.ones(3),), gc.isenabled)
+    assert gc.isenabled()  # the parent's, once its recording ended
+
 
 def test_an_array_kept_from_a_recording_computes_as_its_array_after_it():
     # h.data stored in the step's dict or list while it records is a traced array (a write into

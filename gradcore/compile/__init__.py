@@ -58,6 +58,9 @@ _recording_thread = [None]
 # The recording running, as _stop takes it (the Recorder, the backends' `plain` before it), so
 # that a forked child can end one whose thread it lacks; None between recordings
 _recording = [None]
+# The thread whose recording turned the garbage collector off (Compiled._record), None while
+# none did: a forked child that lacks it turns the collector back on
+_collector_stopped_by = [None]
 _get_ident = threading.get_ident
 # Held by a checked call (check=...) from its snapshot to its comparison: each puts NumPy's
 # global generator back between its replay and its eager step, which would rewind it under
@@ -67,7 +70,8 @@ _checking = threading.RLock()
 
 def _after_fork():
     """In the child of an os.fork: the parent's other threads are not there, so a recording or
-    checked call of theirs is not either, and the locks they held would never be released."""
+    checked call of theirs is not either: the locks they held would never be released, nor the
+    garbage collector a recording turned off turned back on."""
     global _recording_lock, _checking
     me = _get_ident()
     if _recording_thread[0] != me:
@@ -77,6 +81,9 @@ def _after_fork():
             # ended as its thread would have: the Variables it adopted get their arrays back,
             # and the ops and grads that would wait for it (Recorder.wait_for_release) go on
             _stop(*_recording[0])
+    if _collector_stopped_by[0] not in (None, me):
+        _collector_stopped_by[0] = None
+        gc.enable()
     _running_calls[:] = [thread for thread in _running_calls if thread == me]
     if not _checking._is_owned():
         _checking = threading.RLock()
@@ -284,6 +291,8 @@ class Compiled:
         # A recording makes many objects and frees none: the collector's passes over them would
         # cost about as much again as the recording (measured on chain and wide), to find nothing
         collecting = gc.isenabled()
+        if collecting:  # named first, and cleared last: a fork in between finds it
+            _collector_stopped_by[0] = _get_ident()
         gc.disable()
         try:
             return self._record_without_collector(key, args, rec)
@@ -291,6 +300,7 @@ class Compiled:
             rec.forget()
             if collecting:
                 gc.enable()
+                _collector_stopped_by[0] = None
 
     def _record_without_collector(self, key, args, rec):
         with _alone():

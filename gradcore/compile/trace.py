@@ -1032,6 +1032,49 @@ def _masked_index(name, args, kwargs):
     return _is_mask(args[position] if len(args) > position else (kwargs or {}).get("index"))
 
 
+def _destinations(kind, function, name, args, kwargs, result, traced, real):
+    """The arguments a call wrote into in place: the first of copyto, putmask, x.fill() and the
+    like (they return None), out= and a ufunc's out given by position, and an out given by
+    position to another function (np.dot(a, b, out), x.sum(0, None, out)), which comes back as
+    its result. `real`: the arrays the call was given, in the order of `args`."""
+    writes_first = result is None and name in _IN_PLACE or name in _WRITES_INTO_FIRST
+    found = list(args[:1]) if writes_first else []
+    if kwargs and "out" in kwargs:
+        out = kwargs["out"]
+        found += out if out.__class__ is tuple else (out,)
+    nin = getattr(function, "nin", None)  # a ufunc: arguments past its inputs are outputs
+    if nin is not None:
+        found += args[nin:]
+    elif traced and result is not None:
+        # An array of the caller's handed back beside a traced one was written into; a traced
+        # one only by a call that otherwise makes new memory (asarray(x) hands x back as it is)
+        for a, r in zip(args, real):
+            if r is result and (a is r or _makes_new_memory(kind, function, kwargs)):
+                found.append(a)
+    return found
+
+
+def _check_destinations(rec, kind, function, name, args, kwargs, result, traced, real):
+    """Give up if a call wrote into an array that is not a traced array of this recording (a
+    buffer of the user's, np.zeros made in the step): the tape holds it as a constant, so what
+    reads it after the call (NumPy, the step's result) would read the recording's values at
+    every replay. A traced one is checked as `a += b` is (Recorder.writes_into)."""
+    if not args and result is None and name in _IN_PLACE:  # np.copyto(dst=a, src=b)
+        rec.give_up(f"{name}() was given the array it writes into by keyword, where the tape "
+                    "looks for it as the first argument (give it by position)")
+        return
+    for destination in _destinations(kind, function, name, args, kwargs, result, traced,
+                                     real):
+        if isinstance(destination, Traced):
+            rec.writes_into(destination)
+        elif destination is not None:
+            rec.give_up(f"{name}() wrote into an array the tape does not hold (an array of "
+                        "yours, or one made with NumPy in the step), which a replay would not "
+                        "write into (write into an array made with x.xp, e.g. "
+                        "x.xp.zeros_like(a), or return the value from the step)")
+            return
+
+
 def _sized_by_values(rec, name, args, kwargs):
     """True if a call of `name` (in SIZE_ARGUMENTS) is given a value computed from the step's
     inputs where it reads a size: its result's shape would come from the values."""
@@ -1129,6 +1172,8 @@ def call(backend, function, args, kwargs, kind="call"):
         elif result is None and name not in _IN_PLACE:
             rec.give_up(f"{name}() returned None: what it did is unknown to the tape (it may "
                         "have changed an array in place, or written one somewhere)")
+        if result is None or kwargs or len(args) > 1:  # else it has nothing to write into
+            _check_destinations(rec, kind, function, name, args, kwargs, result, traced, real)
     return rec.wrap(backend, result, kind, function, tuple(template),
                     rec.template(kwargs) if kwargs else None, reads, real)
 
@@ -1230,19 +1275,15 @@ class Traced:
         runs as it does on an array, through the methods and ufuncs it calls on this one. One
         written in C (np.copyto, np.concatenate), which takes ndarrays only, is a tape line of
         its own, as xp's functions are, and so is one whose result's shape depends on the
-        values (np.unique, np.histogram), which then falls back for that reason; one writing
-        into an array of the caller's (out=) falls back as a ufunc's does."""
+        values (np.unique, np.histogram), which then falls back for that reason, and so is one
+        named in _IN_PLACE (np.place would hand the traced array to C, np.fill_diagonal reach
+        its .flat). One writing into an array the tape does not hold (out=, np.copyto's first
+        argument) falls back (call)."""
         implementation = getattr(function, "_implementation", None)
         name = function.__name__
-        if (isinstance(implementation, types.FunctionType)
-                and name not in DATA_DEPENDENT_SHAPES and name not in BINS):
+        if (isinstance(implementation, types.FunctionType) and name not in DATA_DEPENDENT_SHAPES
+                and name not in BINS and name not in _IN_PLACE):
             return implementation(*args, **kwargs)
-        out = kwargs.get("out")
-        if out is not None and not isinstance(out, Traced):
-            give_up(f"NumPy's {name} wrote into an array the tape does not hold "
-                    "(out=), which a replay would not write into (write into an array made "
-                    "with x.xp)")
-            return function(*unwrap(args), **unwrap(kwargs))
         return call(self.backend, function, args, kwargs)
 
     def __init__(self, value, slot, recorder=None):
