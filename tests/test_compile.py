@@ -4277,3 +4277,18 @@ def test_an_array_kept_from_a_recording_computes_as_its_array_after_it():
     assert losses == [3.0, 33.0, 63.0, 93.0]
     assert np.array_equal((W * kept[0]).data, [30.0, 31.0, 32.0])
     assert np.array_equal(gradcore.Variable(kept[0]).data, [30.0, 31.0, 32.0])
+
+
+def test_a_compiled_function_inside_a_func_transform_runs_eagerly():
+    """A tape's results hold no graph: a transform would differentiate them as constants."""
+    import gradcore.func as gf
+    cf = gradcore.compile(lambda x: F.sin(x) * x)
+    x = np.array([0.3, 0.7])
+    for _ in range(3):
+        cf(gradcore.Variable(x))  # recorded, then replayed, outside any transform
+    d = np.sin(x) + x * np.cos(x)
+    np.testing.assert_allclose(gf.grad(lambda a: F.sum(cf(a)))(x), d, rtol=1e-15)
+    np.testing.assert_allclose(gf.jacobian(cf, x), np.diag(d), rtol=1e-15)
+    np.testing.assert_allclose(gf.jacfwd(cf, x), np.diag(d), rtol=1e-15)
+    np.testing.assert_allclose(gf.jvp(cf, (x,), (np.ones(2),))[1], d, rtol=1e-15)
+    np.testing.assert_allclose(gf.vjp(cf, x)[1](np.ones(2))[0], d, rtol=1e-15)

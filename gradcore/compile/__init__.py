@@ -31,6 +31,7 @@ import weakref
 import backends
 
 from .. import engine as _engine
+from .. import func as _func
 from .. import variable as _variable
 from ..config import is_anomaly_enabled, recording, training
 from ..function import _SavedOutput
@@ -142,8 +143,10 @@ class Compiled:
     def __call__(self, *args, **kwargs):
         if kwargs:
             return self._with_keywords(args, kwargs)
-        if getattr(trace._active, "recorder", None) is not None:
-            self._counts["eager calls"] += 1  # in a recording (trace.recorder())
+        if getattr(trace._active, "recorder", None) is not None or _func.transforming():
+            # in a recording (trace.recorder()), or in an f a gradcore.func transform
+            # differentiates: a tape's results hold no graph
+            self._counts["eager calls"] += 1
             return self.fn(*args)
         me = _get_ident()
         _running_calls.append(me)  # before _recording_thread is read: see _alone
