@@ -195,10 +195,13 @@ class _VecdotSum(gradcore.Function):
 
 def test_the_recording_catches_a_name_cupy_lacks():
     cupy = pytest.importorskip("cupy")
+    # made outside the block: the first float64 Variable of a process reads xp.isdtype (dtype_kind
+    # caches it), which the log would hold only when this test runs first
+    x = gradcore.Variable(np.ones((2, 3)))
     before = xp_state()
     with recording_numpy_xp() as (log, label):
         label[0] = "vecdot-op"
-        y = _VecdotSum()(gradcore.Variable(np.ones((2, 3))))
+        y = _VecdotSum()(x)
         np.testing.assert_array_equal(y.data, [3.0, 3.0])
         gradcore.Variable(np.ones(2)).xp.linalg.norm  # a submodule's name is dotted
     assert xp_state() == before

@@ -732,25 +732,30 @@ def saver(seed):
 
 
 WRITER = """
-import sys
+import sys, threading, time
 import numpy as np
 import gradcore.nn as nn
-path, seed, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+path, seed = sys.argv[1], int(sys.argv[2])
 model = nn.Module()
 model.w = nn.Parameter(np.random.default_rng(seed).standard_normal(20_000))
 print("ready", flush=True)
 sys.stdin.readline()  # every writer starts at once
-for _ in range(rounds):
+told = threading.Event()  # to stop: a line, or stdin closed (the test's communicate)
+threading.Thread(target=lambda: (sys.stdin.readline(), told.set()), daemon=True).start()
+model.save(path)
+print("saving", flush=True)
+deadline = time.monotonic() + 60  # a test that never says stop does not leave it running
+while not told.is_set() and time.monotonic() < deadline:
     model.save(path)
 """
 
 
 def read_until(path, expected, done):
-    """Load `path` into a fresh model until `done()`; each time, its values must be one of the
-    `expected` arrays. Returns the number of loads."""
+    """Load `path` into a fresh model until `done(loads so far)`; each time, its values must be
+    one of the `expected` arrays. Returns the number of loads."""
     reader = saver(3)
     loads = 0
-    while not done():
+    while not done(loads):
         reader.load(path)
         assert any(np.array_equal(reader.w.data, w) for w in expected), "a mixed checkpoint"
         loads += 1
@@ -778,7 +783,7 @@ def test_concurrent_saves_from_threads_never_leave_a_broken_file(tmp_path):
     for w in writers:
         w.start()
     try:
-        loads = read_until(path, expected, lambda: not any(w.is_alive() for w in writers))
+        loads = read_until(path, expected, lambda _: not any(w.is_alive() for w in writers))
     finally:
         for w in writers:
             w.join()
@@ -793,7 +798,7 @@ def test_concurrent_saves_from_processes_never_leave_a_broken_file(tmp_path):
     saver(1).save(path)
     root = os.path.dirname(os.path.dirname(os.path.abspath(gradcore.__file__)))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
-    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(seed), "50"],
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(seed)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, cwd=root, env=env)
                for seed in (1, 2)]
@@ -803,16 +808,20 @@ def test_concurrent_saves_from_processes_never_leave_a_broken_file(tmp_path):
         for w in writers:
             w.stdin.write("go\n")
             w.stdin.flush()
-        loads = read_until(path, expected, lambda: all(w.poll() is not None for w in writers))
         for w in writers:
-            _, err = w.communicate(timeout=60)
+            assert w.stdout.readline() == "saving\n", w.communicate()[1]
+        # every load while both save, however late the reader runs: they stop when told
+        loads = read_until(path, expected, lambda loads: loads == 200 or any(
+            w.poll() is not None for w in writers))
+        for w in writers:
+            _, err = w.communicate(timeout=60)  # closes its stdin: the word to stop
             assert w.returncode == 0, err
     finally:
         for w in writers:
             if w.poll() is None:
                 w.kill()
                 w.communicate()
-    assert loads > 0
+    assert loads == 200  # none of the writers stopped first (at its deadline)
     assert os.listdir(tmp_path) == ["m.npz"]
 
 

@@ -173,6 +173,36 @@ def test_processes_fetching_one_file_at_once_take_turns(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["data.bin"]  # no .part or .lock left
 
 
+WAITING = "data.bin: another process is downloading it; waiting\n"
+
+
+def within(seconds, condition):
+    """True once `condition()` is, asked every 10 ms; False if it is not within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def first_line(pipe, seconds=30):
+    """The first line read from `pipe` ("" if it closes first); fails if none comes within
+    `seconds` (a read with a deadline: a pipe's readline has none)."""
+    lines = []
+    threading.Thread(target=lambda: lines.append(pipe.readline()), daemon=True).start()
+    assert within(seconds, lambda: lines), f"no line within {seconds} s"
+    return lines[0]
+
+
+def put_in_place(folder):
+    """BODY as folder / data.bin, renamed into place as the download holding the lock does, so
+    that a fetch never sees half of it."""
+    written = folder / "data.bin.theirs"
+    written.write_bytes(BODY)
+    os.replace(written, folder / "data.bin")
+
+
 def test_a_fetch_waits_for_the_lock_and_then_finds_the_file(server, tmp_path):
     fcntl = pytest.importorskip("fcntl")  # Linux and macOS; Windows locks with msvcrt
     stream, found = io.StringIO(), []
@@ -181,13 +211,14 @@ def test_a_fetch_waits_for_the_lock_and_then_finds_the_file(server, tmp_path):
         waiting = threading.Thread(target=lambda: found.append(
             fetch("data.bin", [server.url + "/file"], DIGEST, folder=tmp_path, progress=stream)))
         waiting.start()
-        time.sleep(0.3)
+        # the file only once it waits: it looks for one before the lock, and would take it there
+        assert within(30, lambda: WAITING in stream.getvalue()), stream.getvalue()
         assert waiting.is_alive() and server.requests == []  # it waits, downloading nothing
-        (tmp_path / "data.bin").write_bytes(BODY)  # what the other download renamed into place
+        put_in_place(tmp_path)
         fcntl.flock(held, fcntl.LOCK_UN)
         waiting.join(timeout=30)
     assert found == [tmp_path / "data.bin"] and server.requests == []  # no download of its own
-    assert "data.bin: another process is downloading it; waiting" in stream.getvalue()
+    assert stream.getvalue() == WAITING
     assert [p.name for p in tmp_path.iterdir()] == ["data.bin"]
 
 
@@ -201,8 +232,9 @@ def test_a_lock_file_that_cannot_be_made_is_an_error_that_says_so(tmp_path):
 FETCH_AS_A_USER = """
 import sys
 from gradcore.utils.download import DownloadError, fetch
+progress = sys.stdout if sys.argv[4] == "progress" else False
 try:
-    path = fetch("data.bin", [sys.argv[1]], sys.argv[2], folder=sys.argv[3], progress=False)
+    path = fetch("data.bin", [sys.argv[1]], sys.argv[2], folder=sys.argv[3], progress=progress)
 except DownloadError as e:
     print(e)
 else:
@@ -210,12 +242,14 @@ else:
 """
 
 
-def fetch_as_a_user(url, folder):
+def fetch_as_a_user(url, folder, progress=False):
     """Start fetch(data.bin) in a process that file permissions stop: as root, one without the
-    capabilities that pass them by (skips where setpriv cannot drop them)."""
+    capabilities that pass them by (skips where setpriv cannot drop them). `progress`: its
+    progress lines go to its stdout, before what it prints at the end."""
     if not hasattr(os, "geteuid"):
         pytest.skip("needs POSIX file permissions")
-    command = [sys.executable, "-c", FETCH_AS_A_USER, url, DIGEST, str(folder)]
+    command = [sys.executable, "-c", FETCH_AS_A_USER, url, DIGEST, str(folder),
+               "progress" if progress else "quiet"]
     if os.geteuid() == 0:
         if shutil.which("setpriv") is None:
             pytest.skip("as root, needs setpriv to drop CAP_DAC_OVERRIDE")
@@ -244,10 +278,13 @@ def test_a_fetch_waits_on_a_lock_file_it_cannot_write(server, tmp_path):
     (tmp_path / "data.bin.lock").touch(0o444)
     with open(tmp_path / "data.bin.lock") as held:  # another user's download, still running
         fcntl.flock(held, fcntl.LOCK_EX)
-        waiting = fetch_as_a_user(server.url + "/file", tmp_path)
-        time.sleep(0.5)
+        waiting = fetch_as_a_user(server.url + "/file", tmp_path, progress=True)
+        said = first_line(waiting.stdout)  # the file only once it waits, as in the test above
+        if not said:  # it ended saying nothing: setpriv refused (a skip), or why it failed
+            outcome(waiting)
+        assert said == WAITING
         assert waiting.poll() is None and server.requests == []  # it waits, downloading nothing
-        (tmp_path / "data.bin").write_bytes(BODY)  # what the other download renamed into place
+        put_in_place(tmp_path)
         fcntl.flock(held, fcntl.LOCK_UN)
         assert outcome(waiting) == "fetched data.bin"
     assert server.requests == []
