@@ -265,10 +265,11 @@ def _reset_anomaly(tokens):
 class detect_anomaly(_Switch):
     """Anomaly mode for a block (`with gradcore.detect_anomaly():`) or a function (as a
     decorator). Ops record where they were called and fingerprints of the arrays their backward
-    reads; backward then raises, naming the op and where it was created, when a gradient is NaN
-    or infinite or when such an array was changed after forward (also by a direct write,
-    `x.data[...] = 0`, which the version counters cannot see). Slow: for debugging. Off, it costs
-    nothing. Reusable as no_grad() is: nested, or from several threads at once."""
+    reads; backward then raises, naming the op and where it was created, when such an array was
+    changed after forward (also by a direct write, `x.data[...] = 0`, which the version counters
+    cannot see), and, for a backward run inside the mode (as PyTorch's), when a gradient is NaN or
+    infinite. Slow: for debugging. Off, it costs nothing. Reusable as no_grad() is: nested, or
+    from several threads at once."""
 
     __slots__ = ()
     _set = staticmethod(_set_anomaly)

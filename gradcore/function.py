@@ -20,6 +20,9 @@ _NO_INPUT = object()  # __call__'s default for x0 and x1: fewer inputs were give
 # What a call sets in an instance's __dict__ (Function's slots are set per call as well): not
 # carried over to the copy a second call runs on (Function._twin)
 _SET_PER_CALL = frozenset(("sequence", "device", "_anomaly", "_given"))
+# Function's slots that a call sets: cleared for another call on the same instance (_forget_call)
+_CALL_SLOTS = ("inputs", "_outputs", "generation", "backend", "needs_input_grad", "_output_meta",
+               "_saved")
 
 
 def _snake_case(name):
@@ -70,8 +73,10 @@ class Function:
     is several times faster than on 0-d arrays); an author's forward gets the input's 0-d array,
     as in DeZero. A scalar result is kept as it is; Variable.data still hands out a 0-d array.
 
-    An instance records one call: called again, it runs that call on a copy of itself (_twin),
-    so the graph keeps the first call as it was (DeZero's numerical_diff(f, x) calls f twice).
+    An instance records one call. Called again while that call's graph lives, it runs the new
+    call on a copy of itself (_twin), so the graph keeps the first call as it was (DeZero's
+    numerical_diff(f, x) calls f twice), unless the copy could change what the first call's
+    backward reads: then the call is refused (_again).
 
     Rules for a Function of your own (the checks run around its calls only, _checked_call and
     _checked_backward: gradcore's own ops pay nothing for them):
@@ -97,11 +102,11 @@ class Function:
     # A slot written per call reads cheaper than a class default (callgrind: chain 0.7% and wide
     # 0.8% fewer instructions)
     # The creation order, set when the call is recorded: the heap's tie-break within a generation.
-    # Not a slot, so that a new instance reads None: __call__ runs a second call of an instance
-    # already recorded on a copy (_twin), before forward can overwrite what the first call's
-    # backward reads. The price, measured: ~430 of the ~25,000 instructions per op of `chain` (a
-    # class default read and an instance dict per node); every cheaper form tried left some
-    # second call undetected
+    # Not a slot, so that a new instance reads None: __call__ sends a second call of an instance
+    # already recorded to _again (a copy, or refused), before forward can overwrite what the
+    # first call's backward reads. The price, measured: ~430 of the ~25,000 instructions per op
+    # of `chain` (a class default read and an instance dict per node); every cheaper form tried
+    # left some second call undetected
     sequence = None
     device = None  # set per call for backends with several devices (NumPy has one)
     op_name = None  # the name errors use; by default the class name in snake case
@@ -121,8 +126,8 @@ class Function:
             # writes (x += 1; self.mark_dirty(x)) work on them as on any other shape
             cls._operand = _array_operand
             call_of_its_own = cls.__dict__.get("__call__")
-            if call_of_its_own is not None:  # it may set attributes: run it on the copy too
-                cls.__call__ = _on_a_twin_when_called_again(call_of_its_own)
+            if call_of_its_own is not None:  # it may set attributes: never on a copy (_again)
+                cls.__call__ = _again_before_own_call(call_of_its_own)
         inherited = cls.__call__
         own = not any(getattr(inherited, mark, False)
                       for mark in ("_template", "_view", "_checked"))
@@ -159,8 +164,8 @@ class Function:
     def _plain_call(self, x0=_NO_INPUT, x1=_NO_INPUT, *more):
         """Run forward on the inputs' arrays; record this call in the graph if grad mode is on
         and an input requires grad. Inputs: Variables, arrays (constants), Python scalars."""
-        if self.sequence is not None:  # called before: this call runs on a copy (_twin)
-            return self._twin()._plain_call(*_given_inputs(x0, x1, more))
+        if self.sequence is not None:  # called before: on a copy, or refused (_again)
+            return self._again()._plain_call(*_given_inputs(x0, x1, more))
         # The common case in line: one or two inputs, Variables or a Variable and a Python
         # scalar, on a backend with one device and no device context (NumPy). The rest: _call.
         c0 = x0.__class__
@@ -238,19 +243,56 @@ class Function:
         them (NumPy's arithmetic on scalars is ~4x faster than on 0-d arrays), else the array."""
         return data[()] if backend.scalar_types else data
 
-    def _twin(self):
-        """A copy of this instance for another call, as DeZero runs one instance twice (its step
-        4's numerical_diff(f, x)) while the graph keeps this one's call: the attributes its
-        __init__ set are shared, what a call sets (the graph's fields, the saved values, the
-        anomaly record) starts empty, so the copy's forward cannot overwrite what this
-        instance's backward reads."""
-        twin = object.__new__(type(self))
-        twin.__dict__.update({name: value for name, value in self.__dict__.items()
-                              if name not in _SET_PER_CALL})
+    def _again(self, own_call=False):
+        """The instance another call of this recorded one runs on. The first call's graph gone
+        (no output alive): this one, cleared of that call, so what the call sets stays on the
+        instance its author holds. Else a copy (_twin), as DeZero runs one instance twice (its
+        step 4's numerical_diff(f, x)) while the graph keeps the first call; refused where the
+        copy could change what the first call's backward reads (an attribute both would share
+        that can be changed in place: a dict, list, array, an object of one's own), or would
+        keep from the author what a __call__ of its own (`own_call`) sets."""
+        if not any(ref() is not None for ref in self.outputs):
+            self._forget_call()
+            return self
+        if own_call:
+            raise self._reused("your __call__ would run on a copy of it, and what it sets would "
+                               "not reach the instance you hold")
+        for name, value in self._settings():
+            if not _fixed(value):
+                raise self._reused(
+                    f"another call would run on a copy of it that shares its attribute "
+                    f"{name!r} (a {type(value).__name__}), and could change it under that "
+                    "call's backward")
+        return self._twin()
+
+    def _settings(self):
+        """(name, value) for each attribute a copy for another call shares (_twin): what
+        __init__ set, and what forward set as it was after the first call."""
+        for name, value in self.__dict__.items():
+            if name not in _SET_PER_CALL:
+                yield name, value
         for name in copyreg._slotnames(type(self)):  # slots of an author's subclass
             if name not in Function.__slots__ and hasattr(self, name):
-                setattr(twin, name, getattr(self, name))
+                yield name, getattr(self, name)
+
+    def _twin(self):
+        """A copy of this instance for another call: the attributes its __init__ set are shared,
+        what a call sets (the graph's fields, the saved values, the anomaly record) starts empty,
+        so the copy's forward cannot overwrite what this instance's backward reads."""
+        twin = object.__new__(type(self))
+        for name, value in self._settings():
+            object.__setattr__(twin, name, value)
         return twin
+
+    def _forget_call(self):
+        """Clear what the recorded call set, as on a new instance (what __init__ set stays): for
+        another call once no output of the first lives, so no backward can reach it."""
+        for name in _SET_PER_CALL:
+            self.__dict__.pop(name, None)
+        for name in _CALL_SLOTS:
+            if hasattr(self, name):
+                delattr(self, name)
+        anomaly.recorded.discard(self)
 
     def _call(self, inputs):
         """__call__ for any inputs on any backend; raw arrays become constants."""
@@ -396,8 +438,8 @@ class Function:
         _arrays_for_author(inputs)
         if getattr(self, "_given", None) is not None:
             return plain(self, *inputs)
-        if self.sequence is not None:  # called before: this call runs on a copy (_twin)
-            return self._twin()._run_checked(plain, inputs)
+        if self.sequence is not None:  # called before: on a copy, or refused (_again)
+            return self._again()._run_checked(plain, inputs)
         self._given = inputs  # what mark_dirty looks the arrays up in
         before = anomaly.before_forward(inputs) if is_anomaly_enabled() else None
         lent = _lend_views(inputs) if len(inputs) > 1 else None
@@ -573,6 +615,12 @@ class Function:
         """The op's name in messages: `op_name`, else the class name in snake case."""
         return self.op_name or _snake_case(type(self).__name__)
 
+    def _reused(self, why):
+        return RuntimeError(
+            f"{self._name()}: this {type(self).__name__} instance was called already, and an "
+            f"output of that call is still alive; {why}: create one instance per call, "
+            f"{self._new_instance_spelling()}")
+
     def _new_instance_spelling(self):
         """How to make a new instance per call, for the reuse errors: `Name()(...)`, or with
         __init__ arguments `Name(...)(...)`, which apply cannot pass."""
@@ -641,9 +689,13 @@ class Function:
     def _explain(self, error, inputs):
         """Say in the error from forward which op failed and on what shapes; the same exception
         goes on (its type and attributes kept, so `except YourError` still catches it)."""
-        shapes = [str(tuple(x.shape)) if isinstance(x, Variable) else repr(x) for x in inputs]
+        if isinstance(error, backends.DeviceUnavailableError):
+            return  # it says what this machine lacks and what to do; the shapes bear not on it
         if str(error).startswith(f"{self._name()}: "):
             return  # said already: the same exception raised again
+        # a 0-d input as "0-d": "(inputs: ())" would read as no input at all
+        shapes = [(str(tuple(x.shape)) if x.ndim else "0-d") if isinstance(x, Variable)
+                  else repr(x) for x in inputs]
         message = f"{self._name()}: {error} (inputs: {', '.join(shapes)})"
         if len(error.args) == 1 and isinstance(error.args[0], str) and (
                 str(error) == error.args[0]):  # a plain message: it becomes the explained one
@@ -725,15 +777,34 @@ def _arrays_for_author(inputs):
                 x._data = x._backend.ensure_array(data)
 
 
-def _on_a_twin_when_called_again(call):
-    """An author's own __call__, run on a copy of the instance when it was called before
-    (Function._twin), so that the attributes it sets leave the first call's graph be."""
+def _again_before_own_call(call):
+    """An author's own __call__, run on the instance itself when it was called before and no
+    output of that call lives (Function._again), else refused: what it sets (a counter, an
+    attribute backward reads) would otherwise land on a copy, out of the author's sight."""
     @functools.wraps(call)
-    def fresh(self, *args, **kwargs):
+    def again(self, *args, **kwargs):
         if self.sequence is not None:
-            self = self._twin()
+            self._again(own_call=True)
         return call(self, *args, **kwargs)
-    return fresh
+    return again
+
+
+def _fixed(value):
+    """True for a value no call can change in place, which a copy of a Function may share: a
+    number, string, dtype, device (anything hashed by value), None, a class, a function, a
+    Variable (a write into it is counted in its version), a tuple or slice of such."""
+    if value.__class__ in (tuple, frozenset):
+        return all(map(_fixed, value))
+    if value.__class__ is slice:
+        return all(map(_fixed, (value.start, value.stop, value.step)))
+    if value is None or value is Ellipsis or isinstance(value, (
+            Variable, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType)):
+        return True
+    try:
+        hash(value)
+    except TypeError:  # a list, dict, set, array
+        return False
+    return type(value).__hash__ is not object.__hash__  # hashed by identity: an object's own
 
 
 def _inside_checks(plain):

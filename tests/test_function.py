@@ -478,7 +478,9 @@ def test_the_copy_a_second_call_runs_on_shares_settings_not_what_a_call_saved():
     np.testing.assert_array_equal(x2.grad.numpy(), [3.0])
 
 
-def test_an_authors_own_call_setting_attributes_runs_on_the_copy_when_called_again():
+def test_an_authors_own_call_called_again_while_its_graph_lives_is_refused():
+    # on the instance, its __call__ would overwrite what the first call's backward reads; on a
+    # copy, what it sets (self.factor, a counter) would never reach the instance the author holds
     class Scaled(Function):
         def __call__(self, x, factor):
             self.factor = factor  # read by backward: must stay the first call's
@@ -493,9 +495,11 @@ def test_an_authors_own_call_setting_attributes_runs_on_the_copy_when_called_aga
     x = Variable(np.array([1.0, 2.0]))
     f = Scaled()
     y1 = f(x, 2.0)
-    y2 = f(x, 10.0)
-    np.testing.assert_array_equal(y2.numpy(), [10.0, 20.0])
-    assert f.factor == 2.0 and y2.creator.factor == 10.0
+    with pytest.raises(RuntimeError, match=r"scaled: this Scaled instance was called already.*"
+                                           r"your __call__ would run on a copy of it.*"
+                                           r"Scaled\(\)\(\.\.\.\)"):
+        f(x, 10.0)
+    assert f.factor == 2.0
     y1.sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), [2.0, 2.0])
 
@@ -508,6 +512,107 @@ def test_an_instance_called_without_recording_may_be_called_again(xp):
     y = square(x)  # nothing was recorded by the first call
     y.sum().backward()
     np.testing.assert_array_equal(x.grad.numpy(), [2.0, 4.0])
+
+
+class Cached(Function):
+    """x ** 2, keeping x in a dict made by __init__ that every call fills in place."""
+
+    def __init__(self):
+        self.cache = {}
+
+    def forward(self, x):
+        self.cache["x"] = x
+        return x ** 2
+
+    def backward(self, gy):
+        return 2 * self.cache["x"] * gy
+
+
+def test_a_second_call_that_could_change_what_the_first_ones_backward_reads_is_refused():
+    # a copy sharing self.cache would overwrite the x the first call's backward reads: a.grad
+    # [10, 14] (2b) where 2a = [2, 4] is right
+    a, b = Variable(np.array([1.0, 2.0])), Variable(np.array([5.0, 7.0]))
+    f = Cached()
+    ya = f(a)
+    with pytest.raises(RuntimeError, match=r"cached: this Cached instance was called already.*"
+                                           r"shares its attribute 'cache' \(a dict\).*"
+                                           r"Cached\(\)\(\.\.\.\)"):
+        f(b)
+    ya.sum().backward()
+    np.testing.assert_array_equal(a.grad.numpy(), [2.0, 4.0])
+
+
+@pytest.mark.parametrize("setting, shared", [
+    ((2, "mean", None, 0.5, slice(1, None)), True), (np.float32, True), (np.dtype("float32"), True),
+    (np.ones(2), False), ([1, 2], False), ((1, [2]), False), (object(), False)],
+    ids=["tuple", "class", "dtype", "array", "list", "tuple_of_a_list", "object"])
+def test_a_copy_for_a_second_call_shares_only_what_no_call_can_change(setting, shared):
+    class Holding(Function):
+        def __init__(self, setting):
+            self.setting = setting
+
+        def forward(self, x):
+            return x * 3.0
+
+        def backward(self, gy):
+            return gy * 3.0
+
+    x = Variable(np.array([1.0, 2.0]))
+    f = Holding(setting)
+    y1 = f(x)
+    if shared:
+        assert f(x).creator.setting is setting
+    else:
+        with pytest.raises(RuntimeError, match="shares its attribute 'setting'"):
+            f(x)
+    del y1  # no backward can reach the first call now: the next one runs on f itself
+    y = f(x)
+    assert y.creator is f and f.inputs == (x,)
+    y.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [3.0, 3.0])
+
+
+def test_once_no_output_of_the_first_call_lives_the_instance_runs_the_next_one_itself():
+    # what the call sets reaches the instance its author holds: a counter counts every call
+    class Counted(Function):
+        def __init__(self):
+            self.calls = 0
+
+        def __call__(self, x):
+            self.calls += 1
+            return super().__call__(x)
+
+        def forward(self, x):
+            return x * 2.0
+
+        def backward(self, gy):
+            return gy * 2.0
+
+    a, b = Variable(np.array([1.0])), Variable(np.array([4.0]))
+    g = Counted()
+    g(a)
+    yb = g(b)
+    assert g.calls == 2 and yb.creator is g and g.inputs == (b,)
+    yb.backward()
+    np.testing.assert_array_equal(b.grad.numpy(), [2.0])
+    assert a.grad is None
+    f = Cached()  # the same for a Function holding a container
+    f(a)
+    yb = f(b)
+    yb.backward()
+    np.testing.assert_array_equal(b.grad.numpy(), [2.0 + 8.0])
+
+
+def test_an_instance_reused_after_anomaly_mode_checks_only_its_last_call():
+    # the first call's fingerprints (of a, written into since) go with that call
+    a, b = Variable(np.array([1.0])), Variable(np.array([3.0]))
+    square = F.Square()
+    with gradcore.detect_anomaly():
+        square(a)
+    a.data[...] = 2.0
+    y = square(b)
+    y.backward()
+    np.testing.assert_array_equal(b.grad.numpy(), [6.0])
 
 
 def test_apply_makes_one_instance_per_call(xp):
@@ -1005,6 +1110,41 @@ def test_any_error_from_forward_says_the_op_and_the_shapes(error):
     assert info.value is error
     said = str(error) + " ".join(getattr(error, "__notes__", []))
     assert "ratio: " in said and "(inputs: (3,))" in said
+
+
+def test_a_device_error_from_forward_goes_on_as_it_was_said():
+    # it says what the machine lacks and what to do; "to_device: ... (inputs: ())" added nothing
+    import backends
+
+    class Moving(Function):
+        def forward(self, x):
+            raise backends.DeviceUnavailableError("cuda:3 does not exist; use cuda:0")
+
+    with pytest.raises(backends.DeviceUnavailableError) as info:
+        Moving.apply(Variable(np.array(1.0)))
+    assert str(info.value) == "cuda:3 does not exist; use cuda:0"
+    assert getattr(info.value, "__notes__", None) is None
+
+
+def test_x_to_cuda_without_cupy_says_only_what_is_missing(monkeypatch):
+    import backends
+    import sys
+    monkeypatch.setitem(sys.modules, "cupy", None)  # `import cupy` now raises ImportError
+    monkeypatch.delitem(backends._by_name, "cupy", raising=False)
+    monkeypatch.delitem(backends._by_device_type, "cuda", raising=False)
+    with pytest.raises(backends.DeviceUnavailableError) as info:
+        Variable(np.array(2.0)).to("cuda")
+    assert str(info.value) == ("a CUDA device was requested but CuPy is not installed: pip "
+                               "install 'gradcore[gpu]' (or the cupy-cudaXXx wheel matching your "
+                               "CUDA)")
+
+
+def test_an_error_from_forward_shows_a_0d_input_as_such():
+    x = Variable(np.array(2.0))
+    with pytest.raises(ValueError, match=r"^sum: axis 2 .*\(inputs: 0-d\)$"):
+        F.sum(x, axis=2)
+    with pytest.raises(ValueError, match=r"^matmul: .*\(inputs: \(2,\), 0-d\)$"):
+        F.matmul(Variable(np.ones(2)), x)
 
 
 def test_numpys_floating_point_error_from_forward_names_the_op():

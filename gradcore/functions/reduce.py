@@ -55,7 +55,8 @@ def average(x, axis=None, keepdims=False):
     try:
         axes = normalize_axis(axis, x.ndim)
     except (TypeError, ValueError) as e:
-        raise type(e)(f"average: {e} (inputs: {tuple(x.shape)})") from None
+        shape = str(tuple(x.shape)) if x.ndim else "0-d"  # as Function._explain writes it
+        raise type(e)(f"average: {e} (inputs: {shape})") from None
     dtype = x.dtype
     if dtype_kind(x.backend, dtype) == "integral":
         # cast first, as NumPy's mean: the array API refuses an integer sum times a float

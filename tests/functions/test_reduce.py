@@ -93,6 +93,8 @@ def test_reductions_reject_a_bad_axis(xp, op, name):
     with pytest.raises(TypeError, match=rf"{name}: axis must be None, an int or a tuple of ints, got 1.0"):
         op(x, 1.0)
     assert x.creator is None and x.grad is None
+    with pytest.raises(ValueError, match=rf"{name}: axis 0 is out of range .* \(inputs: 0-d\)"):
+        op(gradcore.Variable(xp.asarray(np.array(2.0))), 0)  # a 0-d input said as such
 
 
 # =============================================================================== empty inputs
