@@ -34,7 +34,7 @@ def _checked_device(owner, device, gpu=False):
 def _stack(owner, values, what):
     """The examples' x (or t) values as one NumPy array with a leading batch axis."""
     try:
-        return np.stack([np.asarray(v) for v in values])
+        batch = np.stack([np.asarray(v) for v in values])
     except (TypeError, ValueError) as e:
         shapes = {_shape_or_none(v) for v in values}
         if None in shapes:
@@ -44,6 +44,12 @@ def _stack(owner, values, what):
         raise ValueError(f"{owner}: cannot stack the {what} of a batch into one array ({e}); "
                          f"the dataset's examples must be host arrays or numbers of one shape"
                          + got) from None
+    if batch.dtype == object:  # np.asarray wraps anything that is not numbers in a 0-d array
+        odd = next(v for v in values if np.asarray(v).dtype == object)
+        raise TypeError(f"{owner}: cannot stack the {what} of a batch into one array of numbers, "
+                        f"got a {type(odd).__name__}; the dataset's examples must be host arrays "
+                        "or numbers of one shape")
+    return batch
 
 
 def _shape_or_none(value):
@@ -66,8 +72,13 @@ def _gather(owner, dataset, index):
         example = dataset[i]
         # a list too: DeZero reads example[0] and example[1], so [x, t] datasets exist
         if not isinstance(example, (tuple, list)) or len(example) != 2:
+            got = type(example).__name__
+            if isinstance(example, (tuple, list)):
+                n = len(example)
+                got = f"a {got} of {n} item{'s' * (n != 1)}"
+                got += "; pack the inputs into one array" if n > 2 else ""
             raise TypeError(f"{owner}: dataset[{i}] must be an (x, t) pair (t None when there "
-                            f"is no label), got {type(example).__name__}")
+                            f"is no label), got {got}")
         xs.append(example[0])
         ts.append(example[1])
     unlabelled = [t is None for t in ts]
@@ -106,7 +117,9 @@ class DataLoader:
     one, when nested); use a second DataLoader over the same dataset instead. next(loader)
     from several threads hands each batch to one of them. With shuffle=True the
     order is np.random.permutation (NumPy's global generator): np.random.seed(n) before
-    building the loader reproduces every epoch.
+    building the loader reproduces every epoch. `batch_size` and `dataset` may be set between
+    epochs (len(loader) follows); mid-epoch that raises RuntimeError (reset() first), since the
+    batches already taken were cut with the old sizes.
 
     `dataset` is anything with `len()` and `dataset[i] -> (x, t)` holding host data (NumPy
     arrays or numbers); an example may be a list [x, t] too, as in DeZero. `gpu=True` is
@@ -118,12 +131,8 @@ class DataLoader:
 
     def __init__(self, dataset, batch_size, shuffle=True, device=None, *, gpu=False):
         name = type(self).__name__
-        if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
-            raise TypeError(f"{name}: dataset must support len() and dataset[i] -> (x, t) (a "
-                            f"gradcore Dataset, for one), got {type(dataset).__name__}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
-                or batch_size < 1:
-            raise ValueError(f"{name}: batch_size must be a positive int, got {batch_size!r}")
+        self.iteration = 0  # read by _set_sizes: none of an epoch is taken yet
+        self._set_sizes(dataset, batch_size)
         if not isinstance(shuffle, (bool, np.bool_)):
             raise TypeError(f"{name}: shuffle must be True or False, got {shuffle!r}")
         if isinstance(device, (bool, np.bool_)):  # DeZero's gpu, passed by position
@@ -132,16 +141,58 @@ class DataLoader:
                                  "gpu=False; pass one of them")
             device, gpu = None, bool(device)
         self._device = _checked_device(name, device, gpu)
-        self.dataset = dataset
-        self.batch_size = int(batch_size)
         self.shuffle = bool(shuffle)
-        self.data_size = len(dataset)
-        self.max_iter = math.ceil(self.data_size / self.batch_size)
         # held while a batch is made: threads sharing the loader take each batch once
         # (reentrant: a `for` loop holds it around next())
         self._lock = threading.RLock()
         _loaders.add(self)
         self.reset()
+
+    def _set_sizes(self, dataset, batch_size):
+        """Check and take `dataset` and `batch_size`, and the epoch's length (data_size,
+        max_iter) they give: all of them or, on an error, none."""
+        name = type(self).__name__
+        if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
+            raise TypeError(f"{name}: dataset must support len() and dataset[i] -> (x, t) (a "
+                            f"gradcore Dataset, for one), got {type(dataset).__name__}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
+                or batch_size < 1:
+            raise ValueError(f"{name}: batch_size must be a positive int, got {batch_size!r}")
+        # the batches taken so far were cut with the old sizes: the rest of the epoch would
+        # skip or repeat examples
+        if self.iteration:
+            raise RuntimeError(f"{name}: cannot change dataset or batch_size mid-epoch "
+                               f"({self.iteration} of {self.max_iter} batches taken); call "
+                               "loader.reset() first, or set it after the epoch's last batch")
+        data_size, batch_size = len(dataset), int(batch_size)
+        self._check_sizes(data_size, batch_size)
+        self._dataset, self._batch_size = dataset, batch_size
+        self.data_size = data_size
+        self.max_iter = math.ceil(data_size / batch_size)
+
+    def _check_sizes(self, data_size, batch_size):
+        """Refuse sizes this kind of loader cannot batch (any will do here)."""
+
+    @property
+    def dataset(self):
+        """The dataset batched; set it between epochs (iteration 0) to batch another."""
+        return self._dataset
+
+    @dataset.setter
+    def dataset(self, dataset):
+        with self._lock:
+            self._set_sizes(dataset, self._batch_size)
+            self.reset()  # an order of the new dataset's examples
+
+    @property
+    def batch_size(self):
+        """Examples per batch; set it between epochs (iteration 0): len(loader) follows."""
+        return self._batch_size
+
+    @batch_size.setter
+    def batch_size(self, batch_size):
+        with self._lock:
+            self._set_sizes(self._dataset, batch_size)
 
     def __getstate__(self):  # a copy or an unpickled loader gets a lock of its own
         state = self.__dict__.copy()
@@ -177,7 +228,7 @@ class DataLoader:
         return self.max_iter
 
     def _batch_index(self):
-        i, n = self.iteration, self.batch_size
+        i, n = self.iteration, self._batch_size
         return self.index[i * n:(i + 1) * n]
 
     def __next__(self):
@@ -185,7 +236,7 @@ class DataLoader:
             if self.iteration >= self.max_iter:
                 self.reset()
                 raise StopIteration
-            x, t = _gather(type(self).__name__, self.dataset, self._batch_index())
+            x, t = _gather(type(self).__name__, self._dataset, self._batch_index())
             x = backends.to_device(x, self._device)
             if t is not None:
                 t = backends.to_device(t, self._device)
@@ -293,13 +344,15 @@ class SeqDataLoader(DataLoader):
 
     def __init__(self, dataset, batch_size, device=None, *, gpu=False):
         super().__init__(dataset, batch_size, shuffle=False, device=device, gpu=gpu)
-        if self.batch_size > self.data_size:
-            raise ValueError(f"SeqDataLoader: batch_size ({self.batch_size}) is the number of "
-                             f"parallel streams and cannot exceed the {self.data_size} examples")
+
+    def _check_sizes(self, data_size, batch_size):
+        if batch_size > data_size:
+            raise ValueError(f"SeqDataLoader: batch_size ({batch_size}) is the number of "
+                             f"parallel streams and cannot exceed the {data_size} examples")
 
     def _batch_index(self):
-        jump = self.data_size // self.batch_size
-        return (np.arange(self.batch_size) * jump + self.iteration) % self.data_size
+        jump = self.data_size // self._batch_size
+        return (np.arange(self._batch_size) * jump + self.iteration) % self.data_size
 
     def __repr__(self):
         return (f"SeqDataLoader({self.dataset!r}, batch_size={self.batch_size}, "

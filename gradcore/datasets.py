@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .transforms import Compose, Flatten, Normalize, ToFloat
+from .transforms import Compose, Flatten, Normalize, ToFloat, _check_callable
 from .utils.download import DownloadError, cache_folder, fetch
 
 __all__ = ["Dataset", "Spiral", "get_spiral", "SinCurve", "Shapes", "MNIST", "FashionMNIST",
@@ -61,9 +61,8 @@ class Dataset:
             raise TypeError(f"{name}: train must be True or False, got {train!r} (pass "
                             "transforms by keyword: transform=...)")
         for what, f in (("transform", transform), ("target_transform", target_transform)):
-            if f is not None and not callable(f):
-                raise TypeError(f"{name}: {what} must be callable or None, got "
-                                f"{type(f).__name__}")
+            if f is not None:
+                _check_callable(name, f, what)
         self.train = bool(train)
         self.transform = _identity if transform is None else transform
         self.target_transform = _identity if target_transform is None else target_transform

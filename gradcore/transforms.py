@@ -12,9 +12,15 @@ __all__ = ["Compose", "Normalize", "Flatten", "AsType", "ToFloat", "ToInt", "Con
            "CenterCrop", "ToArray", "ToPIL", "RandomHorizontalFlip"]
 
 
-def _check_callable(owner, f):
+def _check_callable(owner, f, what="a transform"):
+    """Refuse `f` where a transform belongs: not callable, or a transform class (the
+    parentheses forgotten), which would turn each example into a transform object. Classes
+    called as conversions (int, np.float32) are callable and pass."""
+    if isinstance(f, type) and any("__call__" in vars(c) for c in f.__mro__):
+        raise TypeError(f"{owner}: {what} must be a transform object or a function, got the "
+                        f"class {f.__name__}; did you mean {f.__name__}()?")
     if not callable(f):
-        raise TypeError(f"{owner}: a transform must be callable (a function or a transform "
+        raise TypeError(f"{owner}: {what} must be callable (a function or a transform "
                         f"object), got {type(f).__name__}")
 
 
@@ -129,6 +135,37 @@ def _pil():
     return Image
 
 
+def _image(owner, img):
+    """img, refused unless it is a PIL image (importing Pillow)."""
+    if not isinstance(img, _pil().Image):
+        hint = "; put ToPIL() before it to make one of an array" \
+            if isinstance(img, np.ndarray) else ""
+        raise TypeError(f"{owner}: expected a PIL image, got {type(img).__name__}{hint}")
+    return img
+
+
+def _is_image(img):
+    """Whether img is a PIL image; without Pillow nothing is."""
+    try:
+        return isinstance(img, _pil().Image)
+    except ImportError:
+        return False
+
+
+def _is_mode(mode):
+    """Whether PIL knows the image mode `mode`; any mode passes without Pillow (the first image
+    then says to install it)."""
+    try:
+        from PIL import ImageMode
+    except ImportError:
+        return True
+    try:
+        ImageMode.getmode(mode)
+    except (KeyError, TypeError):
+        return False
+    return True
+
+
 def _size(owner, size):
     """`size` (an int, or a pair (width, height)) as a pair of positive ints."""
     try:
@@ -146,10 +183,15 @@ class Convert:
     blue channels are swapped (as Caffe's VGG16 weights expect)."""
 
     def __init__(self, mode="RGB"):
+        if mode != "BGR" and not _is_mode(mode):
+            raise ValueError(f"Convert: unknown mode {mode!r}; use one of PIL's modes ('RGB', "
+                             "'RGBA', 'L', 'LA', '1', 'I', 'F', 'CMYK', ...; case matters) or "
+                             "'BGR'")
         self.mode = mode
 
     def __call__(self, img):
         Image = _pil()
+        _image("Convert", img)
         if self.mode == "BGR":
             r, g, b = img.convert("RGB").split()
             return Image.merge("RGB", (b, g, r))
@@ -168,6 +210,7 @@ class Resize:
         self.mode = mode
 
     def __call__(self, img):
+        _image("Resize", img)
         mode = _pil().BILINEAR if self.mode is None else self.mode
         return img.resize(self.size, mode)
 
@@ -184,7 +227,7 @@ class CenterCrop:
         self.size = _size("CenterCrop", size)
 
     def __call__(self, img):
-        width, height = img.size
+        width, height = _image("CenterCrop", img).size
         left, top = (width - self.size[0]) // 2, (height - self.size[1]) // 2
         return img.crop((left, top, left + self.size[0], top + self.size[1]))
 
@@ -194,8 +237,9 @@ class CenterCrop:
 
 class ToArray:
     """A PIL image as an array (C, H, W) of `dtype` (float32 by default), the pixel values
-    unscaled (0 to 255 for 8-bit images); a grey image gives one channel. An array is given
-    back as it is (a copy)."""
+    unscaled (0 to 255 for 8-bit images); a grey image gives one channel. A palette image ("P",
+    "PA") gives its colours: it is converted to RGB (RGBA) first. An array is given back as it
+    is (a copy)."""
 
     def __init__(self, dtype=np.float32):
         self.dtype = np.dtype(dtype)
@@ -206,6 +250,8 @@ class ToArray:
         if not isinstance(img, _pil().Image):
             raise TypeError(f"ToArray: expected a PIL image or a NumPy array, got "
                             f"{type(img).__name__}")
+        if img.mode in ("P", "PA"):  # its pixels are indices into the palette, not colours
+            img = img.convert("RGB" if img.mode == "P" else "RGBA")
         x = np.asarray(img)
         x = x[None] if x.ndim == 2 else x.transpose(2, 0, 1)  # (H, W, C) -> (C, H, W)
         return x.astype(self.dtype)
@@ -246,10 +292,13 @@ class RandomHorizontalFlip:
         self.p = float(p)
 
     def __call__(self, img):
-        flip = np.random.random() < self.p
+        # checked before the draw: a wrong input fails at once, not at the first flip
         if isinstance(img, np.ndarray):
-            return img[..., ::-1].copy() if flip else img.copy()
-        return img.transpose(_pil().FLIP_LEFT_RIGHT) if flip else img
+            return img[..., ::-1].copy() if np.random.random() < self.p else img.copy()
+        if not _is_image(img):
+            raise TypeError(f"RandomHorizontalFlip: expected a PIL image or a NumPy array, got "
+                            f"{type(img).__name__}")
+        return img.transpose(_pil().FLIP_LEFT_RIGHT) if np.random.random() < self.p else img
 
     def __repr__(self):
         return f"RandomHorizontalFlip(p={self.p})"

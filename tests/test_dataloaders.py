@@ -357,8 +357,31 @@ def test_examples_as_lists_batch_as_pairs_do():
     x, t = next(DataLoader([[np.full(2, i, np.float32), i] for i in range(3)], 3, False))
     np.testing.assert_array_equal(x, [[0, 0], [1, 1], [2, 2]])
     assert t.tolist() == [0, 1, 2]
-    with pytest.raises(TypeError, match=r"dataset\[0\] must be an \(x, t\) pair.*got list"):
+    with pytest.raises(TypeError, match=r"dataset\[0\] must be an \(x, t\) pair.*got a list of 3 "
+                                        r"items; pack the inputs into one array"):
         next(DataLoader([[1.0, 2, 3]], 1, shuffle=False))
+
+
+def test_an_example_of_three_parts_is_counted_in_the_message():
+    three = [(np.ones(2, np.float32), np.zeros(3, np.float32), 1)]
+    with pytest.raises(TypeError, match=r"^DataLoader: dataset\[0\] must be an \(x, t\) pair "
+                                        r"\(t None when there is no label\), got a tuple of 3 "
+                                        r"items; pack the inputs into one array$"):
+        next(DataLoader(three, 1, shuffle=False))
+    with pytest.raises(TypeError, match=r"got a tuple of 1 item$"):
+        next(DataLoader([(np.ones(2),)], 1, shuffle=False))
+
+
+def test_examples_that_are_not_arrays_or_numbers_are_refused_not_batched_as_objects():
+    # a transform that gives each example as some object: np.stack would make an object array
+    ds = Counting(4, transform=lambda x: {"x": x})
+    with pytest.raises(TypeError, match=r"^DataLoader: cannot stack the inputs of a batch into "
+                                        r"one array of numbers, got a dict; the dataset's "
+                                        r"examples must be host arrays or numbers of one shape$"):
+        next(DataLoader(ds, 2, shuffle=False))
+    labels = Counting(4, target_transform=lambda t: object())
+    with pytest.raises(TypeError, match=r"cannot stack the labels .* got a object"):
+        next(DataLoader(labels, 2, shuffle=False))
 
 
 def test_bad_datasets_and_arguments():
@@ -388,6 +411,45 @@ def test_examples_made_of_parts_of_different_shapes_get_the_loaders_message():
                            shuffle=False))  # parts of one shape still stack
     assert x.shape == (2, 2, 2) and np.array_equal(x[1], [[1.0, 1.0], [1.0, 1.0]])
     assert np.array_equal(t, [0, 1])
+
+
+def test_batch_size_or_dataset_set_between_epochs_gives_whole_epochs():
+    loader = DataLoader(Counting(7), 3, shuffle=False)
+    assert len(loader) == 3
+    loader.batch_size = 2
+    assert (len(loader), loader.max_iter, loader.data_size) == (4, 4, 7)
+    assert [x.tolist() for x, _ in epoch(loader)] == [[0, 1], [2, 3], [4, 5], [6]]
+    loader.batch_size = np.int64(5)  # after a whole epoch: iteration is 0 again
+    assert loader.batch_size == 5 and type(loader.batch_size) is int
+    assert [x.tolist() for x, _ in epoch(loader)] == [[0, 1, 2, 3, 4], [5, 6]]
+    loader.dataset = Counting(3)
+    assert (len(loader), loader.data_size) == (1, 3)
+    assert [t.tolist() for _, t in epoch(loader)] == [[100, 101, 102]]
+    np.random.seed(0)
+    shuffled = DataLoader(Counting(4), 4)
+    shuffled.dataset = Counting(6)  # a new order, of the new dataset's 6 examples
+    assert sorted(np.concatenate([x for x, _ in epoch(shuffled)]).tolist()) == [0, 1, 2, 3, 4, 5]
+
+
+def test_batch_size_or_dataset_set_mid_epoch_is_refused_and_changes_nothing():
+    loader = DataLoader(Counting(7), 3, shuffle=False)
+    next(loader)
+    for name, value in (("batch_size", 2), ("dataset", Counting(4))):
+        with pytest.raises(RuntimeError, match=r"^DataLoader: cannot change dataset or "
+                                               r"batch_size mid-epoch \(1 of 3 batches taken\); "
+                                               r"call loader.reset\(\) first"):
+            setattr(loader, name, value)
+    assert (loader.batch_size, len(loader), loader.data_size) == (3, 3, 7)
+    assert [x.tolist() for x, _ in epoch(loader)] == [[3, 4, 5], [6]]
+    next(loader)
+    loader.reset()
+    loader.batch_size = 4
+    assert [x.tolist() for x, _ in epoch(loader)] == [[0, 1, 2, 3], [4, 5, 6]]
+    with pytest.raises(ValueError, match=r"batch_size must be a positive int, got 0"):
+        loader.batch_size = 0
+    with pytest.raises(TypeError, match=r"dataset must support len\(\)"):
+        loader.dataset = 5
+    assert (loader.batch_size, len(loader), loader.data_size) == (4, 2, 7)
 
 
 # =============================================================================== SeqDataLoader
@@ -436,6 +498,17 @@ def test_seq_loader_device(xp2):
 def test_seq_loader_needs_enough_examples():
     with pytest.raises(ValueError, match=r"batch_size \(7\) is the number of parallel streams"):
         SeqDataLoader(Counting(6), batch_size=7)
+    loader = SeqDataLoader(Counting(6), batch_size=2)
+    with pytest.raises(ValueError, match=r"batch_size \(7\) is the number of parallel streams"):
+        loader.batch_size = 7
+    assert (loader.batch_size, len(loader)) == (2, 3)
+
+
+def test_seq_loader_batch_size_set_between_epochs():
+    loader = SeqDataLoader(Counting(10), batch_size=2)
+    loader.batch_size = 3  # jump 3 and max_iter 4, as SeqDataLoader(Counting(10), 3) has
+    assert len(loader) == 4
+    assert [x.tolist() for x, _ in epoch(loader)] == [[0, 3, 6], [1, 4, 7], [2, 5, 8], [3, 6, 9]]
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")

@@ -56,6 +56,17 @@ def test_dataset_argument_errors():
         Squares(target_transform=3)
 
 
+def test_dataset_refuses_a_transform_class_without_parentheses():
+    with pytest.raises(TypeError, match=r"^Squares: transform must be a transform object or a "
+                                        r"function, got the class Normalize; did you mean "
+                                        r"Normalize\(\)\?$"):
+        Squares(transform=gradcore.transforms.Normalize)
+    with pytest.raises(TypeError, match=r"^Squares: target_transform .* got the class AsType"):
+        Squares(target_transform=gradcore.transforms.ToFloat)
+    ds = Squares(target_transform=int)  # a class called as a conversion is a fine transform
+    assert ds[3] == (3.0, 9) and type(ds[3][1]) is int
+
+
 def test_dataset_whose_prepare_sets_nothing():
     ds = Dataset()
     with pytest.raises(TypeError, match=r"Dataset has no data: its prepare\(\) must set self.data"):

@@ -82,6 +82,16 @@ def test_compose_of_something_not_a_list_says_what_it_takes(transforms):
 
 
 # =============================================================================== PIL images
+def test_a_transform_class_without_parentheses_is_refused():
+    for cls in (Normalize, ToFloat, Flatten):
+        with pytest.raises(TypeError, match=rf"^Compose: a transform must be a transform object "
+                                            rf"or a function, got the class {cls.__name__}; did "
+                                            rf"you mean {cls.__name__}\(\)\?$"):
+            Compose([Flatten(), cls])
+    # classes called as conversions make no transform object of the example: they pass
+    assert Compose([np.float32, float])(np.array(2)) == 2.0
+
+
 Image = pytest.importorskip("PIL.Image")  # Pillow comes with matplotlib; gradcore needs neither
 
 
@@ -103,6 +113,24 @@ def test_to_array_gives_channels_first_unscaled_float32():
     assert ToArray()(row).tolist() == row.tolist() and not np.shares_memory(ToArray()(row), row)
     with pytest.raises(TypeError, match="ToArray: expected a PIL image or a NumPy array, got list"):
         ToArray()([[1, 2]])
+
+
+def test_to_array_gives_a_palette_images_colours():
+    colours = np.array([[[255, 0, 0], [0, 255, 0]], [[0, 0, 255], [255, 0, 0]]], np.uint8)
+    palette = Image.fromarray(colours).convert("P", palette=Image.Palette.ADAPTIVE, colors=4)
+    assert palette.mode == "P"
+    x = ToArray()(palette)
+    assert x.shape == (3, 2, 2) and x.dtype == np.float32
+    np.testing.assert_array_equal(x[0], [[255, 0], [0, 255]])  # red
+    np.testing.assert_array_equal(x[1], [[0, 255], [0, 0]])  # green
+    np.testing.assert_array_equal(x[2], [[0, 0], [255, 0]])  # blue
+    with_alpha = palette.convert("PA")
+    with_alpha.putalpha(Image.fromarray(np.array([[10, 20], [30, 40]], np.uint8)))
+    assert with_alpha.mode == "PA"
+    y = ToArray(np.uint8)(with_alpha)
+    assert y.shape == (4, 2, 2)
+    np.testing.assert_array_equal(y[:3], x)
+    np.testing.assert_array_equal(y[3], [[10, 20], [30, 40]])
 
 
 def test_to_pil_takes_channels_first_arrays():
@@ -164,7 +192,43 @@ def test_random_horizontal_flip_draws_from_numpy_global_generator():
         RandomHorizontalFlip(p=1.5)
 
 
+def test_image_transforms_refuse_what_is_not_an_image_naming_themselves():
+    array = np.zeros((3, 8, 8), np.float32)
+    for t in (Resize(4), CenterCrop(4), Convert("L"), Convert("BGR"), Compose([ToArray(),
+                                                                                Resize(4)])):
+        name = type(t.transforms[-1] if isinstance(t, Compose) else t).__name__
+        with pytest.raises(TypeError, match=rf"^{name}: expected a PIL image, got ndarray; put "
+                                            r"ToPIL\(\) before it to make one of an array$"):
+            t(array)
+    with pytest.raises(TypeError, match=r"^CenterCrop: expected a PIL image, got list$"):
+        CenterCrop(2)([[1, 2]])
+
+
+def test_convert_refuses_a_mode_pil_does_not_know():
+    for mode in ("rgb", "RBG", "", None):
+        with pytest.raises(ValueError, match=rf"^Convert: unknown mode {mode!r}; use one of "
+                                             r"PIL's modes \('RGB', .*case matters\) or 'BGR'$"):
+            Convert(mode)
+    assert Convert("LA")(rgb(2, 1)).mode == "LA"  # a mode beyond the first few named
+
+
+@pytest.mark.parametrize("p", [0.0, 1.0])
+def test_random_horizontal_flip_refuses_what_is_neither_image_nor_array(p):
+    for value in ([1.0, 2.0, 3.0], (1.0, 2.0), np.float32(1.0)):
+        with pytest.raises(TypeError, match=rf"^RandomHorizontalFlip: expected a PIL image or a "
+                                            rf"NumPy array, got {type(value).__name__}$"):
+            RandomHorizontalFlip(p)(value)
+
+
 def test_image_transforms_say_to_install_pillow_when_it_is_missing(monkeypatch):
     monkeypatch.setitem(sys.modules, "PIL", None)  # as if Pillow were not installed
     with pytest.raises(ImportError, match="Pillow is not installed: pip install pillow"):
         Resize(2)(object())
+    convert = Convert("RGB")  # made without Pillow; its first image says to install it
+    with pytest.raises(ImportError, match="Pillow is not installed"):
+        convert(object())
+    # no Pillow, so no PIL image: a list is the wrong input, not a missing package
+    with pytest.raises(TypeError, match="RandomHorizontalFlip: expected a PIL image or a NumPy "
+                                        "array, got list"):
+        RandomHorizontalFlip(1.0)([1.0])
+    assert RandomHorizontalFlip(1.0)(np.arange(3)).tolist() == [2, 1, 0]
