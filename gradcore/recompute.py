@@ -11,14 +11,19 @@ random.DrawLog), batch norm leaves its running statistics as the first run left 
 test mode, reads them as the first run read them (noted in the same log: a train-mode call may
 have updated them since), gradients reach the outside Variables through the outer walk
 (gradcore.grad leaves every .grad alone, as without a checkpoint), and with create_graph the
-gradients stay differentiable.
+gradients stay differentiable. Hooks the block registers stay as the first run left them. A
+result that lies behind another (an intermediate returned beside what the block computed from
+it) comes from a node of its own, an input of the other's, so that its whole gradient reaches
+it: one more recomputation per such stage.
 """
 import backends
 
 from . import engine, random
+from . import variable as _variables
 from .config import Config, enable_grad, is_grad_enabled, recomputation, using_config
-from .function import Function
-from .variable import Variable, has_graph, sequence, variables_returned
+from .function import Function, _base_of
+from .variable import (RETAIN_GRAD, Variable, sequence, share_versions,
+                       variables_returned)
 
 __all__ = ["checkpoint"]
 
@@ -49,13 +54,25 @@ def checkpoint(fn, *args):
         out = fn(*_filled(args, where, leaves))
     several = isinstance(out, tuple)
     outputs = _results(out)
-    # a result with no graph in the block (a detached value, an index) gets none from the node:
-    # it comes back as the block returned it
-    plain = {k: y for k, y in enumerate(outputs) if not has_graph(y)}
-    if len(plain) == len(outputs):  # nothing to differentiate, so nothing to recompute
-        return out
-    # not those: the node would hold them, and refuse its backward after a write into one
-    outside = _outside_variables([y for y in outputs if has_graph(y)], leaves, start)
+    _carry_hooks(leaves, [args[i] for i in where])
+    # what checkpoint returns, position by position. As the block returned them: a result with
+    # no graph in the block (a detached value, an index), a Variable from outside it (a
+    # Parameter); an argument: the caller's Variable, as without checkpoint; a result the block
+    # computed: the output of a node below
+    results = list(outputs)
+    passed = {id(leaf): args[i] for leaf, i in zip(leaves, where)}
+    computed = {}  # position -> the first position of the same result (one returned twice)
+    at = {}  # id -> that first position
+    for k, y in enumerate(outputs):
+        if id(y) in passed:
+            if isinstance(passed[id(y)], Variable):
+                results[k] = passed[id(y)]
+        elif y.creator is not None and y.creator.sequence > start:
+            computed[k] = at.setdefault(id(y), k)
+    if not computed:  # nothing to differentiate, so nothing to recompute
+        return _returned(type(out), results, several)
+    ours = [outputs[k] for k in at.values()]
+    outside = _outside_variables(ours, leaves, start)
     # lazily created weights, in the order they were made
     created = sorted((x for x in outside if _written_since(x, start)),
                      key=lambda x: x._writes.stamps[-1])
@@ -66,15 +83,86 @@ def checkpoint(fn, *args):
             "would not create them again, nor draw the random numbers their initializers drew; "
             "create them first: call the model once outside checkpoint, or give the layer its "
             "input size")
-    node = Checkpoint(fn, args, where, draws, Config.train,
-                      tuple(y.data for y in outputs) if several else outputs[0].data)
+    nodes = [Checkpoint(fn, args, where, draws, Config.train, stage)
+             for stage in _stages(ours, list(at.values()), leaves, start)]
     kind = type(out)
-    del out, outputs  # the block's graph goes: only the node's inputs stay
-    results = node(*[args[i] for i in where], *outside)
-    if plain:
-        results = tuple(plain.get(k, y) for k, y in enumerate(results))
-    # a namedtuple fn returned comes back as one, as it does with grad off
-    return kind._make(results) if several and hasattr(kind, "_make") else results
+    del out, outputs, ours  # the block's graph goes: only the nodes' inputs stay
+    inputs = [args[i] for i in where] + outside
+    for node in nodes:
+        given = [*inputs, *[results[k] for k in node.behind]]
+        ys = node(*given)
+        for k, y in zip(node.positions, ys if isinstance(ys, tuple) else (ys,)):
+            results[k] = y
+            x = _base_of(y, given)
+            if x is not None:  # an input's array or a view of it (a.T): as View's results
+                share_versions(x, y)
+    for k, j in computed.items():
+        results[k] = results[j]
+    return _returned(kind, results, several)
+
+
+def _returned(kind, results, several):
+    """The results as checkpoint returns them: a namedtuple fn returned comes back as one, as it
+    does with grad off."""
+    if not several:
+        return results[0]
+    return kind._make(results) if hasattr(kind, "_make") else tuple(results)
+
+
+def _carry_hooks(leaves, arguments):
+    """The hooks the block's first run registered on its copies of the arguments (`leaves`),
+    registered on the caller's Variables, as without checkpoint (its recomputation runs on
+    those, and registers nothing that stays: see _hooks_kept)."""
+    for leaf, x in zip(leaves, arguments):
+        if isinstance(x, Variable):
+            for hook in leaf._hooks or ():
+                x.register_hook(hook)
+            for hook in getattr(leaf, "_post_hooks", ()):
+                x.register_post_accumulate_grad_hook(hook)
+
+
+def _stages(outputs, positions, leaves, start):
+    """The block's computed results `outputs` (at `positions` among fn's) split among nodes, one
+    (arrays, positions, positions of earlier results it reads) each. A result that lies behind
+    another is an output of an earlier node that the other's takes as an input: its hooks,
+    retain_grad and gradcore.grad then see the gradient coming through the other too. Most
+    blocks are one node."""
+    behind = _behind(outputs, leaves, start) if len(outputs) > 1 else [()]
+    if not any(behind):
+        return [(tuple(y.data for y in outputs), tuple(positions), ())]
+    stage = {}
+    # oldest first: a result behind another was made before it
+    for j in sorted(range(len(outputs)), key=lambda j: outputs[j].creator.sequence):
+        stage[j] = max((stage[b] + 1 for b in behind[j]), default=0)
+    parts = []
+    for n in range(max(stage.values()) + 1):
+        mine = [j for j in range(len(outputs)) if stage[j] == n]
+        read = sorted({b for j in mine for b in behind[j]})
+        parts.append((tuple(outputs[j].data for j in mine), tuple(positions[j] for j in mine),
+                      tuple(positions[b] for b in read)))
+    return parts
+
+
+def _behind(outputs, leaves, start):
+    """For each of the block's computed results, the indices of the others that lie behind it
+    (reached without passing through a third one)."""
+    index = {id(y): j for j, y in enumerate(outputs)}
+    own = set(map(id, leaves))
+    found = []
+    for y in outputs:
+        behind, seen = set(), set()
+        todo = list(y.creator.inputs)
+        while todo:
+            x = todo.pop()
+            if not isinstance(x, Variable) or id(x) in own or id(x) in seen:
+                continue
+            seen.add(id(x))
+            if id(x) in index:
+                behind.add(index[id(x)])
+            elif x.creator is not None and x.creator.sequence > start:
+                todo.extend(x.creator.inputs)
+        found.append(behind)
+    return found
 
 
 def _results(out):
@@ -106,9 +194,7 @@ def _filled(args, where, values):
 def _outside_variables(outputs, leaves, start):
     """The Variables the block's graph reads from outside: leaves other than its own arguments,
     and results of Functions recorded before it began (those that need no gradient too: a
-    write into one before backward must stop the recompute, as it stops a backward). A result
-    that is one of them, handed on as it is (a Parameter the block returns), counts too: its
-    gradient reaches it through the node."""
+    write into one before backward must stop the recompute, as it stops a backward)."""
     own = set(map(id, leaves))
     found, seen = {}, set()
     todo = list(outputs)
@@ -128,14 +214,16 @@ class Checkpoint(Function):
     """The node of a checkpointed block: its forward hands on the results computed when the
     block ran; its backward computes the block again and differentiates it."""
 
-    def __init__(self, fn, args, where, draws, train, results):
+    def __init__(self, fn, args, where, draws, train, stage):
         self.fn, self.args, self.where = fn, args, where
         self.draws, self.train = draws, train  # a closed random.DrawLog
-        self.results = results
+        # the arrays it hands on, which of fn's results they are, and which of fn's results
+        # (other nodes' outputs) are its last inputs: see _stages
+        self.results, self.positions, self.behind = stage
 
     def forward(self, *xs):
         results, self.results = self.results, None  # the arrays live on in the outputs only
-        return results
+        return results if len(results) > 1 else results[0]
 
     def zeros_for_output(self, i):
         """The walk's gradient for a result it did not reach (unused or dead): None, not zeros,
@@ -149,29 +237,54 @@ class Checkpoint(Function):
         with enable_grad(), using_config("train", self.train), recomputation():
             out = self._run_again(arguments)
         outputs = out if isinstance(out, tuple) else (out,)
-        pairs = [(y, g) for y, g in zip(outputs, gys)
-                 if y.creator is not None and g is not None]
+        pairs = [(outputs[k], g) for k, g in zip(self.positions, gys) if g is not None]
+        # the inputs as the recomputation has them: the results before this node's made again
+        again = (*self.inputs[:len(self.inputs) - len(self.behind)],
+                 *(outputs[k] for k in self.behind))
         # one position per Variable: one passed twice, or passed and also read from outside,
         # gets its whole gradient once (grad_within gives it at each position)
         first = {}
         for i, (x, need) in enumerate(zip(self.inputs, self.needs_input_grad)):
             if need:
                 first.setdefault(id(x), i)
-        gradients = {}
-        if pairs and first:
-            # the gradients reaching the node's inputs from the block; the walk this backward
-            # runs in carries them on behind the inputs
-            wanted = [self.inputs[i] for i in first.values()]
-            gradients = dict(zip(first.values(), engine.grad_within(
-                [y for y, _ in pairs], wanted, [g for _, g in pairs], create_graph)))
-        for y, g in zip(outputs, gys):  # an input handed back as it is: its gradient as it is
-            i = first.get(id(y))
-            if y.creator is None and g is not None and i is not None:
-                gradients[i] = g if gradients.get(i) is None else gradients[i] + g
+        if not pairs or not first:
+            return (None,) * len(self.inputs)
+        # the gradients reaching the node's inputs from the block; the walk this backward runs
+        # in carries them on behind the inputs
+        gradients = dict(zip(first.values(), engine.grad_within(
+            [y for y, _ in pairs], [again[i] for i in first.values()], [g for _, g in pairs],
+            create_graph)))
         return tuple(gradients.get(i) for i in range(len(self.inputs)))
 
     def _run_again(self, arguments):
         """The block's results from `arguments`, with the random numbers it drew and the running
         statistics it read the first time."""
-        with self.draws.replay():
-            return self.fn(*_filled(self.args, self.where, arguments))
+        kept = _hooks_kept(self.inputs)
+        try:
+            with self.draws.replay():
+                return self.fn(*_filled(self.args, self.where, arguments))
+        finally:
+            _put_back(kept)
+
+
+def _hooks_kept(variables):
+    """(Variable, its number of hooks, of post-accumulate hooks) for each, for _put_back."""
+    return [(x, len(x._hooks or ()), len(getattr(x, "_post_hooks", ()))) for x in variables]
+
+
+def _put_back(kept):
+    """Take off the hooks a recomputation registered on Variables from before it (the block's
+    arguments, the Variables it reads): the first run registered them already, and registered
+    again they would run once more in each later backward."""
+    for x, count, post_count in kept:
+        if x._hooks is not None and len(x._hooks) > count:
+            # but retain_grad(), which keeps once however often it is called: on an argument
+            # the first run called it on a leaf copy, where it does nothing
+            x._hooks[count:] = [RETAIN_GRAD] if RETAIN_GRAD in x._hooks[count:] else []
+        hooks = getattr(x, "_post_hooks", None)
+        if hooks is not None and len(hooks) > post_count:
+            with _variables._post_hooks_lock:
+                del hooks[post_count:]
+                if not hooks:  # as _HookHandle.remove: no hooks left, no counting pass
+                    del x._post_hooks
+                    engine.hooked_leaves.discard(x)

@@ -727,7 +727,7 @@ def test_a_hook_on_a_blocks_input_runs_once_per_backward():
 
 
 def test_a_variable_from_outside_handed_back_as_it_is_gets_its_gradient():
-    # a Parameter the block returns without using it is an input of its node, as is a result
+    # a Parameter the block returns without using it comes back as itself, as does a result
     # computed before the block, so both get their gradients (as with torch.utils.checkpoint)
     def run(checkpointed, handed_back):
         w = gradcore.Parameter(np.array([1.0, 2.0, 3.0]))
@@ -837,3 +837,140 @@ def test_an_argument_only_an_unused_result_reads_gets_no_gradient():
         del b
         F.sum(a).backward()
         assert w.grad is None
+
+
+# ============================================================ found by the hooks review
+def test_an_intermediate_returned_beside_what_the_block_computed_from_it_gets_its_whole_gradient():
+    # h's gradient is the one through y = sin(h) and the one from outside: cos(h) + 1. As a
+    # sibling output of one node it saw only the outside part ([1, 1]), in gradcore.grad, in
+    # retain_grad and in its hooks, while x.grad was right
+    def block(a):
+        h = a * 2.0
+        return F.sin(h), h
+
+    x0 = np.array([0.5, 1.5])
+    whole = np.cos(2.0 * x0) + 1.0  # [1.540, 0.010]
+    for checkpointed in (False, True):
+        def run():
+            x = Variable(x0.copy())
+            y, h = gradcore.checkpoint(block, x) if checkpointed else block(x)
+            return x, h, F.sum(y) + F.sum(h)
+        x, h, loss = run()
+        np.testing.assert_allclose(gradcore.grad(loss, [h])[0].data, whole, rtol=1e-15)
+        x, h, loss = run()
+        h.retain_grad()
+        loss.backward()
+        np.testing.assert_allclose(h.grad.data, whole, rtol=1e-15)
+        x, h, loss = run()
+        h.register_hook(lambda g: g * 10.0)
+        loss.backward()
+        np.testing.assert_allclose(x.grad.data, 2.0 * 10.0 * whole, rtol=1e-15)  # [30.81, 0.20]
+
+
+def test_results_behind_results_in_three_stages_and_an_argument_handed_back_as_itself():
+    def block(a):
+        h1 = a * 2.0
+        h2 = F.sin(h1) * h1
+        return F.exp(h2) + h1, h2, h1, h1
+
+    def loss(y, h2, h1, again):
+        return F.sum(y) + F.sum(h2 * h2) + F.sum(h1 ** 3) + F.sum(again)
+
+    x0 = np.array([0.5, 1.5])
+    grads = []
+    for checkpointed in (False, True):
+        x = Variable(x0.copy())
+        results = gradcore.checkpoint(block, x) if checkpointed else block(x)
+        assert results[2] is results[3]  # one result returned twice: one Variable, as without
+        g = gradcore.grad(loss(*results), [x, *results[1:3]], create_graph=True)
+        grads.append([v.data for v in g] + [gradcore.grad(F.sum(g[0]), [x])[0].data])
+    for got, want in zip(*grads):
+        np.testing.assert_allclose(got, want, rtol=1e-14)
+    h1 = 2.0 * x0
+    h2 = np.sin(h1) * h1
+    d_h2 = np.exp(h2) + 2.0 * h2  # through y and h2 * h2
+    np.testing.assert_allclose(grads[1][1], d_h2, rtol=1e-14)
+    np.testing.assert_allclose(grads[1][2], 1.0 + 3.0 * h1 ** 2 + 1.0
+                               + d_h2 * (np.cos(h1) * h1 + np.sin(h1)), rtol=1e-14)
+    t = Variable(np.array([1.0, 2.0]))
+    hooked = []
+    a, b = gradcore.checkpoint(lambda u: (u, F.sin(u)), t)
+    assert a is t  # the caller's Variable, as without checkpoint: its hooks see the whole gradient
+    a.register_hook(lambda g: hooked.append(g.data))
+    F.sum(a + b).backward()
+    np.testing.assert_allclose(hooked[0], 1.0 + np.cos([1.0, 2.0]), rtol=1e-15)
+
+
+def test_hooks_a_block_registers_stay_as_its_first_run_left_them():
+    # the first run registered a hook on its copy of the argument (lost), and each recompute
+    # on the caller's Variable (kept): the 2nd backward reversed the gradient twice; a hook on an
+    # outside Parameter was registered twice before the 1st backward ran
+    def reversing(a):
+        a.register_hook(lambda g: -g)
+        return F.sin(a)
+
+    x0 = np.array([0.5, 1.5])
+    for checkpointed in (False, True):
+        x = Variable(x0.copy())
+        h = x * 2.0
+        y = F.sum(gradcore.checkpoint(reversing, h) if checkpointed else reversing(h))
+        for _ in range(3):
+            x.cleargrad()
+            y.backward()
+            np.testing.assert_allclose(x.grad.data, -2.0 * np.cos(2.0 * x0), rtol=1e-15)
+        assert len(h._hooks) == 1
+
+        W = gradcore.Parameter(np.array([0.3, 0.7]))
+
+        def scaled(a, W=W):
+            W.register_hook(lambda g: g * 10.0)
+            return F.sin(a * W)
+        F.sum(gradcore.checkpoint(scaled, Variable(x0.copy())) if checkpointed
+              else scaled(Variable(x0.copy()))).backward()
+        np.testing.assert_allclose(W.grad.data, 10.0 * x0 * np.cos(x0 * W.data), rtol=1e-15)
+        assert len(W._hooks) == 1
+
+        calls = []
+        leaf = Variable(x0.copy())
+
+        def counted(a):
+            a.register_post_accumulate_grad_hook(lambda v: calls.append(v))
+            a.retain_grad()  # on a leaf: nothing to do, with or without checkpoint
+            return F.sin(a)
+        y = F.sum(gradcore.checkpoint(counted, leaf) if checkpointed else counted(leaf))
+        y.backward()
+        y.backward()
+        assert calls == [leaf, leaf] and len(leaf._post_hooks) == 1
+
+
+def test_retain_grad_a_block_calls_on_its_argument_keeps_it():
+    def block(a):
+        a.retain_grad()
+        return F.sin(a)
+    x = Variable(np.array([0.5, 1.5]))
+    h = x * 2.0
+    F.sum(gradcore.checkpoint(block, h)).backward()
+    np.testing.assert_allclose(h.grad.data, np.cos([1.0, 3.0]), rtol=1e-15)
+    assert h.retains_grad and len(h._hooks) == 1
+
+
+def test_a_result_that_is_a_view_of_an_argument_or_outside_variable_shares_its_version():
+    # a counted write through the view changes W's memory: a backward that saved W must refuse,
+    # as with W.T made without checkpoint (it ran, giving W.grad [0, 2, 4, 6])
+    def views(a):
+        return a.T, a[0], a.reshape(4)
+    for k in range(3):
+        W = gradcore.Parameter(np.array([[1.0, 2.0], [3.0, 4.0]]))
+        v = gradcore.checkpoint(views, W)[k]
+        t = F.sum(W * W)
+        v.data -= 1.0
+        assert W.version == 1
+        with pytest.raises(RuntimeError, match="mul: its input 0.*was written after mul ran"):
+            t.backward()
+    W = gradcore.Parameter(np.array([[1.0, 2.0], [3.0, 4.0]]))
+    v, _ = gradcore.checkpoint(lambda a: (W.T, a * 2.0), Variable(np.ones(2)))
+    v.data = v.data[::-1]  # a new array over the same memory: still a write into W's memory
+    assert W.version == 1
+    fresh, _ = gradcore.checkpoint(lambda a: (W * 1.0, a * 2.0), Variable(np.ones(2)))
+    fresh.data -= 1.0
+    assert W.version == 1  # a result with arrays of its own: no version shared
