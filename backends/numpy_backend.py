@@ -16,8 +16,9 @@ class NumpyBackend(HostRandom, Backend):
     scalar_types = frozenset(t for t in numpy.sctypeDict.values() if issubclass(t, numpy.generic))
 
     def owns_memory(self, array):
-        # a NumPy scalar (which callers may keep in place of a 0-d array) is immutable
-        return array.__class__ is not numpy.ndarray or (
+        # a NumPy scalar (which callers may keep in place of a 0-d array) is immutable; any
+        # array, a subclass's (np.memmap) too, is memory that other arrays may share
+        return array.__class__ in self.scalar_types or (
             array.base is None and array.flags.writeable)
 
     def device_of(self, array):
@@ -25,7 +26,19 @@ class NumpyBackend(HostRandom, Backend):
 
     def ensure_array(self, obj):
         # NumPy reductions and 0-d arithmetic hand back scalars: make them 0-d arrays again.
-        return numpy.asarray(obj) if isinstance(obj, numpy.generic) else obj
+        if isinstance(obj, numpy.generic):
+            return numpy.asarray(obj)
+        if obj.__class__ is numpy.ndarray or not isinstance(obj, numpy.ndarray):
+            return obj
+        # A subclass's array: a plain ndarray over the same memory (np.memmap's stays the
+        # file's), as the ops' NumPy semantics hold for ndarrays only: np.matrix's * is a matrix
+        # product, and its sum keeps two axes
+        if isinstance(obj, numpy.ma.MaskedArray):
+            raise TypeError(
+                "numpy.ma.MaskedArray data is not supported: gradcore's ops and their gradients "
+                "read every element, masked ones too; pass a.filled(value) to replace the masked "
+                "elements, or numpy.asarray(a) to drop the mask")
+        return numpy.asarray(obj)
 
     def asarray(self, obj, dtype=None, device=None):
         return numpy.asarray(obj, dtype=dtype)

@@ -47,11 +47,6 @@ os.register_at_fork(after_in_child=_after_fork)
 # backward pays one truth test for the feature; else it first counts each hooked leaf's ops
 hooked_leaves = weakref.WeakSet()
 
-# The .grad Variables the walk stored on non-leaves (retain_grad), held weakly: a non-leaf's
-# .grad that is none of them was set by hand, and backward() seeds with it (DeZero's
-# y.grad = v; y.backward())
-_retained = weakref.WeakSet()
-
 
 def _seed(y, grad, create_graph, index=None):
     """The seed gradient for the output y, checked: `grad` (None: ones) as a Variable shaped,
@@ -122,8 +117,7 @@ def _retain(y, g, shared):
     if y._grad is not None:
         _check_grad_fits(y)
     with _accumulating:  # several threads may retain into one y (a shared graph), as into leaves
-        y._grad = kept if y._grad is None else y._grad + kept
-        _retained.add(y._grad)
+        y._grad = y._retained_grad = kept if y._grad is None else y._grad + kept
 
 
 def _hook_result(hook, x, g):
@@ -189,10 +183,12 @@ def _check_versions(f):
     (backward would compute with the new values: PyTorch's "modified by an inplace operation")."""
     for role, x in f._variables_read():
         log = getattr(x, "_writes", None)
-        # released data (x.data = None) holds no new values to compute with: a backward that
-        # reads it fails, and the walk says why (_explain_failed_backward)
+        # Releasing data (x.data = None, its latest write) gives backward no new values: one
+        # that reads them fails, and the walk says why (_explain_failed_backward). A write
+        # before the release and after f ran still counts: f saw other data (another shape,
+        # while x's gradient takes the shape the release noted)
         if log is not None and log.stamps and log.stamps[-1] > f.sequence and (
-                x._data is not None):
+                x._data is not None or len(log.stamps) > 1 and log.stamps[-2] > f.sequence):
             then, exact = version_at(x, f.sequence)
             name = f._name()
             raise RuntimeError(
@@ -800,7 +796,7 @@ def backward(y, grad=None, retain_grad=False, create_graph=False):
     _check_root(y, "backward")
     given = None
     if grad is None and y.creator is not None and y._grad is not None and (
-            y._grad not in _retained):
+            y._grad is not getattr(y, "_retained_grad", None)):
         # a .grad set by hand on a computed y is the seed, taken off y as DeZero clears it
         given = grad = y.grad
     seed = _seed(y, grad, create_graph)

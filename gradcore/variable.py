@@ -156,6 +156,13 @@ def dtype_kind(backend, dtype):
     return kind
 
 
+def no_data(where, error=TypeError):
+    """The error for `where` ("len(x)", "x.shape") on a Variable with no data: Variable(None),
+    or one released (x.data = None)."""
+    return error(f"{where}: this Variable has no data (data is None); give it an array first "
+                 "(x.data = ...)")
+
+
 def _cannot_require_grad(dtype):
     return TypeError(
         f"only floating-point Variables can require grad, and this one holds {dtype} data (its "
@@ -292,8 +299,11 @@ class Variable:
     # _sequence, set on a recorded op's result only, is its creator's sequence (see the walk).
     # _post_hooks, set only while a leaf has post-accumulate hooks: their list (see
     # engine.hooked_leaves)
+    # _retained_grad, set by a backward that kept this computed Variable's gradient
+    # (retain_grad): that .grad, copied and pickled with it, which tells it from one set by hand
+    # (the seed of its own backward, DeZero's y.grad = v); cleared when .grad is set or cleared
     __slots__ = ("_data", "_backend", "name", "_grad", "creator", "generation", "_requires_grad",
-                 "_hooks", "_writes", "_sequence", "_post_hooks", "__weakref__")
+                 "_hooks", "_writes", "_sequence", "_post_hooks", "_retained_grad", "__weakref__")
     __array_priority__ = 200
     __array_ufunc__ = None  # `ndarray <op> Variable` defers to the Variable's reflected operator
 
@@ -322,6 +332,8 @@ class Variable:
 
     @data.setter
     def data(self, value):
+        if value is None and self._data is None:
+            return  # released already, or never given data: nothing changes, so no write
         if step_recorder is not None:
             step_recorder.writing(self, data=True)
         data, backend, kind = _check_data(value)
@@ -362,6 +374,7 @@ class Variable:
         if value is not None:
             value = _checked_grad(self, value)
         self._grad = value
+        self._retained_grad = None
 
     def _get_grad(self):
         if step_recorder is not None:  # the grad object may be another at each replay
@@ -395,11 +408,39 @@ class Variable:
         self.requires_grad = requires_grad
         return self
 
-    # attrgetter runs in C: these are read in every backward, so no Python frame per access
-    shape = property(operator.attrgetter("_data.shape"), doc="The shape of `data`.")
-    ndim = property(operator.attrgetter("_data.ndim"), doc="The number of axes of `data`.")
-    size = property(operator.attrgetter("_data.size"), doc="The number of elements of `data`.")
-    dtype = property(operator.attrgetter("_data.dtype"), doc="The dtype of `data`.")
+    # With no data, these raise an AttributeError that says so (hasattr(x, "shape") stays
+    # False). The walk and the ops read `_data` directly
+    @property
+    def shape(self):
+        """The shape of `data`."""
+        data = self._data
+        if data is None:
+            raise no_data("x.shape", AttributeError)
+        return data.shape
+
+    @property
+    def ndim(self):
+        """The number of axes of `data`."""
+        data = self._data
+        if data is None:
+            raise no_data("x.ndim", AttributeError)
+        return data.ndim
+
+    @property
+    def size(self):
+        """The number of elements of `data`."""
+        data = self._data
+        if data is None:
+            raise no_data("x.size", AttributeError)
+        return data.size
+
+    @property
+    def dtype(self):
+        """The dtype of `data`."""
+        data = self._data
+        if data is None:
+            raise no_data("x.dtype", AttributeError)
+        return data.dtype
 
     @property
     def backend(self):
@@ -409,11 +450,15 @@ class Variable:
     @property
     def xp(self):
         """The array namespace of `data` (numpy, cupy, ...)."""
+        if self._backend is None:
+            raise no_data("x.xp", AttributeError)
         return self._backend.xp
 
     @property
     def device(self):
         """The backends.Device that `data` lives on."""
+        if self._data is None:
+            raise no_data("x.device", AttributeError)
         return self._backend.device_of(self._data)
 
     @property
@@ -432,6 +477,8 @@ class Variable:
         return transpose(self)
 
     def __len__(self):
+        if self._data is None:
+            raise no_data("len(x)")
         if not self._data.ndim:
             raise TypeError("len() of a 0-d Variable")
         return self._data.shape[0]
@@ -440,6 +487,8 @@ class Variable:
         """x[0], x[1], ... along the first axis, each in the graph. TypeError for a 0-d Variable,
         as NumPy and PyTorch raise: Python's fallback, indexing until IndexError, would yield
         nothing at all (sum(loss) == 0)."""
+        if self._data is None:
+            raise no_data("iter(x)")
         if not self._data.ndim:
             raise TypeError("iteration over a 0-d Variable")
         return (self[i] for i in range(self._data.shape[0]))
@@ -471,12 +520,18 @@ class Variable:
         through an identity op (a view of the data, sharing its version), so that a gradient
         reaching the copy flows on into this one's graph, as through PyTorch's clone(); made
         under no_grad, it has no graph, as any op's result. Of a leaf, Python's shallow copy: a
-        leaf of its own with this one's data, version, name and gradient hooks."""
+        leaf of its own with this one's data, version, name and gradient hooks (a list of its
+        own: a hook registered on either is that one's) and a copy of its gradient (an array
+        of its own, as every leaf's .grad owns its array)."""
         if self.creator is None:
             make, args, state = self.__reduce_ex__(4)[:3]
             copied = make(*args)
             if state is not None:
                 copied.__setstate__(state)
+            if copied._hooks is not None:
+                copied._hooks = list(copied._hooks)
+            if copied._grad is not None:
+                copied._grad = Copy()(copied._grad)  # recorded only if that gradient has a graph
             return copied
         if step_recorder is not None:  # as in __reduce_ex__: the step runs eagerly
             step_recorder.copied(self)
@@ -506,6 +561,8 @@ class Variable:
         return self._data
 
     def __bool__(self):
+        if self._data is None:  # not False: `if x:` would read a missing value as zero
+            raise no_data("bool(x)")
         return bool(self._host_data())
 
     def __float__(self):
@@ -547,6 +604,8 @@ class Variable:
 
     def item(self):
         """The single value as a Python scalar (a device-to-host copy on a GPU)."""
+        if self._data is None:
+            raise no_data("x.item()")
         try:
             return self._host_data().item()
         except AttributeError:  # an array library without item() (array-api-strict)
@@ -554,6 +613,8 @@ class Variable:
 
     def numpy(self):
         """`data` as a NumPy array (copied to the host if it lives elsewhere)."""
+        if self._data is None:
+            raise no_data("x.numpy()")
         data = self._host_data()  # first: recording, it makes _backend the tracing one
         return self._backend.to_numpy(data)
 
@@ -572,7 +633,7 @@ class Variable:
         data = self._host_data()  # first: recording, it makes _backend the tracing one
         backend = self._backend
         if data is None:
-            raise TypeError("numpy.asarray(x): this Variable has no data (data is None)")
+            raise no_data("numpy.asarray(x)")
         if (backend.inner or backend) is not backends.NUMPY:
             raise TypeError(
                 f"numpy.asarray(x): this Variable's data is a {backend.name} array on "
@@ -614,7 +675,7 @@ class Variable:
         """Forget the accumulated gradient (DeZero's name; PyTorch zeroes `grad` instead)."""
         if step_recorder is not None:
             step_recorder.writing(self, clearing=True)
-        self._grad = None
+        self._grad = self._retained_grad = None
 
     def retain_grad(self):
         """Keep this Variable's gradient in `.grad` at each backward although it is not a leaf
@@ -707,6 +768,8 @@ class Variable:
     def to(self, device):
         """This Variable on `device` ("cpu", "cuda", "cuda:1", a Device). Differentiable:
         the gradient flows back to the source device. Returns self if already there."""
+        if self._data is None:
+            raise no_data("x.to()")
         return to(self, device)
 
     def to_cpu(self):
@@ -1038,7 +1101,7 @@ def as_array(x, array_module=None):
 
 # Bound at the end: the operators above call these, and they import Variable.
 from . import engine  # noqa: E402
-from .functions.math import Add, Div, Mul, Neg, Sub, compare, pow, power_of  # noqa: E402
+from .functions.math import Add, Copy, Div, Mul, Neg, Sub, compare, pow, power_of  # noqa: E402
 from .functions.math import abs as abs_  # noqa: E402
 from .functions.linalg import matmul  # noqa: E402
 from .functions.device import to  # noqa: E402

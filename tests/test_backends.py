@@ -178,6 +178,27 @@ def test_ensure_array_rewraps_scalars(xp):
     assert backends.NUMPY.ensure_array(np.float64(2.5)).__class__ is np.ndarray
 
 
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")  # np.matrix
+def test_numpy_ensure_array_gives_a_subclass_as_a_plain_array_over_its_memory(tmp_path):
+    np.save(tmp_path / "a.npy", np.arange(4.0))
+    for a in (np.matrix([[1.0, 2.0]]), np.load(tmp_path / "a.npy", mmap_mode="r+")):
+        plain = backends.NUMPY.ensure_array(a)
+        assert plain.__class__ is np.ndarray and np.shares_memory(plain, a)  # a view: no copy
+    with pytest.raises(TypeError, match=r"numpy\.ma\.MaskedArray .*filled"):
+        backends.NUMPY.ensure_array(np.ma.array([1.0, 2.0], mask=[0, 1]))
+    a = np.ones(2)
+    assert backends.NUMPY.ensure_array(a) is a
+
+
+def test_numpy_owns_memory_of_scalars_and_plain_arrays_only(tmp_path):
+    """A memmap (a subclass) was taken for an immutable NumPy scalar: memory no other shares."""
+    np.save(tmp_path / "a.npy", np.arange(4.0))
+    mapped = np.load(tmp_path / "a.npy", mmap_mode="r+")
+    owns = backends.NUMPY.owns_memory
+    assert not owns(mapped) and not owns(mapped[1:]) and not owns(mapped.T)
+    assert owns(np.float64(1.0)) and owns(np.ones(2)) and not owns(np.ones(2)[1:])
+
+
 def test_as_factor_gives_a_mask_that_multiplies_like_its_float_cast(xp):
     gy = xp.asarray([-1.5, 2.0, 3.0, -0.0], dtype="float32")
     mask = gy > 0

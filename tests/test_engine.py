@@ -358,6 +358,37 @@ def test_a_grad_retained_by_an_earlier_backward_is_no_seed():
     np.testing.assert_array_equal(y.grad.numpy(), [6.0, 12.0])
 
 
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_a_retained_grad_copied_with_its_variable_is_still_no_seed(how):
+    """Retained grads were told from hand-set ones by the identity of the object: a copy's
+    .grad is a new object, and h2.backward() seeded with it (x2.grad [18, 36])."""
+    import copy
+    import pickle
+
+    x = Variable(np.array([1.0, 2.0]))
+    h = x * 3.0
+    F.sum(h * h).backward(retain_grad=True)  # h.grad = 2 h = [6, 12]
+    h2 = copy.deepcopy(h) if how == "deepcopy" else pickle.loads(pickle.dumps(h))
+    x2 = h2.creator.inputs[0]
+    x2.cleargrad()
+    h2.backward()  # seeded with ones
+    np.testing.assert_array_equal(x2.grad.data, [3.0, 3.0])
+    np.testing.assert_array_equal(h2.grad.data, [6.0, 12.0])  # kept as it was
+
+
+def test_another_variables_retained_grad_set_by_hand_is_the_seed():
+    """a.grad = u.grad, where u.grad was retained, was taken for a's own retained grad: a's
+    backward seeded with ones (x.grad [2, 2]); DeZero seeds with it."""
+    x = Variable(np.array([1.0, 2.0]))
+    a = x * 2.0
+    u = Variable(a.data.copy()) * 1.0  # the next stage starts from a copy of a
+    F.sum(u * u).backward(retain_grad=True)  # u.grad = 2 u = [4, 8]
+    a.grad = u.grad
+    a.backward()
+    np.testing.assert_array_equal(x.grad.data, [8.0, 16.0])
+    assert a.grad is None  # taken, as a hand-set seed is
+
+
 def test_a_grad_set_on_the_output_stays_when_backward_is_refused():
     x = Variable(np.array([1.0, 2.0]))
     y = x * 3.0
@@ -826,6 +857,18 @@ def test_the_callers_seed_never_becomes_a_gradient(xp):
     leaf = var(xp, [1.0, 2.0])
     leaf.backward(seed)  # the root is the leaf itself
     assert leaf.grad.data is not seed
+
+
+def test_a_memmap_seed_never_becomes_a_gradient(tmp_path):
+    """A memmap seed (np.load with mmap_mode) was taken for memory x.grad could own: x.grad
+    was the caller's file, and x.grad.data *= 5 wrote into it."""
+    np.save(tmp_path / "seed.npy", np.ones(6))
+    seed = np.load(tmp_path / "seed.npy", mmap_mode="r+")
+    x = Variable(np.zeros((2, 3)))
+    F.reshape(x, (6,)).backward(seed)
+    x.grad.data *= 5.0
+    np.testing.assert_array_equal(seed, np.ones(6))
+    np.testing.assert_array_equal(x.grad.data, np.full((2, 3), 5.0))
 
 
 def test_a_gradient_that_is_a_view_or_read_only_is_copied():

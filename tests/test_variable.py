@@ -605,6 +605,27 @@ def test_a_copy_keeps_the_gradient_hooks_and_not_the_post_accumulate_ones():
     assert calls == [[6.0, 6.0]]
 
 
+def test_a_shallow_copy_of_a_leaf_has_hooks_and_a_gradient_of_its_own():
+    """copy.copy of a leaf shared its hook list and its .grad: a hook registered on the copy
+    ran on the original's gradient too (x.grad [100, 100] for [1, 1])."""
+    import copy
+
+    x = Variable(np.array([1.0, 2.0]))
+    x.register_hook(_double)
+    (x * 1.0).sum().backward()  # x.grad = [2, 2]
+    c = copy.copy(x)
+    c.register_hook(lambda g: g * 100.0)
+    assert c._hooks is not x._hooks and c.data is x.data  # the data is shared, as promised
+    assert c.grad is not x.grad and not np.shares_memory(c.grad.data, x.grad.data)
+    np.testing.assert_array_equal(c.grad.data, [2.0, 2.0])  # with the same values
+    c.grad.data *= 0.5  # in place: the original's gradient stays as it was
+    x.cleargrad()
+    (x * 1.0).sum().backward()
+    np.testing.assert_array_equal(x.grad.data, [2.0, 2.0])  # _double only
+    (c * 1.0).sum().backward()
+    np.testing.assert_array_equal(c.grad.data, [201.0, 201.0])  # 1 + 1 * 2 * 100
+
+
 def _double(g):  # a gradient hook that pickles: a module-level function
     return g * 2.0
 
@@ -869,6 +890,62 @@ def test_assigning_a_gradient_on_another_device_or_of_another_type_is_refused():
         x.grad = "zero"
     x.grad = np.array([3.0, 4.0])  # an array becomes a constant Variable
     assert isinstance(x.grad, Variable) and not x.grad.requires_grad
+
+
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")  # np.matrix
+def test_ndarray_subclasses_become_plain_arrays_over_the_same_memory(tmp_path):
+    """np.matrix was kept: x * x was a matrix product ([[7, 10], [15, 22]]) and x.sum() raised
+    inside matrix.sum; np.memmap data is used in place, as a plain array over the file."""
+    m = np.matrix([[1.0, 2.0], [3.0, 4.0]])
+    x = Variable(m)
+    assert type(x.data) is np.ndarray and np.shares_memory(x.data, m)
+    np.testing.assert_array_equal((x * x).data, [[1.0, 4.0], [9.0, 16.0]])  # elementwise
+    s = x.sum()
+    assert s.shape == () and s.item() == 10.0
+    s.backward()
+    np.testing.assert_array_equal(x.grad.data, np.ones((2, 2)))
+    y = Variable(np.ones((2, 2)))
+    for z in (y * m, m * y):  # a matrix constant in an op
+        assert type(z.data) is np.ndarray
+        np.testing.assert_array_equal(z.data, [[1.0, 2.0], [3.0, 4.0]])
+    y.data = m
+    assert type(y.data) is np.ndarray and np.shares_memory(y.data, m)
+    np.save(tmp_path / "w.npy", np.array([1.0, 2.0]))
+    mapped = np.load(tmp_path / "w.npy", mmap_mode="r+")
+    w = Variable(mapped)
+    assert type(w.data) is np.ndarray and np.shares_memory(w.data, mapped)
+
+
+def test_a_masked_array_is_refused_saying_what_to_do():
+    """A masked array's sum skipped the masked element (4) while its gradient did not ([1, 1,
+    1]): gradcore's ops read every element, so the mask is refused."""
+    a = np.ma.array([1.0, 2.0, 3.0], mask=[0, 1, 0])
+    x = Variable(np.zeros(3))
+    for make in (lambda: Variable(a), lambda: setattr(x, "data", a), lambda: x * a):
+        with pytest.raises(TypeError, match=r"MaskedArray .*filled\(.*numpy\.asarray"):
+            make()
+    assert type(x.data) is np.ndarray and x.version == 0
+    np.testing.assert_array_equal(Variable(a.filled(0.0)).sum().data, 4.0)
+
+
+@pytest.mark.parametrize("release", [False, True], ids=["Variable(None)", "released"])
+def test_a_variable_with_no_data_says_so(release):
+    """bool(x) was False, len(x), x.shape, x.item() ... raised "'NoneType' object has no
+    attribute ...", blaming nothing."""
+    x = Variable(None)
+    if release:
+        x = Variable(np.array([1.0, 2.0])) * 2.0
+        x.data = None
+    message = r"this Variable has no data \(data is None\); give it an array first"
+    for call in (bool, len, iter, lambda x: x.item(), lambda x: x.numpy(), lambda x: x.to("cpu"),
+                 np.asarray):
+        with pytest.raises(TypeError, match=message):
+            call(x)
+    for name in ("shape", "ndim", "size", "dtype", "device", "xp"):
+        with pytest.raises(AttributeError, match=rf"x\.{name}: {message}"):
+            getattr(x, name)
+        assert not hasattr(x, name)  # probes still read "no such attribute"
+    assert repr(x) == "variable(None)" and x.data is None and x.backend is None
 
 
 # =============================================================================== PyTorch spellings

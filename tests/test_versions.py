@@ -120,6 +120,33 @@ def test_released_data_given_an_array_again_is_a_write_as_any():
         y.sum().backward()
 
 
+def test_a_write_after_forward_then_a_release_is_still_refused():
+    """Released data was exempt from the version check: a reshape written after forward, then
+    the release, gave "add.backward returned a gradient of shape (2, 4) for its input 0, of
+    shape (8,)", blaming add."""
+    x, b = Variable(np.ones((2, 4))), Variable(np.ones((2, 4)))
+    t = x * 2.0
+    y = t + b
+    t.data = t.data.reshape(-1)
+    t.data = None
+    with pytest.raises(RuntimeError, match=r"add: its input 0, the Variable whose data was "
+                                           r"released \(set to None\), was written after add"):
+        F.sum(y).backward()
+    assert x.grad is None
+
+
+def test_releasing_data_twice_is_one_release():
+    # the second release keeps the shape the first noted, and is no write
+    a = Variable(np.ones(4))
+    t = a * 2.0
+    y = t + Variable(np.ones((3, 4)))
+    t.data = None
+    t.data = None
+    assert t.version == 1
+    y.sum().backward()
+    np.testing.assert_array_equal(a.grad.data, [6.0] * 4)
+
+
 def test_writes_before_forward_and_after_backward_are_fine(xp):
     x = var(xp, [1.0, 2.0])
     x.data = xp.asarray([3.0, 4.0])
@@ -212,6 +239,21 @@ def test_a_view_made_without_a_graph_shares_the_version_of_its_base(xp, make_vie
     optim.SGD([W], lr=1.0).step()
     with pytest.raises(RuntimeError, match="mul: its input 1"):
         loss.backward()
+
+
+def test_a_view_of_memmap_data_shares_its_version(tmp_path):
+    """W over a memmap (np.load with mmap_mode): a view of it was taken for an immutable NumPy
+    scalar, shared no version, and backward computed with the new values (x.grad [-9, -8])."""
+    np.save(tmp_path / "w.npy", np.array([1.0, 2.0]))
+    W = Variable(np.load(tmp_path / "w.npy", mmap_mode="r+"))
+    x = Variable(np.array([1.0, 1.0]))
+    with gradcore.no_grad():
+        Wt = W.T
+    y = F.sum(Wt * x)
+    W.data -= 10.0
+    with pytest.raises(RuntimeError, match="mul: its input 0"):
+        y.backward()
+    assert x.grad is None
 
 
 def _tells_memory_apart(xp):
