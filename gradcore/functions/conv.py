@@ -290,12 +290,16 @@ class Deconv2d(Function):
             out = (get_deconv_outsize(H, KH, SH, PH), get_deconv_outsize(Wx, KW, SW, PW))
         else:
             out = self.outsize
-        if out[0] < 1 or out[1] < 1 or _outsize(
-                (N, OC) + out, (KH, KW), self.stride, self.pad) != (H, Wx):
+        try:
+            back = _outsize((N, OC) + out, (KH, KW), self.stride, self.pad)  # conv2d(y)'s size
+        except ValueError:  # the kernel does not fit in out: conv2d takes no y of that size
+            back = None
+        if out[0] < 1 or out[1] < 1 or back != (H, Wx):
+            fix = ("pass outsize=None or a size that does" if self.outsize is not None else
+                   "use a smaller pad")
             raise ValueError(f"an output of size {out} does not give back the input size "
                              f"{(H, Wx)} under conv2d with kernel {(KH, KW)}, stride "
-                             f"{self.stride}, pad {self.pad}; pass outsize=None or a size "
-                             "that does")
+                             f"{self.stride}, pad {self.pad}; {fix}")
         xp = self.xp
         # (OC*KH*KW, C) @ (N, C, H*W): the windows' values, laid out as _windows gives them
         gcol = xp.matmul(xp.permute_dims(xp.reshape(W, (C, OC * KH * KW)), (1, 0)),

@@ -84,8 +84,9 @@ def mean(x, axis=None, keepdims=False):
 # =============================================================================== max, min
 class Max(Function):
     """y = the largest element of x over `axis` (None: all); gy goes to the positions that
-    hold it, split equally among ties (a constant share: the second derivative is 0), as
-    PyTorch's max() splits it, where DeZero's gives each tied position all of gy."""
+    hold it (a NaN: the NaNs), split equally among ties (a constant share: the second
+    derivative is 0), as PyTorch's max() splits it, where DeZero's gives each tied position
+    all of gy."""
 
     def __init__(self, axis=None, keepdims=False):
         self.axis = axis
@@ -108,14 +109,19 @@ class Max(Function):
         xp = self.xp
         kept = _kept_shape(x.shape, self.axes)
         y_data = xp.reshape(self._extreme(x.data, True) if y is None else y.data, kept)
+        # a NaN extreme is held by the NaNs of its slice, as in torch.max() (x == y is false
+        # for them); a slice with no NaN has a finite extreme, so isnan adds no hit there
+        hit = xp.logical_or(x.data == y_data, xp.isnan(x.data))
         # ties counted in float32 for float16: in float16 a count stops at 2048 along a strided
         # axis (NumPy adds one at a time there) and is inf past 65,504
         wide = accumulator_dtype(xp, gy.dtype)
-        hits = xp.astype(x.data == y_data, gy.dtype if wide is None else wide)
-        share = hits / xp.sum(hits, axis=self.axes, keepdims=True)
+        hits = xp.astype(hit, gy.dtype if wide is None else wide)
+        # 1 / ties per slice: divided on the reduced shape, not x's (every slice has a hit)
+        share = 1 / xp.sum(hits, axis=self.axes, keepdims=True)
         if wide is not None:
-            share = xp.astype(share, gy.dtype)
-        return broadcast_like(reshape(gy, kept), x) * Variable(share, requires_grad=False)
+            share, hits = xp.astype(share, gy.dtype), xp.astype(hits, gy.dtype)
+        gy = reshape(gy, kept) * Variable(share, requires_grad=False)
+        return broadcast_like(gy, x) * Variable(hits, requires_grad=False)
 
 
 class Min(Max):
@@ -128,13 +134,13 @@ class Min(Max):
 
 def max(x, axis=None, keepdims=False):
     """Largest element over `axis` (None: all; int or tuple). The gradient goes to the position
-    of the maximum; tied maxima share it equally."""
+    of the maximum; tied maxima share it equally (a NaN maximum: the NaNs share it)."""
     return Max(axis, keepdims)(x)
 
 
 def min(x, axis=None, keepdims=False):
     """Smallest element over `axis` (None: all; int or tuple). The gradient goes to the position
-    of the minimum; tied minima share it equally."""
+    of the minimum; tied minima share it equally (a NaN minimum: the NaNs share it)."""
     return Min(axis, keepdims)(x)
 
 

@@ -328,6 +328,11 @@ def _v(xp, shape):
      r"deconv2d: x has 3 channels but W \(2, 4, 3, 3\) expects 2"),
     (lambda xp: F.deconv2d(_v(xp, IMG), _v(xp, (3, 4, 3, 3)), stride=2, outsize=(20, 20)),
      r"deconv2d: an output of size \(20, 20\) does not give back the input size \(5, 4\)"),
+    (lambda xp: F.deconv2d(_v(xp, (1, 2, 4, 4)), _v(xp, (2, 1, 3, 3)), outsize=(1, 1)),
+     r"deconv2d: an output of size \(1, 1\) does not give back the input size \(4, 4\) .*; "
+     r"pass outsize=None or a size that does"),
+    (lambda xp: F.deconv2d(_v(xp, (1, 1, 1, 1)), _v(xp, (1, 1, 3, 3)), pad=2),
+     r"deconv2d: an output of size \(-1, -1\) does not give back .*; use a smaller pad"),
     (lambda xp: F.pooling(_v(xp, (2, 3, 2, 2)), 3),
      r"pooling: the kernel \(3, 3\) is larger than the padded input \(2, 2\)"),
     (lambda xp: F.pooling(_v(xp, IMG), 2, stride=0),

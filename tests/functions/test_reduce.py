@@ -61,6 +61,22 @@ def test_max_and_min_share_the_gradient_among_ties(xp, op):
     assert x.grad.data.dtype == x.data.dtype
 
 
+@pytest.mark.parametrize("op", [F.max, F.min])
+def test_max_and_min_send_the_gradient_of_a_nan_extreme_to_the_nans(xp, op):
+    # as torch.max(): a NaN is the extreme of its slice and takes gy (shared among NaNs); the
+    # other elements get 0, not the NaN of 0 ties (torch.amax gives the whole slice NaN)
+    nan = np.nan
+    for data, full in [([[1.0, nan, 2.0], [3.0, 3.0, 1.0]], [[0, 1, 0], [0, 0, 0]]),
+                       ([[1.0, nan, nan], [3.0, 3.0, 1.0]], [[0, 0.5, 0.5], [0, 0, 0]])]:
+        x = gradcore.Variable(xp.asarray(data))
+        op(x).backward()
+        np.testing.assert_array_equal(xp.numpy(x.grad.data), full)
+    x = gradcore.Variable(xp.asarray([[1.0, nan, 2.0], [3.0, 3.0, 1.0]]))
+    op(x, axis=1).backward(grad=xp.asarray([2.0, 3.0]))
+    rows = [[0, 2, 0], [1.5, 1.5, 0]] if op is F.max else [[0, 2, 0], [0, 0, 3]]
+    np.testing.assert_array_equal(xp.numpy(x.grad.data), rows)
+
+
 def test_logsumexp_is_stable_for_large_and_small_inputs(xp):
     data = np.array([[1000.0, 1000.0, 1000.0], [-1000.0, -1001.0, -np.inf]])
     for dtype in ("float64", "float32"):
