@@ -69,7 +69,7 @@ class Communicator:
         # MPI traffic, and failure notices never mix with data
         self.mpi = _meet(mpi_comm, self.MPI, self.timeout)
         self._notices = mpi_comm.Dup()
-        self._heard = set()  # the ranks whose failure notice this rank has read
+        self._heard = {}  # rank -> the failure its notice reported, for the notices read
         self._stopping = set()  # the ranks that read a failure notice and stop
         self._exited = {}  # rank -> (how it exited, when this rank read that), from its notice
         # votes apart from the data: at a vote the ranks may have started different numbers of
@@ -96,6 +96,7 @@ class Communicator:
         test_all = self.MPI.Request.Testall
         if test_all(requests):
             return
+        self._check_heard(what)
         began = time.monotonic()
         deadline = began + self.timeout
         polls = 0
@@ -127,6 +128,7 @@ class Communicator:
                 self._send_notice(_STOPPING, "", 1.0)
                 raise DistributedError(f"rank {source} failed ({message}); "
                                        f"rank {self.rank} stops in {what}")
+        self._check_heard(what)
         if since is None or not self._exited:
             return
         now = time.monotonic()
@@ -138,6 +140,15 @@ class Communicator:
                 f"rank {rank} exited ({how}) without taking part; rank {self.rank} stops in "
                 f"{what}: every rank must take part in every collective (as many steps on "
                 "every rank: dist.scatter_dataset gives every rank an equal share)")
+
+    def _check_heard(self, what):
+        """Raise DistributedError if a failure notice was read before (a program that caught
+        the first DistributedError and goes on to another collective, a save or a barrier):
+        the failed rank takes part in nothing more, so the wait could only end at its abort."""
+        if self._heard:
+            source, message = next(iter(self._heard.items()))
+            raise DistributedError(f"rank {source} failed earlier ({message}); rank "
+                                   f"{self.rank} stops in {what}")
 
     def _notice(self):
         """(rank, tag, message) of a notice that has arrived, read and noted; None if none
@@ -155,7 +166,7 @@ class Communicator:
         elif tag == _STOPPING:
             self._stopping.add(source)
         else:
-            self._heard.add(source)
+            self._heard.setdefault(source, message)
         return source, tag, message
 
     def _send_notice(self, tag, message, grace):
@@ -180,7 +191,7 @@ class Communicator:
         STOPPING_GRACE seconds at most."""
         deadline = self._send_notice(_FAILED, message, grace)
         last = deadline - grace + STOPPING_GRACE
-        waiting = set(range(self.size)) - self._heard - set(self._exited) - {self.rank}
+        waiting = set(range(self.size)) - set(self._heard) - set(self._exited) - {self.rank}
         while waiting:
             now = time.monotonic()
             if now > last or (now > deadline and not waiting & self._stopping):
@@ -345,7 +356,14 @@ def init(backend="mpi", timeout=None):
     _reporting.append(comm)
     if backend == "nccl":
         from .nccl import NcclReducer
-        comm.reducer = NcclReducer(comm)
+        try:
+            comm.reducer = NcclReducer(comm)
+        except BaseException:
+            # kept for a failure of this rank to reach ranks waiting in it, but told last: a
+            # program that falls back (init("mpi")) waits in the Communicator made next
+            _reporting.remove(comm)
+            _reporting.insert(0, comm)
+            raise
     else:
         comm.reducer = MpiReducer(comm)
     _communicators[backend] = comm
@@ -409,12 +427,18 @@ def _report_failures(MPI):
             return
         sys.stdout.flush()
         sys.stderr.flush()
-        for comm in _reporting:
-            comm.notify_failure(f"{kind.__name__}: {value}")
-        # MPI_Abort ends every rank at once, and mpiexec drops output it has not forwarded yet:
-        # a moment for what this rank (and one whose word just came) printed to get out
-        time.sleep(FORWARD_PAUSE)
-        MPI.COMM_WORLD.Abort(1)
+        try:
+            text = str(value)
+        except Exception:  # as traceback prints it: the failure still goes out
+            text = "<exception str() failed>"
+        try:
+            for comm in reversed(_reporting):  # the one made last first: see init
+                comm.notify_failure(f"{kind.__name__}: {text}")
+        finally:  # the job ends whatever happened above: MPI_Finalize would wait forever
+            # MPI_Abort ends every rank at once, and mpiexec drops output it has not forwarded
+            # yet: a moment for what this rank (and one whose word just came) printed to get out
+            time.sleep(FORWARD_PAUSE)
+            MPI.COMM_WORLD.Abort(1)
 
     sys.excepthook = excepthook
     if MPI.COMM_WORLD.Get_size() > 1:

@@ -312,6 +312,21 @@ def test_a_rank_that_raises_stops_the_others_with_its_name(tmp_path, scenario, r
     assert time.monotonic() - start < 30
 
 
+def test_a_wait_after_a_failure_was_heard_raises_at_once(tmp_path):
+    output = launch("fails_then_waits_again", tmp_path, expect_failure=True)
+    seconds = re.search(r"second error after ([\d.]+) s: rank 1 failed earlier \(ValueError: "
+                        r"a bad batch, on purpose\); rank 0 stops in a barrier after the "
+                        r"failure", output)
+    assert seconds and float(seconds.group(1)) < 5  # not at rank 1's abort, 30 s on
+
+
+def test_an_exception_that_cannot_be_printed_is_still_a_failure(tmp_path):
+    output = launch("fails_unprintably", tmp_path, expect_failure=True)
+    assert "Error in sys.excepthook" not in output
+    assert ("DistributedError: rank 1 failed (Unprintable: <exception str() failed>); rank 0 "
+            "stops in the gradient all-reduce") in output
+
+
 def test_a_rank_that_stops_taking_part_times_the_others_out(tmp_path):
     start = time.monotonic()
     output = launch("stuck", tmp_path, timeout=1.0, expect_failure=True)

@@ -357,6 +357,35 @@ def two_fail_slowly(comm, out):
     return fails_slowly(comm, out, failing=(1, 2))
 
 
+def fails_then_waits_again(comm, out):
+    """`fails`, with rank 0 catching its DistributedError and going on to another collective
+    (a barrier, as a save would): that wait raises at once, rank 1 known to have failed."""
+    try:
+        return fails(comm, out)
+    except dist.DistributedError:
+        start = time.monotonic()
+        try:
+            comm.barrier("a barrier after the failure")
+        except dist.DistributedError as e:
+            print(f"second error after {time.monotonic() - start:.1f} s: {e}", flush=True)
+        raise
+
+
+class Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("this exception cannot be printed")
+
+
+def fails_unprintably(comm, out):
+    """Rank 1 raises an exception whose str() raises: the others still hear that it failed."""
+    step = small_job(comm)
+    for i in range(5):
+        if i == 2 and comm.rank == 1:
+            raise Unprintable()
+        step()
+    return {}
+
+
 def stuck(comm, out):
     """Rank 1 stops taking part for longer than the timeout: rank 0 raises at the deadline."""
     step = small_job(comm)
