@@ -18,6 +18,7 @@ import weakref
 
 from . import engine
 from .config import enable_grad, recording
+from .function import elsewhere
 from .functions.math import copy
 from .functions.shape import reshape, stack, transpose
 from .variable import Variable, dtype_kind, has_graph
@@ -284,10 +285,20 @@ def _check_shape(where, value, what, like, of):
     if tuple(given.shape) != tuple(expected.shape):
         raise ValueError(f"{where}: {what} has shape {tuple(given.shape)} but {of} has shape "
                          f"{tuple(expected.shape)}; pass one shaped like {of}")
-    if given._backend is not expected._backend or given.device != expected.device:
-        raise ValueError(f"{where}: {what} is on {given.device} but {of} is on "
-                         f"{expected.device}; move it there first, e.g. "
+    if elsewhere(given, expected._backend, expected.device):
+        placed, wanted = str(given.device), str(expected.device)
+        if placed == wanted:  # one device string, two array libraries
+            placed += f" ({_library(given)})"
+            wanted += f" ({_library(expected)})"
+        raise ValueError(f"{where}: {what} is on {placed} but {of} is on {wanted}; move it "
+                         f"there first, e.g. "
                          f"gradcore.Variable({what.removeprefix('the ')}).to('{expected.device}')")
+
+
+def _library(v):
+    """The name of the array library of the Variable v's data (the real one while a step is
+    recorded: a traced array wraps it)."""
+    return (v._backend.inner or v._backend).name
 
 
 def _zeros(x, shape=None):

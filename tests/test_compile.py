@@ -3993,6 +3993,86 @@ def test_a_returned_argument_is_the_calls_own():
     assert compiled.stats()["replays"] == 3
 
 
+def test_an_array_the_step_made_and_returns_is_a_new_one_at_each_call_as_eagerly():
+    """The tape reads `scale` as a constant: the caller writing into the one it got must change
+    neither the next call's loss, sum(W * 0.5) = 3, nor the arrays earlier calls returned."""
+    W = gradcore.Parameter(np.array([1.0, 2.0, 3.0]))
+
+    def step(x):
+        scale = np.full(3, 0.5)
+        return F.sum(W * x * scale), scale
+
+    compiled = gradcore.compile(step)
+    kept = []
+    for _ in range(4):
+        loss, scale = compiled(np.ones(3))
+        assert float(loss.data) == 3.0 and scale.tolist() == [0.5, 0.5, 0.5]
+        kept.append(scale)
+        scale *= 10.0
+    assert all(a is not b for a, b in zip(kept, kept[1:]))
+    assert compiled.stats()["replays"] == 3
+
+
+def test_a_variable_the_step_made_and_returns_is_a_new_one_with_its_calls_grad():
+    """As eagerly: a leaf that requires grad, and d/d delta sum((W (x + delta))^2) =
+    2 W^2 (x + delta) = [2, 8, 18] (i + 1) for x = i + 1, kept by each call's own Variable."""
+    W = gradcore.Parameter(np.array([1.0, 2.0, 3.0]))
+
+    def step(x):
+        delta = gradcore.Variable(np.zeros(3), name="delta")
+        loss = F.sum((W * (x + delta)) ** 2)
+        loss.backward()
+        return loss, delta
+
+    compiled = gradcore.compile(step)
+    kept = [compiled(np.full(3, i + 1.0))[1] for i in range(4)]
+    for i, delta in enumerate(kept):
+        assert delta.requires_grad and delta.is_leaf and delta.name == "delta"
+        assert delta.data.tolist() == [0.0, 0.0, 0.0]
+        assert delta.grad.data.tolist() == [2.0 * (i + 1), 8.0 * (i + 1), 18.0 * (i + 1)]
+    kept[0].data += 5.0  # the caller's own: the next replay starts from zeros still
+    assert compiled(np.ones(3))[1].grad.data.tolist() == [2.0, 8.0, 18.0]
+    # recorded twice: without W.grad, then with it (backward adds to it)
+    assert compiled.stats()["replays"] == 3 and compiled.stats()["eager calls"] == 0
+
+
+_RETURNED_AS_IT_IS = np.arange(3.0)
+_KEPT_BY_THE_STEP = {}
+
+
+def test_an_array_from_outside_the_step_is_returned_as_itself():
+    """As eagerly: a global array, and a buffer the step makes at its first call and keeps."""
+    W = gradcore.Parameter(np.array([1.0, 2.0, 3.0]))
+
+    def step(x):
+        if "buffer" not in _KEPT_BY_THE_STEP:
+            _KEPT_BY_THE_STEP["buffer"] = np.zeros(3)
+        return F.sum(W * x * _RETURNED_AS_IT_IS), _RETURNED_AS_IT_IS, _KEPT_BY_THE_STEP["buffer"]
+
+    compiled = gradcore.compile(step)
+    for _ in range(3):
+        _, array, buffer = compiled(np.ones(3))
+        assert array is _RETURNED_AS_IT_IS and buffer is _KEPT_BY_THE_STEP["buffer"]
+    assert compiled.stats()["replays"] == 2
+
+
+def test_returning_the_data_of_a_variable_the_step_made_falls_back():
+    """A view of the array the tape reads would be the same memory at every replay."""
+    def step(x):
+        delta = gradcore.Variable(np.zeros(3))
+        return F.sum(x + delta), F.reshape(delta, (3, 1))
+
+    compiled = gradcore.compile(step)
+    with pytest.warns(RuntimeWarning, match=r"returned memory the tape reads at every call.*"
+                                            r"return a copy \(F.copy\(v\)\)"):
+        compiled(np.ones(3))
+    for _ in range(2):
+        _, view = compiled(np.ones(3))
+        assert view.data.tolist() == [[0.0], [0.0], [0.0]]
+        view.data[...] = 7.0
+    assert compiled.stats()["fallbacks"] == 1 and compiled.stats()["replays"] == 0
+
+
 class _PrintingStep:
     def __call__(self, x0):
         return _scaled_and_printed(2.0, x0)

@@ -828,6 +828,42 @@ def test_a_seed_on_another_device_is_refused_naming_the_transform_and_argument()
         assert str(error.value) == message
 
 
+def test_a_seed_made_with_numpy_in_a_compiled_step_is_taken_and_replayed():
+    """While a step records, f's result is a traced array: a cotangent, tangent or v the step
+    made with NumPy is on its device all the same. With t = tanh x: d(2 t)/dx = 2 (1 - t^2),
+    and the Hessian of sum(t^3) is diagonal, d2(t^3)/dx2 = 6 t (1 - t^2)^2 - 6 t^3 (1 - t^2)."""
+    def steps():
+        yield (lambda x: gf.vjp(lambda a: F.tanh(a) * 2.0, x)[1](np.ones(3))[0],
+               lambda t: 2 * (1 - t * t))
+        yield (lambda x: gf.jvp(lambda a: F.tanh(a) * 2.0, (x,), (np.ones(3),))[1],
+               lambda t: 2 * (1 - t * t))
+        for v in (lambda: np.ones(3), lambda: gradcore.Variable(np.ones(3))):
+            yield (lambda x, v=v: gf.hvp(lambda a: F.sum(F.tanh(a) ** 3), x, v()),
+                   lambda t: 6 * t * (1 - t * t) ** 2 - 6 * t ** 3 * (1 - t * t))
+    for step, derivative in steps():
+        compiled = gradcore.compile(step)
+        for i in range(3):
+            x = np.array([0.1, -0.5, 2.0]) + i
+            got = compiled(x)
+            np.testing.assert_allclose(getattr(got, "data", got), derivative(np.tanh(x)),
+                                       rtol=1e-12)
+        assert compiled.stats()["replays"] == 2 and compiled.stats()["eager calls"] == 0
+
+
+def test_a_seed_of_another_library_on_a_device_of_the_same_name_names_both_libraries():
+    """The message tells the two apart where their devices print alike."""
+    class Other(type(backends.get_backend("numpy"))):
+        name = "other"
+    x = np.array([0.3, 0.7])
+    cotangent = gradcore.Variable(np.ones(2))
+    cotangent._backend = Other()
+    with pytest.raises(ValueError) as error:
+        gf.vjp(F.sin, x)[1](cotangent)
+    assert str(error.value) == (
+        "vjp_fn: the cotangent is on cpu (other) but f's result is on cpu (numpy); move it "
+        "there first, e.g. gradcore.Variable(cotangent).to('cpu')")
+
+
 def test_tuples_lists_and_dicts_of_arrays_are_refused_as_points():
     """Pytrees are not supported: NumPy would stack a tuple of arrays into one point."""
     a = np.array([1.0, 2.0])

@@ -311,8 +311,8 @@ class Compiled:
             # random generators it may draw from, hooks it may run
             keyed = [a for a in args if a.__class__ not in _BY_VALUE
                      and backends.backend_of(a) is None and not isinstance(a, Variable)]
-            variables, modules, generators = _reachable(
-                [self.fn, *self._surroundings.objects(), *keyed])
+            rec.outside = [self.fn, *self._surroundings.objects(), *keyed]
+            variables, modules, generators, rec.reached = _reachable(rec.outside)
             generators = _Generators(generators)
             # the hooks on the Variable arguments (their ids are in the key), before the step
             # adds or removes any: a tape holds them
@@ -397,7 +397,8 @@ class Compiled:
             self._recent = tape
             while len(self._tapes) > self.cache_size:
                 self._tapes.popitem(last=False)
-            return _materialize(result, detach=True)  # as a replay returns it: no graph
+            # as a replay returns it: no graph, and what the tape reads never handed out
+            return _made_anew(_materialize(result, detach=True), shape)
         return _materialize(result)  # traced arrays it holds as the real ones
 
     def _fall_back(self, key, why):
@@ -973,10 +974,11 @@ def _reachable(roots):
     partials' arguments, the default arguments and closure variables of the user's functions,
     and the attributes of the user's modules and classes (not of gradcore's, the standard
     library's or installed packages'): (the Variables by id, the Modules, the random generators
-    of the user's). The Variables are those reached without passing through an attribute of an
-    object other than a Module (`cfg.state` is not, as attributes are no part of a key; a
-    function's defaults and closure variables are as good as names). At most REACH_LIMIT
-    objects are looked at. Run only when recording: a cache hit never pays for it.
+    of the user's, the ids of every object looked at: an array among them is not one the step
+    makes). The Variables are those reached without passing through an attribute of an object
+    other than a Module (`cfg.state` is not, as attributes are no part of a key; a function's
+    defaults and closure variables are as good as names). At most REACH_LIMIT objects are
+    looked at. Run only when recording: a cache hit never pays for it.
 
     A safety net, so it runs none of the objects' code: it asks type(obj), never obj.__class__
     or isinstance (which asks obj.__class__ too: a lazy import's proxy would import its module
@@ -1044,7 +1046,7 @@ def _reachable(roots):
                 todo.append((obj.__self__, named))
         except Exception:  # nothing of what it holds is looked at
             continue
-    return variables, modules, generators
+    return variables, modules, generators, seen
 
 
 _SKIP, _OBJECT = "skip", "object"
@@ -1426,12 +1428,14 @@ def _shape(rec, value, slots, args, logs=None):
     if isinstance(value, trace.Traced):
         if value.recorder is not rec:  # kept from another recording: the array it holds
             return ("object", value.value)
+        rec.hands_out(value)
         slots.append(value.slot)
         return ("array", len(slots) - 1)
     if isinstance(value, Variable):
         entry = rec.adopted.get(id(value))
         if (entry is None or entry.variable is not value) and isinstance(
                 value._data, trace.Traced) and value._data.recorder is rec:
+            rec.hands_out(value._data)
             slots.append(value._data.slot)
             if logs is None:  # write log -> where the Variable sharing it is at replay
                 logs = {key: site for key, (_, site) in rec.logs.items()}  # before a release
@@ -1442,6 +1446,17 @@ def _shape(rec, value, slots, args, logs=None):
             # a view of an outside Variable (W.T, W.detach()) shares its version, as eagerly
             return ("variable", len(slots) - 1, value.name,
                     None if log is None else logs.get(id(log)))
+        if rec.made_here.get(id(value)) is value:  # Variable(np.zeros(3)) in the step
+            data = value._data if entry is None else entry.data
+            if entry is not None and (entry.data_sets
+                                      or getattr(value._data, "value", None) is not data):
+                rec.give_up("the step returned a Variable it made and then set the data of, "
+                            "which a replay would hand out again at every call: return a new "
+                            "Variable of its data")
+            elif data is not None:
+                # eagerly a new one at each call: a replay copies the array it was made of, and
+                # gives it the grad the call's backward left on the one the tape reads
+                return ("made", _copy(data), value.name, value.requires_grad, value)
         index = rec.argument_sites.get(id(value))
         if index is not None and args[index] is value:  # an argument: a replay's is another
             return ("argument", index)
@@ -1470,7 +1485,34 @@ def _shape(rec, value, slots, args, logs=None):
             rec.give_up(f"the step returned a {kind.__name__} holding Variables or arrays it "
                         "computed, which a replay cannot rebuild: return them in a tuple, list, "
                         "dict or namedtuple")
+        elif _is_mutable_array(value) and not _reached(rec, value):
+            # made in the step (np.full(3, 0.5)), so eagerly a new one at each call; the tape
+            # may read it too (a constant): a replay hands out a copy of it as it was made
+            return ("made array", _copy(value))
     return ("object", value)
+
+
+def _reached(rec, array):
+    """Whether the step's result `array` can be reached from outside the step: it could before
+    the step ran, or the step kept it there (a buffer it makes once), as found by looking again,
+    once, after the step."""
+    if id(array) not in rec.reached and rec.outside is not None:
+        rec.reached |= _reachable(rec.outside)[3]
+        rec.outside = None
+    return id(array) in rec.reached
+
+
+def _is_mutable_array(value):
+    """True for an array of a registered backend, not one of its (immutable) scalars."""
+    backend = backends.backend_of(value)
+    return backend is not None and value.__class__ not in backend.scalar_types
+
+
+def _copy(array):
+    """A copy of `array`, on its device."""
+    backend = backends.backend_of(array)
+    with backend.device_context(backend.device_of(array)):
+        return backend.xp.asarray(array, copy=True)
 
 
 _SUSPENDED = (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType)
@@ -1533,12 +1575,36 @@ def _results(shape, arrays, args):
         return (args[owner] if owner.__class__ is int else owner)._grad
     if kind == "argument":
         return args[shape[1]]
+    if kind == "made":
+        v = Variable(_copy(shape[1]), name=shape[2], requires_grad=shape[3])
+        v._grad = shape[4]._grad
+        return v
+    if kind == "made array":
+        return _copy(shape[1])
     if kind is dict:
         return {k: _results(v, arrays, args) for k, v in shape[1].items()}
     if kind == "namedtuple":
         return shape[1]._make([_results(v, arrays, args) for v in shape[2]])
     items = [_results(v, arrays, args) for v in shape[1]]
     return items if kind is list else tuple(items)
+
+
+def _made_anew(value, shape):
+    """The recording call's result `value` (its traced arrays made real) with what a replay
+    makes anew at each call ("made", "made array": see _shape) made anew here too, so that the
+    caller never holds what the tape reads."""
+    kind = shape[0]
+    if kind == "made" or kind == "made array":
+        return _results(shape, (), ())
+    if kind is dict:
+        items = {k: _made_anew(value[k], s) for k, s in shape[1].items()}
+        return value if all(items[k] is value[k] for k in items) else items
+    if kind in (tuple, list) or kind == "namedtuple":
+        items = [_made_anew(v, s) for v, s in zip(value, shape[-1])]
+        if all(map(operator.is_, items, value)):
+            return value
+        return kind(items) if kind in (tuple, list) else value.__class__._make(items)
+    return value
 
 
 def _materialize(value, detach=False):

@@ -267,6 +267,10 @@ class Recorder:
         self.grads_absent = []      # those whose grad the step set where it found none
         self.made_here = {}         # id -> each Variable the step made (a new one at each call)
         self.own_memories = set()   # memory numbers of arrays the step made outside the tape
+        # ids of what the step can reach from outside it, from `outside` (its function, what
+        # it reads by name, its keyed arguments): arrays among them are not made by the step
+        self.reached = set()
+        self.outside = None
         self.touched = []           # the outside Variables (not arguments) the step read or set
         self.argument_sites = {}    # id(Variable argument) -> its index: a replay's is another
         self.grads_cleared = set()  # ids of the Variables whose grad the step cleared
@@ -719,6 +723,21 @@ class Recorder:
                 self.give_up("the step wrote in place into an array it made outside gradcore's "
                              "ops and wrapped in a Variable: a replay would write into the same "
                              "array at every call (make it with x.xp, e.g. xp.zeros_like)")
+
+    def hands_out(self, traced):
+        """`traced` is a result of the step: the step runs eagerly if it is in the memory of an
+        array the step made and wrapped in a Variable (its .data, a view of it), which a replay
+        would hand out again, the tape reading it, at every call."""
+        if self.own_memories:
+            try:
+                own = self._memory(traced.value) in self.own_memories
+            except TypeError:
+                return
+            if own:
+                self.give_up("the step returned memory the tape reads at every call: an "
+                             "array it made outside gradcore's ops and wrapped in a Variable or "
+                             "gave to an op (the Variable's .data, a view of it), which eagerly "
+                             "is new at each call; return a copy (F.copy(v))")
 
     def made(self, v):
         """The step made the Variable v (Variable(...) in its code)."""
