@@ -2,7 +2,6 @@
 activations, and the containers Sequential, ModuleList and MLP."""
 import numbers
 import operator
-import weakref
 
 import numpy
 
@@ -11,7 +10,8 @@ import backends
 from .. import functions as F
 from ..functions.conv import pair
 from ..variable import Parameter, Variable, as_variable
-from .module import _MODULE, Module, _float_name, _lazy_dtype
+from .module import (_MODULE, Module, _float_name, _held_by_a_module, _lazy_dtype,
+                     _namespace_dtype)
 
 
 # =============================================================================== helpers
@@ -67,7 +67,7 @@ def _placement(x, layer, where):
     x = as_variable(x)
     if x.data is None:
         raise ValueError(f"{where}: the input has no data (data is None)")
-    return x.backend, x.device, getattr(x.xp, _lazy_dtype(layer))
+    return x.backend, x.device, _namespace_dtype(x.backend, x.device, _lazy_dtype(layer), where)
 
 
 def _input_shape(x, where):
@@ -155,11 +155,6 @@ def _refill_slots(layer, shape):
         layer.W = _emptied(layer, "W", shape)
 
 
-# Every layer that has held a Parameter in one of its `_refilled` slots, so that _emptied sees
-# a Parameter another layer still holds (b.W = a.W ties b to a's W); weak: layers come and go
-_slot_layers = weakref.WeakSet()
-
-
 def _setattr_setting_aside(layer, name, value):
     """Module.__setattr__ for a layer that makes its parameter slots (`_refilled`) again after
     they were set to None: the Parameter that None replaced is set aside for _emptied."""
@@ -170,14 +165,6 @@ def _setattr_setting_aside(layer, name, value):
             layer.__dict__.setdefault("_set_aside", {})[name] = old
         else:
             layer.__dict__.get("_set_aside", {}).pop(name, None)
-            if isinstance(value, Parameter):
-                _slot_layers.add(layer)
-
-
-def _held_by_another_layer(layer, p):
-    """Whether a layer other than `layer` has `p` in one of its slots."""
-    return any(other is not layer and any(other.__dict__.get(n) is p for n in other._refilled)
-               for other in list(_slot_layers))
 
 
 def _emptied(layer, name, shape=None):
@@ -185,11 +172,12 @@ def _emptied(layer, name, shape=None):
     call with an array of `shape` (None: the slot's shape cannot change, as b's): the one the
     slot held before it was set to None, so that an optimizer given it (as a list:
     Adam(model.parameters())) goes on updating it; a new one if it held none, if that one has
-    another shape (its optimizer state, made for the old shape, stays with it), or if another
-    layer still holds it (emptying it would wipe that layer's weight)."""
+    another shape (its optimizer state, made for the old shape, stays with it), or if a module
+    still holds it (b.W = a.W, an EmbedID tied to it, a copy's other layer: emptying it would
+    wipe that module's weight)."""
     p = layer.__dict__.get("_set_aside", {}).get(name)
     if (p is None or shape is not None and p.data is not None and tuple(p.shape) != shape
-            or _held_by_another_layer(layer, p)):
+            or _held_by_a_module(p)):
         return Parameter(None, name=name)
     p.data = None
     p.cleargrad()
@@ -227,9 +215,9 @@ class Linear(Module):
     `Linear(out_size)` (DeZero) learns in_size from the first input, and creates W and b then on
     that input's device in the layer's dtype (that of its last `to(dtype=)`, else `dtype`); W
     set to None is created again so at the next call: as the same Parameter where it keeps its
-    shape and no other layer holds it (so an optimizer given it as a list goes on updating
-    it), else as a new one (with new optimizer state under `setup(model)`; another layer tied
-    to the old one keeps it). `Linear(in_size, out_size)` or
+    shape and no other module holds it (so an optimizer given it as a list goes on updating
+    it), else as a new one (with new optimizer state under `setup(model)`; another module tied
+    to the old one, a layer or an EmbedID given it, keeps it). `Linear(in_size, out_size)` or
     `Linear(out_size, in_size=...)` creates them now, on the CPU. `dtype`: float32 unless
     gradcore.set_default_dtype says otherwise (a float64 input then gives a float64 result, as
     NumPy computes it, and float32 gradients for W and b). W is drawn as
@@ -237,7 +225,7 @@ class Linear(Module):
     gradcore.manual_seed), b is zeros. `nobias=True` leaves b out (b is None); so does setting
     b to None later, as in DeZero: the layer has no bias from then on (nobias reads True, and
     state_dict has no "b"); `layer.nobias = False` gives it a zero bias at the next call (the
-    Parameter b it had, unless another layer holds it). To make W anew whatever its shape,
+    Parameter b it had, unless another module holds it). To make W anew whatever its shape,
     assign a new one: layer.W = gradcore.Parameter(None).
     """
 
@@ -548,6 +536,17 @@ class Tanh(Module):
 
 
 # =============================================================================== containers
+def _not_a_class(layer, where):
+    """`layer`, unless it is a Module class given for an instance (nn.ReLU for nn.ReLU()), which
+    forward would call with the input as its argument: a TypeError naming `where` then."""
+    if isinstance(layer, type) and issubclass(layer, Module):
+        name = layer.__qualname__
+        if layer.__module__.startswith("gradcore.nn"):
+            name = "nn." + name
+        raise TypeError(f"{where}: got the class {name}; pass an instance, {name}()")
+    return layer
+
+
 class _Call(Module):
     """A plain callable (F.relu) as a layer of Sequential: registered like the Module layers,
     so that forward walks the registered sub-modules alone."""
@@ -581,6 +580,7 @@ class Sequential(Module):
 
     def append(self, layer):
         """Add `layer` (a Module or a callable) at the end, under the next free number."""
+        _not_a_class(layer, "Sequential")
         if not callable(layer):
             raise TypeError(f"Sequential: a layer must be a Module or a callable, got "
                             f"{type(layer).__name__}")
@@ -640,7 +640,8 @@ class ModuleList(Module):
     (PyTorch's name). A plain list of layers is not registered (Module warns about one).
 
     append, extend, len(), iteration, indexing (an int gives a module, a slice a new ModuleList
-    of the same modules) and item assignment (replaces the module at that position). It has no
+    of the same modules), item assignment (replaces the module at that position) and `del`
+    (an int or a slice; those left are numbered again from "0", as in PyTorch). It has no
     forward: the model holding it calls its modules (for block in self.blocks: x = block(x)).
     """
 
@@ -694,6 +695,19 @@ class ModuleList(Module):
     def __setitem__(self, index, module):
         setattr(self, self._position(index), _list_item(module))
 
+    def __delitem__(self, index):
+        """Remove the module at `index` (a slice: those it selects); the ones left are numbered
+        again from "0", as PyTorch's are, so that state_dict names them as a ModuleList of them
+        would."""
+        if not isinstance(index, slice):
+            self._position(index)  # an IndexError that says how many there are
+        modules = [module for _, module in self._child_items()]
+        del modules[index]
+        for name, _ in self._child_items():
+            delattr(self, name)
+        for i, module in enumerate(modules):
+            setattr(self, str(i), module)
+
     def __len__(self):
         return len(self._child_items())
 
@@ -708,6 +722,7 @@ class ModuleList(Module):
 
 def _list_item(module):
     """`module`, once it is a Module (what a ModuleList may hold)."""
+    _not_a_class(module, "ModuleList")
     if not isinstance(module, Module):
         hint = (" (a function such as F.relu: call it in forward, or use Sequential, which "
                 "takes callables)") if callable(module) else ""
@@ -761,6 +776,7 @@ class _IndexedLayers(Module):
             raise TypeError(f"{self._where}.layers must be a list of layers, got "
                             f"{type(layers).__name__}") from None
         for i, layer in enumerate(layers):
+            _not_a_class(layer, f"{self._where}.layers[{i}]")
             if not callable(layer):
                 raise TypeError(f"{self._where}.layers[{i}]: a layer must be a Module or a "
                                 f"callable, got {type(layer).__name__}")
@@ -794,6 +810,7 @@ class MLP(_IndexedLayers):
                             f"{fc_output_sizes!r}") from None
         if not sizes:
             raise ValueError("MLP: fc_output_sizes is empty; give at least one layer size")
+        _not_a_class(activation, "MLP: activation")
         if not callable(activation):
             raise TypeError(f"MLP: activation must be callable, got {type(activation).__name__}")
         self.activation = activation

@@ -27,6 +27,12 @@ _FLOAT_NAMES = ("float16", "float32", "float64")
 _INTERNALS = frozenset({"_registered", "_forward_pre_hooks", "_forward_hooks", "training",
                         "_device", "_dtype", "_gradcore_list_names"})
 _hook_ids = itertools.count()
+# Parameter -> {id(module): weak reference} of each module given it as an attribute (by
+# __setattr__, or by __setstate__ in a copy), the Parameter held weakly too: whether another
+# module still holds a Parameter a layer is about to empty (W = None, see layers._emptied) is
+# found without walking every module alive. An entry outlives its module, or the module letting
+# go of the Parameter: _held_by_a_module looks again.
+_holders = weakref.WeakKeyDictionary()
 # Bumped whenever a Module gains, loses or replaces a Parameter, buffer or sub-Module (and
 # when a requires_grad or a hook changes): see gradcore.variable
 structure_changes = _variables.structure_changes
@@ -141,7 +147,11 @@ class Module:
             if name not in registered:
                 _check_name(self, name, f"cannot register {type(value).__name__}")
             # a new name goes last; an old one (a buffer included) keeps its place, takes this kind
-            registered[name] = _MODULE if isinstance(value, Module) else _PARAMETER
+            if isinstance(value, Module):
+                registered[name] = _MODULE
+            else:
+                registered[name] = _PARAMETER
+                _note_holder(self, value)
             structure_changes[0] += 1
             registry_changes[0] += 1
         elif registered is not None and name in registered:
@@ -198,6 +208,9 @@ class Module:
             self.__dict__.update(state)
         for name, value in (slots or {}).items():
             object.__setattr__(self, name, value)  # as Python restores slots: no registering
+        for value in self.__dict__.values():
+            if isinstance(value, Parameter):  # a copy's Parameters are held by it too
+                _note_holder(self, value)
         registry_changes[0] += 1  # a restore into a live module (its __setstate__) changes it
         training = self.__dict__.get("training")
         if isinstance(training, bool):
@@ -215,7 +228,10 @@ class Module:
     def register_buffer(self, name, data=None):
         """Register `data` (an array, a Variable, or None for a lazy one) as the buffer `name`:
         state that state_dict saves and `to()` moves, but that is not a parameter. Stored as a
-        Variable with requires_grad=False (reachable as `self.<name>`, its array as `.data`)."""
+        Variable with requires_grad=False (reachable as `self.<name>`, its array as `.data`): a
+        Variable given is that one, its requires_grad set to False (a DeZero Variable requires
+        grad by default, and a buffer is not trained: backward leaves it no gradient). One an op
+        computed is refused: pass x.detach(), a leaf sharing its data."""
         if "_registered" not in self.__dict__:
             raise AttributeError(
                 f"register_buffer({name!r}) before Module.__init__() ran: call "
@@ -225,8 +241,16 @@ class Module:
                 name not in self._registered and hasattr(self, name)):
             raise KeyError(f"register_buffer: {type(self).__name__} already has an attribute "
                            f"{name!r}; pick another name")
-        value = data if isinstance(data, Variable) else Variable(data, name=name,
-                                                                 requires_grad=False)
+        if isinstance(data, Variable):
+            if data.creator is not None:
+                raise ValueError(
+                    f"register_buffer({name!r}): the Variable was computed by "
+                    f"{data.creator._name()}, so a buffer holding it would keep that graph, "
+                    "and backward would reach through it; pass data.detach() (a leaf sharing "
+                    "its array), or its array data.data")
+            value = data.requires_grad_(False)
+        else:
+            value = Variable(data, name=name, requires_grad=False)
         self._registered[name] = _BUFFER
         object.__setattr__(self, name, value)
         structure_changes[0] += 1  # a compiled step that reads the module's buffers records again
@@ -425,6 +449,8 @@ class Module:
             device = backends.parse_device(device)
             backends.backend_for_device(device)  # an unknown or unavailable device fails here
         name = None if dtype is None else _float_name(dtype, "Module.to")
+        if device is not None and name is not None:  # said even where nothing has data yet
+            _namespace_dtype(backends.backend_for_device(device), device, name, "Module.to")
         moves = []  # everything is computed first: a failure leaves the model as it was
         for v in self._variables():
             for target in (v, v.grad):
@@ -499,7 +525,10 @@ class Module:
         format marker of a file `save` wrote is skipped, so numpy.load(path) of one will do;
         a name joined by '/' as DeZero's save_weights writes it ("l0/W"), or numbered as
         nn.Sequential's ("0.W"), is taken as the model's "l0.W" when that is one of the model's
-        names and the state has no "l0.W"; two keys taken as one name are an error.
+        names and the state has no "l0.W"; two keys taken as one name are an error. A module
+        or Parameter the model holds under two names (net.l2 = net.l1) is in state_dict once,
+        under its first name ("l1.W"); the state may name it by either, or by both (as DeZero's
+        save_weights and PyTorch's state_dict write it), with the same values, loaded once.
         Values must be real numbers that convert within their kind (float64 into float32 does;
         floats into an integer buffer, and integers or booleans into a floating one, do not)
         and that the model's dtype holds (300 does not fit int8, 1e5 is inf in float16).
@@ -509,7 +538,8 @@ class Module:
             raise TypeError(f"load_state_dict expects a mapping name -> array (e.g. from "
                             f"state_dict()), got {type(state).__name__}")
         entries = self._named_entries("load_state_dict")
-        known = {name for name, _, _, _ in entries}
+        aliases = self._aliases()
+        known = {name for name, _, _, _ in entries} | aliases.keys()
         renamed = []  # (key in `state`, its name in the model's terms)
         for key in state:
             if key == FORMAT_KEY and key not in known:
@@ -521,6 +551,7 @@ class Module:
                     name = dotted
             renamed.append((key, _indexed_name(name, known, state)))
         keys, clashes = _keyed_by_name(renamed)
+        keys, twins = _unaliased(keys, aliases)
         names = dict.fromkeys(keys)
         hosts = {}
         unreadable = []
@@ -530,9 +561,16 @@ class Module:
                     hosts[name] = _host_array(state[keys[name]])
                 except (TypeError, ValueError) as e:
                     unreadable.append(f"{name}: {e}")
+        twin_hosts = {}
+        for _, key in twins:
+            try:
+                twin_hosts[key] = _host_array(state[key])
+            except (TypeError, ValueError) as e:
+                unreadable.append(f"{key}: {e}")
         specs = {name: (host.shape, host.dtype) for name, host in hosts.items()}
         problems, missing, unexpected = self._compare(names, specs, strict, "the state", hosts)
-        problems = clashes + problems + unreadable
+        problems = (clashes + problems + unreadable
+                    + _unequal_twins(twins, keys, hosts, twin_hosts, "the state"))
         if problems:
             raise ValueError(f"load_state_dict into {type(self).__name__}: "
                              + "; ".join(problems) + ". Nothing was loaded.")
@@ -546,8 +584,8 @@ class Module:
                 device = owner._device or backends.CPU
                 backend = backends.backend_for_device(device)
                 dtype_name = _lazy_dtype(owner) or hosts[name].dtype.name
-                new.append((v, _placed(hosts[name], backend, device,
-                                       getattr(backend.xp, dtype_name))))
+                dtype = _namespace_dtype(backend, device, dtype_name, "load_state_dict")
+                new.append((v, _placed(hosts[name], backend, device, dtype)))
         for v, data in new:
             v.data = data
         return IncompatibleKeys(missing, unexpected)
@@ -588,6 +626,29 @@ class Module:
                 f"of {type(self).__name__} (an attribute name holding a '.', set around "
                 "Module.__setattr__?); rename one so that each has its own name")
         return entries
+
+    def _aliases(self):
+        """alias -> name for each further qualified name reaching a parameter or buffer that
+        _entries lists under `name`: a module or Parameter held twice (net.l2 = net.l1, b.W =
+        a.W) is listed once, under its first name, while DeZero's save_weights (as PyTorch's
+        state_dict) writes it under each ("l1/W" and "l2/W")."""
+        first = {id(v): name for name, _, _, v in self._entries()}
+        aliases = {}
+        # every path, not each module once; a module is not entered again below itself
+        stack = [("", self, (id(self),))]
+        while stack:
+            prefix, module, above = stack.pop()
+            for attr, kind in module._registered.items():
+                value = module.__dict__.get(attr)
+                name = prefix + attr
+                if value is None:
+                    continue
+                if kind == _MODULE:
+                    if id(value) not in above:
+                        stack.append((name + ".", value, above + (id(value),)))
+                elif first.get(id(value), name) != name:
+                    aliases[name] = first[id(value)]
+        return aliases
 
     def _shapes(self, size=None):
         """The shapes this module gives its lazy parameters and buffers, by name relative to it
@@ -633,6 +694,8 @@ class Module:
         (out_size, kernel_size) must match it. A file written by DeZero's save_weights loads
         too: its names ("l0/W") are read as gradcore's ("l0.W"), with the same checks; so is a
         file of nn.Sequential's numbered names ("0.W") loaded into models.Sequential ("l0.W").
+        A layer the model holds under two names may be in the file under both (DeZero writes
+        "l1/W" and "l2/W" for net.l2 = net.l1), with the same values (see load_state_dict).
         `path` may be a binary file object (io.BytesIO, open(p, "rb")) that can seek, read
         from where it is and left open; `sha256` is then that of everything it holds.
 
@@ -666,16 +729,20 @@ class Module:
                 if found != pinned:
                     raise CheckpointError(f"{path}: its SHA-256 is {found}, not {pinned}: a "
                                           "different or damaged file. Nothing was loaded.")
-            headers = _read_headers(path, archive, size)
-            known = {name for name, _, _, _ in self._entries()}
-            keys, clashes = _keyed_by_name((name, _indexed_name(name, known, headers))
-                                           for name in headers)
-            headers = {name: headers[key] for name, key in keys.items()}
+            in_file = _read_headers(path, archive, size)
+            aliases = self._aliases()
+            known = {name for name, _, _, _ in self._entries()} | aliases.keys()
+            keys, clashes = _keyed_by_name((name, _indexed_name(name, known, in_file))
+                                           for name in in_file)
+            keys, twins = _unaliased(keys, aliases)
+            headers = {name: in_file[key] for name, key in keys.items()}
             specs = {name: (header.shape, header.dtype) for name, header in headers.items()}
             _refuse(path, self, clashes + self._compare(headers, specs, strict, "the file")[0])
             arrays = _read_arrays(path, archive, headers)
+            twin_arrays = _read_arrays(path, archive, {key: in_file[key] for _, key in twins})
         # the values, now read, against the dtypes they load into (300 does not fit int8)
-        _refuse(path, self, self._compare(headers, specs, strict, "the file", arrays)[0])
+        _refuse(path, self, self._compare(headers, specs, strict, "the file", arrays)[0]
+                + _unequal_twins(twins, keys, arrays, twin_arrays, "the file"))
         return self.load_state_dict(arrays, strict=strict)
 
     save_weights = save  # DeZero's names
@@ -704,6 +771,23 @@ class Module:
 
 
 # =============================================================================== helpers
+def _note_holder(module, p):
+    """Record that `module` holds the Parameter `p` (see _holders)."""
+    holders = _holders.get(p)
+    if holders is None:
+        holders = _holders[p] = {}
+    holders[id(module)] = weakref.ref(module)  # by id: a module may be unhashable
+
+
+def _held_by_a_module(p):
+    """Whether a live Module has the Parameter `p` as one of its attributes."""
+    for ref in list(_holders.get(p, {}).values()):
+        module = ref()
+        if module is not None and any(value is p for value in module.__dict__.values()):
+            return True
+    return False
+
+
 _warned_lists = set()  # (class, attribute) whose list _warn_listed has warned about
 
 
@@ -801,6 +885,39 @@ def _keyed_by_name(renamed):
     return keys, clashes
 
 
+def _unaliased(keys, aliases):
+    """(name -> key, twins) from `keys`, the model's name -> key in the source, with each alias
+    (see Module._aliases) taken as the name it stands for, unless the source has that name too:
+    the alias's (name, key) is then a twin, whose values must be those loaded into the name."""
+    unaliased = {name: key for name, key in keys.items() if name not in aliases}
+    twins = []
+    for alias, key in keys.items():
+        if alias in aliases:
+            name = aliases[alias]
+            if name in unaliased:
+                twins.append((name, key))
+            else:
+                unaliased[name] = key
+    return unaliased, twins
+
+
+def _unequal_twins(twins, keys, arrays, twin_arrays, source):
+    """A phrase for each of `twins` (see _unaliased) whose NumPy array (in `twin_arrays`, by
+    key) differs from the one loaded into its name (in `arrays`, by name; its key in `keys`)."""
+    problems = []
+    for name, key in twins:
+        first, twin = arrays.get(name), twin_arrays.get(key)
+        if first is None or twin is None:
+            continue  # unreadable or refused already
+        floating = first.dtype.kind == "f" and twin.dtype.kind == "f"
+        if not numpy.array_equal(first, twin, equal_nan=floating):
+            problems.append(
+                f"{keys[name]!r} and {key!r} in {source} are one entry of the model, {name} (a "
+                "module or Parameter it holds under two names), but hold different values; "
+                "keep the one to load")
+    return problems
+
+
 def _refuse(path, model, problems):
     """Raise CheckpointError for the checkpoint at `path` listing `problems` (phrases from
     Module._compare) when there are any."""
@@ -842,6 +959,19 @@ def _float_name(dtype, where):
     return name
 
 
+def _namespace_dtype(backend, device, dtype_name, where):
+    """The dtype named `dtype_name` (one of _FLOAT_NAMES) in `backend`'s namespace; a ValueError
+    naming `device` and the floating dtypes it has where it has none of that name
+    (array-api-strict has no float16)."""
+    dtype = getattr(backend.xp, dtype_name, None)
+    if dtype is None:
+        has = [name for name in _FLOAT_NAMES if hasattr(backend.xp, name)]
+        raise ValueError(f"{where}: {device} has no {dtype_name} (its floating dtypes: "
+                         f"{', '.join(has)}); use one of those, or a device that has "
+                         f"{dtype_name}, such as 'cpu'")
+    return dtype
+
+
 def _converted(data, device, dtype_name):
     """`data` on `device` (None: where it is) with floating dtype `dtype_name` (None: as it is)."""
     if device is not None:
@@ -849,11 +979,12 @@ def _converted(data, device, dtype_name):
     if dtype_name is not None:
         backend = backends.backend_of(data)
         xp = backend.xp
-        dtype = getattr(xp, dtype_name)
+        on = backend.device_of(data)
+        dtype = _namespace_dtype(backend, on, dtype_name, "Module.to")
         # astype copies even to the dtype the array has (NumPy): a new array would bump the
         # version and break a pending backward, and unlink the arrays state_dict handed out
         if xp.isdtype(data.dtype, "real floating") and data.dtype != dtype:
-            with backend.device_context(backend.device_of(data)):
+            with backend.device_context(on):
                 data = xp.astype(data, dtype)
     return data
 

@@ -1114,3 +1114,55 @@ def test_two_entries_of_a_file_taken_as_one_name_of_the_model_are_refused_naming
                                                  r"the model's 'l0\.l0\.W'"):
         nested.load(path)
     np.testing.assert_array_equal(nested.l0.l0.W.data, before)
+
+
+class SharedLayer(nn.Module):
+    """One Linear under two names, as DeZero and PyTorch allow; b.W ties a Parameter too."""
+
+    def __init__(self):
+        super().__init__()
+        self.l1 = self.l2 = nn.Linear(2, 2)
+        self.a, self.b = nn.Linear(2, 2), nn.Linear(2, 2)
+        self.b.W = self.a.W
+
+
+W_SHARED = np.arange(4, dtype=np.float32).reshape(2, 2)
+# what DeZero's save_weights writes for SharedLayer: each name reaching a Parameter
+SHARED_FILE = {"l1/W": W_SHARED, "l1/b": np.ones(2, np.float32), "l2/W": W_SHARED,
+               "l2/b": np.ones(2, np.float32), "a/W": W_SHARED + 1, "a/b": np.zeros(2, np.float32),
+               "b/W": W_SHARED + 1, "b/b": np.full(2, 2.0, np.float32)}
+
+
+def test_a_dezero_file_of_a_layer_held_under_two_names_loads_once(tmp_path):
+    model = SharedLayer()
+    assert list(model.state_dict()) == ["l1.W", "l1.b", "a.W", "a.b", "b.b"]  # each once
+    model.load_weights(dezero_weights(tmp_path / "shared.npz", **SHARED_FILE))
+    assert model.l2 is model.l1 and model.b.W is model.a.W
+    np.testing.assert_array_equal(model.l2.W.data, W_SHARED)
+    np.testing.assert_array_equal(model.l1.b.data, [1.0, 1.0])
+    np.testing.assert_array_equal(model.b.W.data, W_SHARED + 1)
+    np.testing.assert_array_equal(model.b.b.data, [2.0, 2.0])
+    # load_state_dict alike, with either name alone or both (PyTorch's state_dict keeps both)
+    fresh = SharedLayer()
+    fresh.load_state_dict({k.replace("/", "."): v * 2 for k, v in SHARED_FILE.items()})
+    np.testing.assert_array_equal(fresh.l1.W.data, W_SHARED * 2)
+    only_aliases = {"l2.W": W_SHARED, "l2.b": np.ones(2, np.float32), "a.b": np.zeros(2),
+                    "b.W": W_SHARED + 1, "b.b": np.zeros(2)}  # l2.W and b.W fill l1.W and a.W
+    assert fresh.load_state_dict(only_aliases) == ([], [])
+    np.testing.assert_array_equal(fresh.l1.W.data, W_SHARED)
+    np.testing.assert_array_equal(fresh.a.W.data, W_SHARED + 1)
+
+
+def test_the_two_names_of_one_layer_holding_different_values_are_refused(tmp_path):
+    model = SharedLayer()
+    before = {name: v.copy() for name, v in model.state_dict().items()}
+    unequal = dict(SHARED_FILE, **{"l2/W": W_SHARED + 5})
+    message = (r"'l1(/|\.)W' and 'l2(/|\.)W' in the {} are one entry of the model, l1\.W \(a "
+               r"module or Parameter it holds under two names\), but hold different values; "
+               r"keep the one to load\. Nothing was loaded")
+    with pytest.raises(nn.CheckpointError, match=message.format("file")):
+        model.load_weights(dezero_weights(tmp_path / "unequal.npz", **unequal))
+    with pytest.raises(ValueError, match=message.format("state")):
+        model.load_state_dict(unequal)
+    for name, v in model.state_dict().items():
+        np.testing.assert_array_equal(v, before[name])

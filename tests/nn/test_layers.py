@@ -1,5 +1,8 @@
 """Layers: forward shapes and values, lazy creation (device, dtype, seed), a gradient check of
 each on a tiny instance (input and every parameter) on NumPy and array-api-strict device1."""
+import copy
+import pickle
+
 import numpy as np
 import pytest
 
@@ -276,6 +279,49 @@ def test_module_list_refuses_what_is_not_a_module():
         blocks(np.ones((1, 2)))
 
 
+def test_del_of_a_module_list_item_renumbers_the_rest_as_pytorch_does():
+    a, b, c, d = (nn.Linear(2, in_size=2) for _ in range(4))
+    blocks = nn.ModuleList([a, b, c, d])
+    del blocks[0]
+    assert list(blocks) == [b, c, d]
+    assert list(blocks.state_dict()) == ["0.W", "0.b", "1.W", "1.b", "2.W", "2.b"]
+    assert blocks.state_dict()["0.W"] is b.W.data  # "0" is b now
+    del blocks[-1]
+    del blocks[:1]
+    assert list(blocks) == [c] and list(dict(blocks.named_children())) == ["0"]
+    assert len(blocks.append(a)) == 2 and blocks[1] is a  # the next number is "1"
+    with pytest.raises(IndexError, match="ModuleList index 2 is out of range for 2 modules"):
+        del blocks[2]
+    assert list(blocks) == [c, a]
+
+
+@pytest.mark.parametrize("build", [
+    lambda cls: nn.Sequential(nn.Linear(4), cls, nn.Linear(2)),
+    lambda cls: nn.Sequential().append(cls),
+    lambda cls: nn.ModuleList([nn.Linear(4), cls]),
+    lambda cls: nn.ModuleList().append(cls),
+    lambda cls: nn.MLP((4, 2), activation=cls),
+], ids=["Sequential", "Sequential.append", "ModuleList", "ModuleList.append", "MLP activation"])
+def test_a_layer_class_given_for_an_instance_is_refused_naming_both(build):
+    with pytest.raises(TypeError, match=r"got the class nn\.ReLU; pass an instance, "
+                                        r"nn\.ReLU\(\)"):
+        build(nn.ReLU)
+
+
+def test_a_class_among_dezero_layers_is_refused_naming_its_place():
+    from gradcore import models
+
+    class Block(nn.Module):
+        def forward(self, x):
+            return x
+
+    model = models.Sequential(nn.Linear(2))
+    with pytest.raises(TypeError, match=r"^Sequential\.layers\[1\]: got the class .*Block; "
+                                        r"pass an instance, .*Block\(\)"):
+        model.layers = [model.l0, Block]
+    assert model.layers == [model.l0]  # nothing changed
+
+
 def test_mlp_is_dezero_shaped():
     mlp = nn.MLP((10, 1))
     assert mlp.activation is F.sigmoid and mlp.layers == [mlp.l0, mlp.l1]
@@ -547,6 +593,57 @@ def test_a_bias_brought_back_leaves_the_one_another_layer_holds():
     np.testing.assert_array_equal(a.b.data, [0, 0])
 
 
+class _TiedPair(nn.Module):  # at module level, so that pickle finds it
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(3, 2), nn.Linear(3, 2)
+        self.b.W = self.a.W
+
+
+@pytest.mark.parametrize("copier", [copy.deepcopy, lambda m: pickle.loads(pickle.dumps(m))],
+                         ids=["deepcopy", "pickle"])
+def test_a_copy_keeps_the_weight_its_other_layer_holds(copier):
+    model = copier(_TiedPair())
+    shared = model.b.W
+    assert model.a.W is shared
+    kept = shared.data.copy()
+    model.a.W = None  # a gets a new W at its next call; the copy's b keeps the one it had
+    model.a(np.ones((1, 3), np.float32))
+    assert model.a.W is not shared and model.b.W is shared
+    np.testing.assert_array_equal(shared.data, kept)
+
+
+class _Holder(nn.Module):
+    def __init__(self, W):
+        super().__init__()
+        self.W = W
+
+
+def _embedding_holding(W):
+    emb = nn.EmbedID(3, 3)
+    emb.W = W  # weight tying
+    return emb
+
+
+@pytest.mark.parametrize("holding", [_embedding_holding, _Holder], ids=["EmbedID", "custom"])
+def test_a_weight_an_embedding_or_a_custom_module_holds_is_left_to_it(holding):
+    lin = nn.Linear(3, 3)
+    shared = lin.W
+    holder = holding(shared)
+    kept = shared.data.copy()
+    lin.W = None
+    lin(np.ones((1, 3), np.float32))
+    assert lin.W is not shared and holder.W is shared
+    np.testing.assert_array_equal(shared.data, kept)
+    # a holder that has let go of it no longer counts: W = None refills the same Parameter
+    current = lin.W
+    holder.W = current
+    holder.W = gradcore.Parameter(np.zeros((3, 3), np.float32))
+    lin.W = None
+    lin(np.ones((1, 3), np.float32))
+    assert lin.W is current
+
+
 @pytest.mark.parametrize("make, x", [
     (lambda: nn.Linear(3, 2), np.ones((4, 3), np.float32)),
     (lambda: nn.Linear(2), np.ones((4, 3), np.float32)),  # b = None before the first call
@@ -626,6 +723,20 @@ def test_lazy_layers_take_the_dtype_given_to_to():
     rnn(np.ones((2, 5), np.float32))
     rnn(np.ones((2, 5), np.float32))  # h2h is made at the second step
     assert {str(v.dtype) for v in rnn.parameters()} == {"float16"}
+
+
+@pytest.mark.parametrize("make, shape", [
+    (lambda: nn.Linear(2, dtype="float16"), (1, 3)),
+    (lambda: nn.Conv2d(1, 1, dtype="float16"), (1, 1, 2, 2)),
+    (lambda: nn.BatchNorm(dtype="float16"), (2, 3)),
+])
+def test_a_lazy_layer_in_a_dtype_the_inputs_device_lacks_says_so(make, shape):
+    layer = make()
+    x = STRICT.asarray(np.ones(shape, np.float32), device=DEVICE1)  # array-api-strict: no float16
+    with pytest.raises(ValueError, match=rf"^{type(layer).__name__}: {STRICT.device_type}:device1 "
+                       r"has no float16 \(its floating dtypes: float32, float64\)"):
+        layer(x)
+    assert all(v.data is None for v in layer.parameters())
 
 
 def test_numpy_integers_are_sizes():

@@ -758,6 +758,25 @@ def test_bad_to_raises_and_changes_nothing():
     assert lin.W.data is W
 
 
+def test_a_dtype_the_device_lacks_is_refused_naming_both_before_anything_changes():
+    # array-api-strict has no float16
+    no_float16 = (rf"Module\.to: {STRICT.device_type}:device1 has no float16 \(its floating "
+                  r"dtypes: float32, float64\); use one of those, or a device that has float16")
+    model = nn.Sequential(nn.Linear(3, 4), nn.Linear(2)).to(DEVICE1)  # the second still lazy
+    W = model[0].W.data
+    with pytest.raises(ValueError, match=no_float16):
+        model.to(dtype="float16")
+    assert model[0].W.data is W and model[0]._dtype is None
+    lazy = nn.Linear(2)
+    with pytest.raises(ValueError, match=no_float16):  # said before anything has data
+        lazy.to(DEVICE1, dtype=np.float16)
+    assert lazy._device is None and lazy._dtype is None
+    half = nn.Linear(2, dtype="float16").to(DEVICE1)  # its lazy W and b are made on device1
+    with pytest.raises(ValueError, match=no_float16.replace("Module\\.to", "load_state_dict")):
+        half.load_state_dict({"W": np.ones((3, 2)), "b": np.ones(2)})
+    assert half.W.data is None and half.b.data is None
+
+
 def test_lazy_layers_are_created_on_the_input_device():
     net = Net().to(DEVICE2)  # eager parameters move; the lazy head follows its first input
     y = net(STRICT.asarray(np.ones((2, 2)), device=DEVICE2))
@@ -826,6 +845,24 @@ def test_bad_buffers():
         m.register_buffer("a.b", np.zeros(1))
     m.count = None  # a lazy buffer: kept registered, skipped until it has a value
     assert list(m.named_buffers()) == []
+
+
+def test_a_variable_registered_as_a_buffer_gets_no_gradient():
+    lin = nn.Linear(2, 2)
+    scale = Variable(np.array([1.0, 2.0], np.float32))  # requires grad, as DeZero's do
+    assert lin.register_buffer("scale", scale) is scale and lin.scale is scale
+    assert scale.requires_grad is False
+    x = np.ones((1, 2), np.float32)
+    (lin(x) * lin.scale).sum().backward()
+    assert scale.grad is None
+    np.testing.assert_array_equal(lin.b.grad.data, [1.0, 2.0])  # d sum(y * scale) / db = scale
+    # an op's output, part of a graph, is refused with what to pass instead
+    doubled = Variable(np.ones(2, np.float32)) * 2
+    with pytest.raises(ValueError, match=r"register_buffer\('doubled'\): the Variable was "
+                                         r"computed by mul.*pass data\.detach\(\)"):
+        lin.register_buffer("doubled", doubled)
+    lin.register_buffer("doubled", doubled.detach())
+    assert [n for n, _ in lin.named_buffers()] == ["scale", "doubled"]
 
 
 def test_a_parameter_or_module_assigned_over_a_buffer_takes_its_place_and_its_kind():
