@@ -106,6 +106,27 @@ def _run_hooks(x, g, shared):
     return g
 
 
+def _output_hooks(f, y, g, shared, unchecked_roots, wanted=None, known=None):
+    """The hooks of y, an output of f, on its gradient g (_run_hooks), just before f's backward
+    runs: every op is checked for writes first (_check_before_hooks). A hook that writes (a .data
+    assignment, an optimizer step) may write what f's backward reads, so then f is checked again
+    (but for an f off gradcore.grad's paths, which _skip_or_check_versions skips too)."""
+    if unchecked_roots:
+        _check_before_hooks(unchecked_roots, wanted, known)
+    written = latest_write[0]
+    g = _run_hooks(y, g, shared)
+    if latest_write[0] != written and (wanted is None or _behind(f, wanted, known)):
+        try:
+            _check_versions(f)
+        except RuntimeError as error:
+            name = f._name()
+            add_note(error, f"the write was made by a hook on {_describe(y)}, an output of "
+                            f"{name}: its hooks run before {name}.backward. Make the change "
+                            "after backward, or in a post-accumulate hook on a leaf")
+            raise
+    return g
+
+
 def _retain(y, g, shared):
     """Add g, the gradient the walk hands on from y, into y.grad (retain_grad), as y's own: a
     copy if g's array is one another holds (`shared`: a seed, a hook's argument, another
@@ -364,10 +385,8 @@ def _output_grads(f, grads, retain_grad, wanted, captured, shared, known, unchec
             gys.append(f.zeros_for_output(i))
             continue
         if y._hooks and (wanted is None or _on_path(f, wanted, known)):
-            if unchecked_roots:
-                _check_before_hooks(unchecked_roots, wanted, known)
-            g = _run_hooks(y, g, shared)
-        if retain_grad:
+            g = _output_hooks(f, y, g, shared, unchecked_roots, wanted, known)
+        if retain_grad and not y.retains_grad:  # else _run_hooks has just kept it
             _retain(y, g, shared)
         if wanted is not None and y in wanted:
             captured[y] = g
@@ -509,9 +528,7 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING,
                 except KeyError:  # f's output now is another Variable than the one reaching f
                     raise _reused(f) from None
                 if y._hooks:
-                    if unchecked_roots:
-                        _check_before_hooks(unchecked_roots, None, None)
-                    gy = _run_hooks(y, gy, shared)
+                    gy = _output_hooks(f, y, gy, shared, unchecked_roots)
                 gxs = f.backward(gy)
             else:
                 if f.sequence < written[0] and _skip_or_check_versions(
@@ -805,8 +822,8 @@ def backward(y, grad=None, retain_grad=False, create_graph=False):
     try:
         _walk([y], [seed], retain_grad, create_graph)
     except Exception as error:
-        if given is not None and y._grad is None:  # refused: y as it was
-            y._grad = given
+        if given is not None:  # y as it was: its seed, not what retain_grad kept of it
+            y._grad, y._retained_grad = given, None
         explained = _explain_failed_backward(error)
         if explained is not error:
             raise explained from error

@@ -400,6 +400,29 @@ def test_a_grad_set_on_the_output_stays_when_backward_is_refused():
     assert y.grad is v and x.grad is None
 
 
+def test_a_grad_set_on_an_output_that_retains_its_grad_stays_when_backward_fails():
+    """A backward that fails after y retained its hand-set seed (here x's hook raises) left that
+    retained copy as y.grad: the retry seeded with ones (x.grad [3, 3])."""
+    fail = [True]
+
+    def hook(g):
+        if fail[0]:
+            raise ValueError("a transient failure")
+    x = Variable(np.array([1.0, 2.0]))
+    x.register_hook(hook)
+    y = x * 3.0
+    y.retain_grad()
+    v = Variable(np.array([5.0, 5.0]), requires_grad=False)
+    y.grad = v
+    with pytest.raises(ValueError, match="a transient failure"):
+        y.backward()
+    assert y.grad is v and x.grad is None
+    fail[0] = False
+    y.backward()  # the same seed again
+    np.testing.assert_array_equal(x.grad.data, [15.0, 15.0])
+    np.testing.assert_array_equal(y.grad.data, [5.0, 5.0])  # now kept by retain_grad
+
+
 def test_a_float64_seed_keeps_float32_gradients(xp):
     x = var(xp, [1.0, 2.0], "float32")
     y = x * 2.0
@@ -1388,6 +1411,20 @@ def test_retained_gradients_own_their_arrays(xp, how):
     np.testing.assert_array_equal(xp.numpy(y.grad.data), np.zeros(4))
     np.testing.assert_array_equal(xp.numpy(x.grad.data), np.full((2, 2), 6.0))
     np.testing.assert_array_equal(xp.numpy(w.grad.data), np.ones(4))
+
+
+def test_retain_grad_and_backward_retain_grad_keep_a_gradient_once(xp):
+    """h.retain_grad() with backward(retain_grad=True): h's gradient was added twice (h.grad
+    [4, 4], y.grad [2, 2])."""
+    x = var(xp, [1.0, 2.0])
+    h = x * 3.0
+    y = h * 2.0
+    h.retain_grad()
+    y.retain_grad()
+    F.sum(y).backward(retain_grad=True)
+    np.testing.assert_array_equal(xp.numpy(h.grad.data), [2.0, 2.0])
+    np.testing.assert_array_equal(xp.numpy(y.grad.data), [1.0, 1.0])
+    np.testing.assert_array_equal(xp.numpy(x.grad.data), [6.0, 6.0])
 
 
 # ==================================================================== messages of gradcore.grad

@@ -434,6 +434,38 @@ def test_create_graph_and_grad_check_versions_too(xp):
         gradcore.grad(gx.sum(), x)
 
 
+@pytest.mark.parametrize("how", ["backward", "backward(retain_grad=True)", "grad"])
+def test_a_write_by_a_hook_on_an_ops_output_is_refused_before_that_op_runs(xp, how):
+    """A hook on h = x * W runs before mul(x, W).backward, which reads W: a write to W in the
+    hook was not seen, and x.grad was [12, 20], from the new W (at forward's W: [9, 16])."""
+    x, W = var(xp, [1.0, 2.0]), var(xp, [3.0, 4.0])
+    h = x * W
+    k = h * W
+
+    def step(g):
+        W.data = W.data + 1.0
+    h.register_hook(step)
+    with pytest.raises(RuntimeError, match=MODIFIED.format(op="mul", now=1, then=0)) as info:
+        if how == "grad":
+            gradcore.grad(F.sum(k), x)
+        else:  # the walk's short path, and its general one
+            F.sum(k).backward(retain_grad=how != "backward")
+    assert "the write was made by a hook on" in info.value.__notes__[-1]
+    assert x.grad is None
+
+
+def test_a_hook_writing_what_its_op_does_not_read_is_fine(xp):
+    x, W, other = var(xp, [1.0, 2.0]), var(xp, [3.0, 4.0]), var(xp, [0.0, 0.0])
+    h = x * W
+
+    def step(g):
+        other.data = other.data + 1.0
+    h.register_hook(step)
+    F.sum(h * W).backward()
+    np.testing.assert_array_equal(xp.numpy(x.grad.data), [9.0, 16.0])  # W ** 2
+    assert other.version == 1
+
+
 def test_a_write_in_another_thread_cannot_switch_the_check_off():
     """Backward checks versions only for ops recorded before the latest write anywhere: a thread
     that took its write's stamp and published it after a newer write would switch the check off
