@@ -755,6 +755,11 @@ class Variable:
         if self.creator is not None:
             raise RuntimeError("register_post_accumulate_grad_hook: only a leaf Variable (one no "
                                "op made, such as a Parameter) accumulates into .grad")
+        if self._data is not None and dtype_kind(self._backend, self.dtype) != "float":
+            # never a gradient, so never a call (a frozen float leaf may require grad again)
+            raise RuntimeError(
+                f"register_post_accumulate_grad_hook: this Variable holds {self.dtype} data, "
+                "which never gets a gradient, so the hook would never run")
         with _post_hooks_lock:  # two threads registering on one leaf keep both hooks
             hooks = getattr(self, "_post_hooks", None)
             if hooks is None:

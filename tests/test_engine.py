@@ -593,6 +593,13 @@ def test_post_accumulate_hook_errors():
         Variable(1.0).register_post_accumulate_grad_hook(3)
     with pytest.raises(RuntimeError, match="only a leaf"):
         (Variable(1.0) * 2).register_post_accumulate_grad_hook(lambda p: None)
+    from gradcore import engine
+    ids = Variable(np.arange(3))  # integers never get a gradient: the hook could never run
+    with pytest.raises(RuntimeError, match="holds int64 data, which never gets a gradient"):
+        ids.register_post_accumulate_grad_hook(lambda p: None)
+    assert ids not in engine.hooked_leaves  # no backward pays a counting pass for it
+    frozen = Variable(np.ones(3), requires_grad=False)  # may require grad again: taken
+    frozen.register_post_accumulate_grad_hook(lambda p: None)
 
 
 # =============================================================================== higher order

@@ -351,8 +351,9 @@ class DistributedOptimizer:
             return
         ready = weakref.WeakMethod(self._ready)  # the hooks must not keep self alive
         hook = lambda p: ready() is not None and ready()(p)  # noqa: E731
-        self._hook_handles.extend(p.register_post_accumulate_grad_hook(hook)
-                                  for p in self._params)
+        # an integer or bool parameter (an index table) never has a gradient to wait for
+        self._hook_handles.extend(p.register_post_accumulate_grad_hook(hook) for p in self._params
+                                  if p.data is None or dtype_kind(p.backend, p.dtype) == "float")
 
     def _end_round(self):
         """Let go of the buckets a backward started, before the plan is dropped: with overlap
