@@ -96,6 +96,8 @@ class Max(Function):
         self.axes = normalize_axis(self.axis, x.ndim)
         if any(x.shape[a] == 0 for a in self.axes):
             raise ValueError(f"cannot take the {self._name()} over an empty axis")
+        if x.size == 0:  # another axis is empty: an empty result (Dask's max of it would raise)
+            return self.xp.sum(x, axis=self.axes, keepdims=self.keepdims)
         return self._extreme(x, self.keepdims)
 
     def _extreme(self, x, keepdims):

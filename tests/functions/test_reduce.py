@@ -167,6 +167,15 @@ def test_max_and_min_of_an_empty_axis_are_an_error(xp, op, shape, axis):
     assert op(rows, axis=1).shape == (0,)  # another axis empty: an empty result
 
 
+@pytest.mark.parametrize("op", [F.max, F.min])
+def test_max_and_min_over_rows_of_nothing_on_dask_are_empty(op):
+    da = pytest.importorskip("dask.array")
+    x = gradcore.Variable(da.from_array(np.ones((0, 4)), chunks=-1))
+    y = op(x, axis=1)
+    F.sum(y).backward()  # Dask's own max of a (0, 4) array raises at compute: no identity
+    assert y.data.compute().shape == (0,) and x.grad.data.compute().shape == (0, 4)
+
+
 def test_mean_of_float16_accumulates_in_float32():
     # 100,000 ones sum to inf in float16; NumPy's mean and torch.mean accumulate in float32
     x = gradcore.Variable(np.ones(100_000, np.float16))
