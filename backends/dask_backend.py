@@ -15,7 +15,7 @@ import numpy
 
 from .base import Backend, DeviceUnavailableError, HostRandom
 from .device import Device
-from .indexing import flat_positions, gather, is_advanced, normalize_key
+from .indexing import flat_positions, index_start, is_advanced, normalize_key
 
 DASK = Device("dask")
 
@@ -36,8 +36,9 @@ class Namespace:
     """array_api_compat's namespace for Dask, with the functions it lacks, a broadcast_to that
     chunks the axes it makes (Dask's makes each one a single chunk: a gradient broadcast over
     1e9 elements would be one chunk of 8 GB), or takes the chunks asked for (`laid_out`), a
-    clip that never broadcasts its bounds to one chunk, and a reshape that works whatever the
-    chunks (and on the NumPy index arrays `get_item` takes with)."""
+    clip that never broadcasts its bounds to one chunk, a matmul in NumPy's dtype whatever the
+    chunks, a reshape that works whatever the chunks (and on the NumPy index arrays of
+    `normalize_key`'s keys), and `checked`, which checks values as they are computed."""
 
     def __init__(self, xp, da):
         self._xp = xp
@@ -79,10 +80,25 @@ class Namespace:
             y = self._da.maximum(y, min)
         if max is not None:
             y = self._da.minimum(y, max)
-        return y if y.dtype == x.dtype else y.astype(x.dtype)  # the array API keeps x's dtype
+        # in NumPy's dtype, as on the other backends: integers clipped to 0.5 become floats
+        return y
+
+    def matmul(self, x, W, /):
+        # Dask adds up the products of several chunks along the contracted axis with a sum that
+        # widens small integers (int8 to int64, bool to int64): NumPy's dtype whatever the chunks
+        y = self._xp.matmul(x, W)
+        dtype = numpy.result_type(x.dtype, W.dtype)
+        return y if y.dtype == dtype else y.astype(dtype)
+
+    def checked(self, x, check, dtype):
+        """`check(numpy, block)` for each block of x, run when that block is computed, not now:
+        a check of the values (raising for bad ones) that leaves them lazy. It returns the block
+        (or what it makes of it, of `dtype`)."""
+        meta = numpy.empty((0,) * x.ndim, dtype)
+        return x.map_blocks(functools.partial(check, numpy), dtype=dtype, meta=meta)
 
     def reshape(self, x, shape, copy=None):
-        if isinstance(x, numpy.ndarray):  # an index array read on the host (get_item)
+        if isinstance(x, numpy.ndarray):  # an index array read on the host (normalize_key)
             return numpy.reshape(x, shape)
         if x.size == 0 and x.npartitions > 1:
             # Dask cannot reshape an empty array of several chunks, not even to (-1,); there
@@ -121,22 +137,18 @@ class DaskBackend(HostRandom, Backend):
         self._assigned = weakref.WeakValueDictionary()
 
     def normalize_key(self, index, shape):
-        return normalize_key(self.xp, index, shape, nonzero=self._nonzero)
-
-    def _nonzero(self, mask):
-        # where a mask is true decides the result's shape, which Dask knows only once it has
-        # computed them: the mask is computed now (its shape checked first)
-        return [self.da.from_array(p) for p in numpy.nonzero(numpy.asarray(mask))]
-
-    def get_item(self, array, key):
-        if not is_advanced(key):
-            return array[tuple(key)]
-        # Dask's take with a Dask index array can be wrong: [0] on an axis of one chunk keeps
-        # the whole axis in its shape, and a slice that leaves an empty chunk adds rows. With
-        # NumPy index arrays it is right: they are computed (small: one entry per pick)
-        arrays = iter(self.dask.compute(*(k for k in key if hasattr(k, "shape"))))
-        key = tuple(next(arrays) if hasattr(k, "shape") else k for k in key)
-        return gather(self.xp, array, key)
+        # an index array or a mask is needed on the host: its values for the bounds check, a
+        # mask's true count for the result's shape, and Dask's take with a Dask index array can
+        # be wrong ([0] on an axis of one chunk keeps the whole axis in its shape; a slice that
+        # leaves an empty chunk adds rows). So every Dask array in the key is computed here, all
+        # in one pass, and the key keeps them as NumPy arrays (small: one entry per pick), whose
+        # sizes are known when backward scatters into them
+        keys = index if isinstance(index, tuple) else (index,)
+        lazy = [k for k in keys if isinstance(k, self.da.Array)]
+        if lazy:
+            done = iter(self.dask.compute(*lazy))
+            index = tuple(next(done) if isinstance(k, self.da.Array) else k for k in keys)
+        return normalize_key(numpy, index, shape)
 
     def assign(self, target, value):
         # target[...] = value would make a graph that writes over target's own: each assign
@@ -212,16 +224,37 @@ class DaskBackend(HostRandom, Backend):
             return self._add_at_slices(target, key, values)
         # integer-array keys: every value goes to its flat position, added up there block by
         # block (repeated positions add up), then added to the target
-        positions = flat_positions(self.xp, target.shape, key)
+        values = self.da.asarray(values)
+        positions = flat_positions(self.xp, target.shape, self._chunked_as(key, values))
         if math.prod(positions.shape) == 0:
             return target  # the key picks nothing (an all-False mask): nothing to add
-        values = self.xp.broadcast_to(self.da.asarray(values), positions.shape)
+        values = self.xp.broadcast_to(values, positions.shape)
         positions = self.xp.reshape(positions, (-1,))
         # each block of positions meets the block of values at its place: the flat values
         # chunked as the positions (a multi-chunk array flattens in other chunks)
         values = self.xp.reshape(values, (-1,)).rechunk(positions.chunks)
         target[...] = target + _summed(self.da, positions, values, target)
         return target
+
+    def _chunked_as(self, key, values):
+        """`key` with its NumPy index arrays (normalize_key's) as Dask arrays in the chunks of
+        `values` (x[key], or what broadcasts to it) on the axes they share: the positions made
+        from them come in those chunks, not as one chunk of x[key]'s size."""
+        start = index_start(key)
+        ndim = max(k.ndim for k in key if hasattr(k, "shape"))  # of the index arrays' broadcast
+        # x[key] has an axis per slice and None, and the index arrays' broadcast ones
+        skip = sum(1 for k in key if k is None or k.__class__ is slice) + ndim - values.ndim
+        out = []
+        for k in key:
+            if isinstance(k, numpy.ndarray):
+                # k is right-aligned in the broadcast: its axis a is x[key]'s start + lead + a
+                lead = start + ndim - k.ndim - skip  # and values' axis a + lead
+                chunks = tuple(values.chunks[a + lead] if a + lead >= 0
+                               and values.shape[a + lead] == n else -1
+                               for a, n in enumerate(k.shape))
+                k = self.da.from_array(k, chunks=chunks)
+            out.append(k)
+        return tuple(out)
 
     def _add_at_slices(self, target, key, values):
         """add_at for a key of ints, slices and None. Dask's __setitem__ writes an int beside a

@@ -8,18 +8,17 @@ import operator
 # give NumPy's result from array-API calls alone, for reading an item and for scatter_add.
 
 
-def normalize_key(xp, key, shape, nonzero=None):
+def normalize_key(xp, key, shape):
     """`key` (one index or a tuple) as a tuple that spells out every axis of `shape`.
 
     Ellipsis becomes slices; slice bounds past an end are clipped to it (as NumPy reads them;
     the array API leaves them unspecified); ints and integer arrays are checked against their
     axis and made non-negative; integer arrays become int64; a boolean mask, once its shape is
-    checked, becomes one integer array per axis it covers (`nonzero`: xp.nonzero unless given;
-    Dask's leaves their sizes unknown). Index arrays must already be `xp` arrays on the
-    indexed array's device. Raises IndexError (out of bounds, too many indices, a mask of the
-    wrong shape) or TypeError (an index that is not an int, slice, None, Ellipsis, or
-    integer/boolean array). A key it returned comes back as it is (the checks are not paid
-    twice for a key used again).
+    checked, becomes one integer array per axis it covers (xp.nonzero). Index arrays must
+    already be `xp` arrays on the indexed array's device. Raises IndexError (out of bounds, too
+    many indices, a mask of the wrong shape) or TypeError (an index that is not an int, slice,
+    None, Ellipsis, or integer/boolean array). A key it returned comes back as it is (the checks
+    are not paid twice for a key used again).
     """
     if key.__class__ is NormalizedKey:
         return key
@@ -93,7 +92,7 @@ def normalize_key(xp, key, shape, nonzero=None):
             if tuple(k.shape) != covered:
                 raise IndexError(f"a boolean index of shape {tuple(k.shape)} does not match the "
                                  f"shape {covered} of the axes it masks (from axis {axis})")
-            out.extend(xp.nonzero(k) if nonzero is None else nonzero(k))
+            out.extend(xp.nonzero(k))
             axis += k.ndim
     arrays = [tuple(k.shape) for k in out if hasattr(k, "shape")]
     if len(arrays) > 1:
@@ -202,6 +201,16 @@ def _broadcast_shape(shapes):
     return tuple(out)
 
 
+def index_start(key):
+    """For a key from `normalize_key` holding index arrays: the axis of x[key] where their
+    broadcast shape goes. NumPy puts it where the indexed axes were if the advanced entries
+    (ints too) stand next to each other in the key, and in front otherwise."""
+    advanced = [p for p, k in enumerate(key) if k.__class__ is int or hasattr(k, "shape")]
+    if advanced[-1] - advanced[0] != len(advanced) - 1:
+        return 0
+    return sum(1 for k in key[:advanced[0]] if k is None or k.__class__ is slice)
+
+
 def flat_positions(xp, shape, key, device=None):
     """For a key from `normalize_key`: the row-major flat position, in an array of `shape`, of
     each element of `x[key]`, shaped like `x[key]` (a broadcast view). Summed from one small term
@@ -209,10 +218,9 @@ def flat_positions(xp, shape, key, device=None):
     strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
     others = []       # the output axes made by slices (axis, slice) and None (None), in order
     arrays = []       # (axis, index array)
-    advanced_at = []
     offset = 0        # what the ints add
     axis = 0
-    for position, k in enumerate(key):
+    for k in key:
         if k is None:
             others.append(None)
         elif isinstance(k, slice):
@@ -220,15 +228,11 @@ def flat_positions(xp, shape, key, device=None):
             axis += 1
         elif isinstance(k, int):
             offset += k * strides[axis]
-            advanced_at.append(position)
             axis += 1
         elif k is not Ellipsis:
             arrays.append((axis, k))
-            advanced_at.append(position)
             axis += 1
-    start = 0  # where the broadcast index shape goes: the same rule as in gather
-    if advanced_at and advanced_at[-1] - advanced_at[0] == len(advanced_at) - 1:
-        start = sum(1 for k in key[:advanced_at[0]] if k is None or isinstance(k, slice))
+    start = index_start(key) if arrays else 0
     index_shape = _broadcast_shape([tuple(i.shape) for _, i in arrays]) if arrays else ()
     sizes = [1 if o is None else len(range(*o[1].indices(shape[o[0]]))) for o in others]
     out_shape = tuple(sizes[:start]) + index_shape + tuple(sizes[start:])

@@ -445,7 +445,8 @@ def test_every_xp_name_the_ops_use_exists_in_cupy():
     for path in root.rglob("*.py"):
         names.update(re.findall(r"\bxp\.([A-Za-z_]\w*)", path.read_text()))
     assert {"exp", "matmul", "sum"} <= names  # the scan finds the ops' calls
-    assert sorted(n for n in names if not hasattr(cupy, n)) == []
+    dask_only = {"checked"}  # Dask's namespace adds it; ops call it only where backend.lazy
+    assert sorted(n for n in names - dask_only if not hasattr(cupy, n)) == []
 
 
 def test_asarray_on_puts_lists_and_other_devices_arrays_on_the_device():

@@ -314,6 +314,73 @@ def test_index_arrays_pick_what_numpy_picks(chunks, key):
     np.testing.assert_array_equal(grad, expected)
 
 
+def _counted(array, reads):
+    """`array` with each block it reads noted in `reads` (not Dask's empty probes of its type)."""
+    def counted(block):
+        if block.size:
+            reads.append(block.shape)
+        return block
+    return array.map_blocks(counted, dtype=array.dtype)
+
+
+def test_a_keys_dask_arrays_are_computed_once_all_together():
+    # the bounds check computed an index array's min, then its max, then get_item the values
+    # again: 3 passes over what it came from (12 block reads for 4 blocks)
+    reads = []
+    data = _counted(da.from_array(np.random.RandomState(0).randn(40, 5), chunks=(10, 5)), reads)
+    rows, columns = da.argmax(data, axis=1) % 7, data[:, 0] > 0  # (40,) ints, (40,) mask
+    x = gradcore.Variable(da.from_array(np.arange(280.0).reshape(7, 40), chunks=(3, 8)))
+    y = x[rows[:, None], columns]
+    assert len(reads) == 4, reads  # data's 4 blocks, once each, for both
+    r, c = dask.compute(rows, columns)
+    np.testing.assert_array_equal(y.data.compute(), np.arange(280.0).reshape(7, 40)[r[:, None], c])
+
+
+def test_an_index_of_unknown_size_differentiates():
+    # the key kept the Dask index, of shape (nan,): backward failed with "cannot convert float
+    # NaN to integer"
+    t = da.from_array(np.array([0, 1, 2, 1, -1, -1]), chunks=3)
+    x = gradcore.Variable(da.from_array(A, chunks=2))
+    y = x[t[t >= 0]]  # rows [0, 1, 2, 1]
+    F.sum(y * 2.0).backward()
+    value, grad = dask.compute(y.data, x.grad.data)
+    np.testing.assert_array_equal(value, A[[0, 1, 2, 1]])
+    expected = np.zeros_like(A)
+    expected[[0, 1, 2]] = [[2.0], [4.0], [2.0]]  # row 1 picked twice
+    np.testing.assert_array_equal(grad, expected)
+
+
+@pytest.mark.parametrize("f, message", [
+    (F.softmax_cross_entropy,
+     r"softmax_cross_entropy: labels must lie in \[0, 5\) for 5 classes, got values from 9 to 9"),
+    (lambda x, t: F.embed_id(t, x),
+     r"embed_id: ids must be in \[-7, 7\) for a W of 7 rows; got ids from 9 to 9"),
+], ids=["softmax_cross_entropy", "embed_id"])
+def test_labels_and_ids_are_checked_when_computed_not_when_called(f, message):
+    # their range check computed them at the call: a pass over what they came from (the data)
+    reads = []
+    data = _counted(da.from_array(np.array([0, 1, 2, 3, 4, 4, 9]), chunks=2), reads)
+    x = gradcore.Variable(da.from_array(A, chunks=(3, 2)))  # 7 rows, 5 columns
+    y, good = f(x, data), f(x, data % 5)
+    assert reads == []  # nothing computed yet
+    expected = f(gradcore.Variable(A), np.array([0, 1, 2, 3, 4, 4, 4]))
+    np.testing.assert_allclose(good.data.compute(), expected.data, rtol=1e-12)
+    with pytest.raises(IndexError, match=message):  # at the block [9]
+        y.data.compute()
+
+
+def test_integer_matmul_keeps_numpys_dtype_whatever_the_chunks():
+    # with several chunks along the contracted axis Dask adds the products up widened: int64
+    a, b = np.full((2, 3), 100, np.int8), np.ones((3, 2), np.int8)
+    expected = np.matmul(a, b)  # int8, wrapped: 300 is 44
+    for chunks in (-1, 1):
+        y = F.matmul(gradcore.Variable(da.from_array(a, chunks=chunks)),
+                     gradcore.Variable(da.from_array(b, chunks=chunks)))
+        got = y.data.compute()
+        assert got.dtype == np.int8 and y.dtype == np.int8, chunks
+        np.testing.assert_array_equal(got, expected)
+
+
 @pytest.mark.parametrize("mask", [[True, False], [True, False, True, False, False],
                                   [[True, False], [False, True]]])
 @pytest.mark.parametrize("on", [np.asarray, da.from_array], ids=["NumPy", "Dask"])
@@ -559,6 +626,22 @@ def test_clip_takes_array_bounds_in_the_chunks_of_x():
     y = xp.clip(x, low, da.from_array(np.full((7, 5), 2.5), chunks=(7, 5)))
     assert y.chunks == x.chunks and y.dtype == x.dtype
     np.testing.assert_array_equal(y.compute(), np.clip(A, low, 2.5))
+
+
+@pytest.mark.parametrize("low, high, expected, dtype", [
+    (0.5, 2.5, [0.5, 1.0, 2.0, 2.5, 2.5], np.float64),
+    (None, 2.5, [0.0, 1.0, 2.0, 2.5, 2.5], np.float64),
+    (0.5, None, [0.5, 1.0, 2.0, 3.0, 4.0], np.float64),
+    (1, 3, [1, 1, 2, 3, 3], np.int8),
+])
+def test_clip_of_integers_gives_numpys_dtype(low, high, expected, dtype):
+    # the result was cast back to x's dtype: [0, 1, 2, 2, 2] for [0.5, 2.5]
+    x = np.arange(5, dtype=np.int8)
+    y = F.clip(gradcore.Variable(da.from_array(x, chunks=2)), low, high)
+    assert y.dtype == dtype == np.clip(x, low, high).dtype
+    got = y.data.compute()
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got, expected)
 
 
 def test_the_index_gradient_sums_into_one_total_not_one_per_block():

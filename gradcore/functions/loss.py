@@ -3,6 +3,7 @@
 Like DeZero, every loss sums over the elements and divides by N = x.shape[0] (the batch size):
 for outputs of shape (N,) or (N, 1) that is the mean over all elements.
 """
+import functools
 import math
 import warnings
 
@@ -67,10 +68,11 @@ def _float_dtype(x):
     return x.dtype if x.xp.isdtype(x.dtype, "real floating") else None
 
 
-def _class_labels(xp, t, n, c=None):
+def _class_labels(backend, t, n, c=None, op=None):
     """t checked as N class indices, flattened from (N, 1) to (N,), as int64; with `c`, also
     checks that every label is in [0, c) (before indexing: CuPy wraps out-of-range indices
-    silently)."""
+    silently), on a lazy backend when t is computed (`op` names where, then)."""
+    xp = backend.xp
     if not xp.isdtype(t.dtype, "integral"):
         raise TypeError(f"labels must be integer class indices, got dtype {t.dtype}; "
                         "convert them first, e.g. t.astype(int)")
@@ -82,13 +84,31 @@ def _class_labels(xp, t, n, c=None):
     if t.shape[0] != n:
         raise ValueError(f"got {t.shape[0]} labels for {n} rows of x; pass one class index "
                          "per row (t.shape[0] == x.shape[0])")
-    # int64, the dtype of the row and class ranges they meet: uint8 labels (raw MNIST files)
-    # cannot hold the row 300 or the class 256, and `t >= c` with such a c overflows them
-    labels = t if t.dtype == xp.int64 else xp.astype(t, xp.int64)
-    if c is not None and n and bool(xp.any((labels < 0) | (labels >= c))):
-        raise IndexError(f"labels must lie in [0, {c}) for {c} classes, got values from "
-                         f"{int(xp.min(t))} to {int(xp.max(t))}")
-    return labels
+    if c is None or not n:
+        return t if t.dtype == xp.int64 else xp.astype(t, xp.int64)
+    return _in_range(backend, t, 0, c, op, f"labels must lie in [0, {c}) for {c} classes, got "
+                     "values from {lowest} to {highest}")
+
+
+def _in_range(backend, t, low, high, op, message):
+    """Integers t as int64, checked to lie in [low, high), else IndexError(`message` formatted
+    with t's `lowest` and `highest`). Compared in int64, the dtype of the bounds: uint8 labels
+    (raw MNIST files) cannot hold the class 256, and `t >= 256` would overflow in them. On a lazy
+    backend (Dask) each block is checked when it is computed, `op` and that block's extremes in
+    the message: the values are not computed now, only when asked for."""
+    xp = backend.xp
+    if backend.lazy:
+        check = functools.partial(_checked_range, low=low, high=high, message=f"{op}: {message}")
+        return xp.checked(t, check, xp.int64)
+    return _checked_range(xp, t, low, high, message)
+
+
+def _checked_range(xp, t, low, high, message):
+    """_in_range's check, on t of namespace `xp` (NumPy for a block of a Dask array)."""
+    ids = t if t.dtype == xp.int64 else xp.astype(t, xp.int64)
+    if ids.size and bool(xp.any((ids < low) | (ids >= high))):
+        raise IndexError(message.format(lowest=int(xp.min(t)), highest=int(xp.max(t))))
+    return ids
 
 
 def _check_loss_operand_shapes(a, b, names, op=None):
@@ -173,7 +193,7 @@ class SoftmaxCrossEntropy(Function):
         if x.ndim != 2:
             raise ValueError(f"expects logits of shape (N, C), got shape {tuple(x.shape)}")
         n, c = x.shape
-        t = _class_labels(xp, t, n, c)
+        t = _class_labels(self.backend, t, n, c, "softmax_cross_entropy")
         if self.backend.lazy and c:
             # Dask: labels in x's row chunks (NumPy labels arrive as one chunk), so that
             # backward's one-hot (t == 0..C-1) is made block by block, not as one (N, C) chunk
@@ -218,7 +238,7 @@ def softmax_cross_entropy_simple(x, t):
             raise ValueError(f"softmax_cross_entropy_simple: expects logits of shape (N, C), got "
                              f"shape {tuple(x.shape)}")
         try:
-            t = _class_labels(backend.xp, t, n, x.shape[1])
+            t = _class_labels(backend, t, n, x.shape[1], "softmax_cross_entropy_simple")
         except (TypeError, ValueError, IndexError) as e:
             raise type(e)(f"softmax_cross_entropy_simple: {e}") from None
         rows = backend.to_device(backend.xp.arange(n, dtype=backend.xp.int64), device)
@@ -311,7 +331,7 @@ def accuracy(y, t):
         try:
             if data.ndim != 2:
                 raise ValueError(f"expects scores of shape (N, C), got shape {tuple(data.shape)}")
-            t = _class_labels(xp, t, data.shape[0])
+            t = _class_labels(backend, t, data.shape[0])
         except (TypeError, ValueError) as e:
             raise type(e)(f"accuracy: {e}") from None
         pred = xp.argmax(data, axis=1)

@@ -8,7 +8,7 @@ from ..function import Function
 from ..random import draw, noted
 from ..variable import Variable
 from .device import accumulator_dtype, astype
-from .loss import _backend_and_device
+from .loss import _backend_and_device, _in_range
 from .reduce import average, sum
 from .shape import layout, reshape
 
@@ -204,14 +204,12 @@ class EmbedID(Function):
         if W.ndim < 1:
             raise ValueError("W must have at least one axis (the ids pick along axis 0)")
         V = W.shape[0]
-        # compared and wrapped in int64: a narrow dtype cannot hold V (uint8 bytes for 256
-        # rows, int16 ids for 50,257), so `x >= V` and `x + V` would overflow in it
-        ids = x if x.dtype == xp.int64 else xp.astype(x, xp.int64)
+        # checked here, as W[x] would: CuPy's take wraps out-of-range ids silently. In int64,
+        # as they are wrapped: a narrow dtype cannot hold V (uint8 bytes for 256 rows, int16 ids
+        # for 50,257), so `x + V` would overflow in it
         low = 0 if x.dtype == xp.uint64 else -V  # a uint64 past int64's range turns negative
-        # checked here, as W[x] would: CuPy's take wraps out-of-range ids silently
-        if x.size and bool(xp.any((ids < low) | (ids >= V))):
-            raise IndexError(f"ids must be in [-{V}, {V}) for a W of {V} rows; got ids from "
-                             f"{int(xp.min(x))} to {int(xp.max(x))}")
+        ids = _in_range(self.backend, x, low, V, "embed_id", f"ids must be in [-{V}, {V}) for a "
+                        f"W of {V} rows; got ids from {{lowest}} to {{highest}}")
         self.ids = xp.where(ids < 0, ids + V, ids)
         # take needs 1-d ids; array-API indexing cannot spell W[x] for a 2-d W
         y = xp.take(W, xp.reshape(self.ids, (-1,)), axis=0)
