@@ -464,16 +464,23 @@ _SEVERAL = {
 
 def _check_point(arg, n, where):
     """TypeError for an argument to differentiate with respect to that holds no array: None, a
-    Variable whose data is None, or a tuple, list or dict (pytrees are not supported: NumPy
-    would stack a tuple of arrays into one)."""
+    Variable whose data is None, or a dict, tuple or list of arrays (pytrees are not supported:
+    NumPy would stack a tuple of arrays into one); a list of numbers is one array's values."""
     if arg is None or isinstance(arg, Variable) and arg._data is None:
         what = "it is None" if arg is None else "a Variable whose data is None"
         raise TypeError(f"{where}: argument {n} holds no data ({what}); pass an array or a "
                         "Variable holding one")
-    if isinstance(arg, (tuple, list, dict)):
+    if isinstance(arg, dict) or isinstance(arg, (tuple, list)) and not _numbers_only(arg):
         raise TypeError(f"{where}: argument {n} is a {type(arg).__name__}; a transform takes "
                         "arrays and Variables, not tuples, lists or dicts of them: pass each "
                         f"array as its own argument, {_SEVERAL.get(where, 'f(a, b)')}")
+
+
+def _numbers_only(value):
+    """Whether `value` (a tuple or list) nests Python numbers only: one array's values, as NumPy
+    reads [1.0, 2.0], where arrays or Variables in it would be a pytree."""
+    return all(_numbers_only(v) if isinstance(v, (tuple, list)) else
+               isinstance(v, (int, float)) for v in value)
 
 
 def _check_floating(arg, n, where):

@@ -74,9 +74,8 @@ class Function:
     as in DeZero. A scalar result is kept as it is; Variable.data still hands out a 0-d array.
 
     An instance records one call. Called again while that call's graph lives, it runs the new
-    call on a copy of itself (_twin), so the graph keeps the first call as it was (DeZero's
-    numerical_diff(f, x) calls f twice), unless the copy could change what the first call's
-    backward reads: then the call is refused (_again).
+    call on a copy of itself (_twin: its containers and arrays copied one level), so the graph
+    keeps the first call as it was (DeZero's numerical_diff(f, x) calls f twice).
 
     Rules for a Function of your own (the checks run around its calls only, _checked_call and
     _checked_backward: gradcore's own ops pay nothing for them):
@@ -247,22 +246,14 @@ class Function:
         """The instance another call of this recorded one runs on. The first call's graph gone
         (no output alive): this one, cleared of that call, so what the call sets stays on the
         instance its author holds. Else a copy (_twin), as DeZero runs one instance twice (its
-        step 4's numerical_diff(f, x)) while the graph keeps the first call; refused where the
-        copy could change what the first call's backward reads (an attribute both would share
-        that can be changed in place: a dict, list, array, an object of one's own), or would
-        keep from the author what a __call__ of its own (`own_call`) sets."""
+        step 4's numerical_diff(f, x)) while the graph keeps the first call; refused where a
+        __call__ of its own (`own_call`) would set what then never reaches the author."""
         if not any(ref() is not None for ref in self.outputs):
             self._forget_call()
             return self
         if own_call:
             raise self._reused("your __call__ would run on a copy of it, and what it sets would "
                                "not reach the instance you hold")
-        for name, value in self._settings():
-            if not _fixed(value):
-                raise self._reused(
-                    f"another call would run on a copy of it that shares its attribute "
-                    f"{name!r} (a {type(value).__name__}), and could change it under that "
-                    "call's backward")
         return self._twin()
 
     def _settings(self):
@@ -276,12 +267,13 @@ class Function:
                 yield name, getattr(self, name)
 
     def _twin(self):
-        """A copy of this instance for another call: the attributes its __init__ set are shared,
-        what a call sets (the graph's fields, the saved values, the anomaly record) starts empty,
-        so the copy's forward cannot overwrite what this instance's backward reads."""
+        """A copy of this instance for another call: what a call sets (the graph's fields, the
+        saved values, the anomaly record) starts empty, and the containers and arrays among its
+        other attributes are copied one level (_own_copy), so the copy's forward cannot
+        overwrite what this instance's backward reads (self.cache[...] = x)."""
         twin = object.__new__(type(self))
         for name, value in self._settings():
-            object.__setattr__(twin, name, value)
+            object.__setattr__(twin, name, _own_copy(value))
         return twin
 
     def _forget_call(self):
@@ -787,6 +779,18 @@ def _again_before_own_call(call):
             self._again(own_call=True)
         return call(self, *args, **kwargs)
     return again
+
+
+def _own_copy(value):
+    """An attribute for the copy of a Function another call runs on (Function._twin): a dict,
+    list, set or array copied one level (a tuple's items so too); what no call can change in
+    place (_fixed), or an object of the author's own, shared as it is."""
+    if value.__class__ in (dict, list, set, bytearray) or (
+            hasattr(value, "__array_namespace__") and not isinstance(value, type)):
+        return value.copy()
+    if value.__class__ is tuple and not _fixed(value):
+        return tuple(map(_own_copy, value))
+    return value
 
 
 def _fixed(value):

@@ -880,3 +880,7 @@ def test_tuples_lists_and_dicts_of_arrays_are_refused_as_points():
         assert str(error.value) == (
             f"{where}: argument 0 is a {kind}; a transform takes arrays and Variables, not "
             f"tuples, lists or dicts of them: pass each array as its own argument, {how}")
+    # a list of numbers is one array's values, as NumPy reads it
+    np.testing.assert_array_equal(gf.grad(lambda p: F.sum(p ** 3))([1.0, 2.0]), [3.0, 12.0])
+    np.testing.assert_array_equal(gf.jacobian(lambda p: p ** 2, [[1.0], [2.0]]),
+                                  np.diag([2.0, 4.0]).reshape(2, 1, 2, 1))
