@@ -528,6 +528,7 @@ class Variable:
             copied = make(*args)
             if state is not None:
                 copied.__setstate__(state)
+            share_versions(self, copied)  # a log made now if this leaf was never written
             if copied._hooks is not None:
                 copied._hooks = list(copied._hooks)
             if copied._grad is not None:

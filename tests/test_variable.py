@@ -605,6 +605,20 @@ def test_a_copy_keeps_the_gradient_hooks_and_not_the_post_accumulate_ones():
     assert calls == [[6.0, 6.0]]
 
 
+def test_a_shallow_copy_of_a_leaf_never_written_shares_its_version():
+    """The write log is made at a leaf's first write: a copy of one never written had none to
+    share, so a write to the original let a backward through the copy run on the new values."""
+    import copy
+
+    a = Variable(np.array([1.0, 2.0]))
+    b = copy.copy(a)
+    y = F.sin(b)
+    a.data -= 1
+    assert a.version == b.version == 1
+    with pytest.raises(RuntimeError, match="was written after sin ran"):
+        y.backward()
+
+
 def test_a_shallow_copy_of_a_leaf_has_hooks_and_a_gradient_of_its_own():
     """copy.copy of a leaf shared its hook list and its .grad: a hook registered on the copy
     ran on the original's gradient too (x.grad [100, 100] for [1, 1])."""

@@ -50,8 +50,8 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
     with backend.device_context(device):
         parts = []
         for p in params:
-            g = _widened(xp, p.grad.data)
-            g = xp.abs(g)
+            g = p.grad.data  # in the total's dtype before the power: 1e20 ** 2 overflows float32
+            g = xp.abs(g if g.dtype == total_dtype else xp.astype(g, total_dtype))
             part = xp.max(g) if norm_type == math.inf else xp.sum(g ** norm_type)
             parts.append(backends.to_device(xp.astype(part, total_dtype), device))
         total = xp.max(xp.stack(parts)) if norm_type == math.inf else (
@@ -67,10 +67,6 @@ def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=Fals
             p.grad = Variable(g.data * factor, requires_grad=False)
     return Variable(total, requires_grad=False)
 
-
-def _widened(xp, g):
-    """`g`, in float32 if its dtype is narrower (no copy otherwise)."""
-    return xp.astype(g, xp.float32) if xp.finfo(g.dtype).bits < 32 else g
 
 
 def clip_grad_value_(parameters, clip_value):

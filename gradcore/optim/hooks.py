@@ -6,10 +6,14 @@ from .hyperparameters import checked_hyperparameter
 from .params import _unique_params, grad_array
 
 
-def _widened(xp, g):
-    """`g` in float32 if its dtype is narrower (float16): squares summed in float16 overflow to
-    inf once an element passes 256, and a norm of inf would zero every gradient."""
-    return xp.astype(g, xp.float32) if xp.finfo(g.dtype).bits < 32 else g
+def _widened(xp, g, bits):
+    """`g` in a floating dtype of `bits` bits (32 or 64) if its own is narrower (no copy
+    otherwise): squares summed in float16 overflow to inf once an element passes 256, in float32
+    past 1.8e19 (beside float64 gradients whose norm holds it), and a norm of inf would zero
+    every gradient."""
+    if xp.finfo(g.dtype).bits >= bits:
+        return g
+    return xp.astype(g, xp.float64 if bits > 32 else xp.float32)
 
 
 class WeightDecay:
@@ -44,9 +48,11 @@ class ClipGrad:
             for p, g in zip(lazy, done):
                 p.grad = Variable(g, requires_grad=False)
         totals = {}  # device -> sum of squares there: one device-to-host read per device
+        # summed in the widest of the gradients' dtypes, float32 at least, as clip_grad_norm_
+        bits = max([32] + [p.xp.finfo(p.dtype).bits for p in params])
         for p in params:
             with p.backend.device_context(p.device):
-                g = _widened(p.xp, grad_array(p))
+                g = _widened(p.xp, grad_array(p), bits)
                 s = p.xp.sum(g * g)
             key = (p.backend, p.device)
             totals[key] = s if key not in totals else totals[key] + s

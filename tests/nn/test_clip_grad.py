@@ -82,6 +82,16 @@ def test_clip_grad_norm_sums_in_the_widest_dtype_in_either_order(xp2, float64_fi
     assert small.grad.dtype == xp2.float32 and big.grad.dtype == xp2.float64
 
 
+def test_a_float32_gradient_past_float32s_square_beside_a_float64_one_is_not_zeroed(xp2):
+    # 1e20 ** 2 overflows float32 before the sum: each part is taken in the total's dtype
+    big = param_with_grad(xp2, [1e20], "float32")
+    other = param_with_grad(xp2, [1.0], "float64")
+    total = clip_grad_norm_([big, other], 1.0)
+    np.testing.assert_allclose(float(xp2.numpy(total.data)), 1e20, rtol=1e-6)
+    np.testing.assert_allclose(xp2.numpy(big.grad.data), [1.0], rtol=1e-6)
+    np.testing.assert_allclose(xp2.numpy(other.grad.data), [1e-20], rtol=1e-6)
+
+
 def test_clip_grad_norm_scales_float64_by_a_float64_factor(xp2):
     # a float32 gradient first: the float64 one is still scaled by 2.5 / (5 + 1e-6) in float64
     # (a float32-rounded factor is 3.7e-8 off)

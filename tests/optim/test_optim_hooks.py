@@ -81,6 +81,20 @@ def test_clip_grad_norm_spans_devices():
     assert b.device == device1.device
 
 
+def test_clip_grad_sums_a_float32_gradient_beside_float64_ones_in_float64(xp2):
+    # 1e20 ** 2 overflows float32: the norm would be inf and both gradients zeroed
+    W = gradcore.Parameter(xp2.asarray([0.0], "float32"))
+    W.grad = gradcore.Variable(xp2.asarray([1e20], "float32"), requires_grad=False)
+    b = param(xp2, [0.0])
+    give_grad(b, xp2, [1.0])
+    optimizer = SGD([W, b], lr=1.0)
+    optimizer.add_hook(ClipGrad(1.0))
+    optimizer.step()
+    np.testing.assert_allclose(xp2.numpy(W.grad.data), [1.0], rtol=1e-6)
+    np.testing.assert_allclose(xp2.numpy(b.grad.data), [1e-20], rtol=1e-6)
+    assert W.grad.dtype == xp2.float32
+
+
 def test_clip_grad_keeps_float32(xp2):
     W = gradcore.Parameter(xp2.asarray([0.0, 0.0], "float32"))
     W.grad = gradcore.Variable(xp2.asarray([30.0, 40.0], "float32"), requires_grad=False)
