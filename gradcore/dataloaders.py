@@ -163,7 +163,8 @@ class DataLoader:
         if self.iteration:
             raise RuntimeError(f"{name}: cannot change dataset or batch_size mid-epoch "
                                f"({self.iteration} of {self.max_iter} batches taken); call "
-                               "loader.reset() first, or set it after the epoch's last batch")
+                               "loader.reset() first, or set it once the loop over the epoch "
+                               "has ended")
         data_size, batch_size = len(dataset), int(batch_size)
         self._check_sizes(data_size, batch_size)
         self._dataset, self._batch_size = dataset, batch_size
@@ -180,6 +181,9 @@ class DataLoader:
 
     @dataset.setter
     def dataset(self, dataset):
+        if "_lock" not in self.__dict__:  # a subclass's __init__ before DataLoader's, as DeZero's
+            self._dataset = dataset  # checked there
+            return
         with self._lock:
             self._set_sizes(dataset, self._batch_size)
             self.reset()  # an order of the new dataset's examples
@@ -191,6 +195,9 @@ class DataLoader:
 
     @batch_size.setter
     def batch_size(self, batch_size):
+        if "_lock" not in self.__dict__:  # see the dataset setter
+            self._batch_size = batch_size
+            return
         with self._lock:
             self._set_sizes(self._dataset, batch_size)
 

@@ -431,6 +431,17 @@ def test_batch_size_or_dataset_set_between_epochs_gives_whole_epochs():
     assert sorted(np.concatenate([x for x, _ in epoch(shuffled)]).tolist()) == [0, 1, 2, 3, 4, 5]
 
 
+def test_a_subclass_may_set_dataset_and_batch_size_before_dataloaders_init():
+    class DeZeroStyle(DataLoader):  # DeZero's DataLoader.__init__ starts so
+        def __init__(self, dataset, batch_size):
+            self.dataset = dataset
+            self.batch_size = batch_size
+            super().__init__(dataset, batch_size, shuffle=False)
+
+    loader = DeZeroStyle(Counting(10), 3)
+    assert [x.tolist() for x, _ in epoch(loader)] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
+
+
 def test_batch_size_or_dataset_set_mid_epoch_is_refused_and_changes_nothing():
     loader = DataLoader(Counting(7), 3, shuffle=False)
     next(loader)

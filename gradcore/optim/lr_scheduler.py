@@ -30,6 +30,7 @@ MomentumSGD). ReduceLROnPlateau follows a metric and keeps its best value and co
 import bisect
 import copy
 import math
+import numbers
 
 import numpy
 
@@ -538,8 +539,12 @@ def _positive_int(name, value):
 
 
 def _milestone(value):
-    # a step count: int() would make 2.5 a milestone at 2, which PyTorch's count never reaches
+    # a step count: int() would make 2.5 a milestone at 2, which PyTorch's count never reaches;
+    # an integral float (epochs * 0.5 = 2.0) is that count, as PyTorch takes it
     number = as_integer(value)
+    if number is None and isinstance(value, numbers.Real) and not isinstance(value, bool) \
+            and math.isfinite(value) and float(value).is_integer():
+        number = int(value)
     if number is None or number < 0:
         raise ValueError(f"MultiStepLR: each milestone must be an int >= 0 (a step count), got "
                          f"{value!r}")

@@ -288,7 +288,7 @@ def test_a_step_the_optimizer_refuses_is_not_counted():
     assert growth.last_epoch == 2 and opt.lr == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("milestones", [[2.5], [3, -1], ["2"], [True], [np.float64(2.0)]])
+@pytest.mark.parametrize("milestones", [[2.5], [3, -1], ["2"], [True], [float("inf")]])
 def test_a_milestone_that_is_not_a_step_count_is_refused(milestones):
     # int(2.5) would put a milestone at step 2, where PyTorch's count never reaches 2.5
     opt = optim.SGD(lr=0.1).setup(nn.Linear(2, in_size=3))
@@ -297,6 +297,17 @@ def test_a_milestone_that_is_not_a_step_count_is_refused(milestones):
             f"MultiStepLR: each milestone must be an int >= 0 (a step count), got {bad!r}")):
         sched.MultiStepLR(opt, milestones, gamma=0.5)
     assert opt.initial_lr is None and opt.lr == 0.1
+
+
+def test_a_milestone_may_be_an_integral_float_as_epochs_times_a_fraction():
+    # MultiStepLR(opt, [epochs * 0.5, epochs * 0.75]): 2.0 and 3.0 count as steps 2 and 3
+    opt = optim.SGD(lr=1.0).setup(nn.Linear(2, in_size=3))
+    decay = sched.MultiStepLR(opt, [4 * 0.5, np.float64(4 * 0.75)], gamma=0.5)
+    lrs = [opt.lr]
+    for _ in range(3):
+        decay.step()
+        lrs.append(opt.lr)
+    assert lrs == [1.0, 1.0, 0.5, 0.25]
 
 
 def test_milestones_may_be_numpy_integers():
