@@ -397,8 +397,7 @@ class Compiled:
             self._recent = tape
             while len(self._tapes) > self.cache_size:
                 self._tapes.popitem(last=False)
-            # as a replay returns it: no graph, and what the tape reads never handed out
-            return _made_anew(_materialize(result, detach=True), shape)
+            return _materialize(result, detach=True)  # as a replay returns it: no graph
         return _materialize(result)  # traced arrays it holds as the real ones
 
     def _fall_back(self, key, why):
@@ -1446,17 +1445,10 @@ def _shape(rec, value, slots, args, logs=None):
             # a view of an outside Variable (W.T, W.detach()) shares its version, as eagerly
             return ("variable", len(slots) - 1, value.name,
                     None if log is None else logs.get(id(log)))
-        if rec.made_here.get(id(value)) is value:  # Variable(np.zeros(3)) in the step
-            data = value._data if entry is None else entry.data
-            if entry is not None and (entry.data_sets
-                                      or getattr(value._data, "value", None) is not data):
-                rec.give_up("the step returned a Variable it made and then set the data of, "
-                            "which a replay would hand out again at every call: return a new "
-                            "Variable of its data")
-            elif data is not None:
-                # eagerly a new one at each call: a replay copies the array it was made of, and
-                # gives it the grad the call's backward left on the one the tape reads
-                return ("made", _copy(data), value.name, value.requires_grad, value)
+        if rec.made_here.get(id(value)) is value:  # Variable(np.zeros(3)) or Variable(BUF)
+            # eagerly a new one at each call, over memory that may be the user's: a replay can
+            # neither hand out this one again nor a copy of it
+            rec.give_up(_NOT_ITS_OWN)
         index = rec.argument_sites.get(id(value))
         if index is not None and args[index] is value:  # an argument: a replay's is another
             return ("argument", index)
@@ -1486,33 +1478,34 @@ def _shape(rec, value, slots, args, logs=None):
                         "computed, which a replay cannot rebuild: return them in a tuple, list, "
                         "dict or namedtuple")
         elif _is_mutable_array(value) and not _reached(rec, value):
-            # made in the step (np.full(3, 0.5)), so eagerly a new one at each call; the tape
-            # may read it too (a constant): a replay hands out a copy of it as it was made
-            return ("made array", _copy(value))
+            # made in the step (np.full(3, 0.5), a new one at each call) or the user's memory
+            # held where _reachable cannot look: neither this one nor a copy is right at a replay
+            rec.give_up(_NOT_ITS_OWN)
     return ("object", value)
 
 
+_NOT_ITS_OWN = ("the step returns an array (or a Variable over one) the tape cannot tell from "
+                "your own memory: return a value computed by gradcore ops, or F.copy(...) of it")
+
+
 def _reached(rec, array):
-    """Whether the step's result `array` can be reached from outside the step: it could before
-    the step ran, or the step kept it there (a buffer it makes once), as found by looking again,
-    once, after the step."""
-    if id(array) not in rec.reached and rec.outside is not None:
+    """Whether the memory of the step's result `array` (it, or an array it is a view of) can be
+    reached from outside the step: it could before the step ran, or the step kept it there (a
+    buffer it makes once), as found by looking again, once, after the step."""
+    ids = []
+    while array is not None:
+        ids.append(id(array))
+        array = getattr(array, "base", None)
+    if rec.reached.isdisjoint(ids) and rec.outside is not None:
         rec.reached |= _reachable(rec.outside)[3]
         rec.outside = None
-    return id(array) in rec.reached
+    return not rec.reached.isdisjoint(ids)
 
 
 def _is_mutable_array(value):
     """True for an array of a registered backend, not one of its (immutable) scalars."""
     backend = backends.backend_of(value)
     return backend is not None and value.__class__ not in backend.scalar_types
-
-
-def _copy(array):
-    """A copy of `array`, on its device."""
-    backend = backends.backend_of(array)
-    with backend.device_context(backend.device_of(array)):
-        return backend.xp.asarray(array, copy=True)
 
 
 _SUSPENDED = (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType)
@@ -1575,36 +1568,12 @@ def _results(shape, arrays, args):
         return (args[owner] if owner.__class__ is int else owner)._grad
     if kind == "argument":
         return args[shape[1]]
-    if kind == "made":
-        v = Variable(_copy(shape[1]), name=shape[2], requires_grad=shape[3])
-        v._grad = shape[4]._grad
-        return v
-    if kind == "made array":
-        return _copy(shape[1])
     if kind is dict:
         return {k: _results(v, arrays, args) for k, v in shape[1].items()}
     if kind == "namedtuple":
         return shape[1]._make([_results(v, arrays, args) for v in shape[2]])
     items = [_results(v, arrays, args) for v in shape[1]]
     return items if kind is list else tuple(items)
-
-
-def _made_anew(value, shape):
-    """The recording call's result `value` (its traced arrays made real) with what a replay
-    makes anew at each call ("made", "made array": see _shape) made anew here too, so that the
-    caller never holds what the tape reads."""
-    kind = shape[0]
-    if kind == "made" or kind == "made array":
-        return _results(shape, (), ())
-    if kind is dict:
-        items = {k: _made_anew(value[k], s) for k, s in shape[1].items()}
-        return value if all(items[k] is value[k] for k in items) else items
-    if kind in (tuple, list) or kind == "namedtuple":
-        items = [_made_anew(v, s) for v, s in zip(value, shape[-1])]
-        if all(map(operator.is_, items, value)):
-            return value
-        return kind(items) if kind in (tuple, list) else value.__class__._make(items)
-    return value
 
 
 def _materialize(value, detach=False):
