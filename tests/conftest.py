@@ -102,36 +102,48 @@ def run_in_threads(targets, switch_interval=1e-6):
         sys.setswitchinterval(interval)
 
 
-def forked_child_takes(module, names):
-    """Fork while another thread holds the locks `module.<name>` (a multiprocessing worker
-    started mid-work): True if the child takes each at once, as it must, that thread not
-    existing there. Skips where os.fork does not exist."""
+def forked_while(holding, child):
+    """True if `child()` comes out true in the child of an os.fork made while another thread is
+    inside `holding(inside, release)`, which sets the Event `inside` once there and then waits
+    for `release` (a multiprocessing worker started mid-work). The child leaves by os._exit
+    whatever happens, killed after 10 s. Skips where os.fork does not exist."""
     import os
+    import signal
     import threading
 
     if not hasattr(os, "fork"):
         pytest.skip("needs os.fork")
-    held, done = threading.Event(), threading.Event()
-
-    def hold():
-        locks = [getattr(module, name) for name in names]
-        for lock in locks:
-            lock.acquire()
-        held.set()
-        done.wait(10)
-        for lock in locks:
-            lock.release()
-
-    thread = threading.Thread(target=hold)
+    inside, release = threading.Event(), threading.Event()
+    thread = threading.Thread(target=holding, args=(inside, release))
     thread.start()
-    assert held.wait(10)
+    assert inside.wait(10)
     try:
         pid = os.fork()
         if pid == 0:
-            took = all(getattr(module, name).acquire(timeout=2) for name in names)
-            os._exit(0 if took else 1)
+            right = False
+            try:  # never back into the parent's tests
+                signal.alarm(10)
+                right = child()
+            finally:
+                os._exit(0 if right else 1)
         _, status = os.waitpid(pid, 0)
     finally:
-        done.set()
+        release.set()
         thread.join()
     return os.waitstatus_to_exitcode(status) == 0
+
+
+def forked_child_takes(module, names):
+    """Fork while another thread holds the locks `module.<name>`: True if the child takes each
+    at once, as it must, that thread not existing there."""
+    def hold(inside, release):
+        locks = [getattr(module, name) for name in names]
+        for lock in locks:
+            lock.acquire()
+        inside.set()
+        release.wait(10)
+        for lock in locks:
+            lock.release()
+
+    return forked_while(hold, lambda: all(getattr(module, name).acquire(timeout=2)
+                                          for name in names))

@@ -4355,36 +4355,16 @@ def test_a_forked_child_takes_the_locks_another_threads_recording_or_check_held(
 def _forked_while_recording(step, args, child):
     """True if `child()` comes out true in the child of an os.fork made while another thread
     records `step(*args, halfway)` (a DataLoader worker started meanwhile), halfway: where the
-    step calls `halfway()`. The child is killed after 10 s (waiting for the recording thread).
-    Skips where os.fork does not exist."""
-    import os
-    import signal
+    step calls `halfway()`."""
+    from conftest import forked_while
 
-    if not hasattr(os, "fork"):
-        pytest.skip("needs os.fork")
-    inside, release = threading.Event(), threading.Event()
+    def record(inside, release):
+        def halfway():
+            inside.set()
+            release.wait(10)
+        gradcore.compile(step)(*args, halfway)
 
-    def halfway():
-        inside.set()
-        release.wait(10)
-
-    thread = threading.Thread(target=gradcore.compile(step), args=(*args, halfway))
-    thread.start()
-    assert inside.wait(10)
-    try:
-        pid = os.fork()
-        if pid == 0:
-            right = False
-            try:  # the child leaves here whatever happens: never into the parent's tests
-                signal.alarm(10)
-                right = child()
-            finally:
-                os._exit(0 if right else 1)
-        _, status = os.waitpid(pid, 0)
-    finally:
-        release.set()
-        thread.join()
-    return os.waitstatus_to_exitcode(status) == 0
+    return forked_while(record, child)
 
 
 def test_a_forked_child_ends_a_recording_another_thread_was_making():

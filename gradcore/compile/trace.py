@@ -714,30 +714,30 @@ class Recorder:
             self.give_up("the step wrote in place into an array from outside this recording "
                          "(kept from an earlier call), which a replay would not write into")
             return
-        if self.own_memories:
-            try:
-                own = self._memory(traced.value) in self.own_memories
-            except TypeError:
-                return
-            if own:
-                self.give_up("the step wrote in place into an array it made outside gradcore's "
-                             "ops and wrapped in a Variable: a replay would write into the same "
-                             "array at every call (make it with x.xp, e.g. xp.zeros_like)")
+        if self._in_own_memory(traced):
+            self.give_up("the step wrote in place into an array it made outside gradcore's ops "
+                         "and wrapped in a Variable: a replay would write into the same array at "
+                         "every call (make it with x.xp, e.g. xp.zeros_like)")
 
     def hands_out(self, traced):
         """`traced` is a result of the step: the step runs eagerly if it is in the memory of an
         array the step made and wrapped in a Variable (its .data, a view of it), which a replay
         would hand out again, the tape reading it, at every call."""
-        if self.own_memories:
-            try:
-                own = self._memory(traced.value) in self.own_memories
-            except TypeError:
-                return
-            if own:
-                self.give_up("the step returned memory the tape reads at every call: an "
-                             "array it made outside gradcore's ops and wrapped in a Variable or "
-                             "gave to an op (the Variable's .data, a view of it), which eagerly "
-                             "is new at each call; return a copy (F.copy(v))")
+        if self._in_own_memory(traced):
+            self.give_up("the step returned memory the tape reads at every call: an array it "
+                         "made outside gradcore's ops and wrapped in a Variable or gave to an op "
+                         "(the Variable's .data, a view of it), which eagerly is new at each "
+                         "call; return a copy (F.copy(v))")
+
+    def _in_own_memory(self, traced):
+        """Whether `traced` is in the memory of an array the step made outside gradcore's ops
+        and wrapped in a Variable (own_memories); False where that cannot be told."""
+        if not self.own_memories:
+            return False
+        try:
+            return self._memory(traced.value) in self.own_memories
+        except TypeError:
+            return False
 
     def made(self, v):
         """The step made the Variable v (Variable(...) in its code)."""
