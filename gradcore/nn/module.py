@@ -538,8 +538,7 @@ class Module:
             raise TypeError(f"load_state_dict expects a mapping name -> array (e.g. from "
                             f"state_dict()), got {type(state).__name__}")
         entries = self._named_entries("load_state_dict")
-        aliases = self._aliases()
-        known = {name for name, _, _, _ in entries} | aliases.keys()
+        known = _KnownNames(self, entries)
         renamed = []  # (key in `state`, its name in the model's terms)
         for key in state:
             if key == FORMAT_KEY and key not in known:
@@ -551,7 +550,7 @@ class Module:
                     name = dotted
             renamed.append((key, _indexed_name(name, known, state)))
         keys, clashes = _keyed_by_name(renamed)
-        keys, twins = _unaliased(keys, aliases)
+        keys, twins = _unaliased(keys, known)
         names = dict.fromkeys(keys)
         hosts = {}
         unreadable = []
@@ -626,29 +625,6 @@ class Module:
                 f"of {type(self).__name__} (an attribute name holding a '.', set around "
                 "Module.__setattr__?); rename one so that each has its own name")
         return entries
-
-    def _aliases(self):
-        """alias -> name for each further qualified name reaching a parameter or buffer that
-        _entries lists under `name`: a module or Parameter held twice (net.l2 = net.l1, b.W =
-        a.W) is listed once, under its first name, while DeZero's save_weights (as PyTorch's
-        state_dict) writes it under each ("l1/W" and "l2/W")."""
-        first = {id(v): name for name, _, _, v in self._entries()}
-        aliases = {}
-        # every path, not each module once; a module is not entered again below itself
-        stack = [("", self, (id(self),))]
-        while stack:
-            prefix, module, above = stack.pop()
-            for attr, kind in module._registered.items():
-                value = module.__dict__.get(attr)
-                name = prefix + attr
-                if value is None:
-                    continue
-                if kind == _MODULE:
-                    if id(value) not in above:
-                        stack.append((name + ".", value, above + (id(value),)))
-                elif first.get(id(value), name) != name:
-                    aliases[name] = first[id(value)]
-        return aliases
 
     def _shapes(self, size=None):
         """The shapes this module gives its lazy parameters and buffers, by name relative to it
@@ -730,11 +706,10 @@ class Module:
                     raise CheckpointError(f"{path}: its SHA-256 is {found}, not {pinned}: a "
                                           "different or damaged file. Nothing was loaded.")
             in_file = _read_headers(path, archive, size)
-            aliases = self._aliases()
-            known = {name for name, _, _, _ in self._entries()} | aliases.keys()
+            known = _KnownNames(self, list(self._entries()))
             keys, clashes = _keyed_by_name((name, _indexed_name(name, known, in_file))
                                            for name in in_file)
-            keys, twins = _unaliased(keys, aliases)
+            keys, twins = _unaliased(keys, known)
             headers = {name: in_file[key] for name, key in keys.items()}
             specs = {name: (header.shape, header.dtype) for name, header in headers.items()}
             _refuse(path, self, clashes + self._compare(headers, specs, strict, "the file")[0])
@@ -885,15 +860,64 @@ def _keyed_by_name(renamed):
     return keys, clashes
 
 
-def _unaliased(keys, aliases):
+class _KnownNames:
+    """The qualified names a model's parameters and buffers answer to on load: the one _entries
+    lists each under, and each alias, a further path reaching it (net.l2 = net.l1 makes "l2.W"
+    one of "l1.W", b.W = a.W makes "b.W" one of "a.W"), as DeZero's save_weights and PyTorch's
+    state_dict write them. Each (module, attribute) edge is recorded once and a name resolved
+    when asked: blocks holding earlier blocks (skip connections) make exponentially many paths."""
+
+    def __init__(self, model, entries):
+        first = {id(v): name for name, _, _, v in entries}
+        self._root = id(model)
+        self._modules = {"": id(model)}  # a module's prefix (one path to it) -> its id
+        self._children = {}  # a module's prefix + attribute + "." -> that child's prefix
+        self._leaves = {}  # a module's prefix + attribute -> the entry's name
+        prefixes = {id(model): ""}
+        stack = [("", model)]
+        while stack:
+            prefix, module = stack.pop()
+            for attr, kind in module._registered.items():
+                value = module.__dict__.get(attr)
+                if value is None:
+                    continue
+                if kind != _MODULE:
+                    self._leaves[prefix + attr] = first[id(value)]
+                    continue
+                if id(value) not in prefixes:
+                    prefixes[id(value)] = prefix + attr + "."
+                    self._modules[prefix + attr + "."] = id(value)
+                    stack.append((prefix + attr + ".", value))
+                self._children[prefix + attr + "."] = prefixes[id(value)]
+
+    def name(self, alias):
+        """The entry's name `alias` reaches (itself for an entry's name), or None for none.
+        A path does not enter a module again below itself (net.me = net: no "me.l1.W")."""
+        if not isinstance(alias, str):
+            return None
+        *path, attr = alias.split(".")
+        prefix, above = "", {self._root}
+        for part in path:
+            prefix = self._children.get(prefix + part + ".")
+            if prefix is None or self._modules[prefix] in above:
+                return None
+            above.add(self._modules[prefix])
+        return self._leaves.get(prefix + attr)
+
+    def __contains__(self, alias):
+        return self.name(alias) is not None
+
+
+def _unaliased(keys, known):
     """(name -> key, twins) from `keys`, the model's name -> key in the source, with each alias
-    (see Module._aliases) taken as the name it stands for, unless the source has that name too:
+    (see _KnownNames) taken as the name it stands for, unless the source has that name too:
     the alias's (name, key) is then a twin, whose values must be those loaded into the name."""
-    unaliased = {name: key for name, key in keys.items() if name not in aliases}
+    names = {alias: known.name(alias) for alias in keys}
+    unaliased = {name: key for name, key in keys.items() if names[name] in (None, name)}
     twins = []
     for alias, key in keys.items():
-        if alias in aliases:
-            name = aliases[alias]
+        name = names[alias]
+        if name not in (None, alias):
             if name in unaliased:
                 twins.append((name, key))
             else:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import tracemalloc
 import warnings
 import zipfile
@@ -1166,3 +1167,39 @@ def test_the_two_names_of_one_layer_holding_different_values_are_refused(tmp_pat
         model.load_state_dict(unequal)
     for name, v in model.state_dict().items():
         np.testing.assert_array_equal(v, before[name])
+
+
+class SkipBlock(nn.Module):
+    """A Linear, and the two blocks before it kept as attributes (skip connections)."""
+
+    def __init__(self, prev=None, prev2=None):
+        super().__init__()
+        self.lin = nn.Linear(2, in_size=2)
+        if prev is not None:
+            self.prev = prev
+        if prev2 is not None:
+            self.prev2 = prev2
+
+
+def test_a_model_of_blocks_holding_earlier_blocks_loads_an_alias_deep_in_it():
+    """30 blocks, each holding the two before it, reach block 0 by about Fibonacci(30) = 832,040
+    paths: a name in the state is followed one attribute at a time, not every path listed."""
+    blocks = []
+    for _ in range(30):
+        blocks.append(SkipBlock(*reversed(blocks[-2:])))
+    model = nn.Sequential(*blocks)
+    state = model.state_dict()
+    assert len(state) == 60  # each Linear once, under its first name
+    W = np.arange(4, dtype=np.float32).reshape(2, 2)
+    alias = "29.prev2.prev.prev2.prev.lin.W"  # 29 -> 27 -> 26 -> 24 -> 23
+    del state["23.lin.W"]
+    state[alias] = W
+    start = time.perf_counter()
+    assert model.load_state_dict(state) == ([], [])
+    assert time.perf_counter() - start < 10  # a hang guard: milliseconds
+    np.testing.assert_array_equal(model[23].lin.W.data, W)
+    with pytest.raises(ValueError, match=r"'23\.lin\.W' and '29\.prev2\.prev\.prev2\.prev\.lin\.W'"
+                                         r" in the state are one entry of the model, 23\.lin\.W"):
+        model.load_state_dict(dict(state, **{"23.lin.W": W + 1}))
+    assert model.load_state_dict({"1.prev.prev.lin.W": W}, strict=False).unexpected_keys == [
+        "1.prev.prev.lin.W"]  # block 0 holds no earlier block
