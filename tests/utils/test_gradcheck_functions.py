@@ -305,8 +305,8 @@ class SquareOverX(Function):
 
 @pytest.mark.parametrize("mode", ["elements", "directional"])
 def test_a_nan_from_backward_or_from_fn_fails_and_is_named(mode):
-    # `NaN > atol` is False: a NaN once passed as a match. Now it matches nothing, as in
-    # torch.allclose (equal_nan=False), and is reported as the worst entry
+    # `NaN > atol` is False, so a test of `error > atol` would pass a NaN: it matches nothing,
+    # as in torch.allclose (equal_nan=False), and is reported as the worst entry
     x = np.array([-1.0, 0.0, 0.5])
     assert gradcheck(lambda v: SquareOverX()(v), x[[0, 2]], mode=mode)  # right off x = 0
     message = (r"d output 0\[0\] / d input 0\[1\]: backward gives nan, central differences 0 "
