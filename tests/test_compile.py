@@ -1278,6 +1278,23 @@ def test_a_parameter_laid_out_otherwise_since_it_was_recorded_replays_as_eager_c
     assert "out=" in compiled.tapes()[0].source  # C order (the first calls): lent as before
 
 
+def test_a_line_reading_a_reductions_scalar_still_writes_into_an_input():
+    # F.sum's NumPy scalar has one layout: exp(a) * s may go into exp(a)'s memory, as it did
+    # before layouts were checked per replay
+    from gradcore.compile.tape import REUSE_BYTES
+    x = np.linspace(0.0, 1e-3, REUSE_BYTES // 8 + 2)
+
+    def step(x):
+        a = F.exp(x)
+        return F.sum(F.exp(a) * F.sum(a) * a)
+
+    compiled = gradcore.compile(step)
+    for _ in range(3):
+        assert same(compiled(gradcore.Variable(x)), step(gradcore.Variable(x)))
+    # both products write into a dying input's memory, the one by the sum included
+    assert compiled.tapes()[0].source.count("out=") == 2
+
+
 def test_a_branch_on_a_value_after_a_change_falls_back():
     def step(x0):
         x = gradcore.Variable(x0)

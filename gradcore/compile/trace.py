@@ -527,6 +527,10 @@ class Recorder:
                 except TypeError:  # an array type without weak references: never reused
                     facts = None
                 line.array = facts
+            elif result.__class__ in inner.scalar_types:
+                # a NumPy scalar (a reduction's) has one layout: a line reading it may still
+                # write into another input's memory (tape._input_layouts)
+                self.layouts[out] = ()
             return backend.traced(result, out, self)
         if result.__class__ in (bool, int, float, complex):
             self.give_up(f"{_describe_target(target)} gave a Python {type(result).__name__} "
@@ -1495,10 +1499,7 @@ class TraceBackend(backends.Backend):
             return super().assign(target, value)  # target[...] = value: a setitem line
         # the inner backend's own (Dask's rebinds target to value's graph, persisted with the
         # parameters, where a setitem would keep every earlier graph), as a line writing target
-        rec = recorder()
-        if rec is not None and isinstance(target, Traced):
-            rec.writes_into(target)
-        call(self, self.inner.assign, (target, value), None)
+        call(self, self.inner.assign, (target, value), None)  # checked as a write: call()
         return target
 
     def layout(self, array):
