@@ -114,15 +114,17 @@ def normal_(p, mean=0.0, std=1.0):
 
 def _fans(shape, where):
     """(fan_in, fan_out) of a weight of `shape`. A fan of 0 means an empty weight, which has
-    nothing to draw: the initialisers take it as 1, leaving the weight as it is (PyTorch's no-op)
-    instead of dividing by 0."""
+    nothing to draw: it is given as 1, so the initialisers leave the weight as it is (PyTorch's
+    no-op) instead of dividing by 0."""
     if len(shape) < 2:
         raise ValueError(f"{where}: needs a weight of 2 or more axes to have fans, got shape "
                          f"{tuple(shape)}")
     if len(shape) == 2:  # Linear's (in, out)
-        return shape[0], shape[1]
-    receptive = math.prod(shape[2:])
-    return shape[1] * receptive, shape[0] * receptive
+        fan_in, fan_out = shape[0], shape[1]
+    else:
+        receptive = math.prod(shape[2:])
+        fan_in, fan_out = shape[1] * receptive, shape[0] * receptive
+    return max(fan_in, 1), max(fan_out, 1)
 
 
 def calculate_gain(nonlinearity, param=None):
@@ -145,7 +147,7 @@ def xavier_uniform_(p, gain=1.0):
     """Glorot's uniform: bound gain * sqrt(6 / (fan_in + fan_out))."""
     gain = _number(gain, "gain", "xavier_uniform_")
     fan_in, fan_out = _fans(_data(p, "xavier_uniform_").shape, "xavier_uniform_")
-    bound = gain * math.sqrt(6.0 / max(fan_in + fan_out, 1))  # an empty weight: see _fans
+    bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
     return uniform_(p, -bound, bound)
 
 
@@ -153,7 +155,7 @@ def xavier_normal_(p, gain=1.0):
     """Glorot's normal: std gain * sqrt(2 / (fan_in + fan_out))."""
     gain = _number(gain, "gain", "xavier_normal_")
     fan_in, fan_out = _fans(_data(p, "xavier_normal_").shape, "xavier_normal_")
-    return normal_(p, 0.0, gain * math.sqrt(2.0 / max(fan_in + fan_out, 1)))
+    return normal_(p, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)))
 
 
 def _kaiming_std(p, a, mode, nonlinearity, where):
@@ -161,7 +163,7 @@ def _kaiming_std(p, a, mode, nonlinearity, where):
         raise ValueError(f"{where}: mode must be 'fan_in' or 'fan_out', got {mode!r}")
     fan_in, fan_out = _fans(_data(p, where).shape, where)
     gain = calculate_gain(nonlinearity, _number(a, "a", where))
-    return gain / math.sqrt(max(fan_in if mode == "fan_in" else fan_out, 1))
+    return gain / math.sqrt(fan_in if mode == "fan_in" else fan_out)
 
 
 def kaiming_uniform_(p, a=0.0, mode="fan_in", nonlinearity="leaky_relu"):
