@@ -141,35 +141,21 @@ def gather(xp, x, key):
     basic part by slicing, then one `take` over the array-indexed axes merged into one."""
     basic = []
     arrays = []   # (axis of the sliced array, index array)
-    first = last = None  # positions in `key` of the first and last advanced entries
-    count = 0     # advanced entries: arrays, and ints (NumPy counts them when arrays are present)
-    start = 0     # None and slices before the first advanced entry
     axis = 0
-    for position, k in enumerate(key):
+    for k in key:
         if k is None or k.__class__ is slice:
             basic.append(k)
             axis += 1
-            start += first is None
-        elif k is Ellipsis:  # an empty one (normalize_key keeps it only then)
+        elif k is Ellipsis or k.__class__ is int:  # an int drops its axis from y
             basic.append(k)
         else:
-            if k.__class__ is int:
-                basic.append(k)
-            else:
-                basic.append(slice(None))
-                arrays.append((axis, k))
-                axis += 1
-            first = position if first is None else first
-            last = position
-            count += 1
+            basic.append(slice(None))
+            arrays.append((axis, k))
+            axis += 1
     y = x[tuple(basic)]
     if not arrays:
         return y
-
-    # NumPy puts the broadcast index shape where the indexed axes were if the advanced entries
-    # are next to each other in the key, and in front otherwise
-    if last - first != count - 1:
-        start = 0
+    start = index_start(key)
     axes = [a for a, _ in arrays]
     if axes != list(range(start, start + len(axes))):
         rest = [a for a in range(y.ndim) if a not in axes]
