@@ -3,7 +3,7 @@ import numbers
 
 from ..config import is_grad_enabled
 from ..function import Function
-from .device import accumulator_dtype
+from .device import wide_sum
 from .linalg import matmul
 from .reduce import average, max, sum
 from .shape import reshape, transpose
@@ -257,13 +257,7 @@ class Conv2dGradW(Function):
         col = xp.reshape(col, (N, C * self.kernel[0] * self.kernel[1], P))
         # sum over n of gy[n] (OC, P) @ col[n].T (P, C*KH*KW)
         per_sample = xp.matmul(xp.reshape(gy, (N, OC, P)), xp.permute_dims(col, (0, 2, 1)))
-        wide = accumulator_dtype(xp, per_sample.dtype)
-        if wide is None:
-            gW = xp.sum(per_sample, axis=0)
-        else:
-            # float16: summed over the batch in float32, as Sum does (in float16 NumPy adds along
-            # axis 0 one value at a time: 20,000 samples of 0.1 would give 256)
-            gW = xp.astype(xp.sum(per_sample, axis=0, dtype=wide), per_sample.dtype)
+        gW = wide_sum(xp, per_sample, 0)  # float16: summed over the batch in float32, as Sum
         return xp.reshape(gW, (OC, C) + self.kernel)
 
     def backward(self, ggW):

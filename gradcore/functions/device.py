@@ -89,3 +89,13 @@ def accumulator_dtype(xp, dtype):
         half = xp.isdtype(dtype, "real floating") and xp.finfo(dtype).bits == 16
         _ACCUMULATORS[key] = xp.float32 if half else None
     return _ACCUMULATORS[key]
+
+
+def wide_sum(xp, x, axis, keepdims=False):
+    """xp.sum of the array `x` over `axis`, in x's dtype, accumulated as accumulator_dtype says:
+    in float16 NumPy adds along a strided axis one value at a time, so 10,000 times 0.1 would
+    come out 256."""
+    wide = accumulator_dtype(xp, x.dtype)
+    if wide is None:
+        return xp.sum(x, axis=axis, keepdims=keepdims)
+    return xp.astype(xp.sum(x, axis=axis, keepdims=keepdims, dtype=wide), x.dtype)

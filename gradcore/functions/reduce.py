@@ -3,7 +3,7 @@ import math
 
 from ..function import Function
 from ..variable import Variable, dtype_kind
-from .device import accumulator_dtype, astype
+from .device import accumulator_dtype, astype, wide_sum
 from .math import exp
 from .shape import broadcast_like, normalize_axis, reshape
 
@@ -26,12 +26,9 @@ class Sum(Function):
     def forward(self, x):
         xp = self.xp
         axis = self.axis if self.axis is None else normalize_axis(self.axis, x.ndim)
-        wide = accumulator_dtype(xp, x.dtype) if self.dtype is None else None
-        if wide is None:
+        if self.dtype is not None:
             return xp.sum(x, axis=axis, keepdims=self.keepdims, dtype=self.dtype)
-        # float16: summed in float32, the result in float16. NumPy adds along a strided axis one
-        # value at a time in float16, so 10,000 times 0.1 comes out 256
-        return xp.astype(xp.sum(x, axis=axis, keepdims=self.keepdims, dtype=wide), x.dtype)
+        return wide_sum(xp, x, axis, self.keepdims)  # float16: summed in float32
 
     def backward(self, gy):
         x, = self.inputs

@@ -7,7 +7,7 @@ import backends
 
 from ..function import Function, View
 from ..variable import Variable
-from .device import accumulator_dtype
+from .device import wide_sum
 
 
 def _normalize_shape(shape):
@@ -192,11 +192,8 @@ class SumTo(Function):
         axes = tuple(range(lead)) + tuple(
             lead + i for i, n in enumerate(self.shape) if n == 1 and x.shape[lead + i] != 1)
         xp = self.xp
-        wide = accumulator_dtype(xp, x.dtype)
-        if wide is None:
-            y = xp.sum(x, axis=axes, keepdims=True)
-        else:  # float16: summed in float32, as in sum (the engine sums broadcast gradients here)
-            y = xp.astype(xp.sum(x, axis=axes, keepdims=True, dtype=wide), x.dtype)
+        # float16: summed in float32, as in sum (the engine sums broadcast gradients here)
+        y = wide_sum(xp, x, axes, keepdims=True)
         return xp.reshape(y, self.shape) if lead else y
 
     def backward(self, gy):
