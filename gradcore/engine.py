@@ -787,25 +787,25 @@ def _failed_backward(error):
 
 
 def _explain_failed_backward(error):
-    """`error`, from a walk, noted with the op whose backward raised it and where that op was
-    called; a RuntimeError instead (from `error`) if that op reads a Variable whose data was
-    released after forward (`t.data = None`), the likely cause."""
+    """Note on `error`, from a walk, the op whose backward raised it and where that op was
+    called (the caller raises it again); raise a RuntimeError instead (from `error`) if that op
+    reads a Variable whose data was released after forward (`t.data = None`), the likely
+    cause."""
     f = _failed_backward(error)
     if f is None:
-        return error
+        return
     for role, x in f._variables_read():
         if x._data is None:
             name = f._name()
-            return RuntimeError(
+            raise RuntimeError(
                 f"{name}.backward failed ({type(error).__name__}: {error}), and its {role} is "
                 f"{_describe(x)} after {name} ran in forward: a backward that reads it cannot "
                 "run. Release (x.data = None) only Variables whose ops' backward reads neither "
                 "its inputs nor its outputs (add's: t = matmul(x, W); y = t + b; t.data = None), "
-                "or release after backward")
+                "or release after backward") from error
     # once: a nested walk (checkpoint) may have noted it
     add_note(error, f"raised in {f._name()}.backward ({type(f).__qualname__}); "
                     f"{anomaly.where_created(f)}")
-    return error
 
 
 def backward(y, grad=None, retain_grad=False, create_graph=False):
@@ -824,9 +824,7 @@ def backward(y, grad=None, retain_grad=False, create_graph=False):
     except Exception as error:
         if given is not None:  # y as it was: its seed, not what retain_grad kept of it
             y._grad, y._retained_grad = given, None
-        explained = _explain_failed_backward(error)
-        if explained is not error:
-            raise explained from error
+        _explain_failed_backward(error)
         raise
 
 
@@ -875,9 +873,7 @@ def _grad(outputs, inputs, grad_outputs, create_graph, allow_unused, boundary,
         captured = _walk(outputs, seeds, False, create_graph, set(inputs), boundary,
                          boundary_hooks)
     except Exception as error:
-        explained = _explain_failed_backward(error)
-        if explained is not error:
-            raise explained from error
+        _explain_failed_backward(error)
         raise
     result = []
     for i, x in enumerate(inputs):

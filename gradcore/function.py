@@ -3,6 +3,7 @@ import copyreg
 import functools
 import inspect
 import numbers
+import operator
 import re
 import types
 import weakref
@@ -20,9 +21,6 @@ _NO_INPUT = object()  # __call__'s default for x0 and x1: fewer inputs were give
 # What a call sets in an instance's __dict__ (Function's slots are set per call as well): not
 # carried over to the copy a second call runs on (Function._twin)
 _SET_PER_CALL = frozenset(("sequence", "device", "_anomaly", "_given"))
-# Function's slots that a call sets: cleared for another call on the same instance (_forget_call)
-_CALL_SLOTS = ("inputs", "_outputs", "generation", "backend", "needs_input_grad", "_output_meta",
-               "_saved")
 
 
 def _snake_case(name):
@@ -281,8 +279,8 @@ class Function:
         another call once no output of the first lives, so no backward can reach it."""
         for name in _SET_PER_CALL:
             self.__dict__.pop(name, None)
-        for name in _CALL_SLOTS:
-            if hasattr(self, name):
+        for name in Function.__slots__:
+            if not name.startswith("__") and hasattr(self, name):
                 delattr(self, name)
         anomaly.recorded.discard(self)
 
@@ -783,32 +781,15 @@ def _again_before_own_call(call):
 
 def _own_copy(value):
     """An attribute for the copy of a Function another call runs on (Function._twin): a dict,
-    list, set or array copied one level (a tuple's items so too); what no call can change in
-    place (_fixed), or an object of the author's own, shared as it is."""
+    list, set or array copied one level (a tuple's items so too; the tuple itself where none
+    was copied); anything else (a number, a Variable, an object of the author's own) shared."""
     if value.__class__ in (dict, list, set, bytearray) or (
             hasattr(value, "__array_namespace__") and not isinstance(value, type)):
         return value.copy()
-    if value.__class__ is tuple and not _fixed(value):
-        return tuple(map(_own_copy, value))
+    if value.__class__ is tuple:
+        items = tuple(map(_own_copy, value))
+        return value if all(map(operator.is_, items, value)) else items
     return value
-
-
-def _fixed(value):
-    """True for a value no call can change in place, which a copy of a Function may share: a
-    number, string, dtype, device (anything hashed by value), None, a class, a function, a
-    Variable (a write into it is counted in its version), a tuple or slice of such."""
-    if value.__class__ in (tuple, frozenset):
-        return all(map(_fixed, value))
-    if value.__class__ is slice:
-        return all(map(_fixed, (value.start, value.stop, value.step)))
-    if value is None or value is Ellipsis or isinstance(value, (
-            Variable, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType)):
-        return True
-    try:
-        hash(value)
-    except TypeError:  # a list, dict, set, array
-        return False
-    return type(value).__hash__ is not object.__hash__  # hashed by identity: an object's own
 
 
 def _inside_checks(plain):

@@ -289,6 +289,4 @@ def _put_back(kept):
         if hooks is not None and len(hooks) > post_count:
             with _variables._post_hooks_lock:
                 del hooks[post_count:]
-                if not hooks:  # as _HookHandle.remove: no hooks left, no counting pass
-                    del x._post_hooks
-                    engine.hooked_leaves.discard(x)
+                _variables._forget_if_empty(x, hooks)

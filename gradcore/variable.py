@@ -1068,9 +1068,15 @@ class _HookHandle:
                 if hook not in self._post:
                     return
                 self._post.remove(hook)
-                if not self._post and getattr(variable, "_post_hooks", None) is self._post:
-                    del variable._post_hooks  # no hooks left: no counting pass
-                    engine.hooked_leaves.discard(variable)
+                _forget_if_empty(variable, self._post)
+
+
+def _forget_if_empty(variable, hooks):
+    """Under _post_hooks_lock, once hooks were taken off `hooks`: with none left in what is still
+    variable's list, the list goes (no counting pass)."""
+    if not hooks and getattr(variable, "_post_hooks", None) is hooks:
+        del variable._post_hooks
+        engine.hooked_leaves.discard(variable)
 
 
 # what numpy.sum(x) (max, min) passes on to x.sum besides axis and keepdims
