@@ -77,6 +77,9 @@ class Backend:
     inner = None          # for a backend whose arrays wrap another backend's: that backend
     captures_graphs = False  # True when `capture` records work as a graph to launch again (CuPy)
     multiplies_bool = False  # True when its multiply takes bool and float arrays (NumPy, CuPy)
+    # False when the same work may round differently from one run to the next (CuPy: its
+    # scatter-adds add with atomics, so a sum over repeated indices comes in any order)
+    reproducible = True
 
     def owns(self, array):
         """True if `array` is one of this backend's arrays."""
@@ -242,6 +245,11 @@ class Backend:
         launch runs after the last one, on whatever stream each was made. The memory the graph
         uses is its own for as long as the graph lives."""
         raise NotImplementedError(f"{self.name} arrays are not captured as graphs")
+
+    def refused_in_graphs(self, name, module):
+        """True if `capture` refuses a call of the function (or method, or operator) `name`
+        from the module `module`: such calls run between graphs."""
+        return False
 
     def graph_memory(self, device):
         """Bytes of device memory held by the graphs `capture` made that are still alive."""

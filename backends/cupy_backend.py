@@ -92,6 +92,11 @@ def _failing_plainly(malloc, cuda_error):
 _CAPTURING = threading.RLock()
 
 
+# CuPy's functions (and methods, and the @ operator) that call cuBLAS
+_CUBLAS_CALLS = frozenset(("matmul", "dot", "vdot", "inner", "tensordot", "einsum", "vecdot",
+                           "matvec", "vecmat"))
+
+
 class CudaGraph:
     """A captured CUDA graph with what it needs alive: the memory pool its arrays came from."""
 
@@ -124,6 +129,7 @@ class CupyBackend(Backend):
     needs_device_context = True
     captures_graphs = True
     multiplies_bool = True
+    reproducible = False  # cupyx.scatter_add and add.at add with atomics
     _count = None  # the GPUs CUDA sees, once asked: fixed for the process from CUDA's start
 
     def __init__(self):
@@ -285,6 +291,11 @@ class CupyBackend(Backend):
             return cuda.pinned_memory._malloc
         raise RuntimeError("a pinned memory allocator of the user's own is set, which a CUDA "
                            "graph's capture cannot put back after refusing host copies")
+
+    def refused_in_graphs(self, name, module):
+        # CuPy raises NotImplementedError for cuBLAS and cuSOLVER calls while a stream
+        # captures: matrix products and linear algebra
+        return name in _CUBLAS_CALLS or "linalg" in module.split(".")
 
     def graph_memory(self, device):
         id = self._id(device)

@@ -1011,6 +1011,40 @@ def test_check_catches_a_number_the_tape_froze():
         compiled(np.ones(3))
 
 
+@pytest.mark.parametrize("reproducible", [True, False])
+def test_check_allows_rounding_on_a_library_whose_runs_round_differently(monkeypatch,
+                                                                        reproducible):
+    # CuPy's scatter-adds add with atomics: an embedding's grad may differ in the last bits
+    # between the replay and the eager step, which check= then allows (ROUNDING_ULPS of the
+    # array's largest value), and nothing more. Here a constant read from outside the arguments
+    # makes that difference: array-api-strict stands in for such a library
+    import array_api_strict as xps
+    from conftest import STRICT
+    monkeypatch.setattr(STRICT, "reproducible", reproducible)
+    scale = [1.0]
+
+    def step(x0):
+        x = gradcore.Variable(x0)
+        y = F.sum(x * scale[0])
+        y.backward()
+        return y, x.grad
+
+    compiled = gradcore.compile(step, check=True)
+    x0 = xps.asarray([4.0, -2.0, 0.5], dtype=xps.float32)
+    compiled(x0)
+    compiled(x0)
+    scale[0] = 1.0 + 4 * float(np.finfo(np.float32).eps)  # the replay multiplies by 1.0
+    if reproducible:
+        with pytest.raises(gradcore.compile.ReplayMismatch, match="largest difference 1.19e-06"):
+            compiled(x0)
+    else:
+        y, gx = compiled(x0)  # the eager step's
+        assert float(y.data) == 2.5 * scale[0] and gx.numpy().tolist() == [scale[0]] * 3
+    scale[0] = 1.001
+    with pytest.raises(gradcore.compile.ReplayMismatch, match="largest difference 0.0025"):
+        compiled(x0)
+
+
 def test_check_must_be_a_count():
     with pytest.raises(ValueError, match="check must be"):
         gradcore.compile(chain, check=-1)

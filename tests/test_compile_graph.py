@@ -221,6 +221,34 @@ def test_a_capture_the_library_refused_once_is_tried_again(graph_stand_in):
     assert stats["graphs"] == [1] and stats["why not graphs"] == [] and graph_stand_in.launches
 
 
+def _graphed_calls(compiled):
+    """The names of what the lines inside the compiled step's graphs call."""
+    return {getattr(line.target, "__name__", line.target) for tape in compiled.tapes()
+            for run in tape.graphed if run.graph is not None for line in run.lines}
+
+
+@pytest.mark.parametrize("refused", [False, True])
+def test_calls_the_library_refuses_to_capture_run_between_graphs(monkeypatch, refused):
+    # CuPy refuses cuBLAS while a stream captures: a training step's matrix products run as
+    # Python between the graphs of the elementwise work around them
+    if refused:
+        monkeypatch.setattr(backends.NUMPY, "refused_in_graphs",
+                            lambda name, module: name == "matmul", raising=False)
+    eager_model, _, eager_step = _training(optim.SGD, layers=(8, 8, 3))
+    model, _, step = _training(optim.SGD, layers=(8, 8, 3))
+    compiled = gradcore.compile(step)
+    for i, (x, t) in enumerate(_batches(6)):
+        np.random.seed(i)
+        expected = eager_step(x, t)
+        np.random.seed(i)
+        assert same(compiled(x, t), expected)
+        for p, q in zip(model.params(), eager_model.params()):
+            assert same(p.data, q.data) and same(p.grad, q.grad)
+    stats = compiled.stats()
+    assert stats["graphs"][0] >= 2 and stats["why not graphs"] == [], stats
+    assert ("matmul" in _graphed_calls(compiled)) is not refused
+
+
 def test_graphs_false_launches_every_line(graph_stand_in):
     compiled = gradcore.compile(lambda x0: F.exp(gradcore.Variable(x0)) * 3.0, graphs=False)
     for i in range(5):

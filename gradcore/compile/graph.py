@@ -21,8 +21,9 @@ What a graph cannot do stays out of it or is arranged around it:
   guard or an optimizer's step reads) is a copy: the graph writes its own memory again at the next
   launch, and a result the caller keeps must not change under them.
 - Random draws (the host advances the generator: a graph would draw the same numbers at every
-  launch), guards (read on the host), stores, optimizer steps and lines on other arrays run as
-  Python between graphs; loads of Variables move in front of the run they feed.
+  launch), guards (read on the host), stores, optimizer steps, lines on other arrays and calls
+  the library refuses to capture (CuPy: matrix products, which call cuBLAS) run as Python
+  between graphs; loads of Variables move in front of the run they feed.
 - A run that writes in place into a staged array runs as lines from then on; one whose capture
   the library refuses (a call that waits for the device) tries again at later calls, CAPTURES
   captures in all, then stays lines; `Compiled.stats()` says why.
@@ -86,10 +87,10 @@ def draws(line):
     return any("random" in module.split(".") for module in modules)
 
 
-def _on_device(line, xp):
-    """True if `line` only computes, on arrays of the library `xp` (as far as the tape knows: a
-    line it kept no facts of is checked as the run is captured)."""
-    if line.kind not in _COMPUTE or draws(line):
+def _on_device(line, backend):
+    """True if `line` only computes, on arrays of `backend` (as far as the tape knows: a line it
+    kept no facts of is checked as the run is captured), in a way its graphs capture."""
+    if line.kind not in _COMPUTE or draws(line) or _refused(line, backend):
         return False
     facts = line.array
     if line.kind == "call" and not line.reads and _name("call", line.target) in _TRANSFERS and (
@@ -99,14 +100,23 @@ def _on_device(line, xp):
         return False  # an index array's bounds are checked on the host: a wait for the device
     if line.target is backends.to_device:
         return False  # from another library (NumPy labels to the GPU): through the host
-    return facts is None or facts.xp is xp
+    return facts is None or facts.xp is backend.xp
+
+
+def _refused(line, backend):
+    """True if `backend` refuses to capture what `line` calls (CuPy: cuBLAS)."""
+    target = line.target
+    owner = getattr(target, "__self__", None)  # a NumPy or CuPy ufunc's method: its ufunc
+    module = getattr(target, "__module__", None) or (
+        type(owner).__module__ if owner is not None else "")
+    return backend.refused_in_graphs(_name(line.kind, target), module)
 
 
 def graphed(lines, frees, outputs, arguments, backend, interpreter):
     """`lines` and `frees` with each run of GRAPH_MIN_LINES or more device lines replaced by a
     call of a Graphed run (and a line per value of it read later), and the Graphed runs.
     `interpreter(lines, frees, arguments, outputs, inspect)` runs lines (the tape's)."""
-    runs = _runs(lines, backend.xp)
+    runs = _runs(lines, backend)
     in_graph = {k for start, end in runs for k in range(start, end)
                 if lines[k].kind not in _MOVABLE}
     readers = {}  # slot -> indices of the lines reading it
@@ -177,12 +187,12 @@ def graphed(lines, frees, outputs, arguments, backend, interpreter):
     return new_lines, new_frees, runs_made
 
 
-def _runs(lines, xp):
+def _runs(lines, backend):
     """(start, end) of each run of lines that compute on the device, with the loads and
     constants among them, holding GRAPH_MIN_LINES device lines or more."""
     runs, start, count = [], None, 0
     for k, line in enumerate(lines + [None]):
-        if line is not None and _on_device(line, xp):
+        if line is not None and _on_device(line, backend):
             if start is None:
                 start, count = k, 0
             count += 1
