@@ -202,3 +202,51 @@ def test_a_checkpointed_dropout_repeats_its_mask_on_cuda_and_moves_the_generator
     np.testing.assert_array_equal(x.grad.numpy(), mask)
     assert 300 < np.count_nonzero(mask) < 700
     assert not np.array_equal(after.numpy(), mask)  # the next draw is not the block's again
+
+
+def _fused_kernels(compiled):
+    """How many lines of the compiled step's tapes call a cupy.fuse kernel."""
+    return sum(hasattr(line.target, "source") for tape in compiled.tapes() for line in tape.lines)
+
+
+def test_elementwise_runs_on_large_arrays_fuse_into_kernels_that_agree_with_eager():
+    # 2**20 float32 (4 MiB) is over fuse.FUSE_MIN_BYTES: the runs of elementwise lines of the
+    # forward and of the backward become cupy.fuse kernels, whose results may differ from eager
+    # CuPy's in the last bit (a contracted multiply-add), not more
+    rng = np.random.default_rng(4)
+    W = gradcore.Parameter(backends.to_device(
+        rng.standard_normal(1 << 20).astype(np.float32), "cuda"))
+
+    def step(x):
+        h = F.tanh(W * x * 2.0 + 1.0) * 3.0 + F.exp(-(W * W)) - abs(x)
+        loss = F.sum(h * h)
+        W.cleargrad()
+        loss.backward()
+        return loss, W.grad
+
+    compiled = gradcore.compile(step)
+    for _ in range(6):
+        x = backends.to_device(rng.standard_normal(1 << 20).astype(np.float32), "cuda")
+        loss, gW = compiled(x)
+        want_loss, want_gW = step(x)
+        np.testing.assert_allclose(loss.numpy(), want_loss.numpy(), rtol=1e-5)
+        np.testing.assert_allclose(gW.numpy(), want_gW.numpy(), rtol=1e-5, atol=1e-5)
+    stats = compiled.stats()
+    assert stats["replays"] == 5 and stats["fallbacks"] == 0, stats
+    assert _fused_kernels(compiled) >= 2, [line.target for line in compiled.tapes()[0].lines]
+
+
+def test_a_python_number_of_a_higher_kind_than_its_array_stays_unfused_on_cuda():
+    # uint8 / 255.0 is float64 in eager CuPy; cupy.fuse would compute it in float16
+    rng = np.random.default_rng(5)
+
+    def step(u):
+        return F.tanh(Variable(u / 255.0 * 2.0 - 1.0) * 3.0 + 0.5) * 2.0
+
+    compiled = gradcore.compile(step)
+    for _ in range(4):
+        u = backends.to_device(rng.integers(0, 256, 1 << 19).astype(np.uint8), "cuda")
+        got, want = compiled(u), step(u)
+        assert got.dtype == want.dtype == np.float64
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
+    assert compiled.stats()["replays"] == 3

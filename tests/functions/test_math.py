@@ -169,10 +169,15 @@ def check_div_derivatives(xp, x0, x1, dtype):
     info = np.finfo(dtype)
     # the first derivative to a few roundings; the second ones pass through -1 / x1^2, which
     # is subnormal where x1 * x1 overflows, so to the square root of eps
+    # CuPy compiles its kernels with -ftz=true: a float32 subnormal is 0 there, so the second
+    # ones, through a subnormal -1 / x1^2, lose that part of them (NumPy keeps it)
+    flushed = xp.name == "cupy" and dtype == "float32" and 1 / b ** 2 < float(info.tiny)
     for g, want, rtol in ((g1, -a / b ** 2, 4 * info.eps), (g11, 2 * a / b ** 3, info.eps ** 0.5),
                           (g10, -1 / b ** 2, info.eps ** 0.5)):
         assert g.dtype == x1.dtype
-        if float(info.tiny) <= abs(want) <= float(info.max):
+        if g is not g1 and flushed:
+            assert np.isfinite(xp.numpy(g.data)).all()
+        elif float(info.tiny) <= abs(want) <= float(info.max):
             np.testing.assert_allclose(xp.numpy(g.data), [want], rtol=rtol)
 
 
