@@ -3,10 +3,11 @@ import numbers
 
 import backends
 
+from .. import variable as _variables
 from ..config import Config, recomputing
 from ..function import Function
 from ..random import draw, noted
-from ..variable import Variable
+from ..variable import Variable, note_write
 from .device import accumulator_dtype, astype
 from .loss import _backend_and_device, _in_range
 from .reduce import average, sum
@@ -64,8 +65,9 @@ class BatchNorm(Function):
     in train mode (updating the running ones; gx flows through them), the running ones in test."""
     op_name = "batch_norm"
 
-    def __init__(self, mean, var, decay, eps, train):
+    def __init__(self, mean, var, decay, eps, train, holders=()):
         self.running_mean, self.running_var = mean, var
+        self.holders = holders  # the Variables whose data mean and var are: their writes count
         self.decay, self.eps, self.train = decay, eps, train
 
     def forward(self, x, gamma, beta):
@@ -133,6 +135,8 @@ class BatchNorm(Function):
         # Scaled before the cast: float16 statistics hold a tenth of a variance of 90,000
         self.backend.assign(rm, rm * decay + xp.astype(mean * (1 - decay), rm.dtype))
         self.backend.assign(rv, rv * decay + xp.astype(var * ((1 - decay) * adjust), rv.dtype))
+        for v in self.holders:  # so a graph that read them before refuses to run backward
+            _count_write(v)
 
     def backward(self, gy):
         x, gamma, beta = self.inputs
@@ -172,6 +176,15 @@ class BatchNorm(Function):
         return gx, ggamma if n_gamma else None, gbeta if n_beta else None
 
 
+def _count_write(v):
+    """Count a write gradcore made into v's array (v.version goes up), in a step that
+    gradcore.compile records too, as the data setter does: each replay counts it again."""
+    recorder = _variables.step_recorder
+    if recorder is not None:
+        recorder.writing(v, data=True)
+    note_write(v)
+
+
 def batch_norm(x, gamma, beta, mean, var, decay=0.9, eps=2e-5):
     """Batch normalisation per channel (axis 1) of x (N, C) or (N, C, H, W):
     gamma * (x - mu) / sqrt(sigma2 + eps) + beta, with gamma, beta of shape (C,).
@@ -180,15 +193,18 @@ def batch_norm(x, gamma, beta, mean, var, decay=0.9, eps=2e-5):
     axis but 1, and the running statistics `mean`, `var` (arrays of shape (C,), or Variables whose
     data is used) are updated in place: mean = decay * mean + (1 - decay) * mu, and likewise var
     with the unbiased batch variance sigma2 * m / (m - 1), m = values per channel (as DeZero).
+    A Variable's version goes up with the update, so backward through a graph that read it before
+    refuses to run, as after any in-place write.
     Test mode: mu, sigma2 are the running `mean` and `var`, which stay unchanged.
     """
+    holders = tuple(v for v in (mean, var) if isinstance(v, Variable))
     mean = mean.data if isinstance(mean, Variable) else mean
     var = var.data if isinstance(var, Variable) else var
     for name, a in (("mean", mean), ("var", var)):
         if backends.backend_of(a) is None:
             raise TypeError(f"batch_norm: the running {name} must be an array (it is updated in "
                             f"place), got {type(a).__name__}")
-    return BatchNorm(mean, var, decay, eps, Config.train)(x, gamma, beta)
+    return BatchNorm(mean, var, decay, eps, Config.train, holders)(x, gamma, beta)
 
 
 # =============================================================================== embed_id

@@ -229,6 +229,46 @@ def test_batch_norm_running_statistics_as_variables_and_in_another_dtype(xp):
     np.testing.assert_allclose(xp.numpy(y.data), [[-1.0, -1.0], [1.0, 1.0]], rtol=1e-4)
 
 
+def test_batch_norm_counts_its_update_of_running_statistics_given_as_variables(xp):
+    """A train-mode call writes the Variables' data in place: each version goes up once, so a
+    graph that read them before refuses backward (it would take the new values); test mode
+    writes nothing."""
+    x = xp.asarray(np.array([[0.0, 1.0], [2.0, 5.0]]))
+    gamma, beta = xp.asarray(np.ones(2)), xp.asarray(np.zeros(2))
+    mean = gradcore.Variable(xp.asarray(np.zeros(2)), requires_grad=False)
+    var = gradcore.Variable(xp.asarray(np.ones(2)), requires_grad=False)
+    w = gradcore.Variable(xp.asarray(np.array([2.0, 3.0])))
+    y = F.sum(mean * w)  # w's gradient is mean as it is now
+    with gradcore.test_mode():
+        F.batch_norm(x, gamma, beta, mean, var)
+    assert (mean.version, var.version) == (0, 0)
+    F.batch_norm(x, gamma, beta, mean, var, decay=0.5)
+    assert (mean.version, var.version) == (1, 1)
+    np.testing.assert_allclose(xp.numpy(mean.data), [0.5, 1.5])
+    with pytest.raises(RuntimeError, match=r"mul: its input 0, .* was written after mul ran in "
+                                           r"forward: it is at version 1, and mul used version 0"):
+        y.backward()
+    assert w.grad is None
+
+
+def test_a_compiled_step_counts_batch_norms_update_at_every_replay():
+    # the tape writes the running statistics without Python: it must count each write too
+    mean = gradcore.Variable(np.zeros(2), requires_grad=False)
+    var = gradcore.Variable(np.ones(2), requires_grad=False)
+
+    def step(x):
+        return F.batch_norm(x, np.ones(2), np.zeros(2), mean, var)
+
+    compiled = gradcore.compile(step)
+    x = np.array([[0.0, 1.0], [2.0, 5.0]])
+    for calls in range(1, 5):
+        compiled(x)
+        assert (mean.version, var.version) == (calls, calls)
+    assert compiled.stats()["replays"] >= 2
+    # the mean after four updates towards [1, 3] with decay 0.9: (1 - 0.9 ** 4) * [1, 3]
+    np.testing.assert_allclose(mean.data, (1 - 0.9 ** 4) * np.array([1.0, 3.0]), rtol=1e-12)
+
+
 def test_batch_norm_gradients_sum_to_zero_over_the_batch(xp):
     """In train mode the output is invariant to shifting a channel: d/dx sums to 0 per channel."""
     rng = np.random.default_rng(2)

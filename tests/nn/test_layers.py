@@ -174,6 +174,47 @@ def test_batchnorm_eval_uses_running_statistics(xp2):
     np.testing.assert_array_equal(xp2.numpy(bn.avg_mean.data), mean)  # no update in eval
 
 
+def test_batchnorm_train_mode_refuses_backward_of_a_graph_that_read_its_statistics():
+    # the running statistics are updated in place: a loss on avg_mean from before would take
+    # the new values. BatchNorm's own train-mode graph reads none of them and still runs
+    x0 = np.arange(12.0).reshape(4, 3)  # channel means 4.5, 5.5, 6.5
+    weights = np.array([[1.0, -2.0, 0.5], [0.0, 1.0, 3.0], [2.0, 0.0, -1.0], [1.0, 1.0, 0.0]])
+    grads = []
+    for later_call in (False, True):
+        bn = nn.BatchNorm(dtype=np.float64)
+        x = gradcore.Variable(x0)
+        h = bn(x)
+        np.testing.assert_allclose(bn.avg_mean.data, [0.45, 0.55, 0.65], rtol=1e-12)
+        w = gradcore.Variable(np.array([1.0, 2.0, 3.0]))
+        y = F.sum(bn.avg_mean * w)
+        if later_call:
+            versions = bn.avg_mean.version, bn.avg_var.version
+            bn(gradcore.Variable(x0 * 2.0))
+            assert (bn.avg_mean.version, bn.avg_var.version) == (versions[0] + 1, versions[1] + 1)
+            with pytest.raises(RuntimeError, match=r'mul: its input 0, the Variable "avg_mean" '
+                                                   r"of shape \(3,\) .* was written after mul"):
+                y.backward()
+        else:
+            y.backward()
+            np.testing.assert_allclose(w.grad.data, [0.45, 0.55, 0.65], rtol=1e-12)
+        F.sum(h * h * weights).backward()
+        grads.append(x.grad.data)
+    np.testing.assert_array_equal(grads[1], grads[0])
+    assert np.abs(grads[0]).max() > 0.1
+
+
+def test_a_checkpointed_batchnorm_counts_its_update_once():
+    # the recomputation during backward leaves the statistics (and so their versions) alone
+    bn = nn.BatchNorm(dtype=np.float64)
+    x = gradcore.Variable(np.arange(12.0).reshape(4, 3))
+    bn(x)
+    version = bn.avg_mean.version
+    y = gradcore.checkpoint(lambda h: bn(h * 2.0), x)
+    assert bn.avg_mean.version == version + 1
+    F.sum(y * y * np.array([1.0, -2.0, 0.5])).backward()
+    assert bn.avg_mean.version == version + 1 and x.grad is not None
+
+
 def test_dezeros_batch_nrom_spelling_is_batch_norm():
     # DeZero's BatchNorm layer calls F.batch_nrom (sic): code ported from it finds the name
     assert F.batch_nrom is F.batch_norm
