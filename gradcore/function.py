@@ -1,4 +1,5 @@
 """Function: one node of the graph. __call__ unwraps, runs forward, wraps, and records."""
+import copy
 import copyreg
 import functools
 import inspect
@@ -781,11 +782,13 @@ def _again_before_own_call(call):
 
 def _own_copy(value):
     """An attribute for the copy of a Function another call runs on (Function._twin): a dict,
-    list, set or array copied one level (a tuple's items so too; the tuple itself where none
-    was copied); anything else (a number, a Variable, an object of the author's own) shared."""
-    if value.__class__ in (dict, list, set, bytearray) or (
-            hasattr(value, "__array_namespace__") and not isinstance(value, type)):
-        return value.copy()
+    list, set or array (their subclasses too: an OrderedDict, a defaultdict) copied one level
+    (a tuple's items so too; the tuple itself where none was copied); anything else (a number,
+    a Variable, an object of the author's own) shared."""
+    if isinstance(value, (dict, list, set, bytearray)):
+        return copy.copy(value)
+    if hasattr(value, "__array_namespace__") and not isinstance(value, type):
+        return backends.copy(value)  # an array-API array may have no .copy (array-api-strict)
     if value.__class__ is tuple:
         items = tuple(map(_own_copy, value))
         return value if all(map(operator.is_, items, value)) else items

@@ -1,4 +1,7 @@
 """Function: recording the graph, authoring helpers, and errors raised before anything changes."""
+import collections
+import functools
+
 import numpy as np
 import pytest
 
@@ -517,8 +520,8 @@ def test_an_instance_called_without_recording_may_be_called_again(xp):
 class Cached(Function):
     """x ** 2, keeping x in a dict made by __init__ that every call fills in place."""
 
-    def __init__(self):
-        self.cache = {}
+    def __init__(self, kind=dict):
+        self.cache = kind()
 
     def forward(self, x):
         self.cache["x"] = x
@@ -528,17 +531,39 @@ class Cached(Function):
         return 2 * self.cache["x"] * gy
 
 
-def test_a_second_call_runs_on_a_copy_whose_containers_are_its_own():
+@pytest.mark.parametrize("kind", [dict, collections.OrderedDict,
+                                  functools.partial(collections.defaultdict, list)],
+                         ids=["dict", "OrderedDict", "defaultdict"])
+def test_a_second_call_runs_on_a_copy_whose_containers_are_its_own(kind):
     # a copy sharing self.cache would overwrite the x the first call's backward reads: a.grad
     # [10, 14] (2b) where 2a = [2, 4] is right
     a, b = Variable(np.array([1.0, 2.0])), Variable(np.array([5.0, 7.0]))
-    f = Cached()
+    f = Cached(kind)
     ya = f(a)
     yb = f(b)
     ya.sum().backward()
     yb.sum().backward()
     np.testing.assert_array_equal(a.grad.numpy(), [2.0, 4.0])
     np.testing.assert_array_equal(b.grad.numpy(), [10.0, 14.0])
+
+
+def test_a_second_call_copies_an_array_it_keeps_on_every_backend(xp):
+    # DeZero's style: forward keeps its input's array on the instance (array-api-strict's arrays
+    # have no .copy method)
+    class Square(Function):
+        def forward(self, x):
+            self.x_saved = x
+            return x * x
+
+        def backward(self, gy):
+            return gy * 2 * self.x_saved
+
+    f = Square()
+    a, b = Variable(xp.asarray([2.0])), Variable(xp.asarray([5.0]))
+    ya, yb = f(a), f(b)
+    ya.backward()
+    yb.backward()
+    assert a.grad.numpy().tolist() == [4.0] and b.grad.numpy().tolist() == [10.0]
 
 
 @pytest.mark.parametrize("setting, shared", [
