@@ -22,8 +22,7 @@ from . import engine, random
 from . import variable as _variables
 from .config import Config, enable_grad, is_grad_enabled, recomputation, using_config
 from .function import Function, _base_of
-from .variable import (RETAIN_GRAD, Variable, sequence, share_versions,
-                       variables_returned)
+from .variable import Variable, sequence, share_versions, variables_returned
 
 __all__ = ["checkpoint"]
 
@@ -46,7 +45,7 @@ def checkpoint(fn, *args):
     first = args[where[0]]
     backend = first.backend if isinstance(first, Variable) else backends.backend_of(first)
     device = first.device if isinstance(first, Variable) else backend.device_of(first)
-    leaves = [Variable(args[i].data if isinstance(args[i], Variable) else args[i])
+    leaves = [_Argument(args[i]) if isinstance(args[i], Variable) else Variable(args[i])
               for i in where]
     start = next(sequence)
     draws = random.DrawLog(backend, device)
@@ -54,7 +53,6 @@ def checkpoint(fn, *args):
         out = fn(*_filled(args, where, leaves))
     several = isinstance(out, tuple)
     outputs = _results(out)
-    _carry_hooks(leaves, [args[i] for i in where])
     # what checkpoint returns, position by position. As the block returned them: a result with
     # no graph in the block (a detached value, an index), a Variable from outside it (a
     # Parameter); an argument: the caller's Variable, as without checkpoint; a result the block
@@ -113,16 +111,42 @@ def _returned(kind, results, several):
     return kind._make(results) if hasattr(kind, "_make") else tuple(results)
 
 
-def _carry_hooks(leaves, arguments):
-    """The hooks the block's first run registered on its copies of the arguments (`leaves`),
-    registered on the caller's Variables, as without checkpoint (its recomputation runs on
-    those, and registers nothing that stays: see _hooks_kept)."""
-    for leaf, x in zip(leaves, arguments):
-        if isinstance(x, Variable):
-            for hook in leaf._hooks or ():
-                x.register_hook(hook)
-            for hook in getattr(leaf, "_post_hooks", ()):
-                x.register_post_accumulate_grad_hook(hook)
+class _Argument(Variable):
+    """The block's copy of a Variable argument `caller` in its first run. A hook registered on
+    it is registered on the caller's Variable too, as without checkpoint (the recomputation
+    runs on that one and registers nothing that stays: see _hooks_kept), and its handle takes
+    it off both; retain_grad() is the caller's."""
+
+    __slots__ = ("_caller",)
+
+    def __init__(self, caller):
+        super().__init__(caller.data)
+        self._caller = caller
+
+    def register_hook(self, hook):
+        # the caller's first: it refuses as without checkpoint (it does not require grad)
+        there = self._caller.register_hook(hook)
+        return _Handles(there, super().register_hook(hook))
+
+    def register_post_accumulate_grad_hook(self, hook):
+        there = self._caller.register_post_accumulate_grad_hook(hook)  # refuses a computed one
+        return _Handles(there, super().register_post_accumulate_grad_hook(hook))
+
+    def retain_grad(self):
+        self._caller.retain_grad()
+
+
+class _Handles:
+    """The handles of one hook registered on two Variables: remove() takes it off both."""
+
+    __slots__ = ("handles",)
+
+    def __init__(self, *handles):
+        self.handles = handles
+
+    def remove(self):
+        for handle in self.handles:
+            handle.remove()
 
 
 def _stages(outputs, positions, leaves, start):
@@ -282,9 +306,7 @@ def _put_back(kept):
     again they would run once more in each later backward."""
     for x, count, post_count in kept:
         if x._hooks is not None and len(x._hooks) > count:
-            # but retain_grad(), which keeps once however often it is called: on an argument
-            # the first run called it on a leaf copy, where it does nothing
-            x._hooks[count:] = [RETAIN_GRAD] if RETAIN_GRAD in x._hooks[count:] else []
+            del x._hooks[count:]
         hooks = getattr(x, "_post_hooks", None)
         if hooks is not None and len(hooks) > post_count:
             with _variables._post_hooks_lock:
