@@ -114,7 +114,7 @@ def _returned(kind, results, several):
 class _Argument(Variable):
     """The block's copy of a Variable argument `caller` in its first run. A hook registered on
     it is registered on the caller's Variable too, as without checkpoint (the recomputation
-    runs on that one and registers nothing that stays: see _hooks_kept), and its handle takes
+    runs on that one and registers nothing that stays: see _take_off), and its handle takes
     it off both; retain_grad() is the caller's."""
 
     __slots__ = ("_caller",)
@@ -287,28 +287,37 @@ class Checkpoint(Function):
     def _run_again(self, arguments):
         """The block's results from `arguments`, with the random numbers it drew and the running
         statistics it read the first time."""
-        kept = _hooks_kept(self.inputs)
+        start = next(sequence)
+        registered = []
+        token = _variables.hooks_registered.set(registered)
         try:
             with self.draws.replay():
                 return self.fn(*_filled(self.args, self.where, arguments))
         finally:
-            _put_back(kept)
+            _variables.hooks_registered.reset(token)
+            _take_off(registered, start)
 
 
-def _hooks_kept(variables):
-    """(Variable, its number of hooks, of post-accumulate hooks) for each, for _put_back."""
-    return [(x, len(x._hooks or ()), len(getattr(x, "_post_hooks", ()))) for x in variables]
-
-
-def _put_back(kept):
-    """Take off the hooks a recomputation registered on Variables from before it (the block's
-    arguments, the Variables it reads): the first run registered them already, and registered
-    again they would run once more in each later backward."""
-    for x, count, post_count in kept:
-        if x._hooks is not None and len(x._hooks) > count:
-            del x._hooks[count:]
-        hooks = getattr(x, "_post_hooks", None)
-        if hooks is not None and len(hooks) > post_count:
+def _take_off(registered, start):
+    """Take off the hooks a recomputation (begun at sequence number `start`) registered on
+    Variables from before it (the block's arguments, Parameters it reads, whether or not its
+    results depend on them): the first run registered them already, and registered again they
+    would run once more in each later backward. Those on Variables it computed stay: its own
+    differentiation runs them."""
+    for x, hook, post in reversed(registered):
+        if x.creator is not None and x.creator.sequence > start:
+            continue
+        if post is None:
+            _drop_last(x._hooks, hook)
+        else:
             with _variables._post_hooks_lock:
-                del hooks[post_count:]
-                _variables._forget_if_empty(x, hooks)
+                _drop_last(post, hook)
+                _variables._forget_if_empty(x, post)
+
+
+def _drop_last(hooks, hook):
+    """Remove the last occurrence of `hook` (this one object) from the list `hooks`."""
+    for i in range(len(hooks) - 1, -1, -1):
+        if hooks[i] is hook:
+            del hooks[i]
+            return

@@ -1,6 +1,7 @@
 """Variable (a node holding an array and its gradient), Parameter, as_variable, as_array."""
 import builtins
 import collections
+import contextvars
 import copy
 import itertools
 import operator
@@ -173,6 +174,9 @@ def _cannot_require_grad(dtype):
 # One clock orders both the Functions (their `sequence`, taken when recorded) and the writes to
 # Variables: a Function recorded before a write to one of its inputs has a smaller number.
 sequence = itertools.count()
+# while gradcore.checkpoint runs a block again: a list that each hook registered then joins, as
+# (Variable, hook, its list of post-accumulate hooks or None), for the recomputation to take off
+hooks_registered = contextvars.ContextVar("gradcore.hooks_registered", default=None)
 # The stamp of the latest write to any Variable: backward checks a Function's inputs only if it
 # was recorded before that (in a loop of forward, backward, update: never).
 latest_write = [-1]
@@ -740,6 +744,7 @@ class Variable:
         if self._hooks is None:
             self._hooks = []
         self._hooks.append(hook)
+        _note_hook(self, hook)
         settings_changed(self)
         return _HookHandle(self, hook)
 
@@ -767,6 +772,7 @@ class Variable:
                 hooks = self._post_hooks = []
                 engine.hooked_leaves.add(self)
             hooks.append(hook)
+        _note_hook(self, hook, hooks)
         settings_changed(self)
         return _HookHandle(self, hook, hooks)
 
@@ -1040,6 +1046,13 @@ class Parameter(Variable):
     """A Variable that a Module registers as one of its parameters."""
 
     __slots__ = ()
+
+
+def _note_hook(variable, hook, post=None):
+    """Note a hook registered during a checkpointed block's recomputation: see hooks_registered."""
+    registered = hooks_registered.get()
+    if registered is not None:
+        registered.append((variable, hook, post))
 
 
 class _HookHandle:

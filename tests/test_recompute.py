@@ -1046,8 +1046,6 @@ def test_a_result_that_is_a_view_of_an_argument_or_outside_variable_shares_its_v
     assert W.version == 1  # a result with arrays of its own: no version shared
 
 
-@pytest.mark.xfail(strict=True, reason="checkpoint cannot see a hook its recomputation "
-                   "registers on a Variable outside the block's graph: needs variable.py to note it")
 def test_a_hook_on_a_variable_the_results_do_not_depend_on_is_registered_once():
     # W's gradient comes from outside the block: each recomputation registered the hook again
     # (W.grad 60, then 600 with 5 calls over two backward passes, not 6 with 2)
