@@ -84,23 +84,38 @@ def checkpoint(fn, *args):
     nodes = [Checkpoint(fn, args, where, draws, Config.train, stage)
              for stage in _stages(ours, list(at.values()), leaves, start)]
     kind = type(out)
+    # the write log each result shared in the first run: a View's result (v[0:2], W.T) shares
+    # its input's there
+    shared = [getattr(y, "_writes", None) for y in outputs]
     del out, outputs, ours  # the block's graph goes: only the nodes' inputs stay
     inputs = [args[i] for i in where] + outside
+    firsts = [getattr(x, "_writes", None) for x in (*leaves, *outside)]  # the same, for inputs
     for node in nodes:
         given = [*inputs, *[results[k] for k in node.behind]]
         ys = node(*given)
         for k, y in zip(node.positions, ys if isinstance(ys, tuple) else (ys,)):
             results[k] = y
-            # an input's array or a view of it (a.T): as View's results. Only where the library
-            # can tell (NumPy, CuPy): _base_of takes any result of one that cannot
-            # (array-api-strict) for a view of the first input, true of no op's result here
-            x = _base_of(y, given) if hasattr(y.xp, "may_share_memory") else next(
-                (x for x in given if isinstance(x, Variable) and x._data is y._data), None)
+            # an input's array or a view of it (a.T): as View's results. Where the library
+            # cannot tell (array-api-strict), _base_of would take any result for a view of the
+            # first input (sin(v) * 2 too): the first run's View ops say which one it is
+            x = _base_of(y, given) if hasattr(y.xp, "may_share_memory") else _viewed(
+                y, shared[k], given, [*firsts, *(shared[b] for b in node.behind)])
             if x is not None:
                 share_versions(x, y)
     for k, j in computed.items():
         results[k] = results[j]
     return _returned(kind, results, several)
+
+
+def _viewed(y, log, given, logs):
+    """The Variable of `given` whose array is y's, or whose write log in the block's first run
+    (`logs`, one per input) y's shared then (`log`: y came from it through View ops, which take
+    their result for a view where the library cannot tell, as without checkpoint); None if
+    neither."""
+    for x, mine in zip(given, logs):
+        if isinstance(x, Variable) and (x._data is y._data or mine is not None and mine is log):
+            return x
+    return None
 
 
 def _returned(kind, results, several):
