@@ -2,6 +2,7 @@
 import collections
 import contextlib
 import errno
+import io
 import math
 import os
 import secrets
@@ -19,6 +20,7 @@ FORMAT_VERSION = 1
 _DAMAGED = (zipfile.BadZipFile, zlib.error, struct.error, EOFError, OSError, ValueError, KeyError,
             IndexError, OverflowError, NotImplementedError, RuntimeError)
 _DEFLATE_MAX_RATIO = 1032  # deflate codes a 258-byte match in 2 bits at best
+_ZIP_NAME_MAX = 65535  # bytes: a zip entry's name length is a 16-bit field
 _NPY_HEADER_READERS = {(1, 0): numpy.lib.format.read_array_header_1_0,
                        (2, 0): numpy.lib.format.read_array_header_2_0}
 
@@ -39,13 +41,17 @@ def _write_atomically(path, arrays):
     would refuse it, although the rename needs only the folder to be writable."""
     final = os.path.realpath(path)
     try:
-        mode = stat.S_IMODE(os.stat(final).st_mode)  # kept: the new file is another inode
+        st_mode = os.stat(final).st_mode
+        mode = stat.S_IMODE(st_mode)  # kept: the new file is another inode
     except FileNotFoundError:
         mode = None  # a new file: the mode _new_file gave it, as for any created file
     except OSError as e:
         if e.errno != errno.ENAMETOOLONG:
             raise
         mode = None  # _new_file says the name is too long
+    if mode is not None and stat.S_ISDIR(st_mode):  # the rename would fail once all is written
+        raise IsADirectoryError(errno.EISDIR, f"save: cannot write {path}: it is a folder; save "
+                                "under another name, or to a file inside that folder")
     if mode is not None and not os.access(final, os.W_OK, effective_ids=_EFFECTIVE_IDS):
         raise PermissionError(errno.EACCES, f"save: {path} is write-protected (mode "
                               f"{mode:#o}); it was left as it was. Make it writable (chmod u+w) "
@@ -77,6 +83,40 @@ def _write_archive(f, arrays):
 def _is_file_object(path):
     """True if `path` is a file object (io.BytesIO, open(p, "rb")) in place of a path."""
     return hasattr(path, "read") or hasattr(path, "write")
+
+
+def _check_binary(f, name, mode):
+    """TypeError, before anything is read or written, if the file object `f` (named `name` in
+    messages) is a text one (open(p), io.StringIO): a checkpoint is bytes, so it needs a file
+    opened in the binary `mode` ("rb" or "wb")."""
+    if isinstance(f, io.TextIOBase):
+        verb = "read a checkpoint from" if "r" in mode else "write a checkpoint into"
+        raise TypeError(f"cannot {verb} {name}: it is open in text mode, and a checkpoint is "
+                        f"binary; open it in binary mode, open(path, {mode!r}), or pass the path")
+
+
+def _check_entry_names(names):
+    """ValueError, before anything is written, naming the first of `names` (state_dict names)
+    that an .npz archive cannot hold as the entry name + ".npy": one holding NUL (zipfile cuts
+    the name there, so the file would not load back), one UTF-8 cannot encode (a lone
+    surrogate), or one longer than the zip format's 65535 bytes."""
+    for name in names:
+        shown = repr(name) if len(name) <= 60 else f"{name[:40]!r}... ({len(name)} characters)"
+        try:
+            size = len((name + ".npy").encode("utf-8"))
+        except UnicodeEncodeError as e:
+            reason = (f"holds {e.object[e.start]!r}, a lone surrogate that UTF-8 cannot encode "
+                      "(a name decoded from bytes with errors='surrogateescape'?)")
+        else:
+            if "\x00" in name:
+                reason = "holds a NUL character ('\\x00'), where zipfile would cut it"
+            elif size > _ZIP_NAME_MAX:
+                reason = (f"is {size - 4} bytes long in UTF-8, more than the "
+                          f"{_ZIP_NAME_MAX - 4} a zip entry's name can hold beside '.npy'")
+            else:
+                continue
+        raise ValueError(f"save: the parameter or buffer {shown} cannot be saved: its name "
+                         f"{reason}; nothing was written. Rename the attribute that holds it")
 
 
 def _new_file(final, path):
@@ -146,16 +186,18 @@ _Header = collections.namedtuple("_Header", ["info", "shape", "dtype"])
 def _open_checkpoint(source, path):
     """(zipfile.ZipFile, file size) of the checkpoint `source` (a path, or a binary file object
     read from where it is, and left open: at the end of the archive once it was read, where it
-    was after an error), named `path` in messages: its zip directory read, nothing
+    was after an error, whether raised here or in the caller's with block: a caller checks all
+    it reads inside it), named `path` in messages: its zip directory read, nothing
     decompressed. FileNotFoundError if it is missing; CheckpointError if it is no zip archive,
     or one that does not begin where the file is (another archive follows it, or other bytes
     come before it)."""
     with contextlib.ExitStack() as stack:
         if not _is_file_object(source):
             f = stack.enter_context(open(source, "rb"))
-        elif source.seekable():
-            f = source
         else:
+            _check_binary(source, path, "rb")
+            f = source
+        if not f.seekable():
             raise TypeError(f"cannot read a checkpoint from {path}: it cannot seek, which "
                             "reading a zip archive needs; read it into an io.BytesIO first, or "
                             "pass a path")

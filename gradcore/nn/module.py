@@ -17,9 +17,10 @@ from ..utils import plot_dot_graph
 from ..utils.download import (_checked_sha256, cache_folder, fetch, sha256_folder, sha256_of_file,
                               url_file_name)
 from ..variable import Parameter, Variable, note_write
-from .checkpoint import (FORMAT_KEY, FORMAT_VERSION, CheckpointError, _checkpoint_source,
-                         _is_file_object, _open_checkpoint, _read_arrays, _read_headers,
-                         _write_archive, _write_atomically)
+from .checkpoint import (FORMAT_KEY, FORMAT_VERSION, CheckpointError, _check_binary,
+                         _check_entry_names, _checkpoint_source, _is_file_object,
+                         _open_checkpoint, _read_arrays, _read_headers, _write_archive,
+                         _write_atomically)
 
 _PARAMETER, _BUFFER, _MODULE = "parameter", "buffer", "module"
 _FLOAT_NAMES = ("float16", "float32", "float64")
@@ -577,8 +578,8 @@ class Module:
         for name, owner, _, v in entries:
             if name not in hosts:
                 continue
-            if v.data is not None:
-                new.append((v, _placed(hosts[name], v.backend, v.device, v.dtype)))
+            if v.data is not None:  # Dask: in its old chunks too
+                new.append((v, _placed(hosts[name], v.backend, v.device, v.dtype, v.data)))
             else:
                 device = owner._device or backends.CPU
                 backend = backends.backend_for_device(device)
@@ -645,14 +646,19 @@ class Module:
         The file is replaced whole: readers and concurrent saves (threads or processes) see the
         old checkpoint or a new one, never a mix. An existing file keeps its permissions; a
         symlink stays a link to the file it names, which is replaced. Errors are OSErrors (a
-        folder that does not exist: FileNotFoundError naming it); the old file is then left as
-        it was, and no temporary file behind. `load` raises CheckpointError for what it reads."""
+        folder that does not exist: FileNotFoundError naming it; a name that is a folder:
+        IsADirectoryError); the old file is then left as it was, and no temporary file behind.
+        Refused before anything is written: a parameter or buffer name an .npz archive cannot
+        hold (ValueError: a NUL, a lone surrogate, over 65531 UTF-8 bytes), and a file object
+        open in text mode (TypeError). `load` raises CheckpointError for what it reads."""
         arrays = {name: _to_host(a) for name, a in self.state_dict().items()}
         if FORMAT_KEY in arrays:
             raise ValueError(f"save: a parameter is named {FORMAT_KEY!r}, the name reserved for "
                              "the checkpoint marker; rename it")
+        _check_entry_names(arrays)
         arrays[FORMAT_KEY] = numpy.asarray(FORMAT_VERSION)
         if _is_file_object(path):  # the caller's file: no atomic rename to make
+            _check_binary(path, _checkpoint_source(path)[1], "wb")
             _write_archive(path, arrays)
             return path
         path = os.fsdecode(path)  # bytes too, as load takes them
@@ -715,10 +721,11 @@ class Module:
             _refuse(path, self, clashes + self._compare(headers, specs, strict, "the file")[0])
             arrays = _read_arrays(path, archive, headers)
             twin_arrays = _read_arrays(path, archive, {key: in_file[key] for _, key in twins})
-        # the values, now read, against the dtypes they load into (300 does not fit int8)
-        _refuse(path, self, self._compare(headers, specs, strict, "the file", arrays)[0]
-                + _unequal_twins(twins, keys, arrays, twin_arrays, "the file"))
-        return self.load_state_dict(arrays, strict=strict)
+            # the values, now read, against the dtypes they load into (300 does not fit int8);
+            # inside the with block: a file object is then left where it was on an error
+            _refuse(path, self, self._compare(headers, specs, strict, "the file", arrays)[0]
+                    + _unequal_twins(twins, keys, arrays, twin_arrays, "the file"))
+            return self.load_state_dict(arrays, strict=strict)
 
     save_weights = save  # DeZero's names
     load_weights = load
@@ -811,8 +818,9 @@ def _check_name(module, name, where):
     PyTorch's add_module and register_buffer do: one holding "." ("l1.W" beside a sub-module
     l1 gives two entries one qualified name, and state_dict could keep only one of them), or
     "" (no name of its own: a parameter saved as "", a sub-module's W as ".W"). Any other
-    string is fine ("block-1", "fc 2", "0": names a checkpoint may hold); state_dict still
-    refuses duplicates."""
+    string may be registered ("block-1", "fc 2", "0"), and load_state_dict takes it; save
+    refuses one an .npz archive cannot hold (see checkpoint._check_entry_names: a NUL, a lone
+    surrogate, over 65531 UTF-8 bytes), and state_dict refuses duplicates."""
     if not isinstance(name, str):
         raise TypeError(f"{where} {name!r} on {type(module).__name__}: the name must be a "
                         f"string, got {type(name).__name__}")
@@ -1181,7 +1189,11 @@ def _lazy_shape_problems(model, entries, specs, source):
     return problems
 
 
-def _placed(host, backend, device, dtype):
+def _placed(host, backend, device, dtype, like=None):
     """A fresh copy of the NumPy array `host` on `device` of `backend` with `dtype`: never shared
-    with the state it came from (parameters are updated in place)."""
-    return backend.asarray(numpy.array(host, copy=True), dtype=dtype, device=device)
+    with the state it came from (parameters are updated in place); on a lazy backend in the
+    layout of the array `like` of its shape (Dask: its chunks), where one is given."""
+    data = backend.asarray(numpy.array(host, copy=True), dtype=dtype, device=device)
+    if like is not None and backend.lazy:
+        data = backend.laid_out(data, backend.layout(like))
+    return data

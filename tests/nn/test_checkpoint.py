@@ -1203,3 +1203,124 @@ def test_a_model_of_blocks_holding_earlier_blocks_loads_an_alias_deep_in_it():
         model.load_state_dict(dict(state, **{"23.lin.W": W + 1}))
     assert model.load_state_dict({"1.prev.prev.lin.W": W}, strict=False).unexpected_keys == [
         "1.prev.prev.lin.W"]  # block 0 holds no earlier block
+
+
+# =============================================================================== misuse
+def test_a_file_object_is_left_where_it_was_when_a_check_after_reading_refuses_it(tmp_path):
+    """Values that do not fit the model's dtype, the two names of a shared layer holding
+    different values, or a failing load_state_dict: all refused while the archive is open."""
+    source = nn.Linear(2, in_size=2)
+    source.W.data[...] = 1e5  # inf in float16
+    stream = io.BytesIO(b"head")
+    stream.seek(4)
+    source.save(stream)
+    stream.seek(4)
+    with pytest.raises(nn.CheckpointError, match=r"float32 value 100000\.0 in the file .* does "
+                                                 r"not fit the model's float16"):
+        nn.Linear(2, in_size=2, dtype=np.float16).load(stream)
+    assert stream.tell() == 4
+    path = dezero_weights(tmp_path / "unequal.npz", **dict(SHARED_FILE, **{"l2/W": W_SHARED + 5}))
+    with open(path, "rb") as f:
+        with pytest.raises(nn.CheckpointError, match="but hold different values"):
+            SharedLayer().load_weights(f)
+        assert f.tell() == 0
+    target = nn.Linear(2, in_size=2)
+
+    def failing_load_state_dict(state, strict=True):
+        raise ValueError("refused")
+
+    target.load_state_dict = failing_load_state_dict
+    stream.seek(4)
+    with pytest.raises(ValueError, match="refused"):
+        target.load(stream)
+    assert stream.tell() == 4
+
+
+def _holding(name):
+    """A model with one parameter, [0, 1, 2], under the attribute `name`."""
+    model = nn.Module()
+    setattr(model, name, gradcore.Parameter(np.arange(3, dtype=np.float32)))
+    return model
+
+
+@pytest.mark.parametrize("name, reason", [
+    ("a\x00b", r"'a\\x00b' cannot be saved: its name holds a NUL character"),
+    ("x" * 65532, r"'x{40}'\.\.\. \(65532 characters\) cannot be saved: its name is 65532 bytes "
+                  r"long in UTF-8, more than the 65531 a zip entry's name can hold"),
+    ("w\udcff", r"'w\\udcff' cannot be saved: its name holds '\\udcff', a lone surrogate")],
+    ids=["nul", "too-long", "surrogate"])
+def test_a_name_no_npz_archive_can_hold_is_refused_before_anything_is_written(tmp_path, name,
+                                                                               reason):
+    # zipfile would cut 'a\x00b.npy' to 'a' (a file that never loads back), and crash on the
+    # others with struct.error or UnicodeEncodeError, halfway into a stream
+    model = _holding(name)
+    stream = io.BytesIO()
+    for target in (stream, tmp_path / "m.npz"):
+        with pytest.raises(ValueError, match=r"save: the parameter or buffer " + reason
+                                             + r".*; nothing was written\. Rename the attribute"):
+            model.save(target)
+    assert stream.getvalue() == b"" and os.listdir(tmp_path) == []
+
+
+def test_the_longest_name_a_zip_entry_holds_and_names_beyond_ascii_round_trip():
+    for name in ["x" * 65531, "模" * 21843 + "ab", "fc 2", "a/b"]:  # 65531 UTF-8 bytes: the limit
+        stream = io.BytesIO()
+        _holding(name).save(stream)
+        stream.seek(0)
+        target = _holding(name)
+        target.__dict__[name].data[...] = -1
+        target.load(stream)
+        np.testing.assert_array_equal(target.__dict__[name].data, [0, 1, 2])
+
+
+def test_saving_over_a_folder_is_refused_naming_it_before_anything_is_written(tmp_path):
+    (tmp_path / "ckpt.npz").mkdir()
+    path = tmp_path / "ckpt"
+    with pytest.raises(IsADirectoryError) as error:
+        built(0).save(path)
+    assert str(error.value) == (f"[Errno 21] save: cannot write {path}.npz: it is a folder; save "
+                                "under another name, or to a file inside that folder")
+    assert os.listdir(tmp_path) == ["ckpt.npz"] and os.listdir(tmp_path / "ckpt.npz") == []
+
+
+def test_a_text_mode_file_object_is_refused_asking_for_binary_mode(tmp_path):
+    model = built(0)
+    path = model.save(tmp_path / "m")
+    with open(path) as f:  # text mode: reads str, which no archive is
+        for load in (model.load, nn.read_checkpoint):
+            with pytest.raises(TypeError, match=rf"cannot read a checkpoint from {re.escape(path)}"
+                                                r": it is open in text mode, and a checkpoint is "
+                                                r"binary; open it in binary mode, open\(path, "
+                                                r"'rb'\), or pass the path"):
+                load(f)
+            assert f.tell() == 0
+    with pytest.raises(TypeError, match=r"from the StringIO given: it is open in text mode"):
+        model.load(io.StringIO())
+    text = tmp_path / "t.npz"
+    with open(text, "w") as f:
+        with pytest.raises(TypeError, match=rf"cannot write a checkpoint into "
+                                            rf"{re.escape(str(text))}: it is open in text mode, "
+                                            r".*open\(path, 'wb'\)"):
+            model.save(f)
+    assert text.read_bytes() == b""
+
+
+def test_loading_keeps_a_dask_parameters_chunks():
+    """As backward, the optimizer and nn.init keep them: a load fills the chunks chosen for
+    larger-than-memory work, not one chunk of the whole array."""
+    da = pytest.importorskip("dask.array")
+    pytest.importorskip("array_api_compat")
+    W = np.arange(12, dtype=np.float32).reshape(4, 3)
+    target = _holding("W")
+    target.W = gradcore.Parameter(da.zeros((4, 3), chunks=(2, 3), dtype=np.float32))
+    source = _holding("W")
+    source.W = gradcore.Parameter(W)
+    stream = io.BytesIO()
+    source.save(stream)
+    stream.seek(0)
+    target.load(stream)
+    assert target.W.data.chunks == ((2, 2), (3,))
+    np.testing.assert_array_equal(np.asarray(target.W.data), W)
+    target.load_state_dict({"W": W + 1})
+    assert target.W.data.chunks == ((2, 2), (3,))
+    np.testing.assert_array_equal(np.asarray(target.W.data), W + 1)
