@@ -113,11 +113,11 @@ class DataLoader:
     `for` loop left with `break` leaves the rest of its epoch to the next loop (call `reset()`
     first for a whole epoch), and two loops over one loader at once (nested, or
     zip(loader, loader), or one loop in each of two threads) would share the position: a loop
-    raises RuntimeError at its next step when another took batches since its last (the outer
-    one, when nested); use a second DataLoader over the same dataset instead. next(loader)
-    from several threads hands each batch to one of them. With shuffle=True the
-    order is np.random.permutation (NumPy's global generator): np.random.seed(n) before
-    building the loader reproduces every epoch. `batch_size` and `dataset` may be set between
+    raises RuntimeError at its next step when another took batches, or ended the epoch, since
+    its last (the outer one, when nested); use a second DataLoader over the same dataset
+    instead. next(loader) from several threads hands each batch to one of them. With
+    shuffle=True the order is np.random.permutation (NumPy's global generator):
+    np.random.seed(n) before building the loader reproduces every epoch. `batch_size` and `dataset` may be set between
     epochs (len(loader) follows); mid-epoch that raises RuntimeError (reset() first), since the
     batches already taken were cut with the old sizes.
 
@@ -127,7 +127,8 @@ class DataLoader:
     passed by position: DataLoader(dataset, 10, True, False) is DeZero's call.
     """
 
-    _taken = 0  # batches taken by `for` loops (_Loop): each checks that no other took one
+    # batches taken, and epochs ended, by `for` loops (_Loop): each checks that no other took one
+    _taken = 0
 
     def __init__(self, dataset, batch_size, shuffle=True, device=None, *, gpu=False):
         name = type(self).__name__
@@ -200,6 +201,8 @@ class DataLoader:
             return
         with self._lock:
             self._set_sizes(self._dataset, batch_size)
+            if len(self.index) != self.data_size:  # the dataset grew or shrank since the order
+                self.reset()  # was drawn; the same length keeps it (no draw, as in DeZero)
 
     def __getstate__(self):  # a copy or an unpickled loader gets a lock of its own
         state = self.__dict__.copy()
@@ -309,7 +312,10 @@ class _Loop:
                 batch = loader.__next__()
             except StopIteration:
                 # the loader reset itself: this loop's next step starts an epoch, as a new
-                # loop's would (DeZero code reuses iter(loader) across epochs)
+                # loop's would (DeZero code reuses iter(loader) across epochs). The reset counts
+                # as taking: a loop this one is nested in, on its epoch's last batch, must not
+                # go on into the new epoch
+                loader._taken += 1
                 self.taken = None
                 raise
             loader._taken += 1
@@ -332,6 +338,17 @@ class _Loop:
         if name.startswith("_") or name in _Loop.__slots__:
             raise AttributeError(f"'_Loop' object has no attribute {name!r}")
         return getattr(self.loader, name)
+
+    def __setattr__(self, name, value):
+        # it.batch_size = 50 sets the loader's, as __getattr__ reads it; private names are
+        # refused, as there
+        if name in _Loop.__slots__:
+            object.__setattr__(self, name, value)
+        elif name.startswith("_"):
+            raise AttributeError(f"'_Loop' object has no attribute {name!r}; set it on the "
+                                 "loader (it.loader)")
+        else:
+            setattr(self.loader, name, value)
 
 
 class SeqDataLoader(DataLoader):

@@ -88,6 +88,25 @@ def test_iter_of_a_loader_has_dezero_loader_surface():
         it.nothing
 
 
+def test_iter_of_a_loader_sets_the_loaders_attributes():
+    # DeZero's iter(loader) is the loader: it.batch_size = 3 sets the loader's
+    loader = DataLoader(Counting(5), batch_size=2, shuffle=False)
+    it = iter(loader)
+    it.batch_size = 3
+    assert (loader.batch_size, len(loader)) == (3, 2)
+    assert [x.tolist() for x, _ in it] == [[0, 1, 2], [3, 4]]
+    it.dataset = Counting(2)
+    it.shuffle = True
+    assert (loader.data_size, len(loader), loader.shuffle) == (2, 1, True)
+    it.next()
+    with pytest.raises(RuntimeError, match=r"mid-epoch \(1 of 1 batches taken\)"):
+        it.batch_size = 1  # the loader's own checks
+    taken = loader._taken
+    with pytest.raises(AttributeError, match="no attribute '_taken'; set it on the loader"):
+        it._taken = 0
+    assert loader._taken == taken and loader.batch_size == 3
+
+
 def test_iter_of_a_loader_reused_across_epochs_and_loops():
     # DeZero code keeps it = iter(loader) across epochs: each epoch is whole, even with
     # another loop over the loader in between
@@ -126,6 +145,23 @@ def test_loops_over_one_loader_at_once_raise_instead_of_never_ending(loader_clas
     assert len(epoch(loader)) == 3  # a loop after those is a whole epoch
     inner = loader_class(loader.dataset, batch_size=2)  # what the error says to do
     assert sum(len(epoch(inner)) for _ in loader) == 9
+
+
+@pytest.mark.parametrize("loader_class", [DataLoader, SeqDataLoader])
+def test_a_loop_nested_on_the_outer_loops_last_batch_is_caught_too(loader_class):
+    # the inner loop takes no batch, it only ends the epoch: the outer one must not go on
+    # through the new epoch
+    loader = loader_class(Counting(6), batch_size=2)
+    outer, inner = 0, 0
+    with pytest.raises(RuntimeError, match="another loop over this loader"):
+        for _ in loader:
+            outer += 1
+            assert outer <= 3, "the outer loop went on into a second epoch"
+            if outer == 3:
+                for _ in loader:
+                    inner += 1
+    assert (outer, inner) == (3, 0)
+    assert len(epoch(loader)) == 3 and len(epoch(loader)) == 3  # later loops: whole epochs
 
 
 def test_loops_in_two_threads_take_each_batch_once_or_raise():
@@ -429,6 +465,35 @@ def test_batch_size_or_dataset_set_between_epochs_gives_whole_epochs():
     shuffled = DataLoader(Counting(4), 4)
     shuffled.dataset = Counting(6)  # a new order, of the new dataset's 6 examples
     assert sorted(np.concatenate([x for x, _ in epoch(shuffled)]).tolist()) == [0, 1, 2, 3, 4, 5]
+
+
+def test_batch_size_set_after_the_dataset_changed_length_batches_its_examples_once():
+    # the order drawn for the old length gave empty batches (grown) or an IndexError (shrunk)
+    dataset = Counting(6)
+    loader = DataLoader(dataset, 2, shuffle=False)
+    dataset.n = 12
+    dataset.prepare()
+    loader.batch_size = 3
+    assert [x.tolist() for x, _ in epoch(loader)] == [[0, 1, 2], [3, 4, 5], [6, 7, 8],
+                                                      [9, 10, 11]]
+    dataset.n = 4
+    dataset.prepare()
+    loader.batch_size = 2
+    assert [x.tolist() for x, _ in epoch(loader)] == [[0, 1], [2, 3]]
+    # shuffled: the same length keeps the order drawn (no draw, as in DeZero); a new length
+    # draws one for it
+    np.random.seed(0)
+    draws = np.random.RandomState(0)
+    shuffled = DataLoader(Counting(5), 2)
+    shuffled.batch_size = 3
+    assert np.concatenate([x for x, _ in epoch(shuffled)]).tolist() == \
+        draws.permutation(5).tolist()
+    draws.permutation(5)  # the one the epoch's end drew
+    shuffled.dataset.n = 8
+    shuffled.dataset.prepare()
+    shuffled.batch_size = 4
+    assert np.concatenate([x for x, _ in epoch(shuffled)]).tolist() == \
+        draws.permutation(8).tolist()
 
 
 def test_a_subclass_may_set_dataset_and_batch_size_before_dataloaders_init():

@@ -582,6 +582,7 @@ def test_gradcore_data_with_a_tilde_is_under_the_home_folder(tmp_path, monkeypat
     offline = type("Offline", (MNIST,), {"MIRRORS": ("http://127.0.0.1:1/",)})
     assert len(offline()) == 5
     assert cache_folder() == tmp_path / "data"
+    monkeypatch.setattr("gradcore.utils.download._relative_folders", {})  # as a new process
     monkeypatch.setenv("GRADCORE_DATA", "relative")  # taken from the current folder, now
     assert cache_folder() == tmp_path / "relative" and cache_folder().is_absolute()
 

@@ -37,12 +37,23 @@ class DownloadError(OSError):
     """No URL gave the file with the right SHA-256 (or the cached one is not right)."""
 
 
+# A relative GRADCORE_DATA, by its value, as the folder it named when first read: an os.chdir
+# later in the process does not move the cache away from the files already downloaded
+_relative_folders = {}
+
+
 def cache_folder():
     """Where downloads go: $GRADCORE_DATA, else ~/.gradcore, as an absolute path. A "~" in
     GRADCORE_DATA is the home folder (a shell leaves it alone inside quotes), and a relative one
-    is taken from the current folder now, so that later downloads go to the same place."""
+    is taken from the current folder the first time this process reads that value, so that
+    later downloads go to the same place after an os.chdir."""
     folder = os.environ.get("GRADCORE_DATA")
-    return Path(folder).expanduser().absolute() if folder else Path.home() / ".gradcore"
+    if not folder:
+        return Path.home() / ".gradcore"
+    path = Path(folder).expanduser()
+    if path.is_absolute():
+        return path
+    return _relative_folders.setdefault(folder, path.absolute())
 
 
 def sha256_folder(folder, sha256):

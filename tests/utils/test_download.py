@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from gradcore.utils.download import DownloadError, fetch
+from gradcore.utils.download import DownloadError, cache_folder, fetch
 
 BODY = bytes(range(256)) * 400  # 100 KiB
 DIGEST = hashlib.sha256(BODY).hexdigest()
@@ -231,7 +231,7 @@ def test_a_lock_file_that_cannot_be_made_is_an_error_that_says_so(tmp_path):
 
 FETCH_AS_A_USER = """
 import sys
-from gradcore.utils.download import DownloadError, fetch
+from gradcore.utils.download import DownloadError, cache_folder, fetch
 progress = sys.stdout if sys.argv[4] == "progress" else False
 try:
     path = fetch("data.bin", [sys.argv[1]], sys.argv[2], folder=sys.argv[3], progress=progress)
@@ -360,6 +360,28 @@ def test_the_cache_folder_follows_gradcore_data(monkeypatch, tmp_path, server):
     monkeypatch.setenv("GRADCORE_DATA", str(tmp_path / "cache"))
     path = fetch("data.bin", [server.url + "/file"], DIGEST, progress=False)
     assert path == tmp_path / "cache" / "data.bin"
+
+
+def test_a_relative_gradcore_data_stays_where_it_was_first_read(monkeypatch, tmp_path, server):
+    monkeypatch.setattr("gradcore.utils.download._relative_folders", {})  # other tests' values
+    monkeypatch.setenv("GRADCORE_DATA", "cache")
+    monkeypatch.chdir(tmp_path)
+    path = fetch("data.bin", [server.url + "/file"], DIGEST, progress=False)
+    assert path == tmp_path / "cache" / "data.bin"
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    offline = f"http://127.0.0.1:{closed_port()}/file"
+    assert fetch("data.bin", [offline], DIGEST, progress=False) == path  # found, not fetched
+    assert cache_folder() == tmp_path / "cache"
+    monkeypatch.setenv("GRADCORE_DATA", "other")  # another value: read from the folder of now
+    assert cache_folder() == tmp_path / "elsewhere" / "other"
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # "~" and absolute paths are read anew
+    monkeypatch.setenv("GRADCORE_DATA", "~/data")
+    assert cache_folder() == tmp_path / "home" / "data"
+    monkeypatch.setenv("HOME", str(tmp_path / "home2"))
+    assert cache_folder() == tmp_path / "home2" / "data"
+    monkeypatch.setenv("GRADCORE_DATA", str(tmp_path / "abs"))
+    assert cache_folder() == tmp_path / "abs"
 
 
 @pytest.mark.parametrize("left, case", [
