@@ -1045,6 +1045,62 @@ def test_check_allows_rounding_on_a_library_whose_runs_round_differently(monkeyp
         compiled(x0)
 
 
+def _sgd_step_reading_from_outside(W, lr, scale):
+    """A step whose lr and loss scale are Python numbers read from outside the arguments: the
+    replay keeps those of its recording. It returns nothing: what check= finds is in W."""
+    def step(x0):
+        loss = F.sum(W * gradcore.Variable(x0, requires_grad=False) * scale[0])
+        W.cleargrad()
+        loss.backward()
+        W.data = W.data - lr[0] * W.grad.data
+    return gradcore.compile(step, check=True)
+
+
+def test_check_catches_a_stale_update_of_a_parameter_on_a_library_whose_runs_round_differently(
+        monkeypatch):
+    # rounding is measured against what the step changed, not against the parameter's values:
+    # a whole update of W is 2**-18 here, less than 64 ulps of its largest value (2**-15)
+    import array_api_strict as xps
+    from conftest import STRICT
+    monkeypatch.setattr(STRICT, "reproducible", False)
+    W = gradcore.Parameter(xps.asarray([4.0, -2.0, 0.5], dtype=xps.float32), name="W")
+    lr, x0 = [2.0 ** -10], xps.asarray([2.0 ** -7] * 3, dtype=xps.float32)
+    compiled = _sgd_step_reading_from_outside(W, lr, [1.0])
+    compiled(x0)
+    compiled(x0)
+    lr[0] = 2.0 ** -11  # a schedule halves it; the replay steps W by 2**-17 against 2**-18
+    with pytest.raises(gradcore.compile.ReplayMismatch,
+                       match=r"Variable W .* data.*largest difference 3.81e-06"):
+        compiled(x0)
+    assert W.numpy().tolist() == [4.0 - 2.0 ** -16 - 2.0 ** -18, -2.0 - 2.0 ** -16 - 2.0 ** -18,
+                                  0.5 - 2.0 ** -16 - 2.0 ** -18]  # the eager step's
+
+
+def test_check_allows_rounding_a_step_carries_into_a_parameter_it_moves_near_zero(monkeypatch):
+    # the grad 4 ulps off (as a scatter-add's atomics leave it) moves W by 4 ulps of the step
+    # (4 - 4 * (1 + 4 eps) = -2**-19): nothing to W's new values, all to what the step changed.
+    # W.grad, the same at every call here, is measured by its values, not by that change
+    import array_api_strict as xps
+    from conftest import STRICT
+    monkeypatch.setattr(STRICT, "reproducible", False)
+    def start():
+        return xps.asarray([4.0, -2.0, 0.5], dtype=xps.float32)
+
+    W, scale = gradcore.Parameter(start(), name="W"), [1.0]
+    compiled = _sgd_step_reading_from_outside(W, [1.0], scale)  # W - 1.0 * W * scale: 0
+    compiled(start())
+    compiled(start())
+    scale[0] = 1.0 + 4 * float(np.finfo(np.float32).eps)  # the replay multiplies by 1.0
+    W.data = start()
+    compiled(start())
+    assert W.numpy().tolist() == [-2.0 ** -19, 2.0 ** -20, -2.0 ** -22]  # the eager step's
+    scale[0] = 1.001  # a thousandth of the step is no rounding
+    W.data = start()
+    with pytest.raises(gradcore.compile.ReplayMismatch,
+                       match=r"Variable W .* data.*largest difference 0.004;"):
+        compiled(start())
+
+
 def test_check_must_be_a_count():
     with pytest.raises(ValueError, match="check must be"):
         gradcore.compile(chain, check=-1)

@@ -5,8 +5,9 @@ or writes, of the step's Variable arguments and of the parameters of the optimiz
 (each grad's data too), what those optimizers hold (their attributes and the dicts, lists,
 arrays and objects of the user's in them), and NumPy's global random generator (the one
 gradcore's NumPy and array-API backends draw from). The replay runs; its results and that state
-are kept; the saved state is put back; the eager step runs; the two must agree to the bit. The
-eager step's state is the one left in place. One checked call runs at a time (the generator is
+are kept; the saved state is put back; the eager step runs; the two must agree to the bit (on a
+library whose runs round differently, CuPy, to within rounding: _allowed). The eager step's
+state is the one left in place. One checked call runs at a time (the generator is
 set back between the two runs); other threads' own draws from it meanwhile are not waited for.
 """
 import sys
@@ -44,6 +45,11 @@ class Snapshot:
         self.logs = [_saved_log(v) for v in self.variables]  # versions: the eager step counts again
         self.held = [_OwnState(opt) for opt in self.optimizers]
         self.random = backends.NUMPY.random_state(backends.CPU)
+        # the state as host arrays, to measure what the step changes where rounding is allowed
+        self.before = None
+        if any(a is not None and not backends.backend_of(a).reproducible for a in (
+                *self.arrays, *(array for held in self.held for _, array in held.arrays))):
+            self.before = self.now()
 
     def restore(self):
         for v, array, data, grad in zip(self.variables, self.arrays, self.data, self.grads):
@@ -62,19 +68,27 @@ class Snapshot:
         backends.NUMPY.set_random_state(backends.CPU, self.random)
 
     def now(self):
-        """The state as it is now, as host arrays, named for a report."""
-        state = {}
+        """The state as it is now, as host arrays, named for a report; where rounding is allowed,
+        each float array marked with the largest change since the snapshot (_mark_changes)."""
+        state, grads = {}, set()
         for i, v in enumerate(self.variables):
             name = f"Variable {v.name or i} (shape {tuple(v.shape) if v._data is not None else ''})"
             state[f"{name} data"] = _host(v._data)
             state[f"{name} grad"] = None if v._grad is None else _host(v._grad._data)
             state[f"{name} version"] = v.version
+            grads.add(f"{name} grad")
         for i, opt in enumerate(self.optimizers):
             name = f"{type(opt).__name__} {i}"
             if hasattr(opt, "state_dict"):
                 state[f"{name} state"] = _host_tree(opt.state_dict())
             for path, array in _held_by(opt)[1]:  # an optimizer keeping state its own way too
                 state[f"{name}{path}"] = _host(array)
+        if self.before is not None:
+            for key, value in state.items():
+                # a grad is computed whole by the step (cleargrad, backward): no change is
+                # marked, so it is measured by its own largest value, as a result is
+                if key not in grads:
+                    _mark_changes(value, self.before.get(key))
         return state
 
 
@@ -209,13 +223,19 @@ def _copy(data):
 
 
 # How far apart a replay's and the eager step's float arrays may be where the library rounds
-# differently from run to run (CuPy), in units in the last place of the array's largest value
+# differently from run to run (CuPy's scatter-adds add with atomics), per element (_allowed):
+# OWN_ULPS units in the last place of the element itself, and ROUNDING_ULPS of the largest
+# change the step made to the array (the largest value of a result or grad)
 ROUNDING_ULPS = 64
+OWN_ULPS = 2
 
 
 class _RoundsFreely(numpy.ndarray):
     """A host copy of an array of a library whose runs may round differently (not
-    `reproducible`): compared to within ROUNDING_ULPS."""
+    `reproducible`): compared to within rounding (_allowed). `change`: the largest change the
+    step made to it, marked on state (_mark_changes); None for a result or grad."""
+
+    change = None
 
 
 def _host(data):
@@ -238,6 +258,48 @@ def _host_tree(value):
     return value
 
 
+def _mark_changes(now, before):
+    """Mark each float _RoundsFreely array in the host tree `now` with the largest finite change
+    from the array at the same place in `before` (from zeros where there is none like it)."""
+    if isinstance(now, dict):
+        for k, v in now.items():
+            _mark_changes(v, before.get(k) if isinstance(before, dict) else None)
+    elif isinstance(now, list):
+        for i, v in enumerate(now):
+            _mark_changes(v, before[i] if isinstance(before, list) and i < len(before) else None)
+    elif isinstance(now, _RoundsFreely) and now.dtype.kind in "fc":
+        alike = isinstance(before, numpy.ndarray) and (before.shape, before.dtype) == (
+            now.shape, now.dtype)
+        with numpy.errstate(invalid="ignore"):  # inf - inf: no finite change, left out
+            now.change = _largest(_wide(now) - _wide(before) if alike else _wide(now))
+
+
+def _wide(a):
+    """a (a float or complex array) as float64 or complex128: differences there are exact."""
+    return numpy.asarray(a).astype(numpy.complex128 if a.dtype.kind == "c" else numpy.float64)
+
+
+def _largest(a):
+    """The largest finite magnitude in the array `a`, 0.0 if it has none."""
+    magnitude = numpy.abs(a)
+    return float(numpy.max(magnitude[numpy.isfinite(magnitude)], initial=0.0))
+
+
+def _allowed(eager):
+    """How far a replay's float array may be from `eager` (a _RoundsFreely array), per element.
+    A sum added in another order is a few ulps of its largest value off (an element that
+    cancels too); a step carries that on as a few ulps of what it changed (lr times a grad's,
+    (1 - beta) times it in Adam's moments), not of the parameter's values, by which a whole
+    update could pass. Each run then rounds the element once more: an ulp, <= eps * |element|."""
+    eps = numpy.finfo(eager.dtype).eps
+    change = getattr(eager, "change", None)
+    if change is None:
+        change = _largest(_wide(eager))
+    own = numpy.abs(_wide(eager))
+    own = numpy.where(numpy.isfinite(own), own, 0.0)  # an infinity allows no number beside it
+    return OWN_ULPS * eps * own + ROUNDING_ULPS * eps * change
+
+
 def _difference(a, b, where="the result"):
     """(where, what) for the first difference between two host trees, or None."""
     if isinstance(a, dict) and isinstance(b, dict):
@@ -258,6 +320,7 @@ def _difference(a, b, where="the result"):
         return None
     if isinstance(a, numpy.ndarray) or isinstance(b, numpy.ndarray):
         rounds_freely = isinstance(a, _RoundsFreely) or isinstance(b, _RoundsFreely)
+        eager = b  # its change marked, which asarray drops
         a, b = numpy.asarray(a), numpy.asarray(b)
         if a.shape != b.shape or a.dtype != b.dtype:
             return where, f"shape {a.shape} {a.dtype} against {b.shape} {b.dtype}"
@@ -268,13 +331,19 @@ def _difference(a, b, where="the result"):
             gap = numpy.max(numpy.abs(a.astype(float) - b.astype(float)))
             return where, f"largest difference {gap:.3g}"
         same = (a == b) | numpy.isnan(a) & numpy.isnan(b)  # infinities and NaN where both are
-        wide = numpy.complex128 if a.dtype.kind == "c" else numpy.float64
         with numpy.errstate(invalid="ignore"):  # inf - inf where they are equal
-            gap = numpy.max(numpy.where(same, 0.0, numpy.abs(a.astype(wide) - b.astype(wide))))
-        if rounds_freely and gap <= ROUNDING_ULPS * numpy.finfo(a.dtype).eps * numpy.max(
-                numpy.abs(b[numpy.isfinite(b)]).astype(numpy.float64), initial=0.0):
+            gaps = numpy.where(same, 0.0, numpy.abs(_wide(a) - _wide(b)))
+        if not rounds_freely:
+            return where, f"largest difference {numpy.max(gaps):.3g}"
+        allowed = _allowed(eager)
+        over = ~(gaps <= allowed)  # NaN against a number too
+        if not over.any():
             return None
-        return where, f"largest difference {gap:.3g}"
+        i = numpy.unravel_index(numpy.argmax(numpy.where(over, gaps - allowed, -1.0)), b.shape)
+        at = f" at {list(map(int, i))}" if b.ndim else ""
+        return where, (f"largest difference {numpy.max(gaps):.3g}; {gaps[i]:.3g}{at} is more "
+                       "than this library's rounding from run to run explains there "
+                       f"({allowed[i]:.3g})")
     if a != b and not (a is None and b is None):
         return where, f"{a!r} against {b!r}"
     return None
