@@ -1,11 +1,13 @@
 """manual_seed: one call seeds the global generator of every backend in use. draw: how ops draw
 from those generators, so that gradcore.checkpoint draws a block's numbers again exactly; noted:
 how ops read other state that may change before backward, so that it reads the same again."""
+import operator
 import os
 import sys
 import threading
 
 import backends
+from backends.base import HostRandom
 
 _METHODS = {"normal": "random_normal", "uniform": "random_uniform"}
 # Held around every draw of an op: a noted draw's reading of the generator's state, its draw and
@@ -40,9 +42,15 @@ os.register_at_fork(after_in_child=_after_fork)
 def manual_seed(seed):
     """Seed the global random generator of every backend in use: NumPy's (np.random.seed, which
     array-API backends draw from too) and, when CuPy is already imported and sees a GPU, CuPy's
-    on every GPU. Dropout masks then repeat from run to run. Never imports CuPy."""
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2 ** 32:
+    on every GPU. Dropout masks then repeat from run to run. Any integer in [0, 2**32) is
+    taken (a NumPy one too, as np.random.seed takes it); a bool is not. Never imports CuPy."""
+    try:
+        value = None if isinstance(seed, bool) else operator.index(seed)  # int, np.int64...
+    except TypeError:  # a float, a string
+        value = None
+    if value is None or not 0 <= value < 2 ** 32:
         raise ValueError(f"manual_seed: the seed must be an int in [0, 2**32), got {seed!r}")
+    seed = value
     if sys.modules.get("cupy") is not None:
         backends.cuda_available()  # registers the CuPy backend when a GPU is there
     for backend in backends.registered():
@@ -103,9 +111,9 @@ def _seen_by_others(backend, device, set_back=False):
     (`set_back`: that a replay set it back, so their blocks' own numpy.random draws come from
     numbers it hands out again). Returns the replay among them that has set it back, if one
     has (see _set_back_elsewhere)."""
-    me, replay = threading.get_ident(), None
+    me, replay, generator = threading.get_ident(), None, _generator(backend, device)
     for watcher in _watching:  # the outermost first, should that thread nest replays
-        if watcher.thread != me and watcher.drawn_from(backend, device):
+        if watcher.thread != me and watcher.generator == generator:
             watcher.others = True
             watcher.beside = watcher.beside or set_back
             if watcher.sets_back and replay is None:
@@ -116,9 +124,9 @@ def _seen_by_others(backend, device, set_back=False):
 def _set_back_elsewhere(backend, device):
     """The replay of another thread that has set this generator back, if one is open: it holds
     where the generator stands for this thread (`now`). Called under _lock."""
-    me = threading.get_ident()
+    me, generator = threading.get_ident(), _generator(backend, device)
     for watcher in _watching:
-        if watcher.sets_back and watcher.thread != me and watcher.drawn_from(backend, device):
+        if watcher.sets_back and watcher.thread != me and watcher.generator == generator:
             return watcher
     return None
 
@@ -178,6 +186,16 @@ def _noted_draw(backend, kind, shape, dtype, device):
     return samples, Draw(backend, kind, shape, dtype, device, state, state_after)
 
 
+def _generator(backend, device):
+    """What tells the generator `backend` draws from for `device`: every backend that draws on
+    the host (NumPy, array-API libraries, Dask), on every device, draws from numpy.random's one
+    generator; another has one per device unless it has one device (ops give the device None
+    there)."""
+    if isinstance(backend, HostRandom):
+        return HostRandom
+    return backend if backend.single_device else (backend, device)
+
+
 class _Watcher:
     """Open on one thread, for one generator: `others` turns True when an op of another thread
     draws from it, `beside` when a replay of another thread sets it back."""
@@ -186,12 +204,12 @@ class _Watcher:
 
     def __init__(self, backend, device):
         self.backend, self.device = backend, device
+        self.generator = _generator(backend, device)
         self.thread, self.others, self.beside = threading.get_ident(), False, False
 
     def drawn_from(self, backend, device):
-        """True if `backend` draws for `device` from this generator (ops give the device None
-        where their backend has one device)."""
-        return backend is self.backend and (backend.single_device or device == self.device)
+        """True if `backend` draws for `device` from this generator."""
+        return _generator(backend, device) == self.generator
 
 
 class DrawLog(_Watcher):

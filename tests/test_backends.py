@@ -697,3 +697,52 @@ def test_the_cuda_graph_names_capture_uses_exist_in_cupy():
     pinned = cupy.cuda.pinned_memory
     assert all(hasattr(pinned, name) for name in ("PinnedMemory", "PooledPinnedMemory", "_malloc"))
     assert hasattr(cupy, "get_default_pinned_memory_pool")
+
+
+# ============================================================ random generators (found by a review)
+def test_manual_seed_takes_numpy_integers_and_refuses_bools():
+    for seed in (np.int64(3), np.uint32(2 ** 32 - 1), np.int8(3)):
+        gradcore.manual_seed(seed)
+        got = np.random.rand(4)
+        np.random.seed(int(seed))
+        np.testing.assert_array_equal(got, np.random.rand(4))
+    for seed in (True, np.True_, np.int64(-1), np.uint64(2 ** 32), np.float64(3.0)):
+        with pytest.raises(ValueError, match=r"manual_seed: the seed must be an int in \[0, "):
+            gradcore.manual_seed(seed)
+
+
+@pytest.mark.parametrize("device", ["device1", "device2", "numpy"])
+def test_dropout_in_another_thread_on_any_host_device_draws_past_a_set_back_block(device):
+    """Every host-drawn backend and device draws from numpy.random's one generator: while a
+    checkpointed block on device1 is computed again with that generator set back (its own
+    np.random draw), another thread's dropout, on device1, device2 or NumPy, draws from where
+    the generator stands for it (numbers 100..150), not the block's numbers again (50..100)."""
+    ones = {"device1": STRICT.asarray(np.ones(50), device=DEVICE1),
+            "device2": STRICT.asarray(np.ones(50), device=DEVICE2), "numpy": np.ones(50)}[device]
+    go, done, got, calls = threading.Event(), threading.Event(), [], [0]
+
+    def other_thread():
+        go.wait(30)
+        y = F.dropout(gradcore.Variable(ones), 0.5).data
+        got.append(backends.backend_of(y).to_numpy(y) / 2)
+        done.set()
+
+    def block(x):
+        calls[0] += 1
+        own = np.random.rand(50)  # numbers 0..50, the block's own
+        if calls[0] == 2:  # computed again in backward: the other thread draws now
+            go.set()
+            done.wait(30)
+        own = gradcore.Variable(STRICT.asarray(own, device=DEVICE1), requires_grad=False)
+        return F.dropout(x * own, 0.5)  # numbers 50..100
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    gradcore.manual_seed(0)
+    y = gradcore.checkpoint(block, gradcore.Variable(STRICT.asarray(np.ones(50), device=DEVICE1)))
+    with pytest.raises(RuntimeError, match="something drew from the generator past the block"):
+        F.sum(y).backward()  # the block's own np.random draw cannot be placed again: refused
+    thread.join()
+    np.random.seed(0)
+    stream = np.random.rand(150)
+    np.testing.assert_array_equal(got[0], stream[100:150] > 0.5)

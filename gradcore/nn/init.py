@@ -48,11 +48,15 @@ def _number(value, name, where, integers=float):
 
 
 def _fill(p, array):
-    """p with data `array` in p's dtype: every fill computes in it already (its arguments are
-    Python floats), and this cast keeps any that did not from changing the parameter."""
-    dtype = p.data.dtype
+    """p with data `array` in p's dtype and, on a lazy backend, in its old data's layout (Dask:
+    its chunks, as backward and the optimizer keep them): every fill computes in that dtype
+    already (its arguments are Python floats), and this cast keeps any that did not from
+    changing the parameter."""
+    backend, dtype = p.backend, p.data.dtype
     if array.dtype != dtype:
-        array = p.backend.asarray(array, dtype=dtype, device=p.device)
+        array = backend.asarray(array, dtype=dtype, device=p.device)
+    if backend.lazy:
+        array = backend.laid_out(array, backend.layout(p.data))
     p.data = array
     return p
 
@@ -65,13 +69,17 @@ def _floating(p, where):
     return data
 
 
-def _draw(p, kind, where):
-    """Samples shaped, typed and placed like p, uniform in [0, 1) or standard normal."""
+def _draw(p, kind, where, dtype=None):
+    """Samples shaped and placed like p, of `dtype` (p's by default), uniform in [0, 1) or
+    standard normal."""
     data = _floating(p, where)
     backend, device = p.backend, p.device
     with backend.device_context(device):
         draw = backend.random_uniform if kind == "uniform" else backend.random_normal
-        return draw(tuple(data.shape), data.dtype, device)
+        samples = draw(tuple(data.shape), dtype or data.dtype, device)
+        if backend.lazy:  # drawn in p's chunks, not cut into them afterwards
+            samples = backend.laid_out(samples, backend.layout(data))
+        return samples
 
 
 def constant_(p, value):
@@ -83,7 +91,10 @@ def constant_(p, value):
         # a 0-d array of p's dtype: rounded once (an integer parameter's truncated, as by
         # PyTorch's fill_), then put in with no type promotion
         fill = backend.asarray(value, dtype=data.dtype, device=device)
-        return _fill(p, backend.assign(backend.empty(tuple(data.shape), data.dtype, device), fill))
+        empty = backend.empty(tuple(data.shape), data.dtype, device)
+        if backend.lazy:  # made in p's chunks, which assign keeps
+            empty = backend.laid_out(empty, backend.layout(data))
+        return _fill(p, backend.assign(empty, fill))
 
 
 def zeros_(p):
@@ -97,11 +108,21 @@ def ones_(p):
 
 
 def uniform_(p, a=0.0, b=1.0):
-    """Uniform in [a, b)."""
+    """Uniform in [a, b), b itself never drawn in p's dtype (float16 weights are drawn and
+    scaled in float32, then cast)."""
     a, b = _number(a, "a", "uniform_"), _number(b, "b", "uniform_")
     if not a < b:
         raise ValueError(f"uniform_: needs a < b, got a={a}, b={b}")
-    return _fill(p, _draw(p, "uniform", "uniform_") * (b - a) + a)
+    data = _floating(p, "uniform_")
+    xp, backend, device = p.xp, p.backend, p.device
+    wide = xp.float32 if xp.finfo(data.dtype).bits < 32 else data.dtype
+    y = _draw(p, "uniform", "uniform_", wide)
+    with backend.device_context(device):
+        y = xp.astype(y * (b - a) + a, data.dtype, copy=False)
+        # a draw just below b may round to b, in the scaling or the cast: the largest number of
+        # p's dtype below b takes its place (float32 and float64 draws keep their numbers)
+        a, b = (backend.asarray(v, dtype=data.dtype, device=device) for v in (a, b))
+        return _fill(p, xp.minimum(y, xp.nextafter(b, a)))
 
 
 def normal_(p, mean=0.0, std=1.0):
@@ -191,6 +212,8 @@ def orthogonal_(p, gain=1.0):
     dtype = xp.float32 if xp.finfo(data.dtype).bits <= 32 else xp.float64  # what linalg takes
     with backend.device_context(device):
         flat = backend.random_normal((max(rows, cols), min(rows, cols)), dtype, device)
+        if backend.lazy:  # Dask's qr (tsqr) takes the tall matrix in one column of chunks
+            flat = backend.laid_out(flat, flat.rechunk({0: "auto", 1: -1}).chunks)
         q, r = xp.linalg.qr(flat)
         diagonal = getattr(xp.linalg, "diagonal", None) or xp.diagonal  # CuPy: no linalg.diagonal
         q = q * xp.sign(diagonal(r))  # a unique Q: the diagonal of R made positive

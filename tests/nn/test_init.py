@@ -206,3 +206,69 @@ def test_constant_fills_an_int64_parameter_exactly():
 def test_every_initialiser_has_a_docstring():
     for name in init.__all__:
         assert (getattr(init, name).__doc__ or "").strip(), name
+
+
+# ============================================================ found by a review
+def test_uniform_never_draws_b_in_float16_and_keeps_float32_and_float64_numbers():
+    """float64 samples of [0, 1) cast to float16 round up to 1 about once in 4096: a float16
+    weight is drawn and scaled in float32, cast, and b taken down to the float16 below it."""
+    for a, b in ((0.0, 1.0), (-2.0, 2.0)):
+        p = parameter(np, (1000, 1000), "float16")
+        gradcore.manual_seed(0)
+        init.uniform_(p, a, b)
+        gradcore.manual_seed(0)
+        u = np.random.rand(1000, 1000).astype(np.float32) * np.float32(b - a) + np.float32(a)
+        expected = np.minimum(u.astype(np.float16), np.nextafter(np.float16(b), np.float16(a)))
+        assert p.dtype == np.float16 and a <= p.data.min() and p.data.max() < b
+        assert (u.astype(np.float16) == b).any()  # without the clamp b would be there
+        np.testing.assert_array_equal(p.data, expected)
+    for dtype in ("float32", "float64"):  # the numbers a seed gave before, DeZero's included
+        p = parameter(np, (50, 40), dtype)
+        gradcore.manual_seed(1)
+        init.uniform_(p, -0.5, 0.25)
+        gradcore.manual_seed(1)
+        u = np.random.rand(50, 40).astype(dtype)
+        np.testing.assert_array_equal(p.data, u * p.data.dtype.type(0.75) - p.data.dtype.type(0.5))
+
+
+def test_uniform_takes_b_down_to_the_number_below_it_on_every_backend(xp2, monkeypatch):
+    """Samples that come out as 1 in float32 (float64 ones of 1 - 2**-26 and above, rare) give
+    the float32 below b, never b."""
+    p = parameter(xp2, (2, 3))
+    ones = xp2.asarray(np.ones((2, 3)), dtype="float32")
+    monkeypatch.setattr(type(xp2.backend), "random_uniform", lambda *args: ones)
+    init.uniform_(p, -1.0, 3.0)
+    np.testing.assert_array_equal(xp2.numpy(p.data),
+                                  np.full((2, 3), np.nextafter(np.float32(3), np.float32(0))))
+
+
+def _dask_parameter(shape, chunks, dtype="float32"):
+    da = pytest.importorskip("dask.array")
+    pytest.importorskip("array_api_compat")
+    return gradcore.Parameter(da.zeros(shape, chunks=chunks, dtype=dtype))
+
+
+@pytest.mark.parametrize("fill", FILLS, ids=str)
+def test_every_fill_keeps_a_dask_parameters_chunks(fill):
+    """Backward and the optimizer keep a parameter's chunks; its initialisation does too, small
+    (drawn on the host) or large (drawn chunk by chunk: drawn in these chunks, not cut)."""
+    dask = pytest.importorskip("dask")
+    for shape, chunks, limit in (((40, 30), (20, 10), "128MiB"), ((80, 60), (30, 25), "4KiB")):
+        p = _dask_parameter(shape, chunks)
+        before = p.data.chunks
+        with dask.config.set({"array.chunk-size": limit}):
+            FILLS[fill](p, 0.5)
+        assert p.data.chunks == before and p.dtype == np.float32 and p.version == 1
+
+
+def test_orthogonal_on_a_dask_weight_larger_than_a_chunk():
+    """Drawn in chunks of rows and columns, the matrix is decomposed in one column of chunks,
+    as Dask's qr (tsqr) needs."""
+    dask = pytest.importorskip("dask")
+    for shape in ((30, 40), (40, 30), (10, 4, 5)):
+        p = _dask_parameter(shape, 10, "float64")
+        with dask.config.set({"array.chunk-size": "4KiB"}):  # the draw: more than one chunk
+            init.orthogonal_(p, gain=2.0)
+        q = np.asarray(p.data.compute()).reshape(shape[0], -1) / 2
+        gram = q.T @ q if q.shape[0] >= q.shape[1] else q @ q.T
+        np.testing.assert_allclose(gram, np.eye(min(q.shape)), atol=1e-12)
