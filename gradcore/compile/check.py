@@ -79,7 +79,8 @@ class Snapshot:
             grads.add(f"{name} grad")
         for i, opt in enumerate(self.optimizers):
             name = f"{type(opt).__name__} {i}"
-            if hasattr(opt, "state_dict"):
+            # a DeZero-style optimizer's own attributes refuse state_dict(): _held_by has them
+            if hasattr(opt, "state_dict") and not getattr(opt, "_unsaved_attributes", list)():
                 state[f"{name} state"] = _host_tree(opt.state_dict())
             for path, array in _held_by(opt)[1]:  # an optimizer keeping state its own way too
                 state[f"{name}{path}"] = _host(array)

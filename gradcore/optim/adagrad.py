@@ -1,14 +1,16 @@
 """AdaGrad and AdaDelta: per-element step sizes from accumulated squared gradients."""
 from .optimizer import Optimizer, nonzero_eps
-from .params import grad_array, set_data
+from .params import set_data, update_arrays
 
 
 class AdaGrad(Optimizer):
     """h <- h + grad**2;  param <- param - lr * grad / (sqrt(h) + eps).
 
-    `AdaGrad(lr=0.001, eps=1e-8)`, optionally after the parameters (see Optimizer). Where the
-    parameter's dtype cannot hold eps (float16: 1e-8 rounds to 0), eps is its smallest positive
-    number (6e-8): a zero gradient then leaves the element as it is, not 0 / 0 = NaN.
+    `AdaGrad(lr=0.001, eps=1e-8)`, optionally after the parameters (see Optimizer). A float16
+    parameter's h is kept in float32 and its update computed in float32 (in float16, h of a
+    gradient under 2.4e-4 would be 0, and the step g / eps hundreds of times lr). An eps the
+    update's dtype cannot hold (0) is taken as its smallest positive number: a zero gradient
+    then leaves the element as it is, not 0 / 0 = NaN.
     State per parameter: "h".
     """
 
@@ -17,13 +19,12 @@ class AdaGrad(Optimizer):
 
     def update_one(self, param):
         xp = param.xp
-        g = grad_array(param)
+        p, g = update_arrays(param)
         state = self.param_state(param)
         h = state["h"]
         h += g * g
         state["h"] = h
-        p = param.data
-        eps = nonzero_eps(xp, p.dtype, float(self.eps))  # float16: 1e-8 would be 0, and 0 / 0 NaN
+        eps = nonzero_eps(xp, p.dtype, float(self.eps))  # eps=0: 0 / 0 would be NaN
         p -= float(self.lr) * g / (xp.sqrt(h) + eps)
         set_data(param, p)
 
@@ -36,8 +37,9 @@ class AdaDelta(Optimizer):
     param <- param - lr * dx
 
     `AdaDelta(rho=0.95, eps=1e-6, lr=1.0)`: DeZero's two positionally, then PyTorch's `lr`
-    (DeZero has none: lr=1). An eps below the smallest positive number of the parameter's dtype
-    (float16: 6e-8) is taken as that number, as in AdaGrad. State per parameter: "msg", "msdx".
+    (DeZero has none: lr=1). A float16 parameter's state and update are float32, and an eps
+    the update's dtype cannot hold is taken as its smallest positive number, as in AdaGrad.
+    State per parameter: "msg", "msdx".
     """
 
     defaults = {"rho": 0.95, "eps": 1e-6, "lr": 1.0}
@@ -45,7 +47,7 @@ class AdaDelta(Optimizer):
 
     def update_one(self, param):
         xp = param.xp
-        g = grad_array(param)
+        p, g = update_arrays(param)
         rho, eps = float(self.rho), nonzero_eps(xp, g.dtype, float(self.eps))  # never 0 / 0
         state = self.param_state(param)
         msg, msdx = state["msg"], state["msdx"]
@@ -55,6 +57,5 @@ class AdaDelta(Optimizer):
         msdx *= rho
         msdx += (1 - rho) * dx * dx
         state["msg"], state["msdx"] = msg, msdx
-        p = param.data
         p -= float(self.lr) * dx
         set_data(param, p)

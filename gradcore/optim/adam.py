@@ -2,7 +2,7 @@
 import math
 
 from .optimizer import Optimizer, nonzero_eps
-from .params import grad_array, set_data
+from .params import set_data, update_arrays
 
 
 class Adam(Optimizer):
@@ -29,9 +29,11 @@ class Adam(Optimizer):
     eps = 1e-4 |g|, 3% where eps = 1e-3 |g| (eps=1e-3, |g| = 1), 23% where eps = 1e-2 |g|,
     74% where eps = 0.1 |g| (the default eps=1e-8, |g| = 1e-7).
 
-    Where the parameter's dtype cannot hold eps (float16: 1e-8 rounds to 0), eps is its smallest
-    positive number (6e-8), so that an element whose gradient is 0 stays as it is instead of
-    becoming 0 / 0 = NaN (PyTorch's float16 Adam gives NaN there).
+    A float16 parameter's state is kept in float32 and its update computed in float32, rounded
+    to float16 once, as it is written (mixed precision: in float16, v of a gradient under 5e-3
+    would be 0, and the step m / eps hundreds of times alpha). An eps the update's dtype cannot
+    hold (0) is taken as its smallest positive number, so that an element whose gradient is 0
+    stays as it is instead of becoming 0 / 0 = NaN.
 
     State per parameter: "m", "v" (arrays) and the count "step".
     """
@@ -91,12 +93,11 @@ class Adam(Optimizer):
         self._update_params(params)
 
     def update_one(self, param):
-        self._adam_step(param, param.data)
+        self._adam_step(param, *update_arrays(param))
 
-    def _adam_step(self, param, p):
+    def _adam_step(self, param, p, g):
         xp = param.xp
         beta1, beta2 = float(self.beta1), float(self.beta2)
-        g = grad_array(param)
         state = self.param_state(param)
         counts = self.param_counts(param)
         counts["step"] += 1
@@ -104,7 +105,7 @@ class Adam(Optimizer):
         m += (1 - beta1) * (g - m)
         v += (1 - beta2) * (g * g - v)
         state["m"], state["v"] = m, v
-        eps = nonzero_eps(xp, p.dtype, float(self.eps))  # float16: 1e-8 would be 0, and 0 / 0 NaN
+        eps = nonzero_eps(xp, p.dtype, float(self.eps))  # eps=0: 0 / 0 would be NaN
         p -= self._step_size(counts["step"]) * m / (xp.sqrt(v) + eps)
         set_data(param, p)
 
@@ -120,6 +121,6 @@ class AdamW(Adam):
     defaults = {**Adam.defaults, "weight_decay": 0.01}
 
     def update_one(self, param):
-        p = param.data
+        p, g = update_arrays(param)
         p *= 1 - float(self.alpha) * float(self.weight_decay)
-        self._adam_step(param, p)
+        self._adam_step(param, p, g)

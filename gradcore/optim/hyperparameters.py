@@ -1,4 +1,5 @@
-"""Checking hyperparameters: each must be a finite real number in its allowed range."""
+"""Checking hyperparameters: each must be a finite real number in its allowed range, or a bool
+where its default is one (a flag)."""
 import math
 import numbers
 import operator
@@ -55,3 +56,19 @@ def checked_hyperparameter(where, name, value, rule=None):
         raise ValueError(f"{where}: {name} must be {wanted}{' and ' + bound if bound else ''}, "
                          f"got {value!r}")
     return value
+
+
+def checked_value(where, name, value, default):
+    """`value` for the hyperparameter `name` whose default is `default`: True or False where
+    that is a bool (a flag of a subclass's, as PyTorch's nesterov), else a number that
+    checked_hyperparameter allows. A 0-d NumPy array (read back from an .npz) counts as its
+    value."""
+    if not isinstance(default, bool):
+        return checked_hyperparameter(where, name, value)
+    given = value
+    if isinstance(value, numpy.ndarray) and value.ndim == 0:
+        value = value[()]
+    if not isinstance(value, (bool, numpy.bool_)):
+        raise TypeError(f"{where}: {name} is a flag (its default is {default}): it must be True "
+                        f"or False, got {type(given).__name__} {given!r}")
+    return bool(value)

@@ -138,6 +138,10 @@ class LRScheduler:
         """The step size a new schedule starts with (at step 0), from the current one."""
         return lr
 
+    def _check(self):
+        """Check (and convert) the schedule's own arguments, as attributes: what the constructor
+        refuses, load_state_dict refuses too (subclasses write this)."""
+
     def step(self):
         """Count a step (an epoch, or a batch for per-step schedules) and set the step size."""
         self._advance(first=self._initial)
@@ -201,6 +205,10 @@ class LRScheduler:
             lr = checked_hyperparameter(where, "optimizer_lr", lr, rule="lr")
         trial = copy.copy(self)  # the state tried on a copy: a refused one changes nothing
         trial.__dict__.update(state)
+        _checked_on(trial, where)
+        if trial.last_epoch < -1:
+            raise ValueError(f"{where}: last_epoch must be an int >= -1, got {trial.last_epoch}")
+        trial.base_lr = checked_hyperparameter(where, "base_lr", trial.base_lr, rule="lr")
         if state.get("last_lr") is None:  # saved by an older gradcore: the closed form
             trial.last_lr = trial.rate(trial.last_epoch)
         restored = trial._restored(trial.last_lr if lr is None else lr)
@@ -220,9 +228,13 @@ class StepLR(LRScheduler):
     """base * gamma ** (step // step_size): the step size times gamma every step_size steps."""
 
     def __init__(self, optimizer, step_size, gamma=0.1, last_epoch=-1):
-        self.step_size = _positive_int("step_size", step_size)
-        self.gamma = checked_hyperparameter("StepLR", "gamma", gamma, rule="lr")
+        self.step_size, self.gamma = step_size, gamma
+        self._check()
         super().__init__(optimizer, last_epoch)
+
+    def _check(self):
+        self.step_size = _positive_int("step_size", self.step_size)
+        self.gamma = checked_hyperparameter("StepLR", "gamma", self.gamma, rule="lr")
 
     def rate(self, step):
         return self.base_lr * self.gamma ** (step // self.step_size)
@@ -236,9 +248,13 @@ class MultiStepLR(LRScheduler):
     each milestone (one listed twice counts twice)."""
 
     def __init__(self, optimizer, milestones, gamma=0.1, last_epoch=-1):
-        self.milestones = sorted(_milestone(m) for m in milestones)
-        self.gamma = checked_hyperparameter("MultiStepLR", "gamma", gamma, rule="lr")
+        self.milestones, self.gamma = milestones, gamma
+        self._check()
         super().__init__(optimizer, last_epoch)
+
+    def _check(self):
+        self.milestones = sorted(_milestone(m) for m in self.milestones)
+        self.gamma = checked_hyperparameter("MultiStepLR", "gamma", self.gamma, rule="lr")
 
     def rate(self, step):
         return self.base_lr * self.gamma ** bisect.bisect_right(self.milestones, step)
@@ -254,8 +270,12 @@ class ExponentialLR(LRScheduler):
     """base * gamma ** step: the step size times gamma at every step."""
 
     def __init__(self, optimizer, gamma, last_epoch=-1):
-        self.gamma = checked_hyperparameter("ExponentialLR", "gamma", gamma, rule="lr")
+        self.gamma = gamma
+        self._check()
         super().__init__(optimizer, last_epoch)
+
+    def _check(self):
+        self.gamma = checked_hyperparameter("ExponentialLR", "gamma", self.gamma, rule="lr")
 
     def rate(self, step):
         return self.base_lr * self.gamma ** step
@@ -270,9 +290,14 @@ class CosineAnnealingLR(LRScheduler):
     cosines (PyTorch's recursion), so that it composes with other schedules."""
 
     def __init__(self, optimizer, T_max, eta_min=0.0, last_epoch=-1):
-        self.T_max = _positive_int("T_max", T_max)
-        self.eta_min = checked_hyperparameter("CosineAnnealingLR", "eta_min", eta_min, rule="lr")
+        self.T_max, self.eta_min = T_max, eta_min
+        self._check()
         super().__init__(optimizer, last_epoch)
+
+    def _check(self):
+        self.T_max = _positive_int("T_max", self.T_max)
+        self.eta_min = checked_hyperparameter("CosineAnnealingLR", "eta_min", self.eta_min,
+                                              rule="lr")
 
     def rate(self, step):
         return self.eta_min + (self.base_lr - self.eta_min) * (
@@ -291,12 +316,18 @@ class LinearLR(LRScheduler):
 
     def __init__(self, optimizer, start_factor=1 / 3, end_factor=1.0, total_iters=5,
                  last_epoch=-1):
-        if not 0 < start_factor <= 1 or not 0 <= end_factor <= 1:
-            raise ValueError(f"LinearLR: start_factor must be in (0, 1] and end_factor in "
-                             f"[0, 1], got {start_factor} and {end_factor}")
-        self.start_factor, self.end_factor = float(start_factor), float(end_factor)
-        self.total_iters = _positive_int("total_iters", total_iters)
+        self.start_factor, self.end_factor = start_factor, end_factor
+        self.total_iters = total_iters
+        self._check()
         super().__init__(optimizer, last_epoch)
+
+    def _check(self):
+        start, end = self.start_factor, self.end_factor
+        if not 0 < start <= 1 or not 0 <= end <= 1:
+            raise ValueError(f"LinearLR: start_factor must be in (0, 1] and end_factor in "
+                             f"[0, 1], got {start} and {end}")
+        self.start_factor, self.end_factor = float(start), float(end)
+        self.total_iters = _positive_int("total_iters", self.total_iters)
 
     def rate(self, step):
         done = min(step, self.total_iters) / self.total_iters
@@ -348,12 +379,31 @@ class OneCycleLR(LRScheduler):
         # "" for none (not None: numpy.savez would keep that as an object array, which
         # numpy.load refuses)
         self.momentum_name = (_momentum_name(optimizer) if cycle_momentum else None) or ""
-        rule = self.momentum_name or "momentum"  # the range the optimizer allows (beta1 < 1)
-        self.base_momentum = checked_hyperparameter("OneCycleLR", "base_momentum", base_momentum,
-                                                    rule=rule)
-        self.max_momentum = checked_hyperparameter("OneCycleLR", "max_momentum", max_momentum,
-                                                   rule=rule)
+        self.base_momentum, self.max_momentum = base_momentum, max_momentum
+        self._check()
         super().__init__(optimizer, last_epoch)
+
+    def _check(self):
+        # what the arguments gave, kept as attributes: a state_dict's are checked the same way
+        where = "OneCycleLR"
+        if self.anneal_strategy not in ("cos", "linear"):
+            raise ValueError(f"{where}: anneal_strategy must be 'cos' or 'linear', got "
+                             f"{self.anneal_strategy!r}")
+        self.max_lr = checked_hyperparameter(where, "max_lr", self.max_lr, rule="lr")
+        self.total_steps = _positive_int("total_steps", self.total_steps)
+        self.initial_lr = checked_hyperparameter(where, "initial_lr", self.initial_lr, rule="lr")
+        self.min_lr = checked_hyperparameter(where, "min_lr", self.min_lr, rule="lr")
+        if not -1 < self.peak_step < self.total_steps - 1:  # pct_start in (0, 1)
+            raise ValueError(f"{where}: peak_step must be in (-1, total_steps - 1), got "
+                             f"{self.peak_step!r}")
+        if self.momentum_name not in ("", "beta1", "momentum"):
+            raise ValueError(f"{where}: momentum_name must be '', 'beta1' or 'momentum', got "
+                             f"{self.momentum_name!r}")
+        rule = self.momentum_name or "momentum"  # the range the optimizer allows (beta1 < 1)
+        self.base_momentum = checked_hyperparameter(where, "base_momentum", self.base_momentum,
+                                                    rule=rule)
+        self.max_momentum = checked_hyperparameter(where, "max_momentum", self.max_momentum,
+                                                   rule=rule)
 
     def _base_rate(self, last_epoch):
         # the closed form needs only the arguments (resuming too); a new cycle records its start
@@ -412,18 +462,33 @@ class ReduceLROnPlateau:
 
     def __init__(self, optimizer, mode="min", factor=0.1, patience=10, threshold=1e-4,
                  threshold_mode="rel", cooldown=0, min_lr=0.0, eps=1e-8):
-        if mode not in ("min", "max") or threshold_mode not in ("rel", "abs"):
-            raise ValueError(f"ReduceLROnPlateau: mode must be 'min' or 'max' and threshold_mode "
-                             f"'rel' or 'abs', got {mode!r} and {threshold_mode!r}")
-        if not 0 < factor < 1:
-            raise ValueError(f"ReduceLROnPlateau: factor must be in (0, 1), got {factor}")
-        self.optimizer, self.name = optimizer, _rate_name(optimizer)
-        self.mode, self.factor, self.patience = mode, float(factor), int(patience)
-        self.threshold, self.threshold_mode = float(threshold), threshold_mode
-        self.cooldown, self.min_lr, self.eps = int(cooldown), float(min_lr), float(eps)
-        self.best = math.inf if mode == "min" else -math.inf
+        self.mode, self.factor, self.patience = mode, factor, patience
+        self.threshold, self.threshold_mode = threshold, threshold_mode
+        self.cooldown, self.min_lr, self.eps = cooldown, min_lr, eps
         self.num_bad_epochs = self.cooldown_counter = 0
         self.last_epoch = 0
+        self._check()
+        self.optimizer, self.name = optimizer, _rate_name(optimizer)
+        self.best = math.inf if mode == "min" else -math.inf
+
+    def _check(self):
+        """Check (and convert) the arguments, as attributes, and the counters: what the
+        constructor refuses, load_state_dict refuses too."""
+        where = "ReduceLROnPlateau"
+        if self.mode not in ("min", "max") or self.threshold_mode not in ("rel", "abs"):
+            raise ValueError(f"{where}: mode must be 'min' or 'max' and threshold_mode 'rel' or "
+                             f"'abs', got {self.mode!r} and {self.threshold_mode!r}")
+        if not 0 < self.factor < 1:
+            raise ValueError(f"{where}: factor must be in (0, 1), got {self.factor}")
+        self.factor = float(self.factor)
+        # >= 0 and finite, as a step size: a NaN threshold or eps would silently never (or
+        # always) reduce, a negative patience reduce at every step
+        for name in ("threshold", "min_lr", "eps"):
+            setattr(self, name, checked_hyperparameter(where, name, getattr(self, name),
+                                                       rule="lr"))
+        for name in ("patience", "cooldown", "num_bad_epochs", "cooldown_counter",
+                     "last_epoch"):
+            setattr(self, name, _count(name, getattr(self, name)))
 
     def _better(self, value):
         # written as products with the best so far (not best - best * threshold): the first
@@ -465,8 +530,12 @@ class ReduceLROnPlateau:
     def load_state_dict(self, state):
         """Resume from `state_dict()` (the optimizer's step size is its own, saved with it). A
         state read back through numpy.savez / numpy.load or JSON will do; one that is refused
-        leaves this schedule as it was."""
-        self.__dict__.update(_checked_state(self, state, "ReduceLROnPlateau.load_state_dict"))
+        (its values checked as the constructor checks them) leaves this schedule as it was."""
+        where = "ReduceLROnPlateau.load_state_dict"
+        trial = copy.copy(self)  # the state tried on a copy: a refused one changes nothing
+        trial.__dict__.update(_checked_state(self, state, where))
+        _checked_on(trial, where)
+        self.__dict__.update(trial.__dict__)
 
 
 def _checked_state(scheduler, state, where, optional=()):
@@ -531,10 +600,26 @@ def _converted(where, key, like, value):
     return value
 
 
+def _checked_on(trial, where):
+    """trial._check(): the values of a state_dict loaded on a copy of a schedule, checked as its
+    constructor checks its arguments; the error says it was `where` that refused them."""
+    try:
+        trial._check()
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"{where}: {error}; the schedule was left as it was") from None
+
+
 def _positive_int(name, value):
     number = as_integer(value)
     if number is None or number < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return number
+
+
+def _count(name, value):
+    number = as_integer(value)
+    if number is None or number < 0:
+        raise ValueError(f"{name} must be an int >= 0, got {value!r}")
     return number
 
 

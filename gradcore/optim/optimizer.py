@@ -10,9 +10,10 @@ from ..config import enable_grad
 from ..nn.module import _host_array, _numpy_dtype, _unfit, _zero_grads
 from ..variable import Parameter, Variable, note_write
 from .hooks import ClipGrad, FreezeParam, WeightDecay
-from .hyperparameters import _is_number, as_integer, checked_hyperparameter
+from .hyperparameters import _is_number, as_integer, checked_hyperparameter, checked_value
 from .param_state import ParamState
-from .params import _as_target, _check_leaves, _describe, _unique_params, grad_array, set_data
+from .params import (_as_target, _check_leaves, _describe, _unique_params, grad_array, set_data,
+                     update_dtype)
 
 # Importable from here too, as before the hooks and helpers had modules of their own.
 __all__ = ["Optimizer", "ParamState", "WeightDecay", "ClipGrad", "FreezeParam",
@@ -93,11 +94,17 @@ class Optimizer:
     size it started from there (PyTorch keeps it in the param group); it is saved with
     `state_dict()`, so a schedule resumed with `last_epoch=` finds it.
 
-    A subclass lists its hyperparameters in `defaults`, its per-parameter arrays in
-    `state_names` (and integer counts in `state_counters`), and writes `update_one(param)`; a
-    DeZero-style subclass that sets its own attributes in `__init__` and keeps its own state
-    works too. Optimizers can be copied with copy.deepcopy (the copy's state belongs to the
-    copied parameters) and pickled; to save one to a file, use state_dict().
+    A float16 parameter's state is float32 and its update is computed in float32, rounded to
+    float16 once, as it is written (update_arrays, set_data). A parameter that is not floating
+    (an index table) with a gradient is refused before anything is updated.
+
+    A subclass lists its hyperparameters in `defaults` (a bool default makes a flag, which takes
+    True or False only), its per-parameter arrays in `state_names` (and integer counts in
+    `state_counters`), and writes `update_one(param)`; a DeZero-style subclass that sets its own
+    attributes in `__init__` and keeps its own state works too, but its state_dict() cannot
+    hold them, so its load_state_dict refuses. Optimizers can be copied with copy.deepcopy (the
+    copy's state belongs to the copied parameters) and pickled; to save one to a file, use
+    state_dict().
     """
 
     defaults = {}         # hyperparameter -> default, in DeZero's positional order
@@ -135,7 +142,7 @@ class Optimizer:
         # a hyperparameter set later (by hand, or by a schedule at every step) is checked as the
         # constructor checks it: one dict lookup for any other attribute
         if name in self.defaults:
-            value = checked_hyperparameter(type(self).__name__, name, value)
+            value = checked_value(type(self).__name__, name, value, self.defaults[name])
         object.__setattr__(self, name, value)
 
     def _bind(self, args, kwargs):
@@ -169,7 +176,7 @@ class Optimizer:
                                 + (f" (as {key!r}, its alias)" if key != name else ""))
             given[name] = value
         for name, value in given.items():
-            values[name] = checked_hyperparameter(where, name, value)
+            values[name] = checked_value(where, name, value, self.defaults[name])
         return values
 
     @property
@@ -320,6 +327,11 @@ class Optimizer:
         if g.shape != p.shape:
             raise ValueError(f"{where}: the grad of {_describe(p)} has shape {tuple(g.shape)}; "
                              "it must have the parameter's shape")
+        if written and update_dtype(p) is None:
+            raise TypeError(f"{where}: {_describe(p)} holds {p.dtype} data and has a gradient; "
+                            "only floating-point parameters are trained (a step would be "
+                            "truncated to integers). Set its grad to None, leave it out of the "
+                            "optimizer (or freeze it: FreezeParam), or cast it to a float dtype")
         if written and not p.backend.writable(p.data):
             raise ValueError(f"{where}: {_describe(p)} holds a read-only array (from "
                              "numpy.load(mmap_mode='r'), broadcast_to or frombuffer, say), which "
@@ -341,12 +353,13 @@ class Optimizer:
 
     def param_state(self, param):
         """The state arrays of `param` (a dict name -> array, see `state_names`): zeros on the
-        parameter's device at its first update; moved (and cast) to follow the parameter when it
-        has moved to another device since (e.g. model.to(device))."""
+        parameter's device, in its update_dtype (float32 for a float16 parameter), at its first
+        update; moved (and cast) to follow the parameter when it has moved to another device
+        since (e.g. model.to(device)) or been cast."""
         state = self.state.get(param)
         if state is None:
             backend, device = param.backend, param.device
-            shape, dtype = param.shape, param.dtype
+            shape, dtype = param.shape, update_dtype(param) or param.dtype
             state = {name: backend.zeros(shape, dtype, device) for name in self.state_names}
             self.state[param] = state
             if self.state_counters:  # new state, counted from 0 (after `del optimizer.state[p]`)
@@ -354,7 +367,9 @@ class Optimizer:
         elif state:
             a = next(iter(state.values()))
             backend = backends.backend_of(a)
-            if (backend is not param.backend or a.dtype != param.dtype
+            # the parameter's own dtype first: update_dtype is looked up for float16 ones only
+            if (backend is not param.backend
+                    or a.dtype != param.dtype and a.dtype != update_dtype(param)
                     or not backend.single_device and backend.device_of(a) != param.device):
                 for name, a in state.items():
                     state[name] = _on_param(a, param)
@@ -376,7 +391,10 @@ class Optimizer:
         {"type", "hyperparameters", "counters", "initial_lr", "shapes",
         "state": {position: {name: array or count}}}, where a position is the parameter's index
         in the target's parameter order; with "names" too (each parameter's, "l1.W" style) when
-        the target is a model, so that loading can tell the parameters apart."""
+        the target is a model, so that loading can tell the parameters apart. An optimizer
+        holding state in attributes of its own (a DeZero-style subclass's self.lr, self.vs)
+        raises TypeError naming them: the dict could not resume it."""
+        _check_saved_everything(f"{type(self).__name__}.state_dict", self._unsaved_attributes())
         params = self._parameters()
         names = self._parameter_names(params)
         state = {}
@@ -398,6 +416,14 @@ class Optimizer:
         if names is not None:
             saved["names"] = names
         return saved
+
+    def _unsaved_attributes(self):
+        """The names of the attributes holding state (numbers, arrays, containers) that
+        state_dict() cannot save: neither the base class's own nor a declared hyperparameter or
+        counter. A name, a callback or another object of the user's is no state."""
+        return sorted(name for name, value in vars(self).items()
+                      if name not in _SAVED_ATTRIBUTES and name not in self.defaults
+                      and name not in self.counters and _holds_state(value))
 
     def _parameter_names(self, params):
         """The name of each of `params` in the target (a model with named_parameters()), or None
@@ -422,6 +448,7 @@ class Optimizer:
         parameter the optimizer counter they fall back to (Adam's t)."""
         where = f"{type(self).__name__}.load_state_dict"
         _check_format(where, state_dict, type(self).__name__)
+        _check_saved_everything(where, self._unsaved_attributes())
         hyper = _checked_hyperparameters(where, state_dict["hyperparameters"], self.defaults)
         counters = _checked_counters(where, state_dict["counters"], self.counters)
         has_initial_lr = "initial_lr" in state_dict  # absent from older state_dicts
@@ -453,6 +480,10 @@ class Optimizer:
 
 
 
+# The attributes every optimizer has, which state_dict() saves or which are the caller's to set
+# up again (the target and the hooks)
+_SAVED_ATTRIBUTES = frozenset({"target", "hooks", "state", "state_counts", "initial_lr"})
+
 # the base class's own steps too (__init_subclass__ wraps the subclasses')
 Optimizer.update = _eager_in_replay(Optimizer.update)
 Optimizer.step = _eager_in_replay(Optimizer.step, closure_first=True)
@@ -469,11 +500,12 @@ def nonzero_eps(xp, dtype, eps):
 
 
 def _on_param(array, param, copy=False):
-    """`array` on `param`'s device, in its dtype; a new array if `copy`."""
+    """`array` (a state array) on `param`'s device, in its update_dtype; a new array if `copy`."""
     moved = backends.to_device(array, param.device)
-    if moved.dtype != param.dtype:
+    dtype = update_dtype(param) or param.dtype  # an integer parameter's: its own
+    if moved.dtype != dtype:
         with param.backend.device_context(param.device):
-            return param.xp.astype(moved, param.dtype)  # astype copies
+            return param.xp.astype(moved, dtype)  # astype copies
     return backends.copy(moved) if copy else moved
 
 
@@ -493,11 +525,33 @@ def _check_format(where, state_dict, kind_here):
                          f"a {kind}")
 
 
+def _holds_state(value):
+    """True for what training may change and a resumed run would need: a number, an array, or a
+    dict, list or tuple (DeZero's self.vs)."""
+    return (isinstance(value, (numbers.Number, dict, list, tuple)) and not isinstance(value, bool)
+            or backends.is_array(value))
+
+
+def _check_saved_everything(where, unsaved):
+    """TypeError if the optimizer holds attributes of its own, `unsaved`, that state_dict() could
+    not save: resuming without them would silently start them anew (lr from its default, a
+    velocity from zeros)."""
+    if unsaved:
+        raise TypeError(
+            f"{where}: this optimizer keeps {', '.join(unsaved)} as attributes of its own, which "
+            "state_dict() cannot save, so a state_dict cannot resume it. Declare hyperparameters "
+            "in the class's `defaults` (defaults = {'lr': 0.01, 'momentum': 0.9}), per-parameter "
+            "arrays in `state_names` (kept by self.param_state(param)) and integer counters in "
+            "`counters` (see help(gradcore.optim.Optimizer)); or save and restore these "
+            "attributes yourself")
+
+
 def _checked_hyperparameters(where, given, defaults):
-    """The saved hyperparameters as floats, once their names are those in `defaults`."""
+    """The saved hyperparameters as floats (bools where the default is one), once their names
+    are those in `defaults`."""
     hyper = dict(given)
     _same_names(where, "hyperparameters", hyper, defaults)
-    return {name: checked_hyperparameter(where, name, v) for name, v in hyper.items()}
+    return {name: checked_value(where, name, v, defaults[name]) for name, v in hyper.items()}
 
 
 def _checked_counters(where, given, names):
@@ -592,9 +646,10 @@ def _checked_state(where, state, params, state_names, state_counters=()):
 
 
 def _check_fits(where, what, array, param):
-    """ValueError if a value of `array` does not fit `param`'s dtype, which it is cast to (1e5
-    into float16 would be inf), as Module.load_state_dict checks a model's values."""
-    target = _numpy_dtype(param.dtype)
+    """ValueError if a value of `array` does not fit the dtype of `param`'s state, which it is
+    cast to (1e40 into float32 would be inf), as Module.load_state_dict checks a model's
+    values."""
+    target = _numpy_dtype(update_dtype(param) or param.dtype)
     if _numpy_dtype(array.dtype) == target:
         return  # no cast: no copy to the host
     problem = _unfit(_host_array(array), target, what)

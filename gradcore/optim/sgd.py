@@ -1,19 +1,20 @@
 """SGD and MomentumSGD."""
 from .optimizer import Optimizer
-from .params import grad_array, set_data
+from .params import set_data, update_arrays
 
 
 class SGD(Optimizer):
     """Plain gradient descent: param <- param - lr * grad.
 
     `SGD(lr=0.01).setup(model)` (DeZero) or `SGD(model.parameters(), lr=0.01)` (PyTorch).
+    A float16 parameter's step is computed in float32 and rounded once, at the write.
     """
 
     defaults = {"lr": 0.01}
 
     def update_one(self, param):
-        p = param.data
-        p -= float(self.lr) * grad_array(param)
+        p, g = update_arrays(param)  # float16: in float32, rounded once at the write
+        p -= float(self.lr) * g
         set_data(param, p)
 
 
@@ -22,7 +23,8 @@ class MomentumSGD(Optimizer):
     v <- momentum * v - lr * grad;  param <- param + v.
 
     `MomentumSGD(lr=0.01, momentum=0.9)`, optionally after the parameters (see Optimizer).
-    State per parameter: "v".
+    State per parameter: "v" (float32 for a float16 parameter, whose update is computed in
+    float32 and rounded once, at the write).
 
     lr multiplies each gradient as it enters v, so v keeps the step sizes of earlier steps: when
     lr changes (a schedule, or by hand) the new one applies to new gradients only, and the step
@@ -36,11 +38,11 @@ class MomentumSGD(Optimizer):
     state_names = ("v",)
 
     def update_one(self, param):
+        p, g = update_arrays(param)
         state = self.param_state(param)
         v = state["v"]
         v *= float(self.momentum)
-        v -= float(self.lr) * grad_array(param)
+        v -= float(self.lr) * g
         state["v"] = v
-        p = param.data
         p += v
         set_data(param, p)

@@ -700,3 +700,60 @@ def test_a_subclass_loads_its_own_state_whatever_its_attributes_hold():
         fresh = Custom(optim.SGD(lr=0.1).setup(nn.Linear(1, in_size=1)), extra)
         fresh.load_state_dict(ran.state_dict())
         assert fresh.extra == extra and fresh.seen == 0.5 and fresh.last_epoch == 1
+
+
+REFUSED_STATES = [  # (schedule, its arguments, a saved value its constructor refuses)
+    ("StepLR", {"step_size": 2, "gamma": 0.5}, {"gamma": -0.5}),
+    ("StepLR", {"step_size": 2, "gamma": 0.5}, {"step_size": -3}),
+    ("StepLR", {"step_size": 2, "gamma": 0.5}, {"step_size": 0}),
+    ("ExponentialLR", {"gamma": 0.5}, {"gamma": math.inf}),
+    ("CosineAnnealingLR", {"T_max": 5}, {"eta_min": -0.05}),
+    ("CosineAnnealingLR", {"T_max": 5}, {"T_max": 0}),
+    ("LinearLR", {"start_factor": 0.5, "total_iters": 4}, {"end_factor": 5.0}),
+    ("LinearLR", {"start_factor": 0.5, "total_iters": 4}, {"start_factor": 0.0}),
+    ("MultiStepLR", {"milestones": [2], "gamma": 0.5}, {"milestones": [-1, 3]}),
+    ("OneCycleLR", {"max_lr": 0.5, "total_steps": 10}, {"anneal_strategy": "cubic"}),
+    ("OneCycleLR", {"max_lr": 0.5, "total_steps": 10}, {"min_lr": -1.0}),
+    ("ReduceLROnPlateau", {}, {"patience": -2}),
+    ("ReduceLROnPlateau", {}, {"mode": "avg"}),
+    ("ReduceLROnPlateau", {}, {"factor": -1.0}),
+    ("ReduceLROnPlateau", {}, {"min_lr": math.nan}),
+    ("ReduceLROnPlateau", {}, {"cooldown_counter": -1}),
+]
+
+
+@pytest.mark.parametrize("name, arguments, change", REFUSED_STATES,
+                         ids=[f"{n}-{next(iter(c))}" for n, _, c in REFUSED_STATES])
+def test_a_state_with_a_value_the_constructor_refuses_is_refused(name, arguments, change):
+    # checked as the constructor checks its arguments, before anything changes: else the
+    # schedule changes silently (step_size=-3) or fails at a later step (T_max=0)
+    opt = optim.SGD([gradcore.Parameter(np.zeros(2))], lr=0.1)
+    scheduler = getattr(sched, name)(opt, **arguments)
+    state = dict(scheduler.state_dict(), **change)
+    before, lr = dict(vars(scheduler)), opt.lr
+    key = next(iter(change)).rstrip("s")  # "each milestone must be"
+    with pytest.raises(ValueError, match=rf"{name}.load_state_dict: .*{key}.*"
+                                         "the schedule was left as it was"):
+        scheduler.load_state_dict(state)
+    assert vars(scheduler) == before and opt.lr == lr
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ({"min_lr": -1.0}, "min_lr must be a finite number >= 0, got -1.0"),
+    ({"min_lr": math.nan}, "min_lr must be a finite number >= 0, got nan"),
+    ({"eps": math.nan}, "eps must be a finite number >= 0, got nan"),
+    ({"eps": -1.0}, "eps must be a finite number >= 0, got -1.0"),
+    ({"threshold": math.nan}, "threshold must be a finite number >= 0, got nan"),
+    ({"threshold": -0.5}, "threshold must be a finite number >= 0, got -0.5"),
+    ({"patience": -1}, "patience must be an int >= 0, got -1"),
+    ({"patience": 2.5}, "patience must be an int >= 0, got 2.5"),
+    ({"cooldown": -3}, "cooldown must be an int >= 0, got -3"),
+])
+def test_reduce_on_plateau_refuses_what_would_never_or_always_reduce(arguments, message):
+    # eps=nan never reduces, threshold=nan reduces while the metric improves, patience=-1
+    # reduces at every step: refused as the other schedules refuse such values
+    opt = optim.SGD([gradcore.Parameter(np.zeros(2))], lr=0.1)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        sched.ReduceLROnPlateau(opt, **arguments)
+    plateau = sched.ReduceLROnPlateau(opt, patience=0, threshold=0.0, cooldown=2)
+    assert (plateau.patience, plateau.threshold, plateau.cooldown) == (0, 0.0, 2)

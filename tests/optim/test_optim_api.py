@@ -259,6 +259,25 @@ def test_a_read_only_parameter_is_refused_before_any_parameter_is_stepped(make):
     np.testing.assert_array_equal(frozen.data, [1.0] * 3)
 
 
+@pytest.mark.parametrize("make", [lambda ps: SGD(ps, lr=0.1), lambda ps: Adam(ps, lr=0.1)])
+def test_an_integer_parameter_with_a_gradient_is_refused_before_any_parameter_is_stepped(make):
+    # NumPy's UFuncTypeError came after the float parameter was stepped and Adam's t counted
+    first = with_grad(param(), [1.0, 1.0])
+    table = gradcore.Parameter(np.array([1, 2]), name="idx")  # an index table
+    optimizer = make([first, table])
+    table.grad = gradcore.Variable(np.array([1, 1]))  # set by hand: backward gives it none
+    with pytest.raises(TypeError, match=r"parameter \(idx, shape \(2,\)\) holds int64 data and "
+                                        r"has a gradient; only floating-point parameters are "
+                                        r"trained .* Set its grad to None"):
+        optimizer.step()
+    np.testing.assert_array_equal(first.data, [1.0, -2.0])
+    assert first.version == 0 and getattr(optimizer, "t", 0) == 0 and not optimizer.state
+    optimizer.add_hook(gradcore.optim.FreezeParam(table))  # frozen: never written, so allowed
+    optimizer.step()
+    np.testing.assert_allclose(first.data, [0.9, -2.1], rtol=1e-6)  # SGD: 0.1 x 1; Adam: 0.1
+    np.testing.assert_array_equal(table.data, [1, 2])
+
+
 def test_a_read_only_array_api_parameter_is_refused_before_any_parameter_is_stepped():
     read_only = np.ones(3)
     read_only.flags.writeable = False  # as numpy.load(mmap_mode='r') gives

@@ -264,20 +264,44 @@ def test_loading_checks_everything_before_changing_anything(change, error, messa
 
 
 def test_state_that_does_not_fit_the_parameters_dtype_is_refused():
-    # Adam's v = 1e5 from a float64 model would be inf in float16 (Module.load_state_dict
+    # Adam's v = 1e40 from a float64 model would be inf in float32 (Module.load_state_dict
     # refuses the same value); a v that fits loads, cast
     saved = Adam([gradcore.Parameter(np.zeros(2))]).state_dict()
-    saved["state"] = {0: {"m": np.zeros(2), "v": np.array([1.0, 1e5]), "step": 1}}
-    W = gradcore.Parameter(np.zeros(2, np.float16))
+    saved["state"] = {0: {"m": np.zeros(2), "v": np.array([1.0, 1e40]), "step": 1}}
+    W = gradcore.Parameter(np.zeros(2, np.float32))
     target = Adam([W])
-    with pytest.raises(ValueError, match=r"float64 value 100000.0 in state 'v' of parameter 0 "
-                                         r"does not fit the model's float16 .* Nothing was loaded"):
+    with pytest.raises(ValueError, match=r"float64 value 1e\+40 in state 'v' of parameter 0 "
+                                         r"does not fit the model's float32 .* Nothing was loaded"):
         target.load_state_dict(saved)
     assert W not in target.state
-    saved["state"][0]["v"] = np.array([1.0, 6e4])
+    saved["state"][0]["v"] = np.array([1.0, 3e38])
     target.load_state_dict(saved)
-    assert target.state[W]["v"].dtype == np.float16
-    np.testing.assert_array_equal(target.state[W]["v"], [1.0, 6e4])
+    assert target.state[W]["v"].dtype == np.float32
+    np.testing.assert_array_equal(target.state[W]["v"], np.array([1.0, 3e38], np.float32))
+
+
+def test_a_float16_parameters_state_is_saved_and_loaded_in_float32():
+    # v = 1e5 is past float16's largest (65504) but is the state of a float16 parameter, kept
+    # in float32; a state saved in float16 (by an older gradcore) loads, widened exactly
+    W = gradcore.Parameter(np.zeros(2, np.float16))
+    W.grad = gradcore.Variable(np.array([1e-3, 300.0], np.float16))
+    optimizer = Adam([W])
+    optimizer.step()
+    saved = optimizer.state_dict()
+    assert saved["state"][0]["v"].dtype == np.float32
+    g = np.array([1e-3, 300.0], np.float16).astype(np.float32)
+    np.testing.assert_array_equal(saved["state"][0]["v"], (1 - 0.999) * (g * g))  # float32
+    saved["state"][0]["v"] = np.array([1.0, 1e5])
+    target = Adam([W])
+    target.load_state_dict(saved)
+    assert target.state[W]["v"].dtype == np.float32
+    np.testing.assert_array_equal(target.state[W]["v"], [1.0, 1e5])
+    saved["state"][0] = {"m": np.array([0.5, 2.0], np.float16),
+                         "v": np.array([6e-8, 6e4], np.float16), "step": 3}
+    target.load_state_dict(saved)
+    assert target.state[W]["v"].dtype == np.float32
+    np.testing.assert_array_equal(target.state[W]["v"],
+                                  np.array([6e-8, 6e4], np.float16).astype(np.float32))
 
 
 def test_loading_a_non_dict_says_what_is_expected():
@@ -473,3 +497,98 @@ def test_a_copy_of_model_and_optimizer_keeps_the_state(copied, cls, hyper):
     for a, b in zip(model.parameters(), model2.parameters()):
         np.testing.assert_array_equal(a.data, b.data)
         assert a is not b
+
+
+class _DezeroMomentum(gradcore.optim.Optimizer):
+    """As in the DeZero book (step 46): hyperparameters and velocities of its own."""
+
+    def __init__(self, lr=0.01, momentum=0.9):
+        super().__init__()
+        self.lr, self.momentum, self.vs = lr, momentum, {}
+
+    def update_one(self, param):
+        v = self.vs.setdefault(id(param), np.zeros_like(param.data))
+        v *= self.momentum
+        v -= self.lr * param.grad.data
+        param.data += v
+
+
+def test_an_optimizer_whose_state_is_its_own_refuses_to_save_or_resume_without_it():
+    # its state_dict would hold neither lr nor the velocities: a run resumed from it would
+    # silently restart from lr=0.01 and v=0
+    W = gradcore.Parameter(np.zeros(2))
+    optimizer = _DezeroMomentum(lr=0.1).setup([W])
+    W.grad = gradcore.Variable(np.array([1.0, -2.0]))
+    optimizer.update()
+    with pytest.raises(TypeError, match=r"_DezeroMomentum.state_dict: this optimizer keeps lr, "
+                                        r"momentum, vs as attributes of its own.*"
+                                        r"Declare hyperparameters in the class's `defaults`"):
+        optimizer.state_dict()
+    saved = MomentumSGD().setup([gradcore.Parameter(np.zeros(2))]).state_dict()
+    saved["type"] = "_DezeroMomentum"
+    target = _DezeroMomentum().setup([gradcore.Parameter(np.zeros(2))])
+    with pytest.raises(TypeError, match=r"keeps lr, momentum, vs as attributes of its own"):
+        target.load_state_dict(saved)
+    assert target.lr == 0.01 and target.vs == {}
+
+
+def test_a_name_or_a_callback_on_an_optimizer_is_no_state_it_must_save():
+    optimizer = MomentumSGD().setup([gradcore.Parameter(np.zeros(2))])
+    optimizer.label, optimizer.on_step, optimizer.note = "run 3", print, None
+    assert optimizer.state_dict()["hyperparameters"]["lr"] == 0.01
+
+
+def test_a_subclass_that_declares_its_state_saves_and_loads():
+    class Declared(gradcore.optim.Optimizer):
+        defaults = {"lr": 0.01, "momentum": 0.9}
+        state_names = ("v",)
+
+        def update_one(self, param):
+            v = self.param_state(param)["v"]
+            v *= self.momentum
+            v -= self.lr * param.grad.data
+            param.data += v
+
+    W = gradcore.Parameter(np.zeros(2))
+    optimizer = Declared([W], lr=0.1)
+    optimizer.add_hook(gradcore.optim.WeightDecay(0.1))
+    gradcore.optim.lr_scheduler.StepLR(optimizer, 1, gamma=0.5)  # initial_lr: saved too
+    W.grad = gradcore.Variable(np.array([1.0, -2.0]))
+    optimizer.step()
+    W2 = gradcore.Parameter(W.data.copy())
+    target = Declared([W2])
+    target.load_state_dict(optimizer.state_dict())
+    assert (target.lr, target.initial_lr) == (0.1, 0.1)
+    np.testing.assert_array_equal(target.state[W2]["v"], [-0.1, 0.2])
+
+
+def test_a_flag_in_defaults_is_taken_as_a_bool_by_the_constructor_the_setter_and_loading():
+    class NAG(MomentumSGD):  # a flag, as PyTorch's nesterov
+        defaults = {**MomentumSGD.defaults, "nesterov": True}
+
+    W = gradcore.Parameter(np.ones(2))
+    optimizer = NAG([W], nesterov=False)
+    assert optimizer.nesterov is False
+    W.grad = gradcore.Variable(np.ones(2))
+    optimizer.step()
+    saved = optimizer.state_dict()
+    assert saved["hyperparameters"]["nesterov"] is False
+    target = NAG([gradcore.Parameter(W.data.copy())])
+    target.load_state_dict(saved)  # refused before: "nesterov must be a real number, got bool"
+    assert target.nesterov is False
+    target.load_state_dict(dict(saved, hyperparameters=dict(saved["hyperparameters"],
+                                                            nesterov=np.asarray(True))))
+    assert target.nesterov is True  # a 0-d array, as numpy.load gives it back
+    target.nesterov = False
+    for wrong in (1, 0.0, "yes"):
+        with pytest.raises(TypeError, match=r"nesterov is a flag \(its default is True\): it "
+                                            r"must be True or False"):
+            target.nesterov = wrong
+        with pytest.raises(TypeError, match="nesterov is a flag"):
+            NAG([W], nesterov=wrong)
+    with pytest.raises(TypeError, match="nesterov is a flag"):
+        target.load_state_dict(dict(saved, hyperparameters=dict(saved["hyperparameters"],
+                                                                nesterov=1.0)))
+    assert target.nesterov is False
+    with pytest.raises(TypeError, match="lr must be a real number, got bool"):
+        NAG([W], lr=True)  # a number's default: no bool

@@ -6,6 +6,7 @@ import re
 import numpy as np
 import pytest
 
+import backends
 import gradcore
 import gradcore.functions as F
 from gradcore.optim import SGD, AdaDelta, AdaGrad, Adam, AdamW, MomentumSGD
@@ -186,6 +187,38 @@ def test_float16_takes_no_nan_step_where_the_gradient_is_zero(cls, hyper):
     reference.step()
     assert W.dtype == np.float16
     np.testing.assert_allclose(W.data, float64.data, rtol=1e-3)
+
+
+SMALL = [[1e-3, -1e-4], [2e-4, 3e-3]]  # gradients whose squares are 0 in float16
+
+
+@pytest.mark.parametrize("cls, hyper", [(cls, {"lr": 1.0} if cls in (SGD, MomentumSGD) else {})
+                                        for cls, _ in ALL], ids=[row[0].__name__ for row in ALL])
+@pytest.mark.parametrize("device", ["cpu", "dask"])
+def test_float16_steps_are_the_float32_steps_rounded_at_the_write(cls, hyper, device):
+    # mixed precision: state in float32 and the update computed in float32, rounded to float16
+    # once, as it is written (in float16 Adam's v underflowed to 0 and the step was m / 6e-8)
+    if device == "dask":
+        pytest.importorskip("dask.array")
+        pytest.importorskip("array_api_compat")
+    xp = backends.get_backend("numpy" if device == "cpu" else device).xp
+    W = gradcore.Parameter(xp.asarray(np.array(W0, np.float16)))
+    optimizer = cls([W], **hyper)
+    reference = gradcore.Parameter(np.array(W0, np.float32))  # from each step's rounded start
+    expected = cls([reference], **hyper)
+    for g in SMALL:
+        W.grad = gradcore.Variable(xp.asarray(np.array(g, np.float16)), requires_grad=False)
+        reference.grad = gradcore.Variable(np.array(g, np.float16).astype(np.float32))
+        optimizer.step()
+        expected.step()
+        step = reference.data.astype(np.float16)
+        assert W.dtype == np.float16
+        np.testing.assert_array_equal(np.asarray(W.data), step)
+        reference.data[...] = step  # the float16 run goes on from the rounded values
+        for name, array in optimizer.state.get(W, {}).items():
+            assert array.dtype == np.float32
+            np.testing.assert_array_equal(np.asarray(array), expected.state[reference][name])
+    assert not np.array_equal(np.asarray(W.data), np.array(W0, np.float16))
 
 
 def test_a_float64_gradient_is_applied_in_the_parameter_dtype(xp2):
