@@ -100,17 +100,50 @@ def check_forward_writes(f, before):
 def check_finite(f, gxs):
     """After f's backward: RuntimeError if a gradient it returned holds NaN or infinity."""
     for i, gx in enumerate(gxs):
-        if gx is None:
-            continue
-        data = gx._data if isinstance(gx, Variable) else gx
-        backend = backends.backend_of(data)
-        if backend is None:  # a Python number or list: as the walk takes it (or refuses it)
-            data = Variable(data, requires_grad=False)._data
-            backend = backends.backend_of(data)
-        xp = backend.xp
-        with backend.device_context(backend.device_of(data)):
-            finite = bool(xp.all(xp.isfinite(xp.asarray(data))))
-        if not finite:
+        if gx is not None and not is_finite(gx._data if isinstance(gx, Variable) else gx):
             raise RuntimeError(
                 f"anomaly: {f._name()}.backward returned a gradient holding NaN or infinity for "
                 f"input {i}. {where_created(f)}")
+
+
+def check_conformed(f, x, gx, conformed):
+    """After the walk shaped and typed gx, what f's backward returned for its input x, like x:
+    RuntimeError if that made NaN or infinity (a sum over broadcast axes, a cast to float32)."""
+    if is_finite(conformed._data):
+        return
+    how = []
+    if gx._data.shape != conformed._data.shape:
+        how.append("summed over the axes it was broadcast along")
+    if gx._data.dtype != conformed._data.dtype:
+        how.append(f"cast to the input's dtype {conformed.dtype}")
+    raise RuntimeError(
+        f"anomaly: {f._name()}.backward returned a finite gradient for input {_index(f, x)}, "
+        f"which holds NaN or infinity once {' and '.join(how)}: it overflows {conformed.dtype}. "
+        f"Scale the values down (the loss, say) or compute in a wider dtype. {where_created(f)}")
+
+
+def check_sum(f, x, total):
+    """After the walk added the gradient f's backward returned for x to the one x had from other
+    ops: RuntimeError if the sum holds NaN or infinity (two finite terms can overflow)."""
+    if not is_finite(total._data):
+        raise RuntimeError(
+            f"anomaly: {f._name()}.backward returned a finite gradient for input {_index(f, x)}, "
+            f"but its sum with the gradient that input got from other ops holds NaN or "
+            f"infinity: it overflows {total.dtype}. Scale the values down (the loss, say) or "
+            f"compute in a wider dtype. {where_created(f)}")
+
+
+def _index(f, x):
+    """The position of x among f's inputs (the first, if f took it twice)."""
+    return next(i for i, y in enumerate(f.inputs) if y is x)
+
+
+def is_finite(data):
+    """True if the array (or number, or list) `data` holds neither NaN nor infinity."""
+    backend = backends.backend_of(data)
+    if backend is None:  # a Python number or list: as the walk takes it (or refuses it)
+        data = Variable(data, requires_grad=False)._data
+        backend = backends.backend_of(data)
+    xp = backend.xp
+    with backend.device_context(backend.device_of(data)):
+        return bool(xp.all(xp.isfinite(xp.asarray(data))))

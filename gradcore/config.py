@@ -33,6 +33,7 @@ def recomputation():
 # False, True or ANOMALY for this thread. A bound C method: the hot path reads it with no frame.
 recording = _recording.get
 training = _train.get  # Config.train, read the same way (a compiled step's key, at every call)
+anomaly_on = _anomaly.get  # is_anomaly_enabled, read the same way (a compiled step, every call)
 
 
 def is_grad_enabled():
@@ -251,9 +252,25 @@ class test_mode(_TrainSwitch):
     value = False
 
 
-def set_detect_anomaly(mode):
-    """Switch anomaly mode on or off for this thread (see detect_anomaly)."""
-    _set_anomaly(mode)
+class set_detect_anomaly:
+    """Switch anomaly mode on or off for this thread (see detect_anomaly), from this call on. As
+    in PyTorch it is also a context manager: `with gradcore.set_detect_anomaly(True):` puts the
+    mode back as it was before the call when the block is left."""
+
+    __slots__ = ("_before",)
+
+    def __init__(self, mode):
+        self._before = _anomaly.get()
+        _set_anomaly(mode)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        # by value, not by token: grad mode switched in the block (Config.enable_backprop = False)
+        # stays as it was left
+        _set_anomaly(self._before)
+        return False
 
 
 def _reset_anomaly(tokens):

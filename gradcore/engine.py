@@ -212,12 +212,14 @@ def _check_versions(f):
                 x._data is not None or len(log.stamps) > 1 and log.stamps[-2] > f.sequence):
             then, exact = version_at(x, f.sequence)
             name = f._name()
+            # recorded in anomaly mode: where f was called, as its other errors say
+            where = f" {anomaly.where_created(f)}" if getattr(f, "_anomaly", None) else ""
             raise RuntimeError(
                 f"{name}: its {role}, {_describe(x)}, was written after {name} ran in forward: it "
                 f"is at version {x.version}, and {name} used version {'' if exact else '<= '}"
                 f"{then}. Its gradient would be computed from the new values. A .data "
                 "assignment, an optimizer step or load_state_dict between forward and backward "
-                "does this: run forward again after the change, or backward before it")
+                f"does this: run forward again after the change, or backward before it.{where}")
 
 
 def _skip_or_check_versions(f, wanted, known, grads, captured, shared, unchecked_roots):
@@ -236,14 +238,19 @@ def _skip_or_check_versions(f, wanted, known, grads, captured, shared, unchecked
 def _check_before_hooks(unchecked_roots, wanted, known):
     """Before the first hook a walk runs on a Variable it passes through (a leaf's run at the
     end, or where it is released early for its post-accumulate hooks): refuse now any op that the
-    walk would refuse later (_check_versions), so that a refused backward has called no hook.
-    `unchecked_roots` is the walk's [(roots, boundary)]; emptied here, so that a walk makes this
-    pass over the graph at most once, and only if it meets such a hook."""
-    ys, boundary = unchecked_roots.pop()
+    walk would refuse later (_check_versions; with `check_records`, anomaly mode's fingerprints
+    too), so that a refused backward has called no hook. `unchecked_roots` is the walk's
+    [(roots, boundary, check_records)]; emptied here, so that a walk makes this pass over the
+    graph at most once, and only if it meets such a hook."""
+    ys, boundary, check_records = unchecked_roots.pop()
     written = latest_write[0]
     for f in _ops_behind(ys, boundary):
-        if f.sequence < written and (wanted is None or _behind(f, wanted, known)):
-            _check_versions(f)
+        stale = f.sequence < written
+        if (stale or check_records) and (wanted is None or _behind(f, wanted, known)):
+            if stale:
+                _check_versions(f)
+            if check_records:
+                anomaly.check_unchanged(f)
 
 
 def _ops_behind(ys, boundary=()):
@@ -493,16 +500,16 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING,
     # writes before any runs, so that a refused graph changes nothing. Post-accumulate hooks and
     # retain_grad: _pending checks them first; hooks on the Variables the walk passes through:
     # _check_before_hooks, when the first of them is about to run (a walk with none pays nothing)
-    hooked = hooked_leaves and wanted is None
-    pending = _pending(ys, hooked) if hooked or retain_grad else None
-    # the "checked yet?" flag of _check_before_hooks: [(ys, boundary)] until the ops behind ys are
-    # checked for writes; a list, so that its emptying there is seen by every helper handed it.
-    # Empty, or None (_pending has checked them): nothing left to check
-    unchecked_roots = [(ys, boundary)] if pending is None else None
-    ref = weakref.ref
     check_anomalies = is_anomaly_enabled()
     # ops recorded in anomaly mode have their fingerprints checked in any mode
     check_records = check_anomalies or bool(anomaly.recorded)
+    hooked = hooked_leaves and wanted is None
+    pending = _pending(ys, hooked, check_records) if hooked or retain_grad else None
+    # the "checked yet?" flag of _check_before_hooks: [(ys, boundary, check_records)] until the
+    # ops behind ys are checked for writes; a list, so that its emptying there is seen by every
+    # helper handed it. Empty, or None (_pending has checked them): nothing left to check
+    unchecked_roots = [(ys, boundary, check_records)] if pending is None else None
+    ref = weakref.ref
     # no gradient kept but the leaves', no anomaly checks: the short path below may run
     leaves_only = not retain_grad and wanted is None and not check_records
     written = latest_write
@@ -587,10 +594,15 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING,
                                      and data_class in _NUMPY_SCALARS)
                 if not same_scalar_class and (x_data is None or data.shape != x_data.shape
                                               or data.dtype is not x_data.dtype):
-                    gx = _conform(f, gx, x)
+                    conformed = _conform(f, gx, x)
+                    if check_anomalies:  # a cast to x's dtype or a sum can overflow
+                        anomaly.check_conformed(f, x, gx, conformed)
+                    gx = conformed
                 previous = grads.get(x)
                 if previous is not None:  # x was reached before: its creator is queued already
                     _accumulate(grads, sums, x, previous, gx, create_graph)
+                    if check_anomalies:  # two finite gradients can sum to infinity
+                        anomaly.check_sum(f, x, grads[x])
                     continue
                 grads[x] = gx
                 creator = x.creator
@@ -607,10 +619,10 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING,
                 else:
                     next_op = _schedule(heap, next_op, creator)
             if pending:
-                _release(f, gxs, pending, grads, shared, create_graph)
+                _release(f, gxs, pending, grads, shared, create_graph, check_anomalies)
 
         return _finish(leaves, grads, wanted, captured, shared, create_graph,
-                       _NOTHING if boundary_hooks else boundary)
+                       _NOTHING if boundary_hooks else boundary, check_anomalies)
 
 
 def _accumulate(grads, sums, x, previous, gx, create_graph):
@@ -657,15 +669,18 @@ def _schedule(heap, next_op, creator):
     return next_op
 
 
-def _pending(ys, hooked):
+def _pending(ys, hooked, check_records):
     """With `hooked`, for each leaf with post-accumulate hooks behind `ys`: how many of the ops
     behind `ys` take it as an input that needs a gradient. One pass over the graph, which also
-    refuses it if an op's input was written after the op ran (_check_versions)."""
+    refuses it if an op's input was written after the op ran (_check_versions; with
+    `check_records`, anomaly mode's fingerprints too)."""
     pending = {}
     written = latest_write[0]
     for f in _ops_behind(ys):
         if f.sequence < written:
             _check_versions(f)
+        if check_records:
+            anomaly.check_unchanged(f)
         if hooked:
             for x, need in zip(f.inputs, f.needs_input_grad):
                 if need and x.creator is None and hasattr(x, "_post_hooks"):
@@ -685,7 +700,7 @@ def _mark_handed_twice(gxs, shared):
         seen.add(id(data))
 
 
-def _release(f, gxs, pending, grads, shared, create_graph):
+def _release(f, gxs, pending, grads, shared, create_graph, check_anomalies):
     """f has run, handing on `gxs`: a hooked leaf that no op still to run can add to gets its
     .grad now, then its post-accumulate hooks run (while the walk goes on with the rest of the
     graph)."""
@@ -701,10 +716,11 @@ def _release(f, gxs, pending, grads, shared, create_graph):
         g = grads.pop(x, None)
         if g is None:  # every op gave it None: nothing was added, no hook runs
             continue
-        _add_to_grads([(x, _run_hooks(x, g, shared) if x._hooks else g)], shared, create_graph)
+        _add_to_grads([(x, _run_hooks(x, g, shared) if x._hooks else g)], shared, create_graph,
+                      check_anomalies)
 
 
-def _finish(leaves, grads, wanted, captured, shared, create_graph, silent):
+def _finish(leaves, grads, wanted, captured, shared, create_graph, silent, check_anomalies):
     """The leaves' gradients, after their hooks (but those of the Variables in `silent`):
     returned (with `wanted`: those and the captured ones) or added into `.grad`, each owning its
     array."""
@@ -721,15 +737,16 @@ def _finish(leaves, grads, wanted, captured, shared, create_graph, silent):
         raise _reused(next(iter(grads)).creator)
     if wanted is not None:
         return dict(_owned(captured.items(), shared, create_graph))
-    _add_to_grads(finished, shared, create_graph)
+    _add_to_grads(finished, shared, create_graph, check_anomalies)
     return captured
 
 
-def _add_to_grads(finished, shared, create_graph):
+def _add_to_grads(finished, shared, create_graph, check_anomalies):
     """Add each (x, g)'s g to x.grad, each owning its array; then the post-accumulate hooks of
     those x that have some (a leaf the walk did not release earlier, such as a root). A leaf
     whose requires_grad was turned off after forward gets nothing added, as in PyTorch, whose
-    engine still calls its post-accumulate hooks (on .grad as it was)."""
+    engine still calls its post-accumulate hooks (on .grad as it was). In anomaly mode a sum
+    with an old .grad holding NaN or infinity is refused, before any .grad is set."""
     adding = [(x, g) for x, g in finished if x._requires_grad]
     for x, _ in adding:
         if x._grad is not None:  # accumulating over backward calls: nothing to check otherwise
@@ -740,12 +757,29 @@ def _add_to_grads(finished, shared, create_graph):
         # opaque lines) is the tape's again, so that its new grad is stored as it was set
         recorder.adopt_inputs([x for x, _ in adding])
     with _accumulating:  # the sums only: nothing here calls back into user code
-        for x, g in _owned(adding, shared, create_graph):
+        owned = _owned(adding, shared, create_graph)
+        if check_anomalies:  # all checked before any is set: a refused backward changes nothing
+            _check_grad_sums(owned)
+        for x, g in owned:
             x._grad = g if x._grad is None else x._grad + g
     if hooked_leaves:
         for x, _ in finished:
             for hook in list(getattr(x, "_post_hooks", ())):
                 _call_hook(hook, x, x)
+
+
+def _check_grad_sums(owned):
+    """Anomaly mode, before the leaves' .grad are set: RuntimeError if a leaf's .grad from earlier
+    backward calls plus this backward's gradient holds NaN or infinity (two finite terms can
+    overflow)."""
+    with using_config("enable_backprop", False):  # a look at the sums, recorded nowhere
+        for x, g in owned:
+            if x._grad is not None and not anomaly.is_finite((x._grad + g)._data):
+                raise RuntimeError(
+                    f"anomaly: backward: {_describe(x)} has a .grad from earlier backward calls, "
+                    f"and adding this backward's gradient to it gives NaN or infinity: it "
+                    f"overflows {x._grad.dtype}. Call x.cleargrad() (a model's cleargrads()) "
+                    "between backward calls, or scale the values down")
 
 
 def _check_grad_fits(x):

@@ -1074,14 +1074,22 @@ class _HookHandle:
         # has a handle of its own, which a second remove() here must not take away
         settings_changed(variable)
         if self._post is None:
-            if variable._hooks and hook in variable._hooks:
-                variable._hooks.remove(hook)
+            if variable._hooks:
+                _remove_identical(variable._hooks, hook)
         else:
             with _post_hooks_lock:
-                if hook not in self._post:
-                    return
-                self._post.remove(hook)
-                _forget_if_empty(variable, self._post)
+                if _remove_identical(self._post, hook):
+                    _forget_if_empty(variable, self._post)
+
+
+def _remove_identical(hooks, hook):
+    """Take `hook` itself off the list `hooks` (not a hook that only compares equal to it, a
+    dataclass's, say); False if it is not there."""
+    for i, h in enumerate(hooks):
+        if h is hook:
+            del hooks[i]
+            return True
+    return False
 
 
 def _forget_if_empty(variable, hooks):

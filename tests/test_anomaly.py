@@ -70,6 +70,95 @@ def test_a_direct_write_is_caught_when_only_forward_ran_in_anomaly_mode(backward
     assert x.grad is None
 
 
+def test_a_counted_write_is_refused_naming_where_the_op_was_called():
+    x = Variable(np.array([1.0, 2.0]))
+    with gradcore.detect_anomaly():
+        y = F.sin(x)  # sin reads x
+        x.data = np.array([3.0, 4.0])  # counted: the version check refuses it, not the hash
+        with pytest.raises(RuntimeError, match=r"(?s)sin: its input 0, .* was written after sin "
+                                               r"ran in forward.*sin was called at:.*"
+                                               r"test_anomaly.py.*y = F.sin\(x\)"):
+            y.sum().backward()
+
+
+def test_a_direct_write_is_refused_before_a_post_accumulate_hook_steps_a_parameter():
+    """W's gradient is final before the walk reaches sin (whose input was written into): its
+    hook, an optimizer step, must not have run when backward refuses the graph."""
+    x, W = Variable(np.array([0.3, 0.7])), Variable(np.array([1.0, 2.0]))
+    W.register_post_accumulate_grad_hook(lambda p: setattr(p, "data", p.data - p.grad.data))
+    with gradcore.detect_anomaly():
+        loss = F.sum(F.sin(x) * W)
+    x.data[...] = 5.0  # a direct write: the version counter cannot see it
+    with pytest.raises(RuntimeError, match="anomaly: sin: its input 0 changed after sin ran"):
+        loss.backward()
+    np.testing.assert_array_equal(W.data, [1.0, 2.0])
+    assert W.grad is None and x.grad is None
+
+
+def test_a_direct_write_is_refused_before_a_hook_on_the_way_runs():
+    x = Variable(np.array([0.3, 0.7]))
+    calls = []
+    with gradcore.detect_anomaly():
+        h = F.sin(x)
+        y = h * 2.0
+    y.register_hook(lambda g: calls.append(1))
+    x.data[...] = 5.0
+    with gradcore.detect_anomaly():
+        with pytest.raises(RuntimeError, match="anomaly: sin: its input 0 changed after sin"):
+            gradcore.grad(F.sum(y), x)
+    assert calls == []
+
+
+@pytest.mark.parametrize("make, how", [
+    # mul's backward returns a finite float64 gradient, 1e200, cast to x's float32
+    (lambda x: x * np.array([1e200, 1.0]), "cast to the input's dtype float32"),
+    # add's gradient, 3e38 twice, summed back to x's shape (1,): 6e38 overflows float32
+    (lambda x: (x + np.zeros(2, np.float32)) * np.float32(3e38),
+     "summed over the axes it was broadcast along"),
+], ids=["cast", "broadcast"])
+def test_a_gradient_that_overflows_as_the_walk_conforms_it_is_caught(make, how):
+    x = Variable(np.array([1.0] if "summed" in how else [1.0, 2.0], dtype=np.float32))
+    with gradcore.detect_anomaly(), np.errstate(over="ignore"):
+        y = make(x)
+        with pytest.raises(RuntimeError, match=r"(?s)anomaly: (mul|add).backward returned a finite "
+                                               r"gradient for input 0, which holds NaN or "
+                                               f"infinity once {how}: it overflows float32.*"
+                                               r"was called at:.*test_anomaly.py"):
+            y.backward()
+    assert x.grad is None
+
+
+def test_two_finite_gradients_that_sum_to_infinity_are_caught():
+    x = Variable(np.array([1.0], dtype=np.float32))
+    seed = np.array([1e38], np.float32)
+    with gradcore.detect_anomaly(), np.errstate(over="ignore"):
+        y = x * np.float32(2.0) + x * np.float32(2.0)  # 2e38 + 2e38 overflows float32
+        for backward in (lambda: y.backward(seed), lambda: gradcore.grad(y, x, seed),
+                         lambda: y.backward(seed, create_graph=True)):
+            with pytest.raises(RuntimeError, match="anomaly: mul.backward returned a finite "
+                                                   "gradient for input 0, but its sum with the "
+                                                   "gradient that input got from other ops holds "
+                                                   "NaN or infinity: it overflows float32"):
+                backward()
+    assert x.grad is None
+
+
+def test_a_grad_that_overflows_as_backward_adds_to_it_is_refused_and_kept():
+    x = Variable(np.array([1.0], dtype=np.float32))
+    w = Variable(np.array([1.0], dtype=np.float32))
+    seed = np.array([2e38], np.float32)
+    with gradcore.detect_anomaly(), np.errstate(over="ignore"):
+        (x * w).backward(seed)
+        w.cleargrad()
+        with pytest.raises(RuntimeError, match=r"anomaly: backward: the Variable of shape \(1,\) "
+                                               r"and dtype float32 has a .grad from earlier "
+                                               r"backward calls, and adding this backward's "
+                                               r"gradient to it gives NaN or infinity"):
+            (w * x).backward(seed)  # w first: all checked before any .grad is set
+    np.testing.assert_array_equal(x.grad.data, seed)
+    assert w.grad is None
+
+
 def test_ops_recorded_in_anomaly_mode_are_checked_after_it_only_while_they_live():
     import gc
     import weakref
@@ -149,6 +238,26 @@ def test_the_switches():
     finally:
         gradcore.set_detect_anomaly(False)
     assert recording() is True
+
+
+def test_set_detect_anomaly_is_also_a_context_manager_that_puts_the_mode_back():
+    recording = gradcore.config.recording
+    with gradcore.set_detect_anomaly(True):
+        assert gradcore.is_anomaly_enabled() and recording() == gradcore.config.ANOMALY
+        with gradcore.set_detect_anomaly(False):
+            assert not gradcore.is_anomaly_enabled() and recording() is True
+        assert gradcore.is_anomaly_enabled()
+        gradcore.Config.enable_backprop = False  # a grad mode set in the block stays set
+    try:
+        assert not gradcore.is_anomaly_enabled() and recording() is False
+    finally:
+        gradcore.Config.enable_backprop = True
+    gradcore.set_detect_anomaly(True)  # called plainly: switched till switched back
+    try:
+        assert gradcore.is_anomaly_enabled()
+    finally:
+        gradcore.set_detect_anomaly(False)
+    assert not gradcore.is_anomaly_enabled() and recording() is True
 
 
 def test_one_detect_anomaly_object_is_entered_from_several_threads_at_once():

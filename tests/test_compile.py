@@ -4450,6 +4450,31 @@ def test_anomaly_mode_runs_a_compiled_step_eagerly_and_says_so():
     assert step.stats()["recordings"] == 1
 
 
+def test_anomaly_mode_runs_eagerly_a_step_recorded_under_no_grad():
+    """The key holds grad mode, off under no_grad() whether anomaly mode is on or not: a step that
+    turns grad on inside must still run eagerly, and raise, inside detect_anomaly()."""
+    w = gradcore.Variable(np.array([0.0, 1.0]))  # sqrt's gradient at 0 is infinite
+
+    @gradcore.compile
+    def step(x):
+        with gradcore.enable_grad():
+            w.cleargrad()
+            F.sum(F.sqrt(w * x)).backward()
+        return w.grad
+
+    x = np.array([1.0, 1.0])
+    with warnings.catch_warnings(), gradcore.no_grad():
+        warnings.simplefilter("ignore")
+        for _ in range(3):
+            step(x)  # recorded, then replayed
+        assert step.stats()["replays"] == 2
+        with gradcore.detect_anomaly():
+            with pytest.raises(RuntimeError, match="anomaly: sqrt.backward returned a gradient "
+                                                   "holding NaN or infinity"):
+                step(x)
+    assert step.stats()["replays"] == 2 and step.stats()["eager calls"] == 1
+
+
 def test_a_forked_child_takes_the_locks_another_threads_recording_or_check_held():
     """A fork while another thread records a step or runs a checked call: the child's compiled
     calls do not wait for a thread it lacks."""

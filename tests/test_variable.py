@@ -1,4 +1,6 @@
 """Variable: construction, properties, operators, indexing, shape methods, dtypes and devices."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -977,6 +979,43 @@ def test_retain_grad_keeps_one_intermediate_gradient(xp):
     np.testing.assert_array_equal(h.grad.numpy(), [12.0, 24.0])  # accumulates like a leaf's
     x.retain_grad()  # a leaf keeps its gradient anyway
     assert not x.retains_grad
+
+
+def test_a_handle_removes_its_own_hook_not_an_equal_one_registered_before():
+    """Hooks that compare equal by value (a dataclass's __eq__): removing the second
+    registration keeps the first, and the order the remaining hooks run in."""
+    @dataclasses.dataclass
+    class Scale:
+        k: float
+
+        def __call__(self, g):
+            return g * self.k
+
+    def clip(g):
+        return F.clip(g, -1.0, 1.0)
+
+    x = Variable(np.array([1.0]))
+    x.register_hook(Scale(2.0))
+    x.register_hook(clip)
+    x.register_hook(Scale(2.0)).remove()
+    (x * 1.0).sum().backward()
+    assert x.grad.item() == 1.0  # clip(2 * 1); with the first removed, 2 * clip(1) = 2
+
+    @dataclasses.dataclass
+    class Count:
+        calls: list
+
+        def __call__(self, p):
+            self.calls.append(p.grad.item())
+
+    first, second = [], []
+    kept = Count(first)
+    x.register_post_accumulate_grad_hook(kept)
+    x.register_post_accumulate_grad_hook(Count(second)).remove()  # equal to kept: [] == []
+    assert x._post_hooks == [kept] and x._post_hooks[0] is kept
+    x.cleargrad()
+    (x * 1.0).sum().backward()
+    assert first == [1.0] and second == []
 
 
 def test_hooks_and_retain_grad_on_a_variable_without_grad_are_refused():

@@ -33,7 +33,7 @@ import backends
 from .. import engine as _engine
 from .. import func as _func
 from .. import variable as _variable
-from ..config import is_anomaly_enabled, recording, training
+from ..config import anomaly_on, recording, training
 from ..function import _SavedOutput
 from ..nn import module as _module
 from ..nn.module import Module, mode_key, structure_changes
@@ -160,6 +160,8 @@ class Compiled:
                     self._counts["eager calls"] += 1
                     return self.fn(*args)
                 _wait_for_recording(me)
+            if anomaly_on():  # before any tape is looked up: a replay would skip its checks
+                return self._eager_in_anomaly_mode(args)
             key = (_key(args, self._by_identity), self._surroundings(), structure_changes[0],
                    mode_key[0])
             tape = self._tapes.get(key)
@@ -269,7 +271,7 @@ class Compiled:
             self._warned_of_anomaly = True
             warnings.warn(f"gradcore.compile: {self.__name__} runs eagerly while anomaly mode is "
                           "on (it reads every op's values on the host); it records once "
-                          "gradcore.detect_anomaly() is left", RuntimeWarning, stacklevel=5)
+                          "gradcore.detect_anomaly() is left", RuntimeWarning, stacklevel=3)
         return self.fn(*args)
 
     def _warn_of_new_keys(self, key, surroundings):
@@ -281,8 +283,6 @@ class Compiled:
                       RuntimeWarning, stacklevel=4)
 
     def _record(self, key, args):
-        if is_anomaly_enabled():
-            return self._eager_in_anomaly_mode(args)
         why = _unrecordable(key, args)
         if why is not None:
             self._fall_back(key, why)
