@@ -3438,6 +3438,72 @@ def test_draws_from_a_generator_of_the_users_make_the_step_fall_back(kind):
     assert compiled.stats()["fallbacks"] == 1 and compiled.stats()["replays"] == 0
 
 
+_USERS_BIT_GENERATOR = np.random.PCG64(9)
+
+
+@pytest.mark.parametrize("draw", ["through a Generator", "directly"])
+def test_draws_from_a_bit_generator_of_the_users_make_the_step_fall_back(draw):
+    bits = _USERS_BIT_GENERATOR
+
+    def step(x):
+        noise = (np.random.Generator(bits).standard_normal(x.shape) if draw != "directly"
+                 else bits.random_raw(x.shape) / 2.0 ** 64)
+        return gradcore.Variable(x) + noise
+
+    compiled = gradcore.compile(step)
+    with pytest.warns(RuntimeWarning, match="drew from a PCG64 of its own"):
+        results = [compiled(np.zeros(4)).data.copy()]
+    results += [compiled(np.zeros(4)).data.copy() for _ in range(3)]
+    assert all(not np.array_equal(results[i], results[j]) for i in range(4) for j in range(i))
+    assert compiled.stats()["fallbacks"] == 1 and compiled.stats()["replays"] == 0
+
+
+_MAKERS = {
+    "default_rng()": lambda: np.random.default_rng(),
+    "default_rng(seed)": lambda: np.random.default_rng(3),  # kept past the step, it goes on
+    "Generator(PCG64())": lambda: np.random.Generator(np.random.PCG64()),
+    "RandomState()": lambda: np.random.RandomState(),
+    "a copy": lambda: __import__("copy").deepcopy(_USERS_GENERATORS["Generator"]),
+}
+
+
+@pytest.mark.parametrize("make", _MAKERS, ids=str)
+def test_a_generator_the_step_makes_makes_it_fall_back_naming_the_line(make):
+    """Its numbers would be frozen into the tape: an OS-seeded generator draws others at each
+    call, and one the step keeps goes on from where it stood."""
+    kept = []
+
+    def step(x):
+        if not kept:
+            kept.append(_MAKERS[make]())  # made at the first call, and kept
+        return gradcore.Variable(x) + kept[0].standard_normal(x.shape)
+
+    line = _MAKERS[make].__code__.co_firstlineno  # the warning names where it was made
+    compiled = gradcore.compile(step)
+    with pytest.warns(RuntimeWarning, match=r"runs eagerly for these arguments: the step made a "
+                      rf"NumPy random generator .* at .*test_compile.py:{line}"):
+        results = [compiled(np.zeros(4)).data.copy()]
+    results += [compiled(np.zeros(4)).data.copy() for _ in range(3)]
+    assert all(not np.array_equal(results[i], results[j]) for i in range(4) for j in range(i))
+    assert compiled.stats()["fallbacks"] == 1 and compiled.stats()["replays"] == 0
+
+
+def test_a_generator_gradcore_makes_in_a_step_is_no_reason_to_fall_back():
+    # Dask draws a large mask chunk by chunk from a RandomState it makes from a seed drawn
+    # through gradcore: a replay draws the seed afresh
+    da, dask = _dask(), pytest.importorskip("dask")
+
+    def step(x0):
+        return F.dropout(gradcore.Variable(x0), 0.5)
+
+    compiled = gradcore.compile(step)
+    x = da.ones((40, 30), chunks=(10, 10))
+    with dask.config.set({"array.chunk-size": "4KiB"}), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        masks = [np.asarray(compiled(x).data.compute()) for _ in range(4)]
+    assert compiled.stats()["replays"] == 3 and len({m.tobytes() for m in masks}) == 4
+
+
 # ====================================================== globals that hooks read, in the key
 _HOOK_SCALE = 1.0
 

@@ -839,9 +839,9 @@ def _unrecordable(key, args):
 class _Generators:
     """The host's global random generators (NumPy's, which gradcore's NumPy and array-API
     backends draw from, and Python's) around a recording, and the generators of the user's the
-    step reaches (`others`: NumPy Generators and RandomStates, random.Random objects): a draw
-    the step made past gradcore would be frozen into the tape, so it makes the recording fall
-    back."""
+    step reaches (`others`: NumPy Generators, RandomStates and BitGenerators, random.Random
+    objects): a draw the step made past gradcore would be frozen into the tape, so it makes the
+    recording fall back. So does a NumPy generator the step makes (_made_while_recording)."""
 
     def __init__(self, others=()):
         self.numpy = backends.NUMPY.random_state(backends.CPU)
@@ -924,6 +924,8 @@ def _generator_state(generator):
         return generator.getstate()
     if isinstance(generator, _NUMPY_RANDOM.RandomState):
         return generator.get_state(legacy=False)
+    if isinstance(generator, _NUMPY_RANDOM.BitGenerator):
+        return generator.state
     return generator.bit_generator.state
 
 
@@ -952,9 +954,44 @@ _LONGDOUBLE = _NUMPY.longdouble  # item() gives a longdouble (as a float it woul
 _NUMPY_RANDOM = _NUMPY.random
 # Generators a step may draw from past gradcore; the global ones (numpy.random's, which
 # gradcore's host backends draw from, and the random module's) are checked by _Generators
-_GENERATOR_TYPES = (_NUMPY_RANDOM.Generator, _NUMPY_RANDOM.RandomState, random.Random)
-_GLOBAL_GENERATORS = frozenset(map(id, (getattr(_NUMPY_RANDOM.mtrand, "_rand", None),
-                                        getattr(random, "_inst", None))))
+_GENERATOR_TYPES = (_NUMPY_RANDOM.Generator, _NUMPY_RANDOM.RandomState,
+                    _NUMPY_RANDOM.BitGenerator, random.Random)
+_GLOBAL_GENERATORS = frozenset(map(id, (
+    getattr(_NUMPY_RANDOM.mtrand, "_rand", None), getattr(random, "_inst", None),
+    getattr(getattr(_NUMPY_RANDOM.mtrand, "_rand", None), "_bit_generator", None))))
+# Where gradcore's own code lies: a generator it makes in a step (Dask's chunked draws, from a
+# seed drawn through gradcore) is drawn afresh at each replay
+_GRADCORE_CODE = tuple(os.path.dirname(os.path.abspath(path)) for path in (
+    os.path.dirname(__file__), backends.__file__))
+
+
+def _made_while_recording():
+    """Stands for the RLock that every NumPy BitGenerator makes as it is made (default_rng(),
+    Generator(PCG64()), RandomState(), a copy or spawn of one): a generator the user's code
+    makes while a step records gives the recording up, naming the line, as the numbers drawn
+    from it would be frozen into the tape (an OS-seeded one would draw others each call; one
+    kept past the step would go on). One Python call more per generator made, none per draw."""
+    rec = trace.recorder() if _recording[0] is not None else None  # no recording: no lookup
+    if rec is not None and rec.fallback is None:
+        frame = sys._getframe(1)  # BitGenerator.__init__ is compiled: the caller's frame
+        while frame is not None and not _users_code(frame.f_code):
+            if os.path.abspath(frame.f_code.co_filename).startswith(_GRADCORE_CODE):
+                return _RLOCK()
+            frame = frame.f_back
+        rec.give_up("the step made a NumPy random generator (default_rng(), a Generator, "
+                    "RandomState or BitGenerator), whose numbers a replay would not draw again: "
+                    "draw through gradcore (F.dropout, the backends' generators), or pass the "
+                    "numbers as arguments")
+    return _RLOCK()
+
+
+# numpy.random.bit_generator looks RLock up by name at each BitGenerator made (NumPy 1.17 on):
+# while a step records (_start to _stop), _made_while_recording stands there. A NumPy that
+# does not look it up leaves the generators a step makes unseen
+_BIT_GENERATOR_MODULE = sys.modules.get("numpy.random.bit_generator")
+_RLOCK = getattr(_BIT_GENERATOR_MODULE, "RLock", None)
+
+
 _SKIPPED = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType,
             types.CodeType)
 REACH_LIMIT = 20000  # objects _reachable looks at, at most
@@ -1400,6 +1437,8 @@ def _start(rec):
     _variable.step_recorder = rec
     for backend in plain:
         backend.plain = False
+    if _RLOCK is not None:
+        _BIT_GENERATOR_MODULE.RLock = _made_while_recording
     if threading.active_count() > 1:
         # an op another thread began before step_recorder was set reads its Variables' arrays
         # without asking the recorder: let it finish now, before the step adopts any (that
@@ -1412,6 +1451,8 @@ def _start(rec):
 def _stop(rec, plain):
     trace._active.recorder = None
     _variable.step_recorder = None
+    if _RLOCK is not None:
+        _BIT_GENERATOR_MODULE.RLock = _RLOCK
     for backend, value in plain.items():
         backend.plain = value
     try:
