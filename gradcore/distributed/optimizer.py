@@ -109,7 +109,9 @@ class DistributedOptimizer:
     them too. A gradient set anew between backward and synchronize() (or a step) is this rank's
     own: it is averaged as it is, and with overlap a LocalGradientWarning says so once; a write
     into a gradient's array may come after it was sent. In a step gradcore.compile records,
-    synchronize() and the averaging of a clip run as Python at every replay, as the step does.
+    synchronize() and the averaging of a clip run as Python at every replay, as the step does;
+    a backward it replays calls no hook, so one line of its tape tells the optimizer that a
+    backward ran, and the next step sums again.
 
     `buffers`: how the model's buffers (BatchNorm's running mean and variance), which each
     rank's forward moves on its own data, are made to agree at each step (step, update,
@@ -169,9 +171,12 @@ class DistributedOptimizer:
         # whether to sum at the step is voted on, since one rank may have run a backward since
         # and another not (see _average)
         self._averaged_early = False
-        # without overlap, the hooks stay from one step to the next: set once the program
-        # averaged in a step gradcore.compile recorded (see _average)
+        # without overlap, the hooks stay from one step to the next: set once gradcore.compile
+        # recorded an averaging (see _average) or a backward that reached them (_note_in_tape)
         self._hooks_stay = False
+        # the Recorder of a compiled step whose tape already says that a backward reached the
+        # parameters since the last averaging (see _ready); None once one averaged since
+        self._noted = None
         # registry_changes when _params were read from a Module target; None: read them again
         # at every step (a list may change in place; a target of its own may list them its way)
         self._read_at = None
@@ -188,8 +193,8 @@ class DistributedOptimizer:
     _own = frozenset(("optimizer", "comm", "bucket_size", "overlap", "buffers", "model",
                       "_params", "_buckets", "_bucket_of", "_started", "_stale", "_checked",
                       "_names", "_target", "_hook_handles", "_buffers", "_synced",
-                      "_averaged_early", "_hooks_stay", "_read_at", "_number", "_final",
-                      "_warned", "_channel", "_layouts", "__weakref__"))
+                      "_averaged_early", "_hooks_stay", "_noted", "_read_at", "_number",
+                      "_final", "_warned", "_channel", "_layouts", "__weakref__"))
 
     def __getattr__(self, name):  # what is not ours is the optimizer's
         if name in DistributedOptimizer._own:
@@ -310,6 +315,7 @@ class DistributedOptimizer:
         self._started = 0
         self._final.clear()
         self._synced = True
+        self._noted = None  # a backward a step records from here on says so again
         if not stepping:
             self._hooks_stay = self._hooks_stay or in_compiled_step
             self._hook()  # without overlap, only until the step: to see a backward before it
@@ -325,6 +331,8 @@ class DistributedOptimizer:
         pays a pass over its graph while a leaf has one)."""
         self._synced = False
         self._final.clear()
+        if _variables.step_recorder is not None:  # a step or zero_grad compiled: _note_in_tape
+            self._hooks_stay = True
         if not self.overlap and not self._hooks_stay:
             _remove_all(self._hook_handles)
 
@@ -438,11 +446,13 @@ class DistributedOptimizer:
         """p's gradient is final for this backward: noted, and with overlap the buckets that
         are complete start."""
         self._synced = False  # a backward since synchronize(): the step sums again
+        recorder = _variables.step_recorder
+        if recorder is not None and recorder.is_active():
+            self._note_in_tape(recorder)
         if p.grad is not None:
             self._final[id(p)] = weakref.ref(p.grad)  # not kept alive once replaced
         if not self.overlap:
             return
-        recorder = _variables.step_recorder
         if not self._checked or recorder is not None and recorder.is_active():
             return  # the first step checks the ranks first; a recorded step sums at the step
         if p.backend.lazy:
@@ -458,6 +468,17 @@ class DistributedOptimizer:
         while self._started < len(buckets) and _complete(buckets[self._started]):
             self._start(buckets[self._started])
         self.comm.reducer.progress([b.handle for b in buckets[:self._started]])
+
+    def _note_in_tape(self, recorder):
+        """A backward that gradcore.compile records reached the parameters. A replay calls no
+        hook: a line of the tape clears _synced instead (one per averaging is enough). Without
+        overlap the hooks stay from now on: removed at the step and added again by the next
+        synchronize() or clip, they would change at every call, and a step whose Variables'
+        hooks changed records again instead of replaying."""
+        self._hooks_stay = True
+        if self._noted is not recorder:
+            self._noted = recorder
+            recorder.opaque(functools.partial(_backward_ran, weakref.ref(self)), ())
 
     def _persist_lazy(self):
         """Work out the lazy (Dask) gradients of the buckets still to start, and the lazy
@@ -858,6 +879,14 @@ def average_before_reading(params):
 def _average_each(optimizers, in_compiled_step=False):
     for opt in optimizers:
         opt._average(unless_averaged=True, in_compiled_step=in_compiled_step)
+
+
+def _backward_ran(optimizer):
+    """What _ready notes of a backward, at a replay of a step gradcore.compile recorded (the
+    weak reference `optimizer`: a tape must not keep it alive): the next step sums again."""
+    optimizer = optimizer()
+    if optimizer is not None:
+        optimizer._synced = False
 
 
 def _python_in_replays(average):

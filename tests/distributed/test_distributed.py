@@ -226,6 +226,21 @@ def test_a_compiled_step_that_clips_replays_and_trains_as_one_process(changes_an
         assert result["max_difference"] < 1e-14  # one process on the whole batch, clipped
 
 
+@pytest.mark.parametrize("program", ["backward compiled", "whole step compiled",
+                                     "a clip after the step"])
+@pytest.mark.parametrize("overlap", ["True", "False"])
+def test_a_replayed_backward_after_an_averaging_is_summed_on_every_rank(changes_and_settings,
+                                                                        overlap, program):
+    """A backward gradcore.compile replays after a clip (between two micro-batches, or after a
+    compiled step to log the norm) is summed at the next step: a replay calls no hook."""
+    first, second = (r["compiled_after_averaging"][f"{overlap} {program}"]
+                     for r in changes_and_settings)
+    assert first["digests"] == second["digests"]
+    assert first["max_difference"] < 1e-14  # one process on the whole batch, float64
+    # one recording for each set of hooks and of grads present it meets, then replays
+    assert first["recordings"] == first["tapes"] <= 3 and first["replays"] >= 3
+
+
 @pytest.mark.parametrize("then", ["zero_grad", "setup"])
 def test_a_backward_on_one_rank_then_dropped_leaves_training_as_it_was(changes_and_settings,
                                                                         then):

@@ -785,6 +785,75 @@ def test_a_compiled_step_that_averages_before_the_step_replays(comm, overlap, fo
     assert results[0][2] == results[1][2] == 5  # one sum a step: the step sums nothing again
 
 
+def _averaging_between_compiled_calls(model, opt, program, compiled):
+    """`program` as a function of one step's two batches (x0, x1): a backward after an
+    averaging outside the compiled call (or in it), so a replayed backward must make the next
+    step sum again. Returns it and the compiled function whose replays count."""
+    clip = nn.utils.clip_grad_norm_
+    loss = lambda x: F.sum(model(x) ** 2)  # noqa: E731
+    wrap = gradcore.compile if compiled else (lambda f: f)
+
+    @wrap
+    def backward(x):
+        loss(x).backward()
+
+    @wrap
+    def train_step(x):
+        opt.zero_grad()
+        loss(x).backward()
+        opt.step()
+
+    @wrap
+    def micro_batches(x0, x1):
+        opt.zero_grad()
+        loss(x0).backward()
+        clip(model.parameters(), 1e9)  # averages; never clips
+        loss(x1).backward()  # the second micro-batch: summed at the step
+        opt.step()
+
+    def backward_compiled(x0, x1):
+        opt.zero_grad()
+        backward(x0)
+        clip(model.parameters(), 1e9)
+        backward(x1)
+        opt.step()
+
+    def step_then_a_logging_clip(x0, x1):
+        train_step(x0)
+        clip(model.parameters(), float("inf"))  # the norm, for a log: never clips
+
+    return {"backward compiled": (backward_compiled, backward),
+            "whole step compiled": (micro_batches, micro_batches),
+            "a clip after the step": (step_then_a_logging_clip, train_step)}[program]
+
+
+@pytest.mark.parametrize("program", ["backward compiled", "whole step compiled",
+                                     "a clip after the step"])
+@pytest.mark.parametrize("overlap", [True, False])
+def test_a_replayed_backward_after_an_averaging_is_summed_at_the_step(comm, overlap, program):
+    """A replay calls no post-accumulate hook: its tape says that a backward ran, so a
+    backward after an averaging (a clip, outside the compiled call or in it) is summed at the
+    next step as eagerly, and a clip outside the compiled step lets it replay."""
+    xs = np.random.RandomState(2).randn(6, 2, 4, 3)
+    results = []
+    for compiled in (False, True):
+        gradcore.manual_seed(0)
+        model = nn.Linear(2, in_size=3, dtype="float64")
+        counting = _CountingAlone(comm, on_device=False)  # each mean a third of this rank's
+        opt = dist.DistributedOptimizer(optim.SGD(model, lr=0.1), counting, overlap=overlap)
+        run, replayed = _averaging_between_compiled_calls(model, opt, program, compiled)
+        gc.collect()  # an earlier test's optimizer, collected mid-test, would remove its hooks
+        for x0, x1 in xs:
+            run(x0, x1)
+        results.append((model.W.numpy(), model.b.numpy(), counting.started))
+    np.testing.assert_array_equal(results[0][0], results[1][0])
+    np.testing.assert_array_equal(results[0][1], results[1][1])
+    assert results[0][2] == results[1][2]  # as many sums as eagerly
+    # one recording for each set of hooks and of grads present it meets, then replays
+    stats = replayed.stats()
+    assert stats["recordings"] == stats["tapes"] <= 3
+
+
 def test_a_wrapped_optimizers_state_dict_names_the_parameters_and_loads(comm):
     x = gradcore.Variable(np.random.RandomState(0).randn(4, 3).astype(np.float32))
     model = nn.MLP((5, 2))

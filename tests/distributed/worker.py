@@ -1,5 +1,6 @@
 """Run under `mpiexec -n K python worker.py SCENARIO OUT`: each rank runs SCENARIO and writes what
 it measured to OUT/rank<r>.json for tests/distributed/test_distributed.py to check."""
+import gc
 import hashlib
 import io
 import json
@@ -684,6 +685,72 @@ def compiled_clip(comm, out):
     return results
 
 
+def compiled_after_averaging(comm, out):
+    """A backward gradcore.compile replays after an averaging (a clip between two micro-batches,
+    outside the compiled call or in it; a clip after a compiled step, to log the norm): the
+    next step sums it, as one process on the whole batch trains, and the calls replay."""
+    rng = np.random.RandomState(3)
+    xs = rng.randn(5, comm.size, 2, 6, 3)  # step, rank, micro-batch
+
+    def loss(model, x):
+        return F.sum(model(gradcore.Variable(x)) ** 2) / 6
+    programs = {"backward compiled": 2, "whole step compiled": 2, "a clip after the step": 1}
+    results = {}
+    for overlap in (True, False):
+        for program, micro in programs.items():
+            # the last program's optimizer, collected mid-program, would remove its hooks: a
+            # change that makes every compiled step record again
+            gc.collect()
+            model = two_layers(comm)
+            opt = dist.DistributedOptimizer(optim.SGD(model, lr=0.02), comm, overlap=overlap)
+            clip = nn.utils.clip_grad_norm_
+
+            @gradcore.compile
+            def backward(x):
+                loss(model, x).backward()
+
+            @gradcore.compile
+            def micro_batches(x0, x1):
+                opt.zero_grad()
+                loss(model, x0).backward()
+                clip(model.parameters(), 1e9)  # averages; never clips
+                loss(model, x1).backward()
+                opt.step()
+
+            @gradcore.compile
+            def train_step(x):
+                opt.zero_grad()
+                loss(model, x).backward()
+                opt.step()
+            alone = two_layers()
+            solo = optim.SGD(alone, lr=0.02)
+            for x in xs:
+                if program == "backward compiled":
+                    opt.zero_grad()
+                    backward(x[comm.rank, 0])
+                    clip(model.parameters(), 1e9)
+                    backward(x[comm.rank, 1])
+                    opt.step()
+                elif program == "whole step compiled":
+                    micro_batches(*x[comm.rank])
+                else:
+                    train_step(x[comm.rank, 0])
+                    clip(model.parameters(), float("inf"))  # the norm, for a log
+                solo.zero_grad()
+                (sum(loss(alone, x[r, k]) for r in range(comm.size) for k in range(micro))
+                 / comm.size).backward()
+                solo.step()
+            compiled = {"backward compiled": backward, "whole step compiled": micro_batches,
+                        "a clip after the step": train_step}[program]
+            stats = compiled.stats()
+            results[f"{overlap} {program}"] = {
+                "digests": digests(model), "recordings": stats["recordings"],
+                "tapes": stats["tapes"], "replays": stats["replays"],
+                "max_difference": max(float(np.abs(a.numpy() - b.numpy()).max())
+                                      for a, b in zip(model.parameters(), alone.parameters()))}
+    return results
+
+
 def two_models(comm):
     """Two float64 Linear layers of the same shape, broadcast: two models to train at once."""
     gradcore.manual_seed(0)
@@ -827,6 +894,7 @@ def changes_and_settings(comm, out):
     return {"settings": settings_differ(comm, out), "changes": model_changes(comm, out),
             "clip": clip_averaged(comm, out), "two": two_optimizers_clipped(comm, out),
             "uneven": uneven_accumulation(comm, out), "compiled": compiled_clip(comm, out),
+            "compiled_after_averaging": compiled_after_averaging(comm, out),
             "one_rank_backward": backward_on_one_rank(comm, out)}
 
 
