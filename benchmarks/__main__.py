@@ -14,9 +14,9 @@ import sys
 import backends
 
 from . import WORKLOADS, load, torch_compiled
-from .common import (TORCH_COMPILE, Progress, check_targets, command_line, load_average,
-                     machine_info, prepare, resolve_device, run_child, run_workload,
-                     thread_environment, time_once, timing_figures)
+from .common import (TORCH_COMPILE, Progress, at_least, check_targets, command_line,
+                     graphs_wanted, load_average, machine_info, prepare, resolve_device,
+                     run_child, run_workload, thread_environment, time_once, timing_figures)
 from .memory import MEMORY_WEIGHT, measure, measured_kinds
 from .report import LOCAL, PUBLISHED, PUBLISHED_MD, print_table, write_all, write_json
 
@@ -28,18 +28,23 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks",
         description="Time gradcore against hand-written NumPy/CuPy (the floor) and PyTorch.")
+    try:  # the workloads read their GRADCORE_BENCH_* variables as they load, for --help too
+        load()
+        graphs_wanted(os.environ)
+    except ValueError as e:
+        parser.error(str(e))
     parser.add_argument("--device", default="auto", metavar="{cpu,cuda,auto}",
                         help="where to run (also cuda:N); auto = cuda if a GPU is usable, else cpu")
     parser.add_argument("--only", nargs="+", metavar="NAME", choices=WORKLOADS,
                         help=f"run only these workloads (of: {', '.join(WORKLOADS)}); the others "
                              "keep their last figures in the destination's JSON")
-    parser.add_argument("--repeat", type=_at_least(1), metavar="N",
+    parser.add_argument("--repeat", type=at_least(1), metavar="N",
                         help=f"timed runs per figure, the median is reported (default "
                              f"{DEFAULT_REPEAT}{_own_defaults('repeat')})")
-    parser.add_argument("--warmup", type=_at_least(0), metavar="N",
+    parser.add_argument("--warmup", type=at_least(0), metavar="N",
                         help=f"untimed runs before timing (default "
                              f"{DEFAULT_WARMUP}{_own_defaults('warmup')})")
-    parser.add_argument("--threads", type=_at_least(1), default=1, metavar="N",
+    parser.add_argument("--threads", type=at_least(1), default=1, metavar="N",
                         help="threads for the BLAS under NumPy and for PyTorch, the same for both "
                              "(default 1: spinning BLAS threads on a busy machine swamp the "
                              "figures)")
@@ -79,19 +84,6 @@ def parse_args(argv):
             where = f"--publish: {_shown(folder)}" if args.publish else f"--out {args.out}"
             parser.error(f"{where}: {problem}")
     return args
-
-
-def _at_least(minimum):
-    """An argparse type: an integer of at least `minimum`."""
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            value = None
-        if value is None or value < minimum:
-            raise argparse.ArgumentTypeError(f"must be a whole number >= {minimum}, got {text!r}")
-        return value
-    return parse
 
 
 def _own_defaults(setting):
@@ -254,6 +246,7 @@ def run_one(workload, device, args, command, started, info, progress):
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": command,
         "git": info["git"],
+        "versions": info["versions"],  # a later --only run into the same file may differ
         "settings": {"repeat": repeat, "warmup": warmup, "threads": args.threads,
                      "statistic": "median of the timed runs",
                      "clock": "time.perf_counter, device synchronized before each reading",

@@ -16,10 +16,11 @@ import argparse
 import gc
 import json
 import statistics
+import sys
 import time
 
 from . import wide
-from .common import resolve_device, run_child
+from .common import at_least, resolve_device, run_child
 
 SETTINGS = (("numpy only", False, False), ("numpy only, gc.freeze()", False, True),
             ("PyTorch imported", True, False), ("PyTorch imported, gc.freeze()", True, True))
@@ -61,23 +62,27 @@ def measure(runs, with_torch, freeze):
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks.collector", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=60, help="runs per setting (default 60)")
+    parser.add_argument("--runs", type=at_least(1), default=60, metavar="N",
+                        help="runs per setting (default 60)")
     parser.add_argument("--child", nargs=2, type=int, metavar=("TORCH", "FREEZE"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(measure(args.runs, *map(bool, args.child))))
-        return
+        return 0
     print(f"wide's gradcore loop on cpu, {args.runs} runs per setting, a fresh process each")
     print(f"{'setting':32s} {'objects walked':>15s} {'mean':>9s} {'median':>9s}  full passes")
+    failed = 0
     for label, with_torch, freeze in SETTINGS:
         r = run_child("collector", ["--runs", args.runs, "--child", int(with_torch), int(freeze)])
         if r.get("status") == "error":
             print(f"{label:32s} n/a: {r['error']}")
+            failed += 1
             continue
         print(f"{label:32s} {r['tracked']:15,d} {r['mean_ms']:6.2f} ms {r['median_ms']:6.2f} ms"
               f"  {r['full_passes']}, {r['full_ms']:.0f} ms in all")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,10 +1,12 @@
 """What every workload shares: the Workload record, timing, device sync, machine info, runner."""
+import argparse
 import collections
 import dataclasses
 import gc
 import importlib
 import itertools
 import json
+import math
 import os
 import platform
 import shlex
@@ -164,10 +166,27 @@ def check_targets(targets, record):
 
 
 def number(value):
-    """Three significant digits, no trailing dot, no exponent: 7.99, 0.673, 11.9, 125, 1234."""
-    if abs(value) >= 1000:
+    """Three significant digits, no trailing dot, no exponent: 7.99, 0.673, 11.9, 125, 1234,
+    0.0000420."""
+    rounded = float(f"{value:.3g}")  # first: 999.7 is 1000, so it gets the format of 1000
+    if abs(rounded) >= 1000:
         return f"{value:.0f}"
-    return f"{value:#.3g}".rstrip(".")
+    if rounded == 0 or not math.isfinite(rounded):
+        return f"{value:#.3g}"
+    return f"{rounded:.{2 - math.floor(math.log10(abs(rounded)))}f}"
+
+
+def at_least(minimum):
+    """An argparse type: an integer of at least `minimum`."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(f"must be a whole number >= {minimum}, got {text!r}")
+        return value
+    return parse
 
 
 # ================================================================================== devices

@@ -87,7 +87,22 @@ def parse_args(argv):
         args.reps = QUICK_REPS if args.quick else DEFAULT_REPS
     if min(args.steps, args.reps, args.threads) < 1:
         parser.error("--steps, --reps and --threads must be at least 1")
+    problem = _unwritable(args.json) if args.json else ""
+    if problem:  # checked before the steps, which take minutes, not after them
+        parser.error(f"--json {args.json}: {problem}")
     return args
+
+
+def _unwritable(path):
+    """Why rank 0 could not write the file `path`; "" if it can."""
+    folder = os.path.dirname(path) or os.curdir
+    if os.path.isdir(path):
+        return "a folder: name a file for the figures"
+    if not os.path.isdir(folder):
+        return f"there is no folder {folder}: make it, or name a file in another folder"
+    if not os.access(path if os.path.exists(path) else folder, os.W_OK):
+        return "cannot write there: name another file"
+    return ""
 
 
 # ================================================================================ the job

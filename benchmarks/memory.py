@@ -96,25 +96,20 @@ class Meter:
             self._highest = used
         return memory
 
-    def start(self, reset=True):
-        """Take the baseline: figures from now on are peaks above it. With `reset`, the baseline
-        is the memory in use now; without, the peak so far (a warm-up's included)."""
+    def start(self):
+        """Take the baseline, the memory in use now: figures from now on are peaks above it."""
         if self.device.type == "cuda":
             if self.kind == "torch":
                 cuda = self.torch.cuda
                 cuda.synchronize(self.device.index)
-                if reset:
-                    cuda.reset_peak_memory_stats(self.device.index)
-                self.baseline = (cuda.memory_allocated if reset else
-                                 cuda.max_memory_allocated)(self.device.index)
+                cuda.reset_peak_memory_stats(self.device.index)
+                self.baseline = cuda.memory_allocated(self.device.index)
             else:
-                if reset:
-                    self._highest = self._pool.used_bytes()
+                self._highest = self._pool.used_bytes()
                 self.baseline = self._highest
         else:
-            if reset:
-                _release_freed_memory()
-                _reset_hwm()
+            _release_freed_memory()
+            _reset_hwm()
             self.baseline = self._peak()
 
     def peak_mib(self):

@@ -402,8 +402,18 @@ def results_md(reports, where):
     return "\n".join(out).rstrip() + "\n"
 
 
+def _software(record, info):
+    """The versions and thread count `record`'s figures were taken with: its own, where it keeps
+    them, else those of the file's machine (`info`, the last run's)."""
+    versions = record.get("versions", info["versions"])
+    threads = record.get("settings", {}).get("threads", info["threads"]["suite"])
+    return (f"NumPy {versions['numpy']}, PyTorch {versions['torch'] or 'not installed'}, "
+            f"CuPy {versions['cupy'] or 'not installed'}, Python {versions['python']}, "
+            f"BLAS {info.get('numpy_blas')}; {_threads(threads)} for the BLAS and for PyTorch")
+
+
 def _device_section(relpath, report):
-    info, device, versions = report["machine"], report["device"], report["machine"]["versions"]
+    info, device = report["machine"], report["device"]
     records = report["workloads"].values()
     cpus = info.get("usable_cpus") or info.get("logical_cpus")
     vm = " virtual machine" if info.get("virtual_machine") else ""
@@ -413,10 +423,10 @@ def _device_section(relpath, report):
     out = [f"## {device}: {machine}", ""]
     shared = shared_machine(report, "see the load averages below")
     shared = f" {shared}" if shared else ""
-    out += [f"NumPy {versions['numpy']}, PyTorch {versions['torch'] or 'not installed'}, "
-            f"CuPy {versions['cupy'] or 'not installed'}, Python {versions['python']}, "
-            f"BLAS {info.get('numpy_blas')}; {_threads(info['threads']['suite'])} for the BLAS "
-            f"and for PyTorch. Floor = the same arithmetic by hand in {_library(report)}, no "
+    software = {_software(record, info) for record in records} or {_software({}, info)}
+    several = len(software) > 1  # runs merged by --only that differ: each run line says its own
+    common = "Versions and threads: each run's, below" if several else software.pop()
+    out += [f"{common}. Floor = the same arithmetic by hand in {_library(report)}, no "
             f"autodiff. Raw figures, every sample and the machine: "
             f"[{relpath}]({relpath}); chart: [{relpath[:-5]}.png]({relpath[:-5]}.png).{shared}",
             ""]
@@ -436,7 +446,9 @@ def _device_section(relpath, report):
             low, high = min(loads), max(loads)
             load = f"; 1-minute load average {low:.2f}" + (f" to {high:.2f}" if high > low else "")
             load += " as its workloads started"
-        out.append(f"- {names}: taken {_when(started)} on {device} with `{command}`{at}{load}.")
+        own = f"; {_software(members[0], info)}" if several else ""
+        out.append(f"- {names}: taken {_when(started)} on {device} with `{command}`{at}{load}"
+                   f"{own}.")
 
     header, *body = table(records, targets=True)
     out += ["", "| " + " | ".join(header) + " |",

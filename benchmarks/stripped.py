@@ -23,7 +23,7 @@ import weakref
 
 import numpy
 
-from .common import Unavailable, load_average, prepare, resolve_device, time_once
+from .common import Unavailable, at_least, load_average, prepare, resolve_device, time_once
 
 _sequence = itertools.count()
 _weakref = weakref.ref
@@ -171,7 +171,8 @@ def main(argv=None):
     from . import wide  # here, not above: wide imports this module for its reference row
     parser = argparse.ArgumentParser(prog="python -m benchmarks.stripped", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeat", type=int, default=30, help="timed rounds (default 30)")
+    parser.add_argument("--repeat", type=at_least(1), default=30, metavar="N",
+                        help="timed rounds (default 30)")
     args = parser.parse_args(argv)
     device = resolve_device("cpu")
     x0 = wide._x()

@@ -135,7 +135,8 @@ class ProgressBar:
 def _fit(model, loader, epochs, lr, progress, compiled=False, comm=None):
     """Train with Adam and softmax cross entropy; the mean loss of each epoch. `compiled`: run
     the step through gradcore.compile (recorded once per batch shape, then replayed). `comm`:
-    average the gradients over its ranks at each step (gradcore.distributed)."""
+    average the gradients over its ranks at each step (gradcore.distributed), and the loss over
+    every rank's examples."""
     optimizer = Adam(lr=lr).setup(model)
     if comm is not None:
         from .distributed import DistributedOptimizer
@@ -156,7 +157,11 @@ def _fit(model, loader, epochs, lr, progress, compiled=False, comm=None):
         for x, t in loader:
             loss = step(x, t)
             total = total + loss.detach() * t.shape[0]
-        history.append(total.item() / loader.data_size)  # one host read per epoch
+        total, count = total.item(), loader.data_size  # one host read per epoch
+        if comm is not None:  # each rank trained on its share: the mean is over all of them
+            shares = comm.allgather_json([total, count], "the epoch's loss")
+            total, count = sum(s[0] for s in shares), sum(s[1] for s in shares)
+        history.append(total / count)
         if bar is not None:
             bar.update(epoch, history[-1])
     return history

@@ -117,6 +117,31 @@ def test_the_collector_script_measures_in_a_child_process(freeze):
         assert figures["tracked"] > 5_000
 
 
+def test_the_collector_and_stripped_scripts_refuse_zero_runs(capsys):
+    from benchmarks import collector
+    for main, option in ((collector.main, "--runs"), (stripped.main, "--repeat")):
+        with pytest.raises(SystemExit) as info:
+            main([option, "0"])
+        assert info.value.code == 2
+        assert (f"argument {option}: must be a whole number >= 1, got '0'"
+                in capsys.readouterr().err)
+
+
+def test_the_collector_script_fails_when_a_child_fails(monkeypatch, capsys):
+    from benchmarks import collector
+    monkeypatch.setattr(collector, "run_child",
+                        lambda module, args: {"status": "error", "error": "child exited with 1"})
+    assert collector.main(["--runs", "1"]) == 1
+    assert capsys.readouterr().out.count("n/a: child exited with 1") == len(collector.SETTINGS)
+
+
+def test_a_number_has_three_significant_digits_and_no_exponent():
+    shown = {7.99: "7.99", 0.673: "0.673", 11.9: "11.9", 125.0: "125", 1234.0: "1234",
+             999.7: "1000", 9.996: "10.0", 0.000238: "0.000238", 4.2e-05: "0.0000420",
+             0.00099996: "0.00100", -999.7: "-1000"}
+    assert {value: common.number(value) for value in shown} == shown
+
+
 def test_a_reference_line_gives_its_ratio_to_pytorch_when_pytorch_ran():
     record = {"time_unit": "us", "unit": "branch",
               "results": {"torch": {"status": "ok", "median_s_per_run": 0.020}}}
@@ -279,6 +304,21 @@ def test_a_count_that_is_no_whole_number_is_named_so(option, capsys):
     assert f"must be a whole number >= {minimum}, got '-1'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("variable, value, module", [("GRADCORE_BENCH_GRAPHS", "2", None),
+                                                     ("GRADCORE_BENCH_MLP_BATCH", "abc", "mlp"),
+                                                     ("GRADCORE_BENCH_BIG_SIZE", "x", "big")])
+def test_a_bad_setting_variable_is_a_usage_error_before_anything_runs(variable, value, module,
+                                                                       monkeypatch, capsys):
+    monkeypatch.setenv(variable, value)
+    if module:  # imported already: a workload reads its variable as it loads
+        monkeypatch.delitem(sys.modules, f"benchmarks.{module}")
+    for argv in (["--help"], ["--write-results"], ["--device", "cpu", "--only", "chain"]):
+        with pytest.raises(SystemExit) as info:
+            suite.parse_args(argv)
+        assert info.value.code == 2
+        assert f"error: {variable}: expected " in capsys.readouterr().err
+
+
 def test_help_names_every_workload_with_its_own_runs(capsys):
     assert suite._own_defaults("repeat") == "; 5 for deep, deep_checkpoint and big"
     assert suite._own_defaults("warmup") == "; 1 for deep, deep_checkpoint and big"
@@ -332,7 +372,7 @@ def test_the_progress_bar_ends_full_after_timing_torch_compile_and_memory(monkey
         assert total == 4 + 4 * compiles + 3 * memory.MEMORY_WEIGHT
         progress = Progress(total, io.StringIO())
         suite.run_one(workload, CPU, args, "python -m benchmarks", "2026-01-02T03:04:00+00:00",
-                      {"git": None}, progress)
+                      {"git": None, "versions": {}}, progress)
         assert progress.done == total
 
 
@@ -382,6 +422,30 @@ def test_results_md_checks_the_targets_again_on_the_reports_device(tmp_path):
     line, = [line for line in (tmp_path / "RESULTS.md").read_text().splitlines()
              if line.startswith("| mlp |")]
     assert line.endswith("| ≤ 1.15x the floor (NumPy on a CPU): not measured |")
+
+
+def test_results_md_says_each_merged_runs_own_threads_and_versions(tmp_path):
+    """--only runs merged into one file: its machine facts are the last run's, so where the runs
+    differ, each run's line says the threads and versions it had."""
+    report = json.loads(PUBLISHED_JSON.read_text())
+    versions = report["machine"]["versions"]
+    chain = report["workloads"]["chain"]
+    chain["run_started"] = "2026-01-02T03:04:00+00:00"
+    chain["settings"]["threads"] = 2
+    chain["versions"] = {**versions, "torch": None}
+    (tmp_path / "cpu.json").write_text(json.dumps(report))
+    write_all(str(tmp_path), str(tmp_path / "RESULTS.md"))
+    lines = (tmp_path / "RESULTS.md").read_text().splitlines()
+    assert any(line.startswith("Versions and threads: each run's, below. Floor = ")
+               for line in lines)
+    libraries = (f"NumPy {versions['numpy']}, PyTorch {{}}, CuPy {versions['cupy']}, "
+                 f"Python {versions['python']}, BLAS {report['machine']['numpy_blas']}")
+    line, = [line for line in lines if line.startswith("- chain: taken 2026-01-02 03:04 UTC")]
+    assert line.endswith(f"; {libraries.format('not installed')}; 2 threads for the BLAS and "
+                         "for PyTorch.")
+    line, = [line for line in lines if line.startswith("- wide, hod, ")]
+    assert line.endswith(f"; {libraries.format(versions['torch'])}; 1 thread for the BLAS and "
+                         "for PyTorch.")
 
 
 def test_nothing_in_benchmarks_cites_an_issue():
@@ -517,6 +581,33 @@ def test_every_memory_child_runs_with_the_same_malloc_settings(monkeypatch):
     assert "MALLOC" not in memory.measure(mlp, "cuda:0", 1, Progress(40, io.StringIO()))["summary"]
 
 
+LEAKING_PROBE = """
+import sys
+from benchmarks import leak
+from benchmarks.common import prepare, resolve_device
+from benchmarks.memory import Meter
+cpu = resolve_device("cpu")
+contender = prepare("floor", leak.WORKLOAD.floor, cpu, 1)
+kept = []
+for size in map(int, sys.argv[1:]):
+    def run():
+        kept.append(bytearray(b"1" * size))
+        return contender.run()
+    figures, _ = leak.probe(run, Meter("floor", cpu))
+    print(leak._independent({"memory": {"results": {"gradcore": {"status": "ok", **figures}}}})[1])
+"""
+
+
+def test_the_leak_target_sees_a_leak_smaller_than_one_iterations_arrays():
+    """1,200 bytes an iteration leak 2.06 MiB between 200 and 2,000 iterations, twice the
+    tolerance, but less than an iteration's arrays (~5 MiB) per 200: a baseline above them
+    would hide it."""
+    done = subprocess.run([sys.executable, "-c", LEAKING_PROBE, "1200", "0"], cwd=REPO,
+                          env=memory.memory_environment(1), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]  # leaking: NOT met; then no leak: met
+
+
 @pytest.mark.parametrize("kind", ["gradcore", "floor", "torch", REPLAY])
 def test_a_training_steps_memory_baseline_holds_no_gradient(kind):
     """gradcore and PyTorch keep a step's gradients on the parameters, the floor drops its with
@@ -608,9 +699,11 @@ def test_a_run_records_each_target_with_its_row(monkeypatch):
                                  ratio_target("faster", "gradcore/floor", 0.0),
                                  Target("replayed", lambda record: ("once", True), row="replay")))
     args = argparse.Namespace(repeat=1, warmup=0, threads=1)
+    versions = {"numpy": "2.4.6", "torch": None}
     record = suite.run_one(workload, resolve_device("cpu"), args, "python -m benchmarks",
-                           "2026-01-02T03:04:00+00:00", {"git": None},
+                           "2026-01-02T03:04:00+00:00", {"git": None, "versions": versions},
                            Progress(1, io.StringIO()))
+    assert record["versions"] == versions  # its own: a later --only run may have others
     assert [(t["text"], t["met"], t["row"]) for t in record["targets"]] == [
         ("fast", True, "time"), ("faster", False, "time"), ("replayed", True, "replay")]
     assert record["targets"][0]["measured"].endswith("x")
@@ -651,7 +744,7 @@ def test_each_implementation_runs_after_every_other_as_often(monkeypatch):
                         verify=lambda kind, result: None)
     args = argparse.Namespace(repeat=20, warmup=3, threads=1)
     suite.run_one(workload, CPU, args, "python -m benchmarks", "2026-01-02T03:04:00+00:00",
-                  {"git": None}, Progress(1, io.StringIO()))
+                  {"git": None, "versions": {}}, Progress(1, io.StringIO()))
     keys = ("gradcore", "floor", "replay", "other")
     assert all(sorted(order[i:i + 4]) == sorted(keys) for i in range(0, len(order), 4))
     done = _successions(order)

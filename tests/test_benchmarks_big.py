@@ -88,7 +88,7 @@ def test_a_run_at_a_tiny_size_is_within_1e_9_with_positive_times(monkeypatch):
     workload = big.make_workload(TINY)
     args = argparse.Namespace(repeat=2, warmup=0, threads=1)
     record = suite.run_one(workload, CPU, args, "python -m benchmarks --only big",
-                           "2026-01-02T03:04:00+00:00", {"git": None},
+                           "2026-01-02T03:04:00+00:00", {"git": None, "versions": {}},
                            Progress(1, io.StringIO()))
     for kind in ("gradcore", "floor"):
         entry = record["results"][kind]
@@ -146,7 +146,7 @@ def test_without_dask_the_workload_is_listed_and_gradcore_skipped_with_a_note(no
     workload = dataclasses.replace(workload, memory=None, targets=workload.targets[:1])
     args = argparse.Namespace(repeat=1, warmup=0, threads=1)
     record = suite.run_one(workload, CPU, args, "python -m benchmarks --only big",
-                           "2026-01-02T03:04:00+00:00", {"git": None},
+                           "2026-01-02T03:04:00+00:00", {"git": None, "versions": {}},
                            Progress(1, io.StringIO()))
     gradcore = record["results"]["gradcore"]
     assert gradcore["status"] == "skipped"

@@ -85,3 +85,17 @@ def test_pytorch_ddp_stands_beside_it_or_says_why_not(report):
                 "ratio_step_gradcore_over_torch_ddp_2_ranks"):
         assert _positive(figures[key]), (key, figures.get(key))
     assert isinstance(figures["torch_ddp_overhead_2_ranks"]["value"], float)
+
+
+def test_a_json_path_that_cannot_be_written_is_refused_before_the_steps(tmp_path, capsys):
+    from benchmarks import distributed
+    missing = tmp_path / "no_such_folder" / "figures.json"
+    for path, problem in ((missing, f"there is no folder {missing.parent}: make it"),
+                          (tmp_path, "a folder: name a file for the figures")):
+        with pytest.raises(SystemExit) as info:
+            distributed.parse_args(["--quick", "--json", str(path)])
+        assert info.value.code == 2
+        assert f"error: --json {path}: {problem}" in capsys.readouterr().err
+    path = tmp_path / "figures.json"
+    assert distributed.parse_args(["--json", str(path)]).json == str(path)
+    assert not path.exists()  # the check writes nothing

@@ -190,6 +190,26 @@ def test_distributed_is_for_the_spiral(capsys):
     assert "--distributed trains the spiral" in capsys.readouterr().err
 
 
+def test_distributed_loss_is_the_mean_over_every_ranks_examples(monkeypatch):
+    """With a communicator, each epoch's loss sums every rank's: here a second rank's 3.0 over
+    10 examples, from a stand-in for gradcore.distributed's Communicator."""
+    import gradcore.distributed
+
+    class TwoRanks:
+        def allgather_json(self, obj, what):
+            return [obj, [3.0, 10]]
+
+    def fit(comm):
+        gradcore.random.manual_seed(0)
+        model = gradcore.nn.MLP((10, 3))
+        loader = gradcore.dataloaders.DataLoader(gradcore.datasets.Spiral(), 30)
+        return demo._fit(model, loader, 2, 0.01, False, comm=comm)
+
+    monkeypatch.setattr(gradcore.distributed, "DistributedOptimizer", lambda opt, comm: opt)
+    alone, ranks = fit(None), fit(TwoRanks())
+    assert ranks == pytest.approx([(mean * 300 + 3.0) / 310 for mean in alone], rel=1e-12)
+
+
 def test_bad_arguments_exit_with_usage(capsys):
     with pytest.raises(SystemExit) as info:
         demo.main(["--epochs", "0"])
