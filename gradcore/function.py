@@ -268,7 +268,7 @@ class Function:
     def _twin(self):
         """A copy of this instance for another call: what a call sets (the graph's fields, the
         saved values, the anomaly record) starts empty, and the containers and arrays among its
-        other attributes are copied one level (_own_copy), so the copy's forward cannot
+        other attributes are copied, nested ones too (_own_copy), so the copy's forward cannot
         overwrite what this instance's backward reads (self.cache[...] = x)."""
         twin = object.__new__(type(self))
         for name, value in self._settings():
@@ -780,17 +780,28 @@ def _again_before_own_call(call):
     return again
 
 
-def _own_copy(value):
+def _own_copy(value, seen=None):
     """An attribute for the copy of a Function another call runs on (Function._twin): a dict,
-    list, set or array (their subclasses too: an OrderedDict, a defaultdict) copied one level
-    (a tuple's items so too; the tuple itself where none was copied); anything else (a number,
-    a Variable, an object of the author's own) shared."""
+    list, set or array (their subclasses too: an OrderedDict, a defaultdict) copied, and so the
+    containers and arrays inside a copied container or tuple (self.cache["s"][...] = x writes
+    into the copy's own); a tuple itself only where something in it was copied; anything else (a
+    number, a Variable, an object of the author's own) shared. `seen`: id -> the copy of each
+    container copied so far (a container holding itself is copied once)."""
     if isinstance(value, (dict, list, set, bytearray)):
-        return copy.copy(value)
+        seen = {} if seen is None else seen
+        if id(value) in seen:
+            return seen[id(value)]
+        copied = seen[id(value)] = copy.copy(value)
+        if isinstance(copied, dict):
+            for key, item in copied.items():
+                copied[key] = _own_copy(item, seen)
+        elif isinstance(copied, list):
+            copied[:] = [_own_copy(item, seen) for item in copied]
+        return copied
     if hasattr(value, "__array_namespace__") and not isinstance(value, type):
         return backends.copy(value)  # an array-API array may have no .copy (array-api-strict)
     if value.__class__ is tuple:
-        items = tuple(map(_own_copy, value))
+        items = tuple(_own_copy(item, seen) for item in value)
         return value if all(map(operator.is_, items, value)) else items
     return value
 

@@ -566,6 +566,31 @@ def test_a_second_call_copies_an_array_it_keeps_on_every_backend(xp):
     assert a.grad.numpy().tolist() == [4.0] and b.grad.numpy().tolist() == [10.0]
 
 
+def test_a_second_call_copies_the_arrays_inside_the_containers_it_keeps():
+    # forward writes into arrays held in a dict and a list made by __init__: sharing them, the
+    # second call would change what the first call's backward reads (x1.grad 5 where 2 is right)
+    class Scale(Function):
+        def __init__(self):
+            self.cache = collections.OrderedDict(s=np.zeros(1))
+            self.saved = [np.zeros(1), (np.zeros(1),)]
+
+        def forward(self, x):
+            self.cache["s"][...] = x[0]
+            self.saved[1][0][...] = x[0]
+            return x * x[0]
+
+        def backward(self, gy):
+            return gy * self.cache["s"] + gy * self.saved[1][0]
+
+    f = Scale()
+    x1, x2 = Variable(np.array([2.0])), Variable(np.array([5.0]))
+    y1 = f(x1)
+    y2 = f(x2)
+    y1.backward()
+    y2.backward()
+    assert x1.grad.numpy().tolist() == [4.0] and x2.grad.numpy().tolist() == [10.0]
+
+
 @pytest.mark.parametrize("setting, shared", [
     ((2, "mean", None, 0.5, slice(1, None)), True), (np.float32, True), (np.dtype("float32"), True),
     (np.ones(2), False), ([1, 2], False), ((1, [2]), False), (object(), True)],

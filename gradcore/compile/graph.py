@@ -40,7 +40,7 @@ from backends.indexing import NormalizedKey
 from .trace import _DRAWS, Line, Ref, _name, trace_backends, written
 
 # Fewer device lines than this are left as lines: a graph's launch and the copies around it
-# cost a few launches' worth (a guess, to be measured on a GPU: no GPU has run this yet)
+# cost a few launches' worth (a guess: the H200 run measured graphs against none, not this)
 GRAPH_MIN_LINES = 4
 # Captures a run makes (arrays it reads directly replaced since) before it stays lines
 CAPTURES = 3
