@@ -4642,3 +4642,87 @@ def test_a_compiled_function_inside_a_func_transform_runs_eagerly():
     np.testing.assert_allclose(gf.jacfwd(cf, x), np.diag(d), rtol=1e-15)
     np.testing.assert_allclose(gf.jvp(cf, (x,), (np.ones(2),))[1], d, rtol=1e-15)
     np.testing.assert_allclose(gf.vjp(cf, x)[1](np.ones(2))[0], d, rtol=1e-15)
+
+
+# ================================================= Variables a step makes of what it closes over
+_HALVES = np.full(3, 0.5)  # a constant the steps below wrap in a Variable of their own
+_KEPT = []                 # a global list a step keeps what it made in
+
+
+def _descent_on_a_made_variable(W, update):
+    """A step whose loss sum(W (x + c)), c a Variable it makes of _HALVES at each call, has the
+    grads W.grad = x + c and c.grad = W; `update` then steps W."""
+    def step(x0):
+        c = gradcore.Variable(_HALVES, name="c")
+        loss = F.sum(W * gradcore.Variable(x0)) + F.sum(W * c)
+        update(loss)
+        return loss, c.grad
+    return step
+
+
+def test_a_variable_made_of_a_constant_replays_under_check_without_its_grad_stored():
+    """With x = 1: W.grad = 1.5 everywhere and W -= 0.5 * 1.5, so after k calls W = [1, 2, 3] -
+    0.75 k, the loss 1.5 sum(W) = 9 - 3.375 k, and c.grad the W of that call. Eagerly c is a
+    new leaf at each call: the replay stores no grad into the recording's c."""
+    W = gradcore.Parameter(np.array([1.0, 2.0, 3.0]), name="W")
+
+    def update(loss):
+        W.cleargrad()
+        loss.backward()
+        W.data = W.data - 0.5 * W.grad.data
+
+    compiled = gradcore.compile(_descent_on_a_made_variable(W, update), check=True)
+    for k in range(4):
+        loss, gc_ = compiled(np.ones(3))
+        assert float(loss.data) == 9.0 - 3.375 * k
+        assert gc_.data.tolist() == [1.0 - 0.75 * k, 2.0 - 0.75 * k, 3.0 - 0.75 * k]
+    assert compiled.stats()["checked replays"] == 3
+    tape, = compiled.tapes()
+    assert [line.target for line in tape.lines if line.kind == "store_grad"] == [W, W]
+
+
+def test_a_variable_made_of_a_constant_replays_under_check_with_an_optimizer():
+    """The grads are stored before the optimizer's step (it may read them): that of the step's
+    own c is no state the caller sees, so check does not compare it. Values as above."""
+    W = gradcore.Parameter(np.array([1.0, 2.0, 3.0]), name="W")
+    opt = optim.SGD([W], lr=0.5)
+
+    def update(loss):
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    compiled = gradcore.compile(_descent_on_a_made_variable(W, update), check=True)
+    for k in range(4):
+        loss, gc_ = compiled(np.ones(3))
+        assert float(loss.data) == 9.0 - 3.375 * k
+        assert gc_.data.tolist() == [1.0 - 0.75 * k, 2.0 - 0.75 * k, 3.0 - 0.75 * k]
+    assert compiled.stats()["checked replays"] == 3
+    assert W.data.tolist() == [1.0 - 3.0, 2.0 - 3.0, 3.0 - 3.0]
+
+
+@pytest.mark.parametrize("of", ["constant", "argument"])
+def test_a_variable_the_step_made_and_keeps_in_a_global_list_makes_it_run_eagerly(of):
+    """As eagerly, each call keeps a new leaf, with its own grad: d/dc sum(W W c) = W W =
+    [1, 4, 16], the recording's included."""
+    W = gradcore.Parameter(np.array([1.0, 2.0, 4.0]), name="W")
+    _KEPT.clear()
+
+    def step(x0):
+        c = gradcore.Variable(_HALVES if of == "constant" else x0, name="c")
+        _KEPT.append(c)
+        loss = F.sum(W * W * c)
+        W.cleargrad()
+        loss.backward()
+        return loss
+
+    compiled = gradcore.compile(step)
+    with pytest.warns(RuntimeWarning, match='kept the Variable "c" of shape \\(3,\\)'):
+        compiled(np.full(3, 0.5))
+    for _ in range(3):
+        compiled(np.full(3, 0.5))
+    assert len(_KEPT) == 4 and len({id(c) for c in _KEPT}) == 4
+    for c in _KEPT:
+        assert c.data.tolist() == [0.5, 0.5, 0.5] and c.grad.data.tolist() == [1.0, 4.0, 16.0]
+    assert compiled.stats()["replays"] == 0
+    _KEPT.clear()

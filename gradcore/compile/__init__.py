@@ -354,12 +354,21 @@ class Compiled:
             self._also = (*self._also, *hooks)
             self._surroundings = _surroundings(self.fn, self._also)
             rec.record_again = True
+        kept = _kept_outside(rec) if rec.fallback is None and not rec.record_again else []
+        if kept:
+            # eagerly each call keeps a new one, where a replay keeps none: a tape serves only
+            # steps whose own Variables no one outside sees (Recorder.release stores no grad
+            # into those at the end, and check leaves them out)
+            rec.give_up(f"the step kept {_engine._describe(kept[0])}, which it made, where code "
+                        "outside it reaches it (a global list, an object of yours), which a "
+                        "replay would not do: return what you need of it as a result instead")
         if rec.record_again or rec.fallback is not None:
             # this call was an eager one: its graph, and the state it kept on modules (an RNN's
-            # hidden state, which the next call's graph continues), become what eager code builds
+            # hidden state, which the next call's graph continues) or elsewhere, become what
+            # eager code builds
             _make_eager([result, *(getattr(module, name, None)
                                    for module, name in rec.module_states),
-                         *_made_in_step(rec, result)])  # in an object of the user's too
+                         *_made_in_step(rec, result), *kept])  # in an object of the user's too
         if rec.record_again and rec.fallback is None:
             # weights were created (lazy layers), or reshaped, or hooks found: record again; a
             # step that does so at every call (a new Parameter each time) would record for ever:
@@ -1456,7 +1465,7 @@ def _stop(rec, plain):
     for backend, value in plain.items():
         backend.plain = value
     try:
-        rec.release()
+        rec.release(last=True)
     finally:
         rec.finished.set()  # other threads waiting for its Variables go on
         _recording[0] = None
@@ -1537,10 +1546,24 @@ def _reached(rec, array):
     while array is not None:
         ids.append(id(array))
         array = getattr(array, "base", None)
-    if rec.reached.isdisjoint(ids) and rec.outside is not None:
-        rec.reached |= _reachable(rec.outside)[3]
-        rec.outside = None
-    return not rec.reached.isdisjoint(ids)
+    return not rec.reached.isdisjoint(ids) or not _reached_after(rec).isdisjoint(ids)
+
+
+def _reached_after(rec):
+    """The ids of what can be reached from outside the step once it has run (what it reached
+    before, and what it kept there), looked for once."""
+    if rec.reached_after is None:
+        rec.reached_after = _reachable(rec.outside)[3]
+    return rec.reached_after
+
+
+def _kept_outside(rec):
+    """The Variables the step made (`Variable(...)`, a grad) that can be reached from outside it
+    once it has run: kept in a global list, or on an object of the user's."""
+    if not rec.made_here:
+        return []
+    reached = _reached_after(rec)
+    return [v for i, v in rec.made_here.items() if i in reached]
 
 
 def _is_mutable_array(value):

@@ -32,8 +32,10 @@ class Snapshot:
 
     def __init__(self, tape, args):
         self.optimizers = tape.optimizers()
-        # an optimizer steps every parameter with a grad, those the tape never reads included
-        found = {id(v): v for v in (*tape.variables(),
+        # an optimizer steps every parameter with a grad, those the tape never reads included;
+        # a Variable the step made is left out: the eager step makes another, and no one sees
+        # what a replay leaves in this one
+        found = {id(v): v for v in (*(v for v in tape.variables() if id(v) not in tape.made),
                                     *(a for a in args if isinstance(a, Variable)),
                                     *(p for opt in self.optimizers for p in _parameters(opt)))}
         # each grad as a Variable of its own: the step may write its data (W.grad.data = ...)

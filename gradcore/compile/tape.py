@@ -61,6 +61,10 @@ class Tape:
                 lines, self.frees = _needed(fused, outputs)
         self.lines = _reuse_buffers(lines, self.frees, results, recorder.layouts)
         self.arguments = recorder.arguments
+        # the ids of the Variables the step made that the tape loads or stores (`Variable(c)`
+        # of a constant c, its grad stored before an optimizer step): eagerly a new one at each
+        # call, so no code outside the step sees these (Compiled falls back where it would)
+        self.made = {id(v) for v in self.variables() if id(v) in recorder.made_here}
         self.replays = 0
         self.graphs = graphs  # runs of device lines become device graphs when compiled (graph.py)
         self.graphed = []     # those runs, once compiled

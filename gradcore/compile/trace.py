@@ -271,6 +271,7 @@ class Recorder:
         # it reads by name, its keyed arguments): arrays among them are not made by the step
         self.reached = set()
         self.outside = None
+        self.reached_after = None   # the same, looked for again once the step has run
         self.touched = []           # the outside Variables (not arguments) the step read or set
         self.argument_sites = {}    # id(Variable argument) -> its index: a replay's is another
         self.grads_cleared = set()  # ids of the Variables whose grad the step cleared
@@ -835,9 +836,11 @@ class Recorder:
             self.grads_cleared.add(id(v))
             self.append("store_grad", self.site(v), (None,))
 
-    def release(self):
+    def release(self, last=False):
         """Give every adopted Variable its real arrays back, and write the lines that make a
-        replay leave them as this run did (data rebound, grad set or cleared)."""
+        replay leave them as this run did (data rebound, grad set or cleared). `last`: the step
+        has ended, so no line reads a grad stored now: one into a Variable the step made (a new
+        one at each call eagerly, which the caller does not reach: Compiled checks) is left out."""
         for entry in self.adopted.values():
             v = entry.variable
             site = self.site(v)
@@ -864,8 +867,9 @@ class Recorder:
                 self.logs[id(log)] = (log, self.site(v))
             grad = v._grad
             if grad is not entry.grad:
-                self.append("store_grad", self.site(v),
-                            (None if grad is None else self._real(grad),))
+                value = None if grad is None else self._real(grad)
+                if not (last and self.made_here.get(id(v)) is v):
+                    self.append("store_grad", self.site(v), (value,))
                 if (entry.grad is None and id(v) not in self.grads_cleared
                         and entry.argument is None and id(v) not in self.made_here):
                     # set where none was found (backward: eagerly it adds to one it finds),
