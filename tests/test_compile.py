@@ -4671,14 +4671,21 @@ def test_a_variable_made_of_a_constant_replays_under_check_without_its_grad_stor
         loss.backward()
         W.data = W.data - 0.5 * W.grad.data
 
+    compiled = _checked_descent_of_four_steps(W, update)
+    tape, = compiled.tapes()
+    assert [line.target for line in tape.lines if line.kind == "store_grad"] == [W, W]
+
+
+def _checked_descent_of_four_steps(W, update):
+    """The descent on a made Variable, compiled with check=True and called four times: its
+    losses and c's grads as worked out by hand."""
     compiled = gradcore.compile(_descent_on_a_made_variable(W, update), check=True)
     for k in range(4):
         loss, gc_ = compiled(np.ones(3))
         assert float(loss.data) == 9.0 - 3.375 * k
         assert gc_.data.tolist() == [1.0 - 0.75 * k, 2.0 - 0.75 * k, 3.0 - 0.75 * k]
     assert compiled.stats()["checked replays"] == 3
-    tape, = compiled.tapes()
-    assert [line.target for line in tape.lines if line.kind == "store_grad"] == [W, W]
+    return compiled
 
 
 def test_a_variable_made_of_a_constant_replays_under_check_with_an_optimizer():
@@ -4692,12 +4699,7 @@ def test_a_variable_made_of_a_constant_replays_under_check_with_an_optimizer():
         loss.backward()
         opt.step()
 
-    compiled = gradcore.compile(_descent_on_a_made_variable(W, update), check=True)
-    for k in range(4):
-        loss, gc_ = compiled(np.ones(3))
-        assert float(loss.data) == 9.0 - 3.375 * k
-        assert gc_.data.tolist() == [1.0 - 0.75 * k, 2.0 - 0.75 * k, 3.0 - 0.75 * k]
-    assert compiled.stats()["checked replays"] == 3
+    compiled = _checked_descent_of_four_steps(W, update)
     assert W.data.tolist() == [1.0 - 3.0, 2.0 - 3.0, 3.0 - 3.0]
 
 
