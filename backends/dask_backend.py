@@ -164,9 +164,12 @@ class DaskBackend(HostRandom, Backend):
 
     def persist(self, arrays):
         assigned = list(self._assigned.values())
-        self._assigned.clear()
         # one pass for all: shared work is done once
         done = self.dask.persist(*arrays, *assigned)
+        # forgotten only once worked out: after a failure they are still to be persisted (and
+        # those assigned meanwhile, by another thread, stay queued)
+        for target in assigned:
+            self._assigned.pop(id(target), None)
         for target, value in zip(assigned, done[len(arrays):]):
             _rebind(target, value)
         return list(done[:len(arrays)])

@@ -488,6 +488,63 @@ def test_gradients_come_in_their_inputs_chunks(name, f):
     np.testing.assert_allclose(grads[1].compute(), grads[0], rtol=1e-12)
 
 
+@pytest.mark.parametrize("op", ["matmul", "linear"])
+def test_weight_gradients_come_in_the_weights_chunks_so_a_step_keeps_them(op):
+    # matmul's came in x.T @ gy's chunks ((3, 3), (4, 1, 3) for W below), and the step
+    # W - lr * gW took Dask's common refinement of both: ((2, 1, 1, 2), (4, 1, 3))
+    rng = np.random.RandomState(0)
+    x, W, b = rng.randn(40, 6), rng.randn(6, 8), rng.randn(8)
+    chunks = {"x": (10, 3), "W": (2, 4), "b": 3}
+    on = {name: gradcore.Parameter(da.from_array(a, chunks=chunks[name]))
+          for name, a in (("x", x), ("W", W), ("b", b))}
+    if op == "matmul":  # no bias: add's backward (sum_to) gives gb in gy's chunks
+        del on["b"]
+        b = 0.0
+    y = F.matmul(*on.values()) if op == "matmul" else F.linear(*on.values())
+    F.sum(F.tanh(y)).backward()
+    gy = 1 - np.tanh(x @ W + b) ** 2
+    expected = {"x": gy @ W.T, "W": x.T @ gy, "b": gy.sum(axis=0)}
+    for name, v in on.items():
+        assert v.grad.data.chunks == v.data.chunks, name
+        np.testing.assert_allclose(v.grad.data.compute(), expected[name], rtol=1e-12)
+    before = {name: v.data.chunks for name, v in on.items()}
+    optim.SGD(list(on.values()), lr=0.1).step()
+    assert {name: v.data.chunks for name, v in on.items()} == before
+
+
+def test_train_mode_forwards_with_no_graph_work_out_the_running_statistics():
+    # under no_grad (re-estimating them, as after weight averaging) no optimizer step comes to
+    # persist them: avg_mean was a recipe of every forward (33, 265, 505 tasks after 1, 30, 60)
+    x = np.random.RandomState(1).randn(24, 6)
+    norms = [nn.BatchNorm(), nn.BatchNorm().to("dask")]
+    with gradcore.no_grad():
+        for _ in range(5):
+            for norm, data in zip(norms, (x, da.from_array(x, chunks=(6, 3)))):
+                norm(data)
+    for stat in (norms[1].avg_mean, norms[1].avg_var):
+        assert len(stat.data.__dask_graph__()) == 1
+    np.testing.assert_allclose(norms[1].avg_mean.numpy(), norms[0].avg_mean.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(norms[1].avg_var.numpy(), norms[0].avg_var.numpy(), rtol=1e-12)
+
+
+def _fails(block):
+    raise IndexError("worked out, this block fails")
+
+
+def test_arrays_assigned_before_a_persist_that_fails_are_persisted_by_the_next():
+    # they were forgotten before Dask had worked them out: after the error, their graph grew
+    # with every later assign, never persisted again
+    dask_device = backends.get_backend("dask")
+    target = da.zeros(4, chunks=2)
+    dask_device.assign(target, da.arange(4.0, chunks=2) + 1)
+    failing = da.ones(4, chunks=2).map_blocks(_fails, meta=np.array((), float))
+    with pytest.raises(IndexError, match="this block fails"):
+        dask_device.persist([failing])
+    dask_device.persist([])
+    assert len(target.__dask_graph__()) == 2  # one task per chunk, holding its values
+    np.testing.assert_array_equal(target.compute(), [1.0, 2.0, 3.0, 4.0])
+
+
 def test_dropout_draws_its_mask_in_the_chunks_of_x_and_manual_seed_decides_it():
     x = gradcore.Variable(da.ones((400, 300), chunks=(70, 60)))
     with dask.config.set({"array.chunk-size": "64KiB"}), gradcore.using_config("train", True):

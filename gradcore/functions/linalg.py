@@ -1,6 +1,6 @@
 """Linear algebra: matmul (batched, broadcasting), linear (fused) and linear_simple."""
 from ..function import Function
-from .shape import reshape, sum_to, transpose
+from .shape import laid_out_like, reshape, sum_to, transpose
 
 
 def _shape(a):
@@ -39,8 +39,13 @@ class MatMul(Function):
         W2 = W if W.ndim > 1 else reshape(W, W.shape + (1,))
         batch = max(x2.ndim, W2.ndim) - 2
         gy2 = reshape(gy, gy.shape[:batch] + (x2.shape[-2], W2.shape[-1]))
-        gx = reshape(sum_to(matmul(gy2, _swap_last(W2)), x2.shape), x.shape) if n0 else None
-        gW = reshape(sum_to(matmul(_swap_last(x2), gy2), W2.shape), W.shape) if n1 else None
+        gx = gW = None
+        # Dask: each in its input's chunks (matmul's come in others), so that an optimizer step
+        # leaves a parameter in the chunks it had
+        if n0:
+            gx = laid_out_like(reshape(sum_to(matmul(gy2, _swap_last(W2)), x2.shape), x.shape), x)
+        if n1:
+            gW = laid_out_like(reshape(sum_to(matmul(_swap_last(x2), gy2), W2.shape), W.shape), W)
         return gx, gW
 
 
@@ -76,12 +81,14 @@ class Linear(Function):
     def backward(self, gy):
         x, W = self.inputs[:2]
         needs = self.needs_input_grad
-        gx = matmul(gy, W.T) if needs[0] else None
-        gW = matmul(x.T, gy) if needs[1] else None
+        # Dask: each in its input's chunks, as matmul's
+        gx = laid_out_like(matmul(gy, W.T), x) if needs[0] else None
+        gW = laid_out_like(matmul(x.T, gy), W) if needs[1] else None
         if len(self.inputs) == 2:
             return gx, gW
         b = self.inputs[2]
-        return gx, gW, sum_to(gy, b.shape) if needs[2] else None  # summed over the batch
+        # summed over the batch
+        return gx, gW, laid_out_like(sum_to(gy, b.shape), b) if needs[2] else None
 
 
 def linear(x, W, b=None):

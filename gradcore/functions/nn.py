@@ -204,7 +204,14 @@ def batch_norm(x, gamma, beta, mean, var, decay=0.9, eps=2e-5):
         if backends.backend_of(a) is None:
             raise TypeError(f"batch_norm: the running {name} must be an array (it is updated in "
                             f"place), got {type(a).__name__}")
-    return BatchNorm(mean, var, decay, eps, Config.train, holders)(x, gamma, beta)
+    f = BatchNorm(mean, var, decay, eps, Config.train, holders)
+    y = f(x, gamma, beta)
+    if f.train and f.backend.lazy and y.creator is None:
+        # Dask: with no graph recorded (no_grad, or nothing requires grad) no optimizer step
+        # comes from this call to work out the statistics with the parameters: worked out now,
+        # else each forward's would hold every earlier one's
+        f.backend.persist([])
+    return y
 
 
 # =============================================================================== embed_id

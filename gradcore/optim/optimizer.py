@@ -288,22 +288,64 @@ class Optimizer:
         return params
 
     def _update_params(self, params):
-        """`update_one` on each of `params`, counted as a write; Dask results persisted."""
-        for p in params:
-            version = p.version
-            with p.backend.device_context(p.device):
-                self.update_one(p)
-            if p.version == version:  # updated in place, not through the data setter: count it
-                note_write(p)
+        """`update_one` on each of `params`, counted as a write; Dask results persisted. Dask
+        raises only when it works a step out (an out-of-range label, say): then the lazy
+        parameters, their state and counts are put back as they were, and the error re-raised."""
         lazy = [p for p in params if p.backend.lazy]
-        if lazy:  # Dask: else each step's parameters would hold the graph of every step before
-            self._persist(lazy)
+        kept = [self._kept(p) for p in lazy]
+        try:
+            for p in params:
+                version = p.version
+                with p.backend.device_context(p.device):
+                    self.update_one(p)
+                if p.version == version:  # updated in place, not through the data setter: count it
+                    note_write(p)
+            if lazy:  # Dask: else each step's parameters would hold the graph of every step before
+                self._persist(lazy, kept)
+        except BaseException:
+            for k in kept:
+                self._put_back(*k)
+            raise
+        if not params:
+            # nothing updated (every parameter frozen): what forwards queued to be worked out
+            # with the parameters (BatchNorm's running statistics) is worked out now, else its
+            # graph would grow with every forward
+            for backend in backends.registered():
+                if backend.lazy:
+                    backend.persist([])
 
-    def _persist(self, params):
+    def _kept(self, p):
+        """(p, its array, copies of its state and counts or None): what a step changes of p."""
+        state, counts = self.state.get(p), self.state_counts.get(p)
+        return (p, p._data, None if state is None else dict(state),
+                None if counts is None else dict(counts))
+
+    def _put_back(self, p, data, state, counts):
+        """p's array, state and counts as `_kept` kept them (state made since is dropped)."""
+        p._data = data
+        for held, old in ((self.state, state), (self.state_counts, counts)):
+            live = held.get(p)
+            if old is None:
+                held.pop(p, None)
+            elif live is None:
+                held[p] = old
+            else:  # the same dict, which whoever read it before the step still holds
+                live.clear()
+                live.update(old)
+
+    def _persist(self, params, kept):
         """Work out the lazy parameters and their state arrays now, all in one pass (the
-        same values: not a write), so a training loop's graph does not grow step after step."""
+        same values: not a write), so a training loop's graph does not grow step after step.
+        Each in the layout (Dask: chunks) the parameter had before the step (`kept`): its
+        gradient may come in others, which the update takes on."""
         backend = params[0].backend
         states = [self.state.get(p) or {} for p in params]
+        for p, state, (_, data, _, _) in zip(params, states, kept):
+            layout = backend.layout(data)
+            p._data = backend.laid_out(p._data, layout)
+            for name, a in state.items():
+                if backend.owns(a):
+                    state[name] = backend.laid_out(a, layout)
         arrays = [p.data for p in params] + [a for state in states for a in state.values()
                                              if backend.owns(a)]
         done = iter(backend.persist(arrays))
