@@ -99,9 +99,12 @@ def _check_entry_names(names):
     """ValueError, before anything is written, naming the first of `names` (state_dict names)
     that an .npz archive cannot hold as the entry name + ".npy": one holding NUL (zipfile cuts
     the name there, so the file would not load back), one UTF-8 cannot encode (a lone
-    surrogate), or one longer than the zip format's 65535 bytes."""
+    surrogate), or one longer than the zip format's 65535 bytes; and the name the checkpoint
+    marker keeps for itself (FORMAT_KEY)."""
+    if FORMAT_KEY in names:
+        raise ValueError(f"save: a parameter is named {FORMAT_KEY!r}, the name reserved for "
+                         "the checkpoint marker; rename it")
     for name in names:
-        shown = repr(name) if len(name) <= 60 else f"{name[:40]!r}... ({len(name)} characters)"
         try:
             size = len((name + ".npy").encode("utf-8"))
         except UnicodeEncodeError as e:
@@ -115,6 +118,7 @@ def _check_entry_names(names):
                           f"{_ZIP_NAME_MAX - 4} a zip entry's name can hold beside '.npy'")
             else:
                 continue
+        shown = repr(name) if len(name) <= 60 else f"{name[:40]!r}... ({len(name)} characters)"
         raise ValueError(f"save: the parameter or buffer {shown} cannot be saved: its name "
                          f"{reason}; nothing was written. Rename the attribute that holds it")
 

@@ -652,9 +652,6 @@ class Module:
         hold (ValueError: a NUL, a lone surrogate, over 65531 UTF-8 bytes), and a file object
         open in text mode (TypeError). `load` raises CheckpointError for what it reads."""
         arrays = {name: _to_host(a) for name, a in self.state_dict().items()}
-        if FORMAT_KEY in arrays:
-            raise ValueError(f"save: a parameter is named {FORMAT_KEY!r}, the name reserved for "
-                             "the checkpoint marker; rename it")
         _check_entry_names(arrays)
         arrays[FORMAT_KEY] = numpy.asarray(FORMAT_VERSION)
         if _is_file_object(path):  # the caller's file: no atomic rename to make
