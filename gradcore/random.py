@@ -1,7 +1,6 @@
 """manual_seed: one call seeds the global generator of every backend in use. draw: how ops draw
 from those generators, so that gradcore.checkpoint draws a block's numbers again exactly; noted:
 how ops read other state that may change before backward, so that it reads the same again."""
-import operator
 import os
 import sys
 import threading
@@ -44,10 +43,8 @@ def manual_seed(seed):
     array-API backends draw from too) and, when CuPy is already imported and sees a GPU, CuPy's
     on every GPU. Dropout masks then repeat from run to run. Any integer in [0, 2**32) is
     taken (a NumPy one too, as np.random.seed takes it); a bool is not. Never imports CuPy."""
-    try:
-        value = None if isinstance(seed, bool) else operator.index(seed)  # int, np.int64...
-    except TypeError:  # a float, a string
-        value = None
+    from .optim.hyperparameters import as_integer  # not at the top: optim imports this module
+    value = as_integer(seed)  # an int, np.int64...; None for a bool, a float, a string
     if value is None or not 0 <= value < 2 ** 32:
         raise ValueError(f"manual_seed: the seed must be an int in [0, 2**32), got {seed!r}")
     seed = value

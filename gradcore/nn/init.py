@@ -18,6 +18,8 @@ import numbers
 
 import backends
 
+from ..functions.device import accumulator_dtype
+
 __all__ = ["zeros_", "ones_", "constant_", "normal_", "uniform_", "xavier_uniform_",
            "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_",
            "calculate_gain"]
@@ -115,7 +117,7 @@ def uniform_(p, a=0.0, b=1.0):
         raise ValueError(f"uniform_: needs a < b, got a={a}, b={b}")
     data = _floating(p, "uniform_")
     xp, backend, device = p.xp, p.backend, p.device
-    wide = xp.float32 if xp.finfo(data.dtype).bits < 32 else data.dtype
+    wide = accumulator_dtype(xp, data.dtype) or data.dtype  # float16: drawn in float32
     y = _draw(p, "uniform", "uniform_", wide)
     with backend.device_context(device):
         y = xp.astype(y * (b - a) + a, data.dtype, copy=False)

@@ -360,9 +360,6 @@ class OneCycleLR(LRScheduler):
     def __init__(self, optimizer, max_lr, total_steps, pct_start=0.3, anneal_strategy="cos",
                  div_factor=25.0, final_div_factor=1e4, last_epoch=-1, cycle_momentum=True,
                  base_momentum=0.85, max_momentum=0.95):
-        if anneal_strategy not in ("cos", "linear"):
-            raise ValueError(f"OneCycleLR: anneal_strategy must be 'cos' or 'linear', got "
-                             f"{anneal_strategy!r}")
         if not 0 < pct_start < 1:
             raise ValueError(f"OneCycleLR: pct_start must be in (0, 1), got {pct_start}")
         # checked before anything is set: the first step records initial_lr on the optimizer

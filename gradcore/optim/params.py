@@ -3,6 +3,7 @@ from collections.abc import Iterable, Mapping
 
 import backends
 
+from ..functions.device import accumulator_dtype
 from ..variable import Variable, dtype_kind
 
 # array type -> {dtype: the dtype updates of a parameter of it compute in}, filled on first
@@ -19,18 +20,17 @@ def grad_array(param):
 
 
 def update_dtype(param):
-    """The dtype an optimizer computes `param`'s update in and keeps its state in: float32 for a
-    floating dtype narrower than that (float16), as mixed-precision training does, else the
+    """The dtype an optimizer computes `param`'s update in and keeps its state in: float32 for
+    float16 (accumulator_dtype, the rule sums follow), as mixed-precision training does, else the
     parameter's own; None for a dtype that is not floating (an integer parameter, which no
     update can change). In float16 the square of a gradient under 2.4e-4 is 0, so Adam's v and
     AdaGrad's h would be 0 and the step m / eps hundreds of times too large."""
     p = param.data
     wide = _UPDATE_DTYPES.get(type(p), _NONE_SEEN).get(p.dtype, False)
     if wide is False:
-        xp, dtype = param.xp, p.dtype
-        kind = dtype_kind(param.backend, dtype)
-        wide = None if kind != "float" else (
-            xp.finfo(xp.float32).dtype if xp.finfo(dtype).bits < 32 else dtype)
+        dtype = p.dtype
+        wide = None if dtype_kind(param.backend, dtype) != "float" else (
+            accumulator_dtype(param.xp, dtype) or dtype)
         _UPDATE_DTYPES.setdefault(type(p), {})[dtype] = wide
     return wide
 
