@@ -41,7 +41,7 @@ from ..variable import Parameter, Variable
 from . import trace
 from .check import ReplayMismatch, Snapshot, _host_tree, compare
 from .tape import Diverged, Tape
-from .trace import _LIBRARIES, _users_code
+from .trace import _GRADCORE_DIRS, _LIBRARIES, _users_code
 
 __all__ = ["compile", "Compiled", "ReplayMismatch"]
 
@@ -968,10 +968,6 @@ _GENERATOR_TYPES = (_NUMPY_RANDOM.Generator, _NUMPY_RANDOM.RandomState,
 _GLOBAL_GENERATORS = frozenset(map(id, (
     getattr(_NUMPY_RANDOM.mtrand, "_rand", None), getattr(random, "_inst", None),
     getattr(getattr(_NUMPY_RANDOM.mtrand, "_rand", None), "_bit_generator", None))))
-# Where gradcore's own code lies: a generator it makes in a step (Dask's chunked draws, from a
-# seed drawn through gradcore) is drawn afresh at each replay
-_GRADCORE_CODE = tuple(os.path.dirname(os.path.abspath(path)) for path in (
-    os.path.dirname(__file__), backends.__file__))
 
 
 def _made_while_recording():
@@ -984,7 +980,9 @@ def _made_while_recording():
     if rec is not None and rec.fallback is None:
         frame = sys._getframe(1)  # BitGenerator.__init__ is compiled: the caller's frame
         while frame is not None and not _users_code(frame.f_code):
-            if os.path.abspath(frame.f_code.co_filename).startswith(_GRADCORE_CODE):
+            # gradcore's own (Dask's chunked draws, from a seed drawn through gradcore): drawn
+            # afresh at each replay
+            if os.path.abspath(frame.f_code.co_filename).startswith(_GRADCORE_DIRS):
                 return _RLOCK()
             frame = frame.f_back
         rec.give_up("the step made a NumPy random generator (default_rng(), a Generator, "

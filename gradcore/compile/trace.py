@@ -130,12 +130,15 @@ def _check_not_in_use(args, kwargs):
                 "threads use its model, or use the model from one thread")
 
 
+# gradcore's own code: its package and the backends
+_GRADCORE_DIRS = tuple(os.path.abspath(path) for path in (
+    os.path.dirname(os.path.dirname(__file__)), os.path.dirname(backends.__file__)))
 # Code that is not the user's: gradcore, backends, the standard library and installed packages.
 # A step's calls into it are not followed for the globals they read (their globals are not the
 # user's settings), and a fallback names the user's line that called it
-_LIBRARIES = tuple(dict.fromkeys(os.path.abspath(path) for path in (
-    os.path.dirname(os.path.dirname(__file__)), os.path.dirname(backends.__file__),
-    *(sysconfig.get_paths()[name] for name in ("stdlib", "platstdlib", "purelib", "platlib")))))
+_LIBRARIES = tuple(dict.fromkeys((*_GRADCORE_DIRS, *(
+    os.path.abspath(sysconfig.get_paths()[name])
+    for name in ("stdlib", "platstdlib", "purelib", "platlib")))))
 
 
 def _users_code(code):

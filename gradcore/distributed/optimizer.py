@@ -447,13 +447,14 @@ class DistributedOptimizer:
         are complete start."""
         self._synced = False  # a backward since synchronize(): the step sums again
         recorder = _variables.step_recorder
-        if recorder is not None and recorder.is_active():
+        recording = recorder is not None and recorder.is_active()
+        if recording:
             self._note_in_tape(recorder)
         if p.grad is not None:
             self._final[id(p)] = weakref.ref(p.grad)  # not kept alive once replaced
         if not self.overlap:
             return
-        if not self._checked or recorder is not None and recorder.is_active():
+        if not self._checked or recording:
             return  # the first step checks the ranks first; a recorded step sums at the step
         if p.backend.lazy:
             return  # Dask: the step computes every gradient together (see _persist_lazy)
