@@ -757,29 +757,29 @@ def _add_to_grads(finished, shared, create_graph, check_anomalies):
         # opaque lines) is the tape's again, so that its new grad is stored as it was set
         recorder.adopt_inputs([x for x, _ in adding])
     with _accumulating:  # the sums only: nothing here calls back into user code
-        owned = _owned(adding, shared, create_graph)
+        totals = [(x, g if x._grad is None else x._grad + g)
+                  for x, g in _owned(adding, shared, create_graph)]
         if check_anomalies:  # all checked before any is set: a refused backward changes nothing
-            _check_grad_sums(owned)
-        for x, g in owned:
-            x._grad = g if x._grad is None else x._grad + g
+            _check_grad_sums(totals)
+        for x, total in totals:
+            x._grad = total
     if hooked_leaves:
         for x, _ in finished:
             for hook in list(getattr(x, "_post_hooks", ())):
                 _call_hook(hook, x, x)
 
 
-def _check_grad_sums(owned):
+def _check_grad_sums(totals):
     """Anomaly mode, before the leaves' .grad are set: RuntimeError if a leaf's .grad from earlier
-    backward calls plus this backward's gradient holds NaN or infinity (two finite terms can
-    overflow)."""
-    with using_config("enable_backprop", False):  # a look at the sums, recorded nowhere
-        for x, g in owned:
-            if x._grad is not None and not anomaly.is_finite((x._grad + g)._data):
-                raise RuntimeError(
-                    f"anomaly: backward: {_describe(x)} has a .grad from earlier backward calls, "
-                    f"and adding this backward's gradient to it gives NaN or infinity: it "
-                    f"overflows {x._grad.dtype}. Call x.cleargrad() (a model's cleargrads()) "
-                    "between backward calls, or scale the values down")
+    backward calls plus this backward's gradient (`totals`: (x, that sum) pairs) holds NaN or
+    infinity (two finite terms can overflow)."""
+    for x, total in totals:
+        if x._grad is not None and not anomaly.is_finite(total._data):
+            raise RuntimeError(
+                f"anomaly: backward: {_describe(x)} has a .grad from earlier backward calls, "
+                f"and adding this backward's gradient to it gives NaN or infinity: it "
+                f"overflows {x._grad.dtype}. Call x.cleargrad() (a model's cleargrads()) "
+                "between backward calls, or scale the values down")
 
 
 def _check_grad_fits(x):

@@ -323,16 +323,8 @@ def _take_off(registered, start):
         if x.creator is not None and x.creator.sequence > start:
             continue
         if post is None:
-            _drop_last(x._hooks, hook)
+            _variables._remove_identical(x._hooks, hook, last=True)
         else:
             with _variables._post_hooks_lock:
-                _drop_last(post, hook)
+                _variables._remove_identical(post, hook, last=True)
                 _variables._forget_if_empty(x, post)
-
-
-def _drop_last(hooks, hook):
-    """Remove the last occurrence of `hook` (this one object) from the list `hooks`."""
-    for i in range(len(hooks) - 1, -1, -1):
-        if hooks[i] is hook:
-            del hooks[i]
-            return

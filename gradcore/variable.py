@@ -1082,11 +1082,13 @@ class _HookHandle:
                     _forget_if_empty(variable, self._post)
 
 
-def _remove_identical(hooks, hook):
+def _remove_identical(hooks, hook, last=False):
     """Take `hook` itself off the list `hooks` (not a hook that only compares equal to it, a
-    dataclass's, say); False if it is not there."""
-    for i, h in enumerate(hooks):
-        if h is hook:
+    dataclass's, say): its first occurrence, or with `last` its last; False if it is not
+    there."""
+    positions = range(len(hooks) - 1, -1, -1) if last else range(len(hooks))
+    for i in positions:
+        if hooks[i] is hook:
             del hooks[i]
             return True
     return False
