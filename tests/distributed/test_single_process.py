@@ -751,6 +751,16 @@ def test_a_model_that_lists_its_own_parameters_is_read_at_every_step(comm):
     assert len(opt._params) == 3
 
 
+def _seeded_linear_with_counted_sums(comm, overlap):
+    """A Linear(3 -> 2, float64) from seed 0, its _CountingAlone communicator (each mean a third
+    of this rank's) and a DistributedOptimizer of SGD(lr=0.1) over it."""
+    gradcore.manual_seed(0)
+    model = nn.Linear(2, in_size=3, dtype="float64")
+    counting = _CountingAlone(comm, on_device=False)
+    opt = dist.DistributedOptimizer(optim.SGD(model, lr=0.1), counting, overlap=overlap)
+    return model, counting, opt
+
+
 @pytest.mark.parametrize("form", ["clip", "synchronize and clip"])
 @pytest.mark.parametrize("overlap", [True, False])
 def test_a_compiled_step_that_averages_before_the_step_replays(comm, overlap, form):
@@ -759,10 +769,7 @@ def test_a_compiled_step_that_averages_before_the_step_replays(comm, overlap, fo
     xs = np.random.RandomState(1).randn(5, 8, 3)
     results = []
     for compiled in (False, True):
-        gradcore.manual_seed(0)
-        model = nn.Linear(2, in_size=3, dtype="float64")
-        counting = _CountingAlone(comm, on_device=False)  # each mean a third of this rank's
-        opt = dist.DistributedOptimizer(optim.SGD(model, lr=0.1), counting, overlap=overlap)
+        model, counting, opt = _seeded_linear_with_counted_sums(comm, overlap)
 
         def step(x):
             opt.zero_grad()
@@ -837,10 +844,7 @@ def test_a_replayed_backward_after_an_averaging_is_summed_at_the_step(comm, over
     xs = np.random.RandomState(2).randn(6, 2, 4, 3)
     results = []
     for compiled in (False, True):
-        gradcore.manual_seed(0)
-        model = nn.Linear(2, in_size=3, dtype="float64")
-        counting = _CountingAlone(comm, on_device=False)  # each mean a third of this rank's
-        opt = dist.DistributedOptimizer(optim.SGD(model, lr=0.1), counting, overlap=overlap)
+        model, counting, opt = _seeded_linear_with_counted_sums(comm, overlap)
         run, replayed = _averaging_between_compiled_calls(model, opt, program, compiled)
         gc.collect()  # an earlier test's optimizer, collected mid-test, would remove its hooks
         for x0, x1 in xs:
