@@ -322,9 +322,9 @@ def _take_off(registered, start):
     for x, hook, post in reversed(registered):
         if x.creator is not None and x.creator.sequence > start:
             continue
-        if post is None:
-            _variables._remove_identical(x._hooks, hook, last=True)
-        else:
-            with _variables._post_hooks_lock:
-                _variables._remove_identical(post, hook, last=True)
+        with _variables._post_hooks_lock:
+            if post is None:
+                _variables._remove_identical(x._hooks, hook, -1)
+            else:
+                _variables._remove_identical(post, hook, -1)
                 _variables._forget_if_empty(x, post)

@@ -181,7 +181,9 @@ hooks_registered = contextvars.ContextVar("gradcore.hooks_registered", default=N
 # was recorded before that (in a loop of forward, backward, update: never).
 latest_write = [-1]
 _stamping = threading.Lock()
-_post_hooks_lock = threading.Lock()  # a leaf's post-accumulate hook list, made and emptied
+# a leaf's post-accumulate hook list, made and emptied; a hook list and the tickets of its
+# handles (_Registrations), changed together
+_post_hooks_lock = threading.Lock()
 
 
 def _after_fork():
@@ -741,12 +743,13 @@ class Variable:
                 "it and the hook would never run (it was made with requires_grad=False, holds "
                 "integers, or was computed under no_grad() or from inputs that do not require "
                 "grad); on a float leaf, call x.requires_grad_() first")
-        if self._hooks is None:
-            self._hooks = []
-        self._hooks.append(hook)
+        with _post_hooks_lock:  # a handle knows its copy of the hook: see _HookHandle
+            if self._hooks is None:
+                self._hooks = []
+            handle = _HookHandle(self, self._hooks, hook)
         _note_hook(self, hook)
         settings_changed(self)
-        return _HookHandle(self, hook)
+        return handle
 
     def register_post_accumulate_grad_hook(self, hook):
         """Call `hook(self)` in each backward once this leaf's `.grad` holds all that backward
@@ -771,10 +774,10 @@ class Variable:
             if hooks is None:
                 hooks = self._post_hooks = []
                 engine.hooked_leaves.add(self)
-            hooks.append(hook)
+            handle = _HookHandle(self, hooks, hook)
         _note_hook(self, hook, hooks)
         settings_changed(self)
-        return _HookHandle(self, hook, hooks)
+        return handle
 
     # ---------------------------------------------------------------- devices
     def to(self, device):
@@ -1056,42 +1059,69 @@ def _note_hook(variable, hook, post=None):
 
 
 class _HookHandle:
-    """Returned by `register_hook` and `register_post_accumulate_grad_hook`; `remove()`
-    unregisters the hook (twice is harmless)."""
+    """Returned by `register_hook` and `register_post_accumulate_grad_hook`: appends the hook to
+    its list; `remove()` takes this registration off (twice, or after a checkpoint's
+    recomputation took it off, is harmless). One callable registered twice has two handles, and
+    each takes off its own copy: the other keeps its place among the hooks."""
 
-    __slots__ = ("_variable", "_hook", "_post")
+    __slots__ = ("_variable", "_registrations", "_ticket")
 
-    def __init__(self, variable, hook, post=None):
+    def __init__(self, variable, hooks, hook):
         self._variable = weakref.ref(variable)
-        self._hook = hook
-        self._post = post  # the list of post-accumulate hooks it is in; None: a gradient hook
+        # the list holds the hook itself, all the engine reads: which copy is this handle's is
+        # kept beside it, in the hook's _Registrations on that list
+        key = (id(hooks), id(hook))
+        registrations = _registrations.get(key)
+        if registrations is None:
+            registrations = _registrations[key] = _Registrations(hooks, hook)
+        self._registrations = registrations
+        self._ticket = next(_tickets)
+        registrations.tickets.append(self._ticket)
+        hooks.append(hook)
 
     def remove(self):
-        variable = self._variable()
-        if variable is None or self._hook is None:
+        variable, registrations = self._variable(), self._registrations
+        if variable is None or registrations is None:
             return
-        hook, self._hook = self._hook, None  # removed once: the same callable registered again
-        # has a handle of its own, which a second remove() here must not take away
+        self._registrations = None  # removed once: a second remove() does nothing
         settings_changed(variable)
-        if self._post is None:
-            if variable._hooks:
-                _remove_identical(variable._hooks, hook)
-        else:
-            with _post_hooks_lock:
-                if _remove_identical(self._post, hook):
-                    _forget_if_empty(variable, self._post)
+        with _post_hooks_lock:
+            if self._ticket in registrations.tickets:  # else a recomputation took it off
+                _remove_identical(registrations.hooks, registrations.hook,
+                                  registrations.tickets.index(self._ticket))
+                _forget_if_empty(variable, registrations.hooks)  # a leaf's emptied post list
 
 
-def _remove_identical(hooks, hook, last=False):
-    """Take `hook` itself off the list `hooks` (not a hook that only compares equal to it, a
-    dataclass's, say): its first occurrence, or with `last` its last; False if it is not
-    there."""
-    positions = range(len(hooks) - 1, -1, -1) if last else range(len(hooks))
-    for i in positions:
-        if hooks[i] is hook:
-            del hooks[i]
-            return True
-    return False
+# The _Registrations of each (hook list, hook) that a live handle holds, keyed by the ids of the
+# two: it holds both, so the ids stay theirs
+_registrations = weakref.WeakValueDictionary()
+_tickets = itertools.count()
+
+
+class _Registrations:
+    """The registrations of `hook` on the list `hooks`: a ticket each, in the order of the
+    hook's copies in the list; None for a copy the list held when this was made (its handles
+    gone, or the list a copied Variable's)."""
+
+    __slots__ = ("hooks", "hook", "tickets", "__weakref__")
+
+    def __init__(self, hooks, hook):
+        self.hooks, self.hook = hooks, hook
+        self.tickets = [None] * builtins.sum(h is hook for h in hooks)
+
+
+def _remove_identical(hooks, hook, n=0):
+    """Take the n-th copy (-1: the last) of `hook` itself off the list `hooks` (not a hook
+    that only compares equal to it, a dataclass's, say), and its ticket in the hook's
+    _Registrations; False if there is no such copy."""
+    copies = [i for i, h in enumerate(hooks) if h is hook]
+    if not -len(copies) <= n < len(copies):
+        return False
+    del hooks[copies[n]]
+    registrations = _registrations.get((id(hooks), id(hook)))
+    if registrations is not None:
+        del registrations.tickets[n]
+    return True
 
 
 def _forget_if_empty(variable, hooks):

@@ -460,6 +460,51 @@ def test_a_handle_removed_twice_leaves_the_same_hook_registered_again():
     assert calls == [1]  # `post_second` still counts
 
 
+def test_each_handle_of_a_hook_registered_twice_takes_off_its_own_registration():
+    """double, clip, double on one Variable: the second handle took the first double off, so
+    the gradient was clipped, then doubled (x.grad 2.0 for 1.0, not clip(2 * 1.0) = 1.0), and
+    a handle whose copy of the hook was taken off by its twin took off a later one."""
+    def double(g):
+        return g * 2.0
+
+    def clip(g):
+        return F.clip(g, -1.0, 1.0)
+
+    def grad_of(x):
+        x.cleargrad()
+        (x * 1.0).sum().backward()
+        return x.grad.item()
+
+    x = Parameter(np.array([1.0]))
+    first, _, second = x.register_hook(double), x.register_hook(clip), x.register_hook(double)
+    second.remove()
+    assert x._hooks == [double, clip] and grad_of(x) == 1.0  # clip(2 * 1.0)
+    second.remove()  # twice is harmless
+    assert x._hooks == [double, clip]
+    x.register_hook(double)  # the handle is dropped: its copy stays
+    first.remove()
+    assert x._hooks == [clip, double] and grad_of(x) == 2.0
+    again = x.register_hook(double)
+    first.remove()  # its registration is gone: the same hook registered again stays
+    assert x._hooks == [clip, double, double] and grad_of(x) == 4.0
+    again.remove()
+    assert x._hooks == [clip, double]
+
+    order = []
+    w = Parameter(np.array([1.0]))
+    post_first = w.register_post_accumulate_grad_hook(order.append)
+    w.register_post_accumulate_grad_hook(lambda p: order.append("other"))
+    post_second = w.register_post_accumulate_grad_hook(order.append)
+    post_second.remove()
+    (w * 1.0).sum().backward()
+    assert order == [w, "other"]
+    post_second.remove()
+    post_first.remove()
+    order.clear()
+    (w * 1.0).sum().backward()
+    assert order == ["other"]
+
+
 def test_hook_on_an_intermediate_changes_what_flows_on(xp):
     x = var(xp, 2.0)
     t = x * 3

@@ -992,6 +992,43 @@ def test_a_handle_the_block_got_removes_the_hook_from_the_callers_variable():
             assert checkpointed[1][1] == hooked
 
 
+def test_a_blocks_handle_takes_off_its_own_copy_of_a_hook_registered_outside_too():
+    """double (outside), clip, double (the block's): the block's handle took off the copy the
+    caller registered, and a handle of a recomputation's copy (taken off already) took off one
+    of the others (x.grad 0.6 for 0.3 after it: clip, double; not 1.0)."""
+    def double(g):
+        return g * 2.0
+
+    def clip(g):
+        return F.clip(g, -0.5, 0.5)
+
+    handles = []
+
+    def block(u):
+        handles.append(u.register_hook(double))
+        return u * 0.3
+
+    x = Variable(np.array([1.0]))
+    a = x * 1.0
+    outside = a.register_hook(double)
+    a.register_hook(clip)
+    y = F.sum(gradcore.checkpoint(block, a))
+
+    def grad():
+        x.cleargrad()
+        y.backward(retain_graph=True)
+        return x.grad.item()
+
+    assert grad() == 1.0 and len(handles) == 2  # 0.3 doubled, clipped, doubled; recomputed
+    assert a._hooks == [double, clip, double]
+    handles[1].remove()  # the recomputation's: taken off after it already
+    assert a._hooks == [double, clip, double] and grad() == 1.0
+    handles[0].remove()
+    assert a._hooks == [double, clip] and grad() == 0.5
+    outside.remove()
+    assert a._hooks == [clip] and grad() == 0.3
+
+
 def test_what_the_block_asks_of_its_argument_is_asked_of_the_callers_variable_at_once():
     # retain_grad() and a refused register_hook, as without checkpoint: retain_grad waited for
     # the recomputation, the refusal came after the block had run
