@@ -19,7 +19,7 @@ class Adam(Optimizer):
     parameter had a gradient changes nothing. `optimizer.t` (DeZero's name) counts the updates
     that changed at least one parameter: the count of a parameter updated at every step. As in
     DeZero it is counted before the hooks run, so they see this step's t and lr (and it is taken
-    back if they drop every gradient).
+    back if they drop every gradient, or if the step raises).
 
     eps is added to sqrt(v) before the bias correction, as in DeZero; PyTorch adds it after:
     m_hat / (sqrt(v_hat) + eps). A step here is PyTorch's with eps replaced by k * eps,
@@ -84,13 +84,16 @@ class Adam(Optimizer):
             self.t += 1
         try:
             params = self._run_hooks(params)
+            if counted and not params:  # the hooks dropped every gradient: nothing is updated
+                self.t -= 1
+                counted = False
+            self._update_params(params)
         except BaseException:
+            # a step that raises is not counted: a lazy (Dask) step that fails when worked out
+            # puts its parameters, state and counts back, and t goes back with them
             if counted:
                 self.t -= 1
             raise
-        if counted and not params:  # the hooks dropped every gradient: nothing is updated
-            self.t -= 1
-        self._update_params(params)
 
     def update_one(self, param):
         self._adam_step(param, *update_arrays(param))

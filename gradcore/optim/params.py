@@ -54,12 +54,18 @@ def update_arrays(param):
 def set_data(param, data):
     """Store an updated array in `param`: nothing to do when the update ran in place (NumPy, CuPy,
     array-api-strict keep the same array object), an assignment for immutable arrays; a wider
-    copy from update_arrays is rounded into the parameter's own array, in place."""
+    copy from update_arrays is rounded into the parameter's own array, in place, but on a lazy
+    backend (Dask) into a new array, as for any other dtype there."""
     if data is not param.data:
-        if data.dtype != param.dtype:
-            param.backend.assign(param.data, data)
-        else:
+        if data.dtype == param.dtype:
             param.data = data
+        elif param.backend.lazy:
+            # Dask's assign rewrites the array's recipe for every holder (and queues it for the
+            # next persist): a step that fails when worked out could not be taken back by
+            # putting back the array it kept
+            param.data = param.xp.astype(data, param.dtype)
+        else:
+            param.backend.assign(param.data, data)
 
 
 def _describe(param):

@@ -7,7 +7,7 @@ import pytest
 import gradcore
 import gradcore.functions as F
 from gradcore import nn
-from gradcore.optim import SGD, AdaGrad, Adam, FreezeParam, MomentumSGD
+from gradcore.optim import SGD, AdaDelta, AdaGrad, Adam, AdamW, FreezeParam, MomentumSGD
 
 da = pytest.importorskip("dask.array", reason="needs the dask extra: pip install 'gradcore[dask]'")
 pytest.importorskip("array_api_compat", reason="needs the dask extra")
@@ -15,14 +15,16 @@ pytest.importorskip("array_api_compat", reason="needs the dask extra")
 W0 = np.arange(48.0).reshape(6, 8) / 10
 G = [np.cos(np.arange(48.0)).reshape(6, 8), np.sin(np.arange(48.0)).reshape(6, 8)]
 CHUNKS = ((2, 2, 2), (4, 4))
-OPTIMIZERS = [(SGD, {"lr": 0.1}), (MomentumSGD, {"lr": 0.1}), (AdaGrad, {}), (Adam, {})]
+OPTIMIZERS = [(SGD, {"lr": 0.1}), (MomentumSGD, {"lr": 0.1}), (AdaGrad, {}), (AdaDelta, {}),
+              (Adam, {}), (AdamW, {})]
 IDS = [cls.__name__ for cls, _ in OPTIMIZERS]
 
 
-def _steps(cls, hyper, grads, chunks=None):
-    """W0 after a step with each of `grads` (arrays, or Dask arrays for a Dask W); the
+def _steps(cls, hyper, grads, chunks=None, dtype=np.float64):
+    """W0 in `dtype` after a step with each of `grads` (arrays, or Dask arrays for a Dask W); the
     optimizer and W."""
-    W = gradcore.Parameter(W0.copy() if chunks is None else da.from_array(W0, chunks=chunks))
+    w = W0.astype(dtype)
+    W = gradcore.Parameter(w if chunks is None else da.from_array(w, chunks=chunks))
     optimizer = cls([W], **hyper)
     for g in grads:
         W.grad = gradcore.Variable(g, requires_grad=False)
@@ -48,41 +50,56 @@ def _fails(block):
     raise IndexError("worked out, this block fails")
 
 
+def _failing_grad(g, dtype):
+    return gradcore.Variable(da.from_array(g.astype(dtype), chunks=CHUNKS).map_blocks(
+        _fails, meta=np.array((), dtype)), requires_grad=False)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
 @pytest.mark.parametrize("cls, hyper", OPTIMIZERS, ids=IDS)
-def test_a_step_that_fails_when_worked_out_changes_nothing(cls, hyper):
+def test_a_step_that_fails_when_worked_out_changes_nothing(cls, hyper, dtype):
     # on Dask a bad label raises only when the step is worked out (persisted): the parameter
-    # and its state then held the failing recipe, and every later read, step or save raised
-    optimizer, W = _steps(cls, hyper, [da.from_array(G[0], chunks=CHUNKS)], CHUNKS)
+    # and its state then held the failing recipe, and every later read, step or save raised.
+    # A float16 parameter's update was assigned into its own array, which the step could not
+    # put back (and whose failing recipe every later persist worked out again); Adam's t
+    # stayed one ahead (2 where NumPy's is 1: its lr and state_dict said so)
+    grads = [G[0].astype(dtype), G[1].astype(dtype)]
+    optimizer, W = _steps(cls, hyper, [da.from_array(grads[0], chunks=CHUNKS)], CHUNKS, dtype)
     data = W.data.compute()
     state = {name: a.compute() for name, a in optimizer.state.get(W, {}).items()}
     counts = dict(optimizer.state_counts.get(W) or {})
-    W.grad = gradcore.Variable(
-        da.from_array(G[1], chunks=CHUNKS).map_blocks(_fails, meta=np.array((), float)),
-        requires_grad=False)
+    counters = optimizer.state_dict()["counters"]
+    W.grad = _failing_grad(grads[1], dtype)
     with pytest.raises(IndexError, match="this block fails"):
         optimizer.step()
+    assert W.dtype == dtype
     np.testing.assert_array_equal(W.data.compute(), data)
     assert optimizer.state.get(W, {}).keys() == state.keys()
     for name, a in optimizer.state.get(W, {}).items():
         np.testing.assert_array_equal(a.compute(), state[name])
     assert dict(optimizer.state_counts.get(W) or {}) == counts
-    optimizer.state_dict()  # reads every state array
-    W.grad = gradcore.Variable(da.from_array(G[1], chunks=CHUNKS), requires_grad=False)
+    assert optimizer.state_dict()["counters"] == counters  # reads every state array too
+    W.grad = gradcore.Variable(da.from_array(grads[1], chunks=CHUNKS), requires_grad=False)
     optimizer.step()  # the good step goes on as if the failed one had never been
-    expected, reference = _steps(cls, hyper, G)
-    np.testing.assert_allclose(W.data.compute(), reference.data, rtol=1e-12)
+    expected, reference = _steps(cls, hyper, grads, dtype=dtype)
+    saved, expected_saved = optimizer.state_dict(), expected.state_dict()
+    assert saved["counters"] == expected_saved["counters"]  # Adam's t: 2, as on NumPy
+    assert W.dtype == dtype
+    np.testing.assert_array_equal(W.data.compute(), reference.data)
+    for name, a in expected_saved["state"].get(0, {}).items():
+        np.testing.assert_array_equal(saved["state"][0][name], a)
 
 
-def test_a_first_step_that_fails_leaves_no_state():
-    W = gradcore.Parameter(da.from_array(W0, chunks=CHUNKS))
+@pytest.mark.parametrize("dtype", [np.float64, np.float16])
+def test_a_first_step_that_fails_leaves_no_state(dtype):
+    W = gradcore.Parameter(da.from_array(W0.astype(dtype), chunks=CHUNKS))
     optimizer = Adam([W])
-    W.grad = gradcore.Variable(
-        da.from_array(G[0], chunks=CHUNKS).map_blocks(_fails, meta=np.array((), float)),
-        requires_grad=False)
+    W.grad = _failing_grad(G[0], dtype)
     with pytest.raises(IndexError, match="this block fails"):
         optimizer.step()
     assert optimizer.state.get(W) is None and optimizer.state_counts.get(W) is None
-    np.testing.assert_array_equal(W.data.compute(), W0)
+    assert optimizer.t == 0
+    np.testing.assert_array_equal(W.data.compute(), W0.astype(dtype))
 
 
 def test_a_step_that_updates_nothing_works_out_the_running_statistics():
