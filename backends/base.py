@@ -77,6 +77,9 @@ class Backend:
     inner = None          # for a backend whose arrays wrap another backend's: that backend
     captures_graphs = False  # True when `capture` records work as a graph to launch again (CuPy)
     multiplies_bool = False  # True when its multiply takes bool and float arrays (NumPy, CuPy)
+    # True when its ufuncs loop over host memory in the calling thread and take out= (NumPy): a
+    # recorded step may then run a large elementwise pair a cache-sized block at a time
+    loops_on_host = False
     # False when the same work may round differently from one run to the next (CuPy: its
     # scatter-adds add with atomics, so a sum over repeated indices comes in any order)
     reproducible = True

@@ -13,6 +13,7 @@ class NumpyBackend(HostRandom, Backend):
     array_type = numpy.ndarray
     single_device = True
     multiplies_bool = True
+    loops_on_host = True
     scalar_types = frozenset(t for t in numpy.sctypeDict.values() if issubclass(t, numpy.generic))
 
     def owns_memory(self, array):

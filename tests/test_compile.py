@@ -4728,3 +4728,77 @@ def test_a_variable_the_step_made_and_keeps_in_a_global_list_makes_it_run_eagerl
         assert c.data.tolist() == [0.5, 0.5, 0.5] and c.grad.data.tolist() == [1.0, 4.0, 16.0]
     assert compiled.stats()["replays"] == 0
     _KEPT.clear()
+
+
+def _descent_by_hand(shape, lr, grad_of):
+    """A Parameter of `shape` (float32) and a step `p.data -= lr * grad_of(p.grad.data)` after
+    a backward of sum(p * x), as DeZero's first chapters write an update."""
+    p = gradcore.Parameter(np.random.default_rng(1).standard_normal(shape).astype(np.float32))
+
+    def step(x):
+        p.cleargrad()
+        F.sum(p * x).backward()
+        p.data -= lr * grad_of(p.grad.data)
+        return p.data
+
+    return p, step
+
+
+def _blocked_lines(compiled):
+    """The names of the lines of `compiled`'s tape that run a pair a block at a time."""
+    from gradcore.compile.tape import _Blocked
+    return [line.target.__name__ for line in compiled.tapes()[0].lines
+            if line.target.__class__ is _Blocked]
+
+
+@pytest.mark.parametrize("lr", [0.01, np.float32(0.01), np.full((1, 640), 0.01, np.float32)])
+def test_a_large_update_runs_a_block_at_a_time_with_eager_bits(lr):
+    from gradcore.compile.tape import BLOCKED_BYTES
+    shape = (BLOCKED_BYTES // (4 * 640) + 3, 640)  # float32 past BLOCKED_BYTES, rows not a
+    p, step = _descent_by_hand(shape, lr, lambda g: g)  # whole number of blocks
+    eager_p, eager_step = _descent_by_hand(shape, lr, lambda g: g)
+    compiled = gradcore.compile(step)
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        x = rng.standard_normal(shape).astype(np.float32)
+        assert same(compiled(x), eager_step(x))
+    assert same(p.data, eager_p.data)
+    assert not same(p.data, _descent_by_hand(shape, lr, None)[0].data)  # it did step
+    blocked, = _blocked_lines(compiled)
+    assert "multiply_subtract" in blocked
+
+
+def test_an_update_by_a_function_that_may_round_otherwise_in_blocks_stays_two_lines():
+    from gradcore.compile.tape import BLOCKED_BYTES
+    shape = (BLOCKED_BYTES // (4 * 640) + 3, 640)
+    p = gradcore.Parameter(np.zeros(shape, np.float32))
+
+    def step(x):  # exp makes the temporary, and its vector loop may round otherwise than its
+        p.data -= np.exp(x)  # tail: a block boundary could move an element from one to the other
+        return p.data
+
+    compiled = gradcore.compile(step)
+    for _ in range(4):
+        compiled(np.ones(shape, np.float32))
+    assert _blocked_lines(compiled) == []
+    assert np.all(p.data == np.float32(-4 * np.exp(np.float32(1))))
+
+
+def test_a_blocked_update_of_an_array_sharing_an_arguments_memory_runs_as_two_lines():
+    from gradcore.compile.tape import BLOCKED_BYTES, _Blocked
+    from gradcore.compile.trace import ArrayFacts
+    a = np.arange(2 * BLOCKED_BYTES // 8, dtype=np.float64).reshape(-1, 64)
+    facts = ArrayFacts(a, True, 0, np)
+    blocked = _Blocked(operator.mul, np.multiply, operator.isub, np.subtract, facts, rows=3)
+    for other, expected in [
+            (a[::-1], a - 2.0 * a[::-1]),  # rows in another order: eagerly, a temporary first
+            (a, a - 2.0 * a),              # a itself: row by row as eagerly
+            (np.ones(64), a - 2.0)]:       # broadcast along the rows
+        a_copy = a.copy()
+        other = a_copy[::-1] if other is not a and other.base is a else (
+            a_copy if other is a else other)
+        assert blocked(a_copy, 2.0, other) is a_copy
+        assert same(a_copy, expected)
+    # not of the temporary's shape: both lines as they were (here, broadcasting into `a`)
+    wide = np.zeros((a.shape[0], 64 * 2))
+    assert same(blocked(wide[:, :64], 2.0, a), -2.0 * a)
