@@ -138,7 +138,13 @@ def _retain(y, g, shared):
     if y._grad is not None:
         _check_grad_fits(y)
     with _accumulating:  # several threads may retain into one y (a shared graph), as into leaves
-        y._grad = y._retained_grad = kept if y._grad is None else y._grad + kept
+        if y._grad is None:
+            total = kept
+        else:
+            total = y._grad + kept
+            if is_anomaly_enabled():  # checked before it is set: a refused sum keeps y.grad
+                _check_grad_sum(y, total)
+        y._grad = y._retained_grad = total
 
 
 def _hook_result(hook, x, g):
@@ -770,16 +776,27 @@ def _add_to_grads(finished, shared, create_graph, check_anomalies):
 
 
 def _check_grad_sums(totals):
-    """Anomaly mode, before the leaves' .grad are set: RuntimeError if a leaf's .grad from earlier
-    backward calls plus this backward's gradient (`totals`: (x, that sum) pairs) holds NaN or
-    infinity (two finite terms can overflow)."""
+    """Anomaly mode, before the leaves' .grad are set: _check_grad_sum for each (x, the sum of
+    x.grad and this backward's gradient) in `totals` whose x has a .grad."""
     for x, total in totals:
-        if x._grad is not None and not anomaly.is_finite(total._data):
-            raise RuntimeError(
-                f"anomaly: backward: {_describe(x)} has a .grad from earlier backward calls, "
-                f"and adding this backward's gradient to it gives NaN or infinity: it "
-                f"overflows {x._grad.dtype}. Call x.cleargrad() (a model's cleargrads()) "
-                "between backward calls, or scale the values down")
+        if x._grad is not None:
+            _check_grad_sum(x, total)
+
+
+def _check_grad_sum(x, total):
+    """Anomaly mode, before x.grad is set to `total`, its .grad from earlier backward calls plus
+    this backward's gradient (of a leaf, or of a computed x that retains its gradient):
+    RuntimeError if that holds NaN or infinity (two finite terms can overflow)."""
+    if anomaly.is_finite(total._data):
+        return
+    what, hint = "", "x.cleargrad() (a model's cleargrads())"
+    if x.creator is not None:  # a model's cleargrads() clears only the leaves
+        what = f", computed by {x.creator._name()} and retaining its gradient,"
+        hint = "cleargrad() on it"
+    raise RuntimeError(
+        f"anomaly: backward: {_describe(x)}{what} has a .grad from earlier backward calls, and "
+        f"adding this backward's gradient to it gives NaN or infinity: it overflows "
+        f"{x._grad.dtype}. Call {hint} between backward calls, or scale the values down")
 
 
 def _check_grad_fits(x):

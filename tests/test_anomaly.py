@@ -361,3 +361,43 @@ def test_a_gradient_that_is_a_number_or_a_list_is_checked_as_the_walk_takes_it(m
         with pytest.raises(RuntimeError, match="anomaly: square.backward returned a gradient "
                                                "holding NaN or infinity for input 0"):
             y.backward()
+
+
+@pytest.mark.parametrize("dtype, value", [(np.float16, 4e4), (np.float32, 2e38)])
+@pytest.mark.parametrize("how", ["retain_grad()", "backward(retain_grad=True)", "grad"])
+def test_a_retained_grad_that_overflows_as_backward_adds_to_it_is_refused_and_kept(
+        how, dtype, value):
+    x = Variable(np.array([1.0], dtype=dtype))
+    t = x * dtype(1e-3)
+    t.name = "t"
+    if how != "backward(retain_grad=True)":
+        t.retain_grad()
+    y = t * dtype(value)  # t.grad is `value` per backward; y's and x's gradients stay small
+    if how == "grad":
+        def backward():
+            return gradcore.grad(y, x)
+    else:
+        def backward():
+            return y.backward(retain_grad=how != "retain_grad()")
+    backward()
+    t_grad = t.grad.data.copy()
+    x_grad = None if x.grad is None else x.grad.data.copy()
+    np.testing.assert_array_equal(t_grad, np.array([value], dtype))
+    with gradcore.detect_anomaly(), np.errstate(over="ignore"):
+        with pytest.raises(RuntimeError, match=r"anomaly: backward: the Variable \"t\" of shape "
+                                               rf"\(1,\) and dtype {np.dtype(dtype)}, computed by "
+                                               r"mul and retaining its gradient, has a .grad from "
+                                               r"earlier backward calls, and adding this "
+                                               r"backward's gradient to it gives NaN or infinity: "
+                                               rf"it overflows {np.dtype(dtype)}\. Call cleargrad"):
+            backward()
+    # checked before it is set: t.grad as it was, and the leaf's .grad (set after the walk)
+    np.testing.assert_array_equal(t.grad.data, t_grad)
+    if x_grad is None:
+        assert x.grad is None
+    else:
+        np.testing.assert_array_equal(x.grad.data, x_grad)
+    t.cleargrad()  # as the message says: then the same backward goes through
+    with gradcore.detect_anomaly():
+        backward()
+    np.testing.assert_array_equal(t.grad.data, t_grad)
