@@ -14,7 +14,7 @@ from .config import is_anomaly_enabled, using_config
 from .function import add_note, elsewhere, gradient_elsewhere
 from .functions.device import astype
 from .functions.math import copy
-from .functions.shape import sum_to
+from .functions.shape import laid_out_like, sum_to
 from .variable import (RETAIN_GRAD, Variable, _init_slots, dtype_kind, gradient_mismatch,
                        latest_write, version_at)
 
@@ -371,6 +371,8 @@ def _conform(f, gx, x):
                                "gradient per input, shaped like that input (or of a shape it "
                                "broadcasts to, which is summed back)")
         gx = sum_to(gx, shape)
+        if backend.lazy and x._data is not None:  # Dask: in x's chunks (the sum keeps gx's)
+            gx = laid_out_like(gx, x)
     return astype(gx, dtype)  # gx itself when the dtypes are equal
 
 

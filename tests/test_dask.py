@@ -512,6 +512,65 @@ def test_weight_gradients_come_in_the_weights_chunks_so_a_step_keeps_them(op):
     assert {name: v.data.chunks for name, v in on.items()} == before
 
 
+def _conv_penalty(x, W, b):
+    # a gradient penalty: conv2d's W gradient differentiated again, through Conv2dGradW's backward
+    gW, = gradcore.grad(F.sum(F.conv2d(x, W, b, pad=1) ** 2), [W], create_graph=True)
+    return F.sum(gW ** 2) + F.sum(b)
+
+
+@pytest.mark.parametrize("name, f", [
+    ("conv2d", lambda x, W, b: F.sum(F.tanh(F.conv2d(x, W, b, stride=2, pad=1)))),
+    ("deconv2d", lambda x, W, b: F.sum(F.tanh(F.deconv2d(x, W, b, stride=2, pad=1)))),
+    ("conv2d, double backward", _conv_penalty),
+])
+def test_convolution_gradients_come_in_their_inputs_chunks_so_a_step_keeps_them(name, f):
+    # conv2d's W gradient came in ((2, 1, 1), (3,), (3,), (3,)) for W in ((2, 2), (3,),
+    # (1, 1, 1), (3,)) and its b gradient in ((2, 1, 1),) for b in ((3, 1),): the step rechunked
+    rng = np.random.RandomState(0)
+    arrays = {"x": rng.randn(8, 3, 6, 6), "W": rng.randn(4, 3, 3, 3), "b": rng.randn(4)}
+    if name == "deconv2d":  # W is (C, OC, KH, KW)
+        arrays["W"] = arrays["W"].transpose(1, 0, 2, 3).copy()
+    chunks = {"x": (2, 3, 3, 6), "W": (2, 3, 1, 3), "b": 3}
+    grads = []
+    for device in ("cpu", "dask"):
+        on = {n: gradcore.Parameter(a if device == "cpu" else da.from_array(a, chunks=chunks[n]))
+              for n, a in arrays.items()}
+        f(*on.values()).backward()
+        grads.append({n: v.grad.data for n, v in on.items()})
+    for n, v in on.items():
+        assert v.grad.data.chunks == v.data.chunks, n
+        np.testing.assert_allclose(grads[1][n].compute(), grads[0][n], rtol=1e-10, atol=1e-12)
+    before = {n: v.data.chunks for n, v in on.items()}
+    optim.SGD(list(on.values()), lr=0.1).step()
+    assert {n: v.data.chunks for n, v in on.items()} == before
+
+
+@pytest.mark.parametrize("name, f", [
+    ("x + b", lambda x, b, c: F.sum(F.tanh(x + b) * c)),
+    ("b - x, b / x", lambda x, b, c: F.sum((b - x) / (x * x + c))),
+    ("maximum", lambda x, b, c: F.sum(F.maximum(x, b) * c)),
+])
+def test_broadcast_gradients_are_summed_into_their_inputs_chunks(name, f):
+    # the engine sums a broadcast gradient back to its input's shape in the gradient's chunks:
+    # b's came in ((3, 1, 2, 2),) for b in ((3, 3, 2),), c's in x's rows, and the step rechunked
+    rng = np.random.RandomState(0)
+    arrays = {"x": rng.randn(40, 8), "b": rng.randn(8), "c": rng.rand(40, 1) + 1}
+    chunks = {"x": (10, 4), "b": 3, "c": 7}
+    grads = []
+    for device in ("cpu", "dask"):
+        on = {n: gradcore.Parameter(a if device == "cpu" else da.from_array(a, chunks=chunks[n]))
+              for n, a in arrays.items()}
+        f(*on.values()).backward()
+        grads.append({n: v.grad.data for n, v in on.items()})
+    for n in ("b", "c"):
+        assert on[n].grad.data.chunks == on[n].data.chunks, n
+    for n in on:
+        np.testing.assert_allclose(grads[1][n].compute(), grads[0][n], rtol=1e-12)
+    before = {n: on[n].data.chunks for n in ("b", "c")}
+    optim.SGD([on["b"], on["c"]], lr=0.1).step()
+    assert {n: on[n].data.chunks for n in ("b", "c")} == before
+
+
 def test_train_mode_forwards_with_no_graph_work_out_the_running_statistics():
     # under no_grad (re-estimating them, as after weight averaging) no optimizer step comes to
     # persist them: avg_mean was a recipe of every forward (33, 265, 505 tasks after 1, 30, 60)

@@ -6,7 +6,7 @@ from ..function import Function
 from .device import wide_sum
 from .linalg import matmul
 from .reduce import average, max, sum
-from .shape import reshape, transpose
+from .shape import laid_out_like, reshape, transpose
 
 
 # =============================================================================== helpers
@@ -221,13 +221,16 @@ class Conv2d(Function):
         x, W = self.inputs[:2]
         needs = self.needs_input_grad
         gx = gW = gb = None
+        # Dask: each in its input's chunks (the reshapes and sums make others), so that an
+        # optimizer step leaves a parameter in the chunks it had, as matmul's
         if needs[0]:
-            gx = deconv2d(gy, W, None, self.stride, self.pad, outsize=x.shape[2:])
+            gx = laid_out_like(deconv2d(gy, W, None, self.stride, self.pad, outsize=x.shape[2:]),
+                               x)
         if needs[1]:
-            gW = Conv2dGradW(W.shape[2:], self.stride, self.pad, self.col)(x, gy)
+            gW = laid_out_like(Conv2dGradW(W.shape[2:], self.stride, self.pad, self.col)(x, gy), W)
         self.col = None  # used once: a second backward (retained graph) rebuilds them
         if len(needs) == 3 and needs[2]:
-            gb = sum(gy, axis=(0, 2, 3))
+            gb = laid_out_like(sum(gy, axis=(0, 2, 3)), self.inputs[2])
         return (gx, gW, gb)[:len(needs)]
 
 
@@ -309,12 +312,13 @@ class Deconv2d(Function):
         x, W = self.inputs[:2]
         needs = self.needs_input_grad
         gx = gW = gb = None
+        # Dask: each in its input's chunks, as conv2d's
         if needs[0]:
-            gx = conv2d(gy, W, None, self.stride, self.pad)
+            gx = laid_out_like(conv2d(gy, W, None, self.stride, self.pad), x)
         if needs[1]:
-            gW = Conv2dGradW(W.shape[2:], self.stride, self.pad)(gy, x)
+            gW = laid_out_like(Conv2dGradW(W.shape[2:], self.stride, self.pad)(gy, x), W)
         if len(needs) == 3 and needs[2]:
-            gb = sum(gy, axis=(0, 2, 3))
+            gb = laid_out_like(sum(gy, axis=(0, 2, 3)), self.inputs[2])
         return (gx, gW, gb)[:len(needs)]
 
 
