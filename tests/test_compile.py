@@ -4730,6 +4730,92 @@ def test_a_variable_the_step_made_and_keeps_in_a_global_list_makes_it_run_eagerl
     _KEPT.clear()
 
 
+@pytest.mark.parametrize("how", ["from the argument", "by a number", "to another shape"])
+def test_a_variable_made_of_a_constant_whose_data_the_step_sets_replays_from_the_constant(how):
+    """c = Variable(_HALVES), its data then set from itself: a replay starts from _HALVES, as
+    each eager call does, not from what the last call left in c. With x = k (k = 2..5): 0.5 k
+    doubled by its square summed, 3 (0.5 k)^2 = 0.75 k^2; 3 * 2 * 0.5 k = 3 k; two elements,
+    0.5 k^2. The last keeps one tape: c starts with three elements at each call."""
+    def step(x0):
+        c = gradcore.Variable(_HALVES, name="c")
+        if how == "from the argument":
+            c.data = c.data * x0
+            return F.sum(c * c)
+        if how == "by a number":
+            c.data = c.data * 2.0
+            return F.sum(c * gradcore.Variable(x0))
+        c.data = c.data[:2] * x0[:2]
+        return F.sum(c * c)
+
+    expected = {"from the argument": 0.75, "by a number": 3.0, "to another shape": 0.5}[how]
+    compiled = gradcore.compile(step)
+    for k in (2, 3, 4, 5):
+        loss = compiled(np.full(3, float(k)))
+        assert float(loss.data) == expected * k ** (1 if how == "by a number" else 2)
+    assert (compiled.stats()["recordings"], compiled.stats()["replays"]) == (1, 3)
+    assert _HALVES.tolist() == [0.5, 0.5, 0.5]
+
+
+def test_a_variable_made_of_a_constant_set_between_optimizer_steps_replays_from_the_constant():
+    """c = Variable(_HALVES) takes part in two SGD steps of W (lr 0.5), doubled in between.
+    With W = w everywhere and x = 1: loss = sum(W c x) = 1.5 w, its step W -= 0.25; loss2 =
+    sum(W c) = 3 (w - 0.25), its step W -= 0.5: so w falls by 0.75 a call from 1. The
+    optimizer reads c after its first step: a replay stores c's array there, not the doubled
+    one the last call left."""
+    W = gradcore.Parameter(np.ones(3), name="W")
+    opt = optim.SGD([W], lr=0.5)
+
+    def step(x0):
+        c = gradcore.Variable(_HALVES, name="c")
+        loss = F.sum(W * c * gradcore.Variable(x0))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        c.data = c.data * 2.0
+        loss2 = F.sum(W * c)
+        opt.zero_grad()
+        loss2.backward()
+        opt.step()
+        return loss, loss2
+
+    compiled = gradcore.compile(step, check=2)
+    for k in range(4):
+        w = 1.0 - 0.75 * k
+        loss, loss2 = compiled(np.ones(3))
+        assert (float(loss.data), float(loss2.data)) == (1.5 * w, 3.0 * (w - 0.25))
+    assert (compiled.stats()["replays"], compiled.stats()["checked replays"]) == (1, 2)
+    assert W.data.tolist() == [-2.0, -2.0, -2.0]
+    assert _HALVES.tolist() == [0.5, 0.5, 0.5]
+
+
+@pytest.mark.parametrize("of", ["a Variable it made", "a Parameter from outside"])
+def test_an_optimizer_the_step_makes_makes_it_run_eagerly(of):
+    """Eagerly a new Adam at each call, whose first step moves each element by lr against its
+    grad's sign (m / sqrt(v) = g / |g|, up to eps), in place: after k calls v = [1, 2, 3] - 0.1 k.
+    A replay would step the recording's Adam again, its moments carried over (10.70, 9.76 for
+    eager's 10.67, 9.68 in the third and fourth calls)."""
+    start = np.array([1.0, 2.0, 3.0])
+    outside = gradcore.Parameter(start, name="v")
+
+    def step(x0):
+        v = gradcore.Variable(start, name="v") if of == "a Variable it made" else outside
+        opt = optim.Adam([v], lr=0.1)
+        F.sum(v * v * gradcore.Variable(x0)).backward()
+        opt.step()
+        return F.sum(v * v)
+
+    compiled = gradcore.compile(step)
+    with pytest.warns(RuntimeWarning, match="the step made the optimizer Adam it steps"):
+        compiled(np.full(3, 1.0))
+    for k in (2, 3, 4):
+        if of != "a Variable it made":
+            outside.cleargrad()
+        loss = compiled(np.full(3, float(k)))
+        assert float(loss.data) == pytest.approx(float(np.sum((np.array([1.0, 2.0, 3.0])
+                                                               - 0.1 * k) ** 2)), rel=1e-7)
+    assert compiled.stats()["replays"] == 0
+
+
 def _descent_by_hand(shape, lr, grad_of):
     """A Parameter of `shape` (float32) and a step `p.data -= lr * grad_of(p.grad.data)` after
     a backward of sum(p * x), as DeZero's first chapters write an update."""

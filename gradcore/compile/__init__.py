@@ -362,6 +362,12 @@ class Compiled:
             rec.give_up(f"the step kept {_engine._describe(kept[0])}, which it made, where code "
                         "outside it reaches it (a global list, an object of yours), which a "
                         "replay would not do: return what you need of it as a result instead")
+        made = _made_optimizer(rec) if rec.fallback is None and not rec.record_again else None
+        if made is not None:
+            rec.give_up(f"the step made the optimizer {type(made).__name__} it steps: eagerly a "
+                        "new one starts at each call, where a replay would step this one again, "
+                        "its state (moments, counts of steps) carried over: make the optimizer "
+                        "outside the compiled step")
         if rec.record_again or rec.fallback is not None:
             # this call was an eager one: its graph, and the state it kept on modules (an RNN's
             # hidden state, which the next call's graph continues) or elsewhere, become what
@@ -1562,6 +1568,17 @@ def _kept_outside(rec):
         return []
     reached = _reached_after(rec)
     return [v for i, v in rec.made_here.items() if i in reached]
+
+
+def _made_optimizer(rec):
+    """The first optimizer whose step the tape runs that the step made itself, or None."""
+    if rec.made_optimizers:
+        for line in rec.lines:
+            if line.kind == "opaque" and line.kwargs:
+                opt = line.kwargs["optimizer"]
+                if rec.made_optimizers.get(id(opt)) is opt:
+                    return opt
+    return None
 
 
 def _is_mutable_array(value):

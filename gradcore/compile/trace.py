@@ -269,6 +269,10 @@ class Recorder:
         self.grads_read = []        # the Variables whose grad a load_grad line reads
         self.grads_absent = []      # those whose grad the step set where it found none
         self.made_here = {}         # id -> each Variable the step made (a new one at each call)
+        self.made_optimizers = {}   # id -> each optimizer the step made (the same: see compile)
+        # ids of the made Variables read already, and the slots of their first reads: a replay
+        # reads the array a Variable was made over there (constant lines), not the Variable
+        self.made_read, self.made_slots = set(), set()
         self.own_memories = set()   # memory numbers of arrays the step made outside the tape
         # ids of what the step can reach from outside it, from `outside` (its function, what
         # it reads by name, its keyed arguments): arrays among them are not made by the step
@@ -412,7 +416,8 @@ class Recorder:
 
     def from_inputs(self, value):
         """True if a traced array in `value` (a line argument: containers looked into) may come
-        out otherwise at a replay: its lines reach an argument, a Variable's array (a load) or a
+        out otherwise at a replay: its lines reach an argument, a Variable's array (a load, or
+        the first read of one the step made: `Variable(BUF)`, BUF refilled between calls) or a
         random draw. A size the step computed from numbers of its own with xp
         (`xp.cumsum(xp.asarray([2]))`) does not, nor an array from outside (the same at every
         replay, as a constant of the tape is)."""
@@ -429,6 +434,7 @@ class Recorder:
             for line in self._sources(self.writers[traced.slot]):
                 kind = line.kind
                 if (kind == "load" or kind == "load_grad"
+                        or kind == "constant" and line.out in self.made_slots
                         or (kind == "call" or kind == "method")
                         and _name(kind, line.target) in _DRAWS
                         or any(slot in arguments for slot in line.reads)):
@@ -589,7 +595,9 @@ class Recorder:
     # ------------------------------------------------------------ Variables from outside
     def adopt(self, v):
         """v's data as a Traced: loaded from v (or from the Variable whose grad v is) when the
-        tape is replayed. v keeps the Traced until `release` puts its real array back."""
+        tape is replayed; the array itself, a constant of the tape, where the step made v and
+        reads it for the first time. v keeps the Traced until `release` puts its real array
+        back."""
         data = v._data
         if data is None or isinstance(data, Traced):
             return data
@@ -605,11 +613,23 @@ class Recorder:
         else:
             backend = trace_backend(v._backend)
             slot = self.new_slot()
-            self._note_memory(slot, data)
             owner = self.grad_owners.get(id(v))
-            if owner is None or owner._grad is not v:
+            if owner is not None and owner._grad is not v:
                 owner = None
-                self.append("load", self.site(v), out=slot)
+            first_made = (owner is None and self.made_here.get(id(v)) is v
+                          and id(v) not in self.made_read)
+            # held from the start, as the loads' memory from their time: an optimizer step
+            # (an opaque line) may write it
+            self._note_memory(slot, data, variable=first_made)
+            if owner is None:
+                if first_made:
+                    # eagerly a new Variable over this array at each call: a replay reads the
+                    # array, not what the last replay left in this Variable (v.data = v.data * 2)
+                    self.made_read.add(id(v))
+                    self.made_slots.add(slot)
+                    self.append("constant", data, out=slot)
+                else:  # from outside, or made and released since (around an optimizer step)
+                    self.append("load", self.site(v), out=slot)
                 if id(v) in self.made_here:  # an array of the step's own, new at each call
                     self.note_own(data)
             else:
@@ -842,14 +862,21 @@ class Recorder:
     def release(self, last=False):
         """Give every adopted Variable its real arrays back, and write the lines that make a
         replay leave them as this run did (data rebound, grad set or cleared). `last`: the step
-        has ended, so no line reads a grad stored now: one into a Variable the step made (a new
-        one at each call eagerly, which the caller does not reach: Compiled checks) is left out."""
+        has ended, so no line reads what is stored now into a Variable the step made (a new one
+        at each call eagerly, which the caller does not reach: Compiled checks): left out. Before
+        an optimizer step, such a Variable's data is stored even where unchanged: the lines after
+        it load it from this Variable, which the last replay left as it ended."""
         for entry in self.adopted.values():
             v = entry.variable
             site = self.site(v)
             data = v._data
+            made = self.made_here.get(id(v)) is v
             if isinstance(data, Traced):
-                if data.value is not entry.data or entry.data_sets:
+                if made and entry.grad_of is None:
+                    stored = not last  # before an optimizer step only, and then always
+                else:
+                    stored = data.value is not entry.data or entry.data_sets
+                if stored:
                     # the data setter ran (also `v.data -= ...`, which hands back the same
                     # array): the replay rebinds and counts the writes as the setter did; into
                     # the grad of its owner where v is a grad (the owner's is another at replay)
@@ -858,12 +885,12 @@ class Recorder:
                         site, store["in_grad"] = self.site(entry.grad_of), True
                     self.append("store", site, (self.template(data),), store or None)
                 v._data, v._backend = data.value, data.backend.inner
-            if entry.argument is None and entry.data is not None and v._data is not entry.data and (
-                    v._data is not None and (v._backend is not entry.backend
-                                             or v._data.shape != entry.data.shape
-                                             or v._data.dtype != entry.data.dtype)):
+            if (entry.argument is None and not made and entry.data is not None
+                    and v._data is not entry.data and v._data is not None
+                    and (v._backend is not entry.backend or v._data.shape != entry.data.shape
+                         or v._data.dtype != entry.data.dtype)):
                 # a tape of this call's shapes would not fit the next (an argument's shape and
-                # dtype are in the next call's key)
+                # dtype are in the next call's key; one the step made starts from its array)
                 self.record_again = True
             log = getattr(v, "_writes", None)
             if log is not None and entry.grad_of is None:  # for results that view v (_shape)
@@ -871,7 +898,7 @@ class Recorder:
             grad = v._grad
             if grad is not entry.grad:
                 value = None if grad is None else self._real(grad)
-                if not (last and self.made_here.get(id(v)) is v):
+                if not (last and made):
                     self.append("store_grad", self.site(v), (value,))
                 if (entry.grad is None and id(v) not in self.grads_cleared
                         and entry.argument is None and id(v) not in self.made_here):

@@ -137,6 +137,9 @@ class Optimizer:
             object.__setattr__(self, name, value)
         for name in self.counters:
             setattr(self, name, 0)
+        recorder = _variables.step_recorder
+        if recorder is not None and recorder.is_active():  # made in a compiled step: see there
+            recorder.made_optimizers[id(self)] = self
 
     def __setattr__(self, name, value):
         # a hyperparameter set later (by hand, or by a schedule at every step) is checked as the
