@@ -9,6 +9,7 @@ import functools
 import importlib
 import itertools
 import math
+import threading
 import weakref
 
 import numpy
@@ -133,8 +134,10 @@ class DaskBackend(HostRandom, Backend):
         self.xp = Namespace(xp, self.da)
         self.array_type = self.da.Array
         # arrays written whole by `assign` since the last persist, by id (a Dask array's == is
-        # elementwise, so it cannot key a WeakSet): the next persist works them out too
+        # elementwise, so it cannot key a WeakSet): the next persist works them out too. Each
+        # keeps its recipe from before those assigns (_BEFORE), put back if its value fails
         self._assigned = weakref.WeakValueDictionary()
+        self._queue_lock = threading.Lock()  # assigns and persists may come from several threads
 
     def normalize_key(self, index, shape):
         # an index array or a mask is needed on the host: its values for the bounds check, a
@@ -158,21 +161,61 @@ class DaskBackend(HostRandom, Backend):
         if value.dtype != target.dtype:
             value = value.astype(target.dtype)
         value = self.da.broadcast_to(value, target.shape).rechunk(target.chunks)
-        _rebind(target, value)
-        self._assigned[id(target)] = target
+        with self._queue_lock:
+            if self._assigned.get(id(target)) is not target:
+                target.__dict__[_BEFORE] = _recipe(target)
+                self._assigned[id(target)] = target
+            _rebind(target, _recipe(value))
         return target
 
     def persist(self, arrays):
-        assigned = list(self._assigned.values())
-        # one pass for all: shared work is done once
-        done = self.dask.persist(*arrays, *assigned)
-        # forgotten only once worked out: after a failure they are still to be persisted (and
-        # those assigned meanwhile, by another thread, stay queued)
-        for target in assigned:
-            self._assigned.pop(id(target), None)
-        for target, value in zip(assigned, done[len(arrays):]):
-            _rebind(target, value)
+        with self._queue_lock:
+            queued = [(target, _recipe(target)) for target in self._assigned.values()]
+        try:
+            # one pass for all: shared work is done once
+            done = self.dask.persist(*arrays, *(target for target, _ in queued))
+        except Exception:  # an interrupt leaves the queue as it is: no value failed
+            if queued:
+                self._settle_failed(queued)
+            raise
+        self._settle(queued, done[len(arrays):])
         return list(done[:len(arrays)])
+
+    def _settle_failed(self, queued):
+        """After a persist that failed: each queued target whose value works out on its own is
+        persisted; one whose value fails too is put back as it was before its queued assigns,
+        as an eager backend raises at such an assign and writes nothing. Left queued, a failing
+        value would fail every later persist, and reading the target would raise."""
+        alone = [self.da.Array(graph, name, chunks, meta=meta)
+                 for _, (meta, graph, name, chunks) in queued]
+        try:  # all together first: one pass where only the caller's arrays failed
+            values = self.dask.persist(*alone)
+        except Exception:  # then one at a time: those that fail alone are put back
+            values = [self._persisted(array) for array in alone]
+        self._settle(queued, values)
+
+    def _persisted(self, array):
+        """`array` worked out, or None where that fails."""
+        try:
+            return self.dask.persist(array)[0]
+        except Exception:
+            return None
+
+    def _settle(self, queued, values):
+        """Each queued (target, recipe it was persisted with) given its worked-out value, or
+        put back (value None), and dropped from the queue; one assigned again meanwhile (by
+        another thread) holds a newer recipe and stays queued."""
+        with self._queue_lock:
+            for (target, (_, _, name, _)), value in zip(queued, values):
+                if self._assigned.get(id(target)) is not target:
+                    continue  # settled meanwhile by another thread's persist
+                if target.name != name:
+                    if value is not None:  # what its newer assigns are put back to
+                        target.__dict__[_BEFORE] = _recipe(value)
+                    continue
+                before = target.__dict__.pop(_BEFORE)
+                self._assigned.pop(id(target), None)
+                _rebind(target, before if value is None else _recipe(value))
 
     def owns_memory(self, array):
         return True  # a Dask array is never written in place: every change is a new graph
@@ -314,6 +357,7 @@ class DaskBackend(HostRandom, Backend):
 
 
 _MADE = "_gradcore_made"  # in a Dask array's __dict__: (its name then, make(chunks=...))
+_BEFORE = "_gradcore_before"  # in a queued assigned one's: its _recipe before those assigns
 
 
 def _made(array, make):
@@ -403,9 +447,11 @@ def _without_empty_chunks(array):
     return array.rechunk(tuple(tuple(n for n in c if n) for c in array.chunks))
 
 
-def _rebind(target, value):
-    """The Dask array `target` made to hold `value`'s graph (same shape and chunks), in place."""
-    target._meta = value._meta
-    target.dask = value.dask
-    target._name = value.name
-    target._chunks = value.chunks
+def _recipe(array):
+    """What a Dask array holds, as `_rebind` takes it: (meta, graph, name, chunks)."""
+    return array._meta, array.dask, array.name, array.chunks
+
+
+def _rebind(target, recipe):
+    """The Dask array `target` made to hold `recipe` (same shape and chunks), in place."""
+    target._meta, target.dask, target._name, target._chunks = recipe
