@@ -319,12 +319,7 @@ def _take_off(registered, start):
     results depend on them): the first run registered them already, and registered again they
     would run once more in each later backward. Those on Variables it computed stay: its own
     differentiation runs them."""
-    for x, hook, post in reversed(registered):
+    for x, handle in reversed(registered):
         if x.creator is not None and x.creator.sequence > start:
             continue
-        with _variables._post_hooks_lock:
-            if post is None:
-                _variables._remove_identical(x._hooks, hook, -1)
-            else:
-                _variables._remove_identical(post, hook, -1)
-                _variables._forget_if_empty(x, post)
+        handle._take_off(x)  # its own registration: not a copy the block or its caller added

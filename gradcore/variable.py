@@ -175,7 +175,7 @@ def _cannot_require_grad(dtype):
 # Variables: a Function recorded before a write to one of its inputs has a smaller number.
 sequence = itertools.count()
 # while gradcore.checkpoint runs a block again: a list that each hook registered then joins, as
-# (Variable, hook, its list of post-accumulate hooks or None), for the recomputation to take off
+# (Variable, the handle of that registration), for the recomputation to take off
 hooks_registered = contextvars.ContextVar("gradcore.hooks_registered", default=None)
 # The stamp of the latest write to any Variable: backward checks a Function's inputs only if it
 # was recorded before that (in a loop of forward, backward, update: never).
@@ -747,7 +747,7 @@ class Variable:
             if self._hooks is None:
                 self._hooks = []
             handle = _HookHandle(self, self._hooks, hook)
-        _note_hook(self, hook)
+        _note_hook(self, handle)
         settings_changed(self)
         return handle
 
@@ -775,7 +775,7 @@ class Variable:
                 hooks = self._post_hooks = []
                 engine.hooked_leaves.add(self)
             handle = _HookHandle(self, hooks, hook)
-        _note_hook(self, hook, hooks)
+        _note_hook(self, handle)
         settings_changed(self)
         return handle
 
@@ -1051,11 +1051,11 @@ class Parameter(Variable):
     __slots__ = ()
 
 
-def _note_hook(variable, hook, post=None):
+def _note_hook(variable, handle):
     """Note a hook registered during a checkpointed block's recomputation: see hooks_registered."""
     registered = hooks_registered.get()
     if registered is not None:
-        registered.append((variable, hook, post))
+        registered.append((variable, handle))
 
 
 class _HookHandle:
@@ -1080,11 +1080,18 @@ class _HookHandle:
         hooks.append(hook)
 
     def remove(self):
-        variable, registrations = self._variable(), self._registrations
-        if variable is None or registrations is None:
+        variable = self._variable()
+        if variable is None or self._registrations is None:
             return
-        self._registrations = None  # removed once: a second remove() does nothing
         settings_changed(variable)
+        self._take_off(variable)
+
+    def _take_off(self, variable):
+        """Take this registration off its list, if it is still there (a checkpoint's
+        recomputation takes off what it registered again this way)."""
+        registrations, self._registrations = self._registrations, None  # a second time: nothing
+        if registrations is None:
+            return
         with _post_hooks_lock:
             if self._ticket in registrations.tickets:  # else a recomputation took it off
                 _remove_identical(registrations.hooks, registrations.hook,

@@ -1133,3 +1133,29 @@ def test_a_hook_on_a_variable_the_results_do_not_depend_on_is_registered_once():
             seen.append((W.grad.data, calls, len(W._hooks)))
         np.testing.assert_array_equal(seen[1][0], seen[0][0])
         assert seen[1][1:] == seen[0][1:] == (["W", "W"], 1)
+
+
+def test_a_hook_the_block_registers_and_removes_itself_leaves_the_callers_copy_on():
+    """The caller keeps f on W; the block registers f on W too and takes it off before it
+    returns. Its recomputation does the same, and taking off what the recomputation registered
+    once took off the caller's copy: f never ran again."""
+    W = gradcore.Parameter(np.ones(3))
+    calls = []
+
+    def f(g):
+        calls.append(g.data.copy())
+
+    W.register_hook(f)
+
+    def block(x):
+        handle = W.register_hook(f)
+        y = x * W
+        handle.remove()
+        return y
+
+    for _ in range(3):
+        W.cleargrad()
+        calls.clear()
+        F.sum(gradcore.checkpoint(block, Variable(np.full(3, 2.0)))).backward()
+        assert len(calls) == 1 and calls[0].tolist() == [2.0, 2.0, 2.0]
+        assert W._hooks.count(f) == 1
