@@ -19,7 +19,8 @@ class Adam(Optimizer):
     parameter had a gradient changes nothing. `optimizer.t` (DeZero's name) counts the updates
     that changed at least one parameter: the count of a parameter updated at every step. As in
     DeZero it is counted before the hooks run, so they see this step's t and lr (and it is taken
-    back if they drop every gradient, or if the step raises).
+    back if they drop every gradient, if a hook raises, or if a Dask step fails when worked
+    out and is put back).
 
     eps is added to sqrt(v) before the bias correction, as in DeZero; PyTorch adds it after:
     m_hat / (sqrt(v_hat) + eps). A step here is PyTorch's with eps replaced by k * eps,
@@ -84,14 +85,20 @@ class Adam(Optimizer):
             self.t += 1
         try:
             params = self._run_hooks(params)
-            if counted and not params:  # the hooks dropped every gradient: nothing is updated
+        except BaseException:
+            if counted:  # no parameter changed
                 self.t -= 1
-                counted = False
+            raise
+        if counted and not params:  # the hooks dropped every gradient: nothing is updated
+            self.t -= 1
+            return
+        try:
             self._update_params(params)
         except BaseException:
-            # a step that raises is not counted: a lazy (Dask) step that fails when worked out
-            # puts its parameters, state and counts back, and t goes back with them
-            if counted:
+            # a lazy (Dask) step that fails when worked out puts its parameters, state and counts
+            # back, and t goes back with them; an eager one that raised partway (NumPy under
+            # errstate(all="raise")) has changed the parameters before the failing one: counted
+            if counted and all(p.backend.lazy for p in params):
                 self.t -= 1
             raise
 

@@ -405,3 +405,30 @@ def test_zero_grad_set_to_none_or_to_zeros():
     optimizer.zero_grad(False)
     np.testing.assert_array_equal(model.W.grad.data, [0.0, 0.0])
     np.testing.assert_array_equal(shared, [1.0, 1.0])
+
+
+def test_adam_counts_a_numpy_step_that_raised_after_changing_a_parameter():
+    # under errstate(over="raise") the second parameter's g * g overflows after the first was
+    # updated in place: t counts updates that changed a parameter, and the first's count is 1
+    p1, p2 = (gradcore.Parameter(np.ones(3, np.float32)) for _ in range(2))
+    opt = Adam([p1, p2])
+    p1.grad = gradcore.Variable(np.full(3, 0.5, np.float32), requires_grad=False)
+    p2.grad = gradcore.Variable(np.full(3, 3e30, np.float32), requires_grad=False)
+    with np.errstate(over="raise"), pytest.raises(FloatingPointError):
+        opt.update()
+    assert p1.data.tolist() == [np.float32(0.999)] * 3 and p2.data.tolist() == [1.0] * 3
+    assert opt.param_counts(p1)["step"] == 1 and opt.t == 1
+
+
+def test_adam_does_not_count_a_step_whose_hook_raised():
+    p = gradcore.Parameter(np.ones(3))
+    opt = Adam([p])
+
+    def failing(params):
+        raise RuntimeError("hook")
+
+    opt.add_hook(failing)
+    p.grad = gradcore.Variable(np.ones(3), requires_grad=False)
+    with pytest.raises(RuntimeError, match="hook"):
+        opt.update()
+    assert opt.t == 0 and p.data.tolist() == [1.0] * 3
