@@ -4888,3 +4888,36 @@ def test_a_blocked_update_of_an_array_sharing_an_arguments_memory_runs_as_two_li
     # not of the temporary's shape: both lines as they were (here, broadcasting into `a`)
     wide = np.zeros((a.shape[0], 64 * 2))
     assert same(blocked(wide[:, :64], 2.0, a), -2.0 * a)
+
+
+def test_a_blocked_update_under_errstate_raise_leaves_the_array_as_eager_code_does():
+    from gradcore.compile.tape import BLOCKED_BYTES, _Blocked
+    a = np.ones((2 * BLOCKED_BYTES // 4 // 64, 64), np.float32)
+    g = np.ones_like(a)
+    g[-1] = 3e38  # 2 * g overflows in the last block only
+    blocked = _Blocked(operator.mul, np.multiply, operator.isub, np.subtract,
+                       ArrayFacts(a, True, 0, np), rows=8)
+    with np.errstate(over="raise"), pytest.raises(FloatingPointError):
+        blocked(a, 2.0, g)
+    assert np.all(a == 1)  # eagerly 2 * g raises before a changes: no block was written
+    with np.errstate(over="ignore"):
+        assert blocked(a, 2.0, g) is a
+    assert np.all(a[:-1] == -1) and np.all(a[-1] == -np.inf)
+
+
+def test_a_blocked_update_warns_once_per_operation_and_error_as_eager_code_does():
+    from gradcore.compile.tape import BLOCKED_BYTES, _Blocked
+    a = np.ones((2 * BLOCKED_BYTES // 4 // 64, 64), np.float32)
+    g = np.full_like(a, 3e38)  # 2 * g overflows in every block; so does a - inf
+    g[0, 0] = np.nan
+    blocked = _Blocked(operator.mul, np.multiply, operator.isub, np.subtract,
+                       ArrayFacts(a, True, 0, np), rows=8)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        eager = a.copy()
+        eager -= 2.0 * g
+        blocked(a, 2.0, g)
+    messages = [str(w.message) for w in caught]
+    assert messages[:len(messages) // 2] == messages[len(messages) // 2:] == [
+        "overflow encountered in multiply"]
+    assert same(a.view(np.uint32), eager.view(np.uint32))  # NaN and its sign bit too

@@ -12,6 +12,7 @@ library captures device graphs (CuPy), that function calls each run of GPU lines
 import math
 import operator
 import threading
+import warnings
 
 from ..variable import Variable, fresh_log, note_write, watch
 from .fuse import fusable, fuse
@@ -264,6 +265,7 @@ _EXACT = frozenset(("add", "subtract", "multiply", "divide", "negative", "positi
 # each block of it is this large (L2 holds it between the two lines)
 BLOCKED_BYTES = 1 << 21
 BLOCK_BYTES = 1 << 18
+_VECTOR = 64  # elements: a multiple of any SIMD width NumPy's loops use
 
 
 def _blocked_pairs(lines, frees, outputs):
@@ -306,12 +308,20 @@ def _blocked_pair(make, update, freed, outputs, hosts):
     if function is None or function.__name__ not in _EXACT:
         return None
     xp = facts.xp
-    row_bytes = facts.nbytes // facts.shape[0]
+    row = facts.nbytes // facts.shape[0] // facts.dtype.itemsize  # elements
+    # blocks of a multiple of _VECTOR elements: on contiguous memory every element falls where it
+    # falls in the whole array's vector loop, the tail included (where two NaNs meet, a vector
+    # instruction and the scalar tail may pick different ones)
+    step = _VECTOR // math.gcd(row, _VECTOR) if row else 1
+    rows = max(step, BLOCK_BYTES // max(row * facts.dtype.itemsize, 1) // step * step)
     block = _Blocked(make.target, function, update.target,
-                     getattr(xp, _IN_PLACE_UFUNCS[update.target]), facts,
-                     max(1, BLOCK_BYTES // max(row_bytes, 1)))
+                     getattr(xp, _IN_PLACE_UFUNCS[update.target]), facts, rows)
     return Line("call", block, (update.args[0], *make.args), None, update.out,
                 [*update.reads[:1], *make.reads])
+
+
+_QUIET = frozenset(("ignore", "warn"))  # floating-point error modes that raise nothing
+_ERRORS = ("divide by zero", "overflow", "underflow", "invalid value")  # NumPy's order
 
 
 class _Blocked:
@@ -320,33 +330,68 @@ class _Blocked:
     of f's shape or another array type, or an argument sharing a's memory other than as `a`."""
 
     __slots__ = ("make", "function", "update", "in_place", "shape", "dtype", "array_type",
-                 "empty", "may_share_memory", "rows", "__name__")
+                 "empty", "may_share_memory", "geterr", "errstate", "rows", "__name__")
 
     def __init__(self, make, function, update, in_place, facts, rows):
         self.make, self.function, self.update, self.in_place = make, function, update, in_place
         self.shape, self.dtype, self.rows = facts.shape, facts.dtype, rows
-        self.empty, self.may_share_memory = facts.xp.empty, facts.xp.may_share_memory
+        xp = facts.xp
+        self.empty, self.may_share_memory = xp.empty, xp.may_share_memory
+        self.geterr, self.errstate = xp.geterr, xp.errstate
         self.array_type = type(self.empty(0))
         self.__name__ = f"blocked_{function.__name__}_{in_place.__name__}"
 
     def __call__(self, a, *args):
-        array_type, ndim, count = self.array_type, len(self.shape), self.shape[0]
-        if a.__class__ is not array_type or a.shape != self.shape or not all(
-                x.__class__ is not array_type or x is a or not self.may_share_memory(x, a)
-                for x in args):
+        modes = self.geterr()
+        if not self._fits(a, args) or not _QUIET.issuperset(modes.values()):
+            # under errstate(...="raise"), eagerly `a` is left whole (f raised) or all written
+            # (op= raised after its loop); a block raising would leave it half updated
             return self.update(a, self.make(*args))
-        split = [x.__class__ is array_type and x.ndim == ndim and x.shape[0] == count
+        warned = [kind for kind, mode in modes.items() if mode == "warn"]
+        if not warned:
+            self._run(a, args, None)
+            return a
+        # NumPy would warn once per block: the errors are collected and each warned once, as
+        # eagerly (the temporary's first, then the update's)
+        found, ops = {}, [0]
+        with self.errstate(call=lambda error, flag: found.setdefault((ops[0], error)),
+                           **dict.fromkeys(warned, "call")):
+            self._run(a, args, ops)
+        names = (self.function.__name__, self.in_place.__name__)
+        for op, error in sorted(found, key=lambda k: (k[0], _ERRORS.index(k[1]))):
+            warnings.warn(f"{error} encountered in {names[op]}", RuntimeWarning, stacklevel=2)
+        return a
+
+    def _fits(self, a, args):
+        """True if a block of rows stands for the whole: `a` of the temporary's shape and dtype, no
+        argument sharing a's memory other than as `a`, none cast (NumPy loops through
+        8192-element buffers where it casts, which blocks would start elsewhere), and all in C
+        order (the whole array's loop and the blocks' then run the same vector loops over the
+        same elements: another layout may take a strided loop, which can pick another of two
+        NaNs)."""
+        array_type, dtype = self.array_type, self.dtype
+        return (a.__class__ is array_type and a.shape == self.shape and a.dtype == dtype
+                and a.flags.c_contiguous and all(
+                    x.__class__ is not array_type or x.dtype == dtype and x.flags.c_contiguous
+                    and (x is a or not self.may_share_memory(x, a)) for x in args))
+
+    def _run(self, a, args, ops):
+        """The pair, a block of rows at a time; ops[0] says which of the two runs, if ops."""
+        ndim, count, rows = len(self.shape), self.shape[0], self.rows
+        split = [x.__class__ is self.array_type and x.ndim == ndim and x.shape[0] == count
                  for x in args]
-        rows = self.rows
         buffer = self.empty((min(rows, count), *self.shape[1:]), self.dtype)
         function, in_place = self.function, self.in_place
         for start in range(0, count, rows):
             stop = min(start + rows, count)
             t = buffer[:stop - start]
+            if ops is not None:
+                ops[0] = 0
             function(*[x[start:stop] if cut else x for x, cut in zip(args, split)], out=t)
+            if ops is not None:
+                ops[0] = 1
             part = a[start:stop]
             in_place(part, t, out=part)
-        return a
 
     def __repr__(self):
         return self.__name__
