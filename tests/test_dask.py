@@ -549,6 +549,7 @@ def test_convolution_gradients_come_in_their_inputs_chunks_so_a_step_keeps_them(
     ("x + b", lambda x, b, c: F.sum(F.tanh(x + b) * c)),
     ("b - x, b / x", lambda x, b, c: F.sum((b - x) / (x * x + c))),
     ("maximum", lambda x, b, c: F.sum(F.maximum(x, b) * c)),
+    ("broadcast_to", lambda x, b, c: F.sum(F.broadcast_to(b, (40, 8)) * x * c)),
 ])
 def test_broadcast_gradients_are_summed_into_their_inputs_chunks(name, f):
     # the engine sums a broadcast gradient back to its input's shape in the gradient's chunks:

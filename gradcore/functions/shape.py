@@ -163,7 +163,7 @@ class BroadcastTo(View):
 
     def backward(self, gy):
         x, = self.inputs
-        return sum_to(gy, x.shape)
+        return laid_out_like(sum_to(gy, x.shape), x)  # Dask: in x's chunks, as the engine's sum
 
 
 def broadcast_to(x, shape):
