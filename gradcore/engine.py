@@ -795,6 +795,11 @@ def _check_grad_sum(x, total):
     if x.creator is not None:  # a model's cleargrads() clears only the leaves
         what = f", computed by {x.creator._name()} and retaining its gradient,"
         hint = "cleargrad() on it"
+    if not anomaly.is_finite(x._grad._data):  # from a backward outside anomaly mode
+        raise RuntimeError(
+            f"anomaly: backward: {_describe(x)}{what} has a .grad from earlier backward calls "
+            f"that already holds NaN or infinity, and this backward would add to it. Call {hint} "
+            "before this backward, and look for where the earlier one went wrong")
     raise RuntimeError(
         f"anomaly: backward: {_describe(x)}{what} has a .grad from earlier backward calls, and "
         f"adding this backward's gradient to it gives NaN or infinity: it overflows "

@@ -401,3 +401,13 @@ def test_a_retained_grad_that_overflows_as_backward_adds_to_it_is_refused_and_ke
     with gradcore.detect_anomaly():
         backward()
     np.testing.assert_array_equal(t.grad.data, t_grad)
+
+
+def test_a_grad_already_infinite_from_outside_anomaly_mode_is_named_as_such():
+    # nothing overflows here: x.grad holds inf from before (a backward outside anomaly mode)
+    x = gradcore.Variable(np.array([1.0], np.float32), name="x")
+    x.grad = gradcore.Variable(np.array([np.inf], np.float32), requires_grad=False)
+    with gradcore.detect_anomaly(), pytest.raises(RuntimeError, match="already holds NaN or "
+                                                  "infinity, and this backward would add to it"):
+        (x * 1).backward()
+    assert x.grad.data.tolist() == [np.inf]
