@@ -56,9 +56,9 @@ class Snapshot:
     def restore(self):
         for v, array, data, grad in zip(self.variables, self.arrays, self.data, self.grads):
             backend = backends.backend_of(array) if array is not None else None
-            if backend is not None and backend.owns(array) and backend.owns_memory(array):
+            if backend is not None and backend.owns(array) and _in_place(backend, array):
                 # the same array, its values put back: what holds it (a device graph reading
-                # it where it is) sees the state as it was
+                # it where it is, another Variable over its memory) sees the state as it was
                 v._data = backend.assign(array, data)
             else:
                 v._data = _copy(data)
@@ -105,12 +105,12 @@ class _OwnState:
         self.saved = [_copy(array) for _, array in self.arrays]
 
     def restore(self):
-        # each array's values back in place; where that cannot be done (a view, a library
-        # without in-place writes), its holder is given a copy of the saved values instead
+        # each array's values back in place; where that cannot be done (a read-only view, a
+        # library without in-place writes), its holder is given a copy of the saved values
         again = {}
         for (_, array), saved in zip(self.arrays, self.saved):
             backend = backends.backend_of(array)
-            if backend.owns_memory(array):
+            if _in_place(backend, array):
                 backend.assign(array, saved)
             else:
                 again[id(array)] = _copy(saved)
@@ -120,6 +120,16 @@ class _OwnState:
             else:  # a dict, an optimizer's attributes among them
                 holder.clear()
                 holder.update((k, again.get(id(v), v)) for k, v in held)
+
+
+def _in_place(backend, array):
+    """True if `array`'s saved values can be written back into it: an array of its own, or a
+    writable view (NumPy's, CuPy's: they name their `base`). A view given a copy instead would
+    part from the array it views, and Variables over one memory (a Parameter over a slice of
+    another's data) would run the eager step apart. All are saved at once, so views that overlap
+    put back the same values in any order."""
+    return backend.owns_memory(array) or (
+        getattr(array, "base", None) is not None and backend.writable(array))
 
 
 def _parameters(opt):
