@@ -1089,13 +1089,10 @@ class _HookHandle:
     def _take_off(self, variable):
         """Take this registration off its list, if it is still there (a checkpoint's
         recomputation takes off what it registered again this way)."""
-        registrations, self._registrations = self._registrations, None  # a second time: nothing
-        if registrations is None:
-            return
-        with _post_hooks_lock:
-            if self._ticket in registrations.tickets:  # else a recomputation took it off
-                _remove_identical(registrations.hooks, registrations.hook,
-                                  registrations.tickets.index(self._ticket))
+        with _post_hooks_lock:  # two threads removing one handle: one takes it off
+            registrations, self._registrations = self._registrations, None
+            if registrations is not None:
+                registrations.take_off(self._ticket)
                 _forget_if_empty(variable, registrations.hooks)  # a leaf's emptied post list
 
 
@@ -1116,19 +1113,13 @@ class _Registrations:
         self.hooks, self.hook = hooks, hook
         self.tickets = [None] * builtins.sum(h is hook for h in hooks)
 
-
-def _remove_identical(hooks, hook, n=0):
-    """Take the n-th copy (-1: the last) of `hook` itself off the list `hooks` (not a hook
-    that only compares equal to it, a dataclass's, say), and its ticket in the hook's
-    _Registrations; False if there is no such copy."""
-    copies = [i for i, h in enumerate(hooks) if h is hook]
-    if not -len(copies) <= n < len(copies):
-        return False
-    del hooks[copies[n]]
-    registrations = _registrations.get((id(hooks), id(hook)))
-    if registrations is not None:
-        del registrations.tickets[n]
-    return True
+    def take_off(self, ticket):
+        """Take the copy of the hook that `ticket` registered off the list (the hook itself, not
+        one that only compares equal to it, a dataclass's, say), and the ticket with it."""
+        n = self.tickets.index(ticket)
+        copies = [i for i, h in enumerate(self.hooks) if h is self.hook]
+        del self.hooks[copies[n]]
+        del self.tickets[n]
 
 
 def _forget_if_empty(variable, hooks):

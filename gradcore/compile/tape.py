@@ -277,21 +277,20 @@ def _blocked_pairs(lines, frees, outputs):
     hosts = [b.inner.xp for b in trace_backends() if b.inner.loops_on_host]
     if not hosts or "in_place" not in map(_KIND, lines):
         return lines, frees
-    merged_lines, merged_frees, skip = [], [], False
-    for i, line in enumerate(lines):
-        if skip:
-            skip = False
-            continue
-        after = lines[i + 1] if i + 1 < len(lines) else None
-        pair = after is not None and _blocked_pair(line, after, frees[i + 1], outputs, hosts)
+    merged_lines, merged_frees, i = [], [], 0
+    while i < len(lines):
+        line = lines[i]
+        pair = i + 1 < len(lines) and _blocked_pair(line, lines[i + 1], frees[i + 1], outputs,
+                                                    hosts)
         if pair:
             merged_lines.append(pair)
             merged_frees.append((frees[i] | frees[i + 1]) - {line.out})
-            skip = True
+            i += 2
         else:
             merged_lines.append(line)
             merged_frees.append(frees[i])
-    return (merged_lines, merged_frees) if len(merged_lines) < len(lines) else (lines, frees)
+            i += 1
+    return merged_lines, merged_frees
 
 
 def _blocked_pair(make, update, freed, outputs, hosts):
@@ -307,15 +306,14 @@ def _blocked_pair(make, update, freed, outputs, hosts):
     function = _ufunc(make)
     if function is None or function.__name__ not in _EXACT:
         return None
-    xp = facts.xp
-    row = facts.nbytes // facts.shape[0] // facts.dtype.itemsize  # elements
+    row_bytes = facts.nbytes // facts.shape[0]  # not 0: nbytes >= BLOCKED_BYTES
     # blocks of a multiple of _VECTOR elements: on contiguous memory every element falls where it
     # falls in the whole array's vector loop, the tail included (where two NaNs meet, a vector
     # instruction and the scalar tail may pick different ones)
-    step = _VECTOR // math.gcd(row, _VECTOR) if row else 1
-    rows = max(step, BLOCK_BYTES // max(row * facts.dtype.itemsize, 1) // step * step)
+    step = _VECTOR // math.gcd(row_bytes // facts.dtype.itemsize, _VECTOR)
+    rows = max(step, BLOCK_BYTES // row_bytes // step * step)
     block = _Blocked(make.target, function, update.target,
-                     getattr(xp, _IN_PLACE_UFUNCS[update.target]), facts, rows)
+                     getattr(facts.xp, _IN_PLACE_UFUNCS[update.target]), facts, rows)
     return Line("call", block, (update.args[0], *make.args), None, update.out,
                 [*update.reads[:1], *make.reads])
 
@@ -326,20 +324,21 @@ _ERRORS = ("divide by zero", "overflow", "underflow", "invalid value")  # NumPy'
 
 class _Blocked:
     """`a op= f(*args)` a block of rows at a time, a block of f's result in one small buffer;
-    done as the two lines were (f, then op=) where a block cannot stand for the whole: `a` not
-    of f's shape or another array type, or an argument sharing a's memory other than as `a`."""
+    done as the two lines were (f, then op=) where a block cannot stand for the whole (_fits)
+    or a floating-point error would raise."""
 
-    __slots__ = ("make", "function", "update", "in_place", "shape", "dtype", "array_type",
+    __slots__ = ("make", "make_ufunc", "update", "update_ufunc", "shape", "dtype", "array_type",
                  "empty", "may_share_memory", "geterr", "errstate", "rows", "__name__")
 
-    def __init__(self, make, function, update, in_place, facts, rows):
-        self.make, self.function, self.update, self.in_place = make, function, update, in_place
+    def __init__(self, make, make_ufunc, update, update_ufunc, facts, rows):
+        self.make, self.make_ufunc = make, make_ufunc
+        self.update, self.update_ufunc = update, update_ufunc
         self.shape, self.dtype, self.rows = facts.shape, facts.dtype, rows
         xp = facts.xp
         self.empty, self.may_share_memory = xp.empty, xp.may_share_memory
         self.geterr, self.errstate = xp.geterr, xp.errstate
         self.array_type = type(self.empty(0))
-        self.__name__ = f"blocked_{function.__name__}_{in_place.__name__}"
+        self.__name__ = f"blocked_{make_ufunc.__name__}_{update_ufunc.__name__}"
 
     def __call__(self, a, *args):
         modes = self.geterr()
@@ -347,17 +346,17 @@ class _Blocked:
             # under errstate(...="raise"), eagerly `a` is left whole (f raised) or all written
             # (op= raised after its loop); a block raising would leave it half updated
             return self.update(a, self.make(*args))
-        warned = [kind for kind, mode in modes.items() if mode == "warn"]
-        if not warned:
+        warn_kinds = [kind for kind, mode in modes.items() if mode == "warn"]
+        if not warn_kinds:
             self._run(a, args, None)
             return a
         # NumPy would warn once per block: the errors are collected and each warned once, as
         # eagerly (the temporary's first, then the update's)
-        found, ops = {}, [0]
-        with self.errstate(call=lambda error, flag: found.setdefault((ops[0], error)),
-                           **dict.fromkeys(warned, "call")):
-            self._run(a, args, ops)
-        names = (self.function.__name__, self.in_place.__name__)
+        found, running = {}, [0]
+        with self.errstate(call=lambda error, flag: found.setdefault((running[0], error)),
+                           **dict.fromkeys(warn_kinds, "call")):
+            self._run(a, args, running)
+        names = (self.make_ufunc.__name__, self.update_ufunc.__name__)
         for op, error in sorted(found, key=lambda k: (k[0], _ERRORS.index(k[1]))):
             warnings.warn(f"{error} encountered in {names[op]}", RuntimeWarning, stacklevel=2)
         return a
@@ -375,23 +374,24 @@ class _Blocked:
                     x.__class__ is not array_type or x.dtype == dtype and x.flags.c_contiguous
                     and (x is a or not self.may_share_memory(x, a)) for x in args))
 
-    def _run(self, a, args, ops):
-        """The pair, a block of rows at a time; ops[0] says which of the two runs, if ops."""
+    def _run(self, a, args, running):
+        """The pair, a block of rows at a time; running[0] says which of the two runs (0: the
+        temporary's, 1: the update), if `running` is given."""
         ndim, count, rows = len(self.shape), self.shape[0], self.rows
         split = [x.__class__ is self.array_type and x.ndim == ndim and x.shape[0] == count
                  for x in args]
         buffer = self.empty((min(rows, count), *self.shape[1:]), self.dtype)
-        function, in_place = self.function, self.in_place
+        make_ufunc, update_ufunc = self.make_ufunc, self.update_ufunc
         for start in range(0, count, rows):
             stop = min(start + rows, count)
             t = buffer[:stop - start]
-            if ops is not None:
-                ops[0] = 0
-            function(*[x[start:stop] if cut else x for x, cut in zip(args, split)], out=t)
-            if ops is not None:
-                ops[0] = 1
+            if running is not None:
+                running[0] = 0
+            make_ufunc(*[x[start:stop] if cut else x for x, cut in zip(args, split)], out=t)
+            if running is not None:
+                running[0] = 1
             part = a[start:stop]
-            in_place(part, t, out=part)
+            update_ufunc(part, t, out=part)
 
     def __repr__(self):
         return self.__name__

@@ -269,7 +269,7 @@ class Recorder:
         self.grads_read = []        # the Variables whose grad a load_grad line reads
         self.grads_absent = []      # those whose grad the step set where it found none
         self.made_here = {}         # id -> each Variable the step made (a new one at each call)
-        self.made_optimizers = {}   # id -> each optimizer the step made (the same: see compile)
+        self.made_optimizers = {}   # id -> each optimizer the step made (see _made_optimizer)
         # ids of the made Variables read already, and the slots of their first reads: a replay
         # reads the array a Variable was made over there (constant lines), not the Variable
         self.made_read, self.made_slots = set(), set()

@@ -138,7 +138,7 @@ class Optimizer:
         for name in self.counters:
             setattr(self, name, 0)
         recorder = _variables.step_recorder
-        if recorder is not None and recorder.is_active():  # made in a compiled step: see there
+        if recorder is not None and recorder.is_active():  # made in a compiled step: see _made_optimizer
             recorder.made_optimizers[id(self)] = self
 
     def __setattr__(self, name, value):
