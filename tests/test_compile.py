@@ -4949,3 +4949,22 @@ def test_check_runs_the_eager_step_on_parameters_that_view_one_another():
     for p, q in ((p1, q1), (p2, q2), (p3, q3)):
         assert same(p.data, q.data)
     assert np.shares_memory(p2.data, p1.data) and np.shares_memory(p3.data, p1.data)
+
+
+def test_a_variable_the_step_makes_sets_and_hands_on_as_a_grad_replays_its_new_value():
+    # the grad's Variable was given its real array back before p's grad was stored: p.grad was
+    # the recording's value at every replay ([2, 4, 6] for [3, 6, 9], [4, 8, 12], ...)
+    G = np.array([1.0, 2.0, 3.0])
+    p = gradcore.Parameter(np.zeros(3))
+
+    def step(x):
+        g = gradcore.Variable(G)
+        g.data = g.data * x
+        p.grad = g
+        return F.sum(p * 1.0)
+
+    compiled = gradcore.compile(step)
+    for k in range(1, 6):
+        compiled(np.full(3, float(k)))
+        assert p.grad.data.tolist() == [k, 2 * k, 3 * k]
+    assert compiled.stats()["replays"] >= 3

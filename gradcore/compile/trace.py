@@ -866,10 +866,14 @@ class Recorder:
         at each call eagerly, which the caller does not reach: Compiled checks): left out. Before
         an optimizer step, such a Variable's data is stored even where unchanged: the lines after
         it load it from this Variable, which the last replay left as it ended."""
+        # what each holds now, before any is given its real array back: a Variable that is
+        # another's grad (p.grad = g) hands on its traced value, whichever comes first below
+        traced = {id(e.variable): e.variable._data for e in self.adopted.values()
+                  if isinstance(e.variable._data, Traced)}
         for entry in self.adopted.values():
             v = entry.variable
             site = self.site(v)
-            data = v._data
+            data = traced.get(id(v), v._data)
             made = self.made_here.get(id(v)) is v
             if isinstance(data, Traced):
                 if made and entry.grad_of is None:
@@ -897,7 +901,8 @@ class Recorder:
                 self.logs[id(log)] = (log, self.site(v))
             grad = v._grad
             if grad is not entry.grad:
-                value = None if grad is None else self._real(grad)
+                value = (None if grad is None else self.template(traced[id(grad)])
+                         if id(grad) in traced else self._real(grad))
                 if not (last and made):
                     self.append("store_grad", self.site(v), (value,))
                 if (entry.grad is None and id(v) not in self.grads_cleared
