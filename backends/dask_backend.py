@@ -135,7 +135,8 @@ class DaskBackend(HostRandom, Backend):
         self.array_type = self.da.Array
         # arrays written whole by `assign` since the last persist, by id (a Dask array's == is
         # elementwise, so it cannot key a WeakSet): the next persist works them out too. Each
-        # keeps its recipe from before those assigns (_BEFORE), put back if its value fails
+        # keeps its recipe from before each of those assigns (_BEFORE): if its value fails, it
+        # is put back to the latest that works out
         self._assigned = weakref.WeakValueDictionary()
         self._queue_lock = threading.Lock()  # assigns and persists may come from several threads
 
@@ -163,17 +164,19 @@ class DaskBackend(HostRandom, Backend):
         value = self.da.broadcast_to(value, target.shape).rechunk(target.chunks)
         with self._queue_lock:
             if self._assigned.get(id(target)) is not target:
-                target.__dict__[_BEFORE] = _recipe(target)
+                target.__dict__[_BEFORE] = []
                 self._assigned[id(target)] = target
+            target.__dict__[_BEFORE].append(_recipe(target))
             _rebind(target, _recipe(value))
         return target
 
     def persist(self, arrays):
         with self._queue_lock:
-            queued = [(target, _recipe(target)) for target in self._assigned.values()]
+            queued = [(target, _recipe(target), len(target.__dict__[_BEFORE]))
+                      for target in self._assigned.values()]
         try:
             # one pass for all: shared work is done once
-            done = self.dask.persist(*arrays, *(target for target, _ in queued))
+            done = self.dask.persist(*arrays, *(target for target, _, _ in queued))
         except Exception:  # an interrupt leaves the queue as it is: no value failed
             if queued:
                 self._settle_failed(queued)
@@ -186,8 +189,7 @@ class DaskBackend(HostRandom, Backend):
         persisted; one whose value fails too is put back as it was before its queued assigns,
         as an eager backend raises at such an assign and writes nothing. Left queued, a failing
         value would fail every later persist, and reading the target would raise."""
-        alone = [self.da.Array(graph, name, chunks, meta=meta)
-                 for _, (meta, graph, name, chunks) in queued]
+        alone = [_array(self.da, recipe) for _, recipe, _ in queued]
         try:  # all together first: one pass where only the caller's arrays failed
             values = self.dask.persist(*alone)
         except Exception:  # then one at a time: those that fail alone are put back
@@ -202,20 +204,38 @@ class DaskBackend(HostRandom, Backend):
             return None
 
     def _settle(self, queued, values):
-        """Each queued (target, recipe it was persisted with) given its worked-out value, or
-        put back (value None), and dropped from the queue; one assigned again meanwhile (by
-        another thread) holds a newer recipe and stays queued."""
+        """Each queued (target, recipe it was persisted with, how many assigns made it) given
+        its worked-out value, or (value None) put back to the latest value before those assigns
+        that works out (the one before them all where none does), and dropped from the queue;
+        one assigned again meanwhile (by another thread) holds a newer recipe and stays queued,
+        to be put back to this value if its own fails."""
+        # worked out before the lock is taken: a value may assign as it is worked out
+        recipes = [_recipe(value) if value is not None else
+                   self._last_good(target.__dict__.get(_BEFORE, ())[:count])
+                   for (target, _, count), value in zip(queued, values)]
         with self._queue_lock:
-            for (target, (_, _, name, _)), value in zip(queued, values):
-                if self._assigned.get(id(target)) is not target:
+            for (target, (_, _, name, _), count), recipe in zip(queued, recipes):
+                if recipe is None or self._assigned.get(id(target)) is not target:
                     continue  # settled meanwhile by another thread's persist
+                befores = target.__dict__[_BEFORE]
                 if target.name != name:
-                    if value is not None:  # what its newer assigns are put back to
-                        target.__dict__[_BEFORE] = _recipe(value)
+                    befores[:count] = [recipe]
                     continue
-                before = target.__dict__.pop(_BEFORE)
+                del target.__dict__[_BEFORE]
                 self._assigned.pop(id(target), None)
-                _rebind(target, before if value is None else _recipe(value))
+                _rebind(target, recipe)
+
+    def _last_good(self, befores):
+        """The recipe of the latest of `befores` (a target's recipes before each of its queued
+        assigns) that works out, worked out; the first (from before them all) where none does;
+        None where there are none (settled meanwhile by another thread)."""
+        if not befores:
+            return None
+        for recipe in reversed(befores[1:]):
+            value = self._persisted(_array(self.da, recipe))
+            if value is not None:
+                return _recipe(value)
+        return befores[0]
 
     def owns_memory(self, array):
         return True  # a Dask array is never written in place: every change is a new graph
@@ -357,7 +377,7 @@ class DaskBackend(HostRandom, Backend):
 
 
 _MADE = "_gradcore_made"  # in a Dask array's __dict__: (its name then, make(chunks=...))
-_BEFORE = "_gradcore_before"  # in a queued assigned one's: its _recipe before those assigns
+_BEFORE = "_gradcore_before"  # in a queued assigned one's: its _recipe before each of those assigns
 
 
 def _made(array, make):
@@ -450,6 +470,12 @@ def _without_empty_chunks(array):
 def _recipe(array):
     """What a Dask array holds, as `_rebind` takes it: (meta, graph, name, chunks)."""
     return array._meta, array.dask, array.name, array.chunks
+
+
+def _array(da, recipe):
+    """A new Dask array holding `recipe` (see _recipe)."""
+    meta, graph, name, chunks = recipe
+    return da.Array(graph, name, chunks, meta=meta)
 
 
 def _rebind(target, recipe):

@@ -602,16 +602,24 @@ def test_arrays_assigned_before_a_persist_that_fails_are_persisted_by_the_next()
 
 def test_a_failing_assigned_value_is_put_back_and_fails_no_later_persist():
     # it stayed queued: every later persist (any model's step) raised its error again, and
-    # reading the target raised too. One that fails is put back as before its assigns, as an
-    # eager backend raises at the assign and writes nothing; one that works out is kept
+    # reading the target raised too. One that fails is put back as before its failing assign,
+    # as an eager backend raises at that assign and writes nothing (the good assign before it
+    # stays: two good BatchNorm forwards, then a failing one); one that works out is kept
     dask_device = backends.get_backend("dask")
     bad, good = da.zeros(4, chunks=2) + 5.0, da.zeros(4, chunks=2)
-    dask_device.assign(bad, da.ones(4, chunks=2))  # put back too: before both, it was 5
+    dask_device.assign(bad, da.ones(4, chunks=2))
     dask_device.assign(bad, bad + da.ones(4, chunks=2).map_blocks(_fails, meta=np.array((), float)))
     dask_device.assign(good, da.arange(4.0, chunks=2))
     with pytest.raises(IndexError, match="this block fails"):
         dask_device.persist([])
-    np.testing.assert_array_equal(bad.compute(), [5.0] * 4)
+    np.testing.assert_array_equal(bad.compute(), [1.0] * 4)
+    assert len(bad.__dask_graph__()) == 2  # that value, worked out
+    first = da.zeros(4, chunks=2) + 5.0  # where every queued value fails: as before them all
+    dask_device.assign(first, da.ones(4, chunks=2).map_blocks(_fails, meta=np.array((), float)))
+    dask_device.assign(first, first * 2.0)
+    with pytest.raises(IndexError, match="this block fails"):
+        dask_device.persist([])
+    np.testing.assert_array_equal(first.compute(), [5.0] * 4)
     np.testing.assert_array_equal(good.compute(), [0.0, 1.0, 2.0, 3.0])
     assert len(good.__dask_graph__()) == 2  # persisted: one task per chunk
     assert dask_device.persist([da.ones(2, chunks=1)])[0].sum().compute() == 2.0
