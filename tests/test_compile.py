@@ -4805,15 +4805,43 @@ def test_an_optimizer_the_step_makes_makes_it_run_eagerly(of):
         return F.sum(v * v)
 
     compiled = gradcore.compile(step)
-    with pytest.warns(RuntimeWarning, match="the step made the optimizer Adam it steps"):
-        compiled(np.full(3, 1.0))
-    for k in (2, 3, 4):
+    for k in (1, 2, 3, 4):
         if of != "a Variable it made":
             outside.cleargrad()
-        loss = compiled(np.full(3, float(k)))
+        if k == 3:  # made at each call: eager after three recordings
+            with pytest.warns(RuntimeWarning, match="the step made the optimizer Adam it steps"):
+                loss = compiled(np.full(3, float(k)))
+        else:
+            loss = compiled(np.full(3, float(k)))
         assert float(loss.data) == pytest.approx(float(np.sum((np.array([1.0, 2.0, 3.0])
                                                                - 0.1 * k) ** 2)), rel=1e-7)
     assert compiled.stats()["replays"] == 0
+
+
+def test_an_optimizer_the_step_makes_once_and_keeps_records_again_and_replays():
+    model = nn.Linear(2, in_size=3)
+    eager_model = nn.Linear(2, in_size=3)
+    eager_model.W.data[...] = model.W.data
+    kept = {}
+
+    def stepper(model, kept):
+        def step(x):
+            if "opt" not in kept:  # made at the first call only
+                kept["opt"] = optim.Adam().setup(model)
+            model.cleargrads()
+            loss = F.sum(model(x) ** 2)
+            loss.backward()
+            kept["opt"].update()
+            return loss
+        return step
+
+    compiled, eager = gradcore.compile(stepper(model, kept)), stepper(eager_model, {})
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        x = rng.standard_normal((4, 3))
+        assert same(compiled(x), eager(x))
+    assert same(model.W.data, eager_model.W.data)
+    assert compiled.stats()["replays"] == 3
 
 
 def _descent_by_hand(shape, lr, grad_of):
