@@ -186,9 +186,10 @@ class DaskBackend(HostRandom, Backend):
 
     def _settle_failed(self, queued):
         """After a persist that failed: each queued target whose value works out on its own is
-        persisted; one whose value fails too is put back as it was before its queued assigns,
-        as an eager backend raises at such an assign and writes nothing. Left queued, a failing
-        value would fail every later persist, and reading the target would raise."""
+        persisted; one whose value fails too is put back to its latest value before its queued
+        assigns that works out (_settle), as an eager backend raises at the failing assign and
+        writes nothing. Left queued, a failing value would fail every later persist, and reading
+        the target would raise."""
         alone = [_array(self.da, recipe) for _, recipe, _ in queued]
         try:  # all together first: one pass where only the caller's arrays failed
             values = self.dask.persist(*alone)

@@ -369,13 +369,6 @@ class Compiled:
             # first call) is not made at the next, which records; one made at each call runs
             # eagerly after three
             rec.record_again = True
-            again_why = (f"the step made the optimizer {type(made).__name__} it steps at each of "
-                         "its last three calls: eagerly a new one starts at each call, where a "
-                         "replay would step one again, its state (moments, counts of steps) "
-                         "carried over: make the optimizer outside the compiled step")
-        else:
-            again_why = ("the step created or reshaped a weight at each of its last three calls "
-                         "(a Parameter given data in the step), so no tape would serve the next")
         if rec.record_again or rec.fallback is not None:
             # this call was an eager one: its graph, and the state it kept on modules (an RNN's
             # hidden state, which the next call's graph continues) or elsewhere, become what
@@ -391,7 +384,13 @@ class Compiled:
             self._again[key] = again
             if again < 3:
                 return _materialize(result)
-            rec.give_up(again_why)
+            rec.give_up(
+                f"the step made the optimizer {type(made).__name__} it steps at each of its last "
+                "three calls: eagerly a new one starts at each call, where a replay would step "
+                "one again, its state (moments, counts of steps) carried over: make the "
+                "optimizer outside the compiled step" if made is not None else
+                "the step created or reshaped a weight at each of its last three calls (a "
+                "Parameter given data in the step), so no tape would serve the next")
         else:
             self._again.pop(key, None)
         if rec.fallback is not None:

@@ -138,8 +138,8 @@ class Optimizer:
         for name in self.counters:
             setattr(self, name, 0)
         recorder = _variables.step_recorder
-        if recorder is not None and recorder.is_active():  # made in a compiled step: see _made_optimizer
-            recorder.made_optimizers[id(self)] = self
+        if recorder is not None and recorder.is_active():
+            recorder.made_optimizers[id(self)] = self  # made in a compiled step: _made_optimizer
 
     def __setattr__(self, name, value):
         # a hyperparameter set later (by hand, or by a schedule at every step) is checked as the
