@@ -84,7 +84,7 @@ class Adam(Optimizer):
         if counted:  # counted first, as DeZero's: the hooks see this step's t and lr
             self.t += 1
         try:
-            params = self._run_hooks(params)
+            params, before = self._run_hooks(params)
         except BaseException:
             if counted:  # no parameter changed
                 self.t -= 1
@@ -93,7 +93,7 @@ class Adam(Optimizer):
             self.t -= 1
             return
         try:
-            self._update_params(params)
+            self._update_params(params, before)
         except BaseException:
             # a lazy (Dask) step that fails when worked out puts its parameters, state and counts
             # back, and t goes back with them; an eager one that raised partway (NumPy under

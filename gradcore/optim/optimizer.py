@@ -277,23 +277,33 @@ class Optimizer:
         return params
 
     def _apply(self, params):
-        self._update_params(self._run_hooks(params))
+        self._update_params(*self._run_hooks(params))
 
     def _run_hooks(self, params):
         """Run the hooks (FreezeParam's first) on `params`; returns those that still have a
-        gradient."""
+        gradient, and the grad each of `params` had before (for _update_params). A hook that
+        raises leaves every grad as it was: the hooks before it set new ones (WeightDecay,
+        ClipGrad), which a step tried again would hook again."""
+        before = [(p, p._grad) for p in params]
         hooks = ([h for h in self.hooks if isinstance(h, FreezeParam)]
                  + [h for h in self.hooks if not isinstance(h, FreezeParam)])
-        for hook in hooks:
-            hook(params)
-            # a hook may drop a gradient (FreezeParam): the hooks after it never see None
-            params = [p for p in params if p.grad is not None]
-        return params
+        try:
+            for hook in hooks:
+                hook(params)
+                # a hook may drop a gradient (FreezeParam): the hooks after it never see None
+                params = [p for p in params if p.grad is not None]
+        except BaseException:
+            _put_back_grads(before)
+            raise
+        return params, before
 
-    def _update_params(self, params):
+    def _update_params(self, params, before=()):
         """`update_one` on each of `params`, counted as a write; Dask results persisted. Dask
         raises only when it works a step out (an out-of-range label, say): then the lazy
-        parameters, their state and counts are put back as they were, and the error re-raised."""
+        parameters, their state and counts are put back as they were, and the error re-raised,
+        with every grad in `before` ((parameter, grad) before the hooks) but those of the eager
+        parameters the step updated: a lazy step is undone whole, and tried again it sees the
+        gradients backward left, not those the hooks made of them."""
         lazy = [p for p in params if p.backend.lazy]
         kept = [self._kept(p) for p in lazy]
         try:
@@ -308,6 +318,9 @@ class Optimizer:
         except BaseException:
             for k in kept:
                 self._put_back(*k)
+            if kept:
+                updated = {id(p) for p in params if not p.backend.lazy}
+                _put_back_grads([(p, g) for p, g in before if id(p) not in updated])
             raise
         if not params:
             # nothing updated (every parameter frozen): what forwards queued to be worked out
@@ -532,6 +545,13 @@ _SAVED_ATTRIBUTES = frozenset({"target", "hooks", "state", "state_counts", "init
 # the base class's own steps too (__init_subclass__ wraps the subclasses')
 Optimizer.update = _eager_in_replay(Optimizer.update)
 Optimizer.step = _eager_in_replay(Optimizer.step, closure_first=True)
+
+
+def _put_back_grads(grads):
+    """Each (parameter, grad) of `grads`: the parameter's grad set back to that Variable (or
+    None)."""
+    for p, g in grads:
+        p.grad = g
 
 
 def nonzero_eps(xp, dtype, eps):

@@ -190,6 +190,26 @@ def test_a_gradient_a_hook_drops_is_not_seen_by_the_next_hooks():
     np.testing.assert_array_equal(b.data, [2.0])
 
 
+@pytest.mark.parametrize("cls", [SGD, Adam])
+def test_a_hook_that_raises_leaves_every_gradient_as_backward_left_it(cls):
+    # WeightDecay, ClipGrad and FreezeParam had set new grads before the failing hook raised:
+    # a step tried again decayed and clipped them twice
+    W, b, frozen = param(np, [3.0, 4.0]), param(np, [1.0]), param(np, [5.0])
+    grads = [give_grad(W, np, [30.0, 40.0]), give_grad(b, np, [2.0]), give_grad(frozen, np, [7.0])]
+
+    def failing(params):
+        raise RuntimeError("this hook fails")
+
+    optimizer = cls([W, b, frozen])
+    for hook in (WeightDecay(0.5), ClipGrad(1.0), failing, FreezeParam(frozen)):
+        optimizer.add_hook(hook)
+    with pytest.raises(RuntimeError, match="this hook fails"):
+        optimizer.step()
+    assert [p.grad for p in (W, b, frozen)] == grads  # the Variables themselves
+    assert [p.grad.data.tolist() for p in (W, b, frozen)] == [[30.0, 40.0], [2.0], [7.0]]
+    assert [p.data.tolist() for p in (W, b, frozen)] == [[3.0, 4.0], [1.0], [5.0]]
+
+
 def float16_grads():
     W = gradcore.Parameter(np.zeros(4, np.float16))
     W.grad = gradcore.Variable(np.full(4, 300.0, np.float16), requires_grad=False)

@@ -7,7 +7,8 @@ import pytest
 import gradcore
 import gradcore.functions as F
 from gradcore import nn
-from gradcore.optim import SGD, AdaDelta, AdaGrad, Adam, AdamW, FreezeParam, MomentumSGD
+from gradcore.optim import (SGD, AdaDelta, AdaGrad, Adam, AdamW, ClipGrad, FreezeParam,
+                            MomentumSGD, WeightDecay)
 
 da = pytest.importorskip("dask.array", reason="needs the dask extra: pip install 'gradcore[dask]'")
 pytest.importorskip("array_api_compat", reason="needs the dask extra")
@@ -88,6 +89,24 @@ def test_a_step_that_fails_when_worked_out_changes_nothing(cls, hyper, dtype):
     np.testing.assert_array_equal(W.data.compute(), reference.data)
     for name, a in expected_saved["state"].get(0, {}).items():
         np.testing.assert_array_equal(saved["state"][0][name], a)
+
+
+@pytest.mark.parametrize("cls, hyper", OPTIMIZERS, ids=IDS)
+def test_a_step_that_fails_when_worked_out_leaves_the_gradients_its_hooks_changed(cls, hyper):
+    # the hooks' grads (weight decay added, clipped) stayed: a step tried again with the
+    # gradients mended in place of the failing ones would have seen them decayed twice
+    W = gradcore.Parameter(da.from_array(W0, chunks=CHUNKS))
+    frozen = gradcore.Parameter(da.from_array(W0, chunks=CHUNKS))
+    optimizer = cls([W, frozen], **hyper)
+    for hook in (WeightDecay(0.5), ClipGrad(1.0), FreezeParam(frozen)):
+        optimizer.add_hook(hook)
+    grads = [_failing_grad(G[0], np.float64),
+             gradcore.Variable(da.from_array(G[1], chunks=CHUNKS), requires_grad=False)]
+    W.grad, frozen.grad = grads
+    with pytest.raises(IndexError, match="this block fails"):
+        optimizer.step()
+    assert W.grad is grads[0] and frozen.grad is grads[1]
+    np.testing.assert_array_equal(W.data.compute(), W0)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float16])
