@@ -18,8 +18,8 @@ from backends import backend_of
 step_recorder = None
 # Bumped whenever a Module gains, loses or replaces a Parameter, buffer or sub-Module, and,
 # outside a recording, whenever a Module's hooks, or the requires_grad, hooks or data's shape,
-# dtype or library of a Variable a tape reads, change: a step gradcore.compile recorded ran
-# with what it found, so record again
+# dtype, library or (Dask) chunks of a Variable a tape reads, change: a step gradcore.compile
+# recorded ran with what it found, so record again
 structure_changes = [0]
 
 
@@ -360,8 +360,11 @@ class Variable:
         note_write(self)
         if id(self) in _watched and old is not None and (
                 backend is not backend_of(old) or old.shape != data.shape
-                or old.dtype != data.dtype):
-            settings_changed(self)  # another shape, dtype or library: a tape's casts differ
+                or old.dtype != data.dtype
+                or backend.lazy and backend.layout(old) != backend.layout(data)):
+            # another shape, dtype or library: a tape's casts differ; other chunks (Dask): its
+            # gradients would be laid out in the old ones
+            settings_changed(self)
 
     @property
     def version(self):

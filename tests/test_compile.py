@@ -866,6 +866,24 @@ def test_a_loss_step_on_dask_replays_as_eager_code_computing_no_more():
     assert compiled.stats()["replays"] == 3
 
 
+def test_a_parameter_rechunked_between_calls_records_again():
+    # the tape laid W's gradient out in W's chunks at the recording: rechunked since, W.grad
+    # came in the old chunks ((1, 1), (3,)) where eager code gives the new ((2,), (2, 1))
+    da = _dask()
+    step = _dask_loss_step(da)
+    compiled = gradcore.compile(step)
+    batches = list(_dask_batches(da, (2, 2), 2))
+    for x, t in batches[:3]:
+        compiled(x, t)
+    W = step.__closure__[0].cell_contents
+    W.data = W.data.rechunk((2, (2, 1)))
+    x, t = batches[3]
+    got = compiled(x, t)
+    assert got[1].data.chunks == W.data.chunks == ((2,), (2, 1))
+    assert compiled.stats()["recordings"] == 2
+    assert same(got, step(x, t))
+
+
 def test_a_step_on_dask_lays_out_what_it_makes_as_eager_code():
     # on a lazy backend ops lay out what they make in an input's chunks (the labels in the
     # logits' row chunks, a gradient in its input's): recorded too, so a replay adds up in the
