@@ -1067,24 +1067,25 @@ class _HookHandle:
     recomputation took it off, is harmless). One callable registered twice has two handles, and
     each takes off its own copy: the other keeps its place among the hooks."""
 
-    __slots__ = ("_variable", "_registrations", "_ticket")
+    __slots__ = ("_variable", "_held", "_ticket")
 
     def __init__(self, variable, hooks, hook):
-        self._variable = weakref.ref(variable)
         # the list holds the hook itself, all the engine reads: which copy is this handle's is
-        # kept beside it, in the hook's _Registrations on that list
+        # kept beside it, in the hook's _Registrations on that list. Held in a box the Variable's
+        # death empties: a handle kept after it (in a list of handles) keeps no hook alive
         key = (id(hooks), id(hook))
         registrations = _registrations.get(key)
         if registrations is None:
             registrations = _registrations[key] = _Registrations(hooks, hook)
-        self._registrations = registrations
+        held = self._held = [registrations]
+        self._variable = weakref.ref(variable, lambda _: held.clear())
         self._ticket = next(_tickets)
         registrations.tickets.append(self._ticket)
         hooks.append(hook)
 
     def remove(self):
         variable = self._variable()
-        if variable is None or self._registrations is None:
+        if variable is None or not self._held:
             return
         settings_changed(variable)
         self._take_off(variable)
@@ -1093,8 +1094,8 @@ class _HookHandle:
         """Take this registration off its list, if it is still there (a checkpoint's
         recomputation takes off what it registered again this way)."""
         with _post_hooks_lock:  # two threads removing one handle: one takes it off
-            registrations, self._registrations = self._registrations, None
-            if registrations is not None:
+            if self._held:
+                registrations = self._held.pop()
                 registrations.take_off(self._ticket)
                 _forget_if_empty(variable, registrations.hooks)  # a leaf's emptied post list
 

@@ -1,5 +1,7 @@
 """Variable: construction, properties, operators, indexing, shape methods, dtypes and devices."""
 import dataclasses
+import gc
+import weakref
 
 import numpy as np
 import pytest
@@ -979,6 +981,23 @@ def test_retain_grad_keeps_one_intermediate_gradient(xp):
     np.testing.assert_array_equal(h.grad.numpy(), [12.0, 24.0])  # accumulates like a leaf's
     x.retain_grad()  # a leaf keeps its gradient anyway
     assert not x.retains_grad
+
+
+@pytest.mark.parametrize("register", ["register_hook", "register_post_accumulate_grad_hook"])
+def test_a_handle_kept_after_its_variable_died_keeps_no_hook_alive(register):
+    # kept in a list of handles, it held the Variable's hook list, and each hook's closure
+    # (a mask, a buffer) with it, for as long as the list lived
+    class Mask:  # what a hook's closure holds
+        pass
+
+    mask = Mask()
+    gone = weakref.ref(mask)
+    x = Variable(np.ones(2))
+    handle = getattr(x, register)(lambda g, mask=mask: None)
+    del mask, x
+    gc.collect()
+    assert gone() is None
+    handle.remove()  # harmless now
 
 
 def test_a_handle_removes_its_own_hook_not_an_equal_one_registered_before():
