@@ -285,8 +285,10 @@ class detect_anomaly(_Switch):
     reads; backward then raises, naming the op and where it was created, when such an array was
     changed after forward (also by a direct write, `x.data[...] = 0`, which the version counters
     cannot see), and, for a backward run inside the mode (as PyTorch's), when a gradient is NaN or
-    infinite. Slow: for debugging. Off, it costs nothing. Reusable as no_grad() is: nested, or
-    from several threads at once."""
+    infinite. A backward it refuses (or that raises otherwise) leaves every .grad as it was, the
+    retained ones included; hooks that ran are not undone (see gradcore.anomaly). Slow: for
+    debugging. Off, it costs nothing. Reusable as no_grad() is: nested, or from several threads
+    at once."""
 
     __slots__ = ()
     _set = staticmethod(_set_anomaly)

@@ -88,9 +88,10 @@ def _describe(x):
     return f"the Variable {name}of shape {tuple(x.shape)} and dtype {x.dtype}"
 
 
-def _run_hooks(x, g, shared):
+def _run_hooks(x, g, shared, undo=None):
     """x's hooks on its gradient g, in order; a hook may return a replacement. A gradient a hook
-    was handed may be kept by it: its array goes into `shared`. Then retain_grad()'s store."""
+    was handed may be kept by it: its array goes into `shared`. Then retain_grad()'s store
+    (noted in `undo`, the walk's _Undo in anomaly mode)."""
     retain = False
     for hook in list(x._hooks):
         if hook is RETAIN_GRAD:
@@ -102,11 +103,11 @@ def _run_hooks(x, g, shared):
             g = _hook_result(hook, x, result)
             shared[id(g._data)] = g._data  # the hook's: it may keep it (another's data, say)
     if retain:
-        _retain(x, g, shared)
+        _retain(x, g, shared, undo)
     return g
 
 
-def _output_hooks(f, y, g, shared, unchecked_roots, wanted=None, known=None):
+def _output_hooks(f, y, g, shared, unchecked_roots, wanted=None, known=None, undo=None):
     """The hooks of y, an output of f, on its gradient g (_run_hooks), just before f's backward
     runs: every op is checked for writes first (_check_before_hooks). A hook that writes (a .data
     assignment, an optimizer step) may write what f's backward reads, so then f is checked again
@@ -114,7 +115,7 @@ def _output_hooks(f, y, g, shared, unchecked_roots, wanted=None, known=None):
     if unchecked_roots:
         _check_before_hooks(unchecked_roots, wanted, known)
     written = latest_write[0]
-    g = _run_hooks(y, g, shared)
+    g = _run_hooks(y, g, shared, undo)
     if latest_write[0] != written and (wanted is None or _behind(f, wanted, known)):
         try:
             _check_versions(f)
@@ -127,11 +128,12 @@ def _output_hooks(f, y, g, shared, unchecked_roots, wanted=None, known=None):
     return g
 
 
-def _retain(y, g, shared):
+def _retain(y, g, shared, undo):
     """Add g, the gradient the walk hands on from y, into y.grad (retain_grad), as y's own: a
     copy if g's array is one another holds (`shared`: a seed, a hook's argument, another
     retained .grad) or a view of one (a reshape's backward, a broadcast), so that no two .grads
-    share memory. Marks g's array shared: whoever else gets g from here gets a copy."""
+    share memory. Marks g's array shared: whoever else gets g from here gets a copy. In anomaly
+    mode (`undo`, the walk's _Undo) the sum is checked first, and y.grad noted as it was."""
     data = g._data
     kept = copy(g) if id(data) in shared or not g._backend.owns_memory(data) else g
     shared[id(data)] = data
@@ -142,9 +144,13 @@ def _retain(y, g, shared):
             total = kept
         else:
             total = y._grad + kept
-            if is_anomaly_enabled():  # checked before it is set: a refused sum keeps y.grad
+            if undo is not None:  # checked before it is set: a refused sum keeps y.grad
                 _check_grad_sum(y, total)
+        if undo is not None:
+            undo.keep(y)
         y._grad = y._retained_grad = total
+        if undo is not None:
+            undo.set(y)
 
 
 def _hook_result(hook, x, g):
@@ -386,10 +392,11 @@ def _released_as(f, x):
     return was
 
 
-def _output_grads(f, grads, retain_grad, wanted, captured, shared, known, unchecked_roots):
+def _output_grads(f, grads, retain_grad, wanted, captured, shared, known, unchecked_roots,
+                  undo=None):
     """The gradients for f's outputs, after their hooks; zeros for a dead or unused output.
     gradcore.grad (`wanted`) captures a wanted output's gradient, and runs the hooks of f's
-    outputs only if f is on a path to a wanted Variable (_on_path)."""
+    outputs only if f is on a path to a wanted Variable (_on_path). `undo`: see _retain."""
     gys = []
     for i, ref in enumerate(f.outputs):
         y = ref()
@@ -400,9 +407,9 @@ def _output_grads(f, grads, retain_grad, wanted, captured, shared, known, unchec
             gys.append(f.zeros_for_output(i))
             continue
         if y._hooks and (wanted is None or _on_path(f, wanted, known)):
-            g = _output_hooks(f, y, g, shared, unchecked_roots, wanted, known)
+            g = _output_hooks(f, y, g, shared, unchecked_roots, wanted, known, undo)
         if retain_grad and not y.retains_grad:  # else _run_hooks has just kept it
-            _retain(y, g, shared)
+            _retain(y, g, shared, undo)
         if wanted is not None and y in wanted:
             captured[y] = g
         gys.append(g)
@@ -468,12 +475,13 @@ def _lowest_computed(inputs):
 
 
 def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING,
-          boundary_hooks=True):
+          boundary_hooks=True, undo=None):
     """Propagate `seeds` back from `ys`. With `wanted` (a set of Variables), return their gradients
     in a dict and leave the leaves' `.grad` alone (retain_grad() still stores); without,
     accumulate into the leaves' `.grad`. The Variables in `boundary` (wanted ones) are treated as
     leaves: nothing behind them is visited; without `boundary_hooks`, their hooks are left to the
-    walk that goes on from them."""
+    walk that goes on from them. `undo`: in anomaly mode, an _Undo: the walk checks its
+    gradients and notes there each .grad it sets, which the caller puts back if the walk raises."""
     # Variables hash by identity: grads maps each to its gradient so far (out of place: g = g + gx)
     grads = {}
     # arrays someone outside the walk holds (seeds, hooks' arguments, retained gradients), by id:
@@ -508,7 +516,7 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING,
     # writes before any runs, so that a refused graph changes nothing. Post-accumulate hooks and
     # retain_grad: _pending checks them first; hooks on the Variables the walk passes through:
     # _check_before_hooks, when the first of them is about to run (a walk with none pays nothing)
-    check_anomalies = is_anomaly_enabled()
+    check_anomalies = undo is not None
     # ops recorded in anomaly mode have their fingerprints checked in any mode
     check_records = check_anomalies or bool(anomaly.recorded)
     hooked = hooked_leaves and wanted is None
@@ -550,7 +558,7 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING,
                         f, wanted, known, grads, captured, shared, unchecked_roots):
                     continue
                 gys = _output_grads(f, grads, retain_grad, wanted, captured, shared, known,
-                                    unchecked_roots)
+                                    unchecked_roots, undo)
                 if check_records:
                     if wanted is not None and not _behind(f, wanted, known):
                         continue  # off the paths: neither checked nor run
@@ -627,10 +635,10 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING,
                 else:
                     next_op = _schedule(heap, next_op, creator)
             if pending:
-                _release(f, gxs, pending, grads, shared, create_graph, check_anomalies)
+                _release(f, gxs, pending, grads, shared, create_graph, undo)
 
         return _finish(leaves, grads, wanted, captured, shared, create_graph,
-                       _NOTHING if boundary_hooks else boundary, check_anomalies)
+                       _NOTHING if boundary_hooks else boundary, undo)
 
 
 def _accumulate(grads, sums, x, previous, gx, create_graph):
@@ -708,7 +716,7 @@ def _mark_handed_twice(gxs, shared):
         seen.add(id(data))
 
 
-def _release(f, gxs, pending, grads, shared, create_graph, check_anomalies):
+def _release(f, gxs, pending, grads, shared, create_graph, undo):
     """f has run, handing on `gxs`: a hooked leaf that no op still to run can add to gets its
     .grad now, then its post-accumulate hooks run (while the walk goes on with the rest of the
     graph)."""
@@ -724,11 +732,11 @@ def _release(f, gxs, pending, grads, shared, create_graph, check_anomalies):
         g = grads.pop(x, None)
         if g is None:  # every op gave it None: nothing was added, no hook runs
             continue
-        _add_to_grads([(x, _run_hooks(x, g, shared) if x._hooks else g)], shared, create_graph,
-                      check_anomalies)
+        _add_to_grads([(x, _run_hooks(x, g, shared, undo) if x._hooks else g)], shared,
+                      create_graph, undo)
 
 
-def _finish(leaves, grads, wanted, captured, shared, create_graph, silent, check_anomalies):
+def _finish(leaves, grads, wanted, captured, shared, create_graph, silent, undo):
     """The leaves' gradients, after their hooks (but those of the Variables in `silent`):
     returned (with `wanted`: those and the captured ones) or added into `.grad`, each owning its
     array."""
@@ -738,23 +746,24 @@ def _finish(leaves, grads, wanted, captured, shared, create_graph, silent, check
         if g is None:  # listed twice: its gradient is applied already
             continue
         if wanted is None:
-            finished.append((x, _run_hooks(x, g, shared) if x._hooks else g))
+            finished.append((x, _run_hooks(x, g, shared, undo) if x._hooks else g))
         elif x in wanted and x._requires_grad:  # the others: no gradient, no hook call
-            captured[x] = _run_hooks(x, g, shared) if x._hooks and x not in silent else g
+            captured[x] = _run_hooks(x, g, shared, undo) if x._hooks and x not in silent else g
     if grads:  # a gradient reached a Variable whose creator did not count it as an output
         raise _reused(next(iter(grads)).creator)
     if wanted is not None:
         return dict(_owned(captured.items(), shared, create_graph))
-    _add_to_grads(finished, shared, create_graph, check_anomalies)
+    _add_to_grads(finished, shared, create_graph, undo)
     return captured
 
 
-def _add_to_grads(finished, shared, create_graph, check_anomalies):
+def _add_to_grads(finished, shared, create_graph, undo):
     """Add each (x, g)'s g to x.grad, each owning its array; then the post-accumulate hooks of
     those x that have some (a leaf the walk did not release earlier, such as a root). A leaf
     whose requires_grad was turned off after forward gets nothing added, as in PyTorch, whose
-    engine still calls its post-accumulate hooks (on .grad as it was). In anomaly mode a sum
-    with an old .grad holding NaN or infinity is refused, before any .grad is set."""
+    engine still calls its post-accumulate hooks (on .grad as it was). In anomaly mode (`undo`,
+    the walk's _Undo) a sum with an old .grad holding NaN or infinity is refused, before any
+    .grad is set, and what is set and the hooks that run are noted."""
     adding = [(x, g) for x, g in finished if x._requires_grad]
     for x, _ in adding:
         if x._grad is not None:  # accumulating over backward calls: nothing to check otherwise
@@ -767,14 +776,66 @@ def _add_to_grads(finished, shared, create_graph, check_anomalies):
     with _accumulating:  # the sums only: nothing here calls back into user code
         totals = [(x, g if x._grad is None else x._grad + g)
                   for x, g in _owned(adding, shared, create_graph)]
-        if check_anomalies:  # all checked before any is set: a refused backward changes nothing
+        if undo is not None:  # all checked before any is set: a refused sum changes nothing
             _check_grad_sums(totals)
+            for x, _ in totals:
+                undo.keep(x)
         for x, total in totals:
             x._grad = total
+        if undo is not None:
+            for x, _ in totals:
+                undo.set(x)
     if hooked_leaves:
         for x, _ in finished:
             for hook in list(getattr(x, "_post_hooks", ())):
+                if undo is not None:
+                    undo.hooks_run += 1
                 _call_hook(hook, x, x)
+                if undo is not None:  # the .grad the hook left (one that doubles it, say)
+                    undo.set(x)
+
+
+class _Undo:
+    """Anomaly mode: the .grads a walk sets (retained gradients and leaves released for their
+    post-accumulate hooks during it; the other leaves' at its end), so that a refused walk puts
+    each back. `changed`: Variable -> [its _grad and _retained_grad before the walk, the _grad
+    the walk (or its own hook) left]; `hooks_run`: post-accumulate hook calls made."""
+
+    __slots__ = ("changed", "hooks_run")
+
+    def __init__(self):
+        self.changed = {}
+        self.hooks_run = 0
+
+    def keep(self, x):
+        """Before the walk first sets x.grad: note it as it is."""
+        if x not in self.changed:
+            self.changed[x] = [x._grad, getattr(x, "_retained_grad", None), None]
+
+    def set(self, x):
+        """After the walk, or a hook it ran, set x.grad: note what it left."""
+        entry = self.changed.get(x)
+        if entry is not None:
+            entry[2] = x._grad
+
+    def put_back(self):
+        """The walk raised: each noted .grad (the object itself) as before the walk, unless
+        another thread or a hook changed it since (putting it back would lose that). Returns
+        what it did, for the error's note."""
+        left = 0
+        with _accumulating:
+            for x, (grad, retained, after) in self.changed.items():
+                if x._grad is after:
+                    x._grad, x._retained_grad = grad, retained
+                else:
+                    left += 1
+        message = ("anomaly mode: no .grad was changed" if not left else
+                   f"anomaly mode: every .grad this backward set was put back but {left}, "
+                   "changed since by a hook or another thread")
+        if self.hooks_run:
+            message += (f"; post-accumulate hooks that already ran ({self.hooks_run}) are not "
+                        "undone")
+        return message
 
 
 def _check_grad_sums(totals):
@@ -844,26 +905,30 @@ def _failed_backward(error):
     return f
 
 
-def _explain_failed_backward(error):
+def _explain_failed_backward(error, undone=None):
     """Note on `error`, from a walk, the op whose backward raised it and where that op was
     called (the caller raises it again); raise a RuntimeError instead (from `error`) if that op
     reads a Variable whose data was released after forward (`t.data = None`), the likely
-    cause."""
+    cause. Then `undone` (anomaly mode: what _Undo.put_back did) as a note on either."""
     f = _failed_backward(error)
-    if f is None:
-        return
-    for role, x in f._variables_read():
-        if x._data is None:
-            name = f._name()
-            raise RuntimeError(
-                f"{name}.backward failed ({type(error).__name__}: {error}), and its {role} is "
-                f"{_describe(x)} after {name} ran in forward: a backward that reads it cannot "
-                "run. Release (x.data = None) only Variables whose ops' backward reads neither "
-                "its inputs nor its outputs (add's: t = matmul(x, W); y = t + b; t.data = None), "
-                "or release after backward") from error
-    # once: a nested walk (checkpoint) may have noted it
-    add_note(error, f"raised in {f._name()}.backward ({type(f).__qualname__}); "
-                    f"{anomaly.where_created(f)}")
+    if f is not None:
+        for role, x in f._variables_read():
+            if x._data is None:
+                name = f._name()
+                released = RuntimeError(
+                    f"{name}.backward failed ({type(error).__name__}: {error}), and its {role} "
+                    f"is {_describe(x)} after {name} ran in forward: a backward that reads it "
+                    "cannot run. Release (x.data = None) only Variables whose ops' backward "
+                    "reads neither its inputs nor its outputs (add's: t = matmul(x, W); "
+                    "y = t + b; t.data = None), or release after backward")
+                if undone is not None:
+                    add_note(released, undone)
+                raise released from error
+        # once: a nested walk (checkpoint) may have noted it
+        add_note(error, f"raised in {f._name()}.backward ({type(f).__qualname__}); "
+                        f"{anomaly.where_created(f)}")
+    if undone is not None:
+        add_note(error, undone)
 
 
 def backward(y, grad=None, retain_grad=False, create_graph=False):
@@ -877,12 +942,15 @@ def backward(y, grad=None, retain_grad=False, create_graph=False):
     seed = _seed(y, grad, create_graph)
     if given is not None:
         y.cleargrad()
+    undo = _Undo() if is_anomaly_enabled() else None
     try:
-        _walk([y], [seed], retain_grad, create_graph)
+        _walk([y], [seed], retain_grad, create_graph, undo=undo)
     except Exception as error:
+        # anomaly mode: a refused backward changes no .grad
+        undone = None if undo is None else undo.put_back()
         if given is not None:  # y as it was: its seed, not what retain_grad kept of it
             y._grad, y._retained_grad = given, None
-        _explain_failed_backward(error)
+        _explain_failed_backward(error, undone)
         raise
 
 
@@ -927,11 +995,14 @@ def _grad(outputs, inputs, grad_outputs, create_graph, allow_unused, boundary,
              for i, (y, g) in enumerate(zip(outputs, grad_outputs))]
     if not boundary and any(map(_creator, inputs)):  # C loops: hod's one leaf pays ~nothing
         boundary = _lowest_computed(inputs)
+    undo = _Undo() if is_anomaly_enabled() else None
     try:
         captured = _walk(outputs, seeds, False, create_graph, set(inputs), boundary,
-                         boundary_hooks)
+                         boundary_hooks, undo)
     except Exception as error:
-        _explain_failed_backward(error)
+        # anomaly mode: retained gradients as they were
+        undone = None if undo is None else undo.put_back()
+        _explain_failed_backward(error, undone)
         raise
     result = []
     for i, x in enumerate(inputs):

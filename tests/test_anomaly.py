@@ -411,3 +411,107 @@ def test_a_grad_already_infinite_from_outside_anomaly_mode_is_named_as_such():
                                                   "infinity, and this backward would add to it"):
         (x * 1).backward()
     assert x.grad.data.tolist() == [np.inf]
+
+
+# ================================================ a refused backward changes no .grad
+# sqrt(x) at x = 0: its gradient is infinite. It is recorded first, so the walk reaches it last,
+# after the .grads the walk sets on its way (hooked leaves released, retained gradients)
+REFUSED = r"anomaly: sqrt.backward returned a gradient holding NaN or infinity"
+NOTHING_CHANGED = "anomaly mode: no .grad was changed"
+
+
+@pytest.mark.parametrize("create_graph", [False, True], ids=["plain", "create_graph"])
+@pytest.mark.parametrize("earlier", [False, True], ids=["no-grad-before", "grad-before"])
+def test_a_refused_backward_leaves_the_grad_of_a_leaf_released_for_its_hooks(earlier,
+                                                                             create_graph):
+    A, B = Variable(np.array([4.0]), name="A"), Variable(np.array([1.0]), name="B")
+    calls = []
+
+    def double(p):  # changes the .grad the walk set: put back all the same
+        calls.append("A")
+        p.grad = p.grad * 2.0
+
+    A.register_post_accumulate_grad_hook(double)
+    B.register_post_accumulate_grad_hook(lambda p: calls.append("B"))
+    if earlier:
+        F.sum(A * 3.0 + B * 7.0).backward()
+        np.testing.assert_array_equal(A.grad.data, [6.0])  # 3, doubled
+        np.testing.assert_array_equal(B.grad.data, [7.0])
+        calls.clear()
+    a_grad, b_grad = A.grad, B.grad
+    x = Variable(np.array([0.0]))
+    with gradcore.detect_anomaly(), np.errstate(divide="ignore"):
+        s = F.sqrt(x)
+        loss = F.sum(A * 10.0 + B * 100.0 + s)
+        with pytest.raises(RuntimeError, match=REFUSED) as caught:
+            loss.backward(create_graph=create_graph)
+    assert calls == ["B", "A"]  # both released, hooks run, before sqrt's backward
+    assert A.grad is a_grad and B.grad is b_grad and x.grad is None
+    if earlier:
+        np.testing.assert_array_equal(A.grad.data, [6.0])
+        np.testing.assert_array_equal(B.grad.data, [7.0])
+    assert caught.value.__notes__[-1] == (f"{NOTHING_CHANGED}; post-accumulate hooks that "
+                                          "already ran (2) are not undone")
+    # the input fixed, the same backward adds its gradient once: with a .grad before, (6 + 10) * 2
+    x = Variable(np.array([1.0]))
+    with gradcore.detect_anomaly():
+        F.sum(A * 10.0 + B * 100.0 + F.sqrt(x)).backward(create_graph=create_graph)
+    np.testing.assert_array_equal(A.grad.data, [32.0] if earlier else [20.0])
+    np.testing.assert_array_equal(B.grad.data, [107.0] if earlier else [100.0])
+
+
+@pytest.mark.parametrize("how", ["retain_grad()", "backward(retain_grad=True)",
+                                 "create_graph", "grad"])
+@pytest.mark.parametrize("earlier", [False, True], ids=["no-grad-before", "grad-before"])
+def test_a_refused_backward_leaves_a_retained_grad_summed_on_its_way(earlier, how):
+    x = Variable(np.array([0.0]), name="x")
+    s = F.sqrt(x)
+    t = x * 3.0
+    if how != "backward(retain_grad=True)":
+        t.retain_grad()
+
+    def backward(y):
+        if how == "grad":
+            return gradcore.grad(y, x)
+        return y.backward(retain_grad=how == "backward(retain_grad=True)",
+                          create_graph=how == "create_graph")
+
+    if earlier:
+        backward(F.sum(t * 2.0))  # no sqrt on this one: t.grad = 2
+        np.testing.assert_array_equal(t.grad.data, [2.0])
+    t_grad, x_grad = t.grad, x.grad
+    with gradcore.detect_anomaly(), np.errstate(divide="ignore"):
+        u = t * 5.0
+        loss = F.sum(u + s)
+        with pytest.raises(RuntimeError, match=REFUSED) as caught:
+            backward(loss)  # t.grad was 2 + 5 when sqrt's backward ran
+    assert t.grad is t_grad and x.grad is x_grad and u.grad is None
+    if earlier:
+        np.testing.assert_array_equal(t.grad.data, [2.0])
+        if how != "grad":  # gradcore.grad leaves the leaves' .grad alone
+            np.testing.assert_array_equal(x.grad.data, [6.0])
+    assert caught.value.__notes__[-1] == NOTHING_CHANGED  # no hook ran
+    # the same sums without the refused op: t.grad gets this backward's 5 once
+    with gradcore.detect_anomaly():
+        backward(F.sum(t * 5.0))
+    np.testing.assert_array_equal(t.grad.data, [7.0] if earlier else [5.0])
+
+
+def test_a_refused_backward_says_which_grads_another_writer_changed_since():
+    """A post-accumulate hook on B rewrites A's .grad after the walk set it (as another thread's
+    backward into A would): putting A's back would lose that, so it stays and the error says so."""
+    A, B = Variable(np.array([4.0])), Variable(np.array([1.0]))
+    mine = Variable(np.array([-1.0]), requires_grad=False)
+    A.register_post_accumulate_grad_hook(lambda p: None)
+    B.register_post_accumulate_grad_hook(lambda p: setattr(A, "grad", mine))
+    x = Variable(np.array([0.0]))
+    with gradcore.detect_anomaly(), np.errstate(divide="ignore"):
+        s = F.sqrt(x)
+        loss = F.sum(B * 100.0 + A * 10.0 + s)  # A is released first, then B
+        with pytest.raises(RuntimeError, match=REFUSED) as caught:
+            loss.backward()
+    assert A.grad is mine and B.grad is None
+    assert caught.value.__notes__[-1] == ("anomaly mode: every .grad this backward set was put "
+                                          "back but 1, changed since by a hook or another "
+                                          "thread; post-accumulate hooks that already ran (2) "
+                                          "are not undone")
