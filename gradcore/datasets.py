@@ -1,11 +1,13 @@
 """Datasets (DeZero's `dezero.datasets`): the Dataset base, generated sets that need no download
-(Spiral, SinCurve, Shapes), and MNIST, FashionMNIST and CIFAR10, downloaded once from their
-published files (gradcore.utils.download.fetch) and read from those files' own formats.
+(Spiral, SinCurve, Shapes), and MNIST, FashionMNIST, CIFAR10, CIFAR100 and TinyShakespeare,
+downloaded once from their published files (gradcore.utils.download.fetch) and read from those
+files' own formats.
 
 Datasets hold host data: NumPy arrays made or read here. A DataLoader moves each batch to the
 device it is asked for. Generated sets draw from their own seeded generators, never from NumPy's
 global one, so building a dataset does not disturb np.random.seed reproducibility elsewhere.
 """
+import functools
 import gzip
 import operator
 import struct
@@ -20,7 +22,7 @@ from .transforms import Compose, Flatten, Normalize, ToFloat, _check_callable
 from .utils.download import DownloadError, cache_folder, fetch
 
 __all__ = ["Dataset", "Spiral", "get_spiral", "SinCurve", "Shapes", "MNIST", "FashionMNIST",
-           "CIFAR10"]
+           "CIFAR10", "CIFAR100", "TinyShakespeare"]
 
 
 def _identity(x):
@@ -420,6 +422,8 @@ class CIFAR10(Dataset):
     SHA256 = "c4a38c50a1bc5f3a1c5537f2155ab9d68f9f25eb1ed8d9ddda3db29a59bca1dd"
     TRAIN = tuple(f"cifar-10-batches-bin/data_batch_{i}.bin" for i in range(1, 6))
     TEST = ("cifar-10-batches-bin/test_batch.bin",)
+    LABELS = (("label", 10),)  # (name, number of classes) for each label byte of a record
+    ARCHIVE = "CIFAR-10"  # the data set, as errors name it
 
     def __init__(self, train=True, transform=_DEFAULT, target_transform=None, progress=None):
         self.progress = progress
@@ -441,14 +445,18 @@ class CIFAR10(Dataset):
     def prepare(self):
         archive = fetch(self.FILE, self.URLS, self.SHA256, folder=cache_folder() / "cifar10",
                         progress=self.progress)
-        self.data, self.label = read_cifar_binary(archive, self.TRAIN if self.train else self.TEST)
+        self.data, self.label = read_cifar_binary(archive, self.TRAIN if self.train else self.TEST,
+                                                  self.LABELS, self.ARCHIVE)
 
 
-def read_cifar_binary(path, members):
-    """Images (N, 3, 32, 32) uint8 and labels (N,) int64 from the batch files `members` of the
-    tar.gz archive at `path`, in that order. A record is one label byte then 3,072 pixel bytes:
-    the red, green and blue planes of 32x32 each, row by row."""
-    record = 1 + 3 * 32 * 32
+def read_cifar_binary(path, members, labels=(("label", 10),), archive="CIFAR-10"):
+    """Images (N, 3, 32, 32) uint8, then one array of labels (N,) int64 per label byte, from the
+    batch files `members` of the tar.gz archive at `path`, in that order. A record is its label
+    bytes, one per entry of `labels` ((name, number of classes) pairs: CIFAR-10's one label,
+    CIFAR-100's coarse then fine), then 3,072 pixel bytes: the red, green and blue planes of
+    32x32 each, row by row. `archive` names the data set in errors."""
+    heads = len(labels)
+    record = heads + 3 * 32 * 32
     found = {}
     try:
         with tarfile.open(path, "r:gz") as tar:
@@ -460,17 +468,165 @@ def read_cifar_binary(path, members):
                          "short?") from None
     missing = [m for m in members if m not in found]
     if missing:
-        raise ValueError(f"{path} has no {', '.join(missing)}: not CIFAR-10's binary archive?")
-    images, labels = [], []
+        raise ValueError(f"{path} has no {', '.join(missing)}: not {archive}'s binary archive?")
+    images, columns = [], [[] for _ in labels]
     for name in members:
         raw = np.frombuffer(found[name], dtype=np.uint8)
         if raw.size == 0 or raw.size % record:
             raise ValueError(f"{name} in {path} holds {raw.size} bytes, not a whole number of "
                              f"{record}-byte records: cut short?")
         raw = raw.reshape(-1, record)
-        if raw[:, 0].max(initial=0) > 9:
-            raise ValueError(f"{name} in {path} has a label of {raw[:, 0].max()}; CIFAR-10's "
-                             "are 0 to 9")
-        labels.append(raw[:, 0].astype(np.int64))
-        images.append(raw[:, 1:].reshape(-1, 3, 32, 32))
-    return np.concatenate(images), np.concatenate(labels)
+        for j, (what, num_classes) in enumerate(labels):
+            top = raw[:, j].max()
+            if top >= num_classes:
+                raise ValueError(f"{name} in {path} has a {what} of {top}; {archive}'s are 0 to "
+                                 f"{num_classes - 1}")
+            columns[j].append(raw[:, j].astype(np.int64))
+        images.append(raw[:, heads:].reshape(-1, 3, 32, 32))
+    return (np.concatenate(images), *(np.concatenate(column) for column in columns))
+
+
+# =============================================================================== CIFAR-100
+# The class names as the archive's fine_label_names.txt and coarse_label_names.txt list them
+_CIFAR100_NAMES = {
+    "fine": (
+        "apple", "aquarium_fish", "baby", "bear", "beaver", "bed", "bee", "beetle", "bicycle",
+        "bottle", "bowl", "boy", "bridge", "bus", "butterfly", "camel", "can", "castle",
+        "caterpillar", "cattle", "chair", "chimpanzee", "clock", "cloud", "cockroach", "couch",
+        "crab", "crocodile", "cup", "dinosaur", "dolphin", "elephant", "flatfish", "forest", "fox",
+        "girl", "hamster", "house", "kangaroo", "keyboard", "lamp", "lawn_mower", "leopard",
+        "lion", "lizard", "lobster", "man", "maple_tree", "motorcycle", "mountain", "mouse",
+        "mushroom", "oak_tree", "orange", "orchid", "otter", "palm_tree", "pear", "pickup_truck",
+        "pine_tree", "plain", "plate", "poppy", "porcupine", "possum", "rabbit", "raccoon", "ray",
+        "road", "rocket", "rose", "sea", "seal", "shark", "shrew", "skunk", "skyscraper", "snail",
+        "snake", "spider", "squirrel", "streetcar", "sunflower", "sweet_pepper", "table", "tank",
+        "telephone", "television", "tiger", "tractor", "train", "trout", "tulip", "turtle",
+        "wardrobe", "whale", "willow_tree", "wolf", "woman", "worm"),
+    "coarse": (
+        "aquatic_mammals", "fish", "flowers", "food_containers", "fruit_and_vegetables",
+        "household_electrical_devices", "household_furniture", "insects", "large_carnivores",
+        "large_man-made_outdoor_things", "large_natural_outdoor_scenes",
+        "large_omnivores_and_herbivores", "medium_mammals", "non-insect_invertebrates", "people",
+        "reptiles", "small_mammals", "trees", "vehicles_1", "vehicles_2"),
+}
+
+
+def _checked_label_kind(owner, label):
+    """`label` if it is one of CIFAR-100's two kinds of label, else a ValueError naming them."""
+    if not isinstance(label, str) or label not in _CIFAR100_NAMES:
+        raise ValueError(f"{owner}: label must be 'fine' (100 classes) or 'coarse' (20 "
+                         f"superclasses), got {label!r}")
+    return label
+
+
+def _cifar100_labels(label="fine"):
+    """Class index -> name: the 100 fine classes (label="fine") or the 20 coarse ones."""
+    return dict(enumerate(_CIFAR100_NAMES[_checked_label_kind("CIFAR100.labels", label)]))
+
+
+class _LabelsOfItsKind:
+    """CIFAR100.labels(label="fine") on the class; on a data set, its own kind of label by
+    default, so that ds.labels()[t] names a label t of ds."""
+
+    def __get__(self, obj, cls=None):
+        if obj is None:
+            return _cifar100_labels
+
+        @functools.wraps(_cifar100_labels)
+        def labels(label=obj.label_mode):
+            return _cifar100_labels(label)
+        return labels
+
+
+class CIFAR100(CIFAR10):
+    """CIFAR-100 (Krizhevsky 2009): 32x32 colour images of 100 classes grouped into 20
+    superclasses, 50,000 for training and 10,000 for testing.
+
+    The binary version of the published archive is downloaded once into $GRADCORE_DATA/cifar100
+    (else ~/.gradcore/cifar100), checked by its SHA-256 (resumable, atomic; offline, the error
+    says which file to put where), and train.bin or test.bin is read from the archive in memory,
+    as for CIFAR10. A record is a coarse label byte, a fine label byte, then CIFAR-10's 3,072
+    pixel bytes. `label="fine"` (the default, as torchvision's) gives the 100 classes,
+    `label="coarse"` the 20 superclasses; `labels()` names them (on a data set, its own kind).
+    data (N, 3, 32, 32) uint8 and label (N,) int64; the default transform is CIFAR10's (float32
+    in [0, 1]); transform=None gives the uint8 images as they are.
+    """
+
+    URLS = ("https://www.cs.toronto.edu/~kriz/cifar-100-binary.tar.gz",)
+    FILE = "cifar-100-binary.tar.gz"
+    SHA256 = "58a81ae192c23a4be8b1804d68e518ed807d710a4eb253b1f2a199162a40d8ec"
+    TRAIN = ("cifar-100-binary/train.bin",)
+    TEST = ("cifar-100-binary/test.bin",)
+    LABELS = (("coarse label", 20), ("fine label", 100))
+    ARCHIVE = "CIFAR-100"
+
+    labels = _LabelsOfItsKind()
+
+    def __init__(self, train=True, transform=_DEFAULT, target_transform=None, progress=None,
+                 label="fine"):
+        # checked before the download, which a wrong spelling would otherwise wait for
+        self.label_mode = _checked_label_kind(type(self).__name__, label)
+        super().__init__(train, transform, target_transform, progress)
+
+    def prepare(self):
+        archive = fetch(self.FILE, self.URLS, self.SHA256, folder=cache_folder() / "cifar100",
+                        progress=self.progress)
+        self.data, coarse, fine = read_cifar_binary(
+            archive, self.TRAIN if self.train else self.TEST, self.LABELS, self.ARCHIVE)
+        self.label = fine if self.label_mode == "fine" else coarse
+
+
+# =============================================================================== Tiny Shakespeare
+class TinyShakespeare(Dataset):
+    """Tiny Shakespeare (Karpathy's char-rnn): 1,115,394 characters of Shakespeare's plays, for
+    next-character prediction.
+
+    The text is downloaded once into $GRADCORE_DATA/tinyshakespeare (else
+    ~/.gradcore/tinyshakespeare), checked by its SHA-256 (resumable, atomic; offline, the error
+    says which file to put where), and read as UTF-8. The first 90% of its characters are the
+    training set, the rest the test set. Within a set, data[i] is the index of character i and
+    label[i] that of character i + 1, as SinCurve pairs each value with the next: data and label
+    (N,) int64, N one less than the set's characters, ready for an Embedding and a
+    SeqDataLoader. `vocabulary()` maps index -> character and `char_to_index` the reverse; the
+    indices are those of the whole text's characters in sorted order, so both sets share them.
+    """
+
+    URLS = ("https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/"
+            "input.txt",
+            "https://raw.githubusercontent.com/karpathy/char-rnn/"
+            "6f9487a6fe5b420b7ca9afb0d7c078e37c1d1b4e/data/tinyshakespeare/input.txt")
+    FILE = "input.txt"
+    SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
+    train_fraction = 0.9
+
+    def __init__(self, train=True, transform=None, target_transform=None, progress=None):
+        self.progress = progress
+        self.char_to_index = {}
+        super().__init__(train, transform, target_transform)
+
+    def vocabulary(self):
+        """Index -> character."""
+        return {i: c for c, i in self.char_to_index.items()}
+
+    def prepare(self):
+        path = fetch(self.FILE, self.URLS, self.SHA256, folder=cache_folder() / "tinyshakespeare",
+                     progress=self.progress)
+        try:
+            text = path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{type(self).__name__}: {path} is not UTF-8 text (byte "
+                             f"{e.start} is {e.object[e.start:e.start + 1]!r}): not the "
+                             "published file?") from None
+        n = int(self.train_fraction * len(text))
+        if min(n, len(text) - n) < 2:
+            raise ValueError(f"{type(self).__name__}: {path} holds {len(text)} characters, too "
+                             "few for a pair of characters in each of the train and test sets")
+        # code points, fast; np.unique sorts them as Python sorts the characters
+        codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+        chars, index = np.unique(codes, return_inverse=True)
+        self.char_to_index = {chr(c): i for i, c in enumerate(chars.tolist())}
+        index = index.astype(np.int64).reshape(-1)
+        part = index[:n] if self.train else index[n:]
+        # copies: views of one buffer would overlap, as SinCurve's would
+        self.data = part[:-1].copy()
+        self.label = part[1:].copy()

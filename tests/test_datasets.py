@@ -1,6 +1,6 @@
 """gradcore.datasets: the Dataset base, Spiral, SinCurve, Shapes, MNIST (a local .npz, or its
-published IDX files), FashionMNIST and CIFAR10, their files served in the original formats from an
-HTTP server on the loopback address."""
+published IDX files), FashionMNIST, CIFAR10, CIFAR100 and TinyShakespeare, their files served in
+the original formats from an HTTP server on the loopback address."""
 import contextlib
 import functools
 import hashlib
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import gradcore
-from gradcore.datasets import (CIFAR10, MNIST, Dataset, FashionMNIST, Shapes, SinCurve, Spiral,
-                               get_spiral)
+from gradcore.datasets import (CIFAR10, CIFAR100, MNIST, Dataset, FashionMNIST, Shapes, SinCurve,
+                               Spiral, TinyShakespeare, get_spiral)
 from gradcore.utils.download import cache_folder, fetch
 
 
@@ -463,7 +463,9 @@ def test_cifar10_bad_archives(tmp_path):
 @pytest.mark.parametrize("cls, urls, file, sha", [
     (MNIST, "MIRRORS", "mnist.train-images-idx3-ubyte.gz", "440fcabf"),
     (FashionMNIST, "MIRRORS", "fashion-mnist.train-images-idx3-ubyte.gz", "3aede38d"),
-    (CIFAR10, "URLS", "cifar10.cifar-10-binary.tar.gz", "c4a38c50")])
+    (CIFAR10, "URLS", "cifar10.cifar-10-binary.tar.gz", "c4a38c50"),
+    (CIFAR100, "URLS", "cifar100.cifar-100-binary.tar.gz", "58a81ae1"),
+    (TinyShakespeare, "URLS", "tinyshakespeare.input.txt", "86c4e6aa")])
 def test_offline_the_error_names_the_file_to_put_where(cls, urls, file, sha, tmp_path,
                                                        monkeypatch):
     from gradcore.utils.download import DownloadError
@@ -471,6 +473,214 @@ def test_offline_the_error_names_the_file_to_put_where(cls, urls, file, sha, tmp
     monkeypatch.setenv("GRADCORE_DATA", str(tmp_path))
     with pytest.raises(DownloadError, match=rf"Offline, put the file at .*{file} \(SHA-256 {sha}"):
         offline(progress=False)
+
+
+# =============================================================================== CIFAR-100
+def cifar100_tar(path, splits, extra=()):
+    """A tar.gz laid out as CIFAR-100's binary archive: {"train"/"test": (images, coarse, fine)}."""
+    with tarfile.open(path, "w:gz") as tar:
+        def add(name, raw):
+            info = tarfile.TarInfo(f"cifar-100-binary/{name}")
+            info.size = len(raw)
+            tar.addfile(info, io.BytesIO(raw))
+        add("coarse_label_names.txt", b"aquatic_mammals\nfish\n")
+        add("fine_label_names.txt", b"apple\naquarium_fish\n")
+        for split, (x, coarse, fine) in splits.items():
+            add(f"{split}.bin", np.concatenate([coarse[:, None], fine[:, None],
+                                                x.reshape(len(x), -1)], axis=1)
+                .astype(np.uint8).tobytes())
+        for name, raw in extra:
+            add(name, raw)
+
+
+def cifar100_splits(rng, train=5, test=3):
+    return {split: (rng.integers(0, 256, (n, 3, 32, 32)), rng.integers(0, 20, n),
+                    rng.integers(0, 100, n)) for split, n in (("train", train), ("test", test))}
+
+
+def test_cifar100_downloads_and_reads_the_binary_archive(tmp_path, monkeypatch):
+    splits = cifar100_splits(np.random.default_rng(0))
+    (tmp_path / "served").mkdir()
+    cifar100_tar(tmp_path / "served" / CIFAR100.FILE, splits)
+    monkeypatch.setenv("GRADCORE_DATA", str(tmp_path / "cache"))
+    with served(tmp_path / "served") as url:
+        class Served(CIFAR100):
+            URLS = ("http://127.0.0.1:1/down.tar.gz", url + CIFAR100.FILE)
+            SHA256 = sha256s(tmp_path / "served")[CIFAR100.FILE]
+
+        train = Served(transform=None, progress=False)
+    assert train.data.shape == (5, 3, 32, 32) and train.data.dtype == np.uint8
+    assert train.label.shape == (5,) and train.label.dtype == np.int64
+    np.testing.assert_array_equal(train.data, splits["train"][0])
+    np.testing.assert_array_equal(train.label, splits["train"][2])  # fine, by default
+    assert [p.name for p in (tmp_path / "cache" / "cifar100").iterdir()] == [CIFAR100.FILE]
+    test = Served(train=False, progress=False, label="coarse")  # the cached archive serves
+    x, t = test[1]
+    assert x.shape == (3, 32, 32) and x.dtype == np.float32 and t == splits["test"][1][1]
+    np.testing.assert_allclose(x, splits["test"][0][1] / 255.0, rtol=1e-6)
+    np.testing.assert_array_equal(test.label, splits["test"][1])
+
+
+def test_cifar100_record_is_coarse_then_fine_then_red_green_blue_planes(tmp_path, monkeypatch):
+    from gradcore.datasets import read_cifar_binary
+    record = np.zeros(3074, np.uint8)
+    record[:2] = 13, 45  # coarse 13 (non-insect_invertebrates), fine 45 (lobster)
+    record[2 + 2048 + 31 * 32 + 0] = 77  # blue plane, row 31, column 0
+    (tmp_path / "cifar100").mkdir()
+    cifar100_tar(tmp_path / "cifar100" / CIFAR100.FILE, {}, extra=[("test.bin", record.tobytes())])
+    x, coarse, fine = read_cifar_binary(tmp_path / "cifar100" / CIFAR100.FILE, CIFAR100.TEST,
+                                        CIFAR100.LABELS)
+    assert coarse.tolist() == [13] and fine.tolist() == [45]
+    assert x.shape == (1, 3, 32, 32) and x[0, 2, 31, 0] == 77 and x.sum() == 77
+    monkeypatch.setenv("GRADCORE_DATA", str(tmp_path))
+
+    class Cached(CIFAR100):
+        URLS = ()
+        SHA256 = sha256s(tmp_path / "cifar100")[CIFAR100.FILE]
+
+    fine_set = Cached(train=False, transform=None, progress=False)
+    coarse_set = Cached(train=False, transform=None, progress=False, label="coarse")
+    assert fine_set[0][1] == 45 and coarse_set[0][1] == 13
+    assert fine_set.labels()[45] == "lobster"  # each set names its own kind of label
+    assert coarse_set.labels()[13] == "non-insect_invertebrates"
+    assert coarse_set.labels("fine")[45] == "lobster"
+
+
+def test_cifar100_label_must_be_fine_or_coarse(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRADCORE_DATA", str(tmp_path))
+    for label in ("superclass", "Fine", None):
+        with pytest.raises(ValueError, match=r"^CIFAR100: label must be 'fine' \(100 classes\) or "
+                                             rf"'coarse' \(20 superclasses\), got {label!r}$"):
+            CIFAR100(label=label)  # refused before any download
+    assert not (tmp_path / "cifar100").exists()
+    with pytest.raises(ValueError, match=r"CIFAR100.labels: label must be 'fine' .* got 'fin'"):
+        CIFAR100.labels("fin")
+
+
+def test_cifar100_labels_names():
+    fine, coarse = CIFAR100.labels(), CIFAR100.labels(label="coarse")
+    assert len(fine) == 100 and len(coarse) == 20 and CIFAR100.labels("fine") == fine
+    assert (fine[0], fine[1], fine[41], fine[58], fine[99]) == (
+        "apple", "aquarium_fish", "lawn_mower", "pickup_truck", "worm")
+    assert (coarse[0], coarse[9], coarse[13], coarse[19]) == (
+        "aquatic_mammals", "large_man-made_outdoor_things", "non-insect_invertebrates",
+        "vehicles_2")
+    for names in (fine, coarse):  # the archive lists them in alphabetical order, each once
+        assert list(names) == list(range(len(names)))
+        assert list(names.values()) == sorted(set(names.values()))
+
+
+def test_cifar100_bad_archives(tmp_path, monkeypatch):
+    from gradcore.datasets import read_cifar_binary
+
+    def read(name, **splits_or_extra):
+        cifar100_tar(tmp_path / name, **splits_or_extra)
+        return read_cifar_binary(tmp_path / name, CIFAR100.TEST, CIFAR100.LABELS,
+                                 CIFAR100.ARCHIVE)
+
+    splits = cifar100_splits(np.random.default_rng(1))
+    del splits["test"]
+    with pytest.raises(ValueError, match=r"has no cifar-100-binary/test.bin: not CIFAR-100's "
+                                         r"binary archive\?"):
+        read("no_test.tar.gz", splits=splits)
+    with pytest.raises(ValueError, match=r"test.bin in .*short.tar.gz holds 3173 bytes, not a "
+                                         r"whole number of 3074-byte records"):
+        read("short.tar.gz", splits={}, extra=[("test.bin", bytes(3073 + 100))])  # CIFAR-10's
+    (tmp_path / "cifar100").mkdir()  # through the class: a cached archive, read as CIFAR-100
+    cifar100_tar(tmp_path / "cifar100" / CIFAR100.FILE, {},
+                 extra=[("test.bin", bytes([20, 5]) + bytes(3072))])
+    monkeypatch.setenv("GRADCORE_DATA", str(tmp_path))
+    cached = type("Cached", (CIFAR100,), {
+        "URLS": (), "SHA256": sha256s(tmp_path / "cifar100")[CIFAR100.FILE]})
+    with pytest.raises(ValueError, match=r"test.bin in .*cifar-100-binary.tar.gz has a coarse "
+                                         r"label of 20; CIFAR-100's are 0 to 19"):
+        cached(train=False, label="fine", progress=False)  # checked whichever label is kept
+    with pytest.raises(ValueError, match=r"has a fine label of 100; CIFAR-100's are 0 to 99"):
+        read("fine.tar.gz", splits={}, extra=[("test.bin", bytes([19, 100]) + bytes(3072))])
+    x, coarse, fine = read("edge.tar.gz", splits={},
+                           extra=[("test.bin", bytes([19, 99]) + bytes(3072))])
+    assert (coarse.tolist(), fine.tolist()) == ([19], [99])
+
+
+# =============================================================================== Tiny Shakespeare
+SPEECH = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n"
+          "\nFirst Citizen:\nYou are all resolved rather to die than to famish?\n\nAll:\nResolved"
+          ". resolved.\n\nFirst Citizen:\nFirst, you know Caius Marcius is chief enemy to the "
+          "people.\n\nAll:\nWe know't, we know't.\nZ")  # Z: a character of the test set only
+
+
+def served_text(tmp_path, monkeypatch, raw):
+    """A TinyShakespeare class whose text, `raw`, the loopback server has sent to the cache."""
+    (tmp_path / "served").mkdir()
+    (tmp_path / "served" / "input.txt").write_bytes(raw)
+    monkeypatch.setenv("GRADCORE_DATA", str(tmp_path / "cache"))
+    with served(tmp_path / "served") as url:
+        class Served(TinyShakespeare):
+            URLS = ("http://127.0.0.1:1/input.txt", url + "input.txt")
+            SHA256 = hashlib.sha256(raw).hexdigest()
+
+        Served(progress=False)  # downloads it
+    return Served
+
+
+def test_tiny_shakespeare_pairs_each_character_with_the_next(tmp_path, monkeypatch):
+    cls = served_text(tmp_path, monkeypatch, SPEECH.encode())
+    train = cls(progress=False)  # the server is gone: the cached text serves
+    n = int(0.9 * len(SPEECH))
+    assert (len(SPEECH), n) == (279, 251)
+    assert train.data.shape == train.label.shape == (n - 1,)
+    assert train.data.dtype == train.label.dtype == np.int64
+    vocabulary = train.vocabulary()
+    assert "".join(vocabulary[i] for i in train.data[:14]) == "First Citizen:"
+    assert "".join(vocabulary[i] for i in train.label[:14]) == "irst Citizen:\n"
+    np.testing.assert_array_equal(train.label[:-1], train.data[1:])
+    assert not np.shares_memory(train.data, train.label)
+    assert train[0] == (train.char_to_index["F"], train.char_to_index["i"])
+
+
+def test_tiny_shakespeare_splits_90_percent_and_shares_one_vocabulary(tmp_path, monkeypatch):
+    cls = served_text(tmp_path, monkeypatch, SPEECH.encode())
+    train, test = cls(progress=False), cls(train=False, progress=False)
+    n = int(0.9 * len(SPEECH))
+    vocabulary = test.vocabulary()
+    assert vocabulary == train.vocabulary() == dict(enumerate(sorted(set(SPEECH))))
+    assert len(vocabulary) == 38 and vocabulary[0] == "\n" and vocabulary[37] == "z"
+    assert train.char_to_index == {c: i for i, c in vocabulary.items()}
+    assert "Z" not in SPEECH[:n] and train.char_to_index["Z"] == 16  # from the test part's text
+    decode = lambda ds: "".join(vocabulary[i] for i in ds.data) + vocabulary[ds.label[-1]]
+    assert decode(train) == SPEECH[:n] and decode(test) == SPEECH[n:]
+    assert len(test) == len(SPEECH) - n - 1 == 27 and repr(test) == "Served(test, 27 examples)"
+
+
+def test_tiny_shakespeare_in_a_seq_data_loader(tmp_path, monkeypatch):
+    from gradcore.dataloaders import SeqDataLoader
+    ds = served_text(tmp_path, monkeypatch, SPEECH.encode())(progress=False)
+    loader, jump, chars = SeqDataLoader(ds, batch_size=4), len(ds) // 4, ds.vocabulary()
+    for i, (x, t) in enumerate(loader):  # stream k reads the text from k * jump on
+        assert x.shape == t.shape == (4,) and x.dtype == t.dtype == np.int64
+        assert [chars[j] + chars[k] for j, k in zip(x, t)] == [
+            SPEECH[p:p + 2] for p in (np.arange(4) * jump + i) % len(ds)]
+    assert (i, jump) == (62, 62)
+
+
+def test_tiny_shakespeare_refuses_a_file_that_is_not_text(tmp_path, monkeypatch):
+    raw = SPEECH.encode()[:100] + b"\xff\xfe" + SPEECH.encode()[100:]
+    (tmp_path / "cache" / "tinyshakespeare").mkdir(parents=True)
+    (tmp_path / "cache" / "tinyshakespeare" / "input.txt").write_bytes(raw)
+    monkeypatch.setenv("GRADCORE_DATA", str(tmp_path / "cache"))
+    cls = type("Cached", (TinyShakespeare,), {"URLS": (),
+                                               "SHA256": hashlib.sha256(raw).hexdigest()})
+    with pytest.raises(ValueError, match=r"^Cached: .*input.txt is not UTF-8 text \(byte 100 is "
+                                         r"b'\\xff'\): not the published file\?$"):
+        cls(progress=False)
+    (tmp_path / "cache" / "tinyshakespeare" / "input.txt").write_bytes(b"To be")
+    cls.SHA256 = hashlib.sha256(b"To be").hexdigest()
+    with pytest.raises(ValueError, match=r"input.txt holds 5 characters, too few for a pair"):
+        cls(progress=False)
+    (tmp_path / "cache" / "tinyshakespeare" / "input.txt").write_bytes("Ay — me! ".encode() * 3)
+    cls.SHA256 = hashlib.sha256("Ay — me! ".encode() * 3).hexdigest()
+    text = cls(progress=False)  # UTF-8: the dash's three bytes are one character
+    assert text.vocabulary() == dict(enumerate(" !Aemy—")) and len(text) == 23
 
 
 # =============================================================================== damaged files
