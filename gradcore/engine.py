@@ -14,7 +14,7 @@ from .config import is_anomaly_enabled, using_config
 from .function import add_note, elsewhere, gradient_elsewhere
 from .functions.device import astype
 from .functions.math import copy
-from .functions.shape import laid_out_like, sum_to
+from .functions.shape import LaidOut, laid_out_like, sum_to
 from .variable import (RETAIN_GRAD, Variable, _init_slots, dtype_kind, gradient_mismatch,
                        latest_write, version_at)
 
@@ -134,6 +134,8 @@ def _retain(y, g, shared, undo):
     retained .grad) or a view of one (a reshape's backward, a broadcast), so that no two .grads
     share memory. Marks g's array shared: whoever else gets g from here gets a copy. In anomaly
     mode (`undo`, the walk's _Undo) the sum is checked first, and y.grad noted as it was."""
+    if g._backend.lazy:  # Dask: y.grad in y's chunks; the walk hands on g as it is
+        g = _laid_out_as(y, g)
     data = g._data
     kept = copy(g) if id(data) in shared or not g._backend.owns_memory(data) else g
     shared[id(data)] = data
@@ -196,7 +198,8 @@ def _owned(finished, shared, create_graph):
     someone else was handed (the caller's seed, a hook's argument, a retained .grad) or that goes
     to two Variables here (add's backward hands one gradient to both inputs: each gets a copy, so
     neither depends on the other's), not x's own data, not a view or a read-only array. The sums
-    the walk made and most ops' results pass as they are."""
+    the walk made and most ops' results pass as they are. On a lazy backend each g is first laid
+    out as x (_laid_out_as)."""
     seen = set()
     for _, g in finished:
         if id(g._data) in seen:
@@ -204,11 +207,28 @@ def _owned(finished, shared, create_graph):
         seen.add(id(g._data))
     owned = []
     for x, g in finished:
+        if g._backend.lazy:  # Dask: in x's chunks (a new array then, which x.grad owns)
+            g = _laid_out_as(x, g)
         data = g._data
         if id(data) in shared or data is x._data or not g._backend.owns_memory(data):
             g = copy(g) if create_graph else Variable(backends.copy(data), requires_grad=False)
         owned.append((x, g))
     return owned
+
+
+def _laid_out_as(x, g):
+    """g, the gradient a .grad or gradcore.grad gets for x, in x's layout on a lazy backend
+    (Dask: x's chunks, which x * b with b in other chunks, or a pooling, does not keep): an
+    optimizer then updates x in its own chunks, with no rechunk in every step. Gradients inside
+    the walk keep the chunks Dask gives them; g itself where it is laid out so already, or x
+    holds no data of g's shape (released, or replaced since forward)."""
+    data, backend = x._data, g._backend
+    if data is None or data.shape != g._data.shape:
+        return g
+    layout = backend.layout(data)
+    if backend.layout(g._data) == layout:
+        return g
+    return LaidOut(layout)(g)  # recorded with create_graph, as the walk's other ops
 
 
 def _check_versions(f):

@@ -550,6 +550,13 @@ def _gradients_keep_chunks_through_a_step(f, arrays, chunks, checked, rtol):
     before = {n: on[n].data.chunks for n in checked}
     optim.SGD([on[n] for n in checked], lr=0.1).step()
     assert {n: on[n].data.chunks for n in checked} == before
+    for n in checked:  # the step's update, persisted, is its last op: no rechunk after it
+        assert not _rechunked(on[n].data), n
+
+
+def _rechunked(array):
+    """Whether the persisted `array` was made by a rechunk (its graph's one layer names it)."""
+    return any(name.startswith("rechunk") for name in array.__dask_graph__().layers)
 
 
 @pytest.mark.parametrize("name, f", [
@@ -565,6 +572,71 @@ def test_broadcast_gradients_are_summed_into_their_inputs_chunks(name, f):
     arrays = {"x": rng.randn(40, 8), "b": rng.randn(8), "c": rng.rand(40, 1) + 1}
     _gradients_keep_chunks_through_a_step(f, arrays, {"x": (10, 4), "b": 3, "c": 7}, ("b", "c"),
                                           rtol=1e-12)
+
+
+# x in row chunks, b in column chunks: Dask computes x * b in both, ((2, 2), (2, 2)), and so the
+# gradients of each (gy * b, gy * x) before they are handed to x.grad and b.grad
+SAME_SHAPE_CHUNKS = {"x": ((2, 2), (4,)), "b": ((4,), (2, 2))}
+
+
+@pytest.mark.parametrize("name, f", [
+    ("x * b", lambda x, b: F.sum(F.tanh(x * b))),
+    ("x + b", lambda x, b: F.sum(F.tanh(x + b) * x)),
+])
+def test_same_shape_inputs_in_other_chunks_get_gradients_in_their_own(name, f):
+    # x.grad came in ((2, 2), (2, 2)), and each SGD step ended in a rechunk back to x's chunks
+    rng = np.random.RandomState(0)
+    _gradients_keep_chunks_through_a_step(f, {"x": rng.randn(4, 4), "b": rng.randn(4, 4)},
+                                          SAME_SHAPE_CHUNKS, ("x", "b"), rtol=1e-12)
+
+
+@pytest.mark.parametrize("name, f", [
+    ("max pooling", lambda x: F.sum(F.tanh(F.pooling(x, 2, stride=2)))),
+    ("average pooling", lambda x: F.sum(F.tanh(F.average_pooling(x, 3, stride=1, pad=1)))),
+])
+def test_pooling_input_gradients_come_in_their_inputs_chunks(name, f):
+    # the poolings' reshapes go through Dask's, which rechunks: x.grad came in ((8,), (3,),
+    # (6,), (6,)) for x in ((2, 2, 2, 2), (3,), (3, 3), (6,))
+    x = np.random.RandomState(0).randn(8, 3, 6, 6)
+    _gradients_keep_chunks_through_a_step(f, {"x": x}, {"x": (2, 3, 3, 6)}, ("x",), rtol=1e-12)
+
+
+def _same_shape_pair():
+    """(x, b, their NumPy arrays): Dask Variables of one shape in other chunks."""
+    rng = np.random.RandomState(1)
+    A, B = rng.randn(4, 4), rng.randn(4, 4)
+    return (gradcore.Variable(da.from_array(A, chunks=SAME_SHAPE_CHUNKS["x"])),
+            gradcore.Variable(da.from_array(B, chunks=SAME_SHAPE_CHUNKS["b"])), A, B)
+
+
+def test_a_retained_gradient_comes_in_its_variables_chunks():
+    # t.grad (gy * b) came in ((2, 2), (2, 2)) for t in x's ((2, 2), (4,))
+    x, b, A, B = _same_shape_pair()
+    t = F.tanh(x)
+    t.retain_grad()
+    F.sum(t * b).backward()
+    assert t.grad.data.chunks == t.data.chunks == SAME_SHAPE_CHUNKS["x"]
+    assert x.grad.data.chunks == x.data.chunks
+    np.testing.assert_allclose(t.grad.data.compute(), B, rtol=1e-12)
+    np.testing.assert_allclose(x.grad.data.compute(), B * (1 - np.tanh(A) ** 2), rtol=1e-12)
+
+
+def test_gradcore_grad_returns_each_gradient_in_its_variables_chunks():
+    # gx, gb and gt came in ((2, 2), (2, 2)); create_graph records the layout, so a gradient
+    # penalty differentiates through it
+    x, b, A, B = _same_shape_pair()
+    t = F.tanh(x)
+    gx, gb, gt = gradcore.grad(F.sum(t * b), [x, b, t])
+    assert [g.data.chunks for g in (gx, gb, gt)] == [x.data.chunks, b.data.chunks, t.data.chunks]
+    np.testing.assert_allclose(gx.data.compute(), B * (1 - np.tanh(A) ** 2), rtol=1e-12)
+    np.testing.assert_allclose(gb.data.compute(), np.tanh(A), rtol=1e-12)
+    np.testing.assert_allclose(gt.data.compute(), B, rtol=1e-12)
+    gx, = gradcore.grad(F.sum(x * x * b), [x], create_graph=True)  # 2 x b
+    assert gx.data.chunks == x.data.chunks
+    F.sum(gx * gx).backward()  # of 4 x^2 b^2
+    assert x.grad.data.chunks == x.data.chunks and b.grad.data.chunks == b.data.chunks
+    np.testing.assert_allclose(x.grad.data.compute(), 8 * A * B ** 2, rtol=1e-12)
+    np.testing.assert_allclose(b.grad.data.compute(), 8 * A ** 2 * B, rtol=1e-12)
 
 
 def test_train_mode_forwards_with_no_graph_work_out_the_running_statistics():
