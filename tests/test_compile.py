@@ -884,6 +884,25 @@ def test_a_parameter_rechunked_between_calls_records_again():
     assert same(got, step(x, t))
 
 
+def test_an_optimizer_step_with_a_gradient_in_other_chunks_makes_no_new_recording():
+    # the update took the gradient's chunks for a moment (the step lays the parameter back out
+    # after): the data setter counted that as a rechunked parameter, and every call recorded
+    da = _dask()
+    from gradcore.optim import SGD
+    rng = np.random.default_rng(0)
+    W = gradcore.Parameter(da.from_array(rng.standard_normal((4, 3)), chunks=(2, 3)))
+    optimizer = SGD([W], lr=0.1)
+    evaluate = gradcore.compile(lambda x: F.sum(F.matmul(x, W) ** 2))
+    x = da.from_array(rng.standard_normal((6, 4)), chunks=(3, 4))
+    for _ in range(4):
+        evaluate(x)
+        W.grad = gradcore.Variable(da.from_array(rng.standard_normal((4, 3)), chunks=(4, 1)),
+                                   requires_grad=False)
+        optimizer.step()
+    assert W.data.chunks == ((2, 2), (3,))
+    assert (evaluate.stats()["recordings"], evaluate.stats()["replays"]) == (1, 3)
+
+
 def test_a_step_on_dask_lays_out_what_it_makes_as_eager_code():
     # on a lazy backend ops lay out what they make in an input's chunks (the labels in the
     # logits' row chunks, a gradient in its input's): recorded too, so a replay adds up in the

@@ -281,10 +281,12 @@ class Optimizer:
 
     def _run_hooks(self, params):
         """Run the hooks (FreezeParam's first) on `params`; returns those that still have a
-        gradient, and the grad each of `params` had before (for _update_params). A hook that
-        raises leaves every grad as it was: the hooks before it set new ones (WeightDecay,
-        ClipGrad), which a step tried again would hook again."""
-        before = [(p, p._grad) for p in params]
+        gradient, and the grad each lazy (Dask) one of `params` had before (for _update_params).
+        A hook that raises leaves a lazy parameter's grad as it was: the hooks before it set new
+        ones (WeightDecay, ClipGrad), which a step tried again would hook again. Not an eager
+        one's: holding its old gradient through the hooks would hold the step's gradients twice
+        (a Dask gradient is a recipe, which costs no memory until it is worked out)."""
+        before = [(p, p._grad) for p in params if p.backend.lazy]
         hooks = ([h for h in self.hooks if isinstance(h, FreezeParam)]
                  + [h for h in self.hooks if not isinstance(h, FreezeParam)])
         try:
@@ -301,9 +303,9 @@ class Optimizer:
         """`update_one` on each of `params`, counted as a write; Dask results persisted. Dask
         raises only when it works a step out (an out-of-range label, say): then the lazy
         parameters, their state and counts are put back as they were, and the error re-raised,
-        with every grad in `before` ((parameter, grad) before the hooks) but those of the eager
-        parameters the step updated: a lazy step is undone whole, and tried again it sees the
-        gradients backward left, not those the hooks made of them."""
+        with their grads as `before` ((parameter, grad) before the hooks) holds them: a lazy
+        step is undone whole, and tried again it sees the gradients backward left, not those the
+        hooks made of them."""
         lazy = [p for p in params if p.backend.lazy]
         kept = [self._kept(p) for p in lazy]
         try:
@@ -318,9 +320,7 @@ class Optimizer:
         except BaseException:
             for k in kept:
                 self._put_back(*k)
-            if kept:
-                updated = {id(p) for p in params if not p.backend.lazy}
-                _put_back_grads([(p, g) for p, g in before if id(p) not in updated])
+            _put_back_grads(before)
             raise
         if not params:
             # nothing updated (every parameter frozen): what forwards queued to be worked out

@@ -57,6 +57,11 @@ def set_data(param, data):
     copy from update_arrays is rounded into the parameter's own array, in place, but on a lazy
     backend (Dask) into a new array, as for any other dtype there."""
     if data is not param.data:
+        if param.backend.lazy:
+            # in the parameter's own chunks, which an update with a gradient in others leaves
+            # (_persist would lay it back out): the data setter sees no other chunks, which it
+            # counts as a change that makes a compiled step record again
+            data = param.backend.laid_out(data, param.backend.layout(param.data))
         if data.dtype == param.dtype:
             param.data = data
         elif param.backend.lazy:

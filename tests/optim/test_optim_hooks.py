@@ -1,5 +1,6 @@
 """Optimizer hooks: WeightDecay, ClipGrad, FreezeParam, and hooks in general."""
 import math
+import weakref
 
 import numpy as np
 import pytest
@@ -190,24 +191,18 @@ def test_a_gradient_a_hook_drops_is_not_seen_by_the_next_hooks():
     np.testing.assert_array_equal(b.data, [2.0])
 
 
-@pytest.mark.parametrize("cls", [SGD, Adam])
-def test_a_hook_that_raises_leaves_every_gradient_as_backward_left_it(cls):
-    # WeightDecay, ClipGrad and FreezeParam had set new grads before the failing hook raised:
-    # a step tried again decayed and clipped them twice
-    W, b, frozen = param(np, [3.0, 4.0]), param(np, [1.0]), param(np, [5.0])
-    grads = [give_grad(W, np, [30.0, 40.0]), give_grad(b, np, [2.0]), give_grad(frozen, np, [7.0])]
-
-    def failing(params):
-        raise RuntimeError("this hook fails")
-
-    optimizer = cls([W, b, frozen])
-    for hook in (WeightDecay(0.5), ClipGrad(1.0), failing, FreezeParam(frozen)):
-        optimizer.add_hook(hook)
-    with pytest.raises(RuntimeError, match="this hook fails"):
-        optimizer.step()
-    assert [p.grad for p in (W, b, frozen)] == grads  # the Variables themselves
-    assert [p.grad.data.tolist() for p in (W, b, frozen)] == [[30.0, 40.0], [2.0], [7.0]]
-    assert [p.data.tolist() for p in (W, b, frozen)] == [[3.0, 4.0], [1.0], [5.0]]
+def test_a_gradient_a_hook_replaces_is_let_go_during_the_step():
+    # kept to be put back if a later hook raised, each old gradient stayed alive through the
+    # hooks: a step's gradients twice in memory (8 parameters of 32 MB: +288 MB peak for +32)
+    W = param(np, [3.0, 4.0])
+    gone = weakref.ref(give_grad(W, np, [30.0, 40.0]))
+    seen = []
+    optimizer = SGD([W], lr=0.1)
+    optimizer.add_hook(WeightDecay(0.5))
+    optimizer.add_hook(lambda params: seen.append(gone() is None))
+    optimizer.step()
+    assert seen == [True]
+    np.testing.assert_allclose(W.data, [3.0 - 0.1 * 31.5, 4.0 - 0.1 * 42.0], rtol=1e-12)
 
 
 def float16_grads():

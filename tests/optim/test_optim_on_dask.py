@@ -109,6 +109,29 @@ def test_a_step_that_fails_when_worked_out_leaves_the_gradients_its_hooks_change
     np.testing.assert_array_equal(W.data.compute(), W0)
 
 
+@pytest.mark.parametrize("cls", [SGD, Adam])
+def test_a_hook_that_raises_leaves_every_gradient_as_backward_left_it(cls):
+    # WeightDecay, ClipGrad and FreezeParam had set new grads before the failing hook raised:
+    # a step tried again decayed and clipped them twice
+    W, b, frozen = (gradcore.Parameter(da.from_array(np.asarray(v), chunks=1))
+                    for v in ([3.0, 4.0], [1.0], [5.0]))
+    grads = [gradcore.Variable(da.from_array(np.asarray(v), chunks=1), requires_grad=False)
+             for v in ([30.0, 40.0], [2.0], [7.0])]
+    W.grad, b.grad, frozen.grad = grads
+
+    def failing(params):
+        raise RuntimeError("this hook fails")
+
+    optimizer = cls([W, b, frozen])
+    for hook in (WeightDecay(0.5), ClipGrad(1.0), failing, FreezeParam(frozen)):
+        optimizer.add_hook(hook)
+    with pytest.raises(RuntimeError, match="this hook fails"):
+        optimizer.step()
+    assert all(p.grad is g for p, g in zip((W, b, frozen), grads))  # the Variables themselves
+    assert [p.data.compute().tolist() for p in (W, b, frozen)] == [[3.0, 4.0], [1.0], [5.0]]
+    assert getattr(optimizer, "t", 0) == 0
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float16])
 def test_a_first_step_that_fails_leaves_no_state(dtype):
     W = gradcore.Parameter(da.from_array(W0.astype(dtype), chunks=CHUNKS))
