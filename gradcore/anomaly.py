@@ -3,9 +3,10 @@
 A backward that raises in anomaly mode (a check here refused it, say) leaves every .grad as it was
 before it: the leaves', and also those the walk set before it ended, retained gradients and leaves
 released early for their post-accumulate hooks (each .grad object itself put back, and the error
-says so; one that another thread or a hook changed since stays, and the error counts it). Hooks
-that already ran are not undone (an optimizer step in a post-accumulate hook): the error says how
-many post-accumulate hooks ran. Off, the mode costs the walk nothing."""
+says so; one that another thread or a hook changed since stays, and the error counts it). What
+hooks that already ran did is not undone (an optimizer step in a post-accumulate hook, a .grad a
+gradient hook set): the error says how many hook calls ran. Off, the mode costs the walk
+nothing."""
 import hashlib
 import os
 import traceback

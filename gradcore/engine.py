@@ -98,6 +98,8 @@ def _run_hooks(x, g, shared, undo=None):
             retain = True
             continue
         shared[id(g._data)] = g._data
+        if undo is not None:
+            undo.hooks_run += 1
         result = _call_hook(hook, x, g)
         if result is not None:
             g = _hook_result(hook, x, result)
@@ -819,7 +821,8 @@ class _Undo:
     """Anomaly mode: the .grads a walk sets (retained gradients and leaves released for their
     post-accumulate hooks during it; the other leaves' at its end), so that a refused walk puts
     each back. `changed`: Variable -> [its _grad and _retained_grad before the walk, the _grad
-    the walk (or its own hook) left]; `hooks_run`: post-accumulate hook calls made."""
+    the walk (or its own hook) left]; `hooks_run`: hook calls made (gradient hooks and
+    post-accumulate hooks: what they did is not undone)."""
 
     __slots__ = ("changed", "hooks_run")
 
@@ -849,12 +852,12 @@ class _Undo:
                     x._grad, x._retained_grad = grad, retained
                 else:
                     left += 1
-        message = ("anomaly mode: no .grad was changed" if not left else
+        message = ("anomaly mode: every .grad this backward set was put back" if not left else
                    f"anomaly mode: every .grad this backward set was put back but {left}, "
                    "changed since by a hook or another thread")
         if self.hooks_run:
-            message += (f"; post-accumulate hooks that already ran ({self.hooks_run}) are not "
-                        "undone")
+            calls = f"{self.hooks_run} call{'s' if self.hooks_run > 1 else ''}"
+            message += f"; what the hooks that ran ({calls}) did is not undone"
         return message
 
 

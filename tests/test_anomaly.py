@@ -417,7 +417,7 @@ def test_a_grad_already_infinite_from_outside_anomaly_mode_is_named_as_such():
 # sqrt(x) at x = 0: its gradient is infinite. It is recorded first, so the walk reaches it last,
 # after the .grads the walk sets on its way (hooked leaves released, retained gradients)
 REFUSED = r"anomaly: sqrt.backward returned a gradient holding NaN or infinity"
-NOTHING_CHANGED = "anomaly mode: no .grad was changed"
+PUT_BACK = "anomaly mode: every .grad this backward set was put back"
 
 
 @pytest.mark.parametrize("create_graph", [False, True], ids=["plain", "create_graph"])
@@ -450,8 +450,8 @@ def test_a_refused_backward_leaves_the_grad_of_a_leaf_released_for_its_hooks(ear
     if earlier:
         np.testing.assert_array_equal(A.grad.data, [6.0])
         np.testing.assert_array_equal(B.grad.data, [7.0])
-    assert caught.value.__notes__[-1] == (f"{NOTHING_CHANGED}; post-accumulate hooks that "
-                                          "already ran (2) are not undone")
+    assert caught.value.__notes__[-1] == (f"{PUT_BACK}; what the hooks that ran (2 calls) did "
+                                          "is not undone")
     # the input fixed, the same backward adds its gradient once: with a .grad before, (6 + 10) * 2
     x = Variable(np.array([1.0]))
     with gradcore.detect_anomaly():
@@ -490,7 +490,7 @@ def test_a_refused_backward_leaves_a_retained_grad_summed_on_its_way(earlier, ho
         np.testing.assert_array_equal(t.grad.data, [2.0])
         if how != "grad":  # gradcore.grad leaves the leaves' .grad alone
             np.testing.assert_array_equal(x.grad.data, [6.0])
-    assert caught.value.__notes__[-1] == NOTHING_CHANGED  # no hook ran
+    assert caught.value.__notes__[-1] == PUT_BACK  # no hook ran
     # the same sums without the refused op: t.grad gets this backward's 5 once
     with gradcore.detect_anomaly():
         backward(F.sum(t * 5.0))
@@ -513,5 +513,22 @@ def test_a_refused_backward_says_which_grads_another_writer_changed_since():
     assert A.grad is mine and B.grad is None
     assert caught.value.__notes__[-1] == ("anomaly mode: every .grad this backward set was put "
                                           "back but 1, changed since by a hook or another "
-                                          "thread; post-accumulate hooks that already ran (2) "
-                                          "are not undone")
+                                          "thread; what the hooks that ran (2 calls) did is "
+                                          "not undone")
+
+
+def test_a_refused_backward_counts_the_gradient_hooks_that_ran():
+    # a gradient hook set another Variable's .grad, which stays: the note said "no .grad was
+    # changed" and counted post-accumulate hooks only
+    C = Variable(np.array([5.0]))
+    x, w = Variable(np.array([0.0])), Variable(np.array([2.0]))
+    hooks_grad = Variable(np.array([123.0]), requires_grad=False)
+    with gradcore.detect_anomaly(), np.errstate(divide="ignore"):
+        s = F.sqrt(x)
+        t = w * 3.0
+        t.register_hook(lambda g: setattr(C, "grad", hooks_grad))
+        with pytest.raises(RuntimeError, match=REFUSED) as caught:
+            F.sum(t * 2.0 + s).backward()
+    assert C.grad is hooks_grad and w.grad is None
+    assert caught.value.__notes__[-1] == (f"{PUT_BACK}; what the hooks that ran (1 call) did "
+                                          "is not undone")
