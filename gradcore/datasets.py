@@ -7,7 +7,6 @@ Datasets hold host data: NumPy arrays made or read here. A DataLoader moves each
 device it is asked for. Generated sets draw from their own seeded generators, never from NumPy's
 global one, so building a dataset does not disturb np.random.seed reproducibility elsewhere.
 """
-import functools
 import gzip
 import operator
 import struct
@@ -532,8 +531,8 @@ class _LabelsOfItsKind:
         if obj is None:
             return _cifar100_labels
 
-        @functools.wraps(_cifar100_labels)
         def labels(label=obj.label_mode):
+            """Class index -> name: this set's kind of label unless `label` says which."""
             return _cifar100_labels(label)
         return labels
 
