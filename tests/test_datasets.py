@@ -305,6 +305,23 @@ def sha256s(folder):
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir()}
 
 
+def served_class(base, tmp_path, monkeypatch, write):
+    """A class of the data set `base` (one FILE, from URLS, checked by SHA256) whose file, as
+    `write(path)` makes it, the loopback server has sent to the cache (from its second URL: the
+    first is down)."""
+    folder = tmp_path / "served"
+    folder.mkdir()
+    write(folder / base.FILE)
+    monkeypatch.setenv("GRADCORE_DATA", str(tmp_path / "cache"))
+    with served(folder) as url:
+        class Served(base):
+            URLS = ("http://127.0.0.1:1/down", url + base.FILE)
+            SHA256 = sha256s(folder)[base.FILE]
+
+        Served(progress=False)  # downloads it
+    return Served
+
+
 @pytest.mark.parametrize("cls", [MNIST, FashionMNIST])
 def test_idx_sets_download_their_files_once(cls, tmp_path, monkeypatch):
     served_folder = tmp_path / "served"
@@ -387,19 +404,27 @@ def test_a_file_that_is_not_idx_is_refused(tmp_path):
 
 
 # =============================================================================== CIFAR-10
-def cifar_tar(path, batches, extra=()):
-    """A tar.gz laid out as CIFAR-10's binary archive: {member name: (images, labels)}."""
+def tar_gz(path, folder, members):
+    """A tar.gz holding each (name, bytes) of `members` as folder/name."""
     with tarfile.open(path, "w:gz") as tar:
-        def add(name, raw):
-            info = tarfile.TarInfo(f"cifar-10-batches-bin/{name}")
+        for name, raw in members:
+            info = tarfile.TarInfo(f"{folder}/{name}")
             info.size = len(raw)
             tar.addfile(info, io.BytesIO(raw))
-        add("batches.meta.txt", b"airplane\nautomobile\n")
-        for name, (x, t) in batches.items():
-            add(name, np.concatenate([t[:, None], x.reshape(len(x), -1)], axis=1)
-                .astype(np.uint8).tobytes())
-        for name, raw in extra:
-            add(name, raw)
+
+
+def records(*columns):
+    """CIFAR records: the label columns' bytes, then each image's, one record per row."""
+    *labels, x = columns
+    return np.concatenate([*(t[:, None] for t in labels), x.reshape(len(x), -1)],
+                          axis=1).astype(np.uint8).tobytes()
+
+
+def cifar_tar(path, batches, extra=()):
+    """A tar.gz laid out as CIFAR-10's binary archive: {member name: (images, labels)}."""
+    tar_gz(path, "cifar-10-batches-bin", [("batches.meta.txt", b"airplane\nautomobile\n"),
+                                          *((name, records(t, x)) for name, (x, t) in
+                                            batches.items()), *extra])
 
 
 def cifar_batches(rng, sizes=(2, 3, 1, 2, 2), test=3):
@@ -410,15 +435,8 @@ def cifar_batches(rng, sizes=(2, 3, 1, 2, 2), test=3):
 
 def test_cifar10_downloads_and_reads_the_binary_archive(tmp_path, monkeypatch):
     batches = cifar_batches(np.random.default_rng(0))
-    (tmp_path / "served").mkdir()
-    cifar_tar(tmp_path / "served" / CIFAR10.FILE, batches)
-    monkeypatch.setenv("GRADCORE_DATA", str(tmp_path / "cache"))
-    with served(tmp_path / "served") as url:
-        class Served(CIFAR10):
-            URLS = ("http://127.0.0.1:1/down.tar.gz", url + CIFAR10.FILE)
-            SHA256 = sha256s(tmp_path / "served")[CIFAR10.FILE]
-
-        train = Served(transform=None, progress=False)
+    Served = served_class(CIFAR10, tmp_path, monkeypatch, lambda path: cifar_tar(path, batches))
+    train = Served(transform=None, progress=False)  # the server is gone: the cache serves
     assert train.data.shape == (10, 3, 32, 32) and train.data.dtype == np.uint8
     assert train.label.dtype == np.int64
     np.testing.assert_array_equal(train.data, np.concatenate(
@@ -478,19 +496,10 @@ def test_offline_the_error_names_the_file_to_put_where(cls, urls, file, sha, tmp
 # =============================================================================== CIFAR-100
 def cifar100_tar(path, splits, extra=()):
     """A tar.gz laid out as CIFAR-100's binary archive: {"train"/"test": (images, coarse, fine)}."""
-    with tarfile.open(path, "w:gz") as tar:
-        def add(name, raw):
-            info = tarfile.TarInfo(f"cifar-100-binary/{name}")
-            info.size = len(raw)
-            tar.addfile(info, io.BytesIO(raw))
-        add("coarse_label_names.txt", b"aquatic_mammals\nfish\n")
-        add("fine_label_names.txt", b"apple\naquarium_fish\n")
-        for split, (x, coarse, fine) in splits.items():
-            add(f"{split}.bin", np.concatenate([coarse[:, None], fine[:, None],
-                                                x.reshape(len(x), -1)], axis=1)
-                .astype(np.uint8).tobytes())
-        for name, raw in extra:
-            add(name, raw)
+    tar_gz(path, "cifar-100-binary", [("coarse_label_names.txt", b"aquatic_mammals\nfish\n"),
+                                      ("fine_label_names.txt", b"apple\naquarium_fish\n"),
+                                      *((f"{split}.bin", records(coarse, fine, x)) for
+                                        split, (x, coarse, fine) in splits.items()), *extra])
 
 
 def cifar100_splits(rng, train=5, test=3):
@@ -500,15 +509,9 @@ def cifar100_splits(rng, train=5, test=3):
 
 def test_cifar100_downloads_and_reads_the_binary_archive(tmp_path, monkeypatch):
     splits = cifar100_splits(np.random.default_rng(0))
-    (tmp_path / "served").mkdir()
-    cifar100_tar(tmp_path / "served" / CIFAR100.FILE, splits)
-    monkeypatch.setenv("GRADCORE_DATA", str(tmp_path / "cache"))
-    with served(tmp_path / "served") as url:
-        class Served(CIFAR100):
-            URLS = ("http://127.0.0.1:1/down.tar.gz", url + CIFAR100.FILE)
-            SHA256 = sha256s(tmp_path / "served")[CIFAR100.FILE]
-
-        train = Served(transform=None, progress=False)
+    Served = served_class(CIFAR100, tmp_path, monkeypatch,
+                          lambda path: cifar100_tar(path, splits))
+    train = Served(transform=None, progress=False)  # the server is gone: the cache serves
     assert train.data.shape == (5, 3, 32, 32) and train.data.dtype == np.uint8
     assert train.label.shape == (5,) and train.label.dtype == np.int64
     np.testing.assert_array_equal(train.data, splits["train"][0])
@@ -611,16 +614,7 @@ SPEECH = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:
 
 def served_text(tmp_path, monkeypatch, raw):
     """A TinyShakespeare class whose text, `raw`, the loopback server has sent to the cache."""
-    (tmp_path / "served").mkdir()
-    (tmp_path / "served" / "input.txt").write_bytes(raw)
-    monkeypatch.setenv("GRADCORE_DATA", str(tmp_path / "cache"))
-    with served(tmp_path / "served") as url:
-        class Served(TinyShakespeare):
-            URLS = ("http://127.0.0.1:1/input.txt", url + "input.txt")
-            SHA256 = hashlib.sha256(raw).hexdigest()
-
-        Served(progress=False)  # downloads it
-    return Served
+    return served_class(TinyShakespeare, tmp_path, monkeypatch, lambda path: path.write_bytes(raw))
 
 
 def test_tiny_shakespeare_pairs_each_character_with_the_next(tmp_path, monkeypatch):
