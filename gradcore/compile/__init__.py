@@ -934,9 +934,9 @@ def _modes_switched(rec, found, reached):
 def _switch_modes(switched):
     """Leave Modules in the modes a recording left them (see _modes_switched), as
     Module.train does."""
-    for module, training in switched:
-        object.__setattr__(module, "training", training)
-        _module._note_mode(module, training)
+    for module, train in switched:
+        object.__setattr__(module, "training", train)
+        _module._note_mode(module, train)
     _module._modes_changed()
 
 
