@@ -523,18 +523,20 @@ def _cifar100_labels(label="fine"):
     return dict(enumerate(_CIFAR100_NAMES[_checked_label_kind("CIFAR100.labels", label)]))
 
 
+def _cifar100_coarse_labels(label="coarse"):
+    """Class index -> name: the 20 coarse classes unless `label` says which (a coarse set's)."""
+    return _cifar100_labels(label)
+
+
 class _LabelsOfItsKind:
     """CIFAR100.labels(label="fine") on the class; on a data set, its own kind of label by
-    default, so that ds.labels()[t] names a label t of ds."""
+    default, so that ds.labels()[t] names a label t of ds. Module functions, not a closure:
+    ds.labels pickles by name (a DataLoader's worker processes are sent it), without the set."""
 
     def __get__(self, obj, cls=None):
-        if obj is None:
+        if obj is None or obj.label_mode == "fine":
             return _cifar100_labels
-
-        def labels(label=obj.label_mode):
-            """Class index -> name: this set's kind of label unless `label` says which."""
-            return _cifar100_labels(label)
-        return labels
+        return _cifar100_coarse_labels
 
 
 class CIFAR100(CIFAR10):

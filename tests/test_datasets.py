@@ -287,11 +287,17 @@ def idx_gz(path, array, magic):
         f.write(array.astype(np.uint8).tobytes())
 
 
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    """A file server's handler that logs no request: a test's output stays its own."""
+
+    def log_message(self, format, *args):
+        pass
+
+
 @contextlib.contextmanager
 def served(folder):
     """The files of `folder` served over HTTP on the loopback address; yields the base URL."""
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
-    handler.log_message = lambda *args: None
+    handler = functools.partial(QuietHandler, directory=str(folder))
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:
@@ -571,6 +577,26 @@ def test_cifar100_labels_names():
     for names in (fine, coarse):  # the archive lists them in alphabetical order, each once
         assert list(names) == list(range(len(names)))
         assert list(names.values()) == sorted(set(names.values()))
+
+
+def test_a_cifar100_sets_labels_pickle_without_the_set(tmp_path, monkeypatch):
+    # a set's labels was a closure, which pickle refused: a DataLoader's worker processes could
+    # not be sent it. Each kind's is sent by name (a few bytes, not the set's arrays), and names
+    # the set's own kind by default, as its signature shows
+    import inspect
+    import pickle
+    splits = cifar100_splits(np.random.default_rng(2))
+    Served = served_class(CIFAR100, tmp_path, monkeypatch,
+                          lambda path: cifar100_tar(path, splits))
+    for label, other, t, name in (("fine", "coarse", 45, "lobster"),
+                                  ("coarse", "fine", 13, "non-insect_invertebrates")):
+        ds = Served(train=False, progress=False, label=label)
+        sent = pickle.dumps(ds.labels)
+        assert len(sent) < 100
+        names = pickle.loads(sent)
+        assert names() == ds.labels() == CIFAR100.labels(label) and names()[t] == name
+        assert names(other) == CIFAR100.labels(other) and len(names(other)) == 120 - len(names())
+        assert str(inspect.signature(names)) == f"(label={label!r})"
 
 
 def test_cifar100_bad_archives(tmp_path, monkeypatch):
