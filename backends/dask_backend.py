@@ -177,43 +177,65 @@ class DaskBackend(HostRandom, Backend):
         try:
             # one pass for all: shared work is done once
             done = self.dask.persist(*arrays, *(target for target, _, _ in queued))
-        except Exception:  # an interrupt leaves the queue as it is: no value failed
+        except BaseException as e:
+            # an interrupt too (KeyboardInterrupt, SystemExit, any BaseException): left queued,
+            # a value that raises one would raise it again at every later persist
+            interrupt = None
             if queued:
-                self._settle_failed(queued)
+                # all in one pass first where that may work: the caller's arrays were in the
+                # failed one (only they may have failed), or an interrupt stopped it (Ctrl+C
+                # fails no value); the queued values alone failing with an error fail again
+                interrupt = self._settle_failed(queued, together=bool(arrays)
+                                                or not isinstance(e, Exception))
+            if interrupt is not None and isinstance(e, Exception):
+                raise interrupt  # met while settling: never swallowed, raised once
             raise
-        self._settle(queued, done[len(arrays):])
+        self._settle(queued, [_recipe(value) for value in done[len(arrays):]])
         return list(done[:len(arrays)])
 
-    def _settle_failed(self, queued):
+    def _settle_failed(self, queued, together):
         """After a persist that failed: each queued target whose value works out on its own is
-        persisted; one whose value fails too is put back to its latest value before its queued
-        assigns that works out (_settle), as an eager backend raises at the failing assign and
-        writes nothing. Left queued, a failing value would fail every later persist, and reading
-        the target would raise."""
+        persisted; one whose value fails too, whatever it raises (an interrupt included), is put
+        back to its latest value before its queued assigns that works out (_settle), as an
+        eager backend raises at the failing assign and writes nothing. Left queued, a failing
+        value would fail every later persist, and reading the target would raise. `together`:
+        all in one pass first. Returns the first interrupt (a BaseException that is not an
+        Exception) met, for persist to raise, or None."""
         alone = [_array(self.da, recipe) for _, recipe, _ in queued]
-        try:  # all together first: one pass where only the caller's arrays failed
-            values = self.dask.persist(*alone)
-        except Exception:  # then one at a time: those that fail alone are put back
-            values = [self._persisted(array) for array in alone]
-        self._settle(queued, values)
+        interrupts, values = [], None
+        if together:
+            try:
+                values = self.dask.persist(*alone)
+            except Exception:
+                pass
+            except BaseException as e:
+                interrupts.append(e)
+        if values is None:  # one at a time: those that fail alone are put back
+            values = [self._persisted(array, interrupts) for array in alone]
+        # worked out before the lock is taken: a value may assign as it is worked out
+        recipes = [_recipe(value) if value is not None else
+                   self._last_good(target.__dict__.get(_BEFORE, ())[:count], interrupts)
+                   for (target, _, count), value in zip(queued, values)]
+        self._settle(queued, recipes)
+        return interrupts[0] if interrupts else None
 
-    def _persisted(self, array):
-        """`array` worked out, or None where that fails."""
+    def _persisted(self, array, interrupts):
+        """`array` worked out, or None where that fails; an interrupt it raised is appended to
+        `interrupts`, to be raised once everything is settled."""
         try:
             return self.dask.persist(array)[0]
         except Exception:
             return None
+        except BaseException as e:
+            interrupts.append(e)
+            return None
 
-    def _settle(self, queued, values):
+    def _settle(self, queued, recipes):
         """Each queued (target, recipe it was persisted with, how many assigns made it) given
-        its worked-out value, or (value None) put back to the latest value before those assigns
-        that works out (the one before them all where none does), and dropped from the queue;
-        one assigned again meanwhile (by another thread) holds a newer recipe and stays queued,
-        to be put back to this value if its own fails."""
-        # worked out before the lock is taken: a value may assign as it is worked out
-        recipes = [_recipe(value) if value is not None else
-                   self._last_good(target.__dict__.get(_BEFORE, ())[:count])
-                   for (target, _, count), value in zip(queued, values)]
+        its worked-out recipe (its value's, or the latest before those assigns that works out:
+        _last_good), and dropped from the queue; one assigned again meanwhile (by another
+        thread) holds a newer recipe and stays queued, to be put back to this one if its own
+        fails."""
         with self._queue_lock:
             for (target, (_, _, name, _), count), recipe in zip(queued, recipes):
                 if recipe is None or self._assigned.get(id(target)) is not target:
@@ -226,14 +248,15 @@ class DaskBackend(HostRandom, Backend):
                 self._assigned.pop(id(target), None)
                 _rebind(target, recipe)
 
-    def _last_good(self, befores):
+    def _last_good(self, befores, interrupts):
         """The recipe of the latest of `befores` (a target's recipes before each of its queued
         assigns) that works out, worked out; the first (from before them all) where none does;
-        None where there are none (settled meanwhile by another thread)."""
+        None where there are none (settled meanwhile by another thread). Interrupts go to
+        `interrupts` (_persisted)."""
         if not befores:
             return None
         for recipe in reversed(befores[1:]):
-            value = self._persisted(_array(self.da, recipe))
+            value = self._persisted(_array(self.da, recipe), interrupts)
             if value is not None:
                 return _recipe(value)
         return befores[0]

@@ -697,6 +697,43 @@ def test_a_failing_assigned_value_is_put_back_and_fails_no_later_persist():
     assert dask_device.persist([da.ones(2, chunks=1)])[0].sum().compute() == 2.0
 
 
+class _Interrupt(BaseException):
+    """Not an Exception, as KeyboardInterrupt and SystemExit are not."""
+
+
+@pytest.mark.parametrize("first", ["interrupt", "error"])
+def test_a_queued_value_that_raises_an_interrupt_is_raised_once_and_put_back(first):
+    # a BaseException that is not an Exception, raised as a queued value is worked out (at
+    # once, or as a persist that failed works the values out again: _settle_failed), left
+    # every value queued: every later persist raised it again and worked the values out again,
+    # and reading the target raised it. It counts as the value failing: raised once, the
+    # target put back to its latest value that works out, the other values kept
+    dask_device = backends.get_backend("dask")
+    calls = []
+
+    def interrupts(block):
+        calls.append(block)
+        if first == "error" and len(calls) == 1:
+            raise IndexError("worked out, this block fails")
+        raise _Interrupt("worked out, this block interrupts")
+    bad, good = da.zeros(4, chunks=4) + 5.0, da.zeros(4, chunks=2)
+    dask_device.assign(bad, bad + 1.0)  # works out: kept
+    dask_device.assign(bad, da.ones(4, chunks=4).map_blocks(interrupts, meta=np.array((), float)))
+    dask_device.assign(good, da.arange(4.0, chunks=2))
+    with pytest.raises(_Interrupt, match="this block interrupts") as raised:
+        dask_device.persist([])
+    if first == "error":  # the error that started the settling is kept beside it
+        assert isinstance(raised.value.__context__, IndexError)
+    worked_out = len(calls)
+    assert worked_out <= 3  # the first pass, all together (an interrupt), alone
+    for _ in range(2):
+        assert dask_device.persist([da.ones(2, chunks=1)])[0].sum().compute() == 2.0
+    assert len(calls) == worked_out  # no later persist works it out again
+    np.testing.assert_array_equal(bad.compute(), [6.0] * 4)
+    np.testing.assert_array_equal(good.compute(), [0.0, 1.0, 2.0, 3.0])
+    assert len(bad.__dask_graph__()) == 1 and len(good.__dask_graph__()) == 2  # persisted
+
+
 def test_an_array_assigned_again_while_a_persist_runs_keeps_its_new_value():
     # another thread's assign during a persist: the persist put the older value back over it
     dask_device = backends.get_backend("dask")
