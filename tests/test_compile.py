@@ -5033,3 +5033,25 @@ def test_a_variable_the_step_makes_sets_and_hands_on_as_a_grad_replays_its_new_v
         compiled(np.full(3, float(k)))
         assert p.grad.data.tolist() == [k, 2 * k, 3 * k]
     assert compiled.stats()["replays"] >= 3
+
+
+def test_a_variable_arguments_grad_accumulates_over_calls_as_eagerly():
+    # the engine adds to the argument's own .grad: a replay must add to the grad the argument
+    # has at that call, not to the grad Variable the recording found (it stayed [0, 4, 8])
+    def step(x):
+        F.sum(x * x).backward()
+
+    compiled = gradcore.compile(step)
+    v_eager, v = gradcore.Variable(np.arange(3.0)), gradcore.Variable(np.arange(3.0))
+    for i in range(5):
+        step(v_eager)
+        compiled(v)
+        assert same(v.grad.data, v_eager.grad.data)
+    assert same(v.grad.data, np.array([0.0, 10.0, 20.0]))
+    # a new argument at each call with a grad set outside: added to that grad
+    for i in range(4):
+        v = gradcore.Variable(np.arange(3.0))
+        v.grad = gradcore.Variable(np.full(3, 5.0 + i))
+        compiled(v)
+        assert same(v.grad.data, np.arange(3.0) * 2 + 5 + i)
+    assert compiled.stats()["replays"] >= 5

@@ -657,6 +657,9 @@ class Recorder:
             return trace_backend(backend).traced(value, slot, self)
         self.adopted[id(value)] = _Adopted(value, value._data, value._backend, value._grad, index)
         self.argument_sites[id(value)] = index
+        grad = value._grad  # a replay adds to the grad the argument has then, not to this one
+        if grad is not None and not isinstance(grad._data, Traced):
+            self.grad_owners[id(grad)] = value
         value._data = trace_backend(value._backend).traced(value._data, slot, self)
         value._backend = value._data.backend
         return value
