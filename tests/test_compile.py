@@ -5055,3 +5055,36 @@ def test_a_variable_arguments_grad_accumulates_over_calls_as_eagerly():
         compiled(v)
         assert same(v.grad.data, np.arange(3.0) * 2 + 5 + i)
     assert compiled.stats()["replays"] >= 5
+
+
+def test_an_attribute_of_a_module_the_step_reached_set_anew_records_again():
+    # a tape took dropout_ratio and eps as they were: another value there (a dropout schedule,
+    # a plain Variable put on a module) must record again, not replay the old one; the same
+    # value set again (a float computed anew) is no change
+    def make():
+        np.random.seed(0)
+        model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm(), nn.Dropout(0.5))
+        model.scale = gradcore.Variable(np.array(2.0))
+        return model, lambda x: F.sum(model(gradcore.Variable(x)) * model.scale)
+
+    (eager_model, eager), (model, step) = make(), make()
+    compiled = gradcore.compile(step)
+    x = np.random.default_rng(0).standard_normal((5, 4))
+    changes = [("dropout_ratio", 0.0, 2), ("dropout_ratio", 0.0, 2), ("eps", 10.0, 1),
+               ("eps", 10.0, 1), ("dropout_ratio", 1 / 4 + 1 / 4, 2)]
+    for i, (name, value, layer) in enumerate([(None, None, None), *changes]):
+        if name is not None:
+            setattr(eager_model[layer], name, value)
+            setattr(model[layer], name, value)
+        gradcore.manual_seed(i)
+        want = eager(x).data
+        gradcore.manual_seed(i)
+        assert same(compiled(x).data, want), (i, name)
+    assert compiled.stats()["recordings"] == 4  # the first call, ratio 0, eps 10, ratio 0.5
+    model.scale = gradcore.Variable(np.array(3.0))
+    eager_model.scale = gradcore.Variable(np.array(3.0))
+    gradcore.manual_seed(9)
+    want = eager(x).data
+    gradcore.manual_seed(9)
+    assert same(compiled(x).data, want)
+    assert compiled.stats()["recordings"] == 5

@@ -36,7 +36,7 @@ from .. import variable as _variable
 from ..config import anomaly_on, recording, training
 from ..function import _SavedOutput
 from ..nn import module as _module
-from ..nn.module import Module, mode_key, structure_changes
+from ..nn.module import Module, mode_key, structure_changes, watch as _watch_modules
 from ..variable import Parameter, Variable
 from . import trace
 from .check import ReplayMismatch, Snapshot, _host_tree, compare
@@ -411,6 +411,7 @@ class Compiled:
                 and backends.backend_of(a) is None
                 and (not isinstance(a, Variable) or part[0] is Variable and part[-1] is not None)],
                 argument_hooks)
+            _watch_modules(modules)  # their attributes, taken as they are, changed: record again
             tape.other = self._tapes.get(key)  # one that was not ready: for other grads
             if tape.other is not None and tape.other.other is not None:
                 tape.other.other = None  # two per key at most (grads there, grads absent)

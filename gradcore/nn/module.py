@@ -60,6 +60,34 @@ _mode_numbers = collections.OrderedDict({frozenset(): 0})
 _new_mode_number = itertools.count(1).__next__
 
 
+# id -> a weak reference to each live Module a recorded step reached (gradcore.compile): a tape
+# took the numbers and objects in its attributes as they were (`dropout_ratio`, `eps`, a plain
+# Variable), so replacing one there counts as a change (structure_changes)
+_watched = {}
+# values of these kinds set again equal to what an attribute holds are no change (a ratio a
+# schedule computes anew at each step)
+_BY_VALUE = frozenset((int, float, bool, str, type(None)))
+_ABSENT = object()
+
+
+def watch(modules):
+    """Replacing an attribute of one of these Modules (a recorded step's) counts as a change: see
+    Module.__setattr__."""
+    for module in modules:
+        i = id(module)
+        _watched[i] = weakref.ref(module, lambda ref: _watched.get(i) is ref and _watched.pop(i))
+
+
+def _replaces(module, name, value):
+    """Whether `module.name = value` changes what a tape that read module.name took."""
+    watched = _watched.get(id(module))
+    if watched is None or watched() is not module:
+        return False
+    old = module.__dict__.get(name, _ABSENT)
+    return old is not value and not (old.__class__ is value.__class__
+                                     and value.__class__ in _BY_VALUE and old == value)
+
+
 def _note_mode(module, training):
     if training:
         _in_eval.pop(id(module), None)
@@ -184,6 +212,8 @@ class Module:
                 isinstance(value, Variable) or isinstance(self.__dict__.get(name), Variable)):
             # a Variable kept on the module from one call to the next (an RNN's hidden state)
             _variables.step_recorder.module_state(self, name)
+        if _watched and _replaces(self, name, value):
+            _variables.settings_changed()  # outside a recording: the next call records again
         if value.__class__ is list or value.__class__ is tuple:
             names = _list_names(self)
             if names is not None:
