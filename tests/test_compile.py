@@ -2315,6 +2315,20 @@ def test_gradients_accumulated_over_calls_add_up_as_eagerly():
     assert stats["tapes"] == 2 and stats["recordings"] == 2 and stats["replays"] == 6
 
 
+def test_a_variable_returned_in_several_places_is_one_object_at_a_replay_as_eagerly():
+    def step(x):
+        h = F.tanh(gradcore.Variable(x))
+        return h, [h, F.sum(h)], {"h": h}
+
+    compiled = gradcore.compile(step)
+    for i in range(3):
+        x = np.arange(3.0) + i
+        h, (h1, total), named = compiled(x)
+        assert h is h1 and h is named["h"]
+        assert same(h.data, np.tanh(x)) and same(total.data, np.sum(np.tanh(x)))
+    assert compiled.stats()["replays"] == 2
+
+
 def test_a_modules_eval_mode_is_part_of_the_key_and_each_modes_tape_is_found_again():
     def make():
         np.random.seed(0)

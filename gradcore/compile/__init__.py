@@ -333,7 +333,10 @@ class Compiled:
                         seen.append(a)
                 result = self.fn(*seen)
                 slots = []
+                rec.results_shaped, rec.results_shared = {}, False
                 shape = _shape(rec, result, slots, args)
+                if rec.results_shared:
+                    shape = ("shared", shape)
             finally:
                 _stop(rec, plain)
             generators.check(rec)
@@ -1500,6 +1503,10 @@ def _shape(rec, value, slots, args, logs=None):
         slots.append(value.slot)
         return ("array", len(slots) - 1)
     if isinstance(value, Variable):
+        shaped = rec.results_shaped.get(id(value))
+        if shaped is not None:  # returned twice (`return h, h`): one Variable at a replay too
+            rec.results_shared = True
+            return shaped
         entry = rec.adopted.get(id(value))
         if (entry is None or entry.variable is not value) and isinstance(
                 value._data, trace.Traced) and value._data.recorder is rec:
@@ -1512,8 +1519,9 @@ def _shape(rec, value, slots, args, logs=None):
                             if e.grad_of is None and getattr(e.variable, "_writes", None))
             log = getattr(value, "_writes", None)
             # a view of an outside Variable (W.T, W.detach()) shares its version, as eagerly
-            return ("variable", len(slots) - 1, value.name,
-                    None if log is None else logs.get(id(log)))
+            shaped = rec.results_shaped[id(value)] = (
+                "variable", len(slots) - 1, value.name, None if log is None else logs.get(id(log)))
+            return shaped
         if rec.made_here.get(id(value)) is value:  # Variable(np.zeros(3)) or Variable(BUF)
             # eagerly a new one at each call, over memory that may be the user's: a replay can
             # neither hand out this one again nor a copy of it
@@ -1643,15 +1651,20 @@ def _made_in_step(rec, value):
     return found
 
 
-def _results(shape, arrays, args):
+def _results(shape, arrays, args, made=None):
     """The step's result for a replay of a call with `args`: `shape` filled with the replayed
-    arrays."""
+    arrays. `made`: the Variables made so far by their entries' ids, where the step returned
+    one Variable in several places (a "shared" shape)."""
     kind = shape[0]
     if kind == "variable":
+        if made is not None and id(shape) in made:
+            return made[id(shape)]
         v = Variable(arrays[shape[1]], name=shape[2], requires_grad=False)
         source = shape[3]
         if source is not None:
             _variable.share_versions(args[source] if source.__class__ is int else source, v)
+        if made is not None:
+            made[id(shape)] = v
         return v
     if kind == "array":
         return arrays[shape[1]]
@@ -1663,10 +1676,12 @@ def _results(shape, arrays, args):
     if kind == "argument":
         return args[shape[1]]
     if kind is dict:
-        return {k: _results(v, arrays, args) for k, v in shape[1].items()}
+        return {k: _results(v, arrays, args, made) for k, v in shape[1].items()}
     if kind == "namedtuple":
-        return shape[1]._make([_results(v, arrays, args) for v in shape[2]])
-    items = [_results(v, arrays, args) for v in shape[1]]
+        return shape[1]._make([_results(v, arrays, args, made) for v in shape[2]])
+    if kind == "shared":
+        return _results(shape[1], arrays, args, {})
+    items = [_results(v, arrays, args, made) for v in shape[1]]
     return items if kind is list else tuple(items)
 
 
