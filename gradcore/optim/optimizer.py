@@ -7,6 +7,7 @@ import backends
 
 from .. import variable as _variables
 from ..config import enable_grad
+from ..function import add_note
 from ..nn.module import _host_array, _numpy_dtype, _unfit, _zero_grads
 from ..variable import Parameter, Variable, note_write
 from .hooks import ClipGrad, FreezeParam, WeightDecay
@@ -203,7 +204,9 @@ class Optimizer:
         (WeightDecay, ClipGrad, FreezeParam, or any callable). Hooks run in the order added,
         except that FreezeParam hooks run first, so that no other hook sees a frozen gradient
         (ClipGrad would count it in its norm); a parameter whose grad a hook set to None is not
-        passed to the hooks after it, nor updated."""
+        passed to the hooks after it, nor updated. Where a hook raises, the gradients keep what
+        the hooks before it set (the error's note says so; a Dask parameter's are put back):
+        run backward again before trying the step again."""
         if not callable(f):
             raise TypeError(f"add_hook expects a callable taking the list of parameters, got "
                             f"{type(f).__name__}")
@@ -289,13 +292,23 @@ class Optimizer:
         before = [(p, p._grad) for p in params if p.backend.lazy]
         hooks = ([h for h in self.hooks if isinstance(h, FreezeParam)]
                  + [h for h in self.hooks if not isinstance(h, FreezeParam)])
+        ran = 0
         try:
             for hook in hooks:
                 hook(params)
+                ran += 1
                 # a hook may drop a gradient (FreezeParam): the hooks after it never see None
                 params = [p for p in params if p.grad is not None]
-        except BaseException:
+        except BaseException as error:
             _put_back_grads(before)
+            eager = sum(1 for p in params if not p.backend.lazy)
+            if ran and eager:  # said, as a retry would hook the hooked gradients again
+                names = ", ".join(getattr(h, "__qualname__", None) or type(h).__name__
+                                  for h in hooks[:ran])
+                add_note(error, f"the optimizer's hooks before the one that raised ({names}) "
+                         f"ran on the gradients of {eager} parameter{'s' if eager > 1 else ''}, "
+                         "which keep what those hooks set: run backward again before trying "
+                         "the step again")
             raise
         return params, before
 

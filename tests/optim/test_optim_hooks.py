@@ -232,3 +232,39 @@ def test_clip_grad_norm_sums_float16_in_float32(norm_type):
     assert total.dtype == np.float32 and float(total.data) == pytest.approx(expected, rel=1e-3)
     assert W.grad.dtype == np.float16
     np.testing.assert_allclose(W.grad.data, [300.0 / expected] * 4, rtol=1e-3)
+
+
+def test_a_hook_that_raises_after_others_ran_says_the_gradients_keep_what_they_set():
+    # on NumPy the grads WeightDecay replaced are not put back (holding them would hold every
+    # gradient twice): the error says so, as a retry would decay them again
+    W = param(np, [1.0, -2.0])
+    give_grad(W, np, [3.0, 3.0])
+    optimizer = SGD(lr=0.1).setup([W])
+    optimizer.add_hook(WeightDecay(0.5))
+
+    def refuse(params):
+        raise ValueError("no")
+    optimizer.add_hook(refuse)
+    with pytest.raises(ValueError) as raised:
+        optimizer.update()
+    assert raised.value.__notes__ == [
+        "the optimizer's hooks before the one that raised (WeightDecay) ran on the gradients of "
+        "1 parameter, which keep what those hooks set: run backward again before trying the step "
+        "again"]
+    np.testing.assert_array_equal(W.grad.data, [3.5, 2.0])
+    np.testing.assert_array_equal(W.data, [1.0, -2.0])  # not updated
+
+
+def test_a_first_hook_that_raises_gets_no_note():
+    W = param(np, [1.0, -2.0])
+    give_grad(W, np, [3.0, 3.0])
+    optimizer = SGD(lr=0.1).setup([W])
+
+    def refuse(params):
+        raise ValueError("no")
+    optimizer.add_hook(refuse)
+    optimizer.add_hook(WeightDecay(0.5))
+    with pytest.raises(ValueError) as raised:
+        optimizer.update()
+    assert getattr(raised.value, "__notes__", None) is None
+    np.testing.assert_array_equal(W.grad.data, [3.0, 3.0])
