@@ -5049,6 +5049,32 @@ def test_a_variable_the_step_makes_sets_and_hands_on_as_a_grad_replays_its_new_v
     assert compiled.stats()["replays"] >= 3
 
 
+def test_grads_cleared_in_a_pattern_that_keeps_the_step_recording_warn_once():
+    # some grads cleared between calls, others not: neither tape of the key (all grads there,
+    # all absent) serves, so each call records; right, but dearer than eager: said once
+    def make():
+        w, b = gradcore.Parameter(np.ones((2, 3))), gradcore.Parameter(np.zeros(3))
+        return (w, b), lambda x: F.sum(F.matmul(gradcore.Variable(x), w) + b).backward()
+
+    (eager_params, eager), (params, step) = make(), make()
+    compiled = gradcore.compile(step)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(8):
+            x = np.full((4, 2), float(i + 1))
+            eager(x)
+            compiled(x)
+            for p, q in zip(params, eager_params):
+                assert same(p.grad.data, q.grad.data)
+            for ps in (params, eager_params):  # none, w, b, both, none...
+                for p in ps[:2] if i % 4 == 3 else ps[i % 4 - 1:i % 4] if i % 4 else ():
+                    p.cleargrad()
+    said = [str(w.message) for w in caught if "recorded again at each" in str(w.message)]
+    assert len(said) == 1 and "<lambda> recorded again at each of its last 3 calls" in said[0]
+    assert caught[0].filename == __file__
+    assert compiled.stats()["recordings"] == 8 and compiled.stats()["replays"] == 0
+
+
 def test_a_variable_arguments_grad_accumulates_over_calls_as_eagerly():
     # the engine adds to the argument's own .grad: a replay must add to the grad the argument
     # has at that call, not to the grad Variable the recording found (it stayed [0, 4, 8])

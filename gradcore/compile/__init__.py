@@ -93,6 +93,10 @@ def _after_fork():
 os.register_at_fork(after_in_child=_after_fork)
 
 
+# recordings in a row, for the grads present, after which a step warns (_note_grads_recording)
+GRADS_RECORDINGS_WARNED = 3
+
+
 class Compiled:
     """A function compiled with gradcore.compile: call it as the function; `stats()` says what
     happened so far."""
@@ -130,6 +134,8 @@ class Compiled:
         self._again = {}  # key -> recordings in a row that asked to record again
         self._warned_of_anomaly = False  # warned that anomaly mode keeps the calls eager
         self._warned_of_keywords = False  # warned that a call with keywords runs eagerly
+        self._warned_of_grads = False  # warned that the grads present keep it recording
+        self._grads_recordings = (0, -1)  # (recordings in a row for the grads present, replays)
         self._signature = None  # fn's inspect.Signature (False: none), read at a keyword call
         self._counts = collections.Counter()
         self._recent = None  # the tape used last, last in _tapes
@@ -255,12 +261,37 @@ class Compiled:
         self._surroundings = surroundings  # with the hooks registered since, say
         if changed:  # a helper rebound since: find what it reads, key again
             return self(*args)
+        if key in self._tapes and not self._warned_of_grads:  # tapes for other grads present
+            self._note_grads_recording(key)
         if key != self._last_key:  # not the same key again (lazy weights made, grads absent)
             self._keys_recorded += 1
             if self._keys_recorded == self.cache_size + 1:
                 self._warn_of_new_keys(key, surroundings)
             self._last_key = key
         return self._record(key, args)
+
+    def _note_grads_recording(self, key):
+        """A call records because neither tape of its key is for the grads present now (a tape
+        adds to those its recording found and sets the others): warned once where that happens
+        GRADS_RECORDINGS_WARNED times in a row, no replay between (some grads cleared, others
+        not, in a pattern)."""
+        replays = self._counts["replays"]
+        count, replays_then = self._grads_recordings
+        count = count + 1 if replays == replays_then else 1
+        self._grads_recordings = (count, replays)
+        if count < GRADS_RECORDINGS_WARNED:
+            return
+        self._warned_of_grads = True
+        tape = self._tapes[key]
+        differing = [v for v in tape.grads_present if v._grad is None] + [
+            v for v in tape.grads_absent if v._grad is not None]
+        which = f" ({_engine._describe(differing[0])}, say)" if differing else ""
+        warnings.warn(f"gradcore.compile: {self.__name__} recorded again at each of its last "
+                      f"{count} calls, as the grads present before a call{which} differ from "
+                      "call to call: a tape serves the grads present at its recording (it adds "
+                      "to those and sets the others), and a key keeps two tapes. Clear all of "
+                      "the model's grads or none between calls (model.cleargrads()), or clear "
+                      "them inside the step", RuntimeWarning, stacklevel=4)
 
     def _eager_in_anomaly_mode(self, args):
         """A call with anomaly mode on runs eagerly: anomaly mode reads every op's values on the
