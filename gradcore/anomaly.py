@@ -1,12 +1,13 @@
 """Anomaly mode: what a Function records at forward while it is on, and what backward checks.
 
-A backward that raises in anomaly mode (a check here refused it, say) leaves every .grad as it was
-before it: the leaves', and also those the walk set before it ended, retained gradients and leaves
-released early for their post-accumulate hooks (each .grad object itself put back, and the error
-says so; one that another thread or a hook changed since stays, and the error counts it). What
-hooks that already ran did is not undone (an optimizer step in a post-accumulate hook, a .grad a
-gradient hook set): the error says how many hook calls ran. Off, the mode costs the walk
-nothing."""
+A backward that raises in anomaly mode (a check here refused it, say, or Ctrl-C) leaves every .grad
+as it was before it: the leaves', and also those the walk set before it ended, retained gradients
+and leaves released early for their post-accumulate hooks (each .grad object itself put back, and
+the error says so; one that another backward added to since, another thread's or one a hook ran,
+or that another Variable's hook changed, stays, and the error counts it: putting it back would
+lose that; a leaf's own hooks changing its .grad is the walk's change). What hooks that already
+ran did is not undone (an optimizer step in a post-accumulate hook, a .grad a gradient hook set):
+the error says how many hook calls ran. Off, the mode costs the walk nothing."""
 import hashlib
 import os
 import traceback

@@ -785,7 +785,8 @@ def _add_to_grads(finished, shared, create_graph, undo):
     whose requires_grad was turned off after forward gets nothing added, as in PyTorch, whose
     engine still calls its post-accumulate hooks (on .grad as it was). In anomaly mode (`undo`,
     the walk's _Undo) a sum with an old .grad holding NaN or infinity is refused, before any
-    .grad is set, and what is set and the hooks that run are noted."""
+    .grad is set, and what is set and the hooks that run are noted; and a walk that sets a .grad
+    another anomaly-mode walk is running hooks on tells it (_Undo.disturb)."""
     adding = [(x, g) for x, g in finished if x._requires_grad]
     for x, _ in adding:
         if x._grad is not None:  # accumulating over backward calls: nothing to check otherwise
@@ -798,15 +799,14 @@ def _add_to_grads(finished, shared, create_graph, undo):
     with _accumulating:  # the sums only: nothing here calls back into user code
         totals = [(x, g if x._grad is None else x._grad + g)
                   for x, g in _owned(adding, shared, create_graph)]
-        if undo is not None:  # all checked before any is set: a refused sum changes nothing
+        if undo is None:
+            for x, total in totals:
+                x._grad = total
+        else:  # all checked before any is set: a refused sum changes nothing
             _check_grad_sums(totals)
-            for x, _ in totals:
-                undo.keep(x)
-        for x, total in totals:
-            x._grad = total
-        if undo is not None:
-            for x, _ in totals:
-                undo.set(x)
+            undo.add(totals)
+        if _watched:  # the hooks of an anomaly-mode walk are running (one truth test otherwise)
+            _Undo.disturb(totals, undo)
     if hooked_leaves:
         for x, _ in finished:
             for hook in list(getattr(x, "_post_hooks", ())):
@@ -814,15 +814,29 @@ def _add_to_grads(finished, shared, create_graph, undo):
                     undo.hooks_run += 1
                 _call_hook(hook, x, x)
                 if undo is not None:  # the .grad the hook left (one that doubles it, say)
-                    undo.set(x)
+                    undo.hook_ran(x)
+    if undo is not None:
+        undo.unwatch(totals)
+
+
+# Anomaly mode: leaf -> the _Undo of each walk that set its .grad and is running the
+# post-accumulate hooks after that (threads; a backward in a hook). Another walk that sets the
+# .grad meanwhile marks it its own (_Undo.disturb), so that the hooks' walk does not take the sum
+# for its own and erase it at put_back. Changed under _accumulating; empty but while such
+# walks run their hooks
+_watched = {}
+# in a fork's child the other threads' walks never end: their entries would stay for good
+os.register_at_fork(after_in_child=_watched.clear)
+# the "after" of a .grad another walk set while this walk's hooks ran: never a .grad
+_DISTURBED = object()
 
 
 class _Undo:
     """Anomaly mode: the .grads a walk sets (retained gradients and leaves released for their
     post-accumulate hooks during it; the other leaves' at its end), so that a refused walk puts
     each back. `changed`: Variable -> [its _grad and _retained_grad before the walk, the _grad
-    the walk (or its own hook) left]; `hooks_run`: hook calls made (gradient hooks and
-    post-accumulate hooks: what they did is not undone)."""
+    the walk (or a hook the walk ran on it) left, or _DISTURBED]; `hooks_run`: hook calls made
+    (gradient hooks and post-accumulate hooks: what they did is not undone)."""
 
     __slots__ = ("changed", "hooks_run")
 
@@ -836,17 +850,55 @@ class _Undo:
             self.changed[x] = [x._grad, getattr(x, "_retained_grad", None), None]
 
     def set(self, x):
-        """After the walk, or a hook it ran, set x.grad: note what it left."""
-        entry = self.changed.get(x)
-        if entry is not None:
-            entry[2] = x._grad
+        """After the walk set x.grad (a retained gradient, under _accumulating): note it."""
+        self.changed[x][2] = x._grad
+
+    def add(self, totals):
+        """Under _accumulating: x.grad = total for each (x, total), noted as it was and as set,
+        and watched (see _watched) till unwatch: the hooks the walk runs next may change it."""
+        for x, total in totals:
+            self.keep(x)
+            self.changed[x][2] = x._grad = total
+            _watched.setdefault(x, []).append(self)
+
+    def hook_ran(self, x):
+        """After a post-accumulate hook the walk ran on x: the .grad it left is the walk's (one
+        that doubles it, say), unless another walk set x.grad meanwhile (or this walk set none:
+        x does not require grad)."""
+        with _accumulating:
+            entry = self.changed.get(x)
+            if entry is not None and entry[2] is not _DISTURBED:
+                entry[2] = x._grad
+
+    def unwatch(self, xs):
+        """x.grad for each (x, _) in `xs` no longer watched by this walk."""
+        with _accumulating:
+            self._unwatch(x for x, _ in xs)
+
+    def _unwatch(self, xs):
+        for x in xs:
+            walks = _watched.get(x)
+            if walks is not None and self in walks:
+                walks.remove(self)
+                if not walks:
+                    del _watched[x]
+
+    @staticmethod
+    def disturb(totals, undo):
+        """Under _accumulating, a walk (its _Undo `undo`, or None) has set x.grad for each (x, _)
+        in `totals`: each other walk watching one takes it as changed since by another."""
+        for x, _ in totals:
+            for walk in _watched.get(x, ()):
+                if walk is not undo:
+                    walk.changed[x][2] = _DISTURBED
 
     def put_back(self):
         """The walk raised: each noted .grad (the object itself) as before the walk, unless
-        another thread or a hook changed it since (putting it back would lose that). Returns
-        what it did, for the error's note."""
+        another thread, another walk or a hook changed it since (putting it back would lose
+        that). Returns what it did, for the error's note."""
         left = 0
         with _accumulating:
+            self._unwatch(self.changed)  # a hook raised, or an interrupt, while watched
             for x, (grad, retained, after) in self.changed.items():
                 if x._grad is after:
                     x._grad, x._retained_grad = grad, retained
@@ -932,10 +984,11 @@ def _explain_failed_backward(error, undone=None):
     """Note on `error`, from a walk, the op whose backward raised it and where that op was
     called (the caller raises it again); raise a RuntimeError instead (from `error`) if that op
     reads a Variable whose data was released after forward (`t.data = None`), the likely
-    cause. Then `undone` (anomaly mode: what _Undo.put_back did) as a note on either."""
+    cause. Then `undone` (anomaly mode: what _Undo.put_back did) as a note on either. An
+    interrupt (KeyboardInterrupt: no Exception) is only noted: it goes on as it is."""
     f = _failed_backward(error)
     if f is not None:
-        for role, x in f._variables_read():
+        for role, x in f._variables_read() if isinstance(error, Exception) else ():
             if x._data is None:
                 name = f._name()
                 released = RuntimeError(
@@ -968,8 +1021,9 @@ def backward(y, grad=None, retain_grad=False, create_graph=False):
     undo = _Undo() if is_anomaly_enabled() else None
     try:
         _walk([y], [seed], retain_grad, create_graph, undo=undo)
-    except Exception as error:
-        # anomaly mode: a refused backward changes no .grad
+    except BaseException as error:
+        # anomaly mode: a refused backward changes no .grad; nor one stopped by an interrupt
+        # (Ctrl-C) or by an error of its own
         undone = None if undo is None else undo.put_back()
         if given is not None:  # y as it was: its seed, not what retain_grad kept of it
             y._grad, y._retained_grad = given, None
@@ -1022,7 +1076,7 @@ def _grad(outputs, inputs, grad_outputs, create_graph, allow_unused, boundary,
     try:
         captured = _walk(outputs, seeds, False, create_graph, set(inputs), boundary,
                          boundary_hooks, undo)
-    except Exception as error:
+    except BaseException as error:  # an interrupt (Ctrl-C) too
         # anomaly mode: retained gradients as they were
         undone = None if undo is None else undo.put_back()
         _explain_failed_backward(error, undone)

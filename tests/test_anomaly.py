@@ -9,7 +9,7 @@ import pytest
 import gradcore
 import gradcore.functions as F
 from conftest import run_in_threads
-from gradcore import Variable
+from gradcore import Variable, engine
 from test_function import AddOneInPlace, ScaleBy  # Functions of a user's own
 
 
@@ -530,5 +530,133 @@ def test_a_refused_backward_counts_the_gradient_hooks_that_ran():
         with pytest.raises(RuntimeError, match=REFUSED) as caught:
             F.sum(t * 2.0 + s).backward()
     assert C.grad is hooks_grad and w.grad is None
+    assert caught.value.__notes__[-1] == (f"{PUT_BACK}; what the hooks that ran (1 call) did "
+                                          "is not undone")
+
+
+class Interrupted(gradcore.Function):
+    """Stands for Ctrl-C arriving while this op's backward runs."""
+
+    def forward(self, x):
+        return x * 1.0
+
+    def backward(self, gy):
+        raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("how", ["backward", "grad"])
+@pytest.mark.parametrize("released", [False, True], ids=["kept", "input-released"])
+def test_an_interrupted_backward_puts_back_every_grad_and_goes_on_as_an_interrupt(how,
+                                                                                 released):
+    # KeyboardInterrupt is no Exception: it skipped the put-back (A.grad [30.], t.grad [10.])
+    A, x = Variable(np.array([4.0]), name="A"), Variable(np.array([1.0]), name="x")
+    calls = []
+    A.register_post_accumulate_grad_hook(lambda p: calls.append(p.grad.data.copy()))
+    with gradcore.detect_anomaly():
+        s = Interrupted()(x)  # recorded first: its backward runs last
+        t = A * 3.0
+        t.retain_grad()
+        loss = F.sum(t * 10.0 + s)
+        if released:  # a failed backward that reads released data is re-raised as such...
+            x.data = None
+        with pytest.raises(KeyboardInterrupt) as caught:  # ...but an interrupt as it is
+            loss.backward() if how == "backward" else gradcore.grad(loss, [A, x])
+    assert A.grad is None and t.grad is None and x.grad is None
+    if how == "backward":  # A was released and its hook ran before the interrupt
+        np.testing.assert_array_equal(calls, [[30.0]])
+        assert caught.value.__notes__[-1] == (f"{PUT_BACK}; what the hooks that ran (1 call) "
+                                              "did is not undone")
+    else:
+        assert calls == [] and caught.value.__notes__[-1] == PUT_BACK
+    assert "raised in interrupted.backward (Interrupted)" in caught.value.__notes__[0]
+    assert not engine._watched
+
+
+def test_a_refused_backward_keeps_the_sum_another_thread_made_while_its_hook_ran():
+    """Thread a's post-accumulate hook on W waits while thread b's backward adds into W.grad;
+    then a's walk is refused. a's put-back took b's sum for a's own and erased it (W.grad None,
+    the note saying every .grad was put back): now W.grad stays, counted in the note."""
+    W = Variable(np.zeros(3), name="W")
+    in_hook, b_done = threading.Event(), threading.Event()
+    notes, errors = [], []
+
+    def hook(p):
+        if threading.current_thread().name == "a":
+            in_hook.set()
+            assert b_done.wait(10)  # a slow hook (an all-reduce): b's backward happens meanwhile
+
+    def a():
+        try:
+            with gradcore.detect_anomaly(), np.errstate(divide="ignore"):
+                s = F.sqrt(Variable(np.array([0.0])))  # recorded first: its backward runs last
+                loss = F.sum(W * 10.0) + F.sum(s)
+                with pytest.raises(RuntimeError, match=REFUSED) as caught:
+                    loss.backward()
+            notes.append(caught.value.__notes__[-1])
+        except BaseException as error:  # noqa: BLE001 -- reported below
+            errors.append(error)
+            in_hook.set()
+
+    def b():
+        try:
+            assert in_hook.wait(10)
+            F.sum(W * 1.0).backward()  # outside anomaly mode; succeeds
+            np.testing.assert_array_equal(W.grad.data, [11.0, 11.0, 11.0])
+        except BaseException as error:  # noqa: BLE001 -- reported below
+            errors.append(error)
+        finally:
+            b_done.set()
+
+    W.register_post_accumulate_grad_hook(hook)
+    threads = [threading.Thread(target=a, name="a"), threading.Thread(target=b, name="b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    np.testing.assert_array_equal(W.grad.data, [11.0, 11.0, 11.0])  # b's 1 and a's 10: left
+    assert notes == ["anomaly mode: every .grad this backward set was put back but 1, changed "
+                     "since by a hook or another thread; what the hooks that ran (1 call) did "
+                     "is not undone"]
+    assert not engine._watched
+
+
+def test_a_refused_backward_keeps_the_sum_a_backward_in_its_hook_made():
+    # a post-accumulate hook on W runs a backward of its own into W: that walk's sum stays
+    W = Variable(np.zeros(1), name="W")
+    busy = []
+
+    def hook(p):
+        if not busy:
+            busy.append(True)
+            with gradcore.enable_grad():
+                F.sum(W * 1.0).backward()
+            busy.clear()
+
+    W.register_post_accumulate_grad_hook(hook)
+    with gradcore.detect_anomaly(), np.errstate(divide="ignore"):
+        s = F.sqrt(Variable(np.array([0.0])))
+        with pytest.raises(RuntimeError, match=REFUSED) as caught:
+            (F.sum(W * 10.0) + F.sum(s)).backward()
+    np.testing.assert_array_equal(W.grad.data, [11.0])
+    assert caught.value.__notes__[-1] == ("anomaly mode: every .grad this backward set was put "
+                                          "back but 1, changed since by a hook or another "
+                                          "thread; what the hooks that ran (1 call) did is not "
+                                          "undone")  # the inner backward's call is its own
+    assert not engine._watched
+
+
+def test_a_refused_backward_runs_the_post_hook_of_a_leaf_that_stopped_requiring_grad():
+    # the walk sets no .grad on it (as in PyTorch) but still calls its hook: nothing to note
+    A = Variable(np.array([4.0]))
+    calls = []
+    A.register_post_accumulate_grad_hook(lambda p: calls.append(p.grad))
+    with gradcore.detect_anomaly(), np.errstate(divide="ignore"):
+        s = F.sqrt(Variable(np.array([0.0])))
+        loss = F.sum(A * 10.0 + s)
+        A.requires_grad = False
+        with pytest.raises(RuntimeError, match=REFUSED) as caught:
+            loss.backward()
+    assert calls == [None] and A.grad is None
     assert caught.value.__notes__[-1] == (f"{PUT_BACK}; what the hooks that ran (1 call) did "
                                           "is not undone")
