@@ -698,9 +698,8 @@ class Variable:
                 "to keep (it was made with requires_grad=False, holds integers, or was computed "
                 "under no_grad() or from inputs that do not require grad)")
         if self.creator is not None and not self.retains_grad:
-            if self._hooks is None:
-                self._hooks = []
-            self._hooks.append(RETAIN_GRAD)
+            with _post_hooks_lock:  # beside the handles' registrations: see _HookHandle
+                _gradient_hooks(self).append(RETAIN_GRAD)
             settings_changed(self)
 
     @property
@@ -709,8 +708,19 @@ class Variable:
         return self._hooks is not None and RETAIN_GRAD in self._hooks
 
     def unchain(self):
-        """Cut the link to the creator: this Variable becomes a leaf."""
+        """Cut the link to the creator: this Variable becomes a leaf. A leaf keeps its gradient
+        anyway, so a retain_grad() it had is dropped, as PyTorch ignores one on a leaf: kept,
+        backward would add each gradient into `.grad` twice, and gradcore.grad would set the
+        `.grad` it leaves alone."""
         self.creator = None
+        hooks = self._hooks
+        if hooks and self.retains_grad:
+            with _post_hooks_lock:  # beside the handles' registrations: see _HookHandle
+                for i, hook in enumerate(hooks):
+                    if hook is RETAIN_GRAD:
+                        del hooks[i]
+                        break
+            settings_changed(self)
 
     def unchain_backward(self):
         """Cut every link in the graph behind this Variable (iteratively, however deep)."""
@@ -747,9 +757,7 @@ class Variable:
                 "integers, or was computed under no_grad() or from inputs that do not require "
                 "grad); on a float leaf, call x.requires_grad_() first")
         with _post_hooks_lock:  # a handle knows its copy of the hook: see _HookHandle
-            if self._hooks is None:
-                self._hooks = []
-            handle = _HookHandle(self, self._hooks, hook)
+            handle = _HookHandle(self, _gradient_hooks(self), hook)
         _note_hook(self, handle)
         settings_changed(self)
         return handle
@@ -775,7 +783,7 @@ class Variable:
         with _post_hooks_lock:  # two threads registering on one leaf keep both hooks
             hooks = getattr(self, "_post_hooks", None)
             if hooks is None:
-                hooks = self._post_hooks = []
+                hooks = self._post_hooks = _Hooks()
                 engine.hooked_leaves.add(self)
             handle = _HookHandle(self, hooks, hook)
         _note_hook(self, handle)
@@ -1061,31 +1069,56 @@ def _note_hook(variable, handle):
         registered.append((variable, handle))
 
 
+class _Hooks(list):
+    """A Variable's hooks (`_hooks`, `_post_hooks`), in the order they run: all the engine
+    reads. Beside them, the registrations of each hook by a handle (`registrations`: id(hook) ->
+    _Registrations), changed together under _post_hooks_lock. The Variable owns both and a
+    handle holds them weakly, so a handle kept in a list keeps no hook alive, nor the Variable
+    a hook's closure refers to. Copied or pickled, it is a plain list of the hooks: the handles
+    are the original's."""
+
+    __slots__ = ("registrations", "__weakref__")
+
+    def __init__(self, hooks=()):
+        super().__init__(hooks)
+        self.registrations = {}
+
+    def __reduce_ex__(self, protocol):
+        return list, (list(self),)
+
+
+def _gradient_hooks(variable):
+    """Under _post_hooks_lock: variable's `_hooks` as a _Hooks, made now if it has none or a
+    plain list (a copy's)."""
+    hooks = variable._hooks
+    if hooks.__class__ is not _Hooks:
+        hooks = variable._hooks = _Hooks(hooks or ())
+    return hooks
+
+
 class _HookHandle:
     """Returned by `register_hook` and `register_post_accumulate_grad_hook`: appends the hook to
-    its list; `remove()` takes this registration off (twice, or after a checkpoint's
-    recomputation took it off, is harmless). One callable registered twice has two handles, and
-    each takes off its own copy: the other keeps its place among the hooks."""
+    its list; `remove()` takes this registration off (twice, after a checkpoint's recomputation
+    took it off, or after the Variable died, is harmless). One callable registered twice has two
+    handles, and each takes off its own copy: the other keeps its place among the hooks."""
 
-    __slots__ = ("_variable", "_held", "_ticket")
+    # weak references and numbers only: see _Hooks. _ticket is None once taken off
+    __slots__ = ("_variable", "_hooks", "_key", "_ticket")
 
     def __init__(self, variable, hooks, hook):
-        # the list holds the hook itself, all the engine reads: which copy is this handle's is
-        # kept beside it, in the hook's _Registrations on that list. Held in a box the Variable's
-        # death empties: a handle kept after it (in a list of handles) keeps no hook alive
-        key = (id(hooks), id(hook))
-        registrations = _registrations.get(key)
+        registrations = hooks.registrations.get(id(hook))
         if registrations is None:
-            registrations = _registrations[key] = _Registrations(hooks, hook)
-        held = self._held = [registrations]
-        self._variable = weakref.ref(variable, lambda _: held.clear())
+            registrations = hooks.registrations[id(hook)] = _Registrations(hooks, hook)
+        self._variable = weakref.ref(variable)
+        self._hooks = weakref.ref(hooks)
+        self._key = id(hook)
         self._ticket = next(_tickets)
         registrations.tickets.append(self._ticket)
         hooks.append(hook)
 
     def remove(self):
         variable = self._variable()
-        if variable is None or not self._held:
+        if variable is None or self._ticket is None:
             return
         settings_changed(variable)
         self._take_off(variable)
@@ -1094,35 +1127,37 @@ class _HookHandle:
         """Take this registration off its list, if it is still there (a checkpoint's
         recomputation takes off what it registered again this way)."""
         with _post_hooks_lock:  # two threads removing one handle: one takes it off
-            if self._held:
-                registrations = self._held.pop()
-                registrations.take_off(self._ticket)
-                _forget_if_empty(variable, registrations.hooks)  # a leaf's emptied post list
+            ticket, self._ticket = self._ticket, None
+            hooks = self._hooks()
+            if ticket is None or hooks is None:
+                return
+            registrations = hooks.registrations[self._key]
+            registrations.take_off(hooks, ticket)
+            if not registrations.tickets:  # no copy left: a later hook of this id starts anew
+                del hooks.registrations[self._key]
+            _forget_if_empty(variable, hooks)  # a leaf's emptied post list
 
 
-# The _Registrations of each (hook list, hook) that a live handle holds, keyed by the ids of the
-# two: it holds both, so the ids stay theirs
-_registrations = weakref.WeakValueDictionary()
 _tickets = itertools.count()
 
 
 class _Registrations:
-    """The registrations of `hook` on the list `hooks`: a ticket each, in the order of the
-    hook's copies in the list; None for a copy the list held when this was made (its handles
-    gone, or the list a copied Variable's)."""
+    """The registrations of `hook` on a hook list: a ticket each, in the order of the hook's
+    copies in the list; None for a copy the list held when this was made (a copied Variable's
+    list, whose handles are the original's)."""
 
-    __slots__ = ("hooks", "hook", "tickets", "__weakref__")
+    __slots__ = ("hook", "tickets")
 
     def __init__(self, hooks, hook):
-        self.hooks, self.hook = hooks, hook
+        self.hook = hook
         self.tickets = [None] * builtins.sum(h is hook for h in hooks)
 
-    def take_off(self, ticket):
-        """Take the copy of the hook that `ticket` registered off the list (the hook itself, not
+    def take_off(self, hooks, ticket):
+        """Take the copy of the hook that `ticket` registered off `hooks` (the hook itself, not
         one that only compares equal to it, a dataclass's, say), and the ticket with it."""
         n = self.tickets.index(ticket)
-        copies = [i for i, h in enumerate(self.hooks) if h is self.hook]
-        del self.hooks[copies[n]]
+        copies = [i for i, h in enumerate(hooks) if h is self.hook]
+        del hooks[copies[n]]
         del self.tickets[n]
 
 
