@@ -121,6 +121,12 @@ class DataLoader:
     epochs (len(loader) follows); mid-epoch that raises RuntimeError (reset() first), since the
     batches already taken were cut with the old sizes.
 
+    Each epoch reads len(dataset) when it starts (reset(), or its first batch), so a dataset that
+    grows in place (a replay buffer) has each of its examples once in every epoch from the next
+    one on; between epochs len(loader), max_iter and data_size read it too. Examples added
+    mid-epoch wait for the next epoch; a dataset that shrinks mid-epoch raises RuntimeError at
+    the next batch (reset() starts an epoch over the examples left).
+
     `dataset` is anything with `len()` and `dataset[i] -> (x, t)` holding host data (NumPy
     arrays or numbers); an example may be a list [x, t] too, as in DeZero. `gpu=True` is
     DeZero's spelling of device="cuda", and True or False in device's place is DeZero's gpu
@@ -163,14 +169,14 @@ class DataLoader:
         # skip or repeat examples
         if self.iteration:
             raise RuntimeError(f"{name}: cannot change dataset or batch_size mid-epoch "
-                               f"({self.iteration} of {self.max_iter} batches taken); call "
+                               f"({self.iteration} of {self._max_iter} batches taken); call "
                                "loader.reset() first, or set it once the loop over the epoch "
                                "has ended")
         data_size, batch_size = len(dataset), int(batch_size)
         self._check_sizes(data_size, batch_size)
         self._dataset, self._batch_size = dataset, batch_size
-        self.data_size = data_size
-        self.max_iter = math.ceil(data_size / batch_size)
+        self._data_size = data_size
+        self._max_iter = math.ceil(data_size / batch_size)
 
     def _check_sizes(self, data_size, batch_size):
         """Refuse sizes this kind of loader cannot batch (any will do here)."""
@@ -201,7 +207,7 @@ class DataLoader:
             return
         with self._lock:
             self._set_sizes(self._dataset, batch_size)
-            if len(self.index) != self.data_size:  # the dataset grew or shrank since the order
+            if len(self.index) != self._data_size:  # the dataset grew or shrank since the order
                 self.reset()  # was drawn; the same length keeps it (no draw, as in DeZero)
 
     def __getstate__(self):  # a copy or an unpickled loader gets a lock of its own
@@ -224,12 +230,36 @@ class DataLoader:
         return self._device.type == "cuda"
 
     def reset(self):
-        """Start a new epoch: iteration 0 and a new order (a permutation when shuffling)."""
-        self.iteration = 0
-        if self.shuffle:
-            self.index = np.random.permutation(self.data_size)
-        else:
-            self.index = np.arange(self.data_size)
+        """Start a new epoch: iteration 0, len(dataset) read again, and a new order (a
+        permutation when shuffling)."""
+        with self._lock:
+            self.iteration = 0
+            self._set_sizes(self._dataset, self._batch_size)
+            if self.shuffle:
+                self.index = np.random.permutation(self._data_size)
+            else:
+                self.index = np.arange(self._data_size)
+
+    def _sizes_now(self):
+        """Between epochs, start the next one over the dataset's examples now when its length
+        changed since the order was drawn (a dataset grown or shrunk in place)."""
+        if self.iteration == 0 and len(self._dataset) != self._data_size:
+            with self._lock:
+                if self.iteration == 0:  # no other thread took the epoch's first batch
+                    self.reset()
+
+    @property
+    def data_size(self):
+        """Examples in an epoch: the current one's, or between epochs len(dataset) now."""
+        self._sizes_now()
+        return self._data_size
+
+    @property
+    def max_iter(self):
+        """Batches in an epoch: the current one's, or between epochs those len(dataset) now
+        gives."""
+        self._sizes_now()
+        return self._max_iter
 
     def __iter__(self):
         return _Loop(self)
@@ -243,9 +273,20 @@ class DataLoader:
 
     def __next__(self):
         with self._lock:
-            if self.iteration >= self.max_iter:
+            data_size = len(self._dataset)
+            if data_size != self._data_size and self.iteration == 0:
+                self.reset()  # an epoch starts: over the examples the dataset has now
+            if self.iteration >= self._max_iter:
                 self.reset()
                 raise StopIteration
+            if data_size < self._data_size:
+                # the epoch's order holds examples the dataset no longer has (an IndexError,
+                # or other examples, at some later batch)
+                raise RuntimeError(
+                    f"{type(self).__name__}: the dataset shrank from {self._data_size} to "
+                    f"{data_size} examples mid-epoch ({self.iteration} of {self._max_iter} "
+                    "batches taken); call loader.reset() to start an epoch over the examples "
+                    "it has now")
             x, t = _gather(type(self).__name__, self._dataset, self._batch_index())
             x = backends.to_device(x, self._device)
             if t is not None:
@@ -375,8 +416,8 @@ class SeqDataLoader(DataLoader):
                              f"parallel streams and cannot exceed the {data_size} examples")
 
     def _batch_index(self):
-        jump = self.data_size // self._batch_size
-        return (np.arange(self._batch_size) * jump + self.iteration) % self.data_size
+        jump = self._data_size // self._batch_size
+        return (np.arange(self._batch_size) * jump + self.iteration) % self._data_size
 
     def __repr__(self):
         return (f"SeqDataLoader({self.dataset!r}, batch_size={self.batch_size}, "

@@ -496,6 +496,95 @@ def test_batch_size_set_after_the_dataset_changed_length_batches_its_examples_on
         draws.permutation(8).tolist()
 
 
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_a_dataset_grown_in_place_is_batched_whole_from_the_next_epoch(shuffle):
+    # a replay buffer: len() was read once, so examples 6-9 were never batched
+    dataset = Counting(6)
+    loader = DataLoader(dataset, 4, shuffle=shuffle)
+    assert sorted(np.concatenate([x for x, _ in epoch(loader)]).tolist()) == list(range(6))
+    dataset.n = 10
+    dataset.prepare()
+    assert (len(loader), loader.max_iter, loader.data_size) == (3, 3, 10)
+    batches = epoch(loader)
+    assert [len(x) for x, _ in batches] == [4, 4, 2]
+    assert sorted(np.concatenate([x for x, _ in batches]).tolist()) == list(range(10))
+    assert sorted(np.concatenate([t for _, t in batches]).tolist()) == list(range(100, 110))
+    # grown mid-epoch: this epoch keeps its order, the next has every example once
+    next(loader)
+    dataset.n = 13
+    dataset.prepare()
+    rest = [x for x, _ in epoch(loader)]
+    assert len(rest) == 2 and len(np.concatenate(rest)) == 6
+    assert sorted(np.concatenate([x for x, _ in epoch(loader)]).tolist()) == list(range(13))
+    # reset() reads the length too
+    dataset.n = 15
+    dataset.prepare()
+    next(loader)
+    loader.reset()
+    assert sorted(np.concatenate([x for x, _ in epoch(loader)]).tolist()) == list(range(15))
+
+
+def test_a_grown_dataset_with_dezeros_next_and_max_iter():
+    dataset = Counting(5)
+    loader = DataLoader(dataset, 2, shuffle=False)
+    assert [x.tolist() for x, _ in epoch(loader)] == [[0, 1], [2, 3], [4]]
+    dataset.n = 7
+    dataset.prepare()
+    # DeZero code: for i in range(loader.max_iter): x, t = loader.next()
+    assert [loader.next()[0].tolist() for _ in range(loader.max_iter)] == \
+        [[0, 1], [2, 3], [4, 5], [6]]
+    with pytest.raises(StopIteration):
+        next(loader)
+    dataset.n = 8
+    dataset.prepare()
+    assert next(loader)[0].tolist() == [0, 1] and loader.max_iter == 4  # first batch reads it
+    it = iter(loader)
+    assert [x.tolist() for x, _ in it] == [[2, 3], [4, 5], [6, 7]]
+
+
+def test_a_dataset_shrunk_in_place_raises_mid_epoch_and_batches_whole_between_epochs():
+    dataset = Counting(6)
+    loader = DataLoader(dataset, 2, shuffle=False)
+    next(loader)
+    dataset.n = 3
+    dataset.prepare()
+    # was an IndexError from NumPy at a later batch
+    with pytest.raises(RuntimeError, match=r"^DataLoader: the dataset shrank from 6 to 3 "
+                                           r"examples mid-epoch \(1 of 3 batches taken\); "
+                                           r"call loader.reset\(\)"):
+        next(loader)
+    assert loader.iteration == 1  # nothing changed
+    loader.reset()
+    assert [x.tolist() for x, _ in epoch(loader)] == [[0, 1], [2]]
+    dataset.n = 1  # between epochs: the next is over the examples left
+    dataset.prepare()
+    assert [x.tolist() for x, _ in epoch(loader)] == [[0]]
+    dataset.n = 0
+    dataset.prepare()
+    assert len(loader) == 0 and epoch(loader) == []
+
+
+def test_seq_loader_follows_a_dataset_grown_or_shrunk_in_place():
+    dataset = Counting(6)
+    loader = SeqDataLoader(dataset, batch_size=2)
+    assert [x.tolist() for x, _ in epoch(loader)] == [[0, 3], [1, 4], [2, 5]]
+    dataset.n = 8
+    dataset.prepare()  # jump 4 from the next epoch
+    assert [x.tolist() for x, _ in epoch(loader)] == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    next(loader)
+    dataset.n = 5
+    dataset.prepare()
+    with pytest.raises(RuntimeError, match="shrank from 8 to 5 examples mid-epoch"):
+        next(loader)
+    loader.reset()
+    assert [x.tolist() for x, _ in epoch(loader)] == [[0, 2], [1, 3], [2, 4]]
+    dataset.n = 1
+    dataset.prepare()
+    with pytest.raises(ValueError, match=r"batch_size \(2\) is the number of parallel streams "
+                                         r"and cannot exceed the 1 examples"):
+        next(loader)
+
+
 def test_a_subclass_may_set_dataset_and_batch_size_before_dataloaders_init():
     class DeZeroStyle(DataLoader):  # DeZero's DataLoader.__init__ starts so
         def __init__(self, dataset, batch_size):
