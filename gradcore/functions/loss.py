@@ -193,7 +193,12 @@ class SoftmaxCrossEntropy(Function):
         if x.ndim != 2:
             raise ValueError(f"expects logits of shape (N, C), got shape {tuple(x.shape)}")
         n, c = x.shape
-        t = _class_labels(self.backend, t, n, c, "softmax_cross_entropy")
+        labels = _class_labels(self.backend, t, n, c, "softmax_cross_entropy")
+        if labels.dtype == t.dtype and not self.backend.lazy:
+            # no cast made it new: the caller's labels (or a view of them), which a refill
+            # (t[:] = next batch) before backward would change. N integers: a cheap copy
+            labels = self.xp.asarray(labels, copy=True)
+        t = labels
         if self.backend.lazy and c:
             # Dask: labels in x's row chunks (NumPy labels arrive as one chunk), so that
             # backward's one-hot (t == 0..C-1) is made block by block, not as one (N, C) chunk

@@ -195,6 +195,23 @@ def test_numpy_labels_follow_x_to_its_device(xp):
     assert binary.device == x.device
 
 
+@pytest.mark.parametrize("shape", [(2,), (2, 1)], ids=["1-d", "column"])
+def test_softmax_cross_entropy_backward_keeps_the_labels_of_forward(xp, shape):
+    # a label buffer refilled for the next batch before backward: the gradient was the new
+    # labels' ([1/6, 1/6, -1/3] in row 0), silently. A column (N, 1) is reshaped to a view
+    z = np.array([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0]])
+    t_first, t_next = np.array([0, 1]), np.array([2, 2])
+    expected = F.softmax(gradcore.Variable(z)).data - np.eye(3)[t_first]
+    for wrap in (lambda a: a, gradcore.Variable):
+        x = gradcore.Variable(xp.asarray(z))
+        t = xp.asarray(t_first.copy().reshape(shape))  # NumPy's asarray would hand t_first
+        loss = F.softmax_cross_entropy(x, wrap(t))
+        t[...] = xp.asarray(t_next.reshape(shape))
+        loss.backward()
+        np.testing.assert_allclose(xp.numpy(x.grad.data), expected / 2, rtol=1e-14)
+        assert xp.numpy(t).reshape(-1).tolist() == [2, 2]  # the caller's array is untouched
+
+
 def test_accuracy_matches_dezero_example(xp):
     y = np.array([[0.2, 0.8, 0.0], [0.1, 0.9, 0.0], [0.8, 0.1, 0.1]])
     acc = F.accuracy(gradcore.Variable(xp.asarray(y)), np.array([1, 2, 0]))
