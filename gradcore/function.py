@@ -954,8 +954,10 @@ def _integers_as_float(constants, inputs):
     ours = (backend, backend.inner)  # while a step records, its backend wraps the constants'
     cast = []
     for c, x in zip(constants, inputs):
+        # dtype_kind is a cached lookup, where isdtype costs microseconds at every call
         if c is not x and isinstance(c, Variable) and c._backend in ours and (
-                backend.xp.isdtype(c._data.dtype, "integral")):
+                _variables.dtype_kind(c._backend, c._data.dtype) == "integral"
+                and not backend.xp.isdtype(c._data.dtype, "bool")):
             c = Variable(backend.xp.astype(c._data, dtype), requires_grad=False)
         cast.append(c)
     return tuple(cast)

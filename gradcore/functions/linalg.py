@@ -20,6 +20,7 @@ class MatMul(Function):
     """y = x @ W for x (..., n, k) and W (..., k, m), batched (leading axes broadcast; a 1-d
     x acts as a row, a 1-d W as a column); gx, gW are summed over broadcast axes."""
     op_name = "matmul"
+    integers_take_float_dtype = True  # x32 @ an int64 array stays float32, as in + - * /
 
     def forward(self, x, W):
         if not getattr(x, "ndim", 0) or not getattr(W, "ndim", 0):  # a Python number: 0-d
@@ -59,6 +60,7 @@ class Linear(Function):
     """y = x @ W + b for x (N, in), W (in, out) and b (out,) or absent, as one fused op;
     gb = gy summed over the batch."""
     op_name = "linear"
+    integers_take_float_dtype = True  # an int64 x to a float32 layer stays float32, as in + - * /
 
     def forward(self, x, W, b=None):
         # x or W may be a Python number (a NumPy scalar input becomes one): 0-d

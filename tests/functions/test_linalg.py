@@ -71,6 +71,34 @@ def test_linear_bias_gradient_is_summed_over_the_batch(xp):
                       np.random.default_rng(0))
 
 
+def test_float32_matmul_and_linear_with_integer_constants_stay_float32(xp):
+    # the rule of + - * /: an int64 batch into a float32 layer gave float64 (NumPy's promotion),
+    # and so the rest of the network ran in float64
+    ints = xp.asarray([[1, 2, 3], [0, -1, 4]])  # (2, 3) int64
+    W = gradcore.Variable(xp.asarray(np.arange(6.0).reshape(3, 2), dtype="float32"))
+    b = gradcore.Variable(xp.asarray([0.5, -0.5], dtype="float32"))
+    expected = np.array([[16.0, 22.0], [14.0, 17.0]])  # ints @ W
+    for y in (F.matmul(ints, W), F.linear(ints, W), F.linear(ints, W, b) - b,
+              F.linear_simple(ints, W, b) - b):
+        assert y.dtype == xp.float32
+        np.testing.assert_array_equal(xp.numpy(y.data), expected)
+    F.sum(F.linear(ints, W, b)).backward()
+    assert W.grad.dtype == b.grad.dtype == xp.float32
+    np.testing.assert_array_equal(xp.numpy(W.grad.data), [[1.0, 1.0], [1.0, 1.0], [7.0, 7.0]])
+    # the float32 Variable on either side, and an integer bias
+    x = gradcore.Variable(xp.asarray(np.ones((2, 2)), dtype="float32"))
+    for y in (F.matmul(x, ints), F.matmul(xp.asarray([[1, 0]]), x),
+              F.linear(x, xp.asarray([[1, 2], [3, 4]]), xp.asarray([1, 1]))):
+        assert y.dtype == xp.float32
+        F.sum(y).backward()
+        assert x.grad.dtype == xp.float32
+        x.cleargrad()
+    np.testing.assert_array_equal(xp.numpy(F.matmul(x, ints).data), [[1, 1, 7], [1, 1, 7]])
+    # an integer Variable is not a constant: it promotes, as in + - * / (the README's rule)
+    if xp.name == "numpy":
+        assert F.matmul(gradcore.Variable(np.array([[1, 2, 3]])), W).dtype == np.float64
+
+
 @pytest.mark.parametrize("op, shapes, message", [
     (F.matmul, ((2, 3), (4, 5)), r"matmul: shapes \(2, 3\) and \(4, 5\) do not match: the last axis of x \(3\) must equal the second-to-last axis of W \(4\)"),
     (F.matmul, ((2, 3), (4,)), r"matmul: shapes \(2, 3\) and \(4,\) do not match: .* the only axis of W \(4\)"),
