@@ -15,7 +15,20 @@ gradients stay differentiable. Hooks the block registers stay as the first run l
 result that lies behind another (an intermediate returned beside what the block computed from
 it) comes from a node of its own, an input of the other's, so that its whole gradient reaches
 it: one more recomputation per such stage.
+
+State a block keeps on a Module from one call to the next (an RNN's h: Module.__setattr__ notes
+each Variable attribute the block sets) is read again as the block found it: the recomputation
+sets each such attribute back to that value and, when done, to what it holds then. After the
+first run the attribute holds the node's result in place of the block's own Variable (one the
+block left there without returning it, an LSTM's c, is a result of the node too), so the next
+call reads what stands for the block outside it, and the block's graph is freed. The
+recomputation's graph must read the same Variables from outside the block as the first run's,
+found in the same order (two plain leaves with equal values count as the same: a constant made
+anew); anything else (a weight replaced before backward, state changed on an object that is not
+a Module) is refused, as its gradients would go elsewhere.
 """
+import contextvars
+
 import backends
 
 from . import engine, random
@@ -26,11 +39,36 @@ from .variable import Variable, sequence, share_versions, variables_returned
 
 __all__ = ["checkpoint"]
 
+# While a checkpointed block first runs: a list that each Variable attribute of a Module the
+# block sets (an RNN's h) joins as (module, name, the value it replaces); Module.__setattr__
+# adds to it (note_state). None otherwise, and during a recomputation, which puts back what it
+# sets.
+states_set = contextvars.ContextVar("gradcore.states_set", default=None)
+_ABSENT = object()  # an attribute the module did not have
+
+
+def note_state(module, name):
+    """Module.__setattr__'s hook: `module.name`, a Variable or about to be one, is set while a
+    checkpointed block first runs."""
+    states = states_set.get()
+    if states is not None:
+        states.append((module, name, module.__dict__.get(name, _ABSENT)))
+
 
 def checkpoint(fn, *args):
     """fn(*args), recorded as one node that recomputes fn during backward instead of keeping
     its intermediate arrays. `fn` returns a Variable or a tuple of Variables; `args` may mix
-    Variables, arrays and other values (passed as they are)."""
+    Variables, arrays and other values (passed as they are).
+
+    The recomputation must see what the first run saw. gradcore sees to that for the random
+    numbers the block's ops draw, batch norm's running statistics, and Variables the block keeps
+    on a Module from one call to the next (an RNN's `h`: checkpointing an RNN one step at a time
+    gives the gradients of the plain run, and backward leaves `rnn.h` as it was). Whatever else
+    the block reads from outside must stay until backward: backward raises RuntimeError where
+    the recomputation reads other Variables from outside than the first run did (a weight
+    replaced, `lin.W = Parameter(...)`, before backward: replace it after; state the block
+    changes on an object that is not a Module: checkpoint a function that takes the state and
+    returns the new one), and arrays changed in place outside gradcore are not seen at all."""
     where = [i for i, a in enumerate(args) if isinstance(a, Variable) or backends.is_array(a)]
     if not where:
         raise TypeError("checkpoint: needs at least one Variable or array among the arguments, "
@@ -49,10 +87,32 @@ def checkpoint(fn, *args):
               for i in where]
     start = next(sequence)
     draws = random.DrawLog(backend, device)
-    with enable_grad(), draws:
-        out = fn(*_filled(args, where, leaves))
+    token = states_set.set([])
+    try:
+        with enable_grad(), draws:
+            out = fn(*_filled(args, where, leaves))
+    finally:
+        states = states_set.get()
+        states_set.reset(token)
+    outer = states_set.get()
+    if outer is not None:  # a block inside another's first run: the other's block set them too
+        outer.extend(states)
     several = isinstance(out, tuple)
     outputs = _results(out)
+    count = len(outputs)
+    # each module attribute the block set, once, with the value the block found there (read
+    # again by its recomputation), and the Variables the block left there that it computed but
+    # did not return (an LSTM's c): results of the node too, for the attribute to hold, as the
+    # block's own would keep its whole graph alive
+    found = {}
+    for m, name, before in states:
+        found.setdefault((id(m), name), (m, name, before))
+    states = list(found.values())
+    returned = set(map(id, outputs))
+    left = [(m, name, m.__dict__.get(name, _ABSENT)) for m, name, _ in states]
+    kept = [(m, name) for m, name, y in left if isinstance(y, Variable) and id(y) not in returned
+            and y.creator is not None and y.creator.sequence > start]
+    outputs = (*outputs, *(m.__dict__[name] for m, name in kept))
     # what checkpoint returns, position by position. As the block returned them: a result with
     # no graph in the block (a detached value, an index), a Variable from outside it (a
     # Parameter); an argument: the caller's Variable, as without checkpoint; a result the block
@@ -68,6 +128,7 @@ def checkpoint(fn, *args):
         elif y.creator is not None and y.creator.sequence > start:
             computed[k] = at.setdefault(id(y), k)
     if not computed:  # nothing to differentiate, so nothing to recompute
+        _rebind(left, passed, at, results)
         return _returned(type(out), results, several)
     ours = [outputs[k] for k in at.values()]
     outside = _outside_variables(ours, leaves, start)
@@ -81,7 +142,8 @@ def checkpoint(fn, *args):
             "would not create them again, nor draw the random numbers their initializers drew; "
             "create them first: call the model once outside checkpoint, or give the layer its "
             "input size")
-    nodes = [Checkpoint(fn, args, where, draws, Config.train, stage)
+    nodes = [Checkpoint(fn, args, where, draws, Config.train, stage,
+                        (list(at.values()), count, kept, states))
              for stage in _stages(ours, list(at.values()), leaves, start)]
     kind = type(out)
     # the write log each result shared in the first run: a View's result (v[0:2], W.T) shares
@@ -104,7 +166,21 @@ def checkpoint(fn, *args):
                 share_versions(x, y)
     for k, j in computed.items():
         results[k] = results[j]
-    return _returned(kind, results, several)
+    _rebind(left, passed, at, results)
+    return _returned(kind, results[:count], several)
+
+
+def _rebind(left, passed, at, results):
+    """Each module attribute the block set to one of its own Variables (`left`: (module, name,
+    value)) set again to what stands for it outside the block: the caller's Variable for an
+    argument, the node's result for a Variable the block computed (`at`: its position among
+    `results`), as the next call must read it."""
+    for module, name, y in left:
+        if id(y) in passed:
+            if isinstance(passed[id(y)], Variable):
+                setattr(module, name, passed[id(y)])
+        elif id(y) in at:
+            setattr(module, name, results[at[id(y)]])
 
 
 def _viewed(y, log, given, logs):
@@ -257,12 +333,16 @@ class Checkpoint(Function):
     """The node of a checkpointed block: its forward hands on the results computed when the
     block ran; its backward computes the block again and differentiates it."""
 
-    def __init__(self, fn, args, where, draws, train, stage):
+    def __init__(self, fn, args, where, draws, train, stage, block):
         self.fn, self.args, self.where = fn, args, where
         self.draws, self.train = draws, train  # a closed random.DrawLog
         # the arrays it hands on, which of fn's results they are, and which of fn's results
         # (other nodes' outputs) are its last inputs: see _stages
         self.results, self.positions, self.behind = stage
+        # the first position of each result the block computed, how many fn returned, the
+        # module attributes that hold the others (see checkpoint), and each module attribute
+        # the block set, with the value it found there
+        self.computed, self.count, self.kept, self.states = block
 
     def forward(self, *xs):
         results, self.results = self.results, None  # the arrays live on in the outputs only
@@ -278,8 +358,7 @@ class Checkpoint(Function):
         arguments = self.inputs[:len(self.where)]
         create_graph = is_grad_enabled()
         with enable_grad(), using_config("train", self.train), recomputation():
-            out = self._run_again(arguments)
-        outputs = out if isinstance(out, tuple) else (out,)
+            outputs = self._run_again(arguments)
         pairs = [(outputs[k], g) for k, g in zip(self.positions, gys) if g is not None]
         # the inputs as the recomputation has them: the results before this node's made again
         again = (*self.inputs[:len(self.inputs) - len(self.behind)],
@@ -300,17 +379,102 @@ class Checkpoint(Function):
         return tuple(gradients.get(i) for i in range(len(self.inputs)))
 
     def _run_again(self, arguments):
-        """The block's results from `arguments`, with the random numbers it drew and the running
-        statistics it read the first time."""
+        """The block's results from `arguments` as a tuple (the Variables it left on modules
+        after those it returned), with the random numbers it drew, the running statistics and
+        the module attributes it read the first time; the attributes are put back as they are
+        now. Refused where it read other Variables from outside than the first time."""
         start = next(sequence)
         registered = []
         token = _variables.hooks_registered.set(registered)
+        unnoted = states_set.set(None)
+        now = [module.__dict__.get(name, _ABSENT) for module, name, _ in self.states]
         try:
+            for module, name, before in self.states:
+                _put(module, name, before)
             with self.draws.replay():
-                return self.fn(*_filled(self.args, self.where, arguments))
+                out = self.fn(*_filled(self.args, self.where, arguments))
+            outputs = out if isinstance(out, tuple) else (out,)
+            if len(outputs) == self.count:
+                outputs += tuple(module.__dict__.get(name) for module, name in self.kept)
         finally:
+            for (module, name, _), value in zip(self.states, now):
+                _put(module, name, value)
+            states_set.reset(unnoted)
             _variables.hooks_registered.reset(token)
             _take_off(registered, start)
+        self._check_reads(outputs, arguments, start)
+        return outputs
+
+    def _check_reads(self, outputs, arguments, start):
+        """Refuse a recomputation (begun at sequence number `start`) whose graph reads other
+        Variables from outside the block than the first run's did, in the order found: their
+        gradients would go to Variables the first run did not read, and those it read would get
+        none. Two plain leaves (not Parameters) with equal values count as the same: the block
+        may make a constant anew each time (an array passed to an op)."""
+        if len(outputs) != self.count + len(self.kept) or not all(
+                isinstance(outputs[k], Variable) for k in self.computed):
+            raise RuntimeError(
+                "checkpoint: computed again during backward, the block returned other results "
+                "than the first time (or left other Variables on modules): what a checkpointed "
+                "block does must depend on its inputs alone")
+        own = set(map(id, arguments))
+        read = _outside_variables([outputs[k] for k in self.computed], arguments, start)
+        first = [x for x in self.inputs[len(self.where):len(self.inputs) - len(self.behind)]
+                 if id(x) not in own]  # one read from outside and passed too: passed now
+        if len(read) == len(first) and all(a is b for a, b in zip(read, first)):
+            return
+        for i in range(max(len(read), len(first))):
+            a = first[i] if i < len(first) else None
+            b = read[i] if i < len(read) else None
+            if a is not b and not _same_constant(a, b):
+                raise RuntimeError(
+                    f"checkpoint: computed again during backward, the block read {_what(b)} "
+                    f"where its first run read {_what(a)} (Variable {i + 1} it reads from "
+                    "outside the block): one was replaced between forward and backward (a "
+                    "layer's weight set anew: replace it after backward), or the block reads "
+                    "state kept from one call to the next that it changes itself, on an object "
+                    "that is not a Module: checkpoint a function that takes the state as an "
+                    "argument and returns the new one")
+
+
+def _put(module, name, value):
+    """module.name = value (_ABSENT: no such attribute) as it was, with nothing else noted (not
+    a change to the module's structure): gradcore.checkpoint's recomputation sets an attribute
+    for the block to read, and then puts it back."""
+    if value is _ABSENT:
+        if name in module.__dict__:
+            object.__delattr__(module, name)
+    else:
+        object.__setattr__(module, name, value)
+
+
+def _same_constant(a, b):
+    """Whether `a` and `b` are plain leaves (not Parameters) alike in all a gradient depends on:
+    requires_grad, dtype, shape, device and values (NaN where the other has NaN)."""
+    if not (isinstance(a, Variable) and isinstance(b, Variable)) or isinstance(
+            a, _variables.Parameter) or isinstance(b, _variables.Parameter) or (
+            a.creator is not None or b.creator is not None):
+        return False
+    if a._data is b._data:
+        return a.requires_grad == b.requires_grad
+    if (a.requires_grad != b.requires_grad or a.dtype != b.dtype or a.shape != b.shape
+            or a._backend is not b._backend or a.device != b.device):
+        return False
+    xp, x, y = a.xp, a.data, b.data
+    same = x == y
+    if _variables.dtype_kind(a._backend, a.dtype) != "integral":
+        same = same | (x != x) & (y != y)
+    return bool(xp.all(same))
+
+
+def _what(x):
+    """A Variable read from outside a block, in words."""
+    if x is None:
+        return "nothing"
+    kind = "Parameter" if isinstance(x, _variables.Parameter) else (
+        "Variable" if x.creator is None else "Variable computed before the block")
+    name = f" {x.name!r}" if x.name else ""
+    return f"a {kind}{name} of shape {tuple(x.shape)}"
 
 
 def _take_off(registered, start):

@@ -1,5 +1,6 @@
 """gradcore.checkpoint: the same gradients as without it, with less memory."""
 import collections
+import copy
 import threading
 import tracemalloc
 
@@ -1159,3 +1160,168 @@ def test_a_hook_the_block_registers_and_removes_itself_leaves_the_callers_copy_o
         F.sum(gradcore.checkpoint(block, Variable(np.full(3, 2.0)))).backward()
         assert len(calls) == 1 and calls[0].tolist() == [2.0, 2.0, 2.0]
         assert W._hooks.count(f) == 1
+
+
+# ==================================================== what a block reads from outside it
+def rnn_losses(model, xs, checkpointed, loss_on_every_step=True):
+    """The loss of a run over `xs`, one step of `model` (an RNN or LSTM) at a time, each step
+    checkpointed or not: the sum of h * h over every step's h, or over the last one's."""
+    loss = 0
+    for x in xs:
+        x = Variable(x, requires_grad=False)
+        h = gradcore.checkpoint(model, x) if checkpointed else model(x)
+        assert h is model.h  # as without checkpoint: the state is the result handed back
+        if loss_on_every_step:
+            loss = loss + F.sum(h * h)
+    return loss if loss_on_every_step else F.sum(h * h)
+
+
+@pytest.mark.parametrize("kind", ["RNN", "LSTM"])
+def test_an_rnn_checkpointed_step_by_step_gets_the_plain_runs_gradients_and_keeps_its_state(
+        kind):
+    """Each step reads the state the last one left on the layer and sets it anew. Computed
+    again, a step once read the state as the last step left it, and set it: gradients off by
+    up to 2.9, and the state the next forward starts from changed by backward."""
+    np.random.seed(0)
+    model0 = getattr(nn, kind)(4, in_size=3)
+    model0.to(dtype="float64")
+    xs = [np.random.randn(2, 3) for _ in range(3)]
+    runs = {}
+    for checkpointed in (False, True):
+        for every in (True, False):
+            model = copy.deepcopy(model0)
+            loss = rnn_losses(model, xs, checkpointed, every)
+            state = {name: getattr(model, name).data.copy() for name in ("h", "c")
+                     if hasattr(model, name)}
+            loss.backward()
+            for name, value in state.items():  # backward left the state as it was
+                np.testing.assert_array_equal(getattr(model, name).data, value)
+                if checkpointed:  # a node's result: the block's graph is not kept
+                    assert type(getattr(model, name).creator).__name__ == "Checkpoint"
+            runs[checkpointed, every] = float(loss.data), {
+                name: p.grad.data for name, p in model.named_parameters()}
+    assert runs[True, True][0] == runs[False, True][0]
+    for name, g in runs[False, True][1].items():
+        # a step's h gets three gradients (h * h twice, the next step), which the walk adds in
+        # another order once a step is one node
+        np.testing.assert_allclose(runs[True, True][1][name], g, rtol=1e-13, atol=1e-15)
+        assert np.abs(g).max() > 0.01
+    for name, g in runs[False, False][1].items():
+        if kind == "RNN":  # a chain: bit for bit
+            np.testing.assert_array_equal(runs[True, False][1][name], g)
+        else:  # c reaches h, and the next step, in two ways
+            np.testing.assert_allclose(runs[True, False][1][name], g, rtol=1e-13, atol=1e-15)
+
+
+def test_an_rnns_state_reset_or_set_between_forward_and_backward_is_not_what_it_reads_again():
+    np.random.seed(1)
+    model0 = nn.RNN(3, in_size=2)
+    model0.to(dtype="float64")
+    xs = [np.random.randn(2, 2) for _ in range(3)]
+    grads = []
+    for change in (None, "reset", "set"):
+        model = copy.deepcopy(model0)
+        loss = rnn_losses(model, xs, checkpointed=change is not None)
+        if change == "reset":
+            model.reset_state()
+        elif change == "set":
+            model.h = Variable(np.ones((2, 3)))
+        loss.backward()
+        assert change != "set" or model.h.data.tolist() == [[1.0] * 3] * 2
+        grads.append(model.x2h.W.grad.data)
+    np.testing.assert_allclose(grads[1], grads[0], rtol=1e-13)
+    np.testing.assert_array_equal(grads[2], grads[1])
+
+
+def test_rnn_steps_checkpointed_inside_a_checkpointed_block_get_the_plain_runs_gradients():
+    np.random.seed(2)
+    model0 = nn.RNN(3, in_size=2)
+    model0.to(dtype="float64")
+    xs = [Variable(np.random.randn(2, 2), requires_grad=False) for _ in range(4)]
+    grads = []
+    for outer, inner in ((False, False), (True, False), (True, True)):
+        model = copy.deepcopy(model0)
+
+        def two(a, b):
+            step = (lambda x: gradcore.checkpoint(model, x)) if inner else model
+            return step(a), step(b)
+
+        loss = 0
+        for a, b in zip(xs[::2], xs[1::2]):
+            ha, hb = gradcore.checkpoint(two, a, b) if outer else two(a, b)
+            assert hb is model.h
+            loss = loss + F.sum(ha * hb)
+        h = model.h.data.copy()
+        loss.backward()
+        np.testing.assert_array_equal(model.h.data, h)
+        grads.append([p.grad.data for p in model.params()])
+    for got in grads[1:]:
+        for g, e in zip(got, grads[0]):
+            np.testing.assert_array_equal(g, e)
+
+
+def test_a_weight_replaced_between_forward_and_backward_is_refused():
+    """Computed again, the block read the new W: the old one got no gradient and x.grad was
+    all zeros (the new W's), with no error."""
+    np.random.seed(0)
+    lin = nn.Linear(2, in_size=3, dtype=np.float64)
+    lin.W.name = "W"
+    x = Variable(np.random.randn(4, 3))
+    y = gradcore.checkpoint(lin, x)
+    old = lin.W
+    lin.W = gradcore.Parameter(np.zeros((3, 2)))  # an EMA copy swapped in, say
+    with pytest.raises(RuntimeError, match=r"the block read a Parameter of shape \(3, 2\) where "
+                                           r"its first run read a Parameter 'W' of shape \(3, 2\)"):
+        F.sum(y * y).backward()
+    assert old.grad is None and x.grad is None and lin.W.grad is None
+    lin.W = old  # put back: backward goes as it would have
+    F.sum(y * y).backward()
+    np.testing.assert_allclose(x.grad.data, 2 * y.data @ old.data.T, rtol=1e-14)
+
+
+def test_state_a_block_changes_on_an_object_that_is_not_a_module_is_refused():
+    """Not a Module, so not put back as an RNN's state is: computed again, the block reads the
+    state the last step left instead of the one it read."""
+    class Cell:
+        def __init__(self):
+            self.W, self.h = Variable(np.eye(3) * 0.5), None
+
+        def __call__(self, x):
+            self.h = F.tanh(x if self.h is None else x + self.h @ self.W)
+            return self.h
+
+    cell = Cell()
+    loss = 0
+    for _ in range(3):
+        loss = loss + F.sum(gradcore.checkpoint(cell, Variable(np.ones((2, 3)))))
+    with pytest.raises(RuntimeError, match="state kept from one call to the next that it changes "
+                                           "itself, on an object that is not a Module"):
+        loss.backward()
+
+
+def test_constants_a_block_makes_anew_pass_and_one_replaced_by_other_values_is_refused(xp2):
+    x0 = xp2.asarray(np.array([0.5, -1.0, 2.0]))
+
+    def block(x):
+        with gradcore.no_grad():
+            m = x * 2.0  # a leaf of its own at each run
+        ones = x.data * 0 + 1  # an array passed to an op: a constant made anew
+        return x * ones * gradcore.Variable(x.data[:1] * 0 + 3) * m
+
+    x, y = Variable(x0), Variable(x0)
+    F.sum(block(x)).backward()
+    F.sum(gradcore.checkpoint(block, y)).backward()
+    np.testing.assert_array_equal(xp2.numpy(y.grad.data), xp2.numpy(x.grad.data))
+    np.testing.assert_array_equal(xp2.numpy(x.grad.data), [3.0, -6.0, 12.0])  # 3 m = 6 x
+
+    held = {"c": Variable(x0 * 0 + 1, requires_grad=False)}
+    z = Variable(x0)
+    out = F.sum(gradcore.checkpoint(lambda a: a * held["c"], z))
+    held["c"] = Variable(x0 * 0 + 1, requires_grad=False)  # the same values: the same gradient
+    out.backward()
+    np.testing.assert_array_equal(xp2.numpy(z.grad.data), [1.0, 1.0, 1.0])
+    out = F.sum(gradcore.checkpoint(lambda a: a * held["c"], z))
+    held["c"] = Variable(x0 * 0 + 2, requires_grad=False)
+    with pytest.raises(RuntimeError, match=r"read a Variable of shape \(3,\) where its first run "
+                                           r"read a Variable of shape \(3,\)"):
+        out.backward()

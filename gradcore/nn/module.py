@@ -12,6 +12,7 @@ import numpy
 import backends
 
 from ..config import test_mode
+from .. import recompute as _recompute
 from .. import variable as _variables
 from ..utils import plot_dot_graph
 from ..utils.download import (_checked_sha256, cache_folder, fetch, sha256_folder, sha256_of_file,
@@ -28,6 +29,9 @@ _FLOAT_NAMES = ("float16", "float32", "float64")
 _INTERNALS = frozenset({"_registered", "_forward_pre_hooks", "_forward_hooks", "training",
                         "_device", "_dtype", "_gradcore_list_names"})
 _hook_ids = itertools.count()
+# not None while a checkpointed block first runs (gradcore.recompute.states_set): read once per
+# setting of an attribute that is not registered
+_in_block = _recompute.states_set.get
 # Parameter -> {id(module): weak reference} of each module given it as an attribute (by
 # __setattr__, or by __setstate__ in a copy), the Parameter held weakly too: whether another
 # module still holds a Parameter a layer is about to empty (W = None, see layers._emptied) is
@@ -208,10 +212,12 @@ class Module:
             object.__setattr__(self, name, value)
             _modes_changed()
             return
-        elif _variables.step_recorder is not None and (
+        elif (_variables.step_recorder is not None or _in_block() is not None) and (
                 isinstance(value, Variable) or isinstance(self.__dict__.get(name), Variable)):
             # a Variable kept on the module from one call to the next (an RNN's hidden state)
-            _variables.step_recorder.module_state(self, name)
+            if _variables.step_recorder is not None:
+                _variables.step_recorder.module_state(self, name)
+            _recompute.note_state(self, name)  # for checkpoint's recomputation
         if _watched and _replaces(self, name, value):
             _variables.settings_changed()  # outside a recording: the next call records again
         if value.__class__ is list or value.__class__ is tuple:
