@@ -117,19 +117,28 @@ class IncompatibleKeys(collections.namedtuple("IncompatibleKeys",
     and names the state has that the model lacks."""
 
 
+class _Hooks(dict):
+    """A module's forward (pre-)hooks by id, in the order registered. Its handles hold it
+    weakly: a handle kept in a list keeps no hook alive, nor the module a hook's closure
+    refers to."""
+
+    __slots__ = ("__weakref__",)
+
+
 class RemovableHandle:
-    """Returned by the `register_*_hook` methods; `remove()` unregisters the hook (twice is
-    harmless)."""
+    """Returned by the `register_*_hook` methods; `remove()` unregisters the hook (twice, or
+    after the module died, is harmless)."""
 
     __slots__ = ("_hooks", "_id")
 
     def __init__(self, hooks, hook_id):
-        self._hooks = hooks
+        self._hooks = weakref.ref(hooks)
         self._id = hook_id
 
     def remove(self):
-        _variables.settings_changed()
-        self._hooks.pop(self._id, None)
+        hooks = self._hooks()
+        if hooks is not None and hooks.pop(self._id, None) is not None:
+            _variables.settings_changed()
 
 
 class Module:
@@ -160,8 +169,8 @@ class Module:
         set_ = object.__setattr__
         set_(self, "_registered", {})         # name -> "parameter" | "buffer" | "module"
         registry_changes[0] += 1  # a module initialised again loses what it registered
-        set_(self, "_forward_pre_hooks", {})  # id -> hook(module, inputs)
-        set_(self, "_forward_hooks", {})      # id -> hook(module, inputs, output)
+        set_(self, "_forward_pre_hooks", _Hooks())  # id -> hook(module, inputs)
+        set_(self, "_forward_hooks", _Hooks())      # id -> hook(module, inputs, output)
         set_(self, "training", True)
         set_(self, "_device", None)  # where the last .to() put it: for loading into lazy slots
         set_(self, "_dtype", None)
@@ -460,16 +469,20 @@ class Module:
     def register_forward_pre_hook(self, hook):
         """Call `hook(module, inputs)` before each forward; a returned value (a tuple, or one
         input) replaces the inputs. Returns a handle whose `remove()` unregisters it."""
-        return self._add_hook(self._forward_pre_hooks, hook, "register_forward_pre_hook")
+        return self._add_hook("_forward_pre_hooks", hook, "register_forward_pre_hook")
 
     def register_forward_hook(self, hook):
         """Call `hook(module, inputs, output)` after each forward; a returned value other than
         None replaces the output. Returns a handle whose `remove()` unregisters it."""
-        return self._add_hook(self._forward_hooks, hook, "register_forward_hook")
+        return self._add_hook("_forward_hooks", hook, "register_forward_hook")
 
-    def _add_hook(self, hooks, hook, where):
+    def _add_hook(self, name, hook, where):
         if not callable(hook):
             raise TypeError(f"{where} expects a callable, got {type(hook).__name__}")
+        hooks = self.__dict__[name]
+        if hooks.__class__ is not _Hooks:  # a plain dict: a module pickled by an older gradcore
+            hooks = _Hooks(hooks)
+            object.__setattr__(self, name, hooks)
         hook_id = next(_hook_ids)
         hooks[hook_id] = hook
         _variables.settings_changed()

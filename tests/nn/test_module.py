@@ -7,6 +7,7 @@ import pickle
 import subprocess
 import sys
 import warnings
+import weakref
 
 import numpy as np
 import pytest
@@ -675,6 +676,30 @@ def test_forward_hooks_fire_replace_and_remove():
     calls.clear()
     lin(x)
     assert calls == []
+
+
+def test_a_kept_hook_handle_lets_its_module_die_when_the_hook_refers_to_it():
+    handles, modules_made = [], []
+    for _ in range(3):
+        lin = nn.Linear(2, 2)
+        handles.append(lin.register_forward_hook(lambda m, inputs, y, lin=lin: y))
+        handles.append(lin.register_forward_pre_hook(lambda m, inputs, lin=lin: None))
+        modules_made.append(weakref.ref(lin))
+    del lin
+    gc.collect()
+    assert [ref() for ref in modules_made] == [None] * 3
+    for handle in handles:
+        handle.remove()  # after the module died: nothing to do
+
+
+def test_a_module_pickled_with_its_hooks_in_a_plain_dict_takes_new_hooks():
+    lin = nn.Linear(2, 2)
+    object.__setattr__(lin, "_forward_hooks", {})  # as an older gradcore pickled it
+    handle = lin.register_forward_hook(lambda m, inputs, y: y * 0.0 + 7.0)
+    np.testing.assert_array_equal(lin(np.ones((1, 2))).data, [[7.0, 7.0]])
+    handle.remove()
+    assert not np.allclose(lin(np.ones((1, 2))).data, 7.0)
+    assert pickle.loads(pickle.dumps(lin))._forward_hooks == {}
 
 
 def test_pre_hook_can_replace_the_inputs():
