@@ -36,7 +36,7 @@ from .. import variable as _variable
 from ..config import anomaly_on, recording, training
 from ..function import _SavedOutput
 from ..nn import module as _module
-from ..nn.module import Module, mode_key, structure_changes, watch as _watch_modules
+from ..nn.module import _BY_VALUE, Module, mode_key, structure_changes, watch as _watch_modules
 from ..variable import Parameter, Variable
 from . import trace
 from .check import ReplayMismatch, Snapshot, _host_tree, compare
@@ -680,7 +680,6 @@ class _alone:
 
 
 # ------------------------------------------------------------------------------ keys
-_BY_VALUE = frozenset((int, float, bool, str, type(None)))  # arguments keyed by their value
 
 
 def _key(args, by_identity=None):

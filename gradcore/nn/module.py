@@ -69,7 +69,7 @@ _new_mode_number = itertools.count(1).__next__
 # Variable), so replacing one there counts as a change (structure_changes)
 _watched = {}
 # values of these kinds set again equal to what an attribute holds are no change (a ratio a
-# schedule computes anew at each step)
+# schedule computes anew at each step); gradcore.compile keys arguments of these kinds by value
 _BY_VALUE = frozenset((int, float, bool, str, type(None)))
 _ABSENT = object()
 
