@@ -227,6 +227,39 @@ def test_every_host_read_falls_back(read):
     assert compiled.stats()["fallbacks"] == 1
 
 
+@pytest.mark.parametrize("handling", ["raise", "ignore"])
+def test_numpy_error_handling_changed_inside_the_step_falls_back(handling):
+    def step(x0):
+        x = gradcore.Variable(x0)
+        with np.errstate(invalid=handling):
+            y = F.log(x)
+        return y * 2
+
+    compiled = gradcore.compile(step)
+    with pytest.warns(RuntimeWarning, match=r"runs eagerly.*errstate.*test_compile.py:\d+"):
+        compiled(np.array([1.0, 2.0]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a replay would warn, where eager code raises or not
+        if handling == "raise":
+            with pytest.raises(FloatingPointError):
+                compiled(np.array([1.0, -1.0]))
+        else:
+            assert np.isnan(compiled(np.array([1.0, -1.0])).data[1])
+    assert compiled.stats()["tapes"] == 0 and compiled.stats()["eager calls"] == 1
+
+
+def test_numpy_error_handling_set_around_the_call_replays():
+    compiled = gradcore.compile(lambda x0: F.log(gradcore.Variable(x0)) * 2)
+    compiled(np.array([1.0, 2.0]))
+    compiled(np.array([1.0, 2.0]))
+    with np.errstate(invalid="raise"), pytest.raises(FloatingPointError):
+        compiled(np.array([1.0, -1.0]))
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.isnan(compiled(np.array([1.0, -1.0])).data[1])
+    assert compiled.stats()["recordings"] == 1 and compiled.stats()["fallbacks"] == 0
+
+
 def test_a_shape_that_depends_on_values_falls_back():
     def step(x0):
         x = gradcore.Variable(x0)

@@ -86,6 +86,21 @@ _SHAPE_RULED = frozenset((*INDEX_ARGUMENTS, *DATA_DEPENDENT_SHAPES, "where", *SI
                           *BINS, "bincount"))
 
 _bare = object.__new__  # an instance without the call of its __init__ (a frame): see each use
+
+try:
+    # NumPy's floating-point error handling (errstate, seterr) of this context: one object
+    # until either sets another, so a recorded op compares it in ~30 ns where np.geterr() takes
+    # ~1.5 µs. Private to NumPy (2.0 to 2.4 at least); where it is gone the check is not made
+    from numpy._core._ufunc_config import _extobj_contextvar
+    _error_handling = _extobj_contextvar.get  # the bound method: no Python frame per op
+except ImportError:  # pragma: no cover - a NumPy that has moved it
+    def _error_handling():
+        return None
+
+ERROR_HANDLING = ("NumPy's floating-point error handling was changed inside the step (np.errstate "
+                  "or np.seterr): a replay runs every line under the handling its call finds, so "
+                  "an op that raised or stayed quiet eagerly would warn or give inf/nan instead; "
+                  "set it around the call to the compiled function, not inside it")
 _active = threading.local()  # .recorder: the Recorder of this thread, while one records
 
 
@@ -283,6 +298,7 @@ class Recorder:
 
     def __init__(self):
         self.thread = threading.get_ident()
+        self.error_handling = _error_handling()  # what each traced op must find (wrap)
         self.finished = threading.Event()  # set once the adopted Variables have their arrays back
         self.lines = []
         self.slots = 0
@@ -532,6 +548,8 @@ class Recorder:
         args and kwargs refer to, where the caller has them; `real`: the arrays it was called
         with, where one may come back as the result; `name`: _name(kind, target), where the
         caller has it."""
+        if _error_handling() is not self.error_handling:
+            self.give_up(ERROR_HANDLING)
         inner = backend.inner
         array = result.__class__ is inner.array_type
         scalar = not array and result.__class__ in inner.scalar_types
@@ -1351,6 +1369,8 @@ def _in_place(op):
         rec = getattr(_active, "recorder", None)  # recorder(), in line
         if rec is not None:
             rec.writes_into(self)
+            if _error_handling() is not rec.error_handling:
+                rec.give_up(ERROR_HANDLING)
         if rec is not None and isinstance(other, Traced) and other.recorder is rec:
             # another traced array of this recording (a gradient added up): no unwrap, template
             # or Line.__init__ (callgrind: wide, 5.5 M instructions less for its 1,000)
