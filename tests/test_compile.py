@@ -149,6 +149,22 @@ def test_the_optimizer_reads_its_learning_rate_at_every_replay():
     assert compiled.stats()["replays"] == 3
 
 
+def test_a_result_the_step_retained_the_grad_of_is_a_plain_leaf_at_every_call():
+    def step(x0):
+        h = gradcore.Variable(x0) * 3
+        h.retain_grad()
+        F.sum(h * h).backward()
+        return h
+
+    compiled = gradcore.compile(step)
+    for _ in range(3):  # recorded, then replayed twice
+        h = compiled(np.ones(2))
+        assert not h.retains_grad
+        h.requires_grad = True
+        F.sum(h * 2).backward()
+        assert same(h.grad.data, np.full(2, 2.0))  # once, not once more for the retain_grad
+
+
 def test_a_replayed_result_has_no_graph():
     step = gradcore.compile(chain)
     step(np.asarray(1.0))

@@ -1724,8 +1724,8 @@ def _materialize(value, detach=False):
         if isinstance(value._data, trace.Traced):
             value._data, value._backend = value._data.value, value._data.backend.inner
             if detach:
-                value.creator, value.generation, value._requires_grad = None, 0, False
-                value._grad = None
+                value.unchain()  # a retain_grad() of the step's goes too: no leaf keeps one
+                value.generation, value._requires_grad, value._grad = 0, False, None
         return value
     kind = value.__class__
     if kind in (tuple, list) or isinstance(value, tuple) and hasattr(kind, "_make"):
