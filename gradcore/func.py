@@ -13,8 +13,10 @@ compose: `jacobian(grad(f), x)` is a Hessian, and a gradient penalty reaches the
     gf.hvp(f, x, v)                                # the Hessian of f at x times v
 """
 from copy import copy as shallow_copy
-import threading
+import numbers
 import weakref
+
+import backends
 
 from . import engine
 from .config import enable_grad, recording
@@ -31,16 +33,9 @@ __all__ = ["vjp", "jvp", "grad", "value_and_grad", "jacobian", "jacfwd", "hessia
 _made = weakref.WeakSet()
 
 
-class _Evaluating(threading.local):
-    """Per thread, `stack`: the Variables of each transform evaluating f now, outermost first.
-    Set in __init__, which runs in each thread: reading an attribute a thread lacks would cost
-    ~0.7 us, at each call of a compiled function (see transforming)."""
-
-    def __init__(self):
-        self.stack = []
-
-
-_evaluating = _Evaluating()
+# Per thread, `stack`: the Variables of each transform evaluating f now, outermost first. The
+# engine's, which refuses a backward() while f runs (it would write the .grad of what f reads)
+_evaluating = engine.transforms
 
 
 def transforming():
@@ -222,12 +217,31 @@ def _outputs(out, where):
                     f"{where}: f must return Variables or arrays, or a flat tuple of them; got a "
                     f"{type(out).__name__} holding a {type(o).__name__} at position {k}: flatten "
                     "it, ((a, b), c) -> (a, b, c)")
+            _check_not_number(o, where, f" at position {k}")
         flat = [_output(o, where) for o in out]
         kind = type(out)
         if kind is not tuple and hasattr(out, "_fields"):  # a namedtuple
             return flat, lambda values: kind(*values)
         return flat, lambda values: kind(values)
+    _check_not_number(out, where, "")
     return [_output(out, where)], lambda values: values[0]
+
+
+def _check_not_number(value, where, at):
+    """TypeError for a Python number or NumPy scalar that f returned as a result (`at`: its
+    position, in words): the graph behind it was cut (.item(), float()), and its derivatives
+    would come out as zeros. A constant returned on purpose cannot be told from that, so it is
+    refused too, as torch.func refuses any result that is not a Tensor."""
+    if isinstance(value, Variable):
+        return
+    backend = backends.backend_of(value)
+    if isinstance(value, numbers.Number) or (backend is not None
+                                             and value.__class__ in backend.scalar_types):
+        raise TypeError(
+            f"{where}: f returned a number{at}, {type(value).__name__} {value!r}, which has no "
+            "graph to differentiate (.item(), float() or a NumPy function of a Variable cuts "
+            "it off; the derivatives would come out as zeros); return the Variable itself, "
+            "e.g. F.sum(x * x), not F.sum(x * x).item()")
 
 
 def _output(value, where):
@@ -441,8 +455,7 @@ def _pushforward(f, inputs, where):
 
 # ================================================================================ grad
 def _check_one_number(y, where):
-    if isinstance(y, (int, float)) and not isinstance(y, bool):  # a constant: zero gradients
-        return
+    # f's result: a Variable or an array (a Python number is refused by _outputs)
     if getattr(y, "size", None) != 1:
         got = f"shape {tuple(y.shape)}" if hasattr(y, "shape") else type(y).__name__
         raise ValueError(f"{where}: f must return one number (size 1) to take its gradient, "

@@ -69,7 +69,7 @@ def checkpoint(fn, *args):
     replaced, `lin.W = Parameter(...)`, before backward: replace it after; state the block
     changes on an object that is not a Module: checkpoint a function that takes the state and
     returns the new one), and arrays changed in place outside gradcore are not seen at all."""
-    where = [i for i, a in enumerate(args) if isinstance(a, Variable) or backends.is_array(a)]
+    where = [i for i, a in enumerate(args) if isinstance(a, Variable) or _is_array(a)]
     if not where:
         raise TypeError("checkpoint: needs at least one Variable or array among the arguments, "
                         "the block's input")
@@ -77,14 +77,18 @@ def checkpoint(fn, *args):
         # no backward can follow, so nothing to recompute: a plain call (a lazy layer may be
         # sized through it), but fn still sees Variables and must return them, as with grad on
         out = fn(*_filled(args, where, [args[i] if isinstance(args[i], Variable)
-                                        else Variable(args[i]) for i in where]))
+                                        else Variable(args[i], requires_grad=False)
+                                        for i in where]))
         _results(out)
         return out
     first = args[where[0]]
     backend = first.backend if isinstance(first, Variable) else backends.backend_of(first)
     device = first.device if isinstance(first, Variable) else backend.device_of(first)
-    leaves = [_Argument(args[i]) if isinstance(args[i], Variable) else Variable(args[i])
-              for i in where]
+    # an array is a constant, as the node's call makes it for the recomputation (and an op
+    # makes it in the plain call): requiring grad in the first run only, it would have the
+    # block's first ops on it (x / 255) recorded there and not in the recomputation
+    leaves = [_Argument(args[i]) if isinstance(args[i], Variable)
+              else Variable(args[i], requires_grad=False) for i in where]
     start = next(sequence)
     draws = random.DrawLog(backend, device)
     token = states_set.set([])
@@ -170,6 +174,14 @@ def checkpoint(fn, *args):
     return _returned(kind, results[:count], several)
 
 
+def _is_array(a):
+    """Whether the argument `a` is an array, which the block gets as a constant Variable; a
+    NumPy scalar (np.float64(2.0)) is passed as it is, a number as ops take it (weak: float32
+    data stays float32), as in the plain call."""
+    backend = backends.backend_of(a)
+    return backend is not None and a.__class__ not in backend.scalar_types
+
+
 def _rebind(left, passed, at, results):
     """Each module attribute the block set to one of its own Variables (`left`: (module, name,
     value)) set again to what stands for it outside the block: the caller's Variable for an
@@ -211,7 +223,8 @@ class _Argument(Variable):
     __slots__ = ("_caller",)
 
     def __init__(self, caller):
-        super().__init__(caller.data)
+        # one that requires no grad (an input batch) is a constant here as in the recomputation
+        super().__init__(caller.data, requires_grad=caller.requires_grad)
         self._caller = caller
 
     def register_hook(self, hook):
@@ -359,6 +372,7 @@ class Checkpoint(Function):
         create_graph = is_grad_enabled()
         with enable_grad(), using_config("train", self.train), recomputation():
             outputs = self._run_again(arguments)
+        self._check_values(outputs)
         pairs = [(outputs[k], g) for k, g in zip(self.positions, gys) if g is not None]
         # the inputs as the recomputation has them: the results before this node's made again
         again = (*self.inputs[:len(self.inputs) - len(self.behind)],
@@ -405,6 +419,40 @@ class Checkpoint(Function):
         self._check_reads(outputs, arguments, start)
         return outputs
 
+    def _check_values(self, outputs):
+        """Refuse a recomputation whose results (`outputs`, all of fn's) differ from the first
+        run's, where those are still alive: backward would differentiate another
+        function than the one that gave them (random numbers the block drew past gradcore and
+        numpy.random, Python's random or a NumPy Generator; a value read from outside that
+        changed). The first run's results are the node's outputs, held weakly as every node's:
+        checkpoint keeps no array more for this (one written through gradcore since stopped the
+        walk before this node: see engine._check_versions). Not checked: a result no longer
+        alive or released (y.data = None), one on a lazy backend (Dask: comparing would compute
+        the block, which backward leaves to the caller), and while gradcore.compile records a
+        step (a comparison would be a host read of traced arrays there)."""
+        recorder = _variables.step_recorder
+        if recorder is not None and recorder.is_active():
+            return
+        for k, ref in zip(self.positions, self.outputs):
+            y = ref()
+            if y is None or y._data is None or y._backend.lazy:
+                continue
+            again = outputs[k]
+            if again._backend is y._backend and _same_values(y._data, again._data, y._backend):
+                continue
+            raise RuntimeError(
+                f"checkpoint: computed again during backward, the block gave other values than "
+                f"the first time (its result {k}, {_what_array(y)}): backward would "
+                "differentiate another function than the one that gave that result. The block "
+                "must compute the same from the same inputs. Likely causes: random numbers drawn "
+                "past gradcore's random ops and numpy.random's global functions (Python's "
+                "random, a NumPy Generator such as np.random.default_rng()): use F.dropout or "
+                "numpy.random's functions (np.random.rand, drawn again as the first time), or "
+                "draw the numbers outside the block and pass them as arguments; a value the "
+                "block reads from outside (a global, an array or number it closes over) that "
+                "changed before backward: pass it as an argument; or the result's array written "
+                "in place outside gradcore (y.data[...] = v) before backward")
+
     def _check_reads(self, outputs, arguments, start):
         """Refuse a recomputation (begun at sequence number `start`) whose graph reads other
         Variables from outside the block than the first run's did, in the order found: their
@@ -427,6 +475,18 @@ class Checkpoint(Function):
             a = first[i] if i < len(first) else None
             b = read[i] if i < len(read) else None
             if a is not b and not _same_constant(a, b):
+                if _same_constant(a, b, values=False):
+                    raise RuntimeError(
+                        f"checkpoint: computed again during backward, the block read a "
+                        f"constant ({_what(b)}, Variable {i + 1} it reads from outside the "
+                        "block, made in it or not) with other values than the first time, so "
+                        "backward would differentiate another function. Likely causes: random "
+                        "numbers drawn past gradcore's random ops and numpy.random's global "
+                        "functions (a mask from Python's random or a NumPy Generator such as "
+                        "np.random.default_rng()): use F.dropout or numpy.random's functions, "
+                        "or draw the numbers outside the block and pass them as arguments; or a "
+                        "value the block reads from outside that was changed or replaced before "
+                        "backward: pass it as an argument")
                 raise RuntimeError(
                     f"checkpoint: computed again during backward, the block read {_what(b)} "
                     f"where its first run read {_what(a)} (Variable {i + 1} it reads from "
@@ -448,9 +508,10 @@ def _put(module, name, value):
         object.__setattr__(module, name, value)
 
 
-def _same_constant(a, b):
+def _same_constant(a, b, values=True):
     """Whether `a` and `b` are plain leaves (not Parameters) alike in all a gradient depends on:
-    requires_grad, dtype, shape, device and values (NaN where the other has NaN)."""
+    requires_grad, dtype, shape, device and (if `values`) values (NaN where the other has
+    NaN)."""
     if not (isinstance(a, Variable) and isinstance(b, Variable)) or isinstance(
             a, _variables.Parameter) or isinstance(b, _variables.Parameter) or (
             a.creator is not None or b.creator is not None):
@@ -460,11 +521,49 @@ def _same_constant(a, b):
     if (a.requires_grad != b.requires_grad or a.dtype != b.dtype or a.shape != b.shape
             or a._backend is not b._backend or a.device != b.device):
         return False
+    if not values:
+        return True
     xp, x, y = a.xp, a.data, b.data
     same = x == y
     if _variables.dtype_kind(a._backend, a.dtype) != "integral":
         same = same | (x != x) & (y != y)
     return bool(xp.all(same))
+
+
+def _same_values(x, y, backend):
+    """Whether the array `y` (a recomputed result) holds x's values (the first run's): NaN where
+    x has NaN. Exactly, bit for bit, wherever the same ops on the same inputs on the same device
+    give the same bits, which is nearly always; but some libraries do not promise it: MKL's BLAS
+    picks its kernels by the arrays' alignment in memory (unless MKL_CBWR is set), and adds made
+    with atomics (CuPy's scatter_add) come in any order. So a floating-point difference no
+    larger than rounding would make, sqrt(eps) of the largest finite magnitude in x, passes;
+    the random numbers of another draw, a branch taken otherwise, a changed scale are far
+    larger. Equal arrays, the usual case, cost one comparison and one reduction."""
+    if x.shape != y.shape or x.dtype != y.dtype:
+        return False
+    xp = backend.xp
+    equal = x == y
+    if bool(xp.all(equal)):
+        return True
+    exact = equal | (x != x) & (y != y)
+    if bool(xp.all(exact)):
+        return True
+    if _variables.dtype_kind(backend, x.dtype) == "integral":
+        return False
+    finite = xp.isfinite(x) & xp.isfinite(y)
+    if not bool(xp.all(exact | finite)):  # an inf or a NaN on one side only
+        return False
+    # the others as zeros on both sides: inf - inf would warn
+    zeros = xp.zeros_like(x)
+    x, y = xp.where(finite, x, zeros), xp.where(finite, y, zeros)
+    tolerance = float(xp.finfo(x.dtype).eps) ** 0.5 * xp.max(xp.abs(x))
+    return bool(xp.all(xp.abs(x - y) <= tolerance))
+
+
+def _what_array(y):
+    """A block's result in words, for an error."""
+    name = f" {y.name!r}" if y.name else ""
+    return f"a Variable{name} of shape {tuple(y.shape)} and dtype {y.dtype}"
 
 
 def _what(x):

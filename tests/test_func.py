@@ -436,12 +436,29 @@ def test_hvp_of_several_arguments_gives_a_tuple():
         gf.hvp(lambda a, b: F.sum(a * a * b), (a, b), (va,))
 
 
-def test_a_python_number_result_has_zero_gradient():
-    x = np.array([1.0, 2.0])
-    g = gf.grad(lambda x: 3.0)(x)
-    assert isinstance(g, np.ndarray) and np.array_equal(g, [0.0, 0.0])
-    value, g = gf.value_and_grad(lambda a, b: 2, argnums=(0, 1))(x, x)
-    assert value == 2 and all(np.array_equal(gi, [0.0, 0.0]) for gi in g)
+def test_a_number_result_is_refused_as_a_cut_graph():
+    """.item() or float() cuts the graph: the derivatives came out as zeros (grad [0, 0, 0] for
+    2x = [1, -2, 4]). A constant returned on purpose cannot be told from that: refused too, as
+    torch.func refuses a result that is not a Tensor."""
+    x = np.array([0.5, -1.0, 2.0])
+    message = r"^{}: f returned a number{}, {}.*cut.*return the Variable itself"
+    with pytest.raises(TypeError, match=message.format("grad", "", "float 5.25")):
+        gf.grad(lambda a: F.sum(a * a).item())(x)
+    with pytest.raises(TypeError, match=message.format("value_and_grad", "", "float 5.25")):
+        gf.value_and_grad(lambda a: float(F.sum(a * a)))(x)
+    with pytest.raises(TypeError, match=message.format("hessian", "", "float 5.25")):
+        gf.hessian(lambda a: F.sum(a * a).item(), x)
+    with pytest.raises(TypeError, match=message.format("jacobian", "", "float64 np.float64")):
+        gf.jacobian(lambda a: np.sum(a.data * a.data), x)
+    with pytest.raises(TypeError, match=message.format("grad", "", "float 3.0")):
+        gf.grad(lambda a: 3.0)(x)
+    with pytest.raises(TypeError, match=message.format("value_and_grad", "", "int 2")):
+        gf.value_and_grad(lambda a, b: 2, argnums=(0, 1))(x, x)
+    with pytest.raises(TypeError, match=message.format("vjp", " at position 1", "float 5.25")):
+        gf.vjp(lambda a: (a * 2.0, F.sum(a * a).item()), x)
+    with pytest.raises(TypeError, match=message.format("jvp", "", "float 5.25")):
+        gf.jvp(lambda a: F.sum(a * a).item(), (x,), (np.ones(3),))
+    np.testing.assert_array_equal(gf.grad(lambda a: F.sum(a * a))(x), [1.0, -2.0, 4.0])
 
 
 def test_an_aux_in_a_dict_or_list_comes_back_as_arrays_as_in_a_tuple():
@@ -884,3 +901,44 @@ def test_tuples_lists_and_dicts_of_arrays_are_refused_as_points():
     np.testing.assert_array_equal(gf.grad(lambda p: F.sum(p ** 3))([1.0, 2.0]), [3.0, 12.0])
     np.testing.assert_array_equal(gf.jacobian(lambda p: p ** 2, [[1.0], [2.0]]),
                                   np.diag([2.0, 4.0]).reshape(2, 1, 2, 1))
+
+
+def test_backward_inside_a_transformed_function_is_refused():
+    """It wrote the .grad of a closed-over Parameter ([0.5, -1, 2] where None) and of a Variable
+    point; torch.func raises too. gradcore.grad inside f, and backward after, work."""
+    W = gradcore.Parameter(np.ones(3))
+    x = np.array([0.5, -1.0, 2.0])
+
+    def loss(a):
+        y = F.sum(a * W)
+        y.backward()
+        return y
+    point = gradcore.Variable(x.copy())
+    for call in (lambda: gf.grad(loss)(x), lambda: gf.grad(loss)(point),
+                 lambda: gf.vjp(loss, x), lambda: gf.jvp(loss, (x,), (np.ones(3),)),
+                 lambda: gf.jacobian(loss, x), lambda: gf.hessian(loss, x),
+                 lambda: gf.grad(lambda a: F.sum(gf.grad(loss)(a)))(x)):
+        with pytest.raises(RuntimeError, match=r"^backward: called inside a function that a "
+                                               r"gradcore.func transform .*use gradcore.grad"):
+            call()
+        assert W.grad is None and point.grad is None and not gf.transforming()
+
+    def inner_grad(a):
+        y = F.sum(a * W)
+        (gw,) = gradcore.grad(y, [W], create_graph=True)  # a
+        return y + F.sum(gw)
+    # W + 1; a Variable: it reaches W
+    np.testing.assert_array_equal(gf.grad(inner_grad)(x).data, [2.0, 2.0, 2.0])
+    assert W.grad is None
+    F.sum(point * W).backward()
+    np.testing.assert_array_equal(W.grad.data, x)
+
+
+def test_a_checkpoint_inside_a_transform_computes_again_and_differentiates():
+    """Its recomputation runs in the transform's walk, not a backward(): first and second order
+    as without the checkpoint."""
+    x = np.array([0.5, -1.0, 2.0])
+    f = lambda a: F.sum(gradcore.checkpoint(lambda h: F.sin(h) * h, a))  # noqa: E731
+    np.testing.assert_allclose(gf.grad(f)(x), np.sin(x) + x * np.cos(x), rtol=1e-14)
+    np.testing.assert_allclose(gf.hessian(f, x), np.diag(2 * np.cos(x) - x * np.sin(x)),
+                               rtol=1e-14)

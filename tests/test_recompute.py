@@ -1322,6 +1322,120 @@ def test_constants_a_block_makes_anew_pass_and_one_replaced_by_other_values_is_r
     np.testing.assert_array_equal(xp2.numpy(z.grad.data), [1.0, 1.0, 1.0])
     out = F.sum(gradcore.checkpoint(lambda a: a * held["c"], z))
     held["c"] = Variable(x0 * 0 + 2, requires_grad=False)
-    with pytest.raises(RuntimeError, match=r"read a Variable of shape \(3,\) where its first run "
-                                           r"read a Variable of shape \(3,\)"):
+    with pytest.raises(RuntimeError, match=r"read a constant \(a Variable of shape \(3,\), "
+                                           r"Variable 1 .* with other values than the first"):
         out.backward()
+
+
+def test_an_input_batch_that_requires_no_grad_is_a_constant_in_both_runs():
+    """An array, or a Variable with requires_grad=False, whose first op reads no parameter (x /
+    255, dropout, a reshape): the plain call's gradients, bit for bit, and none for the batch."""
+    np.random.seed(0)
+    lin = nn.Linear(6, 3, dtype="float64")
+    X = np.random.randn(2, 6)
+    blocks = {"scale": lambda x: lin(x / 255.0), "dropout": lambda x: lin(F.dropout(x, 0.2)),
+              "reshape": lambda x: F.tanh(lin(F.reshape(x, (2, 6))))}
+    for name, block in blocks.items():
+        for arg in (X, X.reshape(2, 3, 2), Variable(X, requires_grad=False)):
+            if name != "reshape" and arg.shape != (2, 6):
+                continue
+            lin.cleargrads()
+            np.random.seed(1)  # dropout's mask
+            F.sum(block(arg)).backward()
+            expected = lin.W.grad.data
+            lin.cleargrads()
+            np.random.seed(1)
+            F.sum(gradcore.checkpoint(block, arg)).backward()
+            np.testing.assert_array_equal(lin.W.grad.data, expected, err_msg=name)
+            if isinstance(arg, Variable):
+                assert arg.grad is None
+    # d sum(x / 255 W + b) / dW = x.T 1 / 255
+    lin.cleargrads()
+    F.sum(gradcore.checkpoint(blocks["scale"], X)).backward()
+    np.testing.assert_allclose(lin.W.grad.data, X.T @ np.ones((2, 3)) / 255.0, rtol=1e-14)
+
+
+@pytest.mark.parametrize("draw", ["random", "generator", "depth"])
+def test_random_numbers_drawn_past_gradcore_in_a_block_are_refused_at_backward(draw):
+    """Python's random and a NumPy Generator draw anew in the recomputation: backward would
+    differentiate another function (x.grad [1.7492, 1.5428, 0.9498] where the scale the
+    forward used gives [1.8352, 1.6186, 0.9965]); the results are compared and it raises."""
+    import random
+    rng = np.random.default_rng(0)
+    W = gradcore.Parameter(np.array([0.3, -0.2, 0.7]))
+    blocks = {
+        "random": lambda h: F.sin(h) * (1.0 + random.random()),
+        "generator": lambda h: F.sin(h) * (1.0 + rng.random()),
+        # stochastic depth: the branch kept or dropped at random
+        "depth": lambda h: h + F.sin(h * W) * (2.0 if random.random() < 0.5 else 0.0),
+    }
+    random.seed(0 if draw != "depth" else 1)  # depth, seed 1: kept, then dropped
+    x = Variable(np.array([0.1, 0.5, 1.0]))
+    y = F.sum(gradcore.checkpoint(blocks[draw], x))
+    with pytest.raises(RuntimeError, match=r"gave other values than the first time \(its result "
+                                           r"0, a Variable of shape \(3,\).*Python's random, a "
+                                           r"NumPy Generator.*pass them as arguments"):
+        y.backward()
+    assert x.grad is None and W.grad is None
+
+
+def test_a_random_mask_from_a_generator_is_refused_naming_the_cause():
+    """The mask is a constant the block makes (an array passed to an op): its other values are
+    named, not a Variable replaced between forward and backward."""
+    rng = np.random.default_rng(0)
+    x = Variable(np.linspace(0.1, 1, 6))
+    y = F.sum(gradcore.checkpoint(lambda h: F.sin(h) * ((rng.random(6) > 0.5) * 2.0), x))
+    with pytest.raises(RuntimeError, match=r"read a constant \(a Variable of shape \(6,\).* with "
+                                           r"other values than the first time.*NumPy Generator"):
+        y.backward()
+
+
+def test_numpy_random_draws_and_rounding_sized_differences_pass_the_comparison(xp2):
+    """numpy.random's draws repeat; a difference of a few units in the last place (MKL's
+    kernels by alignment, atomics) is not taken for another function; 1e-6 relative is."""
+    import random
+    x0 = xp2.asarray(np.array([0.1, 0.5, 1.0]))
+    x = Variable(x0)
+    y = gradcore.checkpoint(lambda h: F.sin(h) * (1.0 + np.random.rand()), x)
+    scale = xp2.numpy(y.data)[0] / np.sin(0.1)
+    F.sum(y).backward()
+    np.testing.assert_allclose(xp2.numpy(x.grad.data), scale * np.cos([0.1, 0.5, 1.0]),
+                               rtol=1e-14)
+    random.seed(0)
+    x = Variable(x0)
+    F.sum(gradcore.checkpoint(lambda h: F.sin(h) * (1.0 + 2.0 ** -48 * random.random()),
+                              x)).backward()
+    np.testing.assert_allclose(xp2.numpy(x.grad.data), np.cos([0.1, 0.5, 1.0]), rtol=1e-14)
+    y = F.sum(gradcore.checkpoint(lambda h: F.sin(h) * (1.0 + 1e-6 * random.random()), x))
+    with pytest.raises(RuntimeError, match="gave other values than the first time"):
+        y.backward()
+
+
+def test_a_result_released_before_backward_is_not_compared():
+    """DeZero's t.data = None (step 43) on a checkpoint's result: backward runs as without one."""
+    x = Variable(np.array([[0.5, 1.0]]))
+    W = gradcore.Parameter(np.array([[1.0], [2.0]]))
+    t = gradcore.checkpoint(lambda a: F.matmul(a, W), x)
+    y = t + 1.0
+    t.data = None
+    y.backward()
+    np.testing.assert_array_equal(W.grad.data, [[0.5], [1.0]])
+    np.testing.assert_array_equal(x.grad.data, [[1.0, 2.0]])
+
+
+def test_a_numpy_scalar_argument_is_passed_as_the_plain_call_sees_it():
+    """np.float64(2.0) beside float32 data is a Python number to the ops (weak): float32 stays,
+    where a 0-d float64 Variable made the block float64."""
+    x = Variable(np.array([0.5, 1.0, 1.5], np.float32))
+    seen = []
+
+    def block(h, k):
+        seen.append(type(k))
+        return F.sin(h) * k
+    plain = block(x, np.sqrt(4.0))
+    y = gradcore.checkpoint(block, x, np.sqrt(4.0))
+    assert y.dtype == np.float32 and seen == [np.float64, np.float64]
+    np.testing.assert_array_equal(y.data, plain.data)
+    F.sum(y).backward()
+    assert seen == [np.float64] * 3 and x.grad.dtype == np.float32
+    np.testing.assert_array_equal(x.grad.data, np.cos(x.data) * np.float32(2.0))
