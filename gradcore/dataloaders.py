@@ -3,6 +3,7 @@ of a dataset as arrays on a device: NumPy on the CPU by default, CuPy on "cuda",
 registered backend's device. Examples are gathered on the host and each batch is moved once."""
 import math
 import os
+import sys
 import threading
 import weakref
 
@@ -33,6 +34,7 @@ def _checked_device(owner, device, gpu=False):
 
 def _stack(owner, values, what):
     """The examples' x (or t) values as one NumPy array with a leading batch axis."""
+    _refuse_images(owner, values, what)
     try:
         batch = np.stack([np.asarray(v) for v in values])
     except (TypeError, ValueError) as e:
@@ -50,6 +52,22 @@ def _stack(owner, values, what):
                         f"got a {type(odd).__name__}; the dataset's examples must be host arrays "
                         "or numbers of one shape")
     return batch
+
+
+def _refuse_images(owner, values, what):
+    """Refuse PIL images: np.asarray makes one an (H, W, C) array of raw pixels (a palette
+    image's indices, not its colours), which a batch would stack channels-last with no error.
+    Other objects with __array__ (a torch CPU tensor) convert to what they hold, and pass."""
+    image = getattr(sys.modules.get("PIL.Image"), "Image", None)  # no Pillow loaded: no image
+    if image is None:
+        return
+    img = next((v for v in values if isinstance(v, image)), None)
+    if img is not None:
+        transform = "transform" if what == "inputs" else "target_transform"
+        raise TypeError(f"{owner}: the {what} of a batch include a PIL image (mode {img.mode}, "
+                        f"{img.width}x{img.height}), which would stack as an array of raw pixels, "
+                        f"channels last; end the dataset's {transform} with ToArray() "
+                        "(gradcore.transforms) to make each a (C, H, W) array")
 
 
 def _shape_or_none(value):

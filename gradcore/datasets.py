@@ -159,8 +159,9 @@ class Shapes(Dataset):
 
     Classes (see `Shapes.labels()`): 0 horizontal bar, 1 vertical bar, 2 square outline,
     3 cross. Each image draws its shape's length, thickness, position and brightness at random,
-    then adds Gaussian noise of standard deviation `noise`. Deterministic for a given `seed`;
-    seed=None means 0 for the train set and 1 for the test set.
+    then adds Gaussian noise of standard deviation `noise`. Deterministic for a given `seed`
+    (None means 0), and the split is part of what decides the images: the train and test sets
+    of one seed differ, and no seed's test set is another seed's train set.
     """
 
     num_class = 4
@@ -179,7 +180,7 @@ class Shapes(Dataset):
         self.size = int(size)
         self.num_per_class = int(num_per_class)
         self.noise = float(noise)
-        self.seed = (0 if train else 1) if seed is None else int(seed)
+        self.seed = 0 if seed is None else int(seed)
         super().__init__(train, transform, target_transform)
 
     @staticmethod
@@ -188,7 +189,9 @@ class Shapes(Dataset):
         return {0: "horizontal bar", 1: "vertical bar", 2: "square", 3: "cross"}
 
     def prepare(self):
-        rng = np.random.default_rng(self.seed)
+        # the split is part of the seed: train draws from 2s, test from 2s + 1, so no two
+        # (split, seed) pairs share a generator (seed 0, the default: 0 and 1)
+        rng = np.random.default_rng(2 * self.seed + (not self.train))
         n, s = self.num_per_class, self.size
         images = np.zeros((self.num_class * n, 1, s, s), dtype=np.float32)
         label = np.repeat(np.arange(self.num_class, dtype=np.int64), n)

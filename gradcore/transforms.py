@@ -4,6 +4,8 @@ imported when one of them first runs); RandomHorizontalFlip on either. Those tha
 take one host (NumPy) array and return a new one, never a view of the dataset's row, so that a
 transform after them may work in place (x += noise) as in DeZero: a dataset applies them in
 `__getitem__`, before a DataLoader stacks the examples and moves the batch to its device."""
+import math
+
 import numpy as np
 
 from .functions.conv import pair
@@ -22,6 +24,48 @@ def _check_callable(owner, f, what="a transform"):
     if not callable(f):
         raise TypeError(f"{owner}: {what} must be callable (a function or a transform "
                         f"object), got {type(f).__name__}")
+
+
+# (source dtype, integer dtype) -> the integer dtype's (min, max), or None where every value
+# of the source fits: looked up once per pair, as the check runs on every example
+_BOUNDS = {}
+
+
+def _unfit_integers(x, dtype):
+    """Why casting the host array `x` to the integer dtype `dtype` would wrap some of its values
+    (300.0 into uint8 gives 44, 1000 gives 232; NaN gives anything), naming the first such value;
+    None when every value fits (fractions are cut toward zero, as astype cuts them)."""
+    if x.dtype.kind not in "biuf" or x.size == 0:
+        return None
+    key = (x.dtype, dtype)
+    if key not in _BOUNDS:
+        info = np.iinfo(dtype)
+        _BOUNDS[key] = None if np.can_cast(x.dtype, dtype, "safe") else (info.min, info.max)
+    bounds = _BOUNDS[key]
+    if bounds is None:
+        return None  # a widening cast: every value fits
+    low, high = bounds
+    if x.size == 1:  # one label: no reductions
+        lo = hi = x.item()
+    else:
+        lo, hi = x.min(), x.max()  # a NaN comes out of either, and fails the test below
+    if x.dtype.kind == "f":
+        lo, hi = float(lo), float(hi)
+        if (math.isfinite(lo) and math.isfinite(hi) and low <= math.trunc(lo)
+                and math.trunc(hi) <= high):
+            return None
+        cut = np.trunc(x.astype(np.float64))
+        unfit = ~((cut >= low) & (cut < high + 1))  # bounds exact in float64; NaN unfit
+    else:
+        if low <= int(lo) and int(hi) <= high:
+            return None
+        unfit = (x < low) | (x > high)
+    count = int(np.count_nonzero(unfit))
+    value = x[unfit].flat[0]
+    more = f" (and {count - 1} more)" if count > 1 else ""
+    never = "; NaN and infinities fit no integer dtype" if not np.isfinite(value) else ""
+    return (f"{x.dtype} value {value}{more} does not fit {np.dtype(dtype).name} ({low} to "
+            f"{high}){never}")
 
 
 class Compose:
@@ -98,13 +142,21 @@ class Flatten:
 
 class AsType:
     """The example cast to `dtype` (float32 by default), as a new array even when it has that
-    dtype already."""
+    dtype already. To an integer dtype, fractions are cut toward zero (1.7 -> 1), and a value
+    the dtype cannot hold (300 for uint8, NaN) raises ValueError instead of wrapping."""
 
     def __init__(self, dtype=np.float32):
         self.dtype = np.dtype(dtype)
 
     def __call__(self, x):
-        return np.asarray(x).astype(self.dtype)  # a copy even when the dtype is already right
+        x = np.asarray(x)
+        if self.dtype.kind in "iu":
+            problem = _unfit_integers(x, self.dtype)
+            if problem is not None:
+                raise ValueError(f"{type(self).__name__}: {problem}, and a cast would wrap it; "
+                                 "clip or rescale the values first, or cast to a dtype that "
+                                 "holds them")
+        return x.astype(self.dtype)  # a copy even when the dtype is already right
 
     def __repr__(self):
         return f"{type(self).__name__}({self.dtype.name})"
@@ -114,7 +166,8 @@ ToFloat = AsType
 
 
 class ToInt(AsType):
-    """The example cast to an integer dtype (int64 by default)."""
+    """The example cast to an integer dtype (int64 by default), fractions cut toward zero; a
+    value the dtype cannot hold raises ValueError (see AsType)."""
 
     def __init__(self, dtype=np.int64):
         super().__init__(dtype)
@@ -238,8 +291,9 @@ class CenterCrop:
 class ToArray:
     """A PIL image as an array (C, H, W) of `dtype` (float32 by default), the pixel values
     unscaled (0 to 255 for 8-bit images); a grey image gives one channel. A palette image ("P",
-    "PA") gives its colours: it is converted to RGB (RGBA) first. An array is given back as it
-    is (a copy)."""
+    "PA") gives its colours: it is converted to RGB (RGBA) first. An integer `dtype` that cannot
+    hold a pixel value (uint8 for a 16-bit image's 1000) raises ValueError. An array is given
+    back as it is (a copy)."""
 
     def __init__(self, dtype=np.float32):
         self.dtype = np.dtype(dtype)
@@ -253,6 +307,12 @@ class ToArray:
         if img.mode in ("P", "PA"):  # its pixels are indices into the palette, not colours
             img = img.convert("RGB" if img.mode == "P" else "RGBA")
         x = np.asarray(img)
+        if self.dtype.kind in "iu":
+            problem = _unfit_integers(x, self.dtype)
+            if problem is not None:
+                raise ValueError(f"ToArray: the {img.mode} image's {problem}: ToArray does not "
+                                 "rescale pixel values; pass a dtype that holds them (ToArray() "
+                                 "gives float32) and scale after it (Normalize)")
         x = x[None] if x.ndim == 2 else x.transpose(2, 0, 1)  # (H, W, C) -> (C, H, W)
         return x.astype(self.dtype)
 
@@ -262,18 +322,28 @@ class ToArray:
 
 class ToPIL:
     """An array (C, H, W) (or (H, W)) as a PIL image: uint8 with 3 channels is RGB, 4 RGBA,
-    1 a grey image."""
+    1 a grey image. A float array is refused, grey too: PIL would keep its values unscaled (a
+    mode "F" image, which Convert("L") turns black for values in [0, 1])."""
 
     def __call__(self, x):
         x = np.asarray(x)
+        shape = x.shape  # as passed, for the errors
+        if x.dtype.kind == "f":
+            raise TypeError(
+                f"ToPIL: got a {x.dtype} array of shape {shape}; PIL images hold integer pixels "
+                "(uint8, 0 to 255). For floats in [0, 1] (what the data sets' default transforms "
+                "give), put ToPIL() first, on the uint8 images (transform=Compose([ToPIL(), ..., "
+                "ToArray(), Normalize(0, 255)])), or scale them to 0..255 and round before the "
+                "cast: Compose([lambda x: np.rint(x * 255).astype(np.uint8), ToPIL()])")
         if x.ndim == 3:
             x = x[0] if x.shape[0] == 1 else x.transpose(1, 2, 0)  # (C, H, W) -> (H, W, C)
         try:
             return _pil().fromarray(x)
         except (TypeError, ValueError) as e:
             raise TypeError(f"ToPIL: PIL cannot make an image of a {x.dtype} array of shape "
-                            f"{x.shape} ({e}); colour images are uint8 arrays (C, H, W): cast "
-                            "with AsType(np.uint8) first") from None
+                            f"{shape} ({e}); colour images are uint8 arrays (C, H, W): cast "
+                            "with AsType(np.uint8) first (it refuses values outside 0 to "
+                            "255)") from None
 
     def __repr__(self):
         return "ToPIL()"

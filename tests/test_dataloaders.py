@@ -420,6 +420,51 @@ def test_examples_that_are_not_arrays_or_numbers_are_refused_not_batched_as_obje
         next(DataLoader(labels, 2, shuffle=False))
 
 
+class Pictures(Dataset):
+    """Six 3x6x6 uint8 images, labelled 0 or 1."""
+
+    def prepare(self):
+        self.data = np.random.default_rng(0).integers(0, 256, (6, 3, 6, 6)).astype(np.uint8)
+        self.label = np.arange(6, dtype=np.int64) % 2
+
+
+def test_pil_images_are_refused_saying_to_end_the_transform_with_to_array():
+    pytest.importorskip("PIL.Image")
+    from gradcore.transforms import Compose, Convert, RandomHorizontalFlip, Resize, ToArray, ToPIL
+    # np.asarray would make each image (H, W, C): a channels-last batch (4, 4, 4, 3), or a
+    # palette image's indices, that a lazy Conv2d takes with no error
+    for last, mode in ((RandomHorizontalFlip(), "RGB"), (Convert("P"), "P")):
+        ds = Pictures(transform=Compose([ToPIL(), Resize(4), last]))
+        with pytest.raises(TypeError, match=rf"^DataLoader: the inputs of a batch include a PIL "
+                                            rf"image \(mode {mode}, 4x4\), which would stack as "
+                                            r"an array of raw pixels, channels last; end the "
+                                            r"dataset's transform with ToArray\(\) "
+                                            r"\(gradcore.transforms\) to make each a \(C, H, W\) "
+                                            r"array$"):
+            next(DataLoader(ds, 4, shuffle=False))
+    labels = Pictures(transform=None, target_transform=lambda t: ToPIL()(np.full((1, 2, 2), t,
+                                                                                 np.uint8)))
+    with pytest.raises(TypeError, match=r"the labels of a batch include a PIL image \(mode L, "
+                                        r"2x2\).*end the dataset's target_transform with"):
+        next(DataLoader(labels, 4, shuffle=False))
+    ds = Pictures(transform=Compose([ToPIL(), Resize(4), ToArray()]))
+    x, t = next(DataLoader(ds, 4, shuffle=False))
+    assert x.shape == (4, 3, 4, 4) and x.dtype == np.float32 and t.tolist() == [0, 1, 0, 1]
+
+
+def test_other_examples_that_convert_through_array_are_batched():
+    class Wrapped:  # as a torch CPU tensor: np.asarray gives the values it holds, in its layout
+        def __init__(self, x):
+            self.x = x
+
+        def __array__(self, dtype=None, copy=None):
+            return self.x
+
+    x, t = next(DataLoader(Counting(4, transform=lambda x: Wrapped(np.full(2, x))), 3,
+                           shuffle=False))
+    assert x.tolist() == [[0, 0], [1, 1], [2, 2]] and t.tolist() == [100, 101, 102]
+
+
 def test_bad_datasets_and_arguments():
     with pytest.raises(TypeError, match=r"DataLoader: dataset must support len\(\)"):
         DataLoader(5, 2)

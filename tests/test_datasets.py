@@ -164,8 +164,31 @@ def test_shapes_are_deterministic_per_seed():
     np.testing.assert_array_equal(a.label, b.label)
     assert not np.array_equal(a.data, Shapes(train=False, num_per_class=5).data)
     assert not np.array_equal(a.data, Shapes(num_per_class=5, seed=5).data)
-    np.testing.assert_array_equal(Shapes(train=False, num_per_class=5).data,
-                                  Shapes(num_per_class=5, seed=1).data)
+    for train in (True, False):  # seed=None is 0, for either split
+        np.testing.assert_array_equal(Shapes(train=train, num_per_class=5).data,
+                                      Shapes(train=train, num_per_class=5, seed=0).data)
+
+
+def test_shapes_train_and_test_sets_differ_for_every_seed():
+    # one seed passed to both splits "for reproducibility" must not test on the training data
+    sets = {(train, seed): Shapes(train=train, num_per_class=3, seed=seed)
+            for train in (True, False) for seed in (0, 1, 2, 42)}
+    for (train, seed), ds in sets.items():
+        for (other_train, other_seed), other in sets.items():
+            if (train, seed) != (other_train, other_seed):
+                assert not np.array_equal(ds.data, other.data), (train, seed, other_train,
+                                                                 other_seed)
+    assert sets[True, 42].seed == sets[False, 42].seed == 42
+    # the default sets (the demo's) are the ones seed=None gave before the split was part of
+    # the seed: labels in the order the default generators (seeds 0 and 1) shuffle them
+    assert Shapes(num_per_class=3).label.tolist() == [1, 1, 0, 0, 2, 3, 2, 1, 2, 0, 3, 3]
+    assert Shapes(train=False, num_per_class=3).label.tolist() == [1, 0, 2, 0, 1, 0, 3, 3, 1, 3,
+                                                                   2, 2]
+
+
+def test_other_generated_sets_have_a_test_set_apart_from_the_train_set():
+    assert not np.array_equal(Spiral().data, Spiral(train=False).data)
+    assert not np.array_equal(SinCurve().data, SinCurve(train=False).data)
 
 
 def test_shapes_draw_their_class():

@@ -1,4 +1,5 @@
 """gradcore.transforms: per-example transforms on host arrays."""
+import re
 import sys
 
 import numpy as np
@@ -45,6 +46,32 @@ def test_astype_and_toint():
     assert AsType(np.float64)(np.ones(2, np.float32)).dtype == np.float64
     assert ToFloat is AsType and ToFloat()(np.ones(2, np.int64)).dtype == np.float32
     assert ToInt()(np.array([1.7, 2.2])).tolist() == [1, 2]
+
+
+def test_integer_casts_refuse_values_the_dtype_cannot_hold_instead_of_wrapping():
+    # NumPy's cast would give [44, 255] and [0, 232, 255, 0]
+    with pytest.raises(ValueError, match=r"^ToInt: float32 value 300.0 \(and 1 more\) does not "
+                                         r"fit uint8 \(0 to 255\), and a cast would wrap it; clip "
+                                         r"or rescale the values first, or cast to a dtype that "
+                                         r"holds them$"):
+        ToInt(np.uint8)(np.float32([300.0, -1.0]))
+    with pytest.raises(ValueError, match=r"^AsType: int64 value 1000 \(and 1 more\) does not fit "
+                                         r"uint8 \(0 to 255\)"):
+        AsType(np.uint8)(np.array([0, 1000, 65535, 255]))
+    with pytest.raises(ValueError, match=r"float64 value nan does not fit int64 "
+                                         r"\(-9223372036854775808 to 9223372036854775807\); NaN "
+                                         r"and infinities fit no integer dtype"):
+        ToInt()(np.array([1.0, np.nan]))
+    with pytest.raises(ValueError, match=r"value 9.223372036854776e\+18 does not fit int64"):
+        ToInt()(np.array([2.0 ** 63]))  # one past int64's largest: float64 rounds the bound up
+    with pytest.raises(ValueError, match=r"int16 value -1 does not fit uint16"):
+        ToInt(np.uint16)(np.array([-1, 5], np.int16))
+    # what fits once the fraction is cut passes, as the cast gives it; widening casts too
+    assert ToInt(np.uint8)(np.array([-0.5, 255.9])).tolist() == [0, 255]
+    assert ToInt(np.int8)(np.array([-128.0, 127.0])).tolist() == [-128, 127]
+    assert ToInt()(np.array([-(2.0 ** 63)])).tolist() == [-(2 ** 63)]
+    assert ToInt(np.int16)(np.array([255], np.uint8)).dtype == np.int16
+    assert AsType(np.uint8)(np.array([], np.float32)).shape == (0,)
 
 
 def jitter(x):
@@ -140,9 +167,51 @@ def test_to_pil_takes_channels_first_arrays():
     grey = ToPIL()(np.array([[[7, 8]]], np.uint8))  # one channel
     assert grey.mode == "L" and np.asarray(grey).tolist() == [[7, 8]]
     assert ToPIL()(ToArray(np.uint8)(rgb(3, 2))).tobytes() == rgb(3, 2).tobytes()
-    with pytest.raises(TypeError, match=r"ToPIL: PIL cannot make an image of a float32 array of "
-                                        r"shape \(1, 2, 3\).*AsType\(np.uint8\)"):
-        ToPIL()(np.zeros((3, 1, 2), np.float32))
+    with pytest.raises(TypeError, match=r"^ToPIL: PIL cannot make an image of a int64 array of "
+                                        r"shape \(3, 1, 2\) .*cast with AsType\(np.uint8\) first "
+                                        r"\(it refuses values outside 0 to 255\)$"):
+        ToPIL()(np.zeros((3, 1, 2), np.int64))
+
+
+@pytest.mark.parametrize("shape", [(3, 4, 4), (1, 4, 4), (4, 4)], ids=["colour", "grey", "2-d"])
+def test_to_pil_refuses_floats_saying_how_to_make_pixels_of_them(shape):
+    from gradcore.datasets import CIFAR10
+    x = np.random.default_rng(0).integers(0, 256, shape).astype(np.uint8)
+    scaled = CIFAR10.default_transform()(x)  # float32 in [0, 1]
+    # AsType(np.uint8) of it, the old advice, gives a black image; a grey one became mode "F",
+    # which Convert("L") turned black too
+    with pytest.raises(TypeError, match=rf"^ToPIL: got a float32 array of shape "
+                                        rf"{re.escape(str(shape))}; PIL images hold integer "
+                                        r"pixels \(uint8, 0 to 255\). For floats in \[0, 1\] "
+                                        r"\(what the data sets' default transforms give\), put "
+                                        r"ToPIL\(\) first, on the uint8 images "
+                                        r"\(transform=Compose\(\[ToPIL\(\), \.\.\., ToArray\(\), "
+                                        r"Normalize\(0, 255\)\]\)\), or scale them to 0\.\.255 and "
+                                        r"round before the cast: Compose\(\[lambda x: "
+                                        r"np\.rint\(x \* 255\)\.astype\(np\.uint8\), "
+                                        r"ToPIL\(\)\]\)$"):
+        ToPIL()(scaled)
+    # either way it says gives the image back
+    image = Compose([lambda x: np.rint(x * 255).astype(np.uint8), ToPIL()])(scaled)
+    pixels = x if x.ndim == 2 else x[0] if len(x) == 1 else np.moveaxis(x, 0, -1)  # PIL's
+    assert image.mode == ("RGB" if len(shape) == 3 and shape[0] == 3 else "L")
+    assert np.asarray(image).tolist() == pixels.tolist()
+    if x.ndim == 3:
+        first = Compose([ToPIL(), ToArray(), Normalize(0, 255)])(x)
+        assert first.dtype == np.float32 and np.array_equal(first, scaled)
+
+
+def test_to_array_refuses_an_integer_dtype_that_cannot_hold_the_pixels():
+    deep = Image.fromarray(np.array([[0, 1000, 65535]], np.uint16))  # a 16-bit grey image
+    with pytest.raises(ValueError, match=r"^ToArray: the I;16 image's uint16 value 1000 \(and 1 "
+                                         r"more\) does not fit uint8 \(0 to 255\): ToArray does "
+                                         r"not rescale pixel values; pass a dtype that holds them "
+                                         r"\(ToArray\(\) gives float32\) and scale after it "
+                                         r"\(Normalize\)$"):
+        ToArray(np.uint8)(deep)  # NumPy's cast would give [0, 232, 255]
+    assert ToArray(np.int32)(deep).tolist() == [[[0, 1000, 65535]]]
+    assert ToArray()(deep).tolist() == [[[0.0, 1000.0, 65535.0]]]
+    assert ToArray(np.uint8)(rgb(2, 1)).tolist() == [[[0, 1]], [[100, 101]], [[200, 200]]]
 
 
 def test_convert_to_a_mode_and_to_bgr():

@@ -16,6 +16,7 @@ import hashlib
 import http.client
 import os
 import posixpath
+import re
 import sys
 import urllib.error
 import urllib.parse
@@ -118,8 +119,12 @@ def fetch(name, urls, sha256, folder=None, progress=None, timeout=30):
         raise ValueError("fetch: sha256 must be the file's SHA-256 as 64 hex digits, not None")
     sha256 = _checked_sha256(sha256, "fetch")
     stream = _progress_stream(progress)
-    folder = Path(folder) if folder is not None else cache_folder()
+    # "~" as in GRADCORE_DATA: the home folder, not a folder named "~" in the current one
+    folder = Path(folder).expanduser() if folder is not None else cache_folder()
     path = folder / name
+    if "\0" in str(path):  # no file name holds one: os calls would say "embedded null byte"
+        raise ValueError(f"fetch: cannot keep {name!r} at {str(path)!r}: a file name or folder "
+                         "cannot hold a null character (%00 in a URL); pass another name")
     if _cached(path, sha256):  # before the lock: a read-only cache folder still works
         return path
     if path.exists() and not path.is_file():  # refused now, not at the rename after a download
@@ -297,17 +302,44 @@ def _attempt(url, partial, sha256, stream, timeout):
         size = partial.stat().st_size
         partial.unlink()
         if not resumed:  # what came back, for a page (a /blob/ or login URL) sent in its place
-            return (f"the file's SHA-256 is {found}, not {sha256}; the server sent {size} bytes "
-                    f"(Content-Type: {headers.get('Content-Type', 'none')}, Content-Encoding: "
-                    f"{headers.get('Content-Encoding', 'none')}): check that the URL serves the "
-                    "file itself (a /raw/ link, not a page)")
+            sent = (f"the server sent {size} bytes (Content-Type: "
+                    f"{headers.get('Content-Type', 'none')}, Content-Encoding: "
+                    f"{headers.get('Content-Encoding', 'none')})")
+            page = "check that the URL serves the file itself (a /raw/ link, not a page)"
+            if headers.get("Content-Length") is None and "chunked" not in \
+                    headers.get("Transfer-Encoding", "").lower():
+                # nothing said how long the body was: a connection closed early looks the same
+                return (f"the file's SHA-256 is {found}, not {sha256}; {sent} and no "
+                        "Content-Length, so the transfer may have been cut short (try again); "
+                        f"else {page}")
+            return f"the file's SHA-256 is {found}, not {sha256}; {sent}: {page}"
+
+
+# What an HTTP request line cannot carry as it is: spaces, control characters, non-ASCII
+_UNSENDABLE = re.compile(r"[^\x21-\x7e]")
+# After the scheme and host: the path, query and fragment, where those are percent-encoded
+_AFTER_HOST = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*")
+# Every printable ASCII character but the space, "%" too (a %XX already there stays as it is)
+_SENDABLE = "".join(map(chr, range(0x21, 0x7f)))
+
+
+def _sendable(url):
+    """`url` with what follows its host percent-encoded where a request cannot carry it (a
+    space, a control character, "è" as UTF-8: %C3%A8); a URL that can be sent is unchanged."""
+    if not _UNSENDABLE.search(url):
+        return url
+    url = urllib.parse.unwrap(url)  # as urllib's Request does first: " <URL:...> " stripped
+    host = _AFTER_HOST.match(url)
+    start = host.end() if host else 0  # a host's non-ASCII is IDNA's, done by http.client
+    return url[:start] + urllib.parse.quote(url[start:], safe=_SENDABLE)
 
 
 def _download(url, partial, stream, timeout):
     """`url` into `partial`, resuming after the bytes already there; returns the response's
     headers."""
     have = partial.stat().st_size if partial.is_file() else 0
-    request = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
+    request = urllib.request.Request(_sendable(url),
+                                     headers={"Range": f"bytes={have}-"} if have else {})
     with urllib.request.urlopen(request, timeout=timeout) as response:
         resumed = have and response.status == 206
         total = response.headers.get("Content-Length")

@@ -30,6 +30,9 @@ def get_file(url, file_name=None, sha256=None, progress=None):
     if file_name in ("", ".", "..") or "/" in file_name or "\\" in file_name:
         raise ValueError(f"get_file({url!r}): the file name {file_name!r} is not a name for a "
                          "file in the cache folder; pass file_name='...' (no folders)")
+    if "\0" in file_name:  # %00 in the URL: os calls would say only "embedded null byte"
+        raise ValueError(f"get_file({url!r}): the file name {file_name!r} holds a null "
+                         "character, which no file name can; pass file_name='...'")
     folder = files_folder()
     by_hand = folder / file_name
     if sha256 is not None:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 
 import pytest
 
@@ -22,18 +23,22 @@ PAGE = b"<!DOCTYPE html><html><body>Sign in to download</body></html>\n" * 20  #
 
 
 class Server:
-    """A thread serving BODY at /file, honouring Range (416 for a range from the end on, as S3
-    answers), and an HTML page at /page (what a /blob/ or login URL answers); `cut` bytes: the
-    next reply stops there (a broken connection); `delay` seconds between 4 KiB blocks (a slow
-    download). `requests` lists each request's Range header."""
+    """A thread serving BODY at /file (and at the decoded paths in `served`), honouring Range
+    (416 for a range from the end on, as S3 answers), and an HTML page at /page (what a /blob/ or
+    login URL answers); `cut` bytes: the next reply stops there (a broken connection);
+    `length=False`: replies say no Content-Length (the body ends when the connection closes);
+    `delay` seconds between 4 KiB blocks (a slow download). `requests` lists each request's
+    Range header, `targets` each request's path as sent."""
 
     def __init__(self, delay=0.0):
-        self.requests, self.cut = [], None
+        self.requests, self.targets, self.cut, self.length = [], [], None, True
+        self.served = {"/file"}
         owner = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):
                 owner.requests.append(self.headers.get("Range"))
+                owner.targets.append(self.path)
                 if self.path == "/page":
                     self.send_response(200)
                     self.send_header("Content-Type", "text/html; charset=utf-8")
@@ -41,7 +46,7 @@ class Server:
                     self.end_headers()
                     self.wfile.write(PAGE)
                     return
-                if self.path != "/file":
+                if urllib.parse.unquote(self.path) not in owner.served:
                     self.send_error(404)
                     return
                 start = 0
@@ -57,7 +62,8 @@ class Server:
                     self.send_header("Content-Range", f"bytes {start}-{len(BODY) - 1}/{len(BODY)}")
                 else:
                     self.send_response(200)
-                self.send_header("Content-Length", str(len(BODY) - start))
+                if owner.length:  # else HTTP/1.0's end of the body: the connection closes
+                    self.send_header("Content-Length", str(len(BODY) - start))
                 self.end_headers()
                 body = BODY[start:]
                 if owner.cut is not None:
@@ -341,6 +347,59 @@ def test_a_page_served_in_place_of_the_file_is_described(server, tmp_path):
             "none): check that the URL serves the file itself (a /raw/ link, not a page)"
             ) in str(info.value)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_body_cut_short_without_a_content_length_says_it_may_be_cut(server, tmp_path):
+    server.length, server.cut = False, 30_000  # nothing tells the client that bytes are missing
+    with pytest.raises(DownloadError) as info:
+        fetch("data.bin", [server.url + "/file"], DIGEST, folder=tmp_path, progress=False)
+    cut = hashlib.sha256(BODY[:30_000]).hexdigest()
+    assert (f"/file: the file's SHA-256 is {cut}, not {DIGEST}; the server sent 30000 bytes "
+            "(Content-Type: none, Content-Encoding: none) and no Content-Length, so the transfer "
+            "may have been cut short (try again); else check that the URL serves the file itself "
+            "(a /raw/ link, not a page)\n") in str(info.value)
+    assert list(tmp_path.iterdir()) == []
+    path = fetch("data.bin", [server.url + "/file"], DIGEST, folder=tmp_path, progress=False)
+    assert path.read_bytes() == BODY  # tried again, whole
+
+
+@pytest.mark.parametrize("path", ["/modèle 2.npz", "/mod%C3%A8le%202.npz", "/mod%C3%A8le 2.npz",
+                                  "/modèle%202.npz"])
+def test_a_url_with_spaces_or_other_than_ascii_is_percent_encoded(path, server, tmp_path):
+    # http.client refuses them ("ordinal not in range(128)", "can't contain control
+    # characters"); a %XX already there is kept as it is, not encoded again as %25XX
+    server.served = {"/modèle 2.npz", "/a?b=é"}
+    got = fetch("model.npz", [server.url + path], DIGEST, folder=tmp_path, progress=False)
+    assert got.read_bytes() == BODY and server.targets == ["/mod%C3%A8le%202.npz"]
+    server.targets.clear()
+    got = fetch("q.npz", [" " + server.url + "/a?b=é\n"], DIGEST, folder=tmp_path, progress=False)
+    assert got.read_bytes() == BODY and server.targets == ["/a?b=%C3%A9"]
+
+
+def test_a_url_that_can_be_sent_is_sent_as_it_is():
+    from gradcore.utils.download import _sendable
+    for url in ("http://h:8/a%20b/c.npz?x=1&y=%C3%A9#f", "http://h/100%/[a]/~b;c=d,e@f!$'()*+",
+                "https://h/x.npz"):
+        assert _sendable(url) is url
+    assert _sendable("http://bücher.de/ü x") == "http://bücher.de/%C3%BC%20x"  # host: IDNA's
+
+
+def test_a_null_character_in_the_name_is_an_error_naming_fetch_and_the_name(server, tmp_path):
+    with pytest.raises(ValueError, match=r"^fetch: cannot keep 'a\\x00b.npz' at '.*a\\x00b.npz': "
+                                         r"a file name or folder cannot hold a null character "
+                                         r"\(%00 in a URL\); pass another name$"):
+        fetch("a\0b.npz", [server.url + "/file"], DIGEST, folder=tmp_path, progress=False)
+    assert server.requests == [] and list(tmp_path.iterdir()) == []
+
+
+def test_a_folder_under_the_home_folder_is_expanded(server, tmp_path, monkeypatch):
+    # as GRADCORE_DATA="~/..." is: not a folder named "~" in the current one
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    path = fetch("data.bin", [server.url + "/file"], DIGEST, folder="~/data", progress=False)
+    assert path == tmp_path / "home" / "data" / "data.bin" and path.read_bytes() == BODY
+    assert list((tmp_path / "here").iterdir()) == []
 
 
 def test_offline_says_which_file_to_put_where(tmp_path):

@@ -110,6 +110,18 @@ def test_get_file_keeps_clear_of_the_datasets_folders(server, tmp_path, monkeypa
     assert fetched == tmp_path / "mnist" / "labels.txt"
 
 
+def test_a_null_character_in_the_urls_name_is_an_error_naming_get_file(server, tmp_path,
+                                                                        monkeypatch):
+    monkeypatch.setenv("GRADCORE_DATA", str(tmp_path))
+    url = server.url + "/data/a%00b.txt"  # os calls would say only "embedded null byte"
+    for sha256 in (DIGEST, None):
+        with pytest.raises(ValueError, match=rf"^get_file\('{url}'\): the file name "
+                                             r"'a\\x00b.txt' holds a null character, which no "
+                                             r"file name can; pass file_name='...'$"):
+            utils.get_file(url, sha256=sha256, progress=False)
+    assert server.hits == [] and not (tmp_path / "files").exists()  # refused before a request
+
+
 def test_get_file_without_a_checksum_downloads_nothing(server, tmp_path, monkeypatch):
     monkeypatch.setenv("GRADCORE_DATA", str(tmp_path))
     with pytest.raises(ValueError, match=r"gradcore checks each download by its SHA-256, so "
