@@ -91,6 +91,28 @@ class Namespace:
         dtype = numpy.result_type(x.dtype, W.dtype)
         return y if y.dtype == dtype else y.astype(dtype)
 
+    # Dask's max, min, argmax and argmin raise on an array with an empty chunk (one block's
+    # reduction has no identity, or its result does not line up with its neighbours'), and
+    # its var and std over several axes are NaN: rows picked by a mask after
+    # compute_chunk_sizes(), in chunks (3, 0, 3, 0). Those chunks are merged away first
+    def max(self, x, /, **kwargs):
+        return self._xp.max(_without_empty_chunks(x), **kwargs)
+
+    def min(self, x, /, **kwargs):
+        return self._xp.min(_without_empty_chunks(x), **kwargs)
+
+    def argmax(self, x, /, **kwargs):
+        return self._xp.argmax(_without_empty_chunks(x), **kwargs)
+
+    def argmin(self, x, /, **kwargs):
+        return self._xp.argmin(_without_empty_chunks(x), **kwargs)
+
+    def var(self, x, /, **kwargs):
+        return self._xp.var(_without_empty_chunks(x), **kwargs)
+
+    def std(self, x, /, **kwargs):
+        return self._xp.std(_without_empty_chunks(x), **kwargs)
+
     def checked(self, x, check, dtype):
         """`check(numpy, block)` for each block of x, run when that block is computed, not now:
         a check of the values (raising for bad ones) that leaves them lazy. It returns the block
@@ -181,12 +203,28 @@ class DaskBackend(HostRandom, Backend):
             # an interrupt too (KeyboardInterrupt, SystemExit, any BaseException): left queued,
             # a value that raises one would raise it again at every later persist
             interrupt = None
+            if queued and isinstance(e, Exception):
+                # once more, all in one pass, from the queued recipes: after a transient error
+                # (a read that fails once) the queued values (BatchNorm's statistics) would
+                # work out alone below and be kept while the caller's step is undone, so the
+                # step tried again would move them a second time. An interrupt is not retried
+                try:
+                    done = self.dask.persist(
+                        *arrays, *(_array(self.da, recipe) for _, recipe, _ in queued))
+                except Exception:
+                    pass  # failed twice: settled below, e raised
+                except BaseException as met:
+                    interrupt = met
+                else:
+                    self._settle(queued, [_recipe(value) for value in done[len(arrays):]])
+                    return list(done[:len(arrays)])
             if queued:
                 # all in one pass first where that may work: the caller's arrays were in the
                 # failed one (only they may have failed), or an interrupt stopped it (Ctrl+C
                 # fails no value); the queued values alone failing with an error fail again
-                interrupt = self._settle_failed(queued, together=bool(arrays)
-                                                or not isinstance(e, Exception))
+                met = self._settle_failed(queued, together=bool(arrays)
+                                          or not isinstance(e, Exception))
+                interrupt = met if interrupt is None else interrupt
             if interrupt is not None and isinstance(e, Exception):
                 raise interrupt  # met while settling: never swallowed, raised once
             raise
@@ -487,8 +525,12 @@ def _broadcast_block(block, shape, _):
 
 
 def _without_empty_chunks(array):
-    """`array` with each empty chunk merged into its neighbour (none of its axes is empty)."""
-    return array.rechunk(tuple(tuple(n for n in c if n) for c in array.chunks))
+    """`array` with each empty chunk merged into its neighbour; itself where it has none, or
+    where it is empty (an empty axis cannot lose its only chunk)."""
+    chunks = array.chunks
+    if not any(0 in c for c in chunks) or not array.size:
+        return array
+    return array.rechunk(tuple(tuple(n for n in c if n) for c in chunks))
 
 
 def _recipe(array):
