@@ -16,9 +16,12 @@ times np.float64(2) would be float64.
 import math
 import numbers
 
+import numpy
+
 import backends
 
 from ..functions.device import accumulator_dtype
+from .module import _numpy_dtype
 
 __all__ = ["zeros_", "ones_", "constant_", "normal_", "uniform_", "xavier_uniform_",
            "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_",
@@ -47,6 +50,35 @@ def _number(value, name, where, integers=float):
     shape = getattr(value, "shape", ())
     got = f"an array of shape {tuple(shape)}" if shape else repr(value)
     raise TypeError(f"{where}: {name} must be a real number, got {got} ({type(value).__name__})")
+
+
+def _fits(value, dtype, name, where):
+    """ValueError unless `dtype` (a parameter's) holds the number `value`, naming both: a finite
+    number past a floating dtype's largest would be filled in as inf (NumPy only warns), and an
+    integer dtype takes finite numbers in its range only (truncated, as PyTorch's fill_ takes
+    them; NumPy refuses others naming neither, CuPy wraps them). inf and NaN, asked for, fill a
+    floating parameter as they are."""
+    target = _numpy_dtype(dtype)
+    if target.kind == "f":
+        try:
+            wide = float(value)
+        except OverflowError:  # a Python int past float64's range
+            fits = False
+        else:
+            with numpy.errstate(over="ignore"):
+                fits = not math.isfinite(wide) or bool(numpy.isfinite(numpy.asarray(wide, target)))
+        holds = f"finite numbers up to {float(numpy.finfo(target).max):g} in magnitude"
+    elif target.kind in "iu":
+        info = numpy.iinfo(target)
+        fits = (isinstance(value, int) or math.isfinite(value)) and (
+            info.min <= math.trunc(value) <= info.max)
+        holds = f"{info.min} to {info.max}"
+    else:
+        return
+    if not fits:
+        raise ValueError(f"{where}: {name} = {value!r} does not fit the parameter's {target} "
+                         f"({holds}); pass a value in its range, or make the parameter of a "
+                         "dtype that holds it")
 
 
 def _fill(p, array):
@@ -88,6 +120,7 @@ def constant_(p, value):
     """Every entry `value`."""
     value = _number(value, "value", "constant_", integers=int)
     data = _data(p, "constant_")
+    _fits(value, data.dtype, "value", "constant_")
     backend, device = p.backend, p.device
     with backend.device_context(device):
         # a 0-d array of p's dtype: rounded once (an integer parameter's truncated, as by
@@ -111,16 +144,27 @@ def ones_(p):
 
 def uniform_(p, a=0.0, b=1.0):
     """Uniform in [a, b), b itself never drawn in p's dtype (float16 weights are drawn and
-    scaled in float32, then cast)."""
-    a, b = _number(a, "a", "uniform_"), _number(b, "b", "uniform_")
+    scaled in float32, then cast). a and b must fit p's dtype (ValueError)."""
+    return _uniform(p, a, b, "uniform_")
+
+
+def _uniform(p, a, b, where):
+    a, b = _number(a, "a", where), _number(b, "b", where)
     if not a < b:
-        raise ValueError(f"uniform_: needs a < b, got a={a}, b={b}")
-    data = _floating(p, "uniform_")
+        raise ValueError(f"{where}: needs a < b, got a={a}, b={b}")
+    data = _floating(p, where)
+    for name, value in (("a", a), ("b", b)):
+        _fits(value, data.dtype, name, where)
     xp, backend, device = p.xp, p.backend, p.device
     wide = accumulator_dtype(xp, data.dtype) or data.dtype  # float16: drawn in float32
-    y = _draw(p, "uniform", "uniform_", wide)
+    y = _draw(p, "uniform", where, wide)
     with backend.device_context(device):
-        y = xp.astype(y * (b - a) + a, data.dtype, copy=False)
+        if b - a <= float(xp.finfo(wide).max):
+            y = y * (b - a) + a
+        else:  # b - a itself overflows (-3e38, 3e38 in float32): in two halves, each fits
+            half = b / 2 - a / 2
+            y = (y * half + a) + y * half
+        y = xp.astype(y, data.dtype, copy=False)
         # a draw just below b may round to b, in the scaling or the cast: the largest number of
         # p's dtype below b takes its place (float32 and float64 draws keep their numbers)
         a, b = (backend.asarray(v, dtype=data.dtype, device=device) for v in (a, b))
@@ -128,11 +172,33 @@ def uniform_(p, a=0.0, b=1.0):
 
 
 def normal_(p, mean=0.0, std=1.0):
-    """Normal with `mean` and `std`."""
-    mean, std = _number(mean, "mean", "normal_"), _number(std, "std", "normal_")
+    """Normal with `mean` and `std`, which must fit p's dtype, as must every draw (ValueError:
+    float16 with std=3e4 would give inf wherever a draw passes 2.2 std)."""
+    return _normal(p, mean, std, "normal_")
+
+
+def _normal(p, mean, std, where):
+    mean, std = _number(mean, "mean", where), _number(std, "std", where)
     if std < 0:
-        raise ValueError(f"normal_: std must be >= 0, got {std}")
-    return _fill(p, _draw(p, "normal", "normal_") * std + mean)
+        raise ValueError(f"{where}: std must be >= 0, got {std}")
+    data = _floating(p, where)
+    for name, value in (("mean", mean), ("std", std)):
+        _fits(value, data.dtype, name, where)
+    largest = float(p.xp.finfo(data.dtype).max)
+    # a draw past 16 std (a chance of 1e-57) is all that could pass the dtype's largest
+    # otherwise: only where one may is the result read back, to look for one that did
+    suspect = math.isfinite(mean) and abs(mean) + 16 * std > largest
+    y = _draw(p, "normal", where)
+    if not suspect:
+        return _fill(p, y * std + mean)
+    with p.backend.device_context(p.device), p.backend.arithmetic_warnings_off():
+        y = y * std + mean
+        if not bool(p.xp.all(p.xp.isfinite(y))):
+            raise ValueError(
+                f"{where}: draws of mean={mean!r}, std={std!r} pass the largest number of the "
+                f"parameter's {_numpy_dtype(data.dtype)} ({largest:g}) and would be inf; use "
+                "a smaller std, or make the parameter of a wider dtype")
+    return _fill(p, y)
 
 
 def _fans(shape, where):
@@ -171,14 +237,15 @@ def xavier_uniform_(p, gain=1.0):
     gain = _number(gain, "gain", "xavier_uniform_")
     fan_in, fan_out = _fans(_data(p, "xavier_uniform_").shape, "xavier_uniform_")
     bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
-    return uniform_(p, -bound, bound)
+    _fits(bound, p.dtype, "the bound gain * sqrt(6 / (fan_in + fan_out))", "xavier_uniform_")
+    return _uniform(p, -bound, bound, "xavier_uniform_")
 
 
 def xavier_normal_(p, gain=1.0):
     """Glorot's normal: std gain * sqrt(2 / (fan_in + fan_out))."""
     gain = _number(gain, "gain", "xavier_normal_")
     fan_in, fan_out = _fans(_data(p, "xavier_normal_").shape, "xavier_normal_")
-    return normal_(p, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)))
+    return _normal(p, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)), "xavier_normal_")
 
 
 def _kaiming_std(p, a, mode, nonlinearity, where):
@@ -192,12 +259,14 @@ def _kaiming_std(p, a, mode, nonlinearity, where):
 def kaiming_uniform_(p, a=0.0, mode="fan_in", nonlinearity="leaky_relu"):
     """He's uniform: bound sqrt(3) * gain / sqrt(fan) (gain sqrt(2) for relu and a=0)."""
     bound = math.sqrt(3.0) * _kaiming_std(p, a, mode, nonlinearity, "kaiming_uniform_")
-    return uniform_(p, -bound, bound)
+    _fits(bound, p.dtype, "the bound sqrt(3) * gain / sqrt(fan)", "kaiming_uniform_")
+    return _uniform(p, -bound, bound, "kaiming_uniform_")
 
 
 def kaiming_normal_(p, a=0.0, mode="fan_in", nonlinearity="leaky_relu"):
     """He's normal: std gain / sqrt(fan)."""
-    return normal_(p, 0.0, _kaiming_std(p, a, mode, nonlinearity, "kaiming_normal_"))
+    where = "kaiming_normal_"
+    return _normal(p, 0.0, _kaiming_std(p, a, mode, nonlinearity, where), where)
 
 
 def orthogonal_(p, gain=1.0):
@@ -207,6 +276,7 @@ def orthogonal_(p, gain=1.0):
     cast to the weight's dtype."""
     gain = _number(gain, "gain", "orthogonal_")
     data = _floating(p, "orthogonal_")
+    _fits(gain, data.dtype, "gain", "orthogonal_")  # each entry is at most |gain|
     if data.ndim < 2:
         raise ValueError(f"orthogonal_: needs 2 or more axes, got shape {tuple(data.shape)}")
     xp, backend, device = p.xp, p.backend, p.device

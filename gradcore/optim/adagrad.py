@@ -6,7 +6,8 @@ from .params import set_data, update_arrays
 class AdaGrad(Optimizer):
     """h <- h + grad**2;  param <- param - lr * grad / (sqrt(h) + eps).
 
-    `AdaGrad(lr=0.001, eps=1e-8)`, optionally after the parameters (see Optimizer). A float16
+    `AdaGrad(lr=0.001, eps=1e-8)`, optionally after the parameters (see Optimizer; there eps goes
+    by keyword: PyTorch's Adagrad(params, lr, lr_decay) reads lr_decay second). A float16
     parameter's h is kept in float32 and its update computed in float32 (in float16, h of a
     gradient under 2.4e-4 would be 0, and the step g / eps hundreds of times lr). An eps the
     update's dtype cannot hold (0) is taken as its smallest positive number: a zero gradient
@@ -15,6 +16,7 @@ class AdaGrad(Optimizer):
     """
 
     defaults = {"lr": 0.001, "eps": 1e-8}
+    pytorch_order = ("lr", "lr_decay", "weight_decay", "initial_accumulator_value", "eps")
     state_names = ("h",)
 
     def update_one(self, param):
@@ -37,12 +39,15 @@ class AdaDelta(Optimizer):
     param <- param - lr * dx
 
     `AdaDelta(rho=0.95, eps=1e-6, lr=1.0)`: DeZero's two positionally, then PyTorch's `lr`
-    (DeZero has none: lr=1). A float16 parameter's state and update are float32, and an eps
-    the update's dtype cannot hold is taken as its smallest positive number, as in AdaGrad.
+    (DeZero has none: lr=1). After the parameters every hyperparameter goes by keyword:
+    PyTorch's Adadelta(params, 1.0) means lr=1.0, where DeZero's order reads rho. A float16
+    parameter's state and update are float32, and an eps the update's dtype cannot hold is
+    taken as its smallest positive number, as in AdaGrad.
     State per parameter: "msg", "msdx".
     """
 
     defaults = {"rho": 0.95, "eps": 1e-6, "lr": 1.0}
+    pytorch_order = ("lr", "rho", "eps", "weight_decay")
     state_names = ("msg", "msdx")
 
     def update_one(self, param):

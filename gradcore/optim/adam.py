@@ -1,6 +1,7 @@
 """Adam and AdamW."""
 import math
 
+from .hyperparameters import checked_value
 from .optimizer import Optimizer, nonzero_eps
 from .params import set_data, update_arrays
 
@@ -41,6 +42,8 @@ class Adam(Optimizer):
 
     defaults = {"alpha": 0.001, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8}
     aliases = {"lr": "alpha"}
+    keywords = ("betas",)
+    pytorch_order = ("lr", "betas", "eps", "weight_decay", "amsgrad")
     state_names = ("m", "v")
     state_counters = ("step",)
     counters = ("t",)
@@ -48,16 +51,24 @@ class Adam(Optimizer):
 
     def __init__(self, *args, betas=None, **kwargs):
         if betas is not None:
-            where = type(self).__name__
             if "beta1" in kwargs or "beta2" in kwargs:
-                raise TypeError(f"{where}: pass either betas=(beta1, beta2) or beta1=/beta2=, "
-                                "not both")
-            try:
-                kwargs["beta1"], kwargs["beta2"] = betas
-            except (TypeError, ValueError):
-                raise TypeError(f"{where}: betas must be a pair (beta1, beta2), got "
-                                f"{betas!r}") from None
+                raise TypeError(f"{type(self).__name__}: pass either betas=(beta1, beta2) or "
+                                "beta1=/beta2=, not both")
+            kwargs["beta1"], kwargs["beta2"] = _pair(type(self).__name__, betas)
         super().__init__(*args, **kwargs)
+
+    @property
+    def betas(self):
+        """(beta1, beta2), PyTorch's name for the pair. Setting it sets both, each checked as
+        the constructor checks it (neither changes if either is refused)."""
+        return (self.beta1, self.beta2)
+
+    @betas.setter
+    def betas(self, betas):
+        where = type(self).__name__
+        beta1, beta2 = (checked_value(where, name, value, self.defaults[name])
+                        for name, value in zip(("beta1", "beta2"), _pair(where, betas)))
+        self.beta1, self.beta2 = beta1, beta2
 
     @property
     def lr(self):
@@ -120,9 +131,19 @@ class Adam(Optimizer):
         set_data(param, p)
 
 
+def _pair(where, betas):
+    """(beta1, beta2) from `betas`, TypeError unless it is a pair."""
+    try:
+        beta1, beta2 = betas
+    except (TypeError, ValueError):
+        raise TypeError(f"{where}: betas must be a pair (beta1, beta2), got {betas!r}") from None
+    return beta1, beta2
+
+
 class AdamW(Adam):
     """Adam with decoupled weight decay: param <- param * (1 - alpha * weight_decay) before the
-    Adam step (Loshchilov & Hutter; PyTorch's AdamW, default weight_decay=0.01).
+    Adam step (Loshchilov & Hutter; PyTorch's AdamW, default weight_decay=0.01; its positional
+    order after the parameters, lr, betas, eps, weight_decay, agrees here at lr only).
 
     `AdamW(alpha=0.001, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.01)`, optionally after
     the parameters; `lr=` and `betas=` as for Adam.

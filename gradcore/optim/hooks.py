@@ -1,19 +1,10 @@
 """Optimizer hooks, called with the parameters that have a gradient before each update."""
 import math
 
+from ..nn.utils import norm_parts
 from ..variable import Variable
 from .hyperparameters import checked_hyperparameter
 from .params import _unique_params, grad_array
-
-
-def _widened(xp, g, bits):
-    """`g` in a floating dtype of `bits` bits (32 or 64) if its own is narrower (no copy
-    otherwise): squares summed in float16 overflow to inf once an element passes 256, in float32
-    past 1.8e19 (beside float64 gradients whose norm holds it), and a norm of inf would zero
-    every gradient."""
-    if xp.finfo(g.dtype).bits >= bits:
-        return g
-    return xp.astype(g, xp.float64 if bits > 32 else xp.float32)
 
 
 class WeightDecay:
@@ -42,21 +33,22 @@ class ClipGrad:
         self.max_norm = checked_hyperparameter("ClipGrad", "max_norm", max_norm)
 
     def __call__(self, params):
+        if not params:
+            return
         lazy = [p for p in params if p.backend.lazy]
         if lazy:  # Dask: reading the norm would compute the step, and the update again
             done = lazy[0].backend.persist([grad_array(p) for p in lazy])
             for p, g in zip(lazy, done):
                 p.grad = Variable(g, requires_grad=False)
-        totals = {}  # device -> sum of squares there: one device-to-host read per device
-        # summed in the widest of the gradients' dtypes, float32 at least, as clip_grad_norm_
-        bits = max([32] + [p.xp.finfo(p.dtype).bits for p in params])
-        for p in params:
-            with p.backend.device_context(p.device):
-                g = _widened(p.xp, grad_array(p), bits)
-                s = p.xp.sum(g * g)
-            key = (p.backend, p.device)
-            totals[key] = s if key not in totals else totals[key] + s
-        norm = math.sqrt(sum(float(s) for s in totals.values()))
+        # clip_grad_norm_'s norm (float16 gradients summed in float32), read on the host: the
+        # plain sum of squares first, and where a square overflowed (float32's past 1.8e19), the
+        # sum of the gradients divided by the largest magnitude, whose norm times that magnitude
+        # is the norm (a norm of inf would zero every gradient)
+        grads = [p.grad for p in params]
+        r, inv = norm_parts(grads, scaled=False)
+        if math.isinf(float(r)):
+            r, inv = norm_parts(grads)
+        norm = float(r) / float(inv)  # in float64: a norm past float32's fits
         rate = float(self.max_norm) / (norm + 1e-6)
         if rate < 1:
             for p in params:

@@ -1,6 +1,7 @@
 """Optimizer: the base class (target, hooks, per-parameter state, both call styles, saving)."""
 import functools
 import numbers
+import types
 from collections.abc import Mapping
 
 import backends
@@ -86,6 +87,10 @@ class Optimizer:
       Variable, or an iterable of Variables), then the hyperparameters as above; then
       `zero_grad()`, backward, `step()`.
 
+    Where the parameters come first, a hyperparameter after them goes by keyword wherever this
+    class's positional order (DeZero's) is not PyTorch's for that position (AdaDelta(params, 1.0):
+    PyTorch reads lr, DeZero rho): TypeError, saying so.
+
     `lr=` works for every optimizer (Adam's `lr=` sets `alpha`). Parameters whose grad is None are
     skipped. Updates run in place on the parameter's own array (no graph is recorded), and each
     parameter's state lives on its device, following it when it moves. The parameters must be
@@ -103,13 +108,19 @@ class Optimizer:
     True or False only), its per-parameter arrays in `state_names` (and integer counts in
     `state_counters`), and writes `update_one(param)`; a DeZero-style subclass that sets its own
     attributes in `__init__` and keeps its own state works too, but its state_dict() cannot
-    hold them, so its load_state_dict refuses. Optimizers can be copied with copy.deepcopy (the
+    hold them, so its load_state_dict refuses. gradcore's own optimizers refuse to have another
+    optimizer's hyperparameter set on them (SGD().momentum = 0.9, Adam().weight_decay = 0.5:
+    AttributeError, with the constructor's hints), which would change nothing; a subclass of
+    the user's sets what it likes. Optimizers can be copied with copy.deepcopy (the
     copy's state belongs to the copied parameters) and pickled; to save one to a file, use
     state_dict().
     """
 
     defaults = {}         # hyperparameter -> default, in DeZero's positional order
     aliases = {}          # another keyword (PyTorch's) -> the hyperparameter it sets
+    keywords = ()         # other keywords the constructor takes (Adam's betas)
+    # PyTorch's positional order after the parameters (None: no check, a user's class)
+    pytorch_order = None
     state_names = ()      # per-parameter arrays, zeros like the parameter at its first update
     state_counters = ()   # per-parameter integer counts, 0 at its first update (Adam's "step")
     counters = ()         # integer attributes saved with the state (Adam's count of steps t)
@@ -121,12 +132,21 @@ class Optimizer:
         for name in ("update", "step"):
             if name in cls.__dict__:
                 setattr(cls, name, _eager_in_replay(cls.__dict__[name]))
+        # the names __setattr__ looks at beyond `defaults`: aliases (set what they stand for)
+        # and, on gradcore's own classes, other optimizers' hyperparameters (refused). A name
+        # with a property of its own (Adam's lr, betas) is the property's
+        named = set(cls.aliases) | (_OTHER_HYPERPARAMETERS if cls.__module__.startswith(
+            "gradcore.") else set())
+        cls._redirected = frozenset(name for name in named - set(cls.defaults)
+                                    if not _has_setter(cls, name))
 
     def __init__(self, *args, **kwargs):
         where = type(self).__name__
         target = None
         if args and not _is_number(args[0]):
             target, args = _as_target(args[0], where), args[1:]
+            if args and self.pytorch_order is not None:
+                self._check_pytorch_order(args)
         values = self._bind(args, kwargs)
         self.target = target
         self.hooks = []
@@ -144,10 +164,37 @@ class Optimizer:
 
     def __setattr__(self, name, value):
         # a hyperparameter set later (by hand, or by a schedule at every step) is checked as the
-        # constructor checks it: one dict lookup for any other attribute
+        # constructor checks it: one dict lookup, and one set lookup for any other attribute
         if name in self.defaults:
             value = checked_value(type(self).__name__, name, value, self.defaults[name])
+        elif name in self._redirected:
+            target = self.aliases.get(name)
+            if target is None:  # another optimizer's: it would change nothing here
+                raise AttributeError(
+                    f"{type(self).__name__} has no hyperparameter {name!r}, so setting it would "
+                    f"change nothing; {_accepts(type(self), name)}")
+            name, value = target, checked_value(type(self).__name__, target, value,
+                                                self.defaults[target])
         object.__setattr__(self, name, value)
+
+    def _check_pytorch_order(self, args):
+        """TypeError unless each of `args` (hyperparameters given positionally after the
+        parameters) is at a position PyTorch's class reads as the same hyperparameter: there
+        PyTorch's order, not DeZero's, is what the caller expects."""
+        where = type(self).__name__
+        names, order = list(self.defaults), self.pytorch_order
+        for position, value in enumerate(args[:len(names)]):
+            theirs = order[position] if position < len(order) else None
+            if self.aliases.get(theirs, theirs) != names[position]:
+                raise TypeError(
+                    f"{where}(params, {', '.join(map(repr, args))}): hyperparameter "
+                    f"{position + 1} after the parameters is {names[position]} in {where}'s "
+                    f"positional order ({', '.join(names)}, DeZero's) but "
+                    + (f"{theirs} in PyTorch's ({', '.join(order)})" if theirs else
+                       f"PyTorch's takes {len(order)} ({', '.join(order)})")
+                    + f"; pass it by keyword: {names[position]}={value!r}"
+                    + (f", or {theirs}={value!r} as PyTorch reads it"
+                       if theirs in self.defaults or theirs in self.aliases else ""))
 
     def _bind(self, args, kwargs):
         """The hyperparameters from positional `args` and keyword `kwargs`, checked."""
@@ -166,15 +213,8 @@ class Optimizer:
         for key, value in kwargs.items():
             name = self.aliases.get(key, key)
             if name not in values:
-                hint = ""
-                if key == "weight_decay":
-                    hint = ("; for L2 weight decay use optimizer.add_hook(WeightDecay(rate)), "
-                            "or AdamW")
-                elif key == "momentum":
-                    hint = "; use MomentumSGD for momentum"
-                accepted = names + [a for a in self.aliases if a not in names]
-                raise TypeError(f"{where} got an unexpected keyword argument {key!r}; it accepts "
-                                f"{', '.join(accepted) or 'none'}{hint}")
+                raise TypeError(f"{where} got an unexpected keyword argument {key!r}; "
+                                f"{_accepts(type(self), key)}")
             if name in given:
                 raise TypeError(f"{where} got {name!r} twice"
                                 + (f" (as {key!r}, its alias)" if key != name else ""))
@@ -185,8 +225,9 @@ class Optimizer:
 
     @property
     def hyperparameters(self):
-        """The current hyperparameters, name -> value."""
-        return {name: getattr(self, name) for name in self.defaults}
+        """The current hyperparameters, name -> value, read-only: set one as an attribute
+        (optimizer.lr = 0.05), which checks it as the constructor does."""
+        return types.MappingProxyType({name: getattr(self, name) for name in self.defaults})
 
     def __repr__(self):
         args = ", ".join(f"{k}={v!r}" for k, v in self.hyperparameters.items())
@@ -478,7 +519,7 @@ class Optimizer:
         initial_lr = getattr(self, "initial_lr", None)
         saved = {
             "type": type(self).__name__,
-            "hyperparameters": self.hyperparameters,
+            "hyperparameters": dict(self.hyperparameters),
             "counters": {name: int(getattr(self, name)) for name in self.counters},
             "initial_lr": None if initial_lr is None else float(initial_lr),
             "shapes": [None if p.data is None else tuple(p.shape) for p in params],
@@ -554,6 +595,67 @@ class Optimizer:
 # The attributes every optimizer has, which state_dict() saves or which are the caller's to set
 # up again (the target and the hooks)
 _SAVED_ATTRIBUTES = frozenset({"target", "hooks", "state", "state_counts", "initial_lr"})
+
+# Hyperparameters of other optimizers, gradcore's and PyTorch's (and the ClipGrad hook's), which
+# gradcore's own optimizers refuse as attributes where they have no such hyperparameter
+_OTHER_HYPERPARAMETERS = frozenset({
+    "lr", "alpha", "momentum", "rho", "eps", "beta1", "beta2", "betas", "weight_decay",
+    "dampening", "nesterov", "maximize", "foreach", "differentiable", "fused", "capturable",
+    "amsgrad", "decoupled_weight_decay", "lr_decay", "initial_accumulator_value", "centered",
+    "lambd", "t0", "etas", "step_sizes", "momentum_decay", "beta2_decay", "max_norm",
+})
+
+
+def _has_setter(cls, name):
+    """True if `cls` has a property (a data descriptor) called `name`: its setter decides."""
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            return hasattr(type(vars(klass)[name]), "__set__")
+    return False
+
+
+def _accepted(cls):
+    """Every keyword `cls`'s constructor takes: the hyperparameters, their aliases, and others
+    (Adam's betas)."""
+    names = list(cls.defaults)
+    return names + [a for a in (*cls.aliases, *cls.keywords) if a not in names]
+
+
+def _accepts(cls, key):
+    """'it accepts ...' and a hint for `key`, a hyperparameter `cls` does not have: the end of
+    the error of the constructor given it, and of setting it later."""
+    hint = ""
+    if key == "weight_decay":
+        hint = "; for L2 weight decay use optimizer.add_hook(WeightDecay(rate)), or AdamW"
+    elif key == "momentum":
+        hint = ("; Adam's momentum is beta1 (betas[0])" if "beta1" in cls.defaults
+                else "; use MomentumSGD for momentum")
+    elif key == "max_norm":
+        hint = "; for gradient clipping use optimizer.add_hook(ClipGrad(max_norm))"
+    elif key == "lr_decay":
+        hint = "; for a decaying lr use a schedule from gradcore.optim.lr_scheduler"
+    elif key == "maximize":
+        hint = "; to maximize, minimize the negated objective"
+    else:
+        owners = sorted(k.__name__ for k in _gradcore_optimizers() if key in _accepted(k))
+        if owners:
+            hint = f"; {key} is {' and '.join(owners)}'s"
+    return f"it accepts {', '.join(_accepted(cls)) or 'none'}{hint}"
+
+
+def _gradcore_optimizers():
+    """gradcore's own optimizer classes (subclasses of Optimizer defined in gradcore)."""
+    found, todo = [], [Optimizer]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            todo.append(sub)
+            if sub.__module__.startswith("gradcore."):
+                found.append(sub)
+    return found
+
+
+Optimizer._redirected = frozenset()  # a user's subclass of the base sets what it likes
+
 
 # the base class's own steps too (__init_subclass__ wraps the subclasses')
 Optimizer.update = _eager_in_replay(Optimizer.update)

@@ -11,6 +11,7 @@ class SGD(Optimizer):
     """
 
     defaults = {"lr": 0.01}
+    pytorch_order = ("lr", "momentum", "dampening", "weight_decay", "nesterov")  # torch.optim.SGD
 
     def update_one(self, param):
         p, g = update_arrays(param)  # float16: in float32, rounded once at the write
@@ -35,6 +36,7 @@ class MomentumSGD(Optimizer):
     """
 
     defaults = {"lr": 0.01, "momentum": 0.9}
+    pytorch_order = SGD.pytorch_order  # PyTorch's SGD(params, lr, momentum): the same two
     state_names = ("v",)
 
     def update_one(self, param):

@@ -111,3 +111,106 @@ def test_clip_grad_norm_over_devices_and_dtypes(names):
     for p, case, g in zip(params, (first, second), (3.0, 4.0)):
         assert p.grad.device == case.device
         np.testing.assert_allclose(case.numpy(p.grad.data), [g * 2.5 / (5.0 + 1e-6)], rtol=1e-7)
+
+
+# ============================================================ found by a review
+def test_a_parameter_listed_twice_counts_once(xp2):
+    # a tied weight in list(enc.parameters()) + list(dec.parameters()): counted twice, the norm
+    # was 7.07 for 5 and the gradient scaled twice (|P.grad| 0.1 for max_norm 1)
+    P, Q = param_with_grad(xp2, [3.0, 4.0], "float64"), param_with_grad(xp2, [0.0], "float64")
+    total = clip_grad_norm_([P, Q, P], 1.0)
+    assert float(xp2.numpy(total.data)) == 5.0
+    np.testing.assert_allclose(xp2.numpy(P.grad.data), [3 / (5 + 1e-6), 4 / (5 + 1e-6)],
+                               rtol=1e-15)
+    P = param_with_grad(xp2, [3.0, -4.0], "float64")
+    clip_grad_value_([P, P], 1.0)
+    np.testing.assert_array_equal(xp2.numpy(P.grad.data), [1.0, -1.0])
+
+
+@pytest.mark.parametrize("max_norm", [-1.0, math.nan])
+def test_a_negative_or_nan_max_norm_is_refused(max_norm):
+    # -1 reversed every gradient, NaN made them NaN
+    P = param_with_grad(np, [3.0, 4.0], "float64")
+    with pytest.raises(ValueError, match=f"max_norm must be >= 0 .*, got {max_norm}"):
+        clip_grad_norm_([P], max_norm)
+    np.testing.assert_array_equal(P.grad.data, [3.0, 4.0])
+    with pytest.raises(ValueError, match="clip_value must be >= 0, got nan"):
+        clip_grad_value_([P], math.nan)
+
+
+def test_max_norm_inf_returns_the_norm_and_scales_nothing():
+    P = param_with_grad(np, [3.0, np.inf], "float64")
+    assert float(clip_grad_norm_([P], math.inf).data) == math.inf
+    np.testing.assert_array_equal(P.grad.data, [3.0, np.inf])  # not [nan, nan]
+
+
+def test_a_model_or_one_variable_is_accepted_and_anything_else_is_told_what_to_pass():
+    model = gradcore.nn.Linear(2, in_size=3)
+    model.W.grad = gradcore.Variable(np.full((3, 2), 10.0, np.float32), requires_grad=False)
+    total = clip_grad_norm_(model, 1.0)
+    np.testing.assert_allclose(float(total.data), np.sqrt(6) * 10, rtol=1e-6)
+    np.testing.assert_allclose(np.linalg.norm(model.W.grad.data), 1.0, rtol=1e-5)
+    clip_grad_value_(model, 0.1)
+    np.testing.assert_array_equal(model.W.grad.data, np.full((3, 2), 0.1, np.float32))
+
+    class Dezero:  # DeZero's params()
+        def __init__(self):
+            self.P = param_with_grad(np, [3.0, 4.0], "float64")
+
+        def params(self):
+            yield self.P
+    layer = Dezero()
+    assert float(clip_grad_norm_(layer, 1.0).data) == 5.0
+    P = param_with_grad(np, [3.0, 4.0], "float64")
+    assert float(clip_grad_norm_(P, 1.0).data) == 5.0
+    np.testing.assert_allclose(P.grad.data, [3 / (5 + 1e-6), 4 / (5 + 1e-6)], rtol=1e-15)
+    for bad, message in [(1.0, "a model .* a Variable, or an iterable of Variables.*got float"),
+                         (np.ones(2), "got ndarray"),
+                         (gradcore.nn.Linear, "got the class Linear, not a model"),
+                         ([P, np.ones(2)], "item 1 is a ndarray")]:
+        with pytest.raises(TypeError, match=message):
+            clip_grad_norm_(bad, 1.0)
+        with pytest.raises(TypeError, match=message):
+            clip_grad_value_(bad, 1.0)
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 3.0])
+def test_float32_gradients_whose_powers_overflow_still_give_their_norm(xp2, norm_type):
+    # 3e19 ** 2 is past float32's largest: the norm was inf and every gradient zeroed
+    P = param_with_grad(xp2, [3e19, 4e19], "float32")
+    other = param_with_grad(xp2, [0.0], "float32")
+    total = clip_grad_norm_([P, other], 1.0, norm_type=norm_type)
+    expected = (3.0 ** norm_type + 4.0 ** norm_type) ** (1 / norm_type) * 1e19
+    assert total.dtype == xp2.float32
+    np.testing.assert_allclose(float(xp2.numpy(total.data)), expected, rtol=1e-6)
+    np.testing.assert_allclose(xp2.numpy(P.grad.data), [3e19 / expected, 4e19 / expected],
+                               rtol=1e-6)
+
+
+def test_float16_gradients_give_their_p_norm():
+    P = param_with_grad(np, [300.0, 400.0], "float16")
+    total = clip_grad_norm_([P], 1.0, norm_type=3.0)
+    expected = (300.0 ** 3 + 400.0 ** 3) ** (1 / 3)
+    np.testing.assert_allclose(float(total.data), expected, rtol=1e-6)
+    np.testing.assert_allclose(P.grad.data.astype(np.float64), [300 / expected, 400 / expected],
+                               rtol=1e-3)
+
+
+def test_a_norm_past_float32s_range_comes_back_inf_with_the_gradients_still_scaled():
+    P = param_with_grad(np, [3e38, 3e38], "float32")
+    with pytest.warns(RuntimeWarning, match="overflow"):
+        total = clip_grad_norm_([P], 1.0)
+    assert float(total.data) == math.inf
+    np.testing.assert_allclose(P.grad.data, [2 ** -0.5] * 2, rtol=1e-6)
+
+
+def test_tiny_and_zero_gradients_keep_their_norm():
+    # scaled by the largest magnitude, a subnormal one neither overflows nor becomes 0 / 0
+    P = param_with_grad(np, [1e-45, 0.0], "float32")
+    assert float(clip_grad_norm_([P], 1.0).data) == float(np.float32(1e-45))
+    Z = param_with_grad(np, [0.0, 0.0], "float32")
+    assert float(clip_grad_norm_([Z], 1.0).data) == 0.0
+    np.testing.assert_array_equal(Z.grad.data, [0.0, 0.0])
+    empty = param_with_grad(np, [], "float32")
+    full = param_with_grad(np, [3.0, -4.0], "float32")
+    assert float(clip_grad_norm_([empty, full], 10.0, norm_type=math.inf).data) == 4.0

@@ -272,3 +272,46 @@ def test_orthogonal_on_a_dask_weight_larger_than_a_chunk():
         q = np.asarray(p.data.compute()).reshape(shape[0], -1) / 2
         gram = q.T @ q if q.shape[0] >= q.shape[1] else q @ q.T
         np.testing.assert_allclose(gram, np.eye(min(q.shape)), atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype, fill, message", [
+    ("float16", lambda p: init.constant_(p, 1e5),
+     r"constant_: value = 100000.0 does not fit the parameter's float16 \(finite numbers up to "
+     "65504 in magnitude\\)"),
+    ("float16", lambda p: init.constant_(p, 65520.0), "value = 65520.0 does not fit"),
+    ("float32", lambda p: init.constant_(p, 1e39), "value = 1e\\+39 does not fit .* float32"),
+    ("int8", lambda p: init.constant_(p, 300), r"value = 300 does not fit .* int8 \(-128 to 127\)"),
+    ("uint8", lambda p: init.constant_(p, -1), "value = -1 does not fit .* uint8"),
+    ("int64", lambda p: init.constant_(p, math.nan), "value = nan does not fit .* int64"),
+    ("float16", lambda p: init.uniform_(p, -1e5, 1e5), "uniform_: a = -100000.0 does not fit"),
+    ("float16", lambda p: init.normal_(p, 7e4, 1.0), "normal_: mean = 70000.0 does not fit"),
+    ("float16", lambda p: init.normal_(p, 0.0, 3e4),
+     r"normal_: draws of mean=0.0, std=30000.0 pass the largest number of the parameter's "
+     r"float16 \(65504\) and would be inf"),
+    ("float16", lambda p: init.orthogonal_(p, 1e6), "orthogonal_: gain = 1000000.0 does not fit"),
+    ("float16", lambda p: init.xavier_uniform_(p, 1e6), "xavier_uniform_: the bound gain"),
+])
+def test_a_value_the_parameters_dtype_cannot_hold_is_refused(dtype, fill, message):
+    # float16 constant_(p, 1e5) filled inf with only NumPy's cast warning; an int8 300 raised
+    # NumPy's OverflowError naming neither (CuPy wraps it)
+    p = parameter(np, (40, 30), dtype)
+    with pytest.raises(ValueError, match=message):
+        fill(p)
+    np.testing.assert_array_equal(p.data, np.zeros((40, 30)))  # unchanged
+
+
+def test_values_that_round_into_the_dtype_are_taken():
+    p = parameter(np, (3,), "float16")
+    init.constant_(p, 65519.0)  # rounds to 65504, float16's largest
+    assert p.data.tolist() == [65504.0] * 3
+    init.constant_(p, math.inf)  # asked for: as PyTorch's fill_
+    assert p.data.tolist() == [math.inf] * 3
+    q = parameter(np, (3,), "uint8")
+    init.constant_(q, -0.5)  # truncated to 0, as PyTorch's fill_
+    assert q.data.tolist() == [0] * 3
+    r = parameter(np, (2000,), "float32")
+    init.uniform_(r, -3e38, 3e38)  # b - a overflows float32: scaled in halves
+    assert np.isfinite(r.data).all() and r.data.min() < -1e38 and r.data.max() > 1e38
+    s = parameter(np, (2000,), "float16")
+    init.normal_(s, 0.0, 5e3)  # checked, and every draw fits
+    assert np.isfinite(s.data).all() and 1e4 < np.abs(s.data).max() < 65504

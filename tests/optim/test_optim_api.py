@@ -432,3 +432,136 @@ def test_adam_does_not_count_a_step_whose_hook_raised():
     with pytest.raises(RuntimeError, match="hook"):
         opt.update()
     assert opt.t == 0 and p.data.tolist() == [1.0] * 3
+
+
+# ============================================================ found by a review: silent settings
+def steps_of(optimizer, W, n=5):
+    """W's values after `n` steps of `optimizer` with gradients [1, -2] * k."""
+    for k in range(1, n + 1):
+        with_grad(W, [1.0 * k, -2.0 * k])
+        optimizer.step()
+    return W.data.copy()
+
+
+@pytest.mark.parametrize("make, name, value, message", [
+    (Adam, "weight_decay", 0.5, r"Adam has no hyperparameter 'weight_decay'.*WeightDecay\(rate\)"),
+    (SGD, "momentum", 0.9, "SGD has no hyperparameter 'momentum'.*use MomentumSGD"),
+    (Adam, "momentum", 0.9, "Adam's momentum is beta1"),
+    (SGD, "nesterov", True, "it accepts lr$"),
+    (AdaGrad, "rho", 0.9, "AdaGrad has no hyperparameter 'rho'.*rho is AdaDelta's"),
+    (MomentumSGD, "betas", (0.9, 0.99), "betas is Adam and AdamW's"),
+    (Adam, "amsgrad", True, "it accepts alpha, beta1, beta2, eps, lr, betas"),
+    (AdaDelta, "lr_decay", 0.1, "lr_scheduler"),
+    (SGD, "max_norm", 1.0, r"add_hook\(ClipGrad\(max_norm\)\)"),
+])
+def test_setting_a_hyperparameter_the_optimizer_does_not_have_raises(make, name, value, message):
+    # before, the attribute was set and never read: the steps were those of the defaults
+    W = param()
+    optimizer = make([W], lr=0.1)
+    with pytest.raises(AttributeError, match=message):
+        setattr(optimizer, name, value)
+    assert name not in vars(optimizer)
+    untouched = param()
+    np.testing.assert_array_equal(steps_of(optimizer, W), steps_of(make([untouched], lr=0.1),
+                                                                  untouched))
+
+
+def test_adam_betas_set_later_set_beta1_and_beta2_as_the_constructor_does():
+    W, V = param(), param()
+    optimizer = Adam([W], lr=0.1)
+    optimizer.betas = (0.0, 0.5)
+    assert (optimizer.beta1, optimizer.beta2, optimizer.betas) == (0.0, 0.5, (0.0, 0.5))
+    np.testing.assert_array_equal(steps_of(optimizer, W),
+                                  steps_of(Adam([V], lr=0.1, betas=(0.0, 0.5)), V))
+    with pytest.raises(ValueError, match="beta2 must be a finite number >= 0 and < 1"):
+        optimizer.betas = (0.3, 1.0)
+    with pytest.raises(TypeError, match=r"betas must be a pair \(beta1, beta2\), got 0.5"):
+        optimizer.betas = 0.5
+    assert optimizer.betas == (0.0, 0.5)  # neither changed
+    assert optimizer.state_dict()["hyperparameters"]["beta2"] == 0.5
+    with pytest.raises(AttributeError, match="set alpha instead"):
+        optimizer.lr = 0.5  # Adam's lr is the bias-corrected step size
+
+
+def test_hyperparameters_is_read_only_and_state_dict_holds_a_plain_dict():
+    import pickle
+
+    optimizer = Adam([param()], lr=0.1)
+    with pytest.raises(TypeError, match="does not support item assignment"):
+        optimizer.hyperparameters["alpha"] = 1.0
+    assert optimizer.alpha == 0.1 and "set one as an attribute" in type(
+        optimizer).hyperparameters.__doc__
+    saved = optimizer.state_dict()["hyperparameters"]
+    assert type(saved) is dict and pickle.loads(pickle.dumps(saved)) == saved
+    assert optimizer.hyperparameters == {"alpha": 0.1, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8}
+
+
+def test_a_users_subclass_still_sets_attributes_of_its_own():
+    class Momentum(Optimizer):  # DeZero's MomentumSGD as the book writes it (step 46)
+        def __init__(self, lr=0.1, momentum=0.9):
+            super().__init__()
+            self.lr, self.momentum, self.vs = lr, momentum, {}
+
+        def update_one(self, param):
+            v = self.vs.setdefault(id(param), np.zeros_like(param.data))
+            v *= self.momentum
+            v -= self.lr * param.grad.data
+            param.data += v
+
+    class DecayingSGD(SGD):  # a subclass of gradcore's: sets another optimizer's name
+        def __init__(self, *args, weight_decay=0.5, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.weight_decay = weight_decay
+
+        def update_one(self, param):
+            param.data -= self.lr * (param.grad.data + self.weight_decay * param.data)
+
+    W = with_grad(param([1.0]), [1.0])
+    optimizer = Momentum().setup([W])
+    optimizer.update()
+    optimizer.update()
+    np.testing.assert_allclose(W.data, [1.0 - 0.1 - 0.19])
+    optimizer.momentum = 0.5
+    assert optimizer.momentum == 0.5
+    V = with_grad(param([1.0]), [1.0])
+    DecayingSGD([V], lr=0.1).step()
+    np.testing.assert_allclose(V.data, [1.0 - 0.1 * 1.5])
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda p: AdaDelta(p, 1.0),
+     r"AdaDelta\(params, 1.0\): hyperparameter 1 after the parameters is rho in AdaDelta's "
+     r"positional order \(rho, eps, lr, DeZero's\) but lr in PyTorch's \(lr, rho, eps, "
+     r"weight_decay\); pass it by keyword: rho=1.0, or lr=1.0 as PyTorch reads it"),
+    (lambda p: AdaGrad(p, 0.1, 0.01), "hyperparameter 2 after the parameters is eps in AdaGrad's"
+     r" positional order \(lr, eps, DeZero's\) but lr_decay in PyTorch's"),
+    (lambda p: Adam(p, 0.01, 0.5), "hyperparameter 2 .* is beta1 .* but betas in PyTorch's"),
+    (lambda p: AdamW(p, 0.01, 0.5, 0.6), "is beta1 .* but betas in PyTorch's"),
+])
+def test_hyperparameters_after_the_parameters_that_pytorch_reads_otherwise_are_refused(
+        make, message):
+    # AdaDelta(params, 1.0) read 1.0 as rho, where PyTorch's Adadelta reads lr: 4.7 off after
+    # 20 steps, silently
+    with pytest.raises(TypeError, match=message):
+        make([param()])
+
+
+def test_hyperparameters_after_the_parameters_that_pytorch_reads_alike_are_kept():
+    W = param()
+    assert SGD([W], 0.1).lr == 0.1
+    momentum = MomentumSGD([W], 0.1, 0.5)
+    assert (momentum.lr, momentum.momentum) == (0.1, 0.5)
+    assert Adam([W], 0.01).alpha == AdamW([W], 0.01).alpha == 0.01
+    assert AdaGrad([W], 0.1).lr == 0.1
+    assert AdaDelta([W], lr=0.5, rho=0.8).rho == 0.8
+    # DeZero's style (no parameters first) keeps DeZero's order
+    assert (AdaDelta(0.8, 1e-5).rho, AdaGrad(0.1, 0.01).eps) == (0.8, 0.01)
+
+
+def test_every_keyword_the_constructor_accepts_is_listed():
+    with pytest.raises(TypeError, match="'amsgrad'; it accepts alpha, beta1, beta2, eps, lr, "
+                                        "betas$"):
+        Adam(amsgrad=True)
+    with pytest.raises(TypeError, match="it accepts alpha, beta1, beta2, eps, weight_decay, lr, "
+                                        "betas$"):
+        AdamW(nesterov=True)

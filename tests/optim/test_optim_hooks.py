@@ -268,3 +268,26 @@ def test_a_first_hook_that_raises_gets_no_note():
         optimizer.update()
     assert getattr(raised.value, "__notes__", None) is None
     np.testing.assert_array_equal(W.grad.data, [3.0, 3.0])
+
+
+# ============================================================ found by a review
+def test_clip_grad_takes_the_norm_of_float32_gradients_whose_squares_overflow(xp2):
+    # 3e19 ** 2 is past float32's largest: the norm was inf and both gradients zeroed
+    W = gradcore.Parameter(xp2.asarray([0.0, 0.0], "float32"))
+    W.grad = gradcore.Variable(xp2.asarray([3e19, 4e19], "float32"), requires_grad=False)
+    b = gradcore.Parameter(xp2.asarray([0.0], "float32"))
+    b.grad = gradcore.Variable(xp2.asarray([1.0], "float32"), requires_grad=False)
+    optimizer = SGD([W, b], lr=1.0)
+    optimizer.add_hook(ClipGrad(1.0))
+    optimizer.step()
+    np.testing.assert_allclose(xp2.numpy(W.data), [-0.6, -0.8], rtol=1e-6)
+    np.testing.assert_allclose(xp2.numpy(b.data), [-2e-20], rtol=1e-6)
+
+
+def test_clip_grad_scales_a_norm_past_float32s_range():
+    W = gradcore.Parameter(np.zeros(2, np.float32))
+    W.grad = gradcore.Variable(np.full(2, 3e38, np.float32), requires_grad=False)
+    optimizer = SGD([W], lr=1.0)
+    optimizer.add_hook(ClipGrad(1.0))
+    optimizer.step()
+    np.testing.assert_allclose(W.data, [-(2 ** -0.5)] * 2, rtol=1e-6)
