@@ -5177,3 +5177,411 @@ def test_an_attribute_of_a_module_the_step_reached_set_anew_records_again():
     gradcore.manual_seed(9)
     assert same(compiled(x).data, want)
     assert compiled.stats()["recordings"] == 5
+
+
+# ------------------------------------------------------------------------------ grads returned
+@pytest.mark.parametrize("after", ["zero_grad", "cleargrad", "grad = None", "weight decay",
+                                   "adam, zero_grad"])
+def test_a_grad_returned_is_this_calls_where_the_step_clears_or_replaces_it_after(after):
+    """`g = W.grad; opt.step(); opt.zero_grad(); return g` (PyTorch's order): d sum(W * x) / dW = x,
+    so each call returns its own x. A replay handed back the recording's grad Variable at every
+    call ([1, 10] four times) where W.grad was no longer it at the step's end, and `g * 2.0`
+    after that read the recording's g."""
+    def make():
+        W = gradcore.Parameter(np.array([1.0, 2.0]))
+        opt = (optim.Adam if after.startswith("adam") else optim.SGD)(lr=0.1).setup([W])
+        if after == "weight decay":
+            opt.add_hook(optim.WeightDecay(0.5))  # sets W.grad to another Variable in the step
+
+        def step(x):
+            W.cleargrad()
+            F.sum(W * x).backward()
+            g = W.grad
+            opt.update()
+            if after.endswith("zero_grad"):
+                opt.zero_grad()
+            elif after == "cleargrad":
+                W.cleargrad()
+            elif after == "grad = None":
+                W.grad = None
+            return g, W.grad, g * 2.0  # g read after too: the recording's g was read
+        return W, step
+
+    (eager_W, eager), (W, step) = make(), make()
+    compiled = gradcore.compile(step)
+    kept = []
+    for i in range(1, 6):
+        x = np.array([float(i), 10.0 * i])
+        want, got = eager(x), compiled(x)
+        assert got[0].data.tolist() == want[0].data.tolist() == x.tolist()
+        assert (got[1] is None) == (want[1] is None) and got[0] is not got[1]
+        assert got[2].data.tolist() == want[2].data.tolist() == (2.0 * x).tolist()
+        assert got[0].requires_grad is False and same(W.data, eager_W.data)
+        kept.append(got[0])
+    assert [g.data.tolist() for g in kept] == [[i, 10.0 * i] for i in range(1, 6)]
+    assert compiled.stats()["replays"] == 4 and compiled.stats()["fallbacks"] == 0
+
+
+def test_a_grad_returned_that_its_variable_keeps_is_that_variables_grad():
+    """Kept as W.grad, the grad returned is W.grad at a replay too (one object, as eagerly); a
+    grad from before the step, set between calls and returned untouched, is the one set."""
+    W = gradcore.Parameter(np.array([1.0, 2.0]))
+    opt = optim.SGD(lr=0.1).setup([W])
+
+    @gradcore.compile
+    def step(x):
+        W.cleargrad()
+        F.sum(W * x).backward()
+        opt.update()
+        return W.grad
+
+    @gradcore.compile
+    def read(x):
+        return F.sum(W * x), W.grad
+
+    for i in range(1, 5):
+        g = step(np.array([float(i), 1.0]))
+        assert g is W.grad and g.data.tolist() == [float(i), 1.0]
+        W.grad = gradcore.Variable(np.array([-i, 2.0 * i]))
+        assert read(np.ones(2))[1] is W.grad
+    assert step.stats()["replays"] == read.stats()["replays"] == 3
+
+
+def test_a_grad_from_before_the_step_returned_after_the_step_changed_it_runs_eagerly():
+    """No replay could hand back the grad a later call finds there: eager, with a warning
+    naming the step's return statement."""
+    W = gradcore.Parameter(np.array([1.0, 2.0]))
+
+    def step(x):
+        loss = F.sum(W * x)
+        old = W.grad
+        W.cleargrad()
+        loss.backward()
+        return old  # the line the warning names
+
+    compiled = gradcore.compile(step)
+    line = step.__code__.co_firstlineno + 5
+    for i in range(3):
+        W.grad = gradcore.Variable(np.array([float(i), 0.0]))
+        set_before = W.grad
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert compiled(np.ones(2)) is set_before
+        assert len(caught) == (i == 0)
+    assert compiled.stats()["replays"] == 0
+    assert compiled.stats()["why eager"][0].endswith(f"at {__file__}:{line}")
+
+
+def test_a_broadcast_bias_grad_returned_after_the_update_replays():
+    """b (3,) added to x (2, 3): its grad is a sum_to the engine wraps in a Variable of its own;
+    that made the step run eagerly ("return a value computed by gradcore ops"), though it is one,
+    and the warning named the call, not the step. d sum(x * b) / db = the column sums of x."""
+    b = gradcore.Parameter(np.full(3, 0.5))
+    opt = optim.SGD(lr=0.1).setup([b])
+
+    @gradcore.compile
+    def step(x):
+        loss = F.sum(x * b)
+        b.cleargrad()
+        loss.backward()
+        opt.update()
+        return b.grad
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for i in range(1, 5):
+            g = step(np.full((2, 3), 0.1 * i))
+            assert g is b.grad and same(g.data, np.full(3, 0.2 * i))
+    assert step.stats()["replays"] == 3
+
+
+def test_a_fallback_the_result_causes_names_the_steps_return_statement():
+    def step(x):
+        delta = gradcore.Variable(np.zeros(3))
+        return F.sum(x * delta), delta  # the line named
+
+    compiled = gradcore.compile(step)
+    with pytest.warns(RuntimeWarning, match=_NOT_ITS_OWN) as caught:
+        compiled(np.ones(3))
+    line = step.__code__.co_firstlineno + 2
+    assert str(caught[0].message).endswith(f"at {__file__}:{line}")
+    assert caught[0].filename == __file__  # the warning itself points at the call
+
+
+# ------------------------------------------------------------------------------ methods
+class _Trainer:
+    """A trainer whose step is compiled in its class's body."""
+
+    scale = 1.0  # a class's default, set on an object later
+
+    def __init__(self, lr=0.1):
+        np.random.seed(0)
+        self.model = nn.Linear(2, in_size=3)
+        self.opt = optim.SGD(lr=lr).setup(self.model)
+
+    @gradcore.compile
+    def step(self, x):
+        loss = F.sum(self.model(x) ** 2) * self._weight()
+        self.model.cleargrads()
+        loss.backward()
+        self.opt.update()
+        return loss
+
+    def _weight(self):
+        return self.scale  # read by a method the step calls
+
+
+def test_a_method_compiled_in_its_class_binds_to_each_object():
+    """`@gradcore.compile` on a method raised "missing 1 required positional argument" (self
+    never bound). Each object gets its own compiled step at its first lookup, kept on it: its
+    own tapes, dying with it; a copy.copy makes its own; Class.step takes the object."""
+    import copy
+    import pickle
+    a, b, eager_a, eager_b = _Trainer(), _Trainer(0.01), _Trainer(), _Trainer(0.01)
+    x = np.ones((4, 3))
+    for _ in range(4):
+        assert same(a.step(x), _Trainer.step.fn(eager_a, x))
+        assert same(b.step(x), _Trainer.step.fn(eager_b, x))
+    assert a.step is a.step and a.step is not b.step
+    assert same(a.model.W.data, eager_a.model.W.data)
+    assert a.step.stats()["replays"] == b.step.stats()["replays"] == 3
+    recordings = _Trainer.step.stats()["recordings"]  # the class's, not the objects'
+    assert same(_Trainer.step(b, x), _Trainer.step.fn(eager_b, x))  # b an argument here
+    assert _Trainer.step.stats()["recordings"] == recordings + 1
+    c = copy.copy(a)
+    c.model = b.model  # c's step steps c's model, not a's
+    assert c.step is not a.step and c.step.fn.__self__ is c
+    for copier in (copy.deepcopy, lambda t: pickle.loads(pickle.dumps(t))):
+        again = copier(a)
+        assert again.step.fn.__self__ is again and again.step.stats()["tapes"] == 0
+        assert same(again.step(x), a.step(x))
+    dead = weakref.ref(a)
+    del a, c
+    gc.collect()
+    assert dead() is None
+
+    class Slotted:
+        __slots__ = ("w",)
+
+        @gradcore.compile
+        def step(self, x):
+            return x
+
+    with pytest.raises(TypeError, match=r"keeps it in the object's __dict__, which Slotted "
+                                        r"objects lack \(__slots__\): add '__dict__'"):
+        Slotted().step
+
+
+class _PlainTrainer:
+    """A trainer that is no Module, compiling its bound method: its attributes are no Module's,
+    whose changes Modules count."""
+
+    scale = 1.0
+
+    def __init__(self, lr=0.1):
+        np.random.seed(0)
+        self.model = nn.Linear(2, in_size=3)
+        self.opt = optim.SGD(lr=lr).setup(self.model)
+
+    def _step(self, x):
+        loss = F.sum(self.model(x) ** 2) * self._weight()
+        self.model.cleargrads()
+        loss.backward()
+        self.opt.update()
+        return loss
+
+    def _weight(self):
+        return self.scale
+
+
+class _SlottedTrainer(_PlainTrainer):
+    __slots__ = ("model", "opt", "scale")  # read through their slots, not the __dict__
+
+
+@pytest.mark.parametrize("form", ["bound", "in the class", "slots"])
+def test_the_attributes_a_bound_step_reads_of_its_object_are_part_of_the_key(form):
+    """`self.step = gradcore.compile(self._step)`, then `self.opt` (an SGD of lr 0: no step),
+    `self.model` or `self.scale` (read by a method the step calls; a class attribute, then
+    the object's) set to another: the next call records again. Replays kept the old ones: the
+    weights moved by 10.31 under the lr-0 optimizer."""
+    def make():
+        if form == "in the class":
+            t = _Trainer()
+            return t, lambda x: t.step(x), lambda x: _Trainer.step.fn(t, x)
+        t = (_SlottedTrainer if form == "slots" else _PlainTrainer)()
+        if form == "slots":
+            t.scale = 1.0
+        return t, gradcore.compile(t._step), t._step
+
+    (t, compiled, _), (eager_t, _, eager) = make(), make()
+    x = np.ones((4, 3))
+
+    def other(_):
+        np.random.seed(1)  # one for each trainer, alike
+        return nn.Linear(2, in_size=3)
+
+    changes = [("opt", lambda o: optim.SGD(lr=0.0).setup(o.model)),
+               ("scale", lambda o: 3.0), ("model", other),
+               ("opt", lambda o: optim.SGD(lr=0.05).setup(o.model))]
+    for name, value in [(None, None), *changes]:
+        if name is not None:
+            setattr(t, name, value(t))
+            setattr(eager_t, name, value(eager_t))
+        for _ in range(3):
+            w = t.model.W.data.copy()
+            assert same(compiled(x), eager(x)), name
+            assert same(t.model.W.data, eager_t.model.W.data), name
+        if name == "opt" and value(t).lr == 0.0:
+            assert same(t.model.W.data, w)  # an SGD of lr 0 left it as it was
+    step = t.step if form == "in the class" else compiled
+    assert step.stats()["recordings"] == 5 and step.stats()["replays"] == 10
+
+
+def test_a_bound_step_whose_objects_attribute_changes_at_each_call_says_which():
+    t = _PlainTrainer()
+    compiled = gradcore.compile(t._step, cache_size=1)
+    x = np.ones((4, 3))
+    with pytest.warns(RuntimeWarning, match=r"differed in the attribute 'scale' of the object it "
+                                            r"is bound to: pass what changes as an argument"):
+        for scale in (1.0, 2.0):
+            t.scale = scale
+            compiled(x)
+
+
+def _scaled(v, s=2.0):
+    return v * s
+
+
+def test_replaced_default_arguments_record_again():
+    """A tape took the defaults as they were: `step.__defaults__` replaced (a new default value),
+    a keyword-only default set, a helper's defaults replaced, each recorded again; replays used
+    the old ones (call 2: -3.6358714 eagerly, -1.2119571 replayed). Defaults are keyed by
+    identity: a dict default changed in place stays a constant, as a global dict's items do."""
+    W = gradcore.Parameter(np.array([1.0, -2.0]))
+
+    def step(x, s=1.0, *, k=1.0):
+        return F.sum(_scaled(W * x)) * s * k
+
+    compiled = gradcore.compile(step)
+    x = np.array([0.5, 0.25])
+
+    def defaults_of_step(f):
+        f.__defaults__ = (3.0,)
+
+    def keyword_default(f):
+        f.__kwdefaults__["k"] = 5.0
+
+    def keyword_defaults(f):
+        f.__kwdefaults__ = {"k": -1.0}
+
+    def helpers_default(f):
+        _scaled.__defaults__ = (7.0,)
+
+    try:
+        for change in (None, defaults_of_step, keyword_default, keyword_defaults, helpers_default):
+            if change is not None:
+                change(step)
+            for _ in range(2):
+                assert same(compiled(x), step(x)), change
+    finally:
+        _scaled.__defaults__ = (2.0,)
+    assert compiled.stats()["recordings"] == 5 and compiled.stats()["replays"] == 5
+
+
+# ------------------------------------------------------------------------------ Ctrl-C
+def _interrupting(code, line):
+    """A trace function raising KeyboardInterrupt where `code` first reaches `line`, as a Ctrl-C
+    landing there would; and the list it notes that in."""
+    hit = []
+
+    def local(frame, event, arg):
+        if event == "line" and frame.f_lineno == line and not hit:
+            hit.append(line)
+            raise KeyboardInterrupt
+        return local
+
+    return (lambda frame, event, arg: local if frame.f_code is code and not hit else None), hit
+
+
+def _free(lock):
+    """True if another thread can take `lock` now."""
+    taken = []
+
+    def take():
+        taken.append(lock.acquire(blocking=False))
+        if taken[0]:
+            lock.release()
+    thread = threading.Thread(target=take)
+    thread.start()
+    thread.join()
+    return taken == [True]
+
+
+def test_a_ctrl_c_anywhere_in_a_recording_leaves_the_process_usable():
+    """A KeyboardInterrupt at each line of the code that starts, runs and ends a recording
+    (injected by a trace function, as r_ki_start.py did) propagates as itself, and leaves no
+    recorder installed, no Variable holding a traced array, no lock held: the next calls record
+    and replay as eager code runs. It left the recorder installed, its contents cleared: every
+    `.data` of any Variable then raised AttributeError "'Recorder' object has no attribute
+    'adopted'" until the process restarted (or a ValueError from list.remove took its place)."""
+    import backends
+    from gradcore import variable
+    from gradcore.compile import trace
+    compiled_module = sys.modules["gradcore.compile"]
+
+    def make():
+        W = gradcore.Parameter(np.array([[1.0, 2.0], [3.0, 4.0]]))
+        opt = optim.SGD(lr=0.1).setup([W])
+
+        def step(x):
+            loss = F.sum(F.tanh(F.matmul(x, W)))
+            W.cleargrad()
+            loss.backward()
+            opt.update()  # a release in the middle of the step too
+            return loss, W.grad
+        return W, step
+
+    plain = {backend: backend.plain for backend in backends.registered()}
+    lock = compiled_module._recording_lock
+    x = np.array([[0.5, -1.0]])
+    tried = 0
+    functions = [getattr(compiled_module.Compiled, name) for name in (
+        "_record", "_without_tape", "_record_without_collector")]
+    functions += [getattr(compiled_module, name) for name in ("_start", "_stop", "_uninstall",
+                                                              "_abandon", "_ended")]
+    functions += [compiled_module._alone.__enter__, compiled_module._alone.__exit__]
+    functions += [getattr(trace.Recorder, name) for name in ("release", "restore", "forget",
+                                                             "opaque")]
+    for fn in functions:
+        code = fn.__code__
+        for line in sorted({line for _, _, line in code.co_lines()
+                            if line is not None and line > code.co_firstlineno}):
+            W, step = make()
+            compiled = gradcore.compile(step)
+            tracer, hit = _interrupting(code, line)
+            before = sys.gettrace()
+            sys.settrace(tracer)
+            try:
+                compiled(x)
+            except KeyboardInterrupt:
+                pass
+            finally:
+                sys.settrace(before)
+            if not hit:  # a line only an error reaches
+                continue
+            tried += 1
+            where = f"{fn.__qualname__}:{line}"
+            assert variable.step_recorder is None and trace.recorder() is None, where
+            assert compiled_module._recording == [None], where
+            assert compiled_module._recording_thread == [None], where
+            assert _free(lock) and compiled_module._running_calls == [], where
+            assert all(backend.plain == value for backend, value in plain.items()), where
+            assert not isinstance(W._data, trace.Traced), where
+            assert W._grad is None or not isinstance(W._grad._data, trace.Traced), where
+            assert gc.isenabled(), where
+            eager_W, eager = make()
+            eager_W.data = W.data.copy()
+            for _ in range(3):
+                assert same(compiled(x), eager(x)), where
+            assert same(W.data, eager_W.data), where
+    assert tried > 100, tried

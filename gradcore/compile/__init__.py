@@ -10,6 +10,7 @@ are honoured. A step that reads a traced value on the host (`float(loss)`, `.ite
 or whose shapes depend on values stays eager for those arguments, with one warning naming the
 line.
 """
+import builtins
 import collections
 import contextlib
 import dis
@@ -49,7 +50,9 @@ __all__ = ["compile", "Compiled", "ReplayMismatch"]
 # tape, and one forgotten costs a recording when it comes back (a step cycling through more
 # shapes than this that all fall back records at every call), so many are kept
 EAGER_KEYS_KEPT = 1024
-_recording_lock = threading.Lock()  # one recording at a time: it switches the fast path off
+# One recording at a time: it switches the fast path off. Reentrant only to be asked whether
+# this thread holds it (_is_owned), by _ended after an interrupted recording
+_recording_lock = threading.RLock()
 # While a thread records, the Variables its step touches hold traced arrays: no compiled call in
 # another thread may run then. Each call enters its thread's id here for as long as it runs
 # (list.append and list.remove: no lock taken on a cache hit); a recording, once it holds the
@@ -76,12 +79,12 @@ def _after_fork():
     global _recording_lock, _checking
     me = _get_ident()
     if _recording_thread[0] != me:
-        _recording_lock = threading.Lock()
+        _recording_lock = threading.RLock()
         _recording_thread[0] = None
         if _recording[0] is not None:
-            # ended as its thread would have: the Variables it adopted get their arrays back,
-            # and the ops and grads that would wait for it (Recorder.wait_for_release) go on
-            _stop(*_recording[0])
+            # ended as a recording cut short is: the Variables it adopted get their arrays
+            # back, and the ops and grads that would wait for it (Recorder.wait_for_release) go on
+            _abandon(*_recording[0])
     if _collector_stopped_by[0] not in (None, me):
         _collector_stopped_by[0] = None
         gc.enable()
@@ -145,6 +148,9 @@ class Compiled:
         # name: keyed by identity from then on (see _key)
         self._by_identity = {}
         self._also = ()  # hooks of the user's a recording ran, not reached by name: followed too
+        self._method = None  # the Compiled of a class whose __get__ made this one for an object
+        # the name in an object's __dict__ under which __get__ keeps the one made for it
+        self._per_object = f"{getattr(self, '__qualname__', self.__name__)} (gradcore.compile)"
 
     def __call__(self, *args, **kwargs):
         if kwargs:
@@ -155,8 +161,8 @@ class Compiled:
             self._counts["eager calls"] += 1
             return self.fn(*args)
         me = _get_ident()
-        _running_calls.append(me)  # before _recording_thread is read: see _alone
         try:
+            _running_calls.append(me)  # before _recording_thread is read: see _alone
             recording_thread = _recording_thread[0]
             if recording_thread is not None:
                 if recording_thread == me:
@@ -190,12 +196,57 @@ class Compiled:
             self._counts["replays"] += 1
             return _results(tape.results, arrays, args)
         finally:
-            _running_calls.remove(me)
+            try:
+                _running_calls.remove(me)
+            except ValueError:  # not put in (a Ctrl-C), or taken out by a recording one cut short
+                pass
+
+    def __get__(self, obj, kind=None):
+        """`obj.step`, for a function compiled in a class's body (`@gradcore.compile` over `def
+        step(self, x)`), as a function is bound: that function bound to obj, compiled for obj
+        alone, its tapes its own (obj's attributes the step reads are part of their keys, as
+        for `gradcore.compile(obj.step)`). Made at the first lookup on obj and kept in obj's
+        __dict__, under a name no code spells (it lives and dies with obj; a copy.copy of obj,
+        which finds it there, makes its own); `Class.step` is this object, which takes the
+        object as its first argument."""
+        if obj is None:
+            return self
+        try:  # the lookups after the first: ~2,000 instructions
+            bound = obj.__dict__[self._per_object]
+            if bound.fn.__self__ is obj:
+                return bound
+        except (AttributeError, KeyError, TypeError):
+            pass
+        return self._bind(obj)
+
+    def _bind(self, obj):
+        """The Compiled of this function bound to obj, made now (see __get__)."""
+        if self.fn.__class__ is not types.FunctionType:
+            return self  # a partial or a callable object is not bound, as in a class
+        namespace = _namespace(obj)
+        if namespace.__class__ is not dict:
+            raise TypeError(
+                f"gradcore.compile: {type(obj).__name__}.{self.__name__} compiles the method for "
+                f"each object, and keeps it in the object's __dict__, which "
+                f"{type(obj).__name__} objects lack (__slots__): add '__dict__' to __slots__, "
+                f"or compile the bound method yourself (self.step = gradcore.compile(self._step))")
+        bound = Compiled(types.MethodType(self.fn, obj), self.cache_size, self.check,
+                         self.graphs)
+        bound._method = self
+        namespace[self._per_object] = bound
+        return bound
 
     def __reduce__(self):
         """Pickled and deep-copied as the function it compiles, compiled again, with no tape (a
         tape holds this process's arrays and code); one its module names (`@gradcore.compile`
-        on a definition) by that name, as a function is."""
+        on a definition) by that name, as a function is; one a method's lookup made for an
+        object (__get__) as that lookup on the object."""
+        if self._method is not None:
+            obj = self.fn.__self__
+            for cls in type(obj).__mro__:
+                for name, value in (_namespace(cls) or {}).items():
+                    if value is self._method:
+                        return getattr, (obj, name)
         named = sys.modules.get(getattr(self, "__module__", None))
         for part in getattr(self, "__qualname__", "").split("."):
             named = getattr(named, part, None)
@@ -268,7 +319,12 @@ class Compiled:
             if self._keys_recorded == self.cache_size + 1:
                 self._warn_of_new_keys(key, surroundings)
             self._last_key = key
-        return self._record(key, args)
+        try:
+            return self._record(key, args)
+        finally:
+            if _collector_stopped_by[0] == _get_ident():  # a Ctrl-C cut _ended short
+                gc.enable()
+                _collector_stopped_by[0] = None
 
     def _note_grads_recording(self, key):
         """A call records because neither tape of its key is for the grads present now (a tape
@@ -324,17 +380,15 @@ class Compiled:
         rec = trace.Recorder()
         # A recording makes many objects and frees none: the collector's passes over them would
         # cost about as much again as the recording (measured on chain and wide), to find nothing
+        me = _get_ident()
         collecting = gc.isenabled()
         if collecting:  # named first, and cleared last: a fork in between finds it
-            _collector_stopped_by[0] = _get_ident()
-        gc.disable()
+            _collector_stopped_by[0] = me
         try:
+            gc.disable()
             return self._record_without_collector(key, args, rec)
         finally:
-            rec.forget()
-            if collecting:
-                gc.enable()
-                _collector_stopped_by[0] = None
+            _ended(rec, me, collecting)
 
     def _record_without_collector(self, key, args, rec):
         with _alone():
@@ -365,7 +419,9 @@ class Compiled:
                 result = self.fn(*seen)
                 slots = []
                 rec.results_shaped, rec.results_shared = {}, False
+                rec.returning = self.fn  # a fallback it finds names the return statement
                 shape = _shape(rec, result, slots, args)
+                rec.returning = None
                 if rec.results_shared:
                     shape = ("shared", shape)
             finally:
@@ -658,25 +714,32 @@ class _alone:
                 raise RuntimeError(
                     f"gradcore.compile: a recording waited {trace.WAIT_SECONDS} s for another "
                     "recording to end")
-        except BaseException:
-            _running_calls.extend([me] * self.count)
+            _recording_thread[0] = me
+            deadline = time.monotonic() + trace.WAIT_SECONDS
+            while any(other != me for other in list(_running_calls)):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"gradcore.compile: a recording waited {trace.WAIT_SECONDS} s for "
+                        "compiled calls in other threads to end; one of them may be waiting for "
+                        "this thread. Call each compiled step once per signature before threads "
+                        "call them, or call them from one thread")
+                time.sleep(1e-4)
+        except BaseException:  # a Ctrl-C too: nothing left held
+            self.__exit__(None, None, None)
             raise
-        _recording_thread[0] = me
-        deadline = time.monotonic() + trace.WAIT_SECONDS
-        while any(other != me for other in list(_running_calls)):
-            if time.monotonic() > deadline:
-                self.__exit__(None, None, None)
-                raise RuntimeError(
-                    f"gradcore.compile: a recording waited {trace.WAIT_SECONDS} s for compiled "
-                    "calls in other threads to end; one of them may be waiting for this thread. "
-                    "Call each compiled step once per signature before threads call them, or "
-                    "call them from one thread")
-            time.sleep(1e-4)
 
     def __exit__(self, *_):
-        _recording_thread[0] = None
-        _recording_lock.release()
-        _running_calls.extend([self.me] * self.count)
+        # each part in a finally of the one before, so that one Ctrl-C landing on any line
+        # leaves the others done (_ended does again what it cut short)
+        try:
+            if _recording_thread[0] == self.me:
+                _recording_thread[0] = None
+        finally:
+            try:
+                if _recording_lock._is_owned():
+                    _recording_lock.release()
+            finally:
+                _running_calls.extend([self.me] * self.count)
 
 
 # ------------------------------------------------------------------------------ keys
@@ -1128,6 +1191,8 @@ def _reachable(roots):
                 todo.extend(((obj.__self__, named), (obj.__func__, named)))
             elif what is staticmethod:  # or a classmethod, in a class's namespace
                 todo.append((obj.__func__, named))
+            elif what is Compiled:  # a compiled step it calls, or a method compiled for obj
+                todo.append((obj.fn, named))
             elif what is functools.partial:
                 todo.extend((item, named) for item in (obj.func, *obj.args,
                                                        *obj.keywords.values()))
@@ -1160,6 +1225,8 @@ def _reach_kind(kind, obj):
         return tuple, iterate
     if kind is staticmethod or kind is classmethod:
         return staticmethod, None
+    if issubclass(kind, Compiled):  # its function; not its tapes (what they hold is theirs)
+        return Compiled, None
     if backends.backend_of(obj) is not None:  # an array (a backend knows it by its type)
         return _SKIP, None
     return _OBJECT, _slot_descriptors(kind)
@@ -1267,14 +1334,18 @@ def _unfollowed_hooks(surroundings, modules, variables):
 
 def _surroundings(fn, also=()):
     """A function of no arguments giving the identities of what `fn` reads from outside its
-    arguments by name: the contents of its closure cells and the globals its code reads, its
-    comprehensions', lambdas' and inner functions' included, and so for each function of the
-    user's that it reaches by a global name, and each hook registered on a Module or Variable it
-    reaches so (a model rebound to another, a Python number a global holds changed: another key,
-    so a new recording), and for the functions `also` (hooks a recording ran). Attributes of
-    those objects are not followed (Modules count their own changes: structure_changes). What
-    stays the same from call to call is looked up once, here (again when a call finds no tape:
-    see Compiled.__call__). Its `followed`: the ids of the code objects whose reads it gives."""
+    arguments by name: the contents of its closure cells, its default arguments (the tuple of
+    them, and each keyword-only one) and the globals its code reads, its comprehensions',
+    lambdas' and inner functions' included, and so for each function of the user's that it
+    reaches by a global name, and each hook registered on a Module or Variable it reaches so (a
+    model rebound to another, a Python number a global holds changed: another key, so a new
+    recording), and for the functions `also` (hooks a recording ran). For a method bound to an
+    object (not a Module, which counts its own changes), also the object's own attributes its
+    code reads by name (`self.opt`, `self.scale`: its __dict__ entries or __slots__), and those
+    the methods of its class that it reads so read (`self._loss(...)`). Attributes of those
+    objects are not followed (Modules count their own changes: structure_changes). What stays
+    the same from call to call is looked up once, here (again when a call finds no tape: see
+    Compiled.__call__). Its `followed`: the ids of the code objects whose reads it gives."""
     fn = _unwrapped(fn)  # a partial's fixed arguments are constants of the tape, as attributes
     if (getattr(fn, "__code__", None) is None and getattr(fn, "__func__", None) is None
             and not isinstance(fn, type) and hasattr(type(fn), "__call__")
@@ -1289,24 +1360,73 @@ def _surroundings(fn, also=()):
         read.objects = lambda: (bound_to,)  # noqa: E731
         read.followed = frozenset()
         return read
-    cells, spaces, names, labels, followed = _reads(fn, also)
-    contents = operator.attrgetter("cell_contents")
-
-    def read():
-        try:  # in C, by map(): a cache hit reads these at every call
-            return (owner, *map(id, map(contents, cells)),
-                    *map(id, map(dict.get, spaces, names)))
-        except ValueError:  # a cell not yet filled (its content None)
-            return (owner, *map(id, map(_content, cells)), *map(id, map(dict.get, spaces, names)))
+    cells, spaces, names, holders, held, labels, followed = _reads(fn, also, bound_to)
+    read = _reader(owner, cells, spaces, names, holders, held)
 
     def objects():
         """What read() gives the ids of: a tape keyed on them holds them, so that no other
         object takes one of their ids while it lives."""
-        return (bound_to, *map(_content, cells), *map(dict.get, spaces, names))
+        return (bound_to, *map(_content, cells), *map(dict.get, spaces, names),
+                *map(_attribute, holders, held))
     read.labels = ["the object it is bound to", *labels]  # what each entry of its key is
     read.objects = objects
     read.followed = followed
     return read
+
+
+def _attribute(obj, name):
+    return getattr(obj, name, None)
+
+
+def _reader(owner, cells, spaces, names, holders, held):
+    """_surroundings' read(): a cache hit reads what the step reads from outside at every call,
+    so each is spelled out in the source of a function made here (`_id(c0.cell_contents)`,
+    `_id(_get(s0, 'model'))`, `_id(h0.__defaults__)`), which takes the objects it reads as
+    default arguments (locals: steps whose reads look alike share the code, and no cache of
+    globals). By map() over the lists, as before, read() cost ~5,000 instructions more a call
+    (cachegrind, an empty step reading two globals: 7,700 against 2,200; ~700 an entry)."""
+    parameters, values, entries = ["owner", "slow", "_id", "_get"], [owner, None, id, dict.get], []
+    for i, cell in enumerate(cells):
+        parameters.append(f"c{i}")
+        values.append(cell)
+        entries.append(f"_id(c{i}.cell_contents)")
+    numbers = {}  # id(namespace read) -> its number: one parameter per namespace
+    for space, name in zip(spaces, names):
+        number = numbers.get(id(space))
+        if number is None:
+            number = numbers[id(space)] = len(numbers)
+            parameters.append(f"s{number}")
+            values.append(space)
+        entries.append(f"_id(_get(s{number}, {name!r}))")
+    for i, (holder, name) in enumerate(zip(holders, held)):
+        parameters.append(f"h{i}")
+        values.append(holder)
+        entries.append(f"_id(h{i}.{name})")  # `name` an identifier: __defaults__, a slot's
+
+    def slow():  # a cell not yet filled, a slot not set: their None
+        return (owner, *map(id, map(_content, cells)), *map(id, map(dict.get, spaces, names)),
+                *map(id, map(_attribute, holders, held)))
+    values[1] = slow
+    code = _reader_code(", ".join(parameters), "".join(entry + ", " for entry in entries))
+    return types.FunctionType(code, _READER_GLOBALS, "read", tuple(values))
+
+
+_READER_GLOBALS = {"__builtins__": builtins}
+
+
+@functools.lru_cache(maxsize=256)
+def _reader_code(parameters, entries):
+    """The code of a read(<parameters>) returning `(owner, <entries>)` (see _reader): compiled
+    once for each (~400,000 instructions, a third of a small step's recording), as every
+    recording asks again for the same."""
+    source = (f"def read({parameters}):\n"
+              "    try:\n"
+              f"        return (owner, {entries})\n"
+              "    except (ValueError, AttributeError):\n"
+              "        return slow()\n")
+    namespace = {}
+    exec(builtins.compile(source, "<gradcore.compile surroundings>", "exec"), namespace)
+    return namespace.pop("read").__code__  # popped: no cycle of it and its globals left
 
 
 def _change(old, new, surroundings):
@@ -1419,16 +1539,27 @@ def _signature(part):
     return f"a {kind.__name__} object"
 
 
-def _reads(fn, also=()):
+def _reads(fn, also=(), bound_to=None):
     """What `fn`, the functions `also`, and each function of the user's they reach by global
     names or closure variables (transitively; for a Module, the forward of each of its modules
-    and the hooks registered on them and on their Variables; for a Variable, its hooks) read
-    from outside: their closure cells, each global name read with the globals it is read from
-    (two lists, side by side), a label for each cell and name, in that order, and the ids of the
-    code objects followed."""
-    cells, spaces, names, seen = [], [], [], set()
-    todo = [*also, *([fn] if getattr(fn, "__code__", None) is not None else [])]
-    cell_labels, name_labels = [], []
+    and the hooks registered on them and on their Variables; for a Variable, its hooks; for a
+    step bound to `bound_to`, the methods of its class it reads by name: see _instance_reads)
+    read from outside: their closure cells; each name read with the namespace it is read from
+    (two lists, side by side: the globals, each keyword-only default in __kwdefaults__, and the
+    attributes of `bound_to` in its __dict__); the objects whose attributes are read by getattr
+    and those attributes' names (two lists: a function's __defaults__ and __kwdefaults__, a
+    slot of `bound_to`); a label for each, in that order; the ids of the code objects
+    followed."""
+    cells, spaces, names, holders, held, seen = [], [], [], [], [], set()
+    cell_labels, name_labels, held_labels = [], [], []
+    namespace, attributes, slots, methods = _instance_reads(bound_to, fn)
+    spaces += [namespace] * len(attributes)
+    names += attributes
+    name_labels += [f"the attribute {name!r} of the object it is bound to" for name in attributes]
+    holders += [bound_to] * len(slots)
+    held += slots
+    held_labels += [f"the attribute {name!r} of the object it is bound to" for name in slots]
+    todo = [*also, *methods, *([fn] if getattr(fn, "__code__", None) is not None else [])]
     while todo:
         f = todo.pop()
         if id(f.__code__) in seen:
@@ -1442,7 +1573,24 @@ def _reads(fn, also=()):
         spaces += [f.__globals__] * len(read)
         names += read
         name_labels += [f"the global {name!r}{where}" for name in read]
-        for value in [*map(f.__globals__.get, read), *map(_content, f.__closure__ or ())]:
+        # the defaults: the tuple (immutable: replaced as a whole), and the keyword-only ones
+        # (a dict: the dict, and what each of its names holds)
+        defaults, keyword_defaults = f.__defaults__, f.__kwdefaults__
+        if defaults is not None:
+            holders.append(f)
+            held.append("__defaults__")
+            held_labels.append(f"the default arguments of {f.__qualname__}")
+        if keyword_defaults is not None or f.__code__.co_kwonlyargcount:
+            holders.append(f)
+            held.append("__kwdefaults__")
+            held_labels.append(f"the keyword-only defaults of {f.__qualname__}")
+        if keyword_defaults:
+            spaces += [keyword_defaults] * len(keyword_defaults)
+            names += list(keyword_defaults)
+            name_labels += [f"the default of {name!r} of {f.__qualname__}"
+                            for name in keyword_defaults]
+        for value in [*map(f.__globals__.get, read), *map(_content, f.__closure__ or ()),
+                      *(defaults or ()), *(keyword_defaults or {}).values()]:
             # a function it reaches by name; the forward of each module of a model it does, and
             # the hooks on those modules and their Variables; a Variable's hooks. Asked of
             # type(value): isinstance asks value.__class__ too, which imports a lazy import
@@ -1457,7 +1605,78 @@ def _reads(fn, also=()):
             else:
                 continue
             todo += [g for called in reached for g in _user_functions(called)]
-    return cells, spaces, names, cell_labels + name_labels, frozenset(seen)
+    # in the order read() gives them: cells, names in namespaces, attributes by getattr
+    return (cells, spaces, names, holders, held, cell_labels + name_labels + held_labels,
+            frozenset(seen))
+
+
+def _instance_reads(obj, fn):
+    """What a step `fn` bound to `obj` reads of obj's own attributes by name: (obj's __dict__,
+    the names read there, the names of its __slots__ read, the methods of its class it reads by
+    name, whose code is followed too). The names are the attributes its code reads (of any
+    object: a name obj lacks, in its __dict__ and its class, is left out), each in obj's
+    __dict__ or its class (a class attribute is keyed by the instance's entry, absent until one
+    is set: `self.scale = 3.0` over a class's `scale = 1.0`). None of it for a Module (its own
+    attribute changes are counted: structure_changes), a class, or code not the user's."""
+    if (obj is None or isinstance(obj, type) or issubclass(type(obj), Module)
+            or getattr(fn, "__code__", None) is None or not _users_code(fn.__code__)):
+        return None, [], [], []
+    kind = type(obj)
+    namespace = _namespace(obj)
+    if namespace.__class__ is not dict:
+        namespace = None
+    slots = {descriptor.__name__ for descriptor in _slot_descriptors(kind)}
+    attributes, slotted, methods = [], [], []
+    found, todo, seen = set(), [fn.__code__], set()
+    while todo:
+        code = todo.pop()
+        if id(code) in seen:
+            continue
+        seen.add(id(code))
+        for name in _attribute_names(code):
+            if name in found:
+                continue
+            found.add(name)
+            if name in slots:
+                slotted.append(name)
+                continue
+            in_class = _class_attribute(kind, name)
+            if namespace is not None and (name in namespace or in_class is not _ABSENT):
+                attributes.append(name)
+            if type(in_class) is types.FunctionType and _users_code(in_class.__code__):
+                methods.append(in_class)  # self._loss(...): what it reads, read too
+                todo.append(in_class.__code__)
+    return namespace, attributes, slotted, methods
+
+
+_ABSENT = object()
+
+
+def _class_attribute(kind, name):
+    """`name` as the class `kind` holds it (in its namespace or a base's: no descriptor runs),
+    or _ABSENT."""
+    for cls in kind.__mro__:
+        namespace = _namespace(cls)
+        if namespace is not None and name in namespace:
+            return namespace[name]
+    return _ABSENT
+
+
+def _attribute_names(code):
+    """The attribute names `code`, and the code objects made in it, read (`self.opt`, also
+    `x.data`: of any object)."""
+    names = _ATTRIBUTE_NAMES.get(code)
+    if names is None:
+        names = [instruction.argval for instruction in dis.get_instructions(code)
+                 if instruction.opname in ("LOAD_ATTR", "LOAD_METHOD")]
+        for constant in code.co_consts:
+            if isinstance(constant, types.CodeType):
+                names += _attribute_names(constant)
+        names = _ATTRIBUTE_NAMES[code] = tuple(dict.fromkeys(names))
+    return names
+
+
+_ATTRIBUTE_NAMES = weakref.WeakKeyDictionary()  # code object -> _attribute_names(code)
 
 
 def _content(cell):
@@ -1491,7 +1710,8 @@ _GLOBAL_NAMES = weakref.WeakKeyDictionary()  # code object -> _global_names(code
 # ------------------------------------------------------------------------------ recording
 def _start(rec):
     """Make `rec` the recorder and send every op through Function._call, where inputs are
-    adopted; returns what _stop puts back."""
+    adopted; returns what _stop puts back. Noted in _recording before anything is set, so that
+    a recording cut short anywhere from here on (a Ctrl-C) is ended by _ended."""
     plain = {backend: backend.plain for backend in backends.registered()}
     _recording[0] = rec, plain
     trace._active.recorder = rec
@@ -1510,17 +1730,58 @@ def _start(rec):
 
 
 def _stop(rec, plain):
+    """End the recording `rec`: the recorder uninstalled, the Variables it touched given their
+    arrays back, the lines that leave them as the step did written. _recording is cleared last:
+    one cut short (an exception, a Ctrl-C) is ended again by _ended."""
+    _uninstall(plain)
+    rec.release(last=True)
+    rec.finished.set()  # other threads waiting for its Variables go on
+    _recording[0] = None
+
+
+def _uninstall(plain):
+    """Every op back on its own path (`plain`, as _start found it), no recorder: done again as
+    often as need be."""
     trace._active.recorder = None
     _variable.step_recorder = None
     if _RLOCK is not None:
         _BIT_GENERATOR_MODULE.RLock = _RLOCK
     for backend, value in plain.items():
         backend.plain = value
+
+
+def _abandon(rec, plain):
+    """End the recording `rec` that _stop did not end: the recorder uninstalled, the Variables it
+    touched given their arrays back, writing no line (no tape is made of it)."""
+    _uninstall(plain)
+    rec.restore()
+    rec.finished.set()
+    _recording[0] = None
+
+
+def _ended(rec, me, collecting):
+    """After the recording `rec` in the thread `me`, however it ended: one that _stop did not
+    end (a Ctrl-C between _start and _stop, or inside either) is abandoned, and the recording
+    lock is let go (a Ctrl-C inside _alone.__exit__); then the recording is forgotten, and the
+    collector turned back on. Each part runs in a finally of the one before: one Ctrl-C landing
+    on any line leaves the others done (the lines of the last part: see Compiled._without_tape)."""
     try:
-        rec.release(last=True)
+        try:
+            running = _recording[0]
+            if running is not None and running[0] is rec:
+                _abandon(rec, running[1])
+        finally:
+            try:
+                if _recording_thread[0] == me:
+                    _recording_thread[0] = None
+            finally:
+                if _recording_lock._is_owned():
+                    _recording_lock.release()
+        rec.forget()
     finally:
-        rec.finished.set()  # other threads waiting for its Variables go on
-        _recording[0] = None
+        if collecting:
+            gc.enable()
+            _collector_stopped_by[0] = None
 
 
 def _shape(rec, value, slots, args, logs=None):
@@ -1552,6 +1813,26 @@ def _shape(rec, value, slots, args, logs=None):
             shaped = rec.results_shaped[id(value)] = (
                 "variable", len(slots) - 1, value.name, None if log is None else logs.get(id(log)))
             return shaped
+        stored = rec.grads_stored.get(id(value))
+        if stored is not None and stored[0] is value:
+            # a grad the step computed, which a line stores into a Variable: a new one at each
+            # call. That Variable's grad still, it is the one a replay leaves there (the same
+            # object, as eagerly); else (cleared or replaced since: opt.zero_grad() after
+            # opt.step(), a WeightDecay hook) a new Variable over the array the line stores
+            for line in rec.lines:
+                if line.kind == "store_grad":
+                    owner = line.target  # an argument's index, or the Variable
+                    if (args[owner] if owner.__class__ is int else owner)._grad is value:
+                        return ("grad", owner)
+            traced = stored[1]
+            if value._data is not traced.value:  # its data set since, by an optimizer's hook
+                rec.give_up("the step returns a grad whose data was set after it was stored "
+                            "(in an optimizer's step or hook), which a replay cannot hand back: "
+                            "return the grad's data before the optimizer step, or a copy of it")
+                return ("object", value)
+            rec.hands_out(traced)
+            slots.append(traced.slot)
+            return ("variable", len(slots) - 1, value.name, None)
         if rec.made_here.get(id(value)) is value:  # Variable(np.zeros(3)) or Variable(BUF)
             # eagerly a new one at each call, over memory that may be the user's: a replay can
             # neither hand out this one again nor a copy of it
@@ -1564,6 +1845,15 @@ def _shape(rec, value, slots, args, logs=None):
                 owner = line.target  # an argument's index, or the Variable
                 if (args[owner] if owner.__class__ is int else owner)._grad is value:
                     return ("grad", owner)
+        if rec.grads_found.get(id(value)) is value:
+            # a grad from before the step: the one its Variable has at a replay's end, as long
+            # as the step left it there (one set between calls is another object each call)
+            for v in (*rec.touched, *(a for a in args if isinstance(a, Variable))):
+                if v._grad is value:
+                    return ("grad", rec.site(v))
+            rec.give_up("the step returns the grad a Variable had before it ran, and then set "
+                        "or cleared that Variable's grad: a replay would hand back this one "
+                        "again. Return its data (v.grad.data) before changing it")
         return ("object", value)
     kind = value.__class__
     if kind in (tuple, list):

@@ -13,6 +13,8 @@ sees their values as they are then. What a tape cannot replay (a value read on t
 that depends on values) marks the recording as a fallback: the step then stays eager.
 """
 import bisect
+import dis
+import functools
 import operator
 import os
 import sys
@@ -165,6 +167,25 @@ def _users_code(code):
     return not os.path.abspath(code.co_filename).startswith(_LIBRARIES)
 
 
+def _returned_at(fn):
+    """'file:line' of the return statement of the step `fn` (a function of the user's, or a
+    partial of one, a bound method, an object with __call__), 'file:line, line' where it has
+    several; None where it is not the user's code."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    fn = getattr(fn, "__func__", fn)
+    if not isinstance(fn, types.FunctionType):
+        fn = getattr(getattr(type(fn), "__call__", None), "__func__", None)
+    code = getattr(fn, "__code__", None)
+    if code is None or not _users_code(code):
+        return None
+    returns = {i.offset for i in dis.get_instructions(code)
+               if i.opname in ("RETURN_VALUE", "RETURN_CONST")}
+    lines = sorted({line for start, end, line in code.co_lines()
+                    if line is not None and any(start <= r < end for r in returns)})
+    return f"{code.co_filename}:{', '.join(map(str, lines))}" if lines else None
+
+
 def _user_frame():
     """'file:line' of the innermost frame of the user's code: where it asked, maybe through
     NumPy (np.nonzero runs x.nonzero()), for what the tape cannot replay."""
@@ -311,6 +332,12 @@ class Recorder:
         # an item of a tuple result): a line lending memory checks its inputs' at each replay
         self.layouts = {}
         self.grad_owners = {}       # id(grad Variable) -> the adopted Variable it is the grad of
+        # id(grad Variable) -> (it, its Traced) for each grad the step made that a line stores
+        # into a Variable (release): returned, a replay hands out a Variable over that array
+        self.grads_stored = {}
+        self.grads_found = {}       # id -> each grad Variable from before the step it met
+        # the step, while its result is looked at (Compiled): a fallback then names its return
+        self.returning = None
         # the step created weights (lazy layers), or left an outside Variable's data with
         # another shape, dtype or library (a growing memory): the next call records again
         self.record_again = False
@@ -364,9 +391,8 @@ class Recorder:
         holding its arrays and, through the touched parameters, the model until the collector
         ran. A tape has its own references to what it took. What stays is what a traced array
         kept past the recording may still ask (_check_not_in_use)."""
-        thread, finished = self.thread, self.finished
-        self.__dict__.clear()
-        self.thread, self.finished = thread, finished
+        # one statement: a Ctrl-C cannot land between dropping the rest and keeping these
+        self.__dict__ = {"thread": self.thread, "finished": self.finished}
 
     # ------------------------------------------------------------ slots and lines
     def new_slot(self):
@@ -520,9 +546,11 @@ class Recorder:
         return found
 
     def give_up(self, reason):
-        """The step cannot be replayed: keep the first reason and where it arose."""
+        """The step cannot be replayed: keep the first reason and where it arose (the step's
+        return statement, for a reason found in its result)."""
         if self.fallback is None:
-            self.fallback = (reason, _user_frame())
+            where = None if self.returning is None else _returned_at(self.returning)
+            self.fallback = (reason, where or _user_frame())
 
     def template(self, value):
         """`value` as a line argument: Ref for a Traced or a known non-array result, containers
@@ -688,11 +716,23 @@ class Recorder:
             self.append("constant", data, out=slot)
             self.layouts[slot] = getattr(data, "strides", None)
         else:
-            backend = trace_backend(v._backend)
-            slot = self.new_slot()
             owner = self.grad_owners.get(id(v))
             if owner is not None and owner._grad is not v:
                 owner = None
+            stored = self.grads_stored.get(id(v)) if owner is None else None
+            if stored is not None and stored[0] is v:
+                # a grad the step made, which a line stored into a Variable whose grad it is no
+                # more (cleared since, or replaced by an optimizer's hook): at a replay that
+                # line stores a new Variable, so the tape reads the array it stored, in its
+                # slot, not this Variable
+                if data is stored[1].value:
+                    v._data, v._backend = stored[1], stored[1].backend
+                    return stored[1]
+                self.give_up("the step read a grad whose data was set (in an optimizer's step or "
+                             "hook) after its Variable's grad was cleared or replaced, which a "
+                             "replay cannot find: read it before the optimizer step")
+            backend = trace_backend(v._backend)
+            slot = self.new_slot()
             first_made = (owner is None and self.made_here.get(id(v)) is v
                           and id(v) not in self.made_read)
             # held from the start, as the loads' memory from their time: an optimizer step
@@ -720,6 +760,7 @@ class Recorder:
             grad = v._grad  # the grad Variable may be another object when the tape replays
             if grad is not None and not isinstance(grad._data, Traced):
                 self.grad_owners[id(grad)] = v
+                self.grads_found[id(grad)] = grad
         traced = backend.traced(data, slot, self)
         v._data, v._backend = traced, backend
         return traced
@@ -737,6 +778,7 @@ class Recorder:
         grad = value._grad  # a replay adds to the grad the argument has then, not to this one
         if grad is not None and not isinstance(grad._data, Traced):
             self.grad_owners[id(grad)] = value
+            self.grads_found[id(grad)] = grad
         value._data = trace_backend(value._backend).traced(value._data, slot, self)
         value._backend = value._data.backend
         return value
@@ -899,6 +941,7 @@ class Recorder:
         grad = v._grad
         if not isinstance(grad._data, Traced):
             self.grad_owners.setdefault(id(grad), v)
+            self.grads_found[id(grad)] = grad
 
     def module_state(self, module, name):
         """The step set `module.name` to a Variable, or cleared one there (an RNN's hidden
@@ -994,11 +1037,29 @@ class Recorder:
         self.adopted = {}
         self.grad_owners = {}
 
+    def restore(self):
+        """Give each Variable the step touched (and its grad, and a Variable it kept on a
+        module) its real arrays back, writing no line: for a recording that its last release
+        did not end (a Ctrl-C cut it short), of which no tape is made. Done again as often as
+        need be."""
+        for entry in list(self.adopted.values()):
+            v = entry.variable
+            for w in (v, v._grad):
+                if w is not None and isinstance(w._data, Traced):
+                    w._data, w._backend = w._data.value, w._data.backend.inner
+        for module, name in self.module_states:
+            v = getattr(module, name, None)
+            if isinstance(v, _variable.Variable) and isinstance(v._data, Traced):
+                v._data, v._backend = v._data.value, v._data.backend.inner
+
     def _real(self, v):
-        """A Variable made in the step: its real array back, its slot as a line argument."""
+        """A Variable made in the step, a grad that a line stores: its real array back, its
+        slot as a line argument."""
         data = v._data
         if isinstance(data, Traced):
             v._data, v._backend = data.value, data.backend.inner
+            if data.recorder is self:
+                self.grads_stored[id(v)] = (v, data)
             return self.template(data)
         return data
 
