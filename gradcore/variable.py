@@ -502,6 +502,13 @@ class Variable:
             raise TypeError("iteration over a 0-d Variable")
         return (self[i] for i in range(self._data.shape[0]))
 
+    def __contains__(self, value):
+        # `0.5 in x` would compare each row with ==, which is identity here (as in DeZero):
+        # always False, never an error
+        raise TypeError("`value in x` is not supported on a Variable: == compares Variables by "
+                        "identity, so it would always be False; test the values instead, e.g. "
+                        "bool((x.numpy() == value).any())")
+
     def __reduce_ex__(self, protocol):
         # copy.copy, copy.deepcopy and pickle: while a step is recorded, the copy's array is
         # made where the tape cannot see it (a model snapshot taken in the step would be the

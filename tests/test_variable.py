@@ -155,6 +155,14 @@ def test_iterating_a_0d_variable_is_an_error():
             consume(loss)
 
 
+def test_in_is_an_error_not_always_false():
+    """== is identity, so `value in x` would be False for every value."""
+    x = Variable(np.array([-1.0, 0.5]))
+    with pytest.raises(TypeError, match="test the values instead"):
+        0.5 in x
+    assert x in [x] and Variable(np.array(0.5)) not in [x]  # lists of Variables: by identity
+
+
 def test_item(xp):
     value = var(xp, 3.5).item()
     assert value == 3.5 and type(value) is float
