@@ -56,8 +56,11 @@ def _sync_anomaly():
 
 
 def _set_anomaly(value):
+    # grad mode and anomaly mode share the variable the hot path reads (see ANOMALY): switching
+    # anomaly mode switches that variable too, unless grad mode is off
     token = _anomaly.set(bool(value))
-    return token, _recording.set(_recording.get() is not False and (ANOMALY if value else True))
+    recording = _recording.get() is not False and (ANOMALY if value else True)
+    return token, _recording.set(recording), recording
 
 
 class _Config:
@@ -274,9 +277,12 @@ class set_detect_anomaly:
 
 
 def _reset_anomaly(tokens):
-    anomaly, recording = tokens
-    _recording.reset(recording)
+    anomaly, token, recording = tokens
     _anomaly.reset(anomaly)
+    if _recording.get() is recording:  # grad mode as the block found it: left unset if it was,
+        _recording.reset(token)        # which keeps later sets cheaper (see _entered)
+    else:  # grad mode switched in the block (Config.enable_backprop = False) stays switched,
+        _sync_anomaly()  # as after set_detect_anomaly's block and PyTorch's detect_anomaly
 
 
 class detect_anomaly(_Switch):

@@ -28,12 +28,15 @@ anew); anything else (a weight replaced before backward, state changed on an obj
 a Module) is refused, as its gradients would go elsewhere.
 """
 import contextvars
+import sys
+import traceback
 
 import backends
 
 from . import engine, random
 from . import variable as _variables
-from .config import Config, enable_grad, is_grad_enabled, recomputation, using_config
+from .config import (Config, anomaly_on, enable_grad, is_grad_enabled, recomputation,
+                     using_config)
 from .function import Function, _base_of
 from .variable import Variable, sequence, share_versions, variables_returned
 
@@ -81,6 +84,8 @@ def checkpoint(fn, *args):
                                         for i in where]))
         _results(out)
         return out
+    # in anomaly mode: the stack its errors show for the block's ops, recomputed in backward
+    called_at = _called_at() if anomaly_on() else None
     first = args[where[0]]
     backend = first.backend if isinstance(first, Variable) else backends.backend_of(first)
     device = first.device if isinstance(first, Variable) else backend.device_of(first)
@@ -147,7 +152,7 @@ def checkpoint(fn, *args):
             "create them first: call the model once outside checkpoint, or give the layer its "
             "input size")
     nodes = [Checkpoint(fn, args, where, draws, Config.train, stage,
-                        (list(at.values()), count, kept, states))
+                        (list(at.values()), count, kept, states), called_at)
              for stage in _stages(ours, list(at.values()), leaves, start)]
     kind = type(out)
     # the write log each result shared in the first run: a View's result (v[0:2], W.T) shares
@@ -159,6 +164,8 @@ def checkpoint(fn, *args):
     for node in nodes:
         given = [*inputs, *[results[k] for k in node.behind]]
         ys = node(*given)
+        if called_at is not None and getattr(node, "_anomaly", None) is not None:
+            node._anomaly.stack = called_at  # where the block was called, not this line
         for k, y in zip(node.positions, ys if isinstance(ys, tuple) else (ys,)):
             results[k] = y
             # an input's array or a view of it (a.T): as View's results. Where the library
@@ -346,8 +353,11 @@ class Checkpoint(Function):
     """The node of a checkpointed block: its forward hands on the results computed when the
     block ran; its backward computes the block again and differentiates it."""
 
-    def __init__(self, fn, args, where, draws, train, stage, block):
+    def __init__(self, fn, args, where, draws, train, stage, block, called_at):
         self.fn, self.args, self.where = fn, args, where
+        # in anomaly mode, the stack of the call of checkpoint as anomaly errors show it (see
+        # _as_first_run); None otherwise
+        self.called_at = called_at
         self.draws, self.train = draws, train  # a closed random.DrawLog
         # the arrays it hands on, which of fn's results they are, and which of fn's results
         # (other nodes' outputs) are its last inputs: see _stages
@@ -417,6 +427,8 @@ class Checkpoint(Function):
             _variables.hooks_registered.reset(token)
             _take_off(registered, start)
         self._check_reads(outputs, arguments, start)
+        if self.called_at is not None and anomaly_on():
+            _restack(outputs, start, self.called_at)
         return outputs
 
     def _check_values(self, outputs):
@@ -586,3 +598,57 @@ def _take_off(registered, start):
         if x.creator is not None and x.creator.sequence > start:
             continue
         handle._take_off(x)  # its own registration: not a copy the block or its caller added
+
+
+# Anomaly mode's stacks. An op the recomputation runs records the stack of backward (the walk,
+# this file, then the block); anomaly errors about it show the first run's instead: the call of
+# checkpoint, then the block's frames below it, as without checkpoint.
+
+_FILE = checkpoint.__code__.co_filename
+_RUN_AGAIN = Checkpoint._run_again.__code__
+
+
+def _as_first_run(stack, called_at):
+    """`stack` (a traceback.StackSummary) as the block's first run had it: taken while a block
+    is computed again (under Checkpoint._run_again), `called_at` (the first run's stack up to
+    the call of checkpoint; None: that run was outside anomaly mode, and `stack` stays as it
+    is) followed by the frames below the innermost _run_again; checkpoint's own frames left
+    out."""
+    last = None
+    for i, frame in enumerate(stack):
+        if frame.filename == _FILE and frame.name == "_run_again":
+            last = i
+    if last is None:
+        return traceback.StackSummary.from_list([f for f in stack if f.filename != _FILE])
+    if called_at is None:
+        return stack
+    return traceback.StackSummary.from_list(
+        [*called_at, *(f for f in stack[last + 1:] if f.filename != _FILE)])
+
+
+def _called_at():
+    """The stack of checkpoint's caller, as the first run of the block that calls it had it
+    where that block is being computed again (a checkpoint inside a checkpointed block)."""
+    caller = sys._getframe(2)
+    running = caller
+    while running is not None and running.f_code is not _RUN_AGAIN:
+        running = running.f_back
+    outer = None if running is None else running.f_locals["self"].called_at
+    return _as_first_run(traceback.extract_stack(caller), outer)
+
+
+def _restack(outputs, start, called_at):
+    """The stacks recorded by the ops of a recomputation (begun at sequence number `start`)
+    that its results `outputs` come from, made the first run's (_as_first_run)."""
+    todo = [y.creator for y in outputs if isinstance(y, Variable) and y.creator is not None]
+    seen = set()
+    while todo:
+        f = todo.pop()
+        if id(f) in seen or f.sequence <= start:
+            continue
+        seen.add(id(f))
+        record = getattr(f, "_anomaly", None)
+        if record is not None:
+            record.stack = _as_first_run(record.stack, called_at)
+        todo.extend(x.creator for x in f.inputs
+                    if isinstance(x, Variable) and x.creator is not None)

@@ -314,3 +314,68 @@ def test_anomaly_mode_switched_inside_a_reused_no_grad_comes_back_with_grad_mode
     finally:
         gradcore.set_detect_anomaly(False)
     assert gradcore.config.recording() is True
+
+
+def test_grad_mode_switched_inside_detect_anomaly_stays_switched_after_it():
+    recording, ANOMALY = gradcore.config.recording, gradcore.config.ANOMALY
+    x = Variable(np.array([1.0, 2.0]))
+    try:
+        with gradcore.detect_anomaly():
+            Config.enable_backprop = False  # DeZero's spelling
+            assert recording() is False
+        # as after set_detect_anomaly(True)'s block and PyTorch's detect_anomaly: only the
+        # anomaly mode is put back
+        assert recording() is False and not gradcore.is_anomaly_enabled()
+        assert F.exp(x).creator is None
+        with pytest.raises(KeyError):  # left by an exception
+            with gradcore.detect_anomaly():
+                Config.enable_backprop = True
+                raise KeyError("inside")
+        assert recording() is True and not gradcore.is_anomaly_enabled()
+        with gradcore.detect_anomaly():  # nested: the outer one gets the inner's grad mode
+            with gradcore.detect_anomaly(False):
+                Config.enable_backprop = False
+            assert recording() is False and gradcore.is_anomaly_enabled()
+            Config.enable_backprop = True
+            assert recording() == ANOMALY
+        assert recording() is True
+
+        @gradcore.detect_anomaly
+        def switch_off():
+            Config.enable_backprop = False
+            return recording()
+
+        @gradcore.detect_anomaly()
+        def steps():
+            yield recording()
+            Config.enable_backprop = True
+            yield recording()
+
+        assert switch_off() is False and recording() is False
+        assert list(steps()) == [False, ANOMALY] and recording() is True
+        assert F.exp(x).creator is not None
+        with gradcore.detect_anomaly():  # grad mode unchanged: as before the block
+            assert F.exp(x).creator._anomaly is not None
+        assert recording() is True and "_anomaly" not in vars(F.exp(x).creator)
+    finally:
+        Config.enable_backprop = True
+    assert recording() is True and not gradcore.is_anomaly_enabled()
+
+
+def test_detect_anomaly_left_after_the_no_grad_it_was_entered_in_leaves_grad_mode_on():
+    recording = gradcore.config.recording
+
+    def steps():
+        with gradcore.detect_anomaly():
+            yield
+
+    with gradcore.no_grad():
+        suspended = steps()
+        next(suspended)  # its block entered inside no_grad() ...
+    assert recording() == gradcore.config.ANOMALY
+    next(suspended, None)  # ... and left after it: grad mode as no_grad() left it
+    try:
+        assert recording() is True and not gradcore.is_anomaly_enabled()
+        assert F.exp(Variable(np.array([1.0]))).creator is not None
+    finally:
+        Config.enable_backprop = True

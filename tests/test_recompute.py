@@ -1,6 +1,9 @@
 """gradcore.checkpoint: the same gradients as without it, with less memory."""
 import collections
 import copy
+import os
+import re
+import sys
 import threading
 import tracemalloc
 
@@ -1439,3 +1442,53 @@ def test_a_numpy_scalar_argument_is_passed_as_the_plain_call_sees_it():
     F.sum(y).backward()
     assert seen == [np.float64] * 3 and x.grad.dtype == np.float32
     np.testing.assert_array_equal(x.grad.data, np.cos(x.data) * np.float32(2.0))
+
+
+def _stack_shown(error):
+    """(file name, line, function) of each frame an anomaly error shows."""
+    return [(os.path.basename(path), int(line), name)
+            for path, line, name in re.findall(r'File "(.*)", line (\d+), in (\S+)', str(error))]
+
+
+def test_anomaly_errors_show_where_the_block_was_called_not_its_recomputation():
+    here = sys._getframe().f_code
+
+    def inner(h):
+        return F.sqrt(h) * 3.0
+
+    def outer(h):
+        return gradcore.checkpoint(inner, h * 1.0) + 1.0
+
+    mine = os.path.basename(__file__)
+    calls = {}
+    for block, kind in [(inner, "one"), (outer, "nested")]:
+        x = Variable(np.array([0.0, 1.0]))
+        with gradcore.detect_anomaly():
+            calls[kind] = sys._getframe().f_lineno + 1
+            y = gradcore.checkpoint(block, x)
+            with pytest.raises(RuntimeError, match="sqrt.backward returned a gradient holding NaN"
+                               ) as error:
+                y.sum().backward()
+        assert x.grad is None
+        shown = _stack_shown(error.value)
+        # the forward's stack, as without checkpoint: the test's own line (no backward line, no
+        # frame of gradcore.checkpoint's), the blocks' lines, then sqrt
+        ours = [frame for frame in shown if frame[0] == mine]
+        blocks = [("outer", outer.__code__.co_firstlineno + 1)] if kind == "nested" else []
+        blocks.append(("inner", inner.__code__.co_firstlineno + 1))
+        assert ours == [(mine, calls[kind], here.co_name),
+                        *((mine, line, name) for name, line in blocks)]
+        assert shown[-1][2] == "sqrt" and shown[shown.index(ours[-1]) + 1:] == shown[-1:]
+        assert not any(name.startswith("recompute") for name, _, _ in shown)
+    # the node itself: where checkpoint was called
+    x = Variable(np.array([0.5, 1.0]))
+    with gradcore.detect_anomaly():
+        h = x * 1.0
+        line = sys._getframe().f_lineno + 1
+        y = gradcore.checkpoint(inner, h)
+        h.data[...] = 7.0
+        with pytest.raises(RuntimeError, match="checkpoint: its input 0 changed") as error:
+            y.sum().backward()
+    assert [frame for frame in _stack_shown(error.value) if frame[0] == mine] == [
+        (mine, line, here.co_name)]
+    assert not any(name.startswith("recompute") for name, _, _ in _stack_shown(error.value))
