@@ -8,7 +8,8 @@ from .numpy_backend import NumpyBackend
 
 __all__ = [
     "Backend", "Device", "DeviceUnavailableError", "CPU", "parse_device", "backend_of",
-    "get_backend", "register", "registered", "asarray_on", "backend_for_device", "is_array", "to_device", "copy", "cuda_available",
+    "get_backend", "register", "registered", "differences", "asarray_on", "backend_for_device",
+    "is_array", "to_device", "copy", "cuda_available",
 ]
 
 _by_type = {}          # type(array) -> Backend: backend_of's O(1) lookup
@@ -25,7 +26,15 @@ _HOT_ATTRIBUTES = ("xp", "array_type", "scalar_types", "single_device", "needs_d
 def register(backend, devices=True):
     """Make `backend` known: its arrays are then accepted everywhere. Returns it. With
     devices=False it is found from its arrays only, not by name or device (a backend whose arrays
-    wrap another backend's, on that backend's devices)."""
+    wrap another backend's, on that backend's devices).
+
+    Registering again one with the same `settings()` (a re-run notebook cell, or after gradcore
+    registered the library on first sight of its arrays) returns the registered backend: arrays
+    made before and after then mix. One that would take a registered backend's name, device type
+    or array type with other settings raises ValueError saying what differs."""
+    registered = _registered_like(backend, devices)
+    if registered is not None:
+        return registered
     for name in _HOT_ATTRIBUTES:
         setattr(backend, name, getattr(backend, name))
     # one device and no device context needed
@@ -37,6 +46,49 @@ def register(backend, devices=True):
     if not devices:  # a wrapper has a class of its own for the library's scalars, if it has any
         _by_type.update((t, backend) for t in backend.scalar_types)
     return backend
+
+
+def _registered_like(backend, devices):
+    """The registered backend that `backend` repeats (equal settings), or None where it takes
+    no one's place; ValueError where it would replace a different one. Two backends under one
+    name, device type or array type would split that library's arrays: Variables made before
+    would keep the old one, later ones get the new, and ops refuse to mix them."""
+    claims = [("array type", _qualname(backend.array_type), _by_type.get(backend.array_type))]
+    if devices:
+        claims += [("name", repr(backend.name), _by_name.get(backend.name)),
+                   ("device type", repr(backend.device_type),
+                    _by_device_type.get(backend.device_type))]
+    for what, value, old in claims:
+        # an array type found by subclass lookup (_lookup) is no registered backend's own
+        if old is None or old is backend or what == "array type" and (
+                old.array_type is not backend.array_type):
+            continue
+        if old.settings() == backend.settings():
+            return old
+        use = f"use the registered one: backends.get_backend({old.name!r})"
+        raise ValueError(
+            f"backends.register: the {what} {value} belongs to the registered {old!r}, and "
+            f"{backend!r} differs from it in {differences(backend, old)} (new vs registered); "
+            f"two backends for one {what} would split its arrays into two that ops refuse to "
+            "mix. "
+            + (f"An array type has one backend: {use}" if what == "array type" else
+               f"Give it a name of its own (ArrayAPIBackend(xp, array_type, name=...)), or {use}"))
+    return None
+
+
+def differences(a, b):
+    """Where the settings() of backends `a` and `b` differ, for messages ("library: numpy vs
+    array_api_strict; ..."); "" where they have the same."""
+    a, b = a.settings(), b.settings()
+    return "; ".join(f"{key}: {_qualname(a.get(key))} vs {_qualname(b.get(key))}"
+                     for key in dict.fromkeys([*a, *b]) if a.get(key) != b.get(key))
+
+
+def _qualname(value):
+    """A module, class or value as a short readable name."""
+    if isinstance(value, type):
+        return f"{value.__module__}.{value.__qualname__}"
+    return getattr(value, "__name__", None) or repr(value)
 
 
 NUMPY = register(NumpyBackend())

@@ -54,27 +54,46 @@ class ArrayAPIBackend(HostRandom, Backend):
     def ensure_array(self, obj):
         return obj  # results are always arrays, 0-d included
 
-    def namespace_dtype(self, dtype):
+    def namespace_dtype(self, dtype, device=None):
         """`dtype` as the namespace's own: a name ("float64"), a NumPy dtype or type
         (numpy.float64, float) becomes the namespace's dtype of that name; anything else (the
-        namespace's dtypes) is returned as it is. array-api-strict takes only its own."""
+        namespace's dtypes) is returned as it is. array-api-strict takes only its own. A NumPy
+        dtype the namespace lacks (array-api-strict's float16) is a ValueError naming `device`
+        (None: the default one) and the dtypes of that kind it has."""
         if isinstance(dtype, (str, type, numpy.dtype)):
             try:
-                return getattr(self.xp, numpy.dtype(dtype).name, dtype)
+                name = numpy.dtype(dtype).name
             except TypeError:  # not a name NumPy knows: the namespace says what it takes
-                pass
+                return dtype
+            own = getattr(self.xp, name, None)
+            if own is None:
+                raise self._lacks(name, device)
+            return own
         return dtype
 
+    def _lacks(self, name, device):
+        """The ValueError for a dtype named `name` that the namespace lacks on `device`."""
+        device = self._default if device is None or device.index is None else device
+        floating = numpy.dtype(name).kind == "f"
+        has = self.xp.__array_namespace_info__().dtypes(
+            device=self.native(device), kind="real floating" if floating else None)
+        return ValueError(f"{device} has no {name} (its {'floating ' if floating else ''}dtypes: "
+                          f"{', '.join(has)}); use one of those, or a device that has {name}, "
+                          "such as 'cpu'")
+
     def asarray(self, obj, dtype=None, device=None):
-        if isinstance(obj, numpy.ndarray) and obj.ndim and dtype is None:
-            dtype = obj.dtype
-        return self.xp.asarray(obj, dtype=self.namespace_dtype(dtype), device=self.native(device))
+        if isinstance(obj, (numpy.ndarray, numpy.generic)) and dtype is None:
+            dtype = obj.dtype  # a NumPy dtype the namespace lacks is said here, on `device`
+        dtype = self.namespace_dtype(dtype, device)
+        return self.xp.asarray(obj, dtype=dtype, device=self.native(device))
 
     def zeros(self, shape, dtype, device):
-        return self.xp.zeros(shape, dtype=self.namespace_dtype(dtype), device=self.native(device))
+        return self.xp.zeros(shape, dtype=self.namespace_dtype(dtype, device),
+                             device=self.native(device))
 
     def empty(self, shape, dtype, device):
-        return self.xp.empty(shape, dtype=self.namespace_dtype(dtype), device=self.native(device))
+        return self.xp.empty(shape, dtype=self.namespace_dtype(dtype, device),
+                             device=self.native(device))
 
     def to_device(self, array, device):
         return array.to_device(self.native(device))

@@ -84,6 +84,13 @@ class Backend:
     # scatter-adds add with atomics, so a sum over repeated indices comes in any order)
     reproducible = True
 
+    def settings(self):
+        """What decides this backend's arrays and results, by name: two backends with equal
+        settings are interchangeable, so registering the second returns the first (register).
+        A backend whose options change results (a constructor argument) adds them here."""
+        return {"class": type(self), "name": self.name, "device type": self.device_type,
+                "library": self.xp, "array type": self.array_type}
+
     def owns(self, array):
         """True if `array` is one of this backend's arrays."""
         return isinstance(array, self.array_type)

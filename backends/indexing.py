@@ -120,6 +120,13 @@ class NormalizedKey(tuple):
 def _checked_indices(xp, k, axis, n):
     """An integer index array for an axis of size `n`: int64, bounds-checked, negatives wrapped.
     The check is done here on purpose: CuPy's `take` and indexing wrap out-of-range indices."""
+    if k.dtype != xp.int64 and xp.isdtype(k.dtype, "unsigned integer"):
+        # checked before the cast: uint64 past int64's range would turn negative (2**64 - 1 to
+        # -1, the last element), and the message shows the index as given
+        high = int(xp.max(k)) if k.size else 0
+        if high >= n:
+            raise IndexError(f"index {high} is out of bounds for axis {axis} with size {n}")
+        return xp.astype(k, xp.int64, copy=True)
     # a copy, always: the caller may write into their index array before backward reads it
     k = xp.astype(k, xp.int64, copy=True)
     if k.size == 0:

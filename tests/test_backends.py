@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import types
+import warnings
 import weakref
 
 import numpy as np
@@ -17,6 +18,8 @@ import backends
 import gradcore
 import gradcore.functions as F
 from backends import CPU, Device, DeviceUnavailableError, indexing, parse_device
+import conftest
+from backends.array_api_backend import ArrayAPIBackend
 from conftest import CASES, DEVICE1, DEVICE2, STRICT
 
 
@@ -111,6 +114,52 @@ def test_registries_and_lookups():
         backends.backend_for_device("tpu")
     with pytest.raises(DeviceUnavailableError, match="array_api_strict:nowhere does not exist"):
         STRICT.asarray(np.ones(2), device=Device("array_api_strict", "nowhere"))
+
+
+def test_registering_an_equal_backend_again_returns_the_registered_one(monkeypatch):
+    # the README's register line run twice (a re-run notebook cell), or after gradcore
+    # registered the library on first sight of its array: one backend, so arrays made before
+    # and after mix (two objects would split device1 in two that ops refuse to mix)
+    array_type = conftest.STRICT_ARRAY
+    a = gradcore.Variable(STRICT.asarray(np.array([1.0, 2.0]), device=DEVICE1))
+    again = backends.register(ArrayAPIBackend(array_api_strict, array_type))
+    assert again is STRICT
+    assert backends.backend_of(array_api_strict.asarray(0.0)) is STRICT
+    assert backends.get_backend(STRICT.name) is STRICT and backends.backend_for_device(DEVICE1) is STRICT
+    b = gradcore.Variable(STRICT.asarray(np.array([3.0, 4.0]), device=DEVICE1))
+    np.testing.assert_array_equal(STRICT.to_numpy((a + b).data), [4.0, 6.0])
+
+    # a registry that has not met array-api-strict yet: it registers it on first sight
+    for name in ("_by_type", "_by_name", "_by_device_type"):
+        monkeypatch.setattr(backends, name, {k: v for k, v in getattr(backends, name).items()
+                                             if v is not STRICT})
+    seen = backends.backend_of(array_api_strict.asarray([1.0], device=STRICT.native(DEVICE1)))
+    assert seen is not STRICT and seen.name == STRICT.name
+    assert backends.register(ArrayAPIBackend(array_api_strict, array_type)) is seen
+
+
+@pytest.mark.parametrize("make, message", [
+    # same name, another library
+    (lambda: ArrayAPIBackend(np, np.ndarray, name="array_api_strict"),
+     r"the array type numpy\.ndarray belongs to the registered <NumpyBackend 'numpy'>"),
+    (lambda: ArrayAPIBackend(np, type("Other", (), {}), name="array_api_strict"),
+     r"the name 'array_api_strict' belongs to the registered <ArrayAPIBackend "
+     r"'array_api_strict'>, and <ArrayAPIBackend 'array_api_strict'> differs from it in "
+     r"library: numpy vs array_api_strict; array type: .*Other vs "
+     r"array_api_strict\._array_object\.Array \(new vs registered\).* Give it a name of its own"),
+    # the same library's arrays under a second name
+    (lambda: ArrayAPIBackend(array_api_strict, conftest.STRICT_ARRAY, name="strict2"),
+     r"the array type array_api_strict\._array_object\.Array belongs to the registered "
+     r"<ArrayAPIBackend 'array_api_strict'>, and <ArrayAPIBackend 'strict2'> differs from it "
+     r"in name: 'strict2' vs 'array_api_strict'; device type: 'strict2' vs 'array_api_strict' "
+     r"\(new vs registered\).*An array type has one backend: use the registered one: "
+     r"backends\.get_backend\('array_api_strict'\)"),
+])
+def test_a_registration_that_would_replace_another_backend_says_what_differs(make, message):
+    before = [dict(r) for r in (backends._by_type, backends._by_name, backends._by_device_type)]
+    with pytest.raises(ValueError, match="backends.register: " + message):
+        backends.register(make())
+    assert [backends._by_type, backends._by_name, backends._by_device_type] == before
 
 
 def test_import_gradcore_does_not_import_cupy():
@@ -301,6 +350,29 @@ def test_scatter_add_checks_bounds(xp):
         xp.backend.scatter_add(target, (xp.asarray(np.array([0, 3])),), xp.asarray(1.0))
 
 
+@pytest.mark.parametrize("big", [2**64 - 1, 2**63])
+def test_an_unsigned_index_past_int64_is_out_of_bounds_as_given(xp, big):
+    # NumPy's cast to intp wraps 2**64 - 1 to -1 (the last element) and 2**63 to -2**63
+    x = gradcore.Variable(xp.asarray(np.arange(5.0)))
+    index = xp.asarray(np.array([1, big], dtype=np.uint64))
+    bounds = f"index {big} is out of bounds for axis 0 with size 5"
+    with pytest.raises(IndexError, match=f"get_item: {bounds}"):
+        x[index]
+    target = xp.backend.zeros((5,), x.dtype, xp.device)
+    with pytest.raises(IndexError, match=bounds):
+        xp.backend.scatter_add(target, (index,), xp.asarray(1.0))
+    np.testing.assert_array_equal(xp.numpy(target), np.zeros(5))
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "uint16", "uint32", "uint64"])
+def test_unsigned_index_arrays_in_range_read_and_scatter_like_int64(xp, dtype):
+    x = gradcore.Variable(xp.asarray(np.arange(5.0)))
+    y = x[xp.asarray(np.array([4, 0, 4], dtype=dtype))]
+    y.backward()
+    np.testing.assert_array_equal(xp.numpy(y.data), [4.0, 0.0, 4.0])
+    np.testing.assert_array_equal(xp.numpy(x.grad.data), [1.0, 0.0, 0.0, 0.0, 2.0])
+
+
 def test_a_0_d_mask_in_a_backend_key_is_refused_with_a_message_that_says_so(xp):
     # the backend's keys spell out the indexed array's axes, and a 0-d mask adds one; get_item
     # takes it (tests/functions/test_shape.py). The message must not list it as accepted
@@ -372,6 +444,25 @@ def test_to_device_moves_within_and_across_backends():
     assert type(home) is np.ndarray
     np.testing.assert_array_equal(home, a)
     assert backends.to_device(a, CPU) is a  # already there: no copy
+
+
+def test_a_dtype_the_device_lacks_is_a_value_error_naming_the_device_and_its_dtypes():
+    # array-api-strict has no float16: its own message names neither, after 13 UserWarnings
+    lacks = (r"array_api_strict:device1 has no float16 \(its floating dtypes: float32, "
+             r"float64\); use one of those, or a device that has float16, such as 'cpu'")
+    half = np.ones(3, np.float16)
+    x = gradcore.Variable(half)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=lacks):
+            backends.to_device(half, DEVICE1)
+        with pytest.raises(ValueError, match=lacks):
+            STRICT.asarray(np.float16(1.0), device=DEVICE1)  # a NumPy scalar too
+        with pytest.raises(ValueError, match=r"to_device: " + lacks):
+            x.to(DEVICE1)
+        with pytest.raises(ValueError, match=lacks.replace("device1", "CPU_DEVICE")):
+            STRICT.zeros((2,), "float16", None)
+    assert x.device == CPU and x.creator is None and x.dtype == np.float16
 
 
 @pytest.mark.parametrize("device", ["array_api_strict:device1", "dask"])

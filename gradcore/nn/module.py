@@ -499,10 +499,17 @@ class Module:
             device = backends.parse_device(device)
             backends.backend_for_device(device)  # an unknown or unavailable device fails here
         name = None if dtype is None else _float_name(dtype, "Module.to")
+        variables = self._variables()
         if device is not None and name is not None:  # said even where nothing has data yet
             _namespace_dtype(backends.backend_for_device(device), device, name, "Module.to")
+        elif device is not None:  # a move alone keeps each floating dtype: has the device it?
+            kept = {str(v.data.dtype).rpartition(".")[2] for v in variables if v.data is not None}
+            for kept_name in _FLOAT_NAMES:
+                if kept_name in kept:
+                    _namespace_dtype(backends.backend_for_device(device), device, kept_name,
+                                     "Module.to")
         moves = []  # everything is computed first: a failure leaves the model as it was
-        for v in self._variables():
+        for v in variables:
             for target in (v, v.grad):
                 if target is not None and target.data is not None:
                     moves.append((target, _converted(target.data, device, name)))

@@ -802,6 +802,24 @@ def test_a_dtype_the_device_lacks_is_refused_naming_both_before_anything_changes
     assert half.W.data is None and half.b.data is None
 
 
+def test_a_move_alone_to_a_device_lacking_the_models_dtype_is_refused_as_with_the_dtype():
+    # the model keeps float16: device1 must have it, and says so as to(DEVICE1, "float16") does
+    no_float16 = (rf"Module\.to: {STRICT.device_type}:device1 has no float16 \(its floating "
+                  r"dtypes: float32, float64\); use one of those, or a device that has float16")
+    model = nn.Sequential(nn.Linear(2, in_size=3), nn.Linear(2)).to(dtype="float16")
+    W, b = model[0].W.data, model[0].b.data
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # array-api-strict's dtype comparisons warned 13 times
+        with pytest.raises(ValueError, match=no_float16):
+            model.to(DEVICE1)
+        with pytest.raises(ValueError, match=no_float16):
+            model.to_gpu(DEVICE1)
+    assert model[0].W.data is W and model[0].b.data is b and W.dtype == np.float16
+    assert model[0]._device is None and model[1]._device is None
+    single = nn.Linear(2, in_size=3).to(DEVICE1)  # float32: moves, and back to float16 on cpu
+    assert single.W.device == DEVICE1 and single.to("cpu", "float16").W.dtype == np.float16
+
+
 def test_lazy_layers_are_created_on_the_input_device():
     net = Net().to(DEVICE2)  # eager parameters move; the lazy head follows its first input
     y = net(STRICT.asarray(np.ones((2, 2)), device=DEVICE2))
