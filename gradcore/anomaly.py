@@ -142,6 +142,52 @@ def check_sum(f, x, total):
             f"compute in a wider dtype. {where_created(f)}")
 
 
+def check_seed(seed, given, index=None):
+    """Before the walk: RuntimeError if `seed`, the seed gradient as the walk takes it from
+    `given` (what the caller passed: grad, grad_outputs[index], or a .grad set by hand on the
+    output), holds NaN or infinity. The first op's backward would hand it on and be blamed."""
+    if is_finite(seed._data):
+        return
+    if index is not None:
+        what = f"grad: the seed passed as grad_outputs[{index}], for output {index},"
+    elif given is None:  # backward() took the .grad set by hand on the output as its seed
+        what = "backward: the seed, the .grad set by hand on the output (y.grad = v),"
+    else:
+        what = "backward: the seed passed as grad"
+    given_data = given._data if isinstance(given, Variable) else given
+    if given is not None and is_finite(given_data):  # finite as given: the cast overflowed
+        raise RuntimeError(
+            f"anomaly: {what} holds {nonfinite(seed._data)} once cast to the output's dtype "
+            f"{seed.dtype}: it is finite as given, but overflows {seed.dtype}. Scale the seed "
+            f"down, or pass it in {seed.dtype}")
+    creator = getattr(given, "creator", None)
+    made = "" if creator is None else (
+        f" The seed was computed by {creator._name()}: {where_created(creator)}")
+    raise RuntimeError(
+        f"anomaly: {what} holds {nonfinite(seed._data)}: the NaN or infinity comes from the "
+        f"seed, not from an op's backward; look at how the seed was computed.{made}")
+
+
+def defined_at(fn):
+    """' (defined at file:line)' for a function, lambda, method, functools.partial or callable
+    object `fn`; '' where Python keeps no source position (a builtin)."""
+    fn = getattr(fn, "func", fn)  # functools.partial
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    if code is None:  # an object with a __call__ of its own
+        call = getattr(type(fn), "__call__", None)
+        code = getattr(getattr(call, "__func__", call), "__code__", None)
+    return "" if code is None else f" (defined at {code.co_filename}:{code.co_firstlineno})"
+
+
+def nonfinite(data):
+    """What `data`, an array that is not finite, holds: "NaN", "infinity" or both, and where."""
+    host = numpy.asarray(backends.backend_of(data).to_numpy(data))  # an error path: no hurry
+    nan, bad = int(numpy.isnan(host).sum()), int((~numpy.isfinite(host)).sum())
+    what = "NaN" if nan == bad else "infinity" if not nan else "NaN and infinity"
+    size = host.size
+    return what if size == 1 else f"{what} (in {bad} of its {size} values)"
+
+
 def _index(f, x):
     """The position of x among f's inputs (the first, if f took it twice)."""
     return next(i for i, y in enumerate(f.inputs) if y is x)

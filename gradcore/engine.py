@@ -104,6 +104,8 @@ def _run_hooks(x, g, shared, undo=None):
         if result is not None:
             g = _hook_result(hook, x, result)
             shared[id(g._data)] = g._data  # the hook's: it may keep it (another's data, say)
+        if undo is not None:  # anomaly mode: g came in finite (the walk checked it)
+            _check_hook_gradient(hook, x, g, result is None)
     if retain:
         _retain(x, g, shared, undo)
     return g
@@ -147,7 +149,7 @@ def _retain(y, g, shared, undo):
         if y._grad is None:
             total = kept
         else:
-            total = y._grad + kept
+            total = _grad_plus(y._grad, kept)
             if undo is not None:  # checked before it is set: a refused sum keeps y.grad
                 _check_grad_sum(y, total)
         if undo is not None:
@@ -155,6 +157,43 @@ def _retain(y, g, shared, undo):
         y._grad = y._retained_grad = total
         if undo is not None:
             undo.set(y)
+
+
+def _grad_plus(old, g):
+    """old + g, the sum a .grad holding `old` becomes. If old has a graph (a .grad that
+    create_graph built, or one set by hand that requires grad) the sum is recorded whatever the
+    walk's mode, so that a later plain backward keeps it differentiable, as PyTorch's in-place
+    add into such a .grad does. One check, paid only where a .grad is there already."""
+    if old.creator is None and not old._requires_grad:
+        return old + g
+    with using_config("enable_backprop", True):
+        return old + g
+
+
+def _check_hook_gradient(hook, x, g, kept):
+    """Anomaly mode, after `hook` on x ran on a finite gradient: RuntimeError if g, the gradient
+    it returned (or, `kept`, the one it was handed and returned None for), holds NaN or
+    infinity. The hook is named: the op that would read g next, or x.grad, is not the cause."""
+    if anomaly.is_finite(g._data):
+        return
+    did = ("returned None but wrote into the gradient it was handed, which now holds" if kept
+           else "returned a gradient holding")
+    raise RuntimeError(
+        f"anomaly: the hook {_hook_name(hook)}{anomaly.defined_at(hook)} registered on "
+        f"{_describe(x)} {did} {anomaly.nonfinite(g._data)}, where the gradient backward "
+        "handed it was finite: the hook is the cause")
+
+
+def _check_post_hook(hook, x, was_finite):
+    """Anomaly mode, after the post-accumulate `hook` on the leaf x ran: RuntimeError if it left
+    x.grad holding NaN or infinity, where it was finite before."""
+    grad = x._grad
+    if not was_finite or grad is None or anomaly.is_finite(grad._data):
+        return
+    raise RuntimeError(
+        f"anomaly: the post-accumulate hook {_hook_name(hook)}{anomaly.defined_at(hook)} "
+        f"registered on {_describe(x)} left its .grad holding {anomaly.nonfinite(grad._data)}, "
+        "where the .grad backward set was finite: the hook is the cause")
 
 
 def _hook_result(hook, x, g):
@@ -525,7 +564,10 @@ def _walk(ys, seeds, retain_grad, create_graph, wanted=None, boundary=_NOTHING,
 
     for y, g in zip(ys, seeds):
         shared[id(g._data)] = g._data
-        grads[y] = g if y not in grads else grads[y] + g
+        if y in grads:  # an output listed twice: its seeds' sum, recorded as the walk records
+            with using_config("enable_backprop", create_graph):
+                g = grads[y] + g
+        grads[y] = g
         f = y.creator
         if f is None or boundary and y in boundary:
             leaves.append(y)
@@ -797,7 +839,7 @@ def _add_to_grads(finished, shared, create_graph, undo):
         # opaque lines) is the tape's again, so that its new grad is stored as it was set
         recorder.adopt_inputs([x for x, _ in adding])
     with _accumulating:  # the sums only: nothing here calls back into user code
-        totals = [(x, g if x._grad is None else x._grad + g)
+        totals = [(x, g if x._grad is None else _grad_plus(x._grad, g))
                   for x, g in _owned(adding, shared, create_graph)]
         if undo is None:
             for x, total in totals:
@@ -812,9 +854,11 @@ def _add_to_grads(finished, shared, create_graph, undo):
             for hook in list(getattr(x, "_post_hooks", ())):
                 if undo is not None:
                     undo.hooks_run += 1
+                    was_finite = x._grad is None or anomaly.is_finite(x._grad._data)
                 _call_hook(hook, x, x)
                 if undo is not None:  # the .grad the hook left (one that doubles it, say)
                     undo.hook_ran(x)
+                    _check_post_hook(hook, x, was_finite)
     if undo is not None:
         undo.unwatch(totals)
 
@@ -1039,6 +1083,8 @@ def backward(y, grad=None, retain_grad=False, create_graph=False):
         y.cleargrad()
     undo = _Undo() if is_anomaly_enabled() else None
     try:
+        if undo is not None and grad is not None:  # ones need no check
+            anomaly.check_seed(seed, None if given is not None else grad)
         _walk([y], [seed], retain_grad, create_graph, undo=undo)
     except BaseException as error:
         # anomaly mode: a refused backward changes no .grad; nor one stopped by an interrupt
@@ -1093,6 +1139,10 @@ def _grad(outputs, inputs, grad_outputs, create_graph, allow_unused, boundary,
         boundary = _lowest_computed(inputs)
     undo = _Undo() if is_anomaly_enabled() else None
     try:
+        if undo is not None:
+            for i, (seed, given) in enumerate(zip(seeds, grad_outputs)):
+                if given is not None:  # ones need no check
+                    anomaly.check_seed(seed, given, i)
         captured = _walk(outputs, seeds, False, create_graph, set(inputs), boundary,
                          boundary_hooks, undo)
     except BaseException as error:  # an interrupt (Ctrl-C) too

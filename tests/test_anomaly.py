@@ -660,3 +660,138 @@ def test_a_refused_backward_runs_the_post_hook_of_a_leaf_that_stopped_requiring_
     assert calls == [None] and A.grad is None
     assert caught.value.__notes__[-1] == (f"{PUT_BACK}; what the hooks that ran (1 call) did "
                                           "is not undone")
+
+
+# ================================================ NaN or infinity brought in by a hook or a seed
+def _nan_hook(g):
+    return g * np.nan
+
+
+def test_a_hook_returning_nan_on_a_leaf_is_named_and_the_grad_left_alone():
+    # backward went through, silently: x.grad = [nan nan]
+    x, w = Variable(np.array([1.0, 2.0]), name="x"), Variable(np.array([3.0]))
+    w.grad = Variable(np.array([7.0]), requires_grad=False)
+    before = w.grad
+    with gradcore.detect_anomaly():
+        x.register_hook(_nan_hook)
+        with pytest.raises(RuntimeError) as caught:
+            F.sum(F.sin(x) * w).backward()
+    line = _nan_hook.__code__.co_firstlineno
+    assert str(caught.value) == (
+        f'anomaly: the hook _nan_hook (defined at {__file__}:{line}) registered on the Variable '
+        '"x" of shape (2,) and dtype float64 returned a gradient holding NaN (in 2 of its 2 '
+        'values), where the gradient backward handed it was finite: the hook is the cause')
+    assert caught.value.__notes__[-1] == (f"{PUT_BACK}; what the hooks that ran (1 call) did "
+                                          "is not undone")
+    assert x.grad is None and w.grad is before
+
+
+@pytest.mark.parametrize("retained", [False, True], ids=["hooked", "hooked-and-retained"])
+def test_a_hook_returning_infinity_on_the_way_is_named_not_the_op_after_it(retained):
+    # the error blamed mul.backward, whose math is fine
+    x = Variable(np.array([1.0, 2.0]))
+    with gradcore.detect_anomaly():
+        h = x * 2.0
+        h.name = "h"
+        h.register_hook(lambda g: g * np.inf)
+        if retained:
+            h.retain_grad()
+        with pytest.raises(RuntimeError, match=r'^anomaly: the hook .*<lambda> \(defined at '
+                                               r'.*test_anomaly.py:\d+\) registered on the '
+                                               r'Variable "h" of shape \(2,\) and dtype float64 '
+                                               r'returned a gradient holding infinity'):
+            F.sin(h).sum().backward()
+    assert x.grad is None and h.grad is None
+
+
+def test_a_hook_writing_nan_into_its_gradient_in_place_is_named():
+    def in_place(g):
+        g.data[...] = np.nan
+
+    x = Variable(np.array([1.0, 2.0]))
+    with gradcore.detect_anomaly():
+        h = x * 2.0
+        h.register_hook(in_place)
+        with pytest.raises(RuntimeError, match=r"the hook .*in_place .*returned None but wrote "
+                                               r"into the gradient it was handed, which now "
+                                               r"holds NaN \(in 2 of its 2 values\)"):
+            F.sin(h).sum().backward()
+
+
+def test_a_post_accumulate_hook_leaving_infinity_in_grad_is_named_and_undone():
+    w = Variable(np.array([1.0, 2.0]), name="w")
+    w.grad = Variable(np.array([5.0, 5.0]), requires_grad=False)
+    before = w.grad
+    w.register_post_accumulate_grad_hook(lambda p: setattr(p, "grad", p.grad * np.inf))
+    with gradcore.detect_anomaly():
+        with pytest.raises(RuntimeError, match=r'^anomaly: the post-accumulate hook .*<lambda> '
+                                               r'\(defined at .*test_anomaly.py:\d+\) registered '
+                                               r'on the Variable "w" .* left its .grad holding '
+                                               r"infinity \(in 2 of its 2 values\), where the "
+                                               r".grad backward set was finite") as caught:
+            F.sin(w).sum().backward()
+    assert w.grad is before
+    np.testing.assert_array_equal(w.grad.numpy(), [5.0, 5.0])
+    assert caught.value.__notes__[-1] == (f"{PUT_BACK}; what the hooks that ran (1 call) did "
+                                          "is not undone")
+
+
+def test_hooks_that_return_finite_gradients_pass_in_anomaly_mode():
+    x = Variable(np.array([1.0, 2.0]))
+    with gradcore.detect_anomaly():
+        h = x * 2.0
+        h.register_hook(lambda g: g * 3.0)
+        x.register_hook(lambda g: None)
+        F.sum(h).backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [6.0, 6.0])
+
+
+def test_without_anomaly_mode_a_hooks_nan_goes_through():
+    x = Variable(np.array([1.0, 2.0]))
+    x.register_hook(_nan_hook)
+    F.sin(x).sum().backward()
+    assert np.isnan(x.grad.numpy()).all()
+
+
+@pytest.mark.parametrize("how", ["grad", "hand-set", "grad_outputs"])
+def test_a_nan_seed_is_named_not_the_first_op(how):
+    # the error blamed sin.backward
+    x = Variable(np.array([1.0, 2.0]))
+    x.grad = Variable(np.array([4.0, 4.0]), requires_grad=False)
+    before = x.grad
+    seed = np.array([np.nan, 1.0])
+    with gradcore.detect_anomaly():
+        y = F.sin(x)
+        with pytest.raises(RuntimeError) as caught:
+            if how == "grad":
+                y.backward(grad=seed)
+            elif how == "hand-set":
+                y.grad = Variable(seed, requires_grad=False)
+                y.backward()
+            else:
+                gradcore.grad([F.cos(x), y], x, grad_outputs=[None, seed])
+    what = {"grad": "backward: the seed passed as grad",
+            "hand-set": "backward: the seed, the .grad set by hand on the output (y.grad = v),",
+            "grad_outputs": "grad: the seed passed as grad_outputs[1], for output 1,"}[how]
+    assert str(caught.value) == (
+        f"anomaly: {what} holds NaN (in 1 of its 2 values): the NaN or infinity comes from the "
+        "seed, not from an op's backward; look at how the seed was computed.")
+    assert caught.value.__notes__[-1] == PUT_BACK
+    assert x.grad is before
+    if how == "hand-set":  # the seed is given back
+        np.testing.assert_array_equal(y.grad.numpy(), seed)
+
+
+def test_a_seed_computed_in_anomaly_mode_says_where_and_one_made_infinite_by_its_cast_says_so():
+    x = Variable(np.array([1.0, 2.0], dtype=np.float32))
+    with gradcore.detect_anomaly(), np.errstate(divide="ignore", over="ignore"):
+        v = F.log(Variable(np.array([0.0, 1.0], dtype=np.float32)))
+        with pytest.raises(RuntimeError, match=r"(?s)holds infinity \(in 1 of its 2 values\): "
+                                               r".* The seed was computed by log: log was called "
+                                               r"at:.*v = F.log"):
+            F.sin(x).backward(grad=v)
+        with pytest.raises(RuntimeError, match=r"seed passed as grad holds infinity \(in 1 of "
+                                               r"its 2 values\) once cast to the output's dtype "
+                                               r"float32: it is finite as given, but overflows "
+                                               r"float32"):
+            F.sin(x).backward(grad=np.array([1e300, 1.0]))

@@ -988,6 +988,53 @@ def test_owned_gradients_under_create_graph_stay_differentiable(xp):
     np.testing.assert_array_equal(gz.numpy(), [1.0, 1.0])
 
 
+
+def test_a_plain_backward_adding_into_a_grad_with_a_graph_keeps_its_graph(xp):
+    # the sum was made under the plain walk's no-grad: x.grad lost its graph, and a penalty on it
+    # gave d/dx [9x^4 + x] = [1, 1] where PyTorch gives 36x^3 + 1 = [37, 289]
+    x = var(xp, [1.0, 2.0])
+    (x ** 3).sum().backward(create_graph=True)  # x.grad = 3x^2, with a graph
+    (x * 0.0).sum().backward()  # a plain backward adds zeros into it
+    assert x.grad.creator is not None
+    penalty = (x.grad * x.grad).sum() + (x * 1.0).sum()
+    x.cleargrad()
+    penalty.backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [37.0, 289.0])
+    # x.grad itself can be differentiated: it said "this Variable has no graph: ... no_grad()"
+    (x ** 3).sum().backward(create_graph=True)
+    (x * 0.0).sum().backward()
+    g = x.grad
+    x.cleargrad()
+    g.sum().backward()  # d(3x^2)/dx
+    np.testing.assert_array_equal(x.grad.numpy(), [6.0, 12.0])
+
+
+def test_a_plain_backward_adding_into_a_retained_grad_with_a_graph_keeps_its_graph(xp):
+    x = var(xp, [1.0, 2.0])
+    h = x * x
+    h.retain_grad()
+    (h ** 2).sum().backward(create_graph=True)  # h.grad = 2h, with a graph back to x
+    (h * 0.0).sum().backward()  # h.grad.creator was None after this
+    assert h.grad.creator is not None
+    gx, = gradcore.grad(h.grad.sum(), x)  # d(2x^2)/dx = 4x
+    np.testing.assert_array_equal(gx.numpy(), [4.0, 8.0])
+
+
+def test_a_grad_set_by_hand_that_requires_grad_stays_differentiable_as_backward_adds(xp):
+    # as in PyTorch, whose plain backward adds into such a .grad in place: g0.grad = 2 (g0 + 3)
+    x, g0 = var(xp, [1.0, 2.0]), var(xp, [1.0, 1.0], requires_grad=True)
+    x.grad = g0
+    (x * 3.0).sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), [4.0, 4.0])
+    assert x.grad.requires_grad
+    (x.grad * x.grad).sum().backward()
+    np.testing.assert_array_equal(g0.grad.numpy(), [8.0, 8.0])
+    # one that does not require grad (what backward and the optimizers set) gets a plain sum
+    x.grad = var(xp, [1.0, 1.0], requires_grad=False)
+    (x * 3.0).sum().backward()
+    assert x.grad.creator is None and not x.grad.requires_grad
+    np.testing.assert_array_equal(x.grad.numpy(), [4.0, 4.0])
+
 def test_accumulation_into_a_shared_leaf_is_atomic_across_threads():
     """Eight threads, each 3,000 backward passes into one leaf: not one sum may be lost."""
     import threading
@@ -1178,6 +1225,19 @@ def test_a_seed_of_another_dtype_that_requires_grad_stays_differentiable(xp):
     g, = gradcore.grad(x * x, x, grad_outputs=v)  # without create_graph: a constant, as before
     assert g.creator is None and g.dtype == xp.float32
 
+
+
+def test_an_output_listed_twice_under_no_grad_keeps_its_seeds_differentiable(xp):
+    # its two seeds were summed under the caller's no_grad: d(sum g)/dv was None (PyTorch [4, 8])
+    x, v = var(xp, [1.0, 2.0]), var(xp, [3.0, 5.0])
+    y = x ** 2
+    with gradcore.no_grad():
+        g, = gradcore.grad([y, y], x, grad_outputs=[v, v], create_graph=True)  # 2 * 2x * v
+    np.testing.assert_array_equal(g.numpy(), [12.0, 40.0])
+    gv, = gradcore.grad(g.sum(), v)  # 4x
+    np.testing.assert_array_equal(gv.numpy(), [4.0, 8.0])
+    g, = gradcore.grad([y, y], x, grad_outputs=[v, v])  # without create_graph: a constant
+    assert g.creator is None
 
 # =================================================================================== no graph: why
 def test_backward_on_an_integer_result_says_only_floating_point_variables_require_grad():
