@@ -54,6 +54,10 @@ def _seed(y, grad, create_graph, index=None):
     if grad is None:
         return Variable(y.xp.ones_like(y._data), requires_grad=False)
     if not isinstance(grad, Variable):
+        if isinstance(grad, (numbers.Number, list, tuple)) or (
+                type(grad) in backends.NUMPY.scalar_types):
+            # numbers belong to no device: made where y is (2.0 on an array-API device)
+            grad = backends.asarray_on(grad, y.device, y.dtype)
         grad = Variable(grad, requires_grad=False)
     if _variables.step_recorder is not None:  # a seed made by the step's own code: a constant
         grad = _variables.step_recorder.constant_for(grad, y)

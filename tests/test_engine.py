@@ -315,6 +315,20 @@ def test_backward_with_a_wrongly_shaped_seed(xp):
     assert x.grad is None
 
 
+def test_a_number_or_list_seed_is_made_where_the_output_is():
+    """A number is on no device: 2.0 seeds an output on an array-API device as it does on NumPy."""
+    for make in (np.asarray, lambda a: STRICT.asarray(a, device=DEVICE1)):
+        for seed in (2.0, np.float64(2.0), [2.0, 2.0]):
+            x = Variable(make(np.array([1.0, 2.0], dtype=np.float32)))
+            y = x * x if isinstance(seed, list) else F.sum(x * x)
+            y.backward(grad=seed)
+            assert x.grad.dtype == x.dtype and x.grad.device == x.device
+            np.testing.assert_array_equal(x.grad.numpy(), [4.0, 8.0])
+        g, = gradcore.grad(F.sum(x * x), [x], grad_outputs=[3])
+        assert g.device == x.device
+        np.testing.assert_array_equal(g.numpy(), [6.0, 12.0])
+
+
 def test_a_seed_on_another_device_is_rejected_before_anything_changes():
     x = Variable(STRICT.asarray(np.array([1.0, 2.0]), device=DEVICE1))
     y = x + 1
