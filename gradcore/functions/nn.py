@@ -267,7 +267,9 @@ class EmbedIDGrad(Function):
 def embed_id(x, W):
     """Rows of W (V, D) picked by the integer ids x (an array of any shape, or an int or list):
     W[x], of shape x.shape + (D,). Repeated ids add their gradients into the same row. Ids on
-    another device (NumPy ids for a W on the GPU) are moved to W's, as W[x] moves an index."""
+    another device (NumPy ids for a W on the GPU) are moved to W's, as W[x] moves an index.
+    Negative ids count from the end, as in W[x] and DeZero (-1 is the last row, not padding:
+    PyTorch raises); ids outside [-V, V) raise IndexError."""
     _, device = _backend_and_device("embed_id", W)
     if isinstance(x, Variable):
         x = x.data  # integer ids carry no gradient

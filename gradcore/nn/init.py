@@ -118,9 +118,14 @@ def _draw(p, kind, where, dtype=None):
 
 def constant_(p, value):
     """Every entry `value`."""
-    value = _number(value, "value", "constant_", integers=int)
-    data = _data(p, "constant_")
-    _fits(value, data.dtype, "value", "constant_")
+    return _constant(p, value, "constant_")
+
+
+def _constant(p, value, where):
+    """constant_, its errors naming `where`: the function the user called."""
+    value = _number(value, "value", where, integers=int)
+    data = _data(p, where)
+    _fits(value, data.dtype, "value", where)
     backend, device = p.backend, p.device
     with backend.device_context(device):
         # a 0-d array of p's dtype: rounded once (an integer parameter's truncated, as by
@@ -134,12 +139,12 @@ def constant_(p, value):
 
 def zeros_(p):
     """Every entry 0 (constant_(p, 0.0))."""
-    return constant_(p, 0.0)
+    return _constant(p, 0.0, "zeros_")
 
 
 def ones_(p):
     """Every entry 1 (constant_(p, 1.0))."""
-    return constant_(p, 1.0)
+    return _constant(p, 1.0, "ones_")
 
 
 def uniform_(p, a=0.0, b=1.0):

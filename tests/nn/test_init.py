@@ -81,6 +81,9 @@ def test_fans_follow_gradcores_layouts_and_errors_say_what_to_do():
     assert init.calculate_gain("leaky_relu", 0.2) == math.sqrt(2 / 1.04)
     with pytest.raises(ValueError, match="no data yet.*call the model once"):
         init.normal_(gradcore.Parameter(None))
+    for fill in (init.zeros_, init.ones_):  # the function called, not the one it calls
+        with pytest.raises(ValueError, match=f"^{fill.__name__}: the parameter has no data yet"):
+            fill(gradcore.Parameter(None))
     with pytest.raises(ValueError, match="2 or more axes"):
         init.xavier_uniform_(parameter(np, (4,)))
     with pytest.raises(ValueError, match="unknown nonlinearity 'swish'"):
