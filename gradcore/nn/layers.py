@@ -1,7 +1,9 @@
 """Layers (DeZero's names and defaults): Linear, Conv2d, Deconv2d, BatchNorm, Dropout, EmbedID,
-activations, and the containers Sequential, ModuleList and MLP."""
+activations, and the containers Sequential, ModuleList, ModuleDict, ParameterList,
+ParameterDict and MLP."""
 import numbers
 import operator
+import warnings
 
 import numpy
 
@@ -10,8 +12,8 @@ import backends
 from .. import functions as F
 from ..functions.conv import pair
 from ..variable import Parameter, Variable, as_variable
-from .module import (_MODULE, Module, _float_name, _held_by_a_module, _lazy_dtype,
-                     _namespace_dtype)
+from .module import (_MODULE, _PARAMETER, Module, _check_name, _float_name, _held_by_a_module,
+                     _lazy_dtype, _namespace_dtype, _note_holder)
 
 
 # =============================================================================== helpers
@@ -208,6 +210,16 @@ def _linear_sizes(sizes, in_size, out_size):
     return _optional_size(in_size, "in_size", "Linear"), _size(out_size, "out_size", "Linear")
 
 
+# PyTorch's keywords for Linear -> what gradcore's Linear takes instead
+_TORCH_LINEAR_KEYWORDS = {
+    "bias": "nobias= (nobias=True for PyTorch's bias=False)",
+    "in_features": "in_size=",
+    "out_features": "out_size=",
+    "device": "no device=: build it, then move it with .to(device) (a lazy Linear is made "
+              "where its first input is)",
+}
+
+
 class Linear(Module):
     """A fully connected layer: y = x @ W + b for x (N, in_size), W (in_size, out_size),
     b (out_size,).
@@ -233,7 +245,11 @@ class Linear(Module):
     __setattr__ = _setattr_setting_aside
     _refilled = ("W", "b")
 
-    def __init__(self, *sizes, out_size=None, nobias=False, dtype=None, in_size=None):
+    def __init__(self, *sizes, out_size=None, nobias=False, dtype=None, in_size=None, **kwargs):
+        _refuse_torch_keywords("Linear", kwargs, _TORCH_LINEAR_KEYWORDS)
+        if kwargs:
+            raise TypeError(f"Linear got an unexpected keyword argument {next(iter(kwargs))!r} "
+                            "(it takes out_size, in_size, nobias and dtype)")
         super().__init__()
         self._in_size, self.out_size = _linear_sizes(sizes, in_size, out_size)
         _declare_weight_and_bias(self, nobias, dtype, "Linear")
@@ -287,6 +303,45 @@ class Linear(Module):
 
 
 # =============================================================================== convolution
+def _conv_options(stride=1, pad=0, nobias=False, dtype=None, in_channels=None):
+    """The convolutions' arguments after kernel_size, as DeZero orders them."""
+    return stride, pad, nobias, dtype, in_channels
+
+
+# PyTorch's keywords for Conv2d / ConvTranspose2d -> what gradcore takes instead
+_TORCH_CONV_KEYWORDS = {
+    "padding": "pad= (pad=1 for PyTorch's padding=1)",
+    "bias": "nobias= (nobias=True for PyTorch's bias=False)",
+    "dilation": "no dilation (gradcore's convolutions have none)",
+    "groups": "no groups (gradcore's convolutions have none)",
+    "padding_mode": "no padding_mode (gradcore pads with zeros)",
+    "output_padding": "no output_padding",
+    "device": "no device=: build it, then move it with .to(device) (a lazy layer is made where "
+              "its first input is)",
+}
+
+
+_TORCH_NAMES = {"Deconv2d": "ConvTranspose2d"}  # gradcore's (DeZero's) layer -> PyTorch's
+
+
+def _refuse_torch_keywords(where, kwargs, torch_keywords, *given):
+    """A TypeError naming gradcore's keyword for the first of `kwargs` that is one of PyTorch's
+    (in `torch_keywords`), with DeZero's order spelt out where the positional arguments `given`
+    (out_channels, kernel_size, and the others) are likely PyTorch's."""
+    for name in kwargs:
+        if name in torch_keywords:
+            order = ""
+            if given and given[2]:  # three or more by position: PyTorch's (in, out, kernel, ...)?
+                out, k, rest = given
+                torch_name = _TORCH_NAMES.get(where, where)
+                order = (f"; and the order of the arguments is DeZero's, {where}(out_channels, "
+                         f"kernel_size, stride=1, pad=0, nobias=False, dtype=None, "
+                         f"in_channels=None): PyTorch's {torch_name}({out}, {k}, {rest[0]}, "
+                         f"...) is {where}({k}, {rest[0]}, ..., in_channels={out}) here")
+            raise TypeError(f"{where} got PyTorch's keyword {name}=; gradcore's {where} takes "
+                            f"{torch_keywords[name]}{order}")
+
+
 class _ConvBase(Module):
     """Shared by Conv2d and Deconv2d: sizes, W and b, lazy in_channels."""
 
@@ -296,10 +351,24 @@ class _ConvBase(Module):
     __setattr__ = _setattr_setting_aside
     _refilled = ("W", "b")
 
-    def __init__(self, out_channels, kernel_size, stride=1, pad=0, nobias=False,
-                 dtype=None, in_channels=None):
-        super().__init__()
+    def __init__(self, out_channels, kernel_size, *args, **kwargs):
+        # (out_channels, kernel_size, stride=1, pad=0, nobias=False, dtype=None,
+        # in_channels=None), DeZero's, all of them positional or keyword: read by hand, to
+        # know whether stride came by position (see _check_order) and to answer PyTorch's
+        # keywords with gradcore's
         where = self._name
+        _refuse_torch_keywords(where, kwargs, _TORCH_CONV_KEYWORDS, out_channels, kernel_size,
+                               args)
+        signature = (f"{where}(out_channels, kernel_size, stride=1, pad=0, nobias=False, "
+                     "dtype=None, in_channels=None)")
+        if len(args) > 5:
+            raise TypeError(f"{signature} takes at most 7 arguments by position, got "
+                            f"{len(args) + 2}")
+        try:
+            stride, pad, nobias, dtype, in_channels = _conv_options(*args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"{signature}: {str(e).replace('_conv_options() ', '')}") from None
+        super().__init__()
         self.out_channels = _size(out_channels, "out_channels", where)
         self._in_channels = _optional_size(in_channels, "in_channels", where)
         for name, value, low in (("kernel_size", kernel_size, 1), ("stride", stride, 1),
@@ -313,6 +382,9 @@ class _ConvBase(Module):
                                  f"got {value!r}")
         self.kernel_size, self.stride, self.pad = kernel_size, stride, pad
         _declare_weight_and_bias(self, nobias, dtype, where)
+        # Conv2d(3, 16, 3), PyTorch's (in, out, kernel) read as (out, kernel, stride): checked
+        # against the first input (see _check_order)
+        self._order_unsure = bool(args) and self._in_channels is None
         if self._in_channels is not None:
             self._initialize(*_numpy_on_cpu(), self.dtype, self._in_channels)
 
@@ -355,7 +427,27 @@ class _ConvBase(Module):
                     raise ValueError(f"{self._name}: x must be 4-d (N, C, H, W), got shape "
                                      f"{shape}")
                 C = shape[1]
+                if self.__dict__.get("_order_unsure"):
+                    self._check_order(C)
             self._initialize(*_placement(x, self, self._name), C)
+
+    def _check_order(self, C):
+        """Warn (once: at the first input) where out_channels, kernel_size and stride came by
+        position and the input has out_channels channels: likely PyTorch's Conv2d(in_channels,
+        out_channels, kernel_size), which here reads as Conv2d(out_channels, kernel_size,
+        stride) and builds a layer that runs (out_channels=3, a 16x16 kernel, stride 3)."""
+        self._order_unsure = False
+        if C != self.out_channels:
+            return
+        name, out, k, stride = self._name, self.out_channels, self.kernel_size, self.stride
+        warnings.warn(
+            f"{name}({out}, {k}, {stride}) reads as DeZero's {name}(out_channels={out}, "
+            f"kernel_size={k}, stride={stride}), and its first input has {C} channels, as many as "
+            f"out_channels: if you meant PyTorch's {_TORCH_NAMES.get(name, name)}(in_channels, "
+            f"out_channels, kernel_size), write it {name}({k}, {stride}, in_channels={out}) here "
+            "(out_channels and kernel_size first; in_channels, stride and pad by keyword). Pass "
+            f"stride by keyword ({name}({out}, {k}, stride={stride})) to silence this warning",
+            UserWarning, stacklevel=5)
 
     def extra_repr(self):
         return (f"in_channels={self.in_channels}, out_channels={self.out_channels}, "
@@ -401,6 +493,17 @@ class Deconv2d(_ConvBase):
 
 
 # =============================================================================== normalisation
+# PyTorch's keywords for BatchNorm1d/2d -> what gradcore's BatchNorm takes instead
+_TORCH_BATCH_NORM_KEYWORDS = {
+    "num_features": "no size: it learns the channel count from its first input (BatchNorm())",
+    "momentum": "decay= (decay = 1 - momentum: PyTorch's momentum=0.1 is decay=0.9, the default)",
+    "affine": "no affine= (gamma and beta are always there; freeze them with "
+              "requires_grad_(False))",
+    "track_running_stats": "no track_running_stats= (it always keeps them)",
+    "device": "no device=: it is made where its first input is",
+}
+
+
 class BatchNorm(Module):
     """Batch normalisation over axis 1 of x (N, C) or (N, C, H, W) (F.batch_norm).
 
@@ -420,12 +523,23 @@ class BatchNorm(Module):
     __setattr__ = _setattr_setting_aside
     _refilled = ("gamma", "beta")
 
-    def __init__(self, decay=0.9, eps=2e-5, dtype=None):
+    def __init__(self, decay=0.9, eps=2e-5, dtype=None, **kwargs):
+        _refuse_torch_keywords("BatchNorm", kwargs, _TORCH_BATCH_NORM_KEYWORDS)
+        if kwargs:
+            raise TypeError(f"BatchNorm(decay=0.9, eps=2e-5, dtype=None) got an unexpected "
+                            f"keyword argument {next(iter(kwargs))!r}")
         super().__init__()
         self.dtype = _numpy_dtype(dtype, "BatchNorm")
         for name, value in (("decay", decay), ("eps", eps)):
             if isinstance(value, bool) or not isinstance(value, numbers.Real):
                 raise TypeError(f"BatchNorm: {name} must be a number, got {value!r}")
+        if decay >= 1 and float(decay).is_integer():
+            raise ValueError(
+                f"BatchNorm({decay}): BatchNorm's first argument is decay, DeZero's (the running "
+                "statistics keep decay of their old value at each step), not PyTorch's "
+                "num_features: gradcore's BatchNorm learns its channel count from its first "
+                "input, so give none: BatchNorm(). PyTorch's momentum m is decay = 1 - m here "
+                "(momentum=0.1 is the default decay=0.9)")
         if not 0.0 <= decay < 1.0 or eps <= 0:
             raise ValueError(f"BatchNorm: need 0 <= decay < 1 and eps > 0, got decay={decay}, "
                              f"eps={eps}")
@@ -634,7 +748,94 @@ def _next_number(container):
     return str(index)
 
 
-class ModuleList(Module):
+class _NumberedList(Module):
+    """A list whose items are registered as "0", "1", ... (ModuleList, ParameterList): what
+    they share. Subclasses set `_kind` (module's registry kind of an item) and `_item` (the
+    check of one)."""
+
+    _kind = None
+    _noun = None  # "Module", "Parameter"
+
+    def __init__(self, items=()):
+        super().__init__()
+        self.extend(items)
+
+    def _items(self):
+        """(name, item) of each item, in order."""
+        attributes, kind = self.__dict__, self._kind
+        return [(name, attributes[name]) for name, k in self._registered.items()
+                if k == kind and attributes.get(name) is not None]
+
+    def append(self, item):
+        """Add `item` at the end, under the next free number; returns self."""
+        setattr(self, _next_number(self), self._item(item))
+        return self
+
+    def extend(self, items):
+        """append each of `items` (an iterable); returns self."""
+        where = type(self).__name__
+        try:
+            items = list(items)
+        except TypeError:
+            raise TypeError(f"{where}: expected an iterable of {self._noun}s, got "
+                            f"{type(items).__name__} (for one {self._noun.lower()}: "
+                            "append)") from None
+        for item in items:
+            self._item(item)  # every item checked before any is added
+        for item in items:
+            self.append(item)
+        return self
+
+    def _position(self, index):
+        """The registered name at position `index` (negative counts from the end)."""
+        names = [name for name, _ in self._items()]
+        try:
+            return names[operator.index(index)]
+        except IndexError:
+            raise IndexError(f"{type(self).__name__} index {index} is out of range for "
+                             f"{len(names)} {self._noun.lower()}s") from None
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return self._fresh([item for _, item in self._items()][index])
+        return self.__dict__[self._position(index)]
+
+    def _fresh(self, items):
+        """A new list of `items`, registered without counting a structure change: a container
+        no model holds yet changes no model (assigning it to one counts), and a compiled step
+        whose forward slices self.blocks replays rather than recording again."""
+        fresh = type(self)()
+        for i, item in enumerate(items):
+            fresh._registered[str(i)] = self._kind
+            object.__setattr__(fresh, str(i), item)
+            if isinstance(item, Parameter):
+                _note_holder(fresh, item)
+        return fresh
+
+    def __setitem__(self, index, item):
+        setattr(self, self._position(index), self._item(item))
+
+    def __delitem__(self, index):
+        """Remove the item at `index` (a slice: those it selects); the ones left are numbered
+        again from "0", as PyTorch's are, so that state_dict names them as a list of them
+        would."""
+        if not isinstance(index, slice):
+            self._position(index)  # an IndexError that says how many there are
+        items = [item for _, item in self._items()]
+        del items[index]
+        for name, _ in self._items():
+            delattr(self, name)
+        for i, item in enumerate(items):
+            setattr(self, str(i), item)
+
+    def __len__(self):
+        return len(self._items())
+
+    def __iter__(self):
+        return iter([item for _, item in self._items()])
+
+
+class ModuleList(_NumberedList):
     """Modules kept in a list and registered, as "0", "1", ... (so parameters() trains them and
     state_dict saves them as "0.W", "1.W"): self.blocks = ModuleList([Linear(4), Linear(3)])
     (PyTorch's name). A plain list of layers is not registered (Module warns about one).
@@ -645,79 +846,44 @@ class ModuleList(Module):
     forward: the model holding it calls its modules (for block in self.blocks: x = block(x)).
     """
 
+    _kind = _MODULE
+    _noun = "Module"
+
     def __init__(self, modules=()):
-        super().__init__()
-        self.extend(modules)
-
-    def append(self, module):
-        """Add `module` at the end, under the next free number; returns self."""
-        setattr(self, _next_number(self), _list_item(module))
-        return self
-
-    def extend(self, modules):
-        """append each of `modules` (an iterable of Modules); returns self."""
-        try:
-            modules = list(modules)
-        except TypeError:
-            raise TypeError(f"ModuleList: expected an iterable of Modules, got "
-                            f"{type(modules).__name__} (for one module: append)") from None
-        for module in modules:
-            _list_item(module)  # every item checked before any is added
-        for module in modules:
-            self.append(module)
-        return self
-
-    def _position(self, index):
-        """The registered name at position `index` (negative counts from the end)."""
-        names = [name for name, _ in self._child_items()]
-        try:
-            return names[operator.index(index)]
-        except IndexError:
-            raise IndexError(f"ModuleList index {index} is out of range for {len(names)} "
-                             "modules") from None
-
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            return self._fresh([module for _, module in self._child_items()][index])
-        return self.__dict__[self._position(index)]
+        super().__init__(modules)
 
     @staticmethod
-    def _fresh(modules):
-        """A new ModuleList of `modules`, registered without counting a structure change: a
-        container no model holds yet changes no model (assigning it to one counts), and a
-        compiled step whose forward slices self.blocks replays rather than recording again."""
-        fresh = ModuleList()
-        for i, module in enumerate(modules):
-            fresh._registered[str(i)] = _MODULE
-            object.__setattr__(fresh, str(i), module)
-        return fresh
-
-    def __setitem__(self, index, module):
-        setattr(self, self._position(index), _list_item(module))
-
-    def __delitem__(self, index):
-        """Remove the module at `index` (a slice: those it selects); the ones left are numbered
-        again from "0", as PyTorch's are, so that state_dict names them as a ModuleList of them
-        would."""
-        if not isinstance(index, slice):
-            self._position(index)  # an IndexError that says how many there are
-        modules = [module for _, module in self._child_items()]
-        del modules[index]
-        for name, _ in self._child_items():
-            delattr(self, name)
-        for i, module in enumerate(modules):
-            setattr(self, str(i), module)
-
-    def __len__(self):
-        return len(self._child_items())
-
-    def __iter__(self):
-        return iter([module for _, module in self._child_items()])
+    def _item(module):
+        return _list_item(module)
 
     def forward(self, *inputs):
         raise NotImplementedError(
             "ModuleList has no forward: call its modules in your model's forward (for block in "
             "self.blocks: x = block(x)), or use Sequential to run them one after another")
+
+
+class ParameterList(_NumberedList):
+    """Parameters kept in a list and registered, as "0", "1", ... (trained by parameters(),
+    saved by state_dict as "ps.0", moved by to()): self.ps = ParameterList([Parameter(w)])
+    (PyTorch's name). Holds Parameters only. Methods as ModuleList's; no forward: the model's
+    forward reads them (self.ps[0])."""
+
+    _kind = _PARAMETER
+    _noun = "Parameter"
+
+    def __init__(self, parameters=()):
+        super().__init__(parameters)
+
+    @staticmethod
+    def _item(p):
+        return _parameter_item(p, "ParameterList")
+
+    def forward(self, *inputs):
+        raise NotImplementedError("ParameterList has no forward: use its Parameters in your "
+                                  "model's forward (self.ps[0])")
+
+    def extra_repr(self):
+        return ", ".join(f"{name}: {_shape_of(p)}" for name, p in self._items())
 
 
 def _list_item(module):
@@ -726,9 +892,159 @@ def _list_item(module):
     if not isinstance(module, Module):
         hint = (" (a function such as F.relu: call it in forward, or use Sequential, which "
                 "takes callables)") if callable(module) else ""
+        if isinstance(module, Parameter):
+            hint = " (hold Parameters in an nn.ParameterList)"
         raise TypeError(f"ModuleList: an item must be a Module, got "
                         f"{type(module).__name__}{hint}")
     return module
+
+
+def _parameter_item(p, where):
+    """`p`, once it is a Parameter (what a ParameterList or ParameterDict may hold)."""
+    if not isinstance(p, Parameter):
+        container = "nn.ModuleDict" if where == "ParameterDict" else "nn.ModuleList"
+        if isinstance(p, Module) or isinstance(p, type) and issubclass(p, Module):
+            hint = f" (hold Modules in an {container})"
+        elif isinstance(p, Variable) or backends.is_array(p):
+            hint = " (make it one: nn.Parameter(array))"
+        else:
+            hint = ""
+        item = "a value" if where == "ParameterDict" else "an item"
+        raise TypeError(f"{where}: {item} must be a Parameter, got {type(p).__name__}{hint}")
+    return p
+
+
+def _shape_of(p):
+    return "no data yet" if p.data is None else tuple(p.shape)
+
+
+class _NamedDict(Module):
+    """A dict whose values are registered under their keys (ModuleDict, ParameterDict): what
+    they share. Subclasses set `_kind` (the registry kind of a value) and `_item` (the check of
+    one). A key is an attribute name of the container, so it must be a string without "." and
+    not the name of one of its methods or attributes ("train", "keys")."""
+
+    _kind = None
+
+    def __init__(self, items=None):
+        super().__init__()
+        if items is not None:
+            self.update(items)
+
+    def _check_key(self, key):
+        where = type(self).__name__
+        _check_name(self, key, "cannot use the key")
+        if self._registered.get(key) != self._kind and (hasattr(type(self), key)
+                                                        or key in self.__dict__):
+            raise KeyError(f"{where}: the key {key!r} is the name of an attribute of {where} "
+                           "(a method or its own state); pick another key")
+        return key
+
+    def _items(self):
+        attributes, kind = self.__dict__, self._kind
+        return [(name, attributes[name]) for name, k in self._registered.items()
+                if k == kind and attributes.get(name) is not None]
+
+    def __getitem__(self, key):
+        if key not in self:
+            raise KeyError(f"{type(self).__name__} has no key {key!r} (its keys: "
+                           f"{', '.join(map(repr, self.keys())) or 'none'})")
+        return self.__dict__[key]
+
+    def __setitem__(self, key, value):
+        setattr(self, self._check_key(key), self._item(value))
+
+    def __delitem__(self, key):
+        self[key]  # a KeyError that lists the keys
+        delattr(self, key)
+
+    def __contains__(self, key):
+        return (isinstance(key, str) and self._registered.get(key) == self._kind
+                and self.__dict__.get(key) is not None)
+
+    def __len__(self):
+        return len(self._items())
+
+    def __iter__(self):
+        return iter(self.keys())
+
+    def keys(self):
+        """The keys, in insertion order."""
+        return [name for name, _ in self._items()]
+
+    def values(self):
+        """The values, in insertion order."""
+        return [value for _, value in self._items()]
+
+    def items(self):
+        """(key, value) pairs, in insertion order."""
+        return self._items()
+
+    def update(self, items):
+        """Add or replace the entries of `items` (a mapping, or an iterable of (key, value)
+        pairs), every one checked before any is set."""
+        where = type(self).__name__
+        pairs = items.items() if hasattr(items, "keys") else items
+        try:
+            pairs = [(key, value) for key, value in pairs]
+        except (TypeError, ValueError):
+            raise TypeError(f"{where}: expected a mapping or (key, value) pairs, got "
+                            f"{type(items).__name__}") from None
+        for key, value in pairs:
+            self._check_key(key)
+            self._item(value)
+        for key, value in pairs:
+            self[key] = value
+
+    def pop(self, key):
+        """Remove the entry `key` and return its value."""
+        value = self[key]
+        delattr(self, key)
+        return value
+
+
+class ModuleDict(_NamedDict):
+    """Modules kept by name and registered under it (trained by parameters(), saved by
+    state_dict as "heads.a.W", moved by to()): self.heads = ModuleDict({"a": Linear(1), "b":
+    Linear(1)}) (PyTorch's name). A plain dict of layers is not registered (Module warns about
+    one). Indexing by key, assignment, `del`, `in`, len(), iteration over the keys, keys(),
+    values(), items(), update() and pop(); no forward: the model holding it calls its modules
+    (self.heads["a"](h))."""
+
+    _kind = _MODULE
+
+    @staticmethod
+    def _item(module):
+        _not_a_class(module, "ModuleDict")
+        if not isinstance(module, Module):
+            hint = " (hold Parameters in an nn.ParameterDict)" if isinstance(
+                module, Parameter) else ""
+            raise TypeError(f"ModuleDict: a value must be a Module, got "
+                            f"{type(module).__name__}{hint}")
+        return module
+
+    def forward(self, *inputs):
+        raise NotImplementedError("ModuleDict has no forward: call its modules in your model's "
+                                  "forward (self.heads['a'](x))")
+
+
+class ParameterDict(_NamedDict):
+    """Parameters kept by name and registered under it (trained by parameters(), saved by
+    state_dict as "extra.scale", moved by to()): self.extra = ParameterDict({"scale":
+    Parameter(w)}) (PyTorch's name). Holds Parameters only; methods as ModuleDict's."""
+
+    _kind = _PARAMETER
+
+    @staticmethod
+    def _item(p):
+        return _parameter_item(p, "ParameterDict")
+
+    def forward(self, *inputs):
+        raise NotImplementedError("ParameterDict has no forward: use its Parameters in your "
+                                  "model's forward (self.extra['scale'])")
+
+    def extra_repr(self):
+        return ", ".join(f"{name}: {_shape_of(p)}" for name, p in self._items())
 
 
 def _layer_index(name):
@@ -828,4 +1144,5 @@ class MLP(_IndexedLayers):
 
 
 __all__ = ["Linear", "Conv2d", "Deconv2d", "BatchNorm", "Dropout", "EmbedID", "Embedding",
-           "ReLU", "Sigmoid", "Tanh", "Sequential", "ModuleList", "MLP"]
+           "ReLU", "Sigmoid", "Tanh", "Sequential", "ModuleList", "ModuleDict", "ParameterList",
+           "ParameterDict", "MLP"]

@@ -2,6 +2,7 @@
 state dicts, and save/load through checkpoint.py."""
 import collections
 import collections.abc
+import contextvars
 import itertools
 import os
 import warnings
@@ -11,8 +12,9 @@ import numpy
 
 import backends
 
-from ..config import test_mode
+from ..config import recomputing, test_mode, training, using_config
 from .. import recompute as _recompute
+from ..random import noted
 from .. import variable as _variables
 from ..utils import plot_dot_graph
 from ..utils.download import (_checked_sha256, cache_folder, fetch, sha256_folder, sha256_of_file,
@@ -29,6 +31,12 @@ _FLOAT_NAMES = ("float16", "float32", "float64")
 _INTERNALS = frozenset({"_registered", "_forward_pre_hooks", "_forward_hooks", "training",
                         "_device", "_dtype", "_gradcore_list_names"})
 _hook_ids = itertools.count()
+# True inside the forward of an eval-mode module called with Config.train True: the test mode
+# there is the module's own, so a train-mode sub-module called in it runs in train mode again
+# (each module's own flag decides, as in PyTorch); test mode the caller set (test_mode(),
+# Config.train = False) stays in force for every module
+_module_test_mode = contextvars.ContextVar("gradcore.module_test_mode", default=False)
+_in_module_test_mode = _module_test_mode.get
 # not None while a checkpointed block first runs (gradcore.recompute.states_set): read once per
 # setting of an attribute that is not registered
 _in_block = _recompute.states_set.get
@@ -92,6 +100,17 @@ def _replaces(module, name, value):
                                      and value.__class__ in _BY_VALUE and old == value)
 
 
+def _resumes_train():
+    """Whether a train-mode module called in test mode runs in train mode: where that test mode
+    is an eval-mode module's around it (see _module_test_mode), not the caller's. A
+    checkpointed block notes the answer with its draws, so that computed again in backward
+    (under the Config.train it was called with; the module's own test mode around it gone) it
+    runs each module as it first ran."""
+    if _in_block() is None and not recomputing():
+        return _in_module_test_mode()
+    return noted("a train-mode module's mode", _in_module_test_mode)
+
+
 def _note_mode(module, training):
     if training:
         _in_eval.pop(id(module), None)
@@ -151,19 +170,30 @@ class Module:
     means no bias, as in DeZero), `del` unregisters it. Buffers (state that is saved and moved
     but not trained, such as BatchNorm's running mean) are registered with `register_buffer`.
     Any name will do for these but "" and names holding "." (which could clash with the
-    qualified names of state_dict, "l1.W"), as in PyTorch. Layers in a plain list or tuple are
-    not registered: hold them in an nn.ModuleList, or also assign each to an attribute as
-    DeZero's MLP does. A list or tuple attribute holding a Module or Parameter registered
-    nowhere in the model is warned about (once per class and attribute) when its parameters are
-    collected (an optimizer's first step, state_dict, save, to()).
+    qualified names of state_dict, "l1.W"), as in PyTorch.
+
+    Layers or Parameters in a plain list, tuple or dict are not registered: hold them in an
+    nn.ModuleList, nn.ModuleDict, nn.ParameterList or nn.ParameterDict, or also assign each to
+    an attribute as DeZero's MLP does. A list, tuple or dict attribute holding a Module or
+    Parameter registered nowhere in the model is warned about (once per class and attribute)
+    when its parameters are collected (an optimizer's first step, state_dict, save, to()); so
+    is, when assigned, a Variable that is a leaf requiring grad but not a Parameter (it would
+    get a .grad and never be trained or saved).
 
     Train mode: each module has a `training` flag (`train()` / `eval()` set it on the whole
-    subtree). A module in eval mode runs its forward under `gradcore.test_mode()`, so everything
-    inside it (sub-modules, and functional ops such as `F.dropout` called in its forward) runs in
-    test mode. A module in train mode follows `Config.train`: `with gradcore.test_mode():` still
-    puts a training model into test mode, as in DeZero. A sub-module switched back to train mode
-    inside an eval-mode parent therefore still runs in test mode when called through the parent.
+    subtree), and each module's own flag decides how it runs, as in PyTorch: a module in eval
+    mode runs its forward under `gradcore.test_mode()` (its functional ops, such as `F.dropout`
+    in its forward, run in test mode, and so do its sub-modules in eval mode), and a sub-module
+    switched back to train mode (`model.eval(); model.dropout.train()`, MC dropout) runs in train
+    mode even when an eval-mode parent calls it. `with gradcore.test_mode():` (or Config.train =
+    False) around a call puts every module in it into test mode, training ones too, as in DeZero.
+    Modes apply through `module(x)`: calling `module.forward(x)` directly skips them (and the
+    forward hooks), so an F.dropout in it follows Config.train alone.
     """
+
+    # attributes that carry state from one call to the next (RNN's h), which a user may set to
+    # a Variable of their own (a first state): not warned about as an unregistered weight
+    _gradcore_carried = ()
 
     def __init__(self):
         set_ = object.__setattr__
@@ -229,10 +259,8 @@ class Module:
             _recompute.note_state(self, name)  # for checkpoint's recomputation
         if _watched and _replaces(self, name, value):
             _variables.settings_changed()  # outside a recording: the next call records again
-        if value.__class__ is list or value.__class__ is tuple:
-            names = _list_names(self)
-            if names is not None:
-                names.add(name)
+        if value.__class__ in _NOTED:  # one look for the values that need none
+            _note_attribute(self, name, value)
         object.__setattr__(self, name, value)
 
     def __delattr__(self, name):
@@ -452,8 +480,14 @@ class Module:
                 if result is not None:
                     inputs = result if isinstance(result, tuple) else (result,)
         if self.training:
-            y = self.forward(*inputs, **kwargs)
-        else:
+            # _in_eval first: with no module in eval mode anywhere, nothing more to read
+            if _in_eval and not training() and _resumes_train():
+                y = self._forward_in_mode(True, inputs, kwargs)
+            else:
+                y = self.forward(*inputs, **kwargs)
+        elif training():
+            y = self._forward_in_mode(False, inputs, kwargs)
+        else:  # test mode already (the caller's, or a module's around this one)
             with test_mode():
                 y = self.forward(*inputs, **kwargs)
         if self._forward_hooks:
@@ -462,6 +496,17 @@ class Module:
                 if result is not None:
                     y = result
         return y
+
+    def _forward_in_mode(self, train, inputs, kwargs):
+        """forward under this module's own mode where it differs from Config.train: test mode
+        for an eval-mode module (noted in _module_test_mode, so that its train-mode sub-modules
+        run in train mode again), train mode for a train-mode module inside one."""
+        token = _module_test_mode.set(not train)
+        try:
+            with using_config("train", train):
+                return self.forward(*inputs, **kwargs)
+        finally:
+            _module_test_mode.reset(token)
 
     def forward(self, *inputs):
         raise NotImplementedError(f"{type(self).__name__} must define forward(self, *inputs)")
@@ -496,8 +541,13 @@ class Module:
         Lazy parameters and buffers created later (at the first call, or by a load) take this
         dtype too."""
         if device is not None:
-            device = backends.parse_device(device)
-            backends.backend_for_device(device)  # an unknown or unavailable device fails here
+            given = device
+            try:
+                device = backends.parse_device(given)
+                backends.backend_for_device(device)  # an unknown or unavailable device fails here
+            except (TypeError, ValueError) as e:
+                _refuse_dtype_as_device(given, e)
+                raise
         name = None if dtype is None else _float_name(dtype, "Module.to")
         variables = self._variables()
         if device is not None and name is not None:  # said even where nothing has data yet
@@ -823,7 +873,47 @@ def _held_by_a_module(p):
     return False
 
 
-_warned_lists = set()  # (class, attribute) whose list _warn_listed has warned about
+_warned_lists = set()  # (class, attribute) whose list or dict _warn_listed has warned about
+_warned_variables = set()  # (class, attribute) _note_attribute has warned about
+# the classes of attribute values that Module.__setattr__ looks at further (_note_attribute):
+# containers that may hold layers the registry never sees, and a Variable that looks trained
+_NOTED = frozenset((list, tuple, dict, Variable))
+
+
+def _note_attribute(module, name, value):
+    """Module.__setattr__'s look at a list, tuple or dict (its name kept for _warn_listed,
+    which reads it when parameters are collected: it may be filled later) or a plain Variable
+    (warned about now if it is a leaf that requires grad, unless `name` is a buffer's or one
+    of its class's `_gradcore_carried`)."""
+    if value.__class__ is not Variable:
+        names = _list_names(module)
+        if names is not None:
+            names.add(name)
+    elif value.creator is None and value.requires_grad:
+        registered = module.__dict__.get("_registered")
+        key = (type(module), name)
+        if ((registered is None or name not in registered) and key not in _warned_variables
+                and name not in type(module)._gradcore_carried):
+            _warned_variables.add(key)
+            _warn_variable(module, name)
+
+
+def _warn_variable(module, name):
+    """Warn that the leaf Variable (requires_grad=True, not a Parameter) just assigned to
+    `module.name` is not registered: backward gives it a .grad, but parameters() (and so the
+    optimizers), state_dict, save and to() never see it. A PyTorch habit (a tensor made with
+    requires_grad=True beside the layers) and a DeZero one (a Variable for a weight: DeZero's
+    Variable requires grad by default, and so does gradcore's). A computed Variable (an RNN's
+    carried state) or one with requires_grad=False is not warned about."""
+    where = type(module).__name__
+    warnings.warn(
+        f"{where}.{name} is a Variable that requires grad but is not a Parameter, so it is not "
+        "registered: backward gives it a .grad, but parameters() (and the optimizers), "
+        "state_dict, save and to() do not see it, so it is not trained, saved or moved. To "
+        f"train and save it, make it a Parameter (self.{name} = nn.Parameter(...)); if it is a "
+        f"constant, give it requires_grad=False, or register it as a buffer "
+        f"(self.register_buffer({name!r}, ...): saved and moved, not trained)",
+        UserWarning, stacklevel=4)
 
 
 def _list_names(module):
@@ -835,35 +925,56 @@ def _list_names(module):
 
 
 def _warn_listed(modules, module_ids, variable_ids):
-    """Warn, once per class and attribute, about the Modules and Parameters that a list or tuple
-    attribute of one of `modules` holds and that are registered nowhere in the model (their ids
-    are not among `module_ids` / `variable_ids`): parameters() (and so the optimizers),
-    state_dict, save and to() never see them.
+    """Warn, once per class and attribute, about the Modules and Parameters that a list, tuple or
+    dict attribute of one of `modules` holds (a dict: as its values) and that are registered
+    nowhere in the model (their ids are not among `module_ids` / `variable_ids`): parameters()
+    (and so the optimizers), state_dict, save and to() never see them. The warning names the
+    container that registers what it holds: nn.ModuleList or nn.ParameterList for a list,
+    nn.ModuleDict or nn.ParameterDict for a dict.
 
     A warning, not an error: DeZero's own MLP keeps its layers in a list *and* registers each
     with setattr (no warning then), and a list is also the known way to keep a module out of
     parameters() on purpose (a frozen teacher network), which must go on working. Only lists
-    whose first item is a Module or a Parameter are read: a list of numbers costs one look."""
+    and dicts whose first item is a Module or a Parameter are read: a list of numbers costs one
+    look."""
     for module in modules:
         for attr in _list_names(module):
             items = module.__dict__.get(attr)
             key = (type(module), attr)
-            if (items.__class__ is not list and items.__class__ is not tuple or not items
-                    or not isinstance(items[0], (Module, Parameter)) or key in _warned_lists):
+            kind = items.__class__
+            if kind is dict:
+                items = list(items.values())
+            elif kind is not list and kind is not tuple:
+                continue
+            if not items or not isinstance(items[0], (Module, Parameter)) or key in _warned_lists:
                 continue
             hidden = [item for item in items if isinstance(item, (Module, Parameter)) and id(item)
                       not in (module_ids if isinstance(item, Module) else variable_ids)]
             if hidden:
                 _warned_lists.add(key)
-                kinds = " and ".join(sorted({"Module" if isinstance(item, Module) else
-                                             "Parameter" for item in hidden}))
+                kinds = sorted({"Module" if isinstance(item, Module) else "Parameter"
+                                for item in hidden})
                 warnings.warn(
-                    f"{type(module).__name__}.{attr} is a {type(items).__name__} holding "
-                    f"{len(hidden)} {kinds}(s) not registered with the model, so parameters() "
+                    f"{type(module).__name__}.{attr} is a {kind.__name__} holding {len(hidden)} "
+                    f"{' and '.join(kinds)}(s) not registered with the model, so parameters() "
                     "(and the optimizers), state_dict, save and to() do not see them: they are "
-                    f"not trained, saved or moved. Hold them in an nn.ModuleList (self.{attr} = "
-                    "nn.ModuleList([...])), or also assign each to an attribute as DeZero's MLP "
-                    "does (setattr(self, f'l{i}', layer))", UserWarning, stacklevel=2)
+                    f"not trained, saved or moved. {_container_hint(attr, kind, kinds)}",
+                    UserWarning, stacklevel=2)
+
+
+def _container_hint(attr, kind, kinds):
+    """How to register what a list, tuple or dict attribute `attr` holds (`kinds`: "Module",
+    "Parameter" or both): the nn container for it, as PyTorch names them."""
+    shape = "Dict" if kind is dict else "List"
+    brackets = "{...}" if kind is dict else "[...]"
+    containers = [f"nn.{k}{shape}" for k in kinds]
+    if len(containers) == 1:
+        hint = f"Hold them in an {containers[0]} (self.{attr} = {containers[0]}({brackets}))"
+    else:
+        hint = (f"Hold the Modules in an {containers[0]} and the Parameters in an "
+                f"{containers[1]}, one attribute each")
+    return hint + (", or also assign each to an attribute of its own, as DeZero's MLP does its "
+                   "layers (setattr(self, f'l{i}', layer))")
 
 
 def _check_name(module, name, where):
@@ -1042,6 +1153,23 @@ def _float_name(dtype, where):
         raise ValueError(f"{where}: dtype must be a floating dtype ({', '.join(_FLOAT_NAMES)}), "
                          f"got {dtype!r}")
     return name
+
+
+def _refuse_dtype_as_device(device, error):
+    """A TypeError (from `error`, parse_device's) where the `device` Module.to refused is a
+    dtype (PyTorch's model.to(torch.float64) takes one in that place); nothing otherwise."""
+    try:
+        name = numpy.dtype(device).name
+    except TypeError:
+        name = str(device).rpartition(".")[2]  # array_api_strict.float32 and the like
+        if name not in _FLOAT_NAMES:
+            return
+    if name not in _FLOAT_NAMES:
+        raise TypeError(f"Module.to: {device!r} is a dtype, not a device, and to() casts to a "
+                        f"floating dtype only ({', '.join(_FLOAT_NAMES)}), given by keyword: "
+                        "to(dtype='float64')") from error
+    raise TypeError(f"Module.to: {device!r} is a dtype, not a device: pass it by keyword, "
+                    f"to(dtype={name!r}) (or to(device, dtype={name!r}) to move it too)") from error
 
 
 def _namespace_dtype(backend, device, dtype_name, where):

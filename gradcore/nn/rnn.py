@@ -33,12 +33,47 @@ def _moved_state(h, device, dtype_name, wrote):
     return Variable(data, name=h.name, requires_grad=False)
 
 
-def _preactivation(x2h, h2h, x, h):
+def _preactivation(layer, x2h, h2h, x, h):
     """x2h(x) + h2h(h), or x2h(x) alone at the first step (h None). A lazy h2h is created at
     its first use, the second step, on h's device and dtype: the order DeZero draws in, so
-    numpy.random.seed gives DeZero's weights."""
-    y = x2h(x)
+    numpy.random.seed gives DeZero's weights. An input x2h refuses for its size is refused
+    again naming `layer` (see _refuse_input)."""
+    try:
+        y = x2h(x)
+    except ValueError as e:
+        _refuse_input(layer, x2h, x, e)
+        raise
     return y if h is None else y + h2h(h)
+
+
+def _refuse_input(layer, x2h, x, error):
+    """A ValueError naming the RNN or LSTM `layer` and its (hidden_size, in_size) order, from
+    `error`, where x2h refused the input `x` for its shape (a Linear built for another in_size,
+    or an x that is not 2-d); nothing otherwise. PyTorch's RNN(input_size, hidden_size) takes
+    its sizes the other way round, so nn.LSTM(10, 20) meets 10 features with in_size 20."""
+    shape = getattr(x, "shape", None)
+    if shape is None:
+        return
+    where, H, in_size = type(layer).__name__, layer.hidden_size, x2h.in_size
+    shape = tuple(shape)
+    if len(shape) != 2:
+        raise ValueError(
+            f"{where}: x must be 2-d (batch, in_size), one time step per call, got shape "
+            f"{shape}; PyTorch's whole sequence (length, batch, features) is fed here one step "
+            f"at a time: for x_t in xs: h = {where.lower()}(x_t)") from error
+    if in_size is None or shape[1] == in_size:
+        return
+    hint = (f" If you meant PyTorch's {where}(input_size={shape[1]}, hidden_size={H}), write "
+            f"{where}({H}, in_size={shape[1]}) here, or {where}({H}) to learn in_size from the "
+            "first input")
+    if shape[1] == H:  # nn.LSTM(10, 20) given 10 features: the sizes swapped
+        hint = (f" It looks like PyTorch's order {where}(input_size={H}, "
+                f"hidden_size={in_size}): write {where}({in_size}, in_size={H}) here, or "
+                f"{where}({in_size}) to learn in_size from the first input")
+    raise ValueError(
+        f"{where}: the input has {shape[1]} features, but this {where} was built for "
+        f"in_size={in_size} (hidden_size={H}): gradcore's {where} takes (hidden_size, in_size), "
+        f"DeZero's order, the reverse of PyTorch's.{hint}") from error
 
 
 class RNN(Module):
@@ -53,6 +88,8 @@ class RNN(Module):
     and h2h at the second, the first to read a state, or at a state_dict() (or save()) of this
     RNN before that: after one call h2h.W has no data yet.
     """
+
+    _gradcore_carried = ("h",)  # a first state set by hand (rnn.h = Variable(h0)) is no weight
 
     def __init__(self, hidden_size, in_size=None):
         super().__init__()
@@ -99,7 +136,7 @@ class RNN(Module):
             self._drawn_ahead = None
             W = self.h2h.W  # the saved weights stay: a checkpoint is what the model goes on with
             _normal(W.backend, W.device, W.shape, W.dtype, 1.0)  # the draw the save skipped
-        self.h = F.tanh(_preactivation(self.x2h, self.h2h, x, self.h))
+        self.h = F.tanh(_preactivation(self, self.x2h, self.h2h, x, self.h))
         return self.h
 
     def extra_repr(self):
@@ -118,6 +155,8 @@ class LSTM(Module):
     read the state, so they are made here, (hidden_size, hidden_size), as in DeZero (its
     order of draws: x2* before h2* with in_size given, after them without).
     """
+
+    _gradcore_carried = ("h", "c")
 
     def __init__(self, hidden_size, in_size=None):
         super().__init__()
@@ -149,10 +188,10 @@ class LSTM(Module):
     def forward(self, x):
         h = self.h
         _check_batch(self, x, h)
-        f = F.sigmoid(_preactivation(self.x2f, self.h2f, x, h))
-        i = F.sigmoid(_preactivation(self.x2i, self.h2i, x, h))
-        o = F.sigmoid(_preactivation(self.x2o, self.h2o, x, h))
-        u = F.tanh(_preactivation(self.x2u, self.h2u, x, h))
+        f = F.sigmoid(_preactivation(self, self.x2f, self.h2f, x, h))
+        i = F.sigmoid(_preactivation(self, self.x2i, self.h2i, x, h))
+        o = F.sigmoid(_preactivation(self, self.x2o, self.h2o, x, h))
+        u = F.tanh(_preactivation(self, self.x2u, self.h2u, x, h))
         if h is None:
             self._h2_to(self.x2f.W)
         c = i * u if self.c is None else f * self.c + i * u

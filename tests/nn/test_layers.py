@@ -810,6 +810,34 @@ def test_numpy_integers_are_sizes():
     (lambda: nn.Deconv2d(3, 2, nobias=1), TypeError, "Deconv2d: nobias must be True or False"),
     (lambda: nn.Dropout(1.0), ValueError, r"dropout_ratio must be a number in \[0, 1\)"),
     (lambda: nn.BatchNorm(decay=1.5), ValueError, "0 <= decay < 1"),
+    (lambda: nn.BatchNorm(4), ValueError, r"BatchNorm\(4\): BatchNorm's first argument is "
+     r"decay, DeZero's .*not PyTorch's num_features: gradcore's BatchNorm learns its channel "
+     r"count from its first input, so give none: BatchNorm\(\). PyTorch's momentum m is "
+     r"decay = 1 - m here"),
+    (lambda: nn.BatchNorm(num_features=4), TypeError, "BatchNorm got PyTorch's keyword "
+     r"num_features=; .* learns the channel count from its first input"),
+    (lambda: nn.BatchNorm(momentum=0.1), TypeError, r"takes decay= \(decay = 1 - momentum"),
+    (lambda: nn.BatchNorm(0.9, size=3), TypeError, "unexpected keyword argument 'size'"),
+    (lambda: nn.Linear(3, 16, bias=False), TypeError, r"Linear got PyTorch's keyword bias=; "
+     r"gradcore's Linear takes nobias= \(nobias=True for PyTorch's bias=False\)"),
+    (lambda: nn.Linear(out_features=3), TypeError, "takes out_size="),
+    (lambda: nn.Linear(3, size=2), TypeError, "unexpected keyword argument 'size'"),
+    (lambda: nn.Conv2d(16, 3, padding=1), TypeError, r"Conv2d got PyTorch's keyword padding=; "
+     r"gradcore's Conv2d takes pad= \(pad=1 for PyTorch's padding=1\)$"),
+    (lambda: nn.Conv2d(3, 16, 3, padding=1), TypeError, r"takes pad= .*; and the order of the "
+     r"arguments is DeZero's, Conv2d\(out_channels, kernel_size, stride=1, pad=0, nobias=False, "
+     r"dtype=None, in_channels=None\): PyTorch's Conv2d\(3, 16, 3, ...\) is "
+     r"Conv2d\(16, 3, ..., in_channels=3\) here"),
+    (lambda: nn.Conv2d(16, 3, bias=False), TypeError, r"takes nobias= \(nobias=True"),
+    (lambda: nn.Conv2d(16, 3, dilation=2), TypeError, "takes no dilation"),
+    (lambda: nn.Deconv2d(3, 16, 3, groups=2), TypeError, r"Deconv2d got PyTorch's keyword "
+     r"groups=; .* PyTorch's ConvTranspose2d\(3, 16, 3, ...\) is Deconv2d\(16, 3, ..., "
+     r"in_channels=3\)"),
+    (lambda: nn.Conv2d(16, 3, 1, stride=2), TypeError, r"Conv2d\(out_channels, kernel_size, "
+     r".*\): got multiple values for argument 'stride'"),
+    (lambda: nn.Conv2d(16, 3, 1, 0, False, None, 3, 1), TypeError, "takes at most 7 arguments "
+     "by position, got 8"),
+    (lambda: nn.Conv2d(16, 3, size=2), TypeError, "unexpected keyword argument 'size'"),
     (lambda: nn.EmbedID(0, 3), ValueError, "in_size must be a positive int"),
     (lambda: nn.RNN(0), ValueError, "hidden_size must be a positive int"),
     (lambda: nn.LSTM(3, in_size="4"), TypeError, "in_size must be a positive int"),
@@ -820,6 +848,33 @@ def test_numpy_integers_are_sizes():
 def test_bad_arguments(make, error, match):
     with pytest.raises(error, match=match):
         make()
+
+
+@pytest.mark.parametrize("layer, torch_name, shape", [
+    (nn.Conv2d, "Conv2d", (1, 16, 30, 30)), (nn.Deconv2d, "ConvTranspose2d", (1, 16, 34, 34))])
+def test_a_convolution_in_pytorch_s_order_is_warned_about_at_its_first_input(
+        layer, torch_name, shape, recwarn):
+    # Linear(3, 16) takes PyTorch's (in, out): Conv2d(3, 16, 3), PyTorch's (in, out, kernel),
+    # reads as DeZero's (out_channels=3, kernel_size=16, stride=3) and runs
+    x = np.zeros((1, 3, 32, 32), np.float32)
+    name = layer.__name__
+    conv = layer(3, 16, 3)
+    with pytest.warns(UserWarning) as caught:
+        y = conv(x)
+    assert y.shape[1] == 3 and conv.W.shape[2:] == (16, 16) and conv.stride == 3
+    assert len(caught) == 1 and caught[0].filename == __file__  # the line that called it
+    assert str(caught[0].message) == (
+        f"{name}(3, 16, 3) reads as DeZero's {name}(out_channels=3, kernel_size=16, stride=3), "
+        "and its first input has 3 channels, as many as out_channels: if you meant PyTorch's "
+        f"{torch_name}(in_channels, out_channels, kernel_size), write it {name}(16, 3, "
+        "in_channels=3) here (out_channels and kernel_size first; in_channels, stride and pad "
+        f"by keyword). Pass stride by keyword ({name}(3, 16, stride=3)) to silence this warning")
+    conv(x)  # once per layer
+    assert layer(16, 3, in_channels=3)(x).shape == shape  # PyTorch's meaning, written here
+    layer(3, 16, stride=3)(x)  # stride by keyword: DeZero's meaning, said plainly
+    layer(4, 3, 1)(x)  # 3 channels in, not as many as out_channels
+    layer(3, 3, 1, 1, False, None, 3)(x)  # DeZero's arguments, all by position
+    assert [str(w.message) for w in recwarn] == []
 
 
 def test_bad_first_inputs_leave_lazy_layers_unset():

@@ -226,9 +226,10 @@ def fresh_list_warnings(monkeypatch):
     monkeypatch.setattr(gradcore.nn.module, "_warned_lists", set())
 
 
-def test_plain_attributes_are_not_registered(fresh_list_warnings):
+def test_plain_attributes_are_not_registered(fresh_list_warnings, fresh_variable_warnings):
     m = nn.Module()
-    m.v = Variable(np.ones(2))      # a Variable that is not a Parameter
+    with pytest.warns(UserWarning, match="Module.v is a Variable that requires grad"):
+        m.v = Variable(np.ones(2))  # a Variable that is not a Parameter
     m.arr = np.ones(2)
     m.layers = [nn.Linear(2, 2)]    # a list is not searched (DeZero's models.MLP keeps one)
     with pytest.warns(UserWarning, match="Module.layers is a list holding 1 Module"):
@@ -327,6 +328,165 @@ def test_a_subclass_may_keep_its_own_attribute_named_lists(fresh_list_warnings):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert [p.shape for p in net.parameters()] == [(3, 2), (2,)]
+
+
+def test_layers_and_parameters_in_a_dict_are_warned_about_naming_the_container_that_fits(
+        fresh_list_warnings):
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.trunk = nn.Linear(2, in_size=3)
+            self.heads = {"a": nn.Linear(1), "b": nn.Linear(1)}
+            self.extra = {"scale": Parameter(np.ones(1))}
+            self.ps = [Parameter(np.ones(2))]
+            self.mixed = (nn.Linear(1), Parameter(np.ones(3)))
+            self.names = {"a": 1}  # no Module or Parameter: nothing to say
+
+    with pytest.warns(UserWarning) as caught:
+        assert list(Net().state_dict()) == ["trunk.W", "trunk.b"]
+    messages = sorted(str(w.message) for w in caught)
+    assert len(messages) == 4
+    extra, heads, mixed, ps = messages
+    assert heads.startswith("Net.heads is a dict holding 2 Module(s) not registered")
+    assert "Hold them in an nn.ModuleDict (self.heads = nn.ModuleDict({...}))" in heads
+    assert extra.startswith("Net.extra is a dict holding 1 Parameter(s) not registered")
+    assert "nn.ParameterDict (self.extra = nn.ParameterDict({...}))" in extra
+    assert "nn.ParameterList (self.ps = nn.ParameterList([...]))" in ps
+    assert mixed.startswith("Net.mixed is a tuple holding 2 Module and Parameter(s)")
+    assert "the Modules in an nn.ModuleList and the Parameters in an nn.ParameterList" in mixed
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per class and attribute
+        assert len(Net().state_dict()) == 2
+
+
+def test_module_dict_and_the_parameter_containers_register_what_they_hold():
+    class MultiHead(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.trunk = nn.Linear(4, in_size=3)
+            self.heads = nn.ModuleDict({"a": nn.Linear(1, in_size=4),
+                                        "b": nn.Linear(1, in_size=4)})
+            self.extra = nn.ParameterDict({"scale": Parameter(np.full(1, 2.0, np.float32))})
+            self.ps = nn.ParameterList([Parameter(np.ones(1, np.float32))])
+
+        def forward(self, x):
+            h = F.relu(self.trunk(x))
+            y = self.heads["a"](h) + self.heads["b"](h)
+            return y * self.extra["scale"] * self.ps[0]
+
+    np.random.seed(0)
+    m = MultiHead()
+    x = np.random.randn(8, 3).astype(np.float32)
+    assert list(m.state_dict()) == ["trunk.W", "trunk.b", "heads.a.W", "heads.a.b", "heads.b.W",
+                                    "heads.b.b", "extra.scale", "ps.0"]
+    assert len(list(m.parameters())) == 8
+    copied = copy.deepcopy(m)
+    before = {name: a.copy() for name, a in m.state_dict().items()}
+    opt = gradcore.optim.SGD(m.parameters(), lr=0.1)
+    F.mean(m(x) ** 2).backward()
+    opt.step()
+    for name, a in m.state_dict().items():  # every one of them trained
+        assert not np.array_equal(a, before[name]), name
+    assert copied.heads["a"].W is not m.heads["a"].W
+    np.testing.assert_array_equal(copied.state_dict()["heads.a.W"], before["heads.a.W"])
+    copied.load_state_dict(m.state_dict())
+    np.testing.assert_array_equal(copied(x).data, m(x).data)
+    m.to(dtype="float64")
+    assert {str(a.dtype) for a in m.state_dict().values()} == {"float64"}
+    assert m.extra["scale"].dtype == np.float64 and m.ps[0].dtype == np.float64
+
+
+def test_module_dict_parameter_list_and_parameter_dict_act_as_pytorch_s():
+    a, b = nn.Linear(2, in_size=2), nn.Linear(3, in_size=2)
+    heads = nn.ModuleDict([("a", a)])
+    heads["b"] = b
+    assert list(heads) == ["a", "b"] and heads.keys() == ["a", "b"] and len(heads) == 2
+    assert heads.values() == [a, b] and heads.items() == [("a", a), ("b", b)]
+    assert "a" in heads and "c" not in heads and 1 not in heads
+    heads.update({"a": b})  # replaced in place: keeps its position
+    assert heads.items() == [("a", b), ("b", b)]
+    assert heads.pop("a") is b and list(heads) == ["b"]
+    del heads["b"]
+    assert len(heads) == 0 and list(heads.parameters()) == []
+    with pytest.raises(KeyError, match="ModuleDict has no key 'c' \\(its keys: none\\)"):
+        heads["c"]
+    with pytest.raises(KeyError, match="the key 'train' is the name of an attribute of "
+                       "ModuleDict"):
+        heads["train"] = a
+    with pytest.raises(ValueError, match="holds '.'"):
+        nn.ModuleDict({"a.b": a})
+    with pytest.raises(TypeError, match=r"a value must be a Module, got Parameter \(hold "
+                       r"Parameters in an nn.ParameterDict\)"):
+        heads.update({"ok": a, "p": Parameter(np.ones(1))})
+    assert len(heads) == 0  # every entry checked before any was set
+    with pytest.raises(NotImplementedError, match="ModuleDict has no forward"):
+        heads(1.0)
+
+    p, q = Parameter(np.ones(2)), Parameter(np.zeros(3))
+    ps = nn.ParameterList([p]).append(q)
+    assert list(ps) == [p, q] and ps[-1] is q and len(ps[:1]) == 1 and ps[:1][0] is p
+    assert list(ps.state_dict()) == ["0", "1"]
+    del ps[0]
+    assert list(ps.state_dict()) == ["0"] and ps[0] is q  # numbered again, as in PyTorch
+    assert repr(ps) == "ParameterList(0: (3,))"
+    with pytest.raises(TypeError, match=r"ParameterList: an item must be a Parameter, got "
+                       r"ndarray \(make it one: nn.Parameter\(array\)\)"):
+        ps.append(np.ones(2))
+    with pytest.raises(TypeError, match=r"got Linear \(hold Modules in an nn.ModuleList\)"):
+        nn.ParameterList([a])
+    with pytest.raises(IndexError, match="ParameterList index 3 is out of range for 1 "
+                       "parameters"):
+        ps[3]
+    # what the list warning used to advise for Parameters: ModuleList now points on
+    with pytest.raises(TypeError, match=r"ModuleList: an item must be a Module, got "
+                       r"Parameter \(hold Parameters in an nn.ParameterList\)"):
+        nn.ModuleList([p])
+    extra = nn.ParameterDict({"scale": p})
+    assert extra["scale"] is p and list(extra.state_dict()) == ["scale"]
+    with pytest.raises(TypeError, match="ParameterDict: a value must be a Parameter, got "
+                       "Variable"):
+        extra["v"] = Variable(np.ones(1))
+
+
+@pytest.fixture
+def fresh_variable_warnings(monkeypatch):
+    monkeypatch.setattr(gradcore.nn.module, "_warned_variables", set(), raising=False)
+
+
+def test_a_leaf_variable_that_requires_grad_set_beside_the_layers_is_warned_about(
+        fresh_variable_warnings):
+    class M(nn.Module):
+        def __init__(self, scale):
+            super().__init__()
+            self.lin = nn.Linear(2, in_size=3)
+            self.scale = scale
+
+        def forward(self, x):
+            return self.lin(x) * self.scale
+
+    with pytest.warns(UserWarning) as caught:
+        m = M(Variable(np.ones(2, np.float32), requires_grad=True))
+    assert len(caught) == 1 and caught[0].filename == __file__  # the line that set it
+    message = str(caught[0].message)
+    assert message.startswith("M.scale is a Variable that requires grad but is not a "
+                              "Parameter, so it is not registered")
+    assert "self.scale = nn.Parameter(...)" in message
+    assert "requires_grad=False, or register it as a buffer" in message
+    assert "scale" not in m.state_dict()  # as before: a warning, not a registration
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        M(Variable(np.ones(2)))  # warned about once per class and attribute
+        M(Variable(np.ones(2), requires_grad=False))  # a constant
+        M(F.tanh(Variable(np.ones(2))))  # computed: a state, not a weight
+        M(Parameter(np.ones(2)))
+        rnn = nn.RNN(2, in_size=2)
+        rnn.h = Variable(np.zeros((1, 2)))  # a first state set by hand
+        lstm = nn.LSTM(2, in_size=2)
+        lstm.h, lstm.c = Variable(np.zeros((1, 2))), Variable(np.zeros((1, 2)))
+        m.register_buffer("steps", np.zeros(1))
+        m.steps = Variable(np.ones(1))  # into a buffer: stays one
+        m.note = np.ones(2)
+    assert list(m.state_dict()) == ["lin.W", "lin.b", "steps"]
 
 
 def test_forgetting_super_init_is_explained():
@@ -491,6 +651,90 @@ def test_eval_reaches_functional_ops_inside_forward():
     x = np.ones(50)
     np.testing.assert_array_equal(m(x).data, x)
     assert gradcore.Config.train  # only for the duration of the forward
+
+
+def test_a_train_mode_module_inside_an_eval_mode_parent_runs_in_train_mode():
+    # PyTorch's rule, each module's own flag: MC dropout (model.eval(), then dropout.train())
+    np.random.seed(0)
+    model = nn.Sequential(nn.Linear(50, in_size=10), nn.Dropout(0.5), nn.BatchNorm())
+    x = np.ones((4, 10), np.float32)
+    model(x)
+    model.eval()
+    reference = model(x).data
+    model[1].train()
+    y1, y2 = model(x).data, model(x).data
+    assert not np.array_equal(y1, y2)  # dropout on: two samples differ
+    hidden = model[0](x).data
+    dropped = (model[1](hidden).data == 0).mean()
+    assert 0.3 < dropped < 0.7
+    avg_mean = model[2].avg_mean.data.copy()
+    model(x)
+    np.testing.assert_array_equal(model[2].avg_mean.data, avg_mean)  # BatchNorm stays in eval
+    assert gradcore.Config.train  # only for the duration of the forward
+    with gradcore.test_mode():  # the global switch still wins over every module
+        np.testing.assert_array_equal(model(x).data, reference)
+    model.eval()
+    np.testing.assert_array_equal(model(x).data, reference)
+
+    class Outer(nn.Module):  # eval-mode modules nested, an F.dropout in each forward
+        def __init__(self):
+            super().__init__()
+            self.inner = nn.Sequential(nn.Dropout(0.5))
+
+        def forward(self, x):
+            return self.inner(F.dropout(x, 0.5))
+
+    outer = Outer().eval()
+    ones = np.ones(400)
+    np.testing.assert_array_equal(outer(ones).data, ones)
+    outer.inner[0].train()  # its parent and grandparent in eval: it drops, they do not
+    assert set(np.unique(outer(ones).data)) == {0.0, 2.0}
+
+
+@pytest.mark.parametrize("switch", [None, gradcore.test_mode])
+def test_a_train_mode_module_checkpointed_inside_an_eval_mode_parent_runs_again_as_it_ran(
+        switch):
+    # computed again in backward, the block is called under the Config.train it was first
+    # called with (False: the parent's), without the parent around it: it must still run the
+    # BatchNorm in train mode (batch statistics), or, under the caller's test_mode(), in test mode
+    class Parent(nn.Module):
+        def __init__(self, checkpointed):
+            super().__init__()
+            self.lin, self.bn, self.checkpointed = nn.Linear(3, in_size=4), nn.BatchNorm(), False
+            self(np.ones((2, 4)))  # every weight made outside checkpoint
+            self.checkpointed = checkpointed
+
+        def forward(self, x):
+            h = self.lin(x)
+            return gradcore.checkpoint(self.bn, h) if self.checkpointed else self.bn(h)
+
+    x = np.random.default_rng(0).standard_normal((6, 4)) * 3 + 1
+    results = []
+    for checkpointed in (False, True):
+        np.random.seed(0)
+        model = Parent(checkpointed).eval()
+        model.bn.train()
+        with switch() if switch else gradcore.using_config("train", True):
+            y = model(x)
+        F.sum(y * y).backward()
+        results.append((y.data, model.lin.W.grad.data))
+    (y, grad), (y_checkpointed, grad_checkpointed) = results
+    np.testing.assert_array_equal(y_checkpointed, y)
+    np.testing.assert_allclose(grad_checkpointed, grad, rtol=1e-12)
+    if switch is None:  # batch statistics: each column of y has mean 0
+        np.testing.assert_allclose(y.mean(axis=0), 0.0, atol=1e-12)
+
+
+def test_a_module_frozen_in_eval_inside_a_training_model_stays_in_eval():
+    np.random.seed(0)
+    bn = nn.BatchNorm()
+    net = nn.Sequential(nn.Linear(3, in_size=2), bn)
+    x = np.random.randn(8, 2).astype(np.float32) * 5 + 3
+    net(x)
+    bn.eval()
+    avg_mean = bn.avg_mean.data.copy()
+    net(x)
+    np.testing.assert_array_equal(bn.avg_mean.data, avg_mean)
 
 
 def test_batchnorm_train_and_eval():
@@ -781,6 +1025,17 @@ def test_bad_to_raises_and_changes_nothing():
     with pytest.raises(gradcore.DeviceUnavailableError, match="does not exist"):
         lin.to(f"{STRICT.device_type}:device9")
     assert lin.W.data is W
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.dtype("float64"), "float64"])
+def test_a_dtype_given_where_the_device_goes_says_to_pass_it_by_keyword(dtype):
+    lin = nn.Linear(2, in_size=2)
+    with pytest.raises(TypeError, match=r"Module\.to: .* is a dtype, not a device: pass it by "
+                       r"keyword, to\(dtype='float64'\)"):
+        lin.to(dtype)  # PyTorch's model.to(torch.float64)
+    assert lin.W.dtype == np.float32
+    with pytest.raises(TypeError, match="to\\(\\) casts to a floating dtype only"):
+        lin.to(np.int32)
 
 
 def test_a_dtype_the_device_lacks_is_refused_naming_both_before_anything_changes():

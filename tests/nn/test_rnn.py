@@ -120,6 +120,31 @@ def test_a_batch_of_another_size_needs_reset_state():
         assert layer(np.ones((1, 3), np.float32)).shape == (1, 4)
 
 
+@pytest.mark.parametrize("make", [nn.RNN, nn.LSTM])
+def test_an_input_of_another_size_is_refused_naming_the_layer_and_its_order(make):
+    # PyTorch's nn.LSTM(input_size=10, hidden_size=20) is LSTM(hidden_size=10, in_size=20) here
+    name = make.__name__
+    layer = make(10, 20)
+    with pytest.raises(ValueError, match=(
+            rf"^{name}: the input has 10 features, but this {name} was built for in_size=20 "
+            rf"\(hidden_size=10\): gradcore's {name} takes \(hidden_size, in_size\), DeZero's "
+            rf"order, the reverse of PyTorch's. It looks like PyTorch's order "
+            rf"{name}\(input_size=10, hidden_size=20\): write {name}\(20, in_size=10\) here, or "
+            rf"{name}\(20\) to learn in_size from the first input$")) as caught:
+        layer(np.ones((2, 10), np.float32))
+    assert "do not match" in str(caught.value.__cause__)  # linear's own error, kept as the cause
+    assert layer.h is None  # nothing carried from the refused call
+    with pytest.raises(ValueError, match=rf"the input has 7 features, but this {name} was built "
+                       rf"for in_size=20 .*If you meant PyTorch's {name}\(input_size=7, "
+                       rf"hidden_size=10\), write {name}\(10, in_size=7\) here"):
+        layer(np.ones((2, 7), np.float32))
+    for layer in (make(10, 20), make(10)):  # PyTorch's (length, batch, features) at once
+        with pytest.raises(ValueError, match=rf"{name}: x must be 2-d \(batch, in_size\), one "
+                           r"time step per call, got shape \(5, 2, 20\)"):
+            layer(np.ones((5, 2, 20), np.float32))
+    assert make(20, in_size=10)(np.ones((2, 10), np.float32)).shape == (2, 20)
+
+
 @pytest.mark.parametrize("make, h2h", [(nn.RNN, "h2h.W"), (nn.LSTM, "h2u.W")])
 def test_a_lazy_layer_refuses_a_state_weight_not_hidden_by_hidden(make, h2h):
     """h2*.W reads the state h, so it is (hidden_size, hidden_size) before any call too."""
