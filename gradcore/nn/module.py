@@ -934,9 +934,9 @@ def _warn_listed(modules, module_ids, variable_ids):
 
     A warning, not an error: DeZero's own MLP keeps its layers in a list *and* registers each
     with setattr (no warning then), and a list is also the known way to keep a module out of
-    parameters() on purpose (a frozen teacher network), which must go on working. Only lists
-    and dicts whose first item is a Module or a Parameter are read: a list of numbers costs one
-    look."""
+    parameters() on purpose (a frozen teacher network), which must go on working. The first
+    _LOOKED_AT items are looked at, and those of lists in them ([F.relu, Linear(2)], [[...]]):
+    a long list of numbers costs that many looks."""
     for module in modules:
         for attr in _list_names(module):
             items = module.__dict__.get(attr)
@@ -946,8 +946,12 @@ def _warn_listed(modules, module_ids, variable_ids):
                 items = list(items.values())
             elif kind is not list and kind is not tuple:
                 continue
-            if not items or not isinstance(items[0], (Module, Parameter)) or key in _warned_lists:
+            if key in _warned_lists:
                 continue
+            if not any(isinstance(item, (Module, Parameter)) for item in _looked_at(items)):
+                continue
+            items = [*items, *(inner for item in items if item.__class__ in (list, tuple)
+                               for inner in item)]
             hidden = [item for item in items if isinstance(item, (Module, Parameter)) and id(item)
                       not in (module_ids if isinstance(item, Module) else variable_ids)]
             if hidden:
@@ -960,6 +964,16 @@ def _warn_listed(modules, module_ids, variable_ids):
                     "(and the optimizers), state_dict, save and to() do not see them: they are "
                     f"not trained, saved or moved. {_container_hint(attr, kind, kinds)}",
                     UserWarning, stacklevel=2)
+
+
+_LOOKED_AT = 16  # items of a list attribute _warn_listed reads: enough for a model's layers
+
+
+def _looked_at(items):
+    """The first _LOOKED_AT of `items` (a list or tuple), and those of lists among them."""
+    first = items[:_LOOKED_AT]
+    return [*first, *(inner for item in first if item.__class__ in (list, tuple)
+                      for inner in item[:_LOOKED_AT])]
 
 
 def _container_hint(attr, kind, kinds):

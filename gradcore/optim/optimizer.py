@@ -307,7 +307,7 @@ class Optimizer:
                      "gradcore.Parameter(...))" if plain else
                      "Layers kept in a plain list or dict are not registered: assign each to an "
                      "attribute of the model (self.l1 = Linear(10)) or hold them in an "
-                     "nn.ModuleList")
+                     "nn.ModuleList or nn.ModuleDict")
             raise ValueError(
                 f"{type(self).__name__}: got an empty list of parameters: "
                 f"{type(target).__name__}.parameters() gives none, so no step can change "

@@ -359,6 +359,23 @@ def test_layers_and_parameters_in_a_dict_are_warned_about_naming_the_container_t
         assert len(Net().state_dict()) == 2
 
 
+def test_layers_after_a_function_or_in_a_nested_list_are_warned_about(fresh_list_warnings):
+    """DeZero-style [F.relu, Linear(2)] and [[Linear(2)]]: not only a first item is read."""
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.trunk = nn.Linear(2, in_size=3)
+            self.after_function = [F.relu, nn.Linear(1)]
+            self.nested = [[nn.Linear(1), nn.Linear(1)]]
+            self.numbers = list(range(100))
+
+    with pytest.warns(UserWarning) as caught:
+        assert list(Net().state_dict()) == ["trunk.W", "trunk.b"]
+    after_function, nested = sorted(str(w.message) for w in caught)
+    assert after_function.startswith("Net.after_function is a list holding 1 Module(s)")
+    assert nested.startswith("Net.nested is a list holding 2 Module(s)")
+
+
 def test_module_dict_and_the_parameter_containers_register_what_they_hold():
     class MultiHead(nn.Module):
         def __init__(self):

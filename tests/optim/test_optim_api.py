@@ -207,7 +207,7 @@ def test_a_step_on_a_model_with_no_parameters_at_all_is_refused(make):
     model = Hidden()
     optimizer = make(model)
     message = (r"got an empty list of parameters: Hidden.parameters\(\) gives none.*"
-               "nn.ModuleList")
+               "nn.ModuleList or nn.ModuleDict")
     with pytest.raises(ValueError, match=message):
         optimizer.update()
     with pytest.raises(ValueError, match=message):
