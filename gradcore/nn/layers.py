@@ -63,13 +63,19 @@ def _normal(backend, device, shape, dtype, scale):
 
 def _placement(x, layer, where):
     """(backend, device, dtype) for the parameters `layer` creates at its first call on input
-    `x`: x's backend and device, and in x's namespace the dtype of the layer's last
-    to(dtype=), else its own `dtype`: a float64 input meets float32 weights, as in DeZero and
-    PyTorch, unless the layer says otherwise."""
+    `x`: the device of the layer's last to(device), else x's, and in that namespace the dtype
+    of its last to(dtype=), else its own `dtype`: a float64 input meets float32 weights, as in
+    DeZero and PyTorch, unless the layer says otherwise. A model moved to a device builds there,
+    as PyTorch's lazy modules do: an input left elsewhere is refused by the op, where making the
+    weights on the input's device would undo the move without a word."""
     x = as_variable(x)
     if x.data is None:
         raise ValueError(f"{where}: the input has no data (data is None)")
-    return x.backend, x.device, _namespace_dtype(x.backend, x.device, _lazy_dtype(layer), where)
+    if layer._device is not None:
+        backend, device = backends.backend_for_device(layer._device), layer._device
+    else:
+        backend, device = x.backend, x.device
+    return backend, device, _namespace_dtype(backend, device, _lazy_dtype(layer), where)
 
 
 def _input_shape(x, where):

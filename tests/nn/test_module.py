@@ -1298,3 +1298,21 @@ def test_load_state_dict_takes_numpy_load_of_a_checkpoint(tmp_path):
     with np.load(path) as archive:
         skipped = nn.Linear(2).load_state_dict(archive, strict=False)
     assert skipped == ([], [])
+
+
+def test_a_lazy_model_moved_to_a_device_builds_there_and_refuses_an_input_left_elsewhere():
+    """As PyTorch's lazy modules: the first call does not undo the move without a word."""
+    device = str(DEVICE1)
+
+    def model():
+        return nn.Sequential(nn.Linear(4), nn.BatchNorm(), nn.Linear(2), nn.LSTM(3)).to(device)
+
+    m = model()
+    with pytest.raises(TypeError, match="linear: inputs are on cpu and array_api_strict"):
+        m(np.ones((2, 6), np.float32))
+    assert str(m[3].h2f.W.device) == device  # the LSTM's eager weights stayed
+    m = model()
+    y = m(STRICT.asarray(np.ones((2, 6), np.float32), device=DEVICE1))
+    assert str(y.device) == device
+    assert {str(p.device) for p in m.parameters()} == {device}
+    assert str(m[1].avg_mean.device) == device
