@@ -104,7 +104,13 @@ def _run_hooks(x, g, shared, undo=None):
         shared[id(g._data)] = g._data
         if undo is not None:
             undo.hooks_run += 1
+        handed = g._data
         result = _call_hook(hook, x, g)
+        if g._data is not handed:  # g *= 10 or g.data = ...: g may be another input's gradient
+            raise RuntimeError(
+                f"the hook {_hook_name(hook)} on {_describe(x)} wrote into the gradient it was "
+                "handed (g *= ..., or g.data = ...): that Variable may be another input's "
+                "gradient too, or the seed. Return a new gradient instead (return g * 10)")
         if result is not None:
             g = _hook_result(hook, x, result)
             shared[id(g._data)] = g._data  # the hook's: it may keep it (another's data, say)

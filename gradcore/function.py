@@ -14,8 +14,8 @@ import backends
 from . import anomaly
 from . import variable as _variables
 from .config import is_anomaly_enabled, recording
-from .variable import (_SCALARS, Variable, _init_slots, dtype_kind, has_graph, note_write,
-                       sequence as _sequence, share_versions)
+from .variable import (_SCALARS, Variable, _init_slots, backward_codes, dtype_kind, has_graph,
+                       note_write, sequence as _sequence, share_versions)
 _new_variable = object.__new__
 _weakref = weakref.ref
 _NO_INPUT = object()  # __call__'s default for x0 and x1: fewer inputs were given
@@ -61,6 +61,29 @@ def add_note(error, message):
         pass  # an error that takes no attributes: it goes on without the note
 
 
+class _DeZeroName:
+    """`self.input` or `self.output`, which DeZero's early steps give a Function and gradcore's
+    does not: reading it raises an AttributeError saying what to use. Not a data descriptor, so
+    an attribute of that name set on the instance (an author's own) is found first; a class
+    attribute, read only when the instance has none, costs the other attributes nothing (a
+    __getattr__ would make every attribute read on a Function slower)."""
+
+    def __init__(self, instead):
+        self.instead = instead
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __get__(self, f, owner=None):
+        if f is None:
+            return self
+        raise AttributeError(
+            f"{type(f).__name__!r} object has no attribute {self.name!r}: a gradcore Function "
+            f"keeps its inputs in self.inputs, a tuple of Variables, and its outputs in "
+            f"self.outputs, weak references; DeZero's self.{self.name} is {self.instead}",
+            name=self.name, obj=f)
+
+
 class Function:
     """Subclass with `forward(*arrays)` -> array(s) and `backward(*gys)` -> gradient(s).
 
@@ -86,6 +109,9 @@ class Function:
       each array x it wrote into (PyTorch's ctx.mark_dirty) counts the write in that input's
       version, so a backward through an op that saved the input before refuses to run. An
       unannounced write goes unseen, except in anomaly mode (detect_anomaly), which refuses it.
+    - backward must not write into the gradients it gets: one may be another op's too, or the
+      caller's seed. `gy *= c` written in backward rebinds gy (a new Variable, as in DeZero) in
+      any grad mode; in a helper it calls, write gy = gy * c.
     - backward must return new arrays or Variables, not ones the Function keeps (a gradient
       computed in forward, say): a leaf's .grad may become that very object. A raw array backward
       returns is copied before it becomes a .grad; a Variable is not.
@@ -108,6 +134,8 @@ class Function:
     sequence = None
     device = None  # set per call for backends with several devices (NumPy has one)
     op_name = None  # the name errors use; by default the class name in snake case
+    input = _DeZeroName("self.inputs[0]")
+    output = _DeZeroName("self.outputs[0]() (None once the output is gone)")
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -116,8 +144,11 @@ class Function:
         # fresh floating-point arrays, views come from View, and their backwards are written
         # with gradcore's ops; so they pay nothing for the checks
         author = not cls.__module__.startswith("gradcore.")
+        backward = cls.__dict__.get("backward")
+        code = getattr(inspect.unwrap(backward), "__code__", None) if backward else None
+        if code is not None:  # `gy *= c` written there rebinds (variable._augmented)
+            backward_codes.add(code)
         if author:
-            backward = cls.__dict__.get("backward")
             if backward is not None and not getattr(backward, "_checked", False):
                 cls.backward = _checked_backward(backward)
             # an author's forward gets 0-d arrays, as in DeZero: item assignment and in-place
@@ -415,9 +446,11 @@ class Function:
         return cls()(*inputs)
 
     # ---------------------------------------------------------------- an author's Function
-    def _checked_call(self, *inputs):
+    def _checked_call(self, *inputs, **settings):
         """__call__ of an author's Function (see the class's rules): the plain call, a copy per
         class as for every Function, then what gradcore's own ops need not check."""
+        if settings:
+            raise self._settings_given(settings)
         return self._run_checked(type(self)._plain_call, inputs)
 
     _checked_call._checked = True  # __init_subclass__ recognises it as gradcore's __call__
@@ -452,6 +485,16 @@ class Function:
             if x is not None:  # as View's outputs
                 share_versions(x, y)
         return ys
+
+    def _settings_given(self, settings):
+        """The TypeError for keyword arguments given to a call, MyFunction()(x, k=3.0)."""
+        name = type(self).__name__
+        first = next(iter(settings))
+        return TypeError(
+            f"{name}()(...) got the keyword argument(s) {', '.join(settings)}: a Function is "
+            f"called with its inputs only; settings go to its constructor, "
+            f"{name}({first}={settings[first]!r})(x), whose __init__ keeps them "
+            f"(self.{first} = {first}) for forward and backward")
 
     def mark_dirty(self, *arrays):
         """In forward: say that forward wrote into these arrays, inputs it got (PyTorch's
@@ -699,7 +742,14 @@ class Function:
         inputs' backend: another backend's array (to())."""
         backend = backends.backend_of(y)
         if backend is None:
-            raise TypeError(f"{self._name()}.forward returned {type(y).__name__}, not an array")
+            if isinstance(y, (list, tuple)):
+                fix = "; for several outputs return a tuple of arrays (return y0, y1)"
+            elif isinstance(y, numbers.Number):
+                fix = "; return an array: self.xp.asarray(value)"
+            else:
+                fix = ""
+            raise TypeError(f"{self._name()}.forward returned {type(y).__name__}, not an "
+                            f"array{fix}")
         return backend.ensure_array(y), backend
 
 
@@ -853,7 +903,13 @@ def _checked_backward(backward):
     derivatives, all such a backward can give, are unchanged (PyTorch's once_differentiable)."""
     @functools.wraps(backward)
     def checked(self, *gys):
-        gxs = backward(self, *gys)
+        try:
+            gxs = backward(self, *gys)
+        except TypeError as error:
+            _note_gradients_given(self, backward, gys, error)
+            raise
+        if gxs is None and any(getattr(self, "needs_input_grad", ())):
+            raise _returned_none(self)
         backend = self.backend
         # one gradient of the inputs' library, which has one device: in line (0.3 us a call less)
         if gxs.__class__ is tuple or not backend.single_device or (
@@ -889,6 +945,34 @@ def _checked_backward(backward):
     return checked
 
 
+def _note_gradients_given(f, backward, gys, error):
+    """Note on a TypeError from calling f's `backward` with `gys`, where backward's signature
+    does not take that many gradients (DeZero's backward(self, gy) on a forward with two
+    outputs): it gets one per output."""
+    try:
+        inspect.signature(backward).bind(f, *gys)
+        return  # it fits: the error came from inside backward
+    except TypeError:
+        pass
+    except ValueError:  # no signature to read
+        return
+    n = len(gys)
+    names = ", ".join(f"gy{i}" for i in range(n)) if n > 1 else "gy"
+    add_note(error, f"{type(f).__name__}.backward gets one gradient per output of forward, "
+                    f"{n} here: define backward(self, {names})")
+
+
+def _returned_none(f):
+    """The RuntimeError for f's backward returning None while an input needs a gradient."""
+    needing = [str(i) for i, need in enumerate(f.needs_input_grad) if need]
+    inputs = (f"input {needing[0]} needs" if len(needing) == 1
+              else f"inputs {', '.join(needing)} need")
+    return RuntimeError(
+        f"{f._name()}.backward returned None (a missing return?) while its {inputs} a "
+        f"gradient: return one gradient per input ({len(f.inputs)} here; a tuple for several), "
+        "None for an input that has none")
+
+
 class _OnceDifferentiable(Function):
     """A gradient an author's backward gave with no graph, joined to the gradients it got: its
     value as it is; differentiating it again raises (see _checked_backward)."""
@@ -905,7 +989,7 @@ class _OnceDifferentiable(Function):
             f"{self.name}.backward is not differentiable: its gradient for input {self.index} "
             "was computed on raw arrays (no graph), so its derivative would come out zero; "
             "write the backward with gradcore's ops (F.*) to differentiate it again (a gradient "
-            "that is zero: return None)")
+            "that is zero: None in its place)")
 
 
 def _base_of(y, inputs):

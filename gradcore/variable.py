@@ -6,6 +6,7 @@ import copy
 import itertools
 import operator
 import os
+import sys
 import threading
 import weakref
 
@@ -13,6 +14,8 @@ import numpy
 
 import backends
 from backends import backend_of
+
+from .config import recording
 
 # While gradcore.compile records a step: its Recorder (which acts in the recording thread only)
 step_recorder = None
@@ -177,6 +180,9 @@ sequence = itertools.count()
 # while gradcore.checkpoint runs a block again: a list that each hook registered then joins, as
 # (Variable, the handle of that registration), for the recomputation to take off
 hooks_registered = contextvars.ContextVar("gradcore.hooks_registered", default=None)
+# The code of every Function subclass's backward (Function.__init_subclass__ adds each): an
+# augmented assignment written there rebinds (_augmented)
+backward_codes = set()
 # The stamp of the latest write to any Variable: backward checks a Function's inputs only if it
 # was recorded before that (in a loop of forward, backward, update: never).
 latest_write = [-1]
@@ -298,6 +304,11 @@ class Variable:
     passed straight into an op are constants and never receive one. `version` counts the writes
     to `data` through gradcore; backward refuses a graph whose inputs were written after it was
     recorded.
+
+    `x += y` (-=, *=, /=, **=, @=) writes into x where no graph is needed (under no_grad, or
+    neither requires grad), as PyTorch's in-place ops; it is refused on a leaf that requires
+    grad under grad mode; with x computed in the graph it rebinds, as in DeZero: x = x + y,
+    recorded, and another name for the old x keeps the old value (unlike PyTorch).
     """
 
     # _writes is left unset until the first write, or a view's sharing of its base's (a
@@ -798,12 +809,21 @@ class Variable:
         return handle
 
     # ---------------------------------------------------------------- devices
-    def to(self, device):
-        """This Variable on `device` ("cpu", "cuda", "cuda:1", a Device). Differentiable:
-        the gradient flows back to the source device. Returns self if already there."""
+    def to(self, device=None, dtype=None):
+        """This Variable on `device` ("cpu", "cuda", "cuda:1", a Device) and/or cast to `dtype`
+        (a dtype or its name, as F.astype; PyTorch's x.to(numpy.float64) passes it in the
+        device's place). Differentiable: the gradient flows back to the source device and
+        dtype. Returns self if nothing changes."""
         if self._data is None:
             raise no_data("x.to()")
-        return to(self, device)
+        if dtype is None and not isinstance(device, (str, backends.Device, type(None))):
+            try:  # a dtype where the device goes, as PyTorch's tensor.to(dtype) takes it
+                self._backend.empty((0,), device, None)
+                device, dtype = None, device
+            except (TypeError, ValueError):
+                pass  # not a dtype: the device's own error follows
+        y = self if device is None else to(self, device)
+        return y if dtype is None else astype(y, dtype)
 
     def to_cpu(self):
         """Move `data` (and `grad`) to the CPU in place, as DeZero does; returns self."""
@@ -939,6 +959,62 @@ class Variable:
 
     def __ge__(self, other):
         return compare(operator.ge, self, other)
+
+    # augmented assignment: see _augmented. No //= or %=: Variable has no // or %
+    def __iadd__(self, other):
+        return _augmented(self, other, add, "+=")
+
+    def __isub__(self, other):
+        return _augmented(self, other, sub, "-=")
+
+    def __imul__(self, other):
+        return _augmented(self, other, mul, "*=")
+
+    def __itruediv__(self, other):
+        return _augmented(self, other, div, "/=")
+
+    def __ipow__(self, c):
+        return _augmented(self, c, pow, "**=")
+
+    def __imatmul__(self, other):
+        return _augmented(self, other, matmul, "@=")
+
+
+def _augmented(x, other, op, symbol):
+    """`x op= other`. Where no graph is needed (grad mode off, or neither x nor other requires
+    grad) the result is written into x, as PyTorch's in-place ops do: x.data becomes op(x, other)
+    cast to x's dtype, through the data setter (x.version goes up), and x is returned; a result
+    of another shape is refused. A leaf that requires grad is refused under grad mode, as in
+    PyTorch. Otherwise (x computed in the graph, or other in it) DeZero's rebinding:
+    `x = op(x, other)`, a new Variable recorded in the graph, so another name bound to the old x
+    keeps the old value (PyTorch would change it too). Written in a Function's backward it always
+    rebinds, as in DeZero (`gy *= 1 / N`): the gradient gy backward gets may be another op's too,
+    or the caller's seed. Found by the code that runs `x op= ...` (the frame above the operator
+    method), so that no backward pays for the case."""
+    if sys._getframe(2).f_code in backward_codes:
+        return op(x, other)
+    if recording() is not False:
+        if x.creator is None and x._requires_grad:
+            raise RuntimeError(
+                f"x {symbol} ...: x is a leaf Variable that requires grad; writing into it "
+                "under grad mode would break its graph, so it is refused (as in PyTorch). For an "
+                "update by hand (an optimizer step) write it under `with gradcore.no_grad():`, "
+                f"or into its array (x.data {symbol} ..., with arrays on the right: x.grad.data); "
+                f"for a new Variable in the graph write x = x {symbol[:-1]} ...")
+        if x.creator is not None or isinstance(other, Variable) and has_graph(other):
+            return op(x, other)
+    if x._data is None:
+        raise no_data(f"x {symbol} ...")
+    y = op(x, other)  # records nothing here: grad mode is off, or no input requires grad
+    if y._data.shape != x._data.shape:
+        raise ValueError(
+            f"x {symbol} ...: the result has shape {tuple(y._data.shape)} but x has shape "
+            f"{tuple(x._data.shape)}; writing into x keeps its shape (write x = x "
+            f"{symbol[:-1]} ... for a new Variable of the new shape)")
+    if y._data.dtype != x._data.dtype:
+        y = astype(y, x._data.dtype)
+    x.data = y.data  # the setter: version, released arrays, gradcore.compile's recorder
+    return x
 
 
 def _checked_grad(x, g):
@@ -1210,10 +1286,11 @@ def as_array(x, array_module=None):
 
 # Bound at the end: the operators above call these, and they import Variable.
 from . import engine  # noqa: E402
-from .functions.math import Add, Copy, Div, Mul, Neg, Sub, compare, pow, power_of  # noqa: E402
+from .functions.math import (Add, Copy, Div, Mul, Neg, Sub, add, compare, div, mul,  # noqa: E402
+                             pow, power_of, sub)
 from .functions.math import abs as abs_  # noqa: E402
 from .functions.linalg import matmul  # noqa: E402
-from .functions.device import to  # noqa: E402
+from .functions.device import astype, to  # noqa: E402
 from .functions.shape import Reshape, get_item, reshape, transpose  # noqa: E402
 from .functions.reduce import sum  # noqa: E402
 from .functions.reduce import max as reduce_max, min as reduce_min  # noqa: E402

@@ -5585,3 +5585,66 @@ def test_a_ctrl_c_anywhere_in_a_recording_leaves_the_process_usable():
                 assert same(compiled(x), eager(x)), where
             assert same(W.data, eager_W.data), where
     assert tried > 100, tried
+
+
+def _linear_model_and_step_by_augmented_assignment():
+    """A model and PyTorch's manual SGD step on it: `p -= lr * p.grad` under no_grad, which
+    writes into each parameter (Variable's -=, through its data setter)."""
+    gradcore.manual_seed(0)
+    model = nn.Linear(1, in_size=3)
+    model(np.zeros((1, 3)))  # the lazy weights made now, the same for every call
+
+    def step(x0, t0):
+        loss = F.mean_squared_error(model(x0), t0)
+        model.zero_grad()
+        loss.backward()
+        with gradcore.no_grad():
+            for p in model.parameters():
+                p -= 0.1 * p.grad
+        return loss
+
+    return model, step
+
+
+def test_a_step_writing_parameters_by_augmented_assignment_replays_as_eagerly():
+    model, step = _linear_model_and_step_by_augmented_assignment()
+    eager_model, eager_step = _linear_model_and_step_by_augmented_assignment()
+    compiled = gradcore.compile(step, check=True)
+    x0 = np.random.default_rng(0).standard_normal((8, 3))
+    t0 = x0 @ np.array([[1.0], [2.0], [3.0]])
+    losses, W0 = [], model.W.data.copy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback, no warning
+        for _ in range(5):
+            loss = compiled(x0, t0)
+            assert same(loss, eager_step(x0, t0))
+            assert same(model.W.data, eager_model.W.data) and same(model.b.data, eager_model.b.data)
+            losses.append(float(loss.data))
+    # the parameters move (the update is not lost, as when -= rebound p): the loss falls
+    assert not np.array_equal(model.W.data, W0) and losses == sorted(losses, reverse=True)
+    assert losses[-1] < losses[0] / 2
+    stats = compiled.stats()
+    assert stats["recordings"] == 1 and stats["checked replays"] == 4 and stats["fallbacks"] == 0
+
+
+def test_binary_cross_entropy_of_values_outside_0_1_replays_with_its_nans():
+    """p outside [0, 1] is made NaN on the device (where), not by a host read, which would make
+    the step run eagerly."""
+    def step(p0, t0):
+        p = gradcore.Variable(p0)
+        loss = F.binary_cross_entropy(p, t0)
+        loss.backward()
+        return loss, p.grad
+
+    compiled = gradcore.compile(step)
+    t0 = np.array([[1.0], [1.0], [0.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for p0 in ([[2.0], [0.3], [-1.0]], [[0.5], [0.3], [0.25]], [[0.5], [1.5], [0.25]]):
+            p0 = np.array(p0)
+            got, want = compiled(p0, t0), step(p0, t0)
+            for a, b in zip(got, want):
+                np.testing.assert_array_equal(a.data, b.data)  # NaN where NaN
+    assert np.isnan(got[1].data).tolist() == [[False], [True], [False]]
+    stats = compiled.stats()
+    assert stats["recordings"] == 1 and stats["replays"] == 2 and stats["fallbacks"] == 0

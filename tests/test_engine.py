@@ -1715,3 +1715,21 @@ def test_a_forked_child_takes_the_lock_another_threads_sum_into_a_leaf_held():
     from gradcore import engine
 
     assert forked_child_takes(engine, ["_accumulating"])
+
+
+@pytest.mark.parametrize("write", ["augmented", "setter"])
+def test_a_hook_writing_into_the_gradient_it_was_handed_is_refused(write):
+    """add hands one gradient to both inputs: g *= 10 in x's hook would scale y's too."""
+    x, y = Variable(np.array([1.0, 2.0])), Variable(np.array([3.0, 4.0]))
+
+    def hook(g):
+        if write == "augmented":
+            g *= 10
+        else:
+            g.data = g.data * 10
+
+    x.register_hook(hook)
+    with pytest.raises(RuntimeError, match=r"the hook .*hook on .* wrote into the gradient it "
+                                           r"was handed.*return g \* 10"):
+        F.sum(x + y).backward()
+    assert y.grad is None or np.array_equal(y.grad.data, [1.0, 1.0])

@@ -1573,3 +1573,173 @@ def test_forward_and_backward_say_what_they_get_and_return():
     forward, backward = Function.forward.__doc__ or "", Function.backward.__doc__ or ""
     assert "raw arrays" in forward and "returns an array" in forward
     assert "Variable" in backward and "one gradient per input" in backward
+
+
+# =============================================================================== a newcomer's slips
+class _Double(Function):
+    def forward(self, x):
+        return x * 2
+
+    def backward(self, gy):
+        gx = gy * 2  # noqa: F841 (the slip: no return)
+
+
+def test_a_backward_that_returns_none_is_refused_naming_the_function():
+    """A missing return left x.grad None, silently."""
+    x = Variable(np.ones(3))
+    y = _Double()(x)
+    with pytest.raises(RuntimeError, match=r"^_double\.backward returned None \(a missing "
+                       r"return\?\) while its input 0 needs a gradient: return one gradient per "
+                       r"input \(1 here; a tuple for several\), None for an input that has none"):
+        y.sum().backward()
+    assert x.grad is None
+
+    class NoneInItsPlace(Function):  # None for an input, in a tuple, stays accepted
+        def forward(self, a, b):
+            return a * b
+
+        def backward(self, gy):
+            return None, gy * self.inputs[0]
+
+    a, b = Variable(np.array([2.0])), Variable(np.array([3.0]))
+    NoneInItsPlace()(a, b).backward()
+    assert a.grad is None and b.grad.data.tolist() == [2.0]
+
+
+class _HalfDeZeroStyle(Function):
+    """y = x / 2, its backward written as DeZero's SoftmaxCrossEntropy's: `gy *= ...`."""
+
+    def forward(self, x):
+        return x * 0.5
+
+    def backward(self, gy):
+        gy *= 0.5
+        return gy
+
+
+@pytest.mark.parametrize("create_graph", [False, True])
+def test_gy_op_equals_in_an_authors_backward_rebinds_leaving_the_gradient_it_got(create_graph):
+    """The gradient an author's backward gets may be another op's too (add hands one gy to
+    both inputs) or the caller's seed: `gy *= 0.5` there makes a new Variable, as in DeZero.
+    Written into, gy (here the seed itself, handed to both halves) would end at 0.25, and x.grad
+    at 0.5."""
+    x = Variable(np.array([1.0, 2.0]))
+    s = x * 1.0
+    y = _HalfDeZeroStyle()(s) + _HalfDeZeroStyle()(s)
+    seed = Variable(np.ones(2), requires_grad=False)
+    y.backward(seed, create_graph=create_graph)
+    assert x.grad.data.tolist() == [1.0, 1.0] and seed.data.tolist() == [1.0, 1.0]
+    assert seed.version == 0
+
+
+def test_calling_a_function_with_keywords_says_settings_go_to_its_constructor():
+    class Scale(Function):
+        def forward(self, x, k=2.0):
+            return x * k
+
+        def backward(self, gy):
+            return gy * 2.0
+
+    with pytest.raises(TypeError, match=r"^Scale\(\)\(\.\.\.\) got the keyword argument\(s\) k: "
+                       r"a Function is called with its inputs only; settings go to its "
+                       r"constructor, Scale\(k=3\.0\)\(x\)"):
+        Scale()(Variable(np.ones(2)), k=3.0)
+
+
+def test_a_forward_returning_a_list_or_a_number_says_what_to_return():
+    class Two(Function):
+        def forward(self, x):
+            return [x * 2, x * 3]
+
+    class Number(Function):
+        def forward(self, x):
+            return float(x.sum())
+
+    with pytest.raises(TypeError, match=r"two\.forward returned list, not an array; for several "
+                       r"outputs return a tuple of arrays \(return y0, y1\)"):
+        Two()(Variable(np.ones(2)))
+    with pytest.raises(TypeError, match=r"number\.forward returned float, not an array; return an "
+                       r"array: self\.xp\.asarray\(value\)"):
+        Number()(Variable(np.ones(2)))
+
+
+def test_a_backward_taking_fewer_gradients_than_outputs_is_told_it_gets_one_per_output():
+    class SinCos(Function):
+        def forward(self, x):
+            return np.sin(x), np.cos(x)
+
+        def backward(self, gy):  # DeZero's one-output habit on a two-output forward
+            return gy
+
+    s, _ = SinCos()(Variable(np.ones(2)))
+    with pytest.raises(TypeError, match="takes 2 positional arguments but 3 were given") as caught:
+        s.sum().backward()
+    assert ("SinCos.backward gets one gradient per output of forward, 2 here: define "
+            "backward(self, gy0, gy1)") in caught.value.__notes__
+
+    class Fits(Function):  # a TypeError from inside a backward that fits: no such note
+        def forward(self, x):
+            return np.sin(x), np.cos(x)
+
+        def backward(self, gy0, gy1):
+            return len(1)
+
+    s, _ = Fits()(Variable(np.ones(2)))
+    with pytest.raises(TypeError, match="has no len") as caught:
+        s.sum().backward()
+    assert not any("one gradient per output" in note for note in caught.value.__notes__)
+
+
+def test_dezeros_self_input_and_self_output_say_what_to_use():
+    class Step6(Function):  # DeZero's step 6
+        def forward(self, x):
+            return x * 2
+
+        def backward(self, gy):
+            return 2 * self.input.data * 0 + gy * 2
+
+    f = Step6()
+    y = f(Variable(np.ones(2)))
+    with pytest.raises(AttributeError, match=r"'Step6' object has no attribute 'input': .*"
+                       r"DeZero's self\.input is self\.inputs\[0\]") as caught:
+        y.backward()
+    assert caught.value.name == "input" and caught.value.obj is f
+    with pytest.raises(AttributeError, match=r"DeZero's self\.output is self\.outputs\[0\]\(\)"):
+        f.output
+    assert not hasattr(f, "input")
+
+    class OwnOutput(Function):  # an author's own attribute of that name is found first
+        def forward(self, x):
+            self.output = "kept"
+            return x * 2
+
+        def backward(self, gy):
+            return gy * 2
+
+    g = OwnOutput()
+    g(Variable(np.ones(2)))
+    assert g.output == "kept"
+
+
+def test_dezeros_core_names_import_from_gradcore_core():
+    """DeZero's modules import from dezero.core (and its steps 23-32 from dezero.core_simple):
+    each name dezero.core defines that gradcore has."""
+    import gradcore.core
+    import gradcore.core_simple
+    from gradcore.core import Function as CoreFunction, as_variable  # DeZero's functions.py line
+
+    assert CoreFunction is Function and as_variable is gradcore.as_variable
+    names = {"Config": gradcore.Config, "using_config": gradcore.using_config,
+             "no_grad": gradcore.no_grad, "test_mode": gradcore.test_mode,
+             "Variable": Variable, "Parameter": gradcore.Parameter, "Function": Function,
+             "as_array": gradcore.as_array, "as_variable": gradcore.as_variable,
+             "setup_variable": gradcore.setup_variable,
+             "Add": F.Add, "add": F.add, "Sub": F.Sub, "sub": F.sub, "Mul": F.Mul, "mul": F.mul,
+             "Div": F.Div, "div": F.div, "Neg": F.Neg, "neg": F.neg, "Pow": F.Pow, "pow": F.pow}
+    for module in (gradcore.core, gradcore.core_simple):
+        for name, obj in names.items():
+            assert getattr(module, name) is obj, (module.__name__, name)
+    assert sorted(gradcore.core.__all__) == sorted(names)
+    x = gradcore.core.Variable(np.array(3.0))
+    gradcore.core.pow(gradcore.core.add(x, 1.0), 2).backward()
+    assert x.grad.data == 8.0

@@ -556,6 +556,22 @@ def test_to_rejects_bad_devices(xp):
     assert x.device == xp.device and x.grad is None
 
 
+def test_to_casts_to_a_dtype_differentiably_as_pytorchs_to(xp2):
+    """x.to(dtype=...), x.to(dtype) (PyTorch's tensor.to(torch.float32)) and x.to(device,
+    dtype): F.astype, so the gradient comes back in x's dtype and place."""
+    target = DEVICE2 if xp2.device == DEVICE1 else DEVICE1
+    x = var(xp2, [1.5, -2.0])
+    for y in (x.to(dtype="float32"), x.to(np.float32), x.to(str(target), "float32")):
+        assert str(y.dtype).endswith("float32") and y.numpy().tolist() == [1.5, -2.0]
+        x.cleargrad()
+        (y * y).sum().backward()
+        assert str(x.grad.dtype).endswith("float64") and x.grad.device == xp2.device
+        assert x.grad.numpy().tolist() == [3.0, -4.0]
+    assert x.to(dtype="float64") is x and x.to() is x
+    with pytest.raises(TypeError, match="astype: 3 is not a dtype"):
+        x.to(dtype=3)
+
+
 def test_to_cpu_moves_a_leaf_and_its_grad_in_place():
     x = Variable(STRICT.asarray(np.array([1.0, 2.0]), device=DEVICE1))
     (x * 3).backward()
@@ -1373,3 +1389,101 @@ def test_a_forked_child_takes_the_locks_another_threads_write_or_hook_under():
     multiprocessing worker started mid-step): the child's writes do not wait for a thread it
     lacks."""
     assert forked_child_takes(variable_module, ["_stamping", "_post_hooks_lock"])
+
+
+# ======================================================================== augmented assignment
+def test_pytorchs_sgd_step_by_hand_writes_into_each_parameter():
+    """`with no_grad(): for p in model.parameters(): p -= lr * p.grad` rebound the loop
+    variable and left the model as it was: the loss stayed 10.66704 for five steps."""
+    model = gradcore.nn.Linear(1, in_size=3)
+    x = np.random.default_rng(0).standard_normal((16, 3))
+    t = x @ np.array([[1.0], [2.0], [3.0]])
+    losses = []
+    for _ in range(5):
+        loss = F.mean_squared_error(model(x), t)
+        model.zero_grad()
+        loss.backward()
+        before = {id(p): (p.data.copy(), p.grad.data.copy(), p.version)
+                  for p in model.parameters()}
+        with gradcore.no_grad():
+            for p in model.parameters():
+                q = p
+                q -= 0.1 * p.grad
+                assert q is p  # written into, not rebound
+        for p in model.parameters():
+            data, grad, version = before[id(p)]
+            np.testing.assert_array_equal(p.data, data - np.float32(0.1) * grad)
+            assert p.dtype == np.float32 and p.version == version + 1 and p.grad is not None
+        losses.append(float(loss.data))
+    assert losses == sorted(losses, reverse=True) and losses[-1] < losses[0] / 2
+
+
+@pytest.mark.parametrize("no_graph", ["constant", "no_grad"])
+def test_each_augmented_operator_writes_into_x_where_no_graph_is_needed(xp, no_graph):
+    """A constant under grad mode, or a leaf that requires grad under no_grad: the result is
+    written into x (another name for x sees it), in x's dtype, and x.version goes up."""
+    def cases():
+        yield "+=", lambda v: v.__iadd__(2.0), [3.0, 4.0]
+        yield "-=", lambda v: v.__isub__(xp.asarray([1.0, 1.0])), [0.0, 1.0]
+        yield "*=", lambda v: v.__imul__(Variable(xp.asarray([2.0, 3.0]), requires_grad=False)),\
+            [2.0, 6.0]
+        yield "/=", lambda v: v.__itruediv__(4.0), [0.25, 0.5]
+        yield "**=", lambda v: v.__ipow__(2), [1.0, 4.0]
+
+    for symbol, update, want in cases():
+        x = Variable(xp.asarray([1.0, 2.0], dtype="float32"), requires_grad=no_graph == "no_grad")
+        alias, version = x, x.version
+        if no_graph == "no_grad":
+            with gradcore.no_grad():
+                got = update(x)
+        else:
+            got = update(x)
+        assert got is x, symbol
+        assert xp.numpy(alias.data).tolist() == want and str(x.dtype).endswith("float32")
+        assert x.version == version + 1 and x.creator is None and x.grad is None
+    m = Variable(xp.asarray([[1.0, 2.0], [3.0, 4.0]]), requires_grad=False)
+    m @= xp.asarray([[0.0, 1.0], [1.0, 0.0]])  # square: the shape stays
+    assert xp.numpy(m.data).tolist() == [[2.0, 1.0], [4.0, 3.0]]
+
+
+def test_an_augmented_write_takes_xs_dtype_and_refuses_another_shape(xp):
+    h = Variable(xp.asarray([1.0, 2.0], dtype="float32"), requires_grad=False)
+    h += xp.asarray([0.25, 2.0 ** -30], dtype="float64")  # float64 sum, cast back to float32
+    assert xp.numpy(h.data).tolist() == [1.25, 2.0] and str(h.dtype).endswith("float32")
+    if xp.name == "numpy":  # array-api-strict refuses int + 1.5 out of place too
+        i = Variable(np.array([3, 4]))
+        i += 1.5
+        assert i.data.tolist() == [4, 5] and i.dtype == np.int64
+    x = Variable(xp.asarray([1.0, 2.0]), requires_grad=False)
+    with pytest.raises(ValueError, match=r"x \+= \.\.\.: the result has shape \(3, 2\) but x "
+                       r"has shape \(2,\); writing into x keeps its shape"):
+        x += xp.asarray([[1.0], [2.0], [3.0]])
+    assert xp.numpy(x.data).tolist() == [1.0, 2.0] and x.version == 0
+
+
+def test_an_augmented_assignment_to_a_leaf_that_requires_grad_is_refused_under_grad_mode():
+    w = Parameter(np.array([1.0, 2.0]))
+    with pytest.raises(RuntimeError, match=r"x -= \.\.\.: x is a leaf Variable that requires "
+                       r"grad.*`with gradcore.no_grad\(\):`.*x\.data -= "):
+        w -= 0.1
+    assert w.data.tolist() == [1.0, 2.0] and w.version == 0
+
+
+def test_an_augmented_assignment_in_the_graph_rebinds_as_in_dezero():
+    """x computed in the graph (or the operand in it): x = x op y, recorded, as DeZero does; an
+    alias keeps the old Variable and value (PyTorch would change it too)."""
+    x = Variable(np.array([1.0, 2.0]))
+    y = x * 3.0
+    alias = y
+    y += x  # y = 4 x
+    y *= 2.0  # y = 8 x
+    assert y is not alias and alias.data.tolist() == [3.0, 6.0] and alias.version == 0
+    y.backward()
+    assert x.grad.data.tolist() == [8.0, 8.0]
+    c = Variable(np.array([1.0, 1.0]), requires_grad=False)  # a constant, x in the graph
+    total = c
+    total += x * x
+    assert total is not c and c.data.tolist() == [1.0, 1.0]
+    x.cleargrad()
+    total.backward()
+    assert x.grad.data.tolist() == [2.0, 4.0]

@@ -289,7 +289,7 @@ def sigmoid_cross_entropy(x, t):
 # ============================================================================= binary cross entropy
 class BinaryCrossEntropy(Function):
     """y = -sum(t log p + (1 - t) log(1 - p)) / N for probabilities p clipped to
-    [eps, 1 - eps], 0-d; gp is 0 where the clip is active."""
+    [eps, 1 - eps], 0-d; gp is 0 where the clip is active. p outside [0, 1] gives NaN."""
 
     def forward(self, p, t):
         xp = self.xp
@@ -297,7 +297,11 @@ class BinaryCrossEntropy(Function):
         if t.dtype != p.dtype:
             t = xp.astype(t, p.dtype)
         eps = float(xp.finfo(p.dtype).eps)
-        pc = xp.clip(p, eps, 1 - eps)
+        # p outside [0, 1] (logits, most likely) is no probability: NaN there, in the loss and
+        # both gradients (backward computes from pc), rather than a clip that would count it
+        # as a perfect prediction. Chosen by where: a check read on the host would stop a
+        # compiled step's replay and wait for a GPU
+        pc = xp.where((p < 0) | (p > 1), float("nan"), xp.clip(p, eps, 1 - eps))
         # the slope of the clip: 1 inside [eps, 1 - eps], 0 outside
         self.save_for_backward(t, pc, xp.astype((p >= eps) & (p <= 1 - eps), p.dtype))
         return -_batch_mean(xp, t * xp.log(pc) + (1 - t) * xp.log1p(-pc), _batch_size(p), p.dtype)
@@ -320,7 +324,9 @@ def binary_cross_entropy(p, t):
     definition). p is clipped to [eps, 1 - eps], eps the machine epsilon of p's dtype (2.2e-16
     for float64, 1.2e-7 for float32), so p = 0 or 1 costs at most -log(eps) (36.0 or 15.9) per
     element instead of inf, and the gradient is 0 outside the clip, as for F.clip. (DeZero
-    clips to [1e-15, 0.999].) Prefer sigmoid_cross_entropy on logits: it needs no clip."""
+    clips to [1e-15, 0.999].) p outside [0, 1] is no probability: the loss and the gradients
+    are NaN (PyTorch raises). Logits go to sigmoid_cross_entropy, which needs no clip and is
+    stable for any magnitude."""
     return BinaryCrossEntropy()(p, _targets_like("binary_cross_entropy", t, p))
 
 

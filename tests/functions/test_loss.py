@@ -181,6 +181,23 @@ def test_binary_cross_entropy_clips_to_the_dtype_epsilon(xp, dtype):
     assert loss.dtype == p.dtype and p.grad.dtype == p.dtype
 
 
+@pytest.mark.filterwarnings("error")  # the NaN comes from where, not from log of a negative
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_binary_cross_entropy_of_values_outside_0_1_is_nan(xp, dtype):
+    """Logits passed for probabilities were clipped, silently: p = [2, 0.3, -1], t = [1, 1, 0]
+    gave 0.4013 and the gradient [0, -1.11, 0], the two rows outside [0, 1] counted as perfect.
+    Now NaN, in the loss and in the gradients of those rows (PyTorch raises)."""
+    p = gradcore.Variable(xp.asarray([[2.0], [0.3], [-1.0]], dtype=dtype))
+    t = gradcore.Variable(xp.asarray([[1.0], [1.0], [0.0]], dtype=dtype))
+    loss = F.binary_cross_entropy(p, t)
+    loss.backward()
+    assert np.isnan(xp.numpy(loss.data)) and loss.dtype == p.dtype
+    gp, gt = xp.numpy(p.grad.data).ravel(), xp.numpy(t.grad.data).ravel()
+    assert np.isnan(gp).tolist() == [True, False, True] == np.isnan(gt).tolist()
+    np.testing.assert_allclose(gp[1], -0.7 / 0.21 / 3, rtol=1e-6)  # (p - t) / (p (1 - p)) / N
+    np.testing.assert_allclose(gt[1], np.log(0.7 / 0.3) / 3, rtol=1e-6)
+
+
 # =============================================================================== labels
 def test_numpy_labels_follow_x_to_its_device(xp):
     x = gradcore.Variable(xp.asarray(np.array([[2.0, 1.0, 0.1], [0.3, 0.2, 3.0]])))
