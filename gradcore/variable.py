@@ -305,10 +305,10 @@ class Variable:
     to `data` through gradcore; backward refuses a graph whose inputs were written after it was
     recorded.
 
-    `x += y` (-=, *=, /=, **=, @=) writes into x where no graph is needed (under no_grad, or
-    neither requires grad), as PyTorch's in-place ops; it is refused on a leaf that requires
-    grad under grad mode; with x computed in the graph it rebinds, as in DeZero: x = x + y,
-    recorded, and another name for the old x keeps the old value (unlike PyTorch).
+    `x += y` (-=, *=, /=, **=, @=) writes into a leaf that requires grad under no_grad, as
+    PyTorch's in-place ops (an update by hand); it is refused on one under grad mode; anywhere
+    else it rebinds, as in DeZero: x = x + y, recorded where in the graph, and another name for
+    the old x keeps the old value (unlike PyTorch).
     """
 
     # _writes is left unset until the first write, or a view's sharing of its base's (a
@@ -981,11 +981,11 @@ class Variable:
 
 
 def _augmented(x, other, op, symbol):
-    """`x op= other`. Where no graph is needed (grad mode off, or neither x nor other requires
-    grad) the result is written into x, as PyTorch's in-place ops do: x.data becomes op(x, other)
-    cast to x's dtype, through the data setter (x.version goes up), and x is returned; a result
-    of another shape is refused. A leaf that requires grad is refused under grad mode, as in
-    PyTorch. Otherwise (x computed in the graph, or other in it) DeZero's rebinding:
+    """`x op= other`. On a leaf that requires grad (a Parameter) under no_grad the result is
+    written into x, as PyTorch's in-place ops do: x.data becomes op(x, other) cast to x's dtype,
+    through the data setter (x.version goes up), and x is returned; a result of another shape
+    is refused. Such a leaf is refused under grad mode, as in PyTorch. Otherwise (x computed
+    in the graph, other in it, or x requiring no grad: a gradient) DeZero's rebinding:
     `x = op(x, other)`, a new Variable recorded in the graph, so another name bound to the old x
     keeps the old value (PyTorch would change it too). Written in a Function's backward it always
     rebinds, as in DeZero (`gy *= 1 / N`): the gradient gy backward gets may be another op's too,
@@ -1003,6 +1003,11 @@ def _augmented(x, other, op, symbol):
                 f"for a new Variable in the graph write x = x {symbol[:-1]} ...")
         if x.creator is not None or isinstance(other, Variable) and has_graph(other):
             return op(x, other)
+    if not x._requires_grad:
+        # only a Variable that requires grad (a Parameter, updated by hand) is written into: a
+        # gradient, which requires none, may be another input's too (g *= c in a helper a
+        # backward calls), and an integer one would be truncated
+        return op(x, other)
     if x._data is None:
         raise no_data(f"x {symbol} ...")
     y = op(x, other)  # records nothing here: grad mode is off, or no input requires grad

@@ -1743,3 +1743,23 @@ def test_dezeros_core_names_import_from_gradcore_core():
     x = gradcore.core.Variable(np.array(3.0))
     gradcore.core.pow(gradcore.core.add(x, 1.0), 2).backward()
     assert x.grad.data == 8.0
+
+
+def test_gy_op_equals_in_a_helper_a_backward_calls_leaves_the_other_branchs_gradient():
+    """A gradient requires no grad, so `g *= c` rebinds wherever it is written: add hands one
+    gradient to both its inputs, and writing into it would halve exp's too."""
+    def scale(g, c):
+        g *= c
+        return g
+
+    class Half(gradcore.Function):
+        def forward(self, x):
+            return x * 0.5
+
+        def backward(self, gy):
+            return scale(gy, 0.5)
+
+    v, x = Variable(np.array([1.0, 2.0])), Variable(np.array([1.0, 2.0]))
+    F.sum(F.exp(v) + Half()(x)).backward()
+    np.testing.assert_allclose(v.grad.data, np.exp([1.0, 2.0]))
+    np.testing.assert_array_equal(x.grad.data, [0.5, 0.5])
