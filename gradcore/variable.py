@@ -993,24 +993,23 @@ def _augmented(x, other, op, symbol):
     method), so that no backward pays for the case."""
     if sys._getframe(2).f_code in backward_codes:
         return op(x, other)
-    if recording() is not False:
-        if x.creator is None and x._requires_grad:
-            raise RuntimeError(
-                f"x {symbol} ...: x is a leaf Variable that requires grad; writing into it "
-                "under grad mode would break its graph, so it is refused (as in PyTorch). For an "
-                "update by hand (an optimizer step) write it under `with gradcore.no_grad():`, "
-                f"or into its array (x.data {symbol} ..., with arrays on the right: x.grad.data); "
-                f"for a new Variable in the graph write x = x {symbol[:-1]} ...")
-        if x.creator is not None or isinstance(other, Variable) and has_graph(other):
-            return op(x, other)
     if not x._requires_grad:
         # only a Variable that requires grad (a Parameter, updated by hand) is written into: a
         # gradient, which requires none, may be another input's too (g *= c in a helper a
         # backward calls), and an integer one would be truncated
         return op(x, other)
+    if recording() is not False:
+        if x.creator is not None:  # in the graph: recorded
+            return op(x, other)
+        raise RuntimeError(
+            f"x {symbol} ...: x is a leaf Variable that requires grad; writing into it "
+            "under grad mode would break its graph, so it is refused (as in PyTorch). For an "
+            "update by hand (an optimizer step) write it under `with gradcore.no_grad():`, "
+            f"or into its array (x.data {symbol} ..., with arrays on the right: x.grad.data); "
+            f"for a new Variable in the graph write x = x {symbol[:-1]} ...")
     if x._data is None:
         raise no_data(f"x {symbol} ...")
-    y = op(x, other)  # records nothing here: grad mode is off, or no input requires grad
+    y = op(x, other)  # records nothing here: grad mode is off
     if y._data.shape != x._data.shape:
         raise ValueError(
             f"x {symbol} ...: the result has shape {tuple(y._data.shape)} but x has shape "
