@@ -105,12 +105,26 @@ def _run_hooks(x, g, shared, undo=None):
         if undo is not None:
             undo.hooks_run += 1
         handed = g._data
-        result = _call_hook(hook, x, g)
-        if g._data is not handed:  # g *= 10 or g.data = ...: g may be another input's gradient
+        hooked = _variables.hooked
+        outer = getattr(hooked, "gradient", None)  # a hook's own backward runs hooks too
+        hooked.gradient = g
+        try:
+            result = _call_hook(hook, x, g)
+        finally:
+            hooked.gradient = outer
+        if g._data is not handed:  # g.data = ...: g may be another input's gradient
             raise RuntimeError(
                 f"the hook {_hook_name(hook)} on {_describe(x)} wrote into the gradient it was "
-                "handed (g *= ..., or g.data = ...): that Variable may be another input's "
-                "gradient too, or the seed. Return a new gradient instead (return g * 10)")
+                "handed (g.data = ...): that Variable may be another input's gradient too, or "
+                "the seed. Return a new gradient instead (return g * 10)")
+        if getattr(hooked, "rebound", None) is g:
+            hooked.rebound = None
+            if result is None:
+                raise RuntimeError(
+                    f"the hook {_hook_name(hook)} on {_describe(x)} wrote g op= ... and "
+                    "returned None: as in DeZero, g *= 10 makes a new Variable (the one handed "
+                    "may be another input's gradient too), so its result was lost. Return it "
+                    "(g = g * 10; return g)")
         if result is not None:
             g = _hook_result(hook, x, result)
             shared[id(g._data)] = g._data  # the hook's: it may keep it (another's data, say)

@@ -183,6 +183,10 @@ hooks_registered = contextvars.ContextVar("gradcore.hooks_registered", default=N
 # The code of every Function subclass's backward (Function.__init_subclass__ adds each): an
 # augmented assignment written there rebinds (_augmented)
 backward_codes = set()
+# The gradient a hook running in this thread was handed (engine._run_hooks), and, once the hook
+# writes `g op= ...` (which rebinds: _augmented), that gradient again as `rebound`: a hook that
+# then returns None has lost its result, and is told so
+hooked = threading.local()
 # The stamp of the latest write to any Variable: backward checks a Function's inputs only if it
 # was recorded before that (in a loop of forward, backward, update: never).
 latest_write = [-1]
@@ -992,6 +996,9 @@ def _augmented(x, other, op, symbol):
     or the caller's seed. Found by the code that runs `x op= ...` (the frame above the operator
     method), so that no backward pays for the case."""
     if sys._getframe(2).f_code in backward_codes:
+        return op(x, other)
+    if x is getattr(hooked, "gradient", None):
+        hooked.rebound = x
         return op(x, other)
     if not x._requires_grad:
         # only a Variable that requires grad (a Parameter, updated by hand) is written into: a
