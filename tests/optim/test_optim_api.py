@@ -1,5 +1,6 @@
 """Constructing optimizers: DeZero's defaults and names, both call styles, targets, misuse."""
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -208,7 +209,8 @@ def test_a_step_on_a_model_with_no_parameters_at_all_is_refused(make):
     optimizer = make(model)
     message = (r"got an empty list of parameters: Hidden.parameters\(\) gives none.*"
                "nn.ModuleList or nn.ModuleDict")
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=message), pytest.warns(
+            UserWarning, match=r"Hidden\.by_name is a dict holding 1 Module\(s\) not registered"):
         optimizer.update()
     with pytest.raises(ValueError, match=message):
         optimizer.step()
@@ -224,9 +226,15 @@ def test_a_model_whose_weights_are_plain_variables_is_told_to_make_them_paramete
             self.head = gradcore.nn.Module()
             self.head.b = gradcore.Variable(np.zeros(2))
 
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        net = Net()
+    assert [str(w.message).split(",")[0] for w in caught] == [
+        "Net.W is a Variable that requires grad but is not a Parameter",
+        "Module.b is a Variable that requires grad but is not a Parameter"]
     with pytest.raises(ValueError, match=r"Net\.W, Net\.head\.b are Variables, not a Parameter: "
                                          r"only Parameters are trained"):
-        SGD(0.1).setup(Net()).update()
+        SGD(0.1).setup(net).update()
     with pytest.raises(ValueError, match="or a model whose weights are plain Variables"):
         SGD(Net().parameters())
 
