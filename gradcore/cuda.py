@@ -42,7 +42,7 @@ def get_array_module(x):
 def as_numpy(x):
     """`x` (a Variable, an array of any backend, a scalar or a list) as a NumPy array on the host.
     A NumPy array comes back as it is; other arrays are copied to the host."""
-    x = _data(x)
+    given, x = x, _data(x)
     if isinstance(x, numpy.ndarray):
         return x
     backend = backends.backend_of(x)
@@ -50,6 +50,9 @@ def as_numpy(x):
         return backends.NUMPY.ensure_array(backend.to_numpy(x))
     if isinstance(x, (int, float, complex, bool, list, tuple)):
         return numpy.asarray(x)
+    if x is None and isinstance(given, Variable):
+        raise ValueError("as_numpy: the Variable holds no data (its data is None, as in "
+                         "Variable(None)); give it an array first (x.data = array)")
     raise TypeError(f"as_numpy: cannot convert {type(x).__module__}.{type(x).__qualname__}; "
                     "pass a Variable, an array, a Python scalar or a list")
 

@@ -143,13 +143,21 @@ class Flatten:
 class AsType:
     """The example cast to `dtype` (float32 by default), as a new array even when it has that
     dtype already. To an integer dtype, fractions are cut toward zero (1.7 -> 1), and a value
-    the dtype cannot hold (300 for uint8, NaN) raises ValueError instead of wrapping."""
+    the dtype cannot hold (300 for uint8, NaN) raises ValueError instead of wrapping. Complex
+    input to an integer or float dtype raises TypeError: the cast would drop its imaginary
+    part."""
 
     def __init__(self, dtype=np.float32):
         self.dtype = np.dtype(dtype)
 
     def __call__(self, x):
         x = np.asarray(x)
+        if x.dtype.kind == "c" and self.dtype.kind in "iuf":
+            # NumPy keeps the real part with only a ComplexWarning; _unfit_integers's bounds
+            # would not see the imaginary part either
+            raise TypeError(f"{type(self).__name__}: cannot cast {x.dtype} to {self.dtype.name} "
+                            "without dropping the imaginary part; take x.real or abs(x) first "
+                            "(Compose([np.abs, ...]))")
         if self.dtype.kind in "iu":
             problem = _unfit_integers(x, self.dtype)
             if problem is not None:
@@ -323,12 +331,14 @@ class ToArray:
 class ToPIL:
     """An array (C, H, W) (or (H, W)) as a PIL image: uint8 with 3 channels is RGB, 4 RGBA,
     1 a grey image. A float array is refused, grey too: PIL would keep its values unscaled (a
-    mode "F" image, which Convert("L") turns black for values in [0, 1])."""
+    mode "F" image, which Convert("L") turns black for values in [0, 1]). Other integer grey
+    images keep their values (int8, int16, int32 and uint32 as mode "I", 32-bit signed; uint16
+    as "I;16"); a uint32 value above 2**31 - 1, which mode "I" cannot hold, raises ValueError."""
 
     def __call__(self, x):
         x = np.asarray(x)
-        shape = x.shape  # as passed, for the errors
-        if x.dtype.kind == "f":
+        shape, dtype = x.shape, x.dtype  # as passed, for the errors
+        if dtype.kind == "f":
             raise TypeError(
                 f"ToPIL: got a {x.dtype} array of shape {shape}; PIL images hold integer pixels "
                 "(uint8, 0 to 255). For floats in [0, 1] (what the data sets' default transforms "
@@ -337,10 +347,21 @@ class ToPIL:
                 "cast: Compose([lambda x: np.rint(x * 255).astype(np.uint8), ToPIL()])")
         if x.ndim == 3:
             x = x[0] if x.shape[0] == 1 else x.transpose(1, 2, 0)  # (C, H, W) -> (H, W, C)
+        # grey images only: PIL has no mode for several channels of these, and says so below
+        if x.ndim == 2 and dtype.kind == "i" and dtype.itemsize == 1:
+            # PIL reads int8 as unsigned bytes into mode I (-1 -> 255): int32 is mode I's own
+            x = x.astype(np.int32)
+        elif x.ndim == 2 and dtype.kind == "u" and dtype.itemsize == 4:  # 2**32 - 1 gave -1
+            problem = _unfit_integers(x, np.int32)
+            if problem is not None:
+                raise ValueError(f"ToPIL: {problem}, the range of PIL's mode I (32-bit signed "
+                                 "pixels), and PIL would wrap it; clip or rescale the values "
+                                 "first (for an 8-bit image, to 0..255 and AsType(np.uint8))")
+            x = x.astype(np.int32)
         try:
             return _pil().fromarray(x)
         except (TypeError, ValueError) as e:
-            raise TypeError(f"ToPIL: PIL cannot make an image of a {x.dtype} array of shape "
+            raise TypeError(f"ToPIL: PIL cannot make an image of a {dtype} array of shape "
                             f"{shape} ({e}); colour images are uint8 arrays (C, H, W): cast "
                             "with AsType(np.uint8) first (it refuses values outside 0 to "
                             "255)") from None

@@ -66,6 +66,16 @@ def test_as_numpy_of_numpy_values_and_scalars():
         cuda.as_numpy("text")
 
 
+def test_as_numpy_of_a_variable_with_no_data_says_so():
+    # it said "cannot convert builtins.NoneType" of a Variable it was given
+    with pytest.raises(ValueError, match=r"^as_numpy: the Variable holds no data \(its data is "
+                                         r"None, as in Variable\(None\)\); give it an array "
+                                         r"first \(x.data = array\)$"):
+        cuda.as_numpy(gradcore.Variable(None))
+    with pytest.raises(TypeError, match="as_numpy: cannot convert builtins.NoneType"):
+        cuda.as_numpy(None)  # None itself is not a Variable
+
+
 def test_as_cupy_without_a_gpu_is_one_clear_error():
     pytest.importorskip("cupy")
     if backends.cuda_available():

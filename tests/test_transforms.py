@@ -74,6 +74,23 @@ def test_integer_casts_refuse_values_the_dtype_cannot_hold_instead_of_wrapping()
     assert AsType(np.uint8)(np.array([], np.float32)).shape == (0,)
 
 
+def test_casts_of_complex_values_to_real_dtypes_refuse_to_drop_the_imaginary_part():
+    # NumPy's cast keeps the real part with a ComplexWarning: [1+5j] gave [1], [300+0j] as uint8
+    # wrapped to [44], past the bounds check, which skipped complex input
+    for cast, x in ((ToInt(), [1 + 5j]), (AsType(np.uint8), [300 + 0j]),
+                    (ToInt(np.int8), np.array([1 + 1j], np.complex64)), (ToFloat(), [0.5 + 2j]),
+                    (AsType(np.float64), [1 + 0j])):
+        x = np.asarray(x)
+        with pytest.raises(TypeError, match=rf"^{type(cast).__name__}: cannot cast {x.dtype} to "
+                                            rf"{cast.dtype.name} without dropping the imaginary "
+                                            r"part; take x.real or abs\(x\) first "
+                                            r"\(Compose\(\[np.abs, \.\.\.\]\)\)$"):
+            cast(x)
+    assert Compose([np.abs, ToInt(np.uint8)])(np.array([3 + 4j])).tolist() == [5]
+    assert AsType(np.complex64)(np.array([1 + 5j])).tolist() == [1 + 5j]
+    assert AsType(bool)(np.array([0j, 1j])).tolist() == [False, True]
+
+
 def jitter(x):
     """An augmentation that works in place, as DeZero's transforms allow after a cast."""
     x += 0.5
@@ -171,6 +188,30 @@ def test_to_pil_takes_channels_first_arrays():
                                         r"shape \(3, 1, 2\) .*cast with AsType\(np.uint8\) first "
                                         r"\(it refuses values outside 0 to 255\)$"):
         ToPIL()(np.zeros((3, 1, 2), np.int64))
+
+
+def test_to_pil_keeps_every_integer_grey_value_or_refuses():
+    # PIL reads int8 as unsigned bytes: -1 became 255 and -128 became 128; a uint32 value
+    # above 2**31 - 1 wrapped in mode I (2**32 - 1 became -1)
+    img = ToPIL()(np.array([[[-1, 5, -128, 127]]], np.int8))
+    assert img.mode == "I" and np.asarray(img).tolist() == [[-1, 5, -128, 127]]
+    assert ToArray(np.int64)(img).tolist() == [[[-1, 5, -128, 127]]]
+    img = ToPIL()(np.array([[0, 2 ** 31 - 1]], np.uint32))
+    assert img.mode == "I" and np.asarray(img).tolist() == [[0, 2 ** 31 - 1]]
+    with pytest.raises(ValueError, match=r"^ToPIL: uint32 value 4294967295 \(and 1 more\) does "
+                                         r"not fit int32 \(-2147483648 to 2147483647\), the "
+                                         r"range of PIL's mode I \(32-bit signed pixels\), and "
+                                         r"PIL would wrap it; clip or rescale the values first "
+                                         r"\(for an 8-bit image, to 0\.\.255 and "
+                                         r"AsType\(np.uint8\)\)$"):
+        ToPIL()(np.array([[5, 2 ** 32 - 1, 2 ** 31]], np.uint32))
+    for dtype, mode in ((np.int16, "I"), (np.uint16, "I;16"), (np.int32, "I")):  # as they were
+        info = np.iinfo(dtype)
+        img = ToPIL()(np.array([[info.min, info.max]], dtype))
+        assert img.mode == mode and np.asarray(img).tolist() == [[info.min, info.max]]
+    with pytest.raises(TypeError, match=r"^ToPIL: PIL cannot make an image of a int8 array of "
+                                        r"shape \(3, 1, 2\) "):
+        ToPIL()(np.zeros((3, 1, 2), np.int8))  # several channels: no PIL mode
 
 
 @pytest.mark.parametrize("shape", [(3, 4, 4), (1, 4, 4), (4, 4)], ids=["colour", "grey", "2-d"])

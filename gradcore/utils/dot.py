@@ -15,7 +15,8 @@ def _quote(text):
 
 
 def _variable_label(v, verbose):
-    label = v.name or ""
+    # str(): a name is whatever was assigned (name=5 too), and 0 is a name, not a missing one
+    label = "" if v.name is None else str(v.name)
     if verbose and v.data is not None:
         if label:
             label += ": "

@@ -28,7 +28,8 @@ def numerical_grad(f, x, *args, **kwargs):
 
     `x` is a Variable or an array of any backend; the computation stays on its device and in its
     dtype (use float64 for a useful answer: gradient_check does). f receives a Variable wrapping
-    the perturbed copy; `x` itself is never modified. Returns an array shaped like x.
+    the perturbed copy; `x` itself is never modified. Each difference is divided by the step
+    between the two points as rounded in x's dtype. Returns an array shaped like x.
     """
     data = x.data if isinstance(x, Variable) else x
     backend = backends.backend_of(data)
@@ -44,13 +45,16 @@ def numerical_grad(f, x, *args, **kwargs):
         work = xp.astype(data, data.dtype, copy=True)  # the perturbed copy f sees
         grad = backend.zeros(data.shape, data.dtype, device)
         for index in itertools.product(*[range(n) for n in data.shape]):
-            work[index] = data[index] + EPS
+            # the points as rounded in x's dtype: the step taken is their difference, not
+            # 2 * EPS (float32 at 1000 steps 2.44e-4, and 2e-4 would give 2500 for d x*x = 2000)
+            plus, minus = data[index] + EPS, data[index] - EPS
+            work[index] = plus
             # copied: f may return a view of `work` (identity, reshape), which changes next
             y_plus = _call(f, work, backend, args, kwargs)
             y_plus = xp.astype(y_plus, y_plus.dtype, copy=True)
-            work[index] = data[index] - EPS
+            work[index] = minus
             y_minus = _call(f, work, backend, args, kwargs)
-            grad[index] = xp.sum(y_plus - y_minus) / (2 * EPS)
+            grad[index] = xp.sum(y_plus - y_minus) / (plus - minus)
             work[index] = data[index]
     return grad
 
@@ -113,6 +117,7 @@ class GradcheckError(AssertionError):
 # step of 2e-3 is ~5e-3 of the derivative, as large as a backward 1% wrong on small values
 DEFAULTS_BY_DTYPE = {"float64": (1e-6, 1e-5, 1e-8),  # eps, rtol, atol
                      "float32": (1e-6, 1e-4, 1e-5)}
+FLOATING = ("float64", "float32", "float16")  # the dtypes gradcheck accepts
 
 # elements mode seeds backward with this times a unit vector, and divides it out again: a
 # backward that forgets to multiply by gy is then caught, also for an output of one element
@@ -131,22 +136,24 @@ def gradcheck(fn, inputs, *, eps=None, rtol=None, atol=None, mode="elements", se
     for each output k and input i, each pair against its own tolerance: a backward pass per
     output and two calls of fn per input, whatever the sizes.
 
-    fn and backward run in `dtype` (float64) on the inputs' devices. The central differences
-    are taken in float64 whatever `dtype`: for float32, fn is called on float64 copies of the
-    (float32) point, so fn should compute in its inputs' dtype (a result cast back to float32
-    makes them as coarse as float32's own). eps, rtol and atol default by dtype: float64 1e-6,
-    1e-5, 1e-8; float32 1e-6, 1e-4, 1e-5, which allow for float32's rounding of backward only
-    (other dtypes: pass them). On a mismatch, raises GradcheckError (or, with
-    raise_exception=False, returns False) naming the worst element: which input and index,
-    which output and index, backward's value and the finite difference. As in PyTorch, a NaN
-    matches nothing (a NaN from backward, or from fn near the point, fails) and an infinity
-    only the same infinity.
+    fn and backward run in `dtype` on the inputs' devices: float64 (the default), float32 or
+    float16, given as a name, a NumPy type or dtype, or a dtype of the inputs' array library.
+    The central differences are taken in float64 whatever `dtype`: for float32, fn is called
+    on float64 copies of the (float32) point, so fn should compute in its inputs' dtype (a
+    result cast back to float32 makes them as coarse as float32's own). eps (positive), rtol
+    and atol default by dtype: float64 1e-6, 1e-5, 1e-8; float32 1e-6, 1e-4, 1e-5, which allow
+    for float32's rounding of backward only (float16: pass them). On a mismatch, raises
+    GradcheckError (or, with raise_exception=False, returns False) naming the worst element:
+    which input and index, which output and index, backward's value and the finite difference.
+    As in PyTorch, a NaN matches nothing (a NaN from backward, or from fn near the point,
+    fails) and an infinity only the same infinity.
 
     As in PyTorch, an output with no graph (computed under no_grad: a running statistic) is
     not checked; if no output has one, the finite differences must find every output constant.
     """
     if mode not in ("elements", "directional"):
         raise ValueError(f"gradcheck: mode must be 'elements' or 'directional', got {mode!r}")
+    dtype = _dtype_name(dtype, inputs, "gradcheck")
     eps, rtol, atol = _tolerances(dtype, eps, rtol, atol)
     xs = _checked_inputs(inputs, dtype, "gradcheck")
     outputs = _call_outputs(fn, xs)
@@ -159,13 +166,49 @@ def gradcheck(fn, inputs, *, eps=None, rtol=None, atol=None, mode="elements", se
     return _verdict(problem, raise_exception)
 
 
-def _tolerances(dtype, eps, rtol, atol):
-    """eps, rtol and atol, those not given taken from DEFAULTS_BY_DTYPE for `dtype`."""
+def _dtype_name(dtype, inputs, where):
+    """`dtype` as its name ("float64"): given as a name ("float64", "f8"), a NumPy type or dtype
+    (numpy.float64, CuPy's too), or a dtype of the inputs' array library (array_api_strict's
+    float64). Anything but a real floating dtype is a ValueError naming those accepted."""
+    name = None
+    if isinstance(dtype, (str, type, numpy.dtype)):
+        try:
+            name = numpy.dtype(dtype).name
+        except TypeError:  # not a dtype NumPy knows
+            pass
+    else:  # another library's dtype object: the name under which the inputs' namespace has it
+        for x in _as_tuple(inputs):
+            backend = backends.backend_of(x.data if isinstance(x, Variable) else x)
+            xp = None if backend is None else backend.xp
+            own = {n: getattr(xp, n, None) for n in FLOATING}
+            name = next((n for n, d in own.items()
+                         if d is not None and type(d) is type(dtype) and d == dtype), None)
+            if name is not None:
+                break
+    if name not in FLOATING:
+        raise ValueError(f"{where}: dtype must be a real floating dtype, one of "
+                         f"{', '.join(map(repr, FLOATING))} (a name, a NumPy type such as "
+                         f"numpy.float64, or a dtype), got {dtype!r}")
+    return name
+
+
+def _tolerances(dtype, eps, rtol, atol, where="gradcheck"):
+    """eps, rtol and atol, those not given taken from DEFAULTS_BY_DTYPE for `dtype` (a name);
+    eps must be a positive finite step (0 divides by zero; a negative one swaps the points)."""
+    if eps is not None:
+        try:
+            positive = math.isfinite(eps) and eps > 0
+        except TypeError:  # not a number
+            positive = False
+        if not positive:
+            raise ValueError(f"{where}: eps (the finite-difference step) must be a positive "
+                             f"finite number, got {eps!r}; the default is "
+                             f"{DEFAULTS_BY_DTYPE['float64'][0]}")
     given = (eps, rtol, atol)
     if None not in given:
         return given
     if dtype not in DEFAULTS_BY_DTYPE:
-        raise ValueError(f"gradcheck: no default eps, rtol and atol for dtype {dtype!r}; pass "
+        raise ValueError(f"{where}: no default eps, rtol and atol for dtype {dtype!r}; pass "
                          "them (or use 'float64' or 'float32')")
     return tuple(d if g is None else g for g, d in zip(given, DEFAULTS_BY_DTYPE[dtype]))
 
@@ -187,7 +230,10 @@ def gradgradcheck(fn, inputs, grad_outputs=None, **options):
     (create_graph). `grad_outputs`: the cotangents (random if None). Options as gradcheck's.
     A first derivative that cannot be differentiated again (a backward on raw arrays) fails
     the check."""
-    dtype = options.get("dtype", "float64")
+    # checked before anything runs; gradcheck, given the same options, finds them as here
+    dtype = _dtype_name(options.get("dtype", "float64"), inputs, "gradgradcheck")
+    _tolerances(dtype, options.get("eps"), options.get("rtol"), options.get("atol"),
+                "gradgradcheck")
     xs = _checked_inputs(inputs, dtype, "gradgradcheck")
     outputs = _call_outputs(fn, xs)
     if grad_outputs is None:
@@ -224,8 +270,12 @@ def _checked_inputs(inputs, dtype, where):
             raise ValueError(f"{where}: input {i} has no data")
         xp = x.xp
         floating = xp.isdtype(x.data.dtype, "real floating")
+        target = getattr(xp, dtype, None) if floating else x.data.dtype
+        if target is None:  # array-api-strict has no float16
+            raise ValueError(f"{where}: input {i}'s array library ({x.backend.name}) has no "
+                             f"{dtype}; choose another dtype")
         with x.backend.device_context(x.device):
-            data = xp.astype(x.data, getattr(xp, dtype) if floating else x.data.dtype, copy=True)
+            data = xp.astype(x.data, target, copy=True)
         xs.append(Variable(data, requires_grad=floating))
     if not any(x.requires_grad for x in xs):  # nothing would be compared: a vacuous pass
         dtypes = ", ".join(str(x.dtype) for x in xs)
@@ -329,15 +379,19 @@ def _excess(got, numeric, rtol, atol):
 
 
 def _difference(fn, xs, i, index, eps):
-    """(fn(x + eps e) - fn(x - eps e)) / 2 eps per output, e the unit vector at input i, index."""
+    """(fn(x + eps e) - fn(x - eps e)) / step per output, e the unit vector at input i, index,
+    and step the difference of the two points as rounded: 2 eps only where x is small (at
+    x = 1e5 in float64 it is 1.999986e-6, and over 2 eps d 3x came out 2.99996, failing a
+    right backward of 3 at rtol=1e-5)."""
     arrays = [as_numpy(x.data).copy() for x in xs]
     plus, minus = [a.copy() for a in arrays], [a.copy() for a in arrays]
     plus[i][index] += eps
     minus[i][index] -= eps
+    step = float(plus[i][index] - minus[i][index])
     on = [lambda a, x=x: _on(x, a) for x in xs]
     up = _values(fn, [f(a) for f, a in zip(on, plus)])
     down = _values(fn, [f(a) for f, a in zip(on, minus)])
-    return [(u - d) / (2 * eps) for u, d in zip(up, down)]
+    return [(u - d) / step for u, d in zip(up, down)]
 
 
 def _directional(fn, xs, points, outputs, checked, eps, rtol, atol, seed):
@@ -354,9 +408,14 @@ def _directional(fn, xs, points, outputs, checked, eps, rtol, atol, seed):
     along = {}  # input i -> J_ki v_i for every output k, by central differences
     for i in inputs:
         d = [w if j == i else numpy.zeros_like(w) for j, w in enumerate(v)]
-        up = _values(fn, [_on(x, h + eps * e) for x, h, e in zip(points, host, d)])
-        down = _values(fn, [_on(x, h - eps * e) for x, h, e in zip(points, host, d)])
-        along[i] = [(a - b) / (2 * eps) for a, b in zip(up, down)]
+        up = [h + eps * e for h, e in zip(host, d)]
+        down = [h - eps * e for h, e in zip(host, d)]
+        values_up = _values(fn, [_on(x, a) for x, a in zip(points, up)])
+        values_down = _values(fn, [_on(x, a) for x, a in zip(points, down)])
+        along[i] = [(a - b) / (2 * eps) for a, b in zip(values_up, values_down)]
+        # the direction as taken: the points are rounded, so their difference is 2 eps v only
+        # where x is small; backward is compared along the same direction
+        v[i] = (up[i] - down[i]) / (2 * eps)
     worst = None
     for k in checked:
         cotangents = [_on(y, u[k] if n == k else numpy.zeros(tuple(y.shape)))

@@ -95,6 +95,18 @@ def test_get_dot_graph_needs_a_variable():
         get_dot_graph(np.ones(2))
 
 
+def test_a_name_that_is_not_a_string_is_shown():
+    # name=5 raised "unsupported operand type(s) for +=: 'int' and 'str'"; name=0 was dropped
+    for name, label in ((5, "5"), (0, "0"), (2.5, "2.5"), (("a", 1), "('a', 1)")):
+        x = gradcore.Variable(np.ones(2), name=name)
+        nodes, edges = parse(get_dot_graph(F.sin(x)))
+        assert sorted(label for label, _ in nodes.values()) == sorted(
+            ["(2,) float64", "Sin", f"{label}: (2,) float64"])
+        assert edges == [(f"{label}: (2,) float64", "Sin"), ("Sin", "(2,) float64")]
+        nodes, _ = parse(get_dot_graph(x, verbose=False))
+        assert [label for label, _ in nodes.values()] == [label]
+
+
 # =============================================================================== plot_dot_graph
 def test_plot_without_dot_says_how_to_install_it(tmp_path, monkeypatch):
     monkeypatch.setattr(dot_module.shutil, "which", lambda name: None)

@@ -52,6 +52,17 @@ def test_numerical_grad_keeps_float32():
     np.testing.assert_allclose(g, [2.0, 4.0], rtol=1e-2)
 
 
+def test_numerical_grad_divides_by_the_step_taken_in_x_dtype():
+    # float32 at 1000 holds 1000 +- 1e-4 as points 2.44e-4 apart, not 2e-4: dividing by 2e-4
+    # gave 1.2207 for the identity and 2500 for d x*x = 2000
+    x = np.array([1000.0, 3.0, 0.1], dtype=np.float32)
+    np.testing.assert_array_equal(numerical_grad(lambda v: v, x), [1.0, 1.0, 1.0])
+    np.testing.assert_array_equal(numerical_grad(lambda v: v * 2.0, x), [2.0, 2.0, 2.0])
+    g = numerical_grad(lambda v: v * v, x)  # what is left is float32's rounding of x * x
+    np.testing.assert_allclose(g, 2 * x, rtol=0.03)
+    assert g[0] == 2048.0
+
+
 def test_numerical_grad_errors():
     with pytest.raises(TypeError, match="real floating dtype"):
         numerical_grad(F.exp, np.arange(3))

@@ -97,6 +97,57 @@ def test_gradcheck_checks_its_arguments():
             check(lambda v: (), np.ones(2))
 
 
+@pytest.mark.parametrize("check", [gradcheck, gradgradcheck])
+def test_eps_must_be_a_positive_finite_step(check):
+    # eps=0 divided by zero (a NaN, reported as backward's mismatch); a negative eps passed
+    for eps in (0, 0.0, -1e-6, float("nan"), float("inf"), "1e-6"):
+        with pytest.raises(ValueError, match=rf"^{check.__name__}: eps \(the finite-difference "
+                                             r"step\) must be a positive finite number, got "
+                                             r".*; the default is 1e-06$"):
+            check(F.sin, np.array([0.3, 0.7]), eps=eps)
+    assert check(F.sin, np.array([0.3, 0.7]), eps=1e-5)
+
+
+def _recording(seen):
+    def fn(v):
+        seen.append(v.dtype)
+        return F.sin(v)
+    return fn
+
+
+@pytest.mark.parametrize("check", [gradcheck, gradgradcheck])
+def test_dtype_is_a_name_a_numpy_type_or_a_dtype(check):
+    # dtype=numpy.float64 said "no default eps, rtol and atol for dtype <class ...>", and with
+    # them given, getattr(numpy, numpy.float64) raised "attribute name must be string"
+    x = np.array([0.3, 0.7])
+    for dtype, name in ((np.float64, "float64"), (np.dtype("float64"), "float64"),
+                        ("f8", "float64"), (float, "float64"), (np.float32, "float32"),
+                        (np.dtype("float32"), "float32"), ("single", "float32")):
+        seen = []
+        assert check(_recording(seen), x, dtype=dtype)
+        assert seen[0] == np.dtype(name)  # fn's first call: at the point, in `dtype`
+    seen = []
+    assert check(_recording(seen), x, dtype=np.float16, eps=1e-6, rtol=2e-3, atol=1e-3)
+    assert seen[0] == np.float16
+    for dtype in ("int32", np.int64, np.complex128, "float128", "bogus", None, 3):
+        with pytest.raises(ValueError, match=rf"^{check.__name__}: dtype must be a real "
+                                             r"floating dtype, one of 'float64', 'float32', "
+                                             r"'float16' \(a name, a NumPy type such as "
+                                             r"numpy.float64, or a dtype\), got "):
+            check(F.sin, x, dtype=dtype, eps=1e-6, rtol=1e-5, atol=1e-8)
+
+
+@pytest.mark.parametrize("mode", ["elements", "directional"])
+def test_the_differences_are_divided_by_the_step_taken(mode):
+    # at 1e5, x +- 1e-6 in float64 are 1.999986e-6 apart: over 2e-6 a right backward of
+    # 3 * x (3) was 2.99996 by central differences, and failed at rtol=1e-5
+    x = np.array([1e5, 0.5, -2e5])
+    assert gradcheck(lambda v: v * 3.0, x, mode=mode)
+    assert gradcheck(lambda v: v * v, x, mode=mode)
+    with pytest.raises(GradcheckError):
+        gradcheck(lambda v: OffSquare(off=1e-4)(v), x, mode=mode)
+
+
 # ================================================ outputs with no graph (as PyTorch's gradcheck)
 def _sin_and_statistic(v):
     with gradcore.no_grad():
@@ -121,8 +172,10 @@ def test_if_no_output_has_a_graph_each_must_be_constant(mode):
     x = np.array([0.3, 0.7])
     constant = gradcore.Variable(np.array([1.0, 2.0]), requires_grad=False)
     assert gradcheck(lambda v: (constant * 2.0, constant), x, mode=mode)
-    with pytest.raises(GradcheckError, match=r"d output 1\[1\] / d input 0\[1\]: backward gives 0, "
-                                             r"central differences 1" if mode == "elements"
+    # both entries are off by exactly 1: the first is named
+    with pytest.raises(GradcheckError, match=r"d output 1\[0\] / d input 0\[0\]: backward "
+                                             r"gives 0, central differences 1 "
+                       if mode == "elements"
                        else "u . J v is 0 by backward"):
         gradcheck(lambda v: (constant * 2.0, _sin_and_statistic(v)[1]), x, mode=mode)
 
@@ -378,3 +431,18 @@ def test_gradcheck_and_gradgradcheck_on_every_backend(xp, mode):
         with pytest.raises(GradcheckError):
             gradcheck(lambda v: OffSquare(off=0.1)(v), x, mode=mode, dtype=dtype)
         np.testing.assert_array_equal(xp.numpy(x), data.astype(dtype))  # left as it was
+
+
+def test_dtype_may_be_the_inputs_librarys_own(xp):
+    x = xp.asarray(np.linspace(-1, 1, 3))
+    seen = []
+    assert gradcheck(_recording(seen), x, dtype=xp.float32)  # array_api_strict.float32 there
+    assert gradgradcheck(F.sin, x, dtype=xp.float64)
+    assert seen[0] == xp.float32
+    with pytest.raises(ValueError, match="dtype must be a real floating dtype"):
+        gradcheck(F.sin, x, dtype=xp.int32)
+    if not hasattr(xp.namespace, "float16"):  # array-api-strict
+        with pytest.raises(ValueError, match=r"^gradcheck: input 0's array library "
+                                             r"\(array_api_strict\) has no float16; choose "
+                                             r"another dtype$"):
+            gradcheck(F.sin, x, dtype="float16", eps=1e-3, rtol=1e-2, atol=1e-2)
