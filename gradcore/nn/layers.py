@@ -67,7 +67,9 @@ def _placement(x, layer, where):
     of its last to(dtype=), else its own `dtype`: a float64 input meets float32 weights, as in
     DeZero and PyTorch, unless the layer says otherwise. A model moved to a device builds there,
     as PyTorch's lazy modules do: an input left elsewhere is refused by the op, where making the
-    weights on the input's device would undo the move without a word."""
+    weights on the input's device would undo the move without a word. Such an input is refused
+    here, before any weight is made, naming both devices (the op would name them too, but not
+    that the model was moved)."""
     x = as_variable(x)
     if x.data is None:
         raise ValueError(f"{where}: the input has no data (data is None)")
@@ -75,7 +77,24 @@ def _placement(x, layer, where):
         backend, device = backends.backend_for_device(layer._device), layer._device
     else:
         backend, device = x.backend, x.device
-    return backend, device, _namespace_dtype(backend, device, _lazy_dtype(layer), where)
+    dtype = _namespace_dtype(backend, device, _lazy_dtype(layer), where)
+    if layer._device is not None and (x.backend is not backend or x.device != device):
+        _refuse_elsewhere(x, backend, device, dtype, where)
+    return backend, device, dtype
+
+
+def _refuse_elsewhere(x, backend, device, dtype, where):
+    """Raise where the input `x` of a lazy layer moved to `device` (with Module.to) is elsewhere:
+    TypeError for another array library, ValueError for another device of it, as the ops. A
+    device named without its index ("cuda": the current GPU) is the one an array made there
+    lands on."""
+    if x.backend is backend and x.device == backend.device_of(backend.zeros((0,), dtype, device)):
+        return
+    error = TypeError if x.backend is not backend else ValueError
+    raise error(
+        f"{where}: the model was moved to {device} (with .to()), and its input is on {x.device}: "
+        f"move the input to the model's device (x.to('{device}')) or the model to the input's "
+        f"(model.to('{x.device}')) first")
 
 
 def _input_shape(x, where):
@@ -389,8 +408,10 @@ class _ConvBase(Module):
         self.kernel_size, self.stride, self.pad = kernel_size, stride, pad
         _declare_weight_and_bias(self, nobias, dtype, where)
         # Conv2d(3, 16, 3), PyTorch's (in, out, kernel) read as (out, kernel, stride): checked
-        # against the first input (see _check_order)
-        self._order_unsure = bool(args) and self._in_channels is None
+        # against the first input (see _check_order). Only three by position: a fourth is
+        # DeZero's pad or PyTorch's stride, and DeZero's own models write all four
+        # (ResNet's Conv2d(64, 3, 1, 1)), so that case cannot tell them apart
+        self._order_unsure = len(args) == 1 and self._in_channels is None
         if self._in_channels is not None:
             self._initialize(*_numpy_on_cpu(), self.dtype, self._in_channels)
 
@@ -434,16 +455,35 @@ class _ConvBase(Module):
                                      f"{shape}")
                 C = shape[1]
                 if self.__dict__.get("_order_unsure"):
-                    self._check_order(C)
+                    self._check_order(C, shape[2:])
             self._initialize(*_placement(x, self, self._name), C)
 
-    def _check_order(self, C):
-        """Warn (once: at the first input) where out_channels, kernel_size and stride came by
-        position and the input has out_channels channels: likely PyTorch's Conv2d(in_channels,
-        out_channels, kernel_size), which here reads as Conv2d(out_channels, kernel_size,
-        stride) and builds a layer that runs (out_channels=3, a 16x16 kernel, stride 3)."""
+    def _check_order(self, C, size):
+        """Warn (once: at the first input) where exactly out_channels, kernel_size and stride
+        came by position, the input has out_channels channels, and DeZero's reading of them is
+        implausible where PyTorch's is not: likely PyTorch's Conv2d(in_channels, out_channels,
+        kernel_size), which here reads as Conv2d(out_channels, kernel_size, stride) and builds a
+        layer that runs (out_channels=3, a 16x16 kernel, stride 3). `size`: the input's (H, W).
+
+        DeZero's reading (out, k, s) is taken as implausible where its kernel is larger than 11
+        (AlexNet's first, the largest in common use; PyTorch's out_channels, read as k, is
+        mostly 16 or more), where its stride is larger than its kernel (input pixels skipped)
+        or larger than 4 without equalling it (common strides are 1, 2, AlexNet's 4, or the
+        kernel itself for patches: PyTorch's LeNet Conv2d(3, 6, 5) reads as k=6, s=5), or,
+        for Conv2d, where the kernel is larger than the padded input (the op could not run).
+        PyTorch's reading is implausible where its kernel (s here) is larger than the input
+        (Conv2d). DeZero's own forms (Conv2d(64, 3, 1), Deconv2d(8, 4, 2)) pass all of these."""
         self._order_unsure = False
         if C != self.out_channels:
+            return
+        k, s, p = pair(self.kernel_size), pair(self.stride), pair(self.pad)
+        padded = [n + 2 * q for n, q in zip(size, p)]
+        convolves = self._name == "Conv2d"
+        dezero_unlikely = (max(k) > 11 or any(si > ki or (si > 4 and si != ki)
+                                              for si, ki in zip(s, k))
+                           or (convolves and any(ki > n for ki, n in zip(k, padded))))
+        torch_unlikely = convolves and any(si > n for si, n in zip(s, size))
+        if not dezero_unlikely or torch_unlikely:
             return
         name, out, k, stride = self._name, self.out_channels, self.kernel_size, self.stride
         warnings.warn(

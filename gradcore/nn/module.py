@@ -2,7 +2,6 @@
 state dicts, and save/load through checkpoint.py."""
 import collections
 import collections.abc
-import contextvars
 import itertools
 import os
 import warnings
@@ -12,7 +11,7 @@ import numpy
 
 import backends
 
-from ..config import recomputing, test_mode, training, using_config
+from ..config import _TrainSwitch, _entered_get, recomputing, training
 from .. import recompute as _recompute
 from ..random import noted
 from .. import variable as _variables
@@ -31,12 +30,36 @@ _FLOAT_NAMES = ("float16", "float32", "float64")
 _INTERNALS = frozenset({"_registered", "_forward_pre_hooks", "_forward_hooks", "training",
                         "_device", "_dtype", "_gradcore_list_names"})
 _hook_ids = itertools.count()
-# True inside the forward of an eval-mode module called with Config.train True: the test mode
-# there is the module's own, so a train-mode sub-module called in it runs in train mode again
-# (each module's own flag decides, as in PyTorch); test mode the caller set (test_mode(),
-# Config.train = False) stays in force for every module
-_module_test_mode = contextvars.ContextVar("gradcore.module_test_mode", default=False)
-_in_module_test_mode = _module_test_mode.get
+
+
+# The train-mode switches Module.__call__ enters, told apart from the test_mode() and
+# using_config("train", ...) a caller or a forward enters: the test mode of an eval-mode module
+# (_EvalForward) lets a train-mode sub-module called in it run in train mode again (each
+# module's own flag decides, as in PyTorch), while one entered explicitly (test_mode(),
+# using_config("train", False), in the caller or inside a forward) puts every module in it in
+# test mode, as in DeZero. See _under_own_test_mode.
+class _EvalForward(_TrainSwitch):
+    """Config.train False for the forward of an eval-mode module called in train mode."""
+
+    __slots__ = ()
+    value = False
+
+
+class _TrainForward(_TrainSwitch):
+    """Config.train True for the forward of a train-mode module an eval-mode one called."""
+
+    __slots__ = ()
+    value = True
+
+
+class _StaysInTest(_TrainSwitch):
+    """Config.train False (as it already is) for the forward of an eval-mode module called in
+    test mode: it changes nothing, so the walk of _under_own_test_mode looks through it."""
+
+    __slots__ = ()
+    value = False
+
+
 # not None while a checkpointed block first runs (gradcore.recompute.states_set): read once per
 # setting of an attribute that is not registered
 _in_block = _recompute.states_set.get
@@ -102,13 +125,28 @@ def _replaces(module, name, value):
 
 def _resumes_train():
     """Whether a train-mode module called in test mode runs in train mode: where that test mode
-    is an eval-mode module's around it (see _module_test_mode), not the caller's. A
+    is an eval-mode module's around it (see _EvalForward), not one entered explicitly. A
     checkpointed block notes the answer with its draws, so that computed again in backward
     (under the Config.train it was called with; the module's own test mode around it gone) it
     runs each module as it first ran."""
     if _in_block() is None and not recomputing():
-        return _in_module_test_mode()
-    return noted("a train-mode module's mode", _in_module_test_mode)
+        return _under_own_test_mode()
+    return noted("a train-mode module's mode", _under_own_test_mode)
+
+
+def _under_own_test_mode():
+    """Whether the innermost train-mode switch entered (no_grad() and the like passed over) is
+    an eval-mode module's own (_EvalForward): not a test_mode() or using_config("train", ...)
+    that a caller or a forward entered, nor none at all (Config.train = False assigned, or a
+    function decorated with test_mode). A walk down the switches entered in this context: only
+    a train-mode module called in test mode while some module is in eval mode gets here."""
+    entry = _entered_get()
+    while entry is not None:
+        switch = entry[0]
+        if isinstance(switch, _TrainSwitch) and switch.__class__ is not _StaysInTest:
+            return switch.__class__ is _EvalForward
+        entry = entry[2]
+    return False
 
 
 def _note_mode(module, training):
@@ -172,10 +210,11 @@ class Module:
     Any name will do for these but "" and names holding "." (which could clash with the
     qualified names of state_dict, "l1.W"), as in PyTorch.
 
-    Layers or Parameters in a plain list, tuple or dict are not registered: hold them in an
-    nn.ModuleList, nn.ModuleDict, nn.ParameterList or nn.ParameterDict, or also assign each to
-    an attribute as DeZero's MLP does. A list, tuple or dict attribute holding a Module or
-    Parameter registered nowhere in the model is warned about (once per class and attribute)
+    Layers or Parameters in a plain list, tuple, dict, set or deque (or a subclass: OrderedDict,
+    defaultdict, a namedtuple) are not registered: hold them in an nn.ModuleList, nn.ModuleDict,
+    nn.ParameterList or nn.ParameterDict, or also assign each to an attribute as DeZero's MLP
+    does. Such an attribute holding a Module or Parameter (also in a container inside it, as
+    [{"fc": layer}]) registered nowhere in the model is warned about (once per class and attribute)
     when its parameters are collected (an optimizer's first step, state_dict, save, to()); so
     is, when assigned, a Variable that is a leaf requiring grad but not a Parameter (it would
     get a .grad and never be trained or saved).
@@ -185,10 +224,12 @@ class Module:
     mode runs its forward under `gradcore.test_mode()` (its functional ops, such as `F.dropout`
     in its forward, run in test mode, and so do its sub-modules in eval mode), and a sub-module
     switched back to train mode (`model.eval(); model.dropout.train()`, MC dropout) runs in train
-    mode even when an eval-mode parent calls it. `with gradcore.test_mode():` (or Config.train =
-    False) around a call puts every module in it into test mode, training ones too, as in DeZero.
-    Modes apply through `module(x)`: calling `module.forward(x)` directly skips them (and the
-    forward hooks), so an F.dropout in it follows Config.train alone.
+    mode even when an eval-mode parent calls it: a module's own train() wins over its parents'
+    eval() only. `with gradcore.test_mode():` or `using_config("train", False)`, around a call
+    or inside a forward (or Config.train = False set by the caller), puts every module in it into
+    test mode, training ones too, as in DeZero. Modes apply through `module(x)`: calling
+    `module.forward(x)` directly skips them (and the forward hooks), so an F.dropout in it
+    follows Config.train alone.
     """
 
     # attributes that carry state from one call to the next (RNN's h), which a user may set to
@@ -204,8 +245,8 @@ class Module:
         set_(self, "training", True)
         set_(self, "_device", None)  # where the last .to() put it: for loading into lazy slots
         set_(self, "_dtype", None)
-        # names given a list or tuple (see _warn_listed); a long name: a subclass's own
-        # attributes, `_lists` among them, are the user's
+        # names given a container, a list or a dict... (see _warn_listed); a long name: a
+        # subclass's own attributes, `_lists` among them, are the user's
         set_(self, "_gradcore_list_names", set())
 
     # ---------------------------------------------------------------- registration
@@ -226,7 +267,11 @@ class Module:
                 _note_holder(self, value)
             structure_changes[0] += 1
             registry_changes[0] += 1
-        elif registered is not None and name in registered:
+            if _watched and _replaces(self, name, value):
+                _variables.settings_changed()
+            object.__setattr__(self, name, value)  # registered: none of the looks below applies
+            return
+        if registered is not None and name in registered:
             # another value where one is registered; None empties the slot (b = None: no bias),
             # which parameters() and state_dict then skip
             kind = registered[name]
@@ -259,7 +304,7 @@ class Module:
             _recompute.note_state(self, name)  # for checkpoint's recomputation
         if _watched and _replaces(self, name, value):
             _variables.settings_changed()  # outside a recording: the next call records again
-        if value.__class__ in _NOTED:  # one look for the values that need none
+        if value.__class__ not in _PLAIN:  # one look for the values that need none
             _note_attribute(self, name, value)
         object.__setattr__(self, name, value)
 
@@ -482,13 +527,15 @@ class Module:
         if self.training:
             # _in_eval first: with no module in eval mode anywhere, nothing more to read
             if _in_eval and not training() and _resumes_train():
-                y = self._forward_in_mode(True, inputs, kwargs)
+                with _TrainForward():
+                    y = self.forward(*inputs, **kwargs)
             else:
                 y = self.forward(*inputs, **kwargs)
         elif training():
-            y = self._forward_in_mode(False, inputs, kwargs)
+            with _EvalForward():
+                y = self.forward(*inputs, **kwargs)
         else:  # test mode already (the caller's, or a module's around this one)
-            with test_mode():
+            with _StaysInTest():
                 y = self.forward(*inputs, **kwargs)
         if self._forward_hooks:
             for hook in list(self._forward_hooks.values()):
@@ -496,17 +543,6 @@ class Module:
                 if result is not None:
                     y = result
         return y
-
-    def _forward_in_mode(self, train, inputs, kwargs):
-        """forward under this module's own mode where it differs from Config.train: test mode
-        for an eval-mode module (noted in _module_test_mode, so that its train-mode sub-modules
-        run in train mode again), train mode for a train-mode module inside one."""
-        token = _module_test_mode.set(not train)
-        try:
-            with using_config("train", train):
-                return self.forward(*inputs, **kwargs)
-        finally:
-            _module_test_mode.reset(token)
 
     def forward(self, *inputs):
         raise NotImplementedError(f"{type(self).__name__} must define forward(self, *inputs)")
@@ -875,20 +911,31 @@ def _held_by_a_module(p):
 
 _warned_lists = set()  # (class, attribute) whose list or dict _warn_listed has warned about
 _warned_variables = set()  # (class, attribute) _note_attribute has warned about
-# the classes of attribute values that Module.__setattr__ looks at further (_note_attribute):
-# containers that may hold layers the registry never sees, and a Variable that looks trained
-_NOTED = frozenset((list, tuple, dict, Variable))
+# containers that may hold layers the registry never sees (and their subclasses: OrderedDict,
+# defaultdict, Counter, a namedtuple); a dict's values are looked at
+_CONTAINERS = (list, tuple, dict, set, frozenset, collections.deque)
+# The classes of attribute values that need no look (neither containers nor Variables), told
+# by Module.__setattr__ with one set lookup: numbers, strings, None, arrays, and each other class
+# _note_attribute has seen (a function, a CuPy array), up to _PLAIN_KEPT of them, so that a
+# value assigned at every step pays the isinstance of a first look once
+_PLAIN = {int, float, bool, complex, str, bytes, type(None), numpy.ndarray, numpy.float64,
+          numpy.float32, numpy.float16, numpy.int64, numpy.int32, numpy.bool_}
+_PLAIN_KEPT = 1024
 
 
 def _note_attribute(module, name, value):
-    """Module.__setattr__'s look at a list, tuple or dict (its name kept for _warn_listed,
-    which reads it when parameters are collected: it may be filled later) or a plain Variable
-    (warned about now if it is a leaf that requires grad, unless `name` is a buffer's or one
-    of its class's `_gradcore_carried`)."""
-    if value.__class__ is not Variable:
-        names = _list_names(module)
-        if names is not None:
-            names.add(name)
+    """Module.__setattr__'s look at a value whose class is not in _PLAIN: a container (its name
+    kept for _warn_listed, which reads it when parameters are collected: it may be filled later)
+    or a plain Variable (warned about now if it is a leaf that requires grad, unless `name` is a
+    buffer's or one of its class's `_gradcore_carried`). Any other class joins _PLAIN."""
+    kind = value.__class__
+    if kind is not Variable:
+        if isinstance(value, _CONTAINERS):
+            names = _list_names(module)
+            if names is not None:
+                names.add(name)
+        elif not issubclass(kind, Variable) and len(_PLAIN) < _PLAIN_KEPT:
+            _PLAIN.add(kind)
     elif value.creator is None and value.requires_grad:
         registered = module.__dict__.get("_registered")
         key = (type(module), name)
@@ -917,7 +964,7 @@ def _warn_variable(module, name):
 
 
 def _list_names(module):
-    """The set of names `module` was given a list or tuple under, or None: before
+    """The set of names `module` was given a container under (see _CONTAINERS), or None: before
     Module.__init__ ran, for a module pickled before gradcore kept it, or if something else
     took the name."""
     names = module.__dict__.get("_gradcore_list_names")
@@ -925,68 +972,85 @@ def _list_names(module):
 
 
 def _warn_listed(modules, module_ids, variable_ids):
-    """Warn, once per class and attribute, about the Modules and Parameters that a list, tuple or
-    dict attribute of one of `modules` holds (a dict: as its values) and that are registered
-    nowhere in the model (their ids are not among `module_ids` / `variable_ids`): parameters()
-    (and so the optimizers), state_dict, save and to() never see them. The warning names the
-    container that registers what it holds: nn.ModuleList or nn.ParameterList for a list,
-    nn.ModuleDict or nn.ParameterDict for a dict.
+    """Warn, once per class and attribute, about the Modules and Parameters that a container
+    attribute of one of `modules` (a list, tuple, dict, set or deque, or a subclass of one)
+    holds (a dict: as its values), or a container among its items holds, and that are
+    registered nowhere in the model (their ids are not among `module_ids` / `variable_ids`):
+    parameters() (and so the optimizers), state_dict, save and to() never see them. The warning
+    names the container that registers what it holds: nn.ModuleDict or nn.ParameterDict for a
+    dict, nn.ModuleList or nn.ParameterList for the others.
 
     A warning, not an error: DeZero's own MLP keeps its layers in a list *and* registers each
     with setattr (no warning then), and a list is also the known way to keep a module out of
     parameters() on purpose (a frozen teacher network), which must go on working. The first
-    _LOOKED_AT items are looked at, and those of lists in them ([F.relu, Linear(2)], [[...]]):
-    a long list of numbers costs that many looks."""
+    _LOOKED_AT items are looked at, and those of containers among them ([F.relu, Linear(2)],
+    [[...]], [{...}]): a long list of numbers costs that many looks."""
     for module in modules:
         for attr in _list_names(module):
-            items = module.__dict__.get(attr)
+            value = module.__dict__.get(attr)
+            items = _items_of(value)
             key = (type(module), attr)
-            kind = items.__class__
-            if kind is dict:
-                items = list(items.values())
-            elif kind is not list and kind is not tuple:
-                continue
-            if key in _warned_lists:
+            if items is None or key in _warned_lists:
                 continue
             if not any(isinstance(item, (Module, Parameter)) for item in _looked_at(items)):
                 continue
-            items = [*items, *(inner for item in items if item.__class__ in (list, tuple)
-                               for inner in item)]
-            hidden = [item for item in items if isinstance(item, (Module, Parameter)) and id(item)
-                      not in (module_ids if isinstance(item, Module) else variable_ids)]
+            items = list(items)
+            inner = [x for item in items if item.__class__ not in _PLAIN
+                     for x in (_items_of(item) or ())]
+            hidden = [item for item in items + inner if isinstance(item, (Module, Parameter))
+                      and id(item) not in (module_ids if isinstance(item, Module)
+                                           else variable_ids)]
             if hidden:
                 _warned_lists.add(key)
                 kinds = sorted({"Module" if isinstance(item, Module) else "Parameter"
                                 for item in hidden})
+                kind = type(value).__name__
+                article = "an" if kind[0].lower() in "aeiou" else "a"
+                top = {id(item) for item in items}
+                nested = any(id(item) not in top for item in hidden)
                 warnings.warn(
-                    f"{type(module).__name__}.{attr} is a {kind.__name__} holding {len(hidden)} "
+                    f"{type(module).__name__}.{attr} is {article} {kind} holding {len(hidden)} "
                     f"{' and '.join(kinds)}(s) not registered with the model, so parameters() "
                     "(and the optimizers), state_dict, save and to() do not see them: they are "
-                    f"not trained, saved or moved. {_container_hint(attr, kind, kinds)}",
+                    f"not trained, saved or moved. {_container_hint(attr, value, kinds, nested)}",
                     UserWarning, stacklevel=2)
 
 
-_LOOKED_AT = 16  # items of a list attribute _warn_listed reads: enough for a model's layers
+_LOOKED_AT = 16  # items of a container attribute _warn_listed reads: enough for a model's layers
+
+
+def _items_of(value):
+    """What _warn_listed looks at in `value`: a dict's values, a list's (tuple's, set's, deque's)
+    items, or None for anything else (a Module among them: ModuleList registers its own)."""
+    if isinstance(value, dict):
+        return value.values()
+    if isinstance(value, _CONTAINERS):
+        return value
+    return None
 
 
 def _looked_at(items):
-    """The first _LOOKED_AT of `items` (a list or tuple), and those of lists among them."""
-    first = items[:_LOOKED_AT]
-    return [*first, *(inner for item in first if item.__class__ in (list, tuple)
-                      for inner in item[:_LOOKED_AT])]
+    """The first _LOOKED_AT of `items`, and the first _LOOKED_AT of containers among them."""
+    first = list(itertools.islice(items, _LOOKED_AT))
+    return [*first, *(x for item in first if item.__class__ not in _PLAIN
+                      for x in itertools.islice(_items_of(item) or (), _LOOKED_AT))]
 
 
-def _container_hint(attr, kind, kinds):
-    """How to register what a list, tuple or dict attribute `attr` holds (`kinds`: "Module",
-    "Parameter" or both): the nn container for it, as PyTorch names them."""
-    shape = "Dict" if kind is dict else "List"
-    brackets = "{...}" if kind is dict else "[...]"
+def _container_hint(attr, value, kinds, nested=False):
+    """How to register what a container attribute `attr` holds (`kinds`: "Module", "Parameter"
+    or both; `nested`: some in a container inside it): the nn container for it, as PyTorch
+    names them (one for a dict, a list's for the others: a set's order, hash-seeded, would not
+    do for state_dict's names)."""
+    shape = "Dict" if isinstance(value, dict) else "List"
+    brackets = "{...}" if shape == "Dict" else "[...]"
     containers = [f"nn.{k}{shape}" for k in kinds]
     if len(containers) == 1:
         hint = f"Hold them in an {containers[0]} (self.{attr} = {containers[0]}({brackets}))"
     else:
         hint = (f"Hold the Modules in an {containers[0]} and the Parameters in an "
                 f"{containers[1]}, one attribute each")
+    if nested:
+        hint += " (a list or dict inside it as an nn.ModuleList or nn.ModuleDict too)"
     return hint + (", or also assign each to an attribute of its own, as DeZero's MLP does its "
                    "layers (setattr(self, f'l{i}', layer))")
 

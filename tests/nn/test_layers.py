@@ -877,6 +877,46 @@ def test_a_convolution_in_pytorch_s_order_is_warned_about_at_its_first_input(
     assert [str(w.message) for w in recwarn] == []
 
 
+@pytest.mark.parametrize("make, x", [
+    (lambda: nn.Conv2d(64, 3, 1, 1, nobias=True), (1, 64, 8, 8)),  # DeZero's ResNet bottleneck
+    (lambda: nn.Conv2d(64, 3, 1), (1, 64, 8, 8)),  # its (out, kernel, stride), pad left out
+    (lambda: nn.Conv2d(64, 7, 2, 3), (1, 64, 16, 16)),  # ResNet's first, on 64 channels
+    (lambda: nn.Conv2d(8, 4, 4), (1, 8, 16, 16)),  # patches: stride = kernel
+    (lambda: nn.Conv2d(16, 11, 4), (1, 16, 32, 32)),  # AlexNet's kernel and stride
+    (lambda: nn.Deconv2d(8, 4, 2, 1), (1, 8, 5, 5)),  # a DCGAN-style upsampling
+    (lambda: nn.Deconv2d(8, 4, 2), (1, 8, 5, 5)),
+    (lambda: nn.Conv2d(3, 16, 40), (1, 3, 32, 32)),  # PyTorch's kernel 40 > 32: not PyTorch's
+    (lambda: nn.Conv2d(3, 16, 3, 0), (1, 3, 32, 32)),  # a fourth by position: ambiguous
+])
+def test_dezero_s_convolutions_by_position_are_not_warned_about(make, x, recwarn):
+    # out_channels equal to the input's channels, stride by position, as PyTorch's (in, out,
+    # kernel) would have it: but read as DeZero's they are ordinary layers
+    make()(np.ones(x, np.float32))
+    assert [str(w.message) for w in recwarn] == []
+
+
+@pytest.mark.parametrize("make, x, reading", [
+    (lambda: nn.Conv2d(3, 6, 5), (1, 3, 32, 32), "out_channels=3, kernel_size=6, stride=5"),
+    (lambda: nn.Conv2d(1, 6, 5), (1, 1, 28, 28), "out_channels=1, kernel_size=6, stride=5"),
+    (lambda: nn.Conv2d(16, 32, 3), (1, 16, 64, 64), "out_channels=16, kernel_size=32, stride=3"),
+    (lambda: nn.Conv2d(8, 10, 3), (1, 8, 9, 9), "out_channels=8, kernel_size=10, stride=3"),
+    (lambda: nn.Conv2d(4, 2, 3), (1, 4, 8, 8), "out_channels=4, kernel_size=2, stride=3"),
+    (lambda: nn.Deconv2d(64, 32, 4), (1, 64, 8, 8), "out_channels=64, kernel_size=32, stride=4"),
+])
+def test_pytorch_s_convolutions_are_warned_about_where_dezero_s_reading_is_unlikely(
+        make, x, reading):
+    # LeNet's Conv2d(3, 6, 5): stride 5 and not the kernel; a kernel over 11, or over the input
+    # (a 10x10 kernel on 9x9: the op could not run); a stride over the kernel
+    layer = make()
+    with pytest.warns(UserWarning, match="reads as DeZero's") as caught:
+        try:
+            layer(np.ones(x, np.float32))
+        except ValueError:  # the kernel larger than the input: the op refuses it after
+            pass
+    assert len(caught) == 1 and f"DeZero's {type(layer).__name__}({reading})" in str(
+        caught[0].message)
+
+
 def test_bad_first_inputs_leave_lazy_layers_unset():
     lin = nn.Linear(3)
     with pytest.raises(ValueError, match=r"x must be 2-d \(batch, in_size\), got shape \(4,\)"):

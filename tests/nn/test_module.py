@@ -1,4 +1,5 @@
 """gradcore.nn.Module: registration and order, traversal, modes, hooks, devices, aliases."""
+import collections
 import copy
 import gc
 import hashlib
@@ -376,6 +377,102 @@ def test_layers_after_a_function_or_in_a_nested_list_are_warned_about(fresh_list
     assert nested.startswith("Net.nested is a list holding 2 Module(s)")
 
 
+def test_layers_in_other_containers_and_subclasses_are_warned_about(fresh_list_warnings):
+    """OrderedDict, defaultdict, a set, a deque, a namedtuple, a list subclass, a list of dicts:
+    not registered either, so warned about as a plain list or dict, naming the container that
+    fits; such containers of numbers alone are not."""
+    class Blocks(list):
+        pass
+
+    Pair = collections.namedtuple("Pair", "a b")
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.trunk = nn.Linear(2, in_size=3)
+            self.ordered = collections.OrderedDict(a=nn.Linear(1), b=nn.Linear(1))
+            self.default = collections.defaultdict(list, scale=Parameter(np.ones(1)))
+            self.unordered = {nn.Linear(1)}
+            self.frozen = frozenset([Parameter(np.ones(2))])
+            self.queue = collections.deque([F.relu, nn.Linear(1)])
+            self.pair = Pair(nn.Linear(1), nn.Linear(1))
+            self.blocks = Blocks([nn.Linear(1)])
+            self.of_dicts = [{"fc": nn.Linear(1)}]
+            self.quiet = [collections.OrderedDict(a=1), collections.deque([1.0]), {2, 3},
+                          Pair(1, 2)]
+            self.sizes = collections.OrderedDict(a=4)
+            self.steps = collections.deque(range(100))
+
+    with pytest.warns(UserWarning) as caught:
+        assert list(Net().state_dict()) == ["trunk.W", "trunk.b"]
+    messages = {str(w.message).split(" is ")[0]: str(w.message) for w in caught}
+    assert sorted(messages) == ["Net.blocks", "Net.default", "Net.frozen", "Net.of_dicts",
+                                "Net.ordered", "Net.pair", "Net.queue", "Net.unordered"]
+    assert messages["Net.ordered"].startswith(
+        "Net.ordered is an OrderedDict holding 2 Module(s) not registered")
+    assert "nn.ModuleDict (self.ordered = nn.ModuleDict({...}))" in messages["Net.ordered"]
+    assert messages["Net.default"].startswith("Net.default is a defaultdict holding 1 Parameter")
+    assert "nn.ParameterDict (self.default = nn.ParameterDict({...}))" in messages["Net.default"]
+    assert messages["Net.unordered"].startswith("Net.unordered is a set holding 1 Module(s)")
+    assert "nn.ModuleList (self.unordered = nn.ModuleList([...]))" in messages["Net.unordered"]
+    assert "nn.ParameterList (self.frozen" in messages["Net.frozen"]
+    assert messages["Net.queue"].startswith("Net.queue is a deque holding 1 Module(s)")
+    assert messages["Net.pair"].startswith("Net.pair is a Pair holding 2 Module(s)")
+    assert messages["Net.blocks"].startswith("Net.blocks is a Blocks holding 1 Module(s)")
+    assert messages["Net.of_dicts"].startswith("Net.of_dicts is a list holding 1 Module(s)")
+    assert "(a list or dict inside it as an nn.ModuleList or nn.ModuleDict too)" in (
+        messages["Net.of_dicts"])
+    assert "inside it" not in messages["Net.ordered"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per class and attribute
+        assert len(Net().state_dict()) == 2
+
+
+def test_an_ordered_dict_of_heads_trained_by_hand_is_warned_about_at_the_first_step(
+        fresh_list_warnings):
+    # the heads get gradients but the optimizer never sees them: their W stays as it was
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Linear(4, in_size=3)
+            self.heads = collections.OrderedDict(a=nn.Linear(1, in_size=4))
+
+        def forward(self, x):
+            return self.heads["a"](F.relu(self.body(x)))
+
+    net = Net()
+    opt = gradcore.optim.SGD(lr=0.1).setup(net)
+    F.mean_squared_error(net(np.ones((2, 3))), np.zeros((2, 1))).backward()
+    with pytest.warns(UserWarning, match="Net.heads is an OrderedDict holding 1 Module"):
+        opt.update()
+    assert net.heads["a"].W.grad is not None and list(net.state_dict()) == ["body.W", "body.b"]
+
+
+def test_setting_an_attribute_looks_at_a_class_once(fresh_list_warnings, monkeypatch):
+    # Module.__setattr__ tells the values that need no look (numbers, arrays, and each class
+    # seen that is neither a container nor a Variable) by one set lookup; a class first seen is
+    # looked at once, a container class every time
+    monkeypatch.setattr(modules, "_PLAIN", set(modules._PLAIN))
+    looked = []
+    note = modules._note_attribute
+    monkeypatch.setattr(modules, "_note_attribute", lambda *a: (looked.append(a[1]), note(*a)))
+
+    class Thing:
+        pass
+
+    class Heads(collections.OrderedDict):
+        pass
+
+    m = nn.Module()
+    for _ in range(3):
+        m.n, m.x, m.s, m.none, m.a, m.t = 1, 0.5, "s", None, np.ones(2), Thing()
+        m.p, m.sub = Parameter(np.ones(1)), nn.Module()
+        m.d = Heads()
+    assert looked == ["t", "d", "d", "d"]
+    assert Thing in modules._PLAIN and Heads not in modules._PLAIN
+    assert modules._list_names(m) == {"d"}
+
+
 def test_module_dict_and_the_parameter_containers_register_what_they_hold():
     class MultiHead(nn.Module):
         def __init__(self):
@@ -706,6 +803,47 @@ def test_a_train_mode_module_inside_an_eval_mode_parent_runs_in_train_mode():
     np.testing.assert_array_equal(outer(ones).data, ones)
     outer.inner[0].train()  # its parent and grandparent in eval: it drops, they do not
     assert set(np.unique(outer(ones).data)) == {0.0, 2.0}
+
+
+@pytest.mark.parametrize("inner", ["test_mode", "using_config", "test_mode under no_grad",
+                                   "test_mode around an eval-mode module"])
+def test_test_mode_entered_inside_an_eval_mode_parent_s_forward_reaches_a_train_mode_child(inner):
+    # a child's own train() wins over its parent's eval() only: a test mode written in the
+    # forward is explicit, as one around the call, and puts every module in it in test mode
+    class Parent(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.drop = nn.Dropout(0.5)
+            self.block = nn.Sequential(nn.Dropout(0.5))
+            self.explicit = False
+
+        def forward(self, x):
+            if not self.explicit:
+                return self.block(self.drop(x))
+            if inner == "test_mode":
+                with gradcore.test_mode():
+                    return self.block(self.drop(x))
+            if inner == "using_config":
+                with gradcore.using_config("train", False):
+                    return self.block(self.drop(x))
+            if inner == "test_mode under no_grad":
+                with gradcore.test_mode(), gradcore.no_grad():
+                    return self.block(self.drop(x))
+            with gradcore.test_mode():  # an eval-mode module in it keeps the test mode too
+                return self.block(x)
+
+    np.random.seed(0)
+    ones = np.ones((1, 1000))
+    model = Parent().eval()
+    model.drop.train()
+    model.block[0].train()  # MC dropout: two train-mode children of eval-mode modules
+    dropped = (model(ones).data == 0).mean()
+    assert 0.6 < dropped < 0.9  # each drops about half: 3/4 of the ones are zeros
+    model.explicit = True
+    np.testing.assert_array_equal(model(ones).data, ones)  # no dropout anywhere
+    model.explicit = False
+    assert 0.6 < (model(ones).data == 0).mean() < 0.9  # and the children drop again after it
+    assert gradcore.Config.train
 
 
 @pytest.mark.parametrize("switch", [None, gradcore.test_mode])
@@ -1308,9 +1446,32 @@ def test_a_lazy_model_moved_to_a_device_builds_there_and_refuses_an_input_left_e
         return nn.Sequential(nn.Linear(4), nn.BatchNorm(), nn.Linear(2), nn.LSTM(3)).to(device)
 
     m = model()
-    with pytest.raises(TypeError, match="linear: inputs are on cpu and array_api_strict"):
+    with pytest.raises(TypeError, match=(
+            rf"^Linear: the model was moved to {device} \(with \.to\(\)\), and its input is "
+            rf"on cpu: move the input to the model's device \(x\.to\('{device}'\)\) or the "
+            r"model to the input's \(model\.to\('cpu'\)\) first$")):
         m(np.ones((2, 6), np.float32))
     assert str(m[3].h2f.W.device) == device  # the LSTM's eager weights stayed
+    assert m[0].W.data is None  # refused before any weight was made
+    # another device of the same library: the model's device named, not only the op's advice
+    with pytest.raises(ValueError, match=(
+            rf"^Linear: the model was moved to {device} \(with \.to\(\)\), and its input is "
+            rf"on {DEVICE2}: move the input to the model's device \(x\.to\('{device}'\)\) or "
+            rf"the model to the input's \(model\.to\('{DEVICE2}'\)\) first$")):
+        m(STRICT.asarray(np.ones((2, 6), np.float32), device=DEVICE2))
+    assert m[0].W.data is None
+    conv = nn.Conv2d(4, 3, pad=1).to(device)
+    with pytest.raises(ValueError, match=f"^Conv2d: the model was moved to {device}"):
+        conv(STRICT.asarray(np.ones((1, 2, 5, 5), np.float32), device=DEVICE2))
+    bn = nn.BatchNorm().to(device)
+    with pytest.raises(ValueError, match=f"^BatchNorm: the model was moved to {device}"):
+        bn(STRICT.asarray(np.ones((2, 3), np.float32), device=DEVICE2))
+    assert conv.W.data is None and bn.avg_mean.data is None
+    # a device named without its index, as "cuda" (the current GPU): the one its arrays land on
+    lin = nn.Linear(2).to("array_api_strict")
+    assert str(lin(STRICT.asarray(np.ones((1, 3), np.float32))).device) == str(lin.W.device)
+    with pytest.raises(ValueError, match=f"moved to array_api_strict .*input is on {DEVICE1}"):
+        nn.Linear(2).to("array_api_strict")(STRICT.asarray(np.ones((1, 3)), device=DEVICE1))
     m = model()
     y = m(STRICT.asarray(np.ones((2, 6), np.float32), device=DEVICE1))
     assert str(y.device) == device
