@@ -995,11 +995,14 @@ def test_batch_norm_statistics_on_dask_stay_persisted_in_a_replay():
     for compiled in (False, True):
         np.random.seed(0)  # the weights draw from it
         model = nn.Sequential(nn.Linear(8, in_size=2), nn.BatchNorm(), nn.Linear(3)).to("dask")
+        with gradcore.test_mode():  # the lazy weights made outside the step: it replays
+            model(da.from_array(batches[0][0], chunks=(6, 2)))
         _, _, step = _training(optim.SGD, model=model)
         step = gradcore.compile(step) if compiled else step
         losses = [step(da.from_array(x, chunks=(6, 2)), da.from_array(t, chunks=6)) for x, t
                   in batches]
         models.append((model, losses))
+    assert step.stats()["replays"] == 5
     (eager, eager_losses), (model, losses) = models
     assert same(losses, eager_losses)
     for (name, a), b in zip(model.state_dict().items(), eager.state_dict().values()):
@@ -2244,7 +2247,7 @@ def _casts(step):
 def test_relu_and_pooling_multiply_by_their_masks_uncast_with_eager_results():
     # on NumPy their backward multiplies by each bool mask itself (Backend.as_factor): the tape
     # records no cast, and its products are eager's bit for bit
-    conv = nn.Conv2d(3, 4, 3, pad=1)
+    conv = nn.Conv2d(3, 4, stride=3, pad=1)
 
     def step(x0):
         x = gradcore.Variable(x0.astype(np.float32))
@@ -3488,6 +3491,7 @@ def test_a_model_copied_in_the_step_makes_it_run_eagerly(how):
             got = compiled(x)
         assert same(got.data, model(gradcore.Variable(x)).data)
     assert compiled.stats()["replays"] == 0
+    assert compiled.stats()["recordings"] == 1, compiled.stats()
 
 
 # ====================================================== a Variable argument also read by name
@@ -5153,7 +5157,7 @@ def test_an_attribute_of_a_module_the_step_reached_set_anew_records_again():
     def make():
         np.random.seed(0)
         model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm(), nn.Dropout(0.5))
-        model.scale = gradcore.Variable(np.array(2.0))
+        model.scale = gradcore.Variable(np.array(2.0), requires_grad=False)  # a constant
         return model, lambda x: F.sum(model(gradcore.Variable(x)) * model.scale)
 
     (eager_model, eager), (model, step) = make(), make()
@@ -5170,8 +5174,8 @@ def test_an_attribute_of_a_module_the_step_reached_set_anew_records_again():
         gradcore.manual_seed(i)
         assert same(compiled(x).data, want), (i, name)
     assert compiled.stats()["recordings"] == 4  # the first call, ratio 0, eps 10, ratio 0.5
-    model.scale = gradcore.Variable(np.array(3.0))
-    eager_model.scale = gradcore.Variable(np.array(3.0))
+    model.scale = gradcore.Variable(np.array(3.0), requires_grad=False)
+    eager_model.scale = gradcore.Variable(np.array(3.0), requires_grad=False)
     gradcore.manual_seed(9)
     want = eager(x).data
     gradcore.manual_seed(9)

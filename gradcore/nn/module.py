@@ -154,10 +154,41 @@ def _note_mode(module, training):
         _in_eval.pop(id(module), None)
     else:
         i = id(module)
-        _in_eval[i] = weakref.ref(module, lambda ref: _in_eval.get(i) is ref and _in_eval.pop(i))
+        _in_eval[i] = weakref.ref(module, lambda ref: _in_eval.get(i) is ref and _died_in_eval(i))
+
+
+# ids of modules that died in eval mode, not yet taken out of _mode_numbers' sets: appended by
+# the weak reference's callback, which may run in the middle of _modes_changed (a collection)
+_died = []
+
+
+def _died_in_eval(i):
+    _in_eval.pop(i, None)
+    _died.append(i)
+
+
+def _forget_dead():
+    """Take the ids in _died out of every set in _mode_numbers, each set keeping its number: the
+    modes in force do not change when a module in eval mode dies, so neither does mode_key (a
+    new number would make gradcore.compile record the step again, at a time set by the garbage
+    collector). Where two sets become one, the number in force (mode_key's) wins, else the
+    later."""
+    dead = set()
+    while _died:
+        dead.add(_died.pop())
+    current, renamed = mode_key[0], collections.OrderedDict()
+    for ids, number in list(_mode_numbers.items()):
+        kept = ids - dead
+        if renamed.get(kept) != current:
+            renamed.pop(kept, None)
+            renamed[kept] = number
+    _mode_numbers.clear()
+    _mode_numbers.update(renamed)
 
 
 def _modes_changed():
+    if _died:
+        _forget_dead()
     alive = frozenset(i for i, module in list(_in_eval.items()) if module() is not None)
     number = _mode_numbers.pop(alive, None)
     if number is None:

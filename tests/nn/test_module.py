@@ -1004,6 +1004,30 @@ def test_a_set_of_eval_modules_forgotten_comes_back_with_a_number_never_handed_o
     assert compiled.stats()["recordings"] == 2
 
 
+def test_a_module_in_eval_mode_dying_leaves_the_mode_key_of_the_living_as_it_was():
+    # the modes in force did not change, so a step compiled before must not record again when
+    # the collector happens to run: the key once changed with the dead ids taken out of the set
+    model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
+    doomed = nn.Dropout(0.5)
+    doomed.eval()
+    model.eval()
+    compiled = gradcore.compile(lambda x: model(Variable(x)))
+    x = np.random.default_rng(0).normal(size=(2, 4))
+    compiled(x)
+    key = modules.mode_key[0]
+    del doomed
+    gc.collect()
+    model.eval()  # the same modes again: the set of the living, now without the dead id
+    assert modules.mode_key[0] == key
+    np.testing.assert_array_equal(compiled(x).data, model[0](x).data)
+    assert compiled.stats()["recordings"] == 1
+    other = nn.Linear(2, 2)
+    other.eval()  # a real change still gets another number
+    assert modules.mode_key[0] != key
+    other.train()
+    assert modules.mode_key[0] == key
+
+
 FIRST_EVAL = """
 import numpy as np
 import gradcore
