@@ -674,7 +674,8 @@ class Variable:
         return numpy.array(backend.to_numpy(data), dtype=dtype, copy=copy)
 
     # ---------------------------------------------------------------- graph
-    def backward(self, grad=None, retain_grad=False, create_graph=False, retain_graph=None):
+    def backward(self, grad=None, retain_grad=False, create_graph=False, retain_graph=None, *,
+                 gradient=None):
         """Add into `.grad` of the leaves this Variable depends on (gradients accumulate over
         backward calls until cleared: cleargrad(), a model's cleargrads(), zero_grad(); a leaf
         given data of another shape or dtype meanwhile must be cleared, else RuntimeError).
@@ -687,8 +688,13 @@ class Variable:
         (`x.retain_grad()` keeps one's); `create_graph` records the backward pass so gradients
         can be differentiated again. `retain_graph` is accepted for PyTorch code and changes
         nothing: backward never frees the graph, which lives as long as a Variable refers to it,
-        so backward may run through it again.
+        so backward may run through it again. `gradient=` is PyTorch's name for `grad`.
         """
+        if gradient is not None:
+            if grad is not None:
+                raise TypeError("backward: got both grad and gradient, which name the same seed "
+                                "(gradient is PyTorch's name for it); pass one")
+            grad = gradient
         if grad is not None:
             # DeZero's backward(retain_grad, create_graph) takes flags where this takes the seed:
             # True would silently be a seed of ones and the flags would be lost. A flag may be

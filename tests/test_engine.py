@@ -305,6 +305,15 @@ def test_backward_with_a_variable_seed(xp):
     np.testing.assert_array_equal(y.grad.numpy(), [2.0, 3.0])
 
 
+def test_backward_takes_pytorchs_gradient_keyword_for_the_seed(xp):
+    x = var(xp, [1.0, 2.0, 3.0])
+    (x * x).backward(gradient=xp.asarray([1.0, 0.0, -2.0]))
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 0.0, -12.0])
+    with pytest.raises(TypeError, match="both grad and gradient"):
+        (x * x).backward(xp.asarray([1.0, 1.0, 1.0]), gradient=xp.asarray([1.0, 1.0, 1.0]))
+    np.testing.assert_array_equal(x.grad.numpy(), [2.0, 0.0, -12.0])  # nothing added
+
+
 def test_backward_with_a_wrongly_shaped_seed(xp):
     x = var(xp, [1.0, 2.0, 3.0])
     y = x * 2
