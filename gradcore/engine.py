@@ -81,6 +81,17 @@ def _seed(y, grad, create_graph, index=None):
                 grad = astype(grad, y.dtype)
         else:
             grad = Variable(y.xp.astype(grad._data, y.dtype), requires_grad=False)
+    if grad._requires_grad:
+        # the walk hands the seed to backward methods and the helpers they call, where
+        # `g *= 2` writes into a Variable that requires grad under no_grad (a Parameter's
+        # update): the caller's seed would change, doubling at each reuse. A seed of the walk's
+        # own is rebound instead: the same array without grad, or with create_graph a copy
+        # recorded in the graph (the gradients still depend on the caller's seed)
+        if create_graph:
+            with using_config("enable_backprop", True):
+                grad = copy(grad)
+        else:
+            grad = Variable(grad._data, requires_grad=False)
     return grad
 
 

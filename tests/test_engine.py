@@ -1250,6 +1250,43 @@ def test_a_seed_of_another_dtype_that_requires_grad_stays_differentiable(xp):
 
 
 
+class _TwiceByHelper(Function):
+    """y = 2x, whose backward scales gy in a helper with `g *= 2` (DeZero's rebinding)."""
+
+    def forward(self, x):
+        return x * 2
+
+    def backward(self, gy):
+        return _doubled(gy)
+
+
+def _doubled(g):
+    g *= 2
+    return g
+
+
+def test_a_backward_helper_writing_g_op_equals_leaves_the_callers_seed_alone(xp):
+    # Variable(...) requires grad by default: under the walk's no_grad `g *= 2` in a helper
+    # (not itself a backward method) would have written into it, the seed doubling at each reuse
+    w = var(xp, [1.0, 2.0, 3.0])
+    seed = var(xp, [1.0, 1.0, 1.0])
+    for _ in range(3):
+        w.cleargrad()
+        _TwiceByHelper()(w).backward(seed)
+        np.testing.assert_array_equal(w.grad.numpy(), [2.0, 2.0, 2.0])
+        np.testing.assert_array_equal(seed.numpy(), [1.0, 1.0, 1.0])
+    g, = gradcore.grad(_TwiceByHelper()(w), w, grad_outputs=seed)
+    np.testing.assert_array_equal(g.numpy(), [2.0, 2.0, 2.0])
+    np.testing.assert_array_equal(seed.numpy(), [1.0, 1.0, 1.0])
+    # with create_graph the write was refused ("a leaf that requires grad"); now it is recorded
+    # and the gradient still depends on the seed: d sum(2 seed) / d seed = 2 per entry
+    g, = gradcore.grad(_TwiceByHelper()(w), w, grad_outputs=seed, create_graph=True)
+    np.testing.assert_array_equal(g.numpy(), [2.0, 2.0, 2.0])
+    gs, = gradcore.grad(F.sum(g), seed)
+    np.testing.assert_array_equal(gs.numpy(), [2.0, 2.0, 2.0])
+    np.testing.assert_array_equal(seed.numpy(), [1.0, 1.0, 1.0])
+
+
 def test_an_output_listed_twice_under_no_grad_keeps_its_seeds_differentiable(xp):
     # its two seeds were summed under the caller's no_grad: d(sum g)/dv was None (PyTorch [4, 8])
     x, v = var(xp, [1.0, 2.0]), var(xp, [3.0, 5.0])
