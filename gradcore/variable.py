@@ -1011,9 +1011,11 @@ def _augmented(x, other, op, symbol):
         # gradient, which requires none, may be another input's too (g *= c in a helper a
         # backward calls), and an integer one would be truncated
         return op(x, other)
+    if x.creator is not None:
+        # computed: recorded under grad mode; under no_grad too, a new Variable, for the graph
+        # behind x (another name's) still holds x as an input its backward may read
+        return op(x, other)
     if recording() is not False:
-        if x.creator is not None:  # in the graph: recorded
-            return op(x, other)
         raise RuntimeError(
             f"x {symbol} ...: x is a leaf Variable that requires grad; writing into it "
             "under grad mode would break its graph, so it is refused (as in PyTorch). For an "

@@ -1492,3 +1492,17 @@ def test_an_augmented_assignment_in_the_graph_rebinds_as_in_dezero():
     x.cleargrad()
     total.backward()
     assert x.grad.data.tolist() == [2.0, 4.0]
+
+
+def test_an_augmented_assignment_to_a_computed_variable_under_no_grad_rebinds():
+    """h = x * x, then `h += 100` under no_grad wrote into h: the graph behind h (reached
+    through another name) then backpropagated from values it never computed."""
+    x = Variable(np.array([1.0, 2.0]))
+    h = x * x
+    alias = h
+    with gradcore.no_grad():
+        h += 100.0
+    assert h is not alias and h.data.tolist() == [101.0, 104.0]
+    assert alias.data.tolist() == [1.0, 4.0] and alias.version == 0
+    F.sum(alias).backward()
+    assert x.grad.data.tolist() == [2.0, 4.0]
