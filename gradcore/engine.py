@@ -261,6 +261,26 @@ def _call_hook(hook, x, argument):
         raise
 
 
+def _call_post_hook(hook, x):
+    """The post-accumulate hook(x). `g = x.grad; g *= 0.5` in it rebinds g, as in DeZero (the
+    .grad may be another's array too), leaving x.grad as it was: refused, not lost."""
+    hooked = _variables.hooked
+    outer = getattr(hooked, "gradient", None)  # a backward in a hook runs hooks too
+    grad = hooked.gradient = x._grad
+    try:
+        _call_hook(hook, x, x)
+    finally:
+        hooked.gradient = outer
+    if grad is not None and getattr(hooked, "rebound", None) is grad:
+        hooked.rebound = None
+        if x._grad is grad:
+            raise RuntimeError(
+                f"the post-accumulate hook {_hook_name(hook)} on {_describe(x)} wrote g op= ... "
+                "into its .grad and left .grad as it was: as in DeZero, g *= 0.5 makes a new "
+                "Variable, so its result was lost. Set it (x.grad = x.grad * 0.5) or write into "
+                "the array (x.grad.data *= 0.5)")
+
+
 def _hook_name(hook):
     """The hook's qualified name, else its repr, else its type's name (a repr may raise)."""
     try:
@@ -890,7 +910,7 @@ def _add_to_grads(finished, shared, create_graph, undo):
                 if undo is not None:
                     undo.hooks_run += 1
                     was_finite = x._grad is None or anomaly.is_finite(x._grad._data)
-                _call_hook(hook, x, x)
+                _call_post_hook(hook, x)
                 if undo is not None:  # the .grad the hook left (one that doubles it, say)
                     undo.hook_ran(x)
                     _check_post_hook(hook, x, was_finite)

@@ -642,6 +642,29 @@ def test_a_gradient_handed_on_through_another_op_is_not_shared_with_a_hooked_lea
     np.testing.assert_array_equal(z.grad.numpy(), [2.0, 2.0, 2.0])
 
 
+def test_a_post_accumulate_hook_whose_g_op_equals_would_be_lost_is_refused(xp):
+    """g = p.grad; g *= 0.5 rebinds g (DeZero's rule): .grad stayed [2, 4], the halving lost."""
+    w = var(xp, [1.0, 2.0])
+
+    def lost(p):
+        g = p.grad
+        g *= 0.5
+    handle = w.register_post_accumulate_grad_hook(lost)
+    with pytest.raises(RuntimeError, match=r"post-accumulate hook .*lost on .* wrote g op= "
+                                           r"\.\.\. .*x\.grad = x\.grad \* 0\.5"):
+        F.sum(w * w).backward()
+    handle.remove()
+
+    def kept(p):
+        g = p.grad
+        g *= 0.5
+        p.grad = g
+    w.cleargrad()
+    w.register_post_accumulate_grad_hook(kept)
+    F.sum(w * w).backward()
+    np.testing.assert_array_equal(w.grad.numpy(), [1.0, 2.0])
+
+
 def test_a_post_accumulate_hook_may_step_and_drop_the_gradient(xp):
     """PyTorch's optimizer step inside backward: the hook updates p and sets p.grad to None."""
     w, x = var(xp, [1.0, 2.0]), var(xp, [3.0, 4.0])
