@@ -826,7 +826,8 @@ class Variable:
         dtype. Returns self if nothing changes."""
         if self._data is None:
             raise no_data("x.to()")
-        if dtype is None and not isinstance(device, (str, backends.Device, type(None))):
+        if dtype is None and not isinstance(device, (backends.Device, type(None))) and not (
+                isinstance(device, str) and _names_a_device(device)):
             try:  # a dtype where the device goes, as PyTorch's tensor.to(dtype) takes it
                 self._backend.empty((0,), device, None)
                 device, dtype = None, device
@@ -1034,6 +1035,17 @@ def _augmented(x, other, op, symbol):
         y = astype(y, x._data.dtype)
     x.data = y.data  # the setter: version, released arrays, gradcore.compile's recorder
     return x
+
+
+def _names_a_device(name):
+    """Whether the string `name` is a device ("cpu", "cuda:1"), not a dtype ("float32")."""
+    try:
+        backends.backend_for_device(name)
+    except ValueError:
+        return False
+    except Exception:  # a device whose library is missing: its own error comes later
+        return True
+    return True
 
 
 def _checked_grad(x, g):

@@ -561,7 +561,9 @@ def test_to_casts_to_a_dtype_differentiably_as_pytorchs_to(xp2):
     dtype): F.astype, so the gradient comes back in x's dtype and place."""
     target = DEVICE2 if xp2.device == DEVICE1 else DEVICE1
     x = var(xp2, [1.5, -2.0])
-    for y in (x.to(dtype="float32"), x.to(np.float32), x.to(str(target), "float32")):
+    # a dtype's name where the device goes too ("unknown device float32" before)
+    for y in (x.to(dtype="float32"), x.to(np.float32), x.to("float32"),
+              x.to(str(target), "float32")):
         assert str(y.dtype).endswith("float32") and y.numpy().tolist() == [1.5, -2.0]
         x.cleargrad()
         (y * y).sum().backward()
