@@ -388,6 +388,11 @@ def _difference(fn, xs, i, index, eps):
     plus[i][index] += eps
     minus[i][index] -= eps
     step = float(plus[i][index] - minus[i][index])
+    if step == 0:
+        raise ValueError(
+            f"gradcheck: eps={eps} is below the spacing of {arrays[i].dtype} at input {i}"
+            f"{list(index)} = {float(arrays[i][index])}: x + eps and x - eps round to x, so no "
+            "difference can be taken; pass a larger eps")
     on = [lambda a, x=x: _on(x, a) for x in xs]
     up = _values(fn, [f(a) for f, a in zip(on, plus)])
     down = _values(fn, [f(a) for f, a in zip(on, minus)])
@@ -410,6 +415,11 @@ def _directional(fn, xs, points, outputs, checked, eps, rtol, atol, seed):
         d = [w if j == i else numpy.zeros_like(w) for j, w in enumerate(v)]
         up = [h + eps * e for h, e in zip(host, d)]
         down = [h - eps * e for h, e in zip(host, d)]
+        if up[i].size and not numpy.any(up[i] != down[i]):  # else u . J 0 = 0 checks nothing
+            raise ValueError(
+                f"gradcheck: eps={eps} is below the spacing of {up[i].dtype} at input {i}: every "
+                "x + eps v and x - eps v round to x, so no difference can be taken; pass a "
+                "larger eps")
         values_up = _values(fn, [_on(x, a) for x, a in zip(points, up)])
         values_down = _values(fn, [_on(x, a) for x, a in zip(points, down)])
         along[i] = [(a - b) / (2 * eps) for a, b in zip(values_up, values_down)]

@@ -108,6 +108,16 @@ def test_eps_must_be_a_positive_finite_step(check):
     assert check(F.sin, np.array([0.3, 0.7]), eps=1e-5)
 
 
+@pytest.mark.parametrize("mode", ["elements", "directional"])
+def test_an_eps_below_the_spacing_at_x_is_named_not_reported_as_nan(mode):
+    # 1 + 1e-30 rounds to 1: the central difference was 0/0, "central differences nan"; in
+    # the directional mode both sides were u . J 0 = 0 and the check passed having checked nothing
+    with pytest.raises(ValueError, match=r"eps=1e-30 is below the spacing of float64 at input 0"
+                                         r".*pass a larger eps"):
+        gradcheck(F.sin, np.array([1.0, 2.0]), eps=1e-30, mode=mode)
+    assert gradcheck(F.sin, np.array([1.0, 2.0]), eps=1e-6, mode=mode)
+
+
 def _recording(seen):
     def fn(v):
         seen.append(v.dtype)
