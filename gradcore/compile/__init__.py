@@ -426,6 +426,7 @@ class Compiled:
                     shape = ("shared", shape)
             finally:
                 _stop(rec, plain)
+            rec.check_module_states()
             generators.check(rec)
             # the modes are read before a call, to pick its tape; a replay runs no code that
             # sets them: it sets those the step left switched after it runs

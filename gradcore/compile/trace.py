@@ -349,6 +349,9 @@ class Recorder:
         self.memory_count = 0       # the numbers given out in memories
         self.checked = 0            # lines[:checked] are guards and what they test: the start
         self.module_states = []     # (module, name) of each Variable the step kept on a module
+        # (module, name) -> (the value before the step first set it, where it did): see
+        # module_state
+        self.states_before = {}
         self.draws = []             # (backend method, args, kwargs) of each random draw made
         self.grads_read = []        # the Variables whose grad a load_grad line reads
         self.grads_absent = []      # those whose grad the step set where it found none
@@ -944,12 +947,23 @@ class Recorder:
             self.grads_found[id(grad)] = grad
 
     def module_state(self, module, name):
-        """The step set `module.name` to a Variable, or cleared one there (an RNN's hidden
-        state): Python state a replay does not set, so the next call would not see it."""
-        if self.is_active():
+        """The step is about to set `module.name` to a Variable, or to clear one there (an
+        RNN's hidden state): Python state a replay does not set. Fine where the step leaves the
+        value it found (reset_state() at its start and end: check_module_states)."""
+        if self.is_active() and (module, name) not in self.states_before:
             self.module_states.append((module, name))
-            self.give_up(f"the step set {type(module).__name__}.{name}, state a replay would not "
-                         "carry to the next call (pass such state in and return it)")
+            self.states_before[module, name] = (module.__dict__.get(name), _user_frame())
+
+    def check_module_states(self):
+        """The step has ended: a Variable it left on a module, where another was before, is
+        state the next call would not see after a replay."""
+        for (module, name), (before, where) in self.states_before.items():
+            if module.__dict__.get(name) is not before and self.fallback is None:
+                self.fallback = (
+                    f"the step set {type(module).__name__}.{name}, state a replay would not "
+                    "carry to the next call (an RNN's or LSTM's hidden state: call "
+                    "reset_state() at the start and the end of the step, and feed it the "
+                    "whole sequence)", where)
 
     def writing(self, v, data=False, clearing=False):
         """v's grad (or, with `data`, its data) is about to be set: remember how v was. A grad
