@@ -66,7 +66,8 @@ def checkpoint(fn, *args):
     The recomputation must see what the first run saw. gradcore sees to that for the random
     numbers the block's ops draw, batch norm's running statistics, and Variables the block keeps
     on a Module from one call to the next (an RNN's `h`: checkpointing an RNN one step at a time
-    gives the gradients of the plain run, and backward leaves `rnn.h` as it was). Whatever else
+    gives the gradients of the plain run, and backward leaves `rnn.h` as it was; truncated
+    backprop, `h.unchain_backward()`, cuts the step's node inside too). Whatever else
     the block reads from outside must stay until backward: backward raises RuntimeError where
     the recomputation reads other Variables from outside than the first run did (a weight
     replaced, `lin.W = Parameter(...)`, before backward: replace it after; state the block
@@ -377,7 +378,19 @@ class Checkpoint(Function):
         without checkpoint (WeightDecay would act on a zero one)."""
         return None
 
+    def cut_inside(self):
+        """unchain_backward reached this node: cut the block's own links, as a plain run's
+        unchain_backward would, so backward hands its inputs nothing (truncated BPTT through a
+        checkpointed RNN step stops at the cut; a weight an optimizer wrote since is not read).
+        Every result of the node is cut, one not behind the Variable unchained too: the block is
+        one node. What it kept to compute the block again (arguments, state found on modules)
+        goes, and with it the graph before the cut."""
+        self.inputs, self.needs_input_grad = (), ()
+        self.fn = self.args = self.draws = self.states = None
+
     def backward(self, *gys):
+        if self.fn is None:  # cut_inside: nothing behind it
+            return ()
         arguments = self.inputs[:len(self.where)]
         create_graph = is_grad_enabled()
         with enable_grad(), using_config("train", self.train), recomputation():

@@ -751,7 +751,9 @@ class Variable:
             settings_changed(self)
 
     def unchain_backward(self):
-        """Cut every link in the graph behind this Variable (iteratively, however deep)."""
+        """Cut every link in the graph behind this Variable (iteratively, however deep). A node
+        standing for a whole block of ops (gradcore.checkpoint's) is cut inside as well, as the
+        block's own ops would be: it hands no gradient to its inputs any more."""
         stack = [self.creator] if self.creator is not None else []
         seen = set()
         while stack:
@@ -762,6 +764,9 @@ class Variable:
                         seen.add(id(x.creator))
                         stack.append(x.creator)
                     x.unchain()
+            cut_inside = getattr(f, "cut_inside", None)
+            if cut_inside is not None:
+                cut_inside()
 
     def detach(self):
         """A new leaf sharing `data`, with requires_grad=False, and its version: a write into

@@ -1,6 +1,6 @@
 """Recurrent layers that keep their state between calls: RNN and LSTM (DeZero's names)."""
 from .. import functions as F
-from ..variable import Variable
+from ..variable import Parameter, Variable
 from .layers import Linear, _normal, _optional_size, _size, _unfilled
 from .module import Module, _converted
 
@@ -31,6 +31,24 @@ def _moved_state(h, device, dtype_name, wrote):
     if data is h.data and not wrote:
         return h
     return Variable(data, name=h.name, requires_grad=False)
+
+
+def _setattr_refusing_a_parameter_state(layer, name, value):
+    """Module.__setattr__ for RNN and LSTM, refusing a Parameter as the carried state: each call
+    replaces the state with a computed Variable, which a slot registered for a Parameter does
+    not take, so the first call would fail (a learned initial state is kept elsewhere)."""
+    if name in layer._gradcore_carried and isinstance(value, Parameter):
+        kind = type(layer).__name__
+        me, size = kind.lower(), getattr(layer, "hidden_size", "hidden_size")
+        raise TypeError(
+            f"cannot assign a Parameter to {kind}.{name}: it is the state carried from call to "
+            "call, which each call replaces with a computed Variable. For a learned initial "
+            f"state, keep the Parameter on your model (self.{name}0 = Parameter(...), which "
+            "the optimizer updates with the other weights) and start each sequence from a "
+            f"Variable computed from it, which carries its gradient back: {me}.reset_state(); "
+            f"{me}.{name} = F.broadcast_to(self.{name}0, (batch, {size})). For a fixed first "
+            f"state, assign a Variable: {me}.{name} = Variable(array)")
+    Module.__setattr__(layer, name, value)
 
 
 def _preactivation(layer, x2h, h2h, x, h):
@@ -90,6 +108,7 @@ class RNN(Module):
     """
 
     _gradcore_carried = ("h",)  # a first state set by hand (rnn.h = Variable(h0)) is no weight
+    __setattr__ = _setattr_refusing_a_parameter_state
 
     def __init__(self, hidden_size, in_size=None):
         super().__init__()
@@ -157,6 +176,7 @@ class LSTM(Module):
     """
 
     _gradcore_carried = ("h", "c")
+    __setattr__ = _setattr_refusing_a_parameter_state
 
     def __init__(self, hidden_size, in_size=None):
         super().__init__()

@@ -104,6 +104,40 @@ def test_truncated_backprop_through_the_state():
     np.testing.assert_allclose(rnn.x2h.W.grad.data, x.T @ (1 - h3.data ** 2), rtol=1e-6)
 
 
+@pytest.mark.parametrize("kind", ["RNN", "LSTM"])
+@pytest.mark.parametrize("checkpointed", [False, True])
+def test_a_parameter_as_the_state_is_refused_saying_how_to_learn_a_first_state(
+        kind, checkpointed):
+    """rnn.h = Parameter(h0) registered h as a weight, and the first call then failed to set
+    the new state ("cannot assign a Variable to RNN.h, which holds a parameter: assign a
+    Parameter"), advice that cannot work. The route the message gives trains h0."""
+    np.random.seed(0)
+    layer = getattr(nn, kind)(4, in_size=3)
+    layer.to(dtype="float64")
+    with pytest.raises(TypeError, match=rf"cannot assign a Parameter to {kind}\.h: it is the "
+                       rf"state carried from call to call.*{kind.lower()}\.reset_state\(\); "
+                       rf"{kind.lower()}\.h = F\.broadcast_to\(self\.h0, \(batch, 4\)\)"):
+        layer.h = nn.Parameter(np.zeros((1, 4)))
+    assert layer.h is None and [n for n, _ in layer.named_parameters() if "." not in n] == []
+    h0 = nn.Parameter(np.random.randn(1, 4))
+    x = np.random.randn(2, 3)
+    step = (lambda x: gradcore.checkpoint(layer, x)) if checkpointed else layer
+    layer.h = F.broadcast_to(h0, (2, 4))
+    F.sum(step(x)).backward()
+    # the same first state as a leaf: its gradient, summed over the batch, is h0's
+    layer.reset_state()
+    layer.h = gradcore.Variable(np.broadcast_to(h0.data, (2, 4)).copy())
+    first = layer.h
+    F.sum(layer(x)).backward()
+    np.testing.assert_allclose(h0.grad.data, first.grad.data.sum(axis=0, keepdims=True),
+                               rtol=1e-13)
+    if kind == "RNN":  # d/dh sum(tanh(x W + b + h Wh)) = (1 - y^2) Wh^T
+        y = np.tanh(x @ layer.x2h.W.data + layer.x2h.b.data + first.data @ layer.h2h.W.data)
+        np.testing.assert_allclose(first.grad.data, (1 - y ** 2) @ layer.h2h.W.data.T,
+                                   rtol=1e-13)
+    assert np.abs(h0.grad.data).max() > 0.01
+
+
 def test_a_batch_of_another_size_needs_reset_state():
     for layer in (nn.RNN(4), nn.LSTM(4)):
         name = type(layer).__name__
