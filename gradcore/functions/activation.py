@@ -1,7 +1,7 @@
 """Activations: sigmoid, relu, leaky_relu, softmax, log_softmax, and their composite twins."""
 from ..function import Function
 from .device import accumulator_dtype, astype
-from .math import div, exp, neg, python_number
+from .math import as_floating, div, exp, neg, python_number
 from .reduce import Sum, sum
 from .shape import normalize_axis
 
@@ -19,6 +19,7 @@ class Sigmoid(Function):
 
     def forward(self, x):
         xp = self.xp
+        x = as_floating(self.backend, x)  # integers: -|x| would wrap around in their dtype
         e = xp.exp(-xp.abs(x))  # in (0, 1]: exp never overflows, whatever the sign of x
         d = 1 + e
         return xp.where(x >= 0, 1 / d, e / d)
@@ -103,6 +104,7 @@ class Softmax(Function):
     def forward(self, x):
         xp = self.xp
         self.axes = axes = normalize_axis(self.axis, x.ndim, _INPUT, _AXIS_HINT)
+        x = as_floating(self.backend, x)  # integers: x - max(x) would wrap around in their dtype
         if x.size == 0:  # nothing to normalise, and the max below would raise (no identity)
             return xp.empty_like(x)
         # shifting by the max changes nothing mathematically and keeps exp <= 1
@@ -142,6 +144,7 @@ class LogSoftmax(Function):
     def forward(self, x):
         xp = self.xp
         self.axes = axes = normalize_axis(self.axis, x.ndim, _INPUT, _AXIS_HINT)
+        x = as_floating(self.backend, x)  # as in softmax
         if x.size == 0:  # as in softmax: an empty result of x's shape
             return xp.empty_like(x)
         shifted = x - xp.max(x, axis=axes, keepdims=True)

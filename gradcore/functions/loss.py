@@ -10,10 +10,10 @@ import warnings
 import backends
 
 from ..function import Function
-from ..variable import Variable
+from ..variable import Variable, dtype_kind
 from .activation import sigmoid, softmax
 from .device import accumulator_dtype, astype
-from .math import clip, log, sub
+from .math import as_floating, clip, log, sub
 from .reduce import sum
 from .shape import get_item
 
@@ -149,6 +149,12 @@ class MeanSquaredError(Function):
     gx0 = gy * 2 * (x0 - x1) / N, gx1 = -gx0."""
 
     def forward(self, x0, x1):
+        backend = self.backend
+        if dtype_kind(backend, x0.dtype) == dtype_kind(backend, x1.dtype) == "integral":
+            # integers or bools: in float64, the dtype their mean has anyway (as NumPy's); in
+            # their own dtype the difference and its square wrap around (int8: 100**2 is 16)
+            xp = self.xp
+            x0, x1 = xp.astype(x0, xp.float64), xp.astype(x1, xp.float64)
         diff = x0 - x1  # shapes that do not broadcast raise here, naming the op and both
         self.n = _batch_size(diff)
         return _batch_mean(self.xp, diff * diff, self.n, diff.dtype)
@@ -192,6 +198,7 @@ class SoftmaxCrossEntropy(Function):
         xp = self.xp
         if x.ndim != 2:
             raise ValueError(f"expects logits of shape (N, C), got shape {tuple(x.shape)}")
+        x = as_floating(self.backend, x)  # integers: x - max(x) would wrap around in their dtype
         n, c = x.shape
         labels = _class_labels(self.backend, t, n, c, "softmax_cross_entropy")
         if labels.dtype == t.dtype and not self.backend.lazy:
@@ -259,6 +266,8 @@ class SigmoidCrossEntropy(Function):
     def forward(self, x, t):
         xp = self.xp
         _check_loss_operand_shapes(x, t, ("x", "t"))
+        x = as_floating(self.backend, x)  # integers: -|x| would wrap around in their dtype
+        self.dtype = x.dtype
         if t.dtype != x.dtype:
             t = xp.astype(t, x.dtype)  # 0/1 integer labels: float32 logits stay float32
         self.save_for_backward(t)
@@ -270,6 +279,7 @@ class SigmoidCrossEntropy(Function):
 
     def backward(self, gy):
         x, t_in = self.inputs
+        x = astype(x, self.dtype)  # integer logits as forward computed with them: -x wraps
         t, = self.saved_tensors  # t_in itself, or a cast constant
         if t is not t_in and self.needs_input_grad[1]:
             t = astype(t_in, x.dtype)  # soft targets of another dtype: differentiable too

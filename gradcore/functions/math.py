@@ -8,7 +8,7 @@ import backends
 
 from ..config import no_grad
 from ..function import Function
-from ..variable import Variable
+from ..variable import Variable, dtype_kind
 
 
 # =============================================================================== arithmetic
@@ -274,6 +274,26 @@ def sqrt(x):
 def abs(x):
     """|x|, elementwise; the gradient at 0 is 0."""
     return Abs()(x)
+
+
+# (backend, integer or bool dtype) -> the floating dtype that backend's exp gives for it
+_EXP_DTYPES = {}
+
+
+def as_floating(backend, x):
+    """The array x as it is if it is floating-point; integer or bool x cast to the floating dtype
+    the backend's exp gives it (NumPy, CuPy: uint8 -> float16, int16 -> float32, int64 ->
+    float64). For ops whose stable forms subtract or negate (x - max(x), -|x|): in x's own
+    integer dtype those wrap around (uint8: 0 - 200 is 56). A backend whose exp refuses integers
+    (array-api-strict) raises its TypeError here, as F.exp does."""
+    if dtype_kind(backend, x.dtype) != "integral":
+        return x
+    dtype = _EXP_DTYPES.get((backend, x.dtype))
+    if dtype is None:
+        # asked of the array library itself: a recording step's backend would record the probe
+        xp = (backend.inner or backend).xp
+        dtype = _EXP_DTYPES[backend, x.dtype] = xp.exp(xp.empty((0,), dtype=x.dtype)).dtype
+    return backend.xp.astype(x, dtype)
 
 
 class SinGrad(Function):

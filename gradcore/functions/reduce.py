@@ -4,7 +4,7 @@ import math
 from ..function import Function
 from ..variable import Variable, dtype_kind
 from .device import accumulator_dtype, astype, wide_sum
-from .math import exp
+from .math import as_floating, exp
 from .shape import broadcast_like, normalize_axis, reshape
 
 
@@ -93,8 +93,10 @@ class Max(Function):
         self.axes = normalize_axis(self.axis, x.ndim)
         if any(x.shape[a] == 0 for a in self.axes):
             raise ValueError(f"cannot take the {self._name()} over an empty axis")
-        if x.size == 0:  # another axis is empty: an empty result (Dask's max of it would raise)
-            return self.xp.sum(x, axis=self.axes, keepdims=self.keepdims)
+        if x.size == 0:  # another axis is empty: an empty result (Dask's max of it would raise),
+            # in x's dtype as a max is (a sum of integers or bools would widen to int64)
+            xp = self.xp
+            return xp.astype(xp.sum(x, axis=self.axes, keepdims=self.keepdims), x.dtype)
         return self._extreme(x, self.keepdims)
 
     def _extreme(self, x, keepdims):
@@ -157,6 +159,7 @@ class LogSumExp(Function):
     def forward(self, x):
         xp = self.xp
         self.axes = normalize_axis(self.axis, x.ndim)
+        x = as_floating(self.backend, x)  # integers: x - m would wrap around in their dtype
         if x.size == 0:  # max has no identity; the log of an empty sum is -inf (scipy, torch)
             self.shift = zeros = xp.sum(x, axis=self.axes, keepdims=True)  # on x's device
             y = xp.full_like(zeros, -math.inf)  # (empty where another axis of x is empty)

@@ -226,3 +226,24 @@ def test_log_softmax_gradient_of_float16_sums_in_float32(xp):
     assert x.grad.dtype == xp.float16
     # float16 rounds 1 / 70,000 and 70,000 times it to within 1e-3
     np.testing.assert_allclose(xp.numpy(x.grad.data), 0.0, atol=2e-3)
+
+
+# integer and bool rows whose stable forms wrapped in x's own dtype (uint8: 0 - 200 is 56)
+INTEGER_INPUTS = [("uint8", [[0, 200, 1]]), ("uint16", [[0, 200, 1]]), ("uint32", [[0, 200, 1]]),
+                  ("int8", [[0, -128, 100]]), ("bool", [[True, False, True]])]
+
+
+@pytest.mark.filterwarnings("error")  # no overflow: exp sees x - max(x) or -|x|
+@float16_backends  # the backends whose exp takes integers (array-api-strict's refuses them)
+@pytest.mark.parametrize("op, reference", [(F.sigmoid, np_sigmoid), (F.softmax, np_softmax),
+                                           (F.log_softmax, np_log_softmax)],
+                         ids=["sigmoid", "softmax", "log_softmax"])
+@pytest.mark.parametrize("dtype, values", INTEGER_INPUTS, ids=[d for d, _ in INTEGER_INPUTS])
+def test_integer_input_is_computed_in_the_dtype_exp_gives_it(xp, op, reference, dtype, values):
+    x = np.array(values, dtype)
+    result_dtype = np.exp(x[:0]).dtype  # as F.exp: uint8, int8, bool -> float16, uint16 -> float32
+    y = op(xp.asarray(x))
+    assert y.dtype == result_dtype
+    np.testing.assert_allclose(xp.numpy(y.data), reference(x.astype(np.float64)),
+                               rtol=4 * np.finfo(result_dtype).eps,
+                               atol=np.finfo(result_dtype).tiny)  # exp(-200) underflows

@@ -6,6 +6,7 @@ import pytest
 
 import gradcore
 import gradcore.functions as F
+from float16_backends import float16_backends
 from harness import Case, check_case, ids
 
 LABELS = np.array([0, 2, 1, 2])
@@ -363,3 +364,51 @@ def test_the_loss_of_an_empty_batch_is_nan_with_an_empty_gradient(xp, loss, t):
     assert np.isnan(float(xp.numpy(y.data)))
     y.backward()
     assert x.grad.shape == (0, 3) and x.grad.dtype == x.dtype and x.grad.device == x.device
+
+
+# integer and bool logits, whose stable forms wrapped in their own dtype (uint8: 0 - 200 is 56)
+INTEGER_LOGITS = [("uint8", [[0, 200, 1], [3, 0, 250]]), ("uint16", [[0, 200, 1], [3, 0, 250]]),
+                  ("int8", [[0, -100, 100], [-128, 127, 0]]),
+                  ("bool", [[True, False, True], [False, False, True]])]
+
+
+@pytest.mark.filterwarnings("error")  # no overflow: exp sees x - max(x) or -|x|
+@float16_backends  # the backends whose exp takes integers (array-api-strict's refuses them)
+@pytest.mark.parametrize("dtype, values", INTEGER_LOGITS, ids=[d for d, _ in INTEGER_LOGITS])
+def test_cross_entropies_of_integer_logits_are_computed_in_the_dtype_exp_gives(xp, dtype,
+                                                                               values):
+    x = np.array(values, dtype)
+    result_dtype = np.exp(x[:0]).dtype  # as F.exp: uint8, int8, bool -> float16, uint16 -> float32
+    wide = x.astype(np.float64)
+    labels, targets = np.array([1, 2]), np.array([[1, 0, 1], [0, 1, 1]])
+    # by hand: the mean over rows of logsumexp(x) - x[t]; of softplus(x) - t * x summed
+    m = wide.max(axis=1)
+    log_z = m + np.log(np.exp(wide - m[:, None]).sum(axis=1))
+    expected_sce = np.mean(log_z - wide[[0, 1], labels])
+    expected_sigmoid_ce = np.sum(np.logaddexp(0, wide) - targets * wide) / 2
+    for loss, t, expected in [(F.softmax_cross_entropy, labels, expected_sce),
+                              (F.sigmoid_cross_entropy, targets, expected_sigmoid_ce)]:
+        y = loss(xp.asarray(x), xp.asarray(t))
+        assert y.dtype == result_dtype, loss.__name__
+        np.testing.assert_allclose(float(xp.numpy(y.data)), expected,
+                                   rtol=4 * np.finfo(result_dtype).eps, err_msg=loss.__name__)
+
+
+def test_soft_targets_beside_integer_logits_get_their_gradient():
+    # the gradient of soft targets is -x / N: -x in uint8 wrapped (-200 became 56)
+    x = np.array([[0, 200]], np.uint8)
+    t = gradcore.Variable(np.array([[0.25, 0.75]]))
+    F.sigmoid_cross_entropy(x, t).backward()
+    np.testing.assert_array_equal(t.grad.data, [[0.0, -200.0]])
+
+
+@pytest.mark.parametrize("dtype, x0, x1, expected", [
+    ("int8", [100, -100], [0, 0], 10_000.0),        # 100 ** 2 in int8 was 16
+    ("uint8", [0, 200], [200, 0], 40_000.0),        # 0 - 200 in uint8 was 56
+    ("bool", [True, False], [False, False], 0.5),   # NumPy refused bool - bool
+])
+def test_mean_squared_error_of_integers_is_taken_in_float64(xp, dtype, x0, x1, expected):
+    # float64, as the mean of integers (NumPy's, F.mean's)
+    y = F.mean_squared_error(xp.asarray(x0, dtype), xp.asarray(x1, dtype))
+    assert y.dtype == xp.float64
+    assert float(xp.numpy(y.data)) == expected

@@ -236,3 +236,32 @@ def test_mean_of_longdouble_keeps_its_digits():
     assert y.dtype == np.longdouble and y.data == 1
     y.backward()
     np.testing.assert_array_equal(x.grad.data, np.full(3, np.longdouble(1) / 3))
+
+
+@pytest.mark.parametrize("op", [F.max, F.min])
+@pytest.mark.parametrize("shape, axis, keepdims, result_shape", [
+    ((0, 3), 1, False, (0,)), ((3, 0), 0, False, (0,)), ((0, 3), 1, True, (0, 1))])
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int32", "float32"])
+def test_max_and_min_over_rows_of_nothing_keep_the_dtype(xp, op, shape, axis, keepdims,
+                                                         result_shape, dtype):
+    # as for any other shape: not the int64 (uint64) a sum of the empty rows would give
+    y = op(gradcore.Variable(xp.asarray(np.zeros(shape), dtype)), axis=axis, keepdims=keepdims)
+    assert y.dtype == xp.asarray(np.zeros(1), dtype).dtype and y.shape == result_shape
+
+
+@pytest.mark.filterwarnings("error")  # no overflow: exp sees x - max(x) or -|x|
+@float16_backends  # the backends whose exp takes integers (array-api-strict's refuses them)
+@pytest.mark.parametrize("dtype, values", [("uint8", [[0, 200, 1]]), ("uint16", [[0, 200, 1]]),
+                                           ("int8", [[0, -100, 100]]),
+                                           ("bool", [[True, False, True]])],
+                         ids=["uint8", "uint16", "int8", "bool"])
+def test_logsumexp_of_integers_is_computed_in_the_dtype_exp_gives_them(xp, dtype, values):
+    # x - max(x) in uint8 wrapped: 0 - 200 is 56, and the result was inf
+    x = np.array(values, dtype)
+    result_dtype = np.exp(x[:0]).dtype  # as F.exp: uint8, int8, bool -> float16, uint16 -> float32
+    y = F.logsumexp(xp.asarray(x))
+    assert y.dtype == result_dtype
+    wide = x.astype(np.float64)
+    m = wide.max(axis=1, keepdims=True)
+    np.testing.assert_allclose(xp.numpy(y.data), m + np.log(np.exp(wide - m).sum(1, keepdims=True)),
+                               rtol=4 * np.finfo(result_dtype).eps)
