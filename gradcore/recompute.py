@@ -305,6 +305,23 @@ def _behind(outputs, leaves, start):
     return found
 
 
+def _read_by(outputs):
+    """The ids of the Variables the graph behind `outputs` reads (and of the outputs)."""
+    read, seen = {id(y) for y in outputs if isinstance(y, Variable)}, set()
+    stack = [y.creator for y in outputs if isinstance(y, Variable) and y.creator is not None]
+    while stack:
+        f = stack.pop()
+        if id(f) in seen:
+            continue
+        seen.add(id(f))
+        for x in f.inputs:
+            if isinstance(x, Variable):
+                read.add(id(x))
+                if x.creator is not None:
+                    stack.append(x.creator)
+    return read
+
+
 def _results(out):
     """fn's results as a tuple, each checked to be a Variable."""
     return variables_returned(out, "checkpoint: fn must return a Variable or a tuple of Variables")
@@ -367,6 +384,9 @@ class Checkpoint(Function):
         # module attributes that hold the others (see checkpoint), and each module attribute
         # the block set, with the value it found there
         self.computed, self.count, self.kept, self.states = block
+        # once cut inside by unchain_backward: the block's results computed again, and the
+        # node's inputs as that graph has them (see cut_inside); None before
+        self.again = self.targets = None
 
     def forward(self, *xs):
         results, self.results = self.results, None  # the arrays live on in the outputs only
@@ -378,28 +398,63 @@ class Checkpoint(Function):
         without checkpoint (WeightDecay would act on a zero one)."""
         return None
 
-    def cut_inside(self):
-        """unchain_backward reached this node: cut the block's own links, as a plain run's
-        unchain_backward would, so backward hands its inputs nothing (truncated BPTT through a
-        checkpointed RNN step stops at the cut; a weight an optimizer wrote since is not read).
-        Every result of the node is cut, one not behind the Variable unchained too: the block is
-        one node. What it kept to compute the block again (arguments, state found on modules)
-        goes, and with it the graph before the cut."""
-        self.inputs, self.needs_input_grad = (), ()
+    def cut_inside(self, root):
+        """`root.unchain_backward()` reached this node: cut the block's own ops as a plain run's
+        unchain_backward would. Those ops exist only when the block is computed again, so
+        while a result of the node still leads into it (root itself, or one not behind root),
+        the block is computed again now, while it reads what its first run read (a weight an
+        optimizer writes next is not read again), and the links behind each result behind root
+        are cut in that graph; backward then differentiates what is left (the op that made
+        root, say). Otherwise, or where a Variable the block read was written since, nothing
+        can reach the block again, or it cannot be computed as it ran: backward hands its
+        inputs nothing. What the node kept to compute the block goes, and with it the graph
+        before the cut."""
+        cut, reached = [], False
+        for i, ref in enumerate(self.outputs):
+            y = ref()
+            if y is None:
+                continue
+            if y is root or y.creator is not self:  # behind root: unchained, or root itself
+                cut.append(self.positions[i])
+            reached = reached or y.creator is self
+        if reached and self.again is None:
+            try:
+                engine._check_versions(self)
+            except RuntimeError:
+                reached = False
+            else:
+                with enable_grad(), using_config("train", self.train), recomputation():
+                    self.again = self._run_again(self.inputs[:len(self.where)])
+                self._check_values(self.again)
+        if reached:
+            if self.targets is None:
+                self.targets = self._targets(self.again)
+            for k in cut:
+                self.again[k].unchain_backward()
+            # the inputs that graph still reads, alone: the version check leaves a weight
+            # alone that only the ops behind the cut read (an optimizer step between
+            # truncated-backprop chunks), and a state from before the cut is let go
+            read = _read_by(self.again)
+            kept = [i for i, t in enumerate(self.targets) if id(t) in read]
+            self.inputs = tuple(self.inputs[i] for i in kept)
+            self.needs_input_grad = tuple(self.needs_input_grad[i] for i in kept)
+            self.targets = tuple(self.targets[i] for i in kept)
+        else:
+            self.inputs, self.needs_input_grad, self.again, self.targets = (), (), None, None
         self.fn = self.args = self.draws = self.states = None
 
     def backward(self, *gys):
-        if self.fn is None:  # cut_inside: nothing behind it
-            return ()
-        arguments = self.inputs[:len(self.where)]
         create_graph = is_grad_enabled()
-        with enable_grad(), using_config("train", self.train), recomputation():
-            outputs = self._run_again(arguments)
-        self._check_values(outputs)
+        if self.again is not None:  # computed again already, and cut (cut_inside)
+            outputs, targets = self.again, self.targets
+        elif self.fn is None:  # cut inside, nothing left to reach
+            return (None,) * len(self.inputs)
+        else:
+            with enable_grad(), using_config("train", self.train), recomputation():
+                outputs = self._run_again(self.inputs[:len(self.where)])
+            self._check_values(outputs)
+            targets = self._targets(outputs)
         pairs = [(outputs[k], g) for k, g in zip(self.positions, gys) if g is not None]
-        # the inputs as the recomputation has them: the results before this node's made again
-        again = (*self.inputs[:len(self.inputs) - len(self.behind)],
-                 *(outputs[k] for k in self.behind))
         # one position per Variable: one passed twice, or passed and also read from outside,
         # gets its whole gradient once (grad_within gives it at each position)
         first = {}
@@ -411,9 +466,15 @@ class Checkpoint(Function):
         # the gradients reaching the node's inputs from the block; the walk this backward runs
         # in carries them on behind the inputs
         gradients = dict(zip(first.values(), engine.grad_within(
-            [y for y, _ in pairs], [again[i] for i in first.values()], [g for _, g in pairs],
+            [y for y, _ in pairs], [targets[i] for i in first.values()], [g for _, g in pairs],
             create_graph)))
         return tuple(gradients.get(i) for i in range(len(self.inputs)))
+
+    def _targets(self, outputs):
+        """The node's inputs as the block computed again (`outputs`) has them: the results
+        before this node's made again."""
+        return (*self.inputs[:len(self.inputs) - len(self.behind)],
+                *(outputs[k] for k in self.behind))
 
     def _run_again(self, arguments):
         """The block's results from `arguments` as a tuple (the Variables it left on modules

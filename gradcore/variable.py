@@ -753,7 +753,7 @@ class Variable:
     def unchain_backward(self):
         """Cut every link in the graph behind this Variable (iteratively, however deep). A node
         standing for a whole block of ops (gradcore.checkpoint's) is cut inside as well, as the
-        block's own ops would be: it hands no gradient to its inputs any more."""
+        block's own ops would be."""
         stack = [self.creator] if self.creator is not None else []
         seen = set()
         while stack:
@@ -766,7 +766,7 @@ class Variable:
                     x.unchain()
             cut_inside = getattr(f, "cut_inside", None)
             if cut_inside is not None:
-                cut_inside()
+                cut_inside(self)
 
     def detach(self):
         """A new leaf sharing `data`, with requires_grad=False, and its version: a write into

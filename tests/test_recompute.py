@@ -14,7 +14,7 @@ import pytest
 import backends
 import gradcore
 import gradcore.functions as F
-from gradcore import Variable, nn
+from gradcore import Parameter, Variable, nn
 from gradcore.config import recomputing
 
 
@@ -1248,6 +1248,61 @@ def test_truncated_backprop_stops_at_unchain_backward_through_checkpointed_steps
         np.testing.assert_allclose(grads[True][name], g, rtol=1e-13, atol=1e-15)
         assert np.abs(g).max() > 0.01
     assert states and not kept  # the cut node keeps nothing from before the cut
+
+
+@pytest.mark.parametrize("block", ["linear last", "tanh last", "two results", "b after a"])
+def test_unchain_backward_through_a_checkpoint_leaves_what_a_plain_run_leaves(block):
+    """A plain run's a.unchain_backward() keeps a's own op and the ops of other results: a
+    weight that a's last op reads, or that a second result reads, still gets a gradient. The
+    node was cut whole (W.grad None for [[-1.56, -3.08], [1.56, 3.08]])."""
+    def run(checkpointed):
+        W = Parameter(np.array([[1.0, 2.0], [3.0, 4.0]]))
+        V = Parameter(np.array([[0.5, 0.0], [0.0, 2.0]]))
+        b = Parameter(np.array([0.5, -0.5]))
+        x = Parameter(np.array([[1.0, -1.0]])) * 1.0  # computed: the cut reaches behind it
+
+        def fn(x):
+            if block == "linear last":
+                return F.linear(F.tanh(x), W, b)
+            if block == "tanh last":
+                return F.tanh(F.linear(x, W, b))
+            t = F.tanh(x)
+            a = F.matmul(t, W)
+            return a, F.matmul(a if block == "b after a" else t, V)
+        out = gradcore.checkpoint(fn, x) if checkpointed else fn(x)
+        a, y = (out, out) if isinstance(out, Variable) else out
+        a.unchain_backward()
+        F.sum(y * y).backward()
+        return [None if p.grad is None else p.grad.data for p in (W, V, b)]
+    plain, checkpointed = run(False), run(True)
+    for g, want in zip(checkpointed, plain):
+        assert (g is None) == (want is None)
+        if want is not None:
+            np.testing.assert_allclose(g, want, rtol=1e-14)
+    assert any(g is not None for g in plain) == (block != "tanh last")
+
+
+def test_a_weight_written_before_the_cut_stops_the_gradient_at_a_checkpointed_rnn_step():
+    """An optimizer step, then h.unchain_backward() (PyTorch's order: detach at the start of
+    the next chunk): the step cannot be computed again as it ran, and a plain run's cut
+    leaves it no op reading a weight (tanh last): the next chunk's gradients are the plain
+    run's."""
+    np.random.seed(4)
+    model0 = nn.RNN(4, in_size=3)
+    model0.to(dtype="float64")
+    xs = [np.random.randn(2, 3) for _ in range(4)]
+    grads = {}
+    for checkpointed in (False, True):
+        model = copy.deepcopy(model0)
+        rnn_losses(model, xs[:2], checkpointed).backward()
+        for p in model.params():
+            p.data = p.data - 0.1 * p.grad.data
+        model.h.unchain_backward()
+        model.cleargrads()
+        rnn_losses(model, xs[2:], checkpointed).backward()
+        grads[checkpointed] = {name: p.grad.data for name, p in model.named_parameters()}
+    for name, g in grads[False].items():
+        np.testing.assert_allclose(grads[True][name], g, rtol=1e-13, atol=1e-15)
 
 
 def test_an_rnns_state_reset_or_set_between_forward_and_backward_is_not_what_it_reads_again():
