@@ -14,6 +14,13 @@ ANOMALY = "anomaly"
 _recording = contextvars.ContextVar("gradcore.recording", default=True)
 _anomaly = contextvars.ContextVar("gradcore.anomaly", default=False)
 _train = contextvars.ContextVar("gradcore.train", default=True)
+# True while Config.train is False because Module.__call__ set it for an eval-mode module's
+# forward: that test mode is the module's own, which a train-mode sub-module called in it leaves
+# (see Module._forward_in_mode). Every other way of setting Config.train (assigned, a switch
+# entered or decorating, a decorated generator's steps) sets it False with the setting: test
+# mode set so is explicit and puts every module in it in test mode.
+_module_test_mode = contextvars.ContextVar("gradcore.module_test_mode", default=False)
+in_module_test_mode = _module_test_mode.get
 
 # True while gradcore.checkpoint runs a block again during backward: what the block did besides
 # computing its results (batch norm's running statistics) it did when it first ran
@@ -46,6 +53,25 @@ def is_anomaly_enabled():
     return _anomaly.get()
 
 
+def _set_train(value):
+    """Config.train = value, set explicitly: a module's own test mode in force ends. Returns
+    what _reset_train takes to put both back."""
+    # no token for _module_test_mode: Module._forward_in_mode, which set it, resets it by its
+    # own; left unset elsewhere (most sets), the context stays smaller and later sets cheaper
+    own = _module_test_mode.get()
+    if own:
+        _module_test_mode.set(False)
+    return _train.set(value), own
+
+
+def _reset_train(tokens):
+    """Put Config.train back, and the module's own test mode that _set_train ended, if any."""
+    token, own = tokens
+    _train.reset(token)
+    if own:
+        _module_test_mode.set(True)
+
+
 def _set_grad(value):
     return _recording.set((ANOMALY if _anomaly.get() else True) if value else False)
 
@@ -72,7 +98,7 @@ class _Config:
     enable_backprop = property(lambda self: is_grad_enabled(),
                                lambda self, value: _set_grad(value))
     train = property(lambda self: _train.get(),
-                     lambda self, value: _train.set(bool(value)))
+                     lambda self, value: _set_train(bool(value)))
 
     def __repr__(self):
         return f"Config(enable_backprop={self.enable_backprop}, train={self.train})"
@@ -215,8 +241,8 @@ class _GradSwitch(_Switch):
 class _TrainSwitch(_Switch):
     __slots__ = ()
     _name = "train"
-    _set = _train.set  # a bound C method: not bound again as an attribute of the instance
-    _reset = _train.reset
+    _set = staticmethod(_set_train)
+    _reset = staticmethod(_reset_train)
 
 
 def using_config(name, value):

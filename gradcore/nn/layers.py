@@ -471,8 +471,13 @@ class _ConvBase(Module):
         or larger than 4 without equalling it (common strides are 1, 2, AlexNet's 4, or the
         kernel itself for patches: PyTorch's LeNet Conv2d(3, 6, 5) reads as k=6, s=5), or,
         for Conv2d, where the kernel is larger than the padded input (the op could not run).
-        PyTorch's reading is implausible where its kernel (s here) is larger than the input
-        (Conv2d). DeZero's own forms (Conv2d(64, 3, 1), Deconv2d(8, 4, 2)) pass all of these."""
+        On an image's channels (1: grayscale, 3: RGB), the input of a network's first layer,
+        where PyTorch's order is most often written, it is implausible too where its kernel is
+        even and not its stride: a layer keeping an image's channels, with a kernel neither odd
+        as kernels are (1 to 11) nor a patch's; PyTorch's out_channels are mostly even (6, 8,
+        16): Conv2d(3, 8, 3) reads as k=8, s=3. PyTorch's reading is implausible where its
+        kernel (s here) is larger than the input (Conv2d). DeZero's own forms (Conv2d(64, 3,
+        1), Deconv2d(8, 4, 2), Conv2d(3, 3, 1), Conv2d(3, 4, 4)) pass all of these."""
         self._order_unsure = False
         if C != self.out_channels:
             return
@@ -481,7 +486,9 @@ class _ConvBase(Module):
         convolves = self._name == "Conv2d"
         dezero_unlikely = (max(k) > 11 or any(si > ki or (si > 4 and si != ki)
                                               for si, ki in zip(s, k))
-                           or (convolves and any(ki > n for ki, n in zip(k, padded))))
+                           or (convolves and any(ki > n for ki, n in zip(k, padded)))
+                           or (C in (1, 3) and any(ki % 2 == 0 and ki != si
+                                                   for si, ki in zip(s, k))))
         torch_unlikely = convolves and any(si > n for si, n in zip(s, size))
         if not dezero_unlikely or torch_unlikely:
             return

@@ -4,6 +4,7 @@ import collections
 import collections.abc
 import itertools
 import os
+import threading
 import warnings
 import weakref
 
@@ -11,7 +12,7 @@ import numpy
 
 import backends
 
-from ..config import _TrainSwitch, _entered_get, recomputing, training
+from ..config import _module_test_mode, _train, in_module_test_mode, recomputing, training
 from .. import recompute as _recompute
 from ..random import noted
 from .. import variable as _variables
@@ -30,34 +31,6 @@ _FLOAT_NAMES = ("float16", "float32", "float64")
 _INTERNALS = frozenset({"_registered", "_forward_pre_hooks", "_forward_hooks", "training",
                         "_device", "_dtype", "_gradcore_list_names"})
 _hook_ids = itertools.count()
-
-
-# The train-mode switches Module.__call__ enters, told apart from the test_mode() and
-# using_config("train", ...) a caller or a forward enters: the test mode of an eval-mode module
-# (_EvalForward) lets a train-mode sub-module called in it run in train mode again (each
-# module's own flag decides, as in PyTorch), while one entered explicitly (test_mode(),
-# using_config("train", False), in the caller or inside a forward) puts every module in it in
-# test mode, as in DeZero. See _under_own_test_mode.
-class _EvalForward(_TrainSwitch):
-    """Config.train False for the forward of an eval-mode module called in train mode."""
-
-    __slots__ = ()
-    value = False
-
-
-class _TrainForward(_TrainSwitch):
-    """Config.train True for the forward of a train-mode module an eval-mode one called."""
-
-    __slots__ = ()
-    value = True
-
-
-class _StaysInTest(_TrainSwitch):
-    """Config.train False (as it already is) for the forward of an eval-mode module called in
-    test mode: it changes nothing, so the walk of _under_own_test_mode looks through it."""
-
-    __slots__ = ()
-    value = False
 
 
 # not None while a checkpointed block first runs (gradcore.recompute.states_set): read once per
@@ -125,28 +98,13 @@ def _replaces(module, name, value):
 
 def _resumes_train():
     """Whether a train-mode module called in test mode runs in train mode: where that test mode
-    is an eval-mode module's around it (see _EvalForward), not one entered explicitly. A
+    is an eval-mode module's around it (see Module._forward_in_mode), not one set explicitly. A
     checkpointed block notes the answer with its draws, so that computed again in backward
     (under the Config.train it was called with; the module's own test mode around it gone) it
     runs each module as it first ran."""
     if _in_block() is None and not recomputing():
-        return _under_own_test_mode()
-    return noted("a train-mode module's mode", _under_own_test_mode)
-
-
-def _under_own_test_mode():
-    """Whether the innermost train-mode switch entered (no_grad() and the like passed over) is
-    an eval-mode module's own (_EvalForward): not a test_mode() or using_config("train", ...)
-    that a caller or a forward entered, nor none at all (Config.train = False assigned, or a
-    function decorated with test_mode). A walk down the switches entered in this context: only
-    a train-mode module called in test mode while some module is in eval mode gets here."""
-    entry = _entered_get()
-    while entry is not None:
-        switch = entry[0]
-        if isinstance(switch, _TrainSwitch) and switch.__class__ is not _StaysInTest:
-            return switch.__class__ is _EvalForward
-        entry = entry[2]
-    return False
+        return in_module_test_mode()
+    return noted("a train-mode module's mode", in_module_test_mode)
 
 
 def _note_mode(module, training):
@@ -160,6 +118,10 @@ def _note_mode(module, training):
 # ids of modules that died in eval mode, not yet taken out of _mode_numbers' sets: appended by
 # the weak reference's callback, which may run in the middle of _modes_changed (a collection)
 _died = []
+# train() and eval() called in several threads at once take turns in _modes_changed: draining
+# _died (a test, then a pop) and rebuilding _mode_numbers from a copy are not atomic. Reentrant:
+# a finalizer that calls eval(), run by a collection inside it, must not deadlock.
+_modes_lock = threading.RLock()
 
 
 def _died_in_eval(i):
@@ -172,9 +134,9 @@ def _forget_dead():
     modes in force do not change when a module in eval mode dies, so neither does mode_key (a
     new number would make gradcore.compile record the step again, at a time set by the garbage
     collector). Where two sets become one, the number in force (mode_key's) wins, else the
-    later."""
+    later. Called under _modes_lock."""
     dead = set()
-    while _died:
+    while _died:  # only the lock's holder pops; the weak references' callbacks only append
         dead.add(_died.pop())
     current, renamed = mode_key[0], collections.OrderedDict()
     for ids, number in list(_mode_numbers.items()):
@@ -187,16 +149,17 @@ def _forget_dead():
 
 
 def _modes_changed():
-    if _died:
-        _forget_dead()
-    alive = frozenset(i for i, module in list(_in_eval.items()) if module() is not None)
-    number = _mode_numbers.pop(alive, None)
-    if number is None:
-        number = _new_mode_number()
-        while len(_mode_numbers) >= MODE_NUMBERS_KEPT:
-            _mode_numbers.popitem(last=False)
-    _mode_numbers[alive] = number
-    mode_key[0] = number
+    with _modes_lock:
+        if _died:
+            _forget_dead()
+        alive = frozenset(i for i, module in list(_in_eval.items()) if module() is not None)
+        number = _mode_numbers.pop(alive, None)
+        if number is None:
+            number = _new_mode_number()
+            while len(_mode_numbers) >= MODE_NUMBERS_KEPT:
+                _mode_numbers.popitem(last=False)
+        _mode_numbers[alive] = number
+        mode_key[0] = number
 
 
 class IncompatibleKeys(collections.namedtuple("IncompatibleKeys",
@@ -256,11 +219,11 @@ class Module:
     in its forward, run in test mode, and so do its sub-modules in eval mode), and a sub-module
     switched back to train mode (`model.eval(); model.dropout.train()`, MC dropout) runs in train
     mode even when an eval-mode parent calls it: a module's own train() wins over its parents'
-    eval() only. `with gradcore.test_mode():` or `using_config("train", False)`, around a call
-    or inside a forward (or Config.train = False set by the caller), puts every module in it into
-    test mode, training ones too, as in DeZero. Modes apply through `module(x)`: calling
-    `module.forward(x)` directly skips them (and the forward hooks), so an F.dropout in it
-    follows Config.train alone.
+    eval() only. `with gradcore.test_mode():` or `using_config("train", False)` (or either
+    decorating a function, or Config.train = False), around a call or inside a forward, puts
+    every module in it into test mode, training ones too, as in DeZero. Modes apply through
+    `module(x)`: calling `module.forward(x)` directly skips them (and the forward hooks), so an
+    F.dropout in it follows Config.train alone.
     """
 
     # attributes that carry state from one call to the next (RNN's h), which a user may set to
@@ -558,22 +521,34 @@ class Module:
         if self.training:
             # _in_eval first: with no module in eval mode anywhere, nothing more to read
             if _in_eval and not training() and _resumes_train():
-                with _TrainForward():
-                    y = self.forward(*inputs, **kwargs)
+                y = self._forward_in_mode(True, False, inputs, kwargs)
             else:
                 y = self.forward(*inputs, **kwargs)
         elif training():
-            with _EvalForward():
-                y = self.forward(*inputs, **kwargs)
-        else:  # test mode already (the caller's, or a module's around this one)
-            with _StaysInTest():
-                y = self.forward(*inputs, **kwargs)
+            y = self._forward_in_mode(False, True, inputs, kwargs)
+        else:  # test mode already: the caller's (explicit), or a module's around this one
+            y = self._forward_in_mode(False, in_module_test_mode(), inputs, kwargs)
         if self._forward_hooks:
             for hook in list(self._forward_hooks.values()):
                 result = hook(self, inputs, y)
                 if result is not None:
                     y = result
         return y
+
+    def _forward_in_mode(self, train, own, inputs, kwargs):
+        """forward with Config.train = train, a test mode noted as an eval-mode module's own
+        where `own` (config._module_test_mode): a train-mode sub-module called in it runs in
+        train mode again, each module's own flag deciding, as in PyTorch. Test mode set any
+        other way (test_mode() or using_config("train", False), entered or decorating, or
+        Config.train = False; around the call or inside a forward) is explicit and puts every
+        module in it in test mode, as in DeZero. Both are put back after (also after a forward
+        that assigned Config.train)."""
+        train_token, own_token = _train.set(train), _module_test_mode.set(own)
+        try:
+            return self.forward(*inputs, **kwargs)
+        finally:
+            _module_test_mode.reset(own_token)
+            _train.reset(train_token)
 
     def forward(self, *inputs):
         raise NotImplementedError(f"{type(self).__name__} must define forward(self, *inputs)")

@@ -917,6 +917,45 @@ def test_pytorch_s_convolutions_are_warned_about_where_dezero_s_reading_is_unlik
         caught[0].message)
 
 
+# fmt: off
+@pytest.mark.parametrize("layer, args, channels, warns", [
+    # PyTorch's order on an image: (in=3, out=8, kernel=3) reads as out=3, an 8x8 kernel, stride 3
+    (nn.Conv2d,   (3, 8, 3),     3,  True),
+    (nn.Conv2d,   (3, 6, 3),     3,  True),
+    (nn.Conv2d,   (3, 10, 3),    3,  True),
+    (nn.Conv2d,   (3, 4, 2),     3,  True),
+    (nn.Conv2d,   (1, 8, 3),     1,  True),   # grayscale
+    (nn.Deconv2d, (3, 8, 3),     3,  True),
+    (nn.Conv2d,   (3, 8, 3),     16, False),  # the input is not PyTorch's in_channels
+    # DeZero's (out, kernel, stride[, pad]): the book's, gradcore.models', and kernels odd or
+    # a patch's on an image
+    (nn.Conv2d,   (16, 3, 1, 1), 16, False),
+    (nn.Conv2d,   (64, 3, 1, 1), 64, False),  # VGG16's, ResNet's
+    (nn.Conv2d,   (64, 7, 2, 3), 3,  False),  # ResNet's first
+    (nn.Conv2d,   (64, 3, 1),    64, False),
+    (nn.Conv2d,   (64, 4, 2),    64, False),  # an even kernel on hidden channels
+    (nn.Conv2d,   (3, 3, 1),     3,  False),
+    (nn.Conv2d,   (1, 3, 1),     1,  False),
+    (nn.Conv2d,   (3, 5, 2),     3,  False),
+    (nn.Conv2d,   (3, 1, 1),     3,  False),
+    (nn.Conv2d,   (3, 4, 4),     3,  False),  # patches: stride = kernel
+    (nn.Deconv2d, (3, 2, 2),     3,  False),
+])
+# fmt: on
+def test_pytorch_s_order_on_an_image_is_warned_about_where_dezero_s_kernel_is_even(
+        layer, args, channels, warns, recwarn):
+    # a layer keeping an image's channels with an even kernel that is not its stride: the
+    # kernel is PyTorch's out_channels (6, 8, 16...), DeZero's are odd or a patch's
+    layer(*args)(np.ones((1, channels, 32, 32), np.float32))
+    messages = [str(w.message) for w in recwarn]
+    if not warns:
+        assert messages == []
+        return
+    name, (out, k, stride) = layer.__name__, args
+    assert len(messages) == 1 and f"write it {name}({k}, {stride}, in_channels={out}) here" in (
+        messages[0])
+
+
 def test_bad_first_inputs_leave_lazy_layers_unset():
     lin = nn.Linear(3)
     with pytest.raises(ValueError, match=r"x must be 2-d \(batch, in_size\), got shape \(4,\)"):

@@ -17,7 +17,7 @@ import gradcore
 import gradcore.functions as F
 import gradcore.nn as nn
 import gradcore.nn.module as modules
-from conftest import DEVICE1, DEVICE2, STRICT
+from conftest import DEVICE1, DEVICE2, STRICT, run_in_threads
 from gradcore import Parameter, Variable
 from gradcore.utils import download
 
@@ -805,11 +805,46 @@ def test_a_train_mode_module_inside_an_eval_mode_parent_runs_in_train_mode():
     assert set(np.unique(outer(ones).data)) == {0.0, 2.0}
 
 
+@gradcore.test_mode
+def _called_in_test_mode(f, x):
+    return f(x)
+
+
+@gradcore.using_config("train", False)
+def _called_under_using_config(f, x):
+    return f(x)
+
+
+@gradcore.test_mode()
+def _stepped_in_test_mode(f, x):
+    yield f(x)
+
+
+def _assigning_test_mode(f, x):
+    gradcore.Config.train = False  # DeZero's way; the module's forward puts it back after
+    return f(x)
+
+
+def _assigning_test_mode_under_no_grad(f, x):
+    with gradcore.no_grad():  # leaving no_grad leaves Config.train as assigned
+        gradcore.Config.train = False
+    return f(x)
+
+
 @pytest.mark.parametrize("inner", ["test_mode", "using_config", "test_mode under no_grad",
-                                   "test_mode around an eval-mode module"])
+                                   "test_mode around an eval-mode module", "decorated",
+                                   "decorated by using_config", "decorated generator",
+                                   "assigned", "assigned under no_grad"])
 def test_test_mode_entered_inside_an_eval_mode_parent_s_forward_reaches_a_train_mode_child(inner):
     # a child's own train() wins over its parent's eval() only: a test mode written in the
-    # forward is explicit, as one around the call, and puts every module in it in test mode
+    # forward is explicit, as one around the call, and puts every module in it in test mode,
+    # however it was switched on
+    calls = {"decorated": _called_in_test_mode,
+             "decorated by using_config": _called_under_using_config,
+             "decorated generator": lambda f, x: next(_stepped_in_test_mode(f, x)),
+             "assigned": _assigning_test_mode,
+             "assigned under no_grad": _assigning_test_mode_under_no_grad}
+
     class Parent(nn.Module):
         def __init__(self):
             super().__init__()
@@ -820,6 +855,8 @@ def test_test_mode_entered_inside_an_eval_mode_parent_s_forward_reaches_a_train_
         def forward(self, x):
             if not self.explicit:
                 return self.block(self.drop(x))
+            if inner in calls:
+                return calls[inner](lambda h: self.block(self.drop(h)), x)
             if inner == "test_mode":
                 with gradcore.test_mode():
                     return self.block(self.drop(x))
@@ -843,6 +880,31 @@ def test_test_mode_entered_inside_an_eval_mode_parent_s_forward_reaches_a_train_
     np.testing.assert_array_equal(model(ones).data, ones)  # no dropout anywhere
     model.explicit = False
     assert 0.6 < (model(ones).data == 0).mean() < 0.9  # and the children drop again after it
+    assert gradcore.Config.train
+
+
+def test_an_eval_mode_parent_s_own_test_mode_is_back_after_an_explicit_one_inside_it_ends():
+    class Assigns(nn.Module):  # eval mode too: its assignment ends with its forward
+        def forward(self, x):
+            gradcore.Config.train = False
+            return x
+
+    class Parent(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.assigns, self.drop = Assigns(), nn.Dropout(0.5)
+
+        def forward(self, x):
+            with gradcore.test_mode():
+                pass
+            _called_in_test_mode(lambda h: h, x)
+            next(_stepped_in_test_mode(lambda h: h, x))
+            return self.drop(self.assigns(x))
+
+    np.random.seed(0)
+    model = Parent().eval()
+    model.drop.train()
+    assert 0.4 < (model(np.ones(1000)).data == 0).mean() < 0.6  # the child still drops
     assert gradcore.Config.train
 
 
@@ -982,6 +1044,34 @@ def test_the_eval_mode_tables_forget_dead_modules_and_stay_bounded():
     finally:
         if collecting:
             gc.enable()
+
+
+def test_modes_changed_in_several_threads_at_once_forget_the_dead_once(monkeypatch):
+    # draining the dead ids (a test, then a pop) and rebuilding the numbered sets from a copy
+    # raced: a thread popped from a list another had just emptied (IndexError), or put back a
+    # copy taken before another's rebuild, and the set in force got a new number (a compiled
+    # step would record again)
+    dead = [10**9 + k for k in range(3)]  # ids of modules that died in eval mode
+    monkeypatch.setattr(modules, "_in_eval", {})
+    monkeypatch.setattr(modules, "_died", [])
+    monkeypatch.setattr(modules, "mode_key", [0])
+    monkeypatch.setattr(modules, "_mode_numbers", collections.OrderedDict(
+        {frozenset({*dead, 7}): 4, frozenset(dead): 3, frozenset(): 0}))
+    errors = []
+
+    def change_modes():
+        try:
+            for _ in range(3000):
+                modules._died.extend(dead)  # as the weak references' callbacks do
+                modules._modes_changed()  # as train() and eval() do
+        except Exception as error:  # noqa: BLE001 -- reported below, from the test's thread
+            errors.append(error)
+
+    run_in_threads([change_modes] * 8)
+    assert errors == []
+    assert modules._died == []
+    assert dict(modules._mode_numbers) == {frozenset({7}): 4, frozenset(): 0}
+    assert modules.mode_key == [0]
 
 
 def test_a_set_of_eval_modules_forgotten_comes_back_with_a_number_never_handed_out(monkeypatch):
