@@ -59,8 +59,13 @@ def _seed(y, grad, create_graph, index=None):
             # numbers belong to no device: made where y is (2.0 on an array-API device)
             grad = backends.asarray_on(grad, y.device, y.dtype)
         grad = Variable(grad, requires_grad=False)
-    if _variables.step_recorder is not None:  # a seed made by the step's own code: a constant
-        grad = _variables.step_recorder.constant_for(grad, y)
+    if _variables.step_recorder is not None:
+        if create_graph and grad._requires_grad:
+            # the gradients are differentiated with respect to it: traced where it is, as an
+            # op's input is (a leaf the step made: its array a constant of the tape)
+            _variables.step_recorder.adopt_inputs([grad])
+        else:  # a seed made by the step's own code: a constant
+            grad = _variables.step_recorder.constant_for(grad, y)
     if index is None:
         seed, output, given = "backward: the seed gradient", "the output", "a grad"
     else:

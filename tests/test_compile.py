@@ -92,6 +92,28 @@ def replays_like_eager(step, shape, calls=5):
     return compiled
 
 
+@pytest.mark.parametrize("how", ["grad then grad", "grad then backward", "from the argument"])
+def test_a_seed_made_in_the_step_stays_differentiable_with_create_graph(how):
+    """d/ds of a vjp with a seed s = Variable(np.ones(3)) made in the step: the recording made s
+    a constant of the tape, and gradcore.grad(..., s) found it unused (None with allow_unused)."""
+    w = gradcore.Variable(np.array([1.0, 2.0, 3.0]))
+
+    def step(x0):
+        s = gradcore.Variable(x0 * 2.0 if how == "from the argument" else np.ones(3))
+        w.cleargrad()
+        g, = gradcore.grad(w * w * w, w, grad_outputs=s, create_graph=True)
+        if how == "grad then backward":
+            F.sum(g * g).backward()
+            return s.grad
+        gs, = gradcore.grad(F.sum(g * g), s)
+        return gs
+
+    compiled = replays_like_eager(step, (3,))
+    assert compiled.stats()["replays"] >= 3 and compiled.stats()["fallbacks"] == 0
+    if how != "from the argument":  # d/ds sum((3 w**2 s)**2) = 18 w**4 s
+        np.testing.assert_array_equal(compiled(np.ones(3)).data, [18.0, 288.0, 1458.0])
+
+
 def _training(opt_cls, layers=(16, 3), dropout=False, model=None,
               criterion=F.softmax_cross_entropy):
     """A model (an MLP of `layers` by default), its optimizer and a train step minimizing
