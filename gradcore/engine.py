@@ -4,6 +4,7 @@ import numbers
 import operator
 import os
 import threading
+import warnings
 import weakref
 
 import backends
@@ -134,7 +135,7 @@ def _run_hooks(x, g, shared, undo=None):
                 "handed (g.data = ...): that Variable may be another input's gradient too, or "
                 "the seed. Return a new gradient instead (return g * 10)")
         if getattr(hooked, "rebound", None) is g:
-            hooked.rebound = None
+            hooked.rebound = hooked.result = None
             if result is None:
                 raise RuntimeError(
                     f"the hook {_hook_name(hook)} on {_describe(x)} wrote g op= ... and "
@@ -268,22 +269,33 @@ def _call_hook(hook, x, argument):
 
 def _call_post_hook(hook, x):
     """The post-accumulate hook(x). `g = x.grad; g *= 0.5` in it rebinds g, as in DeZero (the
-    .grad may be another's array too), leaving x.grad as it was: refused, not lost."""
+    .grad may be another's array too), leaving x.grad as it was: warned about where the hook
+    changed nothing else of x's (not its .grad, its array, or x: an optimizer step using g)."""
     hooked = _variables.hooked
     outer = getattr(hooked, "gradient", None)  # a backward in a hook runs hooks too
     grad = hooked.gradient = x._grad
+    data, version = (None if grad is None else grad._data), x.version
     try:
         _call_hook(hook, x, x)
     finally:
         hooked.gradient = outer
     if grad is not None and getattr(hooked, "rebound", None) is grad:
-        hooked.rebound = None
-        if x._grad is grad:
-            raise RuntimeError(
+        result, hooked.rebound, hooked.result = hooked.result, None, None
+        if (x._grad is grad and grad._data is data and x.version == version
+                and not _same_values(result, grad)):  # not written back (grad.data[...] = g)
+            warnings.warn(
                 f"the post-accumulate hook {_hook_name(hook)} on {_describe(x)} wrote g op= ... "
-                "into its .grad and left .grad as it was: as in DeZero, g *= 0.5 makes a new "
-                "Variable, so its result was lost. Set it (x.grad = x.grad * 0.5) or write into "
-                "the array (x.grad.data *= 0.5)")
+                "into its .grad and changed nothing with the result: as in DeZero, g *= 0.5 "
+                "makes a new Variable, so .grad is as it was. Set it (x.grad = x.grad * 0.5) "
+                "or write into the array (x.grad.data *= 0.5)", RuntimeWarning, stacklevel=2)
+
+
+def _same_values(a, b):
+    """Whether the Variables a and b hold equal values (False where that cannot be told)."""
+    try:
+        return tuple(a.shape) == tuple(b.shape) and bool(a.xp.all(a._data == b._data))
+    except Exception:
+        return False
 
 
 def _hook_name(hook):

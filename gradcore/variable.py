@@ -1010,8 +1010,8 @@ def _augmented(x, other, op, symbol):
     if sys._getframe(2).f_code in backward_codes:
         return op(x, other)
     if x is getattr(hooked, "gradient", None):
-        hooked.rebound = x
-        return op(x, other)
+        hooked.rebound, hooked.result = x, op(x, other)
+        return hooked.result
     if not x._requires_grad:
         # only a Variable that requires grad (a Parameter, updated by hand) is written into: a
         # gradient, which requires none, may be another input's too (g *= c in a helper a

@@ -1,5 +1,6 @@
 """The backward walk and gradcore.grad: DeZero's examples, hooks, higher order, deep graphs."""
 import functools
+import warnings
 import weakref
 
 import numpy as np
@@ -642,27 +643,51 @@ def test_a_gradient_handed_on_through_another_op_is_not_shared_with_a_hooked_lea
     np.testing.assert_array_equal(z.grad.numpy(), [2.0, 2.0, 2.0])
 
 
-def test_a_post_accumulate_hook_whose_g_op_equals_would_be_lost_is_refused(xp):
-    """g = p.grad; g *= 0.5 rebinds g (DeZero's rule): .grad stayed [2, 4], the halving lost."""
-    w = var(xp, [1.0, 2.0])
-
+def test_a_post_accumulate_hook_whose_g_op_equals_is_lost_is_warned_about(xp):
+    """g = p.grad; g *= 0.5 rebinds g (DeZero's rule): .grad stayed [2, 4], the halving lost.
+    A hook that uses the result (sets .grad or its array, steps p with it) is not warned."""
     def lost(p):
         g = p.grad
         g *= 0.5
-    handle = w.register_post_accumulate_grad_hook(lost)
-    with pytest.raises(RuntimeError, match=r"post-accumulate hook .*lost on .* wrote g op= "
-                                           r"\.\.\. .*x\.grad = x\.grad \* 0\.5"):
-        F.sum(w * w).backward()
-    handle.remove()
 
-    def kept(p):
+    def set_back(p):
         g = p.grad
         g *= 0.5
         p.grad = g
-    w.cleargrad()
-    w.register_post_accumulate_grad_hook(kept)
-    F.sum(w * w).backward()
-    np.testing.assert_array_equal(w.grad.numpy(), [1.0, 2.0])
+
+    def written_back(p):
+        g = p.grad
+        g *= 0.5
+        p.grad.data = g.data
+
+    def written_into(p):
+        g = p.grad
+        g *= 0.5
+        p.grad.data[...] = g.data
+
+    def stepped(p):  # a scaled update in backward
+        g = p.grad
+        g *= 0.5
+        with gradcore.no_grad():
+            p -= g
+
+    for hook, want_grad, want_w in ((set_back, [1.0, 2.0], [1.0, 2.0]),
+                                    (written_back, [1.0, 2.0], [1.0, 2.0]),
+                                    (written_into, [1.0, 2.0], [1.0, 2.0]),
+                                    (stepped, [2.0, 4.0], [0.0, 0.0])):
+        w = var(xp, [1.0, 2.0])
+        w.register_post_accumulate_grad_hook(hook)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            F.sum(w * w).backward()
+        np.testing.assert_array_equal(w.grad.numpy(), want_grad)
+        np.testing.assert_array_equal(w.numpy(), want_w)
+    w = var(xp, [1.0, 2.0])
+    w.register_post_accumulate_grad_hook(lost)
+    with pytest.warns(RuntimeWarning, match=r"post-accumulate hook .*lost on .* wrote g op= "
+                                            r"\.\.\. .*x\.grad = x\.grad \* 0\.5"):
+        F.sum(w * w).backward()
+    np.testing.assert_array_equal(w.grad.numpy(), [2.0, 4.0])
 
 
 def test_a_post_accumulate_hook_may_step_and_drop_the_gradient(xp):
