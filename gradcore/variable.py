@@ -837,7 +837,14 @@ class Variable:
                 self._backend.empty((0,), device, None)
                 device, dtype = None, device
             except (TypeError, ValueError):
-                pass  # not a dtype: the device's own error follows
+                if isinstance(device, str):  # neither: say both ("float16" on a library without)
+                    try:
+                        backends.backend_for_device(device)
+                    except ValueError as error:
+                        raise ValueError(
+                            f"x.to({device!r}): {error}; nor is {device!r} a dtype of "
+                            f"{self._backend.name}, the library x is in") from None
+                # not a dtype: the device's own error follows
         y = self if device is None else to(self, device)
         return y if dtype is None else astype(y, dtype)
 
@@ -1044,6 +1051,8 @@ def _augmented(x, other, op, symbol):
 
 def _names_a_device(name):
     """Whether the string `name` is a device ("cpu", "cuda:1"), not a dtype ("float32")."""
+    if ":" in name or name.strip() in ("cpu", "cuda", "dask"):  # a device, valid or not
+        return True
     try:
         backends.backend_for_device(name)
     except ValueError:

@@ -572,6 +572,18 @@ def test_to_casts_to_a_dtype_differentiably_as_pytorchs_to(xp2):
     assert x.to(dtype="float64") is x and x.to() is x
     with pytest.raises(TypeError, match="astype: 3 is not a dtype"):
         x.to(dtype=3)
+    with pytest.raises(ValueError, match=r"x\.to\('floot32'\): unknown device floot32: known "
+                                         r"device types are .*cpu, .*; nor is 'floot32' a dtype of"):
+        x.to("floot32")
+
+
+def test_to_a_dtype_name_the_library_lacks_says_so():
+    import array_api_strict as strict
+    x = Variable(strict.asarray([1.0, 2.0]))
+    # array-api-strict has no float16: "unknown device float16" before
+    with pytest.raises(ValueError, match=r"unknown device float16.*; nor is 'float16' a dtype "
+                                         r"of array_api_strict"):
+        x.to("float16")
 
 
 def test_to_cpu_moves_a_leaf_and_its_grad_in_place():
