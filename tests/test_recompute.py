@@ -1180,15 +1180,21 @@ def rnn_losses(model, xs, checkpointed, loss_on_every_step=True):
     return loss if loss_on_every_step else F.sum(h * h)
 
 
+def float64_rnn(kind, hidden_size, in_size, seed):
+    """A float64 RNN or LSTM, its weights drawn after numpy.random.seed(seed)."""
+    np.random.seed(seed)
+    model = getattr(nn, kind)(hidden_size, in_size=in_size)
+    model.to(dtype="float64")
+    return model
+
+
 @pytest.mark.parametrize("kind", ["RNN", "LSTM"])
 def test_an_rnn_checkpointed_step_by_step_gets_the_plain_runs_gradients_and_keeps_its_state(
         kind):
     """Each step reads the state the last one left on the layer and sets it anew. Computed
     again, a step once read the state as the last step left it, and set it: gradients off by
     up to 2.9, and the state the next forward starts from changed by backward."""
-    np.random.seed(0)
-    model0 = getattr(nn, kind)(4, in_size=3)
-    model0.to(dtype="float64")
+    model0 = float64_rnn(kind, 4, 3, 0)
     xs = [np.random.randn(2, 3) for _ in range(3)]
     runs = {}
     for checkpointed in (False, True):
@@ -1225,9 +1231,7 @@ def test_truncated_backprop_stops_at_unchain_backward_through_checkpointed_steps
     stands for: the next chunk's backward recomputed that step and gave the weights its
     gradient too (off by 0.51 for an RNN, 0.018 for an LSTM), and after an optimizer
     step raised that W 'was written after checkpoint ran in forward'."""
-    np.random.seed(3)
-    model0 = getattr(nn, kind)(4, in_size=3)
-    model0.to(dtype="float64")
+    model0 = float64_rnn(kind, 4, 3, 3)
     xs = [np.random.randn(2, 3) for _ in range(6)]
     grads = {}
     for checkpointed in (False, True):
@@ -1287,9 +1291,7 @@ def test_a_weight_written_before_the_cut_stops_the_gradient_at_a_checkpointed_rn
     the next chunk): the step cannot be computed again as it ran, and a plain run's cut
     leaves it no op reading a weight (tanh last): the next chunk's gradients are the plain
     run's."""
-    np.random.seed(4)
-    model0 = nn.RNN(4, in_size=3)
-    model0.to(dtype="float64")
+    model0 = float64_rnn("RNN", 4, 3, 4)
     xs = [np.random.randn(2, 3) for _ in range(4)]
     grads = {}
     for checkpointed in (False, True):
@@ -1306,9 +1308,7 @@ def test_a_weight_written_before_the_cut_stops_the_gradient_at_a_checkpointed_rn
 
 
 def test_an_rnns_state_reset_or_set_between_forward_and_backward_is_not_what_it_reads_again():
-    np.random.seed(1)
-    model0 = nn.RNN(3, in_size=2)
-    model0.to(dtype="float64")
+    model0 = float64_rnn("RNN", 3, 2, 1)
     xs = [np.random.randn(2, 2) for _ in range(3)]
     grads = []
     for change in (None, "reset", "set"):
@@ -1326,9 +1326,7 @@ def test_an_rnns_state_reset_or_set_between_forward_and_backward_is_not_what_it_
 
 
 def test_rnn_steps_checkpointed_inside_a_checkpointed_block_get_the_plain_runs_gradients():
-    np.random.seed(2)
-    model0 = nn.RNN(3, in_size=2)
-    model0.to(dtype="float64")
+    model0 = float64_rnn("RNN", 3, 2, 2)
     xs = [Variable(np.random.randn(2, 2), requires_grad=False) for _ in range(4)]
     grads = []
     for outer, inner in ((False, False), (True, False), (True, True)):
