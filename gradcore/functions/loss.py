@@ -266,7 +266,12 @@ class SigmoidCrossEntropy(Function):
     def forward(self, x, t):
         xp = self.xp
         _check_loss_operand_shapes(x, t, ("x", "t"))
-        x = as_floating(self.backend, x)  # integers: -|x| would wrap around in their dtype
+        floating = as_floating(self.backend, x)  # integers: -|x| would wrap in their dtype
+        if floating is not x and dtype_kind(self.backend, t.dtype) == "float":
+            # integer logits beside soft targets: in the wider of the two (uint8's float16
+            # would round float32 targets)
+            floating = xp.astype(floating, xp.result_type(floating.dtype, t.dtype))
+        x = floating
         self.dtype = x.dtype
         if t.dtype != x.dtype:
             t = xp.astype(t, x.dtype)  # 0/1 integer labels: float32 logits stay float32

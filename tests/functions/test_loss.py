@@ -400,6 +400,12 @@ def test_soft_targets_beside_integer_logits_get_their_gradient():
     t = gradcore.Variable(np.array([[0.25, 0.75]]))
     F.sigmoid_cross_entropy(x, t).backward()
     np.testing.assert_array_equal(t.grad.data, [[0.0, -200.0]])
+    # computed in the wider of float16 (uint8's) and the targets' float32: 62.25 for 62.255
+    x, t = np.array([[200, 3]], np.uint8), np.array([[0.3, 0.7]], np.float32)
+    y = F.sigmoid_cross_entropy(x, t)
+    xf = x.astype(np.float64)
+    want = (xf - t.astype(np.float64) * xf + np.log1p(np.exp(-xf))).sum()  # 140.948585
+    assert y.dtype == np.float32 and abs(float(y.data) - want) < 1e-5
 
 
 @pytest.mark.parametrize("dtype, x0, x1, expected", [
