@@ -414,8 +414,10 @@ class Checkpoint(Function):
             y = ref()
             if y is None:
                 continue
-            if y is root or y.creator is not self:  # behind root: unchained, or root itself
-                cut.append(self.positions[i])
+            if y is root:  # its own op stays: what is behind it is cut
+                cut.append((self.positions[i], False))
+            elif y.creator is not self:  # unchained behind root: a leaf now, as in the block
+                cut.append((self.positions[i], True))
             reached = reached or y.creator is self
         if reached and self.again is None:
             try:
@@ -425,28 +427,40 @@ class Checkpoint(Function):
             else:
                 with enable_grad(), using_config("train", self.train), recomputation():
                     self.again = self._run_again(self.inputs[:len(self.where)])
-                self._check_values(self.again)
+                self._check_values(self.again, "at unchain_backward, to cut inside it")
         if reached:
             if self.targets is None:
                 self.targets = self._targets(self.again)
-            for k in cut:
+            for k, itself in cut:
                 self.again[k].unchain_backward()
+                if itself:
+                    self.again[k].unchain()
             # the inputs that graph still reads, alone: the version check leaves a weight
             # alone that only the ops behind the cut read (an optimizer step between
             # truncated-backprop chunks), and a state from before the cut is let go
             read = _read_by(self.again)
             kept = [i for i, t in enumerate(self.targets) if id(t) in read]
-            self.inputs = tuple(self.inputs[i] for i in kept)
-            self.needs_input_grad = tuple(self.needs_input_grad[i] for i in kept)
             self.targets = tuple(self.targets[i] for i in kept)
         else:
-            self.inputs, self.needs_input_grad, self.again, self.targets = (), (), None, None
+            kept, self.again, self.targets = [], None, None
+        self.inputs = tuple(self.inputs[i] for i in kept)
+        self.needs_input_grad = tuple(self.needs_input_grad[i] for i in kept)
+        record = getattr(self, "_anomaly", None)
+        if record is not None:  # anomaly mode's fingerprints name the inputs by position
+            renamed = {f"input {old}": f"input {new}" for new, old in enumerate(kept)}
+            record.fingerprints = [(renamed.get(what, what), fingerprint)
+                                   for what, fingerprint in record.fingerprints
+                                   if what in renamed or not what.startswith("input ")]
         self.fn = self.args = self.draws = self.states = None
 
     def backward(self, *gys):
         create_graph = is_grad_enabled()
         if self.again is not None:  # computed again already, and cut (cut_inside)
             outputs, targets = self.again, self.targets
+            # a result unchained since is a leaf: what reaches it goes no further, as in a
+            # plain run (the walk still hands it here, the node's output once)
+            gys = [g if (y := ref()) is not None and y.creator is self else None
+                   for g, ref in zip(gys, self.outputs)]
         elif self.fn is None:  # cut inside, nothing left to reach
             return (None,) * len(self.inputs)
         else:
@@ -505,7 +519,7 @@ class Checkpoint(Function):
             _restack(outputs, start, self.called_at)
         return outputs
 
-    def _check_values(self, outputs):
+    def _check_values(self, outputs, when="during backward"):
         """Refuse a recomputation whose results (`outputs`, all of fn's) differ from the first
         run's, where those are still alive: backward would differentiate another
         function than the one that gave them (random numbers the block drew past gradcore and
@@ -527,7 +541,7 @@ class Checkpoint(Function):
             if again._backend is y._backend and _same_values(y._data, again._data, y._backend):
                 continue
             raise RuntimeError(
-                f"checkpoint: computed again during backward, the block gave other values than "
+                f"checkpoint: computed again {when}, the block gave other values than "
                 f"the first time (its result {k}, {_what_array(y)}): backward would "
                 "differentiate another function than the one that gave that result. The block "
                 "must compute the same from the same inputs. Likely causes: random numbers drawn "
