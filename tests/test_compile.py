@@ -4160,6 +4160,26 @@ def test_train_mode_set_in_the_step_after_an_evaluation_replays():
     assert stats["fallbacks"] == stats["eager calls"] == 0 and stats["replays"] >= 6
 
 
+def test_an_eval_mode_modules_own_test_mode_and_an_explicit_one_have_tapes_of_their_own():
+    """Config.train is False both in an eval-mode module's forward and under test_mode(), but a
+    train-mode Dropout the step calls drops in the first (each module's own mode) and not in the
+    second: the second replayed the first's tape, dropping about 500 of 1000."""
+    drop = nn.Dropout(0.5)  # train mode, no child of the module below
+    step = gradcore.compile(lambda x: drop(x) * 1.0)
+
+    class Caller(nn.Module):
+        def forward(self, x):
+            return step(x)
+    caller = Caller()
+    caller.eval()
+    x = gradcore.Variable(np.ones(1000))
+    for _ in range(3):
+        assert 400 < int((caller(x).data == 0).sum()) < 600
+        with gradcore.test_mode():
+            assert not (step(x).data == 0).any()
+    assert step.stats()["recordings"] == 2 and step.stats()["replays"] == 4
+
+
 def test_a_module_the_step_makes_and_puts_in_eval_mode_falls_back():
     made = []
 

@@ -34,7 +34,7 @@ import backends
 from .. import engine as _engine
 from .. import func as _func
 from .. import variable as _variable
-from ..config import anomaly_on, recording, training
+from ..config import anomaly_on, in_module_test_mode, recording, training
 from ..function import _SavedOutput
 from ..nn import module as _module
 from ..nn.module import _BY_VALUE, Module, mode_key, structure_changes, watch as _watch_modules
@@ -431,7 +431,7 @@ class Compiled:
             # the modes are read before a call, to pick its tape; a replay runs no code that
             # sets them: it sets those the step left switched after it runs
             switched = _modes_switched(rec, in_eval, modules) if mode_key[0] != key[3] else ()
-            if (recording(), training()) != key[0][:2]:
+            if (recording(), _train_state()) != key[0][:2]:
                 rec.give_up("the step left grad mode or test mode switched (gradcore's "
                             "settings for the thread), which a replay would not do: switch it "
                             "outside the compiled step, or in a `with` block inside it")
@@ -746,13 +746,21 @@ class _alone:
 # ------------------------------------------------------------------------------ keys
 
 
+def _train_state():
+    """Train mode as a tape depends on it: True, False, or "module's" for an eval-mode module's
+    own test mode, where a train-mode module the step calls runs in train mode (Module.__call__)."""
+    if training():
+        return True
+    return "module's" if in_module_test_mode() else False
+
+
 def _key(args, by_identity=None):
     """What a tape depends on besides the code: each argument's kind, shape, dtype, device and
     strides (Python and NumPy scalars by value, other objects by identity), which arguments are one
     object or share memory, and the grad and train switches. Read at every call: the device
     asked of a backend only where it has more than one. `by_identity`: ids of the Variables
     keyed by identity besides Parameters."""
-    parts = [recording(), training()]
+    parts = [recording(), _train_state()]
     arrays = []  # (index, argument, its array, its backend) of each array or Variable argument
     for i, a in enumerate(args):
         kind = a.__class__
