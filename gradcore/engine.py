@@ -3,6 +3,7 @@ from heapq import heappop, heappush
 import numbers
 import operator
 import os
+import sys
 import threading
 import warnings
 import weakref
@@ -282,7 +283,7 @@ def _call_post_hook(hook, x):
     if grad is not None and getattr(hooked, "rebound", None) is grad:
         result, hooked.rebound, hooked.result = hooked.result, None, None
         if (x._grad is grad and grad._data is data and x.version == version
-                and not _same_values(result, grad)):  # not written back (grad.data[...] = g)
+                and not _kept(result) and not _same_values(result, grad)):
             warnings.warn(
                 f"the post-accumulate hook {_hook_name(hook)} on {_describe(x)} wrote g op= ... "
                 "into its .grad and changed nothing with the result: as in DeZero, g *= 0.5 "
@@ -290,10 +291,19 @@ def _call_post_hook(hook, x):
                 "or write into the array (x.grad.data *= 0.5)", RuntimeWarning, stacklevel=2)
 
 
+def _kept(v):
+    """Whether someone besides the caller holds the Variable v or its array (a hook kept it)."""
+    # 2 each: the caller's name and getrefcount's argument; v's _data slot and the argument
+    return sys.getrefcount(v) > 3 or sys.getrefcount(v._data) > 2
+
+
 def _same_values(a, b):
-    """Whether the Variables a and b hold equal values (False where that cannot be told)."""
+    """Whether the Variables a and b hold equal values, NaN equal to NaN (grad.data[...] = g
+    wrote the result back); False where that cannot be told."""
     try:
-        return tuple(a.shape) == tuple(b.shape) and bool(a.xp.all(a._data == b._data))
+        x, y = a._data, b._data
+        same = (x == y) | ((x != x) & (y != y))
+        return tuple(a.shape) == tuple(b.shape) and bool(a.xp.all(same))
     except Exception:
         return False
 

@@ -665,6 +665,13 @@ def test_a_post_accumulate_hook_whose_g_op_equals_is_lost_is_warned_about(xp):
         g *= 0.5
         p.grad.data[...] = g.data
 
+    kept = []
+
+    def kept_aside(p):
+        g = p.grad
+        g *= 0.5
+        kept.append(g)
+
     def stepped(p):  # a scaled update in backward
         g = p.grad
         g *= 0.5
@@ -674,6 +681,7 @@ def test_a_post_accumulate_hook_whose_g_op_equals_is_lost_is_warned_about(xp):
     for hook, want_grad, want_w in ((set_back, [1.0, 2.0], [1.0, 2.0]),
                                     (written_back, [1.0, 2.0], [1.0, 2.0]),
                                     (written_into, [1.0, 2.0], [1.0, 2.0]),
+                                    (kept_aside, [2.0, 4.0], [1.0, 2.0]),
                                     (stepped, [2.0, 4.0], [0.0, 0.0])):
         w = var(xp, [1.0, 2.0])
         w.register_post_accumulate_grad_hook(hook)
@@ -682,6 +690,12 @@ def test_a_post_accumulate_hook_whose_g_op_equals_is_lost_is_warned_about(xp):
             F.sum(w * w).backward()
         np.testing.assert_array_equal(w.grad.numpy(), want_grad)
         np.testing.assert_array_equal(w.numpy(), want_w)
+    np.testing.assert_array_equal(kept[0].numpy(), [1.0, 2.0])
+    w = var(xp, [float("nan"), 2.0])  # NaN written back is no NaN lost
+    w.register_post_accumulate_grad_hook(written_into)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        F.sum(w * w).backward()
     w = var(xp, [1.0, 2.0])
     w.register_post_accumulate_grad_hook(lost)
     with pytest.warns(RuntimeWarning, match=r"post-accumulate hook .*lost on .* wrote g op= "
