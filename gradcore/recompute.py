@@ -428,6 +428,12 @@ class Checkpoint(Function):
                 with enable_grad(), using_config("train", self.train), recomputation():
                     self.again = self._run_again(self.inputs[:len(self.where)])
                 self._check_values(self.again, "at unchain_backward, to cut inside it")
+                # the graph kept till backward holds each living result once, as a plain
+                # run's does: the values computed again are the first run's (checked)
+                for k, ref in zip(self.positions, self.outputs):
+                    y = ref()
+                    if y is not None and y._data is not None and not y._backend.lazy:
+                        self.again[k]._data = y._data
         if reached:
             if self.targets is None:
                 self.targets = self._targets(self.again)
