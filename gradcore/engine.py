@@ -125,11 +125,12 @@ def _run_hooks(x, g, shared, undo=None):
         handed = g._data
         hooked = _variables.hooked
         outer = getattr(hooked, "gradient", None)  # a hook's own backward runs hooks too
-        hooked.gradient = g
+        outer_handed = getattr(hooked, "handed", None)
+        hooked.gradient = hooked.handed = g
         try:
             result = _call_hook(hook, x, g)
         finally:
-            hooked.gradient = outer
+            hooked.gradient, hooked.handed = outer, outer_handed
         if g._data is not handed:  # g.data = ...: g may be another input's gradient
             raise RuntimeError(
                 f"the hook {_hook_name(hook)} on {_describe(x)} wrote into the gradient it was "

@@ -183,9 +183,11 @@ hooks_registered = contextvars.ContextVar("gradcore.hooks_registered", default=N
 # The code of every Function subclass's backward (Function.__init_subclass__ adds each): an
 # augmented assignment written there rebinds (_augmented)
 backward_codes = set()
-# The gradient a hook running in this thread was handed (engine._run_hooks), and, once the hook
-# writes `g op= ...` (which rebinds: _augmented), that gradient again as `rebound`: a hook that
-# then returns None has lost its result, and is told so
+# The gradient a hook running in this thread was handed (engine._run_hooks; a post-accumulate
+# hook's .grad too), and, once the hook writes `g op= ...` (which rebinds: _augmented), that
+# gradient again as `rebound`, with its `result`: a hook that then returns None has lost its
+# result, and is told so. `handed`: a gradient hook's g alone, whose array it must not write
+# into (g.data *= 10: the data setter sees its own array come back)
 hooked = threading.local()
 # The stamp of the latest write to any Variable: backward checks a Function's inputs only if it
 # was recorded before that (in a loop of forward, backward, update: never).
@@ -361,6 +363,11 @@ class Variable:
         if self._requires_grad and kind != "float":
             raise _cannot_require_grad(data.dtype)
         old = self._data
+        if data is old and self is getattr(hooked, "handed", None):
+            raise RuntimeError(
+                "a hook wrote into the array of the gradient it was handed (g.data *= ...): "
+                "that array may be another input's gradient too, or the caller's seed. Return "
+                "a new gradient instead (return g * 10)")
         if data is not old and not _may_share_memory(old, self._backend, data, backend):
             # another array, not a write into the old one: the views of the old one (which
             # share this log) keep their version, this Variable's history goes on alone

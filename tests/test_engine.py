@@ -1861,6 +1861,28 @@ def test_a_forked_child_takes_the_lock_another_threads_sum_into_a_leaf_held():
     assert forked_child_takes(engine, ["_accumulating"])
 
 
+def test_a_hook_writing_g_data_op_equals_is_refused():
+    """g.data *= 10 writes into the array handed (the caller's seed here, [10, 10] after) and
+    sets it back: nothing said so, and x.grad came out [20, 20] from a hook returning None."""
+    x, seed = Variable(np.array([1.0, 2.0])), Variable(np.array([1.0, 1.0]))
+
+    def hook(g):
+        g.data *= 10
+    y = x * 2.0
+    y.register_hook(hook)
+    with pytest.raises(RuntimeError, match=r"a hook wrote into the array of the gradient it was "
+                                           r"handed \(g\.data \*= \.\.\.\).*return g \* 10"):
+        y.backward(seed)
+    assert x.grad is None
+    p = Parameter(np.array([1.0, 2.0]))  # a post-accumulate hook's .grad is its own to write
+
+    def halve(p):
+        p.grad.data *= 0.5
+    p.register_post_accumulate_grad_hook(halve)
+    F.sum(p * p).backward()
+    np.testing.assert_array_equal(p.grad.data, [1.0, 2.0])
+
+
 def test_a_hook_writing_into_the_gradient_it_was_handed_is_refused():
     """add hands one gradient to both inputs: g.data = ... in x's hook would change y's too."""
     x, y = Variable(np.array([1.0, 2.0])), Variable(np.array([3.0, 4.0]))
