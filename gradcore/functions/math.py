@@ -345,6 +345,8 @@ class Maximum(Function):
     """y = xp.maximum(x0, x1), broadcasting; gy goes to the larger input, half to each at a
     tie, and all of it to both where either is NaN (as PyTorch)."""
 
+    integers_take_float_dtype = True  # x32 beside an int64 array stays float32, as in + - * /
+
     def forward(self, x0, x1):
         return self.xp.maximum(x0, x1)
 
@@ -355,6 +357,8 @@ class Maximum(Function):
 class Minimum(Function):
     """y = xp.minimum(x0, x1), broadcasting; gy goes to the smaller input, half to each at a
     tie, and all of it to both where either is NaN (as PyTorch)."""
+
+    integers_take_float_dtype = True  # x32 beside an int64 array stays float32, as in + - * /
 
     def forward(self, x0, x1):
         return self.xp.minimum(x0, x1)
@@ -430,6 +434,8 @@ def clip(x, x_min, x_max):
 class Where(Function):
     """y = x0 where `condition` (a constant boolean array) is True, else x1, broadcasting;
     gy goes to the side picked, 0 to the other."""
+
+    integers_take_float_dtype = True  # x32 beside an int64 array stays float32, as in + - * /
 
     def __init__(self, condition):
         self.condition = _data(condition)

@@ -254,6 +254,8 @@ class Concatenate(Function):
     """y = the inputs xs joined along an existing `axis` (other axes equal); gy is split
     back at the inputs' boundaries into one gx each."""
 
+    integers_take_float_dtype = True  # x32 beside an int64 array stays float32, as in + - * /
+
     def __init__(self, axis=0):
         self.axis = axis
 
@@ -279,6 +281,8 @@ def concatenate(xs, axis=0):
 class Stack(Function):
     """y = the inputs xs (all of one shape) joined along a new `axis`; gy is split along it
     into one gx per input."""
+
+    integers_take_float_dtype = True  # x32 beside an int64 array stays float32, as in + - * /
 
     def __init__(self, axis=0):
         self.axis = axis

@@ -217,6 +217,12 @@ def test_float32_arithmetic_with_integer_constants_stays_float32(xp):
     ints = xp.asarray([1, 2, 3])
     for y in (x * ints, F.add(ints, x), x - ints, F.div(ints, x)):
         assert y.dtype == x.dtype
+    # the ops that combine values likewise (they gave float64: NumPy's promotion)
+    mask = xp.asarray([True, False, True])
+    for y in (F.maximum(x, ints), F.minimum(ints, x), F.where(mask, x, ints),
+              F.concatenate([x, ints]), F.stack([ints, x])):
+        assert y.dtype == x.dtype
+    np.testing.assert_array_equal(xp.numpy(F.where(mask, ints, x).data), [1.0, 2.0, 3.0])
     F.sum(x * ints).backward()
     assert x.grad.dtype == x.dtype
     np.testing.assert_array_equal(xp.numpy(x.grad.data), [1.0, 2.0, 3.0])
