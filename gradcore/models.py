@@ -111,9 +111,11 @@ class VGG16(Module):
         for names, channels in zip(self.STAGES, self.CHANNELS):
             for name, out in zip(names, channels):
                 setattr(self, name, Conv2d(out, kernel_size=3, pad=1))
-        self.fc6 = Linear(4096, in_size=512 * 7 * 7)
-        self.fc7 = Linear(4096, in_size=4096)
-        self.fc8 = Linear(num_classes, in_size=4096)
+        # lazy, as the convolutions and DeZero's: the weights are drawn at the first call, in
+        # DeZero's order (conv1_1 first), and building the model draws none of its 138M
+        self.fc6 = Linear(4096)
+        self.fc7 = Linear(4096)
+        self.fc8 = Linear(num_classes)
 
     def forward(self, x):
         shape = tuple(getattr(x, "shape", ()))
