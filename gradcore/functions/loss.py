@@ -347,7 +347,7 @@ def binary_cross_entropy(p, t):
 
 # =============================================================================== accuracy
 def accuracy(y, t):
-    """The fraction of rows where argmax(y, axis=1) == t, as a Variable with no graph (not
+    """The fraction of rows where argmax(y, axis=1) == t, a float64 Variable with no graph (not
     differentiable): y (N, C) scores, t (N,) integer labels (moved to y's device)."""
     backend, device = _backend_and_device("accuracy", y)
     data = y.data if isinstance(y, Variable) else y
@@ -362,6 +362,7 @@ def accuracy(y, t):
             raise type(e)(f"accuracy: {e}") from None
         pred = xp.argmax(data, axis=1)
         correct = pred == xp.astype(t, pred.dtype)
-        dtype = data.dtype if xp.isdtype(data.dtype, "real floating") else xp.float64
-        acc = xp.mean(xp.astype(correct, dtype))
+        # float64 whatever the scores' dtype, as DeZero's (NumPy's mean of bools): float16
+        # counted 9,194 of 10,000 where 9,196 were right, float32 9,196.0001
+        acc = xp.mean(xp.astype(correct, xp.float64))
     return Variable(backend.ensure_array(acc), requires_grad=False)
