@@ -21,7 +21,7 @@ from .transforms import Compose, Flatten, Normalize, ToFloat, _check_callable
 from .utils.download import DownloadError, cache_folder, fetch
 
 __all__ = ["Dataset", "Spiral", "get_spiral", "SinCurve", "Shapes", "MNIST", "FashionMNIST",
-           "CIFAR10", "CIFAR100", "TinyShakespeare"]
+           "CIFAR10", "CIFAR100", "TinyShakespeare", "Shakespear"]
 
 
 def _identity(x):
@@ -612,15 +612,19 @@ class TinyShakespeare(Dataset):
         """Index -> character."""
         return {i: c for c, i in self.char_to_index.items()}
 
-    def prepare(self):
+    def _text(self):
+        """The text, downloaded once, checked and decoded; its path."""
         path = fetch(self.FILE, self.URLS, self.SHA256, folder=cache_folder() / "tinyshakespeare",
                      progress=self.progress)
         try:
-            text = path.read_bytes().decode("utf-8")
+            return path.read_bytes().decode("utf-8"), path
         except UnicodeDecodeError as e:
             raise ValueError(f"{type(self).__name__}: {path} is not UTF-8 text (byte "
                              f"{e.start} is {e.object[e.start:e.start + 1]!r}): not the "
                              "published file?") from None
+
+    def prepare(self):
+        text, path = self._text()
         n = int(self.train_fraction * len(text))
         if min(n, len(text) - n) < 2:
             raise ValueError(f"{type(self).__name__}: {path} holds {len(text)} characters, too "
@@ -634,3 +638,26 @@ class TinyShakespeare(Dataset):
         # copies: views of one buffer would overlap, as SinCurve's would
         self.data = part[:-1].copy()
         self.label = part[1:].copy()
+
+
+class Shakespear(TinyShakespeare):
+    """DeZero's name and form of Tiny Shakespeare, for its programs: the whole text as one set
+    (`train` changes nothing, as in DeZero), each character numbered in the order it first
+    appears, with DeZero's `char_to_id` and `id_to_char` (`char_to_index` and `vocabulary()`
+    give the same). Downloaded and checked as TinyShakespeare."""
+
+    def prepare(self):
+        text, path = self._text()
+        if len(text) < 2:
+            raise ValueError(f"{type(self).__name__}: {path} holds {len(text)} characters, too "
+                             "few for a pair of characters")
+        codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+        chars, first, index = np.unique(codes, return_index=True, return_inverse=True)
+        order = np.argsort(first)  # the characters by where each first appears
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        ids = rank[index.reshape(-1)].astype(np.int64)
+        self.char_to_id = self.char_to_index = {chr(chars[k]): i
+                                                for i, k in enumerate(order.tolist())}
+        self.id_to_char = self.vocabulary()
+        self.data, self.label = ids[:-1].copy(), ids[1:].copy()

@@ -14,7 +14,7 @@ import pytest
 
 import gradcore
 from gradcore.datasets import (CIFAR10, CIFAR100, MNIST, Dataset, FashionMNIST, Shapes, SinCurve,
-                               Spiral, TinyShakespeare, get_spiral)
+                               Shakespear, Spiral, TinyShakespeare, get_spiral)
 from gradcore.utils.download import cache_folder, fetch
 
 
@@ -704,6 +704,21 @@ def test_tiny_shakespeare_in_a_seq_data_loader(tmp_path, monkeypatch):
         assert [chars[j] + chars[k] for j, k in zip(x, t)] == [
             SPEECH[p:p + 2] for p in (np.arange(4) * jump + i) % len(ds)]
     assert (i, jump) == (62, 62)
+
+
+def test_dezero_s_shakespear_numbers_characters_as_they_first_appear(tmp_path, monkeypatch):
+    """DeZero's datasets.Shakespear: the whole text, ids in order of first appearance, its
+    char_to_id and id_to_char; a DeZero program ported by its import found no such class."""
+    cls = served_class(Shakespear, tmp_path, monkeypatch,
+                       lambda path: path.write_bytes(SPEECH.encode()))
+    ds = cls(progress=False)
+    first = list(dict.fromkeys(SPEECH))  # the characters as they first appear
+    assert ds.char_to_id == {c: i for i, c in enumerate(first)} == ds.char_to_index
+    assert ds.id_to_char == dict(enumerate(first)) and ds.char_to_id["F"] == 0
+    assert ds.data.dtype == ds.label.dtype == np.int64 and len(ds) == len(SPEECH) - 1
+    assert "".join(ds.id_to_char[i] for i in ds.data) + ds.id_to_char[ds.label[-1]] == SPEECH
+    np.testing.assert_array_equal(ds.label[:-1], ds.data[1:])
+    np.testing.assert_array_equal(cls(train=False, progress=False).data, ds.data)
 
 
 def test_tiny_shakespeare_refuses_a_file_that_is_not_text(tmp_path, monkeypatch):
