@@ -271,10 +271,8 @@ class Linear(Module):
     _refilled = ("W", "b")
 
     def __init__(self, *sizes, out_size=None, nobias=False, dtype=None, in_size=None, **kwargs):
-        _refuse_torch_keywords("Linear", kwargs, _TORCH_LINEAR_KEYWORDS)
-        if kwargs:
-            raise TypeError(f"Linear got an unexpected keyword argument {next(iter(kwargs))!r} "
-                            "(it takes out_size, in_size, nobias and dtype)")
+        _only_gradcore_keywords("Linear", kwargs, _TORCH_LINEAR_KEYWORDS,
+                                "out_size, in_size, nobias and dtype")
         super().__init__()
         self._in_size, self.out_size = _linear_sizes(sizes, in_size, out_size)
         _declare_weight_and_bias(self, nobias, dtype, "Linear")
@@ -367,6 +365,41 @@ def _refuse_torch_keywords(where, kwargs, torch_keywords, *given):
                             f"{torch_keywords[name]}{order}")
 
 
+def _only_gradcore_keywords(where, kwargs, torch_keywords, takes):
+    """TypeError for the first keyword in `kwargs` (all a layer did not take by name): PyTorch's
+    answered with gradcore's (_refuse_torch_keywords), any other with what `where` takes."""
+    _refuse_torch_keywords(where, kwargs, torch_keywords)
+    if kwargs:
+        raise TypeError(f"{where} got an unexpected keyword argument {next(iter(kwargs))!r} "
+                        f"(it takes {takes})")
+
+
+def _refuse_torch_order(where, args, kwargs):
+    """TypeError for PyTorch's Conv2d(in_channels, out_channels, kernel_size=k, ...): Python's
+    own says only that kernel_size came twice. Names what to write instead."""
+    in_channels, out_channels = args[0], args[1]
+    options = [repr(a) for a in args[2:]]  # stride, PyTorch's and DeZero's third
+    for name, value in kwargs.items():
+        if name == "padding":
+            options.append(f"pad={value!r}")
+        elif name == "bias":
+            options.append(f"nobias={not value!r}")
+        elif name != "kernel_size":
+            options.append(f"{name}={value!r}")
+    written = ", ".join([repr(out_channels), repr(kwargs["kernel_size"]), *options,
+                         f"in_channels={in_channels!r}"])
+    raise TypeError(
+        f"{where}({in_channels!r}, {out_channels!r}, kernel_size=...) is PyTorch's order "
+        f"(in_channels, out_channels, kernel_size); gradcore's {where} is DeZero's, "
+        f"{where}(out_channels, kernel_size, stride=1, pad=0, nobias=False, dtype=None, "
+        f"in_channels=None): write {where}({written})")
+
+
+def _conv_heads(out_channels, kernel_size, *args, **kwargs):
+    """The convolutions' arguments as DeZero orders them: the first two, and the others."""
+    return out_channels, kernel_size, args, kwargs
+
+
 class _ConvBase(Module):
     """Shared by Conv2d and Deconv2d: sizes, W and b, lazy in_channels."""
 
@@ -376,16 +409,22 @@ class _ConvBase(Module):
     __setattr__ = _setattr_setting_aside
     _refilled = ("W", "b")
 
-    def __init__(self, out_channels, kernel_size, *args, **kwargs):
+    def __init__(self, *args, **kwargs):
         # (out_channels, kernel_size, stride=1, pad=0, nobias=False, dtype=None,
         # in_channels=None), DeZero's, all of them positional or keyword: read by hand, to
         # know whether stride came by position (see _check_order) and to answer PyTorch's
-        # keywords with gradcore's
+        # order and keywords with gradcore's
         where = self._name
-        _refuse_torch_keywords(where, kwargs, _TORCH_CONV_KEYWORDS, out_channels, kernel_size,
-                               args)
         signature = (f"{where}(out_channels, kernel_size, stride=1, pad=0, nobias=False, "
                      "dtype=None, in_channels=None)")
+        if len(args) >= 2 and "kernel_size" in kwargs:
+            _refuse_torch_order(where, args, kwargs)
+        try:
+            out_channels, kernel_size, args, kwargs = _conv_heads(*args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"{signature}: {str(e).replace('_conv_heads() ', '')}") from None
+        _refuse_torch_keywords(where, kwargs, _TORCH_CONV_KEYWORDS, out_channels, kernel_size,
+                               args)
         if len(args) > 5:
             raise TypeError(f"{signature} takes at most 7 arguments by position, got "
                             f"{len(args) + 2}")
@@ -638,10 +677,17 @@ class BatchNorm(Module):
         return f"channels={C}, decay={self.decay}, eps={self.eps}"
 
 
+_TORCH_DROPOUT_KEYWORDS = {
+    "p": "dropout_ratio= (PyTorch's p=0.2 is dropout_ratio=0.2)",
+    "inplace": "no inplace= (it makes a new array)",
+}
+
+
 class Dropout(Module):
     """F.dropout(x, dropout_ratio) in train mode, x unchanged in eval / test mode."""
 
-    def __init__(self, dropout_ratio=0.5):
+    def __init__(self, dropout_ratio=0.5, **kwargs):
+        _only_gradcore_keywords("Dropout", kwargs, _TORCH_DROPOUT_KEYWORDS, "dropout_ratio")
         super().__init__()
         if isinstance(dropout_ratio, bool) or not isinstance(dropout_ratio, numbers.Real) or not (
                 0.0 <= dropout_ratio < 1.0):
@@ -657,12 +703,24 @@ class Dropout(Module):
 
 
 # =============================================================================== embedding
+_TORCH_EMBEDDING_KEYWORDS = {
+    "num_embeddings": "in_size= (the number of ids)",
+    "embedding_dim": "out_size=",
+    "padding_idx": "no padding_idx (every id's row learns)",
+    "max_norm": "no max_norm",
+    "sparse": "no sparse= (its gradient is dense)",
+    "device": "no device=: build it, then move it with .to(device)",
+}
+
+
 class EmbedID(Module):
     """A lookup table: integer ids x (any shape) -> rows of W (in_size, out_size), shaped
     x.shape + (out_size,). W is randn(in_size, out_size), created on the CPU in `dtype`
     (DeZero keeps float64; float32 here like the other layers)."""
 
-    def __init__(self, in_size, out_size, dtype=None):
+    def __init__(self, in_size=None, out_size=None, dtype=None, **kwargs):
+        _only_gradcore_keywords("EmbedID", kwargs, _TORCH_EMBEDDING_KEYWORDS,
+                                "in_size (the number of ids), out_size and dtype")
         super().__init__()
         self.in_size = _size(in_size, "in_size", "EmbedID")
         self.out_size = _size(out_size, "out_size", "EmbedID")
@@ -683,6 +741,11 @@ Embedding = EmbedID  # PyTorch's name
 # =============================================================================== activations
 class ReLU(Module):
     """F.relu as a module."""
+
+    def __init__(self, **kwargs):
+        _only_gradcore_keywords("ReLU", kwargs, {"inplace": "no inplace= (it makes a new array)"},
+                                "no arguments")
+        super().__init__()
 
     def forward(self, x):
         return F.relu(x)

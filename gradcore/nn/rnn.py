@@ -1,7 +1,7 @@
 """Recurrent layers that keep their state between calls: RNN and LSTM (DeZero's names)."""
 from .. import functions as F
 from ..variable import Parameter, Variable
-from .layers import Linear, _normal, _optional_size, _size, _unfilled
+from .layers import Linear, _normal, _only_gradcore_keywords, _optional_size, _size, _unfilled
 from .module import Module, _converted
 
 
@@ -49,6 +49,21 @@ def _setattr_refusing_a_parameter_state(layer, name, value):
             f"{me}.{name} = F.broadcast_to(self.{name}0, (batch, {size})). For a fixed first "
             f"state, assign a Variable: {me}.{name} = Variable(array)")
     Module.__setattr__(layer, name, value)
+
+
+# PyTorch's keywords for RNN / LSTM -> what gradcore takes instead
+_TORCH_RNN_KEYWORDS = {
+    "input_size": "in_size=",
+    "num_layers": "no num_layers= (stack layers, each taking the last one's h)",
+    "batch_first": "no batch_first=: a call takes one time step, x (N, in_size), and the state "
+                   "carries over, as in DeZero: loop over the sequence",
+    "bidirectional": "no bidirectional=",
+    "dropout": "no dropout= (put a Dropout between stacked layers)",
+    "bias": "no bias= (the x2* Linears have biases, the h2* none)",
+    "nonlinearity": "no nonlinearity= (RNN's is tanh)",
+    "proj_size": "no proj_size=",
+    "device": "no device=: build it, then move it with .to(device)",
+}
 
 
 def _preactivation(layer, x2h, h2h, x, h):
@@ -110,7 +125,8 @@ class RNN(Module):
     _gradcore_carried = ("h",)  # a first state set by hand (rnn.h = Variable(h0)) is no weight
     __setattr__ = _setattr_refusing_a_parameter_state
 
-    def __init__(self, hidden_size, in_size=None):
+    def __init__(self, hidden_size=None, in_size=None, **kwargs):
+        _only_gradcore_keywords("RNN", kwargs, _TORCH_RNN_KEYWORDS, "hidden_size and in_size")
         super().__init__()
         H = self.hidden_size = _size(hidden_size, "hidden_size", "RNN")
         in_size = _optional_size(in_size, "in_size", "RNN")
@@ -178,7 +194,8 @@ class LSTM(Module):
     _gradcore_carried = ("h", "c")
     __setattr__ = _setattr_refusing_a_parameter_state
 
-    def __init__(self, hidden_size, in_size=None):
+    def __init__(self, hidden_size=None, in_size=None, **kwargs):
+        _only_gradcore_keywords("LSTM", kwargs, _TORCH_RNN_KEYWORDS, "hidden_size and in_size")
         super().__init__()
         H = self.hidden_size = _size(hidden_size, "hidden_size", "LSTM")
         I = _optional_size(in_size, "in_size", "LSTM")  # noqa: E741

@@ -838,6 +838,25 @@ def test_numpy_integers_are_sizes():
     (lambda: nn.Conv2d(16, 3, 1, 0, False, None, 3, 1), TypeError, "takes at most 7 arguments "
      "by position, got 8"),
     (lambda: nn.Conv2d(16, 3, size=2), TypeError, "unexpected keyword argument 'size'"),
+    # PyTorch's most common spelling: Python's own error said 'got multiple values for
+    # argument kernel_size', naming a private class
+    (lambda: nn.Conv2d(3, 16, kernel_size=3, padding=1), TypeError, r"^Conv2d\(3, 16, "
+     r"kernel_size=\.\.\.\) is PyTorch's order \(in_channels, out_channels, kernel_size\); "
+     r"gradcore's Conv2d is DeZero's, .*: write Conv2d\(16, 3, pad=1, in_channels=3\)$"),
+    (lambda: nn.Deconv2d(16, 3, kernel_size=4, stride=2, padding=1, bias=False), TypeError,
+     r"write Deconv2d\(3, 4, stride=2, pad=1, nobias=True, in_channels=16\)$"),
+    # the other layers' PyTorch keywords got Python's bare 'unexpected keyword argument'
+    (lambda: nn.Dropout(p=0.2), TypeError, r"Dropout got PyTorch's keyword p=; gradcore's "
+     r"Dropout takes dropout_ratio= \(PyTorch's p=0\.2 is dropout_ratio=0\.2\)"),
+    (lambda: nn.Dropout(ratio=0.2), TypeError, r"unexpected keyword argument 'ratio' \(it "
+     r"takes dropout_ratio\)"),
+    (lambda: nn.LSTM(input_size=3, hidden_size=10), TypeError, "LSTM got PyTorch's keyword "
+     "input_size=; gradcore's LSTM takes in_size="),
+    (lambda: nn.RNN(10, batch_first=True), TypeError, r"takes no batch_first=: a call takes "
+     r"one time step, x \(N, in_size\)"),
+    (lambda: nn.Embedding(num_embeddings=10, embedding_dim=4), TypeError, r"EmbedID got "
+     r"PyTorch's keyword num_embeddings=; gradcore's EmbedID takes in_size= \(the number"),
+    (lambda: nn.ReLU(inplace=True), TypeError, "ReLU got PyTorch's keyword inplace="),
     (lambda: nn.EmbedID(0, 3), ValueError, "in_size must be a positive int"),
     (lambda: nn.RNN(0), ValueError, "hidden_size must be a positive int"),
     (lambda: nn.LSTM(3, in_size="4"), TypeError, "in_size must be a positive int"),
