@@ -73,11 +73,17 @@ def _class_labels(backend, t, n, c=None, op=None):
     checks that every label is in [0, c) (before indexing: CuPy wraps out-of-range indices
     silently), on a lazy backend when t is computed (`op` names where, then)."""
     xp = backend.xp
+    if t.ndim == 2 and t.shape[1] == 1:
+        t = xp.reshape(t, (t.shape[0],))
+    if t.ndim == 2 and c is not None and t.shape == (n, c):
+        # one-hot rows or probabilities (PyTorch's cross_entropy takes them): neither the
+        # dtype's cast nor a reshape makes them labels
+        raise ValueError(f"labels must be N class indices, got an array of shape "
+                         f"{tuple(t.shape)}, one row of {c} per example (one-hot targets or "
+                         "probabilities?): pass the class of each row, t.argmax(axis=1)")
     if not xp.isdtype(t.dtype, "integral"):
         raise TypeError(f"labels must be integer class indices, got dtype {t.dtype}; "
                         "convert them first, e.g. t.astype(int)")
-    if t.ndim == 2 and t.shape[1] == 1:
-        t = xp.reshape(t, (t.shape[0],))
     if t.ndim != 1:
         raise ValueError(f"labels must be a 1-d array of class indices, got shape "
                          f"{tuple(t.shape)}")

@@ -265,7 +265,12 @@ X = np.array([[1.0, 2.0, 3.0], [0.5, 0.1, 0.2]])  # N = 2 rows, C = 3 classes
                                    r"to 3"),
     (np.array([-1, 2]), IndexError, r"labels must lie in \[0, 3\) .* from -1 to 2"),
     (np.array([[0, 1], [1, 0]]), ValueError, r"labels must be a 1-d array of class indices"),
-], ids=["length", "float", "bool", "too-large", "negative", "2-d"])
+    # one-hot rows: the advice was t.astype(int), which then failed for the shape
+    (np.eye(3)[[2, 0]], ValueError, r"labels must be N class indices, got an array of shape "
+     r"\(2, 3\), one row of 3 per example \(one-hot targets or probabilities\?\): pass the "
+     r"class of each row, t\.argmax\(axis=1\)"),
+    (np.eye(3, dtype=int)[[2, 0]], ValueError, r"labels must be N class indices, .*one-hot"),
+], ids=["length", "float", "bool", "too-large", "negative", "2-d", "one-hot", "int-one-hot"])
 def test_softmax_cross_entropy_rejects_bad_labels(xp, op, t, error, message):
     x = gradcore.Variable(xp.asarray(X))
     with pytest.raises(error, match=rf"^{op.__name__}: {message}"):
