@@ -173,6 +173,20 @@ class MeanSquaredError(Function):
         return gx0 if n0 else None, -gx0 if n1 else None
 
 
+def _pairs_alike(s0, s1):
+    """Whether x0 - x1, of shapes s0 and s1, pairs each element of one with one of the other,
+    with the batch size of both: shapes that differ only in axes of 1, (1, 1) and (1,) (DeZero's
+    book, step 59), where broadcasting changes nothing. (3, 1) and (3,) make (3, 3)."""
+    ndim = max(len(s0), len(s1))
+    a, b = (1,) * (ndim - len(s0)) + s0, (1,) * (ndim - len(s1)) + s1
+    if any(m != n and 1 not in (m, n) for m, n in zip(a, b)):
+        return False  # no broadcast: warned, then the op raises naming both shapes
+    shape = tuple(max(m, n) for m, n in zip(a, b))
+    batch = shape[0] if shape else 1
+    return all(math.prod(s) == math.prod(shape) and (s[0] if s else 1) == batch
+               for s in (s0, s1))
+
+
 def mean_squared_error(x0, x1):
     """sum((x0 - x1) ** 2) / N, N the first axis of x0 - x1 (DeZero's definition): a 0-d
     Variable. Shapes that differ but broadcast are computed as DeZero does (over the broadcast
@@ -180,7 +194,7 @@ def mean_squared_error(x0, x1):
     Variable follows it to its device and dtype."""
     x0, x1 = _move_array_to_variable("mean_squared_error", x0, x1)
     s0, s1 = tuple(getattr(x0, "shape", ())), tuple(getattr(x1, "shape", ()))
-    if s0 != s1:
+    if s0 != s1 and not _pairs_alike(s0, s1):
         warnings.warn(f"mean_squared_error: x0 has shape {s0} and x1 {s1}; they broadcast to "
                       "one shape, which is likely not what was meant: make them the same shape",
                       UserWarning, stacklevel=2)

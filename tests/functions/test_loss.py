@@ -1,6 +1,8 @@
 """gradcore.functions.loss: mean squared error, softmax / sigmoid / binary cross entropy, accuracy.
 One row per op; tests/harness.py checks each. Then: fused ops against compositions, large logits,
 the clip, labels and their errors."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -316,6 +318,16 @@ def test_mean_squared_error_broadcasts_as_dezero_does_and_warns(xp):
                                                   match=r"^mean_squared_error: .*broadcast"):
         F.mean_squared_error(gradcore.Variable(xp.asarray(np.ones((3, 2)))),
                              gradcore.Variable(xp.asarray(np.ones((2, 3)))))
+    # shapes that differ by axes of 1 alone, pairing the same elements with the same N: the
+    # book's step 59, (1, 1) against (1,), warned at every step
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = F.mean_squared_error(gradcore.Variable(xp.asarray([[2.0]])), xp.asarray([0.5]))
+    assert float(y.item()) == 2.25
+    for s0, s1 in (((1, 3), (3,)), ((4,), (4, 1))):  # N or the pairs change: warned
+        with pytest.warns(UserWarning, match="they broadcast"):
+            F.mean_squared_error(gradcore.Variable(xp.asarray(np.ones(s0))),
+                                 xp.asarray(np.ones(s1)))
 
 
 @pytest.mark.parametrize("y, t, error, message", [
