@@ -114,6 +114,20 @@ def test_a_seed_made_in_the_step_stays_differentiable_with_create_graph(how):
         np.testing.assert_array_equal(compiled(np.ones(3)).data, [18.0, 288.0, 1458.0])
 
 
+def test_a_read_only_view_from_sum_s_backward_lends_no_memory():
+    """F.sum(F.stack([h, h * 0.5]), axis=0) past REUSE_BYTES: stack's backward reshapes a slice
+    of sum's read-only broadcast, and the tape wrote h's gradient into it with out= (C order,
+    as large as its memory): 'output array is read-only' at every replay, where eager runs."""
+    def step(h0):
+        h = gradcore.Variable(h0)
+        y = F.sum(F.stack([h, h * 0.5]), axis=0)
+        F.sum(y * y).backward()
+        return y, h.grad
+
+    compiled = replays_like_eager(lambda h0: step(h0.astype(np.float32)), (40, 800), calls=4)
+    assert compiled.stats()["replays"] == 3
+
+
 def _training(opt_cls, layers=(16, 3), dropout=False, model=None,
               criterion=F.softmax_cross_entropy):
     """A model (an MLP of `layers` by default), its optimizer and a train step minimizing

@@ -249,8 +249,11 @@ class ArrayFacts:
         self.root = root  # a number for the memory it is in: equal for an array and its views
         # C order: a view in C order as large as its memory spans all of it, in the order a
         # fresh result is laid out (NumPy's and CuPy's flags; unknown: False; None where not
-        # asked: a small fresh array's, _fresh_facts)
-        self.contiguous = getattr(getattr(array, "flags", None), "c_contiguous", False)
+        # asked: a small fresh array's, _fresh_facts). A read-only view (of broadcast_to's
+        # result, in sum's backward) is never lent: NumPy refuses out= into it
+        flags = getattr(array, "flags", None)
+        self.contiguous = getattr(flags, "c_contiguous", False) and getattr(flags, "writeable",
+                                                                            True)
         # the layout: a result written into an input's memory (out=) takes that input's, where
         # eager code gives it one that follows all its inputs'
         self.strides = getattr(array, "strides", None)
