@@ -114,6 +114,33 @@ def test_a_seed_made_in_the_step_stays_differentiable_with_create_graph(how):
         np.testing.assert_array_equal(compiled(np.ones(3)).data, [18.0, 288.0, 1458.0])
 
 
+def test_an_optimizer_in_backward_beside_a_gradient_hook_on_another_parameter_replays():
+    """W's post-accumulate hook steps an optimizer (run as Python at a replay, the recording
+    giving W its real array back), then b's gradient hook runs: the gradient it returned, traced,
+    was refused as 'of device cpu, not cpu' at every call, the recording call included."""
+    def world():
+        np.random.seed(0)
+        lin = nn.Linear(3, 2, dtype="float64")
+        opt = optim.SGD([lin.W], lr=0.1)
+        lin.W.register_post_accumulate_grad_hook(lambda p: opt.step())
+        lin.b.register_hook(lambda g: g * 0.5)
+
+        def step(x):
+            loss = F.sum(lin(x) ** 2)
+            loss.backward()
+            return loss
+        return lin, step
+
+    (eager_lin, eager), (compiled_lin, step) = world(), world()
+    compiled = gradcore.compile(step)
+    rng = np.random.default_rng(0)
+    for _ in range(6):
+        x = rng.standard_normal((4, 3))
+        assert same(compiled(x), eager(x))
+        assert same(compiled_lin.W, eager_lin.W) and same(compiled_lin.b.grad, eager_lin.b.grad)
+    assert compiled.stats()["replays"] >= 3 and compiled.stats()["fallbacks"] == 0
+
+
 def test_a_read_only_view_from_sum_s_backward_lends_no_memory():
     """F.sum(F.stack([h, h * 0.5]), axis=0) past REUSE_BYTES: stack's backward reshapes a slice
     of sum's read-only broadcast, and the tape wrote h's gradient into it with out= (C order,
