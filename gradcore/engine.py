@@ -284,7 +284,9 @@ def _call_post_hook(hook, x):
     if grad is not None and getattr(hooked, "rebound", None) is grad:
         result, hooked.rebound, hooked.result = hooked.result, None, None
         if (x._grad is grad and grad._data is data and x.version == version
-                and not _kept(result) and not _same_values(result, grad)):
+                # kept (in a list, its array elsewhere) or written back: used
+                and not any(n > unkept for n, unkept in zip(_references(result), _UNKEPT))
+                and not _same_values(result, grad)):
             warnings.warn(
                 f"the post-accumulate hook {_hook_name(hook)} on {_describe(x)} wrote g op= ... "
                 "into its .grad and changed nothing with the result: as in DeZero, g *= 0.5 "
@@ -292,10 +294,23 @@ def _call_post_hook(hook, x):
                 "or write into the array (x.grad.data *= 0.5)", RuntimeWarning, stacklevel=2)
 
 
-def _kept(v):
-    """Whether someone besides the caller holds the Variable v or its array (a hook kept it)."""
-    # 2 each: the caller's name and getrefcount's argument; v's _data slot and the argument
-    return sys.getrefcount(v) > 3 or sys.getrefcount(v._data) > 2
+def _references(v):
+    """How many references the Variable v and its array have, as seen from here."""
+    return sys.getrefcount(v), sys.getrefcount(v._data)
+
+
+def _unkept_references():
+    """_references of an object held by the caller's name alone, its array by its slot alone,
+    asked as _call_post_hook asks (how many a call adds differs between Python versions)."""
+    class Probe:
+        __slots__ = ("_data",)
+    probe = Probe()
+    probe._data = object()
+    return _references(probe)
+
+
+_UNKEPT = _unkept_references()
+
 
 
 def _same_values(a, b):
