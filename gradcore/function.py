@@ -14,8 +14,8 @@ import backends
 from . import anomaly
 from . import variable as _variables
 from .config import is_anomaly_enabled, recording
-from .variable import (_SCALARS, Variable, _init_slots, backward_codes, dtype_kind, has_graph,
-                       note_write, sequence as _sequence, share_versions)
+from .variable import (_SCALARS, Variable, _init_slots, backward_codes, dtype_kind, elsewhere,
+                       has_graph, note_write, sequence as _sequence, share_versions)
 _new_variable = object.__new__
 _weakref = weakref.ref
 _NO_INPUT = object()  # __call__'s default for x0 and x1: fewer inputs were given
@@ -871,15 +871,6 @@ def gradient_elsewhere(f, where, device):
         f"{f._name()}.backward returned a gradient on {where} for an input on {device}: "
         "compute it with the input's array library (self.xp) and on its device, or return a "
         "Variable made with gradcore's ops from the gradients and inputs backward got")
-
-
-def elsewhere(g, backend, device):
-    """True if the Variable g is not of `backend`'s library, or not on `device` (asked only of a
-    backend with several devices). A backend wrapping another's arrays (a step being recorded)
-    counts as that one."""
-    if (g._backend.inner or g._backend) is not (backend.inner or backend):
-        return True
-    return not backend.single_device and g.device != device
 
 
 def _check_places(f, gxs):

@@ -838,19 +838,16 @@ class Variable:
         dtype. Returns self if nothing changes."""
         if self._data is None:
             raise no_data("x.to()")
-        if dtype is None and not isinstance(device, (backends.Device, type(None))) and not (
-                isinstance(device, str) and _names_a_device(device)):
+        unknown = _unknown_device(device) if isinstance(device, str) else None
+        if dtype is None and (unknown is not None or not isinstance(
+                device, (str, backends.Device, type(None)))):
             try:  # a dtype where the device goes, as PyTorch's tensor.to(dtype) takes it
                 self._backend.empty((0,), device, None)
                 device, dtype = None, device
             except (TypeError, ValueError):
-                if isinstance(device, str):  # neither: say both ("float16" on a library without)
-                    try:
-                        backends.backend_for_device(device)
-                    except ValueError as error:
-                        raise ValueError(
-                            f"x.to({device!r}): {error}; nor is {device!r} a dtype of "
-                            f"{self._backend.name}, the library x is in") from None
+                if unknown is not None:  # neither: say both ("float16" on a library without)
+                    raise ValueError(f"x.to({device!r}): {unknown}; nor is {device!r} a dtype "
+                                     f"of {self._backend.name}, the library x is in") from None
                 # not a dtype: the device's own error follows
         y = self if device is None else to(self, device)
         return y if dtype is None else astype(y, dtype)
@@ -1056,17 +1053,18 @@ def _augmented(x, other, op, symbol):
     return x
 
 
-def _names_a_device(name):
-    """Whether the string `name` is a device ("cpu", "cuda:1"), not a dtype ("float32")."""
+def _unknown_device(name):
+    """None if the string `name` is a device ("cpu", "cuda:1"), else the ValueError saying no
+    device is called so (it may be a dtype: "float32")."""
     if ":" in name or name.strip() in ("cpu", "cuda", "dask"):  # a device, valid or not
-        return True
+        return None
     try:
         backends.backend_for_device(name)
-    except ValueError:
-        return False
+    except ValueError as error:
+        return error
     except Exception:  # a device whose library is missing: its own error comes later
-        return True
-    return True
+        return None
+    return None
 
 
 def _checked_grad(x, g):
@@ -1083,6 +1081,15 @@ def _checked_grad(x, g):
     return g
 
 
+def elsewhere(g, backend, device):
+    """True if the Variable g is not of `backend`'s library, or not on `device` (asked only of a
+    backend with several devices). A backend wrapping another's arrays (a step being recorded)
+    counts as that one."""
+    if (g._backend.inner or g._backend) is not (backend.inner or backend):
+        return True
+    return not backend.single_device and g.device != device
+
+
 def gradient_mismatch(x, g):
     """What keeps the Variable g from being x's gradient ("shape (3,), not (2,)"), or ""."""
     if x._data is None or g._data is None:
@@ -1092,8 +1099,7 @@ def gradient_mismatch(x, g):
         problems.append(f"shape {tuple(g.shape)}, not {tuple(x.shape)}")
     # a recording step's traced arrays are their library's (x given its real one back before
     # an optimizer step the recording runs as Python, g computed after it)
-    if (g._backend.inner or g._backend) is not (x._backend.inner or x._backend) or (
-            g.device != x.device):
+    if elsewhere(g, x._backend, x.device):
         problems.append(f"device {g.device}, not {x.device}")
     elif g.dtype != x.dtype:  # dtypes of two libraries never compare equal
         problems.append(f"dtype {g.dtype}, not {x.dtype}")
