@@ -425,9 +425,7 @@ class Checkpoint(Function):
             except RuntimeError:
                 reached = False
             else:
-                with enable_grad(), using_config("train", self.train), recomputation():
-                    self.again = self._run_again(self.inputs[:len(self.where)])
-                self._check_values(self.again, "at unchain_backward, to cut inside it")
+                self.again = self._computed_again("at unchain_backward, to cut inside it")
                 # the graph kept till backward holds each living result once, as a plain
                 # run's does: the values computed again are the first run's (checked)
                 for k, ref in zip(self.positions, self.outputs):
@@ -470,9 +468,7 @@ class Checkpoint(Function):
         elif self.fn is None:  # cut inside, nothing left to reach
             return (None,) * len(self.inputs)
         else:
-            with enable_grad(), using_config("train", self.train), recomputation():
-                outputs = self._run_again(self.inputs[:len(self.where)])
-            self._check_values(outputs)
+            outputs = self._computed_again("during backward")
             targets = self._targets(outputs)
         pairs = [(outputs[k], g) for k, g in zip(self.positions, gys) if g is not None]
         # one position per Variable: one passed twice, or passed and also read from outside,
@@ -489,6 +485,14 @@ class Checkpoint(Function):
             [y for y, _ in pairs], [targets[i] for i in first.values()], [g for _, g in pairs],
             create_graph)))
         return tuple(gradients.get(i) for i in range(len(self.inputs)))
+
+    def _computed_again(self, when):
+        """The block's results computed again from the node's arguments, in the train mode of
+        its first run, checked against that run's (`when`: for the message)."""
+        with enable_grad(), using_config("train", self.train), recomputation():
+            outputs = self._run_again(self.inputs[:len(self.where)])
+        self._check_values(outputs, when)
+        return outputs
 
     def _targets(self, outputs):
         """The node's inputs as the block computed again (`outputs`) has them: the results
@@ -525,7 +529,7 @@ class Checkpoint(Function):
             _restack(outputs, start, self.called_at)
         return outputs
 
-    def _check_values(self, outputs, when="during backward"):
+    def _check_values(self, outputs, when):
         """Refuse a recomputation whose results (`outputs`, all of fn's) differ from the first
         run's, where those are still alive: backward would differentiate another
         function than the one that gave them (random numbers the block drew past gradcore and
