@@ -312,7 +312,6 @@ def _unkept_references():
 _UNKEPT = _unkept_references()
 
 
-
 def _same_values(a, b):
     """Whether the Variables a and b hold equal values, NaN equal to NaN (grad.data[...] = g
     wrote the result back); False where that cannot be told."""

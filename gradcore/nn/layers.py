@@ -347,6 +347,12 @@ _TORCH_CONV_KEYWORDS = {
 _TORCH_NAMES = {"Deconv2d": "ConvTranspose2d"}  # gradcore's (DeZero's) layer -> PyTorch's
 
 
+def _conv_signature(where):
+    """The convolution `where`'s signature, DeZero's, for messages."""
+    return (f"{where}(out_channels, kernel_size, stride=1, pad=0, nobias=False, dtype=None, "
+            "in_channels=None)")
+
+
 def _refuse_torch_keywords(where, kwargs, torch_keywords, *given):
     """A TypeError naming gradcore's keyword for the first of `kwargs` that is one of PyTorch's
     (in `torch_keywords`), with DeZero's order spelt out where the positional arguments `given`
@@ -357,10 +363,9 @@ def _refuse_torch_keywords(where, kwargs, torch_keywords, *given):
             if given and given[2]:  # three or more by position: PyTorch's (in, out, kernel, ...)?
                 out, k, rest = given
                 torch_name = _TORCH_NAMES.get(where, where)
-                order = (f"; and the order of the arguments is DeZero's, {where}(out_channels, "
-                         f"kernel_size, stride=1, pad=0, nobias=False, dtype=None, "
-                         f"in_channels=None): PyTorch's {torch_name}({out}, {k}, {rest[0]}, "
-                         f"...) is {where}({k}, {rest[0]}, ..., in_channels={out}) here")
+                order = (f"; and the order of the arguments is DeZero's, {_conv_signature(where)}:"
+                         f" PyTorch's {torch_name}({out}, {k}, {rest[0]}, ...) is {where}({k}, "
+                         f"{rest[0]}, ..., in_channels={out}) here")
             raise TypeError(f"{where} got PyTorch's keyword {name}=; gradcore's {where} takes "
                             f"{torch_keywords[name]}{order}")
 
@@ -391,8 +396,7 @@ def _refuse_torch_order(where, args, kwargs):
     raise TypeError(
         f"{where}({in_channels!r}, {out_channels!r}, kernel_size=...) is PyTorch's order "
         f"(in_channels, out_channels, kernel_size); gradcore's {where} is DeZero's, "
-        f"{where}(out_channels, kernel_size, stride=1, pad=0, nobias=False, dtype=None, "
-        f"in_channels=None): write {where}({written})")
+        f"{_conv_signature(where)}: write {where}({written})")
 
 
 def _conv_heads(out_channels, kernel_size, *args, **kwargs):
@@ -415,8 +419,7 @@ class _ConvBase(Module):
         # know whether stride came by position (see _check_order) and to answer PyTorch's
         # order and keywords with gradcore's
         where = self._name
-        signature = (f"{where}(out_channels, kernel_size, stride=1, pad=0, nobias=False, "
-                     "dtype=None, in_channels=None)")
+        signature = _conv_signature(where)
         if len(args) >= 2 and "kernel_size" in kwargs:
             _refuse_torch_order(where, args, kwargs)
         try:
