@@ -175,8 +175,9 @@ class MeanSquaredError(Function):
 
 def _pairs_alike(s0, s1):
     """Whether x0 - x1, of shapes s0 and s1, pairs each element of one with one of the other,
-    with the batch size of both: shapes that differ only in axes of 1, (1, 1) and (1,) (DeZero's
-    book, step 59), where broadcasting changes nothing. (3, 1) and (3,) make (3, 3)."""
+    with the batch size of both: shapes that differ only in axes of 1, (1, 1) and (1,) (a
+    DeZero RNN's prediction and its target), where broadcasting changes nothing. (3, 1) and
+    (3,) make (3, 3)."""
     ndim = max(len(s0), len(s1))
     a, b = (1,) * (ndim - len(s0)) + s0, (1,) * (ndim - len(s1)) + s1
     if any(m != n and 1 not in (m, n) for m, n in zip(a, b)):

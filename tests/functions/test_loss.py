@@ -318,8 +318,8 @@ def test_mean_squared_error_broadcasts_as_dezero_does_and_warns(xp):
                                                   match=r"^mean_squared_error: .*broadcast"):
         F.mean_squared_error(gradcore.Variable(xp.asarray(np.ones((3, 2)))),
                              gradcore.Variable(xp.asarray(np.ones((2, 3)))))
-    # shapes that differ by axes of 1 alone, pairing the same elements with the same N: the
-    # book's step 59, (1, 1) against (1,), warned at every step
+    # shapes that differ by axes of 1 alone, pairing the same elements with the same N: a
+    # DeZero RNN's (1, 1) prediction against its (1,) target warned at every step
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         y = F.mean_squared_error(gradcore.Variable(xp.asarray([[2.0]])), xp.asarray([0.5]))
