@@ -524,6 +524,59 @@ def test_a_step_resetting_an_rnns_state_at_both_ends_replays(layer):
     assert compiled.stats()["fallbacks"] == 0 and compiled.stats()["replays"] >= 3
 
 
+@pytest.mark.parametrize("layer", [lambda: nn.RNN(3, in_size=2), lambda: nn.LSTM(3, in_size=2)],
+                         ids=["RNN", "LSTM"])
+@pytest.mark.parametrize("resets_at_start", [True, False], ids=["reset both ends", "reset at end"])
+def test_eager_use_of_an_rnn_between_calls(layer, resets_at_start):
+    """A sample taken eagerly between training steps leaves the RNN a state (or none). A step
+    that resets it first replays whatever was left (it ran eagerly at every call, warning to
+    reset at both ends, which it did); one that reads it first replays where the state is the
+    one it was recorded with, and runs eagerly where it is not, continuing from it as eager
+    code does. Each call gives eager's loss, weights and state."""
+    np.random.seed(0)
+    compiled_layer = layer()
+    np.random.seed(0)
+    eager_layer = layer()
+
+    def training_step(model, opt):
+        def step(xs, t):
+            if resets_at_start:
+                model.reset_state()
+            loss = 0
+            for x in xs:
+                loss = loss + F.mean_squared_error(model(x), t)
+            model.cleargrads()
+            loss.backward()
+            opt.update()
+            model.reset_state()
+            return loss
+        return step
+
+    compiled = gradcore.compile(training_step(
+        compiled_layer, optim.SGD(lr=0.1).setup(compiled_layer)))
+    eager = training_step(eager_layer, optim.SGD(lr=0.1).setup(eager_layer))
+    rng = np.random.default_rng(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for i in range(8):
+            xs, t = rng.standard_normal((4, 2, 2)), rng.standard_normal((2, 3))
+            assert same(compiled(xs, t), eager(xs, t))
+            assert compiled_layer.h is None and eager_layer.h is None
+            x0 = rng.standard_normal((2, 2))
+            with gradcore.no_grad():  # a sample: the state stays on the layer at even i
+                assert same(compiled_layer(x0), eager_layer(x0))
+            if i % 2:
+                compiled_layer.reset_state()
+                eager_layer.reset_state()
+    for p, q in zip(compiled_layer.params(), eager_layer.params()):
+        assert same(p, q)
+    stats = compiled.stats()
+    assert stats["recordings"] == 1 and stats["fallbacks"] == 0
+    # the calls after a sample that left its state: replayed, or eager where the step reads it
+    assert stats["replays"] == (7 if resets_at_start else 3)
+    assert stats["eager calls"] == (0 if resets_at_start else 4)
+
+
 def test_a_fallen_back_recording_leaves_a_graph_of_real_arrays():
     """The recording call of a step that falls back is an eager call: backward through its
     result afterwards uses real arrays, saved ones included (leaky_relu saves its slopes)."""

@@ -14,6 +14,7 @@ import math
 import operator
 import threading
 import warnings
+import weakref
 
 from ..variable import Variable, fresh_log, note_write, watch
 from .fuse import fusable, fuse
@@ -76,6 +77,12 @@ class Tape:
         # of a constant c, its grad stored before an optimizer step): eagerly a new one at each
         # call, so no code outside the step sees these (Compiled falls back where it would)
         self.made = {id(v) for v in self.variables() if id(v) in recorder.made_here}
+        # carried states (an RNN's h) the step read before setting it, each with the object it
+        # found (a Variable weakly: a dead one is not there), and those it left None
+        self.states_read = [(module, name, weakref.ref(v) if isinstance(v, Variable) else v,
+                             isinstance(v, Variable))
+                            for (module, name), v in recorder.states_read.items()]
+        self.states_left = recorder.states_left
         self.replays = 0
         self.graphs = graphs  # runs of device lines become device graphs when compiled (graph.py)
         self.graphed = []     # those runs, once compiled
@@ -112,6 +119,8 @@ class Tape:
                 and all(v._grad is None for v in self.grads_absent))
 
     def run(self, *args):
+        if self.states_read and not self.states_as_read():
+            raise Diverged("a carried state the step read is another object now")
         self.replays += 1
         if self.replays == INTERPRETED_REPLAYS + 1:
             source, namespace = _source(*self._compiled(), self.arguments, self.outputs)
@@ -119,7 +128,22 @@ class Tape:
             self._run = namespace["replay"]
             if self.graphed:
                 self._run = _one_call_at_a_time(self._run)
-        return self._run(*args)
+        arrays = self._run(*args)
+        for module, name in self.states_left:
+            setattr(module, name, None)
+        return arrays
+
+    def states_as_read(self):
+        """True if each carried state the step read before setting it (an RNN's h) is the
+        object it read then: eager code between calls may have left another there."""
+        for module, name, value, weakly in self.states_read:
+            if weakly:
+                value = value()
+                if value is None:
+                    return False
+            if module.__dict__.get(name) is not value:
+                return False
+        return True
 
     def _compiled(self):
         """The lines and frees the compiled replay runs: the tape's, with runs of device lines as

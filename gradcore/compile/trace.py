@@ -355,6 +355,11 @@ class Recorder:
         # (module, name) -> (the value before the step first set it, where it did): see
         # module_state
         self.states_before = {}
+        # (module, name) -> the value the step read there before it set it (see
+        # module_state_read), which a replay checks; [(module, name)]: states the step left
+        # None where it found a Variable, which a replay leaves None
+        self.states_read = {}
+        self.states_left = []
         self.draws = []             # (backend method, args, kwargs) of each random draw made
         self.grads_read = []        # the Variables whose grad a load_grad line reads
         self.grads_absent = []      # those whose grad the step set where it found none
@@ -957,11 +962,30 @@ class Recorder:
             self.module_states.append((module, name))
             self.states_before[module, name] = (module.__dict__.get(name), _user_frame())
 
+    def module_state_read(self, module, name, value):
+        """The step read `module.name`, a carried state (an RNN's h: nn.module._Carried), found
+        as `value`. Read before the step set it, the tape depends on it: a replay checks that it
+        is still the same object (Tape.states_as_read), as eager code may set it between
+        calls (an RNN used for a sample)."""
+        if (self.is_active() and (module, name) not in self.states_before
+                and (module, name) not in self.states_read):
+            self.states_read[module, name] = value
+
     def check_module_states(self):
         """The step has ended: a Variable it left on a module, where another was before, is
-        state the next call would not see after a replay."""
+        state the next call would not see after a replay; one it cleared (reset_state() at its
+        end), having set it before reading it, a replay clears too."""
         for (module, name), (before, where) in self.states_before.items():
-            if module.__dict__.get(name) is not before and self.fallback is None:
+            after = module.__dict__.get(name)
+            if after is None and (module, name) not in self.states_read:
+                # found whatever eager code left there (that the step did not read): None
+                # after eagerly, so after a replay
+                self.states_left.append((module, name))
+            elif after is before:
+                # the step ends with the object it found, which a replay leaves there only if
+                # it finds it too
+                self.states_read.setdefault((module, name), before)
+            elif self.fallback is None:
                 self.fallback = (
                     f"the step set {type(module).__name__}.{name}, state a replay would not "
                     "carry to the next call (an RNN's or LSTM's hidden state: call "

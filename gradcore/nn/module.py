@@ -78,6 +78,40 @@ _BY_VALUE = frozenset((int, float, bool, str, type(None)))
 _ABSENT = object()
 
 
+class _Carried:
+    """A name in a Module class's `_gradcore_carried` (an RNN's `h`): kept in the module's
+    __dict__ as any attribute is, its reads told to a gradcore.compile recording, so that a tape
+    that read the state before the step set it replays only where the state is the one it read
+    (Recorder.module_state_read), and one that set it first replays whatever eager code left
+    there between calls."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = name
+
+    def __get__(self, module, kind=None):
+        if module is None:
+            return self
+        try:
+            value = module.__dict__[self.name]
+        except KeyError:
+            raise AttributeError(f"{type(module).__name__!r} object has no attribute "
+                                 f"{self.name!r}") from None
+        if _variables.step_recorder is not None:
+            _variables.step_recorder.module_state_read(module, self.name, value)
+        return value
+
+    def __set__(self, module, value):
+        module.__dict__[self.name] = value
+
+    def __delete__(self, module):
+        try:
+            del module.__dict__[self.name]
+        except KeyError:
+            raise AttributeError(self.name) from None
+
+
 def watch(modules):
     """Replacing an attribute of one of these Modules (a recorded step's) counts as a change: see
     Module.__setattr__."""
@@ -227,8 +261,15 @@ class Module:
     """
 
     # attributes that carry state from one call to the next (RNN's h), which a user may set to
-    # a Variable of their own (a first state): not warned about as an unregistered weight
+    # a Variable of their own (a first state): not warned about as an unregistered weight, and
+    # read through a _Carried (see __init_subclass__)
     _gradcore_carried = ()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for name in cls.__dict__.get("_gradcore_carried", ()):
+            if not isinstance(cls.__dict__.get(name), _Carried):
+                setattr(cls, name, _Carried(name))
 
     def __init__(self):
         set_ = object.__setattr__
@@ -291,13 +332,17 @@ class Module:
             _modes_changed()
             return
         elif (_variables.step_recorder is not None or _in_block() is not None) and (
-                isinstance(value, Variable) or isinstance(self.__dict__.get(name), Variable)):
+                isinstance(value, Variable) or isinstance(self.__dict__.get(name), Variable)
+                or name in type(self)._gradcore_carried):
             # a Variable kept on the module from one call to the next (an RNN's hidden state)
             if _variables.step_recorder is not None:
                 _variables.step_recorder.module_state(self, name)
             _recompute.note_state(self, name)  # for checkpoint's recomputation
-        if _watched and _replaces(self, name, value):
-            _variables.settings_changed()  # outside a recording: the next call records again
+        if _watched and _replaces(self, name, value) and name not in type(self)._gradcore_carried:
+            # outside a recording: the next call records again. Not for carried state, which
+            # eager code between calls sets (an RNN used for a sample): a tape that read it
+            # checks it at its start instead (_Carried)
+            _variables.settings_changed()
         if value.__class__ not in _PLAIN:  # one look for the values that need none
             _note_attribute(self, name, value)
         object.__setattr__(self, name, value)
