@@ -274,19 +274,24 @@ def _call_post_hook(hook, x):
     .grad may be another's array too), leaving x.grad as it was: warned about where the hook
     changed nothing else of x's (not its .grad, its array, or x: an optimizer step using g)."""
     hooked = _variables.hooked
-    outer = getattr(hooked, "gradient", None)  # a backward in a hook runs hooks too
+    # a backward in a hook runs hooks too
+    outer = getattr(hooked, "gradient", None), getattr(hooked, "stepped", None)
     grad = hooked.gradient = x._grad
+    hooked.stepped = x, None  # x, and its values once the hook rebinds g (_augmented)
     data, version = (None if grad is None else grad._data), x.version
     try:
         _call_hook(hook, x, x)
     finally:
-        hooked.gradient = outer
+        before = hooked.stepped[1]
+        hooked.gradient, hooked.stepped = outer
     if grad is not None and getattr(hooked, "rebound", None) is grad:
         result, hooked.rebound, hooked.result = hooked.result, None, None
         if (x._grad is grad and grad._data is data and x.version == version
                 # kept (in a list, its array elsewhere) or written back: used
                 and not any(n > unkept for n, unkept in zip(_references(result), _UNKEPT))
-                and not _same_values(result, grad)):
+                and not _same_values(result, grad)
+                # x stepped with it through its array (p.data[...] -= g.data): used
+                and (before is None or _same_values(x, before))):
             warnings.warn(
                 f"the post-accumulate hook {_hook_name(hook)} on {_describe(x)} wrote g op= ... "
                 "into its .grad and changed nothing with the result: as in DeZero, g *= 0.5 "

@@ -1021,6 +1021,13 @@ def _augmented(x, other, op, symbol):
     if sys._getframe(2).f_code in backward_codes:
         return op(x, other)
     if x is getattr(hooked, "gradient", None):
+        stepped = getattr(hooked, "stepped", None)
+        if stepped is not None and stepped[1] is None:
+            # a post-accumulate hook's: its Variable's values now, for the lost-result warning
+            # (engine._call_post_hook) to tell a hook that then steps it with the result
+            # through its array (p.data[...] -= g.data) from one that lost the result
+            v = stepped[0]
+            hooked.stepped = v, Variable(v.xp.asarray(v._data, copy=True), requires_grad=False)
         hooked.rebound, hooked.result = x, op(x, other)
         return hooked.result
     if not x._requires_grad:

@@ -678,11 +678,17 @@ def test_a_post_accumulate_hook_whose_g_op_equals_is_lost_is_warned_about(xp):
         with gradcore.no_grad():
             p -= g
 
+    def stepped_through_its_array(p):  # the same, writing p's array
+        g = p.grad
+        g *= 0.5
+        p.data[...] -= g.data
+
     for hook, want_grad, want_w in ((set_back, [1.0, 2.0], [1.0, 2.0]),
                                     (written_back, [1.0, 2.0], [1.0, 2.0]),
                                     (written_into, [1.0, 2.0], [1.0, 2.0]),
                                     (kept_aside, [2.0, 4.0], [1.0, 2.0]),
-                                    (stepped, [2.0, 4.0], [0.0, 0.0])):
+                                    (stepped, [2.0, 4.0], [0.0, 0.0]),
+                                    (stepped_through_its_array, [2.0, 4.0], [0.0, 0.0])):
         w = var(xp, [1.0, 2.0])
         w.register_post_accumulate_grad_hook(hook)
         with warnings.catch_warnings():
