@@ -4,7 +4,7 @@ import math
 from ..nn.utils import norm_parts
 from ..variable import Variable
 from .hyperparameters import checked_hyperparameter
-from .params import _unique_params, grad_array
+from .params import _unique_params, grad_array, update_arrays, update_grad_array
 
 
 class WeightDecay:
@@ -19,7 +19,11 @@ class WeightDecay:
             with p.backend.device_context(p.device):
                 # a new grad Variable: the old one may be shared (backward of x + y hands both
                 # inputs the same gradient), so it is never changed in place
-                p.grad = Variable(grad_array(p) + rate * p.data, requires_grad=False)
+                # in the update's dtype (float32 for a float16 parameter), rounded once into
+                # the gradient's: rate * p and the sum each rounded to float16 would round
+                # twice (PyTorch's float16 add computes in float32 too)
+                data, grad = update_arrays(p)
+                p.grad = Variable(p.xp.astype(grad + rate * data, p.dtype), requires_grad=False)
 
     def __repr__(self):
         return f"WeightDecay({self.rate!r})"
@@ -53,7 +57,8 @@ class ClipGrad:
         if rate < 1:
             for p in params:
                 with p.backend.device_context(p.device):
-                    p.grad = Variable(grad_array(p) * rate, requires_grad=False)
+                    p.grad = Variable(p.xp.astype(update_grad_array(p) * rate, p.dtype),
+                                      requires_grad=False)
 
     def __repr__(self):
         return f"ClipGrad({self.max_norm!r})"

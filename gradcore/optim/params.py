@@ -19,6 +19,18 @@ def grad_array(param):
     return g if g.dtype == param.dtype else param.xp.astype(g, param.dtype)
 
 
+def update_grad_array(param):
+    """`param.grad`'s array in param's update_dtype (float32 for float16, as the update computes
+    it): what a hook computes a new gradient in (WeightDecay's grad + rate * param in float16
+    overflows where the float32 update does not, and drops a decay under the gradient's
+    spacing); in param's dtype where it has no update dtype (an integer parameter)."""
+    wide = update_dtype(param)
+    if wide is None:
+        return grad_array(param)
+    g = param.grad.data
+    return g if g.dtype == wide else param.xp.astype(g, wide)
+
+
 def update_dtype(param):
     """The dtype an optimizer computes `param`'s update in and keeps its state in: float32 for
     float16 (accumulator_dtype, the rule sums follow), as mixed-precision training does, else the

@@ -44,6 +44,28 @@ def test_weight_decay_leaves_a_shared_gradient_alone():
     np.testing.assert_array_equal(b.grad.data, [1.0, 1.0])
 
 
+@pytest.mark.parametrize("hook", ["WeightDecay", "ClipGrad"])
+def test_hooks_on_float16_round_their_gradient_once(hook):
+    """A float16 parameter's new gradient is computed in float32, as its update is, and rounded
+    once: grad + rate * p in float16 rounded rate * p first, and 46,151 of 100,000 sums came
+    out otherwise than the float64 sum rounded to float16 (rate 0.37; rounded from float32,
+    none)."""
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal(10000) * 10).astype(np.float16)
+    g = rng.standard_normal(10000).astype(np.float16)
+    p = gradcore.Parameter(w.copy())
+    p.grad = gradcore.Variable(g.copy(), requires_grad=False)
+    if hook == "WeightDecay":
+        WeightDecay(0.37)([p])
+        want = g.astype(np.float32) + np.float32(0.37) * w.astype(np.float32)
+    else:
+        norm = float(np.sqrt(np.sum(np.square(g.astype(np.float32)))))  # clip_grad_norm_'s
+        ClipGrad(0.37 * norm)([p])
+        want = g.astype(np.float32) * np.float32(0.37 * norm / (norm + 1e-6))
+    assert p.grad.dtype == np.float16
+    np.testing.assert_array_equal(p.grad.data, want.astype(np.float16))
+
+
 def test_clip_grad_scales_all_gradients_to_max_norm(xp2):
     W, b = param(xp2, [0.0, 0.0]), param(xp2, [0.0, 0.0])
     give_grad(W, xp2, [3.0, 0.0])
