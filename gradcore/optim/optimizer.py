@@ -207,7 +207,7 @@ class Optimizer:
                 f"({', '.join(names) or 'none'}), got {len(args)} ({given}); the parameters to "
                 f"optimize come first, if at all: {where}(model.parameters(), ...)")
         values = dict(self.defaults)
-        given = {}
+        given, spelled = {}, {}  # name -> its value, and the keyword it was given by
         for name, value in zip(names, args):
             given[name] = value
         for key, value in kwargs.items():
@@ -216,9 +216,13 @@ class Optimizer:
                 raise TypeError(f"{where} got an unexpected keyword argument {key!r}; "
                                 f"{_accepts(type(self), key)}")
             if name in given:
-                raise TypeError(f"{where} got {name!r} twice"
-                                + (f" (as {key!r}, its alias)" if key != name else ""))
+                first = spelled.get(name)
+                how = "by position" if first is None else f"as {first!r}"
+                alias = next((k for k in (first, key) if k is not None and k != name), None)
+                raise TypeError(f"{where} got {name!r} twice" + (
+                    f" ({how}, and as {key!r}; {alias!r} is its alias)" if alias else ""))
             given[name] = value
+            spelled[name] = key
         for name, value in given.items():
             values[name] = checked_value(where, name, value, self.defaults[name])
         return values
