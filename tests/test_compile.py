@@ -1938,8 +1938,13 @@ def test_indexing_out_of_range_raises_in_a_replay_as_eagerly():
     assert compiled.stats()["replays"] == 2
     with pytest.raises(IndexError, match="out of bounds|out of range"):
         step(np.arange(4.0), np.array([0, 9]))
-    with pytest.raises(IndexError, match="out of bounds|out of range"):
+    with pytest.raises(IndexError, match="out of bounds|out of range") as raised:
         compiled(np.arange(4.0), np.array([0, 9]))
+    # the replay's lines name no op: its error says how to see eager's, which does
+    assert "detect_anomaly" in "".join(getattr(raised.value, "__notes__", []))
+    with gradcore.detect_anomaly(), pytest.raises(IndexError, match="^get_item: index 9"):
+        with pytest.warns(RuntimeWarning, match="runs eagerly while anomaly mode is on"):
+            compiled(np.arange(4.0), np.array([0, 9]))
 
 
 def test_a_model_replaced_or_changed_records_again():

@@ -35,7 +35,7 @@ from .. import engine as _engine
 from .. import func as _func
 from .. import variable as _variable
 from ..config import anomaly_on, in_module_test_mode, recording, training
-from ..function import _SavedOutput
+from ..function import _SavedOutput, add_note
 from ..nn import module as _module
 from ..nn.module import _BY_VALUE, Module, mode_key, structure_changes, watch as _watch_modules
 from ..variable import Parameter, Variable
@@ -191,6 +191,12 @@ class Compiled:
             except Diverged:  # a check came out otherwise, before anything changed: run eagerly
                 self._counts["eager calls"] += 1
                 return self.fn(*args)
+            except Exception as error:  # an index out of range, say: the op's name is eager's
+                add_note(error, f"raised replaying the tape gradcore.compile recorded for "
+                         f"{self.__name__}, whose lines name no op: the call run eagerly names "
+                         "the op and your line (`with gradcore.detect_anomaly(): "
+                         f"{self.__name__}(...)` runs it eagerly)")
+                raise
             if tape.modes:
                 _switch_modes(tape.modes)
             self._counts["replays"] += 1
