@@ -261,15 +261,25 @@ def _like(x, value):
     """`value` (an array, a Variable, a number) as a Variable shaped, typed and placed like x."""
     if isinstance(value, Variable):
         return value
-    if isinstance(value, (int, float)):
-        return Variable(_zeros(x) + value, requires_grad=False)
+    number = _number(value)
+    if number is not None:
+        return Variable(_zeros(x) + number, requires_grad=False)
     return Variable(value, requires_grad=False)
+
+
+def _number(value):
+    """A real number that is not an array, Python's or a NumPy scalar (np.float32(2.0) as 2.0),
+    as a Python number, which _like spreads over its primal or result in its dtype; None for
+    anything else."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):  # no array is Real
+        return int(value) if isinstance(value, numbers.Integral) else float(value)
+    return None
 
 
 def _variable_of(value):
     """`value` (a Variable, an array, a list) as a Variable; None for a number (it is broadcast
     and placed like its primal or result: see _like) or anything that is not one."""
-    if value is None or isinstance(value, (int, float)):
+    if value is None or _number(value) is not None:
         return None
     try:
         return _output(value, "")
@@ -290,6 +300,9 @@ def _check_shape(where, value, what, like, of):
     if value is None:
         raise TypeError(f"{where}: {what} is None; pass an array shaped like {of}, "
                         f"{_shape(like)} (zeros where it contributes nothing)")
+    if isinstance(value, bool):  # a number to Python, a slip more often than a 1
+        raise TypeError(f"{where}: {what} is {value}, a bool; pass a number, or an array shaped "
+                        f"like {of}, {_shape(like)}")
     given, expected = _variable_of(value), _variable_of(like)
     if given is None or expected is None:
         return

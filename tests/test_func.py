@@ -436,6 +436,33 @@ def test_hvp_of_several_arguments_gives_a_tuple():
         gf.hvp(lambda a, b: F.sum(a * a * b), (a, b), (va,))
 
 
+@pytest.mark.parametrize("number", [2.0, 2, np.float64(2.0), np.float32(2.0), np.int64(2)],
+                         ids=["float", "int", "np.float64", "np.float32", "np.int64"])
+def test_a_number_as_tangent_or_cotangent_is_spread_over_its_array(number):
+    """Any real number, Python's or a NumPy scalar, stands for an array of it (np.float32 and
+    NumPy's integers were refused, float and np.float64 taken); the result keeps its dtype."""
+    x = np.array([1.0, 2.0, 3.0], dtype=np.float32)
+    _, vjp_fn = gf.vjp(lambda z: z * z, x)
+    gx, = vjp_fn(number)
+    assert gx.dtype == np.float32
+    np.testing.assert_array_equal(gx, [4.0, 8.0, 12.0])
+    _, t = gf.jvp(lambda z: z * z, (x,), (number,))
+    np.testing.assert_array_equal(t, [4.0, 8.0, 12.0])
+    np.testing.assert_array_equal(gf.hvp(lambda z: F.sum(z ** 3), x, number), [12.0, 24.0, 36.0])
+
+
+def test_a_bool_or_a_0d_array_tangent_is_refused():
+    """True was taken as 1; a 0-d array is an array, shaped otherwise than the result."""
+    x = np.array([1.0, 2.0, 3.0])
+    _, vjp_fn = gf.vjp(lambda z: z * z, x)
+    with pytest.raises(TypeError, match=r"^vjp_fn: the cotangent is True, a bool; pass a number"):
+        vjp_fn(True)
+    with pytest.raises(TypeError, match=r"^jvp: tangents\[0\] is False, a bool"):
+        gf.jvp(lambda z: z * z, (x,), (False,))
+    with pytest.raises(ValueError, match=r"^vjp_fn: the cotangent has shape \(\) but"):
+        vjp_fn(np.array(2.0))
+
+
 def test_a_number_result_is_refused_as_a_cut_graph():
     """.item() or float() cuts the graph: the derivatives came out as zeros (grad [0, 0, 0] for
     2x = [1, -2, 4]). A constant returned on purpose cannot be told from that: refused too, as
