@@ -554,6 +554,16 @@ def test_hook_runs_in_grad():
     assert g.item() == 6.0 and x.grad is None
 
 
+def test_grad_returns_a_computed_variables_gradient_after_its_hooks_as_a_leafs():
+    """The README's rule (PyTorch returns h's before its hook: [6, 12])."""
+    x = Variable(np.array([1.0, 2.0]))
+    h = x * 3
+    h.register_hook(lambda g: g * 10)
+    gh, gx = gradcore.grad(F.sum(h * h), [h, x])
+    np.testing.assert_array_equal(gh.data, [60.0, 120.0])
+    np.testing.assert_array_equal(gx.data, [180.0, 360.0])
+
+
 # =============================================================================== post-accumulate hooks
 def two_layers(xp):
     """A small two-layer graph on parameters w1, w2; w2's ops run before w1's in backward."""
