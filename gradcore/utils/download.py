@@ -342,8 +342,14 @@ def _download(url, partial, stream, timeout):
                                      headers={"Range": f"bytes={have}-"} if have else {})
     with urllib.request.urlopen(request, timeout=timeout) as response:
         resumed = have and response.status == 206
-        total = response.headers.get("Content-Length")
-        total = (int(total) + (have if resumed else 0)) if total else None
+        # the length http.client frames the body by, read before any byte: None where the body
+        # is chunked (whose framing wins over a Content-Length, RFC 9112) or the header is no
+        # length (-5), where it reads to the end; the header itself for a file:// URL
+        total = getattr(response, "length", None)
+        if not isinstance(response, http.client.HTTPResponse) and total is None:
+            total = response.headers.get("Content-Length")
+            total = int(total) if total and total.isdigit() else None
+        total = None if total is None else total + (have if resumed else 0)
         done = have if resumed else 0
         with open(partial, "ab" if resumed else "wb") as f:
             for block in iter(lambda: response.read(CHUNK), b""):

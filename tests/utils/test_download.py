@@ -26,12 +26,14 @@ class Server:
     """A thread serving BODY at /file (and at the decoded paths in `served`), honouring Range
     (416 for a range from the end on, as S3 answers), and an HTML page at /page (what a /blob/ or
     login URL answers); `cut` bytes: the next reply stops there (a broken connection);
-    `length=False`: replies say no Content-Length (the body ends when the connection closes);
+    `length=False`: replies say no Content-Length (the body ends when the connection closes), a
+    string: that Content-Length, whatever the body; `chunked`: the body in chunks (HTTP/1.1);
     `delay` seconds between 4 KiB blocks (a slow download). `requests` lists each request's
     Range header, `targets` each request's path as sent."""
 
     def __init__(self, delay=0.0):
         self.requests, self.targets, self.cut, self.length = [], [], None, True
+        self.chunked = False
         self.served = {"/file"}
         owner = self
 
@@ -63,9 +65,18 @@ class Server:
                 else:
                     self.send_response(200)
                 if owner.length:  # else HTTP/1.0's end of the body: the connection closes
-                    self.send_header("Content-Length", str(len(BODY) - start))
-                self.end_headers()
+                    self.send_header("Content-Length", owner.length if isinstance(
+                        owner.length, str) else str(len(BODY) - start))
                 body = BODY[start:]
+                if owner.chunked:
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    for i in range(0, len(body), 4096):
+                        block = body[i:i + 4096]
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(block), block))
+                    self.wfile.write(b"0\r\n\r\n")
+                    return
+                self.end_headers()
                 if owner.cut is not None:
                     body, owner.cut = body[:owner.cut], None
                 for i in range(0, len(body), 4096):
@@ -117,6 +128,17 @@ def test_a_wrong_checksum_leaves_no_file(server, tmp_path):
 def test_a_mirror_that_is_down_and_one_that_has_no_file(server, tmp_path):
     urls = [f"http://127.0.0.1:{closed_port()}/file", server.url + "/missing", server.url + "/file"]
     path = fetch("data.bin", urls, DIGEST, folder=tmp_path, progress=False)
+    assert path.read_bytes() == BODY
+
+
+@pytest.mark.parametrize("length, chunked", [("-5", False), ("12345", True), ("lots", False)],
+                         ids=["negative", "chunked beside a length", "not a number"])
+def test_a_content_length_the_body_is_not_framed_by(server, tmp_path, length, chunked):
+    """The body is read as http.client frames it (a chunked body to its last chunk, whatever a
+    Content-Length says, as RFC 9112 has it; a length that is no length ignored, the body read to
+    the end): the whole file arrived, and fetch said "closed after 102400 of -5 bytes"."""
+    server.length, server.chunked = length, chunked
+    path = fetch("data.bin", [server.url + "/file"], DIGEST, folder=tmp_path, progress=False)
     assert path.read_bytes() == BODY
 
 
