@@ -487,52 +487,10 @@ def test_a_module_keeping_state_between_calls_falls_back(layer):
         assert p.grad is not None and same(p.grad, q.grad)
 
 
-@pytest.mark.parametrize("layer", [lambda: nn.RNN(3, in_size=2), lambda: nn.LSTM(3, in_size=2)],
-                         ids=["RNN", "LSTM"])
-def test_a_step_resetting_an_rnns_state_at_both_ends_replays(layer):
-    """reset_state() at the start and the end, the whole sequence inside: the step leaves the
-    state as it found it, so a replay carries nothing (it ran eagerly at every call, its
-    warning asking to pass in a state an RNN takes from no argument)."""
-    np.random.seed(0)
-    compiled_layer = layer()
-    np.random.seed(0)
-    eager_layer = layer()
-
-    def training_step(model, opt):
-        def step(xs, t):
-            model.reset_state()
-            loss = 0
-            for x in xs:
-                loss = loss + F.mean_squared_error(model(x), t)
-            model.cleargrads()
-            loss.backward()
-            opt.update()
-            model.reset_state()
-            return loss
-        return step
-
-    compiled = gradcore.compile(training_step(
-        compiled_layer, optim.SGD(lr=0.1).setup(compiled_layer)))
-    eager = training_step(eager_layer, optim.SGD(lr=0.1).setup(eager_layer))
-    rng = np.random.default_rng(0)
-    for _ in range(5):  # the first call makes the lazy weights: it records again
-        xs, t = rng.standard_normal((4, 2, 2)), rng.standard_normal((2, 3))
-        assert same(compiled(xs, t), eager(xs, t))
-    for p, q in zip(compiled_layer.params(), eager_layer.params()):
-        assert same(p, q)
-    assert compiled_layer.h is None
-    assert compiled.stats()["fallbacks"] == 0 and compiled.stats()["replays"] >= 3
-
-
-@pytest.mark.parametrize("layer", [lambda: nn.RNN(3, in_size=2), lambda: nn.LSTM(3, in_size=2)],
-                         ids=["RNN", "LSTM"])
-@pytest.mark.parametrize("resets_at_start", [True, False], ids=["reset both ends", "reset at end"])
-def test_eager_use_of_an_rnn_between_calls(layer, resets_at_start):
-    """A sample taken eagerly between training steps leaves the RNN a state (or none). A step
-    that resets it first replays whatever was left (it ran eagerly at every call, warning to
-    reset at both ends, which it did); one that reads it first replays where the state is the
-    one it was recorded with, and runs eagerly where it is not, continuing from it as eager
-    code does. Each call gives eager's loss, weights and state."""
+def rnn_training_twins(layer, resets_at_start=True):
+    """(compiled step, eager step, compiled's layer, eager's layer): one SGD step over a whole
+    sequence of `layer()`, made twice under one seed, that resets its state at the end (and at
+    the start too, with `resets_at_start`)."""
     np.random.seed(0)
     compiled_layer = layer()
     np.random.seed(0)
@@ -555,6 +513,36 @@ def test_eager_use_of_an_rnn_between_calls(layer, resets_at_start):
     compiled = gradcore.compile(training_step(
         compiled_layer, optim.SGD(lr=0.1).setup(compiled_layer)))
     eager = training_step(eager_layer, optim.SGD(lr=0.1).setup(eager_layer))
+    return compiled, eager, compiled_layer, eager_layer
+
+
+@pytest.mark.parametrize("layer", [lambda: nn.RNN(3, in_size=2), lambda: nn.LSTM(3, in_size=2)],
+                         ids=["RNN", "LSTM"])
+def test_a_step_resetting_an_rnns_state_at_both_ends_replays(layer):
+    """reset_state() at the start and the end, the whole sequence inside: the step leaves the
+    state as it found it, so a replay carries nothing (it ran eagerly at every call, its
+    warning asking to pass in a state an RNN takes from no argument)."""
+    compiled, eager, compiled_layer, eager_layer = rnn_training_twins(layer)
+    rng = np.random.default_rng(0)
+    for _ in range(5):  # the first call makes the lazy weights: it records again
+        xs, t = rng.standard_normal((4, 2, 2)), rng.standard_normal((2, 3))
+        assert same(compiled(xs, t), eager(xs, t))
+    for p, q in zip(compiled_layer.params(), eager_layer.params()):
+        assert same(p, q)
+    assert compiled_layer.h is None
+    assert compiled.stats()["fallbacks"] == 0 and compiled.stats()["replays"] >= 3
+
+
+@pytest.mark.parametrize("layer", [lambda: nn.RNN(3, in_size=2), lambda: nn.LSTM(3, in_size=2)],
+                         ids=["RNN", "LSTM"])
+@pytest.mark.parametrize("resets_at_start", [True, False], ids=["reset both ends", "reset at end"])
+def test_eager_use_of_an_rnn_between_calls(layer, resets_at_start):
+    """A sample taken eagerly between training steps leaves the RNN a state (or none). A step
+    that resets it first replays whatever was left (it ran eagerly at every call, warning to
+    reset at both ends, which it did); one that reads it first replays where the state is the
+    one it was recorded with, and runs eagerly where it is not, continuing from it as eager
+    code does. Each call gives eager's loss, weights and state."""
+    compiled, eager, compiled_layer, eager_layer = rnn_training_twins(layer, resets_at_start)
     rng = np.random.default_rng(0)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
