@@ -261,10 +261,17 @@ def gradgradcheck(fn, inputs, grad_outputs=None, **options):
 
 def _checked_inputs(inputs, dtype, where):
     """The inputs as new leaf Variables (copies: the caller's stay as they are), the floating
-    ones in `dtype`; integer and bool ones (labels, indices, masks) keep their dtype and are
-    constants: nothing is differentiated or perturbed along them."""
+    ones in `dtype`; integer and bool ones (labels, indices, masks), and a Variable given with
+    requires_grad=False (a temperature, a float target), are constants: nothing is
+    differentiated or perturbed along them, as PyTorch's gradcheck skips such a tensor."""
     xs = []
     for i, x in enumerate(_as_tuple(inputs)):
+        if isinstance(x, (tuple, str, bytes, dict, type(None))):
+            raise TypeError(
+                f"{where}: input {i} is a {type(x).__name__} ({x!r}): the inputs are the point "
+                "fn is differentiated at (arrays, Variables, numbers); pass other arguments "
+                f"through a closure: {where}(lambda v: fn(v, {x!r}), x)")
+        constant = isinstance(x, Variable) and not x.requires_grad
         x = as_variable(x)
         if x.data is None:
             raise ValueError(f"{where}: input {i} has no data")
@@ -276,12 +283,13 @@ def _checked_inputs(inputs, dtype, where):
                              f"{dtype}; choose another dtype")
         with x.backend.device_context(x.device):
             data = xp.astype(x.data, target, copy=True)
-        xs.append(Variable(data, requires_grad=floating))
+        xs.append(Variable(data, requires_grad=floating and not constant))
     if not any(x.requires_grad for x in xs):  # nothing would be compared: a vacuous pass
         dtypes = ", ".join(str(x.dtype) for x in xs)
-        raise TypeError(f"{where}: no input is floating-point (dtypes: {dtypes}), so there is "
-                        "nothing to differentiate; differentiate at a floating-point point "
-                        "(1.0, not 1; or x.astype(float))")
+        raise TypeError(f"{where}: no input is floating-point and requires grad (dtypes: "
+                        f"{dtypes}), so there is nothing to differentiate; differentiate at a "
+                        "floating-point point (1.0, not 1; or x.astype(float)) that requires "
+                        "grad")
     return tuple(xs)
 
 

@@ -4,7 +4,7 @@ import pytest
 
 import gradcore
 import gradcore.functions as F
-from gradcore import Function
+from gradcore import Function, Variable
 from gradcore.utils import GradcheckError, gradcheck, gradgradcheck
 
 
@@ -324,10 +324,39 @@ def test_float32_is_differenced_in_float64_and_checked_at_its_rounding(mode):
 @pytest.mark.parametrize("check", [gradcheck, gradgradcheck])
 def test_an_integer_point_is_refused_rather_than_checked_vacuously(check):
     for point in ([1, 2], np.array([1, 2, 3]), 3, (np.array([0, 1]), np.array([True, False]))):
-        with pytest.raises(TypeError, match=r"no input is floating-point \(dtypes: .*int64.*"
-                                            r"differentiate at a floating-point point \(1.0, "
-                                            r"not 1"):
+        with pytest.raises(TypeError, match=r"no input is floating-point and requires grad "
+                                            r"\(dtypes: .*int64.*differentiate at a "
+                                            r"floating-point point \(1.0, not 1"):
             check(lambda v, *rest: v * v, point)
+
+
+class ScaleBy(Function):
+    """x * c, c a constant: no gradient for it (None in its place)."""
+
+    def forward(self, x, c):
+        return x * c
+
+    def backward(self, gy):
+        return gy * self.inputs[1], None
+
+
+@pytest.mark.parametrize("check", [gradcheck, gradgradcheck])
+def test_a_floating_variable_that_requires_no_grad_is_a_constant(check):
+    """As PyTorch's gradcheck skips a tensor that requires no grad: gradcheck compared c's
+    missing gradient (0) against its central differences (1.2) and failed, where gradgradcheck
+    passed."""
+    x = np.linspace(0.1, 0.6, 6)
+    c = Variable(np.array(2.0), requires_grad=False)
+    assert check(ScaleBy.apply, (x, c))
+    with pytest.raises(GradcheckError, match=r"d output 0\[\d\] / d input 1\[\]"):
+        gradcheck(ScaleBy.apply, (x, Variable(np.array(2.0))))  # differentiated: it fails
+
+
+@pytest.mark.parametrize("check", [gradcheck, gradgradcheck])
+def test_an_input_that_is_no_point_says_to_close_over_it(check):
+    x = np.linspace(0.1, 0.6, 6)
+    with pytest.raises(TypeError, match=r"input 1 is a tuple \(\(3, 2\)\).*through a closure"):
+        check(lambda v, s: F.reshape(v, s), (x, (3, 2)))
 
 
 class RawSin(Function):
