@@ -57,25 +57,26 @@ def matmul(x, W):
 
 # =============================================================================== linear
 class Linear(Function):
-    """y = x @ W + b for x (N, in), W (in, out) and b (out,) or absent, as one fused op;
-    gb = gy summed over the batch."""
+    """y = x @ W + b for x (N, in), or (..., in) as PyTorch's, W (in, out) and b (out,) or
+    absent, as one fused op; gW and gb sum over every axis but the last."""
     op_name = "linear"
     integers_take_float_dtype = True  # an int64 x to a float32 layer stays float32, as in + - * /
 
     def forward(self, x, W, b=None):
         # x or W may be a Python number (a NumPy scalar input becomes one): 0-d
-        if getattr(x, "ndim", 0) != 2 or getattr(W, "ndim", 0) != 2:
-            raise ValueError(f"x must be 2-d (batch, in) and W 2-d (in, out); got x {_shape(x)} "
-                             f"and W {_shape(W)} (reshape x, e.g. flatten)")
-        if x.shape[1] != W.shape[0]:
+        if getattr(x, "ndim", 0) < 2 or getattr(W, "ndim", 0) != 2:
+            raise ValueError(f"x must be (batch, in) or (..., in) and W 2-d (in, out); got x "
+                             f"{_shape(x)} and W {_shape(W)} (reshape x, e.g. flatten)")
+        if x.shape[-1] != W.shape[0]:
             raise ValueError(f"x {tuple(x.shape)} and W {tuple(W.shape)} do not match: "
-                             f"x.shape[1] ({x.shape[1]}) must equal W.shape[0] ({W.shape[0]})")
+                             f"x.shape[-1] ({x.shape[-1]}) must equal W.shape[0] ({W.shape[0]})")
         y = self.xp.matmul(x, W)
         if b is None:
             return y
-        out = (x.shape[0], W.shape[1])
+        out = (*x.shape[:-1], W.shape[1])
         shape = _shape(b)  # b may be a Python number
-        if len(shape) > 2 or any(n not in (1, m) for n, m in zip(shape[::-1], out[::-1])):
+        if len(shape) > len(out) or any(n not in (1, m) for n, m in zip(shape[::-1],
+                                                                        out[::-1])):
             raise ValueError(f"b {shape} does not broadcast to the output {out}; "
                              f"use shape ({W.shape[1]},)")
         return y + b
@@ -85,7 +86,13 @@ class Linear(Function):
         needs = self.needs_input_grad
         # Dask: each in its input's chunks, as matmul's
         gx = laid_out_like(matmul(gy, W.T), x) if needs[0] else None
-        gW = laid_out_like(matmul(x.T, gy), W) if needs[1] else None
+        gW = None
+        if needs[1]:
+            if x.ndim > 2:  # the rows of every leading axis, as one batch
+                x, gy_rows = reshape(x, (-1, x.shape[-1])), reshape(gy, (-1, gy.shape[-1]))
+            else:
+                gy_rows = gy
+            gW = laid_out_like(matmul(x.T, gy_rows), W)
         if len(self.inputs) == 2:
             return gx, gW
         b = self.inputs[2]
@@ -94,7 +101,8 @@ class Linear(Function):
 
 
 def linear(x, W, b=None):
-    """x @ W + b for a batch x (N, in), W (in, out), b (out,) or None; one fused op."""
+    """x @ W + b for a batch x (N, in), or (..., in), W (in, out), b (out,) or None; one fused
+    op."""
     return Linear()(x, W) if b is None else Linear()(x, W, b)
 
 

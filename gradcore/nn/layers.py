@@ -246,8 +246,8 @@ _TORCH_LINEAR_KEYWORDS = {
 
 
 class Linear(Module):
-    """A fully connected layer: y = x @ W + b for x (N, in_size), W (in_size, out_size),
-    b (out_size,).
+    """A fully connected layer: y = x @ W + b for x (N, in_size), or (..., in_size) as
+    PyTorch's (a sequence's every step), W (in_size, out_size), b (out_size,).
 
     `Linear(out_size)` (DeZero) learns in_size from the first input, and creates W and b then on
     that input's device in the layer's dtype (that of its last `to(dtype=)`, else `dtype`); W
@@ -310,10 +310,10 @@ class Linear(Module):
                 in_size = self.W.shape[0]
             else:
                 shape = _input_shape(x, "Linear")
-                if len(shape) != 2:
-                    raise ValueError(f"Linear: x must be 2-d (batch, in_size), got shape {shape}; "
-                                     "flatten it first (e.g. F.reshape(x, (len(x), -1)))")
-                in_size = shape[1]
+                if len(shape) < 2:
+                    raise ValueError(f"Linear: x must be (batch, in_size) or (..., in_size), got "
+                                     f"shape {shape}; a single example is (1, in_size)")
+                in_size = shape[-1]
         self._initialize(*_placement(x, self, "Linear"), in_size)
 
     def forward(self, x):

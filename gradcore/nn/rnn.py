@@ -70,7 +70,10 @@ def _preactivation(layer, x2h, h2h, x, h):
     """x2h(x) + h2h(h), or x2h(x) alone at the first step (h None). A lazy h2h is created at
     its first use, the second step, on h's device and dtype: the order DeZero draws in, so
     numpy.random.seed gives DeZero's weights. An input x2h refuses for its size is refused
-    again naming `layer` (see _refuse_input)."""
+    again naming `layer` (see _refuse_input), and so is an x that is not 2-d, which x2h takes
+    as PyTorch's Linear takes (..., in_size)."""
+    if len(getattr(x, "shape", ())) > 2:
+        _refuse_input(layer, x2h, x, None)
     try:
         y = x2h(x)
     except ValueError as e:

@@ -258,6 +258,15 @@ def test_max_pooling_nan_window_passes_no_gradient(xp):
     np.testing.assert_array_equal(xp.numpy(x.grad.data), [[[[0.0, 0.0, 1.0, 0.0]]]])
 
 
+def test_max_pooling_pads_with_zeros_as_dezero(xp):
+    """The README's rule (PyTorch pads with -inf: [-1, -2, -5, -6], a gradient to each)."""
+    x = gradcore.Variable(xp.asarray(-np.arange(1.0, 17.0).reshape(1, 1, 4, 4)))
+    y = F.pooling(x, 3, 2, 1)
+    F.sum(y).backward()
+    np.testing.assert_array_equal(xp.numpy(y.data).ravel(), [0.0, 0.0, 0.0, -6.0])
+    assert xp.numpy(x.grad.data).sum() == 1.0 and xp.numpy(x.grad.data)[0, 0, 1, 1] == 1.0
+
+
 def test_pooling_without_grad_records_nothing(xp):
     a = np.random.default_rng(5).standard_normal(IMG)
     x = gradcore.Variable(xp.asarray(a))

@@ -42,13 +42,15 @@ def test_op(case, xp):
     check_case(case, xp)
 
 
-def test_linear_agrees_with_linear_simple(xp):
-    """The fused op against its composition: same value, same first and second derivatives."""
+@pytest.mark.parametrize("batch", [(5,), (2, 5), (2, 1, 3)], ids=["rows", "3-d", "4-d"])
+def test_linear_agrees_with_linear_simple(xp, batch):
+    """The fused op against its composition: same value, same first and second derivatives;
+    x (..., in) as PyTorch's (refused where it was not 2-d)."""
     rng = np.random.default_rng(7)
-    arrays = [rng.standard_normal(s) for s in ((5, 4), (4, 3), (3,))]
+    arrays = [rng.standard_normal(s) for s in ((*batch, 4), (4, 3), (3,))]
     xs = [gradcore.Variable(xp.asarray(a)) for a in arrays]
     ys = [gradcore.Variable(xp.asarray(a)) for a in arrays]
-    w = xp.asarray(rng.standard_normal((5, 3)))
+    w = xp.asarray(rng.standard_normal((*batch, 3)))
     fused, simple = F.linear(*xs), F.linear_simple(*ys)
     np.testing.assert_allclose(xp.numpy(fused.data), xp.numpy(simple.data), rtol=1e-12)
     g_fused = gradcore.grad(fused, xs, grad_outputs=w, create_graph=True)
@@ -103,8 +105,9 @@ def test_float32_matmul_and_linear_with_integer_constants_stay_float32(xp):
     (F.matmul, ((2, 3), (4, 5)), r"matmul: shapes \(2, 3\) and \(4, 5\) do not match: the last axis of x \(3\) must equal the second-to-last axis of W \(4\)"),
     (F.matmul, ((2, 3), (4,)), r"matmul: shapes \(2, 3\) and \(4,\) do not match: .* the only axis of W \(4\)"),
     (F.matmul, ((), (4,)), r"matmul: matmul needs inputs of at least one dimension"),
-    (F.linear, ((2, 3), (4, 5)), r"linear: x \(2, 3\) and W \(4, 5\) do not match: x.shape\[1\] \(3\) must equal W.shape\[0\] \(4\)"),
-    (F.linear, ((2, 2, 3), (3, 5)), r"linear: x must be 2-d \(batch, in\) and W 2-d \(in, out\); got x \(2, 2, 3\)"),
+    (F.linear, ((2, 3), (4, 5)), r"linear: x \(2, 3\) and W \(4, 5\) do not match: x.shape\[-1\] \(3\) must equal W.shape\[0\] \(4\)"),
+    (F.linear, ((3,), (3, 5)), r"linear: x must be \(batch, in\) or \(\.\.\., in\) and W 2-d \(in, out\); got x \(3,\)"),
+    (F.linear, ((2, 2, 3), (3, 5), (3, 2, 5)), r"linear: b \(3, 2, 5\) does not broadcast to the output \(2, 2, 5\)"),
     (F.linear, ((2, 3), (3, 5), (4,)), r"linear: b \(4,\) does not broadcast to the output \(2, 5\)"),
 ])
 def test_linear_algebra_rejects_mismatched_shapes(xp, op, shapes, message):
@@ -120,14 +123,14 @@ def test_a_number_for_x_or_W_gets_the_0d_error(xp, number):
     # a NumPy scalar reaches forward as a Python number: the same error as a 0-d array
     W = gradcore.Variable(xp.asarray(np.ones((1, 3), dtype=np.float32)))
     zero_d = gradcore.Variable(xp.asarray(np.array(2.0, dtype=np.float32)))
-    got_x = (r"linear: x must be 2-d \(batch, in\) and W 2-d \(in, out\); got x \(\) and W "
-             r"\(1, 3\) \(reshape x, e.g. flatten\)")
+    got_x = (r"linear: x must be \(batch, in\) or \(\.\.\., in\) and W 2-d \(in, out\); got x "
+             r"\(\) and W \(1, 3\) \(reshape x, e.g. flatten\)")
     for x in (zero_d, number):
         with pytest.raises(ValueError, match=got_x):
             F.linear(x, W)
     with pytest.raises(ValueError, match=got_x):
         gradcore.nn.Linear(1, 3)(number)
-    with pytest.raises(ValueError, match=r"linear: x must be 2-d .*; got x \(1, 3\) and W \(\)"):
+    with pytest.raises(ValueError, match=r"linear: x must be .*; got x \(1, 3\) and W \(\)"):
         F.linear(W, number)
     for args in ((number, W), (W, number)):
         with pytest.raises(ValueError, match="matmul: matmul needs inputs of at least one "

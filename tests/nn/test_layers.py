@@ -977,7 +977,8 @@ def test_pytorch_s_order_on_an_image_is_warned_about_where_dezero_s_kernel_is_ev
 
 def test_bad_first_inputs_leave_lazy_layers_unset():
     lin = nn.Linear(3)
-    with pytest.raises(ValueError, match=r"x must be 2-d \(batch, in_size\), got shape \(4,\)"):
+    with pytest.raises(ValueError, match=r"x must be \(batch, in_size\) or \(\.\.\., in_size\), "
+                                         r"got shape \(4,\)"):
         lin(np.ones(4))
     assert lin.W.data is None and lin.b.data is None
     conv = nn.Conv2d(2, 3)
