@@ -371,6 +371,22 @@ def test_embed_id_adds_repeated_float16_ids_up_in_float32(xp):
     np.testing.assert_array_equal(xp.numpy(W.grad.data), [[exact, exact], [0.0, 0.0], [0.0, 0.0]])
 
 
+def test_embed_id_adds_repeated_float32_ids_up_in_float64(xp):
+    # np.add.at adds one value at a time in W's dtype: 200,000 x 0.1 into one float32 row came
+    # to 19,959.5 (2,000,000 to 197,025: 1.5% off, PyTorch's figure too), where the Dask and
+    # array-API backends gave the exact sum; ids repeated 256 times or fewer keep np.add.at
+    n = 200_000
+    W = gradcore.Variable(xp.asarray(np.zeros((3, 2)), dtype="float32"))
+    ids = np.zeros(n, np.int64)
+    ids[-300:] = 2  # 300 repeats: over FLOAT32_REPEATS too
+    y = F.embed_id(ids, W)
+    y.backward(gradcore.Variable(xp.asarray(np.full((n, 2), 0.1), dtype="float32")))
+    tenth = float(np.float32(0.1))
+    first, third = np.float32((n - 300) * tenth), np.float32(300 * tenth)  # each rounded once
+    np.testing.assert_array_equal(xp.numpy(W.grad.data),
+                                  [[first, first], [0.0, 0.0], [third, third]])
+
+
 def test_an_array_api_index_gradient_of_float16_adds_up_in_float32():
     # the array API names no float16, but a library behind it may: its segment sum rounded each
     # run's partial sums to float16 at every step of the scan (811 for a total of 810.5)
