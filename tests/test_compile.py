@@ -565,6 +565,94 @@ def test_eager_use_of_an_rnn_between_calls(layer, resets_at_start):
     assert stats["eager calls"] == (0 if resets_at_start else 4)
 
 
+@pytest.mark.parametrize("layer", [lambda: nn.RNN(3, in_size=2), lambda: nn.LSTM(3, in_size=2)],
+                         ids=["RNN", "LSTM"])
+def test_a_step_resetting_at_its_end_replays_after_recording_over_a_state_left(layer):
+    """Its recording call found a state a sample left, read it and cleared it: it fell back for
+    good, warning to reset at both ends. The next call records again, and replays from then on;
+    a state found before every call runs eagerly, saying so."""
+    compiled, eager, compiled_layer, eager_layer = rnn_training_twins(layer, False)
+    rng = np.random.default_rng(0)
+    for layer_ in (compiled_layer, eager_layer):
+        with gradcore.no_grad():
+            layer_(np.ones((2, 2)))  # a sample before the first call
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(6):
+            xs, t = rng.standard_normal((4, 2, 2)), rng.standard_normal((2, 3))
+            assert same(compiled(xs, t), eager(xs, t))
+    stats = compiled.stats()
+    assert stats["recordings"] == 2 and stats["replays"] == 4 and stats["fallbacks"] == 0
+    def sampled_then_stepped(compiled, eager, compiled_layer, eager_layer, calls):
+        for _ in range(calls):  # a sample before every call
+            for layer_ in (compiled_layer, eager_layer):
+                with gradcore.no_grad():
+                    layer_(np.ones((2, 2)))
+            xs, t = rng.standard_normal((4, 2, 2)), rng.standard_normal((2, 3))
+            assert same(compiled(xs, t), eager(xs, t))
+        for p, q in zip(compiled_layer.params(), eager_layer.params()):
+            assert same(p, q)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the tape's check finds the state: eager calls
+        sampled_then_stepped(compiled, eager, compiled_layer, eager_layer, 3)
+    assert compiled.stats()["eager calls"] == 3
+    with pytest.warns(RuntimeWarning, match=r"the step read (RNN|LSTM)\.[hc], which eager code left "
+                                            r"set before each of its last three calls"):
+        sampled_then_stepped(*rnn_training_twins(layer, False), 4)  # no tape yet: it says why
+
+
+def test_a_python_counter_a_module_keeps_makes_the_step_eager():
+    """self.t += 1 in forward (a warm-up): every replay used the recorded t = 1, losses and
+    weights drifting from eager's with no word; a value set once (a cache) records again."""
+    class Warmup(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(1, in_size=2)
+            self.t = 0
+
+        def forward(self, x):
+            self.t += 1
+            self.shape = x.shape  # a cache set the same at every call: replays
+            return self.lin(x) * min(1.0, self.t / 4)
+
+    def make():
+        np.random.seed(0)
+        model = Warmup()
+        opt = optim.SGD(lr=0.1).setup(model)
+
+        def step(x):
+            loss = F.sum(model(x) ** 2)
+            model.cleargrads()
+            loss.backward()
+            opt.update()
+            return loss
+        return model, step
+
+    (model, step), (twin, eager) = make(), make()
+    compiled = gradcore.compile(step)
+    x = np.ones((3, 2), np.float32)
+    with pytest.warns(RuntimeWarning, match=r"the step set Warmup\.t from 0 to 1, Python state a "
+                                            r"replay would not set"):
+        compiled(x)
+    eager(x)
+    for _ in range(4):
+        assert same(compiled(x), eager(x))
+    assert model.t == twin.t == 5 and same(model.lin.W, twin.lin.W)
+    assert compiled.stats()["replays"] == 0
+
+    class Cache(nn.Module):
+        def forward(self, x):
+            self.shape = x.shape
+            return x * 2.0
+
+    cache = Cache()
+    cached = gradcore.compile(lambda x: cache(gradcore.Variable(x)))
+    for _ in range(4):
+        np.testing.assert_array_equal(cached(np.ones(3)).data, [2.0, 2.0, 2.0])
+    assert cached.stats()["replays"] == 2 and cached.stats()["fallbacks"] == 0
+
+
 def test_a_fallen_back_recording_leaves_a_graph_of_real_arrays():
     """The recording call of a step that falls back is an eager call: backward through its
     result afterwards uses real arrays, saved ones included (leaky_relu saves its slopes)."""

@@ -482,6 +482,7 @@ class Compiled:
             if again < 3:
                 return _materialize(result)
             rec.give_up(
+                rec.again_because if rec.again_because is not None and made is None else
                 f"the step made the optimizer {type(made).__name__} it steps at each of its last "
                 "three calls: eagerly a new one starts at each call, where a replay would step "
                 "one again, its state (moments, counts of steps) carried over: make the "

@@ -206,6 +206,18 @@ class Ref:
         self.slot = slot
 
 
+_UNSET = object()  # an attribute a module did not have
+
+
+def _same_value(a, b):
+    """Whether a and b are equal numbers, strings, None, or tuples of them (a shape kept)."""
+    if a.__class__ is not b.__class__:
+        return False
+    if a.__class__ is tuple:
+        return len(a) == len(b) and all(map(_same_value, a, b))
+    return a.__class__ in (int, float, bool, str, type(None)) and a == b
+
+
 class Line:
     """One tape line. kind: "call" (out = target(*args, **kwargs)), "method" (out =
     args[0].target(*args[1:], **kwargs)), "binary", "unary", "in_place" (args[0] op= args[1]),
@@ -360,6 +372,10 @@ class Recorder:
         # None where it found a Variable, which a replay leaves None
         self.states_read = {}
         self.states_left = []
+        # (module, name) -> (the Python value, not a Variable, before the step first set it,
+        # or _UNSET, where it did): see python_state
+        self.python_states = {}
+        self.again_because = None  # why record_again was set, where it says more than a weight
         self.draws = []             # (backend method, args, kwargs) of each random draw made
         self.grads_read = []        # the Variables whose grad a load_grad line reads
         self.grads_absent = []      # those whose grad the step set where it found none
@@ -962,6 +978,13 @@ class Recorder:
             self.module_states.append((module, name))
             self.states_before[module, name] = (module.__dict__.get(name), _user_frame())
 
+    def python_state(self, module, name):
+        """The step is about to set `module.name` to a Python value that is no Variable (a
+        counter: self.t += 1): state a replay does not set. Fine where the step leaves the value
+        it found (equal, for numbers and strings: check_module_states)."""
+        if self.is_active() and (module, name) not in self.python_states:
+            self.python_states[module, name] = (module.__dict__.get(name, _UNSET), _user_frame())
+
     def module_state_read(self, module, name, value):
         """The step read `module.name`, a carried state (an RNN's h: nn.module._Carried), found
         as `value`. Read before the step set it, the tape depends on it: a replay checks that it
@@ -985,12 +1008,33 @@ class Recorder:
                 # the step ends with the object it found, which a replay leaves there only if
                 # it finds it too
                 self.states_read.setdefault((module, name), before)
+            elif after is None and before is not None:
+                # it read and cleared a state eager code left (a sample's): a tape of this call
+                # would serve only calls finding that state; the next call records again
+                self.record_again = True
+                self.again_because = (
+                    f"the step read {type(module).__name__}.{name}, which eager code left set "
+                    "before each of its last three calls, and cleared it: call reset_state() at "
+                    "the start of the step too, or after the eager code")
             elif self.fallback is None:
                 self.fallback = (
                     f"the step set {type(module).__name__}.{name}, state a replay would not "
                     "carry to the next call (an RNN's or LSTM's hidden state: call "
                     "reset_state() at the start and the end of the step, and feed it the "
                     "whole sequence)", where)
+        for (module, name), (before, where) in self.python_states.items():
+            after = module.__dict__.get(name, _UNSET)
+            if after is before or _same_value(after, before):
+                continue
+            if before is _UNSET:  # set for the first time (a cache): the next call may keep it
+                self.record_again = True
+            elif self.fallback is None:
+                self.fallback = (
+                    f"the step set {type(module).__name__}.{name} from {before!r} to {after!r}, "
+                    "Python state a replay would not set (a counter, a flag): update it outside "
+                    "the compiled step, and pass in what it decides (an array argument replays "
+                    "for any values; a number is part of the key)",
+                    where)
 
     def writing(self, v, data=False, clearing=False):
         """v's grad (or, with `data`, its data) is about to be set: remember how v was. A grad

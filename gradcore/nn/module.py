@@ -338,6 +338,9 @@ class Module:
             if _variables.step_recorder is not None:
                 _variables.step_recorder.module_state(self, name)
             _recompute.note_state(self, name)  # for checkpoint's recomputation
+        elif _variables.step_recorder is not None:
+            # a Python value (a counter, a flag) a recording step sets: a replay would not
+            _variables.step_recorder.python_state(self, name)
         if _watched and _replaces(self, name, value) and name not in type(self)._gradcore_carried:
             # outside a recording: the next call records again. Not for carried state, which
             # eager code between calls sets (an RNN used for a sample): a tape that read it
