@@ -653,6 +653,42 @@ def test_a_python_counter_a_module_keeps_makes_the_step_eager():
     assert cached.stats()["replays"] == 2 and cached.stats()["fallbacks"] == 0
 
 
+@pytest.mark.parametrize("copied", [False, True], ids=["grad", "copy"])
+def test_returning_a_grad_an_optimizer_hook_made_then_cleared(copied):
+    """WeightDecay replaces W.grad in opt.update(); zero_grad() clears it: the step ran eagerly
+    saying it returned a grad from before the step, which it did not. It says what it was and
+    what replays: a copy made with gradcore's ops, which gives eager's values."""
+    def make():
+        np.random.seed(0)
+        lin = nn.Linear(3, in_size=4)
+        opt = optim.SGD(lr=0.1).setup(lin)
+        opt.add_hook(optim.WeightDecay(0.1))
+
+        def step(x):
+            loss = F.sum(lin(x) ** 2)
+            lin.cleargrads()
+            loss.backward()
+            opt.update()
+            g = lin.W.grad * 1.0 if copied else lin.W.grad
+            opt.zero_grad()
+            return loss, g
+        return step
+
+    compiled, eager = gradcore.compile(make()), make()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(4):
+            x = np.full((2, 4), i + 1.0, np.float32)
+            for got, want in zip(compiled(x), eager(x)):
+                assert same(got, want)
+    messages = [str(w.message) for w in caught]
+    if copied:
+        assert messages == [] and compiled.stats()["replays"] == 3
+    else:
+        assert len(messages) == 1 and "made by an optimizer's hook in it" in messages[0]
+        assert "(g * 1.0)" in messages[0]
+
+
 def test_a_fallen_back_recording_leaves_a_graph_of_real_arrays():
     """The recording call of a step that falls back is an eager call: backward through its
     result afterwards uses real arrays, saved ones included (leaky_relu saves its slopes)."""

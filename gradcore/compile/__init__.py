@@ -1865,9 +1865,11 @@ def _shape(rec, value, slots, args, logs=None):
             for v in (*rec.touched, *(a for a in args if isinstance(a, Variable))):
                 if v._grad is value:
                     return ("grad", rec.site(v))
-            rec.give_up("the step returns the grad a Variable had before it ran, and then set "
-                        "or cleared that Variable's grad: a replay would hand back this one "
-                        "again. Return its data (v.grad.data) before changing it")
+            rec.give_up("the step returns a grad it found on a Variable (there before the step "
+                        "ran, or made by an optimizer's hook in it: WeightDecay, ClipGrad), and "
+                        "then set or cleared that Variable's grad (opt.zero_grad()): a replay "
+                        "would hand back this one again. Return a copy made with gradcore's ops "
+                        "(g * 1.0) before the grad changes")
         return ("object", value)
     kind = value.__class__
     if kind in (tuple, list):

@@ -378,6 +378,7 @@ class Recorder:
         self.again_because = None  # why record_again was set, where it says more than a weight
         self.draws = []             # (backend method, args, kwargs) of each random draw made
         self.grads_read = []        # the Variables whose grad a load_grad line reads
+        self.grads_made = {}        # id -> each grad an opaque call (an optimizer's hook) set
         self.grads_absent = []      # those whose grad the step set where it found none
         self.made_here = {}         # id -> each Variable the step made (a new one at each call)
         self.made_optimizers = {}   # id -> each optimizer the step made (see _made_optimizer)
@@ -778,7 +779,9 @@ class Recorder:
                     self.note_own(data)
             else:
                 self.append("load_grad", self.site(owner), out=slot)
-                if id(owner) not in self.argument_sites:  # an argument's grad is in the key
+                # an argument's grad is in the key; one an optimizer's hook made in the step
+                # need not be there before it
+                if id(owner) not in self.argument_sites and self.grads_made.get(id(v)) is not v:
                     self.grads_read.append(owner)
             self.adopted[id(v)] = _Adopted(v, data, v._backend, v._grad,
                                            self.argument_sites.get(id(v)), owner)
@@ -1156,11 +1159,15 @@ class Recorder:
         self.release()
         self.append("opaque", method, args, None if optimizer is None else {
             "optimizer": optimizer})
+        grads = {id(v): (v, v._grad) for v in self.touched}.values()  # (adopted: released)
         _active.recorder = None
         try:
             return method(*args)
         finally:
             _active.recorder = self
+            for v, grad in grads:  # replaced in the call (WeightDecay's): made at each replay
+                if v._grad is not None and v._grad is not grad:
+                    self.grads_made[id(v._grad)] = v._grad
 
 
 class _Adopted:
