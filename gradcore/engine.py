@@ -13,7 +13,7 @@ import backends
 from . import anomaly
 from . import variable as _variables
 from .config import is_anomaly_enabled, using_config
-from .function import add_note, backward_reads_outputs, elsewhere, gradient_elsewhere
+from .function import add_note, elsewhere, gradient_elsewhere
 from .functions.device import astype
 from .functions.math import copy
 from .functions.shape import LaidOut, laid_out_like, sum_to
@@ -377,7 +377,6 @@ def _laid_out_as(x, g):
 def _check_versions(f):
     """RuntimeError if an input or output of f was written through gradcore after f was recorded
     (backward would compute with the new values: PyTorch's "modified by an inplace operation")."""
-    outputs_read = None  # asked of f's class where an output was written (rarely)
     for role, x in f._variables_read():
         log = getattr(x, "_writes", None)
         # Releasing data (x.data = None, its latest write) gives backward no new values: one
@@ -386,11 +385,6 @@ def _check_versions(f):
         # while x's gradient takes the shape the release noted)
         if log is not None and log.stamps and log.stamps[-1] > f.sequence and (
                 x._data is not None or len(log.stamps) > 1 and log.stamps[-2] > f.sequence):
-            if role.startswith("output"):
-                if outputs_read is None:
-                    outputs_read = backward_reads_outputs(type(f))
-                if not outputs_read:  # its backward reads its inputs alone (MatMul)
-                    continue
             then, exact = version_at(x, f.sequence)
             name = f._name()
             # recorded in anomaly mode: where f was called, as its other errors say
@@ -401,8 +395,9 @@ def _check_versions(f):
                 f"{then}. Its gradient would be computed from the new values. A .data "
                 "assignment, an optimizer step or load_state_dict between forward and backward "
                 "does this (run forward again after the change, or backward before it), and so "
-                "does an in-place Function (mark_dirty) given it (give it F.copy(x) instead)."
-                f"{where}")
+                "does an in-place Function (mark_dirty) given an op's output, which the Variable "
+                "of that output would go on showing as the op's: write that Function's forward "
+                f"to return a new array instead.{where}")
 
 
 def _skip_or_check_versions(f, wanted, known, grads, captured, shared, unchecked_roots):

@@ -1,7 +1,6 @@
 """Function: one node of the graph. __call__ unwraps, runs forward, wraps, and records."""
 import copy
 import copyreg
-import dis
 import functools
 import inspect
 import numbers
@@ -885,49 +884,6 @@ def _check_places(f, gxs):
             if gx._data is not None and x._data is not None and elsewhere(
                     gx, backend, x.device):
                 raise gradient_elsewhere(f, gx.device, x.device)
-
-
-# What of its own a backward may read without reading its outputs' values: the inputs, and
-# facts of the call. Anything else (self.outputs, saved values, an attribute forward set, which
-# may hold an output's array, a method of its own) may be an output's values
-_READS_NO_OUTPUT = frozenset(("inputs", "needs_input_grad", "xp", "backend", "device"))
-
-
-def backward_reads_outputs(cls):
-    """Whether the backward of the Function class `cls` may read its outputs' values, from its
-    code, once per class: it does unless each use of `self` there reads one of _READS_NO_OUTPUT
-    (Mul's, MatMul's, Linear's read their inputs alone). Where it does not, a write into an
-    output after the op ran (an in-place Function's mark_dirty, which makes the output's array
-    the new values) leaves its gradients as they were, as PyTorch has it for an op that saved
-    no output; anything the code does not show counts as reading."""
-    known = cls.__dict__.get("_backward_reads_outputs")
-    if known is None:
-        known = _reads_beyond(inspect.unwrap(getattr(cls, "backward", None)), _READS_NO_OUTPUT)
-        cls._backward_reads_outputs = known
-    return known
-
-
-def _reads_beyond(function, allowed):
-    """True unless the code of `function` uses its first argument only to read the attributes
-    named in `allowed` (self.inputs), never passing it on, storing it or closing over it."""
-    code = getattr(function, "__code__", None)
-    if code is None or code.co_argcount == 0 or code.co_varnames[0] in code.co_cellvars:
-        return True
-    me = code.co_varnames[0]
-    instructions = list(dis.get_instructions(code))
-    for i, instruction in enumerate(instructions):
-        name = instruction.argval
-        if instruction.opname in ("STORE_FAST", "DELETE_FAST") and name == me:
-            return True
-        if instruction.opname.startswith("LOAD_FAST") and (
-                name == me or isinstance(name, tuple) and me in name):
-            after = instructions[i + 1] if i + 1 < len(instructions) else None
-            if (isinstance(name, tuple) or after is None or after.opname != "LOAD_ATTR"
-                    or after.argval not in allowed):
-                return True
-        if instruction.opname == "LOAD_GLOBAL" and name == "super":
-            return True
-    return False
 
 
 def _checked_backward(backward):
