@@ -632,12 +632,11 @@ def test_a_python_counter_a_module_keeps_makes_the_step_eager():
     (model, step), (twin, eager) = make(), make()
     compiled = gradcore.compile(step)
     x = np.ones((3, 2), np.float32)
-    with pytest.warns(RuntimeWarning, match=r"the step set Warmup\.t from 0 to 1, Python state a "
-                                            r"replay would not set"):
-        compiled(x)
-    eager(x)
-    for _ in range(4):
-        assert same(compiled(x), eager(x))
+    with pytest.warns(RuntimeWarning, match=r"the step set Warmup\.t \(from 2 to 3 at the last\), "
+                                            r"Python state a replay would not set, at each of "
+                                            r"its last three calls"):
+        for _ in range(5):  # recorded again twice (a flag set once would replay), then eager
+            assert same(compiled(x), eager(x))
     assert model.t == twin.t == 5 and same(model.lin.W, twin.lin.W)
     assert compiled.stats()["replays"] == 0
 
@@ -653,16 +652,19 @@ def test_a_python_counter_a_module_keeps_makes_the_step_eager():
     assert cached.stats()["replays"] == 2 and cached.stats()["fallbacks"] == 0
 
 
-@pytest.mark.parametrize("copied", [False, True], ids=["grad", "copy"])
-def test_returning_a_grad_an_optimizer_hook_made_then_cleared(copied):
+@pytest.mark.parametrize("copied, hooked", [(False, True), (True, True), (True, False)],
+                         ids=["grad", "copy", "copy, no hook"])
+def test_returning_a_grad_an_optimizer_hook_made_then_cleared(copied, hooked):
     """WeightDecay replaces W.grad in opt.update(); zero_grad() clears it: the step ran eagerly
     saying it returned a grad from before the step, which it did not. It says what it was and
-    what replays: a copy made with gradcore's ops, which gives eager's values."""
+    what replays: a copy made with gradcore's ops, which gives eager's values (it recorded at
+    every call, as the grad it reads needed to be there before the call; backward's too)."""
     def make():
         np.random.seed(0)
         lin = nn.Linear(3, in_size=4)
         opt = optim.SGD(lr=0.1).setup(lin)
-        opt.add_hook(optim.WeightDecay(0.1))
+        if hooked:
+            opt.add_hook(optim.WeightDecay(0.1))
 
         def step(x):
             loss = F.sum(lin(x) ** 2)
@@ -687,6 +689,97 @@ def test_returning_a_grad_an_optimizer_hook_made_then_cleared(copied):
     else:
         assert len(messages) == 1 and "made by an optimizer's hook in it" in messages[0]
         assert "(g * 1.0)" in messages[0]
+
+
+def test_a_module_value_set_as_it_was_is_checked_at_each_replay():
+    """forward reads self.prev_n and sets it to this batch's size: a batch of 4's tape saw 4
+    and left 4. An epoch's smaller last batch (another key) set 3; the batch of 4's tape then
+    replayed its recorded scale 1 where eager's is 3/4 (loss -39.854 for -29.891). A replay
+    now checks the value it was recorded with, and the step records again where it changed."""
+    class Ratio(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, in_size=2)
+            self.prev_n = 4
+
+        def forward(self, x):
+            scale = self.prev_n / x.shape[0]
+            self.prev_n = x.shape[0]
+            return self.lin(x) * scale
+
+    def make():
+        np.random.seed(0)
+        model = Ratio()
+        opt = optim.SGD(lr=0.1).setup(model)
+
+        def step(x):
+            loss = F.sum(model(x))
+            model.cleargrads()
+            loss.backward()
+            opt.update()
+            return loss
+        return model, step
+
+    (model, step), (twin, eager) = make(), make()
+    compiled = gradcore.compile(step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for n in (4, 4, 4, 3, 4, 4, 3, 4, 4):
+            x = np.ones((n, 2))
+            assert same(compiled(x), eager(x))
+            assert model.prev_n == twin.prev_n == n and same(model.lin.W, twin.lin.W)
+    assert compiled.stats()["replays"] >= 2
+
+
+@pytest.mark.parametrize("how", ["mixin", "after the class", "class default"])
+def test_carried_state_declared_otherwise_is_still_watched(how):
+    """_gradcore_carried from a mixin, or assigned after the class body (no _Carried: its reads
+    are not told), or beside a class default h = None (replaced by _Carried, which raised
+    AttributeError at the first read): a state a sample left is continued, as eagerly."""
+    class Carries:
+        _gradcore_carried = ("h",)
+
+    bases = (Carries, nn.Module) if how == "mixin" else (nn.Module,)
+
+    def forward(self, x):
+        h = getattr(self, "h", None)
+        self.h = self.lin(x) if h is None else self.lin(x) + h
+        return self.h
+
+    def init(self):
+        nn.Module.__init__(self)
+        self.lin = nn.Linear(2, in_size=2)
+        if how != "class default":
+            self.h = None
+
+    namespace = {"__init__": init, "forward": forward}
+    if how == "class default":
+        namespace.update(h=None, _gradcore_carried=("h",))
+    Cell = type("Cell", bases, namespace)
+    if how == "after the class":
+        Cell._gradcore_carried = ("h",)
+
+    def make():
+        np.random.seed(0)
+        cell = Cell()
+
+        def step(xs):
+            loss = 0
+            for x in xs:
+                loss = loss + F.sum(cell(x))
+            cell.h = None
+            return loss
+        return cell, step
+
+    (cell, step), (twin, eager) = make(), make()
+    compiled = gradcore.compile(step)
+    for i in range(6):
+        xs = np.full((3, 1, 2), float(i))
+        assert same(compiled(xs), eager(xs))
+        if i % 2:  # a sample that leaves its state
+            with gradcore.no_grad():
+                cell(np.ones((1, 2)))
+                twin(np.ones((1, 2)))
 
 
 def test_a_fallen_back_recording_leaves_a_graph_of_real_arrays():
@@ -2057,6 +2150,34 @@ def test_indexing_out_of_range_raises_in_a_replay_as_eagerly():
     with gradcore.detect_anomaly(), pytest.raises(IndexError, match="^get_item: index 9"):
         with pytest.warns(RuntimeWarning, match="runs eagerly while anomaly mode is on"):
             compiled(np.arange(4.0), np.array([0, 9]))
+
+
+def test_an_error_of_the_users_own_code_in_a_replay_carries_no_note():
+    """An optimizer hook of the user's raising in a replay: its traceback names its line, and
+    the note about the tape's lines naming no op would mislead."""
+    lin = nn.Linear(2, in_size=2)
+    opt = optim.SGD(lr=0.1).setup(lin)
+    calls = [0]
+
+    def refuses_the_fourth(params):
+        calls[0] += 1
+        if calls[0] == 4:
+            raise ValueError("my hook refused call 4")
+    opt.add_hook(refuses_the_fourth)
+
+    @gradcore.compile
+    def step(x):
+        loss = F.sum(lin(x))
+        lin.cleargrads()
+        loss.backward()
+        opt.update()
+        return loss
+
+    for _ in range(3):
+        step(np.ones((1, 2)))
+    with pytest.raises(ValueError, match="my hook refused call 4") as raised:
+        step(np.ones((1, 2)))
+    assert not getattr(raised.value, "__notes__", None)
 
 
 def test_a_model_replaced_or_changed_records_again():

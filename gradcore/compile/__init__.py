@@ -192,10 +192,11 @@ class Compiled:
                 self._counts["eager calls"] += 1
                 return self.fn(*args)
             except Exception as error:  # an index out of range, say: the op's name is eager's
-                add_note(error, f"raised replaying the tape gradcore.compile recorded for "
-                         f"{self.__name__}, whose lines name no op: the call run eagerly names "
-                         "the op and your line (`with gradcore.detect_anomaly(): "
-                         f"{self.__name__}(...)` runs it eagerly)")
+                if not _raised_in_users_code(error):  # a hook of the user's names its line
+                    add_note(error, f"raised replaying the tape gradcore.compile recorded for "
+                             f"{self.__name__}, whose lines name no op: the call run eagerly "
+                             "names the op and your line (`with gradcore.detect_anomaly(): "
+                             f"{self.__name__}(...)` runs it eagerly)")
                 raise
             if tape.modes:
                 _switch_modes(tape.modes)
@@ -479,6 +480,9 @@ class Compiled:
             # eager after two
             again = self._again.get(key, 0) + 1
             self._again[key] = again
+            if structure_changes[0] != key[2]:  # the step changed what keys count: the next
+                # call's key is this one's with the new count
+                self._again[(*key[:2], structure_changes[0], *key[3:])] = again
             if again < 3:
                 return _materialize(result)
             rec.give_up(
@@ -494,6 +498,8 @@ class Compiled:
         if rec.fallback is not None:
             reason, where = rec.fallback
             self._fall_back(key, f"{reason} at {where}")
+            if structure_changes[0] != key[2]:  # the step changed what keys count (see above)
+                self._fall_back((*key[:2], structure_changes[0], *key[3:]), f"{reason} at {where}")
             warnings.warn(f"gradcore.compile: {self.__name__} runs eagerly for these arguments: "
                           f"{reason} at {where}", RuntimeWarning, stacklevel=5)
         else:
@@ -599,6 +605,17 @@ class Compiled:
         self._recent = None
         self._eager.clear()
         self._again.clear()
+
+
+def _raised_in_users_code(error):
+    """Whether the innermost frame of `error`'s traceback is the user's code (an optimizer
+    hook's), not gradcore's, a library's or the tape's."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    code = None if tb is None else tb.tb_frame.f_code
+    return (code is not None and code.co_filename != "<gradcore.compile tape>"
+            and trace._users_code(code))
 
 
 def _unwrapped(fn):

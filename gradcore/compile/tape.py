@@ -19,8 +19,8 @@ import weakref
 from ..variable import Variable, fresh_log, note_write, watch
 from .fuse import fusable, fuse
 from .graph import Graphed, graph_backend, graphed
-from .trace import (_NESTED, BINARY, IN_PLACE, REUSE_BYTES, UNARY, ArrayFacts, Line, Ref,
-                    has_side_effect, slots_in, trace_backends)
+from .trace import (_NESTED, _UNSET, BINARY, IN_PLACE, REUSE_BYTES, UNARY, ArrayFacts, Line,
+                    Ref, _same_value, has_side_effect, slots_in, trace_backends)
 
 INTERPRETED_REPLAYS = 2  # replays run through closures before the tape is compiled
 
@@ -83,6 +83,7 @@ class Tape:
                              isinstance(v, Variable))
                             for (module, name), v in recorder.states_read.items()]
         self.states_left = recorder.states_left
+        self.values_read = recorder.values_read  # Python values set as they were: checked
         self.replays = 0
         self.graphs = graphs  # runs of device lines become device graphs when compiled (graph.py)
         self.graphed = []     # those runs, once compiled
@@ -119,8 +120,8 @@ class Tape:
                 and all(v._grad is None for v in self.grads_absent))
 
     def run(self, *args):
-        if self.states_read and not self.states_as_read():
-            raise Diverged("a carried state the step read is another object now")
+        if (self.states_read or self.values_read) and not self.states_as_read():
+            raise Diverged("a state the step read is another object or value now")
         self.replays += 1
         if self.replays == INTERPRETED_REPLAYS + 1:
             source, namespace = _source(*self._compiled(), self.arguments, self.outputs)
@@ -143,7 +144,8 @@ class Tape:
                     return False
             if module.__dict__.get(name) is not value:
                 return False
-        return True
+        return all(_same_value(module.__dict__.get(name, _UNSET), value)
+                   for module, name, value in self.values_read)
 
     def _compiled(self):
         """The lines and frees the compiled replay runs: the tape's, with runs of device lines as

@@ -210,12 +210,19 @@ _UNSET = object()  # an attribute a module did not have
 
 
 def _same_value(a, b):
-    """Whether a and b are equal numbers, strings, None, or tuples of them (a shape kept)."""
-    if a.__class__ is not b.__class__:
+    """Whether a and b are equal numbers (Python's, NumPy's scalars), strings, None, or tuples,
+    lists or dicts of them (a shape kept); anything else only if it is the same object."""
+    kind = a.__class__
+    if kind is not b.__class__:
         return False
-    if a.__class__ is tuple:
+    if kind in (tuple, list):
         return len(a) == len(b) and all(map(_same_value, a, b))
-    return a.__class__ in (int, float, bool, str, type(None)) and a == b
+    if kind is dict:
+        return a.keys() == b.keys() and all(_same_value(a[k], b[k]) for k in a)
+    if kind in (int, float, bool, str, bytes, complex, type(None)) or issubclass(kind,
+                                                                              numpy.generic):
+        return bool(a == b)
+    return a is b
 
 
 class Line:
@@ -375,10 +382,14 @@ class Recorder:
         # (module, name) -> (the Python value, not a Variable, before the step first set it,
         # or _UNSET, where it did): see python_state
         self.python_states = {}
+        self.reads_noted = set()  # (module, name) of carried states whose reads are told
+        self.values_read = []  # (module, name, value): Python values the step set as they were
         self.again_because = None  # why record_again was set, where it says more than a weight
         self.draws = []             # (backend method, args, kwargs) of each random draw made
         self.grads_read = []        # the Variables whose grad a load_grad line reads
-        self.grads_made = {}        # id -> each grad an opaque call (an optimizer's hook) set
+        # id -> each grad the step set (backward's, an optimizer hook's in an opaque call): one
+        # a line loads need not be there before the step
+        self.grads_made = {}
         self.grads_absent = []      # those whose grad the step set where it found none
         self.made_here = {}         # id -> each Variable the step made (a new one at each call)
         self.made_optimizers = {}   # id -> each optimizer the step made (see _made_optimizer)
@@ -973,13 +984,16 @@ class Recorder:
             self.grad_owners.setdefault(id(grad), v)
             self.grads_found[id(grad)] = grad
 
-    def module_state(self, module, name):
+    def module_state(self, module, name, reads_noted=False):
         """The step is about to set `module.name` to a Variable, or to clear one there (an
         RNN's hidden state): Python state a replay does not set. Fine where the step leaves the
-        value it found (reset_state() at its start and end: check_module_states)."""
+        value it found (reset_state() at its start and end: check_module_states). `reads_noted`:
+        a carried state whose reads the step tells (module_state_read)."""
         if self.is_active() and (module, name) not in self.states_before:
             self.module_states.append((module, name))
             self.states_before[module, name] = (module.__dict__.get(name), _user_frame())
+            if reads_noted:
+                self.reads_noted.add((module, name))
 
     def python_state(self, module, name):
         """The step is about to set `module.name` to a Python value that is no Variable (a
@@ -1003,7 +1017,8 @@ class Recorder:
         end), having set it before reading it, a replay clears too."""
         for (module, name), (before, where) in self.states_before.items():
             after = module.__dict__.get(name)
-            if after is None and (module, name) not in self.states_read:
+            if (after is None and (module, name) not in self.states_read
+                    and (module, name) in self.reads_noted):
                 # found whatever eager code left there (that the step did not read): None
                 # after eagerly, so after a replay
                 self.states_left.append((module, name))
@@ -1025,19 +1040,25 @@ class Recorder:
                     "carry to the next call (an RNN's or LSTM's hidden state: call "
                     "reset_state() at the start and the end of the step, and feed it the "
                     "whole sequence)", where)
+        changed = False
         for (module, name), (before, where) in self.python_states.items():
             after = module.__dict__.get(name, _UNSET)
             if after is before or _same_value(after, before):
+                # set as it was (a shape kept): a replay is right where it still is, which it
+                # checks, as a call that fell back or eager code may have set another
+                self.values_read.append((module, name, before))
                 continue
-            if before is _UNSET:  # set for the first time (a cache): the next call may keep it
-                self.record_again = True
-            elif self.fallback is None:
-                self.fallback = (
-                    f"the step set {type(module).__name__}.{name} from {before!r} to {after!r}, "
-                    "Python state a replay would not set (a counter, a flag): update it outside "
-                    "the compiled step, and pass in what it decides (an array argument replays "
-                    "for any values; a number is part of the key)",
-                    where)
+            # another value: a replay would leave it. Recorded again (a flag a first call sets);
+            # changed at each call (a counter), the step runs eagerly after three, saying so
+            changed = self.record_again = True
+            self.again_because = (
+                f"the step set {type(module).__name__}.{name} (from {before!r} to {after!r} "
+                "at the last), Python state a replay would not set, at each of its last three "
+                "calls (a counter, a flag): update it outside the compiled step, and pass in "
+                "what it decides (an array argument replays for any values; a number is part "
+                "of the key)")
+        if changed:  # other keys' tapes read it as it was: they record again
+            _variable.structure_changes[0] += 1
 
     def writing(self, v, data=False, clearing=False):
         """v's grad (or, with `data`, its data) is about to be set: remember how v was. A grad
@@ -1112,6 +1133,8 @@ class Recorder:
                 self.logs[id(log)] = (log, self.site(v))
             grad = v._grad
             if grad is not entry.grad:
+                if grad is not None:  # made in the step (backward's): a replay makes it again
+                    self.grads_made[id(grad)] = grad
                 value = (None if grad is None else self.template(traced[id(grad)])
                          if id(grad) in traced else self._real(grad))
                 if not (last and made):

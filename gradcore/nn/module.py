@@ -85,21 +85,21 @@ class _Carried:
     (Recorder.module_state_read), and one that set it first replays whatever eager code left
     there between calls."""
 
-    __slots__ = ("name",)
+    __slots__ = ("name", "default")
 
-    def __init__(self, name):
-        self.name = name
+    def __init__(self, name, default):
+        self.name, self.default = name, default
 
     def __get__(self, module, kind=None):
         if module is None:
             return self
-        try:
-            value = module.__dict__[self.name]
-        except KeyError:
+        value = module.__dict__.get(self.name, self.default)
+        if _variables.step_recorder is not None:  # absent: read as None (getattr(m, "h", None))
+            _variables.step_recorder.module_state_read(
+                module, self.name, None if value is _NO_DEFAULT else value)
+        if value is _NO_DEFAULT:
             raise AttributeError(f"{type(module).__name__!r} object has no attribute "
-                                 f"{self.name!r}") from None
-        if _variables.step_recorder is not None:
-            _variables.step_recorder.module_state_read(module, self.name, value)
+                                 f"{self.name!r}")
         return value
 
     def __set__(self, module, value):
@@ -110,6 +110,18 @@ class _Carried:
             del module.__dict__[self.name]
         except KeyError:
             raise AttributeError(self.name) from None
+
+
+_NO_DEFAULT = object()  # a carried name with no class default
+
+
+def _reads_noted(cls, name):
+    """Whether reads of the carried `name` on a `cls` module go through a _Carried (and so tell
+    a recording): not where _gradcore_carried was assigned after the class was made."""
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return isinstance(klass.__dict__[name], _Carried)
+    return False
 
 
 def watch(modules):
@@ -267,9 +279,10 @@ class Module:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        for name in cls.__dict__.get("_gradcore_carried", ()):
-            if not isinstance(cls.__dict__.get(name), _Carried):
-                setattr(cls, name, _Carried(name))
+        for name in getattr(cls, "_gradcore_carried", ()):  # a mixin's too
+            if not _reads_noted(cls, name):
+                # a class default (h = None) is what a module without its own value reads
+                setattr(cls, name, _Carried(name, getattr(cls, name, _NO_DEFAULT)))
 
     def __init__(self):
         set_ = object.__setattr__
@@ -336,7 +349,9 @@ class Module:
                 or name in type(self)._gradcore_carried):
             # a Variable kept on the module from one call to the next (an RNN's hidden state)
             if _variables.step_recorder is not None:
-                _variables.step_recorder.module_state(self, name)
+                _variables.step_recorder.module_state(
+                    self, name, name in type(self)._gradcore_carried
+                    and _reads_noted(type(self), name))
             _recompute.note_state(self, name)  # for checkpoint's recomputation
         elif _variables.step_recorder is not None:
             # a Python value (a counter, a flag) a recording step sets: a replay would not
