@@ -300,9 +300,10 @@ def _check_shape(where, value, what, like, of):
     if value is None:
         raise TypeError(f"{where}: {what} is None; pass an array shaped like {of}, "
                         f"{_shape(like)} (zeros where it contributes nothing)")
-    if isinstance(value, bool):  # a number to Python, a slip more often than a 1
-        raise TypeError(f"{where}: {what} is {value}, a bool; pass a number, or an array shaped "
-                        f"like {of}, {_shape(like)}")
+    if isinstance(value, bool) or str(getattr(value, "dtype", "")) == "bool":
+        # a number to Python and NumPy, a slip more often than a 1
+        raise TypeError(f"{where}: {what} is {value!r}, of bools; pass a number, or an array "
+                        f"of numbers shaped like {of}, {_shape(like)}")
     given, expected = _variable_of(value), _variable_of(like)
     if given is None or expected is None:
         return
