@@ -487,6 +487,24 @@ def test_a_module_keeping_state_between_calls_falls_back(layer):
         assert p.grad is not None and same(p.grad, q.grad)
 
 
+def trained_twins(make_model, loss_of=F.sum):
+    """((model, step), (twin, step)): a model made twice under one seed, each with one SGD
+    step (lr 0.1) on loss_of(model(x)): the first to compile, the second to run eagerly."""
+    def make():
+        np.random.seed(0)
+        model = make_model()
+        opt = optim.SGD(lr=0.1).setup(model)
+
+        def step(x):
+            loss = loss_of(model(x))
+            model.cleargrads()
+            loss.backward()
+            opt.update()
+            return loss
+        return model, step
+    return make(), make()
+
+
 def rnn_training_twins(layer, resets_at_start=True):
     """(compiled step, eager step, compiled's layer, eager's layer): one SGD step over a whole
     sequence of `layer()`, made twice under one seed, that resets its state at the end (and at
@@ -616,20 +634,7 @@ def test_a_python_counter_a_module_keeps_makes_the_step_eager():
             self.shape = x.shape  # a cache set the same at every call: replays
             return self.lin(x) * min(1.0, self.t / 4)
 
-    def make():
-        np.random.seed(0)
-        model = Warmup()
-        opt = optim.SGD(lr=0.1).setup(model)
-
-        def step(x):
-            loss = F.sum(model(x) ** 2)
-            model.cleargrads()
-            loss.backward()
-            opt.update()
-            return loss
-        return model, step
-
-    (model, step), (twin, eager) = make(), make()
+    (model, step), (twin, eager) = trained_twins(Warmup, lambda y: F.sum(y ** 2))
     compiled = gradcore.compile(step)
     x = np.ones((3, 2), np.float32)
     with pytest.warns(RuntimeWarning, match=r"the step set Warmup\.t \(from 2 to 3 at the last\), "
@@ -707,20 +712,7 @@ def test_a_module_value_set_as_it_was_is_checked_at_each_replay():
             self.prev_n = x.shape[0]
             return self.lin(x) * scale
 
-    def make():
-        np.random.seed(0)
-        model = Ratio()
-        opt = optim.SGD(lr=0.1).setup(model)
-
-        def step(x):
-            loss = F.sum(model(x))
-            model.cleargrads()
-            loss.backward()
-            opt.update()
-            return loss
-        return model, step
-
-    (model, step), (twin, eager) = make(), make()
+    (model, step), (twin, eager) = trained_twins(Ratio)
     compiled = gradcore.compile(step)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
