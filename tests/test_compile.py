@@ -3,6 +3,7 @@ import collections
 import functools
 import gc
 import inspect
+import math
 import operator
 import sys
 import threading
@@ -721,6 +722,57 @@ def test_a_module_value_set_as_it_was_is_checked_at_each_replay():
             assert same(compiled(x), eager(x))
             assert model.prev_n == twin.prev_n == n and same(model.lin.W, twin.lin.W)
     assert compiled.stats()["replays"] >= 2
+
+
+def test_values_a_step_sets_compare_as_keys_do():
+    """NaN set at every call is the value it was (it ran eagerly at every call: NaN != NaN);
+    -0.0 is not 0.0 (a 0.0 tape's check let a -0.0 that another key's call left pass)."""
+    class Scale(nn.Module):
+        def forward(self, x, k):
+            self.scale = k
+            return x * 2.0
+
+    for ks, replays in (([float("nan")] * 6, 4), ([0.0, 0.0, -0.0, -0.0, 0.0, 0.0], 1)):
+        module, twin = Scale(), Scale()
+        compiled = gradcore.compile(lambda x, k: module(gradcore.Variable(x), k))
+        for k in ks:
+            assert same(compiled(np.ones(2), k), twin(gradcore.Variable(np.ones(2)), k))
+            assert math.copysign(1.0, module.scale) == math.copysign(1.0, twin.scale)
+        assert compiled.stats()["replays"] == replays
+
+
+def test_a_step_keeping_its_batch_size_leaves_other_steps_tapes_alone():
+    """self.n = x.shape[0] in one step, batches of 4, 4 and 3 by turns: every change bumped
+    the count all keys hold, so another compiled step, sharing nothing, recorded 21 times in
+    30 calls (2 before this check existed, which let the first step replay a stale n)."""
+    class Keeps(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(2, in_size=2)
+
+        def forward(self, x):
+            self.n = x.shape[0]
+            return self.lin(x)
+
+    (model, step), (twin, eager) = trained_twins(Keeps)
+    (_, other), _ = trained_twins(lambda: nn.Linear(2, in_size=2))
+    compiled, other = gradcore.compile(step), gradcore.compile(other)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the batch of 3's key runs eagerly, saying so
+        for n in (4, 4, 3) * 10:
+            x = np.ones((n, 2))
+            assert same(compiled(x), eager(x)) and model.n == twin.n == n
+            other(np.ones((2, 2)))
+    assert other.stats()["recordings"] <= 5 and other.stats()["replays"] >= 25
+
+
+def test_a_subclass_carries_its_bases_state_too():
+    """An RNN subclass declaring its own carried s hid RNN's h, and recorded at every call."""
+    class Noted(nn.RNN):
+        _gradcore_carried = ("s",)
+
+    assert Noted._gradcore_carried == ("h", "s")
+    assert type(vars(nn.RNN)["h"]).__name__ == "_Carried" and "s" in vars(Noted)
 
 
 @pytest.mark.parametrize("how", ["mixin", "after the class", "class default"])

@@ -15,6 +15,7 @@ that depends on values) marks the recording as a fallback: the step then stays e
 import bisect
 import dis
 import functools
+import math
 import operator
 import os
 import sys
@@ -219,8 +220,11 @@ def _same_value(a, b):
         return len(a) == len(b) and all(map(_same_value, a, b))
     if kind is dict:
         return a.keys() == b.keys() and all(_same_value(a[k], b[k]) for k in a)
-    if kind in (int, float, bool, str, bytes, complex, type(None)) or issubclass(kind,
-                                                                              numpy.generic):
+    if kind in (float, complex) or issubclass(kind, (numpy.floating, numpy.complexfloating)):
+        # NaN as NaN (the keys' rule), -0.0 apart from 0.0 (as keys tell them apart)
+        return all(x == y and math.copysign(1.0, x) == math.copysign(1.0, y) or x != x and y != y
+                   for x, y in ((a.real, b.real), (a.imag, b.imag)))
+    if kind in (int, bool, str, bytes, type(None)) or issubclass(kind, numpy.generic):
         return bool(a == b)
     return a is b
 
@@ -1040,7 +1044,6 @@ class Recorder:
                     "carry to the next call (an RNN's or LSTM's hidden state: call "
                     "reset_state() at the start and the end of the step, and feed it the "
                     "whole sequence)", where)
-        changed = False
         for (module, name), (before, where) in self.python_states.items():
             after = module.__dict__.get(name, _UNSET)
             if after is before or _same_value(after, before):
@@ -1050,15 +1053,13 @@ class Recorder:
                 continue
             # another value: a replay would leave it. Recorded again (a flag a first call sets);
             # changed at each call (a counter), the step runs eagerly after three, saying so
-            changed = self.record_again = True
+            self.record_again = True
             self.again_because = (
                 f"the step set {type(module).__name__}.{name} (from {before!r} to {after!r} "
                 "at the last), Python state a replay would not set, at each of its last three "
                 "calls (a counter, a flag): update it outside the compiled step, and pass in "
                 "what it decides (an array argument replays for any values; a number is part "
                 "of the key)")
-        if changed:  # other keys' tapes read it as it was: they record again
-            _variable.structure_changes[0] += 1
 
     def writing(self, v, data=False, clearing=False):
         """v's grad (or, with `data`, its data) is about to be set: remember how v was. A grad

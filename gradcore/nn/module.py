@@ -279,7 +279,12 @@ class Module:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        for name in getattr(cls, "_gradcore_carried", ()):  # a mixin's too
+        # a class's carried names add to its bases' (an RNN subclass carrying s carries h too),
+        # a mixin's among them
+        cls._gradcore_carried = tuple(dict.fromkeys(
+            name for klass in reversed(cls.__mro__)
+            for name in klass.__dict__.get("_gradcore_carried", ())))
+        for name in cls._gradcore_carried:
             if not _reads_noted(cls, name):
                 # a class default (h = None) is what a module without its own value reads
                 setattr(cls, name, _Carried(name, getattr(cls, name, _NO_DEFAULT)))
@@ -356,7 +361,8 @@ class Module:
         elif _variables.step_recorder is not None:
             # a Python value (a counter, a flag) a recording step sets: a replay would not
             _variables.step_recorder.python_state(self, name)
-        if _watched and _replaces(self, name, value) and name not in type(self)._gradcore_carried:
+        if (_watched and _replaces(self, name, value) and name not in type(self)._gradcore_carried
+                and (id(self), name) not in _variables.checked_values):
             # outside a recording: the next call records again. Not for carried state, which
             # eager code between calls sets (an RNN used for a sample): a tape that read it
             # checks it at its start instead (_Carried)
