@@ -27,9 +27,6 @@ structure_changes = [0]
 
 
 _watched = {}  # id -> a weak reference to each Variable a recorded tape reads or writes
-# (id(module), name) of the Python values a tape checks at each replay, while a call that tape
-# turned away runs eagerly: setting them there changes no key (see compile._eager_past_checks)
-checked_values = frozenset()
 
 
 def watch(variables):

@@ -190,7 +190,7 @@ class Compiled:
                 arrays = tape.run(*args)
             except Diverged:  # a check came out otherwise, before anything changed: run eagerly
                 self._counts["eager calls"] += 1
-                return _eager_past_checks(self.fn, args, tape)
+                return self.fn(*args)
             except Exception as error:  # an index out of range, say: the op's name is eager's
                 if not _raised_in_users_code(error):  # a hook of the user's names its line
                     add_note(error, f"raised replaying the tape gradcore.compile recorded for "
@@ -480,6 +480,10 @@ class Compiled:
             # eager after two
             again = self._again.get(key, 0) + 1
             self._again[key] = again
+            if structure_changes[0] != key[2]:  # a value the step changed bumped the count
+                # keys hold (other keys' tapes read it as it was): the next call's key is this
+                # one's with the new count
+                self._again[(*key[:2], structure_changes[0], *key[3:])] = again
             if again < 3:
                 return _materialize(result)
             rec.give_up(
@@ -495,6 +499,8 @@ class Compiled:
         if rec.fallback is not None:
             reason, where = rec.fallback
             self._fall_back(key, f"{reason} at {where}")
+            if structure_changes[0] != key[2]:  # see above
+                self._fall_back((*key[:2], structure_changes[0], *key[3:]), f"{reason} at {where}")
             warnings.warn(f"gradcore.compile: {self.__name__} runs eagerly for these arguments: "
                           f"{reason} at {where}", RuntimeWarning, stacklevel=5)
         else:
@@ -566,7 +572,7 @@ class Compiled:
         except Diverged:
             snapshot.restore()
             self._counts["eager calls"] += 1
-            return _eager_past_checks(self.fn, args, tape)
+            return self.fn(*args)
         self._counts["checked replays"] += 1
         replayed = (_host_tree(replayed), snapshot.now())
         snapshot.restore()
@@ -600,21 +606,6 @@ class Compiled:
         self._recent = None
         self._eager.clear()
         self._again.clear()
-
-
-def _eager_past_checks(fn, args, tape):
-    """fn(*args) eagerly, for a call whose tape found a value it checks otherwise (a shape a
-    module keeps, set by another key's call): the values the tape checks, which the call sets
-    again, do not change the keys (the tapes that set them check them too), where any other
-    change to a watched module does (Module.__setattr__)."""
-    if not tape.values_read:
-        return fn(*args)
-    checked = {(id(module), name) for module, name, _ in tape.values_read}
-    outer, _variable.checked_values = _variable.checked_values, checked
-    try:
-        return fn(*args)
-    finally:
-        _variable.checked_values = outer
 
 
 def _raised_in_users_code(error):

@@ -1044,6 +1044,7 @@ class Recorder:
                     "carry to the next call (an RNN's or LSTM's hidden state: call "
                     "reset_state() at the start and the end of the step, and feed it the "
                     "whole sequence)", where)
+        changed = False
         for (module, name), (before, where) in self.python_states.items():
             after = module.__dict__.get(name, _UNSET)
             if after is before or _same_value(after, before):
@@ -1053,13 +1054,15 @@ class Recorder:
                 continue
             # another value: a replay would leave it. Recorded again (a flag a first call sets);
             # changed at each call (a counter), the step runs eagerly after three, saying so
-            self.record_again = True
+            changed = self.record_again = True
             self.again_because = (
                 f"the step set {type(module).__name__}.{name} (from {before!r} to {after!r} "
                 "at the last), Python state a replay would not set, at each of its last three "
                 "calls (a counter, a flag): update it outside the compiled step, and pass in "
                 "what it decides (an array argument replays for any values; a number is part "
                 "of the key)")
+        if changed:  # tapes that read it without setting it took it as it was: keys change
+            _variable.structure_changes[0] += 1
 
     def writing(self, v, data=False, clearing=False):
         """v's grad (or, with `data`, its data) is about to be set: remember how v was. A grad

@@ -362,7 +362,6 @@ class Module:
             # a Python value (a counter, a flag) a recording step sets: a replay would not
             _variables.step_recorder.python_state(self, name)
         if (_watched and _replaces(self, name, value)
-                and (id(self), name) not in _variables.checked_values
                 and not (name in type(self)._gradcore_carried and _reads_noted(type(self), name))):
             # outside a recording: the next call records again. Not for carried state, which
             # eager code between calls sets (an RNN used for a sample): a tape that read it
