@@ -803,7 +803,8 @@ class Sequential(Module):
     order, so replacing one (setattr(seq, "1", layer)) or deleting one (delattr(seq, "1"))
     changes what runs, what parameters() lists and what state_dict saves alike; a layer set to
     None is skipped. Indexable (an int gives a layer, a slice a new Sequential of the same
-    layers), len() and iteration; `append` adds a layer.
+    layers under the same names: seq[1:]'s first parameter is "1.W"), len() and iteration;
+    `append` adds a layer.
     """
 
     def __init__(self, *layers):
@@ -835,9 +836,12 @@ class Sequential(Module):
         return [layer.fn if type(layer) is _Call else layer for _, layer in self._child_items()]
 
     def __getitem__(self, index):
-        layers = self._layers()
         if isinstance(index, slice):
-            return Sequential(*layers[index])
+            part = Sequential()
+            for name, layer in self._child_items()[index]:
+                setattr(part, name, layer)  # under its name here, as PyTorch's slice keeps keys
+            return part
+        layers = self._layers()
         try:
             return layers[index]
         except IndexError:

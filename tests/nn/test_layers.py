@@ -232,6 +232,10 @@ def test_sequential_indexing_len_and_names():
     assert [n for n, _ in seq.named_parameters()] == ["0.W", "0.b", "2.W", "2.b"]
     head = seq[:2]
     assert isinstance(head, nn.Sequential) and head[0] is seq[0] and len(head) == 2
+    # a slice keeps the names, as PyTorch's keeps its keys (it renumbered: "0.W" for "2.W")
+    tail = seq[1:]
+    assert [n for n, _ in tail.named_parameters()] == ["2.W", "2.b"]
+    assert tail(np.ones((4, 3), np.float32)).shape == (4, 1)
     assert list(seq) == [seq[0], F.relu, seq[2]]
     assert seq(np.ones((4, 2), np.float32)).shape == (4, 1)
     with pytest.raises(IndexError, match="out of range for 3 layers"):
