@@ -4,6 +4,10 @@ NumPy; array-api-strict on its default device and on its fake `device1` (default
 still convert silently to NumPy, so `device1` is what proves nothing leaks to the host); CuPy when
 a GPU is present (marked `gpu`, skipped cleanly without one).
 """
+import glob
+import os
+import time
+
 import numpy as np
 import pytest
 
@@ -61,6 +65,27 @@ CASES = {
     "strict-device1": lambda: Case("strict-device1", STRICT, DEVICE1),
     "cupy": _cupy_case,
 }
+
+
+_STARTED = time.time()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Remove the topology files MPICH's mpiexec left in /tmp for this session's jobs that
+    aborted (the tests of a failing rank): hydra writes /tmp/hydra_hwloc_xmlfile_* for its
+    proxies and removes it as it exits, but not after an abort (9 a run, piling up on a CI
+    machine). Only this user's, made since the session began and 5 seconds old (proxies read
+    theirs as they start), so a job running elsewhere keeps its own."""
+    if hasattr(session.config, "workerinput"):  # an xdist worker: the controller cleans up
+        return
+    now = time.time()
+    for path in glob.glob("/tmp/hydra_hwloc_xmlfile_*"):
+        try:
+            made = os.stat(path)
+            if made.st_uid == os.getuid() and _STARTED <= made.st_mtime <= now - 5:
+                os.remove(path)
+        except OSError:  # gone already, or not ours to remove
+            pass
 
 
 def pytest_collection_modifyitems(config, items):
