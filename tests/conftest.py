@@ -74,8 +74,9 @@ def pytest_sessionfinish(session, exitstatus):
     """Remove the topology files MPICH's mpiexec left in /tmp for this session's jobs that
     aborted (the tests of a failing rank): hydra writes /tmp/hydra_hwloc_xmlfile_* for its
     proxies and removes it as it exits, but not after an abort (9 a run, piling up on a CI
-    machine). Only this user's, made since the session began and 5 seconds old (proxies read
-    theirs as they start), so a job running elsewhere keeps its own."""
+    machine). Only this user's, made since the session began and 5 seconds old: a job's
+    proxies read the file as they start, so one starting elsewhere keeps its own, and one
+    running loses nothing it still reads."""
     if hasattr(session.config, "workerinput"):  # an xdist worker: the controller cleans up
         return
     now = time.time()
