@@ -769,6 +769,32 @@ def test_a_value_one_key_sets_reaches_the_tapes_that_only_read_it():
             assert model.n == twin.n and same(model.lin.W, twin.lin.W)
 
 
+def test_another_steps_changed_value_is_named_when_tapes_keep_recording():
+    """A step keeping its batch size (4, 4, 3 by turns) makes every compiled step record again
+    at each change; the warning of one that shares nothing named layers, requires_grad or a
+    hook, none of which changed."""
+    class Keeps(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(2, in_size=2)
+
+        def forward(self, x):
+            self.n = x.shape[0]
+            return self.lin(x)
+
+    (model, step), (twin, eager) = trained_twins(Keeps)
+    (_, other), _ = trained_twins(lambda: nn.Linear(2, in_size=2))
+    compiled, other = gradcore.compile(step), gradcore.compile(other)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in (4, 4, 3) * 10:
+            x = np.ones((n, 2))
+            assert same(compiled(x), eager(x)) and model.n == twin.n == n
+            other(np.ones((2, 2)))
+    said = [str(w.message) for w in caught if "differed in a Module's layers" in str(w.message)]
+    assert said and all("a Python value a step set on a Module" in m for m in said)
+
+
 def test_a_subclass_carries_its_bases_state_too():
     """An RNN subclass declaring its own carried s hid RNN's h, and recorded at every call."""
     class Noted(nn.RNN):

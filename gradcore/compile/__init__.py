@@ -1487,7 +1487,9 @@ def _change(old, new, surroundings):
                         if a != b), _PASS_IT
         return "the functions the step calls", _PASS_IT
     if layers != new_layers:
-        return "a Module's layers, a requires_grad or a hook", _PASS_IT
+        return ("a Module's layers, a requires_grad, a hook or a Python value a step set on a "
+                "Module (self.n = x.shape[0], which a smaller last batch changes: every step's "
+                "tapes then record again)"), _PASS_IT
     if modes != new_modes:
         return "a Module's train or eval mode", _PASS_IT
     return "nothing it can name", _PASS_IT
