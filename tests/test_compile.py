@@ -82,14 +82,15 @@ def test_scalar_gradients_of_another_dtype_are_cast_in_a_replay_too():
     assert step.stats()["replays"] == 2
 
 
-def replays_like_eager(step, shape, calls=5):
+def replays_like_eager(step, shape, calls=5, eager=None):
     """`step` compiled and called `calls` times on new inputs of `shape` (standard normal), each
-    result identical to eager code's; the compiled step."""
+    result identical to eager code's (`eager`'s, a twin of a step with state: step itself by
+    default); the compiled step."""
     compiled = gradcore.compile(step)
     rng = np.random.default_rng(0)
     for _ in range(calls):
         x0 = rng.standard_normal(shape)
-        assert same(compiled(x0), step(x0))
+        assert same(compiled(x0), (eager or step)(x0))
     return compiled
 
 
@@ -3637,13 +3638,9 @@ def test_an_optimizer_step_in_a_post_accumulate_hook_replays_as_eagerly():
         return model, step
 
     (model_eager, eager), (model, step) = make(), make()
-    compiled = gradcore.compile(step)
-    rng = np.random.default_rng(0)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        for _ in range(6):
-            x = rng.standard_normal((8, 4))
-            assert same(compiled(x), eager(x))
+        compiled = replays_like_eager(step, (8, 4), calls=6, eager=eager)
     for p, q in zip(model.parameters(), model_eager.parameters()):
         assert same(p.data, q.data) and p.grad is None
     assert compiled.stats()["replays"] == 5
@@ -3748,11 +3745,7 @@ def test_an_optimizer_in_hooks_replays_when_the_step_cleared_the_grads_first():
         return model, step
 
     (model_eager, eager), (model, step) = make(), make()
-    compiled = gradcore.compile(step)
-    rng = np.random.default_rng(0)
-    for _ in range(6):
-        x = rng.standard_normal((8, 4))
-        assert same(compiled(x), eager(x))
+    compiled = replays_like_eager(step, (8, 4), calls=6, eager=eager)
     for p, q in zip(model.parameters(), model_eager.parameters()):
         assert same(p.data, q.data) and same(p.grad.data, q.grad.data)
     assert compiled.stats()["replays"] == 5
