@@ -474,16 +474,18 @@ class Compiled:
             _make_eager([result, *(getattr(module, name, None)
                                    for module, name in rec.module_states),
                          *_made_in_step(rec, result), *kept])  # in an object of the user's too
+        # a value the step changed bumped the count keys hold (other keys' tapes read it as it
+        # was): the next call's key is this one's with the new count, and inherits its record
+        bumped = (None if structure_changes[0] == key[2]
+                  else (*key[:2], structure_changes[0], *key[3:]))
         if rec.record_again and rec.fallback is None:
             # weights were created (lazy layers), or reshaped, or hooks found: record again; a
             # step that does so at every call (a new Parameter each time) would record for ever:
             # eager after two
             again = self._again.get(key, 0) + 1
             self._again[key] = again
-            if structure_changes[0] != key[2]:  # a value the step changed bumped the count
-                # keys hold (other keys' tapes read it as it was): the next call's key is this
-                # one's with the new count
-                self._again[(*key[:2], structure_changes[0], *key[3:])] = again
+            if bumped is not None:
+                self._again[bumped] = again
             if again < 3:
                 return _materialize(result)
             rec.give_up(
@@ -499,8 +501,8 @@ class Compiled:
         if rec.fallback is not None:
             reason, where = rec.fallback
             self._fall_back(key, f"{reason} at {where}")
-            if structure_changes[0] != key[2]:  # see above
-                self._fall_back((*key[:2], structure_changes[0], *key[3:]), f"{reason} at {where}")
+            if bumped is not None:
+                self._fall_back(bumped, f"{reason} at {where}")
             warnings.warn(f"gradcore.compile: {self.__name__} runs eagerly for these arguments: "
                           f"{reason} at {where}", RuntimeWarning, stacklevel=5)
         else:

@@ -383,8 +383,8 @@ class Recorder:
         # None where it found a Variable, which a replay leaves None
         self.states_read = {}
         self.states_left = []
-        # (module, name) -> (the Python value, not a Variable, before the step first set it,
-        # or _UNSET, where it did): see python_state
+        # (module, name) -> the Python value, not a Variable, before the step first set it (or
+        # _UNSET): see python_state
         self.python_states = {}
         self.reads_noted = set()  # (module, name) of carried states whose reads are told
         self.values_read = []  # (module, name, value): Python values the step set as they were
@@ -1004,7 +1004,7 @@ class Recorder:
         counter: self.t += 1): state a replay does not set. Fine where the step leaves the value
         it found (equal, for numbers and strings: check_module_states)."""
         if self.is_active() and (module, name) not in self.python_states:
-            self.python_states[module, name] = (module.__dict__.get(name, _UNSET), _user_frame())
+            self.python_states[module, name] = module.__dict__.get(name, _UNSET)
 
     def module_state_read(self, module, name, value):
         """The step read `module.name`, a carried state (an RNN's h: nn.module._Carried), found
@@ -1045,7 +1045,7 @@ class Recorder:
                     "reset_state() at the start and the end of the step, and feed it the "
                     "whole sequence)", where)
         changed = False
-        for (module, name), (before, where) in self.python_states.items():
+        for (module, name), before in self.python_states.items():
             after = module.__dict__.get(name, _UNSET)
             if after is before or _same_value(after, before):
                 # set as it was (a shape kept): a replay is right where it still is, which it
