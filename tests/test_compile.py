@@ -617,8 +617,8 @@ def test_a_step_resetting_at_its_end_replays_after_recording_over_a_state_left(l
         warnings.simplefilter("error")  # the tape's check finds the state: eager calls
         sampled_then_stepped(compiled, eager, compiled_layer, eager_layer, 3)
     assert compiled.stats()["eager calls"] == 3
-    with pytest.warns(RuntimeWarning, match=r"the step read (RNN|LSTM)\.[hc], which eager code left "
-                                            r"set before each of its last three calls"):
+    with pytest.warns(RuntimeWarning, match=r"the step read (RNN|LSTM)\.[hc], which eager code "
+                                            r"left set before each of its last three calls"):
         sampled_then_stepped(*rnn_training_twins(layer, False), 4)  # no tape yet: it says why
 
 

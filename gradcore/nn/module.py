@@ -116,8 +116,10 @@ _NO_DEFAULT = object()  # a carried name with no class default
 
 
 def _reads_noted(cls, name):
-    """Whether reads of the carried `name` on a `cls` module go through a _Carried (and so tell
-    a recording): not where _gradcore_carried was assigned after the class was made."""
+    """Whether `name` is carried on a `cls` module and read through a _Carried (so telling a
+    recording): not where _gradcore_carried was assigned after the class was made."""
+    if name not in cls._gradcore_carried:
+        return False
     for klass in cls.__mro__:
         if name in klass.__dict__:
             return isinstance(klass.__dict__[name], _Carried)
@@ -354,15 +356,13 @@ class Module:
                 or name in type(self)._gradcore_carried):
             # a Variable kept on the module from one call to the next (an RNN's hidden state)
             if _variables.step_recorder is not None:
-                _variables.step_recorder.module_state(
-                    self, name, name in type(self)._gradcore_carried
-                    and _reads_noted(type(self), name))
+                _variables.step_recorder.module_state(self, name, _reads_noted(type(self), name))
             _recompute.note_state(self, name)  # for checkpoint's recomputation
         elif _variables.step_recorder is not None:
             # a Python value (a counter, a flag) a recording step sets: a replay would not
             _variables.step_recorder.python_state(self, name)
         if (_watched and _replaces(self, name, value)
-                and not (name in type(self)._gradcore_carried and _reads_noted(type(self), name))):
+                and not _reads_noted(type(self), name)):
             # outside a recording: the next call records again. Not for carried state, which
             # eager code between calls sets (an RNN used for a sample): a tape that read it
             # checks it at its start instead (_Carried)
