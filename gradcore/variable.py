@@ -24,6 +24,36 @@ step_recorder = None
 # dtype, library or (Dask) chunks of a Variable a tape reads, change: a step gradcore.compile
 # recorded ran with what it found, so record again
 structure_changes = [0]
+# Counts each change of a Python value (a number, a string, a tuple of them) on a Module a
+# recorded step reached; changed_values notes which, (count, id(module), name), the most recent
+# VALUE_CHANGES_KEPT. Unlike structure_changes, no key changes: a tape looks at the values that
+# changed since it last ran (Tape.values_hold), so one step's `self.n = x.shape[0]`, which a
+# smaller last batch changes, leaves the other steps' tapes and its own other keys' alone
+VALUE_CHANGES_KEPT = 4096
+value_changes = [0]
+changed_values = collections.deque(maxlen=VALUE_CHANGES_KEPT)
+# held to count and note a change, and to read the notes (a deque changed while read raises;
+# counts noted out of order would hide one)
+values_lock = threading.Lock()
+
+
+def value_changed(module, name):
+    """module.name, a Python value a tape may have taken as it was, changed: see value_changes."""
+    with values_lock:
+        value_changes[0] += 1
+        changed_values.append((value_changes[0], id(module), name))
+
+
+_IMMUTABLE = frozenset((int, float, bool, complex, str, bytes, type(None)))
+
+
+def is_python_value(value):
+    """Whether `value` is a Python value a tape compares by value (see value_changes): a number
+    (Python's or NumPy's), a string, None, or a tuple of them; nothing that can change in place."""
+    kind = value.__class__
+    if kind in _IMMUTABLE or issubclass(kind, numpy.generic):
+        return True
+    return kind is tuple and all(map(is_python_value, value))
 
 
 _watched = {}  # id -> a weak reference to each Variable a recorded tape reads or writes

@@ -38,7 +38,7 @@ from ..config import anomaly_on, in_module_test_mode, recording, training
 from ..function import _SavedOutput, add_note
 from ..nn import module as _module
 from ..nn.module import _BY_VALUE, Module, mode_key, structure_changes, watch as _watch_modules
-from ..variable import Parameter, Variable
+from ..variable import Parameter, Variable, value_changes
 from . import trace
 from .check import ReplayMismatch, Snapshot, _host_tree, compare
 from .tape import Diverged, Tape
@@ -96,8 +96,12 @@ def _after_fork():
 os.register_at_fork(after_in_child=_after_fork)
 
 
+_CALLS = ("recordings", "replays", "eager calls", "checked replays")  # Compiled._counts
+# tapes kept for one key, recorded with other grads there or other Python values on its modules
+# (a smaller last batch's `self.n`): a replay takes the first that fits, the newest first
+TAPES_PER_KEY = 4
 # recordings in a row, for the grads present, after which a step warns (_note_grads_recording)
-GRADS_RECORDINGS_WARNED = 3
+GRADS_RECORDINGS_WARNED = TAPES_PER_KEY + 1
 
 
 class Compiled:
@@ -139,6 +143,8 @@ class Compiled:
         self._warned_of_keywords = False  # warned that a call with keywords runs eagerly
         self._warned_of_grads = False  # warned that the grads present keep it recording
         self._grads_recordings = (0, -1)  # (recordings in a row for the grads present, replays)
+        # (key, recordings in a row for it that took Python values, the count of calls then)
+        self._value_recordings = (None, 0, 0)
         self._signature = None  # fn's inspect.Signature (False: none), read at a keyword call
         self._counts = collections.Counter()
         self._recent = None  # the tape used last, last in _tapes
@@ -177,8 +183,9 @@ class Compiled:
             key = (_key(args, self._by_identity), self._surroundings(), structure_changes[0],
                    mode_key[0])
             tape = self._tapes.get(key)
-            while tape is not None and tape.guards and not tape.ready():
-                tape = tape.other  # the key's tape for the grads there now, if one was recorded
+            while tape is not None and (tape.guards or tape.values_seen != value_changes[0]) \
+                    and not tape.ready():
+                tape = tape.other  # the key's tape for the grads or values there now, if any
             if tape is None:
                 return self._without_tape(key, args)
             if tape is not self._recent:  # most recently used last (hashing the key again)
@@ -321,7 +328,9 @@ class Compiled:
             return self(*args)
         if key in self._tapes and not self._warned_of_grads:  # tapes for other grads present
             self._note_grads_recording(key)
-        if key != self._last_key:  # not the same key again (lazy weights made, grads absent)
+        # not the same key again (lazy weights made), nor one whose tapes took other grads or
+        # values (its TAPES_PER_KEY tell)
+        if key != self._last_key and key not in self._tapes:
             self._keys_recorded += 1
             if self._keys_recorded == self.cache_size + 1:
                 self._warn_of_new_keys(key, surroundings)
@@ -344,15 +353,18 @@ class Compiled:
         self._grads_recordings = (count, replays)
         if count < GRADS_RECORDINGS_WARNED:
             return
-        self._warned_of_grads = True
         tape = self._tapes[key]
         differing = [v for v in tape.grads_present if v._grad is None] + [
             v for v in tape.grads_absent if v._grad is not None]
-        which = f" ({_engine._describe(differing[0])}, say)" if differing else ""
+        if not differing:  # the newest tape took other Python values: not the grads
+            return
+        self._warned_of_grads = True
         warnings.warn(f"gradcore.compile: {self.__name__} recorded again at each of its last "
-                      f"{count} calls, as the grads present before a call{which} differ from "
+                      f"{count} calls, as the grads present before a call "
+                      f"({_engine._describe(differing[0])}, say) differ from "
                       "call to call: a tape serves the grads present at its recording (it adds "
-                      "to those and sets the others), and a key keeps two tapes. Clear all of "
+                      f"to those and sets the others), and a key keeps {TAPES_PER_KEY} tapes. "
+                      "Clear all of "
                       "the model's grads or none between calls (model.cleargrads()), or clear "
                       "them inside the step", RuntimeWarning, stacklevel=4)
 
@@ -405,6 +417,10 @@ class Compiled:
                      and backends.backend_of(a) is None and not isinstance(a, Variable)]
             rec.outside = [self.fn, *self._surroundings.objects(), *keyed]
             variables, modules, generators, rec.reached = _reachable(rec.outside)
+            rec.modules_reached = {id(module): module for module in modules}
+            rec.values_found = {(id(module), name): value for module in modules
+                                for name, value in module.__dict__.items()
+                                if _variable.is_python_value(value)}
             generators = _Generators(generators)
             # the hooks on the Variable arguments (their ids are in the key), before the step
             # adds or removes any: a tape holds them
@@ -467,6 +483,22 @@ class Compiled:
             # first call) is not made at the next, which records; one made at each call runs
             # eagerly after three
             rec.record_again = True
+        unreplayed = 1
+        if rec.fallback is None and not rec.record_again:
+            key = self._keyed_by_identity(key, args, variables)
+            if rec.values_read:
+                # a value set from what it was (a counter) is found changed at each call: after
+                # three calls in a row of this key, or 2 * TAPES_PER_KEY recordings of the key
+                # with no replay (other keys' calls between), the step runs eagerly
+                calls = sum(self._counts[what] for what in _CALLS)
+                last, in_a_row, then = self._value_recordings
+                in_a_row = in_a_row + 1 if last == key and then == calls - 1 else 1
+                self._value_recordings = (key, in_a_row, calls)
+                head = self._tapes.get(key)
+                if head is not None and not any(tape.replays for tape in _chain(head)):
+                    unreplayed = head.unreplayed + 1
+                if in_a_row >= 3 or unreplayed >= 2 * TAPES_PER_KEY:
+                    rec.give_up(_values_differ(rec))
         if rec.record_again or rec.fallback is not None:
             # this call was an eager one: its graph, and the state it kept on modules (an RNN's
             # hidden state, which the next call's graph continues) or elsewhere, become what
@@ -510,7 +542,7 @@ class Compiled:
                         graphs=self.graphs)
             tape.results = shape
             tape.modes = switched
-            key = self._keyed_by_identity(key, args, variables)
+            tape.unreplayed = unreplayed
             # the objects keyed by identity, held: a dead one's id is soon another object's,
             # which would then replay this tape
             tape.keyed = (self._surroundings.objects(), [
@@ -519,9 +551,14 @@ class Compiled:
                 and (not isinstance(a, Variable) or part[0] is Variable and part[-1] is not None)],
                 argument_hooks)
             _watch_modules(modules)  # their attributes, taken as they are, changed: record again
-            tape.other = self._tapes.get(key)  # one that was not ready: for other grads
-            if tape.other is not None and tape.other.other is not None:
-                tape.other.other = None  # two per key at most (grads there, grads absent)
+            tape.other = self._tapes.get(key)  # one not ready: for other grads or values
+            kept = tape
+            for _ in range(TAPES_PER_KEY - 1):
+                kept = kept.other
+                if kept is None:
+                    break
+            else:
+                kept.other = None  # the oldest beyond TAPES_PER_KEY forgotten
             self._tapes[key] = tape
             self._recent = tape
             while len(self._tapes) > self.cache_size:
@@ -600,7 +637,7 @@ class Compiled:
     def tapes(self):
         """The tapes held, most recently used key last (each has `source` and `ops`); a key
         recorded both with and without grads there has two."""
-        return [t for head in self._tapes.values() for t in (head.other, head) if t is not None]
+        return [tape for head in self._tapes.values() for tape in reversed(_chain(head))]
 
     def clear(self):
         """Forget every tape and every fallback: the next call records again."""
@@ -608,6 +645,33 @@ class Compiled:
         self._recent = None
         self._eager.clear()
         self._again.clear()
+
+
+def _chain(tape):
+    """The tapes of one key, the newest (`tape`) first."""
+    chain = []
+    while tape is not None:
+        chain.append(tape)
+        tape = tape.other
+    return chain
+
+
+def _values_differ(rec):
+    """Why a step that found other Python values on its modules at three calls in a row runs
+    eagerly (see Tape.values_hold)."""
+    advice = ("update it outside the compiled step, and pass in what it decides (an array "
+              "argument replays for any values; a number is part of the key)")
+    if rec.values_set:
+        module, name, after = rec.values_set[-1]
+        before = next(value for m, n, value in rec.values_read if m is module and n == name)
+        before = "no value" if before is trace._UNSET else repr(before)
+        return (f"the step set {type(module).__name__}.{name} (from {before} to {after!r} at "
+                "the last) from another value at each of its last three calls, Python state a "
+                f"tape cannot compute (a counter: `self.t += 1`): {advice}")
+    module, name, value = rec.values_read[-1]
+    return (f"the step found {type(module).__name__}.{name} at another value ({value!r} at the "
+            "last) at each of its last three calls, Python state code outside the step "
+            f"changes: {advice}")
 
 
 def _raised_in_users_code(error):
@@ -1489,9 +1553,9 @@ def _change(old, new, surroundings):
                         if a != b), _PASS_IT
         return "the functions the step calls", _PASS_IT
     if layers != new_layers:
-        return ("a Module's layers, a requires_grad, a hook or a Python value a step set on a "
-                "Module (self.n = x.shape[0], which a smaller last batch changes: every step's "
-                "tapes then record again)"), _PASS_IT
+        return ("a Module's layers, a requires_grad, a hook, or an object other than a number "
+                "or string set on a Module (a list made anew at each call: every step's tapes "
+                "then record again)"), _PASS_IT
     if modes != new_modes:
         return "a Module's train or eval mode", _PASS_IT
     return "nothing it can name", _PASS_IT

@@ -21,6 +21,7 @@ from ..nn.module import Module
 from ..optim.optimizer import Optimizer
 from ..optim.param_state import ParamState
 from ..variable import Variable, _WriteLog
+from .trace import _UNSET
 
 
 class ReplayMismatch(AssertionError):
@@ -47,6 +48,9 @@ class Snapshot:
         self.logs = [_saved_log(v) for v in self.variables]  # versions: the eager step counts again
         self.held = [_OwnState(opt) for opt in self.optimizers]
         self.random = backends.NUMPY.random_state(backends.CPU)
+        # the Python values the step sets on modules (self.n = x.shape[0]), as they are
+        self.values = [(module, name, module.__dict__.get(name, _UNSET))
+                       for module, name, _ in tape.values_set]
         # the state as host arrays, to measure what the step changes where rounding is allowed
         self.before = None
         if any(a is not None and not backends.backend_of(a).reproducible for a in (
@@ -68,6 +72,11 @@ class Snapshot:
         for held in self.held:
             held.restore()
         backends.NUMPY.set_random_state(backends.CPU, self.random)
+        for module, name, value in self.values:
+            if value is _UNSET:
+                module.__dict__.pop(name, None)
+            else:
+                module.__dict__[name] = value
 
     def now(self):
         """The state as it is now, as host arrays, named for a report; where rounding is allowed,
@@ -86,6 +95,8 @@ class Snapshot:
                 state[f"{name} state"] = _host_tree(opt.state_dict())
             for path, array in _held_by(opt)[1]:  # an optimizer keeping state its own way too
                 state[f"{name}{path}"] = _host(array)
+        for module, name, _ in self.values:
+            state[f"{type(module).__name__}.{name}"] = module.__dict__.get(name, "(unset)")
         if self.before is not None:
             for key, value in state.items():
                 # a grad is computed whole by the step (cleargrad, backward): no change is

@@ -16,7 +16,8 @@ import threading
 import warnings
 import weakref
 
-from ..variable import Variable, fresh_log, note_write, watch
+from ..variable import (Variable, changed_values, fresh_log, note_write, value_changed,
+                        value_changes, values_lock, watch)
 from .fuse import fusable, fuse
 from .graph import Graphed, graph_backend, graphed
 from .trace import (_NESTED, _UNSET, BINARY, IN_PLACE, REUSE_BYTES, UNARY, ArrayFacts, Line,
@@ -52,8 +53,19 @@ class Tape:
         # the Variables whose grad must be there (it is read), and those whose grad must not
         # (backward sets it, where eagerly it would add to one), for a replay: else another tape
         self.grads_present, self.grads_absent = recorder.grads_read, recorder.grads_absent
-        self.guards = bool(self.grads_present or self.grads_absent)
-        self.other = None  # a tape of the same key recorded with other grads there (Compiled)
+        self.values_read = recorder.values_read  # Python values the step set, as it found them
+        self.values_set = recorder.values_set    # and those it changed, as it left them
+        self.guards = bool(self.grads_present or self.grads_absent or self.values_read)
+        # another tape of the same key, recorded with other grads there or other values found
+        # (Compiled keeps TAPES_PER_KEY)
+        self.other = None
+        # the Python values of the modules the step reached, as it found them (values_hold),
+        # and the count of value changes it has looked at (value_changes)
+        self.values_found = recorder.values_found
+        self.modules = {i: weakref.ref(module) for i, module in recorder.modules_reached.items()}
+        self.guarded = {(id(module), name) for module, name, _ in self.values_read}
+        self.values_seen = value_changes[0]
+        self.unreplayed = 1  # the key's recordings since one of its tapes replayed (Compiled)
         results = set(outputs)
         lines = _into_views(recorder.lines, results)
         lines, self.frees = _needed(lines, outputs)
@@ -83,7 +95,6 @@ class Tape:
                              isinstance(v, Variable))
                             for (module, name), v in recorder.states_read.items()]
         self.states_left = recorder.states_left
-        self.values_read = recorder.values_read  # Python values set as they were: checked
         self.replays = 0
         self.graphs = graphs  # runs of device lines become device graphs when compiled (graph.py)
         self.graphed = []     # those runs, once compiled
@@ -115,13 +126,41 @@ class Tape:
 
     def ready(self):
         """True if the Variables whose grad the tape reads have one, and those whose grad it
-        sets have none, as when it was recorded."""
+        sets have none, and the Python values it took are as they were (values_hold)."""
         return (all(v._grad is not None for v in self.grads_present)
-                and all(v._grad is None for v in self.grads_absent))
+                and all(v._grad is None for v in self.grads_absent)
+                and all(_same_value(module.__dict__.get(name, _UNSET), value)
+                        for module, name, value in self.values_read)
+                and self.values_hold())
+
+    def values_hold(self):
+        """True if the Python values of the modules the step reached that changed since the tape
+        last looked are as the step found them (those it set: checked in ready). A look that
+        passes is not made again for the same changes."""
+        if self.values_seen == value_changes[0]:
+            return True
+        with values_lock:
+            now = value_changes[0]
+            changes = []
+            for change in reversed(changed_values):
+                if change[0] <= self.values_seen:
+                    break
+                changes.append(change)
+            else:
+                if len(changes) < now - self.values_seen:
+                    return False  # more changes than are kept: which is unknown
+        for count, i, name in changes:
+            module = self.modules.get(i)
+            module = module() if module is not None else None
+            if (module is not None and (i, name) not in self.guarded and not _same_value(
+                    module.__dict__.get(name, _UNSET), self.values_found.get((i, name), _UNSET))):
+                return False
+        self.values_seen = now
+        return True
 
     def run(self, *args):
-        if (self.states_read or self.values_read) and not self.states_as_read():
-            raise Diverged("a state the step read is another object or value now")
+        if self.states_read and not self.states_as_read():
+            raise Diverged("a state the step read is another object now")
         self.replays += 1
         if self.replays == INTERPRETED_REPLAYS + 1:
             source, namespace = _source(*self._compiled(), self.arguments, self.outputs)
@@ -132,6 +171,9 @@ class Tape:
         arrays = self._run(*args)
         for module, name in self.states_left:
             setattr(module, name, None)
+        for module, name, value in self.values_set:  # found as before the step (ready)
+            module.__dict__[name] = value  # where the step's Module.__setattr__ put it
+            value_changed(module, name)
         return arrays
 
     def states_as_read(self):
@@ -144,8 +186,7 @@ class Tape:
                     return False
             if module.__dict__.get(name) is not value:
                 return False
-        return all(_same_value(module.__dict__.get(name, _UNSET), value)
-                   for module, name, value in self.values_read)
+        return True
 
     def _compiled(self):
         """The lines and frees the compiled replay runs: the tape's, with runs of device lines as

@@ -387,7 +387,15 @@ class Recorder:
         # _UNSET): see python_state
         self.python_states = {}
         self.reads_noted = set()  # (module, name) of carried states whose reads are told
-        self.values_read = []  # (module, name, value): Python values the step set as they were
+        # (module, name, value): each Python value the step set, with the value it found, which
+        # a replay checks; values_set, (module, name, value) each it left another value in,
+        # which a replay sets
+        self.values_read = []
+        self.values_set = []
+        # (id(module), name) -> each Python value (is_python_value) of the modules the step
+        # reached, as it began (Compiled fills it): what the tape took them as
+        self.values_found = {}
+        self.modules_reached = {}  # id -> each Module the step reached as it began
         self.again_because = None  # why record_again was set, where it says more than a weight
         self.draws = []             # (backend method, args, kwargs) of each random draw made
         self.grads_read = []        # the Variables whose grad a load_grad line reads
@@ -1001,8 +1009,8 @@ class Recorder:
 
     def python_state(self, module, name):
         """The step is about to set `module.name` to a Python value that is no Variable (a
-        counter: self.t += 1): state a replay does not set. Fine where the step leaves the value
-        it found (equal, for numbers and strings: check_module_states)."""
+        counter: self.t += 1). A replay checks the value it found, and sets the one it left
+        where that is a number or string (check_module_states)."""
         if self.is_active() and (module, name) not in self.python_states:
             self.python_states[module, name] = module.__dict__.get(name, _UNSET)
 
@@ -1051,16 +1059,26 @@ class Recorder:
                 # set as it was (a shape kept): a replay is right where it still is, which it
                 # checks, as a call that fell back or eager code may have set another
                 self.values_read.append((module, name, before))
-                continue
-            # another value: a replay would leave it. Recorded again (a flag a first call sets);
-            # changed at each call (a counter), the step runs eagerly after three, saying so
-            changed = self.record_again = True
-            self.again_because = (
-                f"the step set {type(module).__name__}.{name} (from {before!r} to {after!r} "
-                "at the last), Python state a replay would not set, at each of its last three "
-                "calls (a counter, a flag): update it outside the compiled step, and pass in "
-                "what it decides (an array argument replays for any values; a number is part "
-                "of the key)")
+            elif _variable.is_python_value(after) and (before is _UNSET or
+                                                       _variable.is_python_value(before)):
+                # another number or string (a shape: `self.n = x.shape[0]`): a replay finding
+                # `before` sets it, as this call did; the tapes that took the old value see the
+                # change (value_changed). One set from what it was (a counter) is found at
+                # another value by each next call, which records: eager after three (Compiled)
+                self.values_read.append((module, name, before))
+                self.values_set.append((module, name, after))
+                _variable.value_changed(module, name)
+            else:
+                # an object (a list made anew, a function) or an attribute deleted: a replay
+                # would leave the recorded one. Recorded again (a flag a first call sets);
+                # changed at each call, the step runs eagerly after three, saying so
+                changed = self.record_again = True
+                self.again_because = (
+                    f"the step set {type(module).__name__}.{name} (from {before!r} to {after!r} "
+                    "at the last), Python state a replay would not set, at each of its last "
+                    "three calls: update it outside the compiled step, and pass in what it "
+                    "decides (an array argument replays for any values; a number is part of "
+                    "the key)")
         if changed:  # tapes that read it without setting it took it as it was: keys change
             _variable.structure_changes[0] += 1
 

@@ -365,8 +365,13 @@ class Module:
                 and not _reads_noted(type(self), name)):
             # outside a recording: the next call records again. Not for carried state, which
             # eager code between calls sets (an RNN used for a sample): a tape that read it
-            # checks it at its start instead (_Carried)
-            _variables.settings_changed()
+            # checks it at its start instead (_Carried); nor for a Python value (a number, a
+            # string), which the tapes that took it compare when it changed (value_changes)
+            if not (_variables.is_python_value(value)
+                    and _variables.is_python_value(self.__dict__.get(name))):
+                _variables.settings_changed()
+            elif _variables.step_recorder is None or not _variables.step_recorder.is_active():
+                _variables.value_changed(self, name)
         if value.__class__ not in _PLAIN:  # one look for the values that need none
             _note_attribute(self, name, value)
         object.__setattr__(self, name, value)
