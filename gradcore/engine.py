@@ -129,6 +129,9 @@ def _run_hooks(x, g, shared, undo=None):
         hooked.gradient = hooked.handed = g
         try:
             result = _call_hook(hook, x, g)
+        except BaseException:
+            _forget_rebound(hooked, g)
+            raise
         finally:
             hooked.gradient, hooked.handed = outer, outer_handed
         if g._data is not handed:  # g.data = ...: g may be another input's gradient
@@ -269,6 +272,13 @@ def _call_hook(hook, x, argument):
         raise
 
 
+def _forget_rebound(hooked, g):
+    """A hook that wrote `g op= ...` raised: the result noted for it (_augmented) is dropped, or
+    the thread would hold it, and a graph made with create_graph, until the next such write."""
+    if g is not None and getattr(hooked, "rebound", None) is g:
+        hooked.rebound = hooked.result = None
+
+
 def _call_post_hook(hook, x):
     """The post-accumulate hook(x). `g = x.grad; g *= 0.5` in it rebinds g, as in DeZero (the
     .grad may be another's array too), leaving x.grad as it was: warned about where the hook
@@ -281,6 +291,9 @@ def _call_post_hook(hook, x):
     data, version = (None if grad is None else grad._data), x.version
     try:
         _call_hook(hook, x, x)
+    except BaseException:
+        _forget_rebound(hooked, grad)
+        raise
     finally:
         before = hooked.stepped[1]
         hooked.gradient, hooked.stepped = outer

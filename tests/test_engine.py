@@ -1,5 +1,6 @@
 """The backward walk and gradcore.grad: DeZero's examples, hooks, higher order, deep graphs."""
 import functools
+import gc
 import warnings
 import weakref
 
@@ -1867,6 +1868,33 @@ def test_a_hook_that_writes_g_op_equals_and_returns_none_is_told_its_result_was_
     assert np.array_equal(x.grad.data, [30.0, 40.0])
     assert np.array_equal(seen[0], [30.0, 40.0])
     assert np.array_equal(w.grad.data, [1.0, 2.0])
+
+
+@pytest.mark.parametrize("kind", ["gradient hook", "post-accumulate hook"])
+def test_a_hook_that_writes_g_op_equals_then_raises_keeps_nothing_alive(kind):
+    """The result of `g *= 10` in a hook that then raised stayed noted for the thread
+    (variable.hooked.result) until the next such write: with create_graph, the whole graph
+    and its leaf, through del and gc.collect()."""
+    x = Variable(np.arange(3.0))
+    y = F.sin(x)
+
+    def failing(g):
+        g *= 10
+        raise ValueError("the hook failed")
+
+    def failing_after(p):
+        failing(p.grad)
+
+    if kind == "gradient hook":
+        y.register_hook(failing)
+    else:
+        x.register_post_accumulate_grad_hook(failing_after)
+    leaf = weakref.ref(x)
+    with pytest.raises(ValueError, match="the hook failed"):
+        F.sum(y * y).backward(create_graph=True)
+    del x, y
+    gc.collect()
+    assert leaf() is None and getattr(gradcore.variable.hooked, "result", None) is None
 
 
 def test_a_forked_child_takes_the_lock_another_threads_sum_into_a_leaf_held():
