@@ -1376,6 +1376,11 @@ def _zero_grads(params, set_to_none, where):
         g = p.grad
         if g is None:
             continue
+        if g.creator is not None:
+            # made by backward(create_graph=True): its graph goes first, as PyTorch's detach_()
+            # (the zeros written in would otherwise stand for the op's result in it)
+            g.unchain()
+            g.requires_grad = False
         backend = g.backend
         with backend.device_context(g.device):
             if backend.owns_memory(g.data):

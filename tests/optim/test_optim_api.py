@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import gradcore
+import gradcore.functions as F
 import gradcore.optim as optim
 from gradcore.optim import SGD, AdaDelta, AdaGrad, Adam, AdamW, MomentumSGD, Optimizer
 from conftest import DEVICE1, STRICT
@@ -416,6 +417,23 @@ def test_zero_grad_set_to_none_or_to_zeros():
     optimizer.zero_grad(False)
     np.testing.assert_array_equal(model.W.grad.data, [0.0, 0.0])
     np.testing.assert_array_equal(shared, [1.0, 1.0])
+
+
+def test_zeros_filled_into_a_gradient_with_a_graph_drop_the_graph_first():
+    """After backward(create_graph=True), zero_grad(set_to_none=False) wrote zeros into the
+    grad but left its creator: differentiating it raised of a write after mul ran, and the next
+    backward added into a grad with a graph. As PyTorch's detach_(): a leaf of zeros."""
+    x = gradcore.Parameter(np.array([0.3, -1.2, 2.0]))
+    opt = SGD([x], lr=0.1)
+    F.sum(x ** 3).backward(create_graph=True)
+    g = x.grad
+    assert g.creator is not None
+    opt.zero_grad(set_to_none=False)
+    assert x.grad is g and g.creator is None and not g.requires_grad
+    np.testing.assert_array_equal(g.data, [0.0, 0.0, 0.0])
+    F.sum(x ** 2).backward()
+    np.testing.assert_array_equal(x.grad.data, 2 * x.data)
+    assert x.grad.creator is None
 
 
 def test_adam_counts_a_numpy_step_that_raised_after_changing_a_parameter():
