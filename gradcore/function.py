@@ -484,6 +484,8 @@ class Function:
             x = _base_of(y, inputs)
             if x is not None:  # as View's outputs
                 share_versions(x, y)
+        if ys.__class__ is tuple and len(ys) == 1:
+            return ys[0]  # forward's `return (y,)`: the Variable, as DeZero's __call__ gives
         return ys
 
     def _settings_given(self, settings):

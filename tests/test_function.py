@@ -40,6 +40,24 @@ def test_variable_length_inputs_and_outputs(xp):
     assert (a.grad.item(), b.grad.item()) == (4.0, 3.0)
 
 
+def test_a_forward_returning_a_tuple_of_one_gives_the_variable(xp):
+    """DeZero's `return (y,)`: its __call__ gives outputs[0]; a tuple of one Variable made
+    `y * 2` a tuple of two and `y.backward()` an AttributeError."""
+    class Double(Function):
+        def forward(self, x):
+            return (x * 2,)
+
+        def backward(self, gy):
+            return gy * 2
+
+    x = var(xp, 3.0)
+    y = Double()(x)
+    assert isinstance(y, Variable) and y.item() == 6.0
+    (y * 2).backward()
+    assert x.grad.item() == 4.0
+    assert isinstance(SumAndProduct()(x, x), tuple)
+
+
 def test_generations(xp):
     x = var(xp, 1.0)
     a = F.square(x)
