@@ -20,15 +20,17 @@ from .config import recording
 # While gradcore.compile records a step: its Recorder (which acts in the recording thread only)
 step_recorder = None
 # Bumped whenever a Module gains, loses or replaces a Parameter, buffer or sub-Module, and,
-# outside a recording, whenever a Module's hooks, or the requires_grad, hooks or data's shape,
-# dtype, library or (Dask) chunks of a Variable a tape reads, change: a step gradcore.compile
-# recorded ran with what it found, so record again
+# outside a recording, whenever a Module's hooks change: a step gradcore.compile recorded ran
+# with what it found, so record again (a Variable's requires_grad, hooks and data's shape, dtype,
+# library or chunks: value_changes)
 structure_changes = [0]
 # Counts each change of a Python value (a number, a string, a tuple of them) on a Module a
-# recorded step reached; changed_values notes which, (count, id(module), name), the most recent
-# VALUE_CHANGES_KEPT. Unlike structure_changes, no key changes: a tape looks at the values that
-# changed since it last ran (Tape.values_hold), so one step's `self.n = x.shape[0]`, which a
-# smaller last batch changes, leaves the other steps' tapes and its own other keys' alone
+# recorded step reached, and of the settings_of a Variable a tape reads; changed_values notes
+# which, (count, id(module), name) or (count, id(variable), None), the most recent
+# VALUE_CHANGES_KEPT. Unlike structure_changes, no key changes: a tape looks at what changed
+# since it last ran (Tape.values_hold), so one step's `self.n = x.shape[0]`, which a smaller
+# last batch changes, leaves the other steps' tapes alone, and a GAN's steps, freezing one
+# model and then the other, each find the settings their tapes took
 VALUE_CHANGES_KEPT = 4096
 value_changes = [0]
 changed_values = collections.deque(maxlen=VALUE_CHANGES_KEPT)
@@ -37,11 +39,12 @@ changed_values = collections.deque(maxlen=VALUE_CHANGES_KEPT)
 values_lock = threading.Lock()
 
 
-def value_changed(module, name):
-    """module.name, a Python value a tape may have taken as it was, changed: see value_changes."""
+def value_changed(obj, name):
+    """obj.name, a Python value of a Module a tape may have taken as it was, changed; with name
+    None, the settings_of the Variable obj: see value_changes."""
     with values_lock:
         value_changes[0] += 1
-        changed_values.append((value_changes[0], id(module), name))
+        changed_values.append((value_changes[0], id(obj), name))
 
 
 _IMMUTABLE = frozenset((int, float, bool, complex, str, bytes, type(None)))
@@ -68,15 +71,27 @@ def watch(variables):
 
 
 def settings_changed(v=None):
-    """A requires_grad or a hook changed, of the Variable v (counted if a tape reads it) or of a
-    Module: see structure_changes. Not while a step records: hooks it registers as it runs are
-    part of what it records."""
+    """A requires_grad or a hook changed, of the Variable v (noted if a tape reads it: the tapes
+    that did compare its settings_of, see value_changes) or of a Module (see structure_changes).
+    Not while a step records: hooks it registers as it runs are part of what it records."""
     if v is not None:
         watched = _watched.get(id(v))
         if watched is None or watched() is not v:
             return
     if step_recorder is None or not step_recorder.is_active():
-        structure_changes[0] += 1
+        if v is None:
+            structure_changes[0] += 1
+        else:
+            value_changed(v, None)
+
+
+def settings_of(v):
+    """What a recorded tape took of the Variable v besides its values: whether it requires grad,
+    its hooks (the objects), and its data's library, shape, dtype and (Dask) chunks."""
+    data, backend = v._data, v._backend
+    return (v._requires_grad, tuple(v._hooks or ()), tuple(getattr(v, "_post_hooks", ())),
+            backend, None if data is None else (data.shape, data.dtype),
+            backend.layout(data) if data is not None and backend.lazy else None)
 
 
 def has_graph(v):

@@ -874,6 +874,131 @@ def test_a_value_the_step_sets_is_checked_against_eager_and_put_back():
     assert compiled.stats()["checked replays"] == 8 and same(model.lin.W, twin.lin.W)
 
 
+def test_a_gans_steps_replay_with_each_model_frozen_by_turns():
+    """G frozen for D's step and D for G's, between the calls: each toggle counted as a change
+    of every key, so both steps recorded at every call (d: 4 of 4); each tape now compares the
+    requires_grad it took, and the settings come back as they were."""
+    def world():
+        np.random.seed(0)
+        G, D = nn.Linear(3, in_size=3, dtype="float64"), nn.Linear(1, in_size=3, dtype="float64")
+        opt_g, opt_d = optim.SGD(lr=0.1).setup(G), optim.Adam().setup(D)
+
+        def d_step(x, z):
+            D.cleargrads()
+            loss = F.sum(D(x)) - F.sum(D(G(z)))
+            loss.backward()
+            opt_d.update()
+            return loss
+
+        def g_step(z):
+            G.cleargrads()
+            loss = -F.sum(D(G(z)))
+            loss.backward()
+            opt_g.update()
+            return loss
+        return G, D, d_step, g_step
+
+    G, D, d_step, g_step = world()
+    G2, D2, d_eager, g_eager = world()
+    d_step, g_step = gradcore.compile(d_step), gradcore.compile(g_step)
+    rng = np.random.default_rng(0)
+    for _ in range(6):
+        x, z = rng.standard_normal((4, 3)), rng.standard_normal((4, 3))
+        for g, d in ((G, D), (G2, D2)):
+            g.requires_grad_(False), d.requires_grad_(True)
+        assert same(d_step(x, z), d_eager(x, z))
+        for g, d in ((G, D), (G2, D2)):
+            g.requires_grad_(True), d.requires_grad_(False)
+        assert same(g_step(z), g_eager(z))
+        assert same([p.data for p in (*G.parameters(), *D.parameters())],
+                    [p.data for p in (*G2.parameters(), *D2.parameters())])
+    assert d_step.stats()["recordings"] == 1 and d_step.stats()["replays"] == 5
+    assert g_step.stats()["recordings"] == 1 and g_step.stats()["replays"] == 5
+
+
+def test_a_hook_the_step_registers_and_removes_leaves_its_tape_replaying():
+    """The step registers a hook on b and removes it: an eager run of it between calls counted
+    as two changes of every key, so each next call recorded; no hook is there at any call's
+    start. A layer the step leaves frozen records once more, for the state it left."""
+    def world():
+        np.random.seed(0)
+        lin = nn.Linear(2, in_size=3, dtype="float64")
+        opt = optim.SGD(lr=0.1).setup(lin)
+
+        def step(x, freeze=False):
+            handle = lin.b.register_hook(lambda g: g * 2.0)
+            loss = F.sum(lin(gradcore.Variable(x)) ** 2)
+            lin.cleargrads()
+            loss.backward()
+            handle.remove()
+            opt.update()
+            if freeze:
+                lin.W.requires_grad_(False)
+            return loss
+        return lin, step
+
+    for freeze in (False, True):
+        (lin, step), (twin, eager) = world(), world()
+        compiled = gradcore.compile(functools.partial(step, freeze=freeze))
+        rng = np.random.default_rng(0)
+        for _ in range(5):
+            x = rng.standard_normal((4, 3))
+            assert same(compiled(x), eager(x, freeze)) and same(lin.b.grad, twin.b.grad)
+            step(x, freeze), eager(x, freeze)  # the same step run eagerly between calls
+            assert same([lin.W, lin.b], [twin.W, twin.b])
+        assert compiled.stats()["recordings"] == 1 + freeze
+        assert compiled.stats()["replays"] == 4 - freeze
+
+
+def test_a_layer_the_step_freezes_is_frozen_at_the_replays():
+    """The step calls lin.W.requires_grad_(False) after its update (a warm-up then frozen): its
+    tape, recorded with W trainable at the start, replayed at the next calls and went on
+    updating W, silently; the change the step made is seen by the next call, which records."""
+    def world():
+        np.random.seed(0)
+        lin = nn.Linear(2, in_size=3, dtype="float64")
+        opt = optim.SGD(lr=0.1).setup(lin)
+
+        def step(x):
+            loss = F.sum(lin(gradcore.Variable(x)) ** 2)
+            lin.cleargrads()
+            loss.backward()
+            opt.update()
+            lin.W.requires_grad_(False)
+            return loss
+        return lin, step
+
+    (lin, step), (twin, eager) = world(), world()
+    compiled = gradcore.compile(step)
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        x = rng.standard_normal((4, 3))
+        assert same(compiled(x), eager(x)) and same([lin.W, lin.b], [twin.W, twin.b])
+    assert compiled.stats()["recordings"] == 2 and compiled.stats()["replays"] == 2
+
+
+@pytest.mark.parametrize("owner", ["optimizer", "module"])
+def test_zeros_written_into_the_grads_in_place_run_eagerly_saying_what_replays(owner):
+    """zero_grad(set_to_none=False) in the step was said to change "Python state"; it writes
+    into the grads' arrays, and zero_grad() replays with the same results."""
+    (model, _), (twin, _) = trained_twins(lambda: nn.Linear(2, in_size=3, dtype="float64"))
+    opts = [optim.SGD(lr=0.1).setup(m) for m in (model, twin)]
+
+    def step(m, opt, x):
+        (opt if owner == "optimizer" else m).zero_grad(set_to_none=False)
+        loss = F.sum(m(gradcore.Variable(x)) ** 2)
+        loss.backward()
+        opt.update()
+        return loss
+
+    compiled = gradcore.compile(functools.partial(step, model, opts[0]))
+    with pytest.warns(RuntimeWarning, match=r"zero_grad\(set_to_none=False\) writes zeros into "
+                                            r"the grads in place.*zero_grad\(\) \(set_to_none=True"):
+        for i in range(3):
+            x = np.full((4, 3), float(i))
+            assert same(compiled(x), step(twin, opts[1], x)) and same(model.W, twin.W)
+
+
 def test_a_subclass_carries_its_bases_state_too():
     """An RNN subclass declaring its own carried s hid RNN's h, and recorded at every call."""
     class Noted(nn.RNN):

@@ -416,11 +416,12 @@ class Compiled:
             keyed = [a for a in args if a.__class__ not in _BY_VALUE
                      and backends.backend_of(a) is None and not isinstance(a, Variable)]
             rec.outside = [self.fn, *self._surroundings.objects(), *keyed]
-            variables, modules, generators, rec.reached = _reachable(rec.outside)
+            variables, modules, generators, rec.reached, found = _reachable(rec.outside)
             rec.modules_reached = {id(module): module for module in modules}
             rec.values_found = {(id(module), name): value for module in modules
                                 for name, value in module.__dict__.items()
                                 if _variable.is_python_value(value)}
+            rec.settings_found = {i: _variable.settings_of(v) for i, v in found.items()}
             generators = _Generators(generators)
             # the hooks on the Variable arguments (their ids are in the key), before the step
             # adds or removes any: a tape holds them
@@ -1227,16 +1228,17 @@ def _reachable(roots):
     and the attributes of the user's modules and classes (not of gradcore's, the standard
     library's or installed packages'): (the Variables by id, the Modules, the random generators
     of the user's, the ids of every object looked at: an array among them is not one the step
-    makes). The Variables are those reached without passing through an attribute of an object
-    other than a Module (`cfg.state` is not, as attributes are no part of a key; a function's
-    defaults and closure variables are as good as names). At most REACH_LIMIT objects are
-    looked at. Run only when recording: a cache hit never pays for it.
+    makes), and every Variable reached, by id. The Variables first are those reached without
+    passing through an attribute of an object other than a Module (`cfg.state` is not, as
+    attributes are no part of a key; a function's defaults and closure variables are as good as
+    names). At most REACH_LIMIT objects are looked at. Run only when recording: a cache hit
+    never pays for it.
 
     A safety net, so it runs none of the objects' code: it asks type(obj), never obj.__class__
     or isinstance (which asks obj.__class__ too: a lazy import's proxy would import its module
     there), and reads attributes as object's own lookup does (no __getattr__ runs: a module's
     PEP 562 one, a proxy's); an object it cannot look into is skipped."""
-    variables, modules, generators = {}, [], []
+    variables, modules, generators, found = {}, [], [], {}
     seen, todo = set(), [(root, True) for root in roots]
     kinds = {}  # class -> (what is done with its objects, its __slots__ descriptors)
     while todo and len(seen) < REACH_LIMIT:
@@ -1268,6 +1270,7 @@ def _reachable(roots):
             elif what is Variable:
                 if named:
                     variables[id(obj)] = obj
+                found[id(obj)] = obj
             elif what is dict:
                 todo.extend((item, named) for item in itertools.islice(dict.values(obj),
                                                                        REACH_LIMIT))
@@ -1300,7 +1303,7 @@ def _reachable(roots):
                 todo.append((obj.__self__, named))
         except Exception:  # nothing of what it holds is looked at
             continue
-    return variables, modules, generators, seen
+    return variables, modules, generators, seen, found
 
 
 _SKIP, _OBJECT = "skip", "object"
@@ -1553,9 +1556,9 @@ def _change(old, new, surroundings):
                         if a != b), _PASS_IT
         return "the functions the step calls", _PASS_IT
     if layers != new_layers:
-        return ("a Module's layers, a requires_grad, a hook, or an object other than a number "
-                "or string set on a Module (a list made anew at each call: every step's tapes "
-                "then record again)"), _PASS_IT
+        return ("a Module's layers or its hooks, or an object other than a number or string "
+                "set on a Module (a list made anew at each call: every step's tapes then record "
+                "again)"), _PASS_IT
     if modes != new_modes:
         return "a Module's train or eval mode", _PASS_IT
     return "nothing it can name", _PASS_IT

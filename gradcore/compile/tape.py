@@ -17,7 +17,7 @@ import warnings
 import weakref
 
 from ..variable import (Variable, changed_values, fresh_log, note_write, value_changed,
-                        value_changes, values_lock, watch)
+                        settings_of, value_changes, values_lock, watch)
 from .fuse import fusable, fuse
 from .graph import Graphed, graph_backend, graphed
 from .trace import (_NESTED, _UNSET, BINARY, IN_PLACE, REUSE_BYTES, UNARY, ArrayFacts, Line,
@@ -64,7 +64,16 @@ class Tape:
         self.values_found = recorder.values_found
         self.modules = {i: weakref.ref(module) for i, module in recorder.modules_reached.items()}
         self.guarded = {(id(module), name) for module, name, _ in self.values_read}
+        # id -> (a weak reference to each Variable the tape reads or writes, its settings_of as
+        # the step found it: None where it was not reached then, so that any change counts)
+        self.settings_found = {id(v): (weakref.ref(v), recorder.settings_found.get(id(v)))
+                               for v in recorder.touched}
         self.values_seen = value_changes[0]
+        for ref, found in self.settings_found.values():
+            if found is not None and settings_of(ref()) != found:
+                # the step left them otherwise (a layer frozen), unnoted while it recorded: the
+                # next call finds the change (this tape too), and records from there
+                value_changed(ref(), None)
         self.unreplayed = 1  # the key's recordings since one of its tapes replayed (Compiled)
         results = set(outputs)
         lines = _into_views(recorder.lines, results)
@@ -134,22 +143,30 @@ class Tape:
                 and self.values_hold())
 
     def values_hold(self):
-        """True if the Python values of the modules the step reached that changed since the tape
-        last looked are as the step found them (those it set: checked in ready). A look that
-        passes is not made again for the same changes."""
+        """True if the Python values of the modules the step reached, and the settings of the
+        Variables it read or wrote (settings_of), that changed since the tape last looked are as
+        the step found them (the values it set: checked in ready). A look that passes is not made
+        again for the same changes."""
         if self.values_seen == value_changes[0]:
             return True
         with values_lock:
             now = value_changes[0]
-            changes = []
+            changes, count = set(), 0  # each changed thing once (a GAN's toggles: twice)
             for change in reversed(changed_values):
                 if change[0] <= self.values_seen:
                     break
-                changes.append(change)
+                changes.add(change[1:])
+                count += 1
             else:
-                if len(changes) < now - self.values_seen:
+                if count < now - self.values_seen:
                     return False  # more changes than are kept: which is unknown
-        for count, i, name in changes:
+        for i, name in changes:
+            if name is None:  # a Variable's settings
+                found = self.settings_found.get(i)
+                v = found[0]() if found is not None else None
+                if v is not None and (found[1] is None or settings_of(v) != found[1]):
+                    return False
+                continue
             module = self.modules.get(i)
             module = module() if module is not None else None
             if (module is not None and (i, name) not in self.guarded and not _same_value(

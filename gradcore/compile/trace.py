@@ -396,6 +396,7 @@ class Recorder:
         # reached, as it began (Compiled fills it): what the tape took them as
         self.values_found = {}
         self.modules_reached = {}  # id -> each Module the step reached as it began
+        self.settings_found = {}   # id -> the settings_of each Variable it reached, as it began
         self.again_because = None  # why record_again was set, where it says more than a weight
         self.draws = []             # (backend method, args, kwargs) of each random draw made
         self.grads_read = []        # the Variables whose grad a load_grad line reads

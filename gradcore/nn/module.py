@@ -1370,8 +1370,11 @@ def _zero_grads(params, set_to_none, where):
             p.grad = None
         return
     recorder = _variables.step_recorder
-    if recorder is not None:  # an in-place write a tape would not see: run such steps eagerly
-        recorder.not_replayed(f"{where}.zero_grad(set_to_none=False)")
+    if recorder is not None and recorder.is_active():
+        # writes into the grads' arrays, which a tape would not see: such steps run eagerly
+        recorder.give_up(f"{where}.zero_grad(set_to_none=False) writes zeros into the grads "
+                         "in place, which a replay would not do: zero_grad() (set_to_none=True, "
+                         "PyTorch's default) gives the same results and replays")
     for p in params:
         g = p.grad
         if g is None:

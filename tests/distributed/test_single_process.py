@@ -786,7 +786,8 @@ def test_a_compiled_step_that_averages_before_the_step_replays(comm, overlap, fo
             gc.collect()
         norms = [float(step(x).item()) for x in xs]
         results.append((norms, model.W.numpy(), counting.started))
-    assert step.stats()["recordings"] == 1 and step.stats()["replays"] == 4
+    # without overlap the first call registers the hooks that stay: the next records again
+    assert step.stats()["recordings"] == 2 - overlap and step.stats()["replays"] == 3 + overlap
     assert results[0][0] == results[1][0]
     np.testing.assert_array_equal(results[0][1], results[1][1])
     assert results[0][2] == results[1][2] == 5  # one sum a step: the step sums nothing again
