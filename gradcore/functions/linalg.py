@@ -57,16 +57,16 @@ def matmul(x, W):
 
 # =============================================================================== linear
 class Linear(Function):
-    """y = x @ W + b for x (N, in), or (..., in) as PyTorch's, W (in, out) and b (out,) or
-    absent, as one fused op; gW and gb sum over every axis but the last."""
+    """y = x @ W + b for x (N, in), or (..., in) or one example (in,) as PyTorch's, W (in, out)
+    and b (out,) or absent, as one fused op; gW and gb sum over every axis but the last."""
     op_name = "linear"
     integers_take_float_dtype = True  # an int64 x to a float32 layer stays float32, as in + - * /
 
     def forward(self, x, W, b=None):
         # x or W may be a Python number (a NumPy scalar input becomes one): 0-d
-        if getattr(x, "ndim", 0) < 2 or getattr(W, "ndim", 0) != 2:
-            raise ValueError(f"x must be (batch, in) or (..., in) and W 2-d (in, out); got x "
-                             f"{_shape(x)} and W {_shape(W)} (reshape x, e.g. flatten)")
+        if getattr(x, "ndim", 0) < 1 or getattr(W, "ndim", 0) != 2:
+            raise ValueError(f"x must be (in,), (batch, in) or (..., in) and W 2-d (in, out); "
+                             f"got x {_shape(x)} and W {_shape(W)} (reshape x, e.g. flatten)")
         if x.shape[-1] != W.shape[0]:
             raise ValueError(f"x {tuple(x.shape)} and W {tuple(W.shape)} do not match: "
                              f"x.shape[-1] ({x.shape[-1]}) must equal W.shape[0] ({W.shape[0]})")
@@ -88,7 +88,7 @@ class Linear(Function):
         gx = laid_out_like(matmul(gy, W.T), x) if needs[0] else None
         gW = None
         if needs[1]:
-            if x.ndim > 2:  # the rows of every leading axis, as one batch
+            if x.ndim != 2:  # the rows of every leading axis (one row: x 1-d), as one batch
                 x, gy_rows = reshape(x, (-1, x.shape[-1])), reshape(gy, (-1, gy.shape[-1]))
             else:
                 gy_rows = gy

@@ -133,7 +133,15 @@ def _set_nobias(layer, nobias):
     """nobias=True removes b (b = None); nobias=False gives a layer without one a b with no
     data yet (the Parameter it had, if any: see _emptied), filled with zeros at the next call."""
     if not isinstance(nobias, (bool, numpy.bool_)):
-        raise TypeError(f"{type(layer).__name__}: nobias must be True or False, got {nobias!r}")
+        name = type(layer).__name__
+        hint = ""
+        if isinstance(layer, _ConvBase) and isinstance(nobias, numbers.Integral):
+            # Conv2d(3, 64, 7, 2, 3): PyTorch's (in, out, kernel, stride, padding)
+            hint = (f" (a number as the fifth argument: PyTorch's {_TORCH_NAMES.get(name, name)}"
+                    f"(in_channels, out_channels, kernel_size, stride, padding)? gradcore's is "
+                    f"DeZero's {name}(out_channels, kernel_size, stride, pad, nobias): write "
+                    f"{name}(out_channels, kernel_size, stride=..., pad=..., in_channels=...))")
+        raise TypeError(f"{name}: nobias must be True or False, got {nobias!r}{hint}")
     if nobias:
         layer.b = None
     elif layer.__dict__.get("b") is None:
@@ -310,9 +318,9 @@ class Linear(Module):
                 in_size = self.W.shape[0]
             else:
                 shape = _input_shape(x, "Linear")
-                if len(shape) < 2:
-                    raise ValueError(f"Linear: x must be (batch, in_size) or (..., in_size), got "
-                                     f"shape {shape}; a single example is (1, in_size)")
+                if len(shape) < 1:
+                    raise ValueError(f"Linear: x must be (in_size,), (batch, in_size) or (..., "
+                                     f"in_size), got shape {shape}")
                 in_size = shape[-1]
         self._initialize(*_placement(x, self, "Linear"), in_size)
 

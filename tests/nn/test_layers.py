@@ -812,6 +812,10 @@ def test_numpy_integers_are_sizes():
     (lambda: nn.Conv2d(3, 2, pad=-1), ValueError, "pad must be an int >= 0"),
     (lambda: nn.Deconv2d(3, 2, stride=(1, 2, 3)), ValueError, "stride must be"),
     (lambda: nn.Deconv2d(3, 2, nobias=1), TypeError, "Deconv2d: nobias must be True or False"),
+    (lambda: nn.Conv2d(3, 64, 7, 2, 3), TypeError, r"Conv2d: nobias must be True or False, got 3 "
+     r"\(a number as the fifth argument: PyTorch's Conv2d\(in_channels, out_channels, "
+     r"kernel_size, stride, padding\)\? gradcore's is DeZero's Conv2d\(out_channels, "
+     r"kernel_size, stride, pad, nobias\)"),
     (lambda: nn.Dropout(1.0), ValueError, r"dropout_ratio must be a number in \[0, 1\)"),
     (lambda: nn.BatchNorm(decay=1.5), ValueError, "0 <= decay < 1"),
     (lambda: nn.BatchNorm(4), ValueError, r"BatchNorm\(4\): BatchNorm's first argument is "
@@ -981,10 +985,12 @@ def test_pytorch_s_order_on_an_image_is_warned_about_where_dezero_s_kernel_is_ev
 
 def test_bad_first_inputs_leave_lazy_layers_unset():
     lin = nn.Linear(3)
-    with pytest.raises(ValueError, match=r"x must be \(batch, in_size\) or \(\.\.\., in_size\), "
-                                         r"got shape \(4,\)"):
-        lin(np.ones(4))
+    with pytest.raises(ValueError, match=r"x must be \(in_size,\), \(batch, in_size\) or "
+                                         r"\(\.\.\., in_size\), got shape \(\)"):
+        lin(np.float64(4.0))
     assert lin.W.data is None and lin.b.data is None
+    one = nn.Linear(3)(np.ones(4))  # one example (in,), as PyTorch's: (out,)
+    assert one.shape == (3,)
     conv = nn.Conv2d(2, 3)
     with pytest.raises(ValueError, match=r"x must be 4-d \(N, C, H, W\)"):
         conv(np.ones((2, 3)))
