@@ -220,9 +220,9 @@ class Compiled:
         step(self, x)`), as a function is bound: that function bound to obj, compiled for obj
         alone, its tapes its own (obj's attributes the step reads are part of their keys, as
         for `gradcore.compile(obj.step)`). Made at the first lookup on obj and kept in obj's
-        __dict__, under a name no code spells (it lives and dies with obj; a copy.copy of obj,
-        which finds it there, makes its own); `Class.step` is this object, which takes the
-        object as its first argument."""
+        __dict__, under a name no code spells (it lives and dies with obj, in a cycle the
+        collector frees; a copy.copy of obj, which finds it there, makes its own); `Class.step`
+        is this object, which takes the object as its first argument."""
         if obj is None:
             return self
         try:  # the lookups after the first: ~2,000 instructions
