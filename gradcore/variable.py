@@ -4,6 +4,7 @@ import collections
 import contextvars
 import copy
 import itertools
+import math
 import operator
 import os
 import sys
@@ -45,6 +46,25 @@ def value_changed(obj, name):
     with values_lock:
         value_changes[0] += 1
         changed_values.append((value_changes[0], id(obj), name))
+
+
+def same_value(a, b):
+    """Whether a and b are equal numbers (Python's, NumPy's scalars), strings, None, or tuples,
+    lists or dicts of them (a shape kept); anything else only if it is the same object."""
+    kind = a.__class__
+    if kind is not b.__class__:
+        return False
+    if kind in (tuple, list):
+        return len(a) == len(b) and all(map(same_value, a, b))
+    if kind is dict:
+        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
+    if kind in (float, complex) or issubclass(kind, (numpy.floating, numpy.complexfloating)):
+        # NaN as NaN (the keys' rule), -0.0 apart from 0.0 (as keys tell them apart)
+        return all(x == y and math.copysign(1.0, x) == math.copysign(1.0, y) or x != x and y != y
+                   for x, y in ((a.real, b.real), (a.imag, b.imag)))
+    if kind in (int, bool, str, bytes, type(None)) or issubclass(kind, numpy.generic):
+        return bool(a == b)
+    return a is b
 
 
 _IMMUTABLE = frozenset((int, float, bool, complex, str, bytes, type(None)))

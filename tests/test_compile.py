@@ -999,6 +999,153 @@ def test_zeros_written_into_the_grads_in_place_run_eagerly_saying_what_replays(o
             assert same(compiled(x), step(twin, opts[1], x)) and same(model.W, twin.W)
 
 
+def test_a_number_an_optimizer_hook_sets_during_the_step_is_seen_by_the_next_call():
+    """An optimizer hook (Python at every replay) halving model.temperature, which forward
+    reads: the tape a call recorded took the value from before the hook's change, and the
+    change, counted while the step recorded, was taken as seen; the next call replayed it
+    (-17.51 for eager's -35.02). The first recording, of a model no tape watched yet, too."""
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(2, in_size=3, dtype="float64")
+            self.temperature = 1.0
+
+        def forward(self, x):
+            return self.lin(x) / self.temperature
+
+    for start in (0, 2):
+        def make():
+            np.random.seed(0)
+            model = Net()
+            opt = optim.SGD(lr=0.1).setup(model)
+            calls = [0]
+
+            def anneal(params):
+                calls[0] += 1
+                if calls[0] > start:
+                    model.temperature = model.temperature * 0.5
+            opt.add_hook(anneal)
+
+            def step(x):
+                loss = F.sum(model(gradcore.Variable(x)))
+                model.cleargrads()
+                loss.backward()
+                opt.update()
+                return loss
+            return model, step
+
+        (model, step), (twin, eager) = make(), make()
+        compiled = gradcore.compile(step)
+        for _ in range(5):
+            x = np.ones((2, 3))
+            assert same(compiled(x), eager(x)) and model.temperature == twin.temperature
+            assert same(model.lin.W, twin.lin.W)
+
+
+@pytest.mark.parametrize("how", ["through a weak reference", "past the reach limit"])
+def test_a_number_of_a_module_a_step_reads_without_reaching_it_changes_its_tapes(
+        how, monkeypatch):
+    """Step B reads a module through a weakref.ref (which the walk did not follow), or past
+    REACH_LIMIT objects; step A reaches it. A number changed between calls: B replayed the old
+    one (0.5 for eager's 2.0), as it skipped changes to modules it had not reached."""
+    import weakref
+
+    class Scale(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = 0.5
+
+        def forward(self, x):
+            return x * self.scale
+
+    class Holder(nn.Module):
+        def __init__(self, s):
+            super().__init__()
+            self.s = weakref.ref(s) if how == "through a weak reference" else s
+
+        def forward(self, x):
+            return (self.s() if how == "through a weak reference" else self.s)(x)
+
+    if how == "past the reach limit":
+        monkeypatch.setattr(sys.modules["gradcore.compile"], "REACH_LIMIT", 3)
+    scale, twin = Scale(), Scale()
+    holder, eager = Holder(scale), Holder(twin)
+    a = gradcore.compile(lambda x: scale(gradcore.Variable(x)))
+    b = gradcore.compile(lambda x: holder(gradcore.Variable(x)))
+    x = np.ones(3)
+    for _ in range(3):
+        a(x), b(x)
+    scale.scale = twin.scale = 2.0
+    assert same(b(x), eager(gradcore.Variable(x)))
+    np.testing.assert_array_equal(b(x).data, [2.0, 2.0, 2.0])
+
+
+def test_numbers_deleted_kept_in_slots_or_set_to_minus_zero_are_changes():
+    """A number in a __slots__ slot (not in __dict__, where tapes compare), one deleted (forward
+    reads getattr(self, "boost", 1.0)), between calls or by the step, and -0.0 set where 0.0 was
+    (equal by ==): each replayed the old value."""
+    class Slotted(nn.Module):
+        __slots__ = ("scale",)
+
+        def __init__(self):
+            super().__init__()
+            self.scale = 0.5
+
+        def forward(self, x):
+            return x * self.scale
+
+    class Boosted(nn.Module):
+        def __init__(self, k=0.0, deletes=False):
+            super().__init__()
+            self.boost, self.k, self.deletes = 3.0, k, deletes
+
+        def forward(self, x):
+            y = x * getattr(self, "boost", 1.0) / (x * 0.0 + self.k)
+            if self.deletes and hasattr(self, "boost"):
+                del self.boost
+            return y
+
+    x = np.ones(2)
+    for make, change in ((Slotted, lambda m: setattr(m, "scale", 2.0)),
+                         (Boosted, lambda m: delattr(m, "boost")),
+                         (Boosted, lambda m: setattr(m, "k", -0.0)),
+                         (lambda: Boosted(deletes=True), lambda m: None)):
+        module, twin = make(), make()
+        compiled = gradcore.compile(lambda x: module(gradcore.Variable(x)))
+        for i in range(4):
+            if i == 2:
+                change(module), change(twin)
+            with np.errstate(divide="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                assert same(compiled(x), twin(gradcore.Variable(x)))
+
+
+def test_a_number_the_step_does_not_set_changing_three_times_leaves_it_replaying():
+    """Eager code set model.epoch, which the step never reads, before three calls in a row: the
+    step ran eagerly for good, its warning blaming n (the value the step sets, 4 at every call);
+    it records at those calls, and replays once the changes stop."""
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(2, in_size=3, dtype="float64")
+            self.epoch = 0
+
+        def forward(self, x):
+            self.n = x.shape[0]
+            return self.lin(x)
+
+    (model, step), (twin, eager) = trained_twins(Net)
+    compiled = gradcore.compile(step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for i in range(10):
+            if 2 <= i < 5:
+                model.epoch = twin.epoch = i
+            x = np.full((4, 3), float(i))
+            assert same(compiled(x), eager(x)) and same(model.lin.W, twin.lin.W)
+    assert compiled.stats()["eager calls"] == 0 and compiled.stats()["replays"] >= 5
+
+
 def test_a_subclass_carries_its_bases_state_too():
     """An RNN subclass declaring its own carried s hid RNN's h, and recorded at every call."""
     class Noted(nn.RNN):

@@ -416,7 +416,11 @@ class Compiled:
             keyed = [a for a in args if a.__class__ not in _BY_VALUE
                      and backends.backend_of(a) is None and not isinstance(a, Variable)]
             rec.outside = [self.fn, *self._surroundings.objects(), *keyed]
+            # changes from here on count for the tape (an optimizer's hook, run as Python, may
+            # set a module's number while the step records)
+            rec.values_seen = value_changes[0]
             variables, modules, generators, rec.reached, found = _reachable(rec.outside)
+            rec.reached_all = len(rec.reached) < REACH_LIMIT
             rec.modules_reached = {id(module): module for module in modules}
             rec.values_found = {(id(module), name): value for module in modules
                                 for name, value in module.__dict__.items()
@@ -487,19 +491,21 @@ class Compiled:
         unreplayed = 1
         if rec.fallback is None and not rec.record_again:
             key = self._keyed_by_identity(key, args, variables)
-            if rec.values_read:
-                # a value set from what it was (a counter) is found changed at each call: after
-                # three calls in a row of this key, or 2 * TAPES_PER_KEY recordings of the key
-                # with no replay (other keys' calls between), the step runs eagerly
+            head = self._tapes.get(key)
+            changed = _guard_changed(head, rec)
+            if changed is not None:
+                # the key's newest tape took another value of one the step sets: one set from
+                # what it was (a counter) is found changed at each call. After three calls in a
+                # row of this key, or 2 * TAPES_PER_KEY such recordings of the key with no
+                # replay (other keys' calls between), the step runs eagerly
                 calls = sum(self._counts[what] for what in _CALLS)
                 last, in_a_row, then = self._value_recordings
-                in_a_row = in_a_row + 1 if last == key and then == calls - 1 else 1
+                in_a_row = in_a_row + 1 if last == key and then == calls - 1 else 2
                 self._value_recordings = (key, in_a_row, calls)
-                head = self._tapes.get(key)
-                if head is not None and not any(tape.replays for tape in _chain(head)):
+                if not any(tape.replays for tape in _chain(head)):
                     unreplayed = head.unreplayed + 1
                 if in_a_row >= 3 or unreplayed >= 2 * TAPES_PER_KEY:
-                    rec.give_up(_values_differ(rec))
+                    rec.give_up(_values_differ(rec, changed))
         if rec.record_again or rec.fallback is not None:
             # this call was an eager one: its graph, and the state it kept on modules (an RNN's
             # hidden state, which the next call's graph continues) or elsewhere, become what
@@ -657,20 +663,33 @@ def _chain(tape):
     return chain
 
 
-def _values_differ(rec):
-    """Why a step that found other Python values on its modules at three calls in a row runs
-    eagerly (see Tape.values_hold)."""
+def _guard_changed(head, rec):
+    """(module, name, value, found) where `rec`, recording again for a key whose newest tape is
+    `head`, found a Python value the step sets at another value than `head` took; else None
+    (it records for other grads, or values it does not set)."""
+    if head is None:
+        return None
+    took = {(id(module), name): value for module, name, value in head.values_read}
+    for module, name, found in rec.values_read:
+        value = took.get((id(module), name), trace._UNSET)
+        if (id(module), name) in took and not trace._same_value(value, found):
+            return module, name, value, found
+    return None
+
+
+def _values_differ(rec, changed):
+    """Why a step that found a Python value it sets on a module changed at three calls in a
+    row (`changed`: see _guard_changed) runs eagerly."""
+    module, name, _, found = changed
+    after = next((value for m, n, value in rec.values_set if m is module and n == name), None)
+    found = "no value" if found is trace._UNSET else repr(found)
     advice = ("update it outside the compiled step, and pass in what it decides (an array "
               "argument replays for any values; a number is part of the key)")
-    if rec.values_set:
-        module, name, after = rec.values_set[-1]
-        before = next(value for m, n, value in rec.values_read if m is module and n == name)
-        before = "no value" if before is trace._UNSET else repr(before)
-        return (f"the step set {type(module).__name__}.{name} (from {before} to {after!r} at "
+    if after is not None:
+        return (f"the step set {type(module).__name__}.{name} (from {found} to {after!r} at "
                 "the last) from another value at each of its last three calls, Python state a "
                 f"tape cannot compute (a counter: `self.t += 1`): {advice}")
-    module, name, value = rec.values_read[-1]
-    return (f"the step found {type(module).__name__}.{name} at another value ({value!r} at the "
+    return (f"the step found {type(module).__name__}.{name} at another value ({found} at the "
             "last) at each of its last three calls, Python state code outside the step "
             f"changes: {advice}")
 
@@ -1223,7 +1242,8 @@ def _reachable(roots):
     and its arguments keyed by identity) through containers, Modules' and other objects'
     attributes (their __dict__ and __slots__, and their class's attributes where the class is
     the user's: a generator set on the class, read as `self.rng`), bound methods' objects and
-    functions, a generator's bound builtin methods, staticmethods' and classmethods' functions,
+    functions, a generator's bound builtin methods, weak references' objects, staticmethods' and
+    classmethods' functions,
     partials' arguments, the default arguments and closure variables of the user's functions,
     and the attributes of the user's modules and classes (not of gradcore's, the standard
     library's or installed packages'): (the Variables by id, the Modules, the random generators
@@ -1292,6 +1312,8 @@ def _reachable(roots):
                     generators.append(obj)
             elif what is types.MethodType:
                 todo.extend(((obj.__self__, named), (obj.__func__, named)))
+            elif what is weakref.ReferenceType:  # a module held weakly is read all the same
+                todo.append((weakref.ReferenceType.__call__(obj), False))
             elif what is staticmethod:  # or a classmethod, in a class's namespace
                 todo.append((obj.__func__, named))
             elif what is Compiled:  # a compiled step it calls, or a method compiled for obj
@@ -1328,6 +1350,8 @@ def _reach_kind(kind, obj):
         return tuple, iterate
     if kind is staticmethod or kind is classmethod:
         return staticmethod, None
+    if issubclass(kind, weakref.ReferenceType):
+        return weakref.ReferenceType, None
     if issubclass(kind, Compiled):  # its function; not its tapes (what they hold is theirs)
         return Compiled, None
     if backends.backend_of(obj) is not None:  # an array (a backend knows it by its type)

@@ -16,8 +16,8 @@ import threading
 import warnings
 import weakref
 
-from ..variable import (Variable, changed_values, fresh_log, note_write, value_changed,
-                        settings_of, value_changes, values_lock, watch)
+from ..variable import (Variable, changed_values, fresh_log, is_python_value, note_write,
+                        settings_of, value_changed, value_changes, values_lock, watch)
 from .fuse import fusable, fuse
 from .graph import Graphed, graph_backend, graphed
 from .trace import (_NESTED, _UNSET, BINARY, IN_PLACE, REUSE_BYTES, UNARY, ArrayFacts, Line,
@@ -60,20 +60,30 @@ class Tape:
         # (Compiled keeps TAPES_PER_KEY)
         self.other = None
         # the Python values of the modules the step reached, as it found them (values_hold),
-        # and the count of value changes it has looked at (value_changes)
+        # and the count of value changes it has looked at (value_changes): those as it began
         self.values_found = recorder.values_found
-        self.modules = {i: weakref.ref(module) for i, module in recorder.modules_reached.items()}
+        self.values_seen = recorder.values_seen
+        # id -> a weak reference to each module it reached; None where the walk stopped short
+        # (REACH_LIMIT), so that a change to any module counts
+        self.modules = None if not recorder.reached_all else {
+            i: weakref.ref(module) for i, module in recorder.modules_reached.items()}
         self.guarded = {(id(module), name) for module, name, _ in self.values_read}
         # id -> (a weak reference to each Variable the tape reads or writes, its settings_of as
         # the step found it: None where it was not reached then, so that any change counts)
         self.settings_found = {id(v): (weakref.ref(v), recorder.settings_found.get(id(v)))
                                for v in recorder.touched}
-        self.values_seen = value_changes[0]
+        # what the step left otherwise than it found, unnoted while it recorded (a layer it
+        # froze; a number an optimizer's hook set on a module no tape watched yet): the next
+        # call finds the change (this tape too), and records from there
         for ref, found in self.settings_found.values():
             if found is not None and settings_of(ref()) != found:
-                # the step left them otherwise (a layer frozen), unnoted while it recorded: the
-                # next call finds the change (this tape too), and records from there
                 value_changed(ref(), None)
+        now = {(i, name): value for i, module in recorder.modules_reached.items()
+               for name, value in module.__dict__.items() if is_python_value(value)}
+        for i, name in now.keys() | self.values_found.keys():
+            if (i, name) not in self.guarded and not _same_value(
+                    now.get((i, name), _UNSET), self.values_found.get((i, name), _UNSET)):
+                value_changed(recorder.modules_reached[i], name)
         self.unreplayed = 1  # the key's recordings since one of its tapes replayed (Compiled)
         results = set(outputs)
         lines = _into_views(recorder.lines, results)
@@ -167,6 +177,8 @@ class Tape:
                 if v is not None and (found[1] is None or settings_of(v) != found[1]):
                     return False
                 continue
+            if self.modules is None:
+                return False  # which modules it reached is not known
             module = self.modules.get(i)
             module = module() if module is not None else None
             if (module is not None and (i, name) not in self.guarded and not _same_value(

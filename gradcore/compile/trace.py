@@ -29,6 +29,7 @@ import numpy
 import backends
 
 from .. import variable as _variable
+from ..variable import same_value as _same_value
 
 # operator -> the Python spelling the tape's source uses
 BINARY = {
@@ -210,25 +211,6 @@ class Ref:
 _UNSET = object()  # an attribute a module did not have
 
 
-def _same_value(a, b):
-    """Whether a and b are equal numbers (Python's, NumPy's scalars), strings, None, or tuples,
-    lists or dicts of them (a shape kept); anything else only if it is the same object."""
-    kind = a.__class__
-    if kind is not b.__class__:
-        return False
-    if kind in (tuple, list):
-        return len(a) == len(b) and all(map(_same_value, a, b))
-    if kind is dict:
-        return a.keys() == b.keys() and all(_same_value(a[k], b[k]) for k in a)
-    if kind in (float, complex) or issubclass(kind, (numpy.floating, numpy.complexfloating)):
-        # NaN as NaN (the keys' rule), -0.0 apart from 0.0 (as keys tell them apart)
-        return all(x == y and math.copysign(1.0, x) == math.copysign(1.0, y) or x != x and y != y
-                   for x, y in ((a.real, b.real), (a.imag, b.imag)))
-    if kind in (int, bool, str, bytes, type(None)) or issubclass(kind, numpy.generic):
-        return bool(a == b)
-    return a is b
-
-
 class Line:
     """One tape line. kind: "call" (out = target(*args, **kwargs)), "method" (out =
     args[0].target(*args[1:], **kwargs)), "binary", "unary", "in_place" (args[0] op= args[1]),
@@ -396,6 +378,8 @@ class Recorder:
         # reached, as it began (Compiled fills it): what the tape took them as
         self.values_found = {}
         self.modules_reached = {}  # id -> each Module the step reached as it began
+        self.reached_all = True    # False where the walk stopped at REACH_LIMIT objects
+        self.values_seen = 0       # the count of value changes then (variable.value_changes)
         self.settings_found = {}   # id -> the settings_of each Variable it reached, as it began
         self.again_because = None  # why record_again was set, where it says more than a weight
         self.draws = []             # (backend method, args, kwargs) of each random draw made

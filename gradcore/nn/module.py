@@ -5,6 +5,7 @@ import collections.abc
 import itertools
 import os
 import threading
+import types
 import warnings
 import weakref
 
@@ -134,6 +135,11 @@ def watch(modules):
         _watched[i] = weakref.ref(module, lambda ref: _watched.get(i) is ref and _watched.pop(i))
 
 
+def _in_slot(module, name):
+    """Whether module.name is held in a __slots__ slot of its class (not in its __dict__)."""
+    return isinstance(getattr(type(module), name, None), types.MemberDescriptorType)
+
+
 def _replaces(module, name, value):
     """Whether `module.name = value` changes what a tape that read module.name took."""
     watched = _watched.get(id(module))
@@ -141,7 +147,8 @@ def _replaces(module, name, value):
         return False
     old = module.__dict__.get(name, _ABSENT)
     return old is not value and not (old.__class__ is value.__class__
-                                     and value.__class__ in _BY_VALUE and old == value)
+                                     and value.__class__ in _BY_VALUE
+                                     and _variables.same_value(old, value))  # -0.0 is not 0.0
 
 
 def _resumes_train():
@@ -360,15 +367,22 @@ class Module:
             _recompute.note_state(self, name)  # for checkpoint's recomputation
         elif _variables.step_recorder is not None:
             # a Python value (a counter, a flag) a recording step sets: a replay would not
+            if _in_slot(self, name):  # not in __dict__, where a tape compares values
+                _variables.step_recorder.give_up(
+                    f"the step set {type(self).__name__}.{name}, held in __slots__, which a "
+                    "replay would not set: keep it in the module's __dict__ (drop it from "
+                    "__slots__)")
             _variables.step_recorder.python_state(self, name)
         if (_watched and _replaces(self, name, value)
                 and not _reads_noted(type(self), name)):
             # outside a recording: the next call records again. Not for carried state, which
             # eager code between calls sets (an RNN used for a sample): a tape that read it
             # checks it at its start instead (_Carried); nor for a Python value (a number, a
-            # string), which the tapes that took it compare when it changed (value_changes)
+            # string) in __dict__, which the tapes that took it compare when it changed
+            # (value_changes)
             if not (_variables.is_python_value(value)
-                    and _variables.is_python_value(self.__dict__.get(name))):
+                    and _variables.is_python_value(self.__dict__.get(name))) or _in_slot(
+                        self, name):
                 _variables.settings_changed()
             elif _variables.step_recorder is None or not _variables.step_recorder.is_active():
                 _variables.value_changed(self, name)
@@ -377,6 +391,18 @@ class Module:
         object.__setattr__(self, name, value)
 
     def __delattr__(self, name):
+        value = self.__dict__.get(name, _ABSENT)
+        if value is not _ABSENT and not isinstance(value, (Variable, Module)):
+            recorder = _variables.step_recorder
+            if recorder is not None and recorder.is_active():
+                recorder.python_state(self, name)  # a value it leaves unset: records again
+            elif _watched and _watched.get(id(self)) is not None and (
+                    _watched[id(self)]() is self):
+                # a tape took it as it was (getattr(self, "boost", 1.0) reads the default now)
+                if _variables.is_python_value(value):
+                    _variables.value_changed(self, name)
+                else:
+                    _variables.settings_changed()
         object.__delattr__(self, name)
         registered = self.__dict__.get("_registered")
         if registered is not None and registered.pop(name, None) is not None:
