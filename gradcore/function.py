@@ -107,8 +107,10 @@ class Function:
       it has requires_grad=False and no creator, and backward gets zeros for it.
     - forward must not write into its inputs' arrays, or must say so: `self.mark_dirty(x)` for
       each array x it wrote into (PyTorch's ctx.mark_dirty) counts the write in that input's
-      version, so a backward through an op that saved the input before refuses to run. An
-      unannounced write goes unseen, except in anomaly mode (detect_anomaly), which refuses it.
+      version, so a backward through an op that saved the input before refuses to run. A
+      write into a leaf that requires grad is refused (recording: its gradient would be taken
+      at values it no longer holds). An unannounced write goes unseen, except in anomaly mode
+      (detect_anomaly), which refuses it.
     - backward must not write into the gradients it gets: one may be another op's too, or the
       caller's seed. `gy *= c` written in backward rebinds gy (a new Variable, as in DeZero) in
       any grad mode; in a helper it calls, write gy = gy * c.
@@ -516,6 +518,15 @@ class Function:
                     break
                 if isinstance(x, Variable) and x._data is a:
                     note_write(x)
+                    if x.creator is None and x._requires_grad and recording():
+                        from .engine import _describe  # the engine imports this module
+                        raise RuntimeError(
+                            f"{self._name()}.forward wrote into {_describe(x)}, a leaf that "
+                            "requires grad (mark_dirty): its gradient would be taken at values "
+                            "it no longer holds (a backward reading the input gets the new "
+                            "ones), so this is refused, as PyTorch refuses an in-place op on "
+                            "such a leaf. It holds what forward wrote. Give the Function "
+                            "x.detach() (or call it under no_grad()), or return a new array")
                     break
             else:
                 if self.backend.owns(a):  # a Python number (a constant) is never written into

@@ -321,9 +321,9 @@ class AddOne(AddOneInPlace):
 
 
 def test_a_forward_writing_into_its_input_unannounced_is_caught():
-    x = Variable(np.array([1.0, 2.0]))
+    x, w = Variable(np.array([1.0, 2.0]), requires_grad=False), Variable(np.array([1.0, 1.0]))
     with gradcore.detect_anomaly():
-        a = x * x  # saves x = [1, 2]
+        a = x * w  # saves x = [1, 2]
         with pytest.raises(RuntimeError, match=r"anomaly: add_one: forward wrote into its input "
                                                r"0 without saying so.*self.mark_dirty\(x\)"):
             AddOne(False)(x)

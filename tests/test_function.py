@@ -1088,16 +1088,44 @@ class AddOneInPlace(Function):
 
 
 def test_mark_dirty_counts_a_write_forward_makes_into_its_input():
-    x = Variable(np.array([1.0, 2.0]))
-    a = x * x  # saves x = [1, 2]
+    x = Variable(np.array([1.0, 2.0]), requires_grad=False)  # data: in-place is for such leaves
+    w = Variable(np.array([2.0, 2.0]))
+    a = x * w  # saves x = [1, 2]
     b = AddOneInPlace.apply(x)
     assert x.version == 1 and b.version == 1  # b is x's array: it shares x's version
     np.testing.assert_array_equal(b.data, [2.0, 3.0])
     with pytest.raises(RuntimeError, match=r"mul: its input 0, .* was written after mul ran"):
         F.sum(a + b).backward()  # torch refuses the same way
-    x.cleargrad()
-    F.sum(AddOneInPlace.apply(x) * 3.0).backward()  # nothing saved x before: the op's own
-    np.testing.assert_array_equal(x.grad.data, [3.0, 3.0])  # check passes
+    F.sum(AddOneInPlace.apply(x) * w).backward()  # nothing saved x before: the op's own
+    np.testing.assert_array_equal(w.grad.data, [3.0, 4.0])  # check passes
+
+
+class SquareInPlace(Function):
+    def forward(self, x):
+        x *= x
+        self.mark_dirty(x)
+        return x
+
+    def backward(self, gy):
+        x, = self.inputs
+        return 2 * x * gy
+
+
+def test_mark_dirty_on_a_leaf_that_requires_grad_is_refused():
+    """x *= x on a leaf that requires grad gave x.grad 18 for d(x^2)/dx = 6 at 3: backward read
+    the new values. Refused, as PyTorch refuses an in-place op on such a leaf; under no_grad,
+    or on a leaf that requires none, it runs."""
+    x = Variable(np.array([3.0]))
+    with pytest.raises(RuntimeError, match=r"square_in_place.forward wrote into the Variable of "
+                                           r"shape \(1,\) and dtype float64, a leaf that requires "
+                                           r"grad \(mark_dirty\).*Give the Function x.detach\(\)"):
+        SquareInPlace.apply(x)
+    assert x.grad is None
+    with gradcore.no_grad():
+        SquareInPlace.apply(x)
+    y = SquareInPlace.apply(x.detach())
+    np.testing.assert_array_equal(x.data, [6561.0])  # 3 ** 2 ** 3: each wrote into x's array
+    assert y.creator is None
 
 
 class ReLUInPlace(Function):
@@ -1415,8 +1443,9 @@ def test_a_functions_own_call_keeps_the_checks_of_an_authors_function():
     y = LoggedRound()(Variable(np.array([0.2, 1.7])))
     assert y.dtype == np.int64 and not y.requires_grad and y.creator is None
 
-    x = Variable(np.array([1.0, 2.0]))
-    a = x * x
+    x = Variable(np.array([1.0, 2.0]), requires_grad=False)
+    w = Variable(np.array([1.0, 1.0]))
+    a = x * w
     b = LoggedAddOne()(x)  # mark_dirty in forward works, and b shares x's version
     assert x.version == b.version == 1
     with pytest.raises(RuntimeError, match=r"mul: its input 0, .* was written after mul ran"):
