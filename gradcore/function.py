@@ -755,6 +755,11 @@ class Function:
         inputs' backend: another backend's array (to())."""
         backend = backends.backend_of(y)
         if backend is None:
+            if (isinstance(y, numbers.Number) and not isinstance(y, bool)
+                    and self.backend is backends.NUMPY):
+                # `return float(x.sum())`: a 0-d array of it, as DeZero's as_array makes (it
+                # knows NumPy alone; elsewhere the device is the inputs', which a number lacks)
+                return backends.NUMPY.asarray(y), backends.NUMPY
             if isinstance(y, (list, tuple)):
                 fix = "; for several outputs return a tuple of arrays (return y0, y1)"
             elif isinstance(y, numbers.Number):

@@ -1720,21 +1720,33 @@ def test_calling_a_function_with_keywords_says_settings_go_to_its_constructor():
         Scale()(Variable(np.ones(2)), k=3.0)
 
 
-def test_a_forward_returning_a_list_or_a_number_says_what_to_return():
+def test_a_forward_returning_a_list_or_a_number_says_what_to_return(xp):
+    """A number is taken as DeZero's as_array takes it, on NumPy (float64, as DeZero's); on
+    another library, where the device would be guessed, it is refused."""
     class Two(Function):
         def forward(self, x):
             return [x * 2, x * 3]
 
     class Number(Function):
         def forward(self, x):
-            return float(x.sum())
+            return float(self.xp.sum(x))
+
+        def backward(self, gy):
+            return gy * self.xp.ones(2)
 
     with pytest.raises(TypeError, match=r"two\.forward returned list, not an array; for several "
                        r"outputs return a tuple of arrays \(return y0, y1\)"):
-        Two()(Variable(np.ones(2)))
-    with pytest.raises(TypeError, match=r"number\.forward returned float, not an array; return an "
-                       r"array: self\.xp\.asarray\(value\)"):
-        Number()(Variable(np.ones(2)))
+        Two()(Variable(xp.asarray(np.ones(2))))
+    x = Variable(xp.asarray(np.ones(2)))
+    if xp.name != "numpy":
+        with pytest.raises(TypeError, match=r"number\.forward returned float, not an array; "
+                           r"return an array: self\.xp\.asarray\(value\)"):
+            Number()(x)
+        return
+    y = Number()(x)
+    assert y.dtype == np.float64 and y.item() == 2.0
+    y.backward()
+    np.testing.assert_array_equal(x.grad.data, [1.0, 1.0])
 
 
 def test_a_backward_taking_fewer_gradients_than_outputs_is_told_it_gets_one_per_output():
