@@ -93,25 +93,37 @@ def watch(variables):
 def settings_changed(v=None):
     """A requires_grad or a hook changed, of the Variable v (noted if a tape reads it: the tapes
     that did compare its settings_of, see value_changes) or of a Module (see structure_changes).
-    Not while a step records: hooks it registers as it runs are part of what it records."""
-    if v is not None:
-        watched = _watched.get(id(v))
-        if watched is None or watched() is not v:
-            return
-    if step_recorder is None or not step_recorder.is_active():
-        if v is None:
+    While a step records, a Variable's change is noted for the end of the recording (where the
+    tapes of other steps learn of it too), a Module's not: hooks it registers as it runs are
+    part of what it records."""
+    recording = step_recorder is not None and step_recorder.is_active()
+    if v is None:
+        if not recording:
             structure_changes[0] += 1
-        else:
-            value_changed(v, None)
+        return
+    if recording:
+        step_recorder.settings_noted[id(v)] = v
+        return
+    watched = _watched.get(id(v))
+    if watched is not None and watched() is v:
+        value_changed(v, None)
 
 
 def settings_of(v):
     """What a recorded tape took of the Variable v besides its values: whether it requires grad,
-    its hooks (the objects), and its data's library, shape, dtype and (Dask) chunks."""
+    its hooks (the objects), and its data's library, shape, dtype and (Dask) chunks. Compared by
+    same_settings."""
     data, backend = v._data, v._backend
     return (v._requires_grad, tuple(v._hooks or ()), tuple(getattr(v, "_post_hooks", ())),
             backend, None if data is None else (data.shape, data.dtype),
             backend.layout(data) if data is not None and backend.lazy else None)
+
+
+def same_settings(a, b):
+    """Whether two settings_of are the same: the hooks the same objects (a hook's own == may
+    compare arrays), the rest equal."""
+    return (a[0] == b[0] and a[3:] == b[3:] and len(a[1]) == len(b[1]) and len(a[2]) == len(b[2])
+            and all(map(operator.is_, a[1] + a[2], b[1] + b[2])))
 
 
 def has_graph(v):

@@ -1146,6 +1146,141 @@ def test_a_number_the_step_does_not_set_changing_three_times_leaves_it_replaying
     assert compiled.stats()["eager calls"] == 0 and compiled.stats()["replays"] >= 5
 
 
+def test_flags_a_step_sets_are_set_by_its_replays_and_seen_by_other_steps():
+    """Each step sets both models' requires_grad at its start (CycleGAN's set_requires_grad): a
+    replay left the flags it found, so an eager update after it trained the wrong model (D.W
+    off by 0.77). A step freezing an encoder it does not read (B) changed it while recording,
+    which went unnoted: A's tape went on training it."""
+    def world():
+        np.random.seed(0)
+        G, D = nn.Linear(3, in_size=3, dtype="float64"), nn.Linear(1, in_size=3, dtype="float64")
+        opt_g, opt_d = optim.SGD(lr=0.1).setup(G), optim.SGD(lr=0.1).setup(D)
+
+        def d_step(x, z):
+            G.requires_grad_(False), D.requires_grad_(True)
+            D.cleargrads()
+            loss = F.sum(D(x)) - F.sum(D(G(z)))
+            loss.backward()
+            opt_d.update()
+            return loss
+
+        def g_step(z):
+            G.requires_grad_(True), D.requires_grad_(False)
+            G.cleargrads()
+            loss = -F.sum(D(G(z)))
+            loss.backward()
+            opt_g.update()
+            return loss
+
+        def freeze_g(z):  # trains D alone on other data: G, which it freezes, it never reads
+            G.requires_grad_(False), D.requires_grad_(True)
+            D.cleargrads()
+            loss = F.sum(D(gradcore.Variable(z)))
+            loss.backward()
+            opt_d.update()
+            return loss
+
+        def extra(z):  # eagerly: one step of whatever requires grad
+            for p in (*G.params(), *D.params()):
+                p.cleargrad()
+            F.sum(D(G(z))).backward()
+            for p in (*G.params(), *D.params()):
+                if p.grad is not None:
+                    p.data -= 0.1 * p.grad.data
+        return G, D, d_step, g_step, freeze_g, extra
+
+    G, D, *steps = world()
+    G2, D2, *eager = world()
+    d_step, g_step, freeze_g = map(gradcore.compile, steps[:3])
+    rng = np.random.default_rng(0)
+    for i in range(5):
+        x, z = rng.standard_normal((4, 3)), rng.standard_normal((4, 3))
+        assert same(d_step(x, z), eager[0](x, z)) and same(g_step(z), eager[1](z))
+        assert [p.requires_grad for p in (*G.params(), *D.params())] == [
+            p.requires_grad for p in (*G2.params(), *D2.params())]
+        if i == 2:
+            assert same(freeze_g(z), eager[2](z)) and not G.W.requires_grad
+        steps[3](z), eager[3](z)
+        assert same([p.data for p in (*G.params(), *D.params())],
+                    [p.data for p in (*G2.params(), *D2.params())])
+    assert g_step.stats()["replays"] >= 2
+
+    def world_of_two():
+        np.random.seed(0)
+        enc, head = (nn.Linear(3, in_size=3, dtype="float64"),
+                     nn.Linear(1, in_size=3, dtype="float64"))
+        opts = optim.SGD(lr=0.1).setup(enc), optim.SGD(lr=0.1).setup(head)
+
+        def whole(x):  # whatever requires grad trains
+            enc.cleargrads(), head.cleargrads()
+            loss = F.sum(head(F.tanh(enc(x))) ** 2)
+            loss.backward()
+            opts[0].update(), opts[1].update()
+            return loss
+
+        def head_only(features):  # freezes the encoder, which it never reads
+            enc.requires_grad_(False)
+            head.cleargrads()
+            loss = F.sum(head(gradcore.Variable(features)) ** 2)
+            loss.backward()
+            opts[1].update()
+            return loss
+        return enc, whole, head_only
+
+    (enc, *steps), (enc2, *eager) = world_of_two(), world_of_two()
+    whole, head_only = map(gradcore.compile, steps)
+    for i in range(4):
+        x = np.full((4, 3), 0.1 * i)
+        assert same(whole(x), eager[0](x)) and same(enc.W, enc2.W)
+        if i == 1:
+            assert same(head_only(x), eager[1](x))
+
+
+def test_a_hook_a_step_registers_and_keeps_runs_it_eagerly_saying_so():
+    """The step registers a hook on b and keeps it (a new one at each call, eagerly): a replay
+    registers none. A hook object with an array field and == of its own, replaced between calls
+    by an equal-looking one, raised "truth value of an array is ambiguous" at the next call."""
+    import dataclasses
+
+    lin = nn.Linear(2, in_size=3, dtype="float64")
+
+    def step(x):
+        lin.b.register_hook(lambda g: g * 10.0)
+        lin.cleargrads()
+        F.sum(lin(gradcore.Variable(x))).backward()
+        return lin.b.grad
+
+    compiled = gradcore.compile(step)
+    with pytest.warns(RuntimeWarning, match=r"the step left the hooks of the Variable \"b\" of "
+                                            r"shape \(2,\).*a hook it registers and keeps"):
+        for _ in range(4):
+            compiled(np.ones((1, 3)))
+    assert len(lin.b._hooks) == 4 and compiled.stats()["replays"] == 0
+
+    @dataclasses.dataclass
+    class Scale:
+        by: np.ndarray
+
+        def __call__(self, g):
+            return g * self.by
+
+    lin = nn.Linear(2, in_size=3, dtype="float64")
+    handle = lin.b.register_hook(Scale(np.array([1.0, 2.0])))
+
+    def grad_of_b(x):
+        lin.cleargrads()
+        F.sum(lin(gradcore.Variable(x))).backward()
+        return lin.b.grad
+
+    compiled = gradcore.compile(grad_of_b)
+    for i in range(4):
+        if i == 2:
+            handle.remove()
+            handle = lin.b.register_hook(Scale(np.array([3.0, 4.0])))
+        np.testing.assert_array_equal(compiled(np.ones((1, 3))).data,
+                                      [1.0, 2.0] if i < 2 else [3.0, 4.0])
+
+
 def test_a_subclass_carries_its_bases_state_too():
     """An RNN subclass declaring its own carried s hid RNN's h, and recorded at every call."""
     class Noted(nn.RNN):

@@ -456,6 +456,7 @@ class Compiled:
                 _stop(rec, plain)
             rec.check_module_states()
             generators.check(rec)
+            _settings_left(rec)
             # the modes are read before a call, to pick its tape; a replay runs no code that
             # sets them: it sets those the step left switched after it runs
             switched = _modes_switched(rec, in_eval, modules) if mode_key[0] != key[3] else ()
@@ -1112,6 +1113,28 @@ class _Generators:
                         "would not draw again: draw through gradcore (F.dropout, the backends' "
                         "generators), or pass the numbers as arguments")
         backends.NUMPY.set_random_state(backends.CPU, end)
+
+
+def _settings_left(rec):
+    """The recording has ended: the requires_grad and hook changes it made are told to every
+    tape (variable.settings_changed held them back while it ran). Hooks the step leaves on a
+    Variable it reads or writes, other than it found them (one it registers and keeps), a
+    replay would not register: the next call records again (eager after three, saying so)."""
+    for v in rec.settings_noted.values():
+        _variable.value_changed(v, None)
+    for v in rec.touched:
+        found = rec.settings_found.get(id(v))
+        if found is None:
+            continue
+        now = _variable.settings_of(v)
+        if not _variable.same_settings((*now[:1], *found[1:3], *now[3:]), now):  # the hooks
+            rec.record_again = True
+            rec.again_because = (
+                f"the step left the hooks of {_engine._describe(v)} otherwise than it found them "
+                "(a hook it registers and keeps) at each of its last three calls, which a replay "
+                "would not do: register it outside the step, or remove it before the step "
+                "returns")
+            return
 
 
 def _modules_in_eval():

@@ -17,7 +17,8 @@ import warnings
 import weakref
 
 from ..variable import (Variable, changed_values, fresh_log, is_python_value, note_write,
-                        settings_of, value_changed, value_changes, values_lock, watch)
+                        same_settings, settings_of, value_changed, value_changes, values_lock,
+                        watch)
 from .fuse import fusable, fuse
 from .graph import Graphed, graph_backend, graphed
 from .trace import (_NESTED, _UNSET, BINARY, IN_PLACE, REUSE_BYTES, UNARY, ArrayFacts, Line,
@@ -72,12 +73,14 @@ class Tape:
         # the step found it: None where it was not reached then, so that any change counts)
         self.settings_found = {id(v): (weakref.ref(v), recorder.settings_found.get(id(v)))
                                for v in recorder.touched}
-        # what the step left otherwise than it found, unnoted while it recorded (a layer it
-        # froze; a number an optimizer's hook set on a module no tape watched yet): the next
-        # call finds the change (this tape too), and records from there
-        for ref, found in self.settings_found.values():
-            if found is not None and settings_of(ref()) != found:
-                value_changed(ref(), None)
+        # the requires_grad the step left otherwise than it found (a layer it froze): a replay
+        # sets it so too, where it finds them as the recording did (its changes were noted as
+        # the recording ended: the next call records, unless code between calls sets it back)
+        self.requires_grad_left = [
+            (ref, ref()._requires_grad) for ref, found in self.settings_found.values()
+            if found is not None and ref()._requires_grad != found[0]]
+        # a number the step left otherwise, unnoted while it recorded (one an optimizer's hook
+        # set on a module no tape watched yet): the next call finds the change, and records
         now = {(i, name): value for i, module in recorder.modules_reached.items()
                for name, value in module.__dict__.items() if is_python_value(value)}
         for i, name in now.keys() | self.values_found.keys():
@@ -174,7 +177,8 @@ class Tape:
             if name is None:  # a Variable's settings
                 found = self.settings_found.get(i)
                 v = found[0]() if found is not None else None
-                if v is not None and (found[1] is None or settings_of(v) != found[1]):
+                if v is not None and (found[1] is None
+                                      or not same_settings(settings_of(v), found[1])):
                     return False
                 continue
             if self.modules is None:
@@ -203,6 +207,11 @@ class Tape:
         for module, name, value in self.values_set:  # found as before the step (ready)
             module.__dict__[name] = value  # where the step's Module.__setattr__ put it
             value_changed(module, name)
+        for ref, requires_grad in self.requires_grad_left:
+            v = ref()
+            if v is not None:
+                v._requires_grad = requires_grad
+                value_changed(v, None)
         return arrays
 
     def states_as_read(self):

@@ -381,6 +381,9 @@ class Recorder:
         self.reached_all = True    # False where the walk stopped at REACH_LIMIT objects
         self.values_seen = 0       # the count of value changes then (variable.value_changes)
         self.settings_found = {}   # id -> the settings_of each Variable it reached, as it began
+        # id -> each Variable whose requires_grad or hooks changed while it recorded (see
+        # variable.settings_changed): noted as changed when it ends
+        self.settings_noted = {}
         self.again_because = None  # why record_again was set, where it says more than a weight
         self.draws = []             # (backend method, args, kwargs) of each random draw made
         self.grads_read = []        # the Variables whose grad a load_grad line reads

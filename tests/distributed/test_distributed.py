@@ -239,8 +239,11 @@ def test_a_replayed_backward_after_an_averaging_is_summed_on_every_rank(changes_
                      for r in changes_and_settings)
     assert first["digests"] == second["digests"]
     assert first["max_difference"] < 1e-14  # one process on the whole batch, float64
-    # one recording for each set of hooks and of grads present it meets, then replays
-    assert first["recordings"] == first["tapes"] <= 3 and first["replays"] >= 3
+    # one recording for each set of hooks and of grads present it meets, then replays; without
+    # overlap, the first call registers the hooks that stay, and the next records again
+    assert first["tapes"] <= 3 and first["replays"] >= 3
+    assert first["recordings"] == first["tapes"] + (overlap == "False"
+                                                    and program == "whole step compiled")
 
 
 @pytest.mark.parametrize("then", ["zero_grad", "setup"])

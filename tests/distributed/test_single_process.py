@@ -854,9 +854,11 @@ def test_a_replayed_backward_after_an_averaging_is_summed_at_the_step(comm, over
     np.testing.assert_array_equal(results[0][0], results[1][0])
     np.testing.assert_array_equal(results[0][1], results[1][1])
     assert results[0][2] == results[1][2]  # as many sums as eagerly
-    # one recording for each set of hooks and of grads present it meets, then replays
+    # one recording for each set of hooks and of grads present it meets, then replays; without
+    # overlap, the first call registers the hooks that stay, and the next records again
     stats = replayed.stats()
-    assert stats["recordings"] == stats["tapes"] <= 3
+    assert stats["tapes"] <= 3 and stats["recordings"] == stats["tapes"] + (
+        not overlap and program == "whole step compiled")
 
 
 def test_a_wrapped_optimizers_state_dict_names_the_parameters_and_loads(comm):
