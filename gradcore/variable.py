@@ -111,11 +111,11 @@ def settings_changed(v=None):
 
 def settings_of(v):
     """What a recorded tape took of the Variable v besides its values: whether it requires grad,
-    its hooks (the objects), and its data's library, shape, dtype and (Dask) chunks. Compared by
-    same_settings."""
+    its hooks (the objects), and its data's library, shape, dtype, device and (Dask) chunks.
+    Compared by same_settings."""
     data, backend = v._data, v._backend
     return (v._requires_grad, tuple(v._hooks or ()), tuple(getattr(v, "_post_hooks", ())),
-            backend, None if data is None else (data.shape, data.dtype),
+            backend, None if data is None else (data.shape, data.dtype, backend.device_of(data)),
             backend.layout(data) if data is not None and backend.lazy else None)
 
 
@@ -460,9 +460,10 @@ class Variable:
         if id(self) in _watched and old is not None and (
                 backend is not backend_of(old) or old.shape != data.shape
                 or old.dtype != data.dtype
+                or backend.device_of(old) != backend.device_of(data)
                 or backend.lazy and backend.layout(old) != backend.layout(data)):
-            # another shape, dtype or library: a tape's casts differ; other chunks (Dask): its
-            # gradients would be laid out in the old ones
+            # another shape, dtype, library or device: a tape's casts and placements differ;
+            # other chunks (Dask): its gradients would be laid out in the old ones
             settings_changed(self)
 
     @property
@@ -495,6 +496,9 @@ class Variable:
     def _set_requires_grad(self, value):
         value = bool(value)
         if value == self._requires_grad:
+            if step_recorder is not None and step_recorder.is_active():
+                # set as it was: a replay sets it too, where code between calls changed it
+                step_recorder.settings_noted[id(self)] = self
             return
         if self.creator is not None:
             raise RuntimeError(

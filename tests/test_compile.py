@@ -1281,6 +1281,110 @@ def test_a_hook_a_step_registers_and_keeps_runs_it_eagerly_saying_so():
                                       [1.0, 2.0] if i < 2 else [3.0, 4.0])
 
 
+def test_what_a_step_changes_is_told_when_it_raises_freezes_unread_or_runs_beside_hooks():
+    """Found by review: a recording that raised told no tape of the number it set (another step
+    replayed 1.0 for 2.0); a step freezing D.W, which it never reads, was not re-frozen by its
+    replays once eager code unfroze it; an optimizer hook reading a number the step sets ran
+    before a replay set it (21423.2 for 10680.5)."""
+    def world():
+        np.random.seed(0)
+        D = nn.Linear(2, in_size=3, dtype="float64")
+        opt = optim.SGD(lr=0.01).setup(D)
+        D.scale = 1.0
+        opt.add_hook(lambda params: setattr(opt, "lr", 0.001 * D.__dict__.get("n", 1)))
+
+        def read(x):
+            return F.sum(D(x)) * D.scale
+
+        def sets_then_raises(x):
+            D.scale = 2.0
+            if x.shape[0] == 3:
+                raise ValueError("a bad batch")
+            return F.sum(D(x))
+
+        def freezes(x):
+            D.W.requires_grad_(False)
+            return F.sum(gradcore.Variable(x) * 2.0)
+
+        def train(x):
+            D.n = x.shape[0]
+            loss = F.sum(D(x) ** 2)
+            D.cleargrads()
+            loss.backward()
+            opt.update()
+            return loss
+        return D, [read, sets_then_raises, freezes, train]
+
+    (D, steps), (D2, eager) = world(), world()
+    read, sets_then_raises, freezes, train = map(gradcore.compile, steps)
+    x = np.ones((4, 3))
+    for _ in range(3):
+        assert same(read(x), eager[0](x))
+    for f in (sets_then_raises, eager[1]):
+        with pytest.raises(ValueError, match="a bad batch"):
+            f(np.ones((3, 3)))
+    assert same(read(x), eager[0](x)) and D.scale == 2.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # train runs eagerly after three
+        for n in (4, 4, 3, 4, 3, 4, 3, 4):
+            D.W.requires_grad_(True), D2.W.requires_grad_(True)
+            assert same(freezes(x), eager[2](x)) and not D.W.requires_grad
+            x = np.full((n, 3), 0.5)
+            assert same(train(x), eager[3](x)) and same([D.W, D.b], [D2.W, D2.b])
+
+
+def test_a_module_no_name_leads_to_is_compared_once_it_runs():
+    """A module only an lru_cache holds (or a dict key, a generator): no name led the walk to
+    it, so its number changed between calls replayed the old one (0.49 for 2.43). One the step
+    calls is compared too."""
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(2, in_size=3, dtype="float64")
+            self.scale = 1.0
+
+        def forward(self, x):
+            return self.lin(x) * self.scale
+
+    def world():
+        np.random.seed(0)
+
+        @functools.lru_cache(None)
+        def model():
+            return Scaled()
+        model()  # made now, under the seed
+        return model, lambda x: F.sum(model()(x))
+
+    (model, step), (twin, eager) = world(), world()
+    compiled = gradcore.compile(step)
+    for i in range(5):
+        if i == 3:
+            model().scale = twin().scale = 5.0
+        x = np.full((4, 3), float(i))
+        assert same(compiled(x), eager(x))
+
+
+def test_a_model_moved_to_another_device_of_its_library_records_again():
+    """array-api-strict's device1 -> device2: the replay combined arrays of the two devices
+    ("can not be combined") where eager code runs."""
+    from conftest import DEVICE1, DEVICE2
+
+    model = nn.Linear(2, in_size=3, dtype="float64").to(DEVICE1)
+
+    def step(x):
+        loss = F.sum(model(gradcore.Variable(x).to(model.W.device)))
+        model.cleargrads()
+        loss.backward()
+        return loss, model.W.grad
+
+    compiled = gradcore.compile(step)
+    for _ in range(3):
+        compiled(np.ones((4, 3)))
+    model.to(DEVICE2)
+    loss, grad = compiled(np.ones((4, 3)))
+    assert loss.device == grad.device == model.W.grad.device == DEVICE2
+
+
 def test_a_subclass_carries_its_bases_state_too():
     """An RNN subclass declaring its own carried s hid RNN's h, and recorded at every call."""
     class Noted(nn.RNN):

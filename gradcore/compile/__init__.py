@@ -444,7 +444,11 @@ class Compiled:
                         seen.append(rec.argument(i, a))
                     else:
                         seen.append(a)
-                result = self.fn(*seen)
+                try:
+                    result = self.fn(*seen)
+                except BaseException:
+                    _changes_told(rec)  # no tape: what it changed, other tapes learn
+                    raise
                 slots = []
                 rec.results_shaped, rec.results_shared = {}, False
                 rec.returning = self.fn  # a fallback it finds names the return statement
@@ -457,6 +461,17 @@ class Compiled:
             rec.check_module_states()
             generators.check(rec)
             _settings_left(rec)
+            if rec.values_set and rec.fallback is None and any(
+                    line.kind == "opaque" and _runs_users_code(line) for line in rec.lines):
+                # Python a replay runs (an optimizer's hook) may read the value where the step
+                # had set it, or not yet: a replay sets it after, so it records again
+                module, name, value = rec.values_set[-1]
+                rec.record_again = True
+                rec.again_because = (
+                    f"the step set {type(module).__name__}.{name} to another value ({value!r} "
+                    "at the last) at each of its last three calls, beside Python a replay runs "
+                    "(an optimizer's hook), which may read it: update it outside the compiled "
+                    "step, or pass what decides it as an argument")
             # the modes are read before a call, to pick its tape; a replay runs no code that
             # sets them: it sets those the step left switched after it runs
             switched = _modes_switched(rec, in_eval, modules) if mode_key[0] != key[3] else ()
@@ -558,7 +573,8 @@ class Compiled:
                 and backends.backend_of(a) is None
                 and (not isinstance(a, Variable) or part[0] is Variable and part[-1] is not None)],
                 argument_hooks)
-            _watch_modules(modules)  # their attributes, taken as they are, changed: record again
+            # their attributes, taken as they are, changed: compared (also those called, unreached)
+            _watch_modules(rec.modules_reached.values())
             tape.other = self._tapes.get(key)  # one not ready: for other grads or values
             kept = tape
             for _ in range(TAPES_PER_KEY - 1):
@@ -1113,6 +1129,34 @@ class _Generators:
                         "would not draw again: draw through gradcore (F.dropout, the backends' "
                         "generators), or pass the numbers as arguments")
         backends.NUMPY.set_random_state(backends.CPU, end)
+
+
+def _runs_users_code(line):
+    """Whether the opaque `line` (an optimizer's step) may run code of the user's, which may
+    read a Python value the step sets: a hook of the user's, or an optimizer class of its own
+    (gradcore's, and gradcore's hooks, read none)."""
+    optimizer = (line.kwargs or {}).get("optimizer")
+    if optimizer is None:
+        return False  # DistributedOptimizer's averaging
+    return any(_module_of(part).partition(".")[0] != "gradcore"
+               for part in (type(optimizer), *getattr(optimizer, "hooks", ())))
+
+
+def _module_of(obj):
+    """The module that defined `obj` (a class, a function) or its class."""
+    module = obj.__dict__.get("__module__") if isinstance(obj, type) else getattr(
+        obj, "__module__", None)
+    return module if isinstance(module, str) else type(obj).__module__
+
+
+def _changes_told(rec):
+    """A recording that raised: the requires_grad, hooks and Python values of modules it changed
+    are told to every tape (variable.value_changed), as a recording that ends tells them."""
+    for v in rec.settings_noted.values():
+        _variable.value_changed(v, None)
+    for (module, name), before in rec.python_states.items():
+        if not trace._same_value(module.__dict__.get(name, trace._UNSET), before):
+            _variable.value_changed(module, name)
 
 
 def _settings_left(rec):

@@ -71,8 +71,9 @@ class Tape:
         self.guarded = {(id(module), name) for module, name, _ in self.values_read}
         # id -> (a weak reference to each Variable the tape reads or writes, its settings_of as
         # the step found it: None where it was not reached then, so that any change counts)
+        # (the Variables whose requires_grad or hooks it set count as read: a replay sets them)
         self.settings_found = {id(v): (weakref.ref(v), recorder.settings_found.get(id(v)))
-                               for v in recorder.touched}
+                               for v in (*recorder.touched, *recorder.settings_noted.values())}
         # the requires_grad the step left otherwise than it found (a layer it froze): a replay
         # sets it so too, where it finds them as the recording did (its changes were noted as
         # the recording ended: the next call records, unless code between calls sets it back)
@@ -122,7 +123,9 @@ class Tape:
         self.graphed = []     # those runs, once compiled
         self._program = None  # (lines, frees) as compiled
         self._run = _interpreted(self.lines, self.frees, self.arguments, outputs)
-        watch(recorder.touched)  # their requires_grad, hooks or data's dtype changed: another key
+        # their requires_grad, hooks or data's dtype changed: compared (values_hold)
+        watch(recorder.touched)
+        watch(recorder.settings_noted.values())
 
     @property
     def ops(self):

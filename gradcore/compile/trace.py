@@ -1002,6 +1002,16 @@ class Recorder:
         if self.is_active() and (module, name) not in self.python_states:
             self.python_states[module, name] = module.__dict__.get(name, _UNSET)
 
+    def module_called(self, module):
+        """`module` runs in the step: its Python values are compared as those of a module the
+        step reached (values_found), where no name led to it before it ran (a cache's or a
+        factory's module), as found now (those the step set before are checked anyway)."""
+        if self.is_active() and id(module) not in self.modules_reached:
+            self.modules_reached[id(module)] = module
+            for name, value in module.__dict__.items():
+                if _variable.is_python_value(value) and (module, name) not in self.python_states:
+                    self.values_found[id(module), name] = value
+
     def module_state_read(self, module, name, value):
         """The step read `module.name`, a carried state (an RNN's h: nn.module._Carried), found
         as `value`. Read before the step set it, the tape depends on it: a replay checks that it

@@ -613,6 +613,8 @@ class Module:
 
     # ---------------------------------------------------------------- calling
     def __call__(self, *inputs, **kwargs):
+        if _variables.step_recorder is not None:  # gradcore.compile: its numbers are compared
+            _variables.step_recorder.module_called(self)
         if self._forward_pre_hooks:
             for hook in list(self._forward_pre_hooks.values()):
                 result = hook(self, inputs)
