@@ -993,7 +993,8 @@ def test_zeros_written_into_the_grads_in_place_run_eagerly_saying_what_replays(o
 
     compiled = gradcore.compile(functools.partial(step, model, opts[0]))
     with pytest.warns(RuntimeWarning, match=r"zero_grad\(set_to_none=False\) writes zeros into "
-                                            r"the grads in place.*zero_grad\(\) \(set_to_none=True"):
+                                            r"the grads in place.*zero_grad\(\) "
+                                            r"\(set_to_none=True"):
         for i in range(3):
             x = np.full((4, 3), float(i))
             assert same(compiled(x), step(twin, opts[1], x)) and same(model.W, twin.W)
@@ -1383,6 +1384,37 @@ def test_a_model_moved_to_another_device_of_its_library_records_again():
     model.to(DEVICE2)
     loss, grad = compiled(np.ones((4, 3)))
     assert loss.device == grad.device == model.W.grad.device == DEVICE2
+
+
+def test_a_number_an_optimizer_hook_counts_at_every_call_warns_once_of_recording():
+    """model.k += 1 in an optimizer's hook: every call finds another k than its tapes took, so
+    each records (as it must: a replay of an old k would be wrong), with no word of it."""
+    def world():
+        np.random.seed(0)
+        model = nn.Linear(2, in_size=3, dtype="float64")
+        model.k = 0
+        opt = optim.SGD(lr=0.01).setup(model)
+        opt.add_hook(lambda params: setattr(model, "k", model.k + 1))
+
+        def step(x):
+            loss = F.sum(model(x) ** 2) / (model.k + 1)
+            model.cleargrads()
+            loss.backward()
+            opt.update()
+            return loss
+        return model, step
+
+    (model, step), (twin, eager) = world(), world()
+    compiled = gradcore.compile(step)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(8):
+            x = np.full((4, 3), float(i))
+            assert same(compiled(x), eager(x)) and same(model.W, twin.W)
+    said = [str(w.message) for w in caught]
+    assert len(said) == 1 and re.search(r"recorded again at each of its last 5 calls, as "
+                                        r"Linear\.k \(taken as 4, 5 now\) changed before each",
+                                        said[0])
 
 
 def test_a_subclass_carries_its_bases_state_too():
@@ -6199,7 +6231,8 @@ def test_grads_cleared_in_a_pattern_that_keeps_the_step_recording_warn_once():
         if replays:
             assert not said
         else:
-            assert len(said) == 1 and "<lambda> recorded again at each of its last 5 calls" in said[0]
+            assert len(said) == 1
+            assert "<lambda> recorded again at each of its last 5 calls" in said[0]
             assert caught[0].filename == __file__
 
 

@@ -141,7 +141,7 @@ class Compiled:
         self._again = {}  # key -> recordings in a row that asked to record again
         self._warned_of_anomaly = False  # warned that anomaly mode keeps the calls eager
         self._warned_of_keywords = False  # warned that a call with keywords runs eagerly
-        self._warned_of_grads = False  # warned that the grads present keep it recording
+        self._warned_of_recordings = False  # warned that the grads or values keep it recording
         self._grads_recordings = (0, -1)  # (recordings in a row for the grads present, replays)
         # (key, recordings in a row for it that took Python values, the count of calls then)
         self._value_recordings = (None, 0, 0)
@@ -326,7 +326,7 @@ class Compiled:
         self._surroundings = surroundings  # with the hooks registered since, say
         if changed:  # a helper rebound since: find what it reads, key again
             return self(*args)
-        if key in self._tapes and not self._warned_of_grads:  # tapes for other grads present
+        if key in self._tapes and not self._warned_of_recordings:  # tapes for other grads present
             self._note_grads_recording(key)
         # not the same key again (lazy weights made), nor one whose tapes took other grads or
         # values (its TAPES_PER_KEY tell)
@@ -356,9 +356,18 @@ class Compiled:
         tape = self._tapes[key]
         differing = [v for v in tape.grads_present if v._grad is None] + [
             v for v in tape.grads_absent if v._grad is not None]
-        if not differing:  # the newest tape took other Python values: not the grads
+        if not differing:  # the newest tape took other Python values or settings
+            changed = _what_changed(tape)
+            if changed is not None:
+                self._warned_of_recordings = True
+                warnings.warn(f"gradcore.compile: {self.__name__} recorded again at each of its "
+                              f"last {count} calls, as {changed} changed before each (between "
+                              "calls, or in Python a replay runs: an optimizer's hook): a tape "
+                              "serves the values it took, and a key keeps "
+                              f"{TAPES_PER_KEY} tapes. Change it less often, or pass what "
+                              "decides it as an argument", RuntimeWarning, stacklevel=4)
             return
-        self._warned_of_grads = True
+        self._warned_of_recordings = True
         warnings.warn(f"gradcore.compile: {self.__name__} recorded again at each of its last "
                       f"{count} calls, as the grads present before a call "
                       f"({_engine._describe(differing[0])}, say) differ from "
@@ -1129,6 +1138,25 @@ class _Generators:
                         "would not draw again: draw through gradcore (F.dropout, the backends' "
                         "generators), or pass the numbers as arguments")
         backends.NUMPY.set_random_state(backends.CPU, end)
+
+
+def _what_changed(tape):
+    """Words for a Python value of a module, or the settings of a Variable, that `tape` took
+    otherwise than they are now (see Tape.values_hold); None if none."""
+    for (i, name), was in tape.values_found.items():
+        ref = None if tape.modules is None else tape.modules.get(i)
+        module = None if ref is None else ref()
+        if module is not None and (i, name) not in tape.guarded:
+            now = module.__dict__.get(name, trace._UNSET)
+            if not trace._same_value(now, was):
+                now = "no value" if now is trace._UNSET else repr(now)
+                return f"{type(module).__name__}.{name} (taken as {was!r}, {now} now)"
+    for ref, found in tape.settings_found.values():
+        v = ref()
+        if v is not None and found is not None and not _variable.same_settings(
+                _variable.settings_of(v), found):
+            return f"the requires_grad, hooks or data layout of {_engine._describe(v)}"
+    return None
 
 
 def _runs_users_code(line):

@@ -107,7 +107,8 @@ def test_float32_matmul_and_linear_with_integer_constants_stay_float32(xp):
     (F.matmul, ((2, 3), (4,)), r"matmul: shapes \(2, 3\) and \(4,\) do not match: .* the only axis of W \(4\)"),
     (F.matmul, ((), (4,)), r"matmul: matmul needs inputs of at least one dimension"),
     (F.linear, ((2, 3), (4, 5)), r"linear: x \(2, 3\) and W \(4, 5\) do not match: x.shape\[-1\] \(3\) must equal W.shape\[0\] \(4\)"),
-    (F.linear, ((3,), (3, 5, 1)), r"linear: x must be \(in,\), \(batch, in\) or \(\.\.\., in\) and W 2-d \(in, out\); got x \(3,\) and W \(3, 5, 1\)"),
+    (F.linear, ((3,), (3, 5, 1)), r"linear: x must be \(in,\), \(batch, in\) or \(\.\.\., "
+     r"in\) and W 2-d \(in, out\); got x \(3,\) and W \(3, 5, 1\)"),
     (F.linear, ((2, 2, 3), (3, 5), (3, 2, 5)), r"linear: b \(3, 2, 5\) does not broadcast to the output \(2, 2, 5\)"),
     (F.linear, ((2, 3), (3, 5), (4,)), r"linear: b \(4,\) does not broadcast to the output \(2, 5\)"),
 ])
@@ -124,7 +125,8 @@ def test_a_number_for_x_or_W_gets_the_0d_error(xp, number):
     # a NumPy scalar reaches forward as a Python number: the same error as a 0-d array
     W = gradcore.Variable(xp.asarray(np.ones((1, 3), dtype=np.float32)))
     zero_d = gradcore.Variable(xp.asarray(np.array(2.0, dtype=np.float32)))
-    got_x = (r"linear: x must be \(in,\), \(batch, in\) or \(\.\.\., in\) and W 2-d \(in, out\); got x "
+    got_x = (r"linear: x must be \(in,\), \(batch, in\) or \(\.\.\., in\) and W 2-d "
+             r"\(in, out\); got x "
              r"\(\) and W \(1, 3\) \(reshape x, e.g. flatten\)")
     for x in (zero_d, number):
         with pytest.raises(ValueError, match=got_x):
