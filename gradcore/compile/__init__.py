@@ -435,6 +435,8 @@ class Compiled:
                                 for name, value in module.__dict__.items()
                                 if _variable.is_python_value(value)}
             rec.settings_found = {i: _variable.settings_of(v) for i, v in found.items()}
+            rec.argument_settings = {id(a): (i, a, a._requires_grad) for i, a in enumerate(args)
+                                     if isinstance(a, Variable)}
             generators = _Generators(generators)
             # the hooks on the Variable arguments (their ids are in the key), before the step
             # adds or removes any: a tape holds them

@@ -51,6 +51,11 @@ class Snapshot:
         # the Python values the step sets on modules (self.n = x.shape[0]), as they are
         self.values = [(module, name, module.__dict__.get(name, _UNSET))
                        for module, name, _ in tape.values_set]
+        # the requires_grad the replay sets (a layer the step freezes), as they are
+        self.flags = [(v, v._requires_grad) for v in (
+            *(ref() for ref, _ in tape.requires_grad_left), *(args[i] for i, _ in
+                                                             tape.arguments_left))
+            if v is not None]
         # the state as host arrays, to measure what the step changes where rounding is allowed
         self.before = None
         if any(a is not None and not backends.backend_of(a).reproducible for a in (
@@ -77,6 +82,8 @@ class Snapshot:
                 module.__dict__.pop(name, None)
             else:
                 module.__dict__[name] = value
+        for v, requires_grad in self.flags:
+            v._requires_grad = requires_grad
 
     def now(self):
         """The state as it is now, as host arrays, named for a report; where rounding is allowed,
@@ -97,6 +104,8 @@ class Snapshot:
                 state[f"{name}{path}"] = _host(array)
         for module, name, _ in self.values:
             state[f"{type(module).__name__}.{name}"] = module.__dict__.get(name, "(unset)")
+        for i, (v, _) in enumerate(self.flags):
+            state[f"Variable {v.name or i} requires_grad"] = v._requires_grad
         if self.before is not None:
             for key, value in state.items():
                 # a grad is computed whole by the step (cleargrad, backward): no change is

@@ -71,15 +71,28 @@ class Tape:
         self.guarded = {(id(module), name) for module, name, _ in self.values_read}
         # id -> (a weak reference to each Variable the tape reads or writes, its settings_of as
         # the step found it: None where it was not reached then, so that any change counts)
-        # (the Variables whose requires_grad or hooks it set count as read: a replay sets them)
-        self.settings_found = {id(v): (weakref.ref(v), recorder.settings_found.get(id(v)))
-                               for v in (*recorder.touched, *recorder.settings_noted.values())}
+        # (the Variables whose requires_grad or hooks it set count as read: a replay sets them;
+        # an argument's, part of the key, by its place: arguments_left)
+        self.settings_found = {
+            id(v): (weakref.ref(v), recorder.settings_found.get(id(v)))
+            for v in (*recorder.touched, *recorder.settings_noted.values())
+            if id(v) not in recorder.argument_settings}
+        # (index, requires_grad) of each Variable argument the step left otherwise
+        self.arguments_left = [(i, v._requires_grad)
+                               for i, v, found in recorder.argument_settings.values()
+                               if v._requires_grad != found]
         # the requires_grad the step left otherwise than it found (a layer it froze): a replay
         # sets it so too, where it finds them as the recording did (its changes were noted as
         # the recording ended: the next call records, unless code between calls sets it back)
         self.requires_grad_left = [
             (ref, ref()._requires_grad) for ref, found in self.settings_found.values()
             if found is not None and ref()._requires_grad != found[0]]
+        # settings changed while it recorded where nothing noted it (an optimizer's hook, run
+        # as Python, freezing a layer no tape watched yet): the next call finds the change
+        for ref, found in self.settings_found.values():
+            if found is not None and not same_settings(settings_of(ref()), found):
+                value_changed(ref(), None)
+        self.stale = None  # what values_hold found changed last: looked at first next time
         # a number the step left otherwise, unnoted while it recorded (one an optimizer's hook
         # set on a module no tape watched yet): the next call finds the change, and records
         now = {(i, name): value for i, module in recorder.modules_reached.items()
@@ -165,6 +178,8 @@ class Tape:
         again for the same changes."""
         if self.values_seen == value_changes[0]:
             return True
+        if self.stale is not None and not self._holds(*self.stale):
+            return False  # still changed: no walk over the log again (a tape of an old value)
         with values_lock:
             now = value_changes[0]
             changes, count = set(), 0  # each changed thing once (a GAN's toggles: twice)
@@ -175,24 +190,32 @@ class Tape:
                 count += 1
             else:
                 if count < now - self.values_seen:
-                    return False  # more changes than are kept: which is unknown
-        for i, name in changes:
-            if name is None:  # a Variable's settings
-                found = self.settings_found.get(i)
-                v = found[0]() if found is not None else None
-                if v is not None and (found[1] is None
-                                      or not same_settings(settings_of(v), found[1])):
+                    self.stale = (None, None)  # more changes than are kept: which is unknown
                     return False
-                continue
-            if self.modules is None:
-                return False  # which modules it reached is not known
-            module = self.modules.get(i)
-            module = module() if module is not None else None
-            if (module is not None and (i, name) not in self.guarded and not _same_value(
-                    module.__dict__.get(name, _UNSET), self.values_found.get((i, name), _UNSET))):
+        for i, name in changes:
+            if not self._holds(i, name):
+                self.stale = (i, name)
                 return False
+        self.stale = None
         self.values_seen = now
         return True
+
+    def _holds(self, i, name):
+        """Whether module i's value `name` (a Variable i's settings, for name None) is as the
+        step found it, or no concern of the tape's; (None, None): changes that were lost."""
+        if i is None:
+            return False
+        if name is None:  # a Variable's settings
+            found = self.settings_found.get(i)
+            v = found[0]() if found is not None else None
+            return v is None or (found[1] is not None
+                                 and same_settings(settings_of(v), found[1]))
+        if self.modules is None:
+            return False  # which modules it reached is not known
+        module = self.modules.get(i)
+        module = module() if module is not None else None
+        return (module is None or (i, name) in self.guarded or _same_value(
+            module.__dict__.get(name, _UNSET), self.values_found.get((i, name), _UNSET)))
 
     def run(self, *args):
         if self.states_read and not self.states_as_read():
@@ -215,6 +238,9 @@ class Tape:
             if v is not None:
                 v._requires_grad = requires_grad
                 value_changed(v, None)
+        for i, requires_grad in self.arguments_left:
+            args[i]._requires_grad = requires_grad
+            value_changed(args[i], None)
         return arrays
 
     def states_as_read(self):

@@ -384,6 +384,8 @@ class Recorder:
         # id -> each Variable whose requires_grad or hooks changed while it recorded (see
         # variable.settings_changed): noted as changed when it ends
         self.settings_noted = {}
+        # id -> (the place, each Variable argument, its requires_grad as the step began)
+        self.argument_settings = {}
         self.again_because = None  # why record_again was set, where it says more than a weight
         self.draws = []             # (backend method, args, kwargs) of each random draw made
         self.grads_read = []        # the Variables whose grad a load_grad line reads

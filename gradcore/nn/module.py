@@ -385,25 +385,34 @@ class Module:
                         self, name):
                 _variables.settings_changed()
             elif _variables.step_recorder is None or not _variables.step_recorder.is_active():
+                if value.__class__ not in _PLAIN:
+                    _note_attribute(self, name, value)
+                object.__setattr__(self, name, value)
+                # told once stored: a tape that looked in between would take the old value as
+                # the one it saw, and replay it for good
                 _variables.value_changed(self, name)
+                return
         if value.__class__ not in _PLAIN:  # one look for the values that need none
             _note_attribute(self, name, value)
         object.__setattr__(self, name, value)
 
     def __delattr__(self, name):
         value = self.__dict__.get(name, _ABSENT)
+        told = None
         if value is not _ABSENT and not isinstance(value, (Variable, Module)):
             recorder = _variables.step_recorder
             if recorder is not None and recorder.is_active():
                 recorder.python_state(self, name)  # a value it leaves unset: records again
             elif _watched and _watched.get(id(self)) is not None and (
                     _watched[id(self)]() is self):
-                # a tape took it as it was (getattr(self, "boost", 1.0) reads the default now)
-                if _variables.is_python_value(value):
-                    _variables.value_changed(self, name)
-                else:
-                    _variables.settings_changed()
+                # a tape took it as it was (getattr(self, "boost", 1.0) reads the default now):
+                # told once deleted, as __setattr__ tells once stored
+                told = _variables.is_python_value(value)
         object.__delattr__(self, name)
+        if told:
+            _variables.value_changed(self, name)
+        elif told is not None:
+            _variables.settings_changed()
         registered = self.__dict__.get("_registered")
         if registered is not None and registered.pop(name, None) is not None:
             structure_changes[0] += 1
