@@ -60,47 +60,7 @@ class Tape:
         # another tape of the same key, recorded with other grads there or other values found
         # (Compiled keeps TAPES_PER_KEY)
         self.other = None
-        # the Python values of the modules the step reached, as it found them (values_hold),
-        # and the count of value changes it has looked at (value_changes): those as it began
-        self.values_found = recorder.values_found
-        self.values_seen = recorder.values_seen
-        # id -> a weak reference to each module it reached; None where the walk stopped short
-        # (REACH_LIMIT), so that a change to any module counts
-        self.modules = None if not recorder.reached_all else {
-            i: weakref.ref(module) for i, module in recorder.modules_reached.items()}
-        self.guarded = {(id(module), name) for module, name, _ in self.values_read}
-        # id -> (a weak reference to each Variable the tape reads or writes, its settings_of as
-        # the step found it: None where it was not reached then, so that any change counts)
-        # (the Variables whose requires_grad or hooks it set count as read: a replay sets them;
-        # an argument's, part of the key, by its place: arguments_left)
-        self.settings_found = {
-            id(v): (weakref.ref(v), recorder.settings_found.get(id(v)))
-            for v in (*recorder.touched, *recorder.settings_noted.values())
-            if id(v) not in recorder.argument_settings}
-        # (index, requires_grad) of each Variable argument the step left otherwise
-        self.arguments_left = [(i, v._requires_grad)
-                               for i, v, found in recorder.argument_settings.values()
-                               if v._requires_grad != found]
-        # the requires_grad the step left otherwise than it found (a layer it froze): a replay
-        # sets it so too, where it finds them as the recording did (its changes were noted as
-        # the recording ended: the next call records, unless code between calls sets it back)
-        self.requires_grad_left = [
-            (ref, ref()._requires_grad) for ref, found in self.settings_found.values()
-            if found is not None and ref()._requires_grad != found[0]]
-        # settings changed while it recorded where nothing noted it (an optimizer's hook, run
-        # as Python, freezing a layer no tape watched yet): the next call finds the change
-        for ref, found in self.settings_found.values():
-            if found is not None and not same_settings(settings_of(ref()), found):
-                value_changed(ref(), None)
-        self.stale = None  # what values_hold found changed last: looked at first next time
-        # a number the step left otherwise, unnoted while it recorded (one an optimizer's hook
-        # set on a module no tape watched yet): the next call finds the change, and records
-        now = {(i, name): value for i, module in recorder.modules_reached.items()
-               for name, value in module.__dict__.items() if is_python_value(value)}
-        for i, name in now.keys() | self.values_found.keys():
-            if (i, name) not in self.guarded and not _same_value(
-                    now.get((i, name), _UNSET), self.values_found.get((i, name), _UNSET)):
-                value_changed(recorder.modules_reached[i], name)
+        self._take_what_it_found(recorder)
         self.unreplayed = 1  # the key's recordings since one of its tapes replayed (Compiled)
         results = set(outputs)
         lines = _into_views(recorder.lines, results)
@@ -139,6 +99,52 @@ class Tape:
         # their requires_grad, hooks or data's dtype changed: compared (values_hold)
         watch(recorder.touched)
         watch(recorder.settings_noted.values())
+
+    def _take_what_it_found(self, recorder):
+        """Keep the Python values of the modules the step reached and the settings of the
+        Variables it read, wrote or set as it found them (values_hold compares them), and what
+        a replay sets as the step did; tell every tape what the step left otherwise unnoted."""
+        # the Python values of the modules the step reached, as it found them (values_hold),
+        # and the count of value changes it has looked at (value_changes): those as it began
+        self.values_found = recorder.values_found
+        self.values_seen = recorder.values_seen
+        # id -> a weak reference to each module it reached; None where the walk stopped short
+        # (REACH_LIMIT), so that a change to any module counts
+        self.modules = None if not recorder.reached_all else {
+            i: weakref.ref(module) for i, module in recorder.modules_reached.items()}
+        self.guarded = {(id(module), name) for module, name, _ in self.values_read}
+        # id -> (a weak reference to each Variable the tape reads or writes, or whose
+        # requires_grad or hooks the step set, and its settings_of as the step found it: None
+        # where it was not reached then, so that any change counts). An argument's, part of the
+        # key, is set by its place: arguments_left
+        self.settings_found = {
+            id(v): (weakref.ref(v), recorder.settings_found.get(id(v)))
+            for v in (*recorder.touched, *recorder.settings_noted.values())
+            if id(v) not in recorder.argument_settings}
+        # (index, requires_grad) of each Variable argument the step left otherwise
+        self.arguments_left = [(i, v._requires_grad)
+                               for i, v, found in recorder.argument_settings.values()
+                               if v._requires_grad != found]
+        # the requires_grad the step left otherwise than it found (a layer it froze): a replay
+        # sets it so too, where it finds them as the recording did (its changes were noted as
+        # the recording ended: the next call records, unless code between calls sets it back)
+        self.requires_grad_left = [
+            (ref, ref()._requires_grad) for ref, found in self.settings_found.values()
+            if found is not None and ref()._requires_grad != found[0]]
+        # settings changed while it recorded where nothing noted it (an optimizer's hook, run
+        # as Python, freezing a layer no tape watched yet): the next call finds the change
+        for ref, found in self.settings_found.values():
+            if found is not None and not same_settings(settings_of(ref()), found):
+                value_changed(ref(), None)
+        self.stale = None  # what values_hold found changed last: looked at first next time
+        # a number the step left otherwise, unnoted while it recorded (one an optimizer's hook
+        # set on a module no tape watched yet): the next call finds the change, and records
+        now = {(i, name): value for i, module in recorder.modules_reached.items()
+               for name, value in module.__dict__.items() if is_python_value(value)}
+        for i, name in now.keys() | self.values_found.keys():
+            if (i, name) not in self.guarded and not _same_value(
+                    now.get((i, name), _UNSET), self.values_found.get((i, name), _UNSET)):
+                value_changed(recorder.modules_reached[i], name)
 
     @property
     def ops(self):
