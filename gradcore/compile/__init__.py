@@ -671,7 +671,8 @@ class Compiled:
 
     def tapes(self):
         """The tapes held, most recently used key last (each has `source` and `ops`); a key
-        recorded both with and without grads there has two."""
+        recorded with other grads there or other values on its modules has up to TAPES_PER_KEY,
+        the oldest first."""
         return [tape for head in self._tapes.values() for tape in reversed(_chain(head))]
 
     def clear(self):
@@ -1339,13 +1340,12 @@ def _reachable(roots):
     and its arguments keyed by identity) through containers, Modules' and other objects'
     attributes (their __dict__ and __slots__, and their class's attributes where the class is
     the user's: a generator set on the class, read as `self.rng`), bound methods' objects and
-    functions, a generator's bound builtin methods, weak references' objects, staticmethods' and
-    classmethods' functions,
-    partials' arguments, the default arguments and closure variables of the user's functions,
-    and the attributes of the user's modules and classes (not of gradcore's, the standard
-    library's or installed packages'): (the Variables by id, the Modules, the random generators
-    of the user's, the ids of every object looked at: an array among them is not one the step
-    makes), and every Variable reached, by id. The Variables first are those reached without
+    functions, a generator's bound builtin methods, weak references' objects, staticmethods'
+    and classmethods' functions, partials' arguments, the default arguments and closure
+    variables of the user's functions, and the attributes of the user's modules and classes
+    (not of gradcore's, the standard library's or installed packages'): (the Variables by id,
+    the Modules, the random generators of the user's, the ids of every object looked at: an
+    array among them is not one the step makes), and every Variable reached, by id. The Variables first are those reached without
     passing through an attribute of an object other than a Module (`cfg.state` is not, as
     attributes are no part of a key; a function's defaults and closure variables are as good as
     names). At most REACH_LIMIT objects are looked at. Run only when recording: a cache hit
