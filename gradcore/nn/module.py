@@ -367,7 +367,8 @@ class Module:
             _recompute.note_state(self, name)  # for checkpoint's recomputation
         elif _variables.step_recorder is not None:
             # a Python value (a counter, a flag) a recording step sets: a replay would not
-            if _in_slot(self, name):  # not in __dict__, where a tape compares values
+            if _in_slot(self, name) and _variables.step_recorder.is_active():
+                # not in __dict__, where a tape compares values
                 _variables.step_recorder.give_up(
                     f"the step set {type(self).__name__}.{name}, held in __slots__, which a "
                     "replay would not set: keep it in the module's __dict__ (drop it from "
