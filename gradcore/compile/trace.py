@@ -15,7 +15,6 @@ that depends on values) marks the recording as a fallback: the step then stays e
 import bisect
 import dis
 import functools
-import math
 import operator
 import os
 import sys
