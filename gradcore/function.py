@@ -518,15 +518,18 @@ class Function:
                     break
                 if isinstance(x, Variable) and x._data is a:
                     note_write(x)
-                    if x.creator is None and x._requires_grad and recording():
+                    if (x.creator is not None or x._requires_grad) and recording():
                         from .engine import _describe  # the engine imports this module
+                        what = ("a leaf that requires grad" if x.creator is None else
+                                f"which {x.creator._name()} computed")
                         raise RuntimeError(
-                            f"{self._name()}.forward wrote into {_describe(x)}, a leaf that "
-                            "requires grad (mark_dirty): its gradient would be taken at values "
-                            "it no longer holds (a backward reading the input gets the new "
-                            "ones), so this is refused, as PyTorch refuses an in-place op on "
-                            "such a leaf. It holds what forward wrote. Give the Function "
-                            "x.detach() (or call it under no_grad()), or return a new array")
+                            f"{self._name()}.forward wrote into {_describe(x)}, {what} "
+                            "(mark_dirty): its gradient would be taken at values it no longer "
+                            "holds (a backward reading the input gets the new ones; an op's "
+                            "output would go on standing for its result), so this is refused "
+                            "(PyTorch refuses it on a leaf that requires grad). It holds what "
+                            "forward wrote. Give the Function x.detach() (or call it under "
+                            "no_grad()), or return a new array")
                     break
             else:
                 if self.backend.owns(a):  # a Python number (a constant) is never written into
@@ -755,11 +758,13 @@ class Function:
         inputs' backend: another backend's array (to())."""
         backend = backends.backend_of(y)
         if backend is None:
-            if (isinstance(y, numbers.Number) and not isinstance(y, bool)
-                    and self.backend is backends.NUMPY):
+            backend = self.backend
+            if y.__class__ in (int, float) and backend is not None and backends.NUMPY in (
+                    backend, backend.inner):
                 # `return float(x.sum())`: a 0-d array of it, as DeZero's as_array makes (it
-                # knows NumPy alone; elsewhere the device is the inputs', which a number lacks)
-                return backends.NUMPY.asarray(y), backends.NUMPY
+                # knows NumPy alone; elsewhere the device is the inputs', which a number lacks).
+                # Recording (gradcore.compile), the traced library's: a constant of the tape
+                return backend.asarray(y), backend
             if isinstance(y, (list, tuple)):
                 fix = "; for several outputs return a tuple of arrays (return y0, y1)"
             elif isinstance(y, numbers.Number):

@@ -1126,6 +1126,10 @@ def test_mark_dirty_on_a_leaf_that_requires_grad_is_refused():
     y = SquareInPlace.apply(x.detach())
     np.testing.assert_array_equal(x.data, [6561.0])  # 3 ** 2 ** 3: each wrote into x's array
     assert y.creator is None
+    # gradcore.func differentiates a copy of x (an op's output): gave 18 where backward refused
+    with pytest.raises(RuntimeError, match=r"square_in_place.forward wrote into .* which copy "
+                                           r"computed \(mark_dirty\)"):
+        gradcore.func.grad(lambda v: F.sum(SquareInPlace.apply(v)))(Variable(np.array([3.0])))
 
 
 class ReLUInPlace(Function):
@@ -1142,16 +1146,21 @@ class ReLUInPlace(Function):
 def test_mark_dirty_on_an_ops_output_is_refused_naming_it():
     """An in-place activation on matmul's output: the output's Variable would go on standing for
     matmul's result with the new values, so a later use (y * 2) sends matmul the gradient of
-    the wrong values (W.grad [[2, 2], ...] for PyTorch's [[0, 2], ...]). Refused, naming
-    mark_dirty and what to write instead."""
+    the wrong values (W.grad [[2, 2], ...] for PyTorch's [[0, 2], ...]). Refused at the call
+    (it was at backward, which gradcore.grad(..., [y]) never reached: it gave the gradient of
+    the new values), naming mark_dirty and what to write instead; a write that forward did not
+    announce is still refused at backward."""
     x = Variable(np.array([[1.0, -2.0, 3.0]]))
     W = Variable(np.array([[1.0, 0.5], [2.0, -1.0], [0.5, 1.0]]))
     y = F.matmul(x, W)
-    ReLUInPlace.apply(y)
+    with pytest.raises(RuntimeError, match=r"re_luin_place.forward wrote into the Variable of "
+                                           r"shape \(1, 2\) and dtype float64, which matmul "
+                                           r"computed \(mark_dirty\).*return a new array"):
+        ReLUInPlace.apply(y)
     with pytest.raises(RuntimeError, match=r"^matmul: its output 0, .* was written after matmul "
                                            r"ran.*in-place Function \(mark_dirty\) given an "
                                            r"op's output.*return a new array instead"):
-        F.sum(y * 2.0).backward()
+        F.sum(y * 2.0).backward()  # forward wrote y before mark_dirty refused
     assert W.grad is None and x.grad is None
 
 
@@ -1333,7 +1342,7 @@ def test_an_in_place_forward_writes_a_0d_input_as_any_other():
             return gy
 
     for shape in [(1,), ()]:
-        b = Variable(np.zeros(shape)) * 1.0
+        b = Variable(np.zeros(shape), requires_grad=False) * 1.0
         before = b.version
         AddOne_()(b)
         np.testing.assert_array_equal(b.data, np.ones(shape))
