@@ -38,6 +38,7 @@ from ..config import anomaly_on, in_module_test_mode, recording, training
 from ..function import _SavedOutput, add_note
 from ..nn import module as _module
 from ..nn.module import _BY_VALUE, Module, mode_key, structure_changes, watch as _watch_modules
+from ..optim.optimizer import Optimizer
 from ..variable import Parameter, Variable, value_changes
 from . import trace
 from .check import ReplayMismatch, Snapshot, _host_tree, compare
@@ -584,8 +585,10 @@ class Compiled:
                 and backends.backend_of(a) is None
                 and (not isinstance(a, Variable) or part[0] is Variable and part[-1] is not None)],
                 argument_hooks)
-            # their attributes, taken as they are, changed: compared (also those called, unreached)
+            # their attributes, taken as they are, changed: compared
             _watch_modules(rec.modules_reached.values())
+            if tape.modules is None:  # it cannot tell which modules its step read: all count
+                _module.watch_all[0] = True
             tape.other = self._tapes.get(key)  # one not ready: for other grads or values
             kept = tape
             for _ in range(TAPES_PER_KEY - 1):
@@ -1170,7 +1173,17 @@ def _runs_users_code(line):
     if optimizer is None:
         return False  # DistributedOptimizer's averaging
     return any(_module_of(part).partition(".")[0] != "gradcore"
-               for part in (type(optimizer), *getattr(optimizer, "hooks", ())))
+               for part in (*map(type, _wrapped(optimizer)), *getattr(optimizer, "hooks", ())))
+
+
+def _wrapped(optimizer):
+    """`optimizer` and those it wraps (DistributedOptimizer's `optimizer`), outermost first."""
+    found = [optimizer]
+    inner = optimizer.__dict__.get("optimizer") if hasattr(optimizer, "__dict__") else None
+    while isinstance(inner, Optimizer) and inner not in found:
+        found.append(inner)
+        inner = inner.__dict__.get("optimizer")
+    return found
 
 
 def _module_of(obj):

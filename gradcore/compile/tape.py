@@ -16,7 +16,8 @@ import threading
 import warnings
 import weakref
 
-from ..variable import (Variable, changed_values, fresh_log, is_python_value, note_write,
+from ..nn.module import _holders
+from ..variable import (Parameter, Variable, changed_values, fresh_log, is_python_value, note_write,
                         same_settings, settings_of, value_changed, value_changes, values_lock,
                         watch)
 from .fuse import fusable, fuse
@@ -44,6 +45,17 @@ def _store(v, value, writes=1):
 def _store_grad(v, value):
     """`v.grad` as the recorded run left it: None, or a new Variable holding `value`."""
     v._grad = None if value is None else Variable(value, requires_grad=False)
+
+
+def _held_as_reached(recorder):
+    """Whether each Parameter the step read or wrote that a module holds is held by a module the
+    walk reached (else it reached that module by a path the walk does not follow)."""
+    for v in recorder.touched:
+        holders = _holders.get(v) if isinstance(v, Parameter) else None
+        if holders and not any(i in recorder.modules_reached and ref() is not None
+                               for i, ref in holders.items()):
+            return False
+    return True
 
 
 class Tape:
@@ -99,6 +111,12 @@ class Tape:
         # their requires_grad, hooks or data's dtype changed: compared (values_hold)
         watch(recorder.touched)
         watch(recorder.settings_noted.values())
+        # a replay sets the values the step set after its lines, an optimizer's step among
+        # them: a hook of the user's added since may read them (Compiled records such a step
+        # again), so the hooks are those it ran with
+        self.hooks_taken = [(opt, tuple(getattr(opt, "hooks", ()))) for opt in
+                            self.optimizers()] if self.values_set else []
+        self.guards = self.guards or bool(self.hooks_taken)
 
     def _take_what_it_found(self, recorder):
         """Keep the Python values of the modules the step reached and the settings of the
@@ -109,8 +127,9 @@ class Tape:
         self.values_found = recorder.values_found
         self.values_seen = recorder.values_seen
         # id -> a weak reference to each module it reached; None where the walk stopped short
-        # (REACH_LIMIT), so that a change to any module counts
-        self.modules = None if not recorder.reached_all else {
+        # (REACH_LIMIT) or missed a module the step used (one it called, or one holding a
+        # Parameter it read), so that a change to any module counts
+        self.modules = None if not (recorder.reached_all and _held_as_reached(recorder)) else {
             i: weakref.ref(module) for i, module in recorder.modules_reached.items()}
         self.guarded = {(id(module), name) for module, name, _ in self.values_read}
         # id -> (a weak reference to each Variable the tape reads or writes, or whose
@@ -175,6 +194,8 @@ class Tape:
                 and all(v._grad is None for v in self.grads_absent)
                 and all(_same_value(module.__dict__.get(name, _UNSET), value)
                         for module, name, value in self.values_read)
+                and all(len(opt.hooks) == len(hooks) and all(map(operator.is_, opt.hooks, hooks))
+                        for opt, hooks in self.hooks_taken)
                 and self.values_hold())
 
     def values_hold(self):
