@@ -967,14 +967,6 @@ def test_a_users_optimizer_inside_a_distributed_one_reading_a_number_the_step_se
     """An SGD subclass of the user's reading model.n, wrapped in DistributedOptimizer (gradcore's
     class, so its step was taken for gradcore's code): a replay ran it before setting n
     (last loss 0.4988 for eager's 0.516)."""
-    from test_compile import counted_world, same, scaled_by_n
+    from test_compile import counted_twins_agree, scaled_by_n
 
-    def wrapped(model):
-        return dist.DistributedOptimizer(scaled_by_n(model), comm)
-    (model, _, step), (twin, _, eager) = counted_world(wrapped), counted_world(wrapped)
-    compiled = gradcore.compile(step)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # eager after three
-        for n in (4, 3, 4, 3, 4, 3):
-            x = np.full((n, 3), 0.5)
-            assert same(compiled(x), eager(x)) and same(model.lin.W, twin.lin.W)
+    counted_twins_agree(lambda model: dist.DistributedOptimizer(scaled_by_n(model), comm))
