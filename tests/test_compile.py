@@ -1343,9 +1343,10 @@ def test_a_module_no_name_leads_to_is_compared_once_it_runs():
             super().__init__()
             self.lin = nn.Linear(2, in_size=3, dtype="float64")
             self.scale = 1.0
+            self.act = F.relu
 
         def forward(self, x):
-            return self.lin(x) * self.scale
+            return self.act(self.lin(x) * self.scale)
 
     def world():
         np.random.seed(0)
@@ -1358,11 +1359,34 @@ def test_a_module_no_name_leads_to_is_compared_once_it_runs():
 
     (model, step), (twin, eager) = world(), world()
     compiled = gradcore.compile(step)
-    for i in range(5):
+    for i in range(7):
         if i == 3:
             model().scale = twin().scale = 5.0
-        x = np.full((4, 3), float(i))
+        if i == 5:  # an object, not a number (a later rework left it unseen: relu replayed)
+            model().act = twin().act = F.tanh
+        x = np.full((4, 3), float(i) - 3.0)
         assert same(compiled(x), eager(x))
+
+    # a module made in the step (nn.ReLU()) beside a number the step sets, batches 4, 4, 4, 3:
+    # the same rework made it record or run eagerly at most calls (14 recordings, 25 eager)
+    class Keeps(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(2, in_size=3, dtype="float64")
+
+        def forward(self, x):
+            self.n = x.shape[0]
+            return nn.ReLU()(self.lin(x))
+
+    keeps, twin = Keeps(), Keeps()
+    twin.lin.W.data = keeps.lin.W.data.copy()
+    compiled = gradcore.compile(lambda x: F.sum(keeps(x)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for n in (4, 4, 4, 3) * 5:
+            x = np.ones((n, 3))
+            assert same(compiled(x), F.sum(twin(x)))
+    assert compiled.stats()["recordings"] == 4 and compiled.stats()["replays"] == 16
 
 
 def test_a_model_moved_to_another_device_of_its_library_records_again():

@@ -585,10 +585,8 @@ class Compiled:
                 and backends.backend_of(a) is None
                 and (not isinstance(a, Variable) or part[0] is Variable and part[-1] is not None)],
                 argument_hooks)
-            # their attributes, taken as they are, changed: compared
+            # their attributes, taken as they are, changed: compared (those called too)
             _watch_modules(rec.modules_reached.values())
-            if tape.modules is None:  # it cannot tell which modules its step read: all count
-                _module.watch_all[0] = True
             tape.other = self._tapes.get(key)  # one not ready: for other grads or values
             kept = tape
             for _ in range(TAPES_PER_KEY - 1):

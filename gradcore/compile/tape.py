@@ -16,8 +16,7 @@ import threading
 import warnings
 import weakref
 
-from ..nn.module import _holders
-from ..variable import (Parameter, Variable, changed_values, fresh_log, is_python_value, note_write,
+from ..variable import (Variable, changed_values, fresh_log, is_python_value, note_write,
                         same_settings, settings_of, value_changed, value_changes, values_lock,
                         watch)
 from .fuse import fusable, fuse
@@ -45,17 +44,6 @@ def _store(v, value, writes=1):
 def _store_grad(v, value):
     """`v.grad` as the recorded run left it: None, or a new Variable holding `value`."""
     v._grad = None if value is None else Variable(value, requires_grad=False)
-
-
-def _held_as_reached(recorder):
-    """Whether each Parameter the step read or wrote that a module holds is held by a module the
-    walk reached (else it reached that module by a path the walk does not follow)."""
-    for v in recorder.touched:
-        holders = _holders.get(v) if isinstance(v, Parameter) else None
-        if holders and not any(i in recorder.modules_reached and ref() is not None
-                               for i, ref in holders.items()):
-            return False
-    return True
 
 
 class Tape:
@@ -126,10 +114,9 @@ class Tape:
         # and the count of value changes it has looked at (value_changes): those as it began
         self.values_found = recorder.values_found
         self.values_seen = recorder.values_seen
-        # id -> a weak reference to each module it reached; None where the walk stopped short
-        # (REACH_LIMIT) or missed a module the step used (one it called, or one holding a
-        # Parameter it read), so that a change to any module counts
-        self.modules = None if not (recorder.reached_all and _held_as_reached(recorder)) else {
+        # id -> a weak reference to each module it reached or called; None where the walk
+        # stopped short (REACH_LIMIT), so that a change to any module counts
+        self.modules = None if not recorder.reached_all else {
             i: weakref.ref(module) for i, module in recorder.modules_reached.items()}
         self.guarded = {(id(module), name) for module, name, _ in self.values_read}
         # id -> (a weak reference to each Variable the tape reads or writes, or whose
@@ -237,11 +224,13 @@ class Tape:
             v = found[0]() if found is not None else None
             return v is None or (found[1] is not None
                                  and same_settings(settings_of(v), found[1]))
+        if (i, name) in self.guarded:
+            return True  # checked in ready(): one the step sets, which its replays set
         if self.modules is None:
             return False  # which modules it reached is not known
         module = self.modules.get(i)
         module = module() if module is not None else None
-        return (module is None or (i, name) in self.guarded or _same_value(
+        return (module is None or _same_value(
             module.__dict__.get(name, _UNSET), self.values_found.get((i, name), _UNSET)))
 
     def run(self, *args):

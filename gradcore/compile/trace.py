@@ -1004,12 +1004,18 @@ class Recorder:
             self.python_states[module, name] = module.__dict__.get(name, _UNSET)
 
     def module_called(self, module):
-        """`module` runs in the step. One no name led to before it ran (a cache's or a factory's
-        module, one made in the step) shows the walk did not see all the step reads, nor the
-        modules that one uses through its methods: its tape takes any module's change as its
-        own (Tape.modules None)."""
+        """`module` runs in the step: its Python values, and those of its sub-modules (which it
+        may use through their methods), are compared as those of a module the step reached
+        (values_found), where no name led to it before it ran (a cache's or a factory's
+        module), as found now (those the step set before are checked anyway)."""
         if self.is_active() and id(module) not in self.modules_reached:
-            self.reached_all = False
+            for sub in module.modules():
+                if id(sub) not in self.modules_reached:
+                    self.modules_reached[id(sub)] = sub
+                    for name, value in sub.__dict__.items():
+                        if (_variable.is_python_value(value)
+                                and (sub, name) not in self.python_states):
+                            self.values_found[id(sub), name] = value
 
     def module_state_read(self, module, name, value):
         """The step read `module.name`, a carried state (an RNN's h: nn.module._Carried), found

@@ -73,9 +73,6 @@ _new_mode_number = itertools.count(1).__next__
 # took the numbers and objects in its attributes as they were (`dropout_ratio`, `eps`, a plain
 # Variable), so replacing one there counts as a change (structure_changes)
 _watched = {}
-# True once a tape could not tell which modules its step read (gradcore.compile's walk did not
-# lead to one it used: Tape.modules None): every module's attribute changes count from then on
-watch_all = [False]
 # values of these kinds set again equal to what an attribute holds are no change (a ratio a
 # schedule computes anew at each step); gradcore.compile keys arguments of these kinds by value
 _BY_VALUE = frozenset((int, float, bool, str, type(None)))
@@ -146,7 +143,7 @@ def _in_slot(module, name):
 def _replaces(module, name, value):
     """Whether `module.name = value` changes what a tape that read module.name took."""
     watched = _watched.get(id(module))
-    if (watched is None or watched() is not module) and not watch_all[0]:
+    if watched is None or watched() is not module:
         return False
     old = module.__dict__.get(name, _ABSENT)
     return old is not value and not (old.__class__ is value.__class__
@@ -377,7 +374,7 @@ class Module:
                     "replay would not set: keep it in the module's __dict__ (drop it from "
                     "__slots__)")
             _variables.step_recorder.python_state(self, name)
-        if ((_watched or watch_all[0]) and _replaces(self, name, value)
+        if (_watched and _replaces(self, name, value)
                 and not _reads_noted(type(self), name)):
             # outside a recording: the next call records again. Not for carried state, which
             # eager code between calls sets (an RNN used for a sample): a tape that read it
@@ -387,8 +384,7 @@ class Module:
             if not (_variables.is_python_value(value)
                     and _variables.is_python_value(self.__dict__.get(name))) or _in_slot(
                         self, name):
-                if _watched.get(id(self)) is not None:  # a module a tape reached (not watch_all)
-                    _variables.settings_changed()
+                _variables.settings_changed()
             elif _variables.step_recorder is None or not _variables.step_recorder.is_active():
                 if value.__class__ not in _PLAIN:
                     _note_attribute(self, name, value)
@@ -408,13 +404,11 @@ class Module:
             recorder = _variables.step_recorder
             if recorder is not None and recorder.is_active():
                 recorder.python_state(self, name)  # a value it leaves unset: records again
-            elif watch_all[0] or _watched and _watched.get(id(self)) is not None and (
+            elif _watched and _watched.get(id(self)) is not None and (
                     _watched[id(self)]() is self):
                 # a tape took it as it was (getattr(self, "boost", 1.0) reads the default now):
-                # told once deleted, as __setattr__ tells once stored (an object, to a module
-                # a tape reached)
-                told = _variables.is_python_value(value) or (
-                    None if _watched.get(id(self)) is None else False)
+                # told once deleted, as __setattr__ tells once stored
+                told = _variables.is_python_value(value)
         object.__delattr__(self, name)
         if told:
             _variables.value_changed(self, name)
