@@ -1283,7 +1283,7 @@ def test_a_hook_a_step_registers_and_keeps_runs_it_eagerly_saying_so():
 
 
 def test_what_a_step_changes_is_told_when_it_raises_freezes_unread_or_runs_beside_hooks():
-    """Found by review: a recording that raised told no tape of the number it set (another step
+    """A recording that raised told no tape of the number it set (another step
     replayed 1.0 for 2.0); a step freezing D.W, which it never reads, was not re-frozen by its
     replays once eager code unfroze it; an optimizer hook reading a number the step sets ran
     before a replay set it (21423.2 for 10680.5)."""
@@ -1442,7 +1442,7 @@ def test_a_number_an_optimizer_hook_counts_at_every_call_warns_once_of_recording
 
 
 def test_requires_grad_changed_by_an_optimizer_hook_or_on_an_argument_replays_as_eagerly():
-    """Found by review: an optimizer hook freezing W at the first call, while the step recorded
+    """An optimizer hook freezing W at the first call, while the step recorded
     and before any tape watched W, left the change untold (the next call replayed the tape of a
     trainable W: loss 158412 for 8.43 three calls on); a step setting requires_grad on its
     argument (FGSM) left it unset after a replay; check=True compared the replay with an eager
@@ -1579,7 +1579,7 @@ def counted_twins_agree(make_optimizer):
 
 
 def test_a_number_a_users_optimizer_or_a_later_hook_reads_records_where_the_step_changes_it():
-    """The step sets model.n; found by review: a hook reading it added after the tapes were
+    """The step sets model.n: a hook reading it added after the tapes were
     recorded ran at replays before the replay set n (losses 5.747, 3.193 for 5.687, 3.084)."""
     counted_twins_agree(scaled_by_n)
 

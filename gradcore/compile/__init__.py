@@ -1194,11 +1194,16 @@ def _module_of(obj):
 def _changes_told(rec):
     """A recording that raised: the requires_grad, hooks and Python values of modules it changed
     are told to every tape (variable.value_changed), as a recording that ends tells them."""
-    for v in rec.settings_noted.values():
-        _variable.value_changed(v, None)
+    _settings_told(rec)
     for (module, name), before in rec.python_states.items():
         if not trace._same_value(module.__dict__.get(name, trace._UNSET), before):
             _variable.value_changed(module, name)
+
+
+def _settings_told(rec):
+    """Tell every tape of the requires_grad and hook changes the recording noted."""
+    for v in rec.settings_noted.values():
+        _variable.value_changed(v, None)
 
 
 def _settings_left(rec):
@@ -1206,8 +1211,7 @@ def _settings_left(rec):
     tape (variable.settings_changed held them back while it ran). Hooks the step leaves on a
     Variable it reads or writes, other than it found them (one it registers and keeps), a
     replay would not register: the next call records again (eager after three, saying so)."""
-    for v in rec.settings_noted.values():
-        _variable.value_changed(v, None)
+    _settings_told(rec)
     for v in rec.touched:
         found = rec.settings_found.get(id(v))
         if found is None:
