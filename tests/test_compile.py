@@ -1389,6 +1389,108 @@ def test_a_module_no_name_leads_to_is_compared_once_it_runs():
     assert compiled.stats()["recordings"] == 4 and compiled.stats()["replays"] == 16
 
 
+def test_a_module_the_step_makes_at_each_call_records_once():
+    """A module made in the step is the step's own: a Scale(3.0) built at each call recorded at
+    every call (60 of 60, its number taken as one the step set), and the key's tapes kept the
+    dead modules alive; an nn.Sequential built in the step changed every step's key by
+    registering its layers (200 recordings of 200 calls)."""
+    class Scale(nn.Module):
+        def __init__(self, s):
+            super().__init__()
+            self.s = s
+
+        def forward(self, x):
+            return x * self.s
+
+    made = []
+
+    def world():
+        np.random.seed(0)
+        lin = nn.Linear(2, in_size=3, dtype="float64")
+        opt = optim.SGD(lr=0.1).setup(lin)
+
+        def step(x):
+            scale = Scale(3.0)
+            made.append(weakref.ref(scale))
+            head = nn.Sequential(nn.ReLU(), lin, nn.Tanh())  # one it reached, in a new one
+            loss = F.sum(scale(nn.Dropout(0.5).eval()(head(x))))  # its mode keyed none
+            lin.cleargrads()
+            loss.backward()
+            opt.update()
+            return loss
+        return lin, step
+
+    (lin, step), (twin, eager) = world(), world()
+    # the twin first: a module made outside a recording still changes every key (a dict's
+    # model replaced by a new one is seen so)
+    xs = [np.full((4, 3), 0.1 * i) for i in range(12)]
+    losses = [eager(x) for x in xs]
+    weights = [twin.W.data.copy(), twin.b.data.copy()]
+    compiled = gradcore.compile(step)
+    assert same([compiled(x) for x in xs], losses) and same([lin.W.data, lin.b.data], weights)
+    assert compiled.stats()["recordings"] == 1 and compiled.stats()["replays"] == 11
+    assert sum(ref() is not None for ref in made) == 0  # the recording's too, after the call
+    lin.W.requires_grad_(False)  # the layer in it still counts
+    twin.W.requires_grad_(False)
+    loss, expected = compiled(np.ones((4, 3))), eager(np.ones((4, 3)))
+    assert same(loss, expected) and same(lin.b, twin.b)
+    assert compiled.stats()["recordings"] == 2
+
+
+def test_a_module_the_step_makes_and_keeps_is_compared_from_the_next_call():
+    """One made at the first call and kept in a cache the next calls use: its number changed
+    between calls must not replay the one it was made with."""
+    class Scale(nn.Module):
+        def __init__(self, s):
+            super().__init__()
+            self.s = s
+
+        def forward(self, x):
+            return x * self.s
+
+    cache = []
+
+    def step(x):
+        if not cache:
+            cache.append(Scale(3.0))
+        return cache[0](x)
+
+    compiled = gradcore.compile(step)
+    x = gradcore.Variable(np.ones(2))
+    assert all(same(compiled(x), x * 3.0) for _ in range(3))
+    for s in (5.0, 7.0, 5.0):
+        cache[0].s = s
+        assert same(compiled(x), x * s)
+    assert compiled.stats()["replays"] == 2  # the third call's, and 5.0's again
+
+    cache.clear()  # made in eval mode and kept: its mode counts from then on
+
+    def evaluates(x):
+        if not cache:
+            cache.append(nn.Dropout(0.5).eval())
+        return cache[0](x)
+
+    compiled = gradcore.compile(evaluates)
+    x = gradcore.Variable(np.ones(100))
+    with pytest.warns(RuntimeWarning, match="put a Dropout it made"):  # that key: eagerly
+        assert all(same(compiled(x), x) for _ in range(3))
+    cache[0].train()
+    for _ in range(3):
+        np.random.seed(0)
+        got = compiled(x)
+        np.random.seed(0)
+        assert same(got, evaluates(x)) and not same(got, x)
+
+    def keeps(x):  # one made and kept at each call: eager after three calls, saying why
+        cache.append(Scale(2.0))
+        return cache[-1](x)
+
+    compiled = gradcore.compile(keeps)
+    with pytest.warns(RuntimeWarning, match="made a Scale that outlived the call"):
+        for _ in range(4):
+            assert same(compiled(x), x * 2.0)
+
+
 def test_a_model_moved_to_another_device_of_its_library_records_again():
     """array-api-strict's device1 -> device2: the replay combined arrays of the two devices
     ("can not be combined") where eager code runs."""

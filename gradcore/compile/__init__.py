@@ -486,6 +486,11 @@ class Compiled:
                     "step, or pass what decides it as an argument")
             # the modes are read before a call, to pick its tape; a replay runs no code that
             # sets them: it sets those the step left switched after it runs
+            if any(module is not None and not module.training
+                   for module in (made() for made in rec.modules_made.values())):
+                # one it made in eval mode outlived the call: its mode counts from now on, as
+                # any module's (the recording's _modes_changed passed it by)
+                _module._modes_changed()
             switched = _modes_switched(rec, in_eval, modules) if mode_key[0] != key[3] else ()
             if (recording(), _train_state()) != key[0][:2]:
                 rec.give_up("the step left grad mode or test mode switched (gradcore's "

@@ -377,6 +377,11 @@ class Recorder:
         # reached, as it began (Compiled fills it): what the tape took them as
         self.values_found = {}
         self.modules_reached = {}  # id -> each Module the step reached as it began
+        # id -> a weak reference to each Module made while it recorded (in its thread): eagerly
+        # each call makes another, so what it registers, sets and keeps is the step's own, no
+        # state a tape took or leaves (python_state, module_state, module_called pass it by),
+        # as long as it dies with the call (check_module_states)
+        self.modules_made = {}
         self.reached_all = True    # False where the walk stopped at REACH_LIMIT objects
         self.values_seen = 0       # the count of value changes then (variable.value_changes)
         self.settings_found = {}   # id -> the settings_of each Variable it reached, as it began
@@ -985,12 +990,18 @@ class Recorder:
             self.grad_owners.setdefault(id(grad), v)
             self.grads_found[id(grad)] = grad
 
+    def made_module(self, module):
+        """Whether `module` was made in the recording thread while it recorded."""
+        made = self.modules_made.get(id(module))
+        return made is not None and made() is module
+
     def module_state(self, module, name, reads_noted=False):
         """The step is about to set `module.name` to a Variable, or to clear one there (an
         RNN's hidden state): Python state a replay does not set. Fine where the step leaves the
         value it found (reset_state() at its start and end: check_module_states). `reads_noted`:
         a carried state whose reads the step tells (module_state_read)."""
-        if self.is_active() and (module, name) not in self.states_before:
+        if (self.is_active() and (module, name) not in self.states_before
+                and not self.made_module(module)):
             self.module_states.append((module, name))
             self.states_before[module, name] = (module.__dict__.get(name), _user_frame())
             if reads_noted:
@@ -1000,7 +1011,8 @@ class Recorder:
         """The step is about to set `module.name` to a Python value that is no Variable (a
         counter: self.t += 1). A replay checks the value it found, and sets the one it left
         where that is a number or string (check_module_states)."""
-        if self.is_active() and (module, name) not in self.python_states:
+        if (self.is_active() and (module, name) not in self.python_states
+                and not self.made_module(module)):
             self.python_states[module, name] = module.__dict__.get(name, _UNSET)
 
     def module_called(self, module):
@@ -1009,8 +1021,8 @@ class Recorder:
         (values_found), where no name led to it before it ran (a cache's or a factory's
         module), as found now (those the step set before are checked anyway)."""
         if self.is_active() and id(module) not in self.modules_reached:
-            for sub in module.modules():
-                if id(sub) not in self.modules_reached:
+            for sub in module.modules():  # a made one's too: Sequential(model.l1, model.l2)
+                if id(sub) not in self.modules_reached and not self.made_module(sub):
                     self.modules_reached[id(sub)] = sub
                     for name, value in sub.__dict__.items():
                         if (_variable.is_python_value(value)
@@ -1023,7 +1035,7 @@ class Recorder:
         is still the same object (Tape.states_as_read), as eager code may set it between
         calls (an RNN used for a sample)."""
         if (self.is_active() and (module, name) not in self.states_before
-                and (module, name) not in self.states_read):
+                and (module, name) not in self.states_read and not self.made_module(module)):
             self.states_read[module, name] = value
 
     def check_module_states(self):
@@ -1084,6 +1096,17 @@ class Recorder:
                     "the key)")
         if changed:  # tapes that read it without setting it took it as it was: keys change
             _variable.structure_changes[0] += 1
+        kept = next((module for module in (made() for made in self.modules_made.values())
+                     if module is not None), None)
+        if kept is not None:
+            # a module made in the step outlived it (a cache's: `if not cache: cache.append(
+            # Scale(3.0))`): the next call finds it made, and may use it as it is then, which
+            # this tape did not compare; that call records as for any module
+            self.record_again = True
+            self.again_because = (
+                f"the step made a {type(kept).__name__} that outlived the call (kept in an "
+                "object or a container, or returned) at each of its last three calls: make it "
+                "outside the compiled step, or let it go with the call")
 
     def writing(self, v, data=False, clearing=False):
         """v's grad (or, with `data`, its data) is about to be set: remember how v was. A grad

@@ -116,6 +116,18 @@ class _Carried:
 _NO_DEFAULT = object()  # a carried name with no class default
 
 
+def _structure_changed(module):
+    """`module` registered, replaced or unregistered a Parameter, buffer or sub-Module: the
+    walks of parameters() made before no longer hold (registry_changes), nor, unless the
+    module was made in the step being recorded (no tape can have read a module made since it
+    began, and a Sequential the step builds at each call would key every call anew), the
+    tapes of compiled steps (structure_changes)."""
+    registry_changes[0] += 1
+    recorder = _variables.step_recorder
+    if recorder is None or not recorder.is_active() or not recorder.made_module(module):
+        structure_changes[0] += 1
+
+
 def _reads_noted(cls, name):
     """Whether `name` is carried on a `cls` module and read through a _Carried (so telling a
     recording): not where _gradcore_carried was assigned after the class was made."""
@@ -207,7 +219,14 @@ def _modes_changed():
     with _modes_lock:
         if _died:
             _forget_dead()
-        alive = frozenset(i for i, module in list(_in_eval.items()) if module() is not None)
+        recorder = _variables.step_recorder
+        if recorder is not None and not recorder.is_active():
+            recorder = None
+        # not one a recording step made: eagerly each call makes another, which dies with it
+        # (the next call's modes are those it found), and modes key compiled steps' tapes
+        alive = frozenset(i for i, module in [(i, ref()) for i, ref in list(_in_eval.items())]
+                          if module is not None
+                          and (recorder is None or not recorder.made_module(module)))
         number = _mode_numbers.pop(alive, None)
         if number is None:
             number = _new_mode_number()
@@ -298,6 +317,15 @@ class Module:
                 # a class default (h = None) is what a module without its own value reads
                 setattr(cls, name, _Carried(name, getattr(cls, name, _NO_DEFAULT)))
 
+    def __new__(cls, *args, **kwargs):
+        module = super().__new__(cls)
+        recorder = _variables.step_recorder
+        if recorder is not None and recorder.is_active():
+            # made in a step gradcore.compile records: what it registers and sets is the
+            # step's own, and changes no other step's key (_structure_changed)
+            recorder.modules_made[id(module)] = weakref.ref(module)
+        return module
+
     def __init__(self):
         set_ = object.__setattr__
         set_(self, "_registered", {})         # name -> "parameter" | "buffer" | "module"
@@ -327,8 +355,7 @@ class Module:
             else:
                 registered[name] = _PARAMETER
                 _note_holder(self, value)
-            structure_changes[0] += 1
-            registry_changes[0] += 1
+            _structure_changed(self)
             if _watched and _replaces(self, name, value):
                 _variables.settings_changed()
             object.__setattr__(self, name, value)  # registered: none of the looks below applies
@@ -337,8 +364,7 @@ class Module:
             # another value where one is registered; None empties the slot (b = None: no bias),
             # which parameters() and state_dict then skip
             kind = registered[name]
-            structure_changes[0] += 1
-            registry_changes[0] += 1
+            _structure_changed(self)
             if value is None:
                 if _variables.step_recorder is not None and isinstance(self.__dict__.get(name),
                                                                        Variable):
@@ -367,7 +393,8 @@ class Module:
             _recompute.note_state(self, name)  # for checkpoint's recomputation
         elif _variables.step_recorder is not None:
             # a Python value (a counter, a flag) a recording step sets: a replay would not
-            if _in_slot(self, name) and _variables.step_recorder.is_active():
+            if (_in_slot(self, name) and _variables.step_recorder.is_active()
+                    and not _variables.step_recorder.made_module(self)):
                 # not in __dict__, where a tape compares values
                 _variables.step_recorder.give_up(
                     f"the step set {type(self).__name__}.{name}, held in __slots__, which a "
@@ -416,8 +443,7 @@ class Module:
             _variables.settings_changed()
         registered = self.__dict__.get("_registered")
         if registered is not None and registered.pop(name, None) is not None:
-            structure_changes[0] += 1
-            registry_changes[0] += 1
+            _structure_changed(self)
 
     def __setstate__(self, state):
         """Restore a module made by copy.copy, copy.deepcopy or pickle, entering its mode in
@@ -476,8 +502,7 @@ class Module:
             value = Variable(data, name=name, requires_grad=False)
         self._registered[name] = _BUFFER
         object.__setattr__(self, name, value)
-        structure_changes[0] += 1  # a compiled step that reads the module's buffers records again
-        registry_changes[0] += 1
+        _structure_changed(self)  # a compiled step that reads the module's buffers records again
         return value
 
     # ---------------------------------------------------------------- traversal
