@@ -48,6 +48,11 @@ __all__ = ["checkpoint"]
 # sets.
 states_set = contextvars.ContextVar("gradcore.states_set", default=None)
 _ABSENT = object()  # an attribute the module did not have
+# While a checkpointed block first runs: a set that the write log of each Variable a Function's
+# forward wrote into (mark_dirty) joins, to tell such a write from a weight created lazily (the
+# log, shared with the views and aliases of the Variable, an in-place op's output among them).
+# None otherwise.
+written_in_place = contextvars.ContextVar("gradcore.written_in_place", default=None)
 
 
 def note_state(module, name):
@@ -97,16 +102,18 @@ def checkpoint(fn, *args):
               else Variable(args[i], requires_grad=False) for i in where]
     start = next(sequence)
     draws = random.DrawLog(backend, device)
-    token = states_set.set([])
+    token, writes_token = states_set.set([]), written_in_place.set(set())
     try:
         with enable_grad(), draws:
             out = fn(*_filled(args, where, leaves))
     finally:
-        states = states_set.get()
+        states, written = states_set.get(), written_in_place.get()
         states_set.reset(token)
+        written_in_place.reset(writes_token)
     outer = states_set.get()
     if outer is not None:  # a block inside another's first run: the other's block set them too
         outer.extend(states)
+        written_in_place.get().update(written)
     several = isinstance(out, tuple)
     outputs = _results(out)
     count = len(outputs)
@@ -145,6 +152,16 @@ def checkpoint(fn, *args):
     # lazily created weights, in the order they were made
     created = sorted((x for x in outside if _written_since(x, start)),
                      key=lambda x: x._writes.stamps[-1])
+    overwritten = [x for x in created if x._writes in written or x._data is not None and not
+                   isinstance(x, _variables.Parameter)]
+    if overwritten:
+        from .engine import _describe  # the engine imports this module
+        x = overwritten[0]
+        how = "by an in-place Function" if x._writes in written else "its .data set"
+        raise RuntimeError(
+            f"checkpoint: the block wrote into {_describe(x)}, from outside it ({how}); its "
+            "recomputation in backward would write into it again, and read what it wrote: do "
+            "the write outside checkpoint, or into a copy the block makes")
     if created:
         # every one is named: which of them drew random numbers (W, not a zero b) is not known
         raise RuntimeError(

@@ -41,6 +41,33 @@ def test_gradients_are_the_eager_ones_bit_for_bit(xp2):
     np.testing.assert_array_equal(xp2.numpy(y.grad.data), xp2.numpy(x.grad.data))
 
 
+def test_a_block_writing_into_a_variable_from_outside_is_refused_saying_so():
+    """An in-place Function on a buffer (or .data set) in the block: its recomputation would
+    write again (buf 2 for 1, and w's gradient 2 for 1). Refused, as before, but the error said
+    "the block created a weight", sending the user to call the model once first."""
+    class AddOne(gradcore.Function):
+        def forward(self, x):
+            x += 1
+            self.mark_dirty(x)
+            return x
+
+        def backward(self, gy):
+            return gy
+
+    buf, w = Variable(np.zeros(3), requires_grad=False), Variable(np.ones(3))
+    with pytest.raises(RuntimeError, match=r"wrote into the Variable of shape \(3,\) and dtype "
+                                           r"float64, from outside it \(by an in-place Function"):
+        gradcore.checkpoint(lambda w: F.sum(w * AddOne()(buf)), w)
+    np.testing.assert_array_equal(buf.data, np.ones(3))  # the first run's write, once
+
+    def sets(w):
+        buf.data = buf.data * 2
+        return F.sum(w * buf)
+    with pytest.raises(RuntimeError, match=r"from outside it \(its \.data set\); its "
+                                           r"recomputation in backward would write into it"):
+        gradcore.checkpoint(sets, w)
+
+
 def test_parameters_inside_a_block_get_their_gradients_and_dropout_repeats():
     def make():
         np.random.seed(0)
