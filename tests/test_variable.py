@@ -235,11 +235,16 @@ def test_matmul_operator(xp):
     np.testing.assert_allclose(W.grad.numpy(), A.T @ np.ones((2, 4)), rtol=1e-14)
 
 
-def test_pow_takes_a_number_only():
+def test_pow_takes_a_number_or_a_0d_array_only():
     x = Variable(2.0)
     with pytest.raises(TypeError, match="exponent must be a (Python )?number"):
         x ** x
+    with pytest.raises(TypeError, match=r"got ndarray of shape \(2,\); for an array"):
+        x ** np.array([2.0, 3.0])
     assert x.creator is None and x.grad is None
+    y = x ** np.array(3)  # a 0-d array, as DeZero takes it: x ** 3
+    y.backward()
+    assert y.data == 8.0 and x.grad.data == 12.0 and y.dtype == np.float64
 
 
 def test_ndarray_op_variable_reaches_the_reflected_operator():

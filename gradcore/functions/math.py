@@ -150,10 +150,15 @@ class Pow(Function):
     NaN that formula gives at x = 0)."""
 
     def __init__(self, c):
+        if getattr(c, "shape", None) == () and not isinstance(c, Variable):
+            c = c.item() if hasattr(c, "item") else float(c)  # a 0-d array, np.array(2): DeZero's
         self.c = python_number(c)
         if self.c is None:
-            raise TypeError(f"pow: the exponent must be a number, got {type(c).__name__}; "
-                            "for a Variable exponent write exp(c * log(x))")
+            shape = getattr(c, "shape", None)
+            raise TypeError(
+                f"pow: the exponent must be a number, got {type(c).__name__}"
+                f"{'' if shape is None else f' of shape {tuple(shape)}'}; for an array or "
+                "Variable exponent write exp(c * log(x)) (x > 0)")
 
     def forward(self, x):
         return x ** self.c
