@@ -1389,19 +1389,22 @@ def test_a_module_no_name_leads_to_is_compared_once_it_runs():
     assert compiled.stats()["recordings"] == 4 and compiled.stats()["replays"] == 16
 
 
+class ScaledBy(nn.Module):
+    """x * s, s a number set in __init__."""
+
+    def __init__(self, s):
+        super().__init__()
+        self.s = s
+
+    def forward(self, x):
+        return x * self.s
+
+
 def test_a_module_the_step_makes_at_each_call_records_once():
-    """A module made in the step is the step's own: a Scale(3.0) built at each call recorded at
+    """A module made in the step is the step's own: a ScaledBy(3.0) built at each call recorded at
     every call (60 of 60, its number taken as one the step set), and the key's tapes kept the
     dead modules alive; an nn.Sequential built in the step changed every step's key by
     registering its layers (200 recordings of 200 calls)."""
-    class Scale(nn.Module):
-        def __init__(self, s):
-            super().__init__()
-            self.s = s
-
-        def forward(self, x):
-            return x * self.s
-
     made = []
 
     def world():
@@ -1410,7 +1413,7 @@ def test_a_module_the_step_makes_at_each_call_records_once():
         opt = optim.SGD(lr=0.1).setup(lin)
 
         def step(x):
-            scale = Scale(3.0)
+            scale = ScaledBy(3.0)
             made.append(weakref.ref(scale))
             head = nn.Sequential(nn.ReLU(), lin, nn.Tanh())  # one it reached, in a new one
             loss = F.sum(scale(nn.Dropout(0.5).eval()(head(x))))  # its mode keyed none
@@ -1440,19 +1443,11 @@ def test_a_module_the_step_makes_at_each_call_records_once():
 def test_a_module_the_step_makes_and_keeps_is_compared_from_the_next_call():
     """One made at the first call and kept in a cache the next calls use: its number changed
     between calls must not replay the one it was made with."""
-    class Scale(nn.Module):
-        def __init__(self, s):
-            super().__init__()
-            self.s = s
-
-        def forward(self, x):
-            return x * self.s
-
     cache = []
 
     def step(x):
         if not cache:
-            cache.append(Scale(3.0))
+            cache.append(ScaledBy(3.0))
         return cache[0](x)
 
     compiled = gradcore.compile(step)
@@ -1482,11 +1477,11 @@ def test_a_module_the_step_makes_and_keeps_is_compared_from_the_next_call():
         assert same(got, evaluates(x)) and not same(got, x)
 
     def keeps(x):  # one made and kept at each call: eager after three calls, saying why
-        cache.append(Scale(2.0))
+        cache.append(ScaledBy(2.0))
         return cache[-1](x)
 
     compiled = gradcore.compile(keeps)
-    with pytest.warns(RuntimeWarning, match="made a Scale that outlived the call"):
+    with pytest.warns(RuntimeWarning, match="made a ScaledBy that outlived the call"):
         for _ in range(4):
             assert same(compiled(x), x * 2.0)
 

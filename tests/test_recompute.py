@@ -45,19 +45,12 @@ def test_a_block_writing_into_a_variable_from_outside_is_refused_saying_so():
     """An in-place Function on a buffer (or .data set) in the block: its recomputation would
     write again (buf 2 for 1, and w's gradient 2 for 1). Refused, as before, but the error said
     "the block created a weight", sending the user to call the model once first."""
-    class AddOne(gradcore.Function):
-        def forward(self, x):
-            x += 1
-            self.mark_dirty(x)
-            return x
-
-        def backward(self, gy):
-            return gy
+    from test_function import AddOneInPlace
 
     buf, w = Variable(np.zeros(3), requires_grad=False), Variable(np.ones(3))
     with pytest.raises(RuntimeError, match=r"wrote into the Variable of shape \(3,\) and dtype "
                                            r"float64, from outside it \(by an in-place Function"):
-        gradcore.checkpoint(lambda w: F.sum(w * AddOne()(buf)), w)
+        gradcore.checkpoint(lambda w: F.sum(w * AddOneInPlace()(buf)), w)
     np.testing.assert_array_equal(buf.data, np.ones(3))  # the first run's write, once
 
     def sets(w):
