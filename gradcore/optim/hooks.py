@@ -54,7 +54,8 @@ class ClipGrad:
             r, inv = norm_parts(grads)
         norm = float(r) / float(inv)  # in float64: a norm past float32's fits
         rate = float(self.max_norm) / (norm + 1e-6)
-        if rate < 1:
+        if not rate >= 1:  # NaN too (a NaN gradient): every gradient NaN, as clip_grad_norm_
+            # gives, not the others' step unclipped
             for p in params:
                 with p.backend.device_context(p.device):
                     p.grad = Variable(p.xp.astype(update_grad_array(p) * rate, p.dtype),

@@ -90,6 +90,18 @@ def test_clip_grad_leaves_small_gradients_alone(xp2):
     np.testing.assert_array_equal(xp2.numpy(W.data), [-3.0, -4.0])
 
 
+def test_clip_grad_with_a_nan_gradient_makes_every_gradient_nan(xp2):
+    """As clip_grad_norm_ does: the norm is NaN, and the other gradients were applied unclipped
+    (a step of norm 5 for max_norm 1), the NaN unseen in them."""
+    W, b = param(xp2, [0.0, 0.0]), param(xp2, [0.0, 0.0])
+    give_grad(W, xp2, [3.0, 4.0])
+    give_grad(b, xp2, [float("nan"), 1.0])
+    optimizer = SGD([W, b], lr=1.0)
+    optimizer.add_hook(ClipGrad(1.0))
+    optimizer.step()
+    assert np.isnan(xp2.numpy(W.data)).all() and np.isnan(xp2.numpy(b.data)).all()
+
+
 def test_clip_grad_norm_spans_devices():
     device1 = CASES["strict-device1"]()
     cpu = CASES["numpy"]()
