@@ -1,5 +1,6 @@
 """gradcore.compile: a replayed step gives what the eager step gives, bit for bit on NumPy."""
 import collections
+import copy
 import functools
 import gc
 import inspect
@@ -1484,6 +1485,45 @@ def test_a_module_the_step_makes_and_keeps_is_compared_from_the_next_call():
     with pytest.warns(RuntimeWarning, match="made a ScaledBy that outlived the call"):
         for _ in range(4):
             assert same(compiled(x), x * 2.0)
+
+
+def test_a_copy_of_a_module_made_in_the_step_carries_the_originals_state():
+    """copy.copy(rnn) in the step holds rnn's hidden state, which eager code moves on between
+    calls: taken as a module the step made, its state was not checked, and the replays ran from
+    the first call's (1.8474 for 1.8246). And a module the step makes in a reference cycle
+    (a forward hook of its own method) is no module kept past the call: it records once."""
+    np.random.seed(0)
+    rnn = nn.RNN(2, in_size=2)
+
+    def step(x):
+        return F.sum(copy.copy(rnn)(x))
+
+    x = np.ones((1, 2), np.float32)
+    compiled = gradcore.compile(step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # it runs eagerly, as a step setting rnn.h does
+        for i in range(4):
+            with gradcore.no_grad():
+                rnn(np.full((1, 2), 0.5 * i, np.float32))
+            assert same(compiled(x), step(x))
+
+    class Clipped(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_forward_hook(self._clip)
+
+        def _clip(self, module, inputs, y):
+            return F.clip(y, -1.0, 1.0)
+
+        def forward(self, x):
+            return x * 2.0
+
+    compiled = gradcore.compile(lambda x: F.sum(Clipped()(x)))
+    x = gradcore.Variable(np.linspace(-1, 1, 4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert all(same(compiled(x), F.sum(F.clip(x * 2.0, -1.0, 1.0))) for _ in range(6))
+    assert compiled.stats()["recordings"] == 1
 
 
 def test_a_model_moved_to_another_device_of_its_library_records_again():

@@ -15,6 +15,7 @@ that depends on values) marks the recording as a fallback: the step then stays e
 import bisect
 import dis
 import functools
+import gc
 import operator
 import os
 import sys
@@ -1096,17 +1097,31 @@ class Recorder:
                     "the key)")
         if changed:  # tapes that read it without setting it took it as it was: keys change
             _variable.structure_changes[0] += 1
-        kept = next((module for module in (made() for made in self.modules_made.values())
-                     if module is not None), None)
+        kept = self._module_kept()
         if kept is not None:
             # a module made in the step outlived it (a cache's: `if not cache: cache.append(
             # Scale(3.0))`): the next call finds it made, and may use it as it is then, which
-            # this tape did not compare; that call records as for any module
+            # this tape did not compare; that call records as for any module, and so do other
+            # steps' (eagerly, a module registering its layers changes every key)
+            _variable.structure_changes[0] += 1
             self.record_again = True
             self.again_because = (
                 f"the step made a {type(kept).__name__} that outlived the call (kept in an "
                 "object or a container, or returned) at each of its last three calls: make it "
                 "outside the compiled step, or let it go with the call")
+
+    def _module_kept(self):
+        """A module made in the step that is still alive, or None. The recording runs with the
+        collector off: a module in a reference cycle (a forward hook of its own method) is
+        looked for again after a collection of the youngest objects, where the recording's
+        are."""
+        def alive():
+            return next((module for module in (made() for made in self.modules_made.values())
+                         if module is not None), None)
+        if alive() is None:
+            return None
+        gc.collect(0)
+        return alive()
 
     def writing(self, v, data=False, clearing=False):
         """v's grad (or, with `data`, its data) is about to be set: remember how v was. A grad

@@ -448,13 +448,21 @@ class Module:
     def __setstate__(self, state):
         """Restore a module made by copy.copy, copy.deepcopy or pickle, entering its mode in
         the table gradcore.compile keys on (these fill __dict__ without __setattr__ or train(),
-        so a copy made in eval mode would otherwise be unknown to it)."""
+        so a copy made in eval mode would otherwise be unknown to it). A copy made while
+        gradcore.compile records is not taken as made in the step: what it holds is another
+        module's (an RNN's hidden state), which the tape must take as read."""
         slots = None
         if isinstance(state, tuple) and len(state) == 2:
             # a subclass with __slots__: Python's default __getstate__ gives (__dict__, slots)
             state, slots = state
+        recorder = _variables.step_recorder
+        if recorder is not None and recorder.is_active():
+            recorder.modules_made.pop(id(self), None)
         if state:
             self.__dict__.update(state)
+            registered = state.get("_registered")
+            if registered.__class__ is dict:  # copy.copy's state is the original's __dict__:
+                self.__dict__["_registered"] = dict(registered)  # registering here leaves it
         for name, value in (slots or {}).items():
             object.__setattr__(self, name, value)  # as Python restores slots: no registering
         for value in self.__dict__.values():

@@ -973,6 +973,18 @@ def _pickled(module):
     return pickle.loads(pickle.dumps(module))
 
 
+def test_a_shallow_copy_of_a_module_registers_on_its_own():
+    """copy.copy shared the original's registry: a layer registered on the copy was listed by
+    the original, which had no such attribute (a number set there then raised "holds a
+    module")."""
+    model = nn.Sequential(nn.Linear(2, in_size=3))
+    twin = copy.copy(model)
+    twin.extra = nn.Linear(2, in_size=2)
+    model.extra = 5.0
+    assert len(list(twin.parameters())) == 4 and len(list(model.parameters())) == 2
+    assert "extra" not in model.state_dict() and "extra.W" in twin.state_dict()
+
+
 @pytest.mark.parametrize("copier", [copy.copy, copy.deepcopy, _pickled],
                          ids=["copy", "deepcopy", "pickle"])
 def test_a_copy_made_in_eval_mode_replays_in_train_mode_after_train(copier):
