@@ -404,6 +404,9 @@ class Checkpoint(Function):
         # once cut inside by unchain_backward: the block's results computed again, and the
         # node's inputs as that graph has them (see cut_inside); None before
         self.again = self.targets = None
+        # id -> the Variable the latest recomputation read where the first run read another,
+        # alike (_check_reads)
+        self.read_instead = {}
 
     def forward(self, *xs):
         results, self.results = self.results, None  # the arrays live on in the outputs only
@@ -513,9 +516,11 @@ class Checkpoint(Function):
 
     def _targets(self, outputs):
         """The node's inputs as the block computed again (`outputs`) has them: the results
-        before this node's made again."""
-        return (*self.inputs[:len(self.inputs) - len(self.behind)],
-                *(outputs[k] for k in self.behind))
+        before this node's made again, and a constant it made again (or one replaced by an
+        equal one) where it read it: the gradient reaching that one is the first's."""
+        instead = self.read_instead
+        before = self.inputs[:len(self.inputs) - len(self.behind)]
+        return (*(instead.get(id(x), x) for x in before), *(outputs[k] for k in self.behind))
 
     def _run_again(self, arguments):
         """The block's results from `arguments` as a tuple (the Variables it left on modules
@@ -596,12 +601,18 @@ class Checkpoint(Function):
         read = _outside_variables([outputs[k] for k in self.computed], arguments, start)
         first = [x for x in self.inputs[len(self.where):len(self.inputs) - len(self.behind)]
                  if id(x) not in own]  # one read from outside and passed too: passed now
+        self.read_instead = {}
         if len(read) == len(first) and all(a is b for a, b in zip(read, first)):
             return
         for i in range(max(len(read), len(first))):
             a = first[i] if i < len(first) else None
             b = read[i] if i < len(read) else None
-            if a is not b and not _same_constant(a, b):
+            if a is not b and _same_constant(a, b):
+                # a gradient reaches b, not a: the same, as the two are alike (a leaf that
+                # requires grad replaced by an equal one before backward gets it, as without
+                # checkpoint)
+                self.read_instead[id(a)] = b
+            elif a is not b:
                 if _same_constant(a, b, values=False):
                     raise RuntimeError(
                         f"checkpoint: computed again during backward, the block read a "

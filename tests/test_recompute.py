@@ -1493,6 +1493,24 @@ def test_constants_a_block_makes_anew_pass_and_one_replaced_by_other_values_is_r
         out.backward()
 
 
+def test_a_leaf_replaced_by_an_equal_one_before_backward_gets_its_gradient():
+    """z, a plain Variable requiring grad, rebound to an equal copy between forward and
+    backward: the recomputation read the copy, so z (the first run's) got no gradient, with no
+    error. As without checkpoint, z gets sin(x); the copy none."""
+    grads = []
+    for use in (False, True):
+        x, z = Variable(np.array([1.0, 2.0, 3.0])), Variable(np.array([4.0, 5.0, 6.0]))
+        held = {"z": z}
+        block = lambda h: F.sin(h) * held["z"]  # noqa: E731
+        y = gradcore.checkpoint(block, x) if use else block(x)
+        held["z"] = Variable(z.data.copy())
+        F.sum(y).backward()
+        assert held["z"].grad is None
+        grads.append((x.grad.data, z.grad.data))
+    np.testing.assert_array_equal(grads[1][0], grads[0][0])
+    np.testing.assert_array_equal(grads[1][1], np.sin([1.0, 2.0, 3.0]))
+
+
 def test_an_input_batch_that_requires_no_grad_is_a_constant_in_both_runs():
     """An array, or a Variable with requires_grad=False, whose first op reads no parameter (x /
     255, dropout, a reshape): the plain call's gradients, bit for bit, and none for the batch."""
