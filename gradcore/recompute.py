@@ -103,17 +103,21 @@ def checkpoint(fn, *args):
     start = next(sequence)
     draws = random.DrawLog(backend, device)
     token, writes_token = states_set.set([]), written_in_place.set(set())
+    given_token = _variables.given_data.set([])
     try:
         with enable_grad(), draws:
             out = fn(*_filled(args, where, leaves))
     finally:
         states, written = states_set.get(), written_in_place.get()
+        given = _variables.given_data.get()
         states_set.reset(token)
         written_in_place.reset(writes_token)
+        _variables.given_data.reset(given_token)
     outer = states_set.get()
     if outer is not None:  # a block inside another's first run: the other's block set them too
         outer.extend(states)
         written_in_place.get().update(written)
+        _variables.given_data.get().extend(given)
     several = isinstance(out, tuple)
     outputs = _results(out)
     count = len(outputs)
@@ -164,11 +168,17 @@ def checkpoint(fn, *args):
             "the write outside checkpoint, or into a copy the block makes")
     if created:
         # every one is named: which of them drew random numbers (W, not a zero b) is not known
-        raise RuntimeError(
+        error = RuntimeError(
             f"checkpoint: the block created {_names(created)} as it ran; its recomputation "
             "would not create them again, nor draw the random numbers their initializers drew; "
             "create them first: call the model once outside checkpoint, or give the layer its "
             "input size")
+        # the weights, and the statistics a batch norm made beside them and updated, left
+        # uncreated: the call the message advises makes them once, not counting the batch twice
+        for x in given:
+            if x._data is not None:
+                x.data = None
+        raise error
     nodes = [Checkpoint(fn, args, where, draws, Config.train, stage,
                         (list(at.values()), count, kept, states), called_at)
              for stage in _stages(ours, list(at.values()), leaves, start)]

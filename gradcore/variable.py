@@ -257,6 +257,10 @@ sequence = itertools.count()
 # while gradcore.checkpoint runs a block again: a list that each hook registered then joins, as
 # (Variable, the handle of that registration), for the recomputation to take off
 hooks_registered = contextvars.ContextVar("gradcore.hooks_registered", default=None)
+# while gradcore.checkpoint first runs a block: a list that each Variable given data where it
+# had none (a lazily created weight, batch norm's statistics) joins, for a block refused for
+# creating weights to leave them uncreated, as it found them
+given_data = contextvars.ContextVar("gradcore.given_data", default=None)
 # The code of every Function subclass's backward (Function.__init_subclass__ adds each): an
 # augmented assignment written there rebinds (_augmented)
 backward_codes = set()
@@ -457,6 +461,10 @@ class Variable:
             released.pop(self, None)
         self._data, self._backend = data, backend
         note_write(self)
+        if old is None and data is not None:  # rarely: the one look costs no other write
+            created = given_data.get()
+            if created is not None:
+                created.append(self)
         if id(self) in _watched and old is not None and (
                 backend is not backend_of(old) or old.shape != data.shape
                 or old.dtype != data.dtype
