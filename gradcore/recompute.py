@@ -28,6 +28,7 @@ anew); anything else (a weight replaced before backward, state changed on an obj
 a Module) is refused, as its gradients would go elsewhere.
 """
 import contextvars
+import functools
 import sys
 import traceback
 
@@ -63,10 +64,14 @@ def note_state(module, name):
         states.append((module, name, module.__dict__.get(name, _ABSENT)))
 
 
-def checkpoint(fn, *args):
-    """fn(*args), recorded as one node that recomputes fn during backward instead of keeping
-    its intermediate arrays. `fn` returns a Variable or a tuple of Variables; `args` may mix
-    Variables, arrays and other values (passed as they are).
+def checkpoint(fn, /, *args, use_reentrant=None, preserve_rng_state=True, **kwargs):
+    """fn(*args, **kwargs), recorded as one node that recomputes fn during backward instead of
+    keeping its intermediate arrays. `fn` returns a Variable or a tuple of Variables; `args` may
+    mix Variables, arrays and other values (passed as they are); `kwargs` are passed as they
+    are, a Variable among them read as one the block reads from outside (as a closure's).
+    PyTorch's `use_reentrant` and `preserve_rng_state` are taken and change nothing: the
+    recomputation always draws the first run's random numbers, and it runs inside backward's
+    walk, as PyTorch's use_reentrant=False does.
 
     The recomputation must see what the first run saw. gradcore sees to that for the random
     numbers the block's ops draw, batch norm's running statistics, and Variables the block keeps
@@ -78,6 +83,8 @@ def checkpoint(fn, *args):
     replaced, `lin.W = Parameter(...)`, before backward: replace it after; state the block
     changes on an object that is not a Module: checkpoint a function that takes the state and
     returns the new one), and arrays changed in place outside gradcore are not seen at all."""
+    if kwargs:
+        fn = functools.partial(fn, **kwargs)
     where = [i for i, a in enumerate(args) if isinstance(a, Variable) or _is_array(a)]
     if not where:
         raise TypeError("checkpoint: needs at least one Variable or array among the arguments, "

@@ -75,6 +75,24 @@ def test_a_block_refused_for_creating_weights_leaves_them_uncreated():
     np.testing.assert_array_equal(bn.avg_var.data, plain.avg_var.data)
 
 
+def test_keyword_arguments_are_passed_to_the_block_as_pytorchs_are():
+    """checkpoint(fn, x, scale=2.0) raised TypeError (PyTorch passes them on); its own
+    use_reentrant and preserve_rng_state are taken, not passed to fn."""
+    def block(h, scale, shift=None):
+        return F.sin(h) * scale + (0.0 if shift is None else shift)
+
+    for use in (False, True):
+        x, shift = Variable(np.array([1.0, 2.0])), Variable(np.array([0.5, 0.25]))
+        y = (gradcore.checkpoint(block, x, scale=2.0, shift=shift, use_reentrant=False)
+             if use else block(x, scale=2.0, shift=shift))
+        F.sum(y * y).backward()
+        if not use:
+            want = (y.data, x.grad.data, shift.grad.data)
+    np.testing.assert_array_equal(y.data, want[0])
+    np.testing.assert_array_equal(x.grad.data, want[1])
+    np.testing.assert_array_equal(shift.grad.data, want[2])
+
+
 def test_parameters_inside_a_block_get_their_gradients_and_dropout_repeats():
     def make():
         np.random.seed(0)
