@@ -11,9 +11,10 @@ from . import lr_scheduler
 from .hooks import ClipGrad, FreezeParam, WeightDecay
 from .optimizer import Optimizer
 from .param_state import ParamState
+from .rmsprop import RMSprop
 from .sgd import SGD, MomentumSGD
 
 __all__ = [
-    "Optimizer", "SGD", "MomentumSGD", "AdaGrad", "AdaDelta", "Adam", "AdamW",
+    "Optimizer", "SGD", "MomentumSGD", "AdaGrad", "AdaDelta", "Adam", "AdamW", "RMSprop",
     "WeightDecay", "ClipGrad", "FreezeParam", "ParamState", "lr_scheduler",
 ]

@@ -467,6 +467,11 @@ class Optimizer:
                         f"made (shape {tuple(a.shape)}); drop the old state with "
                         "`del optimizer.state[param]`")
 
+    def state_names_with(self, hyperparameters):
+        """The state_names this optimizer keeps with these hyperparameters (name -> value):
+        its state_names, but where a subclass's depend on them (RMSprop's momentum buffer)."""
+        return self.state_names
+
     def param_state(self, param):
         """The state arrays of `param` (a dict name -> array, see `state_names`): zeros on the
         parameter's device, in its update_dtype (float32 for a float16 parameter), at its first
@@ -575,8 +580,8 @@ class Optimizer:
         if state_dict.get("names") is not None:  # first: a name says more than a shape
             _check_names(where, state_dict["names"], self._parameter_names(params))
         _check_shapes(where, state_dict["shapes"], params)
-        loaded = _checked_state(where, state_dict["state"], params, self.state_names,
-                                self.state_counters)
+        loaded = _checked_state(where, state_dict["state"], params,
+                                self.state_names_with(hyper), self.state_counters)
 
         new_state, new_counts = ParamState(), ParamState()
         for p, arrays, counts in loaded:  # copies on the parameter's device and dtype

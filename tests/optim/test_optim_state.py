@@ -11,7 +11,7 @@ import backends
 import gradcore
 from conftest import CASES, DEVICE1, DEVICE2
 from gradcore.optim import (SGD, AdaDelta, AdaGrad, Adam, AdamW, FreezeParam, MomentumSGD,
-                            ParamState)
+                            ParamState, RMSprop)
 
 STATEFUL = [
     (MomentumSGD, {"lr": 0.1}, ("v",)),
@@ -19,6 +19,8 @@ STATEFUL = [
     (AdaDelta, {"eps": 1e-2}, ("msg", "msdx")),
     (Adam, {"lr": 0.1}, ("m", "v")),
     (AdamW, {"lr": 0.1, "weight_decay": 0.1}, ("m", "v")),
+    (RMSprop, {"lr": 0.1}, ("v",)),
+    (RMSprop, {"lr": 0.1, "momentum": 0.5, "centered": True}, ("v", "m", "b")),
 ]
 IDS = [row[0].__name__ for row in STATEFUL]
 ALL = [(SGD, {"lr": 0.1})] + [row[:2] for row in STATEFUL]

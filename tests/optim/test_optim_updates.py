@@ -9,7 +9,7 @@ import pytest
 import backends
 import gradcore
 import gradcore.functions as F
-from gradcore.optim import SGD, AdaDelta, AdaGrad, Adam, AdamW, MomentumSGD
+from gradcore.optim import SGD, AdaDelta, AdaGrad, Adam, AdamW, MomentumSGD, RMSprop
 
 W0 = [1.0, -2.0]
 G1 = [0.5, -1.0]  # the gradient given at the first step
@@ -43,6 +43,12 @@ HAND = [
     # as Adam, each step first W *= 1 - 0.1 * 0.5:  W1 = 0.95 * W0 - 0.1 * m1 / (sqrt(v1) + 1e-8)
     (AdamW, {"alpha": 0.1, "beta1": 0.5, "beta2": 0.75, "eps": 1e-8, "weight_decay": 0.5},
      [0.8500000039999998, -1.800000002], [0.7063371758788534, -1.7706976992096881]),
+    # v1 = 0.5 * g1**2 = [0.125, 0.5]: W1 = W0 - 0.1 * g1 / (sqrt(v1) + 0.5)
+    #    = [1 - 0.1 * 0.5857864376, -2 + 0.1 * 0.8284271247]
+    # v2 = 0.5 * v1 + 0.5 * g2**2 = [0.5625, 2.25]: W2 = W1 - 0.1 * g2 / ([0.75, 1.5] + 0.5)
+    #    = W1 - 0.1 * [0.8, 1.0]
+    (RMSprop, {"lr": 0.1, "alpha": 0.5, "eps": 0.5}, [0.9414213562373095, -1.917157287525381],
+     [0.8614213562373094, -2.017157287525381]),
 ]
 
 
@@ -68,6 +74,7 @@ CONVEX = [  # hyperparameters that bring sum((W - T)**2) down within 60 steps
     (AdaDelta, {"eps": 1e-2}),
     (Adam, {"alpha": 0.1}),
     (AdamW, {"alpha": 0.1}),
+    (RMSprop, {"lr": 0.05}),
 ]
 
 
@@ -173,8 +180,8 @@ def test_float32_stays_float32(xp2, cls, hyper):
 
 
 @pytest.mark.parametrize("cls, hyper", [(Adam, {}), (AdamW, {}), (AdaGrad, {}),
-                                        (AdaDelta, {"eps": 1e-8})],
-                         ids=["Adam", "AdamW", "AdaGrad", "AdaDelta"])
+                                        (AdaDelta, {"eps": 1e-8}), (RMSprop, {})],
+                         ids=["Adam", "AdamW", "AdaGrad", "AdaDelta", "RMSprop"])
 def test_float16_takes_no_nan_step_where_the_gradient_is_zero(cls, hyper):
     # float16 cannot hold eps = 1e-8: sqrt(0) + eps would be 0 there, and the step 0 / 0 = NaN
     W = gradcore.Parameter(np.array([1.0, 2.0], np.float16))
@@ -358,3 +365,30 @@ def test_adam_docstring_states_the_cost_of_dezeros_eps():
             shorter = 1 - ours.data[0] / theirs.item()
             assert shorter == pytest.approx((k - 1) * eps / (abs(g) + k * eps), rel=1e-9)
             assert shorter == pytest.approx(float(percent) / 100, rel=0.05)
+
+
+@pytest.mark.parametrize("hyper", [{}, {"momentum": 0.9}, {"centered": True},
+                                   {"centered": True, "momentum": 0.5, "alpha": 0.9, "eps": 1e-3}])
+def test_rmsprop_steps_as_pytorchs(hyper):
+    """30 steps against torch.optim.RMSprop in float64; then momentum and centered switched on
+    (PyTorch's step raises KeyError there) make their state, and off drop it."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((3, 4))
+    ours = gradcore.Parameter(w.copy())
+    theirs = torch.nn.Parameter(torch.tensor(w.copy()))
+    optimizer = RMSprop([ours], lr=0.02, **hyper)
+    reference = torch.optim.RMSprop([theirs], lr=0.02, **hyper)
+    for _ in range(30):
+        g = rng.standard_normal((3, 4))
+        ours.grad = gradcore.Variable(g.copy())
+        theirs.grad = torch.tensor(g.copy())
+        optimizer.step()
+        reference.step()
+        np.testing.assert_allclose(ours.data, theirs.detach().numpy(), rtol=0, atol=1e-14)
+    for momentum, centered, names in ((0.5, True, ["b", "m", "v"]), (0.0, False, ["v"])):
+        optimizer.momentum, optimizer.centered = momentum, centered
+        before = ours.data.copy()
+        optimizer.step()
+        assert sorted(optimizer.state[ours]) == names and np.isfinite(ours.data).all()
+        assert not np.array_equal(ours.data, before)
