@@ -81,6 +81,7 @@ class LRScheduler:
     own step() sees it too."""
 
     _initial = False  # True while the constructor takes the first step (PyTorch's _initial_step)
+    _optional_state = ()  # attributes a state_dict saved by an older gradcore lacks
 
     def __init__(self, optimizer, last_epoch=-1):
         epoch = as_integer(last_epoch)  # a NumPy integer too (read back from a file)
@@ -199,7 +200,10 @@ class LRScheduler:
         another kind of schedule saved, or one for another step size (lr, alpha), is refused
         and this schedule left as it was."""
         where = f"{type(self).__name__}.load_state_dict"
-        state = _checked_state(self, state, where, optional=("optimizer_lr", "last_lr"))
+        optional = ("optimizer_lr", "last_lr", *self._optional_state)
+        state = _checked_state(self, state, where, optional=optional)
+        for name in self._optional_state:
+            state.setdefault(name, None)  # what the schedule's _check takes as the old default
         lr = state.pop("optimizer_lr", None)
         if lr is not None:
             lr = checked_hyperparameter(where, "optimizer_lr", lr, rule="lr")
@@ -355,16 +359,34 @@ class OneCycleLR(LRScheduler):
     With cycle_momentum (the default, as in PyTorch) the momentum goes the other way, from
     max_momentum down to base_momentum at the peak and back up: MomentumSGD's `momentum`, or
     Adam's and AdamW's `beta1`; an optimizer with neither (SGD, AdaGrad, AdaDelta) has only its
-    step size scheduled. Not chainable, as in PyTorch: each step sets the closed form."""
+    step size scheduled. Not chainable, as in PyTorch: each step sets the closed form.
 
-    def __init__(self, optimizer, max_lr, total_steps, pct_start=0.3, anneal_strategy="cos",
+    total_steps may be given as PyTorch's epochs and steps_per_epoch instead (their product).
+    three_phase (PyTorch's): down to max_lr / div_factor again over as many steps as the way
+    up took, then to the minimum over the rest (the momentum back up to max_momentum, and
+    there), which needs pct_start of about 0.5 or less."""
+
+    _optional_state = ("three_phase",)  # saved since gradcore added it: older states have none
+
+    def __init__(self, optimizer, max_lr, total_steps=None, pct_start=0.3, anneal_strategy="cos",
                  div_factor=25.0, final_div_factor=1e4, last_epoch=-1, cycle_momentum=True,
-                 base_momentum=0.85, max_momentum=0.95):
+                 base_momentum=0.85, max_momentum=0.95, *, epochs=None, steps_per_epoch=None,
+                 three_phase=False):
         if not 0 < pct_start < 1:
             raise ValueError(f"OneCycleLR: pct_start must be in (0, 1), got {pct_start}")
+        if total_steps is None:
+            if epochs is None or steps_per_epoch is None:
+                raise ValueError("OneCycleLR: give total_steps, or epochs and steps_per_epoch "
+                                 "(total_steps = epochs * steps_per_epoch)")
+            total_steps = (_positive_int("epochs", epochs)
+                           * _positive_int("steps_per_epoch", steps_per_epoch))
+        elif epochs is not None or steps_per_epoch is not None:
+            raise ValueError("OneCycleLR: give total_steps or epochs and steps_per_epoch, not "
+                             "both")
         # checked before anything is set: the first step records initial_lr on the optimizer
         self.max_lr = checked_hyperparameter("OneCycleLR", "max_lr", max_lr, rule="lr")
         self.total_steps = _positive_int("total_steps", total_steps)
+        self.three_phase = three_phase
         for name, factor in (("div_factor", div_factor), ("final_div_factor", final_div_factor)):
             if checked_hyperparameter("OneCycleLR", name, factor, rule="lr") == 0.0:
                 raise ValueError(f"OneCycleLR: {name} must be > 0, got {factor!r}")
@@ -393,6 +415,17 @@ class OneCycleLR(LRScheduler):
         if not -1 < self.peak_step < self.total_steps - 1:  # pct_start in (0, 1)
             raise ValueError(f"{where}: peak_step must be in (-1, total_steps - 1), got "
                              f"{self.peak_step!r}")
+        if self.three_phase is None:  # a state saved before three_phase was: two phases
+            self.three_phase = False
+        if not isinstance(self.three_phase, bool):
+            raise TypeError(f"{where}: three_phase must be True or False, got "
+                            f"{self.three_phase!r}")
+        if self.three_phase and not self._trough_step() < self.total_steps - 1:
+            raise ValueError(
+                f"{where}: three_phase needs pct_start under (total_steps + 1) / (2 * "
+                f"total_steps), {(self.total_steps + 1) / (2 * self.total_steps):g} here: its way "
+                "down to max_lr / div_factor, as long as its way up, must end before the last "
+                "step")
         if self.momentum_name not in ("", "beta1", "momentum"):
             raise ValueError(f"{where}: momentum_name must be '', 'beta1' or 'momentum', got "
                              f"{self.momentum_name!r}")
@@ -416,29 +449,42 @@ class OneCycleLR(LRScheduler):
             return start + (end - start) * min(fraction, 1.0)
         return end + (start - end) * (1 + math.cos(math.pi * fraction)) / 2
 
+    def _trough_step(self):
+        """three_phase's step back at max_lr / div_factor: as far past the peak as it is from
+        step 0, counted as PyTorch counts it."""
+        return 2 * (self.peak_step + 1) - 2
+
     def _phase(self, step):
-        """(True while rising, how far along its phase `step` is: 0 to 1)."""
+        """(the phase `step` is in: 0 on the way up, 1 on the way down (to max_lr / div_factor
+        where three_phase), 2 three_phase's last; how far along it: 0 to 1)."""
         if step > self.total_steps:
             raise ValueError(f"OneCycleLR: stepped {step} times for total_steps="
                              f"{self.total_steps}; make total_steps the number of batches of the "
                              "whole run")
         if self.peak_step > 0 and step <= self.peak_step:
-            return True, step / self.peak_step
-        # pct_start < 1 puts the peak before the last step: the denominator is > 0
-        return False, (step - self.peak_step) / (self.total_steps - 1 - self.peak_step)
+            return 0, step / self.peak_step
+        end = self._trough_step() if self.three_phase else self.total_steps - 1
+        if step <= end or not self.three_phase:
+            # pct_start < 1 puts the peak before the last step: the denominator is > 0
+            return 1, (step - self.peak_step) / (end - self.peak_step)
+        return 2, (step - end) / (self.total_steps - 1 - end)
 
     def rate(self, step):
-        rising, fraction = self._phase(step)
-        if rising:
-            return self._anneal(self.initial_lr, self.max_lr, fraction)
-        return self._anneal(self.max_lr, self.min_lr, fraction)
+        phase, fraction = self._phase(step)
+        start, end = ((self.initial_lr, self.max_lr), (self.max_lr, self.min_lr),
+                      (self.initial_lr, self.min_lr))[phase]
+        if phase == 1 and self.three_phase:
+            end = self.initial_lr
+        return self._anneal(start, end, fraction)
 
     def momentum(self, step):
         """The momentum (or beta1) after `step` steps: down while the step size goes up."""
-        rising, fraction = self._phase(step)
-        if rising:
+        phase, fraction = self._phase(step)
+        if phase == 0:
             return self._anneal(self.max_momentum, self.base_momentum, fraction)
-        return self._anneal(self.base_momentum, self.max_momentum, fraction)
+        if phase == 1:
+            return self._anneal(self.base_momentum, self.max_momentum, fraction)
+        return self.max_momentum
 
     def _set(self, lr):
         super()._set(lr)

@@ -573,6 +573,43 @@ def test_one_cycle_cycles_momentum_as_pytorch(cls, name, theirs):
     np.testing.assert_allclose(seen, expected, rtol=1e-12)
 
 
+@pytest.mark.parametrize("arguments", [
+    {"epochs": 6, "steps_per_epoch": 5}, {"total_steps": 30, "three_phase": True},
+    {"total_steps": 37, "three_phase": True, "pct_start": 0.25, "anneal_strategy": "linear"},
+    {"total_steps": 50, "three_phase": True, "pct_start": 0.45}])
+def test_one_cycle_takes_pytorchs_epochs_and_three_phases(arguments):
+    """OneCycleLR(opt, max_lr, epochs=, steps_per_epoch=) and three_phase=True raised TypeError;
+    the step size and momentum of each step are PyTorch's."""
+    torch = pytest.importorskip("torch")
+    opt = optim.MomentumSGD(nn.Linear(2, in_size=3).parameters(), lr=0.1)
+    scheduler = sched.OneCycleLR(opt, 1.0, **arguments)
+    topt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1, momentum=0.9)
+    tscheduler = torch.optim.lr_scheduler.OneCycleLR(topt, 1.0, **arguments)
+    group = topt.param_groups[0]
+    for _ in range(scheduler.total_steps - 1):
+        assert (opt.lr, opt.momentum) == (group["lr"], group["momentum"])
+        scheduler.step()
+        topt.step()
+        tscheduler.step()
+    state = scheduler.state_dict()  # one saved before three_phase was: two phases
+    del state["three_phase"]
+    scheduler.load_state_dict(state)
+    assert scheduler.three_phase is False
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ({}, "give total_steps, or epochs and steps_per_epoch"),
+    ({"total_steps": 10, "epochs": 2}, "not both"),
+    ({"total_steps": 10, "pct_start": 0.6, "three_phase": True},
+     r"pct_start under \(total_steps \+ 1\) / \(2 \* total_steps\), 0.55 here")])
+def test_one_cycle_refuses_a_length_it_cannot_tell_or_three_phases_that_overlap(arguments,
+                                                                                message):
+    opt = optim.MomentumSGD(nn.Linear(2, in_size=3).parameters(), lr=0.1)
+    with pytest.raises(ValueError, match=message):
+        sched.OneCycleLR(opt, 1.0, **arguments)
+    assert opt.lr == 0.1
+
+
 def test_one_cycle_momentum_goes_down_to_the_peak_and_back():
     opt = optim.Adam(nn.Linear(2, in_size=3).parameters(), lr=0.1)
     scheduler = sched.OneCycleLR(opt, max_lr=1.0, total_steps=11, pct_start=0.5)  # peak: 4.5
