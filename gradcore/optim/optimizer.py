@@ -838,9 +838,14 @@ def _check_fits(where, what, array, param):
     """ValueError if a value of `array` does not fit the dtype of `param`'s state, which it is
     cast to (1e40 into float32 would be inf), as Module.load_state_dict checks a model's
     values."""
-    target = _numpy_dtype(update_dtype(param) or param.dtype)
-    if _numpy_dtype(array.dtype) == target:
+    target, dtype = _numpy_dtype(update_dtype(param) or param.dtype), _numpy_dtype(array.dtype)
+    if dtype == target:
         return  # no cast: no copy to the host
+    if target.kind == "f" and dtype.kind != "f":
+        raise ValueError(f"{where}: {what} holds {dtype} values, where the optimizer keeps "
+                         f"{target} ones: integers and booleans are not loaded as floats (state "
+                         "saved for another parameter?); convert them first if they are the "
+                         "state. Nothing was loaded.")
     problem = _unfit(_host_array(array), target, what)
     if problem is not None:
         raise ValueError(f"{where}: {problem}. Nothing was loaded.")

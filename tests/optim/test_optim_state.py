@@ -276,6 +276,10 @@ def test_state_that_does_not_fit_the_parameters_dtype_is_refused():
                                          r"does not fit the model's float32 .* Nothing was loaded"):
         target.load_state_dict(saved)
     assert W not in target.state
+    saved["state"][0]["v"] = np.array([1, 3])  # integers: as Module.load_state_dict refuses
+    with pytest.raises(ValueError, match=r"state 'v' of parameter 0 holds int64 values, where "
+                                         r"the optimizer keeps float32 ones.*Nothing was loaded"):
+        target.load_state_dict(saved)
     saved["state"][0]["v"] = np.array([1.0, 3e38])
     target.load_state_dict(saved)
     assert target.state[W]["v"].dtype == np.float32
