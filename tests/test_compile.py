@@ -1495,17 +1495,39 @@ def test_a_copy_of_a_module_made_in_the_step_carries_the_originals_state():
     np.random.seed(0)
     rnn = nn.RNN(2, in_size=2)
 
-    def step(x):
-        return F.sum(copy.copy(rnn)(x))
+    def copied(rnn):  # a hand-written __copy__'s way, past Module.__setstate__
+        twin = type(rnn).__new__(type(rnn))
+        twin.__dict__.update(rnn.__dict__)
+        return twin
 
     x = np.ones((1, 2), np.float32)
-    compiled = gradcore.compile(step)
+    for copier in (copy.copy, copied):
+        def step(x, copier=copier):
+            return F.sum(copier(rnn)(x))
+
+        compiled = gradcore.compile(step)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # it runs eagerly, as a step setting rnn.h does
+            for i in range(4):
+                with gradcore.no_grad():
+                    rnn(np.full((1, 2), 0.5 * i, np.float32))
+                assert same(compiled(x), step(x))
+
+    class Folds(nn.Module):  # made in the step, its state its own: it replays
+        _gradcore_carried = ("h",)
+
+        def forward(self, xs):
+            self.h = None
+            for x in xs:
+                self.h = x if self.h is None else F.tanh(self.h + x)
+            return self.h
+
+    compiled = gradcore.compile(lambda x: F.sum(Folds()([x, x * 2, x * 3])))
+    x = gradcore.Variable(np.ones(3))
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # it runs eagerly, as a step setting rnn.h does
-        for i in range(4):
-            with gradcore.no_grad():
-                rnn(np.full((1, 2), 0.5 * i, np.float32))
-            assert same(compiled(x), step(x))
+        warnings.simplefilter("error")
+        assert all(same(compiled(x), F.sum(F.tanh(F.tanh(x * 3) + x * 3))) for _ in range(4))
+    assert compiled.stats()["replays"] == 3
 
     class Clipped(nn.Module):
         def __init__(self):

@@ -996,13 +996,26 @@ class Recorder:
         made = self.modules_made.get(id(module))
         return made is not None and made() is module
 
+    def _own_state(self, module, name):
+        """Whether `module.name` is the step's own state: a module it made holding none, an
+        argument or a Variable it made. Not one from before the step (an RNN's h that a copy of
+        the RNN holds, however it was copied), which a replay would keep reading as it was."""
+        if not self.made_module(module):
+            return False
+        value = module.__dict__.get(name)
+        if value is None or id(value) in self.argument_sites:  # an argument: each call's own
+            return True
+        data, entry = getattr(value, "_data", None), self.adopted.get(id(value))
+        return (isinstance(data, Traced) and data.recorder is self
+                and (entry is None or entry.variable is not value))  # not one from outside
+
     def module_state(self, module, name, reads_noted=False):
         """The step is about to set `module.name` to a Variable, or to clear one there (an
         RNN's hidden state): Python state a replay does not set. Fine where the step leaves the
         value it found (reset_state() at its start and end: check_module_states). `reads_noted`:
         a carried state whose reads the step tells (module_state_read)."""
         if (self.is_active() and (module, name) not in self.states_before
-                and not self.made_module(module)):
+                and not self._own_state(module, name)):
             self.module_states.append((module, name))
             self.states_before[module, name] = (module.__dict__.get(name), _user_frame())
             if reads_noted:
@@ -1036,7 +1049,7 @@ class Recorder:
         is still the same object (Tape.states_as_read), as eager code may set it between
         calls (an RNN used for a sample)."""
         if (self.is_active() and (module, name) not in self.states_before
-                and (module, name) not in self.states_read and not self.made_module(module)):
+                and (module, name) not in self.states_read and not self._own_state(module, name)):
             self.states_read[module, name] = value
 
     def check_module_states(self):
