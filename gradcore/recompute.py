@@ -28,7 +28,6 @@ anew); anything else (a weight replaced before backward, state changed on an obj
 a Module) is refused, as its gradients would go elsewhere.
 """
 import contextvars
-import functools
 import sys
 import traceback
 
@@ -64,14 +63,14 @@ def note_state(module, name):
         states.append((module, name, module.__dict__.get(name, _ABSENT)))
 
 
-def checkpoint(fn, /, *args, use_reentrant=None, preserve_rng_state=True, **kwargs):
+def checkpoint(fn, /, *args, use_reentrant=None, preserve_rng_state=True,
+               determinism_check="default", debug=False, **kwargs):
     """fn(*args, **kwargs), recorded as one node that recomputes fn during backward instead of
-    keeping its intermediate arrays. `fn` returns a Variable or a tuple of Variables; `args` may
-    mix Variables, arrays and other values (passed as they are); `kwargs` are passed as they
-    are, a Variable among them read as one the block reads from outside (as a closure's).
-    PyTorch's `use_reentrant` and `preserve_rng_state` are taken and change nothing: the
-    recomputation always draws the first run's random numbers, and it runs inside backward's
-    walk, as PyTorch's use_reentrant=False does.
+    keeping its intermediate arrays. `fn` returns a Variable or a tuple of Variables; `args` and
+    `kwargs` may mix Variables, arrays and other values (passed as they are). PyTorch's
+    `use_reentrant`, `preserve_rng_state`, `determinism_check` and `debug` are taken and change
+    nothing: the recomputation always draws the first run's random numbers and is compared
+    with the first run, and it runs inside backward's walk, as use_reentrant=False does.
 
     The recomputation must see what the first run saw. gradcore sees to that for the random
     numbers the block's ops draw, batch norm's running statistics, and Variables the block keeps
@@ -83,8 +82,8 @@ def checkpoint(fn, /, *args, use_reentrant=None, preserve_rng_state=True, **kwar
     replaced, `lin.W = Parameter(...)`, before backward: replace it after; state the block
     changes on an object that is not a Module: checkpoint a function that takes the state and
     returns the new one), and arrays changed in place outside gradcore are not seen at all."""
-    if kwargs:
-        fn = functools.partial(fn, **kwargs)
+    if kwargs:  # arguments as the positional ones are (a Variable, an array: the block's input)
+        fn, args = _by_keyword(fn, len(args), list(kwargs)), (*args, *kwargs.values())
     where = [i for i, a in enumerate(args) if isinstance(a, Variable) or _is_array(a)]
     if not where:
         raise TypeError("checkpoint: needs at least one Variable or array among the arguments, "
@@ -111,20 +110,27 @@ def checkpoint(fn, /, *args, use_reentrant=None, preserve_rng_state=True, **kwar
     draws = random.DrawLog(backend, device)
     token, writes_token = states_set.set([]), written_in_place.set(set())
     given_token = _variables.given_data.set([])
+    made_token = _variables.made_in_block.set([])
+    with _variables.blocks_lock:
+        _variables.blocks_running[0] += 1
     try:
         with enable_grad(), draws:
             out = fn(*_filled(args, where, leaves))
     finally:
+        with _variables.blocks_lock:
+            _variables.blocks_running[0] -= 1
         states, written = states_set.get(), written_in_place.get()
-        given = _variables.given_data.get()
+        given, made = _variables.given_data.get(), _variables.made_in_block.get()
         states_set.reset(token)
         written_in_place.reset(writes_token)
         _variables.given_data.reset(given_token)
+        _variables.made_in_block.reset(made_token)
     outer = states_set.get()
     if outer is not None:  # a block inside another's first run: the other's block set them too
         outer.extend(states)
         written_in_place.get().update(written)
         _variables.given_data.get().extend(given)
+        _variables.made_in_block.get().extend(made)
     several = isinstance(out, tuple)
     outputs = _results(out)
     count = len(outputs)
@@ -160,35 +166,24 @@ def checkpoint(fn, /, *args, use_reentrant=None, preserve_rng_state=True, **kwar
         return _returned(type(out), results, several)
     ours = [outputs[k] for k in at.values()]
     outside = _outside_variables(ours, leaves, start)
-    # lazily created weights, in the order they were made
-    created = sorted((x for x in outside if _written_since(x, start)),
-                     key=lambda x: x._writes.stamps[-1])
-    overwritten = [x for x in created if x._writes in written or x._data is not None and not
-                   isinstance(x, _variables.Parameter)]
-    if overwritten:
-        from .engine import _describe  # the engine imports this module
-        x = overwritten[0]
-        how = "by an in-place Function" if x._writes in written else "its .data set"
-        raise RuntimeError(
-            f"checkpoint: the block wrote into {_describe(x)}, from outside it ({how}); its "
-            "recomputation in backward would write into it again, and read what it wrote: do "
-            "the write outside checkpoint, or into a copy the block makes")
-    if created:
-        # every one is named: which of them drew random numbers (W, not a zero b) is not known
-        error = RuntimeError(
-            f"checkpoint: the block created {_names(created)} as it ran; its recomputation "
-            "would not create them again, nor draw the random numbers their initializers drew; "
-            "create them first: call the model once outside checkpoint, or give the layer its "
-            "input size")
-        # the weights, and the statistics a batch norm made beside them and updated, left
-        # uncreated: the call the message advises makes them once, not counting the batch twice
-        for x in given:
-            if x._data is not None:
-                x.data = None
-        raise error
+    # the leaves among them the block made (Variable(...) in it), and what shares their writes
+    # (an in-place op's output): the block's own, which it may write into. Not the weights of
+    # a layer made in the block, created as it ran: made anew by the recomputation, they would
+    # be other Parameters
+    made_ids, lazy = set(map(id, made)), set(map(id, given))
+    made_logs = {id(v._writes) for v in made if getattr(v, "_writes", None) is not None}
+    own = {id(x) for x in outside if (
+        id(x) in made_ids or getattr(x, "_writes", None) is not None
+        and id(x._writes) in made_logs) and not (
+            isinstance(x, _variables.Parameter) and id(x) in lazy)}
+    changed = [x for x in outside if id(x) not in own and _written_since(x, start)]
+    if changed:
+        raise _refused(changed, given, written, states, draws)
     nodes = [Checkpoint(fn, args, where, draws, Config.train, stage,
                         (list(at.values()), count, kept, states), called_at)
              for stage in _stages(ours, list(at.values()), leaves, start)]
+    for node in nodes:
+        node.made_inside = own
     kind = type(out)
     # the write log each result shared in the first run: a View's result (v[0:2], W.T) shares
     # its input's there
@@ -361,6 +356,50 @@ def _results(out):
     return variables_returned(out, "checkpoint: fn must return a Variable or a tuple of Variables")
 
 
+def _by_keyword(fn, count, names):
+    """fn, called with `count` positional arguments and then the values of the keyword
+    arguments `names`, in that order."""
+    def block(*values):
+        return fn(*values[:count], **dict(zip(names, values[count:])))
+    return block
+
+
+def _refused(changed, given, in_place, states, draws):
+    """The error for a block that wrote into Variables from outside it (`changed`): weights
+    it created lazily (given data where they had none: in `given`), or others it wrote into,
+    by an in-place Function (its write log in `in_place`) or by setting .data. The recomputation
+    would not create the weights again, nor draw their initializers' numbers; it would write
+    into the others again. What the first run changed is put back first, so that the call the
+    error advises starts where this one did: the weights (and the statistics a BatchNorm made
+    beside them) uncreated, the modules' attributes it set (an RNN's h) as they were, the
+    random generator where it stood, unless another thread drew from it meanwhile."""
+    made = set(map(id, given))
+    created = sorted((x for x in changed if id(x) in made), key=lambda x: x._writes.stamps[-1])
+    if created:
+        # every one is named: which of them drew random numbers (W, not a zero b) is not known
+        error = RuntimeError(
+            f"checkpoint: the block created {_names(created)} as it ran; its recomputation "
+            "would not create them again, nor draw the random numbers their initializers drew; "
+            "create them first: call the model once outside checkpoint, or give the layer its "
+            "input size")
+    else:
+        from .engine import _describe  # the engine imports this module
+        x = changed[0]
+        how = "by an in-place Function" if x._writes in in_place else "its .data set"
+        error = RuntimeError(
+            f"checkpoint: the block wrote into {_describe(x)}, from outside it ({how}); its "
+            "recomputation in backward would write into it again, and read what it wrote: do "
+            "the write outside checkpoint, or into a copy the block makes")
+    for x in given:
+        if x._data is not None:
+            x.data = None
+    for module, name, before in states:
+        _put(module, name, before)
+    if not draws.others and draws.state is not None:
+        draws.backend.set_random_state(draws.device, draws.state)
+    return error
+
+
 def _written_since(x, start):
     """Whether gradcore wrote x's data after sequence number `start`."""
     log = getattr(x, "_writes", None)
@@ -422,8 +461,8 @@ class Checkpoint(Function):
         # node's inputs as that graph has them (see cut_inside); None before
         self.again = self.targets = None
         # id -> the Variable the latest recomputation read where the first run read another,
-        # alike (_check_reads)
-        self.read_instead = {}
+        # alike (_check_reads); the ids of the leaves among the inputs the block made
+        self.read_instead, self.made_inside = {}, set()
 
     def forward(self, *xs):
         results, self.results = self.results, None  # the arrays live on in the outputs only
@@ -507,6 +546,8 @@ class Checkpoint(Function):
         else:
             outputs = self._computed_again("during backward")
             targets = self._targets(outputs)
+        if create_graph:
+            self._check_replaced()
         pairs = [(outputs[k], g) for k, g in zip(self.positions, gys) if g is not None]
         # one position per Variable: one passed twice, or passed and also read from outside,
         # gets its whole gradient once (grad_within gives it at each position)
@@ -522,6 +563,20 @@ class Checkpoint(Function):
             [y for y, _ in pairs], [targets[i] for i in first.values()], [g for _, g in pairs],
             create_graph)))
         return tuple(gradients.get(i) for i in range(len(self.inputs)))
+
+    def _check_replaced(self):
+        """With create_graph: RuntimeError where a leaf from outside the block that requires
+        grad was replaced by an equal one before backward (read_instead). Its gradient is the
+        same, but the graph of it would reach the new leaf: a second derivative would go
+        there, not to the leaf the first run read."""
+        for x in self.inputs:
+            instead = self.read_instead.get(id(x))
+            if instead is not None and x.requires_grad and id(x) not in self.made_inside:
+                raise RuntimeError(
+                    f"checkpoint: computed again during backward (create_graph), the block read "
+                    f"{_what(instead)} where its first run read {_what(x)}: it was replaced "
+                    "between forward and backward, and the gradient's graph would reach the "
+                    "new one, not it; replace it after backward, or pass it as an argument")
 
     def _computed_again(self, when):
         """The block's results computed again from the node's arguments, in the train mode of

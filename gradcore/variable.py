@@ -261,6 +261,12 @@ hooks_registered = contextvars.ContextVar("gradcore.hooks_registered", default=N
 # had none (a lazily created weight, batch norm's statistics) joins, for a block refused for
 # creating weights to leave them uncreated, as it found them
 given_data = contextvars.ContextVar("gradcore.given_data", default=None)
+# while gradcore.checkpoint first runs a block: a list that each Variable made by Variable(...)
+# joins (a leaf or constant the block makes: what it writes into is its own), and how many
+# such runs are open in any thread (Variable() looks at the list only then)
+made_in_block = contextvars.ContextVar("gradcore.made_in_block", default=None)
+blocks_running = [0]
+blocks_lock = threading.Lock()
 # The code of every Function subclass's backward (Function.__init_subclass__ adds each): an
 # augmented assignment written there rebinds (_augmented)
 backward_codes = set()
@@ -421,6 +427,10 @@ class Variable:
         self.name = name
         if step_recorder is not None:  # made by a step gradcore.compile records
             step_recorder.made(self)
+        if blocks_running[0]:
+            made = made_in_block.get()
+            if made is not None:
+                made.append(self)
 
     # ---------------------------------------------------------------- data and its properties
     @property

@@ -59,6 +59,23 @@ def test_a_block_writing_into_a_variable_from_outside_is_refused_saying_so():
     with pytest.raises(RuntimeError, match=r"from outside it \(its \.data set\); its "
                                            r"recomputation in backward would write into it"):
         gradcore.checkpoint(sets, w)
+    lin = nn.Linear(2, in_size=3)  # a weight it has, clipped: no weight created
+
+    def clips(h):
+        lin.W.data = np.clip(lin.W.data, -0.1, 0.1)
+        return F.sum(lin(h))
+    with pytest.raises(RuntimeError, match=r"wrote into the Variable \"W\" of shape \(3, 2\)"):
+        gradcore.checkpoint(clips, np.ones((1, 3)))
+
+    def own(w):  # into constants the block makes: its own, as without checkpoint
+        c, d = Variable(np.zeros(3), requires_grad=False), Variable(None)
+        c.data, d.data = np.ones(3), np.ones(3)
+        return F.sum(w * AddOneInPlace()(c) * d)
+    for use in (False, True):
+        w = Variable(np.ones(3))
+        y = gradcore.checkpoint(own, w) if use else own(w)
+        y.backward()
+        assert y.data == 6.0 and np.array_equal(w.grad.data, [2.0, 2.0, 2.0])
 
 
 def test_a_block_refused_for_creating_weights_leaves_them_uncreated():
@@ -73,17 +90,35 @@ def test_a_block_refused_for_creating_weights_leaves_them_uncreated():
     bn(x), plain(x)
     np.testing.assert_array_equal(bn.avg_mean.data, plain.avg_mean.data)
     np.testing.assert_array_equal(bn.avg_var.data, plain.avg_var.data)
+    # an RNN's h is put back, and the generator where its weights' draws began: the advised
+    # call is the first step, with the weights a plain first call draws (it drew others, and
+    # ran from the refused call's h)
+    x = Variable(np.ones((1, 2)), requires_grad=False)
+    runs = []
+    for use in (True, False):
+        np.random.seed(0)
+        rnn = nn.RNN(3)
+        if use:
+            with pytest.raises(RuntimeError, match="created 2 weights"):
+                gradcore.checkpoint(rnn, x)
+            assert rnn.h is None
+        h = rnn(x)
+        F.sum(h).backward()
+        runs.append((h.data, rnn.x2h.W.data, rnn.x2h.W.grad.data))
+    for a, b in zip(*runs):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_keyword_arguments_are_passed_to_the_block_as_pytorchs_are():
-    """checkpoint(fn, x, scale=2.0) raised TypeError (PyTorch passes them on); its own
-    use_reentrant and preserve_rng_state are taken, not passed to fn."""
+    """checkpoint(fn, h=x, scale=2.0) raised TypeError (PyTorch passes them on, a Variable
+    among them the block's input); its own use_reentrant... are taken, not passed to fn."""
     def block(h, scale, shift=None):
         return F.sin(h) * scale + (0.0 if shift is None else shift)
 
     for use in (False, True):
         x, shift = Variable(np.array([1.0, 2.0])), Variable(np.array([0.5, 0.25]))
-        y = (gradcore.checkpoint(block, x, scale=2.0, shift=shift, use_reentrant=False)
+        y = (gradcore.checkpoint(block, h=x, scale=2.0, shift=shift, use_reentrant=False,
+                                 determinism_check="default", debug=False)
              if use else block(x, scale=2.0, shift=shift))
         F.sum(y * y).backward()
         if not use:
@@ -1541,6 +1576,14 @@ def test_a_leaf_replaced_by_an_equal_one_before_backward_gets_its_gradient():
         grads.append((x.grad.data, z.grad.data))
     np.testing.assert_array_equal(grads[1][0], grads[0][0])
     np.testing.assert_array_equal(grads[1][1], np.sin([1.0, 2.0, 3.0]))
+    # with create_graph the gradient's graph would reach the new leaf: a second derivative
+    # went to it, not to z
+    z = Variable(np.array([1.5, 2.0]))
+    held = {"z": z}
+    y = gradcore.checkpoint(lambda h: F.sum(h * held["z"] ** 3), Variable(np.array([3.0, 4.0])))
+    held["z"] = Variable(z.data.copy())
+    with pytest.raises(RuntimeError, match="create_graph.*replaced between forward and backward"):
+        gradcore.grad(y, [z], create_graph=True)
 
 
 def test_an_input_batch_that_requires_no_grad_is_a_constant_in_both_runs():
