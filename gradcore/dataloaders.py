@@ -3,7 +3,6 @@ of a dataset as arrays on a device: NumPy on the CPU by default, CuPy on "cuda",
 registered backend's device. Examples are gathered on the host and each batch is moved once."""
 import math
 import os
-import sys
 import threading
 import weakref
 
@@ -12,6 +11,7 @@ import numpy as np
 import backends
 
 from .datasets import _identity, rows_of_arrays
+from .transforms import loaded_image_type
 
 __all__ = ["DataLoader", "SeqDataLoader"]
 
@@ -58,7 +58,7 @@ def _refuse_images(owner, values, what):
     """Refuse PIL images: np.asarray makes one an (H, W, C) array of raw pixels (a palette
     image's indices, not its colours), which a batch would stack channels-last with no error.
     Other objects with __array__ (a torch CPU tensor) convert to what they hold, and pass."""
-    image = getattr(sys.modules.get("PIL.Image"), "Image", None)  # no Pillow loaded: no image
+    image = loaded_image_type()
     if image is None:
         return
     img = next((v for v in values if isinstance(v, image)), None)

@@ -5,6 +5,7 @@ take one host (NumPy) array and return a new one, never a view of the dataset's 
 transform after them may work in place (x += noise) as in DeZero: a dataset applies them in
 `__getitem__`, before a DataLoader stacks the examples and moves the batch to its device."""
 import math
+import sys
 
 import numpy as np
 
@@ -120,7 +121,10 @@ class Normalize:
         return v.reshape((v.size,) + (1,) * (x.ndim - 1))
 
     def __call__(self, x):
-        x = np.asarray(x)
+        x = _array("Normalize", x)
+        if x.dtype.kind == "c":  # the cast to float64 would keep the real part, warning only
+            raise TypeError(f"Normalize: got {x.dtype} values, and would drop their imaginary "
+                            "part; take x.real or abs(x) first (Compose([np.abs, ...]))")
         dtype = x.dtype if np.issubdtype(x.dtype, np.floating) else np.float64
         mean = self._per_channel("mean", self.mean, x).astype(dtype)
         std = self._per_channel("std", self.std, x).astype(dtype)
@@ -134,7 +138,7 @@ class Flatten:
     """The example as a new 1-d array (C, H, W) -> (C*H*W,)."""
 
     def __call__(self, x):
-        return np.asarray(x).flatten()  # a copy even when a view would do (see the module note)
+        return _array("Flatten", x).flatten()  # a copy even where a view would do (module note)
 
     def __repr__(self):
         return "Flatten()"
@@ -151,7 +155,7 @@ class AsType:
         self.dtype = np.dtype(dtype)
 
     def __call__(self, x):
-        x = np.asarray(x)
+        x = _array(type(self).__name__, x)
         if x.dtype.kind == "c" and self.dtype.kind in "iuf":
             # NumPy keeps the real part with only a ComplexWarning; _unfit_integers's bounds
             # would not see the imaginary part either
@@ -194,6 +198,21 @@ def _pil():
                           "work on PIL images, and Pillow is not installed: pip install "
                           "pillow") from None
     return Image
+
+
+def loaded_image_type():
+    """PIL's Image class where Pillow is imported already, else None (no image can exist)."""
+    return getattr(sys.modules.get("PIL.Image"), "Image", None)
+
+
+def _array(owner, x):
+    """x as a NumPy array; a PIL image refused: np.asarray makes it an (H, W, C) array of raw
+    pixels (a palette image's indices, not its colours), channels last, with no error."""
+    image = loaded_image_type()
+    if image is not None and isinstance(x, image):
+        raise TypeError(f"{owner}: got a PIL image (mode {x.mode}, {x.width}x{x.height}); put "
+                        "ToArray() before it, which makes it a (C, H, W) array")
+    return np.asarray(x)
 
 
 def _image(owner, img):

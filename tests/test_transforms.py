@@ -89,6 +89,9 @@ def test_casts_of_complex_values_to_real_dtypes_refuse_to_drop_the_imaginary_par
     assert Compose([np.abs, ToInt(np.uint8)])(np.array([3 + 4j])).tolist() == [5]
     assert AsType(np.complex64)(np.array([1 + 5j])).tolist() == [1 + 5j]
     assert AsType(bool)(np.array([0j, 1j])).tolist() == [False, True]
+    with pytest.raises(TypeError, match=r"^Normalize: got complex128 values, and would drop "
+                                        r"their imaginary part"):  # [0, 1] for [1j, 1-2j]
+        Normalize(0.0, 1.0)(np.array([1j, 1 - 2j]))
 
 
 def jitter(x):
@@ -342,3 +345,17 @@ def test_image_transforms_say_to_install_pillow_when_it_is_missing(monkeypatch):
                                         "array, got list"):
         RandomHorizontalFlip(1.0)([1.0])
     assert RandomHorizontalFlip(1.0)(np.arange(3)).tolist() == [2, 1, 0]
+
+
+def test_array_transforms_refuse_a_pil_image():
+    """ToFloat, Normalize, Flatten... made a PIL image (H, W, C) raw pixels, a palette image's
+    indices (15 for its colours 0 and 255), which a batch stacked channels last."""
+    palette = Image.new("P", (6, 4), 15)
+    for transform in (ToFloat(), ToInt(), AsType(np.float64), Normalize(0.0, 255.0), Flatten()):
+        name = type(transform).__name__
+        for img in (Image.new("RGB", (6, 4), (255, 0, 0)), palette):
+            with pytest.raises(TypeError, match=rf"^{name}: got a PIL image \(mode {img.mode}, "
+                                                r"6x4\); put ToArray\(\) before it"):
+                transform(img)
+    assert Compose([ToArray(), Normalize(0.0, 255.0)])(Image.new("L", (6, 4), 255)).shape == (
+        1, 4, 6)
