@@ -293,10 +293,13 @@ def _attempt(url, partial, sha256, stream, timeout):
         except urllib.error.HTTPError as e:
             e.close()
             if e.code == 416 and resumed:
+                if _complete(partial, sha256):  # nothing more to send: every byte is there
+                    return None
                 continue
             return getattr(e, "reason", None) or e
         except (OSError, http.client.HTTPException, ValueError) as e:  # the .part is kept
-            return getattr(e, "reason", None) or e
+            # a Content-Length past the file's length: the body ends short of it, whole
+            return None if _complete(partial, sha256) else getattr(e, "reason", None) or e
         if found == sha256:
             return None
         size = partial.stat().st_size
@@ -313,6 +316,14 @@ def _attempt(url, partial, sha256, stream, timeout):
                         "Content-Length, so the transfer may have been cut short (try again); "
                         f"else {page}")
             return f"the file's SHA-256 is {found}, not {sha256}; {sent}: {page}"
+
+
+def _complete(partial, sha256):
+    """Whether `partial` is there and is the file, by its SHA-256."""
+    try:
+        return sha256_of(partial) == sha256
+    except OSError:
+        return False
 
 
 # What an HTTP request line cannot carry as it is: spaces, control characters, non-ASCII

@@ -142,6 +142,14 @@ def test_a_content_length_the_body_is_not_framed_by(server, tmp_path, length, ch
     assert path.read_bytes() == BODY
 
 
+def test_a_content_length_past_the_end_of_the_whole_file_takes_the_file(server, tmp_path):
+    """The server sends every byte but says 10 more: the .part was the file, yet fetch said
+    "closed after 102400 of 102410 bytes" at this and every later try."""
+    server.length = str(len(BODY) + 10)
+    path = fetch("data.bin", [server.url + "/file"], DIGEST, folder=tmp_path, progress=False)
+    assert path.read_bytes() == BODY and [p.name for p in tmp_path.iterdir()] == ["data.bin"]
+
+
 def test_a_broken_download_resumes_where_it_stopped(server, tmp_path):
     server.cut = 30_000
     with pytest.raises(DownloadError, match="closed after|IncompleteRead|Incomplete"):
@@ -465,17 +473,20 @@ def test_a_relative_gradcore_data_stays_where_it_was_first_read(monkeypatch, tmp
     assert cache_folder() == tmp_path / "abs"
 
 
-@pytest.mark.parametrize("left, case", [
-    (BODY, "the whole file was left, not yet renamed: the server answers 416"),
-    (BODY * 2, "more bytes left than the file has (another file's): 416"),
-    (b"wrong start", "a resumed download comes out with another SHA-256"),
+@pytest.mark.parametrize("left, case, whole", [
+    (BODY, "the whole file was left, not yet renamed: the server answers 416; it is the file",
+     False),
+    (BODY * 2, "more bytes left than the file has (another file's): 416", True),
+    (b"wrong start", "a resumed download comes out with another SHA-256", True),
 ])
-def test_a_part_file_that_cannot_resume_is_downloaded_again_whole(left, case, tmp_path, server):
+def test_a_part_file_that_cannot_resume_is_downloaded_again_whole(left, case, whole, tmp_path,
+                                                                  server):
     (tmp_path / "f.bin.part").write_bytes(left)
     path = fetch("f.bin", [server.url + "/file"], DIGEST, folder=tmp_path, progress=False)
     assert path.read_bytes() == BODY, case
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.bin"]  # no .part left
-    assert server.requests == [f"bytes={len(left)}-", None]  # tried to resume, then whole
+    # tried to resume, then whole where what was there is not the file
+    assert server.requests == [f"bytes={len(left)}-", *([None] if whole else [])]
 
 
 def test_progress_true_shows_it_on_stderr(server, tmp_path, capsys):
