@@ -373,8 +373,8 @@ def _refused(changed, given, in_place, states, draws):
     error advises starts where this one did: the weights (and the statistics a BatchNorm made
     beside them) uncreated, the modules' attributes it set (an RNN's h) as they were, the
     random generator where it stood, unless another thread drew from it meanwhile."""
-    made = set(map(id, given))
-    created = sorted((x for x in changed if id(x) in made), key=lambda x: x._writes.stamps[-1])
+    lazy = set(map(id, given))
+    created = sorted((x for x in changed if id(x) in lazy), key=lambda x: x._writes.stamps[-1])
     if created:
         # every one is named: which of them drew random numbers (W, not a zero b) is not known
         error = RuntimeError(
