@@ -518,10 +518,8 @@ class Function:
                     break
                 if isinstance(x, Variable) and x._data is a:
                     note_write(x)
-                    from .recompute import written_in_place  # it imports this module
-                    written = written_in_place.get()
-                    if written is not None:
-                        written.add(x._writes)  # shared by its views and aliases
+                    if _variables.blocks_running[0]:
+                        _variables.note_block_write(x, "in place")
                     if (x.creator is not None or x._requires_grad) and recording():
                         from .engine import _describe  # the engine imports this module
                         what = ("a leaf that requires grad" if x.creator is None else

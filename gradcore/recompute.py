@@ -29,6 +29,7 @@ a Module) is refused, as its gradients would go elsewhere.
 """
 import contextvars
 import sys
+import threading
 import traceback
 
 import backends
@@ -48,11 +49,6 @@ __all__ = ["checkpoint"]
 # sets.
 states_set = contextvars.ContextVar("gradcore.states_set", default=None)
 _ABSENT = object()  # an attribute the module did not have
-# While a checkpointed block first runs: a set that the write log of each Variable a Function's
-# forward wrote into (mark_dirty) joins, to tell such a write from a weight created lazily (the
-# log, shared with the views and aliases of the Variable, an in-place op's output among them).
-# None otherwise.
-written_in_place = contextvars.ContextVar("gradcore.written_in_place", default=None)
 
 
 def note_state(module, name):
@@ -82,6 +78,9 @@ def checkpoint(fn, /, *args, use_reentrant=None, preserve_rng_state=True,
     replaced, `lin.W = Parameter(...)`, before backward: replace it after; state the block
     changes on an object that is not a Module: checkpoint a function that takes the state and
     returns the new one), and arrays changed in place outside gradcore are not seen at all."""
+    if determinism_check not in ("default", "none"):
+        raise ValueError(f"checkpoint: determinism_check must be 'default' or 'none' (PyTorch's; "
+                         f"the recomputation is always compared), got {determinism_check!r}")
     if kwargs:  # arguments as the positional ones are (a Variable, an array: the block's input)
         fn, args = _by_keyword(fn, len(args), list(kwargs)), (*args, *kwargs.values())
     where = [i for i, a in enumerate(args) if isinstance(a, Variable) or _is_array(a)]
@@ -108,29 +107,27 @@ def checkpoint(fn, /, *args, use_reentrant=None, preserve_rng_state=True,
               else Variable(args[i], requires_grad=False) for i in where]
     start = next(sequence)
     draws = random.DrawLog(backend, device)
-    token, writes_token = states_set.set([]), written_in_place.set(set())
-    given_token = _variables.given_data.set([])
-    made_token = _variables.made_in_block.set([])
+    # what the first run sets on modules, writes into Variables, makes, and hooks it registers
+    noted = (states_set, _variables.block_writes, _variables.made_in_block,
+             _variables.hooks_registered)
+    tokens = [var.set([]) for var in noted]
     with _variables.blocks_lock:
         _variables.blocks_running[0] += 1
+    alone = threading.active_count() == 1  # the only thread: see _check_writes
     try:
         with enable_grad(), draws:
             out = fn(*_filled(args, where, leaves))
     finally:
         with _variables.blocks_lock:
             _variables.blocks_running[0] -= 1
-        states, written = states_set.get(), written_in_place.get()
-        given, made = _variables.given_data.get(), _variables.made_in_block.get()
-        states_set.reset(token)
-        written_in_place.reset(writes_token)
-        _variables.given_data.reset(given_token)
-        _variables.made_in_block.reset(made_token)
-    outer = states_set.get()
-    if outer is not None:  # a block inside another's first run: the other's block set them too
-        outer.extend(states)
-        written_in_place.get().update(written)
-        _variables.given_data.get().extend(given)
-        _variables.made_in_block.get().extend(made)
+        states, writes, made, registered = lists = [var.get() for var in noted]
+        for var, token in zip(noted, tokens):
+            var.reset(token)
+    if states_set.get() is not None:  # a block inside another's first run: the other's too
+        for var, inner in zip(noted, lists):
+            var.get().extend(inner)
+    if writes:
+        _check_writes(writes, made, states, registered, draws, start, alone)
     several = isinstance(out, tuple)
     outputs = _results(out)
     count = len(outputs)
@@ -166,24 +163,17 @@ def checkpoint(fn, /, *args, use_reentrant=None, preserve_rng_state=True,
         return _returned(type(out), results, several)
     ours = [outputs[k] for k in at.values()]
     outside = _outside_variables(ours, leaves, start)
-    # the leaves among them the block made (Variable(...) in it), and what shares their writes
-    # (an in-place op's output): the block's own, which it may write into. Not the weights of
-    # a layer made in the block, created as it ran: made anew by the recomputation, they would
-    # be other Parameters
-    made_ids, lazy = set(map(id, made)), set(map(id, given))
-    made_logs = {id(v._writes) for v in made if getattr(v, "_writes", None) is not None}
-    own = {id(x) for x in outside if (
-        id(x) in made_ids or getattr(x, "_writes", None) is not None
-        and id(x._writes) in made_logs) and not (
-            isinstance(x, _variables.Parameter) and id(x) in lazy)}
-    changed = [x for x in outside if id(x) not in own and _written_since(x, start)]
-    if changed:
-        raise _refused(changed, given, written, states, draws)
     nodes = [Checkpoint(fn, args, where, draws, Config.train, stage,
                         (list(at.values()), count, kept, states), called_at)
              for stage in _stages(ours, list(at.values()), leaves, start)]
+    # the leaves the block made (Variable(...) in it) that the nodes read and no result is:
+    # made anew by each run, only the recomputation's one sees the gradient (a returned one is
+    # the caller's: see Checkpoint._check_replaced)
+    returned, made = set(map(id, results)), set(map(id, made))
+    own = {id(x) for x in outside if id(x) in made and id(x) not in returned}
+    made_returned = {id(x) for x in outside if id(x) in made and id(x) in returned}
     for node in nodes:
-        node.made_inside = own
+        node.made_inside, node.made_returned = own, made_returned
     kind = type(out)
     # the write log each result shared in the first run: a View's result (v[0:2], W.T) shares
     # its input's there
@@ -364,46 +354,61 @@ def _by_keyword(fn, count, names):
     return block
 
 
-def _refused(changed, given, in_place, states, draws):
-    """The error for a block that wrote into Variables from outside it (`changed`): weights
-    it created lazily (given data where they had none: in `given`), or others it wrote into,
-    by an in-place Function (its write log in `in_place`) or by setting .data. The recomputation
-    would not create the weights again, nor draw their initializers' numbers; it would write
-    into the others again. What the first run changed is put back first, so that the call the
-    error advises starts where this one did: the weights (and the statistics a BatchNorm made
-    beside them) uncreated, the modules' attributes it set (an RNN's h) as they were, the
-    random generator where it stood, unless another thread drew from it meanwhile."""
-    lazy = set(map(id, given))
-    created = sorted((x for x in changed if id(x) in lazy), key=lambda x: x._writes.stamps[-1])
+def _check_writes(writes, made, states, registered, draws, start, alone):
+    """RuntimeError if the block's first run wrote into Variables (`writes`, (Variable, how)
+    pairs: see variable.block_writes) but those its ops made, and constants it made itself
+    (Variable(None), then its data: `made`): weights it created lazily, which its
+    recomputation would not create again, nor draw their initializers' numbers for; or data it
+    set or wrote in place, which its recomputation would write again: into a Variable from
+    outside, or into whatever one it made holds then (one kept from an earlier call, an array
+    from outside: Variable(buf)). What the first run changed is put back first, so that the
+    call the error advises starts where this one did: the weights uncreated (and the statistics
+    a BatchNorm made beside them), batch norm's running statistics, the modules' attributes it
+    set (an RNN's h), the hooks it registered, and the random generator where no other thread
+    ran while the block did (and could have drawn from it)."""
+    made = set(map(id, made))
+    created, written = {}, {}
+    for v, how, _ in writes:
+        if how == "statistics" or v.creator is not None and v.creator.sequence > start:
+            continue  # batch norm's (updated once: see functions.nn); an op's result, each run's
+        if how == "given" and isinstance(v, _variables.Parameter):
+            created[id(v)] = v
+        elif not (how == "given" and id(v) in made):
+            written.setdefault(id(v), (v, how))
+    if not created and not written:
+        return
     if created:
         # every one is named: which of them drew random numbers (W, not a zero b) is not known
         error = RuntimeError(
-            f"checkpoint: the block created {_names(created)} as it ran; its recomputation "
-            "would not create them again, nor draw the random numbers their initializers drew; "
-            "create them first: call the model once outside checkpoint, or give the layer its "
-            "input size")
+            f"checkpoint: the block created {_names(list(created.values()))} as it ran; its "
+            "recomputation would not create them again, nor draw the random numbers their "
+            "initializers drew; create them first: call the model once outside checkpoint, or "
+            "give the layer its input size")
     else:
         from .engine import _describe  # the engine imports this module
-        x = changed[0]
-        how = "by an in-place Function" if x._writes in in_place else "its .data set"
+        x, how = next(iter(written.values()))
+        how = "by an in-place Function" if how == "in place" else "its .data set"
+        whose = ("a Variable the block made: its recomputation would write again into what "
+                 "the one it reads then holds (an array from outside, as in Variable(buf), or "
+                 "a Variable kept from an earlier call)" if id(x) in made else
+                 "from outside the block: its recomputation in backward would write into it "
+                 "again")
         error = RuntimeError(
-            f"checkpoint: the block wrote into {_describe(x)}, from outside it ({how}); its "
-            "recomputation in backward would write into it again, and read what it wrote: do "
-            "the write outside checkpoint, or into a copy the block makes")
-    for x in given:
-        if x._data is not None:
-            x.data = None
-    for module, name, before in states:
+            f"checkpoint: the block wrote into {_describe(x)} ({how}), {whose}; do the write "
+            "outside checkpoint, or write the result into a new array (y = x + 1, not x += 1)")
+    for v, how, before in reversed(writes):  # the first value found wins
+        if how == "given" and v._data is not None:
+            v.data = None
+        elif how == "statistics":
+            backend, array, copy = before
+            backend.assign(array, copy)
+    for module, name, before in reversed(states):
         _put(module, name, before)
-    if not draws.others and draws.state is not None:
+    _take_off(registered, start)
+    if alone and threading.active_count() == 1 and not draws.others and draws.state is not None:
+        # no other thread can have drawn meanwhile (from numpy.random itself)
         draws.backend.set_random_state(draws.device, draws.state)
-    return error
-
-
-def _written_since(x, start):
-    """Whether gradcore wrote x's data after sequence number `start`."""
-    log = getattr(x, "_writes", None)
-    return log is not None and bool(log.stamps) and log.stamps[-1] > start
+    raise error
 
 
 def _names(weights):
@@ -461,8 +466,9 @@ class Checkpoint(Function):
         # node's inputs as that graph has them (see cut_inside); None before
         self.again = self.targets = None
         # id -> the Variable the latest recomputation read where the first run read another,
-        # alike (_check_reads); the ids of the leaves among the inputs the block made
-        self.read_instead, self.made_inside = {}, set()
+        # alike (_check_reads); the ids of the leaves among the inputs the block made, and of
+        # those of them it returns
+        self.read_instead, self.made_inside, self.made_returned = {}, set(), set()
 
     def forward(self, *xs):
         results, self.results = self.results, None  # the arrays live on in the outputs only
@@ -565,18 +571,26 @@ class Checkpoint(Function):
         return tuple(gradients.get(i) for i in range(len(self.inputs)))
 
     def _check_replaced(self):
-        """With create_graph: RuntimeError where a leaf from outside the block that requires
-        grad was replaced by an equal one before backward (read_instead). Its gradient is the
-        same, but the graph of it would reach the new leaf: a second derivative would go
-        there, not to the leaf the first run read."""
+        """With create_graph: RuntimeError where a leaf that requires grad, from outside the
+        block or made and returned by it, is not the one the recomputation read, but an equal
+        one (read_instead: replaced before backward, or made anew). Its gradient is the same,
+        but the graph of it would reach the other leaf: a second derivative would go there,
+        not to the leaf the caller has."""
         for x in self.inputs:
             instead = self.read_instead.get(id(x))
-            if instead is not None and x.requires_grad and id(x) not in self.made_inside:
+            if instead is None or not x.requires_grad or id(x) in self.made_inside:
+                continue
+            if id(x) in self.made_returned:
                 raise RuntimeError(
-                    f"checkpoint: computed again during backward (create_graph), the block read "
-                    f"{_what(instead)} where its first run read {_what(x)}: it was replaced "
-                    "between forward and backward, and the gradient's graph would reach the "
-                    "new one, not it; replace it after backward, or pass it as an argument")
+                    f"checkpoint: the block made {_what(x)} and returns it; computed again "
+                    "during backward (create_graph), it makes another, which the gradient's "
+                    "graph would reach, not the one returned: make it outside the block and "
+                    "pass it in")
+            raise RuntimeError(
+                f"checkpoint: computed again during backward (create_graph), the block read "
+                f"{_what(instead)} where its first run read {_what(x)}: it was replaced "
+                "between forward and backward, and the gradient's graph would reach the new "
+                "one, not it; replace it after backward, or pass it as an argument")
 
     def _computed_again(self, when):
         """The block's results computed again from the node's arguments, in the train mode of

@@ -257,16 +257,25 @@ sequence = itertools.count()
 # while gradcore.checkpoint runs a block again: a list that each hook registered then joins, as
 # (Variable, the handle of that registration), for the recomputation to take off
 hooks_registered = contextvars.ContextVar("gradcore.hooks_registered", default=None)
-# while gradcore.checkpoint first runs a block: a list that each Variable given data where it
-# had none (a lazily created weight, batch norm's statistics) joins, for a block refused for
-# creating weights to leave them uncreated, as it found them
-given_data = contextvars.ContextVar("gradcore.given_data", default=None)
-# while gradcore.checkpoint first runs a block: a list that each Variable made by Variable(...)
-# joins (a leaf or constant the block makes: what it writes into is its own), and how many
-# such runs are open in any thread (Variable() looks at the list only then)
+# While gradcore.checkpoint first runs a block: block_writes, a list that each write into a
+# Variable's data joins as (Variable, how, None): "given" data where it had none (a lazily
+# created weight), "set" other data, or written "in place" by a Function (mark_dirty); and
+# each update of batch norm's running statistics as (None, "statistics", (backend, the array,
+# a copy of it before)), to put back where the block is refused; made_in_block, a
+# list that each Variable made by Variable(...) joins (a constant the block makes anew); and
+# how many such runs are open in any thread (the data setter, Variable() and mark_dirty look
+# at the lists only then)
+block_writes = contextvars.ContextVar("gradcore.block_writes", default=None)
 made_in_block = contextvars.ContextVar("gradcore.made_in_block", default=None)
 blocks_running = [0]
 blocks_lock = threading.Lock()
+
+
+def note_block_write(v, how, before=None):
+    """v's data is written (`how`: see block_writes) while a checkpointed block first runs."""
+    writes = block_writes.get()
+    if writes is not None:
+        writes.append((v, how, before))
 # The code of every Function subclass's backward (Function.__init_subclass__ adds each): an
 # augmented assignment written there rebinds (_augmented)
 backward_codes = set()
@@ -471,10 +480,8 @@ class Variable:
             released.pop(self, None)
         self._data, self._backend = data, backend
         note_write(self)
-        if old is None and data is not None:  # rarely: the one look costs no other write
-            created = given_data.get()
-            if created is not None:
-                created.append(self)
+        if blocks_running[0]:
+            note_block_write(self, "given" if old is None else "set")
         if id(self) in _watched and old is not None and (
                 backend is not backend_of(old) or old.shape != data.shape
                 or old.dtype != data.dtype

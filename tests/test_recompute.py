@@ -41,24 +41,26 @@ def test_gradients_are_the_eager_ones_bit_for_bit(xp2):
     np.testing.assert_array_equal(xp2.numpy(y.grad.data), xp2.numpy(x.grad.data))
 
 
-def test_a_block_writing_into_a_variable_from_outside_is_refused_saying_so():
+def test_a_block_writing_into_a_variable_is_refused_saying_so():
     """An in-place Function on a buffer (or .data set) in the block: its recomputation would
     write again (buf 2 for 1, and w's gradient 2 for 1). Refused, as before, but the error said
-    "the block created a weight", sending the user to call the model once first."""
+    "the block created a weight", sending the user to call the model once first; a counter the
+    results do not read was written twice, with no error; and one the block made is refused
+    too: Variable(buf), or one it keeps from call to call, would be written twice."""
     from test_function import AddOneInPlace
 
     buf, w = Variable(np.zeros(3), requires_grad=False), Variable(np.ones(3))
     with pytest.raises(RuntimeError, match=r"wrote into the Variable of shape \(3,\) and dtype "
-                                           r"float64, from outside it \(by an in-place Function"):
+                                           r"float64 \(by an in-place Function\), from outside the "
+                                           r"block: its recomputation in backward would write"):
         gradcore.checkpoint(lambda w: F.sum(w * AddOneInPlace()(buf)), w)
     np.testing.assert_array_equal(buf.data, np.ones(3))  # the first run's write, once
 
-    def sets(w):
-        buf.data = buf.data * 2
-        return F.sum(w * buf)
-    with pytest.raises(RuntimeError, match=r"from outside it \(its \.data set\); its "
-                                           r"recomputation in backward would write into it"):
-        gradcore.checkpoint(sets, w)
+    def counts(w):
+        buf.data = buf.data + 1
+        return F.sum(w * 2.0)
+    with pytest.raises(RuntimeError, match=r"\(its \.data set\), from outside the block"):
+        gradcore.checkpoint(counts, w)
     lin = nn.Linear(2, in_size=3)  # a weight it has, clipped: no weight created
 
     def clips(h):
@@ -66,11 +68,16 @@ def test_a_block_writing_into_a_variable_from_outside_is_refused_saying_so():
         return F.sum(lin(h))
     with pytest.raises(RuntimeError, match=r"wrote into the Variable \"W\" of shape \(3, 2\)"):
         gradcore.checkpoint(clips, np.ones((1, 3)))
+    with pytest.raises(RuntimeError, match=r"a Variable the block made: its recomputation would "
+                                           r"write again into what the one it reads then holds"):
+        gradcore.checkpoint(
+            lambda w: F.sum(w * AddOneInPlace()(Variable(buf.data, requires_grad=False))), w)
+    np.testing.assert_array_equal(buf.data, [3.0, 3.0, 3.0])  # +1 by `counts`, +1 here, once
 
-    def own(w):  # into constants the block makes: its own, as without checkpoint
-        c, d = Variable(np.zeros(3), requires_grad=False), Variable(None)
-        c.data, d.data = np.ones(3), np.ones(3)
-        return F.sum(w * AddOneInPlace()(c) * d)
+    def own(w):  # a constant it makes with no data first: its own, made anew by each run
+        d = Variable(None)
+        d.data = np.full(3, 2.0)
+        return F.sum(w * d)
     for use in (False, True):
         w = Variable(np.ones(3))
         y = gradcore.checkpoint(own, w) if use else own(w)
@@ -107,6 +114,20 @@ def test_a_block_refused_for_creating_weights_leaves_them_uncreated():
         runs.append((h.data, rnn.x2h.W.data, rnn.x2h.W.grad.data))
     for a, b in zip(*runs):
         np.testing.assert_array_equal(a, b)
+    # a BatchNorm that has its weights, beside a lazy Linear: its statistics as they were; a
+    # hook the block registered, taken off (it ran twice in each later backward)
+    bn = nn.BatchNorm(dtype=np.float64)
+    bn(x := Variable(np.random.default_rng(0).standard_normal((5, 3))))
+    before = bn.avg_mean.data.copy(), bn.avg_var.data.copy()
+    pre = nn.Linear(3, in_size=3, dtype="float64")
+
+    def block(h):
+        pre.W.register_hook(lambda g: g)
+        return nn.Linear(2)(bn(pre(h)))
+    with pytest.raises(RuntimeError, match="created 2 weights"):
+        gradcore.checkpoint(block, x)
+    from test_compile import same
+    assert same([bn.avg_mean.data, bn.avg_var.data], list(before)) and not pre.W._hooks
 
 
 def test_keyword_arguments_are_passed_to_the_block_as_pytorchs_are():
@@ -126,6 +147,8 @@ def test_keyword_arguments_are_passed_to_the_block_as_pytorchs_are():
     np.testing.assert_array_equal(y.data, want[0])
     np.testing.assert_array_equal(x.grad.data, want[1])
     np.testing.assert_array_equal(shift.grad.data, want[2])
+    with pytest.raises(ValueError, match="determinism_check must be 'default' or 'none'"):
+        gradcore.checkpoint(block, x, scale=2.0, determinism_check="bogus")
 
 
 def test_parameters_inside_a_block_get_their_gradients_and_dropout_repeats():
@@ -1584,6 +1607,17 @@ def test_a_leaf_replaced_by_an_equal_one_before_backward_gets_its_gradient():
     held["z"] = Variable(z.data.copy())
     with pytest.raises(RuntimeError, match="create_graph.*replaced between forward and backward"):
         gradcore.grad(y, [z], create_graph=True)
+    # one the block makes and returns: the caller's, as a replaced one (its second derivative
+    # came back None)
+    x = Variable(np.array([3.0, 4.0]))
+
+    def makes(h):
+        w = Variable(np.array([2.0, 3.0]))
+        return F.sum(h * h * w), w
+    y, w = gradcore.checkpoint(makes, x)
+    with pytest.raises(RuntimeError, match=r"the block made a Variable of shape \(2,\) and "
+                                           r"returns it; computed again during backward"):
+        gradcore.grad(y, [x], create_graph=True)
 
 
 def test_an_input_batch_that_requires_no_grad_is_a_constant_in_both_runs():

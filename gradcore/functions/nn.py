@@ -130,6 +130,10 @@ class BatchNorm(Function):
         xp, decay = self.xp, self.decay
         rm, rv = self.running_mean, self.running_var
         adjust = m / (m - 1) if m > 1 else 1.0
+        if _variables.blocks_running[0]:  # for a checkpointed block that is refused to put back
+            for a in (rm, rv):
+                _variables.note_block_write(None, "statistics",
+                                            (self.backend, a, xp.asarray(a, copy=True)))
         # assigned whole: a Dask array has no in-place arithmetic (`*=` makes a new one), and
         # an assigned lazy one is worked out by the optimizer's next step with the parameters.
         # Scaled before the cast: float16 statistics hold a tenth of a variance of 90,000
