@@ -130,7 +130,8 @@ class BatchNorm(Function):
         xp, decay = self.xp, self.decay
         rm, rv = self.running_mean, self.running_var
         adjust = m / (m - 1) if m > 1 else 1.0
-        if _variables.blocks_running[0]:  # for a checkpointed block that is refused to put back
+        if _variables.blocks_running[0] and _variables.block_writes.get() is not None:
+            # in a checkpointed block's first run: what a refused one puts back
             for a in (rm, rv):
                 _variables.note_block_write(None, "statistics",
                                             (self.backend, a, xp.asarray(a, copy=True)))
