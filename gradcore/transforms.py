@@ -209,9 +209,13 @@ def _array(owner, x):
     """x as a NumPy array; a PIL image refused: np.asarray makes it an (H, W, C) array of raw
     pixels (a palette image's indices, not its colours), channels last, with no error."""
     image = loaded_image_type()
-    if image is not None and isinstance(x, image):
-        raise TypeError(f"{owner}: got a PIL image (mode {x.mode}, {x.width}x{x.height}); put "
-                        "ToArray() before it, which makes it a (C, H, W) array")
+    if image is not None:
+        parts = x if isinstance(x, (list, tuple)) else (x,)  # [img, img] too
+        img = next((v for v in parts if isinstance(v, image)), None)
+        if img is not None:
+            raise TypeError(f"{owner}: got a PIL image (mode {img.mode}, {img.width}x"
+                            f"{img.height}){'' if img is x else ' in a list'}; put ToArray() "
+                            "before it, which makes it a (C, H, W) array")
     return np.asarray(x)
 
 

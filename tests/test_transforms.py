@@ -357,5 +357,8 @@ def test_array_transforms_refuse_a_pil_image():
             with pytest.raises(TypeError, match=rf"^{name}: got a PIL image \(mode {img.mode}, "
                                                 r"6x4\); put ToArray\(\) before it"):
                 transform(img)
+        with pytest.raises(TypeError, match=rf"^{name}: got a PIL image \(mode P, 6x4\) in a "
+                                            r"list; put ToArray"):
+            transform([palette, palette])
     assert Compose([ToArray(), Normalize(0.0, 255.0)])(Image.new("L", (6, 4), 255)).shape == (
         1, 4, 6)

@@ -364,7 +364,8 @@ class OneCycleLR(LRScheduler):
     total_steps may be given as PyTorch's epochs and steps_per_epoch instead (their product).
     three_phase (PyTorch's): down to max_lr / div_factor again over as many steps as the way
     up took, then to the minimum over the rest (the momentum back up to max_momentum, and
-    there), which needs pct_start of about 0.5 or less."""
+    there); with pct_start past about 0.5 there is no rest, and the minimum is not reached,
+    as in PyTorch."""
 
     _optional_state = ("three_phase",)  # saved since gradcore added it: older states have none
 
@@ -420,12 +421,6 @@ class OneCycleLR(LRScheduler):
         if not isinstance(self.three_phase, bool):
             raise TypeError(f"{where}: three_phase must be True or False, got "
                             f"{self.three_phase!r}")
-        if self.three_phase and not self._trough_step() < self.total_steps - 1:
-            raise ValueError(
-                f"{where}: three_phase needs pct_start under (total_steps + 1) / (2 * "
-                f"total_steps), {(self.total_steps + 1) / (2 * self.total_steps):g} here: its way "
-                "down to max_lr / div_factor, as long as its way up, must end before the last "
-                "step")
         if self.momentum_name not in ("", "beta1", "momentum"):
             raise ValueError(f"{where}: momentum_name must be '', 'beta1' or 'momentum', got "
                              f"{self.momentum_name!r}")
@@ -465,9 +460,13 @@ class OneCycleLR(LRScheduler):
             return 0, step / self.peak_step
         end = self._trough_step() if self.three_phase else self.total_steps - 1
         if step <= end or not self.three_phase:
-            # pct_start < 1 puts the peak before the last step: the denominator is > 0
+            # pct_start < 1 puts the peak before the last step, and three_phase's trough after
+            # it: the denominator is > 0
             return 1, (step - self.peak_step) / (end - self.peak_step)
-        return 2, (step - end) / (self.total_steps - 1 - end)
+        last = self.total_steps - 1
+        # a trough at the last step (pct_start past 0.5) leaves the step after it at the end
+        # of the last phase (where PyTorch's divides by zero)
+        return 2, (step - end) / (last - end) if last > end else 1.0
 
     def rate(self, step):
         phase, fraction = self._phase(step)

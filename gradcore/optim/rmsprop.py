@@ -1,4 +1,6 @@
 """RMSprop: each gradient divided by a running root mean square of the recent ones."""
+import backends
+
 from .optimizer import Optimizer, nonzero_eps
 from .params import set_data, update_arrays
 
@@ -16,8 +18,9 @@ class RMSprop(Optimizer):
     smoothing constant, as in PyTorch: Adam's alpha (DeZero's name) is its step size. A float16
     parameter's state and update are float32, and an eps the update's dtype cannot hold is
     taken as its smallest positive number, as in Adam.
-    State per parameter: "v", and "m" where centered, "b" where momentum is not 0 (made, or
-    dropped, at the next update when those are changed).
+    State per parameter: "v", and "m" where centered, "b" where momentum is not 0 (made as
+    zeros, or dropped, when those are changed: a state_dict then holds what its
+    hyperparameters keep).
     """
 
     defaults = {"lr": 0.01, "alpha": 0.99, "eps": 1e-8, "momentum": 0.0, "centered": False}
@@ -31,19 +34,18 @@ class RMSprop(Optimizer):
         return ("v", *(("m",) if hyperparameters["centered"] else ()),
                 *(("b",) if hyperparameters["momentum"] else ()))
 
+    def __setattr__(self, name, value):
+        super().__setattr__(name, value)
+        if name in ("momentum", "centered") and "state" in self.__dict__:
+            names = self.state_names
+            for _, state in self.state.items():
+                _match(state, names)
+
     def update_one(self, param):
         xp = param.xp
         p, g = update_arrays(param)
-        alpha, names = float(self.alpha), self.state_names
+        alpha = float(self.alpha)
         state = self.param_state(param)
-        if len(state) != len(names) or not all(name in state for name in names):
-            # centered or momentum changed since this parameter's state was made
-            v = state["v"]
-            for name in [name for name in state if name not in names]:
-                del state[name]
-            for name in names:
-                if name not in state:
-                    state[name] = xp.zeros_like(v)
         v = state["v"]
         v *= alpha
         v += (1 - alpha) * g * g
@@ -62,3 +64,15 @@ class RMSprop(Optimizer):
             step = b
         p -= float(self.lr) * step
         set_data(param, p)
+
+
+def _match(state, names):
+    """A parameter's state with the arrays `names` and no other: zeros for a new one."""
+    if len(state) == len(names) and all(name in state for name in names):
+        return
+    v = state["v"]
+    for name in [name for name in state if name not in names]:
+        del state[name]
+    for name in names:
+        if name not in state:
+            state[name] = backends.backend_of(v).xp.zeros_like(v)

@@ -371,7 +371,9 @@ def test_adam_docstring_states_the_cost_of_dezeros_eps():
                                    {"centered": True, "momentum": 0.5, "alpha": 0.9, "eps": 1e-3}])
 def test_rmsprop_steps_as_pytorchs(hyper):
     """30 steps against torch.optim.RMSprop in float64; then momentum and centered switched on
-    (PyTorch's step raises KeyError there) make their state, and off drop it."""
+    (PyTorch's step raises KeyError there) make their state, and off drop it, at once: a
+    state_dict taken then loads (it held names its hyperparameters did not keep: "missing b",
+    as after OneCycleLR set the momentum)."""
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(0)
     w = rng.standard_normal((3, 4))
@@ -388,6 +390,8 @@ def test_rmsprop_steps_as_pytorchs(hyper):
         np.testing.assert_allclose(ours.data, theirs.detach().numpy(), rtol=0, atol=1e-14)
     for momentum, centered, names in ((0.5, True, ["b", "m", "v"]), (0.0, False, ["v"])):
         optimizer.momentum, optimizer.centered = momentum, centered
+        assert sorted(optimizer.state[ours]) == names
+        RMSprop([gradcore.Parameter(w.copy())]).load_state_dict(optimizer.state_dict())
         before = ours.data.copy()
         optimizer.step()
         assert sorted(optimizer.state[ours]) == names and np.isfinite(ours.data).all()
