@@ -123,9 +123,12 @@ def checkpoint(fn, /, *args, use_reentrant=None, preserve_rng_state=True,
         states, writes, made, registered = lists = [var.get() for var in noted]
         for var, token in zip(noted, tokens):
             var.reset(token)
-    if states_set.get() is not None:  # a block inside another's first run: the other's too
-        for var, inner in zip(noted, lists):
-            var.get().extend(inner)
+    for var, inner in zip(noted, lists):
+        # a block inside another's first run (or its hooks inside another's recomputation,
+        # which takes them off): the other's too
+        outer = var.get()
+        if outer is not None:
+            outer.extend(inner)
     if writes:
         _check_writes(writes, made, states, registered, draws, start, alone)
     several = isinstance(out, tuple)
@@ -367,9 +370,13 @@ def _check_writes(writes, made, states, registered, draws, start, alone):
     set (an RNN's h), the hooks it registered, and the random generator where no other thread
     ran while the block did (and could have drawn from it)."""
     made = set(map(id, made))
+    # a Variable detached in the block from one of its ops' results: that result's array
+    detached = {id(v): source for v, how, source in writes if how == "detached"}
     created, written = {}, {}
     for v, how, _ in writes:
-        if how == "statistics" or v.creator is not None and v.creator.sequence > start:
+        source = detached.get(id(v), v)
+        if how in ("statistics", "detached") or (source.creator is not None
+                                                 and source.creator.sequence > start):
             continue  # batch norm's (updated once: see functions.nn); an op's result, each run's
         if how == "given" and isinstance(v, _variables.Parameter):
             created[id(v)] = v
@@ -391,8 +398,8 @@ def _check_writes(writes, made, states, registered, draws, start, alone):
         whose = ("a Variable the block made: its recomputation would write again into what "
                  "the one it reads then holds (an array from outside, as in Variable(buf), or "
                  "a Variable kept from an earlier call)" if id(x) in made else
-                 "from outside the block: its recomputation in backward would write into it "
-                 "again")
+                 "from outside the block (or computed in it under no_grad(), which keeps no "
+                 "record of it): its recomputation in backward would write into it again")
         error = RuntimeError(
             f"checkpoint: the block wrote into {_describe(x)} ({how}), {whose}; do the write "
             "outside checkpoint, or write the result into a new array (y = x + 1, not x += 1)")

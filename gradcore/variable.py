@@ -259,7 +259,8 @@ sequence = itertools.count()
 hooks_registered = contextvars.ContextVar("gradcore.hooks_registered", default=None)
 # While gradcore.checkpoint first runs a block: block_writes, a list that each write into a
 # Variable's data joins as (Variable, how, None): "given" data where it had none (a lazily
-# created weight), "set" other data, or written "in place" by a Function (mark_dirty); and
+# created weight), "set" other data, or written "in place" by a Function (mark_dirty); each
+# Variable detached from another, as (it, "detached", the other); and
 # each update of batch norm's running statistics as (None, "statistics", (backend, the array,
 # a copy of it before)), to put back where the block is refused; made_in_block, a
 # list that each Variable made by Variable(...) joins (a constant the block makes anew); and
@@ -888,6 +889,8 @@ class Variable:
         into one detached from it (`d.data[...] = 1`) is a write into a copy."""
         v = Variable(self._host_data(), name=self.name, requires_grad=False)
         share_versions(self, v)
+        if blocks_running[0]:  # what it was detached from: a checkpointed block's own result?
+            note_block_write(v, "detached", self)
         return v
 
     def register_hook(self, hook):
