@@ -45,6 +45,9 @@ class Namespace:
         self._xp = xp
         self._da = da
         self.__name__ = xp.__name__
+        # Dask's arrays take NumPy's dtypes, float16 among them, which the array API (and so
+        # array_api_compat's namespace) does not name
+        self.float16 = getattr(xp, "float16", numpy.float16)
 
     def __getattr__(self, name):
         value = getattr(self._xp, name)

@@ -53,6 +53,21 @@ def test_dask_is_a_device_for_to_modules_and_loaders():
     np.testing.assert_array_equal(v.to("cpu").data, np.arange(6.0))
 
 
+def test_a_float16_model_moves_to_dask_as_its_variables_do():
+    """Module.to("dask") said "dask has no float16": array_api_compat's namespace names none,
+    where Dask's arrays hold NumPy's float16."""
+    np.random.seed(0)
+    model, twin = nn.Linear(2, in_size=3, dtype=np.float16), nn.Linear(2, in_size=3)
+    twin.W.data, twin.b.data = model.W.data.copy(), model.b.data.copy()
+    model.to("dask")
+    assert model.W.data.dtype == np.float16 and isinstance(model.W.data, da.Array)
+    x = np.linspace(-1, 1, 6, dtype=np.float16).reshape(2, 3)
+    loss, expected = F.sum(model(da.from_array(x)) ** 2), F.sum(twin(x) ** 2)
+    loss.backward(), expected.backward()
+    assert float(loss.data.compute()) == float(expected.data)
+    np.testing.assert_array_equal(model.W.grad.data.compute(), twin.W.grad.data)
+
+
 def spiral_losses(device, steps, optimizer=optim.SGD, client=None):
     """Losses of `steps` training steps of the spiral MLP on `device`, float64."""
     previous = gradcore.get_default_dtype()
