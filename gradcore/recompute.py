@@ -29,7 +29,6 @@ a Module) is refused, as its gradients would go elsewhere.
 """
 import contextvars
 import sys
-import threading
 import traceback
 
 import backends
@@ -113,7 +112,6 @@ def checkpoint(fn, /, *args, use_reentrant=None, preserve_rng_state=True,
     tokens = [var.set([]) for var in noted]
     with _variables.blocks_lock:
         _variables.blocks_running[0] += 1
-    alone = threading.active_count() == 1  # the only thread: see _check_writes
     try:
         with enable_grad(), draws:
             out = fn(*_filled(args, where, leaves))
@@ -130,7 +128,7 @@ def checkpoint(fn, /, *args, use_reentrant=None, preserve_rng_state=True,
         if outer is not None:
             outer.extend(inner)
     if writes:
-        _check_writes(writes, made, states, registered, draws, start, alone)
+        _check_writes(writes, made, states, registered, draws, start)
     several = isinstance(out, tuple)
     outputs = _results(out)
     count = len(outputs)
@@ -357,7 +355,21 @@ def _by_keyword(fn, count, names):
     return block
 
 
-def _check_writes(writes, made, states, registered, draws, start, alone):
+def _made_by_the_block(v, start):
+    """Whether v's array is one an op of the block (recorded after `start`) made: not a view
+    or an alias of an input's (v.T, v[0:2], which share their input's write log), followed back
+    to where it was made, which must be such an op too."""
+    while v.creator is not None and v.creator.sequence > start:
+        log = getattr(v, "_writes", None)
+        base = None if log is None else next(
+            (x for x in v.creator.inputs if getattr(x, "_writes", None) is log), None)
+        if base is None:
+            return True
+        v = base
+    return False
+
+
+def _check_writes(writes, made, states, registered, draws, start):
     """RuntimeError if the block's first run wrote into Variables (`writes`, (Variable, how)
     pairs: see variable.block_writes) but those its ops made, and constants it made itself
     (Variable(None), then its data: `made`): weights it created lazily, which its
@@ -367,16 +379,14 @@ def _check_writes(writes, made, states, registered, draws, start, alone):
     from outside: Variable(buf)). What the first run changed is put back first, so that the
     call the error advises starts where this one did: the weights uncreated (and the statistics
     a BatchNorm made beside them), batch norm's running statistics, the modules' attributes it
-    set (an RNN's h), the hooks it registered, and the random generator where no other thread
-    ran while the block did (and could have drawn from it)."""
+    set (an RNN's h), the hooks it registered, and the random generator where no other
+    thread's op drew from it meanwhile."""
     made = set(map(id, made))
     # a Variable detached in the block from one of its ops' results: that result's array
     detached = {id(v): source for v, how, source in writes if how == "detached"}
     created, written = {}, {}
     for v, how, _ in writes:
-        source = detached.get(id(v), v)
-        if how in ("statistics", "detached") or (source.creator is not None
-                                                 and source.creator.sequence > start):
+        if how in ("statistics", "detached") or _made_by_the_block(detached.get(id(v), v), start):
             continue  # batch norm's (updated once: see functions.nn); an op's result, each run's
         if how == "given" and isinstance(v, _variables.Parameter):
             created[id(v)] = v
@@ -412,8 +422,9 @@ def _check_writes(writes, made, states, registered, draws, start, alone):
     for module, name, before in reversed(states):
         _put(module, name, before)
     _take_off(registered, start)
-    if alone and threading.active_count() == 1 and not draws.others and draws.state is not None:
-        # no other thread can have drawn meanwhile (from numpy.random itself)
+    if not draws.others and draws.state is not None:
+        # no other thread's op drew meanwhile; one's own numpy.random calls cannot be told from
+        # the block's (as in its recomputation: see random.DrawLog), and are drawn again
         draws.backend.set_random_state(draws.device, draws.state)
     raise error
 

@@ -93,6 +93,12 @@ def test_a_block_writing_into_a_variable_is_refused_saying_so():
         (gradcore.checkpoint(detached, x) if use else detached(x)).backward()
         grads.append(x.grad.data)
     np.testing.assert_array_equal(*grads)
+    outside = Parameter(np.zeros((2, 2)))
+    for view in (lambda v: v.T, lambda v: v.reshape(4), lambda v: v[0:1]):
+        # a view of a Variable from outside, detached: its memory (written twice: 2 for 1)
+        with pytest.raises(RuntimeError, match="wrote into the Variable"):
+            gradcore.checkpoint(
+                lambda x: F.sum(x) + F.sum(AddOneInPlace()(view(outside).detach())), w)
 
     def own(w):  # a constant it makes with no data first: its own, made anew by each run
         d = Variable(None)

@@ -122,6 +122,9 @@ class Optimizer:
     # PyTorch's positional order after the parameters (None: no check, a user's class)
     pytorch_order = None
     state_names = ()      # per-parameter arrays, zeros like the parameter at its first update
+    # arrays a parameter's state may hold beyond state_names (RMSprop's momentum buffer, kept
+    # while its momentum is 0, as PyTorch keeps it)
+    kept_state_names = ()
     state_counters = ()   # per-parameter integer counts, 0 at its first update (Adam's "step")
     counters = ()         # integer attributes saved with the state (Adam's count of steps t)
     # a per-parameter count missing from an older state_dict -> the counter it is taken from
@@ -581,7 +584,8 @@ class Optimizer:
             _check_names(where, state_dict["names"], self._parameter_names(params))
         _check_shapes(where, state_dict["shapes"], params)
         loaded = _checked_state(where, state_dict["state"], params,
-                                self.state_names_with(hyper), self.state_counters)
+                                self.state_names_with(hyper), self.state_counters,
+                                self.kept_state_names)
 
         new_state, new_counts = ParamState(), ParamState()
         for p, arrays, counts in loaded:  # copies on the parameter's device and dtype
@@ -802,9 +806,10 @@ def _check_names(where, saved, here):
                 "changed and the order is the same, drop them: state_dict.pop('names'))")
 
 
-def _checked_state(where, state, params, state_names, state_counters=()):
+def _checked_state(where, state, params, state_names, state_counters=(), kept=()):
     """[(parameter, its saved arrays, its saved counts)], once each position, state name, array,
-    shape and count is checked (counts may be missing: older state_dicts have none)."""
+    shape and count is checked (counts may be missing: older state_dicts have none; arrays
+    named in `kept` may be there beside state_names)."""
     if not isinstance(state, Mapping):
         raise TypeError(f"{where}: 'state' must be a dict position -> dict of arrays, got "
                         f"{type(state).__name__}")
@@ -819,7 +824,9 @@ def _checked_state(where, state, params, state_names, state_counters=()):
                             f"name -> array, got {type(arrays).__name__}")
         counts = {name: n for name, n in arrays.items() if name in state_counters}
         arrays = {name: a for name, a in arrays.items() if name not in state_counters}
-        _same_names(where, f"state names of parameter {position}", arrays, state_names)
+        _same_names(where, f"state names of parameter {position}",
+                    [name for name in arrays if name not in kept or name in state_names],
+                    state_names)
         counts = {name: _checked_count(where, f"count {name!r} of parameter {position}", n)
                   for name, n in counts.items()}
         for name, a in arrays.items():

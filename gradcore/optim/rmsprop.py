@@ -18,13 +18,14 @@ class RMSprop(Optimizer):
     smoothing constant, as in PyTorch: Adam's alpha (DeZero's name) is its step size. A float16
     parameter's state and update are float32, and an eps the update's dtype cannot hold is
     taken as its smallest positive number, as in Adam.
-    State per parameter: "v", and "m" where centered, "b" where momentum is not 0 (made as
-    zeros, or dropped, when those are changed: a state_dict then holds what its
-    hyperparameters keep).
+    State per parameter: "v", and "m" once centered, "b" once momentum is not 0 (made as zeros
+    when those are set, and kept, as PyTorch keeps them, when they are set back: a momentum
+    that comes back from 0 goes on with the buffer it had).
     """
 
     defaults = {"lr": 0.01, "alpha": 0.99, "eps": 1e-8, "momentum": 0.0, "centered": False}
     pytorch_order = ("lr", "alpha", "eps", "weight_decay", "momentum", "centered")
+    kept_state_names = ("m", "b")
 
     @property
     def state_names(self):
@@ -36,7 +37,7 @@ class RMSprop(Optimizer):
 
     def __setattr__(self, name, value):
         super().__setattr__(name, value)
-        if name in ("momentum", "centered") and "state" in self.__dict__:
+        if name in ("momentum", "centered") and "state" in self.__dict__:  # one set from 0
             names = self.state_names
             for _, state in self.state.items():
                 _match(state, names)
@@ -67,12 +68,8 @@ class RMSprop(Optimizer):
 
 
 def _match(state, names):
-    """A parameter's state with the arrays `names` and no other: zeros for a new one."""
-    if len(state) == len(names) and all(name in state for name in names):
-        return
-    v = state["v"]
-    for name in [name for name in state if name not in names]:
-        del state[name]
+    """A parameter's state with the arrays `names` at least: zeros for a new one."""
     for name in names:
         if name not in state:
+            v = state["v"]
             state[name] = backends.backend_of(v).xp.zeros_like(v)
