@@ -89,9 +89,13 @@ class Namespace:
 
     def matmul(self, x, W, /):
         # Dask adds up the products of several chunks along the contracted axis with a sum that
-        # widens small integers (int8 to int64, bool to int64): NumPy's dtype whatever the chunks
-        y = self._xp.matmul(x, W)
+        # widens small integers (int8 to int64, bool to int64): NumPy's dtype whatever the
+        # chunks. float16 is multiplied in float32 and rounded once, as NumPy's float16 matmul
+        # accumulates: chunks added in float16 lost up to 3x its error (0.020 for 0.0074)
         dtype = numpy.result_type(x.dtype, W.dtype)
+        if dtype == numpy.float16:
+            return self._xp.matmul(x.astype(numpy.float32), W.astype(numpy.float32)).astype(dtype)
+        y = self._xp.matmul(x, W)
         return y if y.dtype == dtype else y.astype(dtype)
 
     # Dask's max, min, argmax and argmin raise on an array with an empty chunk (one block's

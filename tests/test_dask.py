@@ -1114,3 +1114,14 @@ def test_a_process_peak_memory_grows_by_far_less_than_the_array(case):
                          env=env, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     assert float(run.stdout) < 30, f"{case}: grew by {float(run.stdout):.0f} MiB for 61 MiB"
+
+
+def test_float16_matmul_across_chunks_is_numpys():
+    """The contracted axis in chunks: Dask added their float16 products in float16 (error 0.020
+    against float64 where NumPy's, accumulated in float32, is 0.0074)."""
+    rng = np.random.default_rng(0)
+    x, W = rng.standard_normal((8, 64)).astype(np.float16), rng.standard_normal((64, 5)).astype(
+        np.float16)
+    lazy = backends.backend_for_device("dask").xp.matmul(da.from_array(x, chunks=(8, 8)),
+                                                         da.from_array(W, chunks=(8, 5)))
+    np.testing.assert_array_equal(lazy.compute(), x @ W)
