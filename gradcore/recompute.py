@@ -355,18 +355,26 @@ def _by_keyword(fn, count, names):
     return block
 
 
-def _made_by_the_block(v, start):
+def _made_by_the_block(v, start, detached):
     """Whether v's array is one an op of the block (recorded after `start`) made: not a view
-    or an alias of an input's (v.T, v[0:2], which share their input's write log), followed back
-    to where it was made, which must be such an op too."""
-    while v.creator is not None and v.creator.sequence > start:
-        log = getattr(v, "_writes", None)
-        base = None if log is None else next(
-            (x for x in v.creator.inputs if getattr(x, "_writes", None) is log), None)
+    or an alias of an input's (v.T, v[0:2], which share their input's write log; an array
+    argument a Function returns, or a view of it), followed back to where it was made, which
+    must be such an op too, through what a Variable was detached from (`detached`: id ->
+    that one)."""
+    while True:
+        if id(v) in detached:
+            v = detached[id(v)]
+            continue
+        if v.creator is None or v.creator.sequence <= start:
+            return False
+        log, inputs = getattr(v, "_writes", None), v.creator.inputs
+        base = next((x for x in inputs if log is not None and getattr(x, "_writes", None) is log),
+                    None)
+        if base is None:
+            base = _base_of(v, inputs)
         if base is None:
             return True
         v = base
-    return False
 
 
 def _check_writes(writes, made, states, registered, draws, start):
@@ -386,7 +394,7 @@ def _check_writes(writes, made, states, registered, draws, start):
     detached = {id(v): source for v, how, source in writes if how == "detached"}
     created, written = {}, {}
     for v, how, _ in writes:
-        if how in ("statistics", "detached") or _made_by_the_block(detached.get(id(v), v), start):
+        if how in ("statistics", "detached") or _made_by_the_block(v, start, detached):
             continue  # batch norm's (updated once: see functions.nn); an op's result, each run's
         if how == "given" and isinstance(v, _variables.Parameter):
             created[id(v)] = v

@@ -93,6 +93,23 @@ def test_a_block_writing_into_a_variable_is_refused_saying_so():
         (gradcore.checkpoint(detached, x) if use else detached(x)).backward()
         grads.append(x.grad.data)
     np.testing.assert_array_equal(*grads)
+    def twice(x):  # detached twice: still its own
+        d = (F.sin(x) * 2).detach().detach()
+        Clamp()(d)
+        return F.sum(x * d)
+    x = Variable(np.array([0.1, 0.3, 1.2, -2.0]))
+    gradcore.checkpoint(twice, x).backward()
+    np.testing.assert_array_equal(x.grad.data, grads[0])
+
+    class Second(gradcore.Function):  # returns its array argument (a forward may)
+        def forward(self, x, b):
+            return b
+
+        def backward(self, gy):
+            return gy, None
+    with pytest.raises(RuntimeError, match="wrote into the Variable"):  # buf 2 for 1
+        gradcore.checkpoint(lambda x: F.sum(x) + F.sum(
+            AddOneInPlace()(Second()(x, buf.data).detach())), w)
     outside = Parameter(np.zeros((2, 2)))
     for view in (lambda v: v.T, lambda v: v.reshape(4), lambda v: v[0:1]):
         # a view of a Variable from outside, detached: its memory (written twice: 2 for 1)
