@@ -71,9 +71,9 @@ def _preactivation(layer, x2h, h2h, x, h):
     its first use, the second step, on h's device and dtype: the order DeZero draws in, so
     numpy.random.seed gives DeZero's weights. An input x2h refuses for its size is refused
     again naming `layer` (see _refuse_input), and so is an x that is not 2-d, which x2h takes
-    as PyTorch's Linear takes (..., in_size)."""
-    if len(getattr(x, "shape", ())) > 2:
-        _refuse_input(layer, x2h, x, None)
+    as PyTorch's Linear takes (..., in_size) and (in_size,)."""
+    if len(getattr(x, "shape", (0, 0))) != 2:  # (in_size,) too: its state would be (H,), and
+        _refuse_input(layer, x2h, x, None)     # the next call's size read as a batch's
     try:
         y = x2h(x)
     except ValueError as e:
@@ -93,10 +93,11 @@ def _refuse_input(layer, x2h, x, error):
     where, H, in_size = type(layer).__name__, layer.hidden_size, x2h.in_size
     shape = tuple(shape)
     if len(shape) != 2:
-        raise ValueError(
-            f"{where}: x must be 2-d (batch, in_size), one time step per call, got shape "
-            f"{shape}; PyTorch's whole sequence (length, batch, features) is fed here one step "
-            f"at a time: for x_t in xs: h = {where.lower()}(x_t)") from error
+        how = (f"one example is a batch of one: {where.lower()}(x[None])" if len(shape) < 2
+               else "PyTorch's whole sequence (length, batch, features) is fed here one step "
+               f"at a time: for x_t in xs: h = {where.lower()}(x_t)")
+        raise ValueError(f"{where}: x must be 2-d (batch, in_size), one time step per call, got "
+                         f"shape {shape}; {how}") from error
     if in_size is None or shape[1] == in_size:
         return
     hint = (f" If you meant PyTorch's {where}(input_size={shape[1]}, hidden_size={H}), write "

@@ -176,6 +176,12 @@ def test_an_input_of_another_size_is_refused_naming_the_layer_and_its_order(make
         with pytest.raises(ValueError, match=rf"{name}: x must be 2-d \(batch, in_size\), one "
                            r"time step per call, got shape \(5, 2, 20\)"):
             layer(np.ones((5, 2, 20), np.float32))
+        # one example, no batch axis: taken at the first call, its state (20,) refused the
+        # second's as "a batch of 10, the state a batch of 20"
+        with pytest.raises(ValueError, match=rf"got shape \(10,\); one example is a batch of "
+                                             rf"one: {name.lower()}\(x\[None\]\)"):
+            layer(np.ones(10, np.float32))
+        assert layer.h is None
     assert make(20, in_size=10)(np.ones((2, 10), np.float32)).shape == (2, 20)
 
 
