@@ -723,7 +723,8 @@ def _values_differ(rec, changed):
     if after is not None:
         return (f"the step set {type(module).__name__}.{name} (from {found} to {after!r} at "
                 "the last) from another value at each of its last three calls, Python state a "
-                f"tape cannot compute (a counter: `self.t += 1`): {advice}")
+                "tape cannot compute (a counter, `self.t += 1`, or a value code outside the "
+                f"step sets too between calls): {advice}")
     return (f"the step found {type(module).__name__}.{name} at another value ({found} at the "
             "last) at each of its last three calls, Python state code outside the step "
             f"changes: {advice}")
