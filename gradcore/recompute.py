@@ -378,9 +378,9 @@ def _made_by_the_block(v, start, detached):
 
 
 def _check_writes(writes, made, states, registered, draws, start):
-    """RuntimeError if the block's first run wrote into Variables (`writes`, (Variable, how)
-    pairs: see variable.block_writes) but those its ops made, and constants it made itself
-    (Variable(None), then its data: `made`): weights it created lazily, which its
+    """RuntimeError if the block's first run wrote into Variables (`writes`: see
+    variable.block_writes) but arrays its ops made (_made_by_the_block), and constants it made
+    itself (Variable(None), then its data: `made`): weights it created lazily, which its
     recomputation would not create again, nor draw their initializers' numbers for; or data it
     set or wrote in place, which its recomputation would write again: into a Variable from
     outside, or into whatever one it made holds then (one kept from an earlier call, an array
