@@ -356,25 +356,60 @@ def _by_keyword(fn, count, names):
 
 
 def _made_by_the_block(v, start, detached):
-    """Whether v's array is one an op of the block (recorded after `start`) made: not a view
-    or an alias of an input's (v.T, v[0:2], which share their input's write log; an array
-    argument a Function returns, or a view of it), followed back to where it was made, which
-    must be such an op too, through what a Variable was detached from (`detached`: id ->
-    that one)."""
+    """Whether v's array is one an op of the block (recorded after `start`) made anew: one of
+    gradcore's own ops, which make a new array or share their input's write log (a view, v.T,
+    v[0:2]: followed back to that input), and through what a Variable was detached from
+    (`detached`: id -> that one). An author's Function may return any array (an argument's, a
+    view of one, one it holds), which cannot be told reliably where the library cannot say
+    which arrays share memory: its results are not taken as the block's own."""
     while True:
         if id(v) in detached:
             v = detached[id(v)]
             continue
-        if v.creator is None or v.creator.sequence <= start:
+        if (v.creator is None or v.creator.sequence <= start
+                or not type(v.creator).__module__.startswith("gradcore.")):
             return False
-        log, inputs = getattr(v, "_writes", None), v.creator.inputs
-        base = next((x for x in inputs if log is not None and getattr(x, "_writes", None) is log),
-                    None)
-        if base is None:
-            base = _base_of(v, inputs)
+        log = getattr(v, "_writes", None)
+        base = None if log is None else next(
+            (x for x in v.creator.inputs if getattr(x, "_writes", None) is log), None)
         if base is None:
             return True
         v = base
+
+
+def _written(writes, made, start):
+    """{id: (Variable, how)} of the writes (see variable.block_writes) a run of a block begun
+    at `start` made into Variables but arrays its ops made and constants it made (`made`, the
+    ids of the Variables it made with Variable(...)) that had no data before; and those of
+    them that were lazily created weights; and what each Variable detached in the run was
+    detached from."""
+    detached = {id(v): source for v, how, source in writes if how == "detached"}
+    created, written = {}, {}
+    for v, how, _ in writes:
+        if how in ("statistics", "detached") or _made_by_the_block(v, start, detached):
+            continue  # batch norm's (updated once: see functions.nn); an op's result, each run's
+        if how == "given" and isinstance(v, _variables.Parameter):
+            created[id(v)] = v
+        elif not (how == "given" and id(v) in made):
+            written.setdefault(id(v), (v, how))
+    return written, created, detached
+
+
+def _check_written_again(writes, made, start):
+    """RuntimeError if a recomputation (begun at `start`) wrote into a Variable it did not
+    make: its first run, checked, wrote only into its own, so this is one that run made and
+    kept where the recomputation finds it (in a dict or a global), now written twice."""
+    written, _, _ = _written(writes, set(map(id, made)), start)
+    if written:
+        from .engine import _describe  # the engine imports this module
+        x, how = next(iter(written.values()))
+        raise RuntimeError(
+            f"checkpoint: computed again during backward, the block wrote into {_describe(x)} "
+            f"({'by an in-place Function' if how == 'in place' else 'its .data set'}), which "
+            "was there before it ran again: one its first run made and kept (in a dict or a "
+            "global, read again by the recomputation instead of computed), which is now written "
+            "twice; keep no state between runs of a checkpointed block, or pass it in and "
+            "return the new one")
 
 
 def _check_writes(writes, made, states, registered, draws, start):
@@ -390,16 +425,7 @@ def _check_writes(writes, made, states, registered, draws, start):
     set (an RNN's h), the hooks it registered, and the random generator where no other
     thread's op drew from it meanwhile."""
     made = set(map(id, made))
-    # a Variable detached in the block from one of its ops' results: that result's array
-    detached = {id(v): source for v, how, source in writes if how == "detached"}
-    created, written = {}, {}
-    for v, how, _ in writes:
-        if how in ("statistics", "detached") or _made_by_the_block(v, start, detached):
-            continue  # batch norm's (updated once: see functions.nn); an op's result, each run's
-        if how == "given" and isinstance(v, _variables.Parameter):
-            created[id(v)] = v
-        elif not (how == "given" and id(v) in made):
-            written.setdefault(id(v), (v, how))
+    written, created, detached = _written(writes, made, start)
     if not created and not written:
         return
     if created:
@@ -413,11 +439,14 @@ def _check_writes(writes, made, states, registered, draws, start):
         from .engine import _describe  # the engine imports this module
         x, how = next(iter(written.values()))
         how = "by an in-place Function" if how == "in place" else "its .data set"
+        made_here = id(x) in made and id(x) not in detached  # by Variable(...) in the block
         whose = ("a Variable the block made: its recomputation would write again into what "
                  "the one it reads then holds (an array from outside, as in Variable(buf), or "
-                 "a Variable kept from an earlier call)" if id(x) in made else
-                 "from outside the block (or computed in it under no_grad(), which keeps no "
-                 "record of it): its recomputation in backward would write into it again")
+                 "a Variable kept from an earlier call)" if made_here else
+                 "not an array the block's gradcore ops made (one from outside, computed under "
+                 "no_grad(), which keeps no record, or returned by a Function of yours, which "
+                 "may hand out any array): its recomputation in backward would write into it "
+                 "again")
         error = RuntimeError(
             f"checkpoint: the block wrote into {_describe(x)} ({how}), {whose}; do the write "
             "outside checkpoint, or write the result into a new array (y = x + 1, not x += 1)")
@@ -640,10 +669,14 @@ class Checkpoint(Function):
         the module attributes it read the first time; the attributes are put back as they are
         now. Refused where it read other Variables from outside than the first time."""
         start = next(sequence)
-        registered = []
+        registered, writes, made = [], [], []
         token = _variables.hooks_registered.set(registered)
+        writes_token = _variables.block_writes.set(writes)
+        made_token = _variables.made_in_block.set(made)
         unnoted = states_set.set(None)
         now = [module.__dict__.get(name, _ABSENT) for module, name, _ in self.states]
+        with _variables.blocks_lock:
+            _variables.blocks_running[0] += 1
         try:
             for module, name, before in self.states:
                 _put(module, name, before)
@@ -653,11 +686,16 @@ class Checkpoint(Function):
             if len(outputs) == self.count:
                 outputs += tuple(module.__dict__.get(name) for module, name in self.kept)
         finally:
+            with _variables.blocks_lock:
+                _variables.blocks_running[0] -= 1
             for (module, name, _), value in zip(self.states, now):
                 _put(module, name, value)
             states_set.reset(unnoted)
             _variables.hooks_registered.reset(token)
+            _variables.block_writes.reset(writes_token)
+            _variables.made_in_block.reset(made_token)
             _take_off(registered, start)
+        _check_written_again(writes, made, start)
         self._check_reads(outputs, arguments, start)
         if self.called_at is not None and anomaly_on():
             _restack(outputs, start, self.called_at)
