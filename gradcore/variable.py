@@ -1065,6 +1065,10 @@ class Variable:
     def __neg__(self):
         return Neg()(self)
 
+    def __pos__(self):
+        """+x: x itself, as NumPy's and PyTorch's unary plus give x's values."""
+        return self
+
     def __abs__(self):
         return abs_(self)
 

@@ -198,6 +198,7 @@ SCALAR_OPS = [
     ("x / 2", lambda x: x / 2, lambda a: a / 2, lambda a: 0.5 * np.ones_like(a)),
     ("2 / x", lambda x: 2 / x, lambda a: 2 / a, lambda a: -2 / a ** 2),
     ("-x", lambda x: -x, lambda a: -a, lambda a: -np.ones_like(a)),
+    ("+x", lambda x: +x, lambda a: a, lambda a: np.ones_like(a)),  # x itself (it raised)
     ("x ** 3", lambda x: x ** 3, lambda a: a ** 3, lambda a: 3 * a ** 2),
     ("x ** 0.5", lambda x: x ** 0.5, np.sqrt, lambda a: 0.5 / np.sqrt(a)),
 ]
