@@ -100,6 +100,11 @@ class Backend:
         another. False when the library cannot tell (a caller that must own it then copies)."""
         return False
 
+    def may_view(self, array, other):
+        """Whether `array`, which owns no memory of its own (owns_memory), may be a view of
+        `other`'s: True where the library cannot tell."""
+        return True
+
     def writable(self, array):
         """False if `array` refuses writes in place (NumPy's read-only arrays: numpy.load with
         mmap_mode='r', broadcast_to, frombuffer), read from NumPy-style `flags` without a copy;

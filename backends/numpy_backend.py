@@ -36,6 +36,12 @@ class NumpyBackend(HostRandom, Backend):
     loops_on_host = True
     scalar_types = frozenset(t for t in numpy.sctypeDict.values() if issubclass(t, numpy.generic))
 
+    def may_view(self, array, other):
+        # a view's base is the array that owns the memory (NumPy and CuPy collapse chains of
+        # views): a copy made by a reshape of a view has a base of its own
+        base = array.base
+        return base is other or base is getattr(other, "base", None) and base is not None
+
     def owns_memory(self, array):
         # a NumPy scalar (which callers may keep in place of a 0-d array) is immutable; any
         # array, a subclass's (np.memmap) too, is memory that other arrays may share

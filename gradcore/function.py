@@ -802,7 +802,8 @@ class View(Function):
         # one owns_memory test per output, and a _WriteLog per base that has views
         if isinstance(x, Variable):
             for y in ys if ys.__class__ is tuple else (ys,):
-                if not y._backend.owns_memory(y._data):
+                backend = y._backend
+                if not backend.owns_memory(y._data) and backend.may_view(y._data, x._data):
                     share_versions(x, y)
         return ys
 

@@ -361,14 +361,15 @@ def _made_by_the_block(v, start, detached):
     v[0:2]: followed back to that input), and through what a Variable was detached from
     (`detached`: id -> that one). An author's Function may return any array (an argument's, a
     view of one, one it holds), which cannot be told reliably where the library cannot say
-    which arrays share memory: its results are not taken as the block's own."""
+    which arrays share memory: its results are not taken as the block's own, nor a nested
+    checkpoint's, which are its block's results."""
     while True:
         if id(v) in detached:
             v = detached[id(v)]
             continue
-        if (v.creator is None or v.creator.sequence <= start
+        if (v.creator is None or v.creator.sequence <= start or type(v.creator) is Checkpoint
                 or not type(v.creator).__module__.startswith("gradcore.")):
-            return False
+            return False  # a nested block's result: whatever that block's ops gave, as is
         log = getattr(v, "_writes", None)
         base = None if log is None else next(
             (x for x in v.creator.inputs if getattr(x, "_writes", None) is log), None)

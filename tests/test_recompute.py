@@ -112,6 +112,10 @@ def test_a_block_writing_into_a_variable_is_refused_saying_so():
             return gy * 0.0
     with pytest.raises(RuntimeError, match="returned by a Function of yours"):  # held 2 for 1
         gradcore.checkpoint(lambda x: F.sum(x) + F.sum(AddOneInPlace()(Held()(x).detach())), w)
+    with pytest.raises(RuntimeError, match="wrote into the Variable"):  # through a nested block
+        gradcore.checkpoint(lambda x: F.sum(x) + F.sum(AddOneInPlace()(
+            gradcore.checkpoint(lambda v: Held()(v), x).detach())), w)
+    np.testing.assert_array_equal(held, [2.0, 2.0, 2.0])  # each refused call's write, once
     cache = {}
 
     def caches(x):  # its own result, kept in a dict the recomputation reads instead

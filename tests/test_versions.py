@@ -256,6 +256,31 @@ def test_a_view_of_memmap_data_shares_its_version(tmp_path):
     assert x.grad is None
 
 
+def test_a_reshape_that_copies_shares_no_version_with_its_input():
+    """h.T.reshape(-1) is a copy in NumPy (of a view: its base is set), taken for a view of h:
+    writing into it in place refused backward through h ("matmul: its output 0 ... was
+    written"), which h was not; PyTorch's runs."""
+    class ReLUInPlace(gradcore.Function):
+        def forward(self, x):
+            self.mask = x > 0
+            x *= self.mask
+            self.mark_dirty(x)
+            return x
+
+        def backward(self, gy):
+            return gy * self.mask
+    a = Variable(np.arange(15.0).reshape(3, 5) - 7)
+    W = Parameter(np.linspace(-1, 1, 20).reshape(5, 4))
+    h = a @ W
+    copied = h.T.reshape(-1)
+    assert not np.shares_memory(copied.data, h.data)
+    r = ReLUInPlace()(copied.detach()).reshape(4, 3).T
+    F.sum(h * h * r).backward()
+    np.testing.assert_allclose(W.grad.data, a.data.T @ (2 * h.data * np.maximum(h.data, 0)))
+    with gradcore.no_grad():  # views still share, a view of a view too
+        assert h[0]._writes is h._writes and h.T[0]._writes is h._writes
+
+
 def _tells_memory_apart(xp):
     """True if xp's library says whether two arrays share memory (NumPy, CuPy); the data setter
     takes any other (array-api-strict) to share it, and keeps one version for both."""
