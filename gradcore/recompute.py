@@ -173,8 +173,12 @@ def checkpoint(fn, /, *args, use_reentrant=None, preserve_rng_state=True,
     returned, made = set(map(id, results)), set(map(id, made))
     own = {id(x) for x in outside if id(x) in made and id(x) not in returned}
     made_returned = {id(x) for x in outside if id(x) in made and id(x) in returned}
+    # the positions of the results whose arrays the block's gradcore ops made: an outer
+    # block may write into those (_made_by_the_block)
+    detached = {id(v): source for v, how, source in writes if how == "detached"}
+    fresh = {k for k in at.values() if _made_by_the_block(outputs[k], start, detached)}
     for node in nodes:
-        node.made_inside, node.made_returned = own, made_returned
+        node.made_inside, node.made_returned, node.fresh = own, made_returned, fresh
     kind = type(out)
     # the write log each result shared in the first run: a View's result (v[0:2], W.T) shares
     # its input's there
@@ -367,9 +371,14 @@ def _made_by_the_block(v, start, detached):
         if id(v) in detached:
             v = detached[id(v)]
             continue
-        if (v.creator is None or v.creator.sequence <= start or type(v.creator) is Checkpoint
+        if type(v.creator) is Checkpoint and v.creator.sequence > start:
+            # a nested block's result: the array its block gave, its own or not (fresh)
+            node = v.creator
+            return any(y is v and k in node.fresh for k, y in zip(
+                node.positions, (ref() for ref in node.outputs)))
+        if (v.creator is None or v.creator.sequence <= start
                 or not type(v.creator).__module__.startswith("gradcore.")):
-            return False  # a nested block's result: whatever that block's ops gave, as is
+            return False
         log = getattr(v, "_writes", None)
         base = None if log is None else next(
             (x for x in v.creator.inputs if getattr(x, "_writes", None) is log), None)
@@ -525,6 +534,7 @@ class Checkpoint(Function):
         # alike (_check_reads); the ids of the leaves among the inputs the block made, and of
         # those of them it returns
         self.read_instead, self.made_inside, self.made_returned = {}, set(), set()
+        self.fresh = set()  # positions of results the block's ops made (see checkpoint)
 
     def forward(self, *xs):
         results, self.results = self.results, None  # the arrays live on in the outputs only

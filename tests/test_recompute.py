@@ -116,6 +116,22 @@ def test_a_block_writing_into_a_variable_is_refused_saying_so():
         gradcore.checkpoint(lambda x: F.sum(x) + F.sum(AddOneInPlace()(
             gradcore.checkpoint(lambda v: Held()(v), x).detach())), w)
     np.testing.assert_array_equal(held, [2.0, 2.0, 2.0])  # each refused call's write, once
+    for nested in (False, True):  # a nested block's own result: the outer one's own too
+        def inner(v):
+            return gradcore.checkpoint(lambda v: v * 2.0, v) if nested else v * 2.0
+
+        def writes(x):
+            return F.sum(x * AddOneInPlace()(inner(x).detach()))
+
+        def releases(x):  # DeZero's t.data = None, on a nested block's result
+            t = inner(x)
+            y = t + 1.0
+            t.data = None
+            return F.sum(y * x)
+        for block, grad in ((writes, [3.0, 5.0, 7.0]), (releases, [5.0, 9.0, 13.0])):
+            x = Parameter(np.array([1.0, 2.0, 3.0]))
+            gradcore.checkpoint(block, x).backward()
+            np.testing.assert_array_equal(x.grad.data, grad)
     cache = {}
 
     def caches(x):  # its own result, kept in a dict the recomputation reads instead

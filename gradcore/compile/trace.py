@@ -1897,6 +1897,10 @@ class TraceBackend(backends.Backend):
     def owns_memory(self, array):
         return self.inner.owns_memory(array.value)
 
+    def may_view(self, array, other):
+        other = getattr(other, "value", other)
+        return self.inner.may_view(array.value, other)
+
     def device_of(self, array):
         return self.inner.device_of(array.value)
 
