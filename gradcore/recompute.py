@@ -109,7 +109,8 @@ def checkpoint(fn, /, *args, use_reentrant=None, preserve_rng_state=True,
     # what the first run sets on modules, writes into Variables, makes, and hooks it registers
     noted = (states_set, _variables.block_writes, _variables.made_in_block,
              _variables.hooks_registered)
-    tokens = [var.set([]) for var in noted]
+    tokens = [var.set(_Writes(start) if var is _variables.block_writes else [])
+              for var in noted]
     with _variables.blocks_lock:
         _variables.blocks_running[0] += 1
     try:
@@ -126,7 +127,7 @@ def checkpoint(fn, /, *args, use_reentrant=None, preserve_rng_state=True,
         # which takes them off): the other's too
         outer = var.get()
         if outer is not None:
-            outer.extend(inner)
+            outer.merge(inner) if isinstance(outer, _Writes) else outer.extend(inner)
     if writes:
         _check_writes(writes, made, states, registered, draws, start)
     several = isinstance(out, tuple)
@@ -175,8 +176,8 @@ def checkpoint(fn, /, *args, use_reentrant=None, preserve_rng_state=True,
     made_returned = {id(x) for x in outside if id(x) in made and id(x) in returned}
     # the positions of the results whose arrays the block's gradcore ops made: an outer
     # block may write into those (_made_by_the_block)
-    detached = {id(v): source for v, how, source in writes if how == "detached"}
-    fresh = {k for k in at.values() if _made_by_the_block(outputs[k], start, detached)}
+    fresh = {k for k in at.values()
+             if _made_by_the_block(outputs[k], start, writes.detached, writes.replaced)}
     for node in nodes:
         node.made_inside, node.made_returned, node.fresh = own, made_returned, fresh
     kind = type(out)
@@ -359,15 +360,18 @@ def _by_keyword(fn, count, names):
     return block
 
 
-def _made_by_the_block(v, start, detached):
+def _made_by_the_block(v, start, detached, replaced=()):
     """Whether v's array is one an op of the block (recorded after `start`) made anew: one of
     gradcore's own ops, which make a new array or share their input's write log (a view, v.T,
     v[0:2]: followed back to that input), and through what a Variable was detached from
     (`detached`: id -> that one). An author's Function may return any array (an argument's, a
     view of one, one it holds), which cannot be told reliably where the library cannot say
     which arrays share memory: its results are not taken as the block's own, nor a nested
-    checkpoint's, which are its block's results."""
+    checkpoint's, which are its block's results. Nor one the block gave another array
+    (`replaced`: ids), which may be anyone's (t.data = buf.data)."""
     while True:
+        if id(v) in replaced:
+            return False
         if id(v) in detached:
             v = detached[id(v)]
             continue
@@ -387,29 +391,62 @@ def _made_by_the_block(v, start, detached):
         v = base
 
 
-def _written(writes, made, start):
-    """{id: (Variable, how)} of the writes (see variable.block_writes) a run of a block begun
-    at `start` made into Variables but arrays its ops made and constants it made (`made`, the
-    ids of the Variables it made with Variable(...)) that had no data before; and those of
-    them that were lazily created weights; and what each Variable detached in the run was
-    detached from."""
-    detached = {id(v): source for v, how, source in writes if how == "detached"}
+class _Writes(list):
+    """The writes a run of a block begun at `start` made (variable.block_writes), as
+    (Variable, how, before, whether the array was the block's own then): each judged as it is
+    made, by what the Variable held then (a view released or given other data afterwards is
+    judged as the view it was), with what each Variable detached in the run was detached from
+    (`detached`: id -> it) and the Variables given other data (`replaced`), held so that
+    their ids stay theirs."""
+
+    def __init__(self, start):
+        super().__init__()
+        self.start, self.detached, self.replaced, self.kept = start, {}, {}, []
+
+    def note(self, v, how, before=None):
+        if how == "detached":
+            self.detached[id(v)] = before
+            self.kept.append(v)
+            return
+        if how == "release":
+            return  # no memory written: the block may drop what it holds (DeZero's t.data = None)
+        own = None
+        if how in ("set", "in place", "given"):
+            own = _made_by_the_block(v, self.start, self.detached,
+                                     self.replaced if how == "in place" else ())
+            if how != "in place":
+                self.replaced[id(v)] = v  # what it holds now may be anyone's array
+        self.append((v, how, before, own))
+
+    def merge(self, inner):
+        """The writes of a block run inside this one's run."""
+        self.extend(inner)
+        self.detached.update(inner.detached)
+        self.replaced.update(inner.replaced)
+        self.kept.extend(inner.kept)
+
+
+def _written(writes, made):
+    """{id: (Variable, how)} of the writes (a _Writes) a run of a block made into Variables
+    but arrays its ops made and constants it made (`made`, the ids of the Variables it made
+    with Variable(...)) that had no data before; and those of them that were lazily created
+    weights."""
     created, written = {}, {}
-    for v, how, _ in writes:
-        if how in ("statistics", "detached") or _made_by_the_block(v, start, detached):
+    for v, how, _, own in writes:
+        if how == "statistics" or own:
             continue  # batch norm's (updated once: see functions.nn); an op's result, each run's
         if how == "given" and isinstance(v, _variables.Parameter):
             created[id(v)] = v
         elif not (how == "given" and id(v) in made):
             written.setdefault(id(v), (v, how))
-    return written, created, detached
+    return written, created
 
 
-def _check_written_again(writes, made, start):
-    """RuntimeError if a recomputation (begun at `start`) wrote into a Variable it did not
+def _check_written_again(writes, made):
+    """RuntimeError if a recomputation wrote into a Variable it did not
     make: its first run, checked, wrote only into its own, so this is one that run made and
     kept where the recomputation finds it (in a dict or a global), now written twice."""
-    written, _, _ = _written(writes, set(map(id, made)), start)
+    written, _ = _written(writes, set(map(id, made)))
     if written:
         from .engine import _describe  # the engine imports this module
         x, how = next(iter(written.values()))
@@ -435,7 +472,8 @@ def _check_writes(writes, made, states, registered, draws, start):
     set (an RNN's h), the hooks it registered, and the random generator where no other
     thread's op drew from it meanwhile."""
     made = set(map(id, made))
-    written, created, detached = _written(writes, made, start)
+    written, created = _written(writes, made)
+    detached = writes.detached
     if not created and not written:
         return
     if created:
@@ -460,7 +498,7 @@ def _check_writes(writes, made, states, registered, draws, start):
         error = RuntimeError(
             f"checkpoint: the block wrote into {_describe(x)} ({how}), {whose}; do the write "
             "outside checkpoint, or write the result into a new array (y = x + 1, not x += 1)")
-    for v, how, before in reversed(writes):  # the first value found wins
+    for v, how, before, _ in reversed(writes):  # the first value found wins
         if how == "given" and v._data is not None:
             v.data = None
         elif how == "statistics":
@@ -680,7 +718,7 @@ class Checkpoint(Function):
         the module attributes it read the first time; the attributes are put back as they are
         now. Refused where it read other Variables from outside than the first time."""
         start = next(sequence)
-        registered, writes, made = [], [], []
+        registered, writes, made = [], _Writes(start), []
         token = _variables.hooks_registered.set(registered)
         writes_token = _variables.block_writes.set(writes)
         made_token = _variables.made_in_block.set(made)
@@ -706,7 +744,7 @@ class Checkpoint(Function):
             _variables.block_writes.reset(writes_token)
             _variables.made_in_block.reset(made_token)
             _take_off(registered, start)
-        _check_written_again(writes, made, start)
+        _check_written_again(writes, made)
         self._check_reads(outputs, arguments, start)
         if self.called_at is not None and anomaly_on():
             _restack(outputs, start, self.called_at)

@@ -257,12 +257,12 @@ sequence = itertools.count()
 # while gradcore.checkpoint runs a block again: a list that each hook registered then joins, as
 # (Variable, the handle of that registration), for the recomputation to take off
 hooks_registered = contextvars.ContextVar("gradcore.hooks_registered", default=None)
-# While gradcore.checkpoint first runs a block: block_writes, a list that each write into a
-# Variable's data joins as (Variable, how, None): "given" data where it had none (a lazily
-# created weight), "set" other data, or written "in place" by a Function (mark_dirty); each
-# Variable detached from another, as (it, "detached", the other); and
-# each update of batch norm's running statistics as (None, "statistics", (backend, the array,
-# a copy of it before)), to put back where the block is refused; made_in_block, a
+# While gradcore.checkpoint runs a block: block_writes (recompute._Writes), told of each write
+# into a Variable's data: "given" data where it had none (a lazily created weight), "release"d
+# (set to None), "set" to other data, or written "in place" by a Function (mark_dirty); of each
+# Variable "detached" from another (before: the other); and of each update of batch norm's
+# running statistics (before: (backend, the array, a copy of it before)), to put back where the
+# block is refused; made_in_block, a
 # list that each Variable made by Variable(...) joins (a constant the block makes anew); and
 # how many such runs are open in any thread (the data setter, Variable() and mark_dirty look
 # at the lists only then)
@@ -273,10 +273,10 @@ blocks_lock = threading.Lock()
 
 
 def note_block_write(v, how, before=None):
-    """v's data is written (`how`: see block_writes) while a checkpointed block first runs."""
+    """v's data is written (`how`: see block_writes) while a checkpointed block runs."""
     writes = block_writes.get()
     if writes is not None:
-        writes.append((v, how, before))
+        writes.note(v, how, before)
 # The code of every Function subclass's backward (Function.__init_subclass__ adds each): an
 # augmented assignment written there rebinds (_augmented)
 backward_codes = set()
@@ -481,8 +481,9 @@ class Variable:
             released.pop(self, None)
         self._data, self._backend = data, backend
         note_write(self)
-        if blocks_running[0]:
-            note_block_write(self, "given" if old is None else "set")
+        if blocks_running[0]:  # a release writes no memory: the block may drop its own
+            note_block_write(self, "given" if old is None else "release" if data is None
+                             else "set")
         if id(self) in _watched and old is not None and (
                 backend is not backend_of(old) or old.shape != data.shape
                 or old.dtype != data.dtype

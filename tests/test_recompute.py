@@ -116,6 +116,21 @@ def test_a_block_writing_into_a_variable_is_refused_saying_so():
         gradcore.checkpoint(lambda x: F.sum(x) + F.sum(AddOneInPlace()(
             gradcore.checkpoint(lambda v: Held()(v), x).detach())), w)
     np.testing.assert_array_equal(held, [2.0, 2.0, 2.0])  # each refused call's write, once
+    def launders(x):  # its own result given an outside array, then written in place
+        t = x * 2.0
+        t.data = buf.data
+        return F.sum(x * AddOneInPlace()(t.detach()))
+
+    steps = Parameter(np.zeros((2, 2)))
+
+    def releases_after(x):  # a view of an outside Variable written, then released
+        t = F.reshape(steps, (4,))
+        AddOneInPlace()(t.detach())
+        t.data = None
+        return F.sum(x)
+    for block in (launders, releases_after):  # each was accepted, and written twice (2 for 1)
+        with pytest.raises(RuntimeError, match="wrote into the Variable"):
+            gradcore.checkpoint(block, Variable(np.ones(3)))
     for nested in (False, True):  # a nested block's own result: the outer one's own too
         def inner(v):
             return gradcore.checkpoint(lambda v: v * 2.0, v) if nested else v * 2.0
@@ -128,7 +143,13 @@ def test_a_block_writing_into_a_variable_is_refused_saying_so():
             y = t + 1.0
             t.data = None
             return F.sum(y * x)
-        for block, grad in ((writes, [3.0, 5.0, 7.0]), (releases, [5.0, 9.0, 13.0])):
+        def releases_view(x):  # a nested block's view of its argument, released
+            t = gradcore.checkpoint(lambda v: v.T, x) if nested else x.T
+            y = t.T + 1.0
+            t.data = None
+            return F.sum(y * x)
+        for block, grad in ((writes, [3.0, 5.0, 7.0]), (releases, [5.0, 9.0, 13.0]),
+                            (releases_view, [3.0, 5.0, 7.0])):
             x = Parameter(np.array([1.0, 2.0, 3.0]))
             gradcore.checkpoint(block, x).backward()
             np.testing.assert_array_equal(x.grad.data, grad)
