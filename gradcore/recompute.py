@@ -37,7 +37,7 @@ from . import engine, random
 from . import variable as _variables
 from .config import (Config, anomaly_on, enable_grad, is_grad_enabled, recomputation,
                      using_config)
-from .function import Function, _base_of
+from .function import Function, View, _base_of
 from .variable import Variable, sequence, share_versions, variables_returned
 
 __all__ = ["checkpoint"]
@@ -361,31 +361,36 @@ def _by_keyword(fn, count, names):
 
 
 def _made_by_the_block(v, start, detached, replaced=()):
-    """Whether v's array is one an op of the block (recorded after `start`) made anew: one of
-    gradcore's own ops, which make a new array or share their input's write log (a view, v.T,
-    v[0:2]: followed back to that input), and through what a Variable was detached from
-    (`detached`: id -> that one). An author's Function may return any array (an argument's, a
-    view of one, one it holds), which cannot be told reliably where the library cannot say
-    which arrays share memory: its results are not taken as the block's own, nor a nested
-    checkpoint's, which are its block's results. Nor one the block gave another array
-    (`replaced`: ids), which may be anyone's (t.data = buf.data)."""
+    """Whether v's array is one an op of the block (recorded after `start`) made anew, as far
+    as the ops that made v tell: a view (a View op, or a result sharing its input's write log)
+    is followed back to its input, a Variable detached in the block takes the verdict given
+    when it was detached (`detached`: id -> True or False), a nested checkpoint's result is
+    its block's own only where that block's ops made it (Checkpoint.fresh), and one of
+    gradcore's other ops makes a new array. An author's Function may return any array (an
+    argument's, a view of one, one it holds), which cannot be told reliably where the library
+    cannot say which arrays share memory: its results are not the block's own. Nor is a
+    Variable the block gave another array (`replaced`: ids), which may be anyone's
+    (t.data = buf.data)."""
     while True:
         if id(v) in replaced:
             return False
-        if id(v) in detached:
-            v = detached[id(v)]
-            continue
-        if type(v.creator) is Checkpoint and v.creator.sequence > start:
-            # a nested block's result: the array its block gave, its own or not (fresh)
-            node = v.creator
-            return any(y is v and k in node.fresh for k, y in zip(
-                node.positions, (ref() for ref in node.outputs)))
-        if (v.creator is None or v.creator.sequence <= start
-                or not type(v.creator).__module__.startswith("gradcore.")):
+        verdict = detached.get(id(v))
+        if verdict is not None:
+            return verdict
+        creator = v.creator
+        if creator is None or creator.sequence <= start:
             return False
+        if type(creator) is Checkpoint:
+            return any(y is v and k in creator.fresh for k, y in zip(
+                creator.positions, (ref() for ref in creator.outputs)))
+        if not type(creator).__module__.startswith("gradcore."):
+            return False
+        if isinstance(creator, View):  # its input's memory, whatever their write logs say now
+            v = creator.inputs[0]
+            continue
         log = getattr(v, "_writes", None)
         base = None if log is None else next(
-            (x for x in v.creator.inputs if getattr(x, "_writes", None) is log), None)
+            (x for x in creator.inputs if getattr(x, "_writes", None) is log), None)
         if base is None:
             return True
         v = base
@@ -395,17 +400,18 @@ class _Writes(list):
     """The writes a run of a block begun at `start` made (variable.block_writes), as
     (Variable, how, before, whether the array was the block's own then): each judged as it is
     made, by what the Variable held then (a view released or given other data afterwards is
-    judged as the view it was), with what each Variable detached in the run was detached from
-    (`detached`: id -> it) and the Variables given other data (`replaced`), held so that
-    their ids stay theirs."""
+    judged as the view it was), with the verdict on each Variable detached in the run, given
+    when it was detached (`detached`: id -> True or False), and the Variables given other data
+    (`replaced`), held so that their ids stay theirs."""
 
     def __init__(self, start):
         super().__init__()
         self.start, self.detached, self.replaced, self.kept = start, {}, {}, []
 
     def note(self, v, how, before=None):
-        if how == "detached":
-            self.detached[id(v)] = before
+        if how == "detached":  # judged now: what `before` holds now is what v holds
+            self.detached[id(v)] = _made_by_the_block(before, self.start, self.detached,
+                                                      self.replaced)
             self.kept.append(v)
             return
         if how == "release":

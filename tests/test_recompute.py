@@ -128,7 +128,21 @@ def test_a_block_writing_into_a_variable_is_refused_saying_so():
         AddOneInPlace()(t.detach())
         t.data = None
         return F.sum(x)
-    for block in (launders, releases_after):  # each was accepted, and written twice (2 for 1)
+    def releases_before(x):  # detached from a view of an outside Variable, then released
+        t = F.reshape(steps, (4,))
+        d = t.detach()
+        t.data = None
+        AddOneInPlace()(d)
+        return F.sum(x)
+
+    def argument_view(x):  # the same on the block's argument
+        t = x.T
+        d = t.detach()
+        t.data = None
+        AddOneInPlace()(d)
+        return F.sum(x * 2.0)
+    for block in (launders, releases_after, releases_before, argument_view):
+        # each was accepted, and written twice (2 for 1)
         with pytest.raises(RuntimeError, match="wrote into the Variable"):
             gradcore.checkpoint(block, Variable(np.ones(3)))
     for nested in (False, True):  # a nested block's own result: the outer one's own too
@@ -148,8 +162,15 @@ def test_a_block_writing_into_a_variable_is_refused_saying_so():
             y = t.T + 1.0
             t.data = None
             return F.sum(y * x)
+        def detached_then_set(x):  # its own array, detached before the Variable got another
+            t = inner(x)
+            d = t.detach()
+            t.data = np.ones(3)
+            AddOneInPlace()(d)
+            return F.sum(d * x)
         for block, grad in ((writes, [3.0, 5.0, 7.0]), (releases, [5.0, 9.0, 13.0]),
-                            (releases_view, [3.0, 5.0, 7.0])):
+                            (releases_view, [3.0, 5.0, 7.0]),
+                            (detached_then_set, [3.0, 5.0, 7.0])):
             x = Parameter(np.array([1.0, 2.0, 3.0]))
             gradcore.checkpoint(block, x).backward()
             np.testing.assert_array_equal(x.grad.data, grad)
