@@ -177,7 +177,8 @@ def checkpoint(fn, /, *args, use_reentrant=None, preserve_rng_state=True,
     # the positions of the results whose arrays the block's gradcore ops made: an outer
     # block may write into those (_made_by_the_block)
     fresh = {k for k in at.values()
-             if _made_by_the_block(outputs[k], start, writes.detached, writes.replaced)}
+             if _made_by_the_block(outputs[k], start, writes.detached, writes.replaced,
+                                   writes.changed)}
     for node in nodes:
         node.made_inside, node.made_returned, node.fresh = own, made_returned, fresh
     kind = type(out)
@@ -360,7 +361,7 @@ def _by_keyword(fn, count, names):
     return block
 
 
-def _made_by_the_block(v, start, detached, replaced=()):
+def _made_by_the_block(v, start, detached, replaced=(), changed=()):
     """Whether v's array is one an op of the block (recorded after `start`) made anew, as far
     as the ops that made v tell: a view (a View op, or a result sharing its input's write log)
     is followed back to its input, a Variable detached in the block takes the verdict given
@@ -370,7 +371,9 @@ def _made_by_the_block(v, start, detached, replaced=()):
     argument's, a view of one, one it holds), which cannot be told reliably where the library
     cannot say which arrays share memory: its results are not the block's own. Nor is a
     Variable the block gave another array (`replaced`: ids), which may be anyone's
-    (t.data = buf.data)."""
+    (t.data = buf.data). A View op's result that is no view of its input's array (a copy:
+    fancy indexing, a reshape of a transposed view) is a new array, where that input still
+    holds the array it had (`changed`: ids of those given another array or released)."""
     while True:
         if id(v) in replaced:
             return False
@@ -386,7 +389,11 @@ def _made_by_the_block(v, start, detached, replaced=()):
         if not type(creator).__module__.startswith("gradcore."):
             return False
         if isinstance(creator, View):  # its input's memory, whatever their write logs say now
-            v = creator.inputs[0]
+            x, data, backend = creator.inputs[0], v._data, v._backend
+            if data is not None and id(x) not in changed and (
+                    backend.owns_memory(data) or not backend.may_view(data, x._data)):
+                return True  # a copy (fancy indexing, a reshape of a transposed view)
+            v = x
             continue
         log = getattr(v, "_writes", None)
         base = None if log is None else next(
@@ -407,21 +414,24 @@ class _Writes(list):
     def __init__(self, start):
         super().__init__()
         self.start, self.detached, self.replaced, self.kept = start, {}, {}, []
+        self.changed = {}  # id -> each Variable given other data or released
 
     def note(self, v, how, before=None):
         if how == "detached":  # judged now: what `before` holds now is what v holds
             self.detached[id(v)] = _made_by_the_block(before, self.start, self.detached,
-                                                      self.replaced)
+                                                      self.replaced, self.changed)
             self.kept.append(v)
             return
         if how == "release":
-            return  # no memory written: the block may drop what it holds (DeZero's t.data = None)
+            # no memory written: the block may drop what it holds (DeZero's t.data = None)
+            self.changed[id(v)] = v
+            return
         own = None
         if how in ("set", "in place", "given"):
             own = _made_by_the_block(v, self.start, self.detached,
-                                     self.replaced if how == "in place" else ())
+                                     self.replaced if how == "in place" else (), self.changed)
             if how != "in place":
-                self.replaced[id(v)] = v  # what it holds now may be anyone's array
+                self.replaced[id(v)] = self.changed[id(v)] = v  # now maybe anyone's array
         self.append((v, how, before, own))
 
     def merge(self, inner):
@@ -429,6 +439,7 @@ class _Writes(list):
         self.extend(inner)
         self.detached.update(inner.detached)
         self.replaced.update(inner.replaced)
+        self.changed.update(inner.changed)
         self.kept.extend(inner.kept)
 
 

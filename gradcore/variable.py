@@ -481,9 +481,10 @@ class Variable:
             released.pop(self, None)
         self._data, self._backend = data, backend
         note_write(self)
-        if blocks_running[0]:  # a release writes no memory: the block may drop its own
+        if blocks_running[0]:  # a release writes no memory: the block may drop its own; the
+            # same array again is one written in place (t.data -= 1)
             note_block_write(self, "given" if old is None else "release" if data is None
-                             else "set")
+                             else "in place" if data is old else "set")
         if id(self) in _watched and old is not None and (
                 backend is not backend_of(old) or old.shape != data.shape
                 or old.dtype != data.dtype

@@ -141,7 +141,12 @@ def test_a_block_writing_into_a_variable_is_refused_saying_so():
         t.data = None
         AddOneInPlace()(d)
         return F.sum(x * 2.0)
-    for block in (launders, releases_after, releases_before, argument_view):
+    def launders_by_data(x):  # its own result given an outside array, then t.data -= 1
+        t = x * 2.0
+        t.data = buf.data
+        t.data -= 1.0
+        return F.sum(x * 2.0)
+    for block in (launders, releases_after, releases_before, argument_view, launders_by_data):
         # each was accepted, and written twice (2 for 1)
         with pytest.raises(RuntimeError, match="wrote into the Variable"):
             gradcore.checkpoint(block, Variable(np.ones(3)))
@@ -168,6 +173,13 @@ def test_a_block_writing_into_a_variable_is_refused_saying_so():
             t.data = np.ones(3)
             AddOneInPlace()(d)
             return F.sum(d * x)
+        def copies(x):  # a copy a View op made of a Variable from outside (fancy indexing)
+            AddOneInPlace()(outside_copy[[0, 1, 2]].detach())
+            return F.sum(x * x)
+        outside_copy = Parameter(np.zeros(3))
+        x = Parameter(np.array([1.0, 2.0, 3.0]))
+        gradcore.checkpoint(copies, x).backward()
+        assert np.array_equal(x.grad.data, [2.0, 4.0, 6.0]) and not outside_copy.data.any()
         for block, grad in ((writes, [3.0, 5.0, 7.0]), (releases, [5.0, 9.0, 13.0]),
                             (releases_view, [3.0, 5.0, 7.0]),
                             (detached_then_set, [3.0, 5.0, 7.0])):
