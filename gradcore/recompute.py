@@ -390,15 +390,16 @@ def _made_by_the_block(v, start, detached, replaced=(), changed=()):
             return False
         if isinstance(creator, View):  # its input's memory, whatever their write logs say now
             x, data, backend = creator.inputs[0], v._data, v._backend
-            if data is not None and id(x) not in changed and (
+            if data is not None and data is not x._data and id(x) not in changed and (
                     backend.owns_memory(data) or not backend.may_view(data, x._data)):
                 return True  # a copy (fancy indexing, a reshape of a transposed view)
             v = x
             continue
-        log = getattr(v, "_writes", None)
-        base = None if log is None else next(
-            (x for x in creator.inputs if getattr(x, "_writes", None) is log), None)
-        if base is None:
+        log, data = getattr(v, "_writes", None), v._data
+        base = next((x for x in creator.inputs if log is not None and getattr(
+            x, "_writes", None) is log or data is not None and getattr(
+                x, "_data", None) is data), None)
+        if base is None:  # a new array; not its input's own object (Dask's concatenate of one)
             return True
         v = base
 

@@ -1125,3 +1125,21 @@ def test_float16_matmul_across_chunks_is_numpys():
     lazy = backends.backend_for_device("dask").xp.matmul(da.from_array(x, chunks=(8, 8)),
                                                          da.from_array(W, chunks=(8, 5)))
     np.testing.assert_array_equal(lazy.compute(), x @ W)
+
+
+def test_a_checkpointed_block_writing_through_a_view_that_is_its_input_is_refused():
+    """On Dask, W[:] (and squeeze, split, a concatenate of one) is W's own array object: a
+    write through it was taken as into a copy the block made, and backward wrote W again."""
+    class AddOne(gradcore.Function):
+        def forward(self, x):
+            x[...] = x + 1
+            self.mark_dirty(x)
+            return x
+
+        def backward(self, gy):
+            return gy
+    W = gradcore.Parameter(da.zeros(3))  # its views have a graph: made by ops in the block
+    for view in (lambda v: v[:], lambda v: F.concatenate([v])):
+        with pytest.raises(RuntimeError, match="wrote into the Variable"):
+            gradcore.checkpoint(lambda x: F.sum(x) + F.sum(AddOne()(view(W).detach())),
+                                gradcore.Variable(np.ones(3)).to("dask"))

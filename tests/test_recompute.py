@@ -146,7 +146,14 @@ def test_a_block_writing_into_a_variable_is_refused_saying_so():
         t.data = buf.data
         t.data -= 1.0
         return F.sum(x * 2.0)
-    for block in (launders, releases_after, releases_before, argument_view, launders_by_data):
+    weight = Parameter(np.zeros(3))
+    weight.grad = Variable(np.ones(3))
+
+    def steps_an_optimizer(x):  # an update in place: backward stepped again (W -2 for -1)
+        gradcore.optim.SGD([weight], lr=1.0).step()
+        return F.sum(x * 2.0)
+    for block in (launders, releases_after, releases_before, argument_view, launders_by_data,
+                  steps_an_optimizer):
         # each was accepted, and written twice (2 for 1)
         with pytest.raises(RuntimeError, match="wrote into the Variable"):
             gradcore.checkpoint(block, Variable(np.ones(3)))

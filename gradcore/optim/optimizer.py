@@ -376,6 +376,8 @@ class Optimizer:
                     self.update_one(p)
                 if p.version == version:  # updated in place, not through the data setter: count it
                     note_write(p)
+                    if _variables.blocks_running[0]:  # a checkpointed block would step twice
+                        _variables.note_block_write(p, "in place")
             if lazy:  # Dask: else each step's parameters would hold the graph of every step before
                 self._persist(lazy, kept)
         except BaseException:
