@@ -397,8 +397,8 @@ def _made_by_the_block(v, start, detached, replaced=(), changed=()):
             continue
         log, data = getattr(v, "_writes", None), v._data
         base = next((x for x in creator.inputs if log is not None and getattr(
-            x, "_writes", None) is log or data is not None and getattr(
-                x, "_data", None) is data), None)
+            x, "_writes", None) is log or data is not None and id(x) not in changed
+            and getattr(x, "_data", None) is data), None)  # not one given that array since
         if base is None:  # a new array; not its input's own object (Dask's concatenate of one)
             return True
         v = base

@@ -174,6 +174,15 @@ def test_a_block_writing_into_a_variable_is_refused_saying_so():
             y = t.T + 1.0
             t.data = None
             return F.sum(y * x)
+        def rebinds(x):  # its own result given another of its own arrays, then written
+            h = inner(x)
+            t = h + 1.0
+            h.data = t.data
+            return F.sum(x * 2.0) + F.sum(AddOneInPlace()(t.detach()))
+        x = Parameter(np.array([1.0, 2.0, 3.0]))
+        gradcore.checkpoint(rebinds, x).backward()
+        np.testing.assert_array_equal(x.grad.data, [2.0, 2.0, 2.0])
+
         def detached_then_set(x):  # its own array, detached before the Variable got another
             t = inner(x)
             d = t.detach()
