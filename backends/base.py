@@ -55,6 +55,16 @@ class HostRandom:
         return kind, keys.tobytes(), position, has_gauss, gauss
 
 
+class ViewsByBase:
+    """may_view for the libraries whose views name the array owning their memory as `base`
+    (NumPy and CuPy collapse chains of views to it). A backend mixes it in ahead of Backend."""
+
+    def may_view(self, array, other):
+        # a copy made by a reshape of a view has a base of its own
+        base = array.base
+        return base is other or base is getattr(other, "base", None) and base is not None
+
+
 class DeviceUnavailableError(RuntimeError):
     """A device was asked for that this machine cannot provide (no CuPy, no GPU, no such index)."""
 

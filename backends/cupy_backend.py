@@ -5,7 +5,7 @@ import importlib
 import threading
 import weakref
 
-from .base import Backend, DeviceUnavailableError
+from .base import Backend, DeviceUnavailableError, ViewsByBase
 from .device import Device
 
 
@@ -123,7 +123,7 @@ class CudaGraph:
         self._last = stream
 
 
-class CupyBackend(Backend):
+class CupyBackend(ViewsByBase, Backend):
     name = "cupy"
     device_type = "cuda"
     needs_device_context = True
@@ -157,12 +157,6 @@ class CupyBackend(Backend):
             raise DeviceUnavailableError(
                 f"{device} does not exist: {count} CUDA device(s) found (cuda:0 to cuda:{count - 1})")
         return device.index
-
-    def may_view(self, array, other):
-        # a view's base is the array that owns the memory (NumPy and CuPy collapse chains of
-        # views): a copy made by a reshape of a view has a base of its own
-        base = array.base
-        return base is other or base is getattr(other, "base", None) and base is not None
 
     def owns_memory(self, array):
         return array.base is None  # CuPy arrays are always writable

@@ -1,7 +1,7 @@
 """NumPy: the CPU backend."""
 import numpy
 
-from .base import Backend, HostRandom
+from .base import Backend, HostRandom, ViewsByBase
 from .indexing import flat_positions, is_advanced
 from .device import CPU
 
@@ -26,7 +26,7 @@ def _repeats(key):
     return int(numpy.unique(index, return_counts=True)[1].max())
 
 
-class NumpyBackend(HostRandom, Backend):
+class NumpyBackend(HostRandom, ViewsByBase, Backend):
     name = "numpy"
     device_type = "cpu"
     xp = numpy
@@ -35,12 +35,6 @@ class NumpyBackend(HostRandom, Backend):
     multiplies_bool = True
     loops_on_host = True
     scalar_types = frozenset(t for t in numpy.sctypeDict.values() if issubclass(t, numpy.generic))
-
-    def may_view(self, array, other):
-        # a view's base is the array that owns the memory (NumPy and CuPy collapse chains of
-        # views): a copy made by a reshape of a view has a base of its own
-        base = array.base
-        return base is other or base is getattr(other, "base", None) and base is not None
 
     def owns_memory(self, array):
         # a NumPy scalar (which callers may keep in place of a 0-d array) is immutable; any

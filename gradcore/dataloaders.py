@@ -11,7 +11,7 @@ import numpy as np
 import backends
 
 from .datasets import _identity, rows_of_arrays
-from .transforms import loaded_image_type
+from .transforms import first_image
 
 __all__ = ["DataLoader", "SeqDataLoader"]
 
@@ -55,13 +55,10 @@ def _stack(owner, values, what):
 
 
 def _refuse_images(owner, values, what):
-    """Refuse PIL images: np.asarray makes one an (H, W, C) array of raw pixels (a palette
-    image's indices, not its colours), which a batch would stack channels-last with no error.
-    Other objects with __array__ (a torch CPU tensor) convert to what they hold, and pass."""
-    image = loaded_image_type()
-    if image is None:
-        return
-    img = next((v for v in values if isinstance(v, image)), None)
+    """Refuse PIL images (see transforms.first_image), which a batch would stack channels last
+    with no error. Other objects with __array__ (a torch CPU tensor) convert to what they
+    hold, and pass."""
+    img = first_image(values)
     if img is not None:
         transform = "transform" if what == "inputs" else "target_transform"
         raise TypeError(f"{owner}: the {what} of a batch include a PIL image (mode {img.mode}, "

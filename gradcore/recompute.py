@@ -111,14 +111,10 @@ def checkpoint(fn, /, *args, use_reentrant=None, preserve_rng_state=True,
              _variables.hooks_registered)
     tokens = [var.set(_Writes(start) if var is _variables.block_writes else [])
               for var in noted]
-    with _variables.blocks_lock:
-        _variables.blocks_running[0] += 1
     try:
-        with enable_grad(), draws:
+        with _variables.block_running(), enable_grad(), draws:
             out = fn(*_filled(args, where, leaves))
     finally:
-        with _variables.blocks_lock:
-            _variables.blocks_running[0] -= 1
         states, writes, made, registered = lists = [var.get() for var in noted]
         for var, token in zip(noted, tokens):
             var.reset(token)
@@ -460,18 +456,23 @@ def _written(writes, made):
     return written, created
 
 
+def _write_described(x, how):
+    """"the Variable ... (by an in-place Function)" or "... (its .data set)", for errors."""
+    from .engine import _describe  # the engine imports this module
+    return (f"{_describe(x)} "
+            f"({'by an in-place Function' if how == 'in place' else 'its .data set'})")
+
+
 def _check_written_again(writes, made):
     """RuntimeError if a recomputation wrote into a Variable it did not
     make: its first run, checked, wrote only into its own, so this is one that run made and
     kept where the recomputation finds it (in a dict or a global), now written twice."""
     written, _ = _written(writes, set(map(id, made)))
     if written:
-        from .engine import _describe  # the engine imports this module
-        x, how = next(iter(written.values()))
         raise RuntimeError(
-            f"checkpoint: computed again during backward, the block wrote into {_describe(x)} "
-            f"({'by an in-place Function' if how == 'in place' else 'its .data set'}), which "
-            "was there before it ran again: one its first run made and kept (in a dict or a "
+            "checkpoint: computed again during backward, the block wrote into "
+            f"{_write_described(*next(iter(written.values())))}, which was there before it ran "
+            "again: one its first run made and kept (in a dict or a "
             "global, read again by the recomputation instead of computed), which is now written "
             "twice; keep no state between runs of a checkpointed block, or pass it in and "
             "return the new one")
@@ -491,7 +492,6 @@ def _check_writes(writes, made, states, registered, draws, start):
     thread's op drew from it meanwhile."""
     made = set(map(id, made))
     written, created = _written(writes, made)
-    detached = writes.detached
     if not created and not written:
         return
     if created:
@@ -502,10 +502,8 @@ def _check_writes(writes, made, states, registered, draws, start):
             "initializers drew; create them first: call the model once outside checkpoint, or "
             "give the layer its input size")
     else:
-        from .engine import _describe  # the engine imports this module
         x, how = next(iter(written.values()))
-        how = "by an in-place Function" if how == "in place" else "its .data set"
-        made_here = id(x) in made and id(x) not in detached  # by Variable(...) in the block
+        made_here = id(x) in made and id(x) not in writes.detached  # Variable(...) in the block
         whose = ("a Variable the block made: its recomputation would write again into what "
                  "the one it reads then holds (an array from outside, as in Variable(buf), or "
                  "a Variable kept from an earlier call)" if made_here else
@@ -514,7 +512,7 @@ def _check_writes(writes, made, states, registered, draws, start):
                  "may hand out any array): its recomputation in backward would write into it "
                  "again")
         error = RuntimeError(
-            f"checkpoint: the block wrote into {_describe(x)} ({how}), {whose}; do the write "
+            f"checkpoint: the block wrote into {_write_described(x, how)}, {whose}; do the write "
             "outside checkpoint, or write the result into a new array (y = x + 1, not x += 1)")
     for v, how, before, _ in reversed(writes):  # the first value found wins
         if how == "given" and v._data is not None:
@@ -742,19 +740,15 @@ class Checkpoint(Function):
         made_token = _variables.made_in_block.set(made)
         unnoted = states_set.set(None)
         now = [module.__dict__.get(name, _ABSENT) for module, name, _ in self.states]
-        with _variables.blocks_lock:
-            _variables.blocks_running[0] += 1
         try:
             for module, name, before in self.states:
                 _put(module, name, before)
-            with self.draws.replay():
+            with _variables.block_running(), self.draws.replay():
                 out = self.fn(*_filled(self.args, self.where, arguments))
             outputs = out if isinstance(out, tuple) else (out,)
             if len(outputs) == self.count:
                 outputs += tuple(module.__dict__.get(name) for module, name in self.kept)
         finally:
-            with _variables.blocks_lock:
-                _variables.blocks_running[0] -= 1
             for (module, name, _), value in zip(self.states, now):
                 _put(module, name, value)
             states_set.reset(unnoted)

@@ -200,22 +200,21 @@ def _pil():
     return Image
 
 
-def loaded_image_type():
-    """PIL's Image class where Pillow is imported already, else None (no image can exist)."""
-    return getattr(sys.modules.get("PIL.Image"), "Image", None)
+def first_image(values):
+    """The first PIL image among `values`, or None (also where Pillow is not imported yet: then
+    no image can exist). np.asarray makes one an (H, W, C) array of raw pixels (a palette
+    image's indices, not its colours), channels last, with no error."""
+    image = getattr(sys.modules.get("PIL.Image"), "Image", None)
+    return None if image is None else next((v for v in values if isinstance(v, image)), None)
 
 
 def _array(owner, x):
-    """x as a NumPy array; a PIL image refused: np.asarray makes it an (H, W, C) array of raw
-    pixels (a palette image's indices, not its colours), channels last, with no error."""
-    image = loaded_image_type()
-    if image is not None:
-        parts = x if isinstance(x, (list, tuple)) else (x,)  # [img, img] too
-        img = next((v for v in parts if isinstance(v, image)), None)
-        if img is not None:
-            raise TypeError(f"{owner}: got a PIL image (mode {img.mode}, {img.width}x"
-                            f"{img.height}){'' if img is x else ' in a list'}; put ToArray() "
-                            "before it, which makes it a (C, H, W) array")
+    """x as a NumPy array; a PIL image refused (see first_image)."""
+    img = first_image(x if isinstance(x, (list, tuple)) else (x,))  # [img, img] too
+    if img is not None:
+        raise TypeError(f"{owner}: got a PIL image (mode {img.mode}, {img.width}x"
+                        f"{img.height}){'' if img is x else ' in a list'}; put ToArray() "
+                        "before it, which makes it a (C, H, W) array")
     return np.asarray(x)
 
 

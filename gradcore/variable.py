@@ -1,6 +1,7 @@
 """Variable (a node holding an array and its gradient), Parameter, as_variable, as_array."""
 import builtins
 import collections
+import contextlib
 import contextvars
 import copy
 import itertools
@@ -262,10 +263,9 @@ hooks_registered = contextvars.ContextVar("gradcore.hooks_registered", default=N
 # (set to None), "set" to other data, or written "in place" by a Function (mark_dirty); of each
 # Variable "detached" from another (before: the other); and of each update of batch norm's
 # running statistics (before: (backend, the array, a copy of it before)), to put back where the
-# block is refused; made_in_block, a
-# list that each Variable made by Variable(...) joins (a constant the block makes anew); and
-# how many such runs are open in any thread (the data setter, Variable() and mark_dirty look
-# at the lists only then)
+# block is refused; made_in_block, a list that each Variable made by Variable(...) joins (a
+# constant the block makes anew); and how many such runs are open in any thread (the data
+# setter, Variable() and mark_dirty look at the lists only then: see block_running)
 block_writes = contextvars.ContextVar("gradcore.block_writes", default=None)
 made_in_block = contextvars.ContextVar("gradcore.made_in_block", default=None)
 blocks_running = [0]
@@ -277,6 +277,20 @@ def note_block_write(v, how, before=None):
     writes = block_writes.get()
     if writes is not None:
         writes.note(v, how, before)
+
+
+@contextlib.contextmanager
+def block_running():
+    """A checkpointed block runs, in this thread, inside: counted in blocks_running."""
+    with blocks_lock:
+        blocks_running[0] += 1
+    try:
+        yield
+    finally:
+        with blocks_lock:
+            blocks_running[0] -= 1
+
+
 # The code of every Function subclass's backward (Function.__init_subclass__ adds each): an
 # augmented assignment written there rebinds (_augmented)
 backward_codes = set()

@@ -486,8 +486,7 @@ class Compiled:
                     "step, or pass what decides it as an argument")
             # the modes are read before a call, to pick its tape; a replay runs no code that
             # sets them: it sets those the step left switched after it runs
-            if any(module is not None and not module.training
-                   for module in (made() for made in rec.modules_made.values())):
+            if any(not module.training for module in rec.modules_alive()):
                 # one it made in eval mode outlived the call: its mode counts from now on, as
                 # any module's (the recording's _modes_changed passed it by)
                 _module._modes_changed()

@@ -1128,13 +1128,15 @@ class Recorder:
         collector off: a module in a reference cycle (a forward hook of its own method) is
         looked for again after a collection of the youngest objects, where the recording's
         are."""
-        def alive():
-            return next((module for module in (made() for made in self.modules_made.values())
-                         if module is not None), None)
-        if alive() is None:
+        if not self.modules_alive():
             return None
         gc.collect(0)
-        return alive()
+        return next(iter(self.modules_alive()), None)
+
+    def modules_alive(self):
+        """The modules made in the step that are alive now."""
+        return [module for module in (made() for made in self.modules_made.values())
+                if module is not None]
 
     def writing(self, v, data=False, clearing=False):
         """v's grad (or, with `data`, its data) is about to be set: remember how v was. A grad

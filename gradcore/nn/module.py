@@ -116,6 +116,12 @@ class _Carried:
 _NO_DEFAULT = object()  # a carried name with no class default
 
 
+def _made_in_recording(module):
+    """Whether `module` was made in a step gradcore.compile records now, in this thread."""
+    recorder = _variables.step_recorder
+    return recorder is not None and recorder.is_active() and recorder.made_module(module)
+
+
 def _structure_changed(module):
     """`module` registered, replaced or unregistered a Parameter, buffer or sub-Module: the
     walks of parameters() made before no longer hold (registry_changes), nor, unless the
@@ -123,8 +129,7 @@ def _structure_changed(module):
     began, and a Sequential the step builds at each call would key every call anew), the
     tapes of compiled steps (structure_changes)."""
     registry_changes[0] += 1
-    recorder = _variables.step_recorder
-    if recorder is None or not recorder.is_active() or not recorder.made_module(module):
+    if not _made_in_recording(module):
         structure_changes[0] += 1
 
 
@@ -219,14 +224,10 @@ def _modes_changed():
     with _modes_lock:
         if _died:
             _forget_dead()
-        recorder = _variables.step_recorder
-        if recorder is not None and not recorder.is_active():
-            recorder = None
         # not one a recording step made: eagerly each call makes another, which dies with it
         # (the next call's modes are those it found), and modes key compiled steps' tapes
         alive = frozenset(i for i, module in [(i, ref()) for i, ref in list(_in_eval.items())]
-                          if module is not None
-                          and (recorder is None or not recorder.made_module(module)))
+                          if module is not None and not _made_in_recording(module))
         number = _mode_numbers.pop(alive, None)
         if number is None:
             number = _new_mode_number()
@@ -394,7 +395,7 @@ class Module:
         elif _variables.step_recorder is not None:
             # a Python value (a counter, a flag) a recording step sets: a replay would not
             if (_in_slot(self, name) and _variables.step_recorder.is_active()
-                    and not _variables.step_recorder.made_module(self)):
+                    and not _made_in_recording(self)):
                 # not in __dict__, where a tape compares values
                 _variables.step_recorder.give_up(
                     f"the step set {type(self).__name__}.{name}, held in __slots__, which a "

@@ -470,11 +470,12 @@ class OneCycleLR(LRScheduler):
 
     def rate(self, step):
         phase, fraction = self._phase(step)
-        start, end = ((self.initial_lr, self.max_lr), (self.max_lr, self.min_lr),
-                      (self.initial_lr, self.min_lr))[phase]
-        if phase == 1 and self.three_phase:
-            end = self.initial_lr
-        return self._anneal(start, end, fraction)
+        if phase == 0:
+            return self._anneal(self.initial_lr, self.max_lr, fraction)
+        if phase == 1:
+            return self._anneal(self.max_lr, self.initial_lr if self.three_phase else
+                                self.min_lr, fraction)
+        return self._anneal(self.initial_lr, self.min_lr, fraction)
 
     def momentum(self, step):
         """The momentum (or beta1) after `step` steps: down while the step size goes up."""
